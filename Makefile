@@ -1,0 +1,34 @@
+# Quick start: `make run` (install + the default job) and `make test` (install dev extras + tests).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $@ $(VENV)/.installed
+
+# The default job: PGC-A3C with the Laplace mechanism at ε = 5 (about a minute on 2 cores).
+run: $(VENV)/.installed
+	$(BIN)/privrl run pgc-a3c --mechanism laplace --epsilon 5 --trials 8 --submissions 15000
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench_round.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info
