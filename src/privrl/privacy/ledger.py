@@ -1,0 +1,169 @@
+"""Per-agent privacy ledger: records every release and refuses one that would exceed a budget.
+
+Pure ε-LDP releases compose by basic sequential composition (paper 000, Theorem 1): an agent
+that released reports with ε_1, …, ε_T has spent Σ ε_i (and Σ δ_i). The check happens before a
+release: `charge` either records the whole request or raises `BudgetExceededError` and records
+nothing, so callers charge first and privatize only after the charge succeeded.
+
+Agents are identified by non-negative integers; the ledger stores their spending in growable
+numpy arrays so that a run with millions of agents stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from privrl.privacy.report import Guarantee
+
+__all__ = ["BudgetExceededError", "PrivacyLedger"]
+
+# Relative slack for float round-off, so that T charges of ε/T fit a budget of ε exactly.
+_ROUNDOFF = 1e-9
+
+
+class BudgetExceededError(RuntimeError):
+    """A release was refused because it would exceed an agent's privacy budget."""
+
+
+class PrivacyLedger:
+    """Records each agent's releases and composes them (basic sequential composition)."""
+
+    composition = "basic sequential composition (Σε, Σδ; paper 000 Theorem 1)"
+
+    def __init__(self, epsilon_budget: float = math.inf, delta_budget: float = 0.0) -> None:
+        eps = float(epsilon_budget)
+        if math.isnan(eps) or eps <= 0:
+            raise ValueError(f"epsilon_budget must be > 0 (or inf), got {epsilon_budget!r}")
+        delta = float(delta_budget)
+        if math.isnan(delta) or not 0.0 <= delta <= 1.0:
+            raise ValueError(f"delta_budget must be in [0, 1], got {delta_budget!r}")
+        self.epsilon_budget = eps
+        self.delta_budget = delta
+        self._eps = np.zeros(0, dtype=np.float64)
+        self._delta = np.zeros(0, dtype=np.float64)
+        self._count = np.zeros(0, dtype=np.int64)
+        self._events: dict[Guarantee, int] = {}
+
+    # --- queries -------------------------------------------------------------------------
+    @property
+    def num_agents(self) -> int:
+        """Agents that released at least one report."""
+        return int(np.count_nonzero(self._count))
+
+    @property
+    def num_reports(self) -> int:
+        return int(self._count.sum())
+
+    def spent(self, agent: int) -> tuple[float, float]:
+        """(ε, δ) the agent has spent so far."""
+        if agent < 0:
+            raise ValueError(f"agent ids are non-negative integers, got {agent}")
+        if agent >= self._eps.size:
+            return 0.0, 0.0
+        return float(self._eps[agent]), float(self._delta[agent])
+
+    def reports_of(self, agent: int) -> int:
+        return int(self._count[agent]) if 0 <= agent < self._count.size else 0
+
+    def can_charge(self, agents: int | Iterable[int], guarantee: Guarantee, count: int = 1) -> bool:
+        ids = self._ids(agents)
+        eps, delta = self._would_spend(ids, guarantee, count)
+        return self._within(eps, delta)
+
+    # --- recording -----------------------------------------------------------------------
+    def charge(self, agents: int | Iterable[int], guarantee: Guarantee, count: int = 1) -> None:
+        """Record `count` releases under `guarantee` for each agent, or refuse them all.
+
+        Raises BudgetExceededError (recording nothing) if any agent would exceed its budget.
+        """
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        ids = self._ids(agents)
+        if ids.size == 0:
+            return
+        eps, delta = self._would_spend(ids, guarantee, count)
+        if not self._within(eps, delta):
+            worst = int(ids[np.argmax(eps)])
+            raise BudgetExceededError(
+                f"refused: agent {worst} would spend ε = {float(np.max(eps)):g}, "
+                f"δ = {float(np.max(delta)):g} > budget ε = {self.epsilon_budget:g}, "
+                f"δ = {self.delta_budget:g}; nothing was released"
+            )
+        self._grow(int(ids.max()) + 1)
+        np.add.at(self._count, ids, count)
+        self._eps[ids] = eps
+        self._delta[ids] = delta
+        self._events[guarantee] = self._events.get(guarantee, 0) + count * ids.size
+
+    # --- summaries -----------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        active = self._count > 0
+        eps = self._eps[active]
+        events = [
+            {**g.to_dict(), "releases": n} for g, n in sorted(self._events.items(), key=repr)
+        ]
+        private = bool(eps.size) and bool(np.all(np.isfinite(eps)))
+        return {
+            "composition": self.composition,
+            "budget_per_agent": {
+                "epsilon": _num(self.epsilon_budget),
+                "delta": self.delta_budget,
+            },
+            "agents": int(active.sum()),
+            "reports": self.num_reports,
+            "per_agent_epsilon": {
+                "min": _num(float(eps.min())) if eps.size else None,
+                "max": _num(float(eps.max())) if eps.size else None,
+                "mean": _num(float(eps.mean())) if eps.size else None,
+            },
+            "per_agent_delta_max": float(self._delta[active].max()) if eps.size else None,
+            "reports_per_agent": {
+                "min": int(self._count[active].min()) if eps.size else 0,
+                "max": int(self._count[active].max()) if eps.size else 0,
+            },
+            "events": events,
+            "formal_guarantee": private,
+        }
+
+    # --- internals -----------------------------------------------------------------------
+    @staticmethod
+    def _ids(agents: int | Iterable[int]) -> np.ndarray:
+        ids = np.atleast_1d(np.asarray(agents))
+        if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0):
+            raise ValueError("agent ids must be non-negative integers")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("charge each agent once per call (duplicate agent ids given)")
+        return ids.astype(np.int64)
+
+    def _would_spend(
+        self, ids: np.ndarray, guarantee: Guarantee, count: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        eps0 = np.zeros(ids.size)
+        delta0 = np.zeros(ids.size)
+        known = ids < self._eps.size
+        eps0[known] = self._eps[ids[known]]
+        delta0[known] = self._delta[ids[known]]
+        with np.errstate(invalid="ignore"):
+            return eps0 + count * guarantee.epsilon, delta0 + count * guarantee.delta
+
+    def _within(self, eps: np.ndarray, delta: np.ndarray) -> bool:
+        eps_ok = np.all(eps <= self.epsilon_budget * (1 + _ROUNDOFF))
+        delta_ok = np.all(delta <= self.delta_budget * (1 + _ROUNDOFF) + 1e-300)
+        return bool(eps_ok and delta_ok)
+
+    def _grow(self, size: int) -> None:
+        if size <= self._eps.size:
+            return
+        extra = size - self._eps.size
+        self._eps = np.concatenate([self._eps, np.zeros(extra)])
+        self._delta = np.concatenate([self._delta, np.zeros(extra)])
+        self._count = np.concatenate([self._count, np.zeros(extra, dtype=np.int64)])
+
+
+def _num(x: float) -> float | str:
+    """JSON-safe number: inf is written as the string "inf"."""
+    return x if math.isfinite(x) else "inf"
