@@ -69,23 +69,29 @@ class PrivacyLedger:
     def reports_of(self, agent: int) -> int:
         return int(self._count[agent]) if 0 <= agent < self._count.size else 0
 
-    def can_charge(self, agents: int | Iterable[int], guarantee: Guarantee, count: int = 1) -> bool:
+    def can_charge(
+        self, agents: int | Iterable[int], guarantee: Guarantee, count: int | Iterable[int] = 1
+    ) -> bool:
         ids = self._ids(agents)
-        eps, delta = self._would_spend(ids, guarantee, count)
+        eps, delta = self._would_spend(ids, guarantee, np.asarray(count, dtype=np.int64))
         return self._within(eps, delta)
 
     # --- recording -----------------------------------------------------------------------
-    def charge(self, agents: int | Iterable[int], guarantee: Guarantee, count: int = 1) -> None:
+    def charge(
+        self, agents: int | Iterable[int], guarantee: Guarantee, count: int | Iterable[int] = 1
+    ) -> None:
         """Record `count` releases under `guarantee` for each agent, or refuse them all.
 
-        Raises BudgetExceededError (recording nothing) if any agent would exceed its budget.
+        `count` is one number for all agents or one per agent. Raises BudgetExceededError
+        (recording nothing) if any agent would exceed its budget.
         """
-        if count < 1:
-            raise ValueError(f"count must be >= 1, got {count}")
         ids = self._ids(agents)
+        counts = np.broadcast_to(np.asarray(count, dtype=np.int64), ids.shape)
+        if counts.size and counts.min() < 1:
+            raise ValueError(f"count must be >= 1, got {counts.min()}")
         if ids.size == 0:
             return
-        eps, delta = self._would_spend(ids, guarantee, count)
+        eps, delta = self._would_spend(ids, guarantee, counts)
         if not self._within(eps, delta):
             worst = int(ids[np.argmax(eps)])
             raise BudgetExceededError(
@@ -94,10 +100,10 @@ class PrivacyLedger:
                 f"δ = {self.delta_budget:g}; nothing was released"
             )
         self._grow(int(ids.max()) + 1)
-        np.add.at(self._count, ids, count)
+        self._count[ids] += counts
         self._eps[ids] = eps
         self._delta[ids] = delta
-        self._events[guarantee] = self._events.get(guarantee, 0) + count * ids.size
+        self._events[guarantee] = self._events.get(guarantee, 0) + int(counts.sum())
 
     # --- summaries -----------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
@@ -140,7 +146,7 @@ class PrivacyLedger:
         return ids.astype(np.int64)
 
     def _would_spend(
-        self, ids: np.ndarray, guarantee: Guarantee, count: int
+        self, ids: np.ndarray, guarantee: Guarantee, count: int | np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         eps0 = np.zeros(ids.size)
         delta0 = np.zeros(ids.size)

@@ -90,6 +90,9 @@ class Report:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Report is immutable")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Report is immutable")
+
     def __repr__(self) -> str:
         shape = getattr(self.value, "shape", None)
         return f"Report(shape={shape}, {self.guarantee.describe()})"

@@ -1,0 +1,73 @@
+"""Batched episode rollouts with early exit (agent side).
+
+`rollout_episodes` runs one episode in each of P environments with a `lax.while_loop` that stops
+as soon as every episode has ended (or hit the step cap), so short episodes cost little. Buffers
+are padded to `max_steps`; `mask[t, p]` marks the steps that really happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+
+class Trajectory(NamedTuple):
+    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P)."""
+
+    obs: Array
+    actions: Array
+    mask: Array  # 1.0 on steps that happened
+    final_obs: Array  # (P, obs_dim): the observation after the last step
+    terminated: Array  # (P,) bool: ended in a terminal state (not cut by the step cap)
+    length: Array  # (P,) int32: steps taken = CartPole score
+
+
+PolicyFn = Callable[[Array, Array], Array]  # (key, obs (P, obs_dim)) -> actions (P,)
+
+
+def rollout_episodes(
+    env: Any, env_params: Any, policy: PolicyFn, key: Array, num_envs: int, max_steps: int
+) -> Trajectory:
+    """Roll out one episode per environment; env_params has a leading axis of size num_envs."""
+    k_reset, k_loop = jax.random.split(key)
+    obs0, state0 = jax.vmap(env.reset_env)(jax.random.split(k_reset, num_envs), env_params)
+    obs_dim = obs0.shape[-1]
+    obs_buf = jnp.zeros((max_steps, num_envs, obs_dim), obs0.dtype)
+    act_buf = jnp.zeros((max_steps, num_envs), jnp.int32)
+    mask_buf = jnp.zeros((max_steps, num_envs), jnp.float32)
+    done0 = jnp.zeros((num_envs,), bool)
+    term0 = jnp.zeros((num_envs,), bool)
+
+    def cond(carry: tuple) -> Array:
+        t, _, _, done, *_ = carry
+        return (t < max_steps) & ~jnp.all(done)
+
+    def body(carry: tuple) -> tuple:
+        t, state, obs, done, term, obs_b, act_b, mask_b, k = carry
+        k, k_act, k_step = jax.random.split(k, 3)
+        action = policy(k_act, obs)
+        keys = jax.random.split(k_step, num_envs)
+        next_obs, next_state, _, _, _ = jax.vmap(env.step_env)(keys, state, action, env_params)
+        live = ~done
+        obs_b = obs_b.at[t].set(obs)
+        act_b = act_b.at[t].set(action)
+        mask_b = mask_b.at[t].set(live.astype(jnp.float32))
+        fell = jax.vmap(env.is_terminated)(next_state, env_params)
+        # Environments that have ended keep their final observation and state.
+        keep = lambda new, old: jnp.where(  # noqa: E731
+            live.reshape((-1,) + (1,) * (new.ndim - 1)), new, old
+        )
+        state = jax.tree_util.tree_map(keep, next_state, state)
+        obs = keep(next_obs, obs)
+        term = term | (live & fell)
+        done = done | fell
+        return t + 1, state, obs, done, term, obs_b, act_b, mask_b, k
+
+    carry = (jnp.int32(0), state0, obs0, done0, term0, obs_buf, act_buf, mask_buf, k_loop)
+    _, _, final_obs, _, term, obs_b, act_b, mask_b, _ = jax.lax.while_loop(cond, body, carry)
+    length = jnp.sum(mask_b, axis=0).astype(jnp.int32)
+    return Trajectory(obs_b, act_b, mask_b, final_obs, term, length)

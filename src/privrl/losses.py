@@ -1,0 +1,51 @@
+"""Pure RL loss functions (tested against their math in tests/test_losses.py)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+
+def discounted_returns(rewards: Array, mask: Array, bootstrap: Array, gamma: float) -> Array:
+    """Ĝ_t = Σ_{j=t}^{T-1} γ^{j-t} r_j + γ^{T-t} bootstrap for the valid prefix t < T.
+
+    `mask` marks the steps that happened (a prefix of the padded time axis). `bootstrap` is the
+    value of the state after the last step: 0 if the episode ended in a terminal state, V(s_T)
+    if it was cut by the step cap (paper 000 eq. 12 and 18). Padded steps get Ĝ = bootstrap.
+    """
+
+    def step(carry: Array, inp: tuple[Array, Array]) -> tuple[Array, Array]:
+        r, m = inp
+        g = jnp.where(m > 0, r + gamma * carry, carry)
+        return g, g
+
+    _, returns = jax.lax.scan(step, bootstrap, (rewards, mask), reverse=True)
+    return returns
+
+
+def a2c_loss(
+    logits: Array,
+    values: Array,
+    actions: Array,
+    returns: Array,
+    mask: Array,
+    value_coef: float,
+    entropy_coef: float,
+) -> tuple[Array, dict[str, Array]]:
+    """Paper 000 eq. 15-17 for one episode (sums over time, not means):
+
+    L = -Σ_t [log π(a_t|s_t) A_t + β H(π(·|s_t))] + λ Σ_t (Ĝ_t - V(s_t))²,  A_t = Ĝ_t - V(s_t).
+    The advantage in the policy term and the return target are held constant (stop_gradient),
+    as in A3C: the value head learns only through the λ-weighted squared error.
+    """
+    logp = jax.nn.log_softmax(logits)
+    logp_a = jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    returns = jax.lax.stop_gradient(returns)
+    advantage = jax.lax.stop_gradient(returns - values)
+    policy_loss = -jnp.sum(mask * (logp_a * advantage + entropy_coef * entropy))
+    value_loss = jnp.sum(mask * jnp.square(returns - values))
+    loss = policy_loss + value_coef * value_loss
+    return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
+                  "entropy": jnp.sum(mask * entropy)}

@@ -1,0 +1,63 @@
+"""Small Flax networks, and the flat-vector view of their parameters that mechanisms need."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.flatten_util import ravel_pytree
+
+
+class ActorCritic(nn.Module):
+    """Paper 000's A3C network: shared ReLU layer θ(c), policy head θ(p), value head θ(v).
+
+    No biases, so with 4 inputs, 16 hidden units and 2 actions d = 64 + 32 + 16 = 112.
+    Kernels start Glorot-uniform, the default of the paper's TensorFlow 1.14 Dense layers.
+    """
+
+    hidden: int = 16
+    num_actions: int = 2
+
+    @nn.compact
+    def __call__(self, obs: Array) -> tuple[Array, Array]:
+        dense = lambda n, name: nn.Dense(  # noqa: E731
+            n, use_bias=False, kernel_init=nn.initializers.glorot_uniform(), name=name
+        )
+        h = nn.relu(dense(self.hidden, "common")(obs))
+        logits = dense(self.num_actions, "policy")(h)
+        value = dense(1, "value")(h)[..., 0]
+        return logits, value
+
+
+class FlatModel:
+    """A Flax module seen as a function of one flat parameter vector θ ∈ R^d."""
+
+    def __init__(self, module: nn.Module, example_input: Array) -> None:
+        self.module = module
+        params = module.init(jax.random.key(0), example_input)["params"]
+        flat, self._unravel = ravel_pytree(params)
+        self.dim = int(flat.size)
+        self._example = example_input
+
+    def init(self, key: Array) -> Array:
+        """A fresh flat θ drawn with the module's initializers."""
+        flat, _ = ravel_pytree(self.module.init(key, self._example)["params"])
+        return flat
+
+    def unravel(self, theta: Array) -> Any:
+        return self._unravel(theta)
+
+    def apply(self, theta: Array, x: Array) -> Any:
+        return self.module.apply({"params": self._unravel(theta)}, x)
+
+    def bind(self, theta: Array) -> Callable[[Array], Any]:
+        params = self._unravel(theta)
+        return lambda x: self.module.apply({"params": params}, x)
+
+
+def actor_critic(hidden: int = 16, num_actions: int = 2, obs_dim: int = 4) -> FlatModel:
+    return FlatModel(ActorCritic(hidden, num_actions), jnp.zeros((obs_dim,), jnp.float32))
