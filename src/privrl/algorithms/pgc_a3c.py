@@ -40,8 +40,9 @@ from privrl.privacy.mechanisms import (
 )
 
 MECHANISMS = ("laplace", "prs", "none")
-# The paper's settings per mechanism (section 4): clip C and buffer |B|.
-PAPER_CLIP = {"laplace": 0.01, "prs": 1.0}
+# The paper's settings per mechanism (section 4): clip C and buffer |B|. The non-private
+# baseline (ε = ∞, Table 1's Laplace row) is the Laplace pipeline without noise: L1 clip C/2.
+PAPER_CLIP = {"laplace": 0.01, "prs": 1.0, "none": 0.01}
 PAPER_BUFFER = {"laplace": 1, "prs": 100, "none": 1}
 
 
@@ -91,9 +92,8 @@ class PGCA3CConfig:
             raise ConfigError("--mechanism", f"unknown mechanism {cfg.mechanism!r}; "
                                              f"choose one of {', '.join(MECHANISMS)}")
         if cfg.mechanism == "none":
-            cfg = replace(cfg, epsilon=math.inf, clip=None, d_hat=None)
-        else:
-            cfg = replace(cfg, clip=PAPER_CLIP[cfg.mechanism] if cfg.clip is None else cfg.clip)
+            cfg = replace(cfg, epsilon=math.inf)
+        cfg = replace(cfg, clip=PAPER_CLIP[cfg.mechanism] if cfg.clip is None else cfg.clip)
         if cfg.buffer_size is None:
             cfg = replace(cfg, buffer_size=PAPER_BUFFER[cfg.mechanism])
         cfg.validate()
@@ -112,7 +112,7 @@ class PGCA3CConfig:
 
         if self.mechanism != "none":
             positive("ε", self.epsilon, "--epsilon")
-            positive("the clip C", self.clip, "--clip")
+        positive("the clip C", self.clip, "--clip")
         if self.d_hat is not None:
             if self.mechanism != "prs":
                 raise ConfigError("--d-hat", "only the prs mechanism takes d_hat")
@@ -192,7 +192,13 @@ class PGCA3C:
         return loss
 
     def agent_reports(
-        self, theta: Array, submitted: Array, key: Array, env_key: Array, agent_ids: Array
+        self,
+        theta: Array,
+        submitted: Array,
+        key: Array,
+        env_key: Array,
+        agent_ids: Array,
+        active: Array,
     ) -> tuple[Any, Array]:
         """P agents play one episode each from θ; returns their Reports and scores (P,)."""
         cfg = self.config
@@ -202,7 +208,9 @@ class PGCA3C:
         params = jax.vmap(lambda g: self.env_params.replace(gravity=g))(gravity)
         alpha = self.exploration(submitted)
         policy = lambda k, obs: self.act(theta, alpha, k, obs)  # noqa: E731
-        traj = rollout_episodes(self.env, params, policy, k_roll, p, cfg.max_episode_steps)
+        traj = rollout_episodes(
+            self.env, params, policy, k_roll, p, cfg.max_episode_steps, active
+        )
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
             obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T
         )
@@ -219,7 +227,9 @@ class PGCA3C:
         active = index < cfg.submissions  # the last round may be partial
         round_key = jax.random.fold_in(state.key, n // p)
         agent_ids = index // cfg.submissions_per_agent
-        reports, scores = self.agent_reports(state.agg.theta, n, round_key, env_key, agent_ids)
+        reports, scores = self.agent_reports(
+            state.agg.theta, n, round_key, env_key, agent_ids, active
+        )
 
         def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
             report, live = item
@@ -244,7 +254,7 @@ class PGCA3C:
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     """The per-report mechanism: the agent's budget ε split over its T submissions."""
     if cfg.mechanism == "none":
-        return IdentityMechanism()
+        return IdentityMechanism(cfg.clip)
     eps = cfg.epsilon / cfg.submissions_per_agent
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip)

@@ -30,16 +30,26 @@ PolicyFn = Callable[[Array, Array], Array]  # (key, obs (P, obs_dim)) -> actions
 
 
 def rollout_episodes(
-    env: Any, env_params: Any, policy: PolicyFn, key: Array, num_envs: int, max_steps: int
+    env: Any,
+    env_params: Any,
+    policy: PolicyFn,
+    key: Array,
+    num_envs: int,
+    max_steps: int,
+    active: Array | None = None,
 ) -> Trajectory:
-    """Roll out one episode per environment; env_params has a leading axis of size num_envs."""
+    """Roll out one episode per environment; env_params has a leading axis of size num_envs.
+
+    Environments with `active` False take no step (their episode has length 0), so a batch
+    of inactive environments costs next to nothing.
+    """
     k_reset, k_loop = jax.random.split(key)
     obs0, state0 = jax.vmap(env.reset_env)(jax.random.split(k_reset, num_envs), env_params)
     obs_dim = obs0.shape[-1]
     obs_buf = jnp.zeros((max_steps, num_envs, obs_dim), obs0.dtype)
     act_buf = jnp.zeros((max_steps, num_envs), jnp.int32)
     mask_buf = jnp.zeros((max_steps, num_envs), jnp.float32)
-    done0 = jnp.zeros((num_envs,), bool)
+    done0 = jnp.zeros((num_envs,), bool) if active is None else ~active
     term0 = jnp.zeros((num_envs,), bool)
 
     def cond(carry: tuple) -> Array:

@@ -93,9 +93,19 @@ class Mechanism:
 
 @dataclass(frozen=True)
 class IdentityMechanism(Mechanism):
-    """No randomization: ε = ∞. The non-private baseline; it gives NO privacy guarantee."""
+    """No randomization: ε = ∞. The non-private baseline; it gives NO privacy guarantee.
 
+    With `clip`, the input is L1-clipped to clip/2 first and no noise is added: the ε → ∞ limit
+    of `LaplaceMechanism(ε, clip)`, which is how a clipped non-private baseline is compared
+    with the private runs. Clipping here is optimization, not privacy.
+    """
+
+    clip: float | None = None
     name = "none"
+
+    def __post_init__(self) -> None:
+        if self.clip is not None:
+            object.__setattr__(self, "clip", _check_clip(self.clip))
 
     @property
     def guarantee(self) -> Guarantee:
@@ -104,12 +114,15 @@ class IdentityMechanism(Mechanism):
             delta=0.0,
             notion="none",
             unit=LDP_UNIT,
-            neighbouring="none: the raw gradient is released",
+            neighbouring="none: the (clipped) gradient is released as it is",
         )
+
+    def params(self) -> dict[str, Any]:
+        return {"clip": self.clip}
 
     def _randomize(self, key: Array, x: Array) -> Array:
         del key
-        return x
+        return x if self.clip is None else clip_l1(x, self.clip / 2.0)
 
 
 @dataclass(frozen=True)

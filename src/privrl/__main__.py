@@ -1,0 +1,5 @@
+import sys
+
+from privrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,127 @@
+"""Writing what a run leaves behind: a fresh run directory, JSON, CSV, plots, tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privrl.metrics import moving_average
+
+PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
+
+
+class OutputDirError(ValueError):
+    """The requested output directory cannot be used (it exists and is not empty)."""
+
+
+def new_run_dir(out: str | os.PathLike | None, stem: str, root: str = "runs") -> Path:
+    """A new, empty run directory. An explicit `out` must not exist or be empty; without one,
+    `runs/<stem>-<time>` is used with a numeric suffix if that name is taken. Never overwrites.
+    """
+    if out is not None:
+        path = Path(out)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise OutputDirError(f"--out: {path} exists and is not an empty directory; "
+                                 "choose a new path (results are never overwritten)")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    base = Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, i = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            i += 1
+            path = base.with_name(f"{base.name}-{i}")
+
+
+def check_out_dir(out: str | os.PathLike | None) -> None:
+    """Validate --out before any computation (same rule as `new_run_dir`)."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise OutputDirError(f"--out: {path} exists and is not an empty directory; "
+                             "choose a new path (results are never overwritten)")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def json_safe(obj: Any) -> Any:
+    """Replace non-finite floats by strings ("inf", "nan") so the JSON is strict."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else ("inf" if f > 0 else "-inf" if f < 0 else "nan")
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False) + "\n")
+
+
+def write_metrics_csv(path: Path, scores: np.ndarray, window: int) -> None:
+    """One row per (trial, submission): score and μ_n (blank where the window runs past N)."""
+    trials, n = scores.shape
+    mu = moving_average(scores, window)
+    sub = np.arange(1, n + 1)
+    with path.open("w") as f:
+        f.write("trial,submission,score,mu\n")
+        for k in range(trials):
+            full = mu.shape[1]
+            rows = np.column_stack([np.full(full, k), sub[:full], scores[k, :full], mu[k]])
+            np.savetxt(f, rows, fmt=["%d", "%d", "%d", "%.1f"], delimiter=",")
+            for j in range(full, n):
+                f.write(f"{k},{j + 1},{int(scores[k, j])},\n")
+
+
+def plot_scores(path: Path, scores: np.ndarray, window: int, title: str, target: float) -> None:
+    """Average score μ_n against submissions (paper Figure 2): mean over trials, IQR band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mu = moving_average(scores, window)
+    n = np.arange(1, mu.shape[1] + 1)
+    step = max(1, mu.shape[1] // 2000)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(n[::step], mu.mean(0)[::step], lw=1.2, label=f"mean over {scores.shape[0]} trials")
+    if scores.shape[0] > 1:
+        lo, hi = np.percentile(mu, [25, 75], axis=0)
+        ax.fill_between(n[::step], lo[::step], hi[::step], alpha=0.25, label="interquartile range")
+    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target Θ = {target:g}")
+    ax.set_xlabel("submissions")
+    ax.set_ylabel(f"average score μ_n (window {window})")
+    ax.set_title(title)
+    ax.set_ylim(0, None)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""Runners: the local vectorized runner (default); a Ray runner is planned."""
