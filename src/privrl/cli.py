@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import math
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.exceptions import TyperException
 
 from privrl import __version__
 from privrl.runtime.devices import use_host_devices
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from privrl.algorithms.pgc_a3c import PGCA3CConfig
 
 app = typer.Typer(
     name="privrl",
@@ -33,7 +38,7 @@ run_app = typer.Typer(help="Train an algorithm and write its results.", no_args_
 app.add_typer(run_app, name="run")
 
 
-class MechanismName(str, Enum):
+class MechanismName(StrEnum):
     laplace = "laplace"
     prs = "prs"
     none = "none"
@@ -116,7 +121,7 @@ def run_pgc_a3c_command(
     _execute_pgc(config, out, progress)
 
 
-def _execute_pgc(config, out: Path | None, show_progress: bool) -> None:  # noqa: ANN001
+def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -162,7 +167,7 @@ def _execute_pgc(config, out: Path | None, show_progress: bool) -> None:  # noqa
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
 
 
-def results_table(summary: dict):  # noqa: ANN201
+def results_table(summary: dict) -> Table:
     from rich.table import Table
 
     t = Table(title="PGC-A3C results", show_header=True, header_style="bold")
@@ -178,8 +183,10 @@ def results_table(summary: dict):  # noqa: ANN201
         ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s (compile {summary['compile_seconds']:.1f} s)"),
-        ("episodes / s", f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s "
+                      f"(first chunk incl. compile {summary['compile_seconds']:.1f} s)"),
+        ("episodes / s",
+         f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
     ]
     for k, v in rows:
         t.add_row(k, v)

@@ -26,9 +26,9 @@ def moving_average(scores: np.ndarray, m: int = 10) -> np.ndarray:
         raise ValueError(f"window m must be >= 1, got {m}")
     n = scores.shape[-1]
     if n < m:
-        return np.zeros(scores.shape[:-1] + (0,))
+        return np.zeros((*scores.shape[:-1], 0))
     c = np.cumsum(scores, axis=-1)
-    c = np.concatenate([np.zeros(scores.shape[:-1] + (1,)), c], axis=-1)
+    c = np.concatenate([np.zeros((*scores.shape[:-1], 1)), c], axis=-1)
     return (c[..., m:] - c[..., :-m]) / m
 
 

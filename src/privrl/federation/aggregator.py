@@ -128,5 +128,7 @@ def _select(pred: Array, a: Any, b: Any) -> Any:
 
 
 @jax.jit(static_argnums=0)
-def _receive_jit(agg: BufferedAggregator, state: AggregatorState, report: Report) -> AggregatorState:
+def _receive_jit(
+    agg: BufferedAggregator, state: AggregatorState, report: Report
+) -> AggregatorState:
     return agg.receive(state, report)

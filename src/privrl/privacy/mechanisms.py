@@ -52,7 +52,9 @@ def _check_clip(clip: float) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"clip must be a number in (0, inf), got {clip!r}") from None
     if not (math.isfinite(c) and c > 0):
-        raise ValueError(f"clip must be finite and > 0 (allowed range: 0 < clip < inf), got {clip!r}")
+        raise ValueError(
+            f"clip must be finite and > 0 (allowed range: 0 < clip < inf), got {clip!r}"
+        )
     return c
 
 
@@ -168,7 +170,7 @@ class LaplaceMechanism(Mechanism):
 
 
 def default_d_hat(epsilon: float, d: int) -> int:
-    """Paper 000's reduced dimension: max(1, min(d, floor(ε / 2.5))) (after Wang et al., ICDE'19)."""
+    """Paper 000's reduced dimension max(1, min(d, ⌊ε/2.5⌋)) (after Wang et al., ICDE'19)."""
     return max(1, min(d, math.floor(epsilon / 2.5)))
 
 

@@ -45,6 +45,30 @@ def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
     return int(min(total_rounds, max(10, 20_000 // per_round)))
 
 
+class ShardedTrials:
+    """`trials` independent trials of `algo`, vmapped and split over host devices.
+
+    `run_chunk(state)` advances every trial by `chunk` rounds in one jitted call and returns
+    (state, scores) with scores of shape (padded trials, chunk * P). Trials are padded to a
+    multiple of the device count; callers drop the padding rows.
+    """
+
+    def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None):
+        n_dev = min(devices or jax.local_device_count(), jax.local_device_count(), trials)
+        self.devices = n_dev
+        self.padded = math.ceil(trials / n_dev) * n_dev
+        mesh = Mesh(np.array(jax.local_devices()[:n_dev]), ("trials",))
+        spec = PartitionSpec("trials")
+        shard = lambda f: jax.shard_map(  # noqa: E731 - trials are independent: no collectives
+            f, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False
+        )
+        self.run_chunk = jax.jit(shard(jax.vmap(lambda s: algo.run_rounds(s, chunk))))
+        self._init = jax.jit(shard(jax.vmap(algo.init)))
+
+    def init(self, key: jax.Array) -> Any:
+        return self._init(jax.random.split(key, self.padded))
+
+
 def run_pgc_a3c(
     config: PGCA3CConfig, progress: ProgressFn | None = None, devices: int | None = None
 ) -> RunOutput:
@@ -55,23 +79,10 @@ def run_pgc_a3c(
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
-    n_dev = min(devices or jax.local_device_count(), jax.local_device_count(), cfg.trials)
-    padded = math.ceil(cfg.trials / n_dev) * n_dev
-    mesh = Mesh(np.array(jax.local_devices()[:n_dev]), ("trials",))
-    spec = PartitionSpec("trials")
     chunk = _chunk_rounds(total_rounds, p, cfg.trials)
-
-    def chunk_fn(state: Any) -> Any:
-        return jax.vmap(lambda s: algo.run_rounds(s, chunk))(state)
-
-    shard = lambda f: jax.shard_map(  # noqa: E731 - trials are independent: no collectives
-        f, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False
-    )
-    run_chunk = jax.jit(shard(chunk_fn))
-    init = jax.jit(shard(jax.vmap(algo.init)))
-
-    keys = jax.random.split(jax.random.key(cfg.seed), padded)
-    state = init(keys)
+    runner = ShardedTrials(algo, cfg.trials, chunk, devices)
+    state = runner.init(jax.random.key(cfg.seed))
+    n_dev = runner.devices
 
     ledger = PrivacyLedger(epsilon_budget=cfg.epsilon)
     guarantee = algo.mechanism.guarantee
@@ -90,7 +101,7 @@ def run_pgc_a3c(
             ids = (trial_offset + agents[None, :]).reshape(-1)
             ledger.charge(ids, guarantee, np.tile(counts, cfg.trials))
         t0 = time.perf_counter()
-        state, chunk_scores = run_chunk(state)
+        state, chunk_scores = runner.run_chunk(state)
         chunk_scores = np.asarray(chunk_scores)[: cfg.trials]
         if done_rounds == 0:
             compile_s = time.perf_counter() - t0

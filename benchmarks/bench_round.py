@@ -1,0 +1,74 @@
+"""Throughput of the PGC-A3C round: episodes/s and env steps/s at P × K parallel agents.
+
+P = 9 agents per trial (the paper's threads) and K trials, so P × K = 9, 180, 1800 agents act
+at once. Each measurement is one jitted chunk of rounds (rollouts with early exit, per-agent
+gradients, the mechanism, and the aggregator's sequential application), timed after a warm-up
+call that compiles it; the median of the repeats is reported.
+
+    python benchmarks/bench_round.py [--devices 1 2] [--repeats 5] [--mechanism laplace]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+from privrl.runtime.devices import use_host_devices
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--agents", type=int, nargs="+", default=[9, 180, 1800],
+                    help="P × K totals to measure (multiples of 9)")
+    ap.add_argument("--devices", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--episodes", type=int, default=20_000,
+                    help="approximate episodes per timed call")
+    ap.add_argument("--mechanism", default="laplace", choices=["laplace", "prs", "none"])
+    args = ap.parse_args()
+    use_host_devices(max(args.devices))
+
+    import jax
+    import numpy as np
+
+    from privrl.algorithms.pgc_a3c import PGCA3C, PGCA3CConfig
+    from privrl.runtime.local import ShardedTrials
+
+    print(f"# jax {jax.__version__}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, python {sys.version.split()[0]}, "
+          f"mechanism {args.mechanism}")
+    print("| agents (P×K) | devices | rounds/call | episodes/s | env steps/s | mean score |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for total in args.agents:
+        trials = max(1, total // 9)
+        rounds = max(1, args.episodes // total)
+        cfg = PGCA3CConfig(mechanism=args.mechanism, epsilon=5.0, trials=trials,
+                           submissions=10**9)
+        algo = PGCA3C(cfg)
+        for dev in args.devices:
+            if dev > trials:
+                continue
+            runner = ShardedTrials(algo, trials, rounds, dev)
+            state = runner.init(jax.random.key(0))
+            state, scores = runner.run_chunk(state)  # compile + warm-up
+            jax.block_until_ready(scores)
+            times, steps, episodes = [], [], []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                state, scores = runner.run_chunk(state)
+                scores = np.asarray(scores)[:trials]
+                times.append(time.perf_counter() - t0)
+                steps.append(int(scores.sum()))
+                episodes.append(scores.size)
+            i = int(np.argsort(times)[len(times) // 2])
+            med = statistics.median(times)
+            print(f"| {trials * 9} | {dev} | {rounds} | {episodes[i] / med:,.0f} | "
+                  f"{steps[i] / med:,.0f} | {steps[i] / episodes[i]:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

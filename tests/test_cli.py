@@ -1,0 +1,125 @@
+"""The command line: one-line errors before any computation, run directories, reproducibility."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from privrl import cli
+from privrl.runtime import local
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("computation started despite invalid options")
+
+    monkeypatch.setattr(local, "run_pgc_a3c", forbidden)
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--epsilon", "0"], "--epsilon"),
+        (["--epsilon", "-1"], "--epsilon"),
+        (["--epsilon", "nan"], "--epsilon"),
+        (["--epsilon", "inf"], "--epsilon"),
+        (["--epsilon", "abc"], "--epsilon"),
+        (["--clip", "0"], "--clip"),
+        (["--clip", "-0.5"], "--clip"),
+        (["--clip", "nan"], "--clip"),
+        (["--trials", "0"], "--trials"),
+        (["--submissions", "0"], "--submissions"),
+        (["--parallel-agents", "0"], "--parallel-agents"),
+        (["--buffer", "0"], "--buffer"),
+        (["--seed", "-3"], "--seed"),
+        (["--submissions-per-agent", "0"], "--submissions-per-agent"),
+        (["--mechanism", "gaussian"], "--mechanism"),
+        (["--mechanism", "none", "--epsilon", "3"], "--epsilon"),
+        (["--mechanism", "prs", "--d-hat", "0"], "--d-hat"),
+        (["--mechanism", "prs", "--d-hat", "113"], "--d-hat"),
+        (["--d-hat", "2"], "--d-hat"),
+    ],
+)
+def test_invalid_option_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "pgc-a3c", *args, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and option in err, err
+    assert not out.exists()
+
+
+def test_existing_nonempty_out_is_refused(capsys, tmp_path, no_compute):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    rc = cli.main(["run", "pgc-a3c", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "--out" in err and len(err.splitlines()) == 1
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "precious"
+
+
+def test_help_explains_every_option(capsys):
+    assert cli.main(["run", "pgc-a3c", "--help"]) == 0
+    text = capsys.readouterr().out
+    for opt in ["--mechanism", "--epsilon", "--trials", "--submissions", "--parallel-agents",
+                "--buffer", "--clip", "--seed", "--out", "--d-hat", "--submissions-per-agent"]:
+        assert opt in text
+    assert cli.main(["--help"]) == 0
+    assert "run" in capsys.readouterr().out
+
+
+def _run(tmp_path: Path, name: str, *extra: str) -> Path:
+    out = tmp_path / name
+    args = ["run", "pgc-a3c", "--trials", "2", "--submissions", "50", "--out", str(out),
+            "--no-progress", *extra]
+    assert cli.main(args) == 0
+    return out
+
+
+def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
+    a = _run(tmp_path, "a", "--epsilon", "10", "--seed", "4")
+    printed = capsys.readouterr().out
+    assert "Results written to" in printed and "median FST" in printed
+    for f in ["config.json", "metrics.csv", "privacy.json", "summary.json", "plots/scores.png"]:
+        assert (a / f).is_file(), f
+    summary = json.loads((a / "summary.json").read_text())
+    for key in ["algorithm", "mechanism", "epsilon", "trials", "median_fst", "success_ratio",
+                "fst"]:
+        assert key in summary
+    assert summary["algorithm"] == "pgc-a3c" and summary["epsilon"] == 10.0
+    assert len(summary["fst"]) == 2
+    privacy = json.loads((a / "privacy.json").read_text())
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == 10.0
+    assert privacy["ledger"]["agents"] == 2 * 50
+    assert privacy["mechanism"]["mechanism"] == "laplace"
+    config = json.loads((a / "config.json").read_text())
+    assert config["seed"] == 4 and config["versions"]["jax"]
+    rows = (a / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "trial,submission,score,mu" and len(rows) == 1 + 2 * 50
+
+    b = _run(tmp_path, "b", "--epsilon", "10", "--seed", "4")
+    assert (a / "metrics.csv").read_text() == (b / "metrics.csv").read_text()
+    c = _run(tmp_path, "c", "--epsilon", "10", "--seed", "5")
+    assert (a / "metrics.csv").read_text() != (c / "metrics.csv").read_text()
+
+
+def test_non_private_run_says_so(tmp_path, capsys):
+    out = _run(tmp_path, "np", "--mechanism", "none")
+    printed = capsys.readouterr().out
+    assert "NONE" in printed or "no privacy" in printed.lower()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epsilon"] == "inf" and "NONE" in summary["privacy"]
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
+    assert privacy["ledger"]["formal_guarantee"] is False
+
+
+def test_default_out_never_overwrites(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert cli.main(["run", "pgc-a3c", "--submissions", "18", "--no-progress"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and len(set(runs)) == 2

@@ -1,0 +1,299 @@
+"""Tests for PrivacyLedger: basic sequential composition, refusal before release, atomicity."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from privrl.privacy import (
+    BudgetExceededError,
+    Guarantee,
+    IdentityMechanism,
+    LaplaceMechanism,
+    PrivacyLedger,
+    ProjectedRandomSignMechanism,
+)
+
+
+def _g(epsilon: float, delta: float = 0.0) -> Guarantee:
+    return Guarantee(
+        epsilon=epsilon, delta=delta, notion="ε-LDP", unit="test report", neighbouring="any"
+    )
+
+
+def _state(ledger: PrivacyLedger, agents=range(6)) -> tuple:
+    return (
+        ledger.num_reports,
+        ledger.num_agents,
+        tuple(ledger.spent(a) for a in agents),
+        tuple(ledger.reports_of(a) for a in agents),
+        json.dumps(ledger.summary(), sort_keys=True),
+    )
+
+
+# --- composition ---------------------------------------------------------------------------
+
+
+def test_charges_compose_additively() -> None:
+    ledger = PrivacyLedger(epsilon_budget=10.0)
+    g = LaplaceMechanism(epsilon=1.0, clip=1.0).guarantee
+    for _ in range(3):
+        ledger.charge(0, g)
+    assert ledger.spent(0) == (3.0, 0.0)
+    assert ledger.reports_of(0) == 3
+    assert ledger.num_reports == 3
+    assert ledger.num_agents == 1
+    # A different mechanism composes with the first (Σε over all releases).
+    ledger.charge(0, ProjectedRandomSignMechanism(epsilon=2.5, clip=1.0).guarantee)
+    assert ledger.spent(0) == (5.5, 0.0)
+    # count=k is the same as k separate charges.
+    ledger.charge(1, g, count=3)
+    assert ledger.spent(1) == (3.0, 0.0)
+    assert ledger.reports_of(1) == 3
+    # Deltas compose too.
+    ledger_d = PrivacyLedger(epsilon_budget=10.0, delta_budget=1e-5)
+    ledger_d.charge(7, _g(1.0, 1e-6), count=4)
+    assert ledger_d.spent(7) == pytest.approx((4.0, 4e-6))
+
+
+def test_unknown_agents_have_spent_nothing() -> None:
+    ledger = PrivacyLedger(epsilon_budget=1.0)
+    assert ledger.spent(0) == (0.0, 0.0)
+    assert ledger.spent(10**6) == (0.0, 0.0)
+    assert ledger.reports_of(5) == 0
+    assert ledger.num_agents == 0 and ledger.num_reports == 0
+    ledger.charge(3, _g(0.5))
+    assert ledger.spent(2) == (0.0, 0.0)  # grown storage, but agent 2 released nothing
+    assert ledger.num_agents == 1
+    with pytest.raises(ValueError):
+        ledger.spent(-1)
+
+
+def test_multi_agent_charge_and_per_agent_counts() -> None:
+    ledger = PrivacyLedger(epsilon_budget=10.0)
+    ledger.charge([0, 2, 5], _g(1.0))
+    ledger.charge(np.array([2, 5]), _g(1.0), count=[1, 3])
+    assert [ledger.spent(a)[0] for a in range(6)] == [1.0, 0.0, 2.0, 0.0, 0.0, 4.0]
+    assert [ledger.reports_of(a) for a in range(6)] == [1, 0, 2, 0, 0, 4]
+    assert ledger.num_agents == 3
+    assert ledger.num_reports == 7
+
+
+# --- refusal -------------------------------------------------------------------------------
+
+
+def test_over_budget_refused_and_state_unchanged() -> None:
+    ledger = PrivacyLedger(epsilon_budget=3.0)
+    g = _g(1.0)
+    ledger.charge(0, g, count=2)
+    before = _state(ledger)
+    assert not ledger.can_charge(0, g, count=2)
+    with pytest.raises(BudgetExceededError, match="refused"):
+        ledger.charge(0, g, count=2)
+    assert _state(ledger) == before
+    assert ledger.spent(0) == (2.0, 0.0) and ledger.num_reports == 2
+    # The budget is still usable up to its limit after a refusal ...
+    assert ledger.can_charge(0, g)
+    ledger.charge(0, g)
+    assert ledger.spent(0) == (3.0, 0.0) and ledger.num_reports == 3
+    # ... and not beyond, however small the extra release.
+    before = _state(ledger)
+    for eps in (1.0, 1e-3, 1e-6):
+        with pytest.raises(BudgetExceededError):
+            ledger.charge(0, _g(eps))
+        assert _state(ledger) == before
+    # A single release larger than the whole budget is refused for a fresh agent.
+    with pytest.raises(BudgetExceededError):
+        ledger.charge(4, _g(3.5))
+    assert _state(ledger) == before
+
+
+def test_multi_agent_charge_is_atomic() -> None:
+    ledger = PrivacyLedger(epsilon_budget=2.0)
+    g = _g(1.0)
+    ledger.charge(1, g, count=2)  # agent 1 is at its budget
+    before = _state(ledger)
+    assert not ledger.can_charge([0, 1, 2], g)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge([0, 1, 2], g)  # agents 0 and 2 could pay, agent 1 cannot: nobody pays
+    assert _state(ledger) == before
+    assert ledger.spent(0) == (0.0, 0.0) and ledger.spent(2) == (0.0, 0.0)
+    # Per-agent counts: one agent over budget refuses the whole request too.
+    with pytest.raises(BudgetExceededError):
+        ledger.charge([0, 3], g, count=[1, 3])
+    assert _state(ledger) == before
+    # Without the exhausted agent the same request goes through.
+    ledger.charge([0, 2], g)
+    assert ledger.spent(0) == (1.0, 0.0) and ledger.spent(2) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("budget", [0.1, 1.0, 3.0, 7.3, 100.0])
+def test_T_charges_of_eps_over_T_fit_exactly(budget: float) -> None:
+    # Paper 000 §4.4: T submissions at ε/T each spend exactly ε (sequential composition).
+    for T in range(1, 51):
+        ledger = PrivacyLedger(epsilon_budget=budget)
+        g = _g(budget / T)
+        for _ in range(T):
+            ledger.charge(0, g)
+        assert ledger.spent(0)[0] == pytest.approx(budget, rel=1e-12)
+        assert ledger.reports_of(0) == T
+        # The (T+1)-th release is refused: the round-off slack is far smaller than ε/T.
+        with pytest.raises(BudgetExceededError):
+            ledger.charge(0, g)
+        # The same in one call.
+        ledger2 = PrivacyLedger(epsilon_budget=budget)
+        ledger2.charge([0, 1], g, count=T)
+        with pytest.raises(BudgetExceededError):
+            ledger2.charge([0, 1], g)
+
+
+def test_roundoff_slack_is_tiny() -> None:
+    ledger = PrivacyLedger(epsilon_budget=1.0)
+    ledger.charge(0, _g(1.0 + 1e-12))  # float round-off: accepted
+    with pytest.raises(BudgetExceededError):
+        ledger.charge(1, _g(1.0 + 1e-6))  # a real excess: refused
+
+
+def test_identity_mechanism_needs_an_infinite_budget() -> None:
+    g = IdentityMechanism().guarantee
+    assert g.epsilon == math.inf
+    finite = PrivacyLedger(epsilon_budget=1e12)
+    assert not finite.can_charge(0, g)
+    with pytest.raises(BudgetExceededError):
+        finite.charge(0, g)
+    assert finite.num_reports == 0 and finite.spent(0) == (0.0, 0.0)
+
+    unlimited = PrivacyLedger()  # default budget: inf
+    assert unlimited.epsilon_budget == math.inf
+    unlimited.charge(0, g, count=2)
+    unlimited.charge(0, _g(1.0))
+    assert unlimited.spent(0)[0] == math.inf
+    assert unlimited.reports_of(0) == 3
+
+
+def test_delta_budget_enforced() -> None:
+    pure = PrivacyLedger(epsilon_budget=10.0)  # δ budget 0: any δ > 0 is refused
+    with pytest.raises(BudgetExceededError):
+        pure.charge(0, _g(0.1, 1e-9))
+    approx = PrivacyLedger(epsilon_budget=10.0, delta_budget=1e-5)
+    approx.charge(0, _g(0.1, 5e-6), count=2)
+    with pytest.raises(BudgetExceededError):
+        approx.charge(0, _g(0.1, 5e-6))
+    assert approx.spent(0) == pytest.approx((0.2, 1e-5))
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [0, 0.0, -1.0, -math.inf, math.nan, "abc"])
+def test_invalid_epsilon_budget(budget) -> None:
+    with pytest.raises(ValueError):
+        PrivacyLedger(epsilon_budget=budget)
+
+
+@pytest.mark.parametrize("delta", [-1e-9, -1.0, 1.5, math.nan, math.inf])
+def test_invalid_delta_budget(delta: float) -> None:
+    with pytest.raises(ValueError, match="delta"):
+        PrivacyLedger(epsilon_budget=1.0, delta_budget=delta)
+
+
+def test_duplicate_and_invalid_agent_ids() -> None:
+    ledger = PrivacyLedger(epsilon_budget=10.0)
+    g = _g(1.0)
+    for bad in ([0, 1, 0], np.array([3, 3])):
+        with pytest.raises(ValueError, match="duplicate"):
+            ledger.charge(bad, g)
+        with pytest.raises(ValueError, match="duplicate"):
+            ledger.can_charge(bad, g)
+    for bad in (-1, [0, -2], [0.5], 1.0, [True, False]):
+        with pytest.raises(ValueError, match="agent ids"):
+            ledger.charge(bad, g)
+    assert ledger.num_reports == 0 and ledger.num_agents == 0
+
+
+def test_invalid_count() -> None:
+    ledger = PrivacyLedger(epsilon_budget=10.0)
+    g = _g(1.0)
+    for bad in (0, -1, [1, 0], [2, -1]):
+        with pytest.raises(ValueError, match="count"):
+            ledger.charge([0, 1], g, count=bad)
+    with pytest.raises(ValueError):
+        ledger.charge([0, 1], g, count=[1, 1, 1])  # one count per agent, or one for all
+    assert ledger.num_reports == 0
+
+
+def test_empty_charge_is_a_no_op() -> None:
+    ledger = PrivacyLedger(epsilon_budget=1.0)
+    ledger.charge([], _g(5.0))
+    assert ledger.num_reports == 0 and ledger.summary()["agents"] == 0
+
+
+@pytest.mark.parametrize(
+    "bad", [_g(-1.0), _g(-math.inf), _g(math.nan), _g(0.0, -1e-6), _g(0.0, math.nan)]
+)
+def test_invalid_guarantee_cannot_refund_budget(bad: Guarantee) -> None:
+    # A negative (or NaN) ε or δ must never be recorded: it would "refund" spent budget and let
+    # an agent release beyond it.
+    ledger = PrivacyLedger(epsilon_budget=2.0, delta_budget=1e-5)
+    ledger.charge(0, _g(2.0, 1e-5))  # agent 0 has spent its whole (ε, δ) budget
+    before = _state(ledger)
+    with pytest.raises((ValueError, BudgetExceededError)):
+        ledger.charge(0, bad)
+    with pytest.raises((ValueError, BudgetExceededError)):
+        ledger.charge(1, bad)  # nor for a fresh agent
+    assert _state(ledger) == before
+    assert not ledger.can_charge(0, _g(1.0))
+    assert not ledger.can_charge(0, _g(0.0, 1e-6))
+
+
+# --- summary -------------------------------------------------------------------------------
+
+
+def test_summary_counts_and_extremes() -> None:
+    ledger = PrivacyLedger(epsilon_budget=5.0)
+    lap = LaplaceMechanism(epsilon=1.0, clip=1.0).guarantee
+    prs = ProjectedRandomSignMechanism(epsilon=0.5, clip=1.0).guarantee
+    ledger.charge(0, lap, count=3)
+    ledger.charge([2, 9], prs)
+    ledger.charge(2, lap)
+    s = ledger.summary()
+    json.dumps(s, allow_nan=False)
+    assert s["agents"] == 3
+    assert s["reports"] == 6
+    assert s["per_agent_epsilon"]["min"] == pytest.approx(0.5)
+    assert s["per_agent_epsilon"]["max"] == pytest.approx(3.0)
+    assert s["per_agent_epsilon"]["mean"] == pytest.approx((3.0 + 1.5 + 0.5) / 3)
+    assert s["reports_per_agent"] == {"min": 1, "max": 3}
+    assert s["budget_per_agent"] == {"epsilon": 5.0, "delta": 0.0}
+    assert s["formal_guarantee"] is True
+    releases = {(e["epsilon"], e["notion"]): e["releases"] for e in s["events"]}
+    assert releases == {(1.0, "ε-LDP"): 4, (0.5, "ε-LDP"): 2}
+    assert "composition" in s["composition"]
+
+
+def test_summary_empty_ledger() -> None:
+    s = PrivacyLedger(epsilon_budget=1.0).summary()
+    json.dumps(s, allow_nan=False)
+    assert s["agents"] == 0 and s["reports"] == 0
+    assert s["per_agent_epsilon"] == {"min": None, "max": None, "mean": None}
+    assert s["formal_guarantee"] is False
+    assert s["events"] == []
+
+
+def test_summary_writes_inf_as_string() -> None:
+    ledger = PrivacyLedger()  # infinite budget
+    ledger.charge(0, _g(2.0))
+    ledger.charge(1, IdentityMechanism().guarantee)
+    s = ledger.summary()
+    text = json.dumps(s, allow_nan=False)  # strict JSON: no Infinity/NaN tokens
+    assert "Infinity" not in text
+    assert s["budget_per_agent"]["epsilon"] == "inf"
+    assert s["per_agent_epsilon"]["min"] == 2.0
+    assert s["per_agent_epsilon"]["max"] == "inf"
+    assert s["per_agent_epsilon"]["mean"] == "inf"
+    assert s["formal_guarantee"] is False
+    assert {e["epsilon"] for e in s["events"]} == {2.0, "inf"}
+    assert json.loads(text)["per_agent_epsilon"]["max"] == "inf"
