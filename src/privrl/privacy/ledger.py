@@ -148,6 +148,12 @@ class PrivacyLedger:
     def _would_spend(
         self, ids: np.ndarray, guarantee: Guarantee, count: int | np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        # A negative or NaN ε/δ would "refund" budget (and let an agent release beyond it).
+        if not (guarantee.epsilon >= 0 and guarantee.delta >= 0):
+            raise ValueError(
+                "a guarantee's epsilon and delta must be >= 0, "
+                f"got ε = {guarantee.epsilon}, δ = {guarantee.delta}"
+            )
         eps0 = np.zeros(ids.size)
         delta0 = np.zeros(ids.size)
         known = ids < self._eps.size
