@@ -297,3 +297,14 @@ def test_summary_writes_inf_as_string() -> None:
     assert s["formal_guarantee"] is False
     assert {e["epsilon"] for e in s["events"]} == {2.0, "inf"}
     assert json.loads(text)["per_agent_epsilon"]["max"] == "inf"
+
+
+@pytest.mark.parametrize("count", [-1, 0, 1.5, True])
+def test_can_charge_validates_count_like_charge(count):
+    ledger = PrivacyLedger(epsilon_budget=10.0)
+    g = LaplaceMechanism(1.0, 1.0).guarantee
+    with pytest.raises(ValueError, match="count"):
+        ledger.can_charge(0, g, count)
+    with pytest.raises(ValueError, match="count"):
+        ledger.charge(0, g, count)
+    assert ledger.num_reports == 0

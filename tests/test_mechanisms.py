@@ -679,3 +679,22 @@ def test_privatize_arbitrary_lengths(mech, d: int) -> None:
         r_flt = mech.privatize(jax.random.key(0), np.arange(d, dtype=np.float32))
         assert jnp.issubdtype(r_int.value.dtype, jnp.floating)
         np.testing.assert_allclose(np.asarray(r_int.value), np.asarray(r_flt.value), rtol=1e-6)
+
+
+def test_report_pickles_as_a_report():
+    import copy
+    import pickle
+
+    mech = LaplaceMechanism(1.0, 1.0)
+    r = mech.privatize(jax.random.key(0), jnp.ones(3))
+    for r2 in (pickle.loads(pickle.dumps(r)), copy.deepcopy(r)):
+        assert isinstance(r2, Report) and r2.guarantee == r.guarantee
+        np.testing.assert_array_equal(r2.value, r.value)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_boolean_parameters_rejected(flag):
+    with pytest.raises(ValueError, match="epsilon"):
+        LaplaceMechanism(flag, 1.0)
+    with pytest.raises(ValueError, match="clip"):
+        LaplaceMechanism(1.0, flag)

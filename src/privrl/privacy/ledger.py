@@ -73,7 +73,7 @@ class PrivacyLedger:
         self, agents: int | Iterable[int], guarantee: Guarantee, count: int | Iterable[int] = 1
     ) -> bool:
         ids = self._ids(agents)
-        eps, delta = self._would_spend(ids, guarantee, np.asarray(count, dtype=np.int64))
+        eps, delta = self._would_spend(ids, guarantee, self._counts(count, ids))
         return self._within(eps, delta)
 
     # --- recording -----------------------------------------------------------------------
@@ -86,9 +86,7 @@ class PrivacyLedger:
         (recording nothing) if any agent would exceed its budget.
         """
         ids = self._ids(agents)
-        counts = np.broadcast_to(np.asarray(count, dtype=np.int64), ids.shape)
-        if counts.size and counts.min() < 1:
-            raise ValueError(f"count must be >= 1, got {counts.min()}")
+        counts = self._counts(count, ids)
         if ids.size == 0:
             return
         eps, delta = self._would_spend(ids, guarantee, counts)
@@ -144,6 +142,16 @@ class PrivacyLedger:
         if np.unique(ids).size != ids.size:
             raise ValueError("charge each agent once per call (duplicate agent ids given)")
         return ids.astype(np.int64)
+
+    @staticmethod
+    def _counts(count: int | Iterable[int], ids: np.ndarray) -> np.ndarray:
+        raw = np.asarray(count)
+        if raw.size and (raw.dtype == bool or not np.issubdtype(raw.dtype, np.integer)):
+            raise ValueError(f"count must be whole numbers >= 1, got {count!r}")
+        counts = np.broadcast_to(raw.astype(np.int64), ids.shape)
+        if counts.size and counts.min() < 1:
+            raise ValueError(f"count must be >= 1, got {counts.min()}")
+        return counts
 
     def _would_spend(
         self, ids: np.ndarray, guarantee: Guarantee, count: int | np.ndarray

@@ -34,6 +34,8 @@ LDP_NEIGHBOURS = (
 
 
 def _check_epsilon(epsilon: float) -> float:
+    if isinstance(epsilon, bool):
+        raise ValueError(f"epsilon must be a number in (0, inf), got {epsilon!r}")
     try:
         eps = float(epsilon)
     except (TypeError, ValueError):
@@ -47,6 +49,8 @@ def _check_epsilon(epsilon: float) -> float:
 
 
 def _check_clip(clip: float) -> float:
+    if isinstance(clip, bool):
+        raise ValueError(f"clip must be a number in (0, inf), got {clip!r}")
     try:
         c = float(clip)
     except (TypeError, ValueError):

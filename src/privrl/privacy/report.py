@@ -97,6 +97,10 @@ class Report:
         shape = getattr(self.value, "shape", None)
         return f"Report(shape={shape}, {self.guarantee.describe()})"
 
+    def __reduce__(self) -> tuple:
+        # Pickling (e.g. to send a Report between processes) keeps it a Report.
+        return (_unpickle_report, (self.value, self.guarantee))
+
     # pytree protocol: unflattening rebuilds the same (already-minted) kind of object.
     def tree_flatten(self) -> tuple[tuple[jax.Array], Guarantee]:
         return (self.value,), self.guarantee
@@ -104,3 +108,7 @@ class Report:
     @classmethod
     def tree_unflatten(cls, guarantee: Guarantee, children: tuple[jax.Array]) -> Report:
         return cls._mint(_MINT, children[0], guarantee)
+
+
+def _unpickle_report(value: jax.Array, guarantee: Guarantee) -> Report:
+    return Report._mint(_MINT, value, guarantee)
