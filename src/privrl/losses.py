@@ -32,18 +32,25 @@ def a2c_loss(
     mask: Array,
     value_coef: float,
     entropy_coef: float,
+    normalize_advantage: bool = False,
 ) -> tuple[Array, dict[str, Array]]:
     """Paper 000 eq. 15-17 for one episode (sums over time, not means):
 
     L = -Σ_t [log π(a_t|s_t) A_t + β H(π(·|s_t))] + λ Σ_t (Ĝ_t - V(s_t))²,  A_t = Ĝ_t - V(s_t).
     The advantage in the policy term and the return target are held constant (stop_gradient),
     as in A3C: the value head learns only through the λ-weighted squared error.
+    `normalize_advantage` standardizes A over the episode's valid steps (not in paper 000).
     """
     logp = jax.nn.log_softmax(logits)
     logp_a = jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
     returns = jax.lax.stop_gradient(returns)
     advantage = jax.lax.stop_gradient(returns - values)
+    if normalize_advantage:
+        n = jnp.maximum(jnp.sum(mask), 1.0)
+        mean = jnp.sum(mask * advantage) / n
+        std = jnp.sqrt(jnp.sum(mask * jnp.square(advantage - mean)) / n)
+        advantage = (advantage - mean) / (std + 1e-8)
     policy_loss = -jnp.sum(mask * (logp_a * advantage + entropy_coef * entropy))
     value_loss = jnp.sum(mask * jnp.square(returns - values))
     loss = policy_loss + value_coef * value_loss

@@ -21,11 +21,12 @@ class ActorCritic(nn.Module):
 
     hidden: int = 16
     num_actions: int = 2
+    use_bias: bool = False
 
     @nn.compact
     def __call__(self, obs: Array) -> tuple[Array, Array]:
         dense = lambda n, name: nn.Dense(  # noqa: E731
-            n, use_bias=False, kernel_init=nn.initializers.glorot_uniform(), name=name
+            n, use_bias=self.use_bias, kernel_init=nn.initializers.glorot_uniform(), name=name
         )
         h = nn.relu(dense(self.hidden, "common")(obs))
         logits = dense(self.num_actions, "policy")(h)
@@ -59,5 +60,8 @@ class FlatModel:
         return lambda x: self.module.apply({"params": params}, x)
 
 
-def actor_critic(hidden: int = 16, num_actions: int = 2, obs_dim: int = 4) -> FlatModel:
-    return FlatModel(ActorCritic(hidden, num_actions), jnp.zeros((obs_dim,), jnp.float32))
+def actor_critic(
+    hidden: int = 16, num_actions: int = 2, obs_dim: int = 4, use_bias: bool = False
+) -> FlatModel:
+    module = ActorCritic(hidden, num_actions, use_bias)
+    return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax import Array
 
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
@@ -40,6 +41,9 @@ from privrl.privacy.mechanisms import (
 )
 
 MECHANISMS = ("laplace", "prs", "none")
+REWARDS = ("step", "failure")
+ACTIONS = ("argmax", "sample")
+SERVER_OPTIMIZERS = ("sgd", "adam")
 # The paper's settings per mechanism (section 4): clip C and buffer |B|. The non-private
 # baseline (ε = ∞, Table 1's Laplace row) is the Laplace pipeline without noise: L1 clip C/2.
 PAPER_CLIP = {"laplace": 0.01, "prs": 1.0, "none": 0.01}
@@ -84,6 +88,12 @@ class PGCA3CConfig:
     gravities: tuple[float, ...] = (9.7, 9.8, 9.9)
     target_score: float = 195.0  # Θ
     score_window: int = 10  # m
+    # Departures from the paper (all off in the paper preset; see PRESETS):
+    reward: str = "step"  # "step": +1 per step (paper); "failure": 0 per step, -1 on a fall
+    action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
+    use_bias: bool = False  # paper: no biases (d = 112)
+    normalize_advantage: bool = False  # standardize A within each episode
+    server_optimizer: str = "sgd"  # aggregator optimizer on the mean report (paper: SGD)
 
     def resolved(self) -> PGCA3CConfig:
         """Fill in the paper's per-mechanism defaults and validate everything."""
@@ -129,6 +139,12 @@ class PGCA3CConfig:
         positive("explore_decay", self.explore_decay, "explore_decay")
         if not 0 < self.gamma <= 1:
             raise ConfigError("gamma", f"must be in (0, 1], got {self.gamma}")
+        for name, value, allowed in [("reward", self.reward, REWARDS),
+                                     ("action_selection", self.action_selection, ACTIONS),
+                                     ("server_optimizer", self.server_optimizer,
+                                      SERVER_OPTIMIZERS)]:
+            if value not in allowed:
+                raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {value!r}")
         if not 0 <= self.explore_start <= 1:
             raise ConfigError("explore_start", f"must be in [0, 1], got {self.explore_start}")
         CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
@@ -155,10 +171,13 @@ class PGCA3C:
         self.config = cfg = config.resolved()
         self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
         self.env, self.env_params = make_cartpole(self.spec)
-        self.model: FlatModel = actor_critic(cfg.hidden, 2, 4)
+        self.model: FlatModel = actor_critic(cfg.hidden, 2, 4, cfg.use_bias)
         self.dim = self.model.dim
         self.mechanism = make_mechanism(cfg, self.dim)
-        self.aggregator = BufferedAggregator(self.dim, cfg.buffer_size, cfg.learning_rate)
+        optimizer = {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer]
+        self.aggregator = BufferedAggregator(
+            self.dim, cfg.buffer_size, cfg.learning_rate, optimizer(cfg.learning_rate)
+        )
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> TrialState:
@@ -173,12 +192,16 @@ class PGCA3C:
         return jnp.maximum(0.0, cfg.explore_start - submitted / cfg.explore_decay)
 
     def act(self, theta: Array, alpha: Array, key: Array, obs: Array) -> Array:
-        """argmax π(·|s; θ) with probability 1 − α, a uniformly random action otherwise."""
+        """argmax π(·|s; θ) (or a sample of π) with probability 1 − α, else a random action."""
         logits, _ = self.model.apply(theta, obs)
-        k_explore, k_random = jax.random.split(key)
+        k_explore, k_random, k_pi = jax.random.split(key, 3)
         explore = jax.random.uniform(k_explore, obs.shape[:1]) < alpha
         random_action = jax.random.randint(k_random, obs.shape[:1], 0, logits.shape[-1])
-        return jnp.where(explore, random_action, jnp.argmax(logits, axis=-1)).astype(jnp.int32)
+        if self.config.action_selection == "sample":
+            greedy = jax.random.categorical(k_pi, logits)
+        else:
+            greedy = jnp.argmax(logits, axis=-1)
+        return jnp.where(explore, random_action, greedy).astype(jnp.int32)
 
     def episode_loss(self, theta: Array, traj: Trajectory) -> Array:
         """The empirical A3C loss of one agent's episode (time-major traj, no agent axis)."""
@@ -186,10 +209,21 @@ class PGCA3C:
         logits, values = self.model.apply(theta, traj.obs)
         _, final_value = self.model.apply(theta, traj.final_obs)
         bootstrap = jnp.where(traj.terminated, 0.0, jax.lax.stop_gradient(final_value))
-        returns = discounted_returns(traj.mask, traj.mask, bootstrap, cfg.gamma)  # r_t = 1
+        returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
         loss, _ = a2c_loss(logits, values, traj.actions, returns, traj.mask,
-                           cfg.value_coef, cfg.entropy_coef)
+                           cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage)
         return loss
+
+    def rewards(self, traj: Trajectory) -> Array:
+        """Per-step rewards of one episode, built from the mask and the termination flag.
+
+        "step" (paper): +1 for every step the pole stayed up, so the return counts steps.
+        "failure": 0 per step and −1 on the step where the pole fell (not at the step cap).
+        """
+        if self.config.reward == "step":
+            return traj.mask
+        last = jnp.arange(traj.mask.shape[0]) == traj.length - 1
+        return jnp.where(last & traj.terminated, -1.0, 0.0) * traj.mask
 
     def agent_reports(
         self,
