@@ -123,3 +123,15 @@ def test_default_out_never_overwrites(tmp_path, monkeypatch):
         assert cli.main(["run", "pgc-a3c", "--submissions", "18", "--no-progress"]) == 0
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert len(runs) == 2 and len(set(runs)) == 2
+
+
+def test_tuned_preset_from_cli(tmp_path):
+    out = _run(tmp_path, "tuned", "--preset", "tuned", "--mechanism", "prs", "--epsilon", "5")
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["preset"] == "tuned" and config["server_optimizer"] == "adam"
+    assert config["buffer_size"] == 10 and config["clip"] == 1.0  # tuned defaults for prs
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["preset"] == "tuned" and summary["epsilon"] == 5.0
+    # Explicit options override the preset.
+    over = _run(tmp_path, "over", "--preset", "tuned", "--buffer", "3")
+    assert json.loads((over / "config.json").read_text())["config"]["buffer_size"] == 3

@@ -38,6 +38,11 @@ run_app = typer.Typer(help="Train an algorithm and write its results.", no_args_
 app.add_typer(run_app, name="run")
 
 
+class PresetName(StrEnum):
+    paper = "paper"
+    tuned = "tuned"
+
+
 class MechanismName(StrEnum):
     laplace = "laplace"
     prs = "prs"
@@ -60,6 +65,11 @@ def _root(
 
 @run_app.command("pgc-a3c")
 def run_pgc_a3c_command(
+    preset: Annotated[PresetName, typer.Option(
+        help="paper: paper 000's settings exactly (default). tuned: our improved settings "
+        "(failure reward, sampled actions, biases, normalized advantages, Adam at the "
+        "aggregator; see docs/pgc-a3c-fidelity.md). Options given explicitly override it.",
+        case_sensitive=False)] = PresetName.paper,
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), or none (non-private ε = ∞ baseline: clipped, no noise; "
@@ -75,10 +85,10 @@ def run_pgc_a3c_command(
         "(the paper's 9 asynchronous threads).")] = 9,
     buffer: Annotated[int | None, typer.Option(
         help="Aggregator buffer size |B|: θ is updated with the mean of |B| reports. "
-        "Default: the paper's (1 for laplace and none, 100 for prs).")] = None,
-    clip: Annotated[float | None, typer.Option(
-        help="Clip size C (> 0). Default: the paper's (0.01 for laplace and none, 1 for prs).")
+        "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10).")
     ] = None,
+    clip: Annotated[float | None, typer.Option(
+        help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs.")] = None,
     d_hat: Annotated[int | None, typer.Option(
         help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
     ] = None,
@@ -105,7 +115,8 @@ def run_pgc_a3c_command(
     if epsilon is not None and math.isinf(epsilon):
         raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for the "
                                        "non-private ε = ∞ baseline")
-    config = PGCA3CConfig(
+    config = PGCA3CConfig.from_preset(
+        preset.value,
         mechanism=mechanism.value,
         epsilon=5.0 if epsilon is None else epsilon,
         clip=clip,
@@ -140,7 +151,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     err = Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     mech = PGCA3C(config).mechanism
-    err.print(f"[bold]PGC-A3C[/] {config.mechanism}, {mech.guarantee.describe()}; "
+    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}, "
+              f"{mech.guarantee.describe()}; "
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
@@ -160,7 +172,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
         result = local.run_pgc_a3c(
             config, progress=lambda done, total: bar.update(task, completed=done)
         )
-    path = new_run_dir(out, f"pgc-a3c-{config.mechanism}-eps{eps_tag}")
+    path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(results_table(summary))
     console.print(f"Results written to [bold]{path}[/] "
@@ -176,6 +188,7 @@ def results_table(summary: dict) -> Table:
     fst = summary["median_fst"]
     rows = [
         ("privacy", summary["privacy"]),
+        ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
         ("median FST (μ ≥ 195)", "not reached" if fst is None else f"{fst:g}"),

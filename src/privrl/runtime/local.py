@@ -135,6 +135,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     private = out.ledger.summary()["formal_guarantee"]
     return {
         "algorithm": "pgc-a3c",
+        "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
         "privacy": (f"ε-LDP per agent, ε = {cfg.epsilon:g}" if private
