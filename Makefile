@@ -17,9 +17,10 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
-# The default job: PGC-A3C with the Laplace mechanism at ε = 5 (about a minute on 2 cores).
+# The default job: PGC-A3C (tuned preset) with the Laplace mechanism at ε = 5 per agent,
+# 8 trials × 30,000 submissions (about 20 s on 2 cores).
 run: $(VENV)/.installed
-	$(BIN)/privrl run pgc-a3c --mechanism laplace --epsilon 5 --trials 8 --submissions 15000
+	$(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 --submissions 30000
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q

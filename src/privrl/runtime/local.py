@@ -199,6 +199,7 @@ def save(out: RunOutput, path: Path, command: list[str] | None = None) -> dict[s
     write_json(path / "summary.json", summary)
     eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
     plot_scores(path / "plots" / "scores.png", out.scores, cfg.score_window,
-                f"PGC-A3C, {cfg.mechanism}, ε = {eps}, |B| = {cfg.buffer_size}",
+                f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
+                f"|B| = {cfg.buffer_size}",
                 cfg.target_score)
     return summary
