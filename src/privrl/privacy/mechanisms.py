@@ -33,33 +33,29 @@ LDP_NEIGHBOURS = (
 )
 
 
-def _check_epsilon(epsilon: float) -> float:
-    if isinstance(epsilon, bool):
-        raise ValueError(f"epsilon must be a number in (0, inf), got {epsilon!r}")
+def _check_positive(name: str, value: Any, hint: str = "") -> float:
+    """A finite number > 0, or a ValueError naming the parameter and the allowed range."""
     try:
-        eps = float(epsilon)
+        if isinstance(value, bool):
+            raise TypeError
+        x = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"epsilon must be a number in (0, inf), got {epsilon!r}") from None
-    if not (math.isfinite(eps) and eps > 0):
+        raise ValueError(f"{name} must be a number in (0, inf), got {value!r}") from None
+    if not (math.isfinite(x) and x > 0):
         raise ValueError(
-            f"epsilon must be finite and > 0 (allowed range: 0 < epsilon < inf), got {epsilon!r}; "
-            "use IdentityMechanism for the non-private (ε = ∞) baseline"
+            f"{name} must be finite and > 0 (allowed range: 0 < {name} < inf), got {value!r}"
+            + hint
         )
-    return eps
+    return x
 
 
-def _check_clip(clip: float) -> float:
-    if isinstance(clip, bool):
-        raise ValueError(f"clip must be a number in (0, inf), got {clip!r}")
-    try:
-        c = float(clip)
-    except (TypeError, ValueError):
-        raise ValueError(f"clip must be a number in (0, inf), got {clip!r}") from None
-    if not (math.isfinite(c) and c > 0):
-        raise ValueError(
-            f"clip must be finite and > 0 (allowed range: 0 < clip < inf), got {clip!r}"
-        )
-    return c
+def _check_epsilon(epsilon: Any) -> float:
+    hint = "; use IdentityMechanism for the non-private (ε = ∞) baseline"
+    return _check_positive("epsilon", epsilon, hint)
+
+
+def _check_clip(clip: Any) -> float:
+    return _check_positive("clip", clip)
 
 
 def _as_vector(x: Any) -> Array:
