@@ -77,3 +77,22 @@ def test_agents_of_a_round_share_one_snapshot_and_apply_in_turn():
 def test_partial_last_round_submits_exactly_the_cap():
     out = run_pgc_a3c(PGCA3CConfig(mechanism="none", trials=1, submissions=20))
     assert out.scores.shape == (1, 20) and out.ledger.summary()["reports"] == 20
+
+
+def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
+    cfg = PGCA3CConfig.from_preset("tuned", mechanism="none", trials=4, submissions=2700,
+                                   seed=0)
+    full = run_pgc_a3c(cfg)
+    early = run_pgc_a3c(cfg, retire_on_success=True, chunk_rounds=20)
+    fst_full = summarize(full)["fst"]
+    assert any(f is not None for f in fst_full)  # measured: all 4 succeed by ~1900
+    # Retirement happens between chunks after the FST, so nothing before it changes.
+    assert summarize(early)["fst"] == fst_full
+    for k, f in enumerate(fst_full):
+        if f is not None:
+            assert f + cfg.score_window - 1 <= early.submitted[k] < cfg.submissions
+            assert np.all(early.scores[k, early.submitted[k]:] == -1)
+        else:
+            assert early.submitted[k] == cfg.submissions
+    assert early.ledger.num_reports == int(early.submitted.sum())
+    assert early.ledger.num_reports < full.ledger.num_reports

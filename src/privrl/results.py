@@ -85,33 +85,49 @@ def write_json(path: Path, obj: Any) -> None:
     path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False) + "\n")
 
 
-def write_metrics_csv(path: Path, scores: np.ndarray, window: int) -> None:
-    """One row per (trial, submission): score and μ_n (blank where the window runs past N)."""
-    trials, n = scores.shape
-    mu = moving_average(scores, window)
-    sub = np.arange(1, n + 1)
+def write_metrics_csv(path: Path, scores: np.ndarray, submitted: np.ndarray, window: int) -> None:
+    """One row per (trial, submission made): score and μ_n (blank where the window runs past
+    the trial's last submission)."""
     with path.open("w") as f:
         f.write("trial,submission,score,mu\n")
-        for k in range(trials):
-            full = mu.shape[1]
-            rows = np.column_stack([np.full(full, k), sub[:full], scores[k, :full], mu[k]])
+        for k, n in enumerate(submitted):
+            mu = moving_average(scores[k, :n], window)
+            full = mu.shape[0]
+            rows = np.column_stack([np.full(full, k), np.arange(1, full + 1), scores[k, :full], mu])
             np.savetxt(f, rows, fmt=["%d", "%d", "%d", "%.1f"], delimiter=",")
             for j in range(full, n):
                 f.write(f"{k},{j + 1},{int(scores[k, j])},\n")
 
 
-def plot_scores(path: Path, scores: np.ndarray, window: int, title: str, target: float) -> None:
+def held_moving_average(scores: np.ndarray, submitted: np.ndarray, window: int) -> np.ndarray:
+    """μ_n per trial over the full submission axis; after a trial's last complete window
+    (it stopped early, e.g. retired at success) its last μ is held."""
+    n_max = scores.shape[1] - window + 1
+    out = np.zeros((scores.shape[0], max(n_max, 0)))
+    for k, n in enumerate(submitted):
+        mu = moving_average(scores[k, :n], window)
+        out[k, : mu.size] = mu
+        out[k, mu.size :] = mu[-1] if mu.size else 0.0
+    return out
+
+
+def plot_scores(
+    path: Path, scores: np.ndarray, submitted: np.ndarray, window: int, title: str, target: float
+) -> None:
     """Average score μ_n against submissions (paper Figure 2): mean over trials, IQR band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mu = moving_average(scores, window)
+    mu = held_moving_average(scores, submitted, window)
     n = np.arange(1, mu.shape[1] + 1)
     step = max(1, mu.shape[1] // 2000)
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(n[::step], mu.mean(0)[::step], lw=1.2, label=f"mean over {scores.shape[0]} trials")
+    label = f"mean over {scores.shape[0]} trials"
+    if np.any(submitted < scores.shape[1]):
+        label += " (a trial's μ is held after it stopped)"
+    ax.plot(n[::step], mu.mean(0)[::step], lw=1.2, label=label)
     if scores.shape[0] > 1:
         lo, hi = np.percentile(mu, [25, 75], axis=0)
         ax.fill_between(n[::step], lo[::step], hi[::step], alpha=0.25, label="interquartile range")

@@ -197,6 +197,7 @@ class TrialState(NamedTuple):
     agg: AggregatorState
     submitted: Array  # submissions so far (n)
     key: Array  # the trial's root key (never split in place: rounds fold in their index)
+    retired: Array  # bool: the runner stopped this trial (its agents no longer run or submit)
 
 
 class PGCA3C:
@@ -218,7 +219,7 @@ class PGCA3C:
     def init(self, key: Array) -> TrialState:
         k_theta, k_run = jax.random.split(key)
         agg = self.aggregator.init(self.model.init(k_theta))
-        return TrialState(agg, jnp.zeros((), jnp.int32), k_run)
+        return TrialState(agg, jnp.zeros((), jnp.int32), k_run, jnp.zeros((), bool))
 
     # --- agent side ----------------------------------------------------------------------
     def exploration(self, submitted: Array) -> Array:
@@ -293,7 +294,8 @@ class PGCA3C:
         p = cfg.parallel_agents
         n = state.submitted
         index = n + jnp.arange(p, dtype=jnp.int32)
-        active = index < cfg.submissions  # the last round may be partial
+        # The last round may be partial; a retired trial's agents do nothing.
+        active = (index < cfg.submissions) & ~state.retired
         round_key = jax.random.fold_in(state.key, n // p)
         agent_ids = index // cfg.submissions_per_agent
         reports, scores = self.agent_reports(
@@ -307,7 +309,7 @@ class PGCA3C:
 
         agg, _ = jax.lax.scan(apply, state.agg, (reports, active))
         submitted = n + jnp.sum(active, dtype=jnp.int32)
-        return TrialState(agg, submitted, state.key), jnp.where(active, scores, -1)
+        return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
 
     def run_rounds(self, state: TrialState, num_rounds: int) -> tuple[TrialState, Array]:
         """`num_rounds` rounds of one trial; scores (num_rounds * P,), -1 past the cap."""

@@ -30,7 +30,8 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 @dataclass
 class RunOutput:
     config: PGCA3CConfig
-    scores: np.ndarray  # (trials, submissions) int32: the score of every submission
+    scores: np.ndarray  # (trials, submissions) int32: every submission's score; -1: none made
+    submitted: np.ndarray  # (trials,) submissions each trial made (< cap if retired)
     ledger: PrivacyLedger
     mechanism: dict[str, Any]
     wall_seconds: float
@@ -48,79 +49,104 @@ def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
 class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
-    `run_chunk(state)` advances every trial by `chunk` rounds in one jitted call and returns
-    (state, scores) with scores of shape (padded trials, chunk * P). Trials are padded to a
-    multiple of the device count; callers drop the padding rows.
+    `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call and
+    returns (state, scores) with scores of shape (trials, chunk * P), -1 where no agent
+    submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
+    they cost no environment steps. Trials are padded to a multiple of the device count with
+    retired dummies, which are dropped from the outputs.
     """
 
     def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None):
         n_dev = min(devices or jax.local_device_count(), jax.local_device_count(), trials)
         self.devices = n_dev
+        self.trials = trials
         self.padded = math.ceil(trials / n_dev) * n_dev
         mesh = Mesh(np.array(jax.local_devices()[:n_dev]), ("trials",))
         spec = PartitionSpec("trials")
         shard = lambda f: jax.shard_map(  # noqa: E731 - trials are independent: no collectives
             f, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False
         )
-        self.run_chunk = jax.jit(shard(jax.vmap(lambda s: algo.run_rounds(s, chunk))))
+
+        def advance(state: Any, retired: jax.Array) -> Any:
+            return algo.run_rounds(state._replace(retired=retired), chunk)
+
+        self._run = jax.jit(shard(jax.vmap(advance)))
         self._init = jax.jit(shard(jax.vmap(algo.init)))
 
     def init(self, key: jax.Array) -> Any:
         return self._init(jax.random.split(key, self.padded))
 
+    def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
+        mask = np.ones(self.padded, bool)
+        mask[: self.trials] = False if retired is None else retired
+        state, scores = self._run(state, mask)
+        return state, np.asarray(scores)[: self.trials]
+
 
 def run_pgc_a3c(
-    config: PGCA3CConfig, progress: ProgressFn | None = None, devices: int | None = None
+    config: PGCA3CConfig,
+    progress: ProgressFn | None = None,
+    devices: int | None = None,
+    retire_on_success: bool = False,
+    chunk_rounds: int | None = None,
 ) -> RunOutput:
-    """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger."""
+    """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
+
+    With `retire_on_success`, a trial stops once its FST is known (checked between chunks):
+    its later agents never run, submit or spend privacy, and their scores are -1.
+    `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
+    """
     algo = PGCA3C(config)
     cfg = algo.config
     p, n_sub, t_per_agent = cfg.parallel_agents, cfg.submissions, cfg.submissions_per_agent
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
-    chunk = _chunk_rounds(total_rounds, p, cfg.trials)
+    chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
     runner = ShardedTrials(algo, cfg.trials, chunk, devices)
     state = runner.init(jax.random.key(cfg.seed))
-    n_dev = runner.devices
 
     ledger = PrivacyLedger(epsilon_budget=cfg.epsilon)
     guarantee = algo.mechanism.guarantee
-    trial_offset = np.arange(cfg.trials, dtype=np.int64)[:, None] * agents_per_trial
-
+    retired = np.zeros(cfg.trials, bool)
     scores = np.full((cfg.trials, total_rounds * p), -1, np.int32)
     start = time.perf_counter()
     compile_s = 0.0
     done_rounds = 0
-    while done_rounds < total_rounds:
+    while done_rounds < total_rounds and not retired.all():
         lo, hi = done_rounds * p, min((done_rounds + chunk) * p, n_sub)
-        if hi > lo:
-            # Charge before release: every agent that submits in this chunk, all trials at once.
-            sub = np.arange(lo, hi)
-            agents, counts = np.unique(sub // t_per_agent, return_counts=True)
-            ids = (trial_offset + agents[None, :]).reshape(-1)
-            ledger.charge(ids, guarantee, np.tile(counts, cfg.trials))
+        # Charge before release: every agent of a running trial that submits in this chunk.
+        agents, counts = np.unique(np.arange(lo, hi) // t_per_agent, return_counts=True)
+        live = np.flatnonzero(~retired).astype(np.int64)
+        ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
+        ledger.charge(ids, guarantee, np.tile(counts, live.size))
         t0 = time.perf_counter()
-        state, chunk_scores = runner.run_chunk(state)
-        chunk_scores = np.asarray(chunk_scores)[: cfg.trials]
+        state, chunk_scores = runner.run_chunk(state, retired)
         if done_rounds == 0:
             compile_s = time.perf_counter() - t0
         width = min(chunk, total_rounds - done_rounds) * p
-        scores[:, done_rounds * p : done_rounds * p + width] = chunk_scores[:, :width]
+        scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
+        if retire_on_success:
+            filled = min(done_rounds * p, n_sub)
+            fst = first_success_time(scores[:, :filled], cfg.target_score, cfg.score_window)
+            retired |= np.isfinite(fst)
         if progress is not None:
-            progress(min(done_rounds * p, n_sub), n_sub)
+            progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
     submitted = np.asarray(state.submitted)[: cfg.trials]
-    if not np.all(submitted == n_sub):
+    if not np.all(submitted[~retired] == n_sub):
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
+    if ledger.num_reports != int(submitted.sum()):
+        raise RuntimeError("internal error: the ledger and the submissions disagree")
     return RunOutput(
         config=cfg,
         scores=scores[:, :n_sub],
+        submitted=submitted,
         ledger=ledger,
         mechanism=algo.mechanism.describe(),
         wall_seconds=time.perf_counter() - start,
         compile_seconds=compile_s,
-        devices=n_dev,
+        devices=runner.devices,
         agents_per_trial=agents_per_trial,
     )
 
@@ -146,12 +172,14 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "success_ratio": float(np.mean(np.isfinite(fst))),
         "fst": [int(f) if np.isfinite(f) else None for f in fst],
         "success_ratio_auc": float(curve.mean()),
-        "mean_score": float(out.scores.mean()),
-        "final_mean_score": float(out.scores[:, -tail:].mean()),
+        "mean_score": float(out.scores[out.scores >= 0].mean()),
+        "final_mean_score": float(np.mean([out.scores[k, max(0, n - tail):n].mean()
+                                           for k, n in enumerate(out.submitted)])),
         "final_window": tail,
         "wall_seconds": round(out.wall_seconds, 2),
         "compile_seconds": round(out.compile_seconds, 2),
-        "episodes_per_second": round(out.scores.size / max(out.wall_seconds, 1e-9), 1),
+        "episodes_per_second": round(int(out.submitted.sum()) / max(out.wall_seconds, 1e-9), 1),
+        "submitted_per_trial": [int(n) for n in out.submitted],
         "devices": out.devices,
     }
 
@@ -194,11 +222,11 @@ def save(out: RunOutput, path: Path, command: list[str] | None = None) -> dict[s
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": versions(),
     })
-    write_metrics_csv(path / "metrics.csv", out.scores, cfg.score_window)
+    write_metrics_csv(path / "metrics.csv", out.scores, out.submitted, cfg.score_window)
     write_json(path / "privacy.json", privacy_record(out))
     write_json(path / "summary.json", summary)
     eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
-    plot_scores(path / "plots" / "scores.png", out.scores, cfg.score_window,
+    plot_scores(path / "plots" / "scores.png", out.scores, out.submitted, cfg.score_window,
                 f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
                 f"|B| = {cfg.buffer_size}",
                 cfg.target_score)
