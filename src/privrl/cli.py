@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -19,9 +21,11 @@ from privrl import __version__
 from privrl.runtime.devices import use_host_devices
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
     from privrl.algorithms.pgc_a3c import PGCA3CConfig
+    from privrl.reproduce.pgc_a3c import SweepConfig
 
 app = typer.Typer(
     name="privrl",
@@ -36,6 +40,9 @@ app = typer.Typer(
 run_app = typer.Typer(help="Train an algorithm and write its results.", no_args_is_help=True,
                       rich_markup_mode=None)
 app.add_typer(run_app, name="run")
+reproduce_app = typer.Typer(help="Reproduce a paper's headline tables, printed beside the paper's.",
+                            no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(reproduce_app, name="reproduce")
 
 
 class PresetName(StrEnum):
@@ -132,8 +139,9 @@ def run_pgc_a3c_command(
     _execute_pgc(config, out, progress)
 
 
-def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
-    from rich.console import Console
+@contextmanager
+def _progress_bar(console: Console, show: bool, description: str) -> Iterator[tuple]:
+    """A rich progress bar (submissions per trial, elapsed, ETA) and its task id."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -142,6 +150,23 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("submissions/trial"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not show,
+    ) as bar:
+        yield bar, bar.add_task(description, total=None)
+
+
+def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
+    from rich.console import Console
 
     from privrl.algorithms.pgc_a3c import PGCA3C
     from privrl.results import new_run_dir
@@ -156,27 +181,79 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("submissions/trial"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        disable=not show_progress,
-        transient=False,
-    ) as bar:
-        task = bar.add_task("training", total=config.submissions)
+    with _progress_bar(err, show_progress, "training") as (bar, task):
         result = local.run_pgc_a3c(
-            config, progress=lambda done, total: bar.update(task, completed=done)
+            config, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
     path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(results_table(summary))
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
+
+
+@reproduce_app.command("pgc-a3c")
+def reproduce_pgc_a3c_command(
+    trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
+    cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,
+    preset: Annotated[PresetName, typer.Option(
+        help="paper (default): the paper's settings; tuned: our improved preset.",
+        case_sensitive=False)] = PresetName.paper,
+    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    retire: Annotated[bool, typer.Option(
+        help="Stop a trial once it reaches the target (its FST is known); later curves hold "
+        "its last average score.")] = True,
+    out: Annotated[Path | None, typer.Option(
+        help="New or empty directory. Default: runs/reproduce-pgc-a3c-<preset>-<time>.")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="Continue an interrupted sweep in this directory; finished settings are kept.")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run.
+
+    Writes tables.md (Tables 1-3 with the paper's numbers beside ours), tables.json,
+    plots/ (Figures 2 and 3 per mechanism), raw/trials.csv, per-setting scores and privacy
+    records, and prints the tables.
+    """
+    from privrl.algorithms.pgc_a3c import ConfigError
+    from privrl.reproduce.pgc_a3c import SweepConfig
+    from privrl.results import check_out_dir
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
+    if resume is not None and not (resume / "sweep.json").is_file():
+        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
+    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire)
+    cfg.validate()
+    check_out_dir(out)
+    _execute_sweep(cfg, out, resume, progress)
+
+
+def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show: bool) -> None:
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.reproduce.pgc_a3c import run_sweep
+    from privrl.results import new_run_dir
+
+    console, err = Console(), Console(stderr=True)
+    path = resume if resume is not None else new_run_dir(out, f"reproduce-pgc-a3c-{cfg.preset}")
+    err.print(f"[bold]Reproducing paper 000[/] ({cfg.preset} preset): "
+              f"{len(cfg.settings())} settings × {cfg.trials} trials × cap {cfg.cap:,} → {path}")
+    with _progress_bar(err, show, "sweep") as (bar, task):
+        def update(name: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=name)
+
+        try:
+            run_sweep(cfg, path, progress=update, log=lambda m: bar.console.print(m))
+        except KeyboardInterrupt:
+            err.print(f"interrupted: finished settings are kept; continue with "
+                      f"privrl reproduce pgc-a3c --resume {path}")
+            raise
+    console.print(Markdown((path / "tables.md").read_text()))
+    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
+                  "raw/trials.csv, privacy.json, settings/)")
 
 
 def results_table(summary: dict) -> Table:
