@@ -71,7 +71,7 @@ def test_buffer_flushes_at_size_with_mean_update():
     assert int(state.count) == 0 and int(state.updates) == 1 and int(state.accepted) == 3
     # mean of 1, 2, 6 is 3; float32 mean may round in the last bit
     np.testing.assert_allclose(state.theta, theta0 - 0.5 * 3.0, rtol=0, atol=1e-6)
-    np.testing.assert_array_equal(state.buffer, 0.0)  # flushed
+    np.testing.assert_array_equal(state.buffer_sum, 0.0)  # flushed
 
 
 def test_buffer_of_one_applies_every_report():

@@ -1,7 +1,9 @@
 """The buffered, validating aggregator of paper 000 (eq. 22), in optax's init/update style.
 
-Reports are stored in a buffer of |B| slots; when it is full the aggregator applies the mean of
-the buffer through an optax optimizer (the paper: plain SGD, θ ← θ − η·mean(B)) and empties it.
+Reports are buffered until |B| have arrived; then the aggregator applies their mean through an
+optax optimizer (the paper: plain SGD, θ ← θ − η·mean(B)) and empties the buffer. The buffer is
+kept as the running sum of its reports (with their count), which is all the mean needs and keeps
+the per-report cost O(d) whatever |B| is.
 Everything here is post-processing of Reports, so the optimizer choice never affects privacy.
 
 Two entry points:
@@ -33,7 +35,7 @@ class InvalidReportError(ValueError):
 class AggregatorState(NamedTuple):
     theta: Array  # (d,) global parameters
     opt_state: Any
-    buffer: Array  # (|B|, d)
+    buffer_sum: Array  # (d,) sum of the reports now in the buffer
     count: Array  # reports now in the buffer
     updates: Array  # θ updates applied
     accepted: Array  # reports accepted
@@ -66,7 +68,7 @@ class BufferedAggregator:
         return AggregatorState(
             theta=theta,
             opt_state=self.optimizer.init(theta),
-            buffer=jnp.zeros((self.buffer_size, self.dim), self.dtype),
+            buffer_sum=jnp.zeros((self.dim,), self.dtype),
             count=zero,
             updates=zero,
             accepted=zero,
@@ -102,22 +104,23 @@ class BufferedAggregator:
         """Buffer one report; when the buffer is full, apply its mean and empty it."""
         value = report.value.astype(self.dtype)
         ok = jnp.all(jnp.isfinite(value))
-        buffer = state.buffer.at[state.count].set(value)
+        buffer_sum = state.buffer_sum + value
         count = state.count + 1
         full = count >= self.buffer_size
         updates, opt_state = self.optimizer.update(
-            jnp.mean(buffer, axis=0), state.opt_state, state.theta
+            buffer_sum / self.buffer_size, state.opt_state, state.theta
         )
         flushed = AggregatorState(
             theta=optax.apply_updates(state.theta, updates),
             opt_state=opt_state,
-            buffer=jnp.zeros_like(buffer),
+            buffer_sum=jnp.zeros_like(buffer_sum),
             count=jnp.zeros_like(count),
             updates=state.updates + 1,
             accepted=state.accepted + 1,
             rejected=state.rejected,
         )
-        buffered = state._replace(buffer=buffer, count=count, accepted=state.accepted + 1)
+        buffered = state._replace(buffer_sum=buffer_sum, count=count,
+                                  accepted=state.accepted + 1)
         new = _select(full, flushed, buffered)
         dropped = state._replace(rejected=state.rejected + 1)
         return _select(ok, new, dropped)
