@@ -135,3 +135,16 @@ def test_tuned_preset_from_cli(tmp_path):
     # Explicit options override the preset.
     over = _run(tmp_path, "over", "--preset", "tuned", "--buffer", "3")
     assert json.loads((over / "config.json").read_text())["config"]["buffer_size"] == 3
+
+
+def test_compilation_cache_location(monkeypatch, tmp_path):
+    from privrl.runtime.devices import use_compilation_cache
+
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("PRIVRL_CACHE_DIR", "off")
+    assert use_compilation_cache() is None
+    assert "JAX_COMPILATION_CACHE_DIR" not in __import__("os").environ
+    monkeypatch.setenv("PRIVRL_CACHE_DIR", str(tmp_path))
+    assert use_compilation_cache() == str(tmp_path)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+    assert use_compilation_cache() == "/elsewhere"  # an explicit JAX setting wins

@@ -18,7 +18,7 @@ import typer
 from typer.exceptions import TyperException
 
 from privrl import __version__
-from privrl.runtime.devices import use_host_devices
+from privrl.runtime.devices import use_compilation_cache, use_host_devices
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -286,6 +286,7 @@ def results_table(summary: dict) -> Table:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors (exit 2) for bad options, before any computation."""
     use_host_devices()
+    use_compilation_cache()
     from privrl.algorithms.pgc_a3c import ConfigError
     from privrl.privacy.ledger import BudgetExceededError
     from privrl.results import OutputDirError

@@ -27,3 +27,21 @@ def use_host_devices(count: int | None = None) -> int:
         return int(m.group(1)) if m else count
     os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={max(1, count)}".strip()
     return count
+
+
+def use_compilation_cache(path: str | None = None) -> str | None:
+    """Keep XLA's compiled programs on disk so that later runs skip compilation.
+
+    Compiling a run's jitted program takes a few seconds on this CPU, often longer than the
+    training itself; JAX's persistent cache makes every later run with the same shapes start
+    at once. Default location: $PRIVRL_CACHE_DIR or ~/.cache/privrl/jax; PRIVRL_CACHE_DIR=off
+    disables it. Must run before JAX is imported; an explicit JAX_COMPILATION_CACHE_DIR wins.
+    """
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    path = path or os.environ.get("PRIVRL_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "privrl", "jax")
+    if path.lower() in ("off", "0", "none", ""):
+        return None
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = path
+    return path
