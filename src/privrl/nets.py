@@ -8,6 +8,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
@@ -39,8 +40,11 @@ class FlatModel:
 
     def __init__(self, module: nn.Module, example_input: Array) -> None:
         self.module = module
-        params = module.init(jax.random.key(0), example_input)["params"]
-        flat, self._unravel = ravel_pytree(params)
+        # The parameter structure only: eval_shape runs no computation (an eager module.init
+        # would compile dozens of tiny ops, about a second on this CPU).
+        shapes = jax.eval_shape(module.init, jax.random.key(0), example_input)["params"]
+        template = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+        flat, self._unravel = ravel_pytree(template)
         self.dim = int(flat.size)
         self._example = example_input
 
