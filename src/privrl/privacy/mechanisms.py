@@ -58,6 +58,12 @@ def _check_clip(clip: Any) -> float:
     return _check_positive("clip", clip)
 
 
+def _ldp_guarantee(epsilon: float, sensitivity: float, norm: str) -> Guarantee:
+    """Pure ε-LDP for one agent report (δ = 0), as both gradient randomizers promise."""
+    return Guarantee(epsilon=epsilon, delta=0.0, notion="ε-LDP", unit=LDP_UNIT,
+                     neighbouring=LDP_NEIGHBOURS, sensitivity=sensitivity, norm=norm)
+
+
 def _as_vector(x: Any) -> Array:
     x = jnp.asarray(x)
     if x.ndim != 1:
@@ -148,15 +154,7 @@ class LaplaceMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        return Guarantee(
-            epsilon=self.epsilon,
-            delta=0.0,
-            notion="ε-LDP",
-            unit=LDP_UNIT,
-            neighbouring=LDP_NEIGHBOURS,
-            sensitivity=self.clip,
-            norm="L1",
-        )
+        return _ldp_guarantee(self.epsilon, self.clip, "L1")
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "clip": self.clip, "laplace_scale": self.scale}
@@ -219,15 +217,8 @@ class ProjectedRandomSignMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        return Guarantee(
-            epsilon=self.epsilon,
-            delta=0.0,
-            notion="ε-LDP",
-            unit=LDP_UNIT,
-            neighbouring=LDP_NEIGHBOURS,
-            sensitivity=2.0 * self.clip,
-            norm="L∞ of the projected, clipped vector (ε/d̂ per coordinate)",
-        )
+        norm = "L∞ of the projected, clipped vector (ε/d̂ per coordinate)"
+        return _ldp_guarantee(self.epsilon, 2.0 * self.clip, norm)
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"epsilon": self.epsilon, "clip": self.clip}
