@@ -186,8 +186,8 @@ class PGCA3CConfig:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["epsilon"] = "inf" if self.epsilon is not None and math.isinf(self.epsilon) else d[
-            "epsilon"]
+        if self.epsilon is not None and math.isinf(self.epsilon):
+            d["epsilon"] = "inf"  # strict JSON has no infinity
         return d
 
 
@@ -234,10 +234,10 @@ class PGCA3C:
         explore = jax.random.uniform(k_explore, obs.shape[:1]) < alpha
         random_action = jax.random.randint(k_random, obs.shape[:1], 0, logits.shape[-1])
         if self.config.action_selection == "sample":
-            greedy = jax.random.categorical(k_pi, logits)
+            policy_action = jax.random.categorical(k_pi, logits)
         else:
-            greedy = jnp.argmax(logits, axis=-1)
-        return jnp.where(explore, random_action, greedy).astype(jnp.int32)
+            policy_action = jnp.argmax(logits, axis=-1)
+        return jnp.where(explore, random_action, policy_action).astype(jnp.int32)
 
     def episode_loss(self, theta: Array, traj: Trajectory) -> Array:
         """The empirical A3C loss of one agent's episode (time-major traj, no agent axis)."""
