@@ -28,10 +28,8 @@ def new_run_dir(out: str | os.PathLike | None, stem: str, root: str = "runs") ->
     `runs/<stem>-<time>` is used with a numeric suffix if that name is taken. Never overwrites.
     """
     if out is not None:
+        check_out_dir(out)
         path = Path(out)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise OutputDirError(f"--out: {path} exists and is not an empty directory; "
-                                 "choose a new path (results are never overwritten)")
         path.mkdir(parents=True, exist_ok=True)
         return path
     base = Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
