@@ -10,7 +10,8 @@ import pytest
 import privrl
 
 SRC = Path(privrl.__file__).parent
-AGGREGATOR_SIDE = ["privrl.federation", "privrl.federation.aggregator"]
+AGGREGATOR_SIDE = ["privrl.federation", "privrl.federation.aggregator", "privrl.federation.pushsum",
+                   "privrl.federation.topology", "privrl.federation.star"]
 AGENT_SIDE = ("privrl.envs", "privrl.algorithms", "privrl.runtime", "gymnax", "gymnasium")
 
 

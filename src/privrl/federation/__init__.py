@@ -1,5 +1,37 @@
-"""Aggregator-side code. It sees only `Report`s and never imports environment or rollout code."""
+"""Aggregator- and peer-side code. It sees only `Report`s and never imports environment or
+rollout code: the buffered aggregator (paper 000), the star average and the push-sum gossip
+over directed graphs (paper 004)."""
 
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator, InvalidReportError
+from privrl.federation.pushsum import (
+    PushSumState,
+    push_sum_add,
+    push_sum_apply,
+    push_sum_init,
+    push_sum_mix,
+    push_sum_z,
+)
+from privrl.federation.star import average_reports
+from privrl.federation.topology import (
+    TOPOLOGIES,
+    Topology,
+    TopologyError,
+    make_topology,
+)
 
-__all__ = ["AggregatorState", "BufferedAggregator", "InvalidReportError"]
+__all__ = [
+    "TOPOLOGIES",
+    "AggregatorState",
+    "BufferedAggregator",
+    "InvalidReportError",
+    "PushSumState",
+    "Topology",
+    "TopologyError",
+    "average_reports",
+    "make_topology",
+    "push_sum_add",
+    "push_sum_apply",
+    "push_sum_init",
+    "push_sum_mix",
+    "push_sum_z",
+]
