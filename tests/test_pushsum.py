@@ -1,6 +1,5 @@
 """Push-sum over directed graphs: conservation, consensus on the true average, validation."""
 
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -122,7 +121,7 @@ def test_not_strongly_connected_graph_is_refused():
 def test_weights_not_summing_to_one_per_sender_are_refused():
     p = _lopsided().copy()
     p[1, 0] += 0.1  # sender 0 now gives away 1.1
-    with pytest.raises(TopologyError, match="sender 0 .* sum to 1.1"):
+    with pytest.raises(TopologyError, match=r"sender 0 .* sum to 1.1"):
         topo.custom(p)
     row_stochastic = (_lopsided() / _lopsided().sum(axis=1, keepdims=True))
     with pytest.raises(TopologyError, match="column-stochastic"):

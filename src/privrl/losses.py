@@ -56,3 +56,50 @@ def a2c_loss(
     loss = policy_loss + value_coef * value_loss
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
                   "entropy": jnp.sum(mask * entropy)}
+
+
+# --- policy gradient (paper 004 / FedPG-BR): GPOMDP-style estimator with importance weights --
+def whiten(x: Array, mask: Array) -> Array:
+    """Standardize x over the valid steps of one episode (FedPG-BR's per-episode baseline:
+    subtract the episode's mean reward-to-go, divide by its std). Padded steps get 0."""
+    n = jnp.maximum(jnp.sum(mask), 1.0)
+    mean = jnp.sum(mask * x) / n
+    std = jnp.sqrt(jnp.sum(mask * jnp.square(x - mean)) / n)
+    return mask * (x - mean) / (std + 1e-8)
+
+
+def action_log_probs(logits: Array, actions: Array) -> Array:
+    """log π(a_h | s_h) for every step: logits (..., A), actions (...)."""
+    logp = jax.nn.log_softmax(logits)
+    return jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
+
+
+def importance_weights(
+    logp_target: Array, logp_behaviour: Array, mask: Array, kind: str = "step",
+    clip: float | None = None,
+) -> Array:
+    """ω for an episode sampled with the behaviour policy (θ_n), re-weighted to the target (θ₀).
+
+    kind "step": the per-step ratio π_θ₀(a_h|s_h)/π_θn(a_h|s_h) at each step (FedPG-BR's code);
+    kind "trajectory": the full product p(τ|θ₀)/p(τ|θ_n) = Π_h ratio_h on every step (paper 004).
+    `clip` truncates ω at that value (truncated importance sampling; None: no truncation).
+    Returned per step (T,), 0 on padded steps; constant (no gradient flows through ω).
+    """
+    log_ratio = mask * (logp_target - logp_behaviour)
+    if kind == "step":
+        w = jnp.exp(log_ratio)
+    elif kind == "trajectory":
+        w = jnp.broadcast_to(jnp.exp(jnp.sum(log_ratio)), mask.shape)
+    else:
+        raise ValueError(f"importance weight kind must be 'step' or 'trajectory', got {kind!r}")
+    if clip is not None:
+        w = jnp.minimum(w, clip)
+    return jax.lax.stop_gradient(mask * w)
+
+
+def pg_surrogate(logp: Array, advantage: Array, mask: Array, weights: Array | None = None
+                 ) -> Array:
+    """Σ_h ω_h log π(a_h|s_h) Â_h for one episode: its gradient is the episode's policy-gradient
+    estimate g(τ|θ) (ω = 1) or the importance-weighted ω g(τ|θ). Â and ω are constants."""
+    coef = jax.lax.stop_gradient(advantage if weights is None else advantage * weights)
+    return jnp.sum(mask * logp * coef)

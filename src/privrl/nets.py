@@ -69,3 +69,22 @@ def actor_critic(
 ) -> FlatModel:
     module = ActorCritic(hidden, num_actions, use_bias)
     return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
+
+
+class PolicyMLP(nn.Module):
+    """A categorical policy: an MLP (FedPG-BR's CartPole net: 16-16 ReLU) giving logits."""
+
+    hidden: tuple[int, ...] = (16, 16)
+    num_actions: int = 2
+
+    @nn.compact
+    def __call__(self, obs: Array) -> Array:
+        h = obs
+        for i, width in enumerate(self.hidden):
+            h = nn.relu(nn.Dense(width, name=f"hidden{i}")(h))
+        return nn.Dense(self.num_actions, name="logits")(h)
+
+
+def mlp_policy(hidden: tuple[int, ...] = (16, 16), num_actions: int = 2, obs_dim: int = 4
+               ) -> FlatModel:
+    return FlatModel(PolicyMLP(tuple(hidden), num_actions), jnp.zeros((obs_dim,), jnp.float32))
