@@ -167,6 +167,9 @@ class FedPGConfig:
                 raise ConfigError("--epsilon", "no mechanism (--mechanism none) has no ε; "
                                                "drop --epsilon or choose a mechanism")
         else:
+            if self.epsilon is None:
+                raise ConfigError("--epsilon", f"required with --mechanism {self.mechanism} "
+                                               "(ε per release, > 0)")
             positive(self.epsilon, "--epsilon")
             positive(self.clip, "--clip")
         try:

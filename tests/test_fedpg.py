@@ -1,0 +1,196 @@
+"""FedPG (paper 004): the policy-gradient pieces, SCSG, config validation, CLI, learning."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from privrl import cli
+from privrl.algorithms.fedpg import FedPG, FedPGConfig
+from privrl.algorithms.pgc_a3c import ConfigError
+from privrl.losses import action_log_probs, importance_weights, pg_surrogate, whiten
+from privrl.runtime import fedpg as runner
+
+
+@pytest.fixture(scope="module")
+def cen() -> FedPG:
+    return FedPG(FedPGConfig(algorithm="cen", agents=3, budget=100))
+
+
+@pytest.fixture(scope="module")
+def episodes(cen):
+    """Two learners × 4 episodes played with two different policies."""
+    key = jax.random.key(3)
+    thetas = jnp.stack([cen.model.init(jax.random.key(1)), cen.model.init(jax.random.key(2))])
+    live = jnp.ones((2, 4), bool).at[1, 3].set(False)
+    ep = cen.sample(thetas, cen.env_params_of(key, jnp.arange(2)), live, key)
+    return thetas, ep
+
+
+# --- losses ----------------------------------------------------------------------------------
+def test_importance_weights_are_one_when_policies_agree():
+    logp = jnp.log(jnp.array([0.3, 0.9, 0.5, 0.2]))
+    mask = jnp.array([1.0, 1.0, 1.0, 0.0])
+    for kind in ("step", "trajectory"):
+        np.testing.assert_array_equal(importance_weights(logp, logp, mask, kind), mask)
+
+
+def test_importance_weights_step_trajectory_and_clip():
+    target = jnp.log(jnp.array([0.5, 0.8, 0.1]))
+    behaviour = jnp.log(jnp.array([0.25, 0.4, 0.2]))
+    mask = jnp.ones(3)
+    np.testing.assert_allclose(importance_weights(target, behaviour, mask, "step"),
+                               [2.0, 2.0, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(importance_weights(target, behaviour, mask, "trajectory"),
+                               [2.0] * 3, rtol=1e-6)
+    np.testing.assert_allclose(importance_weights(target, behaviour, mask, "step", clip=1.5),
+                               [1.5, 1.5, 0.5], rtol=1e-6)
+    with pytest.raises(ValueError, match="step"):
+        importance_weights(target, behaviour, mask, "per-decision")
+
+
+def test_whiten_standardizes_valid_steps_only():
+    x = jnp.array([3.0, 1.0, 2.0, 99.0])
+    mask = jnp.array([1.0, 1.0, 1.0, 0.0])
+    w = np.asarray(whiten(x, mask))
+    assert w[3] == 0.0
+    np.testing.assert_allclose(w[:3].mean(), 0.0, atol=1e-6)
+    np.testing.assert_allclose(w[:3].std(), 1.0, rtol=1e-5)
+
+
+def test_pg_surrogate_gradient_is_the_score_function_sum():
+    """∇ Σ_h log π(a_h|s_h) Â_h = Σ_h Â_h ∇ log π(a_h|s_h), checked step by step."""
+    key = jax.random.key(0)
+    w = jax.random.normal(key, (4, 2))
+    obs = jax.random.normal(jax.random.key(1), (5, 4))
+    actions = jnp.array([0, 1, 1, 0, 1])
+    adv = jnp.array([1.0, -0.5, 2.0, 0.3, 7.0])
+    mask = jnp.array([1.0, 1.0, 1.0, 1.0, 0.0])
+
+    def logp(wt, o, a):
+        return action_log_probs(o @ wt, a)
+
+    g = jax.grad(lambda wt: pg_surrogate(logp(wt, obs, actions), adv, mask))(w)
+    per_step = [adv[h] * jax.grad(lambda wt, h=h: logp(wt, obs[h], actions[h]))(w)
+                for h in range(4)]
+    np.testing.assert_allclose(g, sum(per_step), rtol=1e-5, atol=1e-6)
+
+
+# --- SCSG ------------------------------------------------------------------------------------
+def test_scsg_direction_is_mu_when_theta_n_is_theta_0(cen, episodes):
+    """At n = 0 (θ_n = θ₀) ω = 1, the correction cancels and v = μ: a plain PG step."""
+    thetas, ep = episodes
+    adv = cen.advantages(ep)
+    mu = jax.random.normal(jax.random.key(9), (cen.dim,))
+    v = cen.scsg_direction(thetas[0], thetas[0], mu, ep.obs[0], ep.actions[0], adv[0],
+                           ep.mask[0], ep.live[0])
+    np.testing.assert_allclose(v, mu, atol=1e-5)
+    # ... and with θ_n ≠ θ₀ the correction is not zero.
+    v2 = cen.scsg_direction(thetas[0], thetas[1], mu, ep.obs[0], ep.actions[0], adv[0],
+                            ep.mask[0], ep.live[0])
+    assert np.abs(np.asarray(v2 - mu)).max() > 1e-3
+
+
+def test_scsg_with_no_correction_steps_is_plain_policy_gradient(cen, episodes):
+    """N_t = 1 (only the n = 0 step) is exactly one optimizer step on μ; N_t = 0 is none."""
+    thetas, _ = episodes
+    theta0 = thetas[:1]
+    mu = jax.random.normal(jax.random.key(5), (1, cen.dim))
+    opt = jax.vmap(cen.optimizer.init)(theta0)
+    env = cen.env_params_of(jax.random.key(0), jnp.array([0]))
+    one, _ = cen.scsg(theta0, mu, opt, jnp.array([1]), env, jax.random.key(4))
+    updates, _ = optax.adam(1e-3).update(-mu[0], optax.adam(1e-3).init(theta0[0]), theta0[0])
+    np.testing.assert_allclose(one[0], theta0[0] + updates, atol=1e-6)
+    none, _ = cen.scsg(theta0, mu, opt, jnp.array([0]), env, jax.random.key(4))
+    np.testing.assert_array_equal(none, theta0)
+
+
+def test_gradient_estimate_ignores_unplayed_episodes(cen, episodes):
+    thetas, ep = episodes
+    assert int(ep.length[1, 3]) == 0 and float(ep.mask[1, 3].sum()) == 0
+    mu = cen.gradients(thetas, ep)
+    adv = cen.advantages(ep)
+    alone = cen.batch_gradient(thetas[1], ep.obs[1, :3], ep.actions[1, :3], adv[1, :3],
+                               ep.mask[1, :3], ep.live[1, :3])
+    np.testing.assert_allclose(mu[1], alone, rtol=1e-5, atol=1e-6)
+
+
+# --- config and CLI --------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "overrides, option",
+    [
+        ({"agents": 0}, "--agents"),
+        ({"batch_min": 0}, "--batch-min"),
+        ({"batch_max": 0}, "--batch-max"),
+        ({"minibatch": 0}, "--minibatch"),
+        ({"minibatch": -4}, "--minibatch"),
+        ({"budget": 0}, "--budget"),
+        ({"topology": "star"}, "--topology"),
+        ({"mechanism": "laplace"}, "--epsilon"),
+        ({"mechanism": "laplace", "epsilon": float("nan"), "clip": 1.0}, "--epsilon"),
+        ({"mechanism": "laplace", "epsilon": 1.0, "clip": 0.0}, "--clip"),
+        ({"epsilon": 1.0}, "--epsilon"),
+        ({"learning_rate": 0.0}, "--learning-rate"),
+        ({"importance_clip": -1.0}, "--importance-clip"),
+    ],
+)
+def test_bad_config_is_refused(overrides, option):
+    with pytest.raises(ConfigError) as e:
+        FedPGConfig(**overrides).validate()
+    assert e.value.option.startswith(option)
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("computation started despite invalid options")
+
+    monkeypatch.setattr(runner, "run_fedpg", forbidden)
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["fedpg-cen", "--agents", "0"], "--agents"),
+        (["fedpg-cen", "--minibatch", "0"], "--minibatch"),
+        (["fedpg-cen", "--batch-min", "-1"], "--batch-min"),
+        (["fedpg-cen", "--mechanism", "laplace"], "--epsilon"),
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "inf"], "--epsilon"),
+        (["fedpg-cen", "--epsilon", "2"], "--epsilon"),
+        (["fedpg-dec", "--topology", "star"], "--topology"),
+        (["fedpg-dec", "--topology", "ring", "--window", "3"], "--window"),
+        (["fedpg-dec", "--agents", "0"], "--agents"),
+    ],
+)
+def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
+    out = tmp_path / "run"
+    rc = cli.main(["run", *args, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and option in err, err
+    assert not out.exists()
+
+
+def test_cli_runs_write_the_results_directory(tmp_path, capsys):
+    for name, extra in [("cen", []), ("dec", ["--topology", "random"])]:
+        out = tmp_path / name
+        assert cli.main(["run", f"fedpg-{name}", "--agents", "3", "--budget", "40",
+                         "--out", str(out), "--no-progress", *extra]) == 0
+        names = {p.name for p in out.iterdir()}
+        assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
+        privacy = json.loads((out / "privacy.json").read_text())
+        assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["algorithm"] == f"fedpg-{name}" and summary["rounds"] >= 1
+    # A private run states its composed ε, and never overwrites: a second run needs a new dir.
+    out = tmp_path / "lap"
+    assert cli.main(["run", "fedpg-cen", "--agents", "2", "--budget", "40", "--mechanism",
+                     "laplace", "--epsilon", "0.5", "--out", str(out), "--no-progress"]) == 0
+    privacy = json.loads((out / "privacy.json").read_text())
+    rounds = json.loads((out / "summary.json").read_text())["rounds"]
+    assert privacy["ledger"]["formal_guarantee"] is True
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(0.5 * rounds)
+    assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
