@@ -26,7 +26,7 @@ def episodes(cen):
     key = jax.random.key(3)
     thetas = jnp.stack([cen.model.init(jax.random.key(1)), cen.model.init(jax.random.key(2))])
     live = jnp.ones((2, 4), bool).at[1, 3].set(False)
-    ep = cen.sample(thetas, cen.env_params_of(key, jnp.arange(2)), live, key)
+    ep = jax.jit(cen.sample)(thetas, cen.env_params_of(key, jnp.arange(2)), live, key)
     return thetas, ep
 
 
@@ -85,11 +85,12 @@ def test_scsg_direction_is_mu_when_theta_n_is_theta_0(cen, episodes):
     thetas, ep = episodes
     adv = cen.advantages(ep)
     mu = jax.random.normal(jax.random.key(9), (cen.dim,))
-    v = cen.scsg_direction(thetas[0], thetas[0], mu, ep.obs[0], ep.actions[0], adv[0],
+    direction = jax.jit(cen.scsg_direction)
+    v = direction(thetas[0], thetas[0], mu, ep.obs[0], ep.actions[0], adv[0],
                            ep.mask[0], ep.live[0])
     np.testing.assert_allclose(v, mu, atol=1e-5)
     # ... and with θ_n ≠ θ₀ the correction is not zero.
-    v2 = cen.scsg_direction(thetas[0], thetas[1], mu, ep.obs[0], ep.actions[0], adv[0],
+    v2 = direction(thetas[0], thetas[1], mu, ep.obs[0], ep.actions[0], adv[0],
                             ep.mask[0], ep.live[0])
     assert np.abs(np.asarray(v2 - mu)).max() > 1e-3
 
@@ -101,10 +102,11 @@ def test_scsg_with_no_correction_steps_is_plain_policy_gradient(cen, episodes):
     mu = jax.random.normal(jax.random.key(5), (1, cen.dim))
     opt = jax.vmap(cen.optimizer.init)(theta0)
     env = cen.env_params_of(jax.random.key(0), jnp.array([0]))
-    one, _ = cen.scsg(theta0, mu, opt, jnp.array([1]), env, jax.random.key(4))
+    scsg = jax.jit(cen.scsg)
+    one, _ = scsg(theta0, mu, opt, jnp.array([1]), env, jax.random.key(4))
     updates, _ = optax.adam(1e-3).update(-mu[0], optax.adam(1e-3).init(theta0[0]), theta0[0])
     np.testing.assert_allclose(one[0], theta0[0] + updates, atol=1e-6)
-    none, _ = cen.scsg(theta0, mu, opt, jnp.array([0]), env, jax.random.key(4))
+    none, _ = scsg(theta0, mu, opt, jnp.array([0]), env, jax.random.key(4))
     np.testing.assert_array_equal(none, theta0)
 
 
@@ -175,22 +177,26 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_comput
 
 
 def test_cli_runs_write_the_results_directory(tmp_path, capsys):
-    for name, extra in [("cen", []), ("dec", ["--topology", "random"])]:
-        out = tmp_path / name
-        assert cli.main(["run", f"fedpg-{name}", "--agents", "3", "--budget", "40",
-                         "--out", str(out), "--no-progress", *extra]) == 0
-        names = {p.name for p in out.iterdir()}
-        assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
-        privacy = json.loads((out / "privacy.json").read_text())
-        assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
-        summary = json.loads((out / "summary.json").read_text())
-        assert summary["algorithm"] == f"fedpg-{name}" and summary["rounds"] >= 1
-    # A private run states its composed ε, and never overwrites: a second run needs a new dir.
-    out = tmp_path / "lap"
-    assert cli.main(["run", "fedpg-cen", "--agents", "2", "--budget", "40", "--mechanism",
-                     "laplace", "--epsilon", "0.5", "--out", str(out), "--no-progress"]) == 0
+    # Cen without a mechanism: no guarantee, and privacy.json says so.
+    out = tmp_path / "cen"
+    assert cli.main(["run", "fedpg-cen", "--agents", "2", "--budget", "40",
+                     "--out", str(out), "--no-progress"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
     privacy = json.loads((out / "privacy.json").read_text())
-    rounds = json.loads((out / "summary.json").read_text())["rounds"]
+    assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
+    assert privacy["ledger"]["formal_guarantee"] is False
+    assert json.loads((out / "summary.json").read_text())["algorithm"] == "fedpg-cen"
+    # Dec with Laplace: the ledger composes one ε-LDP release per node per round.
+    out = tmp_path / "dec"
+    assert cli.main(["run", "fedpg-dec", "--topology", "random", "--agents", "2", "--budget",
+                     "40", "--mechanism", "laplace", "--epsilon", "0.5", "--out", str(out),
+                     "--no-progress"]) == 0
+    privacy = json.loads((out / "privacy.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["algorithm"] == "fedpg-dec" and summary["rounds"] >= 1
     assert privacy["ledger"]["formal_guarantee"] is True
-    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(0.5 * rounds)
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(0.5 * summary["rounds"])
+    assert privacy["ledger"]["agents"] == 2
+    # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2

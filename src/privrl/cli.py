@@ -463,6 +463,70 @@ def fedpg_table(summary: dict) -> Table:
     return t
 
 
+@reproduce_app.command("fedpg")
+def reproduce_fedpg_command(
+    trials: Annotated[int, typer.Option(help="Seeds per setting (the issue: 10).")] = 10,
+    budget: Annotated[int, typer.Option(help="Episodes per agent (FedPG-BR: 5000).")] = 5000,
+    agents: Annotated[int, typer.Option(help="K agents (FedPG-BR: 10).")] = 10,
+    epsilons: Annotated[str, typer.Option(
+        help="Comma-separated ε per release for the Laplace variants of FedPG-Cen and "
+        "FedPG-Dec (ring); empty: none.")] = "1,10,100",
+    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="New or empty directory. Default: runs/reproduce-fedpg-<time>.")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="Continue an interrupted sweep in this directory; finished settings are kept.")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.
+
+    Writes tables.md (episodes to a mean return of 475, final returns, rounds/s, episodes/s),
+    plots/returns.png (mean return vs episodes per agent, band over seeds), plots/private.png
+    (Laplace variants), privacy.json and per-setting results; prints the table.
+    """
+    from privrl.algorithms.pgc_a3c import ConfigError
+    from privrl.reproduce.fedpg import FedPGSweep
+    from privrl.results import check_out_dir
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
+    if resume is not None and not (resume / "sweep.json").is_file():
+        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
+    try:
+        eps = tuple(float(e) for e in epsilons.split(",") if e.strip())
+    except ValueError:
+        raise ConfigError("--epsilons", f"must be comma-separated numbers, got {epsilons!r}"
+                          ) from None
+    cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed, epsilons=eps)
+    cfg.validate()
+    check_out_dir(out)
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.reproduce.fedpg import run_sweep
+    from privrl.results import new_run_dir
+
+    console, err = Console(), Console(stderr=True)
+    path = resume if resume is not None else new_run_dir(out, "reproduce-fedpg")
+    err.print(f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {trials} "
+              f"seeds × {budget:,} episodes per agent → {path}")
+    with _progress_bar(err, progress, "sweep") as (bar, task):
+        def update(name: str, done: float, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=name)
+
+        try:
+            text = run_sweep(cfg, path, log=lambda m: bar.console.print(m), progress=update)
+        except KeyboardInterrupt:
+            err.print(f"interrupted: finished settings are kept; continue with "
+                      f"privrl reproduce fedpg --resume {path}")
+            raise
+    console.print(Markdown(text))
+    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
+                  "privacy.json, settings/)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors (exit 2) for bad options, before any computation."""
     use_host_devices()
