@@ -140,8 +140,9 @@ def run_pgc_a3c_command(
 
 
 @contextmanager
-def _progress_bar(console: Console, show: bool, description: str) -> Iterator[tuple]:
-    """A rich progress bar (submissions per trial, elapsed, ETA) and its task id."""
+def _progress_bar(console: Console, show: bool, description: str,
+                  unit: str = "submissions/trial") -> Iterator[tuple]:
+    """A rich progress bar (units done, elapsed, ETA) and its task id."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -155,7 +156,7 @@ def _progress_bar(console: Console, show: bool, description: str) -> Iterator[tu
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("submissions/trial"),
+        TextColumn(unit),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
@@ -283,11 +284,15 @@ def results_table(summary: dict) -> Table:
     return t
 
 
+# Commands of the other systems live in their own modules and register themselves here.
+from privrl import cli_dpsgd  # noqa: E402, F401
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors (exit 2) for bad options, before any computation."""
     use_host_devices()
     use_compilation_cache()
-    from privrl.algorithms.pgc_a3c import ConfigError
+    from privrl.config import ConfigError
     from privrl.privacy.ledger import BudgetExceededError
     from privrl.results import OutputDirError
 

@@ -8,6 +8,7 @@ data is touched. The mechanisms are jit/vmap friendly: `privatize` uses only jax
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -18,6 +19,7 @@ from jax import Array
 
 from privrl.privacy.accounting import Accountant, PrivacyEvent, gaussian_epsilon
 from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
+from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.report import _MINT, Guarantee, Report
 
 __all__ = [
@@ -471,5 +473,17 @@ class GaussianSumMechanism(Mechanism):
         if x.ndim != 2:
             raise ValueError(f"GaussianSumMechanism takes per-example rows (B, d), got {x.shape}")
         clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
-        noise = self.noise_multiplier * self.clip * jax.random.normal(key, x.shape[1:], x.dtype)
-        return Report._mint(_MINT, clipped.sum(axis=0) + noise, self.guarantee)
+        return self._noisy(key, clipped.sum(axis=0))
+
+    def privatize_dense(self, key: Array, params: Any, x: Array,
+                        loss_of_outputs: Callable[[Array], Array],
+                        rows: Array | None = None) -> Report:
+        """The same release for a dense ReLU network (privrl.nets.MLP) without materializing
+        per-example gradients: clipping is done by `privacy.dpsgd.clipped_grad_sum`, exactly."""
+        clipped_sum, _ = clipped_grad_sum(params, x, loss_of_outputs, self.clip, rows)
+        return self._noisy(key, clipped_sum)
+
+    def _noisy(self, key: Array, clipped_sum: Array) -> Report:
+        noise = self.noise_multiplier * self.clip * jax.random.normal(
+            key, clipped_sum.shape, clipped_sum.dtype)
+        return Report._mint(_MINT, clipped_sum + noise, self.guarantee)

@@ -103,7 +103,11 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "stopped_by_max_epsilon": bool(stopped_by_budget),
             **account,
             "how_counted": algo.count_explanation,
-            "statement": (f"DP-SGD: ({account['epsilon']:.4g}, {cfg.delta:g})-DP per "
+            **({"delta_batch_truncation": cfg.truncation_delta(updates),
+                "total_delta": cfg.delta + cfg.truncation_delta(updates),
+                "max_batch": cfg.max_batch}
+               if hasattr(cfg, "truncation_delta") else {"total_delta": cfg.delta}),
+            "statement": (f"DP-SGD: ({account['epsilon']:.4g}, {cfg.delta:g})-DP for "
                           f"{algo.unit}, accountant {cfg.accountant}."),
         }
     elif cfg.dp:
