@@ -10,7 +10,7 @@ import pytest
 
 from privrl import cli
 from privrl.algorithms.fedpg import FedPG, FedPGConfig
-from privrl.algorithms.pgc_a3c import ConfigError
+from privrl.config import ConfigError
 from privrl.losses import action_log_probs, importance_weights, pg_surrogate, whiten
 from privrl.runtime import fedpg as runner
 

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.algorithms.pgc_a3c import ConfigError
+from privrl.config import ConfigError
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
 from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.pushsum import (
@@ -52,7 +52,7 @@ from privrl.losses import (
     pg_surrogate,
     whiten,
 )
-from privrl.nets import FlatModel, mlp_policy
+from privrl.nets import FlatModel, mlp
 from privrl.privacy.mechanisms import IdentityMechanism, LaplaceMechanism, Mechanism
 
 ALGORITHMS = ("cen", "dec")
@@ -231,7 +231,7 @@ class FedPG:
         self.config = cfg = config
         self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
         self.env, self.env_params = make_cartpole(self.spec)
-        self.model: FlatModel = mlp_policy(tuple(cfg.hidden), 2, 4)
+        self.model: FlatModel = mlp(tuple(cfg.hidden), 2, 4, "torch_default")  # FedPG-BR: PyTorch
         self.dim = self.model.dim
         self.mechanism = make_mechanism(cfg)
         self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[cfg.optimizer](cfg.learning_rate)

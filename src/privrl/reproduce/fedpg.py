@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from privrl.algorithms.fedpg import FedPGConfig
-from privrl.algorithms.pgc_a3c import ConfigError
+from privrl.config import ConfigError
 from privrl.results import json_safe, versions, write_json
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")
