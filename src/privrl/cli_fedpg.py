@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 class FedPGMechanism(StrEnum):
     none = "none"
     laplace = "laplace"
+    gaussian = "gaussian"
 
 
 class FedPGTopology(StrEnum):
@@ -32,7 +33,8 @@ class FedPGTopology(StrEnum):
 
 _FEDPG_MECHANISM_HELP = (
     "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
-    "privacy guarantee) or laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release).")
+    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release) or "
+    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by an RDP accountant).")
 
 
 def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
@@ -43,22 +45,27 @@ def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
         from privrl.config import ConfigError
 
         raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for no privacy")
-    cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options)
-    cfg.validate()
-    return cfg
+    if eps is not None and options.get("noise_multiplier") is not None:
+        from privrl.config import ConfigError
+
+        raise ConfigError("--noise-multiplier", "give either --epsilon (σ is calibrated) or "
+                                                "--noise-multiplier, not both")
+    return FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
 
 
 def _fedpg_common(
     agents: int, budget: int, trials: int, batch_min: int, batch_max: int, minibatch: int,
     learning_rate: float, importance: str, importance_clip: float | None,
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
+    noise_multiplier: float | None, delta: float,
 ) -> dict:
     clip_default = 1.0 if mechanism is not FedPGMechanism.none else None
     return dict(agents=agents, budget=budget, trials=trials, batch_min=batch_min,
                 batch_max=batch_max, minibatch=minibatch, learning_rate=learning_rate,
                 importance=importance, importance_clip=importance_clip,
                 mechanism=mechanism.value, epsilon=epsilon,
-                clip=clip if clip is not None else clip_default, seed=seed)
+                clip=clip if clip is not None else clip_default, seed=seed,
+                noise_multiplier=noise_multiplier, delta=delta)
 
 
 AgentsOpt = Annotated[int, typer.Option(help="K agents (K = 1: a single SVRPG agent).")]
@@ -77,8 +84,12 @@ IwClipOpt = Annotated[float | None, typer.Option(
 MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
                                                  case_sensitive=False)]
 EpsOpt = Annotated[float | None, typer.Option(
-    help="ε per release (> 0, finite); each agent releases once per round and the ledger "
-    "composes its releases. Needs --mechanism.")]
+    help="laplace: ε per release (> 0, finite); each agent releases once per round and the "
+    "ledger composes its releases. gaussian: each agent's total ε at --delta over the run "
+    "(σ is calibrated for the most rounds the budget allows). Needs --mechanism.")]
+SigmaOpt = Annotated[float | None, typer.Option(
+    help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon.")]
+DeltaOpt = Annotated[float, typer.Option(help="gaussian: δ of the stated (ε, δ), in (0, 1).")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
 SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 OutOpt = Annotated[Path | None, typer.Option(
@@ -92,8 +103,8 @@ def run_fedpg_cen_command(
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
-    epsilon: EpsOpt = None, clip: ClipOpt = None, seed: SeedOpt = 0, out: OutOpt = None,
-    progress: ProgressOpt = True,
+    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    delta: DeltaOpt = 1e-5, seed: SeedOpt = 0, out: OutOpt = None, progress: ProgressOpt = True,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -104,7 +115,7 @@ def run_fedpg_cen_command(
 
     cfg = _fedpg_config("cen", **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
-        importance_clip, mechanism, epsilon, clip, seed))
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta))
     check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
@@ -123,8 +134,8 @@ def run_fedpg_dec_command(
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
-    epsilon: EpsOpt = None, clip: ClipOpt = None, seed: SeedOpt = 0, out: OutOpt = None,
-    progress: ProgressOpt = True,
+    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    delta: DeltaOpt = 1e-5, seed: SeedOpt = 0, out: OutOpt = None, progress: ProgressOpt = True,
 ) -> None:
     """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1.
 
@@ -135,7 +146,7 @@ def run_fedpg_dec_command(
 
     cfg = _fedpg_config("dec", topology=topology.value, window=window, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
-        importance_clip, mechanism, epsilon, clip, seed))
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta))
     from privrl.algorithms.fedpg import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
@@ -202,9 +213,11 @@ def reproduce_fedpg_command(
     trials: Annotated[int, typer.Option(help="Seeds per setting (the issue: 10).")] = 10,
     budget: Annotated[int, typer.Option(help="Episodes per agent (FedPG-BR: 5000).")] = 5000,
     agents: Annotated[int, typer.Option(help="K agents (FedPG-BR: 10).")] = 10,
-    epsilons: Annotated[str, typer.Option(
-        help="Comma-separated ε per release for the Laplace variants of FedPG-Cen and "
-        "FedPG-Dec (ring); empty: none.")] = "1,10,100",
+    gaussian_epsilons: Annotated[str, typer.Option(
+        help="Comma-separated total ε per agent (δ = 1e-5) of the Gaussian variants of "
+        "FedPG-Cen and FedPG-Dec (ring); empty: none.")] = "10,100",
+    laplace_epsilons: Annotated[str, typer.Option(
+        help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
     seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
     out: Annotated[Path | None, typer.Option(
         help="New or empty directory. Default: runs/reproduce-fedpg-<time>.")] = None,
@@ -227,12 +240,15 @@ def reproduce_fedpg_command(
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    try:
-        eps = tuple(float(e) for e in epsilons.split(",") if e.strip())
-    except ValueError:
-        raise ConfigError("--epsilons", f"must be comma-separated numbers, got {epsilons!r}"
-                          ) from None
-    cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed, epsilons=eps)
+    def numbers(text: str, option: str) -> tuple[float, ...]:
+        try:
+            return tuple(float(e) for e in text.split(",") if e.strip())
+        except ValueError:
+            raise ConfigError(option, f"must be comma-separated numbers, got {text!r}") from None
+
+    cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed,
+                     gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
+                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"))
     cfg.validate()
     check_out_dir(out)
 

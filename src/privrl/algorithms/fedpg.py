@@ -25,7 +25,7 @@ trials are vmapped by the runner (privrl.runtime.fedpg).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -53,10 +53,16 @@ from privrl.losses import (
     whiten,
 )
 from privrl.nets import FlatModel, mlp
-from privrl.privacy.mechanisms import IdentityMechanism, LaplaceMechanism, Mechanism
+from privrl.privacy.accounting import CalibrationError, calibrate_noise_multiplier
+from privrl.privacy.mechanisms import (
+    GaussianMechanism,
+    IdentityMechanism,
+    LaplaceMechanism,
+    Mechanism,
+)
 
 ALGORITHMS = ("cen", "dec")
-MECHANISMS = ("none", "laplace")
+MECHANISMS = ("none", "laplace", "gaussian")
 IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
 # "paper": FedPG-BR's CartPole setting (the dataclass defaults). No tuned preset yet.
@@ -70,7 +76,10 @@ class FedPGConfig:
     `budget` is the number of episodes each agent samples (B_t plus, for Cen, the server's
     N_t·b, so that Cen, Dec and a single agent are compared at equal samples per learner).
     `inner_steps` None draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...}; an integer fixes it (SVRPG).
-    `epsilon` is per release (one report per agent per round); the ledger composes them.
+    Privacy (what each agent sends, once per round): laplace: `epsilon` per release, composed
+    by the ledger; gaussian: L2 clip `clip` and `noise_multiplier` σ (noise std σ·clip), or
+    instead `epsilon` = each agent's total budget at `delta` over the run, for which σ is
+    calibrated with dp-accounting (RDP) over the most rounds the budget allows.
     """
 
     algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
@@ -96,6 +105,8 @@ class FedPGConfig:
     mechanism: str = "none"
     epsilon: float | None = None
     clip: float | None = None
+    noise_multiplier: float | None = None  # gaussian only
+    delta: float = 1e-5  # gaussian only
     target_return: float = 475.0
 
     @classmethod
@@ -166,16 +177,45 @@ class FedPGConfig:
             if self.epsilon is not None:
                 raise ConfigError("--epsilon", "no mechanism (--mechanism none) has no ε; "
                                                "drop --epsilon or choose a mechanism")
-        else:
+        elif self.mechanism == "laplace":
             if self.epsilon is None:
-                raise ConfigError("--epsilon", f"required with --mechanism {self.mechanism} "
+                raise ConfigError("--epsilon", "required with --mechanism laplace "
                                                "(ε per release, > 0)")
+            if self.noise_multiplier is not None:
+                raise ConfigError("--noise-multiplier", "only the gaussian mechanism takes it")
             positive(self.epsilon, "--epsilon")
             positive(self.clip, "--clip")
+        else:
+            # σ given: it is used (ε, if also given, was the target it was calibrated for).
+            if self.epsilon is None and self.noise_multiplier is None:
+                raise ConfigError("--epsilon", "the gaussian mechanism needs --epsilon (total "
+                                               "per agent) or --noise-multiplier")
+            if self.epsilon is not None:
+                positive(self.epsilon, "--epsilon")
+            if self.noise_multiplier is not None:
+                positive(self.noise_multiplier, "--noise-multiplier")
+            positive(self.clip, "--clip")
+            if not (isinstance(self.delta, float) and 0 < self.delta < 1):
+                raise ConfigError("--delta", f"must be in (0, 1), got {self.delta!r}")
+        if self.mechanism != "gaussian" and self.noise_multiplier is not None:
+            raise ConfigError("--noise-multiplier", "only the gaussian mechanism takes it")
         try:
             CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
         except ValueError as e:
             raise ConfigError("--gravities", str(e)) from None
+
+    def resolved(self) -> FedPGConfig:
+        """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
+        self.validate()
+        if self.mechanism != "gaussian" or self.noise_multiplier is not None:
+            return self
+        try:
+            # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
+            # 2·clip, so the mechanism's σ (std / clip) is twice it.
+            z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds())
+        except CalibrationError as e:
+            raise ConfigError("--epsilon", str(e)) from None
+        return replace(self, noise_multiplier=2.0 * z)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,6 +225,10 @@ def make_mechanism(cfg: FedPGConfig) -> Mechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee)."""
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip)
+    if cfg.mechanism == "gaussian":
+        if cfg.noise_multiplier is None:
+            raise ValueError("resolve the config first (FedPGConfig.resolved)")
+        return GaussianMechanism(cfg.noise_multiplier, cfg.clip, cfg.delta)
     return IdentityMechanism()
 
 
@@ -227,8 +271,7 @@ class FedPG:
     """One resolved config: `init(key)`, `round(state, mixing, live)`."""
 
     def __init__(self, config: FedPGConfig) -> None:
-        config.validate()
-        self.config = cfg = config
+        self.config = cfg = config.resolved()
         self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
         self.env, self.env_params = make_cartpole(self.spec)
         self.model: FlatModel = mlp(tuple(cfg.hidden), 2, 4, "torch_default")  # FedPG-BR: PyTorch

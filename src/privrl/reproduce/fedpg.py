@@ -35,7 +35,10 @@ class FedPGSweep:
     budget: int = 5000
     agents: int = 10
     seed: int = 0
-    epsilons: tuple[float, ...] = (10.0, 100.0)  # Laplace ε per release, FedPG-Cen and Dec-ring
+    # Private variants of FedPG-Cen and FedPG-Dec (ring): Gaussian with each agent's total ε
+    # (δ = 1e-5, RDP), and Laplace with ε per release (composed: ε × rounds).
+    gaussian_epsilons: tuple[float, ...] = (10.0, 100.0)
+    laplace_epsilons: tuple[float, ...] = (100.0,)
     clip: float = 1.0
 
     def settings(self) -> dict[str, FedPGConfig]:
@@ -45,17 +48,19 @@ class FedPGSweep:
             out[f"dec-{topo}"] = FedPGConfig(algorithm="dec", topology=topo, agents=self.agents,
                                              **base)
         out["single"] = FedPGConfig(algorithm="cen", agents=1, **base)
-        for eps in self.epsilons:
-            lap = dict(mechanism="laplace", epsilon=eps, clip=self.clip, agents=self.agents)
-            out[f"cen-laplace-eps{eps:g}"] = FedPGConfig(algorithm="cen", **lap, **base)
-            out[f"dec-ring-laplace-eps{eps:g}"] = FedPGConfig(algorithm="dec", topology="ring",
-                                                               **lap, **base)
+        private = [("gaussian", e) for e in self.gaussian_epsilons]
+        private += [("laplace", e) for e in self.laplace_epsilons]
+        for mech, eps in private:
+            opts = dict(mechanism=mech, epsilon=eps, clip=self.clip, agents=self.agents)
+            out[f"cen-{mech}-eps{eps:g}"] = FedPGConfig(algorithm="cen", **opts, **base)
+            out[f"dec-ring-{mech}-eps{eps:g}"] = FedPGConfig(algorithm="dec", topology="ring",
+                                                              **opts, **base)
         return out
 
     def validate(self) -> None:
         if isinstance(self.trials, bool) or self.trials < 1:
             raise ConfigError("--trials", f"must be an integer >= 1, got {self.trials}")
-        for eps in self.epsilons:
+        for eps in (*self.gaussian_epsilons, *self.laplace_epsilons):
             if not (math.isfinite(eps) and eps > 0):
                 raise ConfigError("--epsilons", f"each ε must be finite and > 0, got {eps}")
         for cfg in self.settings().values():
@@ -93,14 +98,14 @@ def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
         tmp.mkdir(parents=True)
         report = None if progress is None else (
             lambda done, total, name=name: progress(name, done, total))
-        run = run_fedpg(run_cfg, progress=report)
+        run = run_fedpg(run_cfg.resolved(), progress=report)
         np.savez_compressed(tmp / "curves.npz", mean_return=run.mean_return,
                             used_before=run.used_before, batch=run.batch,
                             inner_steps=run.inner_steps)
         summary = summarize(run)
         write_json(tmp / "summary.json", summary)
         write_json(tmp / "privacy.json", privacy_record(run))
-        write_json(tmp / "config.json", run_cfg.to_dict())
+        write_json(tmp / "config.json", run.config.to_dict())
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         med = summary["median_episodes_to_target"]
@@ -128,9 +133,11 @@ def table_markdown(cfg: FedPGSweep, summaries: dict[str, dict[str, Any]]) -> str
         final = np.asarray(s["final_mean_return"], float)
         if s["mechanism"] == "none":
             privacy = "none"
+        elif s["mechanism"] == "gaussian":
+            privacy = f"Gaussian, ε = {s['epsilon_per_agent']:.3g} at δ = 1e-5 (RDP)"
         else:
-            privacy = s["privacy"].split(";")[0].replace("ε-LDP per release, ", "Laplace ")
-            privacy += f" per release (ε ≤ {s['privacy'].split('ε = ')[-1].split(' ')[0]} total)"
+            privacy = (f"Laplace, ε = {s['epsilon_per_agent'] / s['rounds_max']:g} per release, "
+                       f"{s['epsilon_per_agent']:,.0f} composed")
         lines.append(
             f"| {name} ({s['label']}) | {s['agents']} | {privacy} | "
             f"{s['reached_target']}/{s['trials']} | "
@@ -142,8 +149,9 @@ def table_markdown(cfg: FedPGSweep, summaries: dict[str, dict[str, Any]]) -> str
             "Episodes to 475: episodes per agent spent before the first round whose batch "
             "(the K·B_t episodes at θ₀ᵗ, or each node's B_t at z_k) has mean return ≥ 475; "
             "the median is over seeds (never: fewer than half reached it). Final mean return: "
-            "the batches of the last 10 rounds. rounds/s and episodes/s: all seeds of a "
-            "setting vmapped in one program on this machine (wall time incl. compilation).",
+            "the batches of the last 10 rounds. rounds/s (after the first round, which compiles) "
+            "and episodes/s (all episodes played / wall time incl. compilation): all seeds of "
+            "a setting vmapped in one program on this machine.",
             ""]
     return "\n".join(head + lines) + "\n"
 
@@ -169,9 +177,10 @@ def write_report(cfg: FedPGSweep, out: Path) -> str:
 
     public = [n for n in names if summaries[n]["mechanism"] == "none"]
     private = ["cen", "dec-ring"] + [n for n in names if summaries[n]["mechanism"] != "none"]
+    clip = f"clip C = {cfg.clip:g}"
     plot_returns(out / "plots" / "returns.png",
                  {f"{n}: {summaries[n]['label']}": as_run(n) for n in public}, cfg.budget,
                  f"FedPG on CartPole-v1, K = {cfg.agents}, no privacy (as in the paper)")
     plot_returns(out / "plots" / "private.png", {n: as_run(n) for n in private}, cfg.budget,
-                 f"FedPG with Laplace on what each agent sends, C = {cfg.clip:g}")
+                 f"FedPG with a mechanism on what each agent sends, {clip}")
     return text

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.algorithms.fedpg import FedPG, FedPGConfig
+from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.results import versions, write_json
 
@@ -42,6 +43,8 @@ class FedPGRun:
     wall_seconds: float
     compile_seconds: float
     rounds_run: int
+    releases: np.ndarray  # (trials,) reports each agent of the trial released
+    accounting: dict[str, Any] | None  # gaussian: the RDP account of one agent (most releases)
 
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGRun:
@@ -51,10 +54,11 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
     init = jax.jit(jax.vmap(algo.init))
     step = jax.jit(jax.vmap(algo.round, in_axes=(0, None, 0)))
     state = init(jax.random.split(jax.random.key(cfg.seed), cfg.trials))
-    ledger = PrivacyLedger()
+    ledger = PrivacyLedger(math.inf, 1.0)  # records; the budget is the run length
     guarantee = algo.mechanism.guarantee
     rows: list[tuple[np.ndarray, ...]] = []
     played = 0
+    releases = np.zeros(cfg.trials, np.int64)
     start = time.perf_counter()
     compile_s = 0.0
     t = 0
@@ -68,6 +72,7 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         # Charge before release: every agent of a live trial releases one report this round.
         ids = (np.flatnonzero(live)[:, None] * k + np.arange(k)[None, :]).reshape(-1)
         ledger.charge(ids, guarantee)
+        releases += live
         mixing = jnp.asarray(algo.topology.matrix(t) if algo.topology is not None
                              else np.eye(1), jnp.float32)
         t0 = time.perf_counter()
@@ -85,13 +90,19 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         if progress is not None:
             progress(float(np.asarray(state.used).mean(axis=1).min()), cfg.budget)
     wall = time.perf_counter() - start
+    accounting = None
+    if cfg.mechanism == "gaussian":  # every agent of a trial releases once per round
+        acc = Accountant("rdp")
+        acc.compose(algo.mechanism.event, int(releases.max()))
+        accounting = acc.record(cfg.delta)
     cols = [np.stack(c, axis=1) for c in zip(*rows, strict=True)]
     return FedPGRun(
         config=cfg, mean_return=cols[0], used_before=cols[1], batch=cols[2],
         inner_steps=cols[3], used=np.asarray(state.used), episodes_played=played,
         ledger=ledger, mechanism=algo.mechanism.describe(),
         topology=algo.topology.describe() if algo.topology is not None else None,
-        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t,
+        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=releases,
+        accounting=accounting,
     )
 
 
@@ -127,6 +138,15 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
     reach = episodes_to_target(run)
     private = run.ledger.summary()["formal_guarantee"]
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
+    if cfg.mechanism == "gaussian":
+        privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
+                   f"δ = {cfg.delta:g} (RDP accountant), Gaussian σ = "
+                   f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
+    elif private:
+        privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
+                   f"ε = {per_agent:g} (basic composition)")
+    else:
+        privacy = "NONE: no mechanism, no privacy guarantee (as in the paper)"
     steady = max(run.wall_seconds - run.compile_seconds, 1e-9)
     return {
         "algorithm": f"fedpg-{cfg.algorithm}",
@@ -135,9 +155,9 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "topology": cfg.topology if cfg.algorithm == "dec" else "star",
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
-        "privacy": (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
-                    f"ε = {per_agent:g} (basic composition)" if private
-                    else "NONE: no mechanism, no privacy guarantee (as in the paper)"),
+        "privacy": privacy,
+        "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
+                              else per_agent),
         "trials": cfg.trials,
         "budget_episodes_per_agent": cfg.budget,
         "target_return": cfg.target_return,
@@ -147,6 +167,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "reached_target": int(np.isfinite(reach).sum()),
         "final_mean_return": [round(float(x), 1) for x in final_return(run)],
         "rounds": run.rounds_run,
+        "rounds_max": int(run.releases.max()),  # rounds of the longest trial
         "wall_seconds": round(run.wall_seconds, 2),
         "compile_seconds": round(run.compile_seconds, 2),
         # Rates after the first round (which includes compilation).
@@ -162,22 +183,33 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
                  "(x_k, w_k) to its out-neighbours")
-    if ledger["formal_guarantee"]:
+    server = ("The server's own SCSG episodes are its own data and are not protected."
+              if cfg.algorithm == "cen" else "")
+    if cfg.mechanism == "gaussian" and run.accounting is not None:
+        one = run.mechanism["epsilon"]
+        statement = (
+            f"Every agent releases one report per round ({sent}), randomized by the Gaussian "
+            f"mechanism (L2 clip {cfg.clip:g}, noise std {cfg.noise_multiplier:g}·clip): each "
+            f"release is (ε = {one:.3g}, δ = {cfg.delta:g})-LDP; an agent's "
+            f"{int(run.releases.max())} releases compose under RDP (dp-accounting) to "
+            f"(ε = {run.accounting['epsilon']:.4g}, δ = {cfg.delta:g})-LDP. The ledger below "
+            f"adds the per-release (ε, δ) (basic composition, looser). {server}").strip()
+    elif ledger["formal_guarantee"]:
         statement = (
             f"Every agent releases one report per round ({sent}), randomized by the "
             f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; over "
             f"the run an agent's releases compose (basic composition) to at most "
             f"ε = {ledger['per_agent_epsilon']['max']:g}. Everything the "
             f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is post-processing. "
-            + ("The server's own SCSG episodes are its own data and are not protected."
-               if cfg.algorithm == "cen" else "")
+            + server
         ).strip()
     else:
         statement = (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
                      f"{sent} as it is.")
     return {"statement": statement, "mechanism": run.mechanism,
             "epsilon_per_release": cfg.epsilon, "releases_per_agent": ledger["reports_per_agent"],
-            "agent_ids": "trial * K + index of the agent within its trial", "ledger": ledger}
+            "agent_ids": "trial * K + index of the agent within its trial", "ledger": ledger,
+            "accounting": run.accounting}
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:
