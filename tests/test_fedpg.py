@@ -137,12 +137,31 @@ def test_gradient_estimate_ignores_unplayed_episodes(cen, episodes):
         ({"epsilon": 1.0}, "--epsilon"),
         ({"learning_rate": 0.0}, "--learning-rate"),
         ({"importance_clip": -1.0}, "--importance-clip"),
+        ({"mechanism": "gaussian", "clip": 1.0}, "--epsilon"),
+        ({"mechanism": "gaussian", "noise_multiplier": 0.0, "clip": 1.0}, "--noise-multiplier"),
+        ({"mechanism": "gaussian", "noise_multiplier": 1.0, "clip": 1.0, "delta": 1.0},
+         "--delta"),
+        ({"mechanism": "laplace", "epsilon": 1.0, "clip": 1.0, "noise_multiplier": 1.0},
+         "--noise-multiplier"),
     ],
 )
 def test_bad_config_is_refused(overrides, option):
     with pytest.raises(ConfigError) as e:
         FedPGConfig(**overrides).validate()
     assert e.value.option.startswith(option)
+
+
+def test_gaussian_total_epsilon_is_calibrated_over_the_most_rounds():
+    """σ calibrated for ε = 5 at δ = 1e-5 over the most rounds the budget allows: composing
+    that many releases costs at most 5 (and not much less: the calibration is tight)."""
+    from privrl.privacy.accounting import Accountant
+
+    cfg = FedPGConfig(mechanism="gaussian", epsilon=5.0, clip=1.0, budget=300).resolved()
+    mech = FedPG(cfg).mechanism
+    acc = Accountant("rdp")
+    acc.compose(mech.event, cfg.max_rounds())
+    assert 4.9 < acc.epsilon(1e-5) <= 5.0
+    assert cfg.noise_multiplier == pytest.approx(2 * mech.event.noise_multiplier)
 
 
 @pytest.fixture
@@ -165,6 +184,9 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--topology", "star"], "--topology"),
         (["fedpg-dec", "--topology", "ring", "--window", "3"], "--window"),
         (["fedpg-dec", "--agents", "0"], "--agents"),
+        (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1", "--noise-multiplier", "2"],
+         "--noise-multiplier"),
+        (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1e-9"], "--epsilon"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):

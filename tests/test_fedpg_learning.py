@@ -1,0 +1,26 @@
+"""Learning: short FedPG-Cen and FedPG-Dec runs (paper preset, K = 10) improve the mean return
+clearly over the initial policy (CartPole's near-random initial policy scores ≈ 22)."""
+
+import numpy as np
+import pytest
+
+from privrl.algorithms.fedpg import FedPGConfig
+from privrl.runtime.fedpg import final_return, run_fedpg
+
+
+@pytest.mark.parametrize(
+    "algorithm, topology, budget",
+    [("cen", "ring", 1500), ("dec", "exponential", 1500)],
+)
+def test_short_runs_improve_clearly_over_the_initial_policy(algorithm, topology, budget):
+    run = run_fedpg(FedPGConfig(algorithm=algorithm, topology=topology, trials=2,
+                                budget=budget, seed=0))
+    initial = np.nanmean(run.mean_return[:, :3], axis=1)  # the first rounds' batches
+    final = final_return(run, tail=5)
+    # Measured at these settings (seed 0): initial batches 21-23; final (last 5 rounds) 71 and
+    # 398 (Cen), 50 and 370 (Dec); a policy that does not learn stays at ≈ 22 ± 1 (batches of
+    # ≈ 160 episodes). The slow first trial is the torch-style initialization's near-uniform
+    # policy taking longer to leave the random regime.
+    assert np.all(initial < 40), initial
+    assert np.all(final > 2 * initial), (initial, final)
+    assert final.mean() > 3 * initial.mean(), (initial, final)
