@@ -62,7 +62,8 @@ class FedPGSweep:
             raise ConfigError("--trials", f"must be an integer >= 1, got {self.trials}")
         for eps in (*self.gaussian_epsilons, *self.laplace_epsilons):
             if not (math.isfinite(eps) and eps > 0):
-                raise ConfigError("--epsilons", f"each ε must be finite and > 0, got {eps}")
+                raise ConfigError("--gaussian-epsilons/--laplace-epsilons",
+                                  f"each ε must be finite and > 0, got {eps}")
         for cfg in self.settings().values():
             cfg.validate()
 
