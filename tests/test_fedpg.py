@@ -222,3 +222,24 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys):
     assert privacy["ledger"]["agents"] == 2
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--trials", "0"], "--trials"),
+        (["--agents", "0"], "--agents"),
+        (["--budget", "0"], "--budget"),
+        (["--gaussian-epsilons", "1,x"], "--gaussian-epsilons"),
+        (["--laplace-epsilons", "-1"], "--laplace-epsilons"),
+    ],
+)
+def test_reproduce_bad_input_one_line_exit_2(args, option, capsys, tmp_path, monkeypatch):
+    from privrl.reproduce import fedpg as sweep
+
+    monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("ran despite errors"))
+    out = tmp_path / "sweep"
+    rc = cli.main(["reproduce", "fedpg", *args, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and option in err, err
+    assert not out.exists()
