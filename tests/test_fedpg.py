@@ -184,6 +184,8 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--topology", "star"], "--topology"),
         (["fedpg-dec", "--topology", "ring", "--window", "3"], "--window"),
         (["fedpg-dec", "--agents", "0"], "--agents"),
+        (["fedpg-dec", "--gravities", "9.8,-1"], "--gravities"),
+        (["fedpg-cen", "--gravities", "heavy"], "--gravities"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1", "--noise-multiplier", "2"],
          "--noise-multiplier"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1e-9"], "--epsilon"),

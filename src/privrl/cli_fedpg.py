@@ -57,15 +57,22 @@ def _fedpg_common(
     agents: int, budget: int, trials: int, batch_min: int, batch_max: int, minibatch: int,
     learning_rate: float, importance: str, importance_clip: float | None,
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
-    noise_multiplier: float | None, delta: float,
+    noise_multiplier: float | None, delta: float, gravities: str,
 ) -> dict:
+    from privrl.config import ConfigError
+
+    try:
+        grav = tuple(float(g) for g in gravities.split(","))
+    except ValueError:
+        raise ConfigError("--gravities", f"must be comma-separated numbers, got {gravities!r}"
+                          ) from None
     clip_default = 1.0 if mechanism is not FedPGMechanism.none else None
     return dict(agents=agents, budget=budget, trials=trials, batch_min=batch_min,
                 batch_max=batch_max, minibatch=minibatch, learning_rate=learning_rate,
                 importance=importance, importance_clip=importance_clip,
                 mechanism=mechanism.value, epsilon=epsilon,
                 clip=clip if clip is not None else clip_default, seed=seed,
-                noise_multiplier=noise_multiplier, delta=delta)
+                noise_multiplier=noise_multiplier, delta=delta, gravities=grav)
 
 
 AgentsOpt = Annotated[int, typer.Option(help="K agents (K = 1: a single SVRPG agent).")]
@@ -95,6 +102,9 @@ SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same results
 OutOpt = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results. Default: runs/fedpg-<algorithm>-...")]
 ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
+GravOpt = Annotated[str, typer.Option(
+    help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
+    "from these comma-separated values. Default 9.8 for all.")]
 
 
 @run_app.command("fedpg-cen")
@@ -104,7 +114,8 @@ def run_fedpg_cen_command(
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, seed: SeedOpt = 0, out: OutOpt = None, progress: ProgressOpt = True,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
+    progress: ProgressOpt = True,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -115,7 +126,7 @@ def run_fedpg_cen_command(
 
     cfg = _fedpg_config("cen", **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
-        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta))
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
     check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
@@ -135,7 +146,8 @@ def run_fedpg_dec_command(
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, seed: SeedOpt = 0, out: OutOpt = None, progress: ProgressOpt = True,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
+    progress: ProgressOpt = True,
 ) -> None:
     """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1.
 
@@ -146,7 +158,7 @@ def run_fedpg_dec_command(
 
     cfg = _fedpg_config("dec", topology=topology.value, window=window, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
-        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta))
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
     from privrl.algorithms.fedpg import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
