@@ -69,3 +69,33 @@ def actor_critic(
 ) -> FlatModel:
     module = ActorCritic(hidden, num_actions, use_bias)
     return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
+
+
+class QNetwork(nn.Module):
+    """Paper 001's Q-network: obs → 16 → 16 → actions, ReLU, with biases.
+
+    Initialized as PyTorch's nn.Linear (the authors' code): weights and biases U(±1/√fan_in).
+    """
+
+    hidden: int = 16
+    num_actions: int = 2
+
+    @nn.compact
+    def __call__(self, obs: Array) -> Array:
+        h = obs
+        for i, n in enumerate((self.hidden, self.hidden, self.num_actions)):
+            bound = 1.0 / np.sqrt(h.shape[-1])
+            h = nn.Dense(
+                n,
+                kernel_init=nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform"),
+                bias_init=lambda key, shape, dtype=jnp.float32, b=bound: jax.random.uniform(
+                    key, shape, dtype, -b, b),
+                name=f"dense{i}",
+            )(h)
+            if i < 2:
+                h = nn.relu(h)
+        return h
+
+
+def q_network(hidden: int = 16, num_actions: int = 2, obs_dim: int = 1) -> FlatModel:
+    return FlatModel(QNetwork(hidden, num_actions), jnp.zeros((obs_dim,), jnp.float32))
