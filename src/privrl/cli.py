@@ -352,8 +352,8 @@ def reproduce_dp_qlearning_command(
 ) -> None:
     """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
 
-    Writes tables.md, tables.json, plots/returns.png (mean ± 1 sd per σ), raw/returns.csv and
-    privacy.json, and prints the table.
+    Writes tables.md, tables.json, plots/returns.png (mean and interquartile band per σ),
+    raw/returns.csv and privacy.json, and prints the table.
     """
     from rich.console import Console
     from rich.markdown import Markdown

@@ -190,6 +190,9 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
     """privacy.json: what is protected and the (ε, δ) claimed — or that none is claimed."""
     base = {"unit": REWARD_UNIT, "neighbouring": REWARD_NEIGHBOURS,
             "released": "the trained Q-function Q_θ (its parameters θ)",
+            "not_protected": "the transition dynamics and visited states; and the episode "
+                             "returns in metrics.csv, summary.json and the plots, which are "
+                             "computed from the raw rewards (diagnostics, not releases)",
             "mechanism": "Gaussian-process functional noise on Q (paper 001, Algorithm 1), "
                          "kernel exp(−|x − y|), one noise function per action and network",
             "sigma": cfg.sigma, "T_over_B": cfg.updates, "B": cfg.batch_size,

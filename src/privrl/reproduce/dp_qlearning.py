@@ -99,7 +99,7 @@ def run_sweep(cfg: DPQLSweepConfig, out: Path, log: Any = print) -> dict[str, An
     curves = {("σ = 0 (non-private)" if s == 0 else f"σ = {s:g}"): returns[i]
               for i, s in enumerate(cfg.sigmas)}
     plot_returns(out / "plots" / "returns.png", curves,
-                 f"DP Q-learning, 1-D task: mean ± 1 sd over {cfg.seeds} seeds",
+                 f"DP Q-learning, 1-D task: mean over {cfg.seeds} seeds, interquartile band",
                  {f"optimal ({refs['optimal_value_iteration']:.2f})":
                   refs["optimal_value_iteration"],
                   f"random policy ({refs['random_policy']:.2f})": refs["random_policy"]})

@@ -90,7 +90,7 @@ def write_returns_csv(path: Path, returns: np.ndarray) -> None:
 
 def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
                  lines: dict[str, float] | None = None) -> None:
-    """Return per episode: mean over seeds with a ±1 standard-deviation band, per curve."""
+    """Return per episode: mean over seeds, with the seeds' interquartile range as a band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,8 +102,8 @@ def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
         mean = r.mean(0)
         (line,) = ax.plot(x, mean, lw=1.2, label=label)
         if r.shape[0] > 1:
-            sd = r.std(0, ddof=1)
-            ax.fill_between(x, mean - sd, mean + sd, color=line.get_color(), alpha=0.15)
+            lo, hi = np.percentile(r, [25, 75], axis=0)
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
     for label, y in (lines or {}).items():
         ax.axhline(y, color="k", ls="--" if "optimal" in label else ":", lw=0.9, label=label)
     ax.set(xlabel="episode", ylabel="return (50 steps)", title=title, ylim=(0, 25))
@@ -126,5 +126,5 @@ def save(out: DPQLOutput, path: Path, command: list[str] | None = None) -> dict[
     write_json(path / "privacy.json", privacy_record(cfg))
     write_json(path / "summary.json", summary)
     plot_returns(path / "plots" / "returns.png", {f"σ = {cfg.sigma:.4g}": out.returns},
-                 f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean ± 1 sd")
+                 f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean, IQR band")
     return summary
