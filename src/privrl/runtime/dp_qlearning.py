@@ -7,13 +7,16 @@ plots/returns.png into a new directory.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 from privrl.algorithms.dp_qlearning import (
     DPQLearning,
@@ -34,17 +37,36 @@ class DPQLOutput:
     wall_seconds: float
 
 
-def train_grid(config: DPQLearningConfig, sigmas: list[float]) -> tuple[np.ndarray, float]:
+def sharded_train(algo: DPQLearning, devices: int) -> Any:
+    """jit(keys (R,), sigmas (R,)) -> (returns (R, E), θ (R, d), overflow (R,)), R runs split
+    over `devices` host devices (R must be a multiple of it)."""
+    mesh = Mesh(np.array(jax.local_devices()[:devices]), ("runs",))
+    spec = PartitionSpec("runs")
+    return jax.jit(jax.shard_map(jax.vmap(algo.train), mesh=mesh, in_specs=spec,
+                                 out_specs=spec, check_vma=False))
+
+
+def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | None = None
+               ) -> tuple[np.ndarray, float]:
     """Returns (len(sigmas), seeds, episodes) for every σ with the config's seeds; wall time.
 
-    Raises if a noise store overflowed (cannot happen with the capacities the algorithm sizes,
-    but a run that lost noise points would be silently wrong, so it is checked).
+    The (σ, seed) runs are independent, so they are flattened, vmapped and split over the host's
+    XLA devices (one per core; privrl.runtime.devices), padded to a multiple of the device count
+    with copies whose results are dropped. Raises if a noise store overflowed (cannot happen
+    with the capacities the algorithm sizes, but a run that lost noise points would be silently
+    wrong).
     """
     algo = DPQLearning(config)
+    n_sigma, n_seed = len(sigmas), config.seeds
+    runs = n_sigma * n_seed
+    n_dev = max(1, min(devices or jax.local_device_count(), jax.local_device_count(), runs))
+    padded = math.ceil(runs / n_dev) * n_dev
+    which = np.arange(padded) % runs  # run r = (σ index r // seeds, seed r % seeds)
+    keys = run_keys(config.seed, n_seed)[jnp.asarray(which % n_seed)]
+    sig = jnp.asarray(np.asarray(sigmas, np.float32)[which // n_seed])
     start = time.perf_counter()
-    returns, _, overflow = algo.train_many(run_keys(config.seed, config.seeds),
-                                           jnp.asarray(sigmas, jnp.float32))
-    returns = np.asarray(returns)
+    returns, _, overflow = sharded_train(algo, n_dev)(keys, sig)
+    returns = np.asarray(returns)[:runs].reshape(n_sigma, n_seed, -1)
     if np.asarray(overflow).any():
         raise RuntimeError("internal error: a noise store overflowed its capacity")
     return returns, time.perf_counter() - start
