@@ -121,12 +121,13 @@ def tables_markdown(cfg: DPQLSweepConfig, tables: dict[str, Any]) -> str:
         name = "σ = 0 (non-private baseline)" if r["sigma"] == 0 else f"σ = {r['sigma']:g}"
         lines.append(f"| {name} | {r['final_mean_return']:.2f} | "
                      f"{r['final_sd_over_seeds']:.2f} | {r['mean_return_all_episodes']:.2f} |")
+    n_mc = refs["monte_carlo_episodes"]
     lines += [
-        f"| random policy | {refs['random_policy']:.2f} | | ± {refs['random_policy_se']:.2f} "
-        "(s.e.) |",
-        f"| optimal policy (value iteration) | {refs['optimal_value_iteration']:.2f} | | "
-        f"Monte Carlo {refs['optimal_policy_monte_carlo']:.2f} ± "
-        f"{refs['optimal_policy_mc_se']:.2f} |",
+        f"| random policy (Monte Carlo, {n_mc:,} episodes) | {refs['random_policy']:.2f} | "
+        f"s.e. {refs['random_policy_se']:.2f} | {refs['random_policy']:.2f} |",
+        f"| optimal policy (value iteration; Monte Carlo check "
+        f"{refs['optimal_policy_monte_carlo']:.3f} ± {refs['optimal_policy_mc_se']:.3f}) | "
+        f"{refs['optimal_value_iteration']:.2f} | | {refs['optimal_value_iteration']:.2f} |",
         "",
     ]
     return "\n".join(lines)
