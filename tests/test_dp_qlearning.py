@@ -95,6 +95,7 @@ def test_sigma_alone_claims_no_epsilon():
     ({**T5, "k": 0.2}, "--k"),  # 2k = 0.4 < 8.68·σ_min ≈ 0.56
     ({**T5, "sigma": 0.001}, "--sigma"),  # below the calibration
     ({"sigma": 0.3, "delta": 1e-5}, "--delta"),  # δ without ε
+    ({"sigma": 0.3, "beta": 2.0}, "--beta"),  # β without ε
     ({"sigma": 0.3, "episodes": 0}, "--episodes"),
 ])
 def test_bad_configuration_names_the_option(overrides, option):

@@ -120,7 +120,8 @@ class DPQLearningConfig:
         privacy = {"--delta": self.delta, "--sensitivity-constant": self.sensitivity_constant,
                    "--k": self.k}
         if self.epsilon is None:
-            for option, value in privacy.items():
+            for option, value in [*privacy.items(),
+                                  ("--beta", None if self.beta == 1.0 else self.beta)]:
                 if value is not None:
                     raise ConfigError(option, "only meaningful with --epsilon (Theorem 5)")
             if self.sigma is None:
