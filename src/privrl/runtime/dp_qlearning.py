@@ -93,7 +93,7 @@ def summarize(out: DPQLOutput) -> dict[str, Any]:
         "privacy": describe_privacy(cfg),
         "seeds": cfg.seeds,
         "episodes": cfg.episodes,
-        "final_episodes": FINAL_EPISODES,
+        "final_episodes": min(FINAL_EPISODES, cfg.episodes),
         "final_mean_return": float(final.mean()),
         "final_return_std_over_seeds": float(final.std(ddof=1)) if final.size > 1 else 0.0,
         "final_return_per_seed": final.tolist(),
