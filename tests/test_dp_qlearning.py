@@ -124,6 +124,17 @@ def test_non_private_qlearning_learns_well_above_random():
     assert not np.array_equal(r[0], r[1])
 
 
+def test_noise_store_capacity_bound_holds_with_a_wrapping_replay():
+    """The stores are sized by 'every queried state was in the replay during the block'; a
+    replay that wraps many times within a block (130 slots, 100-step blocks) must not overflow."""
+    cfg = DPQLearningConfig(sigma=0.5, episodes=4, noise_reset_episodes=2,
+                            replay_capacity=130).resolved()
+    algo = DPQLearning(cfg)
+    assert algo.noise_capacity == algo.target_noise_capacity == 130 + 100
+    _, _, overflow = algo.train_many(run_keys(1, 2), jnp.array([0.5]))
+    assert not bool(np.asarray(overflow).any())
+
+
 # --- command line -----------------------------------------------------------------------------
 @pytest.fixture
 def no_compute(monkeypatch):

@@ -266,11 +266,14 @@ class DPQLearning:
                           eps_in_sqrt=False),  # torch adds eps outside the square root
         )
         self.replay_size = min(cfg.replay_capacity, cfg.total_steps)
-        block = cfg.noise_reset_episodes * cfg.episode_steps
-        # Largest number of distinct states a noise function can be asked about between resets:
-        # every acting step and every batch state (online), every batch next state (target).
-        self.noise_capacity = block * (1 + cfg.batch_size)
-        self.target_noise_capacity = block * cfg.batch_size
+        block = min(cfg.noise_reset_episodes, cfg.episodes) * cfg.episode_steps
+        # The most distinct states a noise function can be asked about between resets. Online:
+        # each acting state and each batch state; target: each batch next state. Every one of
+        # them is a state of a transition that was in the replay during the block: at most the
+        # replay's size at the block's start plus the transitions pushed during it.
+        seen = self.replay_size + block
+        self.noise_capacity = min(block * (1 + cfg.batch_size), seen)
+        self.target_noise_capacity = min(block * cfg.batch_size, seen)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> TrainState:
