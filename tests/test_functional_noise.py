@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from privrl.privacy.functional import (
-    CalibrationError,
     GPNoiseFunction,
     Theorem5,
+    Theorem5Error,
     gp_noise_init,
     gp_noise_moments,
     gp_noise_query,
@@ -205,7 +205,7 @@ def test_theorem5_calibration_formula():
 def test_theorem5_rejects_bad_parameters(overrides, option):
     args = dict(epsilon=0.5, delta=1e-5, sensitivity_constant=0.002, k=5.0, beta=1.0,
                 updates=1000, batch_size=128, resets=100)
-    with pytest.raises(CalibrationError) as e:
+    with pytest.raises(Theorem5Error) as e:
         Theorem5(**{**args, **overrides})
     assert e.value.option == option
 
@@ -213,9 +213,9 @@ def test_theorem5_rejects_bad_parameters(overrides, option):
 def test_theorem5_conditions_name_the_failure():
     t = Theorem5(epsilon=0.5, delta=1e-5, sensitivity_constant=0.002, k=1.0, beta=1.0,
                  updates=1000, batch_size=128, resets=100)
-    with pytest.raises(CalibrationError, match="below Theorem 5's calibration") as e:
+    with pytest.raises(Theorem5Error, match="below Theorem 5's calibration") as e:
         t.check(0.5 * t.min_sigma)
     assert e.value.option == "--sigma"
-    with pytest.raises(CalibrationError, match=r"2k > 8\.68") as e:
+    with pytest.raises(Theorem5Error, match=r"2k > 8\.68") as e:
         t.check(0.6)  # σ_min ≈ 0.59 ≤ 0.6, but 2k = 2 < 8.68·0.6 ≈ 5.2
     assert e.value.option == "--k"

@@ -33,9 +33,9 @@ from privrl.nets import FlatModel, q_network
 from privrl.privacy.functional import (
     REWARD_NEIGHBOURS,
     REWARD_UNIT,
-    CalibrationError,
     GPNoiseState,
     Theorem5,
+    Theorem5Error,
     gp_noise_init,
     gp_noise_query,
     gp_noise_reset,
@@ -142,7 +142,7 @@ class DPQLearningConfig:
             t5 = self.theorem5()
             sigma = t5.min_sigma if self.sigma is None else _check_sigma(self.sigma)
             t5.check(sigma)
-        except CalibrationError as e:
+        except Theorem5Error as e:
             raise ConfigError(e.option, e.message) from None
         return replace(self, sigma=sigma)
 
