@@ -106,6 +106,7 @@ def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
                            (lambda d, t, n=s.name, i=i: progress(n, i * t + d, len(settings) * t)))
         tmp = path / "settings" / f".{s.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         summary = save(out, tmp, command=["privrl", "reproduce", "dpsgd-rl"])
         np.save(tmp / "eval_returns.npy", out.eval_returns)
         tmp.rename(final)
