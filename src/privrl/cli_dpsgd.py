@@ -140,7 +140,7 @@ def run_dp_dqn(
         help="Stop training before an update would take a transition's ε above this.")
     ] = None,
     clip: Annotated[float, typer.Option(help="C: L2 bound of each transition's gradient.")
-                    ] = 1.0,
+                    ] = 10.0,
     delta: Delta = 1e-5,
     q: Annotated[float | None, typer.Option(
         help="Poisson sampling probability per stored transition. Default: batch size / "

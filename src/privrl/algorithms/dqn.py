@@ -72,6 +72,7 @@ class DQNConfig(EpisodicConfig):
     tau: float = 0.005  # soft target update per step
     grad_value_clip: float = 100.0  # non-private runs only
     sampling_probability: float | None = None  # q; None: batch_size / buffer_size
+    clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
 
     @classmethod
     def from_preset(cls, preset: str = "paper", **overrides: Any) -> DQNConfig:
