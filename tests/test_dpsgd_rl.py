@@ -179,3 +179,29 @@ def test_dqn_learns_cartpole() -> None:
     out = run_episodic(DQN(cfg), "dqn")
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 100.0, out.eval_returns[:, -25:]
+
+
+def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
+    out = tmp_path / "ldp"
+    rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",
+               "--episodes", "3", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    rec = json.loads((out / "privacy.json").read_text())
+    obs = rec["observations"]
+    assert obs["formal_guarantee"]
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 500))
+    assert obs["per_episode"]["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    assert obs["per_step"]["epsilon"] == pytest.approx(
+        dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
+    assert "NOT protected" in obs["statement"]
+    assert not rec["dpsgd"]["formal_guarantee"]
+
+
+def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "ldp"
+    assert main(["run", "ldp-dqn", "--sigma", "0.3", "--episodes", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    rec = json.loads((out / "privacy.json").read_text())["observations"]
+    assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
+    assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
