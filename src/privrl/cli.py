@@ -358,8 +358,9 @@ def results_table(summary: dict) -> Table:
         ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s "
-                      f"(first chunk incl. compile {summary['compile_seconds']:.1f} s)"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
+            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
+            if summary["compile_seconds"] else "")),
         ("episodes / s",
          f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
     ]
