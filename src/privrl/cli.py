@@ -50,6 +50,11 @@ class PresetName(StrEnum):
     tuned = "tuned"
 
 
+class Runtime(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
 class MechanismName(StrEnum):
     laplace = "laplace"
     prs = "prs"
@@ -106,6 +111,17 @@ def run_pgc_a3c_command(
         help="New or empty directory for the results. Default: runs/pgc-a3c-<mechanism>-...")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    runtime: Annotated[Runtime, typer.Option(
+        help="local: all agents vectorized in this process. ray: agents and the aggregator as "
+        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
+        case_sensitive=False)] = Runtime.local,
+    address: Annotated[str | None, typer.Option(
+        help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local "
+        "one.")] = None,
+    agents_in_flight: Annotated[int | None, typer.Option(
+        help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
+    checkpoint_every: Annotated[int, typer.Option(
+        help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole.
 
@@ -136,12 +152,27 @@ def run_pgc_a3c_command(
         seed=seed,
     ).resolved()
     check_out_dir(out)
+    if runtime is Runtime.ray:
+        if trials != 1:
+            raise ConfigError("--trials", "the Ray runtime runs one trial")
+        if agents_in_flight is not None and agents_in_flight < 1:
+            raise ConfigError("--agents-in-flight", f"must be >= 1, got {agents_in_flight}")
+        if checkpoint_every < 1:
+            raise ConfigError("--checkpoint-every", f"must be >= 1, got {checkpoint_every}")
+        from privrl.runtime.ray_runner import require_ray
+
+        require_ray()
+        _execute_pgc_ray(config, out, progress, address, agents_in_flight, checkpoint_every)
+        return
+    if address is not None or agents_in_flight is not None:
+        raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
     _execute_pgc(config, out, progress)
 
 
 @contextmanager
-def _progress_bar(console: Console, show: bool, description: str) -> Iterator[tuple]:
-    """A rich progress bar (submissions per trial, elapsed, ETA) and its task id."""
+def _progress_bar(console: Console, show: bool, description: str,
+                  unit: str = "submissions/trial") -> Iterator[tuple]:
+    """A rich progress bar (units done, elapsed, ETA) and its task id."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -155,7 +186,7 @@ def _progress_bar(console: Console, show: bool, description: str) -> Iterator[tu
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("submissions/trial"),
+        TextColumn(unit),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
@@ -190,6 +221,60 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console.print(results_table(summary))
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
+
+
+def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                     address: str | None, agents_in_flight: int | None,
+                     checkpoint_every: int) -> None:
+    import numpy as np
+    from rich.console import Console
+
+    from privrl.results import new_run_dir, write_json
+    from privrl.runtime import local, ray_runner
+
+    console, err = Console(), Console(stderr=True)
+    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
+    path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
+    err.print(f"[bold]PGC-A3C on Ray[/] ({config.preset} preset) {config.mechanism}, "
+              f"{config.submissions} submissions, cluster {address or 'local'}; "
+              f"aggregator log and checkpoints in {path / 'aggregator'}")
+    with _progress_bar(err, show_progress, "training") as (bar, task):
+        result = ray_runner.run_pgc_a3c_ray(
+            config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
+            checkpoint_every=checkpoint_every,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    np.save(path / "theta_final.npy", result.theta)
+    summary = local.save(ray_runner.as_run_output(result), path,
+                         command=["privrl", *sys.argv[1:]])
+    write_json(path / "ray.json", {"cluster": result.cluster, "aggregator": result.status,
+                                   "agents_in_flight": result.agents_in_flight})
+    console.print(results_table(summary))
+    console.print(f"Aggregator: {result.status}")
+    console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+
+
+@app.command("replay")
+def replay_command(
+    run_dir: Annotated[Path, typer.Argument(help="A Ray run's results directory.")],
+) -> None:
+    """Rebuild θ from a Ray run's accepted-report log and check it equals the final θ."""
+    import numpy as np
+
+    from privrl.config import ConfigError
+    from privrl.federation.service import SETUP, replay
+
+    log_dir = run_dir / "aggregator"
+    if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
+                                     "aggregator/service.pkl or theta_final.npy)")
+    theta = replay(log_dir)
+    final = np.load(run_dir / "theta_final.npy")
+    diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
+    if theta.shape == final.shape and np.array_equal(theta, final):
+        typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
+        return
+    typer.echo(f"MISMATCH: replayed θ differs from the final θ (max |Δ| = {diff:g})", err=True)
+    raise typer.Exit(1)
 
 
 @reproduce_app.command("pgc-a3c")
@@ -273,8 +358,9 @@ def results_table(summary: dict) -> Table:
         ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s "
-                      f"(first chunk incl. compile {summary['compile_seconds']:.1f} s)"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
+            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
+            if summary["compile_seconds"] else "")),
         ("episodes / s",
          f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
     ]
@@ -283,102 +369,15 @@ def results_table(summary: dict) -> Table:
     return t
 
 
-# --- DP Q-learning with functional noise (paper 001) ------------------------------------------
-@run_app.command("dp-qlearning")
-def run_dp_qlearning_command(
-    sigma: Annotated[float | None, typer.Option(
-        help="Scale σ ≥ 0 of the Gaussian-process noise on Q (the privacy knob). Alone, no ε is "
-        "claimed. With --epsilon: default Theorem 5's calibration; a given σ must satisfy it.")
-    ] = None,
-    epsilon: Annotated[float | None, typer.Option(
-        help="Target ε in (0, 1) for Theorem 5 (needs --delta, --sensitivity-constant, --k).")
-    ] = None,
-    delta: Annotated[float | None, typer.Option(help="Target δ in (0, 1) for Theorem 5.")] = None,
-    sensitivity_constant: Annotated[float | None, typer.Option(
-        help="Theorem 5's C(α, k, L, B) > 0. Required with --epsilon, no default: the poster "
-        "does not define it, and the guarantee is only as valid as the C you supply.")] = None,
-    k: Annotated[float | None, typer.Option(
-        "--k", help="Theorem 5's k > 0 (the C you supply must be for this k); "
-        "needs 2k > 8.68·√β·σ.")] = None,
-    beta: Annotated[float, typer.Option(
-        help="Theorem 5's β > 0 (our reading: the kernel's inverse length scale, 1 for "
-        "exp(−|x−y|)).")] = 1.0,
-    seeds: Annotated[int, typer.Option(help="Independent runs (seeds), vmapped.")] = 1,
-    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
-    noise_reset_episodes: Annotated[int, typer.Option(
-        help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")] = 1,
-    seed: Annotated[int, typer.Option(help="Random seed (same seed, same results).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory for the results. Default: runs/dp-qlearning-...")] = None,
-) -> None:
-    """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
-
-    Protects the reward function (neighbours: ‖r − r′‖∞ ≤ 1); the released object is the
-    Q-function. Writes config.json, metrics.csv, privacy.json, summary.json, plots/returns.png.
-    """
-    from rich.console import Console
-
-    from privrl.algorithms.dp_qlearning import DPQLearningConfig, describe_privacy
-    from privrl.results import check_out_dir, new_run_dir
-    from privrl.runtime import dp_qlearning as runner
-
-    cfg = DPQLearningConfig.from_preset(
-        "paper", sigma=sigma, epsilon=epsilon, delta=delta,
-        sensitivity_constant=sensitivity_constant, k=k, beta=beta, seeds=seeds,
-        episodes=episodes, noise_reset_episodes=noise_reset_episodes, seed=seed).resolved()
-    check_out_dir(out)
-    console, err = Console(), Console(stderr=True)
-    err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
-              f"{cfg.seeds} seed(s) × {cfg.episodes} episodes")
-    result = runner.run_dp_qlearning(cfg)
-    path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
-    summary = runner.save(result, path, command=["privrl", *sys.argv[1:]])
-    console.print(f"privacy: {summary['privacy']}")
-    sd = summary["final_return_std_over_seeds"]
-    console.print(f"final mean return (last {summary['final_episodes']} episodes): "
-                  f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "
-                  f"seed(s)); wall {summary['wall_seconds']:.1f} s")
-    console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, plots/returns.png)")
-
-
-@reproduce_app.command("dp-qlearning")
-def reproduce_dp_qlearning_command(
-    seeds: Annotated[int, typer.Option(help="Seeds per σ (authors: 10).")] = 10,
-    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
-    seed: Annotated[int, typer.Option(help="Random seed (shared by all σ).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory. Default: runs/reproduce-dp-qlearning-<time>.")] = None,
-) -> None:
-    """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
-
-    Writes tables.md, tables.json, plots/returns.png (mean and interquartile band per σ),
-    raw/returns.csv and privacy.json, and prints the table.
-    """
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.reproduce.dp_qlearning import DPQLSweepConfig, run_sweep
-    from privrl.results import check_out_dir, new_run_dir
-
-    cfg = DPQLSweepConfig(seeds=seeds, episodes=episodes, seed=seed)
-    cfg.validate()
-    check_out_dir(out)
-    console, err = Console(), Console(stderr=True)
-    path = new_run_dir(out, "reproduce-dp-qlearning")
-    err.print(f"[bold]Reproducing paper 001[/]: σ ∈ {list(cfg.sigmas)} × {cfg.seeds} seeds × "
-              f"{cfg.episodes} episodes → {path}")
-    run_sweep(cfg, path, log=err.print)
-    console.print(Markdown((path / "tables.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, "
-                  "plots/returns.png, raw/, privacy.json)")
+# Commands of the other systems live in their own modules and register themselves here.
+from privrl import cli_dpql, cli_dpsgd  # noqa: E402, F401
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors (exit 2) for bad options, before any computation."""
     use_host_devices()
     use_compilation_cache()
-    from privrl.algorithms.pgc_a3c import ConfigError
+    from privrl.config import ConfigError, RayNotInstalledError
     from privrl.privacy.ledger import BudgetExceededError
     from privrl.results import OutputDirError
 
@@ -392,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     except TyperException as e:  # usage errors: unknown option, unparsable value, ...
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
-    except (ConfigError, OutputDirError) as e:
+    except (ConfigError, OutputDirError, RayNotInstalledError) as e:
         print(f"privrl: error: {e}", file=sys.stderr)
         return 2
     except BudgetExceededError as e:

@@ -24,6 +24,35 @@ def discounted_returns(rewards: Array, mask: Array, bootstrap: Array, gamma: flo
     return returns
 
 
+def masked_standardize(x: Array, mask: Array, ddof: int = 0, eps: float = 1e-8) -> Array:
+    """(x − mean) / (std + eps) over the valid steps (mask 1); ddof=1 is torch's default std."""
+    n = jnp.sum(mask)
+    mean = jnp.sum(mask * x) / jnp.maximum(n, 1.0)
+    var = jnp.sum(mask * jnp.square(x - mean)) / jnp.maximum(n - ddof, 1.0)
+    return (x - mean) / (jnp.sqrt(var) + eps)
+
+
+def reinforce_loss(logits: Array, actions: Array, returns: Array, mask: Array) -> Array:
+    """REINFORCE for one episode: L = −Σ_t R_t log π(a_t|s_t) over its valid steps.
+
+    `returns` (already normalized if wanted) are held constant; ∇L is the episode's
+    policy-gradient estimate, the unit DP-SGD REINFORCE clips.
+    """
+    logp_a = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    return -jnp.sum(mask * jax.lax.stop_gradient(returns) * logp_a)
+
+
+def huber(x: Array, delta: float = 1.0) -> Array:
+    """Huber loss (PyTorch's SmoothL1 with β = 1 for delta = 1), elementwise."""
+    a = jnp.abs(x)
+    return jnp.where(a <= delta, 0.5 * jnp.square(x), delta * (a - 0.5 * delta))
+
+
+def td_targets(rewards: Array, next_q: Array, terminal: Array, gamma: float) -> Array:
+    """DQN targets r + γ (1 − terminal) max_a' Q_target(s', a'); truncation is not terminal."""
+    return rewards + gamma * (1.0 - terminal) * jnp.max(next_q, axis=-1)
+
+
 def a2c_loss(
     logits: Array,
     values: Array,
@@ -47,10 +76,7 @@ def a2c_loss(
     returns = jax.lax.stop_gradient(returns)
     advantage = jax.lax.stop_gradient(returns - values)
     if normalize_advantage:
-        n = jnp.maximum(jnp.sum(mask), 1.0)
-        mean = jnp.sum(mask * advantage) / n
-        std = jnp.sqrt(jnp.sum(mask * jnp.square(advantage - mean)) / n)
-        advantage = (advantage - mean) / (std + 1e-8)
+        advantage = masked_standardize(advantage, mask)
     policy_loss = -jnp.sum(mask * (logp_a * advantage + entropy_coef * entropy))
     value_loss = jnp.sum(mask * jnp.square(returns - values))
     loss = policy_loss + value_coef * value_loss

@@ -35,6 +35,50 @@ class ActorCritic(nn.Module):
         return logits, value
 
 
+def _torch_linear_bias(fan_in: int) -> Callable[..., Array]:
+    """PyTorch's default nn.Linear bias init, U(±1/√fan_in) (flax's bias_init sees no fan-in)."""
+    bound = 1.0 / np.sqrt(fan_in)
+    return lambda key, shape, dtype=jnp.float32: jax.random.uniform(
+        key, shape, dtype, -bound, bound)
+
+
+INITS = ("glorot_normal", "torch_default")
+
+
+class MLP(nn.Module):
+    """ReLU MLP: hidden layers `hidden`, linear output `num_outputs`.
+
+    weight_init "glorot_normal": Xavier-normal kernels, zero biases (paper 003's REINFORCE code);
+    "torch_default": PyTorch's nn.Linear default, U(±1/√fan_in) for kernels and biases.
+    `masks` (one per hidden layer, or None) multiply the hidden pre-activations: explicit
+    dropout masks, so that a rollout can record the masks it sampled and the loss can reuse them.
+    """
+
+    hidden: tuple[int, ...] = (128,)
+    num_outputs: int = 2
+    weight_init: str = "torch_default"
+
+    @nn.compact
+    def __call__(self, x: Array, masks: tuple[Array, ...] | None = None) -> Array:
+        sizes = (*self.hidden, self.num_outputs)
+        fan_in = x.shape[-1]
+        for i, n in enumerate(sizes):
+            if self.weight_init == "glorot_normal":
+                layer = nn.Dense(n, kernel_init=nn.initializers.glorot_normal(),
+                                 bias_init=nn.initializers.zeros)
+            else:
+                layer = nn.Dense(
+                    n, kernel_init=nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform"),
+                    bias_init=_torch_linear_bias(fan_in))
+            x = layer(x)
+            if i < len(self.hidden):
+                if masks is not None:
+                    x = x * masks[i]
+                x = nn.relu(x)
+            fan_in = n
+        return x
+
+
 class FlatModel:
     """A Flax module seen as a function of one flat parameter vector θ ∈ R^d."""
 
@@ -56,8 +100,8 @@ class FlatModel:
     def unravel(self, theta: Array) -> Any:
         return self._unravel(theta)
 
-    def apply(self, theta: Array, x: Array) -> Any:
-        return self.module.apply({"params": self._unravel(theta)}, x)
+    def apply(self, theta: Array, x: Array, *args: Any) -> Any:
+        return self.module.apply({"params": self._unravel(theta)}, x, *args)
 
     def bind(self, theta: Array) -> Callable[[Array], Any]:
         params = self._unravel(theta)
@@ -71,31 +115,8 @@ def actor_critic(
     return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
 
 
-class QNetwork(nn.Module):
-    """Paper 001's Q-network: obs → 16 → 16 → actions, ReLU, with biases.
-
-    Initialized as PyTorch's nn.Linear (the authors' code): weights and biases U(±1/√fan_in).
-    """
-
-    hidden: int = 16
-    num_actions: int = 2
-
-    @nn.compact
-    def __call__(self, obs: Array) -> Array:
-        h = obs
-        for i, n in enumerate((self.hidden, self.hidden, self.num_actions)):
-            bound = 1.0 / np.sqrt(h.shape[-1])
-            h = nn.Dense(
-                n,
-                kernel_init=nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform"),
-                bias_init=lambda key, shape, dtype=jnp.float32, b=bound: jax.random.uniform(
-                    key, shape, dtype, -b, b),
-                name=f"dense{i}",
-            )(h)
-            if i < 2:
-                h = nn.relu(h)
-        return h
-
-
-def q_network(hidden: int = 16, num_actions: int = 2, obs_dim: int = 1) -> FlatModel:
-    return FlatModel(QNetwork(hidden, num_actions), jnp.zeros((obs_dim,), jnp.float32))
+def mlp(hidden: tuple[int, ...], num_outputs: int, obs_dim: int,
+        init: str = "torch_default") -> FlatModel:
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    return FlatModel(MLP(tuple(hidden), num_outputs, init), jnp.zeros((obs_dim,), jnp.float32))

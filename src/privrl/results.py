@@ -139,3 +139,50 @@ def plot_scores(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def hold_last(x: np.ndarray) -> np.ndarray:
+    """Forward-fill NaNs along the last axis (a stopped seed keeps its last value)."""
+    x = np.array(x, dtype=float)
+    for row in x.reshape(-1, x.shape[-1]):
+        last = np.nan
+        for i, v in enumerate(row):
+            if np.isnan(v):
+                row[i] = last
+            else:
+                last = v
+    return x
+
+
+def plot_curves(path: Path, curves: dict[str, np.ndarray], title: str, xlabel: str,
+                ylabel: str, target: float | None = None, window: int = 25) -> None:
+    """Per label, a (seeds, T) array: moving average over `window`, mean over seeds and an
+    interquartile band; a seed that stopped early (NaN) holds its last smoothed value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, y in curves.items():
+        y = np.atleast_2d(np.asarray(y, dtype=float))
+        if y.shape[1] >= window:
+            kernel = np.ones(window) / window
+            smooth = np.stack([np.convolve(hold_last(r), kernel, "valid") for r in y])
+            x = np.arange(window, y.shape[1] + 1)
+        else:
+            smooth, x = hold_last(y), np.arange(1, y.shape[1] + 1)
+        line = ax.plot(x, np.nanmean(smooth, 0), lw=1.2, label=label)[0]
+        if y.shape[0] > 1:
+            lo, hi = np.nanpercentile(smooth, [25, 75], axis=0)
+            ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"solved: {target:g}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"{ylabel} (moving average {window})")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

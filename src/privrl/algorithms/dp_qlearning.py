@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.algorithms.pgc_a3c import ConfigError
+from privrl.config import ConfigError
 from privrl.envs.line1d import make_line1d
-from privrl.nets import FlatModel, q_network
+from privrl.nets import FlatModel, mlp
 from privrl.privacy.functional import (
     REWARD_NEIGHBOURS,
     REWARD_UNIT,
@@ -259,7 +259,9 @@ class DPQLearning:
         self.config = cfg = config
         self.env, self.env_params = make_line1d(cfg.episode_steps)
         self.num_actions = 2
-        self.model: FlatModel = q_network(cfg.hidden, self.num_actions, 1)
+        # 1-16-16-2 ReLU MLP with PyTorch's default initialization, as the authors' code
+        self.model: FlatModel = mlp((cfg.hidden, cfg.hidden), self.num_actions, 1,
+                                    "torch_default")
         self.optimizer = optax.chain(
             optax.clip(cfg.grad_clamp),  # elementwise clamp, as param.grad.clamp_(-1, 1)
             optax.rmsprop(cfg.learning_rate, decay=cfg.rms_decay, eps=cfg.rms_eps,

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
+from privrl.config import ConfigError
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
 from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
@@ -69,14 +70,6 @@ MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
     "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "none": (0.01, 1)},
     "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "none": (0.01, 10)},
 }
-
-
-class ConfigError(ValueError):
-    """An invalid option; `option` names it (as on the command line)."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
 
 
 @dataclass(frozen=True)

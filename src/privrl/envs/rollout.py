@@ -24,9 +24,11 @@ class Trajectory(NamedTuple):
     final_obs: Array  # (P, obs_dim): the observation after the last step
     terminated: Array  # (P,) bool: ended in a terminal state (not cut by the step cap)
     length: Array  # (P,) int32: steps taken = CartPole score
+    aux: Any = None  # (T, P, ...) what the policy returned beside the action, if anything
 
 
-PolicyFn = Callable[[Array, Array], Array]  # (key, obs (P, obs_dim)) -> actions (P,)
+# (key, obs (P, obs_dim)) -> actions (P,), or (actions, aux) to record aux (e.g. dropout masks)
+PolicyFn = Callable[[Array, Array], Any]
 
 
 def rollout_episodes(
@@ -41,7 +43,8 @@ def rollout_episodes(
     """Roll out one episode per environment; env_params has a leading axis of size num_envs.
 
     Environments with `active` False take no step (their episode has length 0), so a batch
-    of inactive environments costs next to nothing.
+    of inactive environments costs next to nothing. A policy that returns (actions, aux) has
+    its aux recorded per step in `Trajectory.aux`.
     """
     k_reset, k_loop = jax.random.split(key)
     obs0, state0 = jax.vmap(env.reset_env)(jax.random.split(k_reset, num_envs), env_params)
@@ -51,15 +54,22 @@ def rollout_episodes(
     mask_buf = jnp.zeros((max_steps, num_envs), jnp.float32)
     done0 = jnp.zeros((num_envs,), bool) if active is None else ~active
     term0 = jnp.zeros((num_envs,), bool)
+    out = jax.eval_shape(policy, k_loop, obs0)
+    with_aux = isinstance(out, tuple)
+    aux_buf = (jax.tree_util.tree_map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), out[1])
+               if with_aux else None)
 
     def cond(carry: tuple) -> Array:
         t, _, _, done, *_ = carry
         return (t < max_steps) & ~jnp.all(done)
 
     def body(carry: tuple) -> tuple:
-        t, state, obs, done, term, obs_b, act_b, mask_b, k = carry
+        t, state, obs, done, term, obs_b, act_b, mask_b, aux_b, k = carry
         k, k_act, k_step = jax.random.split(k, 3)
         action = policy(k_act, obs)
+        if with_aux:
+            action, aux = action
+            aux_b = jax.tree_util.tree_map(lambda b, a: b.at[t].set(a), aux_b, aux)
         keys = jax.random.split(k_step, num_envs)
         next_obs, next_state, _, _, _ = jax.vmap(env.step_env)(keys, state, action, env_params)
         live = ~done
@@ -75,9 +85,11 @@ def rollout_episodes(
         obs = keep(next_obs, obs)
         term = term | (live & fell)
         done = done | fell
-        return t + 1, state, obs, done, term, obs_b, act_b, mask_b, k
+        return t + 1, state, obs, done, term, obs_b, act_b, mask_b, aux_b, k
 
-    carry = (jnp.int32(0), state0, obs0, done0, term0, obs_buf, act_buf, mask_buf, k_loop)
-    _, _, final_obs, _, term, obs_b, act_b, mask_b, _ = jax.lax.while_loop(cond, body, carry)
+    carry = (jnp.int32(0), state0, obs0, done0, term0, obs_buf, act_buf, mask_buf, aux_buf,
+             k_loop)
+    _, _, final_obs, _, term, obs_b, act_b, mask_b, aux_b, _ = jax.lax.while_loop(
+        cond, body, carry)
     length = jnp.sum(mask_b, axis=0).astype(jnp.int32)
-    return Trajectory(obs_b, act_b, mask_b, final_obs, term, length)
+    return Trajectory(obs_b, act_b, mask_b, final_obs, term, length, aux_b)

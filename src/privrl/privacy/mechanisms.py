@@ -8,21 +8,29 @@ data is touched. The mechanisms are jit/vmap friendly: `privatize` uses only jax
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import Array
 
-from privrl.privacy.clipping import clip_elementwise, clip_l1
+from privrl.privacy.accounting import Accountant, PrivacyEvent, gaussian_epsilon
+from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
+from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.report import _MINT, Guarantee, Report
 
 __all__ = [
+    "BoxGaussianMechanism",
+    "GaussianMechanism",
+    "GaussianSumMechanism",
     "IdentityMechanism",
     "LaplaceMechanism",
     "Mechanism",
     "ProjectedRandomSignMechanism",
+    "UnboundedGaussianNoise",
     "default_d_hat",
 ]
 
@@ -252,3 +260,230 @@ class ProjectedRandomSignMechanism(Mechanism):
         )
         u_tilde = jnp.where(plus, self.clip, -self.clip).astype(x.dtype)
         return m.T @ u_tilde
+
+
+def _check_delta(delta: Any) -> float:
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}") from None
+    if not 0 < d < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    return d
+
+
+def _gaussian_ldp_guarantee(z: float, delta: float, sensitivity: float, unit: str,
+                            neighbouring: str) -> Guarantee:
+    """(ε, δ)-LDP of one Gaussian release whose std is z times the L2 sensitivity."""
+    return Guarantee(epsilon=gaussian_epsilon(z, delta), delta=delta, notion="(ε, δ)-LDP",
+                     unit=unit, neighbouring=neighbouring, sensitivity=sensitivity, norm="L2")
+
+
+@dataclass(frozen=True)
+class GaussianMechanism(Mechanism):
+    """Clip ||x||_2 to `clip`, add N(0, (noise_multiplier·clip)² I): a local Gaussian randomizer.
+
+    Any two clipped inputs differ by at most 2·clip in L2 (the ball's diameter), so one release
+    is a Gaussian mechanism with std / sensitivity = noise_multiplier / 2; its ε at `delta` is
+    exact (analytic Gaussian). Compose many releases with `privrl.privacy.accounting` via
+    `event`, not by adding ε's.
+    """
+
+    noise_multiplier: float
+    clip: float
+    delta: float = 1e-5
+    name = "gaussian"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "noise_multiplier",
+                           _check_positive("noise_multiplier", self.noise_multiplier))
+        object.__setattr__(self, "clip", _check_clip(self.clip))
+        object.__setattr__(self, "delta", _check_delta(self.delta))
+
+    @property
+    def std(self) -> float:
+        return self.noise_multiplier * self.clip
+
+    @property
+    def event(self) -> PrivacyEvent:
+        return PrivacyEvent("gaussian", self.noise_multiplier / 2.0)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        return _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
+                                       LDP_UNIT, LDP_NEIGHBOURS)
+
+    def params(self) -> dict[str, Any]:
+        return {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
+                "noise_std": self.std, "delta": self.delta}
+
+    def _randomize(self, key: Array, x: Array) -> Array:
+        return clip_l2(x, self.clip) + self.std * jax.random.normal(key, x.shape, x.dtype)
+
+
+STATE_UNIT = "one observed state (one environment step's observation)"
+STATE_NEIGHBOURS = "any two states inside the declared box (local DP)"
+
+
+@dataclass(frozen=True)
+class BoxGaussianMechanism(Mechanism):
+    """Clip x into the box [low, high]; add N(0, (z·diag)² I), z the noise multiplier.
+
+    diag = ||high − low||_2 is the box's diagonal.
+    Any two points of the box differ by at most its diagonal in L2, so one release is
+    (ε, δ)-LDP with std / sensitivity = noise_multiplier. Used to perturb each observed state
+    before a learner sees it (paper 003's LDP, made formal by the box).
+    """
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    noise_multiplier: float
+    delta: float = 1e-5
+    name = "box-gaussian"
+
+    def __post_init__(self) -> None:
+        low = tuple(float(v) for v in self.low)
+        high = tuple(float(v) for v in self.high)
+        if len(low) != len(high) or not low:
+            raise ValueError(f"the box needs low and high of the same length >= 1, got "
+                             f"{len(low)} and {len(high)}")
+        pairs = zip(low, high, strict=True)
+        if not all(math.isfinite(a) and math.isfinite(b) and a < b for a, b in pairs):
+            raise ValueError(f"the box needs finite low < high in every coordinate, got "
+                             f"low={low}, high={high}")
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+        object.__setattr__(self, "noise_multiplier",
+                           _check_positive("noise_multiplier", self.noise_multiplier))
+        object.__setattr__(self, "delta", _check_delta(self.delta))
+
+    @property
+    def diagonal(self) -> float:
+        return math.sqrt(sum((b - a) ** 2 for a, b in zip(self.low, self.high, strict=True)))
+
+    @property
+    def std(self) -> float:
+        return self.noise_multiplier * self.diagonal
+
+    @property
+    def event(self) -> PrivacyEvent:
+        return PrivacyEvent("gaussian", self.noise_multiplier)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        return _gaussian_ldp_guarantee(self.noise_multiplier, self.delta, self.diagonal,
+                                       STATE_UNIT, STATE_NEIGHBOURS)
+
+    def params(self) -> dict[str, Any]:
+        return {"low": list(self.low), "high": list(self.high),
+                "noise_multiplier": self.noise_multiplier, "box_diagonal": self.diagonal,
+                "noise_std": self.std, "delta": self.delta}
+
+    def clip_input(self, x: Array) -> Array:
+        return jnp.clip(x, jnp.asarray(self.low, x.dtype), jnp.asarray(self.high, x.dtype))
+
+    def _randomize(self, key: Array, x: Array) -> Array:
+        if x.shape != (len(self.low),):
+            raise ValueError(f"the box has {len(self.low)} coordinates, the input shape {x.shape}")
+        return self.clip_input(x) + self.std * jax.random.normal(key, x.shape, x.dtype)
+
+
+@dataclass(frozen=True)
+class UnboundedGaussianNoise(Mechanism):
+    """Add N(0, diag(scale)²) to an unbounded input: paper 003's σ·IQR observation noise.
+
+    The input is not bounded, so its sensitivity is infinite and NO formal guarantee holds:
+    the guarantee says ε = ∞. It is offered for fidelity with the paper; use
+    `BoxGaussianMechanism` for a guarantee.
+    """
+
+    scale: tuple[float, ...]
+    name = "unbounded-gaussian"
+
+    def __post_init__(self) -> None:
+        scale = tuple(float(v) for v in self.scale)
+        if not scale or not all(math.isfinite(v) and v >= 0 for v in scale):
+            raise ValueError(f"scale must be finite and >= 0 in every coordinate, got {scale}")
+        object.__setattr__(self, "scale", scale)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=STATE_UNIT,
+                         neighbouring="none: the input is unbounded, so no noise level gives a "
+                         "formal guarantee")
+
+    def params(self) -> dict[str, Any]:
+        return {"scale": list(self.scale)}
+
+    def _randomize(self, key: Array, x: Array) -> Array:
+        if x.shape != (len(self.scale),):
+            raise ValueError(f"scale has {len(self.scale)} coordinates, the input shape {x.shape}")
+        return x + jnp.asarray(self.scale, x.dtype) * jax.random.normal(key, x.shape, x.dtype)
+
+
+@dataclass(frozen=True)
+class GaussianSumMechanism(Mechanism):
+    """DP-SGD's step (Abadi et al. 2016): clip each row to L2 norm `clip`, sum, add N(0, σ²C² I).
+
+    Input: per-example gradients (B, d); rows of examples not in the batch must be zero (they
+    then contribute nothing). Adding or removing one example moves the sum by at most `clip`,
+    so with `sampling_probability` q < 1 (Poisson sampling, each example included independently)
+    one release is a Poisson-subsampled Gaussian with noise multiplier σ, and without sampling a
+    plain Gaussian. This is central DP: the learner holding the examples is trusted, the
+    released model is what is protected. The Report is the noisy SUM; dividing by a public
+    batch size is post-processing left to the caller.
+    """
+
+    noise_multiplier: float
+    clip: float
+    sampling_probability: float = 1.0
+    delta: float = 1e-5
+    unit: str = "one training example"
+    name = "gaussian-sum"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "noise_multiplier",
+                           _check_positive("noise_multiplier", self.noise_multiplier))
+        object.__setattr__(self, "clip", _check_clip(self.clip))
+        q = self.sampling_probability
+        if not (isinstance(q, int | float) and 0 < q <= 1):
+            raise ValueError(f"sampling probability q must be in (0, 1], got {q!r}")
+        object.__setattr__(self, "delta", _check_delta(self.delta))
+
+    @property
+    def event(self) -> PrivacyEvent:
+        q = float(self.sampling_probability)
+        return PrivacyEvent("gaussian", self.noise_multiplier, "poisson" if q < 1 else "none", q)
+
+    @cached_property
+    def guarantee(self) -> Guarantee:
+        """(ε, δ)-DP of ONE step at `delta`; a run's ε composes its steps with the accountant."""
+        eps = Accountant("rdp").epsilon_if(self.event, 1, self.delta)
+        return Guarantee(epsilon=eps, delta=self.delta, notion="(ε, δ)-DP (central, one step)",
+                         unit=self.unit, neighbouring="add or remove one example",
+                         sensitivity=self.clip, norm="L2")
+
+    def params(self) -> dict[str, Any]:
+        return {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
+                "sampling_probability": self.sampling_probability, "delta": self.delta,
+                "unit": self.unit}
+
+    def privatize(self, key: Array, x: Any) -> Report:
+        x = jnp.asarray(x)
+        if x.ndim != 2:
+            raise ValueError(f"GaussianSumMechanism takes per-example rows (B, d), got {x.shape}")
+        clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
+        return self._noisy(key, clipped.sum(axis=0))
+
+    def privatize_dense(self, key: Array, params: Any, x: Array,
+                        loss_of_outputs: Callable[[Array], Array],
+                        rows: Array | None = None) -> Report:
+        """The same release for a dense ReLU network (privrl.nets.MLP) without materializing
+        per-example gradients: clipping is done by `privacy.dpsgd.clipped_grad_sum`, exactly."""
+        clipped_sum, _ = clipped_grad_sum(params, x, loss_of_outputs, self.clip, rows)
+        return self._noisy(key, clipped_sum)
+
+    def _noisy(self, key: Array, clipped_sum: Array) -> Report:
+        noise = self.noise_multiplier * self.clip * jax.random.normal(
+            key, clipped_sum.shape, clipped_sum.dtype)
+        return Report._mint(_MINT, clipped_sum + noise, self.guarantee)

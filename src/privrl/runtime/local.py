@@ -46,6 +46,23 @@ def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
     return int(min(total_rounds, max(10, 20_000 // per_round)))
 
 
+def trial_devices(trials: int, devices: int | None = None) -> int:
+    """How many host devices `trials` independent trials are split over."""
+    return max(1, min(devices or jax.local_device_count(), jax.local_device_count(), trials))
+
+
+def shard_vmap(fn: Callable[..., Any], devices: int) -> Callable[..., Any]:
+    """vmap `fn` over a leading trials axis and split that axis over `devices` host devices.
+
+    Trials are independent, so no collectives: every argument and output is sharded on axis 0,
+    whose length must be a multiple of `devices`.
+    """
+    mesh = Mesh(np.array(jax.local_devices()[:devices]), ("trials",))
+    spec = PartitionSpec("trials")
+    return jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec,
+                         check_vma=False)
+
+
 class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
@@ -57,21 +74,15 @@ class ShardedTrials:
     """
 
     def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None):
-        n_dev = min(devices or jax.local_device_count(), jax.local_device_count(), trials)
-        self.devices = n_dev
+        self.devices = n_dev = trial_devices(trials, devices)
         self.trials = trials
         self.padded = math.ceil(trials / n_dev) * n_dev
-        mesh = Mesh(np.array(jax.local_devices()[:n_dev]), ("trials",))
-        spec = PartitionSpec("trials")
-        shard = lambda f: jax.shard_map(  # noqa: E731 - trials are independent: no collectives
-            f, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False
-        )
 
         def advance(state: Any, retired: jax.Array) -> Any:
             return algo.run_rounds(state._replace(retired=retired), chunk)
 
-        self._run = jax.jit(shard(jax.vmap(advance)))
-        self._init = jax.jit(shard(jax.vmap(algo.init)))
+        self._run = jax.jit(shard_vmap(advance, n_dev))
+        self._init = jax.jit(shard_vmap(algo.init, n_dev))
 
     def init(self, key: jax.Array) -> Any:
         return self._init(jax.random.split(key, self.padded))

@@ -1,0 +1,150 @@
+"""Gaussian mechanisms and the dp-accounting Accountant: ε equals a direct dp-accounting
+computation, calibration hits its target, clipping is per example, noise has the declared scale."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting.rdp import RdpAccountant
+
+from privrl.privacy import (
+    Accountant,
+    BoxGaussianMechanism,
+    CalibrationError,
+    GaussianMechanism,
+    GaussianSumMechanism,
+    PrivacyEvent,
+    UnboundedGaussianNoise,
+    calibrate_noise_multiplier,
+    gaussian_epsilon,
+)
+
+POISSON = PrivacyEvent("gaussian", 1.1, "poisson", 0.01)
+
+
+def test_accountant_matches_direct_dp_accounting() -> None:
+    acc = Accountant("rdp")
+    acc.compose(POISSON, 300)
+    acc.compose(PrivacyEvent("gaussian", 2.0), 7)
+    acc.compose(POISSON, 200)  # same event: counts add up
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.1)), 500))
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(2.0), 7))
+    assert acc.epsilon(1e-5) == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    rec = acc.record(1e-5)
+    assert rec["epsilon"] == acc.epsilon(1e-5)
+    assert [e["count"] for e in rec["events"]] == [500, 7]
+    assert rec["events"][0]["sampling"] == "poisson"
+
+
+def test_accountant_empty_is_zero_and_epsilon_grows_with_count() -> None:
+    acc = Accountant()
+    assert acc.epsilon(1e-5) == 0.0
+    eps = [acc.epsilon_if(POISSON, n, 1e-5) for n in (10, 100, 1000)]
+    assert eps[0] < eps[1] < eps[2]
+    assert acc.events == []  # epsilon_if records nothing
+
+
+def test_max_count_is_the_exact_boundary() -> None:
+    acc = Accountant()
+    acc.compose(POISSON, 50)
+    n = acc.max_count(POISSON, 1e-5, 3.0, upper=1_000_000)
+    assert 0 < n < 1_000_000
+    assert acc.epsilon_if(POISSON, n, 1e-5) <= 3.0 < acc.epsilon_if(POISSON, n + 1, 1e-5)
+    assert acc.max_count(POISSON, 1e-5, 1e-6, upper=10) == 0
+
+
+@pytest.mark.parametrize(("target", "count", "q"), [(8.0, 1, 1.0), (2.0, 5000, 0.0128)])
+def test_calibration_hits_the_target(target: float, count: int, q: float) -> None:
+    sigma = calibrate_noise_multiplier(target, 1e-5, count, q)
+    sampling = "poisson" if q < 1 else "none"
+    acc = Accountant()
+    eps = acc.epsilon_if(PrivacyEvent("gaussian", sigma, sampling, q), count, 1e-5)
+    less = acc.epsilon_if(PrivacyEvent("gaussian", sigma * 0.999, sampling, q), count, 1e-5)
+    assert eps <= target < less
+    assert eps == pytest.approx(target, rel=1e-3)
+
+
+def test_calibration_refuses_unreachable_targets() -> None:
+    with pytest.raises(CalibrationError, match="cannot be reached"):
+        calibrate_noise_multiplier(1e-7, 1e-10, 10**6)
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(CalibrationError, match="target epsilon"):
+            calibrate_noise_multiplier(bad, 1e-5, 1)
+    with pytest.raises(ValueError, match="delta"):
+        calibrate_noise_multiplier(1.0, 1.5, 1)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mechanism": "gaussian", "noise_multiplier": 0.0},
+    {"mechanism": "gaussian", "noise_multiplier": 1.0, "sampling": "poisson",
+     "sampling_probability": 0.0},
+    {"mechanism": "gaussian", "noise_multiplier": 1.0, "sampling_probability": 0.5},
+    {"mechanism": "cauchy", "noise_multiplier": 1.0},
+])
+def test_event_validation(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        PrivacyEvent(**kwargs)
+
+
+def test_dpsgd_clipping_is_per_example() -> None:
+    """One example with a huge gradient is clipped to C; the others pass through unchanged."""
+    mech = GaussianSumMechanism(noise_multiplier=0.5, clip=1.0)
+    grads = jnp.array([[0.3, 0.4, 0.0], [1e6, 0.0, 0.0], [0.0, 0.0, 0.5], [0.0, 0.0, 0.0]])
+    key = jax.random.key(3)
+    noise = 0.5 * 1.0 * jax.random.normal(key, (3,))
+    got = mech.privatize(key, grads).value - noise
+    expected = np.array([0.3 + 1.0, 0.4, 0.5])  # row 2 -> (1, 0, 0), rows 1 and 3 unchanged
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_dpsgd_noise_has_std_sigma_c() -> None:
+    """Empirical std over 20,000 draws × 8 coordinates is within 2% of σC (the standard error of
+    a sample std here is about 0.25%, so a false failure needs an 8-sigma deviation)."""
+    mech = GaussianSumMechanism(noise_multiplier=0.7, clip=2.0, sampling_probability=0.1)
+    keys = jax.random.split(jax.random.key(0), 20_000)
+    zero = jnp.zeros((5, 8))
+    draws = jax.vmap(lambda k: mech.privatize(k, zero).value)(keys)
+    assert float(jnp.std(draws)) == pytest.approx(1.4, rel=0.02)
+    assert mech.event == PrivacyEvent("gaussian", 0.7, "poisson", 0.1)
+    g = mech.guarantee
+    assert g.epsilon == pytest.approx(Accountant().epsilon_if(mech.event, 1, 1e-5))
+    assert g.neighbouring == "add or remove one example"
+
+
+def test_box_gaussian_clips_into_the_box_and_states_exact_epsilon() -> None:
+    mech = BoxGaussianMechanism((-1.0, -2.0), (1.0, 2.0), noise_multiplier=0.8, delta=1e-6)
+    assert mech.diagonal == pytest.approx(math.sqrt(4 + 16))
+    np.testing.assert_allclose(mech.clip_input(jnp.array([5.0, -7.0])), [1.0, -2.0])
+    np.testing.assert_allclose(mech.clip_input(jnp.array([0.5, 1.0])), [0.5, 1.0])
+    assert mech.guarantee.epsilon == pytest.approx(gaussian_epsilon(0.8, 1e-6))
+    assert mech.guarantee.sensitivity == pytest.approx(mech.diagonal)
+    keys = jax.random.split(jax.random.key(1), 20_000)
+    out = jax.vmap(lambda k: mech.privatize(k, jnp.array([9.0, 9.0])).value)(keys)
+    np.testing.assert_allclose(out.mean(0), [1.0, 2.0], atol=5 * mech.std / math.sqrt(20_000))
+    with pytest.raises(ValueError, match="low < high"):
+        BoxGaussianMechanism((1.0,), (1.0,), 1.0)
+    with pytest.raises(ValueError, match="delta"):
+        BoxGaussianMechanism((0.0,), (1.0,), 1.0, delta=0.0)
+
+
+def test_local_gaussian_uses_the_ball_diameter() -> None:
+    mech = GaussianMechanism(noise_multiplier=2.0, clip=0.5)
+    assert mech.event.noise_multiplier == 1.0  # std 1.0 over sensitivity 2·clip = 1.0
+    assert mech.guarantee.epsilon == pytest.approx(gaussian_epsilon(1.0, 1e-5))
+    x = mech.privatize(jax.random.key(0), jnp.array([3.0, 4.0])).value
+    assert x.shape == (2,)
+
+
+def test_unbounded_noise_claims_nothing() -> None:
+    mech = UnboundedGaussianNoise((0.55, 0.39, 0.05, 0.32))
+    assert not mech.guarantee.is_private
+    assert "unbounded" in mech.guarantee.neighbouring
+    with pytest.raises(ValueError):
+        UnboundedGaussianNoise((-1.0,))
