@@ -28,12 +28,13 @@ test: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks
 
-# Benchmarks. bench_torch_loop.py needs the benchmark-only extra (torch==2.13.0, a CPU build
+# Benchmarks. bench_torch_loop.py and bench_opacus.py need the benchmark-only extra (torch==2.13.0, a CPU build
 # here; elsewhere install it from PyTorch's CPU wheel index first).
 bench: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	$(BIN)/python benchmarks/bench_round.py
 	$(BIN)/python benchmarks/bench_torch_loop.py
+	$(BIN)/python benchmarks/bench_opacus.py
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info

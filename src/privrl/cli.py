@@ -50,6 +50,11 @@ class PresetName(StrEnum):
     tuned = "tuned"
 
 
+class Runtime(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
 class MechanismName(StrEnum):
     laplace = "laplace"
     prs = "prs"
@@ -106,6 +111,17 @@ def run_pgc_a3c_command(
         help="New or empty directory for the results. Default: runs/pgc-a3c-<mechanism>-...")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    runtime: Annotated[Runtime, typer.Option(
+        help="local: all agents vectorized in this process. ray: agents and the aggregator as "
+        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
+        case_sensitive=False)] = Runtime.local,
+    address: Annotated[str | None, typer.Option(
+        help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local "
+        "one.")] = None,
+    agents_in_flight: Annotated[int | None, typer.Option(
+        help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
+    checkpoint_every: Annotated[int, typer.Option(
+        help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole.
 
@@ -136,6 +152,20 @@ def run_pgc_a3c_command(
         seed=seed,
     ).resolved()
     check_out_dir(out)
+    if runtime is Runtime.ray:
+        if trials != 1:
+            raise ConfigError("--trials", "the Ray runtime runs one trial")
+        if agents_in_flight is not None and agents_in_flight < 1:
+            raise ConfigError("--agents-in-flight", f"must be >= 1, got {agents_in_flight}")
+        if checkpoint_every < 1:
+            raise ConfigError("--checkpoint-every", f"must be >= 1, got {checkpoint_every}")
+        from privrl.runtime.ray_runner import require_ray
+
+        require_ray()
+        _execute_pgc_ray(config, out, progress, address, agents_in_flight, checkpoint_every)
+        return
+    if address is not None or agents_in_flight is not None:
+        raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
     _execute_pgc(config, out, progress)
 
 
@@ -191,6 +221,60 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console.print(results_table(summary))
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
+
+
+def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                     address: str | None, agents_in_flight: int | None,
+                     checkpoint_every: int) -> None:
+    import numpy as np
+    from rich.console import Console
+
+    from privrl.results import new_run_dir, write_json
+    from privrl.runtime import local, ray_runner
+
+    console, err = Console(), Console(stderr=True)
+    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
+    path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
+    err.print(f"[bold]PGC-A3C on Ray[/] ({config.preset} preset) {config.mechanism}, "
+              f"{config.submissions} submissions, cluster {address or 'local'}; "
+              f"aggregator log and checkpoints in {path / 'aggregator'}")
+    with _progress_bar(err, show_progress, "training") as (bar, task):
+        result = ray_runner.run_pgc_a3c_ray(
+            config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
+            checkpoint_every=checkpoint_every,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    np.save(path / "theta_final.npy", result.theta)
+    summary = local.save(ray_runner.as_run_output(result), path,
+                         command=["privrl", *sys.argv[1:]])
+    write_json(path / "ray.json", {"cluster": result.cluster, "aggregator": result.status,
+                                   "agents_in_flight": result.agents_in_flight})
+    console.print(results_table(summary))
+    console.print(f"Aggregator: {result.status}")
+    console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+
+
+@app.command("replay")
+def replay_command(
+    run_dir: Annotated[Path, typer.Argument(help="A Ray run's results directory.")],
+) -> None:
+    """Rebuild θ from a Ray run's accepted-report log and check it equals the final θ."""
+    import numpy as np
+
+    from privrl.config import ConfigError
+    from privrl.federation.service import SETUP, replay
+
+    log_dir = run_dir / "aggregator"
+    if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
+                                     "aggregator/service.pkl or theta_final.npy)")
+    theta = replay(log_dir)
+    final = np.load(run_dir / "theta_final.npy")
+    diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
+    if theta.shape == final.shape and np.array_equal(theta, final):
+        typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
+        return
+    typer.echo(f"MISMATCH: replayed θ differs from the final θ (max |Δ| = {diff:g})", err=True)
+    raise typer.Exit(1)
 
 
 @reproduce_app.command("pgc-a3c")
@@ -274,8 +358,9 @@ def results_table(summary: dict) -> Table:
         ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s "
-                      f"(first chunk incl. compile {summary['compile_seconds']:.1f} s)"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
+            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
+            if summary["compile_seconds"] else "")),
         ("episodes / s",
          f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
     ]
@@ -285,14 +370,14 @@ def results_table(summary: dict) -> Table:
 
 
 # Commands of the other systems live in their own modules and register themselves here.
-from privrl import cli_dpsgd, cli_fedpg  # noqa: E402, F401
+from privrl import cli_dpql, cli_dpsgd, cli_fedpg  # noqa: E402, F401
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors (exit 2) for bad options, before any computation."""
     use_host_devices()
     use_compilation_cache()
-    from privrl.config import ConfigError
+    from privrl.config import ConfigError, RayNotInstalledError
     from privrl.privacy.ledger import BudgetExceededError
     from privrl.results import OutputDirError
 
@@ -306,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     except TyperException as e:  # usage errors: unknown option, unparsable value, ...
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
-    except (ConfigError, OutputDirError) as e:
+    except (ConfigError, OutputDirError, RayNotInstalledError) as e:
         print(f"privrl: error: {e}", file=sys.stderr)
         return 2
     except BudgetExceededError as e:

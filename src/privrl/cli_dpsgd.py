@@ -140,7 +140,7 @@ def run_dp_dqn(
         help="Stop training before an update would take a transition's ε above this.")
     ] = None,
     clip: Annotated[float, typer.Option(help="C: L2 bound of each transition's gradient.")
-                    ] = 1.0,
+                    ] = 10.0,
     delta: Delta = 1e-5,
     q: Annotated[float | None, typer.Option(
         help="Poisson sampling probability per stored transition. Default: batch size / "
@@ -182,38 +182,32 @@ BoxHigh = Annotated[str | None, typer.Option(
     help="box mode: 4 comma-separated upper bounds. Default 2.4,3,0.2095,3.5.")]
 
 
-@run_app.command("ldp-reinforce")
-def run_ldp_reinforce(
-    mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
-    obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
-    box_low: BoxLow = None, box_high: BoxHigh = None,
-    episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
-    """REINFORCE on CartPole-v1 seeing only locally privatized states (paper 003)."""
-    from privrl.algorithms.reinforce import Reinforce, ReinforceConfig
+def _ldp_command(name: str, algorithm: str) -> None:
+    """Register `privrl run <name>`: `algorithm` seeing only locally privatized states."""
 
-    cfg = ReinforceConfig.from_preset(
-        "paper", obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
-        episodes=episodes, seeds=seeds, seed=seed)
-    _execute("ldp-reinforce", Reinforce, cfg, out, progress)
+    @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
+                     "on CartPole-v1 seeing only locally privatized states (paper 003).")
+    def command(
+        mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
+        obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
+        box_low: BoxLow = None, box_high: BoxHigh = None,
+        episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+        progress: ShowProgress = True,
+    ) -> None:
+        from privrl.algorithms.dqn import DQN, DQNConfig
+        from privrl.algorithms.reinforce import Reinforce, ReinforceConfig
+
+        algo_cls, cfg_cls = {"reinforce": (Reinforce, ReinforceConfig),
+                             "dqn": (DQN, DQNConfig)}[algorithm]
+        cfg = cfg_cls.from_preset(
+            "paper",
+            obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
+            episodes=episodes, seeds=seeds, seed=seed)
+        _execute(name, algo_cls, cfg, out, progress)
 
 
-@run_app.command("ldp-dqn")
-def run_ldp_dqn(
-    mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
-    obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
-    box_low: BoxLow = None, box_high: BoxHigh = None,
-    episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
-    """DQN on CartPole-v1 seeing only locally privatized states (paper 003)."""
-    from privrl.algorithms.dqn import DQN, DQNConfig
-
-    cfg = DQNConfig.from_preset(
-        "paper", obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
-        episodes=episodes, seeds=seeds, seed=seed)
-    _execute("ldp-dqn", DQN, cfg, out, progress)
+_ldp_command("ldp-reinforce", "reinforce")
+_ldp_command("ldp-dqn", "dqn")
 
 
 @reproduce_app.command("dpsgd-rl")

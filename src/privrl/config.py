@@ -9,3 +9,7 @@ class ConfigError(ValueError):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(f"{option}: {message}")
         self.option = option
+
+
+class RayNotInstalledError(RuntimeError):
+    """Ray is an optional extra; the message says how to install it."""

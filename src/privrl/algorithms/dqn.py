@@ -53,7 +53,6 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism
 
-PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 UNIT = "one transition (s, a, r, s′)"
 
 
@@ -72,14 +71,7 @@ class DQNConfig(EpisodicConfig):
     tau: float = 0.005  # soft target update per step
     grad_value_clip: float = 100.0  # non-private runs only
     sampling_probability: float | None = None  # q; None: batch_size / buffer_size
-
-    @classmethod
-    def from_preset(cls, preset: str = "paper", **overrides: Any) -> DQNConfig:
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; choose one of "
-                                          f"{', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
+    clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
 
     @property
     def q(self) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,9 @@ CARTPOLE_V1 = CartPoleSpec(max_steps=500, gravities=(9.8,))
 @dataclass(frozen=True)
 class EpisodicConfig:
     """Options common to REINFORCE and DQN (each algorithm's config extends this)."""
+
+    # Presets: "paper" is the dataclass defaults (the slides, read as docs/dpsgd-rl.md says).
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"paper": {}}
 
     preset: str = "paper"
     seeds: int = 1
@@ -49,6 +52,15 @@ class EpisodicConfig:
     accountant: str = "rdp"
     # LDP on observations
     obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
+
+    @classmethod
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
+        """The preset's settings, then `overrides` (None values are ignored)."""
+        if preset not in cls.PRESETS:
+            raise ConfigError("--preset", f"unknown preset {preset!r}; choose one of "
+                                          f"{', '.join(cls.PRESETS)}")
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return cls(preset=preset, **{**cls.PRESETS[preset], **given})
 
     def validate_common(self) -> None:
         def positive_int(name: str, v: Any, option: str) -> None:

@@ -47,7 +47,6 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import GaussianSumMechanism
 
-PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 UNIT = "one episode (all its transitions)"
 
 
@@ -60,14 +59,6 @@ class ReinforceConfig(EpisodicConfig):
     batch_episodes: int = 1  # episodes per update (the slides: one)
     normalize_returns: bool = True
     learning_rate: float = 0.01
-
-    @classmethod
-    def from_preset(cls, preset: str = "paper", **overrides: Any) -> ReinforceConfig:
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; choose one of "
-                                          f"{', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
 
     def resolved(self) -> ReinforceConfig:
         """Validate; with a target ε, calibrate σ for one release per episode."""

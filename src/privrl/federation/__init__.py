@@ -11,6 +11,13 @@ from privrl.federation.pushsum import (
     push_sum_mix,
     push_sum_z,
 )
+from privrl.federation.service import (
+    AggregatorService,
+    AggregatorSpec,
+    Submission,
+    Verdict,
+    replay,
+)
 from privrl.federation.star import average_reports
 from privrl.federation.topology import (
     TOPOLOGIES,
@@ -21,12 +28,16 @@ from privrl.federation.topology import (
 
 __all__ = [
     "TOPOLOGIES",
+    "AggregatorService",
+    "AggregatorSpec",
     "AggregatorState",
     "BufferedAggregator",
     "InvalidReportError",
     "PushSumState",
+    "Submission",
     "Topology",
     "TopologyError",
+    "Verdict",
     "average_reports",
     "make_topology",
     "push_sum_add",
@@ -34,4 +45,5 @@ __all__ = [
     "push_sum_init",
     "push_sum_mix",
     "push_sum_z",
+    "replay",
 ]

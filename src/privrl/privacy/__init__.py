@@ -8,6 +8,14 @@ from privrl.privacy.accounting import (
     gaussian_epsilon,
 )
 from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
+from privrl.privacy.functional import (
+    GPNoiseFunction,
+    GPNoiseState,
+    Theorem5,
+    gp_noise_init,
+    gp_noise_query,
+    gp_noise_reset,
+)
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.mechanisms import (
     BoxGaussianMechanism,
@@ -27,6 +35,8 @@ __all__ = [
     "BoxGaussianMechanism",
     "BudgetExceededError",
     "CalibrationError",
+    "GPNoiseFunction",
+    "GPNoiseState",
     "GaussianMechanism",
     "GaussianSumMechanism",
     "Guarantee",
@@ -37,6 +47,7 @@ __all__ = [
     "PrivacyLedger",
     "ProjectedRandomSignMechanism",
     "Report",
+    "Theorem5",
     "UnboundedGaussianNoise",
     "calibrate_noise_multiplier",
     "clip_elementwise",
@@ -44,4 +55,7 @@ __all__ = [
     "clip_l2",
     "default_d_hat",
     "gaussian_epsilon",
+    "gp_noise_init",
+    "gp_noise_query",
+    "gp_noise_reset",
 ]

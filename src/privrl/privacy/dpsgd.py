@@ -61,13 +61,13 @@ def clipped_grad_sum(
     """
     names = _layers(params)
     b = x.shape[0]
-    out, inputs = mlp_forward(params, x)
     probes = [jnp.zeros((b, params[n]["bias"].shape[0]), x.dtype) for n in names]
 
-    def total(probes: list[Array]) -> Array:
-        return jnp.sum(loss_of_outputs(mlp_forward(params, x, probes)[0]))
+    def total(probes: list[Array]) -> tuple[Array, list[Array]]:
+        out, inputs = mlp_forward(params, x, probes)
+        return jnp.sum(loss_of_outputs(out)), inputs
 
-    deltas = jax.grad(total)(probes)
+    deltas, inputs = jax.grad(total, has_aux=True)(probes)  # one forward, one backward
     sq = sum((jnp.sum(jnp.square(a), 1) + 1.0) * jnp.sum(jnp.square(d), 1)
              for a, d in zip(inputs, deltas, strict=True))
     norms = jnp.sqrt(sq)
@@ -76,6 +76,5 @@ def clipped_grad_sum(
         scale = scale * rows
     grads = {n: {"bias": jnp.sum(scale[:, None] * d, 0), "kernel": a.T @ (scale[:, None] * d)}
              for n, a, d in zip(names, inputs, deltas, strict=True)}
-    del out
     flat, _ = ravel_pytree(grads)
     return flat, norms

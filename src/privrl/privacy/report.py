@@ -112,3 +112,12 @@ class Report:
 
 def _unpickle_report(value: jax.Array, guarantee: Guarantee) -> Report:
     return Report._mint(_MINT, value, guarantee)
+
+
+def restore_report(value: Any, guarantee: Guarantee) -> Report:
+    """A Report that was already released and logged, re-materialized from the log.
+
+    Only for recovery and replay: the value left its agent through a mechanism the first time,
+    and its privacy was charged then; re-reading it from the log releases nothing new.
+    """
+    return Report._mint(_MINT, jax.numpy.asarray(value), guarantee)

@@ -26,7 +26,7 @@ from privrl.algorithms.ldp_obs import ObservationPrivacy
 from privrl.algorithms.reinforce import Reinforce, ReinforceConfig
 from privrl.config import ConfigError
 from privrl.results import plot_curves, write_json
-from privrl.runtime.episodic import run_episodic, save
+from privrl.runtime.episodic import final_eval_mean, run_episodic, save
 
 DP_SIGMAS = (0.0, 0.1, 0.2, 0.4, 0.6)
 LDP_SIGMAS = (0.0, 0.01, 0.1, 0.2, 0.3, 2.0, 5.0)
@@ -55,7 +55,8 @@ class SweepConfig:
     seeds_dqn: int = 3
     episodes: int = 1000
     seed: int = 0
-    clip: float = 1.0
+    clip_reinforce: float = 1.0
+    clip_dqn: float = 10.0
     delta: float = 1e-5
     algorithms: tuple[str, ...] = ("reinforce", "dqn")
 
@@ -79,7 +80,8 @@ class SweepConfig:
         common = {"seeds": self.seeds_reinforce if s.algorithm == "reinforce" else self.seeds_dqn,
                   "episodes": self.episodes, "seed": self.seed, "delta": self.delta}
         if s.kind == "dp":
-            common.update(dp=True, noise_multiplier=s.sigma, clip=self.clip)
+            clip = self.clip_reinforce if s.algorithm == "reinforce" else self.clip_dqn
+            common.update(dp=True, noise_multiplier=s.sigma, clip=clip)
         else:
             common.update(obs=ObservationPrivacy(mode="sigma", sigma=s.sigma))
         if s.algorithm == "reinforce":
@@ -106,6 +108,7 @@ def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
                            (lambda d, t, n=s.name, i=i: progress(n, i * t + d, len(settings) * t)))
         tmp = path / "settings" / f".{s.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         summary = save(out, tmp, command=["privrl", "reproduce", "dpsgd-rl"])
         np.save(tmp / "eval_returns.npy", out.eval_returns)
         tmp.rename(final)
@@ -141,20 +144,21 @@ def write_report(cfg: SweepConfig, path: Path) -> str:
     lines = ["# paper 003 (DP-SGD and LDP for REINFORCE and DQN): noise level → ε and "
              "episodes until solved", "",
              f"CartPole-v1, solved = mean of 25 consecutive greedy evaluation episodes ≥ 475, "
-             f"at most {cfg.episodes} training episodes; DP-SGD: C = {cfg.clip:g}, "
+             f"at most {cfg.episodes} training episodes; DP-SGD: C = {cfg.clip_reinforce:g} "
+             f"(REINFORCE), {cfg.clip_dqn:g} (DQN), "
              f"δ = {cfg.delta:g}, RDP accountant. Episodes until solved: median over the seeds "
              "that solved (solved/seeds); — if none.", ""]
     for alg in cfg.algorithms:
         lines += [f"## {alg.upper() if alg == 'dqn' else 'REINFORCE'}", "",
                   f"The slides: {SLIDES[alg]}.", "",
                   f"| noise | σ | ε (δ = {cfg.delta:g}) | solved | median episodes to solve | "
-                  "mean final eval return |", "|---|---|---|---|---|---|"]
+                  "mean of the last 25 eval returns |", "|---|---|---|---|---|---|"]
         for r in rows:
             s, sm = r["setting"], r["summary"]
             if s.algorithm != alg:
                 continue
             med = sm["median_episodes_to_solve"]
-            final = sm["final_eval_mean"]
+            final = final_eval_mean(r["eval_returns"])
             lines.append(
                 f"| {'DP-SGD' if s.kind == 'dp' else 'LDP σ·IQR'} | {s.sigma:g} | "
                 f"{_eps_text(sm, s)} | {sm['solved_seeds']}/{sm['seeds']} | "

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from privrl.results import plot_curves, versions, write_json
+from privrl.results import hold_last, plot_curves, versions, write_json
 from privrl.runtime.local import shard_vmap, trial_devices
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
@@ -120,6 +120,12 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
     return rec
 
 
+def final_eval_mean(eval_returns: np.ndarray, window: int = 25) -> float | None:
+    """Mean of each seed's last `window` evaluation returns (a stopped seed holds its last)."""
+    held = hold_last(eval_returns)[:, -window:]
+    return float(np.nanmean(held)) if np.isfinite(held).any() else None
+
+
 def summarize(out: EpisodicOutput) -> dict[str, Any]:
     solved = out.solved_at[out.solved_at >= 0]
     dp = out.privacy["dpsgd"]
@@ -130,8 +136,7 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
         "solved_seeds": int(solved.size),
         "episodes_to_solve": [int(x) if x >= 0 else None for x in out.solved_at],
         "median_episodes_to_solve": float(np.median(solved)) if solved.size else None,
-        "final_eval_mean": float(np.nanmean(out.eval_returns[:, -25:]))
-        if np.isfinite(out.eval_returns[:, -25:]).any() else None,
+        "final_eval_mean": final_eval_mean(out.eval_returns),
         "updates": out.updates.tolist(),
         "dpsgd_epsilon": dp.get("epsilon") if dp["formal_guarantee"] else None,
         "observation_epsilon_per_step": obs.get("per_step", {}).get("epsilon"),

@@ -1,0 +1,197 @@
+"""DP Q-learning (paper 001): the 1-D task, configuration and privacy records, learning, CLI."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from privrl import cli
+from privrl.algorithms.dp_qlearning import (
+    ConfigError,
+    DPQLearning,
+    DPQLearningConfig,
+    privacy_record,
+    run_keys,
+)
+from privrl.envs.line1d import (
+    Line1D,
+    optimal_return,
+    policy_return,
+    random_policy,
+    table_policy,
+)
+from privrl.runtime import dp_qlearning as runner
+
+
+# --- the environment -------------------------------------------------------------------------
+def test_line1d_dynamics_reward_and_termination():
+    env = Line1D()
+    params = env.default_params
+    obs, state = env.reset_env(jax.random.key(0), params)
+    s = float(obs[0])
+    assert 0 <= s <= 1
+    for t in range(params.max_steps_in_episode):
+        action = t % 3 == 0  # mostly action 0 (up), so the clip at 1 is reached
+        obs, state, reward, done, _ = env.step_env(jax.random.key(t + 1), state,
+                                                   jnp.int32(action), params)
+        s2 = float(obs[0])
+        move = s2 - s
+        if action == 0:
+            assert 0 <= move <= 0.25 + 1e-6 and s2 <= 1
+        else:
+            assert -0.25 - 1e-6 <= move <= 0 and s2 >= 0
+        assert float(reward) == pytest.approx(0.5 - abs(s2 - 0.5))
+        assert bool(done) == (t == params.max_steps_in_episode - 1)
+        s = s2
+
+
+def test_optimal_return_beats_random_and_matches_monte_carlo():
+    v_opt, first = optimal_return()
+    assert np.all(first[:400] == 0) and np.all(first[600:] == 1)  # move towards 0.5
+    opt = policy_return(table_policy(first), jax.random.key(1), 4000)
+    rand = policy_return(random_policy, jax.random.key(2), 4000)
+    se = opt.std(ddof=1) / math.sqrt(opt.size)
+    # the stationary grid policy is optimal up to discretization (≈1e-5 here): within 5 s.e.
+    assert abs(opt.mean() - v_opt) < 5 * se + 0.01
+    assert v_opt < 25 and rand.mean() < v_opt - 8
+
+
+# --- configuration and privacy records --------------------------------------------------------
+T5 = dict(epsilon=0.5, delta=1e-5, sensitivity_constant=1e-4, k=5.0)
+
+
+def test_epsilon_calibrates_sigma_and_records_the_claim():
+    cfg = DPQLearningConfig(**T5).resolved()
+    t_over_b = 100 * 50 - 128 + 1
+    expected = math.sqrt(2 * t_over_b * math.log(math.e + 0.5 / 1e-5)) * 1e-4 / 0.5
+    assert cfg.sigma == pytest.approx(expected)
+    rec = privacy_record(cfg)
+    assert rec["private"] and rec["epsilon"] == 0.5
+    t5 = rec["theorem5"]
+    assert (t5["T_over_B"], t5["B"], t5["J"], t5["C"]) == (t_over_b, 128, 100, 1e-4)
+    assert rec["delta"] == pytest.approx(1e-5 + 100 * math.exp(-(10 - 8.68 * expected) ** 2 / 2))
+    assert "ONLY AS VALID AS" in rec["statement"]
+
+
+def test_sigma_alone_claims_no_epsilon():
+    rec = privacy_record(DPQLearningConfig(sigma=0.4).resolved())
+    assert not rec["private"] and rec["epsilon"] == "not claimed"
+    assert "NO ε IS CLAIMED" in rec["statement"]
+    assert "NO PRIVACY" in privacy_record(DPQLearningConfig(sigma=0.0).resolved())["statement"]
+
+
+@pytest.mark.parametrize("overrides, option", [
+    ({"sigma": -0.1}, "--sigma"),
+    ({}, "--sigma"),  # neither σ nor ε
+    ({**T5, "delta": 0.0}, "--delta"),
+    ({**T5, "delta": 1.0}, "--delta"),
+    ({**T5, "epsilon": 0.0}, "--epsilon"),
+    ({**T5, "epsilon": -1.0}, "--epsilon"),
+    ({**T5, "sensitivity_constant": 0.0}, "--sensitivity-constant"),
+    ({**T5, "sensitivity_constant": None}, "--sensitivity-constant"),  # no silent default
+    ({**T5, "k": 0.2}, "--k"),  # 2k = 0.4 < 8.68·σ_min ≈ 0.56
+    ({**T5, "sigma": 0.001}, "--sigma"),  # below the calibration
+    ({"sigma": 0.3, "delta": 1e-5}, "--delta"),  # δ without ε
+    ({"sigma": 0.3, "beta": 2.0}, "--beta"),  # β without ε
+    ({"sigma": 0.3, "episodes": 0}, "--episodes"),
+])
+def test_bad_configuration_names_the_option(overrides, option):
+    with pytest.raises(ConfigError) as e:
+        DPQLearningConfig(**overrides).resolved()
+    assert e.value.option == option
+
+
+# --- learning ---------------------------------------------------------------------------------
+def test_non_private_qlearning_learns_well_above_random():
+    """σ = 0, 2 seeds × 30 episodes. A random policy returns 10.9 on average (per-episode sd
+    ≈ 2.7, so a 10-episode mean is 10.9 ± 0.9); we require every seed's last 10 episodes to
+    average ≥ 17, more than 6 s.d. above random (the optimum is 20.7).
+
+    The same program also trains σ = 0.5 twice: noise changes training, and a run is
+    reproducible bit for bit (one compilation for all three checks).
+    """
+    cfg = DPQLearningConfig(sigma=0.0, episodes=30, seeds=2).resolved()
+    returns, _, overflow = DPQLearning(cfg).train_many(run_keys(0, 2),
+                                                       jnp.array([0.0, 0.5, 0.5]))
+    r = np.asarray(returns)
+    final = r[0, :, -10:].mean(-1)
+    assert not bool(np.asarray(overflow).any())
+    assert np.all(final >= 17.0), final
+    np.testing.assert_array_equal(r[1], r[2])
+    assert not np.array_equal(r[0], r[1])
+
+
+def test_noise_store_capacity_bound_holds_with_a_wrapping_replay():
+    """The stores are sized by 'every queried state was in the replay during the block'; a
+    replay that wraps many times within a block (130 slots, 100-step blocks) must not overflow."""
+    cfg = DPQLearningConfig(sigma=0.5, episodes=4, noise_reset_episodes=2,
+                            replay_capacity=130).resolved()
+    algo = DPQLearning(cfg)
+    assert algo.noise_capacity == algo.target_noise_capacity == 130 + 100
+    _, _, overflow = algo.train_many(run_keys(1, 2), jnp.array([0.5]))
+    assert not bool(np.asarray(overflow).any())
+
+
+# --- command line -----------------------------------------------------------------------------
+@pytest.fixture
+def no_compute(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("computation started despite invalid options")
+
+    monkeypatch.setattr(runner, "run_dp_qlearning", forbidden)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--sigma", "-1"], "--sigma"),
+    ([], "--sigma"),
+    (["--epsilon", "0.5", "--delta", "1e-5", "--k", "5"], "--sensitivity-constant"),
+    (["--epsilon", "0", "--delta", "1e-5", "--k", "5", "--sensitivity-constant", "1"],
+     "--epsilon"),
+    (["--epsilon", "0.5", "--delta", "2", "--k", "5", "--sensitivity-constant", "1"],
+     "--delta"),
+    (["--epsilon", "0.5", "--delta", "1e-5", "--k", "5", "--sensitivity-constant", "-1"],
+     "--sensitivity-constant"),
+    (["--epsilon", "0.5", "--delta", "1e-5", "--k", "0.1", "--sensitivity-constant", "1e-4"],
+     "--k"),
+    (["--sigma", "0.2", "--seeds", "0"], "--seeds"),
+])
+def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "dp-qlearning", *args, "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and option in err, err
+    assert not out.exists()
+
+
+def test_cli_run_writes_results_with_the_theorem5_record(tmp_path):
+    out = tmp_path / "run"
+    rc = cli.main(["run", "dp-qlearning", "--epsilon", "0.5", "--delta", "1e-5",
+                   "--sensitivity-constant", "1e-4", "--k", "5", "--episodes", "3",
+                   "--out", str(out)])
+    assert rc == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["private"] and privacy["theorem5"]["C"] == 1e-4
+    assert privacy["theorem5"]["T_over_B"] == 3 * 50 - 128 + 1
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "seed,episode,return" and len(rows) == 1 + 3
+    # results are never overwritten
+    assert cli.main(["run", "dp-qlearning", "--sigma", "0.1", "--out", str(out)]) == 2
+
+
+def test_cli_reproduce_small(tmp_path, capsys):
+    out = tmp_path / "rep"
+    rc = cli.main(["reproduce", "dp-qlearning", "--seeds", "2", "--episodes", "3",
+                   "--out", str(out)])
+    assert rc == 0
+    tables = json.loads((out / "tables.json").read_text())
+    assert [r["sigma"] for r in tables["rows"]] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert (out / "plots" / "returns.png").stat().st_size > 0
+    assert "optimal policy" in (out / "tables.md").read_text()
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert all(not p["private"] for p in privacy.values())

@@ -1,0 +1,207 @@
+"""Paper 003's learners: ghost clipping equals per-example clipping, privacy.json's ε equals a
+direct dp-accounting computation, --max-epsilon stops in time, LDP observations, bad input,
+and non-private REINFORCE and DQN learn CartPole well above a random policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting.rdp import RdpAccountant
+
+from privrl.algorithms.dqn import DQN, DQNConfig, sample_poisson
+from privrl.algorithms.ldp_obs import ObservationPrivacy, PrivateObservations
+from privrl.algorithms.reinforce import Reinforce, ReinforceConfig
+from privrl.cli import main
+from privrl.config import ConfigError
+from privrl.envs.cartpole import CartPoleSpec, make_cartpole
+from privrl.losses import huber, masked_standardize, reinforce_loss, td_targets
+from privrl.nets import mlp
+from privrl.privacy.clipping import clip_l2
+from privrl.privacy.dpsgd import clipped_grad_sum
+from privrl.privacy.mechanisms import BoxGaussianMechanism
+from privrl.runtime.episodic import run_episodic
+
+
+def _per_example_reference(model, theta, x, actions, y, clip, rows):
+    loss = lambda th, xi, ai, yi: huber(model.apply(th, xi)[ai] - yi)  # noqa: E731
+    g = jax.vmap(jax.grad(loss), (None, 0, 0, 0))(theta, x, actions, y)
+    return (jax.vmap(lambda r: clip_l2(r, clip))(g) * rows[:, None]).sum(0), g
+
+
+def test_ghost_clipping_equals_per_example_clipping_and_is_per_example() -> None:
+    model = mlp((16, 16), 2, 4)
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    theta = model.init(k1)
+    x = jax.random.normal(k2, (12, 4))
+    x = x.at[3].set(1e4)  # example 3 has a huge gradient
+    actions = jax.random.randint(k3, (12,), 0, 2)
+    y = jnp.linspace(-3, 3, 12)
+    rows = jnp.ones(12).at[7].set(0.0)
+
+    def losses(q: jax.Array) -> jax.Array:
+        return huber(jnp.take_along_axis(q, actions[:, None], 1)[:, 0] - y)
+
+    got, norms = clipped_grad_sum(model.unravel(theta), x, losses, 0.5, rows)
+    ref, per_example = _per_example_reference(model, theta, x, actions, y, 0.5, rows)
+    np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(norms, jnp.linalg.norm(per_example, axis=1), rtol=1e-4)
+    # Removing the huge example changes the sum by exactly its clipped gradient (norm 0.5):
+    # the others are unaffected by it.
+    without, _ = clipped_grad_sum(model.unravel(theta), x, losses, 0.5, rows.at[3].set(0.0))
+    assert float(jnp.linalg.norm(got - without)) == pytest.approx(0.5, rel=1e-4)
+    assert float(norms[3]) > 100.0
+
+
+def test_pure_losses() -> None:
+    logits = jnp.log(jnp.array([[0.25, 0.75], [0.5, 0.5], [0.9, 0.1]]))
+    actions = jnp.array([1, 0, 0])
+    returns = jnp.array([2.0, -1.0, 5.0])
+    mask = jnp.array([1.0, 1.0, 0.0])
+    expected = -(2.0 * np.log(0.75) - 1.0 * np.log(0.5))
+    assert float(reinforce_loss(logits, actions, returns, mask)) == pytest.approx(expected)
+    z = masked_standardize(jnp.array([1.0, 2.0, 3.0, 99.0]), jnp.array([1.0, 1, 1, 0]), ddof=1)
+    np.testing.assert_allclose(z[:3], [-1.0, 0.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(huber(jnp.array([0.5, -3.0])), [0.125, 2.5])
+    t = td_targets(jnp.array([1.0, 1.0]), jnp.array([[1.0, 4.0], [2.0, 0.0]]),
+                   jnp.array([0.0, 1.0]), 0.5)
+    np.testing.assert_allclose(t, [3.0, 1.0])
+
+
+def test_poisson_sampling_rate() -> None:
+    """E[m] = q·n: 2,000 draws of Binomial(5000, 0.02) average 100 ± 0.22 (std error); a
+    1.5 tolerance is a 7-sigma event. Indices of sampled rows are distinct and stored."""
+    keys = jax.random.split(jax.random.key(1), 2000)
+    idx, rows = jax.vmap(lambda k: sample_poisson(k, jnp.int32(5000), 8000, 0.02, 180))(keys)
+    assert float(rows.sum(1).mean()) == pytest.approx(100.0, abs=1.5)
+    assert int(idx.max()) < 5000
+    assert all(len(set(r.tolist())) == 180 for r in np.asarray(idx[:20]))
+
+
+def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    rc = main(["run", "dp-dqn", "--sigma", "0.8", "--episodes", "12", "--q", "0.02",
+               "--out", str(out), "--no-progress"])
+    assert rc == 0
+    rec = json.loads((out / "privacy.json").read_text())["dpsgd"]
+    (event,) = rec["events"]
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        event["sampling_probability"], dp_accounting.GaussianDpEvent(event["noise_multiplier"])),
+        event["count"]))
+    assert event["noise_multiplier"] == 0.8 and event["sampling_probability"] == 0.02
+    assert event["count"] == min(rec["updates"], 10_000) > 0
+    assert rec["epsilon"] == pytest.approx(direct.get_epsilon(rec["delta"]), rel=1e-12)
+    assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
+    for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
+        assert (out / name).is_file()
+
+
+def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
+    cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=4.0, episodes=40, seeds=1)
+    out = run_episodic(DQN(cfg), "dp-dqn")
+    rec = out.privacy["dpsgd"]
+    assert rec["stopped_by_max_epsilon"]
+    assert 0 < int(out.updates[0]) == out.update_cap < 40 * 500
+    assert rec["epsilon"] <= 4.0
+    acc = DQN(cfg).config.accountant_for(out.update_cap + 1)
+    assert acc.epsilon(cfg.delta) > 4.0  # one more update would have exceeded it
+
+
+def test_target_epsilon_calibrates_reinforce() -> None:
+    cfg = ReinforceConfig(dp=True, target_epsilon=3.0, episodes=5).resolved()
+    eps = cfg.accountant_for(1).epsilon(cfg.delta)
+    assert eps <= 3.0 and eps == pytest.approx(3.0, rel=1e-3)
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
+    (["run", "dp-reinforce", "--clip", "0"], "--clip"),
+    (["run", "dp-dqn", "--delta", "1"], "--delta"),
+    (["run", "dp-dqn", "--q", "0"], "--q"),
+    (["run", "dp-dqn", "--q", "1.5"], "--q"),
+    (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
+     "--target-epsilon"),
+    (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
+    (["run", "ldp-dqn", "--sigma", "-1"], "--sigma"),
+    (["run", "ldp-reinforce", "--mode", "box", "--box-low", "1,1,1"], "--box-low"),
+    (["run", "ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"], "--box"),
+])
+def test_bad_input_fails_before_training(args: list[str], option: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main([*args, "--out", str(tmp_path / "never"), "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert option in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "never").exists()
+
+
+def test_private_observations_hide_the_state_but_not_termination() -> None:
+    env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
+    mech = BoxGaussianMechanism((-0.01,) * 4, (0.01,) * 4, noise_multiplier=1e-6)
+    wrapped = PrivateObservations(env, mech)
+    obs, state = wrapped.reset_env(jax.random.key(0), params)
+    assert float(jnp.max(jnp.abs(obs))) <= 0.0101  # clipped into the tiny box
+    for t in range(200):
+        obs, state, _, _, _ = wrapped.step_env(jax.random.key(t), state, jnp.int32(1), params)
+        if bool(wrapped.is_terminated(state, params)):
+            break
+    assert bool(wrapped.is_terminated(state, params))  # the raw state still ends the episode
+    assert float(jnp.max(jnp.abs(obs))) <= 0.0101
+    rec = ObservationPrivacy(mode="box", noise_multiplier=2.0).record(500)
+    assert rec["formal_guarantee"] and rec["per_episode"]["epsilon"] > rec["per_step"]["epsilon"]
+    assert not ObservationPrivacy(mode="sigma", sigma=0.3).record(500)["formal_guarantee"]
+    with pytest.raises(ConfigError, match="--obs-noise"):
+        ObservationPrivacy(mode="laplace").validate()
+
+
+def test_reinforce_learns_cartpole() -> None:
+    """4 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
+    well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
+    out = run_episodic(Reinforce(ReinforceConfig(seeds=4, episodes=150)), "reinforce")
+    from privrl.results import hold_last
+
+    final = hold_last(out.eval_returns)[:, -25:].mean()
+    assert final > 150.0, out.eval_returns[:, -25:]
+
+
+def test_dqn_learns_cartpole() -> None:
+    """2 seeds × 250 episodes of the paper preset with a 10x learning rate (to fit CI's budget):
+    the last 25 greedy evaluations average well above a random policy's ~22."""
+    from privrl.results import hold_last
+
+    cfg = DQNConfig(seeds=2, episodes=250, learning_rate=1e-3)
+    out = run_episodic(DQN(cfg), "dqn")
+    final = hold_last(out.eval_returns)[:, -25:].mean()
+    assert final > 100.0, out.eval_returns[:, -25:]
+
+
+def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
+    out = tmp_path / "ldp"
+    rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",
+               "--episodes", "3", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    rec = json.loads((out / "privacy.json").read_text())
+    obs = rec["observations"]
+    assert obs["formal_guarantee"]
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 500))
+    assert obs["per_episode"]["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    assert obs["per_step"]["epsilon"] == pytest.approx(
+        dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
+    assert "NOT protected" in obs["statement"]
+    assert not rec["dpsgd"]["formal_guarantee"]
+
+
+def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "ldp"
+    assert main(["run", "ldp-dqn", "--sigma", "0.3", "--episodes", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    rec = json.loads((out / "privacy.json").read_text())["observations"]
+    assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
+    assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
