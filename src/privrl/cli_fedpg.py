@@ -242,7 +242,7 @@ def reproduce_fedpg_command(
 
     Writes tables.md (episodes to a mean return of 475, final returns, rounds/s, episodes/s),
     plots/returns.png (mean return vs episodes per agent, band over seeds), plots/private.png
-    (Laplace variants), privacy.json and per-setting results; prints the table.
+    (Gaussian and Laplace variants), privacy.json and per-setting results; prints the table.
     """
     from privrl.config import ConfigError
     from privrl.reproduce.fedpg import FedPGSweep
