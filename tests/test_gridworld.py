@@ -45,7 +45,7 @@ def test_walls_block_and_cost_ten():
 def test_meeting_ends_the_episode_with_fifty():
     spec = gw.GridSpec(8)
     s = gw.reset(spec, _maps(_open8(), (3, 2), (3, 5)), 0)
-    s2, r, met, done = gw.step(spec, s, gw.joint_action(E, W))  # md 3 -> 1
+    _, r, met, done = gw.step(spec, s, gw.joint_action(E, W))  # md 3 -> 1
     assert bool(met) and bool(done)
     assert float(r) == pytest.approx(50 + 8 / 1)
     # the same cell (md 0) is a meeting with finite r_g = N / max(md, 1)
