@@ -214,6 +214,9 @@ class FedRL:
         self.alpha = AlphaParty(party(self.spec.alpha_view), self.channel)
         self.beta = BetaParty(party(self.spec.beta_view), self.channel)
 
+    def prepare(self, maps: gw.GridMaps) -> gw.GridMaps:
+        return maps
+
     def init(self, key: Array, maps: gw.GridMaps) -> FedRLState:
         k_a, k_b, k_env, key = jax.random.split(key, 4)
         env = env_reset_random(self.spec, maps, k_env, self.config.num_envs)
