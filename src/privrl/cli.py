@@ -285,7 +285,10 @@ def results_table(summary: dict) -> Table:
 
 
 # Commands of the other systems live in their own modules and register themselves here.
-from privrl import cli_dpsgd  # noqa: E402, F401
+from privrl import (  # noqa: E402
+    cli_dpsgd,  # noqa: F401
+    cli_fedrl,  # noqa: F401  (paper 002: run fedrl / fedrl-baseline, reproduce fedrl)
+)
 
 
 def main(argv: list[str] | None = None) -> int:
