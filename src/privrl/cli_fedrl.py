@@ -95,7 +95,8 @@ def run_fedrl(
     delta: Annotated[float, typer.Option(help="δ of the stated (ε, δ) in bounded mode.")] = 1e-5,
     epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000, patience: Patience = 10,
     num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
-    generated_maps: GeneratedMaps = 8000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None, progress: ShowProgress = True,
+    generated_maps: GeneratedMaps = 8000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+    progress: ShowProgress = True,
 ) -> None:
     """FedRL on Grid-World (paper 002): two parties, noisy Q outputs, a shared MLP."""
     from privrl.algorithms.fedrl import FedRL, FedRLConfig
