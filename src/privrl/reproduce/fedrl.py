@@ -19,7 +19,7 @@ from typing import Any
 from privrl.algorithms.fedrl import FedRL, FedRLConfig
 from privrl.algorithms.grid_baselines import BaselineConfig, make_baseline
 from privrl.config import ConfigError
-from privrl.envs.gridworld import SIZES
+from privrl.envs.gridworld import SIZES, load_maps
 from privrl.results import write_json
 from privrl.runtime.grid import load_splits, run_grid, save
 
@@ -53,8 +53,11 @@ class ReproConfig:
                                               f"{', '.join(MODELS)}")
         if self.runs < 1:
             raise ConfigError("--runs", f"must be >= 1, got {self.runs}")
-        for s in self.sizes:  # fail on a bad maps path before any training
+        if self.maps is None:
+            raise ConfigError("--maps", "the reproduction needs the paper's maps directory")
+        for s in self.sizes:  # fail on bad options or a bad maps file before any training
             self.make(self.models[0], s)
+            load_maps(self.maps, s)
         return self
 
     def make(self, model: str, size: int) -> Any:
