@@ -8,7 +8,7 @@ from privrl.algorithms.fedrl import FedRL, FedRLConfig
 from privrl.algorithms.grid_baselines import BaselineConfig, make_baseline
 from privrl.envs import gridworld as gw
 
-SHORT = dict(num_envs=4, updates_per_epoch=3000, buffer_size=20_000, explore_steps=500,
+SHORT = dict(num_envs=4, updates_per_epoch=4000, buffer_size=20_000, explore_steps=500,
              target_period=200)
 
 
@@ -27,11 +27,15 @@ def random_success(maps):
 
 
 def _train_and_test(algo, maps, variant):
+    """One run, vmapped over a runs axis of 1 as the runner does (XLA compiles the unbatched
+    replay-buffer scan into a far slower program on CPU)."""
     train, test = maps
-    s = jax.jit(algo.init)(jax.random.key(0), algo.prepare(train))
-    s = jax.jit(algo.train_chunk)(s, algo.prepare(train))
-    res = jax.jit(lambda p, k: algo.evaluate(p, test, k, variant))(algo.params(s),
-                                                                    jax.random.key(1))
+    data = algo.prepare(train)
+    s = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 1),
+                                                        data)
+    s = jax.jit(jax.vmap(algo.train_chunk, in_axes=(0, None)))(s, data)
+    res = jax.jit(lambda p, k: algo.evaluate(p, test, k, variant))(
+        jax.tree_util.tree_map(lambda x: x[0], algo.params(s)), jax.random.key(1))
     return float(np.mean(res.success))
 
 
