@@ -1,6 +1,8 @@
 """FedRL (paper 002): the two-party protocol log, Q-output mechanisms, privacy.json, learning."""
 
 import math
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -109,6 +111,15 @@ def test_released_q_outputs_are_noisy_and_shared_theta_g_agrees(eager):
     np.testing.assert_array_equal(states[-1].alpha.theta_g, states[-1].beta.theta_g)
     # and it moved: both parties trained it
     assert not np.allclose(states[0].alpha.theta_g, states[-1].alpha.theta_g)
+
+
+def test_vertical_protocol_imports_no_agent_side_code():
+    code = ("import sys, privrl.federation.vertical\n"
+            "print(','.join(sorted(m for m in sys.modules if m.startswith(('privrl.envs', "
+            "'privrl.algorithms', 'privrl.runtime', 'gymnax', 'gymnasium')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == ""
 
 
 def test_channel_refuses_messages_outside_the_protocol():

@@ -285,10 +285,7 @@ def results_table(summary: dict) -> Table:
 
 
 # Commands of the other systems live in their own modules and register themselves here.
-from privrl import (  # noqa: E402
-    cli_dpsgd,  # noqa: F401
-    cli_fedrl,  # noqa: F401  (paper 002: run fedrl / fedrl-baseline, reproduce fedrl)
-)
+from privrl import cli_dpsgd, cli_fedrl  # noqa: E402, F401
 
 
 def main(argv: list[str] | None = None) -> int:
