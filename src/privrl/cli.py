@@ -370,7 +370,7 @@ def results_table(summary: dict) -> Table:
 
 
 # Commands of the other systems live in their own modules and register themselves here.
-from privrl import cli_dpql, cli_dpsgd, cli_fedpg  # noqa: E402, F401
+from privrl import cli_dpql, cli_dpsgd, cli_fedpg, cli_fedrl  # noqa: E402, F401
 
 
 def main(argv: list[str] | None = None) -> int:

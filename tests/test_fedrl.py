@@ -1,0 +1,203 @@
+"""FedRL (paper 002): the two-party protocol log, Q-output mechanisms, privacy.json, learning."""
+
+import math
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from privrl.algorithms.fedrl import FedRL, FedRLConfig
+from privrl.algorithms.grid_baselines import BaselineConfig, make_baseline
+from privrl.config import ConfigError
+from privrl.envs import gridworld as gw
+from privrl.federation.vertical import AlphaParty, BetaParty, Channel, ProtocolError
+from privrl.privacy.accounting import Accountant, gaussian_epsilon
+from privrl.privacy.qoutput import BoundedQGaussian, UnboundedQNoise
+from privrl.privacy.report import Report
+
+TINY = dict(num_envs=2, batch_size=4, buffer_size=64, updates_per_epoch=3, generated_maps=20)
+
+
+def _eager_run(steps=4, **kw):
+    """A few FedRL steps without jit: the channel keeps every message's concrete value."""
+    channel = Channel(keep_values=True)
+    algo = FedRL(FedRLConfig(**{**TINY, **kw}), channel)
+    maps = gw.generate_maps(20, 8, seed=0)
+    s = algo.init(jax.random.key(0), maps)
+    states = [s]
+    for _ in range(steps):
+        s = algo.train_step(s, maps)
+        states.append(s)
+    return algo, channel, states
+
+
+def _arrays(msgs):
+    return [np.asarray(m.value) for m in msgs]
+
+
+def _contains(haystack, needle):
+    """True if `needle` equals `haystack` or any of its rows/sub-blocks along the first axis."""
+    h, n = np.asarray(haystack), np.asarray(needle)
+    if h.shape == n.shape and np.array_equal(h, n):
+        return True
+    if h.ndim == n.ndim + 1 and h.shape[1:] == n.shape:
+        return any(np.array_equal(row, n) for row in h)
+    return False
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return _eager_run()
+
+
+def test_beta_never_receives_a_reward(eager):
+    _, channel, states = eager
+    to_beta = [m for m in channel.log if m.receiver == "beta"]
+    assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
+                                         "C_alpha"}
+    rewards = _arrays(m for m in channel.log if m.kind == "reward")
+    stored = np.asarray(states[-1].alpha.memory.reward)
+    assert len(rewards) == 4 and np.any(stored != 0)
+    for m in to_beta:
+        v = np.asarray(m.value)
+        for r in [*rewards, stored]:
+            assert not _contains(v, r) and not _contains(r, v) if v.size > 1 else True
+    # Y_j is α's TD target, not the reward itself: it bootstraps through Q_f with γ = 0.9
+    ids = [np.asarray(m.value) for m in to_beta if m.kind == "batch_ids"]
+    ys = [np.asarray(m.value) for m in to_beta if m.kind == "Y"]
+    for j, y in zip(ids, ys, strict=True):
+        assert not np.allclose(y, stored[j])
+    # β's own state has no reward field at all
+    assert "reward" not in states[-1].beta.memory._fields
+
+
+def test_no_party_receives_the_others_observations_or_parameters(eager):
+    algo, channel, states = eager
+    obs = {p: _arrays(m for m in channel.log if m.sender == "env" and m.receiver == p
+                      and m.kind == "obs") for p in ("alpha", "beta")}
+    thetas = {"alpha": [np.asarray(s.alpha.theta) for s in states],
+              "beta": [np.asarray(s.beta.theta) for s in states]}
+    mems = {"alpha": np.asarray(states[-1].alpha.memory.obs),
+            "beta": np.asarray(states[-1].beta.memory.obs)}
+    for receiver, other in (("alpha", "beta"), ("beta", "alpha")):
+        for m in channel.log:
+            if m.receiver != receiver or m.sender == "env":
+                continue
+            v = np.asarray(m.value)
+            assert m.sender == other
+            for o in obs[other]:
+                assert not _contains(v, o) and v.shape[1:] != o.shape[1:], (m.kind, receiver)
+            assert not any(r.shape == v.shape and np.array_equal(r, v) for r in mems[other])
+            assert all(v.size != t.size for t in thetas[other]), (m.kind, receiver)
+    # the party objects hold no reference to each other
+    assert not any(isinstance(v, BetaParty) for v in vars(algo.alpha).values())
+    assert not any(isinstance(v, AlphaParty) for v in vars(algo.beta).values())
+
+
+def test_released_q_outputs_are_noisy_and_shared_theta_g_agrees(eager):
+    algo, channel, states = eager
+    # the last exchange's C_alpha: α's Q on the batch rows, plus N(0, 1) noise (not raw)
+    ids = [np.asarray(m.value) for m in channel.log if m.kind == "batch_ids"][-1]
+    c_alpha = [np.asarray(m.value) for m in channel.log if m.kind == "C_alpha"][-1]
+    sa = states[-1].alpha
+    raw = np.asarray(algo.alpha.q(sa.theta, sa.memory.obs[ids]))
+    resid = c_alpha - raw
+    assert resid.shape == (4, 16)
+    assert 0.5 < resid.std() < 1.6  # 64 N(0,1) draws: P(outside) < 1e-6
+    # after an exchange both parties hold the same θ_g (β's last update, sent back to α)
+    np.testing.assert_array_equal(states[-1].alpha.theta_g, states[-1].beta.theta_g)
+    # and it moved: both parties trained it
+    assert not np.allclose(states[0].alpha.theta_g, states[-1].alpha.theta_g)
+
+
+def test_vertical_protocol_imports_no_agent_side_code():
+    code = ("import sys, privrl.federation.vertical\n"
+            "print(','.join(sorted(m for m in sys.modules if m.startswith(('privrl.envs', "
+            "'privrl.algorithms', 'privrl.runtime', 'gymnax', 'gymnasium')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_channel_refuses_messages_outside_the_protocol():
+    ch = Channel()
+    with pytest.raises(ProtocolError, match="env may not send 'reward' to beta"):
+        ch.send("env", "beta", "reward", jnp.ones(3))
+    with pytest.raises(ProtocolError):
+        ch.send("alpha", "beta", "obs", jnp.ones(3))
+    with pytest.raises(ProtocolError):
+        ch.send("beta", "alpha", "theta_beta", jnp.ones(3))
+    assert ch.log == []
+
+
+def test_jitted_training_logs_the_same_protocol():
+    algo = FedRL(FedRLConfig(**TINY))
+    maps = gw.generate_maps(20, 8, seed=0)
+    s = jax.jit(algo.init)(jax.random.key(1), maps)
+    jax.jit(algo.train_chunk)(s, maps)
+    kinds = {(m.sender, m.receiver, m.kind) for m in algo.channel.log}
+    assert ("env", "alpha", "reward") in kinds
+    assert not any(r == "beta" and k == "reward" for _, r, k in kinds)
+
+
+def test_target_networks_are_updated():
+    _, _, states = _eager_run(steps=4, target_period=2)
+    sa0, sa2, sa3 = states[0].alpha, states[2].alpha, states[3].alpha
+    assert not np.array_equal(sa2.target, sa0.target)
+    np.testing.assert_array_equal(sa2.target, sa2.theta)
+    np.testing.assert_array_equal(sa3.target, sa2.target)  # held between copies
+    np.testing.assert_array_equal(states[2].beta.target, states[2].beta.theta)
+
+
+def test_q_output_mechanisms():
+    m = BoundedQGaussian.from_sigma(1.0, 2.0, 1e-5)
+    assert m.std == pytest.approx(1.0)
+    assert m.event.noise_multiplier == pytest.approx(0.25)  # σ / (2B)
+    assert m.guarantee.epsilon == pytest.approx(gaussian_epsilon(0.25, 1e-5))
+    assert m.guarantee.sensitivity == 4.0 and "Q-output" in m.guarantee.unit
+    big = jnp.full((16,), 10.0)
+    out = jax.vmap(m.privatize)(jax.random.split(jax.random.key(0), 4000),
+                                jnp.tile(big, (4000, 1)))
+    assert isinstance(out, Report)
+    # mean = the clipped vector (norm 2), std = 1: 64k draws, 8-σ tolerances
+    np.testing.assert_allclose(np.asarray(out.value).mean(0), 2.0 / 4.0, atol=8 / math.sqrt(4000))
+    assert abs(float(np.std(np.asarray(out.value))) - 1.0) < 0.03
+    u = UnboundedQNoise(1.0)
+    assert not u.guarantee.is_private and "unbounded" in u.guarantee.neighbouring
+    with pytest.raises(ValueError):
+        BoundedQGaussian.from_sigma(1.0, 0.0)
+
+
+def test_privacy_json_paper_mode_states_no_epsilon():
+    rec = FedRL(FedRLConfig(**TINY)).privacy_record(100, 2, 10, 10)
+    assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
+    assert rec["statement"].startswith("NO formal ε")
+    assert rec["releases"]["beta"] == 100 * 2 + 2 * 100 * 4 + (2 * 10 + 10) * 38
+
+
+def test_privacy_json_bounded_mode_composes_every_release():
+    algo = FedRL(FedRLConfig(**TINY, bounded=5.0, noise_sigma=2.0))
+    rec = algo.privacy_record(100, 2, 10, 10)
+    assert rec["formal_guarantee"] is True
+    for party, count in rec["releases"].items():
+        acc = Accountant("rdp")
+        acc.compose(algo.mechanism.event, count)
+        assert rec["parties"][party]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
+        assert rec["parties"][party]["events"][0]["noise_multiplier"] == pytest.approx(0.2)
+    assert "no end-to-end ε" in rec["statement"]
+
+
+def test_bad_options_fail_before_compute():
+    with pytest.raises(ConfigError, match="--size"):
+        FedRL(FedRLConfig(size=10))
+    with pytest.raises(ConfigError, match="--bounded"):
+        FedRL(FedRLConfig(bounded=-1.0))
+    with pytest.raises(ConfigError, match="--noise-sigma"):
+        FedRL(FedRLConfig(bounded=1.0, noise_sigma=0.0))
+    with pytest.raises(ConfigError, match="--model"):
+        make_baseline(BaselineConfig(model="dqn-beta"))
+    with pytest.raises(ConfigError, match="--history"):
+        FedRL(FedRLConfig(history=0))

@@ -1,0 +1,65 @@
+"""`privrl run fedrl|fedrl-baseline`, `privrl reproduce fedrl`: one-line errors before any
+computation, and a tiny run that writes its results directory."""
+
+import json
+
+import numpy as np
+import pytest
+
+from privrl import cli
+from privrl.runtime import grid
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("computation started despite invalid options")
+
+    monkeypatch.setattr(grid, "run_grid", forbidden)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "fedrl", "--size", "12"], "--size: must be one of 8, 16, 32"),
+    (["run", "fedrl", "--bounded", "0"], "--bounded"),
+    (["run", "fedrl", "--noise-sigma", "-1"], "--noise-sigma"),
+    (["run", "fedrl", "--history", "0"], "--history"),
+    (["run", "fedrl", "--beta-view", "4"], "--beta-view"),
+    (["run", "fedrl", "--epochs", "0"], "--epochs"),
+    (["run", "fedrl-baseline", "--model", "cnn-alpha"], "--model: unknown model"),
+    (["reproduce", "fedrl", "--maps", "MISSING", "--sizes", "8"], "no such file"),
+    (["reproduce", "fedrl", "--maps", "MISSING", "--sizes", "7"], "--sizes"),
+    (["reproduce", "fedrl", "--maps", "MISSING", "--models", "dqn-beta"], "--models"),
+])
+def test_bad_options_exit_2_with_one_line(args, message, capsys, no_compute, tmp_path):
+    args = [str(tmp_path / "nothing") if a == "MISSING" else a for a in args]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_bad_maps_file_names_the_file(tmp_path, capsys, no_compute):
+    bad = tmp_path / "gridworld_8.npz"
+    np.savez(bad, images=np.ones((3, 16, 16), np.uint8), path_xy=np.zeros((0, 2), np.int16),
+             path_offsets=np.zeros(25, np.int64))
+    assert cli.main(["run", "fedrl", "--maps", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "images must have shape (M, 8, 8)" in err
+
+
+def test_tiny_run_writes_results(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = cli.main(["run", "fedrl", "--bounded", "2", "--epochs", "1",
+                     "--updates-per-epoch", "20", "--generated-maps", "40", "--buffer-size",
+                     "500", "--out", str(out), "--no-progress"])
+    assert code == 0
+    for f in ("config.json", "metrics.csv", "privacy.json", "summary.json",
+              "plots/valid_success.png"):
+        assert (out / f).exists(), f
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["formal_guarantee"] is True
+    assert privacy["parties"]["beta"]["events"][0]["count"] == privacy["releases"]["beta"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["test"]) == {"test-noise", "test-clean"}
+    assert "LDP" in capsys.readouterr().out
+    # never overwrites
+    assert cli.main(["run", "fedrl", "--epochs", "1", "--out", str(out)]) == 2
