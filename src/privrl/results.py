@@ -186,3 +186,19 @@ def plot_curves(path: Path, curves: dict[str, np.ndarray], title: str, xlabel: s
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
+    """Create (or, to resume, check) a sweep directory: sweep.json records its options, and a
+    directory holding a sweep with other options is refused (ConfigError on --resume)."""
+    from privrl.config import ConfigError
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta = out / "sweep.json"
+    if meta.exists():
+        saved = json.loads(meta.read_text())["sweep"]
+        if saved != sweep:
+            raise ConfigError("--resume", f"{out} holds a sweep with different options: {saved}")
+    else:
+        write_json(meta, {"sweep": sweep, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                          "versions": versions()})

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, config_from_preset
 from privrl.envs.line1d import make_line1d
 from privrl.nets import FlatModel, mlp
 from privrl.privacy.functional import (
@@ -81,11 +81,7 @@ class DPQLearningConfig:
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> DPQLearningConfig:
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; "
-                                          f"choose one of {', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
+        return config_from_preset(cls, PRESETS, preset, **overrides)
 
     # --- derived quantities --------------------------------------------------------------
     @property

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.algorithms.ldp_obs import ObservationPrivacy, PrivateObservations
-from privrl.config import ConfigError
+from privrl.config import ConfigError, config_from_preset
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
 from privrl.privacy.accounting import ACCOUNTANTS
@@ -56,11 +56,7 @@ class EpisodicConfig:
     @classmethod
     def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
         """The preset's settings, then `overrides` (None values are ignored)."""
-        if preset not in cls.PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; choose one of "
-                                          f"{', '.join(cls.PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**cls.PRESETS[preset], **given})
+        return config_from_preset(cls, cls.PRESETS, preset, **overrides)
 
     def validate_common(self) -> None:
         def positive_int(name: str, v: Any, option: str) -> None:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, config_from_preset
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
 from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.pushsum import (
@@ -111,11 +111,7 @@ class FedPGConfig:
 
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> FedPGConfig:
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; "
-                                          f"choose one of {', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
+        return config_from_preset(cls, PRESETS, preset, **overrides)
 
     @property
     def learners(self) -> int:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, config_from_preset
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
 from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
@@ -114,11 +114,7 @@ class PGCA3CConfig:
     @classmethod
     def from_preset(cls, preset: str, **overrides: Any) -> PGCA3CConfig:
         """The preset's settings, then `overrides` (None values are ignored)."""
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; "
-                                          f"choose one of {', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
+        return config_from_preset(cls, PRESETS, preset, **overrides)
 
     def resolved(self) -> PGCA3CConfig:
         """Fill in the preset's per-mechanism defaults and validate everything."""

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 
 from privrl.algorithms.fedpg import FedPGConfig
 from privrl.config import ConfigError
-from privrl.results import json_safe, versions, write_json
+from privrl.results import json_safe, open_sweep, write_json
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")
 
@@ -80,15 +79,7 @@ def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
     from privrl.runtime.fedpg import privacy_record, run_fedpg, summarize
 
     cfg.validate()
-    out.mkdir(parents=True, exist_ok=True)
-    meta = out / "sweep.json"
-    if meta.exists():
-        saved = json.loads(meta.read_text())["sweep"]
-        if saved != cfg.to_dict():
-            raise ConfigError("--resume", f"{out} holds a sweep with different options: {saved}")
-    else:
-        write_json(meta, {"sweep": cfg.to_dict(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                          "versions": versions()})
+    open_sweep(out, cfg.to_dict())
     for name, run_cfg in cfg.settings().items():
         final = out / "settings" / name
         if (final / "summary.json").exists():

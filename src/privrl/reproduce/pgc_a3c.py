@@ -14,7 +14,6 @@ import json
 import math
 import os
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 
 from privrl.algorithms.pgc_a3c import ConfigError, PGCA3CConfig
 from privrl.metrics import first_success_time, median_fst, relative_auc, success_ratio_curve
-from privrl.results import held_moving_average, json_safe, versions, write_json
+from privrl.results import held_moving_average, json_safe, open_sweep, write_json
 
 # Paper 000, Tables 1-3 (K = 20 trials, cap 90,000 submissions).
 PAPER_EPSILONS = (1.0, 2.0, 5.0, 10.0)
@@ -106,15 +105,7 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
     from privrl.runtime.local import privacy_record, run_pgc_a3c, summarize
 
     cfg.validate()
-    out.mkdir(parents=True, exist_ok=True)
-    meta = out / "sweep.json"
-    if meta.exists():
-        saved = json.loads(meta.read_text())["sweep"]
-        if saved != cfg.to_dict():
-            raise ConfigError("--resume", f"{out} holds a sweep with different options: {saved}")
-    else:
-        write_json(meta, {"sweep": cfg.to_dict(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                          "versions": versions()})
+    open_sweep(out, cfg.to_dict())
     settings = cfg.settings()
     total = len(settings) * cfg.cap
     for i, s in enumerate(settings):
