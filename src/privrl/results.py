@@ -202,3 +202,12 @@ def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
     else:
         write_json(meta, {"sweep": sweep, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                           "versions": versions()})
+
+
+def write_run_config(path: Path, algorithm: str, config: dict[str, Any], seed: int,
+                     command: list[str] | None, **extra: Any) -> None:
+    """config.json of a run: the algorithm, its full config, seed, command line, time, versions,
+    and any runner-specific `extra` (devices, topology, maps, ...)."""
+    write_json(path / "config.json", {
+        "algorithm": algorithm, "config": config, "seed": seed, **extra, "command": command,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions()})

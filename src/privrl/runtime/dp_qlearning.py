@@ -25,7 +25,7 @@ from privrl.algorithms.dp_qlearning import (
     privacy_record,
     run_keys,
 )
-from privrl.results import versions, write_json
+from privrl.results import write_json, write_run_config
 
 FINAL_EPISODES = 10  # "final return": mean over each seed's last 10 episodes
 
@@ -139,11 +139,7 @@ def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
 def save(out: DPQLOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     cfg = out.config
     summary = summarize(out)
-    write_json(path / "config.json", {
-        "algorithm": "dp-qlearning", "config": cfg.to_dict(), "seed": cfg.seed,
-        "command": command, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": versions(),
-    })
+    write_run_config(path, "dp-qlearning", cfg.to_dict(), cfg.seed, command)
     write_returns_csv(path / "metrics.csv", out.returns)
     write_json(path / "privacy.json", privacy_record(cfg))
     write_json(path / "summary.json", summary)

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from privrl.results import hold_last, plot_curves, versions, write_json
+from privrl.results import hold_last, plot_curves, write_json, write_run_config
 from privrl.runtime.local import shard_vmap, trial_devices
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
@@ -150,10 +150,7 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
 def save(out: EpisodicOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """config.json, metrics.csv (per seed and episode), privacy.json, summary.json, plots/."""
     cfg = out.config
-    write_json(path / "config.json", {
-        "algorithm": out.algorithm, "config": asdict(cfg), "seed": cfg.seed,
-        "devices": out.devices, "command": command,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions()})
+    write_run_config(path, out.algorithm, asdict(cfg), cfg.seed, command, devices=out.devices)
     with open(path / "metrics.csv", "w") as f:
         f.write("seed,episode,train_return,eval_return\n")
         for s in range(out.train_returns.shape[0]):

@@ -23,7 +23,7 @@ import numpy as np
 from privrl.algorithms.fedpg import FedPG, FedPGConfig
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.results import versions, write_json
+from privrl.results import write_json, write_run_config
 
 ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
 
@@ -273,11 +273,8 @@ def save(run: FedPGRun, path: Path, command: list[str] | None = None) -> dict[st
     """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png."""
     cfg = run.config
     summary = summarize(run)
-    write_json(path / "config.json", {
-        "algorithm": f"fedpg-{cfg.algorithm}", "config": cfg.to_dict(), "seed": cfg.seed,
-        "topology": run.topology, "command": command,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions(),
-    })
+    write_run_config(path, f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, command,
+                     topology=run.topology)
     write_metrics(path / "metrics.csv", run)
     write_json(path / "privacy.json", privacy_record(run))
     write_json(path / "summary.json", summary)

@@ -21,7 +21,7 @@ import numpy as np
 
 from privrl.algorithms.fedrl import SPLIT
 from privrl.envs import gridworld as gw
-from privrl.results import plot_curves, versions, write_json
+from privrl.results import plot_curves, write_json, write_run_config
 
 ProgressFn = Callable[[int, int], None]
 
@@ -180,10 +180,7 @@ def summarize(out: GridOutput) -> dict[str, Any]:
 def save(out: GridOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """config.json, metrics.csv (per seed and epoch), privacy.json, summary.json, plots/."""
     cfg = out.config
-    write_json(path / "config.json", {
-        "algorithm": out.name, "config": asdict(cfg), "seed": cfg.seed, "maps": out.splits,
-        "command": command, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": versions()})
+    write_run_config(path, out.name, asdict(cfg), cfg.seed, command, maps=out.splits)
     with open(path / "metrics.csv", "w") as f:
         f.write("seed,epoch,train_success,train_avg_return,valid_success\n")
         for s in range(out.valid_success.shape[0]):

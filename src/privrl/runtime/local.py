@@ -22,7 +22,7 @@ from jax.sharding import Mesh, PartitionSpec
 from privrl.algorithms.pgc_a3c import PGCA3C, PGCA3CConfig
 from privrl.metrics import first_success_time, median_fst, success_ratio_curve
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.results import plot_scores, versions, write_json, write_metrics_csv
+from privrl.results import plot_scores, write_json, write_metrics_csv, write_run_config
 
 ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 
@@ -224,15 +224,7 @@ def save(out: RunOutput, path: Path, command: list[str] | None = None) -> dict[s
     """Write config.json, metrics.csv, privacy.json, summary.json and plots/scores.png."""
     cfg = out.config
     summary = summarize(out)
-    write_json(path / "config.json", {
-        "algorithm": "pgc-a3c",
-        "config": cfg.to_dict(),
-        "seed": cfg.seed,
-        "devices": out.devices,
-        "command": command,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": versions(),
-    })
+    write_run_config(path, "pgc-a3c", cfg.to_dict(), cfg.seed, command, devices=out.devices)
     write_metrics_csv(path / "metrics.csv", out.scores, out.submitted, cfg.score_window)
     write_json(path / "privacy.json", privacy_record(out))
     write_json(path / "summary.json", summary)
