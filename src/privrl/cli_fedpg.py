@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from privrl.cli import _progress_bar, reproduce_app, run_app
+from privrl.cli import Runtime, _progress_bar, reproduce_app, run_app
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -148,12 +148,20 @@ def run_fedpg_dec_command(
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
     progress: ProgressOpt = True,
+    runtime: Annotated[Runtime, typer.Option(
+        help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
+        "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
+        case_sensitive=False)] = Runtime.local,
+    address: Annotated[str | None, typer.Option(
+        help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local "
+        "one.")] = None,
 ) -> None:
     """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1.
 
     No server: every node runs the SCSG round from its de-biased z and gossips (x, w) to its
     out-neighbours on a directed graph (push-sum, column-stochastic mixing).
     """
+    from privrl.config import ConfigError
     from privrl.results import check_out_dir
 
     cfg = _fedpg_config("dec", topology=topology.value, window=window, **_fedpg_common(
@@ -163,34 +171,59 @@ def run_fedpg_dec_command(
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
     check_out_dir(out)
+    if runtime is Runtime.ray:
+        if trials != 1:
+            raise ConfigError("--trials", "the Ray runtime runs one trial")
+        from privrl.runtime.ray_runner import require_ray
+
+        require_ray()
+        _execute_fedpg(cfg, out, progress, address=address, ray=True)
+        return
+    if address is not None:
+        raise ConfigError("--address", "--address needs --runtime ray")
     _execute_fedpg(cfg, out, progress)
 
 
-def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool) -> None:
+def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
+                   address: str | None = None, ray: bool = False) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from privrl.algorithms.fedpg import make_mechanism
-    from privrl.results import new_run_dir
+    from privrl.results import new_run_dir, write_json
     from privrl.runtime import fedpg as runner
 
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
-    err.print(f"[bold]{label}[/] ({cfg.preset} preset), K = {cfg.agents}, "
+    stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
+    path = new_run_dir(out, f"{stem}{'-ray' if ray else ''}-{cfg.mechanism}") if ray else None
+    where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
+    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
               f"{make_mechanism(cfg).guarantee.describe()}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),
                   TimeElapsedColumn(), console=err, disable=not show_progress) as bar:
         task = bar.add_task("training", total=cfg.budget)
-        run = runner.run_fedpg(cfg, progress=lambda done, total: bar.update(task,
-                                                                            completed=done))
-    stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
-    path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
+
+        def update(done: float, total: int) -> None:
+            bar.update(task, completed=done)
+
+        if ray:
+            from privrl.runtime.ray_fedpg import run_fedpg_dec_ray
+
+            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
+        else:
+            run = runner.run_fedpg(cfg, progress=update)
+    if path is None:
+        path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
     summary = runner.save(run, path, command=["privrl", *sys.argv[1:]])
+    files = "config.json, metrics.csv, privacy.json, summary.json, plots/returns.png"
+    if ray:
+        write_json(path / "ray.json", extra)
+        files += ", ray.json (cluster, every node's gossip log)"
     console.print(fedpg_table(summary))
-    console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, plots/returns.png)")
+    console.print(f"Results written to [bold]{path}[/] ({files})")
 
 
 def fedpg_table(summary: dict) -> Table:

@@ -60,6 +60,7 @@ from privrl.privacy.mechanisms import (
     LaplaceMechanism,
     Mechanism,
 )
+from privrl.privacy.report import Report
 
 ALGORITHMS = ("cen", "dec")
 MECHANISMS = ("none", "laplace", "gaussian")
@@ -263,6 +264,16 @@ class RoundInfo(NamedTuple):
     inner_steps: Array  # N_t (mean over nodes for Dec)
 
 
+class NodeUpdate(NamedTuple):
+    """What one FedPG-Dec node computes in a round; only `report` leaves the node."""
+
+    report: Report  # Δ̃_k, the randomized update
+    opt_state: Any
+    batch: Array  # B_t
+    steps: Array  # N_t
+    mean_return: Array  # of its B_t episodes
+
+
 class FedPG:
     """One resolved config: `init(key)`, `round(state, mixing, live)`."""
 
@@ -427,21 +438,37 @@ class FedPG:
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
         cfg = self.config
-        k, b_max = cfg.agents, cfg.batch_max
-        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
-        batch = jax.random.randint(k_b, (k,), cfg.batch_min, cfg.batch_max + 1)
+        nodes = jnp.arange(cfg.agents)
         z = push_sum_z(state.gossip)  # θ_{t,0}ᵏ
-        env = self.env_params_of(state.key, jnp.arange(k))
-        ep = self.sample(z, env, (jnp.arange(b_max)[None, :] < batch[:, None]) & live, k_ep)
-        mu = self.gradients(z, ep)  # each node's own μ_tᵏ: never sent
-        steps = self.draw_steps(k_n, batch) * live
-        theta, opt_state = self.scsg(z, mu, state.opt_state, steps, env, k_inner)
-        reports = jax.vmap(self.mechanism.privatize)(jax.random.split(k_mech, k), theta - z)
-        gossip = push_sum_mix(push_sum_apply(state.gossip, reports), mixing)
-        used = state.used + batch + cfg.minibatch * steps
-        info = RoundInfo(_mean_return(ep), jnp.mean(state.used),
-                         jnp.mean(batch.astype(jnp.float32)), jnp.mean(steps.astype(jnp.float32)))
-        return FedPGState(gossip, opt_state, state.key, used, state.rounds + 1), info
+        env = self.env_params_of(state.key, nodes)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(key, nodes)
+        upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None))(z, state.opt_state, env, keys,
+                                                                  live)
+        gossip = push_sum_mix(push_sum_apply(state.gossip, upd.report), mixing)
+        used = state.used + upd.batch + cfg.minibatch * upd.steps
+        batch = upd.batch.astype(jnp.float32)
+        info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
+                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)))
+        return FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1), info
+
+    def dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
+                        live: Array) -> NodeUpdate:
+        """One node's part of a FedPG-Dec round, from its own z_k, optimizer state, private
+        environment and key only: B_t episodes, its own μ_tᵏ (never sent), N_t SCSG steps,
+        and its update Δ_k = θ_N − z_k released through the mechanism. The local runner vmaps
+        it over the nodes; the Ray runner calls it inside each node's actor."""
+        cfg = self.config
+        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
+        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        one = lambda tree: jax.tree_util.tree_map(lambda a: a[None], tree)  # noqa: E731
+        env = one(env_params)
+        ep = self.sample(z[None], env, ((jnp.arange(cfg.batch_max) < batch) & live)[None], k_ep)
+        mu = self.gradients(z[None], ep)
+        steps = self.draw_steps(k_n, batch[None]) * live
+        theta, opt_state = self.scsg(z[None], mu, one(opt_state), steps, env, k_inner)
+        report = self.mechanism.privatize(k_mech, theta[0] - z)
+        return NodeUpdate(report, jax.tree_util.tree_map(lambda a: a[0], opt_state), batch,
+                          steps[0], _mean_return(ep))
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""

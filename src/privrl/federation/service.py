@@ -116,7 +116,7 @@ class AggregatorService:
                      "num_agents": self.num_agents, "ledger": ledger, "guarantee": guarantee,
                      "checkpoint_every": self.checkpoint_every}
             if not (self.directory / SETUP).exists():
-                _atomic_write(self.directory / SETUP, pickle.dumps(setup))
+                atomic_write(self.directory / SETUP, pickle.dumps(setup))
             self._log = open(self.directory / LOG, "ab")  # noqa: SIM115 - lives with the service
 
     # --- the protocol --------------------------------------------------------------------
@@ -155,7 +155,7 @@ class AggregatorService:
             return
         blob = {"state": jax.tree_util.tree_map(np.asarray, self.state),
                 "ledger": self.ledger, "logged": self.logged, "rejections": self.rejections}
-        _atomic_write(self.directory / CHECKPOINT, pickle.dumps(blob))
+        atomic_write(self.directory / CHECKPOINT, pickle.dumps(blob))
         self._last_checkpoint_updates = int(self.state.updates)
 
     def close(self) -> None:
@@ -239,7 +239,7 @@ class AggregatorService:
                                     "reason": reason}, default=str) + "\n")
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)

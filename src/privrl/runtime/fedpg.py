@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.algorithms.fedpg import FedPG, FedPGConfig
+from privrl.federation.pushsum import push_sum_z
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.results import write_json, write_run_config
@@ -45,6 +46,7 @@ class FedPGRun:
     rounds_run: int
     releases: np.ndarray  # (trials,) reports each agent of the trial released
     accounting: dict[str, Any] | None  # gaussian: the RDP account of one agent (most releases)
+    z: np.ndarray  # (trials, learners, d): the final de-biased parameters (Cen: θ)
 
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGRun:
@@ -90,11 +92,6 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         if progress is not None:
             progress(float(np.asarray(state.used).mean(axis=1).min()), cfg.budget)
     wall = time.perf_counter() - start
-    accounting = None
-    if cfg.mechanism == "gaussian":  # every agent of a trial releases once per round
-        acc = Accountant("rdp")
-        acc.compose(algo.mechanism.event, int(releases.max()))
-        accounting = acc.record(cfg.delta)
     cols = [np.stack(c, axis=1) for c in zip(*rows, strict=True)]
     return FedPGRun(
         config=cfg, mean_return=cols[0], used_before=cols[1], batch=cols[2],
@@ -102,8 +99,19 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         ledger=ledger, mechanism=algo.mechanism.describe(),
         topology=algo.topology.describe() if algo.topology is not None else None,
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=releases,
-        accounting=accounting,
+        accounting=account(algo, int(releases.max())),
+        z=np.asarray(jax.vmap(push_sum_z)(state.gossip)),
     )
+
+
+def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
+    """Gaussian: the RDP account of an agent that released `releases` reports (one per
+    round); other mechanisms are composed by the ledger."""
+    if algo.config.mechanism != "gaussian":
+        return None
+    acc = Accountant("rdp")
+    acc.compose(algo.mechanism.event, releases)
+    return acc.record(algo.config.delta)
 
 
 # --- what a run reports ----------------------------------------------------------------------

@@ -53,6 +53,20 @@ def require_ray() -> Any:
     return ray
 
 
+def start_ray(ray: Any, address: str | None) -> tuple[bool, dict[str, Any]]:
+    """Join the cluster at `address`, or start a local one sized to this machine (unless Ray is
+    already initialized, as in tests). Actors inherit the JAX cache settings and run one XLA
+    host device each. Returns (whether this call started Ray, the cluster's description)."""
+    env = {k: v for k, v in os.environ.items()
+           if k in ("JAX_COMPILATION_CACHE_DIR", "JAX_PLATFORMS", "PRIVRL_CACHE_DIR")}
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, num_cpus=None if address else os.cpu_count(),
+                 include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {**env, "XLA_FLAGS": ""}})
+    return started_here, {"address": address or "local", "resources": ray.cluster_resources()}
+
+
 # --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
 class AggregatorActor:
     """The aggregator side: an AggregatorService, restored from its directory after a crash."""
@@ -156,14 +170,7 @@ def run_pgc_a3c_ray(
     theta0 = np.asarray(algo.init(jax.random.key(cfg.seed)).agg.theta)
     spec = AggregatorSpec(algo.dim, cfg.buffer_size, cfg.server_optimizer, cfg.learning_rate)
 
-    env = {k: v for k, v in os.environ.items()
-           if k in ("JAX_COMPILATION_CACHE_DIR", "JAX_PLATFORMS", "PRIVRL_CACHE_DIR")}
-    started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, num_cpus=None if address else os.cpu_count(),
-                 include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {**env, "XLA_FLAGS": ""}})
-    cluster = {"address": address or "local", "resources": ray.cluster_resources()}
+    started_here, cluster = start_ray(ray, address)
     start = time.perf_counter()
     try:
         agg_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AggregatorActor)
