@@ -12,7 +12,8 @@ import privrl
 SRC = Path(privrl.__file__).parent
 AGGREGATOR_SIDE = ["privrl.federation", "privrl.federation.aggregator", "privrl.federation.pushsum",
                    "privrl.federation.topology", "privrl.federation.star",
-                   "privrl.federation.service", "privrl.federation.vertical"]
+                   "privrl.federation.service", "privrl.federation.vertical",
+                   "privrl.federation.gossip"]
 AGENT_SIDE = ("privrl.envs", "privrl.algorithms", "privrl.runtime", "gymnax", "gymnasium")
 
 

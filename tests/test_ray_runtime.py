@@ -129,10 +129,12 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
     assert rc == 2 and not (tmp_path / "x").exists()
 
 
-def test_missing_ray_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+@pytest.mark.parametrize("command", ["pgc-a3c", "fedpg-dec"])
+def test_missing_ray_says_how_to_install(command: str, monkeypatch: pytest.MonkeyPatch,
+                                         tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    rc = main(["run", "pgc-a3c", "--runtime", "ray", "--out", str(tmp_path / "x"),
+    rc = main(["run", command, "--runtime", "ray", "--out", str(tmp_path / "x"),
                "--no-progress"])
     assert rc == 2
     assert "pip install 'privrl[ray]'" in capsys.readouterr().err
