@@ -55,6 +55,10 @@ class Runtime(StrEnum):
     ray = "ray"
 
 
+AddressOpt = Annotated[str | None, typer.Option(
+    help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local one.")]
+
+
 class MechanismName(StrEnum):
     laplace = "laplace"
     prs = "prs"
@@ -115,9 +119,7 @@ def run_pgc_a3c_command(
         help="local: all agents vectorized in this process. ray: agents and the aggregator as "
         "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
         case_sensitive=False)] = Runtime.local,
-    address: Annotated[str | None, typer.Option(
-        help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local "
-        "one.")] = None,
+    address: AddressOpt = None,
     agents_in_flight: Annotated[int | None, typer.Option(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
     checkpoint_every: Annotated[int, typer.Option(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from privrl.cli import Runtime, _progress_bar, reproduce_app, run_app
+from privrl.cli import AddressOpt, Runtime, _progress_bar, reproduce_app, run_app
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -152,9 +152,7 @@ def run_fedpg_dec_command(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
         case_sensitive=False)] = Runtime.local,
-    address: Annotated[str | None, typer.Option(
-        help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local "
-        "one.")] = None,
+    address: AddressOpt = None,
 ) -> None:
     """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1.
 
