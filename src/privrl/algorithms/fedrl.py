@@ -123,14 +123,15 @@ class GridConfig:
 
 
 @dataclass(frozen=True)
-class FedRLConfig(GridConfig):
+class QNoiseConfig:
+    """The noise on released Q outputs, shared by FedRL on every domain."""
+
     noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
     bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
     delta: float = 1e-5
     accountant: str = "rdp"
 
-    def resolved(self) -> FedRLConfig:
-        self.validate()
+    def validate_noise(self) -> None:
         if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
             raise ConfigError("--noise-sigma", f"must be finite and >= 0, got {self.noise_sigma}")
         if self.bounded is not None:
@@ -142,12 +143,19 @@ class FedRLConfig(GridConfig):
             raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
         if self.accountant not in ACCOUNTANTS:
             raise ConfigError("--accountant", f"choose one of {', '.join(ACCOUNTANTS)}")
-        return self
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:
             return UnboundedQNoise(self.noise_sigma)
         return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta)
+
+
+@dataclass(frozen=True)
+class FedRLConfig(GridConfig, QNoiseConfig):
+    def resolved(self) -> FedRLConfig:
+        self.validate()
+        self.validate_noise()
+        return self
 
 
 class Stats(NamedTuple):
@@ -286,40 +294,45 @@ class FedRL:
 
     def privacy_record(self, steps: int, evaluations: int, valid_maps: int,
                        test_maps: int) -> dict[str, Any]:
-        cfg = self.config
-        counts = self.releases(steps, evaluations, valid_maps, test_maps)
-        common = {
-            "mechanism": self.mechanism.describe(),
-            "releases": counts,
-            "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
-                                        "from α's rewards)", "actions", "batch_ids"],
-            "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
-                                  "for those releases",
+        return q_release_privacy(self.config, self.mechanism,
+                                 self.releases(steps, evaluations, valid_maps, test_maps))
+
+
+def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
+                      ) -> dict[str, Any]:
+    """privacy.json of a FedRL run: the mechanism, each party's release count and, in bounded
+    mode only, each party's composed (ε, δ); paper mode states that there is NO formal ε."""
+    common = {
+        "mechanism": mech.describe(),
+        "releases": counts,
+        "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
+                                    "from α's rewards)", "actions", "batch_ids"],
+        "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
+                              "for those releases",
+    }
+    if cfg.bounded is None:
+        return {**common, "formal_guarantee": False, "epsilon": "none",
+                "statement": (f"NO formal ε: the paper's Gaussian noise (σ = "
+                              f"{cfg.noise_sigma:g}) is added to unbounded Q outputs, so no "
+                              "sensitivity bound exists and no (ε, δ) can be stated.")}
+    assert isinstance(mech, BoundedQGaussian)
+    parties = {}
+    for name, count in counts.items():
+        acc = Accountant(cfg.accountant)
+        acc.compose(mech.event, count)
+        parties[name] = {
+            "unit": f"all of party {name}'s observations and local Q-network parameters "
+                    "over the run (every release composed)",
+            "one_release_epsilon": mech.guarantee.epsilon,
+            **acc.record(cfg.delta),
         }
-        if cfg.bounded is None:
-            return {**common, "formal_guarantee": False, "epsilon": "none",
-                    "statement": (f"NO formal ε: the paper's Gaussian noise (σ = "
-                                  f"{cfg.noise_sigma:g}) is added to unbounded Q outputs, so no "
-                                  "sensitivity bound exists and no (ε, δ) can be stated.")}
-        mech = self.mechanism
-        assert isinstance(mech, BoundedQGaussian)
-        parties = {}
-        for name, count in counts.items():
-            acc = Accountant(cfg.accountant)
-            acc.compose(mech.event, count)
-            parties[name] = {
-                "unit": f"all of party {name}'s observations and local Q-network parameters "
-                        "over the run (every release composed)",
-                "one_release_epsilon": mech.guarantee.epsilon,
-                **acc.record(cfg.delta),
-            }
-        eps = {k: v["epsilon"] for k, v in parties.items()}
-        return {**common, "formal_guarantee": True, "bound_l2": cfg.bounded,
-                "noise_sigma": cfg.noise_sigma, "parties": parties,
-                "statement": (f"Bounded mode: each released Q vector is clipped to L2 norm "
-                              f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed "
-                              f"over the run, α's releases are ({eps['alpha']:.4g}, "
-                              f"{cfg.delta:g})-LDP and β's ({eps['beta']:.4g}, {cfg.delta:g})-LDP "
-                              "(accountant " + cfg.accountant + "). This covers the Q-output "
-                              "releases only: θ_g, Y_j and actions travel without noise, as in "
-                              "the paper, so the protocol as a whole has no end-to-end ε.")}
+    eps = {k: v["epsilon"] for k, v in parties.items()}
+    return {**common, "formal_guarantee": True, "bound_l2": cfg.bounded,
+            "noise_sigma": cfg.noise_sigma, "parties": parties,
+            "statement": (f"Bounded mode: each released Q vector is clipped to L2 norm "
+                          f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed "
+                          f"over the run, α's releases are ({eps['alpha']:.4g}, "
+                          f"{cfg.delta:g})-LDP and β's ({eps['beta']:.4g}, {cfg.delta:g})-LDP "
+                          "(accountant " + cfg.accountant + "). This covers the Q-output "
+                          "releases only: θ_g, Y_j and actions travel without noise, as in "
+                          "the paper, so the protocol as a whole has no end-to-end ε.")}
