@@ -70,7 +70,7 @@ class Texts(NamedTuple):
         return int(self.length.shape[0])
 
     def take(self, idx: Any) -> Texts:
-        return Texts(*(np.asarray(x)[idx] for x in self))
+        return Texts(*(jnp.asarray(np.asarray(x)[idx]) for x in self))
 
 
 class Episode(NamedTuple):
@@ -227,7 +227,7 @@ def fold_texts(corpus: Corpus, texts: list[int], pos_vocab: Vocab, word_vocab: V
         for a, rel in corpus.related[i].items():
             if a < n:
                 related[k, a, :len(rel)] = rel
-    return Texts(pos, word, label, related, length)
+    return Texts(*(jnp.asarray(x) for x in (pos, word, label, related, length)))
 
 
 def width_for(corpus: Corpus, max_words: int) -> int:
