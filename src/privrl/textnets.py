@@ -1,7 +1,7 @@
 """Paper 002's Text2Action Q-networks: the Text-CNN of Feng et al. (2018), as flat-θ FlatModels.
 
 Input: one observation (W, c+1) per text: c feature-id columns ('pos': a POS embedding trained
-with the network; 'word': fixed word vectors, part of the model but never trained) and the tags
+with the network; 'word': fixed word vectors, held in θ behind a stop-gradient) and the tags
 so far. As in the authors' code a tag i ∈ {0, 1, 2} enters as a `tag_dim`-wide vector filled
 with i (a fixed embedding), concatenated with the word features: each row is
 [features | tag embedding], K = features + tag_dim wide. Four convolutions of n × K (n = 2..5,
@@ -22,8 +22,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
+from jax.flatten_util import ravel_pytree
 
 from privrl.nets import FlatModel
 
@@ -45,7 +45,8 @@ class TextCNN(nn.Module):
     columns: tuple[str, ...] = ("pos",)
     num_pos: int = 64
     pos_dim: int = 50
-    word_vectors: Any = None  # (V, word_dim) fixed table (numpy), needed for a 'word' column
+    num_words: int = 1  # rows of the word-vector table (a 'word' column)
+    word_dim: int = 50
     tag_dim: int = 50
     filters: int = 32
     widths: tuple[int, ...] = WIDTHS
@@ -55,7 +56,10 @@ class TextCNN(nn.Module):
     def setup(self) -> None:
         feat = 0
         for c in self.columns:
-            feat += self.pos_dim if c == "pos" else int(np.shape(self.word_vectors)[1])
+            feat += self.pos_dim if c == "pos" else self.word_dim
+        if "word" in self.columns:  # set by TextModel.with_vectors, never trained
+            self.word_vectors = self.param("word_vectors", nn.initializers.zeros,
+                                           (self.num_words, self.word_dim))
         if "pos" in self.columns:
             self.pos_emb = self.param("pos_emb", nn.initializers.normal(1.0),
                                       (self.num_pos, self.pos_dim))
@@ -74,7 +78,7 @@ class TextCNN(nn.Module):
         parts = []
         for j, c in enumerate(self.columns):
             ids = obs[..., j].astype(jnp.int32)
-            table = self.pos_emb if c == "pos" else jnp.asarray(self.word_vectors)
+            table = self.pos_emb if c == "pos" else jax.lax.stop_gradient(self.word_vectors)
             parts.append(table[ids])
         return jnp.concatenate(parts, -1)
 
@@ -110,13 +114,22 @@ class TextModel(FlatModel):
         return self.module.apply({"params": self.unravel(theta)}, maps, tags,
                                  method=TextCNN.from_maps)
 
+    def with_vectors(self, theta: Array, table: Array) -> Array:
+        """θ with the fixed word vectors in place (their gradient is zero, so Adam never moves
+        them; keeping them in θ lets one compiled program serve every fold)."""
+        params = self.unravel(theta)
+        if "word_vectors" not in params:
+            return theta
+        params = {**params, "word_vectors": jnp.asarray(table, params["word_vectors"].dtype)}
+        return ravel_pytree(params)[0]
+
     def stepper(self, theta: Array, obs: Array) -> Callable[[Array], Array]:
         """Q as a function of the tags only, for one text whose features are `obs`."""
         maps = self.maps(theta, obs)
         return lambda tags: self.q_from_maps(theta, maps, tags)
 
 
-def text_cnn(columns: tuple[str, ...], width: int, num_pos: int,
-             word_vectors: np.ndarray | None = None, **kw: Any) -> TextModel:
-    module = TextCNN(tuple(columns), num_pos=num_pos, word_vectors=word_vectors, **kw)
+def text_cnn(columns: tuple[str, ...], width: int, num_pos: int, num_words: int = 1,
+             **kw: Any) -> TextModel:
+    module = TextCNN(tuple(columns), num_pos=num_pos, num_words=num_words, **kw)
     return TextModel(module, jnp.zeros((width, len(columns) + 1), jnp.float32))

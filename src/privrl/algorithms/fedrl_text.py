@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax import Array
 
@@ -136,12 +135,13 @@ def text_config(preset: str = "paper", **overrides: Any) -> TextConfig:
 
 
 @dataclass(frozen=True)
-class FoldFeatures:
-    """What the networks of one fold are built from."""
+class Shapes:
+    """The sizes the networks are built from: fixed per corpus, so that one compiled program
+    serves every fold (a fold's word vectors travel in Texts.vectors and are put into θ)."""
 
     width: int  # padded text length
     num_pos: int  # POS vocabulary size (row 0 = padding)
-    word_vectors: np.ndarray  # (V, word_dim), row 0 = padding / unknown word
+    num_words: int  # rows of every fold's word-vector table
 
 
 class Stats(NamedTuple):
@@ -160,7 +160,7 @@ class _Learner:
 
     variants: tuple[str, ...] = ("greedy",)
 
-    def __init__(self, config: TextConfig, features: FoldFeatures) -> None:
+    def __init__(self, config: TextConfig, features: Shapes) -> None:
         self.config = cfg = config.resolved()
         self.name = cfg.mode
         self.features = features
@@ -169,8 +169,7 @@ class _Learner:
 
     def net(self, party: str) -> TextModel:
         cfg, f = self.config, self.features
-        return text_cnn(COLUMNS[party], f.width, f.num_pos,
-                        f.word_vectors if "word" in COLUMNS[party] else None,
+        return text_cnn(COLUMNS[party], f.width, f.num_pos, f.num_words, word_dim=cfg.word_dim,
                         pos_dim=cfg.pos_dim, tag_dim=cfg.tag_dim, filters=cfg.filters,
                         hidden=cfg.hidden)
 
@@ -178,7 +177,7 @@ class _Learner:
         return jax.vmap(lambda e: t2a.observe(texts, e, COLUMNS[party]))(env)
 
     def reset(self, texts: t2a.Texts, key: Array, n: int) -> t2a.Episode:
-        idx = jax.random.randint(key, (n,), 0, texts.length.shape[0])
+        idx = jax.random.randint(key, (n,), 0, jnp.sum(texts.length > 0))  # padding: at the end
         return jax.vmap(lambda i: t2a.start(i, self.width))(idx)
 
     def advance(self, texts: t2a.Texts, env: t2a.Episode, action: Array, stats: Stats,
@@ -261,7 +260,7 @@ class FedRLText(_Learner):
 
     variants = ("test-noise", "test-clean")
 
-    def __init__(self, config: TextConfig, features: FoldFeatures,
+    def __init__(self, config: TextConfig, features: Shapes,
                  channel: Channel | None = None) -> None:
         super().__init__(config, features)
         cfg = self.config
@@ -283,6 +282,8 @@ class FedRLText(_Learner):
         env = self.reset(texts, k_env, self.config.num_envs)
         sa, theta_g = self.alpha.init(k_a, self.observe(texts, env, "alpha")[0])
         sb = self.beta.init(k_b, self.observe(texts, env, "beta")[0], theta_g)
+        theta_b = self.nets["beta"].with_vectors(sb.theta, texts.vectors)
+        sb = sb._replace(theta=theta_b, target=theta_b)
         return FedRLState(sa, sb, env, jnp.zeros(self.config.num_envs), jnp.int32(0), key,
                           zero_stats())
 
@@ -386,7 +387,7 @@ def _write(buf: Array, ptr: Array, rows: Array) -> Array:
 class TextDQN(_Learner):
     """DQN on α's view (dqn-alpha) or on both views in one network (dqn-full)."""
 
-    def __init__(self, config: TextConfig, features: FoldFeatures) -> None:
+    def __init__(self, config: TextConfig, features: Shapes) -> None:
         super().__init__(config, features)
         self.view = "full" if self.config.mode.endswith("full") else "alpha"
         self.model = self.net(self.view)
@@ -395,7 +396,7 @@ class TextDQN(_Learner):
     def init(self, key: Array, texts: t2a.Texts) -> DQNState:
         cfg = self.config
         k_q, k_env, key = jax.random.split(key, 3)
-        theta = self.model.init(k_q)
+        theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
         env = self.reset(texts, k_env, cfg.num_envs)
         example = self.observe(texts, env, self.view)[0]
         c = cfg.buffer_size
@@ -473,7 +474,7 @@ class TextFCN(TextDQN):
 
     def init(self, key: Array, texts: t2a.Texts) -> FCNState:
         k_q, key = jax.random.split(key)
-        theta = self.model.init(k_q)
+        theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
         return FCNState(theta, self.optimizer.init(theta), jnp.int32(0), key, zero_stats())
 
     def train_step(self, s: FCNState, texts: t2a.Texts) -> FCNState:
@@ -502,7 +503,7 @@ class TextFCN(TextDQN):
         return FCNState(optax.apply_updates(s.theta, upd), opt, s.steps + 1, key, stats)
 
 
-def make_learner(config: TextConfig, features: FoldFeatures,
+def make_learner(config: TextConfig, features: Shapes,
                  channel: Channel | None = None) -> _Learner:
     cfg = config.resolved()
     if cfg.mode == "fedrl":

@@ -64,13 +64,14 @@ class Texts(NamedTuple):
     label: Array  # PAD / NON_ACTION / ESSENTIAL / OPTIONAL / EXCLUSIVE
     related: Array  # (T, W, R) indices of a word's exclusive alternatives, -1 = none
     length: Array  # (T,) words of each text inside the episode (cut at `width`)
+    vectors: Array  # (V, d) the fold's word vectors (row 0 = padding / unknown: zeros)
 
     @property
     def count(self) -> int:
         return int(self.length.shape[0])
 
     def take(self, idx: Any) -> Texts:
-        return Texts(*(jnp.asarray(np.asarray(x)[idx]) for x in self))
+        return Texts(*(jnp.asarray(np.asarray(x)[idx]) for x in self[:-1]), self.vectors)
 
 
 class Episode(NamedTuple):
@@ -209,9 +210,11 @@ def sentences_of(corpus: Corpus, texts: list[int]) -> list[list[str]]:
 
 
 def fold_texts(corpus: Corpus, texts: list[int], pos_vocab: Vocab, word_vocab: Vocab,
-               width: int) -> Texts:
-    """Pack the given texts into (T, width) arrays; longer texts are cut at `width` words."""
-    t = len(texts)
+               width: int, vectors: np.ndarray, count: int | None = None) -> Texts:
+    """Pack the given texts into (T, width) arrays; longer texts are cut at `width` words.
+    With `count`, T = count: empty texts (length 0) pad the end, so that every fold has the
+    same shapes (they are never drawn and add nothing to any metric)."""
+    t = max(len(texts), count or 0)
     r = max([len(v) for i in texts for v in corpus.related[i].values()] + [1])
     pos = np.zeros((t, width), np.int32)
     word = np.zeros((t, width), np.int32)
@@ -227,7 +230,13 @@ def fold_texts(corpus: Corpus, texts: list[int], pos_vocab: Vocab, word_vocab: V
         for a, rel in corpus.related[i].items():
             if a < n:
                 related[k, a, :len(rel)] = rel
-    return Texts(*(jnp.asarray(x) for x in (pos, word, label, related, length)))
+    return Texts(*(jnp.asarray(x) for x in (pos, word, label, related, length, vectors)))
+
+
+def vocabulary_size(corpus: Corpus) -> int:
+    """Distinct (normalized) words of the whole corpus + 1: a bound on any fold's word-vector
+    table, so that every fold's table has the same shape (tables are zero-padded to it)."""
+    return len({normalize(w) for ws in corpus.words for w in ws}) + 1
 
 
 def width_for(corpus: Corpus, max_words: int) -> int:

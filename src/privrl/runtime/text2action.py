@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from privrl.algorithms.fedrl_text import FoldFeatures, TextConfig, make_learner
+from privrl.algorithms.fedrl_text import Shapes, TextConfig, make_learner
 from privrl.envs import text2action as t2a
 from privrl.results import write_json, write_run_config
 from privrl.runtime.grid import _where_seed
@@ -35,8 +35,21 @@ class FoldData:
     train: t2a.Texts
     valid: t2a.Texts
     test: t2a.Texts
-    features: FoldFeatures
+    shapes: Shapes
     info: dict[str, Any]
+
+
+def _n_valid(cfg: TextConfig, rest: int) -> int:
+    return max(1, round(cfg.valid_fraction * rest))
+
+
+def split_sizes(cfg: TextConfig, corpus: t2a.Corpus) -> tuple[int, int, int]:
+    """The largest (train, validation, test) sizes over the folds: every fold is padded to
+    them, so that one compiled program serves all folds."""
+    total = len(corpus.words)
+    sizes = [(total - len(f) - _n_valid(cfg, total - len(f)), _n_valid(cfg, total - len(f)),
+              len(f)) for f in corpus.folds]
+    return tuple(max(s[i] for s in sizes) for i in range(3))  # type: ignore[return-value]
 
 
 def fold_data(cfg: TextConfig, corpus: t2a.Corpus, fold: int) -> FoldData:
@@ -46,15 +59,19 @@ def fold_data(cfg: TextConfig, corpus: t2a.Corpus, fold: int) -> FoldData:
     rest = [i for k, f in enumerate(corpus.folds) if k != fold for i in f]
     rng = np.random.default_rng([cfg.seed, fold])
     rest = [rest[j] for j in rng.permutation(len(rest))]
-    n_valid = max(1, round(cfg.valid_fraction * len(rest)))
+    n_valid = _n_valid(cfg, len(rest))
     valid_idx, train_idx = sorted(rest[:n_valid]), sorted(rest[n_valid:])
     pos_vocab = t2a.Vocab.build(corpus.pos)
     word_vocab, table = t2a.train_word_vectors(t2a.sentences_of(corpus, train_idx),
                                                cfg.word_dim, seed=cfg.seed + fold,
                                                epochs=cfg.w2v_epochs)
     width = t2a.width_for(corpus, cfg.max_words)
-    parts = [t2a.fold_texts(corpus, idx, pos_vocab, word_vocab, width)
-             for idx in (train_idx, valid_idx, test_idx)]
+    shapes = Shapes(width, len(pos_vocab), t2a.vocabulary_size(corpus))
+    vectors = np.zeros((shapes.num_words, cfg.word_dim), np.float32)
+    vectors[: len(table)] = table
+    parts = [t2a.fold_texts(corpus, idx, pos_vocab, word_vocab, width, vectors, count)
+             for idx, count in zip((train_idx, valid_idx, test_idx), split_sizes(cfg, corpus),
+                                   strict=True)]
     test_words = [t2a.normalize(w) for i in test_idx for w in corpus.words[i]]
     oov = sum(w not in word_vocab.index for w in test_words) / max(len(test_words), 1)
     cut = sum(max(len(corpus.words[i]) - width, 0) for i in range(len(corpus.words)))
@@ -62,7 +79,7 @@ def fold_data(cfg: TextConfig, corpus: t2a.Corpus, fold: int) -> FoldData:
             "test_texts": len(test_idx), "width": width, "pos_vocab": len(pos_vocab),
             "word_vocab": len(word_vocab), "test_oov_rate": oov,
             "words_cut_beyond_width": cut, "test_index": test_idx, "valid_index": valid_idx}
-    return FoldData(fold, *parts, FoldFeatures(width, len(pos_vocab), table), info)
+    return FoldData(fold, *parts, shapes, info)
 
 
 @dataclass
@@ -84,7 +101,7 @@ def steps_per_epoch(cfg: TextConfig, train: t2a.Texts) -> int:
     """Vector steps per epoch: given, or one pass over the training words."""
     if cfg.steps_per_epoch is not None:
         return cfg.steps_per_epoch
-    return math.ceil(int(np.sum(train.length)) / cfg.num_envs)
+    return math.ceil(int(np.sum(np.asarray(train.length))) / cfg.num_envs)
 
 
 def _scores(texts: t2a.Texts, tags: Any, totals: Any) -> list[dict[str, Any]]:
@@ -92,23 +109,36 @@ def _scores(texts: t2a.Texts, tags: Any, totals: Any) -> list[dict[str, Any]]:
             for r in range(np.asarray(totals).shape[0])]
 
 
-def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None) -> FoldOutput:
+class Program:
+    """A learner and its jitted, run-vmapped functions: built once per corpus and mode, so
+    that every fold reuses the compiled code (same shapes, the fold's data as arguments)."""
+
+    def __init__(self, cfg: TextConfig, shapes: Shapes, length: int) -> None:
+        # a replay memory larger than every transition of the run never fills: cap it
+        cap = min(cfg.buffer_size, cfg.epochs * length * cfg.num_envs)
+        self.config = replace(cfg, buffer_size=max(cap, cfg.batch_size))
+        self.length = length
+        self.algo = algo = make_learner(self.config, shapes)
+        self.init = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))
+        self.chunk = jax.jit(jax.vmap(lambda s, t: algo.train_chunk(s, t, length),
+                                      in_axes=(0, None)))
+        self.evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
+                                          in_axes=(0, 0, None))) for v in algo.variants}
+
+
+def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None,
+             program: Program | None = None) -> FoldOutput:
     start = time.perf_counter()
     length = steps_per_epoch(cfg, data.train)
-    # a replay memory larger than every transition of the run never fills: cap it (no effect)
-    cap = min(cfg.buffer_size, cfg.epochs * length * cfg.num_envs)
-    cfg = replace(cfg, buffer_size=max(cap, cfg.batch_size))
-    algo = make_learner(cfg, data.features)
+    if program is None or program.length != length:
+        program = Program(cfg, data.shapes, length)
+    cfg, algo, chunk, evals = program.config, program.algo, program.chunk, program.evals
     runs = cfg.runs
     train = data.train
-    init = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))
-    chunk = jax.jit(jax.vmap(lambda s, t: algo.train_chunk(s, t, length), in_axes=(0, None)))
-    evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
-                                 in_axes=(0, 0, None))) for v in algo.variants}
     select = evals[algo.variants[0]]
     key = jax.random.key(cfg.seed * 1000 + data.fold)
     k_init, k_eval, k_test = jax.random.split(key, 3)
-    state = init(jax.random.split(k_init, runs), train)
+    state = program.init(jax.random.split(k_init, runs), train)
     best = algo.params(state)
     best_val = np.full(runs, -1.0)
     best_epoch = np.zeros(runs, int)
@@ -160,10 +190,12 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
 def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[str, Any]:
     """Select-nothing and select-every-verb (POS VB*) taggings of the fold's test texts."""
     idx = data.info["test_index"]
-    width = data.features.width
+    rows = data.test.count
+    verbs = np.zeros((rows, data.shapes.width), np.int32)
+    verbs[: len(idx)] = t2a.verb_tags(corpus, idx, data.shapes.width)
     out = {}
-    for name, plan in (("select-nothing", np.full((len(idx), width), t2a.NEGLECTED)),
-                       ("select-every-verb", t2a.verb_tags(corpus, idx, width))):
+    for name, plan in (("select-nothing", np.full_like(verbs, t2a.NEGLECTED)),
+                       ("select-every-verb", verbs)):
         tags, total = jax.jit(lambda p: t2a.play(spec, data.test, p))(plan)
         out[name] = t2a.scores(data.test, np.asarray(tags), float(total))
     return out
@@ -204,10 +236,13 @@ def summarize(cfg: TextConfig, folds: list[FoldOutput], reference: list[dict[str
 def run_cv(cfg: TextConfig, corpus: t2a.Corpus, folds: tuple[int, ...],
            progress: ProgressFn | None = None) -> tuple[list[FoldOutput], list[dict[str, Any]]]:
     outs, refs = [], []
+    program = None
     for k in folds:
         data = fold_data(cfg, corpus, k)
         refs.append(baselines(corpus, data, cfg.reward_spec()))
-        outs.append(run_fold(cfg, data, progress))
+        if program is None or program.length != steps_per_epoch(cfg, data.train):
+            program = Program(cfg, data.shapes, steps_per_epoch(cfg, data.train))
+        outs.append(run_fold(cfg, data, progress, program))
     return outs, refs
 
 
