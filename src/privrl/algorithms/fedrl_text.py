@@ -52,7 +52,7 @@ COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
 # (texts stepped 16 at a time with one update per vector step; fewer, shorter epochs).
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
-    "cpu": {"num_envs": 16, "epochs": 6, "steps_per_epoch": 150, "patience": 3,
+    "cpu": {"num_envs": 16, "epochs": 4, "steps_per_epoch": 250, "patience": 3,
             "buffer_size": 20_000, "target_period": 20, "explore_steps": 300},
 }
 

@@ -144,8 +144,7 @@ def markdown(table: dict[str, Any]) -> str:
     for metric, paper, key, fmt in (("F1 %", PAPER_F1, "f1", "{:.2f}"),
                                     ("AvgRwd", PAPER_RWD, "avg_reward", "{:.3f}")):
         for row in ROWS:
-            if row not in paper and not (key == "avg_reward" and row in table["results"]
-                                         and not row.startswith("FCN")):
+            if row not in paper and row not in table["results"]:
                 continue
             cells = []
             for c in corpora:
