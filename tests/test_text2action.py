@@ -130,8 +130,9 @@ def test_f1_on_a_hand_made_example():
 def _texts(corpus, width=8):
     vocab = t2a.Vocab.build([[t2a.normalize(w) for w in ws] for ws in corpus.words])
     pos = t2a.Vocab.build(corpus.pos)
-    return t2a.fold_texts(corpus, list(range(5)), pos, vocab, width,
-                          np.zeros((len(vocab), 4), np.float32))
+    vectors = np.random.default_rng(0).normal(size=(len(vocab), 4)).astype(np.float32)
+    vectors[0] = 0.0
+    return t2a.fold_texts(corpus, list(range(5)), pos, vocab, width, vectors)
 
 
 def test_reward_values(corpus):
@@ -250,3 +251,23 @@ def test_bad_options_fail_before_compute():
         text_config(valid_fraction=1.0)
     with pytest.raises(ConfigError, match="--max-words"):
         text_config(max_words=3)
+
+
+@pytest.mark.parametrize("mode", ["dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
+def test_every_baseline_trains_and_tags(corpus, mode):
+    from privrl.algorithms.fedrl_text import make_learner
+
+    texts = _texts(corpus)
+    cfg = text_config(mode=mode, num_envs=2, batch_size=4, buffer_size=16, filters=4, hidden=8,
+                      pos_dim=4, tag_dim=2, word_dim=4)
+    algo = make_learner(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
+    s = algo.init(jax.random.key(0), texts)
+    s2 = algo.train_chunk(s, texts, 3)
+    assert int(s2.steps) == 3 and not np.allclose(np.asarray(s2.theta), np.asarray(s.theta))
+    tags, total = algo.evaluate(algo.params(s2), texts, jax.random.key(1))
+    n = np.asarray(texts.length)
+    assert tags.shape == (5, 8) and np.isfinite(float(total))
+    assert all(np.all(np.asarray(tags)[k, : n[k]] > 0) for k in range(5))  # every word tagged
+    if mode.endswith("full"):  # the fixed word vectors are in θ and never move
+        p = algo.model.unravel(s2.theta)
+        assert np.array_equal(np.asarray(p["word_vectors"]), np.asarray(texts.vectors))

@@ -29,6 +29,14 @@ import optax
 from jax import Array
 
 from privrl.algorithms.fedrl import QNoiseConfig, q_release_privacy
+from privrl.algorithms.grid_baselines import (
+    DQNState,
+    FCNState,
+    dqn_update,
+    empty_memory,
+    store,
+    supervised_update,
+)
 from privrl.config import ConfigError, config_from_preset
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import (
@@ -358,32 +366,6 @@ class FedRLText(_Learner):
 
 # --- DQN-alpha / DQN-full ------------------------------------------------------------------
 
-class Memory(NamedTuple):
-    obs: Array
-    next_obs: Array
-    action: Array
-    reward: Array
-    terminal: Array
-    size: Array
-    ptr: Array
-
-
-class DQNState(NamedTuple):
-    theta: Array
-    target: Array
-    opt: Any
-    memory: Memory
-    env: t2a.Episode
-    ep_return: Array
-    steps: Array
-    key: Array
-    stats: Stats
-
-
-def _write(buf: Array, ptr: Array, rows: Array) -> Array:
-    return buf.at[(ptr + jnp.arange(rows.shape[0])) % buf.shape[0]].set(rows)
-
-
 class TextDQN(_Learner):
     """DQN on α's view (dqn-alpha) or on both views in one network (dqn-full)."""
 
@@ -398,11 +380,7 @@ class TextDQN(_Learner):
         k_q, k_env, key = jax.random.split(key, 3)
         theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
         env = self.reset(texts, k_env, cfg.num_envs)
-        example = self.observe(texts, env, self.view)[0]
-        c = cfg.buffer_size
-        zeros = jnp.zeros((c, *example.shape))
-        mem = Memory(zeros, zeros, jnp.zeros((c,), jnp.int32), jnp.zeros((c,)), jnp.zeros((c,)),
-                     jnp.int32(0), jnp.int32(0))
+        mem = empty_memory(self.observe(texts, env, self.view)[0], cfg.buffer_size)
         return DQNState(theta, theta, self.optimizer.init(theta), mem, env,
                         jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats())
 
@@ -417,23 +395,11 @@ class TextDQN(_Learner):
                            jnp.argmax(q, -1)).astype(jnp.int32)
         stepped, env, r, done, ep_return, stats = self.advance(
             texts, s.env, action, s.stats, s.ep_return, k_env)
-        m, cap = s.memory, cfg.buffer_size
-        mem = Memory(_write(m.obs, m.ptr, obs),
-                     _write(m.next_obs, m.ptr, self.observe(texts, stepped, self.view)),
-                     _write(m.action, m.ptr, action), _write(m.reward, m.ptr, r),
-                     _write(m.terminal, m.ptr, done.astype(jnp.float32)),
-                     jnp.minimum(m.size + n, cap), (m.ptr + n) % cap)
+        mem = store(s.memory, obs, self.observe(texts, stepped, self.view), action, r,
+                    done.astype(jnp.float32))
         ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
-        y = mem.reward[ids] + cfg.gamma * (1 - mem.terminal[ids]) * jnp.max(
-            net.apply(s.target, mem.next_obs[ids]), -1)
-        a = mem.action[ids]
-
-        def loss(theta: Array) -> Array:
-            qa = jnp.take_along_axis(net.apply(theta, mem.obs[ids]), a[:, None], 1)[:, 0]
-            return jnp.mean(jnp.square(jax.lax.stop_gradient(y) - qa))
-
-        upd, opt = self.optimizer.update(jax.grad(loss)(s.theta), s.opt, s.theta)
-        theta = optax.apply_updates(s.theta, upd)
+        theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
+                                cfg.gamma)
         sync = (s.steps + 1) % cfg.target_period == 0
         return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
                         s.steps + 1, key, stats)
@@ -460,14 +426,6 @@ class TextDQN(_Learner):
 
 # --- FCN-alpha / FCN-full ------------------------------------------------------------------
 
-class FCNState(NamedTuple):
-    theta: Array
-    opt: Any
-    steps: Array
-    key: Array
-    stats: Stats
-
-
 class TextFCN(TextDQN):
     """The same Text-CNN trained by cross-entropy: at word t of a training text the state holds
     the expert's tags before t, the label is the expert's choice at t (t2a.expert_tags)."""
@@ -493,14 +451,9 @@ class TextFCN(TextDQN):
             return obs, (expert[t] == t2a.SELECTED).astype(jnp.int32)
 
         obs, label = jax.vmap(example)(i, t)
-
-        def loss(theta: Array) -> Array:
-            return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
-                net.apply(theta, obs), label))
-
-        upd, opt = self.optimizer.update(jax.grad(loss)(s.theta), s.opt, s.theta)
+        theta, opt = supervised_update(net, self.optimizer, s.theta, s.opt, obs, label)
         stats = s.stats._replace(steps=s.stats.steps + b)
-        return FCNState(optax.apply_updates(s.theta, upd), opt, s.steps + 1, key, stats)
+        return FCNState(theta, opt, s.steps + 1, key, stats)
 
 
 def make_learner(config: TextConfig, features: Shapes,
