@@ -133,3 +133,22 @@ def text_cnn(columns: tuple[str, ...], width: int, num_pos: int, num_words: int 
              **kw: Any) -> TextModel:
     module = TextCNN(tuple(columns), num_pos=num_pos, num_words=num_words, **kw)
     return TextModel(module, jnp.zeros((width, len(columns) + 1), jnp.float32))
+
+
+class FederatedHead(nn.Module):
+    """The shared MLP θ_g: [Q̂α | Q̂β] (4) -> 4 ReLU -> 2, with the authors' initializers
+    (truncated normal σ 0.1 weights, 0.1 biases: every hidden unit starts alive for small
+    inputs)."""
+
+    hidden: int = 4
+    num_outputs: int = 2
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        dense = dict(kernel_init=nn.initializers.truncated_normal(0.1),
+                     bias_init=nn.initializers.constant(0.1))
+        return nn.Dense(self.num_outputs, **dense)(nn.relu(nn.Dense(self.hidden, **dense)(x)))
+
+
+def federated_text_head(hidden: int = 4, num_actions: int = 2) -> FlatModel:
+    return FlatModel(FederatedHead(hidden, num_actions), jnp.zeros((2 * num_actions,)))

@@ -48,11 +48,10 @@ from privrl.federation.vertical import (
     PartySpec,
     train_exchange,
 )
-from privrl.gridnets import federated_head
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.qoutput import UnboundedQNoise
-from privrl.textnets import TextModel, text_cnn
+from privrl.textnets import TextModel, federated_text_head, text_cnn
 
 MODES = ("fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
@@ -95,6 +94,7 @@ class TextConfig(QNoiseConfig):
     reward_base: float = 50.0
     action_rate: float = 0.05
     terminal_bonus: float = 2.0
+    reward_scale: float = 1.0  # learners see reward / reward_scale (metrics: the raw reward)
     runs: int = 1
     seed: int = 0
 
@@ -123,6 +123,8 @@ class TextConfig(QNoiseConfig):
             raise ConfigError("--gamma", f"must be in [0, 1), got {self.gamma}")
         if not 0 <= self.explore_end <= self.explore_start <= 1:
             raise ConfigError("--explore-end", "need 0 <= end <= start <= 1")
+        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
+            raise ConfigError("--reward-scale", f"must be > 0, got {self.reward_scale}")
         if not 0 < self.valid_fraction < 1:
             raise ConfigError("--valid-fraction", f"must be in (0, 1), got "
                                                   f"{self.valid_fraction}")
@@ -195,6 +197,7 @@ class _Learner:
         state before restarts, next state, reward, done, episode returns, stats)."""
         stepped, r, done = jax.vmap(lambda e, a: t2a.step(self.spec, texts, e, a))(env, action)
         ret = ep_return + r
+        r = r / self.config.reward_scale  # what the learner sees (1 = the paper's reward)
         stats = Stats(stats.episodes + jnp.sum(done),
                       stats.return_sum + jnp.sum(jnp.where(done, ret, 0.0)),
                       stats.steps + action.shape[0])
@@ -275,7 +278,7 @@ class FedRLText(_Learner):
         self.channel = channel if channel is not None else Channel(keep_values=False)
         self.mechanism = cfg.mechanism()
         self.clean = UnboundedQNoise(0.0)
-        head = federated_head(num_actions=2, hidden=4)  # the paper's MLP "4×2"
+        head = federated_text_head()  # the paper's MLP "4×2" (authors' initializers)
         self.nets = {p: self.net(p) for p in ("alpha", "beta")}
 
         def party(name: str) -> PartySpec:
