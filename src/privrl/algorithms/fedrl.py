@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, config_from_preset
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import (
     AlphaParty,
@@ -56,16 +56,9 @@ PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 
 
 @dataclass(frozen=True)
-class GridConfig:
-    """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
+class ReplayOptions:
+    """The DQN settings of paper 002's learners on every domain (Grid-World defaults)."""
 
-    preset: str = "paper"
-    size: int = 8
-    maps: str | None = None  # directory with gridworld_{N}.npz (or the file); None: generated
-    generated_maps: int = 8000
-    history: int | None = None  # None: the authors' H for the size (2, 4, 8)
-    alpha_view: int = 3
-    beta_view: int = 5
     learning_rate: float = 1e-3
     gamma: float = 0.9
     batch_size: int = 32
@@ -76,40 +69,20 @@ class GridConfig:
     explore_steps: int = 1000  # vector steps of linear ε decay
     target_period: int = 250  # updates between target-network copies
     epochs: int = 200
-    updates_per_epoch: int = 2000
     patience: int = 10  # epochs without validation improvement before stopping
-    seeds: int = 1
     seed: int = 0
 
-    @classmethod
-    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; choose one of "
-                                          f"{', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
-
-    @property
-    def h(self) -> int:
-        return self.history if self.history is not None else PAPER_HISTORY.get(self.size, 2)
-
-    def spec(self) -> gw.GridSpec:
-        return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
-
-    def validate(self) -> None:
-        self.spec().validate()
+    def validate_replay(self, **more: Any) -> None:
+        """The shared checks, plus `more` (option name -> value) that must be integers >= 1."""
         ints = {"--batch-size": self.batch_size, "--buffer-size": self.buffer_size,
                 "--num-envs": self.num_envs, "--explore-steps": self.explore_steps,
                 "--target-period": self.target_period, "--epochs": self.epochs,
-                "--updates-per-epoch": self.updates_per_epoch, "--patience": self.patience,
-                "--seeds": self.seeds, "--generated-maps": self.generated_maps}
+                "--patience": self.patience, **more}
         for opt, v in ints.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(opt, f"must be an integer >= 1, got {v!r}")
         if self.buffer_size < self.num_envs:
             raise ConfigError("--buffer-size", "must hold at least one vector step")
-        if self.generated_maps < 10:
-            raise ConfigError("--generated-maps", "need at least 10 maps to split 8:1:1")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
         if not 0 <= self.gamma < 1:
@@ -120,6 +93,39 @@ class GridConfig:
     def epsilon(self, step: Array) -> Array:
         frac = jnp.minimum(step / self.explore_steps, 1.0)
         return self.explore_start + frac * (self.explore_end - self.explore_start)
+
+
+@dataclass(frozen=True)
+class GridConfig(ReplayOptions):
+    """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
+
+    preset: str = "paper"
+    size: int = 8
+    maps: str | None = None  # directory with gridworld_{N}.npz (or the file); None: generated
+    generated_maps: int = 8000
+    history: int | None = None  # None: the authors' H for the size (2, 4, 8)
+    alpha_view: int = 3
+    beta_view: int = 5
+    updates_per_epoch: int = 2000
+    seeds: int = 1
+
+    @classmethod
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
+        return config_from_preset(cls, PRESETS, preset, **overrides)
+
+    @property
+    def h(self) -> int:
+        return self.history if self.history is not None else PAPER_HISTORY.get(self.size, 2)
+
+    def spec(self) -> gw.GridSpec:
+        return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
+
+    def validate(self) -> None:
+        self.spec().validate()
+        self.validate_replay(**{"--updates-per-epoch": self.updates_per_epoch,
+                                "--seeds": self.seeds, "--generated-maps": self.generated_maps})
+        if self.generated_maps < 10:
+            raise ConfigError("--generated-maps", "need at least 10 maps to split 8:1:1")
 
 
 @dataclass(frozen=True)

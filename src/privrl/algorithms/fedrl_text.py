@@ -28,12 +28,13 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.algorithms.fedrl import QNoiseConfig, q_release_privacy
+from privrl.algorithms.fedrl import QNoiseConfig, ReplayOptions, q_release_privacy
 from privrl.algorithms.grid_baselines import (
     DQNState,
     FCNState,
     dqn_update,
     empty_memory,
+    epsilon_greedy,
     store,
     supervised_update,
 )
@@ -65,7 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass(frozen=True)
-class TextConfig(QNoiseConfig):
+class TextConfig(QNoiseConfig, ReplayOptions):
     """Options of every Text2Action learner; defaults are the paper preset."""
 
     preset: str = "paper"
@@ -78,14 +79,7 @@ class TextConfig(QNoiseConfig):
     filters: int = 32
     hidden: int = 128
     w2v_epochs: int = 20
-    learning_rate: float = 1e-3
-    gamma: float = 0.9
-    batch_size: int = 32
     buffer_size: int = 50_000
-    num_envs: int = 1  # texts stepped together (one update per vector step)
-    explore_start: float = 1.0
-    explore_end: float = 0.1
-    explore_steps: int = 1000
     target_period: int = 5  # updates between target copies (authors' target_steps)
     epochs: int = 20
     steps_per_epoch: int | None = None  # None: one pass over the training words
@@ -96,7 +90,6 @@ class TextConfig(QNoiseConfig):
     terminal_bonus: float = 2.0
     reward_scale: float = 1.0  # learners see reward / reward_scale (metrics: the raw reward)
     runs: int = 1
-    seed: int = 0
 
     def resolved(self) -> TextConfig:
         if self.mode not in MODES:
@@ -105,24 +98,13 @@ class TextConfig(QNoiseConfig):
         if self.corpus not in t2a.CORPORA:
             raise ConfigError("--corpus", f"unknown corpus {self.corpus!r}; choose one of "
                                           f"{', '.join(t2a.CORPORA)}")
-        ints = {"--max-words": self.max_words, "--batch-size": self.batch_size,
-                "--buffer-size": self.buffer_size, "--num-envs": self.num_envs,
-                "--explore-steps": self.explore_steps, "--target-period": self.target_period,
-                "--epochs": self.epochs, "--patience": self.patience, "--runs": self.runs,
+        ints = {"--max-words": self.max_words, "--runs": self.runs,
                 "--w2v-epochs": self.w2v_epochs, "--word-dim": self.word_dim}
         if self.steps_per_epoch is not None:
             ints["--steps-per-epoch"] = self.steps_per_epoch
-        for opt, v in ints.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(opt, f"must be an integer >= 1, got {v!r}")
+        self.validate_replay(**ints)
         if self.max_words < 5:
             raise ConfigError("--max-words", "the widest convolution needs 5 words")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
-        if not 0 <= self.gamma < 1:
-            raise ConfigError("--gamma", f"must be in [0, 1), got {self.gamma}")
-        if not 0 <= self.explore_end <= self.explore_start <= 1:
-            raise ConfigError("--explore-end", "need 0 <= end <= start <= 1")
         if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
             raise ConfigError("--reward-scale", f"must be > 0, got {self.reward_scale}")
         if not 0 < self.valid_fraction < 1:
@@ -134,10 +116,6 @@ class TextConfig(QNoiseConfig):
     def reward_spec(self) -> t2a.RewardSpec:
         return t2a.RewardSpec(base=self.reward_base, action_rate=self.action_rate,
                               num_words=self.max_words, terminal_bonus=self.terminal_bonus)
-
-    def epsilon(self, step: Array) -> Array:
-        frac = jnp.minimum(step / self.explore_steps, 1.0)
-        return self.explore_start + frac * (self.explore_end - self.explore_start)
 
 
 def text_config(preset: str = "paper", **overrides: Any) -> TextConfig:
@@ -391,11 +369,7 @@ class TextDQN(_Learner):
         cfg, net = self.config, self.model
         key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
         obs = self.observe(texts, s.env, self.view)
-        q = net.apply(s.theta, obs)
-        n = q.shape[0]
-        explore = jax.random.uniform(k_eps, (n,)) < cfg.epsilon(s.steps)
-        action = jnp.where(explore, jax.random.randint(k_rand, (n,), 0, 2),
-                           jnp.argmax(q, -1)).astype(jnp.int32)
+        action = epsilon_greedy(k_eps, k_rand, net.apply(s.theta, obs), cfg.epsilon(s.steps))
         stepped, env, r, done, ep_return, stats = self.advance(
             texts, s.env, action, s.stats, s.ep_return, k_env)
         mem = store(s.memory, obs, self.observe(texts, stepped, self.view), action, r,

@@ -91,6 +91,14 @@ def _write(buf: Any, ptr: Array, rows: Any) -> Any:
     return jax.tree_util.tree_map(one, buf, rows)
 
 
+def epsilon_greedy(k_eps: Array, k_rand: Array, q: Array, epsilon: Array) -> Array:
+    """Per row of q (n, actions): a uniform random action with probability ε, else argmax."""
+    n, num = q.shape
+    explore = jax.random.uniform(k_eps, (n,)) < epsilon
+    return jnp.where(explore, jax.random.randint(k_rand, (n,), 0, num),
+                     jnp.argmax(q, -1)).astype(jnp.int32)
+
+
 def empty_memory(example_x: Any, capacity: int) -> Memory:
     zeros = jax.tree_util.tree_map(lambda v: jnp.zeros((capacity, *v.shape)), example_x)
     return Memory(zeros, zeros, jnp.zeros((capacity,), jnp.int32), jnp.zeros((capacity,)),
@@ -165,11 +173,7 @@ class GridDQN:
         cfg, net = self.config, self.net
         key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
         x = _inputs(cfg.full, s.env.obs_alpha, s.env.obs_beta)
-        q = net.apply(s.theta, x)
-        n = q.shape[0]
-        explore = jax.random.uniform(k_eps, (n,)) < cfg.epsilon(s.steps)
-        action = jnp.where(explore, jax.random.randint(k_rand, (n,), 0, q.shape[-1]),
-                           jnp.argmax(q, -1))
+        action = epsilon_greedy(k_eps, k_rand, net.apply(s.theta, x), cfg.epsilon(s.steps))
         stepped, env, r, met, ep_return, stats = env_advance(
             self.spec, maps, s.env, action, s.ep_return, s.stats, k_env)
         mem = store(s.memory, x, _inputs(cfg.full, stepped.obs_alpha, stepped.obs_beta),

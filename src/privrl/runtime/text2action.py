@@ -24,7 +24,7 @@ import numpy as np
 from privrl.algorithms.fedrl_text import Shapes, TextConfig, make_learner
 from privrl.envs import text2action as t2a
 from privrl.results import write_json, write_run_config
-from privrl.runtime.grid import _where_seed
+from privrl.runtime.grid import Selection
 
 ProgressFn = Callable[[str], None]
 
@@ -139,35 +139,25 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
     key = jax.random.key(cfg.seed * 1000 + data.fold)
     k_init, k_eval, k_test = jax.random.split(key, 3)
     state = program.init(jax.random.split(k_init, runs), train)
-    best = algo.params(state)
-    best_val = np.full(runs, -1.0)
-    best_epoch = np.zeros(runs, int)
+    sel = Selection(algo.params(state), runs, cfg.patience)
     va, tr = [], []
-    times: list[float] = []
-    compile_seconds = 0.0
     for epoch in range(1, cfg.epochs + 1):
         t0 = time.perf_counter()
-        state = jax.block_until_ready(chunk(state, train))
+        state = sel.train(epoch, chunk, state, train)
         dt = time.perf_counter() - t0
-        if epoch == 1:
-            compile_seconds = dt
-        else:
-            times.append(dt)
         st = state.stats
         tr.append(np.asarray(st.return_sum) / np.maximum(np.asarray(st.episodes), 1))
         tags, totals = select(algo.params(state), jax.random.split(
             jax.random.fold_in(k_eval, epoch), runs), data.valid)
         val = np.array([s["f1"] for s in _scores(data.valid, tags, totals)])
         va.append(val)
-        improved = val > best_val
-        best = _where_seed(improved, algo.params(state), best)
-        best_val = np.where(improved, val, best_val)
-        best_epoch = np.where(improved, epoch, best_epoch)
+        stop = sel.record(epoch, val, algo.params(state))
         if progress is not None:
             progress(f"fold {data.fold} epoch {epoch}/{cfg.epochs}: validation F1 "
                      + " ".join(f"{v:.3f}" for v in val) + f" ({dt:.0f} s)")
-        if np.all(epoch - best_epoch >= cfg.patience):
+        if stop:
             break
+    best, best_epoch, times = sel.best, sel.best_epoch, sel.times
     test = {}
     for v, fn in evals.items():
         tags, totals = fn(best, jax.random.split(k_test, runs), data.test)
@@ -184,7 +174,8 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
                           cfg.batch_size if cfg.mode.startswith("fcn") else cfg.num_envs) / t}
     info = {**data.info, "steps_per_epoch": length, "replay_capacity": cfg.buffer_size}
     return FoldOutput(algo.name, data.fold, info, np.stack(va, 1), np.stack(tr, 1), best_epoch,
-                      test, privacy, time.perf_counter() - start, compile_seconds, throughput)
+                      test, privacy, time.perf_counter() - start, sel.compile_seconds,
+                      throughput)
 
 
 def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[str, Any]:
