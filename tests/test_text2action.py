@@ -271,3 +271,36 @@ def test_every_baseline_trains_and_tags(corpus, mode):
     if mode.endswith("full"):  # the fixed word vectors are in θ and never move
         p = algo.model.unravel(s2.theta)
         assert np.array_equal(np.asarray(p["word_vectors"]), np.asarray(texts.vectors))
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    from privrl.runtime import text2action as rt
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("computation started despite invalid options")
+
+    monkeypatch.setattr(rt, "run_cv", forbidden)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "fedrl-text2action", "--data", "MISSING"], "--data: "),
+    (["run", "fedrl-text2action", "--data", "DATA", "--corpus", "cooking"],
+     "cooking.json.gz: file not found"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--corpus", "recipes"], "--corpus"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--mode", "ppo"], "--mode"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--folds", "0,7"], "--folds"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--bounded", "0"], "--bounded"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA", "--models", "dqn-beta"], "--models"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA", "--preset", "gpu"], "--preset"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA"], "cooking.json.gz: file not found"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, message, capsys, no_compute, tmp_path):
+    from privrl import cli
+
+    data = write_corpus(tmp_path / "data")
+    args = [str(tmp_path / "nothing") if a == "MISSING" else str(data) if a == "DATA" else a
+            for a in args]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
