@@ -46,9 +46,9 @@ def write_corpus(path, texts=TEXTS, drop=None):
     return path
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    return t2a.load_corpus(write_corpus(tmp_path / "data"), "win2k")
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return t2a.load_corpus(write_corpus(tmp_path_factory.mktemp("data")), "win2k")
 
 
 def test_loading_and_tokenization(corpus):
@@ -69,8 +69,7 @@ def test_loading_and_tokenization(corpus):
     assert packed.pos[0, 0] == pos.index["VB"]
 
 
-def test_word_vectors_come_from_training_texts_only(tmp_path):
-    corpus = t2a.load_corpus(write_corpus(tmp_path / "d"), "win2k")
+def test_word_vectors_come_from_training_texts_only(corpus):
     cfg = text_config(mode="dqn-alpha", word_dim=8, valid_fraction=0.25)
     data = fold_data(cfg, corpus, 4)  # test: text 4 ("oven", "bake", ...)
     train_words = {t2a.normalize(w) for i in range(5) if i not in (4, *data.info["valid_index"])
@@ -195,22 +194,23 @@ def test_expert_tags_collect_the_full_reward(corpus):
     assert s["f1"] == 1.0 and s["steps"] == int(np.sum(np.asarray(texts.length)))
 
 
-def _eager_fedrl(corpus, steps=3):
+@pytest.fixture(scope="module")
+def eager(corpus):
+    """A few FedRL steps without jit: the channel keeps every message's concrete value."""
     channel = Channel(keep_values=True)
     texts = _texts(corpus)
     cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
                       hidden=8, pos_dim=4, tag_dim=2, word_dim=4)
     algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]), channel)
     s = algo.init(jax.random.key(0), texts)
-    rewards = []
-    for _ in range(steps):
+    for _ in range(3):
         s = algo.train_step(s, texts)
     rewards = [np.asarray(m.value) for m in channel.log if m.kind == "reward"]
     return algo, channel, s, texts, rewards
 
 
-def test_beta_never_receives_a_reward(corpus):
-    algo, channel, _, texts, rewards = _eager_fedrl(corpus)
+def test_beta_never_receives_a_reward(eager):
+    algo, channel, state, texts, rewards = eager
     assert rewards and all(m.receiver == "alpha" for m in channel.log if m.kind == "reward")
     to_beta = [m for m in channel.log if m.receiver == "beta"]
     assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
@@ -226,13 +226,13 @@ def test_beta_never_receives_a_reward(corpus):
         channel.send("env", "beta", "reward", rewards[0])
     # greedy evaluation goes through the same channel: β → α only
     before = len(channel.log)
-    algo.evaluate(algo.params(_eager_fedrl(corpus, 1)[2]), texts, jax.random.key(1))
+    algo.evaluate(algo.params(state), texts, jax.random.key(1))
     assert {(m.sender, m.receiver, m.kind) for m in channel.log[before:]} <= {
         ("beta", "alpha", "C_beta")}
 
 
-def test_paper_mode_privacy_record_states_no_epsilon(corpus):
-    algo = _eager_fedrl(corpus, 1)[0]
+def test_paper_mode_privacy_record_states_no_epsilon(eager):
+    algo = eager[0]
     rec = algo.privacy_record(10, 2, 30, 40)
     assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
     assert "NO formal ε" in rec["statement"]
