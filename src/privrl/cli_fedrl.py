@@ -170,3 +170,5 @@ def reproduce_fedrl(
     table = run_reproduction(cfg, path, log=lambda s: err.print(s))
     Console().print((path / "table1.md").read_text())
     err.print(f"Total wall time {table['wall_seconds']:.0f} s; results in [bold]{path}[/]")
+
+from privrl import cli_text2action  # noqa: E402, F401  (paper 002 Table 2: Text2Action)

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, config_from_preset
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import (
     AlphaParty,
@@ -56,16 +56,9 @@ PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 
 
 @dataclass(frozen=True)
-class GridConfig:
-    """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
+class ReplayOptions:
+    """The DQN settings of paper 002's learners on every domain (Grid-World defaults)."""
 
-    preset: str = "paper"
-    size: int = 8
-    maps: str | None = None  # directory with gridworld_{N}.npz (or the file); None: generated
-    generated_maps: int = 8000
-    history: int | None = None  # None: the authors' H for the size (2, 4, 8)
-    alpha_view: int = 3
-    beta_view: int = 5
     learning_rate: float = 1e-3
     gamma: float = 0.9
     batch_size: int = 32
@@ -76,40 +69,20 @@ class GridConfig:
     explore_steps: int = 1000  # vector steps of linear ε decay
     target_period: int = 250  # updates between target-network copies
     epochs: int = 200
-    updates_per_epoch: int = 2000
     patience: int = 10  # epochs without validation improvement before stopping
-    seeds: int = 1
     seed: int = 0
 
-    @classmethod
-    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
-        if preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {preset!r}; choose one of "
-                                          f"{', '.join(PRESETS)}")
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return cls(preset=preset, **{**PRESETS[preset], **given})
-
-    @property
-    def h(self) -> int:
-        return self.history if self.history is not None else PAPER_HISTORY.get(self.size, 2)
-
-    def spec(self) -> gw.GridSpec:
-        return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
-
-    def validate(self) -> None:
-        self.spec().validate()
+    def validate_replay(self, **more: Any) -> None:
+        """The shared checks, plus `more` (option name -> value) that must be integers >= 1."""
         ints = {"--batch-size": self.batch_size, "--buffer-size": self.buffer_size,
                 "--num-envs": self.num_envs, "--explore-steps": self.explore_steps,
                 "--target-period": self.target_period, "--epochs": self.epochs,
-                "--updates-per-epoch": self.updates_per_epoch, "--patience": self.patience,
-                "--seeds": self.seeds, "--generated-maps": self.generated_maps}
+                "--patience": self.patience, **more}
         for opt, v in ints.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(opt, f"must be an integer >= 1, got {v!r}")
         if self.buffer_size < self.num_envs:
             raise ConfigError("--buffer-size", "must hold at least one vector step")
-        if self.generated_maps < 10:
-            raise ConfigError("--generated-maps", "need at least 10 maps to split 8:1:1")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
         if not 0 <= self.gamma < 1:
@@ -123,14 +96,48 @@ class GridConfig:
 
 
 @dataclass(frozen=True)
-class FedRLConfig(GridConfig):
+class GridConfig(ReplayOptions):
+    """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
+
+    preset: str = "paper"
+    size: int = 8
+    maps: str | None = None  # directory with gridworld_{N}.npz (or the file); None: generated
+    generated_maps: int = 8000
+    history: int | None = None  # None: the authors' H for the size (2, 4, 8)
+    alpha_view: int = 3
+    beta_view: int = 5
+    updates_per_epoch: int = 2000
+    seeds: int = 1
+
+    @classmethod
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
+        return config_from_preset(cls, PRESETS, preset, **overrides)
+
+    @property
+    def h(self) -> int:
+        return self.history if self.history is not None else PAPER_HISTORY.get(self.size, 2)
+
+    def spec(self) -> gw.GridSpec:
+        return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
+
+    def validate(self) -> None:
+        self.spec().validate()
+        self.validate_replay(**{"--updates-per-epoch": self.updates_per_epoch,
+                                "--seeds": self.seeds, "--generated-maps": self.generated_maps})
+        if self.generated_maps < 10:
+            raise ConfigError("--generated-maps", "need at least 10 maps to split 8:1:1")
+
+
+@dataclass(frozen=True)
+class QNoiseConfig:
+    """The noise on released Q outputs, shared by FedRL on every domain."""
+
     noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
     bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
     delta: float = 1e-5
     accountant: str = "rdp"
 
-    def resolved(self) -> FedRLConfig:
-        self.validate()
+    def validate_noise(self) -> None:
         if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
             raise ConfigError("--noise-sigma", f"must be finite and >= 0, got {self.noise_sigma}")
         if self.bounded is not None:
@@ -142,12 +149,19 @@ class FedRLConfig(GridConfig):
             raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
         if self.accountant not in ACCOUNTANTS:
             raise ConfigError("--accountant", f"choose one of {', '.join(ACCOUNTANTS)}")
-        return self
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:
             return UnboundedQNoise(self.noise_sigma)
         return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta)
+
+
+@dataclass(frozen=True)
+class FedRLConfig(GridConfig, QNoiseConfig):
+    def resolved(self) -> FedRLConfig:
+        self.validate()
+        self.validate_noise()
+        return self
 
 
 class Stats(NamedTuple):
@@ -286,40 +300,45 @@ class FedRL:
 
     def privacy_record(self, steps: int, evaluations: int, valid_maps: int,
                        test_maps: int) -> dict[str, Any]:
-        cfg = self.config
-        counts = self.releases(steps, evaluations, valid_maps, test_maps)
-        common = {
-            "mechanism": self.mechanism.describe(),
-            "releases": counts,
-            "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
-                                        "from α's rewards)", "actions", "batch_ids"],
-            "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
-                                  "for those releases",
+        return q_release_privacy(self.config, self.mechanism,
+                                 self.releases(steps, evaluations, valid_maps, test_maps))
+
+
+def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
+                      ) -> dict[str, Any]:
+    """privacy.json of a FedRL run: the mechanism, each party's release count and, in bounded
+    mode only, each party's composed (ε, δ); paper mode states that there is NO formal ε."""
+    common = {
+        "mechanism": mech.describe(),
+        "releases": counts,
+        "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
+                                    "from α's rewards)", "actions", "batch_ids"],
+        "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
+                              "for those releases",
+    }
+    if cfg.bounded is None:
+        return {**common, "formal_guarantee": False, "epsilon": "none",
+                "statement": (f"NO formal ε: the paper's Gaussian noise (σ = "
+                              f"{cfg.noise_sigma:g}) is added to unbounded Q outputs, so no "
+                              "sensitivity bound exists and no (ε, δ) can be stated.")}
+    assert isinstance(mech, BoundedQGaussian)
+    parties = {}
+    for name, count in counts.items():
+        acc = Accountant(cfg.accountant)
+        acc.compose(mech.event, count)
+        parties[name] = {
+            "unit": f"all of party {name}'s observations and local Q-network parameters "
+                    "over the run (every release composed)",
+            "one_release_epsilon": mech.guarantee.epsilon,
+            **acc.record(cfg.delta),
         }
-        if cfg.bounded is None:
-            return {**common, "formal_guarantee": False, "epsilon": "none",
-                    "statement": (f"NO formal ε: the paper's Gaussian noise (σ = "
-                                  f"{cfg.noise_sigma:g}) is added to unbounded Q outputs, so no "
-                                  "sensitivity bound exists and no (ε, δ) can be stated.")}
-        mech = self.mechanism
-        assert isinstance(mech, BoundedQGaussian)
-        parties = {}
-        for name, count in counts.items():
-            acc = Accountant(cfg.accountant)
-            acc.compose(mech.event, count)
-            parties[name] = {
-                "unit": f"all of party {name}'s observations and local Q-network parameters "
-                        "over the run (every release composed)",
-                "one_release_epsilon": mech.guarantee.epsilon,
-                **acc.record(cfg.delta),
-            }
-        eps = {k: v["epsilon"] for k, v in parties.items()}
-        return {**common, "formal_guarantee": True, "bound_l2": cfg.bounded,
-                "noise_sigma": cfg.noise_sigma, "parties": parties,
-                "statement": (f"Bounded mode: each released Q vector is clipped to L2 norm "
-                              f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed "
-                              f"over the run, α's releases are ({eps['alpha']:.4g}, "
-                              f"{cfg.delta:g})-LDP and β's ({eps['beta']:.4g}, {cfg.delta:g})-LDP "
-                              "(accountant " + cfg.accountant + "). This covers the Q-output "
-                              "releases only: θ_g, Y_j and actions travel without noise, as in "
-                              "the paper, so the protocol as a whole has no end-to-end ε.")}
+    eps = {k: v["epsilon"] for k, v in parties.items()}
+    return {**common, "formal_guarantee": True, "bound_l2": cfg.bounded,
+            "noise_sigma": cfg.noise_sigma, "parties": parties,
+            "statement": (f"Bounded mode: each released Q vector is clipped to L2 norm "
+                          f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed "
+                          f"over the run, α's releases are ({eps['alpha']:.4g}, "
+                          f"{cfg.delta:g})-LDP and β's ({eps['beta']:.4g}, {cfg.delta:g})-LDP "
+                          "(accountant " + cfg.accountant + "). This covers the Q-output "
+                          "releases only: θ_g, Y_j and actions travel without noise, as in "
+                          "the paper, so the protocol as a whole has no end-to-end ε.")}

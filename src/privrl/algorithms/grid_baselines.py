@@ -91,6 +91,57 @@ def _write(buf: Any, ptr: Array, rows: Any) -> Any:
     return jax.tree_util.tree_map(one, buf, rows)
 
 
+def epsilon_greedy(k_eps: Array, k_rand: Array, q: Array, epsilon: Array) -> Array:
+    """Per row of q (n, actions): a uniform random action with probability ε, else argmax."""
+    n, num = q.shape
+    explore = jax.random.uniform(k_eps, (n,)) < epsilon
+    return jnp.where(explore, jax.random.randint(k_rand, (n,), 0, num),
+                     jnp.argmax(q, -1)).astype(jnp.int32)
+
+
+def empty_memory(example_x: Any, capacity: int) -> Memory:
+    zeros = jax.tree_util.tree_map(lambda v: jnp.zeros((capacity, *v.shape)), example_x)
+    return Memory(zeros, zeros, jnp.zeros((capacity,), jnp.int32), jnp.zeros((capacity,)),
+                  jnp.zeros((capacity,)), jnp.int32(0), jnp.int32(0))
+
+
+def store(m: Memory, x: Any, next_x: Any, action: Array, reward: Array, terminal: Array
+          ) -> Memory:
+    """Write a vector step's n transitions into the ring buffer."""
+    n, cap = action.shape[0], m.action.shape[0]
+    return Memory(_write(m.x, m.ptr, x), _write(m.next_x, m.ptr, next_x),
+                  _write(m.action, m.ptr, action), _write(m.reward, m.ptr, reward),
+                  _write(m.terminal, m.ptr, terminal), jnp.minimum(m.size + n, cap),
+                  (m.ptr + n) % cap)
+
+
+def dqn_update(net: Any, optimizer: Any, theta: Array, target: Array, opt: Any, mem: Memory,
+               ids: Array, gamma: float) -> tuple[Array, Any]:
+    """One Adam step on the mean squared TD error of the transitions `ids` (target network
+    for the bootstrap, no bootstrap after a terminal transition)."""
+    bx = jax.tree_util.tree_map(lambda v: v[ids], mem.x)
+    bnext = jax.tree_util.tree_map(lambda v: v[ids], mem.next_x)
+    y = mem.reward[ids] + gamma * (1 - mem.terminal[ids]) * jnp.max(net.apply(target, bnext), -1)
+    a = mem.action[ids]
+
+    def loss(th: Array) -> Array:
+        qa = jnp.take_along_axis(net.apply(th, bx), a[:, None], 1)[:, 0]
+        return jnp.mean(jnp.square(jax.lax.stop_gradient(y) - qa))
+
+    upd, opt = optimizer.update(jax.grad(loss)(theta), opt, theta)
+    return optax.apply_updates(theta, upd), opt
+
+
+def supervised_update(net: Any, optimizer: Any, theta: Array, opt: Any, x: Any, label: Array
+                      ) -> tuple[Array, Any]:
+    """One Adam step on the cross-entropy of the network's logits against `label` (FCN)."""
+    def loss(th: Array) -> Array:
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(net.apply(th, x), label))
+
+    upd, opt = optimizer.update(jax.grad(loss)(theta), opt, theta)
+    return optax.apply_updates(theta, upd), opt
+
+
 class GridDQN:
     """DQN-alpha / DQN-full: same interface as FedRL (init, train_chunk, params, evaluate)."""
 
@@ -113,11 +164,8 @@ class GridDQN:
         k_q, k_env, key = jax.random.split(key, 3)
         theta = self.net.init(k_q)
         env = env_reset_random(self.spec, maps, k_env, cfg.num_envs)
-        x = _inputs(cfg.full, env.obs_alpha[0], env.obs_beta[0])
-        c = cfg.buffer_size
-        zeros = jax.tree_util.tree_map(lambda v: jnp.zeros((c, *v.shape)), x)
-        mem = Memory(zeros, zeros, jnp.zeros((c,), jnp.int32), jnp.zeros((c,)),
-                     jnp.zeros((c,)), jnp.int32(0), jnp.int32(0))
+        mem = empty_memory(_inputs(cfg.full, env.obs_alpha[0], env.obs_beta[0]),
+                           cfg.buffer_size)
         return DQNState(theta, theta, self.optimizer.init(theta), mem, env,
                         jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats())
 
@@ -125,34 +173,14 @@ class GridDQN:
         cfg, net = self.config, self.net
         key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
         x = _inputs(cfg.full, s.env.obs_alpha, s.env.obs_beta)
-        q = net.apply(s.theta, x)
-        n = q.shape[0]
-        explore = jax.random.uniform(k_eps, (n,)) < cfg.epsilon(s.steps)
-        action = jnp.where(explore, jax.random.randint(k_rand, (n,), 0, q.shape[-1]),
-                           jnp.argmax(q, -1))
+        action = epsilon_greedy(k_eps, k_rand, net.apply(s.theta, x), cfg.epsilon(s.steps))
         stepped, env, r, met, ep_return, stats = env_advance(
             self.spec, maps, s.env, action, s.ep_return, s.stats, k_env)
-        m = s.memory
-        cap = cfg.buffer_size
-        mem = Memory(_write(m.x, m.ptr, x),
-                     _write(m.next_x, m.ptr, _inputs(cfg.full, stepped.obs_alpha,
-                                                     stepped.obs_beta)),
-                     _write(m.action, m.ptr, action), _write(m.reward, m.ptr, r),
-                     _write(m.terminal, m.ptr, met.astype(jnp.float32)),
-                     jnp.minimum(m.size + n, cap), (m.ptr + n) % cap)
+        mem = store(s.memory, x, _inputs(cfg.full, stepped.obs_alpha, stepped.obs_beta),
+                    action, r, met.astype(jnp.float32))
         ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
-        bx = jax.tree_util.tree_map(lambda v: v[ids], mem.x)
-        bnext = jax.tree_util.tree_map(lambda v: v[ids], mem.next_x)
-        y = mem.reward[ids] + cfg.gamma * (1 - mem.terminal[ids]) * jnp.max(
-            net.apply(s.target, bnext), -1)
-        a = mem.action[ids]
-
-        def loss(theta: Array) -> Array:
-            qa = jnp.take_along_axis(net.apply(theta, bx), a[:, None], 1)[:, 0]
-            return jnp.mean(jnp.square(jax.lax.stop_gradient(y) - qa))
-
-        upd, opt = self.optimizer.update(jax.grad(loss)(s.theta), s.opt, s.theta)
-        theta = optax.apply_updates(s.theta, upd)
+        theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
+                                cfg.gamma)
         sync = (s.steps + 1) % cfg.target_period == 0
         return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
                         s.steps + 1, key, stats)
@@ -256,15 +284,9 @@ class GridFCN:
             key, k = jax.random.split(st.key)
             ids = jax.random.randint(k, (cfg.batch_size,), 0, n)
             x = jax.tree_util.tree_map(lambda v: v[ids], demos.x)
-
-            def loss(theta: Array) -> Array:
-                logits = net.apply(theta, x)
-                return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
-                    logits, demos.label[ids]))
-
-            upd, opt = self.optimizer.update(jax.grad(loss)(st.theta), st.opt, st.theta)
-            return FCNState(optax.apply_updates(st.theta, upd), opt, st.steps + 1, key,
-                            st.stats), None
+            theta, opt = supervised_update(net, self.optimizer, st.theta, st.opt, x,
+                                           demos.label[ids])
+            return FCNState(theta, opt, st.steps + 1, key, st.stats), None
 
         return jax.lax.scan(step, s, None, length=cfg.updates_per_epoch)[0]
 

@@ -83,6 +83,37 @@ def _where_seed(mask: np.ndarray, new: Any, old: Any) -> Any:
         new, old)
 
 
+class Selection:
+    """Per run: the best validation score so far, its epoch and parameters; and the epoch
+    timer (the first epoch's time includes compilation). Shared by both paper-002 runners."""
+
+    def __init__(self, params: Any, runs: int, patience: int) -> None:
+        self.best = params
+        self.best_val = np.full(runs, -1.0)
+        self.best_epoch = np.zeros(runs, int)
+        self.patience = patience
+        self.compile_seconds = 0.0
+        self.times: list[float] = []
+
+    def train(self, epoch: int, chunk: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(chunk(*args))
+        dt = time.perf_counter() - t0
+        if epoch == 1:
+            self.compile_seconds = dt
+        else:
+            self.times.append(dt)
+        return state
+
+    def record(self, epoch: int, val: np.ndarray, params: Any) -> bool:
+        """Keep the runs that improved; True once no run improved for `patience` epochs."""
+        improved = val > self.best_val
+        self.best = _where_seed(improved, params, self.best)
+        self.best_val = np.where(improved, val, self.best_val)
+        self.best_epoch = np.where(improved, epoch, self.best_epoch)
+        return bool(np.all(epoch - self.best_epoch >= self.patience))
+
+
 def run_grid(algo: Any, progress: ProgressFn | None = None,
              splits: Splits | None = None) -> GridOutput:
     cfg = algo.config
@@ -98,20 +129,10 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
     key = jax.random.key(cfg.seed)
     k_init, k_eval, k_test, k_rand = jax.random.split(key, 4)
     state = init(jax.random.split(k_init, seeds), data)
-    best = algo.params(state)
-    best_val = np.full(seeds, -1.0)
-    best_epoch = np.zeros(seeds, int)
+    sel = Selection(algo.params(state), seeds, cfg.patience)
     tr_s, tr_r, va = [], [], []
-    chunk_times: list[float] = []
-    compile_seconds = 0.0
     for epoch in range(1, cfg.epochs + 1):
-        t0 = time.perf_counter()
-        state = jax.block_until_ready(chunk(state, data))
-        dt = time.perf_counter() - t0
-        if epoch == 1:
-            compile_seconds = dt  # the first epoch's time includes compilation
-        else:
-            chunk_times.append(dt)
+        state = sel.train(epoch, chunk, state, data)
         st = state.stats
         eps = np.maximum(np.asarray(st.episodes), 1)
         tr_s.append(np.asarray(st.successes) / eps)
@@ -120,14 +141,13 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
                                                           seeds), splits.valid)
         val = np.asarray(res.success).mean(-1)
         va.append(val)
-        improved = val > best_val
-        best = _where_seed(improved, algo.params(state), best)
-        best_val = np.where(improved, val, best_val)
-        best_epoch = np.where(improved, epoch, best_epoch)
+        stop = sel.record(epoch, val, algo.params(state))
         if progress is not None:
             progress(epoch, cfg.epochs)
-        if np.all(epoch - best_epoch >= cfg.patience):
+        if stop:
             break
+    best, best_epoch, chunk_times = sel.best, sel.best_epoch, sel.times
+    compile_seconds = sel.compile_seconds
     epochs_run = len(va)
     test = {}
     for v, fn in evals.items():

@@ -1,0 +1,306 @@
+"""Text2Action (paper 002, Table 2): loading, tokenization, reward, F1, the FedRL protocol."""
+
+import gzip
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from privrl.algorithms.fedrl_text import FedRLText, Shapes, text_config
+from privrl.config import ConfigError
+from privrl.envs import text2action as t2a
+from privrl.federation.vertical import Channel, ProtocolError
+from privrl.runtime.text2action import fold_data
+
+# Five tiny texts. Labels: act_type 1 essential, 2 optional, 3 exclusive (related_acts).
+TEXTS = [
+    (["Click", "start", "then", "open", "the", "panel"], ["VB", "NN", "RB", "VB", "DT", "NN"],
+     [(0, 1, []), (3, 1, [])]),
+    (["Cut", "or", "slice", "the", "onions", "and", "fry"], ["VB", "CC", "VB", "DT", "NNS",
+                                                             "CC", "VB"],
+     [(0, 3, [2]), (2, 3, [0]), (6, 1, [])]),
+    (["Wash", "rice", "optionally", "soak", "it"], ["VB", "NN", "RB", "VB", "PRP"],
+     [(0, 1, []), (3, 2, [])]),
+    (["Boil", "water"], ["VB", "NN"], [(0, 1, [])]),
+    (["The", "oven", "is", "hot", "so", "bake", "bread"], ["DT", "NN", "VBZ", "JJ", "RB", "VB",
+                                                          "NN"], [(5, 1, [])]),
+]
+
+
+def write_corpus(path, texts=TEXTS, drop=None):
+    raw = {"texts": [], "pos_tags": [], "act_5_fold_indices": [[i] for i in range(len(texts))],
+           "arg_5_fold_indices": []}
+    for words, tags, acts in texts:
+        raw["texts"].append({
+            "words": words, "sents": [words], "word2sent": {str(i): 0 for i in range(len(words))},
+            "acts": [{"act_idx": i, "obj_idxs": [[], []], "act_type": k, "related_acts": r}
+                     for i, k, r in acts], "sent_acts": []})
+        raw["pos_tags"].append([[[w, p] for w, p in zip(words, tags, strict=True)]])
+    if drop is not None:
+        drop(raw)
+    path.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path / "win2k.json.gz", "wt") as f:
+        json.dump(raw, f)
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return t2a.load_corpus(write_corpus(tmp_path_factory.mktemp("data")), "win2k")
+
+
+def test_loading_and_tokenization(corpus):
+    assert len(corpus.words) == 5 and corpus.folds == [[0], [1], [2], [3], [4]]
+    assert corpus.labels[1].tolist() == [t2a.EXCLUSIVE, 1, t2a.EXCLUSIVE, 1, 1, 1, t2a.ESSENTIAL]
+    assert corpus.labels[2].tolist() == [t2a.ESSENTIAL, 1, 1, t2a.OPTIONAL, 1]
+    assert corpus.related[1] == {0: [2], 2: [0]}
+    vocab = t2a.Vocab.build([[t2a.normalize(w) for w in ws] for ws in corpus.words[:2]])
+    # lowercased: "Click"/"click" one entry; unknown words (and padding) map to 0
+    assert vocab.ids(["click", "bake"]).tolist() == [vocab.index["click"], 0]
+    pos = t2a.Vocab.build(corpus.pos)
+    vectors = np.zeros((len(vocab), 3), np.float32)
+    packed = t2a.fold_texts(corpus, [0, 1, 4], pos, vocab, 6, vectors, count=4)
+    assert packed.label.shape == (4, 6) and packed.length.tolist() == [6, 6, 6, 0]  # cut at 6
+    # "The" = "the" (text 0); "oven" and "hot" never seen in texts 0-1: unknown (0)
+    assert packed.word[2].tolist()[:4] == [vocab.index["the"], 0, 0, 0]
+    assert packed.related[1, 0, 0] == 2 and packed.related[0, 0, 0] == -1
+    assert packed.pos[0, 0] == pos.index["VB"]
+
+
+def test_word_vectors_come_from_training_texts_only(corpus):
+    cfg = text_config(mode="dqn-alpha", word_dim=8, valid_fraction=0.25)
+    data = fold_data(cfg, corpus, 4)  # test: text 4 ("oven", "bake", ...)
+    train_words = {t2a.normalize(w) for i in range(5) if i not in (4, *data.info["valid_index"])
+                   for w in corpus.words[i]}
+    assert data.info["word_vocab"] == len(train_words) + 1
+    test_ids = np.asarray(data.test.word[0, :7])
+    assert test_ids[1] == 0 and test_ids[5] == 0  # "oven", "bake": out of vocabulary -> zero row
+    assert np.all(np.asarray(data.test.vectors)[0] == 0)
+
+
+@pytest.mark.parametrize("drop, message", [
+    (lambda r: r.pop("texts"), "missing key 'texts' in the top level"),
+    (lambda r: r.pop("act_5_fold_indices"), "missing key 'act_5_fold_indices'"),
+    (lambda r: r["texts"][1].pop("acts"), "missing key 'acts' in texts[1]"),
+    (lambda r: r["texts"][2]["acts"][0].pop("act_type"),
+     "missing key 'act_type' in texts[2].acts[0]"),
+    (lambda r: r["pos_tags"][0][0].pop(), "pos_tags[0] must give one"),
+])
+def test_malformed_data_names_the_file_and_key(tmp_path, drop, message):
+    path = write_corpus(tmp_path / "bad", drop=drop)
+    with pytest.raises(ConfigError, match=r"win2k\.json\.gz") as e:
+        t2a.load_corpus(path, "win2k")
+    assert message in str(e.value) and e.value.option == "--data"
+
+
+def test_missing_or_unreadable_files(tmp_path):
+    with pytest.raises(ConfigError, match="is not a directory"):
+        t2a.load_corpus(tmp_path / "nowhere", "win2k")
+    with pytest.raises(ConfigError, match=r"cooking\.json\.gz: file not found"):
+        t2a.load_corpus(write_corpus(tmp_path / "d"), "cooking")
+    (tmp_path / "d" / "wikihow.json.gz").write_text("not gzip")
+    with pytest.raises(ConfigError, match=r"wikihow\.json\.gz: not a gzipped JSON file"):
+        t2a.load_corpus(tmp_path / "d", "wikihow")
+    with pytest.raises(ConfigError, match="unknown corpus"):
+        t2a.load_corpus(tmp_path / "d", "recipes")
+
+
+def test_f1_on_a_hand_made_example():
+    # words: 0 essential, 1 non-action, 2/3 exclusive pair, 4 optional, 5 essential,
+    #        6 optional, 7/8 exclusive pair
+    label = np.array([2, 1, 4, 4, 3, 2, 3, 4, 4])
+    related = np.full((9, 1), -1)
+    related[2, 0], related[3, 0], related[7, 0], related[8, 0] = 3, 2, 8, 7
+    S, N = t2a.SELECTED, t2a.NEGLECTED
+    tags = np.array([S, S, S, N, S, N, N, S, S])
+    truth, right, selected = t2a.extraction_counts(label, related, tags, 9)
+    # truth: essential 0, 5; pair 2/3 once; optional 4 (selected); pair 7/8 once -> 5
+    # right: 0, 2 (its alternative 3 neglected), 4; 7 and 8 both selected: neither -> 3
+    # selected: 0, 1, 2, 4, 7, 8 -> 6
+    assert (truth, right, selected) == (5, 3, 6)
+    s = t2a.f1_score(truth, right, selected)
+    assert s["precision"] == pytest.approx(3 / 6) and s["recall"] == pytest.approx(3 / 5)
+    assert s["f1"] == pytest.approx(2 * 0.5 * 0.6 / 1.1)
+    assert t2a.f1_score(4, 0, 0) == {"precision": 0.0, "recall": 0.0, "f1": 0.0}
+
+
+def _texts(corpus, width=8):
+    vocab = t2a.Vocab.build([[t2a.normalize(w) for w in ws] for ws in corpus.words])
+    pos = t2a.Vocab.build(corpus.pos)
+    vectors = np.random.default_rng(0).normal(size=(len(vocab), 4)).astype(np.float32)
+    vectors[0] = 0.0
+    return t2a.fold_texts(corpus, list(range(5)), pos, vocab, width, vectors)
+
+
+def test_reward_values(corpus):
+    spec = t2a.RewardSpec()
+    texts = _texts(corpus)
+    c = 5.0 * 50.0  # additional reward scale: 5 × base
+
+    def r(text, actions):
+        ep, out = t2a.start(text, 8), []
+        for a in actions:
+            ep, rew, done = t2a.step(spec, texts, ep, jnp.int32(a))
+            out.append(float(rew))
+        return out, bool(done)
+
+    rho = lambda k: k / 500  # noqa: E731  selected words so far / num_words (500)
+    # text 0: select "Click" (essential), neglect "start", select "start"...
+    out, _ = r(0, [1, 0, 1])
+    assert out[0] == pytest.approx(100 + c * rho(1) ** 2)  # ρ ≤ 0.05 and positive: bonus
+    assert out[1] == pytest.approx(50 + c * rho(1) ** 2)  # non-action neglected
+    # text 3 ("Boil water"): neglect the essential action, then the last word ends the text
+    out, done = r(3, [0, 0])
+    assert out[0] == pytest.approx(-100.0) and out[1] == pytest.approx(50 + 2.0) and done
+    # text 1: exclusive pair 0/2: select 0 (+150), neglect 2 since 0 chosen (+150)
+    out, _ = r(1, [1, 0, 0])
+    assert out[0] == pytest.approx(150 + c * rho(1) ** 2)
+    assert out[2] == pytest.approx(150 + c * rho(1) ** 2)
+    # neglecting 0 is fine while the alternative 2 is still to come; then both neglected: -150
+    out, _ = r(1, [0, 0, 0])
+    assert out[0] == pytest.approx(150.0) and out[2] == pytest.approx(-150.0)
+    # selecting both: the second is wrong (-150 - c ρ²) with ρ = 2/500
+    out, _ = r(1, [1, 0, 1])
+    assert out[2] == pytest.approx(-150 - c * rho(2) ** 2)
+    # text 2: optional action "soak": neglected gives 0 (no additional reward), selected +50
+    out, _ = r(2, [1, 0, 0, 0])
+    assert out[3] == 0.0
+    out, _ = r(2, [1, 0, 0, 1])
+    assert out[3] == pytest.approx(50 + c * rho(2) ** 2)
+    # a selected non-action: -50 - c ρ²
+    out, _ = r(0, [0, 1])
+    assert out[1] == pytest.approx(-50 - c * rho(1) ** 2)
+
+
+def test_above_the_action_rate_the_additional_reward_is_a_penalty(corpus):
+    spec = t2a.RewardSpec(num_words=20, action_rate=0.05)  # ρ = 2/20 = 0.1 > 0.05
+    texts = _texts(corpus)
+    ep = t2a.start(0, 8)
+    ep, _, _ = t2a.step(spec, texts, ep, jnp.int32(1))
+    ep, _, _ = t2a.step(spec, texts, ep, jnp.int32(0))
+    ep, _, _ = t2a.step(spec, texts, ep, jnp.int32(0))
+    ep, rew, _ = t2a.step(spec, texts, ep, jnp.int32(1))  # "open" essential, 2 selected
+    assert float(rew) == pytest.approx(100 - 250 * 0.1 ** 2)
+
+
+def test_expert_tags_collect_the_full_reward(corpus):
+    texts = _texts(corpus)
+    expert = jax.vmap(lambda i: t2a.expert_tags(texts, i))(jnp.arange(5))
+    assert np.asarray(expert[1]).tolist()[:7] == [2, 1, 1, 1, 1, 1, 2]
+    tags, _ = t2a.play(t2a.RewardSpec(), texts, expert)
+    s = t2a.scores(texts, np.asarray(tags), 0.0)
+    assert s["f1"] == 1.0 and s["steps"] == int(np.sum(np.asarray(texts.length)))
+
+
+@pytest.fixture(scope="module")
+def eager(corpus):
+    """A few FedRL steps without jit: the channel keeps every message's concrete value."""
+    channel = Channel(keep_values=True)
+    texts = _texts(corpus)
+    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
+                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4)
+    algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]), channel)
+    s = algo.init(jax.random.key(0), texts)
+    for _ in range(3):
+        s = algo.train_step(s, texts)
+    rewards = [np.asarray(m.value) for m in channel.log if m.kind == "reward"]
+    return algo, channel, s, texts, rewards
+
+
+def test_beta_never_receives_a_reward(eager):
+    algo, channel, state, texts, rewards = eager
+    assert rewards and all(m.receiver == "alpha" for m in channel.log if m.kind == "reward")
+    to_beta = [m for m in channel.log if m.receiver == "beta"]
+    assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
+                                         "C_alpha"}
+    for m in to_beta:
+        v = np.asarray(m.value)
+        for r in rewards:
+            assert not (v.shape == r.shape and np.allclose(v, r)), m.kind
+    # β's observations carry word ids and tags only, never a label or a reward
+    obs_b = [np.asarray(m.value) for m in to_beta if m.kind == "obs"]
+    assert all(o.shape[-1] == 2 for o in obs_b)
+    with pytest.raises(ProtocolError, match="env may not send 'reward' to beta"):
+        channel.send("env", "beta", "reward", rewards[0])
+    # greedy evaluation goes through the same channel: β → α only
+    before = len(channel.log)
+    algo.evaluate(algo.params(state), texts, jax.random.key(1))
+    assert {(m.sender, m.receiver, m.kind) for m in channel.log[before:]} <= {
+        ("beta", "alpha", "C_beta")}
+
+
+def test_paper_mode_privacy_record_states_no_epsilon(eager):
+    algo = eager[0]
+    rec = algo.privacy_record(10, 2, 30, 40)
+    assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
+    assert "NO formal ε" in rec["statement"]
+    assert rec["releases"] == {"beta": 10 * 2 + 2 * 10 * 4 + 2 * 30 + 40,
+                               "alpha": 10 * 4 + 2 * 30 + 40}
+
+
+def test_bad_options_fail_before_compute():
+    with pytest.raises(ConfigError, match="--mode"):
+        text_config(mode="ppo")
+    with pytest.raises(ConfigError, match="--corpus"):
+        text_config(corpus="recipes")
+    with pytest.raises(ConfigError, match="--preset"):
+        text_config("fastest")
+    with pytest.raises(ConfigError, match="--valid-fraction"):
+        text_config(valid_fraction=1.0)
+    with pytest.raises(ConfigError, match="--max-words"):
+        text_config(max_words=3)
+
+
+@pytest.mark.parametrize("mode", ["dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
+def test_every_baseline_trains_and_tags(corpus, mode):
+    from privrl.algorithms.fedrl_text import make_learner
+
+    texts = _texts(corpus)
+    cfg = text_config(mode=mode, num_envs=2, batch_size=4, buffer_size=16, filters=4, hidden=8,
+                      pos_dim=4, tag_dim=2, word_dim=4)
+    algo = make_learner(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
+    s = algo.init(jax.random.key(0), texts)
+    s2 = algo.train_chunk(s, texts, 3)
+    assert int(s2.steps) == 3 and not np.allclose(np.asarray(s2.theta), np.asarray(s.theta))
+    tags, total = algo.evaluate(algo.params(s2), texts, jax.random.key(1))
+    n = np.asarray(texts.length)
+    assert tags.shape == (5, 8) and np.isfinite(float(total))
+    assert all(np.all(np.asarray(tags)[k, : n[k]] > 0) for k in range(5))  # every word tagged
+    if mode.endswith("full"):  # the fixed word vectors are in θ and never move
+        p = algo.model.unravel(s2.theta)
+        assert np.array_equal(np.asarray(p["word_vectors"]), np.asarray(texts.vectors))
+
+
+@pytest.fixture
+def no_compute(monkeypatch):
+    from privrl.runtime import text2action as rt
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("computation started despite invalid options")
+
+    monkeypatch.setattr(rt, "run_cv", forbidden)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "fedrl-text2action", "--data", "MISSING"], "--data: "),
+    (["run", "fedrl-text2action", "--data", "DATA", "--corpus", "cooking"],
+     "cooking.json.gz: file not found"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--corpus", "recipes"], "--corpus"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--mode", "ppo"], "--mode"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--folds", "0,7"], "--folds"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--bounded", "0"], "--bounded"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA", "--models", "dqn-beta"], "--models"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA", "--preset", "gpu"], "--preset"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA"], "cooking.json.gz: file not found"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, message, capsys, no_compute, tmp_path):
+    from privrl import cli
+
+    data = write_corpus(tmp_path / "data")
+    args = [str(tmp_path / "nothing") if a == "MISSING" else str(data) if a == "DATA" else a
+            for a in args]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
