@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +54,7 @@ from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism
 
 UNIT = "one transition (s, a, r, s′)"
+OPTIMIZERS = ("adamw", "sgd")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,16 @@ class DQNConfig(EpisodicConfig):
     grad_value_clip: float = 100.0  # non-private runs only
     sampling_probability: float | None = None  # q; None: batch_size / buffer_size
     clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
+    optimizer: str = "adamw"  # "adamw" (AMSGrad, the slides' code) | "sgd" (heavy-ball momentum)
+    momentum: float = 0.9  # sgd only
+
+    # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
+    # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
+    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {},
+        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.01},
+    }
 
     @property
     def q(self) -> float:
@@ -97,6 +108,14 @@ class DQNConfig(EpisodicConfig):
             raise ConfigError("--q", "Poisson sampling is for DP-SGD runs (--dp)")
         if not 0 < self.tau <= 1:
             raise ConfigError("--tau", f"must be in (0, 1], got {self.tau}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("--optimizer", f"choose one of {', '.join(OPTIMIZERS)}, "
+                                             f"got {self.optimizer!r}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError("--momentum", f"must be in [0, 1), got {self.momentum}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError("--weight-decay", f"must be finite and >= 0, got "
+                                                f"{self.weight_decay}")
         if self.target_epsilon is not None:
             try:
                 sigma = calibrate_noise_multiplier(
@@ -143,6 +162,19 @@ class DQNConfig(EpisodicConfig):
         if self.private:
             acc.compose(self.event(), self.releases_per_unit(updates))
         return acc
+
+
+def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
+    """AdamW (AMSGrad) or SGD with heavy-ball momentum, both with decoupled weight decay.
+
+    Only the step direction differs, so a comparison of the two isolates Adam's
+    per-coordinate normalization. The optimizer only post-processes released gradients: it
+    does not touch the privacy account.
+    """
+    direction = (optax.scale_by_amsgrad() if cfg.optimizer == "adamw"
+                 else optax.trace(decay=cfg.momentum))
+    return optax.chain(direction, optax.add_decayed_weights(cfg.weight_decay),
+                       optax.scale(-cfg.learning_rate))
 
 
 class Replay(NamedTuple):
@@ -209,10 +241,8 @@ class DQN:
         self.config = cfg = config.resolved()
         self.env, self.env_params = make_env(cfg)
         self.model = mlp(cfg.hidden, 2, 4, init="torch_default")
-        adamw = optax.chain(optax.scale_by_amsgrad(), optax.add_decayed_weights(cfg.weight_decay),
-                            optax.scale(-cfg.learning_rate))
-        self.optimizer = adamw if cfg.dp else optax.chain(
-            optax.clip(cfg.grad_value_clip), adamw)
+        opt = make_optimizer(cfg)
+        self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
                                                unit=UNIT) if cfg.private else None)
         self.update_cap = cfg.max_updates()
