@@ -75,13 +75,19 @@ class DQNConfig(EpisodicConfig):
     clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
     optimizer: str = "adamw"  # "adamw" (AMSGrad, the slides' code) | "sgd" (heavy-ball momentum)
     momentum: float = 0.9  # sgd only
+    # DP-SGD: divide the noisy sum by q × the stored transitions (the expected batch size now)
+    # instead of q × capacity, which shrinks the step while the buffer fills. Public either way:
+    # one transition is stored per step whatever the data, so this is post-processing.
+    average_over_stored: bool = False
+    learning_starts: int | None = None  # first update once this many are stored; None: batch
 
     # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
     # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
     # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "paper": {},
-        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.01},
+        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.01,
+                   "average_over_stored": True, "learning_starts": 1000},
     }
 
     @property
@@ -101,6 +107,10 @@ class DQNConfig(EpisodicConfig):
         if self.batch_size < 1 or self.buffer_size < self.batch_size:
             raise ConfigError("--batch-size", "need 1 <= batch size <= buffer size, got "
                                               f"{self.batch_size} and {self.buffer_size}")
+        if self.learning_starts is not None and not (
+                self.batch_size <= self.learning_starts <= self.buffer_size):
+            raise ConfigError("--learning-starts", "need batch size <= learning starts <= "
+                                                   f"buffer size, got {self.learning_starts}")
         q = self.sampling_probability
         if q is not None and not 0 < q <= 1:
             raise ConfigError("--q", f"the sampling probability must be in (0, 1], got {q}")
@@ -276,7 +286,9 @@ class DQN:
 
         if not cfg.dp:  # the mean loss's gradient, as non-private DQN
             return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
-        norm = cfg.q * cfg.buffer_size  # public: the expected batch size of a full buffer
+        # public: the expected batch size of a full buffer, or of the buffer now
+        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
+                        else cfg.buffer_size)
         params = self.model.unravel(theta)
         if self.mechanism is not None:
             report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
@@ -297,7 +309,8 @@ class DQN:
                                                          self.env_params)
         terminal = self.env.is_terminated(env_state, self.env_params).astype(jnp.float32)
         replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
-        learn = (replay.size >= cfg.batch_size) & (s.updates < self.update_cap)
+        starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
+        learn = (replay.size >= starts) & (s.updates < self.update_cap)
         grad = self.gradient(s.theta, s.target, replay, k_grad)
         upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(learn, s.theta + upd, s.theta)
