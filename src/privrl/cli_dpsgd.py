@@ -153,11 +153,11 @@ def run_dp_dqn(
     delta: Delta = 1e-5,
     q: Annotated[float | None, typer.Option(
         help="Poisson sampling probability per stored transition. Default: batch size / "
-        "buffer size (0.0128 in both presets).")] = None,
+        "buffer size (paper 0.0128, dp-sgd 0.0512).")] = None,
     optimizer: Annotated[DQNOptimizer | None, typer.Option(
         help="adamw (AMSGrad) or sgd (heavy-ball momentum). Default: the preset's.")] = None,
     learning_rate: Annotated[float | None, typer.Option(
-        help="Default: the preset's (paper 1e-4, dp-sgd 0.01).")] = None,
+        help="Default: the preset's (paper 1e-4, dp-sgd 0.003).")] = None,
     momentum: Annotated[float | None, typer.Option(
         help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
     accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")

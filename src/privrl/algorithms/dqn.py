@@ -86,8 +86,9 @@ class DQNConfig(EpisodicConfig):
     # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "paper": {},
-        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.01,
-                   "average_over_stored": True, "learning_starts": 1000},
+        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
+                   "average_over_stored": True, "learning_starts": 1000, "batch_size": 512,
+                   "tau": 0.002},
     }
 
     @property
