@@ -216,7 +216,7 @@ def test_dqn_optimizer_choice_paper_preset_unchanged_dp_sgd_is_sgd() -> None:
 def test_dp_sgd_preset_averages_over_the_stored_transitions() -> None:
     """dp-sgd divides the noisy sum by q × stored (public), paper by q × capacity: the same
     clipped, noised sum, scaled by capacity / stored; the account is the same."""
-    paper = DQNConfig(dp=True, noise_multiplier=0.5)
+    paper = DQNConfig(dp=True, noise_multiplier=0.5, batch_size=512)  # the same q
     ours = DQNConfig.from_preset("dp-sgd", dp=True, noise_multiplier=0.5)
     a, b = DQN(paper), DQN(ours)
     s = a.init(jax.random.key(0))

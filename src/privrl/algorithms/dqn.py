@@ -87,8 +87,8 @@ class DQNConfig(EpisodicConfig):
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
         "paper": {},
         "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
-                   "average_over_stored": True, "learning_starts": 1000, "batch_size": 512,
-                   "tau": 0.002},
+                   "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
+                   "batch_size": 512, "tau": 0.002},
     }
 
     @property
