@@ -10,7 +10,7 @@ Per environment step, for each seed:
    in the batch independently with probability q — per-transition gradients, each clipped to
    L2 norm C (computed exactly without materializing them: privrl.privacy.dpsgd), N(0, σ²C²)
    added to their sum (the GaussianSumMechanism's Report), divided by the public expected batch
-   size q × capacity.
+   size q × capacity (the `dp-sgd` preset: q × the transitions stored so far).
 
 Poisson sampling is done exactly: the batch size m ~ Binomial(n, q) and a uniformly random set
 of m stored transitions, padded to a fixed `max_batch` rows so that shapes stay static. If m ever
@@ -24,6 +24,8 @@ min(updates, capacity) Poisson-subsampled Gaussian releases, composed by the acc
 Settings the slides do not give are read from the public PyTorch DQN code they follow (AdamW
 with AMSGrad, learning rate 1e-4, γ = 0.99, ε-greedy 0.9 → 0.05 with decay 1000 steps, τ =
 0.005, Huber loss, gradient values clipped at 100); docs/dpsgd-rl.md lists them.
+The `paper` preset keeps them; `dp-sgd` (ours) swaps AdamW for SGD with momentum, under which
+DP-DQN learns despite the noise (docs/dpsgd-rl.md).
 """
 
 from __future__ import annotations
