@@ -5,12 +5,14 @@ and non-private REINFORCE and DQN learn CartPole well above a random policy."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
@@ -125,6 +127,8 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-dqn", "--delta", "1"], "--delta"),
     (["run", "dp-dqn", "--q", "0"], "--q"),
     (["run", "dp-dqn", "--q", "1.5"], "--q"),
+    (["run", "dp-dqn", "--preset", "tuned"], "--preset"),
+    (["run", "dp-dqn", "--preset", "dp-sgd", "--momentum", "1"], "--momentum"),
     (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
      "--target-epsilon"),
     (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
@@ -179,6 +183,52 @@ def test_dqn_learns_cartpole() -> None:
     out = run_episodic(DQN(cfg), "dqn")
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 100.0, out.eval_returns[:, -25:]
+
+
+def test_dqn_optimizer_choice_paper_preset_unchanged_dp_sgd_is_sgd() -> None:
+    """The paper preset keeps the slides' AdamW (AMSGrad, lr 1e-4); dp-sgd really steps with
+    SGD + heavy-ball momentum: u₁ = −lr·(g + wd·θ), u₂ = −lr·((1 + m)·g + wd·θ)."""
+    paper = DQNConfig.from_preset("paper")
+    assert (paper.optimizer, paper.learning_rate, paper.weight_decay, paper.clip,
+            paper.batch_size, paper.buffer_size, paper.tau) == ("adamw", 1e-4, 0.01, 10.0,
+                                                                128, 10_000, 0.005)
+    theta = jnp.linspace(-1.0, 1.0, 6)
+    g = jnp.array([1e-3, -2e-3, 0.5, -1.0, 0.0, 3.0])
+    adam = DQN(replace(paper, episodes=1)).optimizer
+    u, _ = adam.update(g, adam.init(theta), theta)  # non-private: values clipped at 100 first
+    ref = optax.chain(optax.scale_by_amsgrad(), optax.add_decayed_weights(0.01),
+                      optax.scale(-1e-4))
+    np.testing.assert_allclose(u, ref.update(g, ref.init(theta), theta)[0], rtol=1e-6)
+    cfg = DQNConfig.from_preset("dp-sgd", dp=True, noise_multiplier=0.5)
+    assert cfg.optimizer == "sgd" and cfg.q == 0.0512 and cfg.clip == paper.clip
+    sgd = DQN(cfg).optimizer
+    lr, wd, m = cfg.learning_rate, cfg.weight_decay, cfg.momentum
+    u1, st = sgd.update(g, sgd.init(theta), theta)
+    np.testing.assert_allclose(u1, -lr * (g + wd * theta), rtol=1e-6, atol=1e-9)
+    u2, _ = sgd.update(g, st, theta)
+    np.testing.assert_allclose(u2, -lr * ((1 + m) * g + wd * theta), rtol=1e-6, atol=1e-9)
+    # Adam's first step is ~lr on every coordinate, whatever its gradient (the hypothesis).
+    assert abs(float(u[0])) > 0.9 * abs(float(u[3]))
+    with pytest.raises(ConfigError, match="--optimizer"):
+        DQNConfig(optimizer="adam").resolved()
+
+
+def test_dp_sgd_preset_averages_over_the_stored_transitions() -> None:
+    """dp-sgd divides the noisy sum by q × stored (public), paper by q × capacity: the same
+    clipped, noised sum, scaled by capacity / stored; the account is the same."""
+    paper = DQNConfig(dp=True, noise_multiplier=0.5, batch_size=512)  # the same q
+    ours = DQNConfig.from_preset("dp-sgd", dp=True, noise_multiplier=0.5)
+    a, b = DQN(paper), DQN(ours)
+    s = a.init(jax.random.key(0))
+    obs = jax.random.normal(jax.random.key(1), (10_000, 4)) * 0.1
+    replay = s.replay._replace(obs=obs, next_obs=obs[::-1], size=jnp.int32(2_500))
+    key = jax.random.key(2)
+    g_paper = a.gradient(s.theta, s.target, replay, key)
+    g_ours = b.gradient(s.theta, s.target, replay, key)
+    np.testing.assert_allclose(g_ours, g_paper * 4.0, rtol=1e-5, atol=1e-7)
+    assert ours.accountant_for(20_000).epsilon(1e-5) == paper.accountant_for(20_000).epsilon(1e-5)
+    with pytest.raises(ConfigError, match="--learning-starts"):
+        DQNConfig(learning_starts=64).resolved()
 
 
 def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:

@@ -129,8 +129,17 @@ def run_dp_reinforce(
     _execute("dp-reinforce", Reinforce, cfg, out, progress)
 
 
+class DQNOptimizer(StrEnum):
+    adamw = "adamw"
+    sgd = "sgd"
+
+
 @run_app.command("dp-dqn")
 def run_dp_dqn(
+    preset: Annotated[str, typer.Option(
+        help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
+        "learns under DP noise (docs/dpsgd-rl.md). Options given explicitly override it.")
+    ] = "paper",
     sigma: Annotated[float | None, typer.Option(
         help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped per-transition gradients. "
         "Default 1. 0 clips without noise (no guarantee).")] = None,
@@ -139,12 +148,18 @@ def run_dp_dqn(
     max_epsilon: Annotated[float | None, typer.Option(
         help="Stop training before an update would take a transition's ε above this.")
     ] = None,
-    clip: Annotated[float, typer.Option(help="C: L2 bound of each transition's gradient.")
-                    ] = 10.0,
+    clip: Annotated[float | None, typer.Option(
+        help="C: L2 bound of each transition's gradient. Default: the preset's (10).")] = None,
     delta: Delta = 1e-5,
     q: Annotated[float | None, typer.Option(
         help="Poisson sampling probability per stored transition. Default: batch size / "
-        "buffer size = 0.0128.")] = None,
+        "buffer size (paper 0.0128, dp-sgd 0.0512).")] = None,
+    optimizer: Annotated[DQNOptimizer | None, typer.Option(
+        help="adamw (AMSGrad) or sgd (heavy-ball momentum). Default: the preset's.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(
+        help="Default: the preset's (paper 1e-4, dp-sgd 0.003).")] = None,
+    momentum: Annotated[float | None, typer.Option(
+        help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
     accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
                           ] = Accountant.rdp,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
@@ -154,9 +169,10 @@ def run_dp_dqn(
     from privrl.algorithms.dqn import DQN, DQNConfig
 
     cfg = DQNConfig.from_preset(
-        "paper", **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
-        delta=delta, sampling_probability=q, accountant=accountant.value, episodes=episodes,
-        seeds=seeds, seed=seed)
+        preset, **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
+        delta=delta, sampling_probability=q, accountant=accountant.value,
+        optimizer=None if optimizer is None else optimizer.value, learning_rate=learning_rate,
+        momentum=momentum, episodes=episodes, seeds=seeds, seed=seed)
     _execute("dp-dqn", DQN, cfg, out, progress)
 
 

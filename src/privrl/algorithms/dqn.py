@@ -10,7 +10,7 @@ Per environment step, for each seed:
    in the batch independently with probability q — per-transition gradients, each clipped to
    L2 norm C (computed exactly without materializing them: privrl.privacy.dpsgd), N(0, σ²C²)
    added to their sum (the GaussianSumMechanism's Report), divided by the public expected batch
-   size q × capacity.
+   size q × capacity (the `dp-sgd` preset: q × the transitions stored so far).
 
 Poisson sampling is done exactly: the batch size m ~ Binomial(n, q) and a uniformly random set
 of m stored transitions, padded to a fixed `max_batch` rows so that shapes stay static. If m ever
@@ -24,13 +24,15 @@ min(updates, capacity) Poisson-subsampled Gaussian releases, composed by the acc
 Settings the slides do not give are read from the public PyTorch DQN code they follow (AdamW
 with AMSGrad, learning rate 1e-4, γ = 0.99, ε-greedy 0.9 → 0.05 with decay 1000 steps, τ =
 0.005, Huber loss, gradient values clipped at 100); docs/dpsgd-rl.md lists them.
+The `paper` preset keeps them; `dp-sgd` (ours) swaps AdamW for SGD with momentum, under which
+DP-DQN learns despite the noise (docs/dpsgd-rl.md).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +56,7 @@ from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism
 
 UNIT = "one transition (s, a, r, s′)"
+OPTIMIZERS = ("adamw", "sgd")
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,23 @@ class DQNConfig(EpisodicConfig):
     grad_value_clip: float = 100.0  # non-private runs only
     sampling_probability: float | None = None  # q; None: batch_size / buffer_size
     clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
+    optimizer: str = "adamw"  # "adamw" (AMSGrad, the slides' code) | "sgd" (heavy-ball momentum)
+    momentum: float = 0.9  # sgd only
+    # DP-SGD: divide the noisy sum by q × the stored transitions (the expected batch size now)
+    # instead of q × capacity, which shrinks the step while the buffer fills. Public either way:
+    # one transition is stored per step whatever the data, so this is post-processing.
+    average_over_stored: bool = False
+    learning_starts: int | None = None  # first update once this many are stored; None: batch
+
+    # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
+    # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
+    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {},
+        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
+                   "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
+                   "batch_size": 512, "tau": 0.002},
+    }
 
     @property
     def q(self) -> float:
@@ -90,6 +110,10 @@ class DQNConfig(EpisodicConfig):
         if self.batch_size < 1 or self.buffer_size < self.batch_size:
             raise ConfigError("--batch-size", "need 1 <= batch size <= buffer size, got "
                                               f"{self.batch_size} and {self.buffer_size}")
+        if self.learning_starts is not None and not (
+                self.batch_size <= self.learning_starts <= self.buffer_size):
+            raise ConfigError("--learning-starts", "need batch size <= learning starts <= "
+                                                   f"buffer size, got {self.learning_starts}")
         q = self.sampling_probability
         if q is not None and not 0 < q <= 1:
             raise ConfigError("--q", f"the sampling probability must be in (0, 1], got {q}")
@@ -97,6 +121,14 @@ class DQNConfig(EpisodicConfig):
             raise ConfigError("--q", "Poisson sampling is for DP-SGD runs (--dp)")
         if not 0 < self.tau <= 1:
             raise ConfigError("--tau", f"must be in (0, 1], got {self.tau}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("--optimizer", f"choose one of {', '.join(OPTIMIZERS)}, "
+                                             f"got {self.optimizer!r}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError("--momentum", f"must be in [0, 1), got {self.momentum}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError("--weight-decay", f"must be finite and >= 0, got "
+                                                f"{self.weight_decay}")
         if self.target_epsilon is not None:
             try:
                 sigma = calibrate_noise_multiplier(
@@ -143,6 +175,19 @@ class DQNConfig(EpisodicConfig):
         if self.private:
             acc.compose(self.event(), self.releases_per_unit(updates))
         return acc
+
+
+def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
+    """AdamW (AMSGrad) or SGD with heavy-ball momentum, both with decoupled weight decay.
+
+    Only the step direction differs, so a comparison of the two isolates Adam's
+    per-coordinate normalization. The optimizer only post-processes released gradients: it
+    does not touch the privacy account.
+    """
+    direction = (optax.scale_by_amsgrad() if cfg.optimizer == "adamw"
+                 else optax.trace(decay=cfg.momentum))
+    return optax.chain(direction, optax.add_decayed_weights(cfg.weight_decay),
+                       optax.scale(-cfg.learning_rate))
 
 
 class Replay(NamedTuple):
@@ -209,10 +254,8 @@ class DQN:
         self.config = cfg = config.resolved()
         self.env, self.env_params = make_env(cfg)
         self.model = mlp(cfg.hidden, 2, 4, init="torch_default")
-        adamw = optax.chain(optax.scale_by_amsgrad(), optax.add_decayed_weights(cfg.weight_decay),
-                            optax.scale(-cfg.learning_rate))
-        self.optimizer = adamw if cfg.dp else optax.chain(
-            optax.clip(cfg.grad_value_clip), adamw)
+        opt = make_optimizer(cfg)
+        self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
                                                unit=UNIT) if cfg.private else None)
         self.update_cap = cfg.max_updates()
@@ -246,7 +289,9 @@ class DQN:
 
         if not cfg.dp:  # the mean loss's gradient, as non-private DQN
             return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
-        norm = cfg.q * cfg.buffer_size  # public: the expected batch size of a full buffer
+        # public: the expected batch size of a full buffer, or of the buffer now
+        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
+                        else cfg.buffer_size)
         params = self.model.unravel(theta)
         if self.mechanism is not None:
             report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
@@ -267,7 +312,8 @@ class DQN:
                                                          self.env_params)
         terminal = self.env.is_terminated(env_state, self.env_params).astype(jnp.float32)
         replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
-        learn = (replay.size >= cfg.batch_size) & (s.updates < self.update_cap)
+        starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
+        learn = (replay.size >= starts) & (s.updates < self.update_cap)
         grad = self.gradient(s.theta, s.target, replay, k_grad)
         upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(learn, s.theta + upd, s.theta)
