@@ -6,16 +6,19 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from privrl.metrics import moving_average
 
+T = TypeVar("T")
 PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
 
 
@@ -202,6 +205,24 @@ def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
     else:
         write_json(meta, {"sweep": sweep, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                           "versions": versions()})
+
+
+def run_setting(out: Path, name: str, write: Callable[[Path], T],
+                log: Callable[[str], None]) -> T | None:
+    """One setting of a resumable sweep, in out/settings/<name>: None (logged) if it is complete
+    already; otherwise `write(tmp)` fills a fresh partial directory, which then replaces the
+    setting's directory atomically, so a setting is either complete or absent."""
+    final = out / "settings" / name
+    if (final / "summary.json").exists():
+        log(f"{name}: done earlier, skipped")
+        return None
+    tmp = out / "settings" / f".{name}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    result = write(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return result
 
 
 def write_run_config(path: Path, algorithm: str, config: dict[str, Any], seed: int,

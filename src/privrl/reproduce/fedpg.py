@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ import numpy as np
 
 from privrl.algorithms.fedpg import FedPGConfig
 from privrl.config import ConfigError
-from privrl.results import json_safe, open_sweep, write_json
+from privrl.results import json_safe, open_sweep, run_setting, write_json
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")
 
@@ -81,25 +79,22 @@ def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
     cfg.validate()
     open_sweep(out, cfg.to_dict())
     for name, run_cfg in cfg.settings().items():
-        final = out / "settings" / name
-        if (final / "summary.json").exists():
-            log(f"{name}: done earlier, skipped")
+        def write(tmp: Path, name: str = name, run_cfg: FedPGConfig = run_cfg) -> dict:
+            report = None if progress is None else (
+                lambda done, total: progress(name, done, total))
+            run = run_fedpg(run_cfg.resolved(), progress=report)
+            np.savez_compressed(tmp / "curves.npz", mean_return=run.mean_return,
+                                used_before=run.used_before, batch=run.batch,
+                                inner_steps=run.inner_steps)
+            summary = summarize(run)
+            write_json(tmp / "summary.json", summary)
+            write_json(tmp / "privacy.json", privacy_record(run))
+            write_json(tmp / "config.json", run.config.to_dict())
+            return summary
+
+        summary = run_setting(out, name, write, log)
+        if summary is None:
             continue
-        tmp = out / "settings" / f".{name}.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        report = None if progress is None else (
-            lambda done, total, name=name: progress(name, done, total))
-        run = run_fedpg(run_cfg.resolved(), progress=report)
-        np.savez_compressed(tmp / "curves.npz", mean_return=run.mean_return,
-                            used_before=run.used_before, batch=run.batch,
-                            inner_steps=run.inner_steps)
-        summary = summarize(run)
-        write_json(tmp / "summary.json", summary)
-        write_json(tmp / "privacy.json", privacy_record(run))
-        write_json(tmp / "config.json", run.config.to_dict())
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
         med = summary["median_episodes_to_target"]
         log(f"{name}: {summary['reached_target']}/{run_cfg.trials} reached 475, median "
             f"{'never' if med is None else f'{med:.0f}'} episodes/agent, "

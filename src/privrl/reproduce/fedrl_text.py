@@ -11,8 +11,6 @@ continues an interrupted reproduction without redoing finished settings.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -22,7 +20,7 @@ from typing import Any
 from privrl.algorithms.fedrl_text import PRESETS, TextConfig, text_config
 from privrl.config import ConfigError
 from privrl.envs import text2action as t2a
-from privrl.results import json_safe, open_sweep, write_json
+from privrl.results import json_safe, open_sweep, run_setting, write_json
 from privrl.runtime.text2action import run_cv, save
 
 MODELS = ("fcn-alpha", "dqn-alpha", "fedrl", "fcn-full", "dqn-full")
@@ -91,19 +89,17 @@ def run_reproduction(cfg: ReproConfig, path: Path, log: Callable[[str], None] = 
         corpus = t2a.load_corpus(cfg.data, corpus_name)
         for model in cfg.models:
             name = f"{corpus_name}-{model}"
-            final = path / "settings" / name
-            if (final / "summary.json").exists():
-                log(f"{name}: done earlier, skipped")
+
+            def write(tmp: Path, name: str = name, model: str = model,
+                      corpus_name: str = corpus_name, corpus: Any = corpus) -> dict[str, Any]:
+                run_cfg = cfg.make(model, corpus_name)
+                folds, refs = run_cv(run_cfg, corpus, cfg.folds,
+                                     progress=lambda m: log(f"{name} {m}"))
+                return save(run_cfg, folds, refs, tmp)
+
+            summary = run_setting(path, name, write, log)
+            if summary is None:
                 continue
-            tmp = path / "settings" / f".{name}.partial"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-            run_cfg = cfg.make(model, corpus_name)
-            folds, refs = run_cv(run_cfg, corpus, cfg.folds, progress=lambda m, n=name:
-                                 log(f"{n} {m}"))
-            summary = save(run_cfg, folds, refs, tmp)
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
             log(f"{name}: {summary['wall_seconds']:.0f} s, test F1 " + ", ".join(
                 f"{v} {100 * r['f1']:.2f} %" for v, r in summary["test"].items()))
     return write_table(cfg, path, time.perf_counter() - start)

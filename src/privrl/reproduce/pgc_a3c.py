@@ -12,8 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ import numpy as np
 
 from privrl.algorithms.pgc_a3c import ConfigError, PGCA3CConfig
 from privrl.metrics import first_success_time, median_fst, relative_auc, success_ratio_curve
-from privrl.results import held_moving_average, json_safe, open_sweep, write_json
+from privrl.results import held_moving_average, json_safe, open_sweep, run_setting, write_json
 
 # Paper 000, Tables 1-3 (K = 20 trials, cap 90,000 submissions).
 PAPER_EPSILONS = (1.0, 2.0, 5.0, 10.0)
@@ -109,29 +107,26 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
     settings = cfg.settings()
     total = len(settings) * cfg.cap
     for i, s in enumerate(settings):
-        final = out / "settings" / s.name
-        if (final / "summary.json").exists():
-            log(f"{s.name}: done earlier, skipped")
-            if progress:
-                progress(s.name, (i + 1) * cfg.cap, total)
-            continue
-        tmp = out / "settings" / f".{s.name}.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-
         def report(done: int, cap: int, i: int = i, name: str = s.name) -> None:
             if progress:
                 progress(name, i * cfg.cap + done, total)
 
-        result = run_pgc_a3c(cfg.run_config(s), progress=report, retire_on_success=cfg.retire)
-        np.savez_compressed(tmp / "scores.npz", scores=result.scores.astype(np.int16),
-                            submitted=result.submitted)
-        summary = summarize(result)
-        write_json(tmp / "summary.json", summary)
-        write_json(tmp / "privacy.json", privacy_record(result))
-        write_json(tmp / "config.json", result.config.to_dict())
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)  # atomic: a setting is either complete or absent
+        def write(tmp: Path, s: Any = s, report: Any = report) -> dict[str, Any]:
+            result = run_pgc_a3c(cfg.run_config(s), progress=report,
+                                 retire_on_success=cfg.retire)
+            np.savez_compressed(tmp / "scores.npz", scores=result.scores.astype(np.int16),
+                                submitted=result.submitted)
+            summary = summarize(result)
+            write_json(tmp / "summary.json", summary)
+            write_json(tmp / "privacy.json", privacy_record(result))
+            write_json(tmp / "config.json", result.config.to_dict())
+            return summary
+
+        summary = run_setting(out, s.name, write, log)
+        if summary is None:
+            if progress:
+                progress(s.name, (i + 1) * cfg.cap, total)
+            continue
         med = summary["median_fst"]
         log(f"{s.name}: median FST {'∞' if med is None else f'{med:g}'}, success "
             f"{summary['success_ratio']:.2f}, {summary['wall_seconds']:.0f} s")
