@@ -194,7 +194,9 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
-    path = new_run_dir(out, f"{stem}{'-ray' if ray else ''}-{cfg.mechanism}") if ray else None
+    # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is
+    # made after the run, so a failed run leaves nothing behind.
+    path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
               f"{make_mechanism(cfg).guarantee.describe()}; {cfg.trials} trial(s) × "

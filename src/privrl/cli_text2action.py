@@ -60,9 +60,9 @@ def run_text2action(
     from privrl.runtime.text2action import run_cv, save
 
     check_out_dir(out)
-    cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, **_overrides(
-        runs=runs, noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
-        steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs))
+    cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
+                      noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
+                      steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs)
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs, _ints(folds, "--folds"),
                            preset).validate().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training

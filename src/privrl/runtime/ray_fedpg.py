@@ -70,7 +70,8 @@ class NodeActor:
         env = self.algo.env_params_of(state.key, jnp.array([node]))
         self.env = jax.tree_util.tree_map(lambda a: a[0], env)
         self._update = jax.jit(self.algo.dec_node_update)
-        self.pending: tuple[Any, dict[str, float]] | None = None  # stepped, not mixed
+        # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
+        self.pending: tuple[Any, dict[str, float]] | None = None
         if self.path.exists():
             ck = pickle.loads(self.path.read_bytes())
             self.gossip = PushSumNode.from_snapshot(ck["gossip"])
@@ -100,7 +101,7 @@ class NodeActor:
             return self.history[t], []
         if t > g.round:
             raise RuntimeError(f"node {self.node} is in round {g.round}, asked for round {t}")
-        if g.applied and self.pending is not None:  # asked again: resend (peers dedupe)
+        if g.applied:  # asked again: resend (peers dedupe)
             return self.pending[1], self._send(list(g.last_outgoing.values()))
         key = jax.random.fold_in(jax.random.fold_in(self.key, t), self.node)
         upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key, jnp.bool_(True))
@@ -127,7 +128,7 @@ class NodeActor:
         g = self.gossip
         if t < g.round:
             return []
-        if self.pending is None or not g.applied:
+        if not g.applied:
             return [self.node]
         if not g.mix():
             return g.missing()
