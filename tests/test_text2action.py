@@ -240,6 +240,41 @@ def test_paper_mode_privacy_record_states_no_epsilon(eager):
                                "alpha": 10 * 4 + 2 * 30 + 40}
 
 
+@pytest.mark.parametrize("targets", ["copy", "frozen"])
+def test_fedrl_target_rule(corpus, targets):
+    """copy (the paper): FedRL's three target networks follow the learners every period;
+    frozen (the authors' code): they never leave their initialization."""
+    texts = _texts(corpus)
+    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=16, filters=4,
+                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4, target_period=2,
+                      targets=targets)
+    algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
+    s0 = algo.init(jax.random.key(0), texts)
+    s = algo.train_chunk(s0, texts, 4)
+    pairs = {"alpha": (s.alpha.target, s.alpha.theta, s0.alpha.target),
+             "beta": (s.beta.target, s.beta.theta, s0.beta.target),
+             "theta_g": (s.alpha.target_g, s.alpha.theta_g, s0.alpha.target_g)}
+    for name, (target, online, initial) in pairs.items():
+        assert not np.array_equal(np.asarray(online), np.asarray(initial)), name  # it learned
+        expected = online if targets == "copy" else initial  # step 4 is a copy step
+        assert np.array_equal(np.asarray(target), np.asarray(expected)), name
+
+
+def test_leaky_head_keeps_a_gradient_where_relu_has_none():
+    """With every hidden pre-activation negative a ReLU head is constant (no gradient reaches
+    the parties: the collapse measured on Text2Action); the leaky head still passes one."""
+    from privrl.textnets import federated_text_head
+
+    x = jnp.array([-300.0, -280.0, -310.0, -290.0])
+    grads = {}
+    for act in ("relu", "leaky_relu"):
+        head = federated_text_head(4, activation=act)
+        theta = jnp.abs(head.init(jax.random.key(0)))  # positive weights: every unit off at x
+        grads[act] = jax.grad(lambda v, t=theta, h=head: h.apply(t, v).sum())(x)
+    assert np.all(np.asarray(grads["relu"]) == 0)
+    assert np.all(np.abs(np.asarray(grads["leaky_relu"])) > 0)
+
+
 def test_bad_options_fail_before_compute():
     with pytest.raises(ConfigError, match="--mode"):
         text_config(mode="ppo")
@@ -251,6 +286,12 @@ def test_bad_options_fail_before_compute():
         text_config(valid_fraction=1.0)
     with pytest.raises(ConfigError, match="--max-words"):
         text_config(max_words=3)
+    with pytest.raises(ConfigError, match="--targets"):
+        text_config(targets="soft")
+    with pytest.raises(ConfigError, match="--head-activation"):
+        text_config(head_activation="tanh")
+    with pytest.raises(ConfigError, match="--head-hidden"):
+        text_config(head_hidden=0)
 
 
 @pytest.mark.parametrize("mode", ["dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])

@@ -23,6 +23,9 @@ StepsPerEpoch = Annotated[int | None, typer.Option(
     help="Override: vector steps per epoch (default: one pass over the training words).")]
 Patience = Annotated[int | None, typer.Option(help="Override: early-stop patience.")]
 NumEnvs = Annotated[int | None, typer.Option(help="Override: texts stepped together.")]
+Targets = Annotated[str | None, typer.Option(
+    help="FedRL target networks: copy (every target period: the paper) or frozen (never "
+    "updated: what the authors' code does).")]
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results. Default: runs/<name>-...")]
@@ -46,7 +49,7 @@ def run_text2action(
         help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
         "paper's unbounded noise, which has NO formal ε.")] = None,
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
-    num_envs: NumEnvs = None, seed: Seed = 0, out: Out = None,
+    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
@@ -62,7 +65,8 @@ def run_text2action(
     check_out_dir(out)
     cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
                       noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
-                      steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs)
+                      steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
+                      targets=targets)
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs, _ints(folds, "--folds"),
                            preset).validate().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
@@ -102,7 +106,7 @@ def reproduce_text2action(
     runs: Annotated[int, typer.Option(help="Runs per fold (the paper: 5).")] = 5,
     folds: Folds = "0,1,2,3,4", preset: Preset = "paper",
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
-    num_envs: NumEnvs = None, seed: Seed = 0, out: Out = None,
+    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
     resume: Annotated[Path | None, typer.Option(
         help="Continue an interrupted reproduction in this directory; finished settings are "
         "kept.")] = None,
@@ -121,7 +125,7 @@ def reproduce_text2action(
         raise ConfigError("--resume", f"{resume} holds no reproduction (no sweep.json)")
     check_out_dir(out)
     over = _overrides(epochs=epochs, steps_per_epoch=steps_per_epoch, patience=patience,
-                      num_envs=num_envs)
+                      num_envs=num_envs, targets=targets)
     cfg = ReproConfig(str(data), tuple(c.strip() for c in corpora.split(",")),
                       tuple(m.strip() for m in models.split(",")), runs,
                       _ints(folds, "--folds"), preset, tuple(over.items()), seed).validate()

@@ -142,13 +142,20 @@ class FederatedHead(nn.Module):
 
     hidden: int = 4
     num_outputs: int = 2
+    activation: str = "relu"  # or "leaky_relu" (slope 0.01: a unit pushed negative recovers)
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         dense = dict(kernel_init=nn.initializers.truncated_normal(0.1),
                      bias_init=nn.initializers.constant(0.1))
-        return nn.Dense(self.num_outputs, **dense)(nn.relu(nn.Dense(self.hidden, **dense)(x)))
+        act = HEAD_ACTIVATIONS[self.activation]
+        return nn.Dense(self.num_outputs, **dense)(act(nn.Dense(self.hidden, **dense)(x)))
 
 
-def federated_text_head(hidden: int = 4, num_actions: int = 2) -> FlatModel:
-    return FlatModel(FederatedHead(hidden, num_actions), jnp.zeros((2 * num_actions,)))
+HEAD_ACTIVATIONS = {"relu": nn.relu, "leaky_relu": nn.leaky_relu}
+
+
+def federated_text_head(hidden: int = 4, num_actions: int = 2,
+                        activation: str = "relu") -> FlatModel:
+    return FlatModel(FederatedHead(hidden, num_actions, activation),
+                     jnp.zeros((2 * num_actions,)))

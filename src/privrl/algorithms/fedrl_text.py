@@ -52,8 +52,9 @@ from privrl.federation.vertical import (
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.qoutput import UnboundedQNoise
-from privrl.textnets import TextModel, federated_text_head, text_cnn
+from privrl.textnets import HEAD_ACTIVATIONS, TextModel, federated_text_head, text_cnn
 
+TARGETS = ("copy", "frozen")
 MODES = ("fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
 # paper: the paper's and the authors' settings. cpu: what fits a 2-core CPU in minutes per fold
@@ -89,6 +90,12 @@ class TextConfig(QNoiseConfig, ReplayOptions):
     action_rate: float = 0.05
     terminal_bonus: float = 2.0
     reward_scale: float = 1.0  # learners see reward / reward_scale (metrics: the raw reward)
+    # FedRL's target networks (both parties' nets and θ_g): "copy" = copied every
+    # target_period updates (the paper); "frozen" = never leave their initialization (what the
+    # authors' code does: its update assigns the federated targets from themselves).
+    targets: str = "copy"
+    head_hidden: int = 4  # the shared MLP's hidden units (paper: 4)
+    head_activation: str = "relu"  # relu (paper) | leaky_relu
     runs: int = 1
 
     def resolved(self) -> TextConfig:
@@ -99,12 +106,20 @@ class TextConfig(QNoiseConfig, ReplayOptions):
             raise ConfigError("--corpus", f"unknown corpus {self.corpus!r}; choose one of "
                                           f"{', '.join(t2a.CORPORA)}")
         ints = {"--max-words": self.max_words, "--runs": self.runs,
+                "--head-hidden": self.head_hidden,
                 "--w2v-epochs": self.w2v_epochs, "--word-dim": self.word_dim}
         if self.steps_per_epoch is not None:
             ints["--steps-per-epoch"] = self.steps_per_epoch
         self.validate_replay(**ints)
         if self.max_words < 5:
             raise ConfigError("--max-words", "the widest convolution needs 5 words")
+        if self.targets not in TARGETS:
+            raise ConfigError("--targets", f"unknown target rule {self.targets!r}; choose one "
+                                           f"of {', '.join(TARGETS)}")
+        if self.head_activation not in HEAD_ACTIVATIONS:
+            raise ConfigError("--head-activation", f"unknown activation "
+                                                   f"{self.head_activation!r}; choose one of "
+                                                   f"{', '.join(HEAD_ACTIVATIONS)}")
         if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
             raise ConfigError("--reward-scale", f"must be > 0, got {self.reward_scale}")
         if not 0 < self.valid_fraction < 1:
@@ -256,7 +271,8 @@ class FedRLText(_Learner):
         self.channel = channel if channel is not None else Channel(keep_values=False)
         self.mechanism = cfg.mechanism()
         self.clean = UnboundedQNoise(0.0)
-        head = federated_text_head()  # the paper's MLP "4×2" (authors' initializers)
+        # the paper's MLP "4×2" (authors' initializers) unless the config widens it
+        head = federated_text_head(cfg.head_hidden, activation=cfg.head_activation)
         self.nets = {p: self.net(p) for p in ("alpha", "beta")}
 
         def party(name: str) -> PartySpec:
@@ -292,7 +308,7 @@ class FedRLText(_Learner):
         sa = alpha.store(sa, obs_a, action, reward, next_a, terminal)
         sb = beta.store(sb, obs_b, next_b)
         sa, sb = train_exchange(alpha, beta, sa, sb, cfg.batch_size)
-        sync = (s.steps + 1) % cfg.target_period == 0
+        sync = ((s.steps + 1) % cfg.target_period == 0) & (cfg.targets == "copy")
         sa = sa._replace(target=jnp.where(sync, sa.theta, sa.target),
                          target_g=jnp.where(sync, sa.theta_g, sa.target_g))
         sb = sb._replace(target=jnp.where(sync, sb.theta, sb.target))
