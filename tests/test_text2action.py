@@ -2,6 +2,7 @@
 
 import gzip
 import json
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -258,6 +259,15 @@ def test_fedrl_target_rule(corpus, targets):
         assert not np.array_equal(np.asarray(online), np.asarray(initial)), name  # it learned
         expected = online if targets == "copy" else initial  # step 4 is a copy step
         assert np.array_equal(np.asarray(target), np.asarray(expected)), name
+    # the DQN baselines follow the same rule (frozen is a control there: the authors' code
+    # copied their targets)
+    from privrl.algorithms.fedrl_text import make_learner
+
+    dqn = make_learner(replace(cfg, mode="dqn-alpha"), algo.features)
+    d0 = dqn.init(jax.random.key(0), texts)
+    d = dqn.train_chunk(d0, texts, 4)
+    expected = d.theta if targets == "copy" else d0.target
+    assert np.array_equal(np.asarray(d.target), np.asarray(expected))
 
 
 def test_leaky_head_keeps_a_gradient_where_relu_has_none():

@@ -90,9 +90,9 @@ class TextConfig(QNoiseConfig, ReplayOptions):
     action_rate: float = 0.05
     terminal_bonus: float = 2.0
     reward_scale: float = 1.0  # learners see reward / reward_scale (metrics: the raw reward)
-    # FedRL's target networks (both parties' nets and θ_g): "copy" = copied every
-    # target_period updates (the paper); "frozen" = never leave their initialization (what the
-    # authors' code does: its update assigns the federated targets from themselves).
+    # Target networks: "copy" = copied every target_period updates (the paper); "frozen" =
+    # never leave their initialization (what the authors' code does for FedRL: its update
+    # assigns the federated targets from themselves; for the DQN baselines, a control).
     targets: str = "copy"
     head_hidden: int = 4  # the shared MLP's hidden units (paper: 4)
     head_activation: str = "relu"  # relu (paper) | leaky_relu
@@ -226,6 +226,11 @@ class _Learner:
         tags, totals = jax.vmap(one)(jnp.arange(n), jax.random.split(key, n))
         return tags, jnp.sum(totals)
 
+    def sync_targets(self, steps: Array) -> Array:
+        """Whether the update numbered `steps` ends with a target copy (never when frozen)."""
+        cfg = self.config
+        return ((steps + 1) % cfg.target_period == 0) & (cfg.targets == "copy")
+
     def releases(self, *args: Any) -> dict[str, int]:
         return {}
 
@@ -308,7 +313,7 @@ class FedRLText(_Learner):
         sa = alpha.store(sa, obs_a, action, reward, next_a, terminal)
         sb = beta.store(sb, obs_b, next_b)
         sa, sb = train_exchange(alpha, beta, sa, sb, cfg.batch_size)
-        sync = ((s.steps + 1) % cfg.target_period == 0) & (cfg.targets == "copy")
+        sync = self.sync_targets(s.steps)
         sa = sa._replace(target=jnp.where(sync, sa.theta, sa.target),
                          target_g=jnp.where(sync, sa.theta_g, sa.target_g))
         sb = sb._replace(target=jnp.where(sync, sb.theta, sb.target))
@@ -393,7 +398,7 @@ class TextDQN(_Learner):
         ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
         theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
                                 cfg.gamma)
-        sync = (s.steps + 1) % cfg.target_period == 0
+        sync = self.sync_targets(s.steps)
         return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
                         s.steps + 1, key, stats)
 
