@@ -342,6 +342,7 @@ def no_compute(monkeypatch):
     (["run", "fedrl-text2action", "--data", "DATA", "--mode", "ppo"], "--mode"),
     (["run", "fedrl-text2action", "--data", "DATA", "--folds", "0,7"], "--folds"),
     (["run", "fedrl-text2action", "--data", "DATA", "--bounded", "0"], "--bounded"),
+    (["reproduce", "fedrl-text2action", "--data", "DATA", "--targets", "soft"], "--targets"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--models", "dqn-beta"], "--models"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--preset", "gpu"], "--preset"),
     (["reproduce", "fedrl-text2action", "--data", "DATA"], "cooking.json.gz: file not found"),
