@@ -24,8 +24,8 @@ StepsPerEpoch = Annotated[int | None, typer.Option(
 Patience = Annotated[int | None, typer.Option(help="Override: early-stop patience.")]
 NumEnvs = Annotated[int | None, typer.Option(help="Override: texts stepped together.")]
 Targets = Annotated[str | None, typer.Option(
-    help="FedRL target networks: copy (every target period: the paper) or frozen (never "
-    "updated: what the authors' code does).")]
+    help="Target networks: copy (every target period: the paper) or frozen (never updated: "
+    "what the authors' code does for FedRL; a control for the DQN baselines).")]
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results. Default: runs/<name>-...")]
