@@ -358,3 +358,52 @@ def test_cli_bad_input_exits_2_with_one_line(args, message, capsys, no_compute, 
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def synthetic_texts(n=50, seed=0):
+    """Texts whose action names are exactly the base-form verbs (VB); the other verbs (VBZ:
+    "is", "seems") are never actions, so select-every-verb has precision ≈ 1/2 and a learner
+    must tell the two tags apart from context-free POS features."""
+    rng = np.random.default_rng(seed)
+    acts, stative = ["click", "open", "cut", "fry", "bake", "wash"], ["is", "seems", "was"]
+    nouns = ["panel", "rice", "water", "oven", "bread", "menu"]
+    texts = []
+    for _ in range(n):
+        words, tags, labels = [], [], []
+        for _ in range(rng.integers(4, 7)):
+            if rng.random() < 0.5:  # "VB the NN": an action
+                labels.append((len(words), 1, []))
+                words += [str(rng.choice(acts)), "the", str(rng.choice(nouns))]
+                tags += ["VB", "DT", "NN"]
+            else:  # "the NN VBZ": no action
+                words += ["the", str(rng.choice(nouns)), str(rng.choice(stative))]
+                tags += ["DT", "NN", "VBZ"]
+        texts.append((words, tags, labels))
+    return texts
+
+
+def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_path):
+    """Runs everywhere (no data needed): FedRL through the paper's protocol with its noise,
+    cpu-preset networks, 600 updates, the authors' frozen targets. Demanded: 10 F1 points over
+    select-every-verb (0.575 on this test fold; FedRL reaches 0.913 with seed 0). With the
+    paper's copied targets FedRL stays below every-verb here (0.529 with seed 0), the
+    instability measured on the real corpora (benchmarks/RESULTS.md)."""
+    from privrl.runtime.text2action import baselines, run_fold
+
+    texts = synthetic_texts()
+
+    def five_folds(raw):
+        raw["act_5_fold_indices"] = [list(range(k, len(texts), 5)) for k in range(5)]
+
+    corpus = t2a.load_corpus(write_corpus(tmp_path, texts, five_folds), "win2k")
+    cfg = text_config("cpu", mode="fedrl", w2v_epochs=2, epochs=3, steps_per_epoch=200,
+                      patience=3, targets="frozen")
+    fold = fold_data(cfg, corpus, 0)
+    ref = baselines(corpus, fold, cfg.reward_spec())
+    out = run_fold(cfg, fold)
+    verbs = ref["select-every-verb"]
+    for variant in ("test-noise", "test-clean"):
+        got = out.test[variant][0]
+        assert got["f1"] > verbs["f1"] + 0.10, (variant, got, verbs)
+        assert got["avg_reward"] > max(ref["select-nothing"]["avg_reward"],
+                                       verbs["avg_reward"]) + 2.0
