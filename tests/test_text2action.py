@@ -287,6 +287,17 @@ def test_leaky_head_keeps_a_gradient_where_relu_has_none():
     assert np.all(np.abs(np.asarray(grads["leaky_relu"])) > 0)
 
 
+def test_improvement_presets_change_only_the_head():
+    """wide-head is an improvement on top of the paper (cpu-wide-head on top of cpu): the paper
+    presets keep the paper's 4-unit head, and nothing else differs."""
+    from dataclasses import asdict
+
+    for base, wide in (("paper", "wide-head"), ("cpu", "cpu-wide-head")):
+        a, b = asdict(text_config(base)), asdict(text_config(wide))
+        assert a["head_hidden"] == 4 and b["head_hidden"] == 64
+        assert {k for k in a if a[k] != b[k]} == {"preset", "head_hidden"}
+
+
 def test_bad_options_fail_before_compute():
     with pytest.raises(ConfigError, match="--mode"):
         text_config(mode="ppo")

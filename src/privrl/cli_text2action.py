@@ -15,7 +15,8 @@ from privrl.cli_fedrl import _ints
 Data = Annotated[Path, typer.Option(
     help="Directory holding win2k.json.gz, cooking.json.gz, wikihow.json.gz (read in place).")]
 Preset = Annotated[str, typer.Option(
-    help="paper (the paper's and authors' settings) or cpu (fewer, batched updates).")]
+    help="paper (the paper's and authors' settings), cpu (fewer, batched updates), "
+    "wide-head / cpu-wide-head (improvement: a 64-unit shared MLP).")]
 Runs = Annotated[int | None, typer.Option(help="Runs per fold, vectorized (paper: 5).")]
 Folds = Annotated[str, typer.Option(help="Comma-separated test folds of the authors' 5.")]
 Epochs = Annotated[int | None, typer.Option(help="Override: epochs at most.")]
