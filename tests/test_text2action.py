@@ -395,10 +395,11 @@ def synthetic_texts(n=50, seed=0):
 
 def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_path):
     """Runs everywhere (no data needed): FedRL through the paper's protocol with its noise,
-    cpu-preset networks, 600 updates, the authors' frozen targets. Demanded: 10 F1 points over
-    select-every-verb (0.575 on this test fold; FedRL reaches 0.913 with seed 0). With the
-    paper's copied targets FedRL stays below every-verb here (0.529 with seed 0), the
-    instability measured on the real corpora (benchmarks/RESULTS.md)."""
+    cpu-preset networks, 400 updates, the authors' frozen targets. Demanded: 10 F1 points over
+    select-every-verb (0.575 on this test fold; FedRL reaches 0.913 with seed 0, its best
+    validation epoch being the second). With the paper's copied targets FedRL stays below
+    every-verb here (0.529 with seed 0 in 600 updates), the instability measured on the real
+    corpora (benchmarks/RESULTS.md)."""
     from privrl.runtime.text2action import baselines, run_fold
 
     texts = synthetic_texts()
@@ -407,8 +408,8 @@ def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_pat
         raw["act_5_fold_indices"] = [list(range(k, len(texts), 5)) for k in range(5)]
 
     corpus = t2a.load_corpus(write_corpus(tmp_path, texts, five_folds), "win2k")
-    cfg = text_config("cpu", mode="fedrl", w2v_epochs=2, epochs=3, steps_per_epoch=200,
-                      patience=3, targets="frozen")
+    cfg = text_config("cpu", mode="fedrl", w2v_epochs=2, epochs=2, steps_per_epoch=200,
+                      patience=2, targets="frozen")
     fold = fold_data(cfg, corpus, 0)
     ref = baselines(corpus, fold, cfg.reward_spec())
     out = run_fold(cfg, fold)
