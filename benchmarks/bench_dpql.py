@@ -34,9 +34,9 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from privrl.algorithms.dp_qlearning import DPQLearning, DPQLearningConfig
     from privrl.privacy.functional import GPNoiseFunction, gp_noise_init, gp_noise_query
-    from privrl.runtime.dp_qlearning import sharded_train
+    from privrl.systems.dp_qlearning.algorithm import DPQLearning, DPQLearningConfig
+    from privrl.systems.dp_qlearning.local import sharded_train
 
     print(f"# jax {jax.__version__}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {sys.version.split()[0]}")

@@ -1,6 +1,6 @@
 """Throughput of FedPG-Cen / FedPG-Dec: rounds/s and episodes/s of whole runs.
 
-Each setting runs `privrl.runtime.fedpg.run_fedpg` (paper preset, K = 10, CartPole-v1 with
+Each setting runs `privrl.systems.fedpg.local.run_fedpg` (paper preset, K = 10, CartPole-v1 with
 500-step episodes) for `--budget` episodes per agent and `--trials` seeds vmapped together;
 the first round (which compiles) is excluded from the rates; the median over `--repeats`
 runs is reported. Early rounds are cheap (short episodes), late ones dear (500 steps), so
@@ -29,9 +29,9 @@ def main() -> None:
     args = ap.parse_args()
     use_compilation_cache()
 
-    from privrl.algorithms.fedpg import FedPGConfig
-    from privrl.results import versions
-    from privrl.runtime.fedpg import run_fedpg
+    from privrl.runtime.output import versions
+    from privrl.systems.fedpg.algorithm import FedPGConfig
+    from privrl.systems.fedpg.local import run_fedpg
 
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"budget {args.budget} episodes/agent, {args.trials} seed(s), "

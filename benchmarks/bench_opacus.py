@@ -39,7 +39,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from privrl.losses import huber  # noqa: E402
-from privrl.nets import mlp  # noqa: E402
+from privrl.nets.flat import mlp  # noqa: E402
 from privrl.privacy.mechanisms import GaussianSumMechanism  # noqa: E402
 
 HIDDEN = (128, 128)

@@ -6,8 +6,8 @@
    (c) the actor with `submit_many.remote` batches of --batch submissions. Every accepted report
    is validated, deduplicated, charged to the ledger, applied and appended (flushed) to the log.
 2. The same work end to end: one PGC-A3C trial of --submissions submissions with the local
-   runner (`privrl.runtime.local`, vectorized, 2 host devices) and with the Ray runner (agent
-   actors + the aggregator actor, --agents-in-flight agents).
+   runner (`privrl.systems.pgc_a3c.local`, vectorized, 2 host devices) and with the Ray runner
+   (agent actors + the aggregator actor, --agents-in-flight agents).
 
 Each throughput row is the median of --repeats; the end-to-end rows are single runs (they
 include Ray's start-up and each actor's JIT compilation, which is what a user waits for).
@@ -34,11 +34,11 @@ use_host_devices()
 import jax  # noqa: E402
 import ray  # noqa: E402
 
-from privrl.algorithms.pgc_a3c import PGCA3C, PGCA3CConfig  # noqa: E402
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission  # noqa: E402
 from privrl.privacy.ledger import PrivacyLedger  # noqa: E402
-from privrl.runtime import local  # noqa: E402
-from privrl.runtime.ray_runner import AggregatorActor, run_pgc_a3c_ray  # noqa: E402
+from privrl.systems.pgc_a3c import local  # noqa: E402
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig  # noqa: E402
+from privrl.systems.pgc_a3c.ray import AggregatorActor, run_pgc_a3c_ray  # noqa: E402
 
 
 def submissions(algo: PGCA3C, n: int, offset: int) -> list[Submission]:

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from privrl.algorithms.fedpg import FedPGConfig, build_topology
-from privrl.runtime.fedpg import run_fedpg
-from privrl.runtime.ray_fedpg import run_fedpg_dec_ray
+from privrl.systems.fedpg.algorithm import FedPGConfig, build_topology
+from privrl.systems.fedpg.local import run_fedpg
+from privrl.systems.fedpg.ray import run_fedpg_dec_ray
 
 
 def main() -> None:

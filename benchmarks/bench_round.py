@@ -35,8 +35,8 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from privrl.algorithms.pgc_a3c import PGCA3C, PGCA3CConfig
-    from privrl.runtime.local import ShardedTrials
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+    from privrl.systems.pgc_a3c.local import ShardedTrials
 
     print(f"# jax {jax.__version__}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {sys.version.split()[0]}, "

@@ -10,7 +10,7 @@ seed=s)`, one trial on one XLA device, in two variants:
 * "tuned non-private": the preset's defaults for the none mechanism (L1 clip C = 0.01, |B| = 10);
 * "tuned, unclipped non-private": the same with clip = 1e9 and buffer_size = 1.
 
-Rounds run through `privrl.runtime.local.ShardedTrials` in jitted chunks of `--chunk` rounds
+Rounds run through `privrl.systems.pgc_a3c.local.ShardedTrials` in jitted chunks of `--chunk` rounds
 (9 episodes each); after each chunk the host checks the criterion over the scores so far and
 stops. Wall time runs from constructing the algorithm (`PGCA3C(config)`) to that check, so it
 includes tracing and XLA compilation (JAX's caches are cleared before every seed) and the
@@ -205,7 +205,7 @@ def solve_privrl(make_runner: Callable[[], Any], seed: int, max_episodes: int) -
 
 
 def privrl_config(overrides: dict[str, Any], seed: int, max_episodes: int) -> Any:
-    from privrl.algorithms.pgc_a3c import PGCA3CConfig
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
     return PGCA3CConfig.from_preset("tuned", mechanism="none", trials=1,
                                     submissions=max_episodes, seed=seed, **overrides)
@@ -215,8 +215,8 @@ def privrl_cold(overrides: dict[str, Any], seed: int, chunk: int, max_episodes: 
     """Everything from constructing the algorithm, compilation included."""
     import jax
 
-    from privrl.algorithms.pgc_a3c import PGCA3C
-    from privrl.runtime.local import ShardedTrials
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+    from privrl.systems.pgc_a3c.local import ShardedTrials
 
     jax.clear_caches()  # every seed compiles from scratch
     cfg = privrl_config(overrides, seed, max_episodes)
@@ -229,8 +229,8 @@ def privrl_warm(overrides: dict[str, Any], seeds: list[int], chunk: int,
     """The same runs with one runner compiled beforehand (the seed only picks the init key)."""
     import jax
 
-    from privrl.algorithms.pgc_a3c import PGCA3C
-    from privrl.runtime.local import ShardedTrials
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+    from privrl.systems.pgc_a3c.local import ShardedTrials
 
     runner = ShardedTrials(PGCA3C(privrl_config(overrides, 0, max_episodes)), 1, chunk, devices=1)
     jax.block_until_ready(runner.run_chunk(runner.init(jax.random.key(0))))  # compile

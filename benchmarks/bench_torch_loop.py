@@ -275,8 +275,8 @@ def make_privrl(trials: int, rounds: int, devices: int, seed: int) -> tuple[Any,
     """(algo, runner, state) for `trials` paper-preset trials, `rounds` rounds per call."""
     import jax
 
-    from privrl.algorithms.pgc_a3c import PGCA3C, PGCA3CConfig
-    from privrl.runtime.local import ShardedTrials
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+    from privrl.systems.pgc_a3c.local import ShardedTrials
 
     cfg = PGCA3CConfig(mechanism="laplace", epsilon=EPSILON, trials=trials, submissions=10**9)
     algo = PGCA3C(cfg)

@@ -1,6 +1,11 @@
-"""The privacy boundary: aggregator-side code never imports environment or rollout code."""
+"""The privacy boundary and the package's shape.
+
+Aggregator-side code (privrl.federation) never imports environment, rollout, runtime or system
+code: it sees only `Report`s. And no module of privrl imports another in a circle.
+"""
 
 import ast
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,13 +13,17 @@ from pathlib import Path
 import pytest
 
 import privrl
+import privrl.federation
 
 SRC = Path(privrl.__file__).parent
-AGGREGATOR_SIDE = ["privrl.federation", "privrl.federation.aggregator", "privrl.federation.pushsum",
-                   "privrl.federation.topology", "privrl.federation.star",
-                   "privrl.federation.service", "privrl.federation.vertical",
-                   "privrl.federation.gossip"]
-AGENT_SIDE = ("privrl.envs", "privrl.algorithms", "privrl.runtime", "gymnax", "gymnasium")
+AGGREGATOR_SIDE = ["privrl.federation"] + [
+    f"privrl.federation.{m.name}" for m in pkgutil.iter_modules(privrl.federation.__path__)]
+AGENT_SIDE = ("privrl.envs", "privrl.systems", "privrl.runtime", "gymnax", "gymnasium")
+
+
+def test_every_federation_module_is_checked():
+    assert {"privrl.federation.aggregator", "privrl.federation.vertical",
+            "privrl.federation.gossip"} <= set(AGGREGATOR_SIDE)
 
 
 @pytest.mark.parametrize("module", AGGREGATOR_SIDE)
@@ -28,18 +37,85 @@ def test_importing_aggregator_side_loads_no_agent_code(module):
     assert out.stdout.strip() == "", f"{module} pulled in agent-side modules: {out.stdout}"
 
 
+def _imports(path: Path, module: str) -> set[str]:
+    """Absolute names of the modules `path` (module `module`) imports, lazily or not."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)
+    return names
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
 def test_federation_sources_import_nothing_agent_side():
-    for path in (SRC / "federation").rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-                if node.level:  # relative imports must stay inside federation/ or privacy
-                    names = [f"privrl.{node.module}" if node.level == 2 else
-                             f"privrl.federation.{node.module}"]
-            else:
-                continue
-            for name in names:
-                assert not name.startswith(AGENT_SIDE), f"{path.name} imports {name}"
+    mods = _modules()
+    for name, path in mods.items():
+        if name.startswith("privrl.federation"):
+            for imported in _imports(path, name):
+                assert not imported.startswith(AGENT_SIDE), f"{name} imports {imported}"
+
+
+def test_no_import_circles():
+    """Every import (also one inside a function) is an edge; no strongly connected component
+    of privrl's modules may have more than one member."""
+    mods = _modules()
+    graph = {}
+    for name, path in mods.items():
+        edges = set()
+        for imported in _imports(path, name):
+            while imported and imported not in mods:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name and not name.startswith(imported + "."):
+                edges.add(imported)
+        graph[name] = edges
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_cli_modules_do_not_import_jax():
+    """`privrl.main` imports every system's CLI; none may start JAX before main() has asked
+    XLA for one host device per core."""
+    code = "import sys, privrl.main\nprint('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from privrl import cli
-from privrl.runtime import local
+from privrl import main as cli
+from privrl.systems.pgc_a3c import local
 
 
 @pytest.fixture

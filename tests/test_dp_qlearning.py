@@ -8,14 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from privrl import cli
-from privrl.algorithms.dp_qlearning import (
-    ConfigError,
-    DPQLearning,
-    DPQLearningConfig,
-    privacy_record,
-    run_keys,
-)
+from privrl import main as cli
 from privrl.envs.line1d import (
     Line1D,
     optimal_return,
@@ -23,7 +16,14 @@ from privrl.envs.line1d import (
     random_policy,
     table_policy,
 )
-from privrl.runtime import dp_qlearning as runner
+from privrl.systems.dp_qlearning import local as runner
+from privrl.systems.dp_qlearning.algorithm import (
+    ConfigError,
+    DPQLearning,
+    DPQLearningConfig,
+    privacy_record,
+    run_keys,
+)
 
 
 # --- the environment -------------------------------------------------------------------------

@@ -16,18 +16,18 @@ import optax
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
-from privrl.algorithms.dqn import DQN, DQNConfig, sample_poisson
-from privrl.algorithms.ldp_obs import ObservationPrivacy, PrivateObservations
-from privrl.algorithms.reinforce import Reinforce, ReinforceConfig
-from privrl.cli import main
 from privrl.config import ConfigError
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.losses import huber, masked_standardize, reinforce_loss, td_targets
-from privrl.nets import mlp
+from privrl.main import main
+from privrl.nets.flat import mlp
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
-from privrl.runtime.episodic import run_episodic
+from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, sample_poisson
+from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
+from privrl.systems.dpsgd_rl.local import run_episodic
+from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 
 def _per_example_reference(model, theta, x, actions, y, clip, rows):
@@ -168,7 +168,7 @@ def test_reinforce_learns_cartpole() -> None:
     """4 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
     well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
     out = run_episodic(Reinforce(ReinforceConfig(seeds=4, episodes=150)), "reinforce")
-    from privrl.results import hold_last
+    from privrl.runtime.output import hold_last
 
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 150.0, out.eval_returns[:, -25:]
@@ -177,7 +177,7 @@ def test_reinforce_learns_cartpole() -> None:
 def test_dqn_learns_cartpole() -> None:
     """2 seeds × 250 episodes of the paper preset with a 10x learning rate (to fit CI's budget):
     the last 25 greedy evaluations average well above a random policy's ~22."""
-    from privrl.results import hold_last
+    from privrl.runtime.output import hold_last
 
     cfg = DQNConfig(seeds=2, episodes=250, learning_rate=1e-3)
     out = run_episodic(DQN(cfg), "dqn")

@@ -8,11 +8,11 @@ import numpy as np
 import optax
 import pytest
 
-from privrl import cli
-from privrl.algorithms.fedpg import FedPG, FedPGConfig
+from privrl import main as cli
 from privrl.config import ConfigError
 from privrl.losses import action_log_probs, importance_weights, pg_surrogate, whiten
-from privrl.runtime import fedpg as runner
+from privrl.systems.fedpg import local as runner
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +237,7 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys):
     ],
 )
 def test_reproduce_bad_input_one_line_exit_2(args, option, capsys, tmp_path, monkeypatch):
-    from privrl.reproduce import fedpg as sweep
+    from privrl.systems.fedpg import reproduce as sweep
 
     monkeypatch.setattr(sweep, "run_sweep", lambda *a, **k: pytest.fail("ran despite errors"))
     out = tmp_path / "sweep"

@@ -4,8 +4,8 @@ clearly over the initial policy (CartPole's near-random initial policy scores â‰
 import numpy as np
 import pytest
 
-from privrl.algorithms.fedpg import FedPGConfig
-from privrl.runtime.fedpg import final_return, run_fedpg
+from privrl.systems.fedpg.algorithm import FedPGConfig
+from privrl.systems.fedpg.local import final_return, run_fedpg
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from privrl import cli
-from privrl.runtime import grid
+from privrl import main as cli
+from privrl.systems.fedrl import local as grid
 
 
 @pytest.fixture

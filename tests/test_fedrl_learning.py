@@ -4,9 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from privrl.algorithms.fedrl import FedRL, FedRLConfig
-from privrl.algorithms.grid_baselines import BaselineConfig, make_baseline
 from privrl.envs import gridworld as gw
+from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
+from privrl.systems.fedrl.baselines import BaselineConfig, make_baseline
 
 SHORT = dict(num_envs=4, updates_per_epoch=4000, buffer_size=20_000, explore_steps=500,
              target_period=200)

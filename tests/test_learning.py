@@ -7,10 +7,10 @@ import numpy as np
 import optax
 import pytest
 
-from privrl.algorithms import pgc_a3c
-from privrl.algorithms.pgc_a3c import PGCA3CConfig
 from privrl.federation import BufferedAggregator
-from privrl.runtime.local import run_pgc_a3c
+from privrl.systems.pgc_a3c import algorithm as pgc_a3c
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+from privrl.systems.pgc_a3c.local import run_pgc_a3c
 
 TRIALS, SUBMISSIONS, TAIL = 4, 2700, 900
 

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from privrl.algorithms.pgc_a3c import PGCA3C, PGCA3CConfig
 from privrl.envs.rollout import Trajectory
 from privrl.losses import discounted_returns
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 
 
 def test_returns_terminal_vs_truncated():

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from privrl.metrics import (
+from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     median_fst,
     moving_average,

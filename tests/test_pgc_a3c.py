@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from privrl.algorithms.pgc_a3c import PGCA3C, ConfigError, PGCA3CConfig, make_mechanism
 from privrl.privacy import LaplaceMechanism, ProjectedRandomSignMechanism
-from privrl.runtime.local import privacy_record, run_pgc_a3c, summarize
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, ConfigError, PGCA3CConfig, make_mechanism
+from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
 
 
 def test_laplace_eps10_run_completes_and_reports_eps10_per_agent():

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privrl.algorithms.fedpg import FedPGConfig
-from privrl.algorithms.pgc_a3c import PGCA3CConfig
-from privrl.cli import main
 from privrl.federation.service import read_log, replay
+from privrl.main import main
+from privrl.systems.fedpg.algorithm import FedPGConfig
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
 ray = pytest.importorskip("ray")
-from privrl.runtime.fedpg import run_fedpg  # noqa: E402
-from privrl.runtime.ray_fedpg import run_fedpg_dec_ray  # noqa: E402
-from privrl.runtime.ray_runner import run_pgc_a3c_ray  # noqa: E402
+from privrl.systems.fedpg.local import run_fedpg  # noqa: E402
+from privrl.systems.fedpg.ray import run_fedpg_dec_ray  # noqa: E402
+from privrl.systems.pgc_a3c.ray import run_pgc_a3c_ray  # noqa: E402
 
 
 def _config(submissions: int, buffer: int) -> PGCA3CConfig:
@@ -112,7 +112,7 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
 
 
 def run_topology_matrix(cfg: FedPGConfig, t: int) -> np.ndarray:
-    from privrl.algorithms.fedpg import build_topology
+    from privrl.systems.fedpg.algorithm import build_topology
 
     return build_topology(cfg.resolved()).matrix(t)
 

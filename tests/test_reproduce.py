@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from privrl import cli
-from privrl.reproduce import pgc_a3c as rep
-from privrl.reproduce.pgc_a3c import Setting, SweepConfig, compute_tables, tables_markdown
-from privrl.runtime import local
+from privrl import main as cli
+from privrl.systems.pgc_a3c import local
+from privrl.systems.pgc_a3c import reproduce as rep
+from privrl.systems.pgc_a3c.reproduce import Setting, SweepConfig, compute_tables, tables_markdown
 
 TINY = SweepConfig(preset="tuned", trials=2, cap=300, epsilons=(10.0,), mechanisms=("laplace",))
 

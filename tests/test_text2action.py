@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from privrl.algorithms.fedrl_text import FedRLText, Shapes, text_config
 from privrl.config import ConfigError
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import Channel, ProtocolError
-from privrl.runtime.text2action import fold_data
+from privrl.systems.fedrl_text.algorithm import FedRLText, Shapes, text_config
+from privrl.systems.fedrl_text.local import fold_data
 
 # Five tiny texts. Labels: act_type 1 essential, 2 optional, 3 exclusive (related_acts).
 TEXTS = [
@@ -262,7 +262,7 @@ def test_fedrl_target_rule(corpus, targets):
         assert np.array_equal(np.asarray(target), np.asarray(expected)), name
     # the DQN baselines follow the same rule (frozen is a control there: the authors' code
     # copied their targets)
-    from privrl.algorithms.fedrl_text import make_learner
+    from privrl.systems.fedrl_text.algorithm import make_learner
 
     dqn = make_learner(replace(cfg, mode="dqn-alpha"), algo.features)
     d0 = d = dqn.init(jax.random.key(0), texts)
@@ -275,7 +275,7 @@ def test_fedrl_target_rule(corpus, targets):
 def test_leaky_head_keeps_a_gradient_where_relu_has_none():
     """With every hidden pre-activation negative a ReLU head is constant (no gradient reaches
     the parties: the collapse measured on Text2Action); the leaky head still passes one."""
-    from privrl.textnets import federated_text_head
+    from privrl.nets.text import federated_text_head
 
     x = jnp.array([-300.0, -280.0, -310.0, -290.0])
     grads = {}
@@ -319,7 +319,7 @@ def test_bad_options_fail_before_compute():
 
 @pytest.mark.parametrize("mode", ["dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
 def test_every_baseline_trains_and_tags(corpus, mode):
-    from privrl.algorithms.fedrl_text import make_learner
+    from privrl.systems.fedrl_text.algorithm import make_learner
 
     texts = _texts(corpus)
     cfg = text_config(mode=mode, num_envs=2, batch_size=4, buffer_size=16, filters=4, hidden=8,
@@ -339,7 +339,7 @@ def test_every_baseline_trains_and_tags(corpus, mode):
 
 @pytest.fixture
 def no_compute(monkeypatch):
-    from privrl.runtime import text2action as rt
+    from privrl.systems.fedrl_text import local as rt
 
     def forbidden(*args, **kwargs):
         raise AssertionError("computation started despite invalid options")
@@ -361,7 +361,7 @@ def no_compute(monkeypatch):
     (["reproduce", "fedrl-text2action", "--data", "DATA"], "cooking.json.gz: file not found"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, message, capsys, no_compute, tmp_path):
-    from privrl import cli
+    from privrl import main as cli
 
     data = write_corpus(tmp_path / "data")
     args = [str(tmp_path / "nothing") if a == "MISSING" else str(data) if a == "DATA" else a
@@ -400,7 +400,7 @@ def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_pat
     validation epoch being the second). With the paper's copied targets FedRL stays below
     every-verb here (0.529 with seed 0 in 600 updates), the instability measured on the real
     corpora (benchmarks/RESULTS.md)."""
-    from privrl.runtime.text2action import baselines, run_fold
+    from privrl.systems.fedrl_text.local import baselines, run_fold
 
     texts = synthetic_texts()
 

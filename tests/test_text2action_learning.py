@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from privrl.algorithms.fedrl_text import text_config
 from privrl.envs import text2action as t2a
-from privrl.runtime.text2action import baselines, fold_data, run_fold
+from privrl.systems.fedrl_text.algorithm import text_config
+from privrl.systems.fedrl_text.local import baselines, fold_data, run_fold
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "frl-text2action"
 

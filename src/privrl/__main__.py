@@ -1,5 +1,5 @@
 import sys
 
-from privrl.cli import main
+from privrl.main import main
 
 sys.exit(main())

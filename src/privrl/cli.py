@@ -1,48 +1,64 @@
-"""The `privrl` command line.
+"""What every system's command line shares: the typer apps, shared options, the progress bar.
 
+Each system's `cli.py` builds its own `run_app` / `reproduce_app` with `system_apps()` and
+decorates its commands on them; `privrl.main` merges them under `privrl run` and
+`privrl reproduce`. Nothing here imports a system, and nothing registers by being imported.
 Options are validated before anything is computed; an invalid one exits with status 2 and a
 single line that names it. Runs write into a new directory and never overwrite results.
 """
 
 from __future__ import annotations
 
-import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from typer.exceptions import TyperException
 
 from privrl import __version__
-from privrl.runtime.devices import use_compilation_cache, use_host_devices
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
-    from privrl.algorithms.pgc_a3c import PGCA3CConfig
-    from privrl.reproduce.pgc_a3c import SweepConfig
 
-app = typer.Typer(
-    name="privrl",
-    help="Privacy-preserving distributed and federated reinforcement learning.\n\n"
-    "Every run states the differential-privacy guarantee it delivered and writes its results "
-    "(config, metrics, privacy ledger, summary, plots) into a new directory.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-run_app = typer.Typer(help="Train an algorithm and write its results.", no_args_is_help=True,
-                      rich_markup_mode=None)
-app.add_typer(run_app, name="run")
-reproduce_app = typer.Typer(help="Reproduce a paper's headline tables, printed beside the paper's.",
-                            no_args_is_help=True, rich_markup_mode=None)
-app.add_typer(reproduce_app, name="reproduce")
+def _typer(**kw: object) -> typer.Typer:
+    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False, **kw)
+
+
+def root_apps() -> tuple[typer.Typer, typer.Typer, typer.Typer]:
+    """A fresh `privrl` app and its (empty) `run` and `reproduce` groups."""
+    app = _typer(
+        name="privrl",
+        help="Privacy-preserving distributed and federated reinforcement learning.\n\n"
+        "Every run states the differential-privacy guarantee it delivered and writes its "
+        "results (config, metrics, privacy ledger, summary, plots) into a new directory.",
+        pretty_exceptions_enable=False,
+    )
+    run_app = _typer(help="Train an algorithm and write its results.")
+    reproduce_app = _typer(help="Reproduce a paper's headline tables, printed beside the paper's.")
+    app.add_typer(run_app, name="run")
+    app.add_typer(reproduce_app, name="reproduce")
+    app.callback()(_root)
+    return app, run_app, reproduce_app
+
+
+def system_apps() -> tuple[typer.Typer, typer.Typer]:
+    """A system's own `run` and `reproduce` command groups (merged into privrl's by main)."""
+    return _typer(), _typer()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"privrl {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """privrl command line."""
 
 
 class PresetName(StrEnum):
@@ -59,120 +75,8 @@ AddressOpt = Annotated[str | None, typer.Option(
     help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local one.")]
 
 
-class MechanismName(StrEnum):
-    laplace = "laplace"
-    prs = "prs"
-    none = "none"
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"privrl {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-) -> None:
-    """privrl command line."""
-
-
-@run_app.command("pgc-a3c")
-def run_pgc_a3c_command(
-    preset: Annotated[PresetName, typer.Option(
-        help="paper: paper 000's settings exactly (default). tuned: our improved settings "
-        "(failure reward, sampled actions, biases, normalized advantages, Adam at the "
-        "aggregator; see docs/pgc-a3c-fidelity.md). Options given explicitly override it.",
-        case_sensitive=False)] = PresetName.paper,
-    mechanism: Annotated[MechanismName, typer.Option(
-        help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
-        "prs (projected random sign), or none (non-private ε = ∞ baseline: clipped, no noise; "
-        "NO privacy guarantee).", case_sensitive=False)] = MechanismName.laplace,
-    epsilon: Annotated[float | None, typer.Option(
-        help="Each agent's total privacy budget ε (> 0, finite). Default 5. "
-        "Not allowed with --mechanism none.")] = None,
-    trials: Annotated[int, typer.Option(help="Independent trials, run vectorized.")] = 1,
-    submissions: Annotated[int, typer.Option(
-        help="Stop after N submissions per trial (the paper's cap: 90000).")] = 90_000,
-    parallel_agents: Annotated[int, typer.Option(
-        help="P agents start from the same snapshot of θ; their reports are applied in turn "
-        "(the paper's 9 asynchronous threads).")] = 9,
-    buffer: Annotated[int | None, typer.Option(
-        help="Aggregator buffer size |B|: θ is updated with the mean of |B| reports. "
-        "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10).")
-    ] = None,
-    clip: Annotated[float | None, typer.Option(
-        help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs.")] = None,
-    d_hat: Annotated[int | None, typer.Option(
-        help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
-    ] = None,
-    submissions_per_agent: Annotated[int, typer.Option(
-        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
-    seed: Annotated[int, typer.Option(help="Random seed (same seed, same results).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory for the results. Default: runs/pgc-a3c-<mechanism>-...")
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    runtime: Annotated[Runtime, typer.Option(
-        help="local: all agents vectorized in this process. ray: agents and the aggregator as "
-        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
-        case_sensitive=False)] = Runtime.local,
-    address: AddressOpt = None,
-    agents_in_flight: Annotated[int | None, typer.Option(
-        help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
-    checkpoint_every: Annotated[int, typer.Option(
-        help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
-) -> None:
-    """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole.
-
-    Each agent is a new private environment (gravity 9.7, 9.8 or 9.9) that plays one episode,
-    randomizes its A3C gradient with the mechanism (ε-LDP) and submits it once. Prints the
-    results table and where the results were written.
-    """
-    from privrl.algorithms.pgc_a3c import ConfigError, PGCA3CConfig
-    from privrl.results import check_out_dir
-
-    if mechanism is MechanismName.none and epsilon is not None:
-        raise ConfigError("--epsilon", "the non-private baseline (--mechanism none) has no ε; "
-                                       "drop --epsilon")
-    if epsilon is not None and math.isinf(epsilon):
-        raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for the "
-                                       "non-private ε = ∞ baseline")
-    config = PGCA3CConfig.from_preset(
-        preset.value,
-        mechanism=mechanism.value,
-        epsilon=5.0 if epsilon is None else epsilon,
-        clip=clip,
-        buffer_size=buffer,
-        d_hat=d_hat,
-        submissions_per_agent=submissions_per_agent,
-        parallel_agents=parallel_agents,
-        submissions=submissions,
-        trials=trials,
-        seed=seed,
-    ).resolved()
-    check_out_dir(out)
-    if runtime is Runtime.ray:
-        if trials != 1:
-            raise ConfigError("--trials", "the Ray runtime runs one trial")
-        if agents_in_flight is not None and agents_in_flight < 1:
-            raise ConfigError("--agents-in-flight", f"must be >= 1, got {agents_in_flight}")
-        if checkpoint_every < 1:
-            raise ConfigError("--checkpoint-every", f"must be >= 1, got {checkpoint_every}")
-        from privrl.runtime.ray_runner import require_ray
-
-        require_ray()
-        _execute_pgc_ray(config, out, progress, address, agents_in_flight, checkpoint_every)
-        return
-    if address is not None or agents_in_flight is not None:
-        raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
-    _execute_pgc(config, out, progress)
-
-
 @contextmanager
-def _progress_bar(console: Console, show: bool, description: str,
+def progress_bar(console: Console, show: bool, description: str,
                   unit: str = "submissions/trial") -> Iterator[tuple]:
     """A rich progress bar (units done, elapsed, ETA) and its task id."""
     from rich.progress import (
@@ -198,209 +102,20 @@ def _progress_bar(console: Console, show: bool, description: str,
         yield bar, bar.add_task(description, total=None)
 
 
-def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
-    from rich.console import Console
-
-    from privrl.algorithms.pgc_a3c import PGCA3C
-    from privrl.results import new_run_dir
-    from privrl.runtime import local
-
-    console = Console()
-    err = Console(stderr=True)
-    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    mech = PGCA3C(config).mechanism
-    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}, "
-              f"{mech.guarantee.describe()}; "
-              f"{config.trials} trial(s) × {config.submissions} submissions, "
-              f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
-
-    with _progress_bar(err, show_progress, "training") as (bar, task):
-        result = local.run_pgc_a3c(
-            config, progress=lambda done, total: bar.update(task, completed=done, total=total)
-        )
-    path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
-    summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
-    console.print(results_table(summary))
-    console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
 
 
-def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
-                     address: str | None, agents_in_flight: int | None,
-                     checkpoint_every: int) -> None:
-    import numpy as np
-    from rich.console import Console
-
-    from privrl.results import new_run_dir, write_json
-    from privrl.runtime import local, ray_runner
-
-    console, err = Console(), Console(stderr=True)
-    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
-    err.print(f"[bold]PGC-A3C on Ray[/] ({config.preset} preset) {config.mechanism}, "
-              f"{config.submissions} submissions, cluster {address or 'local'}; "
-              f"aggregator log and checkpoints in {path / 'aggregator'}")
-    with _progress_bar(err, show_progress, "training") as (bar, task):
-        result = ray_runner.run_pgc_a3c_ray(
-            config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
-            checkpoint_every=checkpoint_every,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
-    np.save(path / "theta_final.npy", result.theta)
-    summary = local.save(ray_runner.as_run_output(result), path,
-                         command=["privrl", *sys.argv[1:]])
-    write_json(path / "ray.json", {"cluster": result.cluster, "aggregator": result.status,
-                                   "agents_in_flight": result.agents_in_flight})
-    console.print(results_table(summary))
-    console.print(f"Aggregator: {result.status}")
-    console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
-
-
-@app.command("replay")
-def replay_command(
-    run_dir: Annotated[Path, typer.Argument(help="A Ray run's results directory.")],
-) -> None:
-    """Rebuild θ from a Ray run's accepted-report log and check it equals the final θ."""
-    import numpy as np
-
+def parse_numbers(text: str, option: str, kind: type = float,
+                  count: int | None = None) -> tuple:
+    """A comma-separated option ("1,2,3") as a tuple of `kind`; a ConfigError naming `option`
+    if a value does not parse or (with `count`) there are not exactly `count` of them."""
     from privrl.config import ConfigError
-    from privrl.federation.service import SETUP, replay
 
-    log_dir = run_dir / "aggregator"
-    if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
-                                     "aggregator/service.pkl or theta_final.npy)")
-    theta = replay(log_dir)
-    final = np.load(run_dir / "theta_final.npy")
-    diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
-    if theta.shape == final.shape and np.array_equal(theta, final):
-        typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
-        return
-    typer.echo(f"MISMATCH: replayed θ differs from the final θ (max |Δ| = {diff:g})", err=True)
-    raise typer.Exit(1)
-
-
-@reproduce_app.command("pgc-a3c")
-def reproduce_pgc_a3c_command(
-    trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
-    cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,
-    preset: Annotated[PresetName, typer.Option(
-        help="paper (default): the paper's settings; tuned: our improved preset.",
-        case_sensitive=False)] = PresetName.paper,
-    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
-    retire: Annotated[bool, typer.Option(
-        help="Stop a trial once it reaches the target (its FST is known); later curves hold "
-        "its last average score.")] = True,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory. Default: runs/reproduce-pgc-a3c-<preset>-<time>.")] = None,
-    resume: Annotated[Path | None, typer.Option(
-        help="Continue an interrupted sweep in this directory; finished settings are kept.")
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-) -> None:
-    """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run.
-
-    Writes tables.md (Tables 1-3 with the paper's numbers beside ours), tables.json,
-    plots/ (Figures 2 and 3 per mechanism), raw/trials.csv, per-setting scores and privacy
-    records, and prints the tables.
-    """
-    from privrl.algorithms.pgc_a3c import ConfigError
-    from privrl.reproduce.pgc_a3c import SweepConfig
-    from privrl.results import check_out_dir
-
-    if out is not None and resume is not None:
-        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
-    if resume is not None and not (resume / "sweep.json").is_file():
-        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire)
-    cfg.validate()
-    check_out_dir(out)
-    _execute_sweep(cfg, out, resume, progress)
-
-
-def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show: bool) -> None:
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.reproduce.pgc_a3c import run_sweep
-    from privrl.results import new_run_dir
-
-    console, err = Console(), Console(stderr=True)
-    path = resume if resume is not None else new_run_dir(out, f"reproduce-pgc-a3c-{cfg.preset}")
-    err.print(f"[bold]Reproducing paper 000[/] ({cfg.preset} preset): "
-              f"{len(cfg.settings())} settings × {cfg.trials} trials × cap {cfg.cap:,} → {path}")
-    with _progress_bar(err, show, "sweep") as (bar, task):
-        def update(name: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, description=name)
-
-        try:
-            run_sweep(cfg, path, progress=update, log=lambda m: bar.console.print(m))
-        except KeyboardInterrupt:
-            err.print(f"interrupted: finished settings are kept; continue with "
-                      f"privrl reproduce pgc-a3c --resume {path}")
-            raise
-    console.print(Markdown((path / "tables.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
-                  "raw/trials.csv, privacy.json, settings/)")
-
-
-def results_table(summary: dict) -> Table:
-    from rich.table import Table
-
-    t = Table(title="PGC-A3C results", show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    fst = summary["median_fst"]
-    rows = [
-        ("privacy", summary["privacy"]),
-        ("preset", summary["preset"]),
-        ("mechanism", summary["mechanism"]),
-        ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
-        ("median FST (μ ≥ 195)", "not reached" if fst is None else f"{fst:g}"),
-        ("success ratio", f"{summary['success_ratio']:.2f}"),
-        ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
-        ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
-        (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
-            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
-            if summary["compile_seconds"] else "")),
-        ("episodes / s",
-         f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
-
-
-# Commands of the other systems live in their own modules and register themselves here.
-from privrl import cli_dpql, cli_dpsgd, cli_fedpg, cli_fedrl  # noqa: E402, F401
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: one-line errors (exit 2) for bad options, before any computation."""
-    use_host_devices()
-    use_compilation_cache()
-    from privrl.config import ConfigError, RayNotInstalledError
-    from privrl.privacy.ledger import BudgetExceededError
-    from privrl.results import OutputDirError
-
+    what = "numbers" if kind is float else "integers"
+    need = f"{count} comma-separated {what}" if count else f"comma-separated {what}"
     try:
-        app(args=argv, prog_name="privrl", standalone_mode=False)
-    except typer.Exit as e:
-        return e.exit_code
-    except (typer.Abort, KeyboardInterrupt):
-        print("privrl: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    except TyperException as e:  # usage errors: unknown option, unparsable value, ...
-        print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
-        return 2
-    except (ConfigError, OutputDirError, RayNotInstalledError) as e:
-        print(f"privrl: error: {e}", file=sys.stderr)
-        return 2
-    except BudgetExceededError as e:
-        print(f"privrl: privacy budget: {e}", file=sys.stderr)
-        return 3
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        vals = tuple(kind(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(option, f"expected {need}, got {text!r}") from None
+    if count is not None and len(vals) != count:
+        raise ConfigError(option, f"expected {need}, got {len(vals)}")
+    return vals

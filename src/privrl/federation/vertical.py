@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.nets import FlatModel
+from privrl.nets.flat import FlatModel
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
 

@@ -32,7 +32,7 @@ def _layers(params: dict[str, Any]) -> list[str]:
 
 def mlp_forward(params: dict[str, Any], x: Array, probes: list[Array] | None = None
                 ) -> tuple[Array, list[Array]]:
-    """privrl.nets.MLP's forward pass (ReLU between layers) on a batch, returning the outputs
+    """privrl.nets.flat.MLP's forward pass (ReLU between layers) on a batch, returning the outputs
     and each layer's input; `probes` are added to the pre-activations."""
     inputs = []
     names = _layers(params)

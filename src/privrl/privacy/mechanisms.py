@@ -478,7 +478,7 @@ class GaussianSumMechanism(Mechanism):
     def privatize_dense(self, key: Array, params: Any, x: Array,
                         loss_of_outputs: Callable[[Array], Array],
                         rows: Array | None = None) -> Report:
-        """The same release for a dense ReLU network (privrl.nets.MLP) without materializing
+        """The same release for a dense ReLU network (privrl.nets.flat.MLP) without materializing
         per-example gradients: clipping is done by `privacy.dpsgd.clipped_grad_sum`, exactly."""
         clipped_sum, _ = clipped_grad_sum(params, x, loss_of_outputs, self.clip, rows)
         return self._noisy(key, clipped_sum)

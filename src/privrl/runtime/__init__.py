@@ -1,1 +1,10 @@
-"""Runners: the local vectorized runner (default); a Ray runner is planned."""
+"""What every system's runners share.
+
+- `devices`: one XLA CPU device per core, and the persistent compilation cache.
+- `sharding`: independent trials vmapped and split over those devices.
+- `output`: run directories that never overwrite, config.json, JSON and plots, resumable sweeps.
+- `ray`: the optional Ray extra (a clear error without it; start or join a cluster).
+
+The runners themselves live with their systems: `privrl.systems.<name>.local` (vectorized, in
+this process) and `privrl.systems.<name>.ray` (Ray actors, for PGC-A3C and FedPG-Dec).
+"""

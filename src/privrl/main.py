@@ -1,0 +1,68 @@
+"""`privrl`: the entry point. Builds the command line from every system's own commands.
+
+Each system's `cli.py` holds its `run_app` and `reproduce_app` (and, for PGC-A3C, the top-level
+`replay`); `build_app` merges them under one `privrl`. System CLI modules import no JAX at
+module level, so `main` can ask XLA for one host device per core before anything starts JAX.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer.exceptions import TyperException
+
+from privrl.cli import root_apps
+from privrl.config import ConfigError, RayNotInstalledError
+from privrl.runtime.devices import use_compilation_cache, use_host_devices
+from privrl.runtime.output import OutputDirError
+from privrl.systems.dp_qlearning import cli as dp_qlearning
+from privrl.systems.dpsgd_rl import cli as dpsgd_rl
+from privrl.systems.fedpg import cli as fedpg
+from privrl.systems.fedrl import cli as fedrl
+from privrl.systems.fedrl_text import cli as fedrl_text
+from privrl.systems.pgc_a3c import cli as pgc_a3c
+
+# In the order `privrl run --help` lists them.
+SYSTEMS = (pgc_a3c, dp_qlearning, dpsgd_rl, fedpg, fedrl, fedrl_text)
+
+
+def build_app() -> typer.Typer:
+    """The `privrl` app with every system's `run` and `reproduce` commands."""
+    app, run_app, reproduce_app = root_apps()
+    for system in SYSTEMS:
+        run_app.add_typer(system.run_app)
+        reproduce_app.add_typer(system.reproduce_app)
+        top = getattr(system, "top_app", None)
+        if top is not None:
+            app.add_typer(top)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one-line errors (exit 2) for bad options, before any computation."""
+    use_host_devices()
+    use_compilation_cache()
+    from privrl.privacy.ledger import BudgetExceededError
+
+    try:
+        build_app()(args=argv, prog_name="privrl", standalone_mode=False)
+    except typer.Exit as e:
+        return e.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        print("privrl: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except TyperException as e:  # usage errors: unknown option, unparsable value, ...
+        print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except (ConfigError, OutputDirError, RayNotInstalledError) as e:
+        print(f"privrl: error: {e}", file=sys.stderr)
+        return 2
+    except BudgetExceededError as e:
+        print(f"privrl: privacy budget: {e}", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Reproduction commands: one module per paper, each printing the paper's numbers beside ours."""

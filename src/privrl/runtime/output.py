@@ -1,0 +1,174 @@
+"""Writing what a run leaves behind: a fresh run directory, JSON, CSV, plots, tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
+
+
+class OutputDirError(ValueError):
+    """The requested output directory cannot be used (it exists and is not empty)."""
+
+
+def new_run_dir(out: str | os.PathLike | None, stem: str, root: str = "runs") -> Path:
+    """A new, empty run directory. An explicit `out` must not exist or be empty; without one,
+    `runs/<stem>-<time>` is used with a numeric suffix if that name is taken. Never overwrites.
+    """
+    if out is not None:
+        check_out_dir(out)
+        path = Path(out)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    base = Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, i = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+            return path
+        except FileExistsError:
+            i += 1
+            path = base.with_name(f"{base.name}-{i}")
+
+
+def check_out_dir(out: str | os.PathLike | None) -> None:
+    """Validate --out before any computation (same rule as `new_run_dir`)."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise OutputDirError(f"--out: {path} exists and is not an empty directory; "
+                             "choose a new path (results are never overwritten)")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def json_safe(obj: Any) -> Any:
+    """Replace non-finite floats by strings ("inf", "nan") so the JSON is strict."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else ("inf" if f > 0 else "-inf" if f < 0 else "nan")
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    return obj
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False) + "\n")
+
+
+def hold_last(x: np.ndarray) -> np.ndarray:
+    """Forward-fill NaNs along the last axis (a stopped seed keeps its last value)."""
+    x = np.array(x, dtype=float)
+    for row in x.reshape(-1, x.shape[-1]):
+        last = np.nan
+        for i, v in enumerate(row):
+            if np.isnan(v):
+                row[i] = last
+            else:
+                last = v
+    return x
+
+
+def plot_curves(path: Path, curves: dict[str, np.ndarray], title: str, xlabel: str,
+                ylabel: str, target: float | None = None, window: int = 25) -> None:
+    """Per label, a (seeds, T) array: moving average over `window`, mean over seeds and an
+    interquartile band; a seed that stopped early (NaN) holds its last smoothed value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, y in curves.items():
+        y = np.atleast_2d(np.asarray(y, dtype=float))
+        if y.shape[1] >= window:
+            kernel = np.ones(window) / window
+            smooth = np.stack([np.convolve(hold_last(r), kernel, "valid") for r in y])
+            x = np.arange(window, y.shape[1] + 1)
+        else:
+            smooth, x = hold_last(y), np.arange(1, y.shape[1] + 1)
+        line = ax.plot(x, np.nanmean(smooth, 0), lw=1.2, label=label)[0]
+        if y.shape[0] > 1:
+            lo, hi = np.nanpercentile(smooth, [25, 75], axis=0)
+            ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
+    if target is not None:
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"solved: {target:g}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"{ylabel} (moving average {window})")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
+    """Create (or, to resume, check) a sweep directory: sweep.json records its options, and a
+    directory holding a sweep with other options is refused (ConfigError on --resume)."""
+    from privrl.config import ConfigError
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta = out / "sweep.json"
+    if meta.exists():
+        saved = json.loads(meta.read_text())["sweep"]
+        if saved != sweep:
+            raise ConfigError("--resume", f"{out} holds a sweep with different options: {saved}")
+    else:
+        write_json(meta, {"sweep": sweep, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                          "versions": versions()})
+
+
+def run_setting(out: Path, name: str, write: Callable[[Path], T],
+                log: Callable[[str], None]) -> T | None:
+    """One setting of a resumable sweep, in out/settings/<name>: None (logged) if it is complete
+    already; otherwise `write(tmp)` fills a fresh partial directory, which then replaces the
+    setting's directory atomically, so a setting is either complete or absent."""
+    final = out / "settings" / name
+    if (final / "summary.json").exists():
+        log(f"{name}: done earlier, skipped")
+        return None
+    tmp = out / "settings" / f".{name}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    result = write(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return result
+
+
+def write_run_config(path: Path, algorithm: str, config: dict[str, Any], seed: int,
+                     command: list[str] | None, **extra: Any) -> None:
+    """config.json of a run: the algorithm, its full config, seed, command line, time, versions,
+    and any runner-specific `extra` (devices, topology, maps, ...)."""
+    write_json(path / "config.json", {
+        "algorithm": algorithm, "config": config, "seed": seed, **extra, "command": command,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions()})

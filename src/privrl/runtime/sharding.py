@@ -1,0 +1,28 @@
+"""Independent trials, vmapped and split over the host's XLA devices (one device per core; see
+privrl.runtime.devices). Every system's local runner uses these two pieces."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+
+def trial_devices(trials: int, devices: int | None = None) -> int:
+    """How many host devices `trials` independent trials are split over."""
+    return max(1, min(devices or jax.local_device_count(), jax.local_device_count(), trials))
+
+
+def shard_vmap(fn: Callable[..., Any], devices: int) -> Callable[..., Any]:
+    """vmap `fn` over a leading trials axis and split that axis over `devices` host devices.
+
+    Trials are independent, so no collectives: every argument and output is sharded on axis 0,
+    whose length must be a multiple of `devices`.
+    """
+    mesh = Mesh(np.array(jax.local_devices()[:devices]), ("trials",))
+    spec = PartitionSpec("trials")
+    return jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec,
+                         check_vma=False)

@@ -1,0 +1,392 @@
+"""Differentially private Q-learning with functional noise (Wang & Hegde, paper 001), top to bottom.
+
+What is private: the *reward function*. Two reward functions are neighbours when they differ by
+at most 1 in sup norm; the released object is the trained Q-function Q_θ. Algorithm 1 adds a
+Gaussian-process noise function ĝ_a ~ σ·GP(0, exp(−|x − y|)) to Q wherever Q is evaluated:
+
+1. acting: a_t = argmax_a Q_θ(s_t, a) + ĝ_a(s_t) (ε-greedy around it, as the authors' code);
+2. the TD target: y = r + γ max_a [Q_θ⁻(s′, a) + ĝ⁻_a(s′)] with the target network's own noise;
+3. the loss: Huber(Q_θ(s, a) + ĝ_a(s) − y), one RMSprop step per environment step on a replay
+   batch of 128, gradients clamped to [−1, 1] elementwise;
+4. both noise functions are reset every `noise_reset_episodes` episodes (J resets in all).
+
+The noise functions are lazily grown sorted stores (privrl.privacy.functional): the same state
+gets the same noise until a reset. Everything — environment, replay, noise, network updates — is
+one jitted program: episodes are a `lax.scan` of steps, a run a `lax.scan` of episodes, and seeds
+and σ values are `vmap`ped, so a whole sweep is a single compiled call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.config import ConfigError, config_from_preset
+from privrl.envs.line1d import make_line1d
+from privrl.nets.flat import FlatModel, mlp
+from privrl.privacy.functional import (
+    REWARD_NEIGHBOURS,
+    REWARD_UNIT,
+    GPNoiseState,
+    Theorem5,
+    Theorem5Error,
+    gp_noise_init,
+    gp_noise_query,
+    gp_noise_reset,
+)
+
+# "paper": the authors' settings (the dataclass defaults: their dpql.py). No tuned preset yet.
+PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
+
+
+@dataclass(frozen=True)
+class DPQLearningConfig:
+    """Every hyperparameter of a run. Defaults follow the authors' code (paper 001).
+
+    Privacy: `sigma` alone adds the noise but claims no ε. With `epsilon`, `delta`,
+    `sensitivity_constant` (C(α, k, L, B), required: the poster does not define it) and `k`,
+    Theorem 5 is applied: σ defaults to its calibration, and a given σ must satisfy it.
+    """
+
+    preset: str = "paper"
+    sigma: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    sensitivity_constant: float | None = None
+    k: float | None = None
+    beta: float = 1.0  # our reading: the kernel's inverse length scale (exp(−|x−y|): β = 1)
+    seeds: int = 1
+    seed: int = 0
+    episodes: int = 100
+    episode_steps: int = 50
+    hidden: int = 16
+    batch_size: int = 128
+    gamma: float = 0.999
+    replay_capacity: int = 10_000
+    learning_rate: float = 0.01  # torch.optim.RMSprop defaults (lr, alpha, eps)
+    rms_decay: float = 0.99
+    rms_eps: float = 1e-8
+    grad_clamp: float = 1.0  # each gradient entry clamped to [−1, 1]
+    eps_start: float = 0.9  # ε-greedy: eps_end + (eps_start − eps_end)·exp(−steps / eps_decay)
+    eps_end: float = 0.05
+    eps_decay: float = 200.0
+    target_update_episodes: int = 10  # θ⁻ ← θ after episodes 0, 10, 20, ...
+    noise_reset_episodes: int = 1  # fresh noise functions after every episode (authors)
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> DPQLearningConfig:
+        return config_from_preset(cls, PRESETS, preset, **overrides)
+
+    # --- derived quantities --------------------------------------------------------------
+    @property
+    def total_steps(self) -> int:
+        return self.episodes * self.episode_steps
+
+    @property
+    def updates(self) -> int:
+        """Gradient steps: one per environment step once the replay holds a batch."""
+        return max(0, self.total_steps - self.batch_size + 1)
+
+    @property
+    def resets(self) -> int:
+        """J: noise functions drawn per network (one per block of noise_reset_episodes)."""
+        return math.ceil(self.episodes / self.noise_reset_episodes)
+
+    @property
+    def claims_epsilon(self) -> bool:
+        return self.epsilon is not None
+
+    def theorem5(self) -> Theorem5:
+        return Theorem5(epsilon=self.epsilon, delta=self.delta,
+                        sensitivity_constant=self.sensitivity_constant, k=self.k,
+                        beta=self.beta, updates=self.updates, batch_size=self.batch_size,
+                        resets=self.resets)
+
+    def resolved(self) -> DPQLearningConfig:
+        """Validate everything; with ε, fill σ from Theorem 5 (or check the given σ)."""
+        if self.preset not in PRESETS:
+            raise ConfigError("--preset", f"unknown preset {self.preset!r}")
+        self._validate_training()
+        privacy = {"--delta": self.delta, "--sensitivity-constant": self.sensitivity_constant,
+                   "--k": self.k}
+        if self.epsilon is None:
+            for option, value in [*privacy.items(),
+                                  ("--beta", None if self.beta == 1.0 else self.beta)]:
+                if value is not None:
+                    raise ConfigError(option, "only meaningful with --epsilon (Theorem 5)")
+            if self.sigma is None:
+                raise ConfigError("--sigma", "give --sigma, or --epsilon with --delta, "
+                                             "--sensitivity-constant and --k")
+            _check_sigma(self.sigma)
+            return self
+        for option, value in privacy.items():
+            if value is None:
+                why = (" (no default: the poster does not define C(α, k, L, B); the guarantee "
+                       "is only as valid as the C you supply)"
+                       if option == "--sensitivity-constant" else "")
+                raise ConfigError(option, f"required with --epsilon{why}")
+        if self.updates < 1:
+            raise ConfigError("--episodes", "no gradient update would run (the replay never "
+                                            "holds a batch), so there is nothing to calibrate")
+        try:
+            t5 = self.theorem5()
+            sigma = t5.min_sigma if self.sigma is None else _check_sigma(self.sigma)
+            t5.check(sigma)
+        except Theorem5Error as e:
+            raise ConfigError(e.option, e.message) from None
+        return replace(self, sigma=sigma)
+
+    def _validate_training(self) -> None:
+        def integer(name: str, value: int, low: int) -> None:
+            if isinstance(value, bool) or int(value) != value or value < low:
+                raise ConfigError(name, f"must be an integer >= {low}, got {value}")
+
+        def positive(name: str, value: float) -> None:
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(name, f"must be finite and > 0, got {value}")
+
+        integer("--seeds", self.seeds, 1)
+        integer("--seed", self.seed, 0)
+        integer("--episodes", self.episodes, 1)
+        integer("episode_steps", self.episode_steps, 1)
+        integer("hidden", self.hidden, 1)
+        integer("batch_size", self.batch_size, 1)
+        integer("replay_capacity", self.replay_capacity, self.batch_size)
+        integer("target_update_episodes", self.target_update_episodes, 1)
+        integer("--noise-reset-episodes", self.noise_reset_episodes, 1)
+        for name, value in [("learning_rate", self.learning_rate), ("rms_eps", self.rms_eps),
+                            ("grad_clamp", self.grad_clamp), ("eps_decay", self.eps_decay)]:
+            positive(name, value)
+        if not 0 < self.gamma <= 1:
+            raise ConfigError("gamma", f"must be in (0, 1], got {self.gamma}")
+        if not 0 <= self.rms_decay < 1:
+            raise ConfigError("rms_decay", f"must be in [0, 1), got {self.rms_decay}")
+        for name, value in [("eps_start", self.eps_start), ("eps_end", self.eps_end)]:
+            if not 0 <= value <= 1:
+                raise ConfigError(name, f"must be in [0, 1], got {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(updates_T_over_B=self.updates, resets_J=self.resets)
+        return d
+
+
+def _check_sigma(sigma: float) -> float:
+    if isinstance(sigma, bool) or not math.isfinite(sigma) or sigma < 0:
+        raise ConfigError("--sigma", f"σ must be finite and >= 0, got {sigma}")
+    return float(sigma)
+
+
+def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
+    """privacy.json: what is protected and the (ε, δ) claimed — or that none is claimed."""
+    base = {"unit": REWARD_UNIT, "neighbouring": REWARD_NEIGHBOURS,
+            "released": "the trained Q-function Q_θ (its parameters θ)",
+            "not_protected": "the transition dynamics and visited states; and the episode "
+                             "returns in metrics.csv, summary.json and the plots, which are "
+                             "computed from the raw rewards (diagnostics, not releases)",
+            "mechanism": "Gaussian-process functional noise on Q (paper 001, Algorithm 1), "
+                         "kernel exp(−|x − y|), one noise function per action and network",
+            "sigma": cfg.sigma, "T_over_B": cfg.updates, "B": cfg.batch_size,
+            "T": cfg.updates * cfg.batch_size, "J": cfg.resets,
+            "noise_reset_episodes": cfg.noise_reset_episodes}
+    if cfg.claims_epsilon:
+        t5 = cfg.theorem5().record(cfg.sigma)
+        return {**base, "private": True, "epsilon": cfg.epsilon, "delta": t5["delta_total"],
+                "statement": (
+                    f"(ε = {cfg.epsilon:g}, δ = {t5['delta_total']:.3g})-DP of the reward "
+                    "function by Theorem 5 of paper 001, ONLY AS VALID AS the user-supplied "
+                    f"sensitivity constant C(α, k, L, B) = {cfg.sensitivity_constant:g}: the "
+                    "poster does not define C, and privrl has not verified it."),
+                "theorem5": t5}
+    if cfg.sigma == 0:
+        statement = "NO PRIVACY GUARANTEE: σ = 0, no noise (non-private baseline)."
+    else:
+        statement = (f"NO ε IS CLAIMED: functional noise with σ = {cfg.sigma:g} was added, but "
+                     "no (ε, δ) is stated because Theorem 5's constant C(α, k, L, B) was not "
+                     "supplied (the poster does not define it). Give --epsilon, --delta, "
+                     "--sensitivity-constant and --k for the Theorem 5 calibration.")
+    return {**base, "private": False, "epsilon": "not claimed", "delta": "not claimed",
+            "statement": statement}
+
+
+def describe_privacy(cfg: DPQLearningConfig) -> str:
+    """One line for the command line."""
+    if cfg.claims_epsilon:
+        rec = privacy_record(cfg)
+        return (f"(ε = {cfg.epsilon:g}, δ = {rec['delta']:.3g})-DP of the reward function "
+                f"(Theorem 5, valid only for the supplied C = {cfg.sensitivity_constant:g}), "
+                f"σ = {cfg.sigma:.4g}")
+    if cfg.sigma == 0:
+        return "NO PRIVACY GUARANTEE (σ = 0, non-private baseline)"
+    return f"σ = {cfg.sigma:g} functional noise; NO ε CLAIMED (no sensitivity constant C given)"
+
+
+# --- the training program --------------------------------------------------------------------
+class Replay(NamedTuple):
+    obs: Array  # (N,) states
+    action: Array  # (N,) int32
+    reward: Array  # (N,)
+    next_obs: Array  # (N,)
+    terminal: Array  # (N,) bool
+    size: Array  # () int32 transitions stored
+    pos: Array  # () int32 next slot (ring buffer)
+
+
+class TrainState(NamedTuple):
+    theta: Array
+    target_theta: Array
+    opt_state: Any
+    replay: Replay
+    steps: Array  # () int32 actions selected so far (drives ε-greedy)
+    noise: GPNoiseState  # the online network's noise functions
+    target_noise: GPNoiseState  # the target network's
+
+
+class DPQLearning:
+    """The algorithm for one resolved config: `train(key, sigma) -> returns per episode`."""
+
+    def __init__(self, config: DPQLearningConfig) -> None:
+        self.config = cfg = config
+        self.env, self.env_params = make_line1d(cfg.episode_steps)
+        self.num_actions = 2
+        # 1-16-16-2 ReLU MLP with PyTorch's default initialization, as the authors' code
+        self.model: FlatModel = mlp((cfg.hidden, cfg.hidden), self.num_actions, 1,
+                                    "torch_default")
+        self.optimizer = optax.chain(
+            optax.clip(cfg.grad_clamp),  # elementwise clamp, as param.grad.clamp_(-1, 1)
+            optax.rmsprop(cfg.learning_rate, decay=cfg.rms_decay, eps=cfg.rms_eps,
+                          eps_in_sqrt=False),  # torch adds eps outside the square root
+        )
+        self.replay_size = min(cfg.replay_capacity, cfg.total_steps)
+        block = min(cfg.noise_reset_episodes, cfg.episodes) * cfg.episode_steps
+        # The most distinct states a noise function can be asked about between resets. Online:
+        # each acting state and each batch state; target: each batch next state. Every one of
+        # them is a state of a transition that was in the replay during the block: at most the
+        # replay's size at the block's start plus the transitions pushed during it.
+        seen = self.replay_size + block
+        self.noise_capacity = min(block * (1 + cfg.batch_size), seen)
+        self.target_noise_capacity = min(block * cfg.batch_size, seen)
+
+    # --- setup ---------------------------------------------------------------------------
+    def init(self, key: Array) -> TrainState:
+        theta = self.model.init(key)
+        n = self.replay_size
+        replay = Replay(jnp.zeros(n), jnp.zeros(n, jnp.int32), jnp.zeros(n), jnp.zeros(n),
+                        jnp.zeros(n, bool), jnp.int32(0), jnp.int32(0))
+        return TrainState(theta, theta, self.optimizer.init(theta), replay, jnp.int32(0),
+                          gp_noise_init(self.noise_capacity, self.num_actions),
+                          gp_noise_init(self.target_noise_capacity, self.num_actions))
+
+    # --- pieces --------------------------------------------------------------------------
+    def q_values(self, theta: Array, s: Array) -> Array:
+        """Q_θ(s, ·) for states s (B,) → (B, A)."""
+        return self.model.apply(theta, s[:, None])
+
+    def exploration(self, steps: Array) -> Array:
+        cfg = self.config
+        return cfg.eps_end + (cfg.eps_start - cfg.eps_end) * jnp.exp(-steps / cfg.eps_decay)
+
+    def act(self, ts: TrainState, key: Array, s: Array, sigma: Array) -> tuple[TrainState, Array]:
+        """ε-greedy on the noised Q; the noise is queried only when acting greedily."""
+        k_explore, k_random, k_noise = jax.random.split(key, 3)
+        greedy = jax.random.uniform(k_explore) > self.exploration(ts.steps)
+        noise, g = gp_noise_query(ts.noise, k_noise, s[None], sigma, greedy[None])
+        q = self.q_values(ts.theta, s[None])[0] + g[0]
+        random_action = jax.random.randint(k_random, (), 0, self.num_actions)
+        action = jnp.where(greedy, jnp.argmax(q), random_action).astype(jnp.int32)
+        return ts._replace(noise=noise, steps=ts.steps + 1), action
+
+    def remember(self, replay: Replay, s: Array, a: Array, r: Array, s2: Array,
+                 terminal: Array) -> Replay:
+        i = replay.pos
+        return Replay(replay.obs.at[i].set(s), replay.action.at[i].set(a),
+                      replay.reward.at[i].set(r), replay.next_obs.at[i].set(s2),
+                      replay.terminal.at[i].set(terminal),
+                      jnp.minimum(replay.size + 1, replay.obs.shape[0]),
+                      (i + 1) % replay.obs.shape[0])
+
+    def sample(self, replay: Replay, key: Array) -> Array:
+        """B distinct indices, uniform among the stored transitions (random.sample)."""
+        n = replay.obs.shape[0]
+        score = jnp.where(jnp.arange(n) < replay.size, jax.random.uniform(key, (n,)), -1.0)
+        return jax.lax.top_k(score, self.config.batch_size)[1]
+
+    def td_loss(self, theta: Array, s: Array, a: Array, y: Array, g: Array) -> Array:
+        """Huber (smooth L1) loss of the noised Q(s, a) against the noised target y, mean."""
+        q = self.q_values(theta, s) + g
+        q_a = jnp.take_along_axis(q, a[:, None], axis=1)[:, 0]
+        return jnp.mean(optax.huber_loss(q_a, y, delta=1.0))
+
+    def optimize(self, ts: TrainState, key: Array, sigma: Array) -> TrainState:
+        """One gradient step on a replay batch (Algorithm 1 lines 12-14, with a target net)."""
+        cfg = self.config
+        k_batch, k_noise, k_target_noise = jax.random.split(key, 3)
+        rp = ts.replay
+        idx = self.sample(rp, k_batch)
+        s, a, r, s2, term = rp.obs[idx], rp.action[idx], rp.reward[idx], rp.next_obs[idx], \
+            rp.terminal[idx]
+        target_noise, g2 = gp_noise_query(ts.target_noise, k_target_noise, s2, sigma, ~term)
+        next_q = jnp.max(self.q_values(ts.target_theta, s2) + g2, axis=1)
+        y = r + cfg.gamma * jnp.where(term, 0.0, next_q)
+        noise, g = gp_noise_query(ts.noise, k_noise, s, sigma)
+        grads = jax.grad(self.td_loss)(ts.theta, s, a, y, g)
+        updates, opt_state = self.optimizer.update(grads, ts.opt_state, ts.theta)
+        return ts._replace(theta=optax.apply_updates(ts.theta, updates), opt_state=opt_state,
+                           noise=noise, target_noise=target_noise)
+
+    def env_step(self, carry: tuple, key: Array, sigma: Array) -> tuple[tuple, Array]:
+        ts, env_state, obs = carry
+        k_act, k_env, k_opt = jax.random.split(key, 3)
+        s = obs[0]
+        ts, action = self.act(ts, k_act, s, sigma)
+        obs2, env_state, reward, done, _ = self.env.step_env(k_env, env_state, action,
+                                                             self.env_params)
+        ts = ts._replace(replay=self.remember(ts.replay, s, action, reward, obs2[0], done))
+        trained = self.optimize(ts, k_opt, sigma)
+        ready = ts.replay.size >= self.config.batch_size
+        ts = jax.tree_util.tree_map(lambda new, old: jnp.where(ready, new, old), trained, ts)
+        return (ts, env_state, obs2), reward
+
+    def episode(self, ts: TrainState, inp: tuple[Array, Array], sigma: Array
+                ) -> tuple[TrainState, Array]:
+        """One 50-step episode, then the target copy and the noise reset on their schedules."""
+        cfg = self.config
+        index, key = inp
+        k_reset, k_steps = jax.random.split(key)
+        obs, env_state = self.env.reset_env(k_reset, self.env_params)
+        keys = jax.random.split(k_steps, cfg.episode_steps)
+        (ts, _, _), rewards = jax.lax.scan(
+            lambda c, k: self.env_step(c, k, sigma), (ts, env_state, obs), keys)
+        copy = index % cfg.target_update_episodes == 0
+        ts = ts._replace(target_theta=jnp.where(copy, ts.theta, ts.target_theta))
+        reset = (index + 1) % cfg.noise_reset_episodes == 0
+        noise = jax.tree_util.tree_map(lambda f, o: jnp.where(reset, f, o),
+                                       gp_noise_reset(ts.noise), ts.noise)
+        target_noise = jax.tree_util.tree_map(lambda f, o: jnp.where(reset, f, o),
+                                              gp_noise_reset(ts.target_noise), ts.target_noise)
+        return ts._replace(noise=noise, target_noise=target_noise), jnp.sum(rewards)
+
+    def train(self, key: Array, sigma: Array) -> tuple[Array, Array, Array]:
+        """One run: (return per episode (E,), final θ, noise-store overflow flag)."""
+        k_init, k_run = jax.random.split(key)
+        ts = self.init(k_init)
+        n = self.config.episodes
+        inputs = (jnp.arange(n), jax.random.split(k_run, n))
+        ts, returns = jax.lax.scan(lambda t, i: self.episode(t, i, sigma), ts, inputs)
+        return returns, ts.theta, ts.noise.overflow | ts.target_noise.overflow
+
+    def train_many(self, keys: Array, sigmas: Array) -> tuple[Array, Array, Array]:
+        """All (σ, seed) pairs at once: keys (S,), sigmas (G,) → returns (G, S, E), ..."""
+        per_seed = jax.vmap(self.train, in_axes=(0, None))
+        return jax.jit(jax.vmap(per_seed, in_axes=(None, 0)))(keys, sigmas)
+
+
+def run_keys(seed: int, seeds: int) -> Array:
+    """The per-seed keys of a run: the same seed index gets the same key in every σ setting."""
+    return jax.random.split(jax.random.key(seed), seeds)

@@ -1,0 +1,103 @@
+"""`privrl run dp-qlearning` and `privrl reproduce dp-qlearning` (paper 001). """
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from privrl.cli import system_apps
+
+run_app, reproduce_app = system_apps()
+
+
+@run_app.command("dp-qlearning")
+def run_dp_qlearning_command(
+    sigma: Annotated[float | None, typer.Option(
+        help="Scale σ ≥ 0 of the Gaussian-process noise on Q (the privacy knob). Alone, no ε is "
+        "claimed. With --epsilon: default Theorem 5's calibration; a given σ must satisfy it.")
+    ] = None,
+    epsilon: Annotated[float | None, typer.Option(
+        help="Target ε in (0, 1) for Theorem 5 (needs --delta, --sensitivity-constant, --k).")
+    ] = None,
+    delta: Annotated[float | None, typer.Option(help="Target δ in (0, 1) for Theorem 5.")] = None,
+    sensitivity_constant: Annotated[float | None, typer.Option(
+        help="Theorem 5's C(α, k, L, B) > 0. Required with --epsilon, no default: the poster "
+        "does not define it, and the guarantee is only as valid as the C you supply.")] = None,
+    k: Annotated[float | None, typer.Option(
+        "--k", help="Theorem 5's k > 0 (the C you supply must be for this k); "
+        "needs 2k > 8.68·√β·σ.")] = None,
+    beta: Annotated[float, typer.Option(
+        help="Theorem 5's β > 0 (our reading: the kernel's inverse length scale, 1 for "
+        "exp(−|x−y|)).")] = 1.0,
+    seeds: Annotated[int, typer.Option(help="Independent runs (seeds), vmapped.")] = 1,
+    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
+    noise_reset_episodes: Annotated[int, typer.Option(
+        help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")] = 1,
+    seed: Annotated[int, typer.Option(help="Random seed (same seed, same results).")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="New or empty directory for the results. Default: runs/dp-qlearning-...")] = None,
+) -> None:
+    """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
+
+    Protects the reward function (neighbours: ‖r − r′‖∞ ≤ 1); the released object is the
+    Q-function. Writes config.json, metrics.csv, privacy.json, summary.json, plots/returns.png.
+    """
+    from rich.console import Console
+
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.dp_qlearning import local as runner
+    from privrl.systems.dp_qlearning.algorithm import DPQLearningConfig, describe_privacy
+
+    cfg = DPQLearningConfig.from_preset(
+        "paper", sigma=sigma, epsilon=epsilon, delta=delta,
+        sensitivity_constant=sensitivity_constant, k=k, beta=beta, seeds=seeds,
+        episodes=episodes, noise_reset_episodes=noise_reset_episodes, seed=seed).resolved()
+    check_out_dir(out)
+    console, err = Console(), Console(stderr=True)
+    err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
+              f"{cfg.seeds} seed(s) × {cfg.episodes} episodes")
+    result = runner.run_dp_qlearning(cfg)
+    path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
+    summary = runner.save(result, path, command=["privrl", *sys.argv[1:]])
+    console.print(f"privacy: {summary['privacy']}")
+    sd = summary["final_return_std_over_seeds"]
+    console.print(f"final mean return (last {summary['final_episodes']} episodes): "
+                  f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "
+                  f"seed(s)); wall {summary['wall_seconds']:.1f} s")
+    console.print(f"Results written to [bold]{path}[/] "
+                  "(config.json, metrics.csv, privacy.json, summary.json, plots/returns.png)")
+
+
+@reproduce_app.command("dp-qlearning")
+def reproduce_dp_qlearning_command(
+    seeds: Annotated[int, typer.Option(help="Seeds per σ (authors: 10).")] = 10,
+    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
+    seed: Annotated[int, typer.Option(help="Random seed (shared by all σ).")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="New or empty directory. Default: runs/reproduce-dp-qlearning-<time>.")] = None,
+) -> None:
+    """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
+
+    Writes tables.md, tables.json, plots/returns.png (mean and interquartile band per σ),
+    raw/returns.csv and privacy.json, and prints the table.
+    """
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.dp_qlearning.reproduce import DPQLSweepConfig, run_sweep
+
+    cfg = DPQLSweepConfig(seeds=seeds, episodes=episodes, seed=seed)
+    cfg.validate()
+    check_out_dir(out)
+    console, err = Console(), Console(stderr=True)
+    path = new_run_dir(out, "reproduce-dp-qlearning")
+    err.print(f"[bold]Reproducing paper 001[/]: σ ∈ {list(cfg.sigmas)} × {cfg.seeds} seeds × "
+              f"{cfg.episodes} episodes → {path}")
+    run_sweep(cfg, path, log=err.print)
+    console.print(Markdown((path / "tables.md").read_text()))
+    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, "
+                  "plots/returns.png, raw/, privacy.json)")

@@ -1,0 +1,256 @@
+"""`privrl run dp-reinforce|dp-dqn|ldp-reinforce|ldp-dqn` and `privrl reproduce dpsgd-rl`
+(paper 003)."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from privrl.cli import parse_numbers, progress_bar, system_apps
+
+run_app, reproduce_app = system_apps()
+
+Seeds = Annotated[int, typer.Option(help="Independent seeds, run vectorized.")]
+Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
+Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
+Out = Annotated[Path | None, typer.Option(
+    help="New or empty directory for the results. Default: runs/<algorithm>-...")]
+ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
+Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
+
+
+class Accountant(StrEnum):
+    rdp = "rdp"
+    pld = "pld"
+
+
+class ObsMode(StrEnum):
+    sigma = "sigma"
+    box = "box"
+
+
+def _dp_options(sigma: float | None, target_epsilon: float | None) -> dict[str, Any]:
+    from privrl.config import ConfigError
+
+    if sigma is not None and target_epsilon is not None:
+        raise ConfigError("--target-epsilon", "give either --sigma or --target-epsilon")
+    return {"dp": True, "noise_multiplier": 1.0 if sigma is None else sigma,
+            "target_epsilon": target_epsilon}
+
+
+def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
+             show: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.dpsgd_rl.local import run_episodic, save
+
+    check_out_dir(out)
+    algo = algo_cls(config)
+    cfg = algo.config
+    err, console = Console(stderr=True), Console()
+    if cfg.dp:
+        sig = f"DP-SGD σ = {cfg.noise_multiplier:.4g}, C = {cfg.clip:g}"
+        if cfg.target_epsilon is not None:
+            sig += f" (calibrated to ε = {cfg.target_epsilon:g} at δ = {cfg.delta:g})"
+    else:
+        sig = f"LDP observations: {cfg.obs.mode}"
+    err.print(f"[bold]{algorithm}[/] ({cfg.preset} preset), {sig}; {cfg.seeds} seed(s) × "
+              f"≤ {cfg.episodes} episodes")
+    with progress_bar(err, show, "training", unit="episodes") as (bar, task):
+        result = run_episodic(algo, algorithm, progress=lambda d, t: bar.update(
+            task, completed=d, total=t))
+    path = new_run_dir(out, f"{algorithm}-{cfg.preset}")
+    summary = save(result, path, command=["privrl", *sys.argv[1:]])
+    t = Table(title=f"{algorithm} results", header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    med = summary["median_episodes_to_solve"]
+    rows = [
+        ("solved seeds", f"{summary['solved_seeds']}/{summary['seeds']}"),
+        ("median episodes to solve", "not solved" if med is None else f"{med:g}"),
+        ("updates", ", ".join(map(str, summary["updates"]))),
+        ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    privacy = result.privacy
+    console.print(f"Model: {privacy['dpsgd']['statement']}")
+    console.print(f"Observations: {privacy['observations']['statement']}")
+    if summary["stopped_by_max_epsilon"]:
+        console.print(f"[bold]Stopped by --max-epsilon {cfg.max_epsilon:g}[/] after "
+                      f"{max(summary['updates'])} updates; results kept.")
+    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
+                  "privacy.json, summary.json, plots/eval_returns.png)")
+
+
+@run_app.command("dp-reinforce")
+def run_dp_reinforce(
+    sigma: Annotated[float | None, typer.Option(
+        help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped episode gradients. "
+        "Default 1. 0 clips without noise (no guarantee).")] = None,
+    target_epsilon: Annotated[float | None, typer.Option(
+        help="Calibrate σ so that each episode is (ε, δ)-DP (instead of --sigma).")] = None,
+    max_epsilon: Annotated[float | None, typer.Option(
+        help="Refuse any update that would take an episode's ε above this.")] = None,
+    clip: Annotated[float, typer.Option(help="C: L2 bound of each episode's gradient.")] = 1.0,
+    delta: Delta = 1e-5,
+    accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
+                          ] = Accountant.rdp,
+    batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
+    episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+    progress: ShowProgress = True,
+) -> None:
+    """DP-SGD REINFORCE on CartPole-v1 (paper 003): the unit of privacy is one episode."""
+    from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
+
+    cfg = ReinforceConfig.from_preset(
+        "paper", **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
+        delta=delta, accountant=accountant.value, batch_episodes=batch_episodes,
+        episodes=episodes, seeds=seeds, seed=seed)
+    _execute("dp-reinforce", Reinforce, cfg, out, progress)
+
+
+class DQNOptimizer(StrEnum):
+    adamw = "adamw"
+    sgd = "sgd"
+
+
+@run_app.command("dp-dqn")
+def run_dp_dqn(
+    preset: Annotated[str, typer.Option(
+        help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
+        "learns under DP noise (docs/dpsgd-rl.md). Options given explicitly override it.")
+    ] = "paper",
+    sigma: Annotated[float | None, typer.Option(
+        help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped per-transition gradients. "
+        "Default 1. 0 clips without noise (no guarantee).")] = None,
+    target_epsilon: Annotated[float | None, typer.Option(
+        help="Calibrate σ so that each transition is (ε, δ)-DP over the run.")] = None,
+    max_epsilon: Annotated[float | None, typer.Option(
+        help="Stop training before an update would take a transition's ε above this.")
+    ] = None,
+    clip: Annotated[float | None, typer.Option(
+        help="C: L2 bound of each transition's gradient. Default: the preset's (10).")] = None,
+    delta: Delta = 1e-5,
+    q: Annotated[float | None, typer.Option(
+        help="Poisson sampling probability per stored transition. Default: batch size / "
+        "buffer size (paper 0.0128, dp-sgd 0.0512).")] = None,
+    optimizer: Annotated[DQNOptimizer | None, typer.Option(
+        help="adamw (AMSGrad) or sgd (heavy-ball momentum). Default: the preset's.")] = None,
+    learning_rate: Annotated[float | None, typer.Option(
+        help="Default: the preset's (paper 1e-4, dp-sgd 0.003).")] = None,
+    momentum: Annotated[float | None, typer.Option(
+        help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
+    accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
+                          ] = Accountant.rdp,
+    episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+    progress: ShowProgress = True,
+) -> None:
+    """DP-SGD DQN on CartPole-v1 (paper 003): the unit of privacy is one transition."""
+    from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
+
+    cfg = DQNConfig.from_preset(
+        preset, **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
+        delta=delta, sampling_probability=q, accountant=accountant.value,
+        optimizer=None if optimizer is None else optimizer.value, learning_rate=learning_rate,
+        momentum=momentum, episodes=episodes, seeds=seeds, seed=seed)
+    _execute("dp-dqn", DQN, cfg, out, progress)
+
+
+def _obs_privacy(mode: ObsMode, sigma: float, noise_multiplier: float, delta: float,
+                 box_low: str | None, box_high: str | None) -> Any:
+    from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy
+
+    return ObservationPrivacy(
+        mode=mode.value, sigma=sigma, noise_multiplier=noise_multiplier, delta=delta,
+        box_low=(parse_numbers(box_low, "--box-low", count=4) if box_low else CARTPOLE_BOX[0]),
+        box_high=(parse_numbers(box_high, "--box-high", count=4) if box_high
+                  else CARTPOLE_BOX[1]))
+
+
+LdpMode = Annotated[ObsMode, typer.Option(
+    help="sigma: the slides' N(0, (σ·IQR)²) noise (NO formal guarantee); box: clip to a box, "
+    "Gaussian noise scaled to its diagonal ((ε, δ)-LDP per state).")]
+LdpSigma = Annotated[float, typer.Option(help="sigma mode: noise scale in IQR units (>= 0).")]
+LdpMultiplier = Annotated[float, typer.Option(
+    help="box mode: noise std / box diagonal (> 0).")]
+BoxLow = Annotated[str | None, typer.Option(
+    help="box mode: 4 comma-separated lower bounds. Default -2.4,-3,-0.2095,-3.5.")]
+BoxHigh = Annotated[str | None, typer.Option(
+    help="box mode: 4 comma-separated upper bounds. Default 2.4,3,0.2095,3.5.")]
+
+
+def _ldp_command(name: str, algorithm: str) -> None:
+    """Register `privrl run <name>`: `algorithm` seeing only locally privatized states."""
+
+    @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
+                     "on CartPole-v1 seeing only locally privatized states (paper 003).")
+    def command(
+        mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
+        obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
+        box_low: BoxLow = None, box_high: BoxHigh = None,
+        episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+        progress: ShowProgress = True,
+    ) -> None:
+        from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
+        from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
+
+        algo_cls, cfg_cls = {"reinforce": (Reinforce, ReinforceConfig),
+                             "dqn": (DQN, DQNConfig)}[algorithm]
+        cfg = cfg_cls.from_preset(
+            "paper",
+            obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
+            episodes=episodes, seeds=seeds, seed=seed)
+        _execute(name, algo_cls, cfg, out, progress)
+
+
+_ldp_command("ldp-reinforce", "reinforce")
+_ldp_command("ldp-dqn", "dqn")
+
+
+@reproduce_app.command("dpsgd-rl")
+def reproduce_dpsgd_rl(
+    seeds_reinforce: Annotated[int, typer.Option(help="Seeds per REINFORCE setting.")] = 5,
+    seeds_dqn: Annotated[int, typer.Option(help="Seeds per DQN setting.")] = 3,
+    episodes: Episodes = 1000,
+    algorithms: Annotated[str, typer.Option(
+        help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
+    seed: Seed = 0,
+    out: Out = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="Continue an interrupted sweep in this directory; finished settings are kept.")
+    ] = None,
+    progress: ShowProgress = True,
+) -> None:
+    """Paper 003's study: DP-SGD σ ∈ {0, .1, .2, .4, .6} and LDP σ ∈ {0, .01, .1, .2, .3, 2, 5}
+    for REINFORCE and DQN; writes tables.md (σ → ε, episodes to solve) and plots/."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.config import ConfigError
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.dpsgd_rl.reproduce import SweepConfig, run_sweep
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
+    if resume is not None and not (resume / "sweep.json").is_file():
+        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
+    cfg = SweepConfig(seeds_reinforce=seeds_reinforce, seeds_dqn=seeds_dqn, episodes=episodes,
+                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")))
+    cfg.validate()
+    check_out_dir(out)
+    path = resume if resume is not None else new_run_dir(out, "reproduce-dpsgd-rl")
+    err = Console(stderr=True)
+    err.print(f"[bold]Reproducing paper 003[/]: {len(cfg.settings())} settings → {path}")
+    with progress_bar(err, progress, "sweep", unit="episodes") as (bar, task):
+        run_sweep(cfg, path, progress=lambda n, d, t: bar.update(
+            task, completed=d, total=t, description=n), log=lambda m: bar.console.print(m))
+    Console().print(Markdown((path / "tables.md").read_text()))
+    Console().print(f"Results written to [bold]{path}[/] (tables.md, plots/, settings/)")

@@ -1,0 +1,354 @@
+"""DQN on CartPole-v1, non-private or with DP-SGD (paper 003, slides 14-22), top to bottom.
+
+Per environment step, for each seed:
+
+1. act ε-greedily with Q_θ (an MLP 4-128-128-2, as the slides), store (s, a, r, s', terminal)
+   in a FIFO replay buffer (10,000 transitions);
+2. once the buffer holds a batch: draw a batch, compute the Huber TD loss against the target
+   network, step the optimizer, and move the target network toward θ (soft update, τ);
+3. DP-SGD (the unit of privacy is one transition): Poisson sampling — each stored transition is
+   in the batch independently with probability q — per-transition gradients, each clipped to
+   L2 norm C (computed exactly without materializing them: privrl.privacy.dpsgd), N(0, σ²C²)
+   added to their sum (the GaussianSumMechanism's Report), divided by the public expected batch
+   size q × capacity (the `dp-sgd` preset: q × the transitions stored so far).
+
+Poisson sampling is done exactly: the batch size m ~ Binomial(n, q) and a uniformly random set
+of m stored transitions, padded to a fixed `max_batch` rows so that shapes stay static. If m ever
+exceeds `max_batch`, the batch is truncated; the Chernoff bound on that event's probability is
+added to δ (it is below 1e-20 per step at the defaults).
+
+Privacy accounting: a transition can only be sampled while it is in the buffer, i.e. during the
+`capacity` updates after it was stored (one update per step), so one transition's account is
+min(updates, capacity) Poisson-subsampled Gaussian releases, composed by the accountant.
+
+Settings the slides do not give are read from the public PyTorch DQN code they follow (AdamW
+with AMSGrad, learning rate 1e-4, γ = 0.99, ε-greedy 0.9 → 0.05 with decay 1000 steps, τ =
+0.005, Huber loss, gradient values clipped at 100); docs/dpsgd-rl.md lists them.
+The `paper` preset keeps them; `dp-sgd` (ours) swaps AdamW for SGD with momentum, under which
+DP-DQN learns despite the noise (docs/dpsgd-rl.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.config import ConfigError
+from privrl.losses import huber, td_targets
+from privrl.nets.flat import mlp
+from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
+from privrl.privacy.dpsgd import clipped_grad_sum
+from privrl.privacy.mechanisms import GaussianSumMechanism
+from privrl.systems.dpsgd_rl.episodic import (
+    EpisodeMetrics,
+    EpisodicConfig,
+    Progress,
+    evaluate_greedy,
+    make_env,
+    progress_init,
+    progress_update,
+)
+
+UNIT = "one transition (s, a, r, s′)"
+OPTIMIZERS = ("adamw", "sgd")
+
+
+@dataclass(frozen=True)
+class DQNConfig(EpisodicConfig):
+    """Every hyperparameter of a DQN run; the defaults are the paper preset."""
+
+    hidden: tuple[int, ...] = (128, 128)
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01  # AdamW's default
+    batch_size: int = 128
+    buffer_size: int = 10_000
+    explore_start: float = 0.9
+    explore_end: float = 0.05
+    explore_decay: float = 1000.0  # steps; ε = end + (start − end)·exp(−steps / decay)
+    tau: float = 0.005  # soft target update per step
+    grad_value_clip: float = 100.0  # non-private runs only
+    sampling_probability: float | None = None  # q; None: batch_size / buffer_size
+    clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
+    optimizer: str = "adamw"  # "adamw" (AMSGrad, the slides' code) | "sgd" (heavy-ball momentum)
+    momentum: float = 0.9  # sgd only
+    # DP-SGD: divide the noisy sum by q × the stored transitions (the expected batch size now)
+    # instead of q × capacity, which shrinks the step while the buffer fills. Public either way:
+    # one transition is stored per step whatever the data, so this is post-processing.
+    average_over_stored: bool = False
+    learning_starts: int | None = None  # first update once this many are stored; None: batch
+
+    # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
+    # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
+    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": {},
+        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
+                   "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
+                   "batch_size": 512, "tau": 0.002},
+    }
+
+    @property
+    def q(self) -> float:
+        return (self.sampling_probability if self.sampling_probability is not None
+                else self.batch_size / self.buffer_size)
+
+    @property
+    def max_batch(self) -> int:
+        """Rows of the padded Poisson batch: the mean + 12 standard deviations + 16."""
+        mean = self.q * self.buffer_size
+        return min(self.buffer_size, math.ceil(mean + 12 * math.sqrt(mean) + 16))
+
+    def resolved(self) -> DQNConfig:
+        """Validate; with a target ε, calibrate σ for the releases one transition can see."""
+        self.validate_common()
+        if self.batch_size < 1 or self.buffer_size < self.batch_size:
+            raise ConfigError("--batch-size", "need 1 <= batch size <= buffer size, got "
+                                              f"{self.batch_size} and {self.buffer_size}")
+        if self.learning_starts is not None and not (
+                self.batch_size <= self.learning_starts <= self.buffer_size):
+            raise ConfigError("--learning-starts", "need batch size <= learning starts <= "
+                                                   f"buffer size, got {self.learning_starts}")
+        q = self.sampling_probability
+        if q is not None and not 0 < q <= 1:
+            raise ConfigError("--q", f"the sampling probability must be in (0, 1], got {q}")
+        if q is not None and not self.dp:
+            raise ConfigError("--q", "Poisson sampling is for DP-SGD runs (--dp)")
+        if not 0 < self.tau <= 1:
+            raise ConfigError("--tau", f"must be in (0, 1], got {self.tau}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError("--optimizer", f"choose one of {', '.join(OPTIMIZERS)}, "
+                                             f"got {self.optimizer!r}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError("--momentum", f"must be in [0, 1), got {self.momentum}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError("--weight-decay", f"must be finite and >= 0, got "
+                                                f"{self.weight_decay}")
+        if self.target_epsilon is not None:
+            try:
+                sigma = calibrate_noise_multiplier(
+                    self.target_epsilon, self.delta, self.releases_per_unit(self.max_steps()),
+                    self.q, kind=self.accountant)
+            except ValueError as e:
+                raise ConfigError("--target-epsilon", str(e)) from None
+            return replace(self, noise_multiplier=sigma)
+        return self
+
+    # --- privacy -----------------------------------------------------------------------------
+    def max_steps(self) -> int:
+        return self.episodes * self.max_episode_steps
+
+    def event(self) -> PrivacyEvent:
+        q = self.q
+        return PrivacyEvent("gaussian", self.noise_multiplier, "poisson" if q < 1 else "none", q)
+
+    def releases_per_unit(self, updates: int) -> int:
+        """Updates one transition can take part in: it is evicted after `buffer_size` steps."""
+        return min(updates, self.buffer_size)
+
+    def truncation_delta(self, updates: int) -> float:
+        """Chernoff bound on P(some batch of the run exceeded max_batch), added to δ."""
+        n, q, k = self.buffer_size, self.q, self.max_batch
+        if k >= n or q >= 1:
+            return 0.0
+        a = k / n
+        kl = a * math.log(a / q) + (1 - a) * math.log((1 - a) / (1 - q))
+        return min(1.0, self.releases_per_unit(updates) * math.exp(-n * kl))
+
+    def max_updates(self) -> int:
+        """Updates allowed by --max-epsilon (all of them without one)."""
+        total = self.max_steps()
+        if not self.private or self.max_epsilon is None:
+            return total
+        acc = Accountant(self.accountant)
+        n = acc.max_count(self.event(), self.delta, self.max_epsilon,
+                          self.releases_per_unit(total))
+        return total if n >= self.releases_per_unit(total) else n
+
+    def accountant_for(self, updates: int) -> Accountant:
+        acc = Accountant(self.accountant)
+        if self.private:
+            acc.compose(self.event(), self.releases_per_unit(updates))
+        return acc
+
+
+def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
+    """AdamW (AMSGrad) or SGD with heavy-ball momentum, both with decoupled weight decay.
+
+    Only the step direction differs, so a comparison of the two isolates Adam's
+    per-coordinate normalization. The optimizer only post-processes released gradients: it
+    does not touch the privacy account.
+    """
+    direction = (optax.scale_by_amsgrad() if cfg.optimizer == "adamw"
+                 else optax.trace(decay=cfg.momentum))
+    return optax.chain(direction, optax.add_decayed_weights(cfg.weight_decay),
+                       optax.scale(-cfg.learning_rate))
+
+
+class Replay(NamedTuple):
+    obs: Array  # (N, 4)
+    action: Array  # (N,) int32
+    reward: Array  # (N,)
+    next_obs: Array  # (N, 4)
+    terminal: Array  # (N,) float32: 1 if s' is a failure state (not a time-limit cut)
+    size: Array  # int32
+    ptr: Array  # int32
+
+
+class DQNState(NamedTuple):
+    theta: Array
+    target: Array
+    opt_state: Any
+    replay: Replay
+    key: Array
+    progress: Progress
+    steps: Array  # int32: environment steps taken (for the ε-greedy schedule)
+    episodes: Array
+    updates: Array
+    stopped: Array
+
+
+def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
+               terminal: Array) -> Replay:
+    n = r.obs.shape[0]
+    i = r.ptr
+    return Replay(r.obs.at[i].set(obs), r.action.at[i].set(action), r.reward.at[i].set(reward),
+                  r.next_obs.at[i].set(next_obs), r.terminal.at[i].set(terminal),
+                  jnp.minimum(r.size + 1, n), (i + 1) % n)
+
+
+def sample_uniform(key: Array, size: Array, capacity: int, batch: int) -> tuple[Array, Array]:
+    """`batch` distinct stored indices, uniformly (the non-private batch); all rows valid."""
+    gumbel = jax.random.gumbel(key, (capacity,))
+    idx = jax.lax.top_k(jnp.where(jnp.arange(capacity) < size, gumbel, -jnp.inf), batch)[1]
+    return idx, jnp.ones((batch,), jnp.float32)
+
+
+def sample_poisson(key: Array, size: Array, capacity: int, q: float, max_batch: int
+                   ) -> tuple[Array, Array]:
+    """Poisson sampling: each of the `size` stored transitions independently with prob. q.
+
+    Equivalent in law: m ~ Binomial(size, q), then a uniform m-subset. Returns `max_batch`
+    indices and a row mask (1 for the m sampled rows; m is truncated at max_batch).
+    """
+    k_m, k_idx = jax.random.split(key)
+    m = jax.random.binomial(k_m, size.astype(jnp.float32), q).astype(jnp.int32)
+    idx, _ = sample_uniform(k_idx, size, capacity, max_batch)
+    return idx, (jnp.arange(max_batch) < m).astype(jnp.float32)
+
+
+class DQN:
+    """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
+
+    unit = UNIT
+    count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
+                         "update per step), so its account is min(updates, buffer_size) "
+                         "Poisson-subsampled Gaussian releases")
+
+    def __init__(self, config: DQNConfig) -> None:
+        self.config = cfg = config.resolved()
+        self.env, self.env_params = make_env(cfg)
+        self.model = mlp(cfg.hidden, 2, 4, init="torch_default")
+        opt = make_optimizer(cfg)
+        self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
+        self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
+                                               unit=UNIT) if cfg.private else None)
+        self.update_cap = cfg.max_updates()
+
+    def init(self, key: Array) -> DQNState:
+        cfg = self.config
+        k_theta, key = jax.random.split(key)
+        theta = self.model.init(k_theta)
+        n = cfg.buffer_size
+        replay = Replay(jnp.zeros((n, 4)), jnp.zeros((n,), jnp.int32), jnp.zeros((n,)),
+                        jnp.zeros((n, 4)), jnp.zeros((n,)), jnp.int32(0), jnp.int32(0))
+        return DQNState(theta, theta, self.optimizer.init(theta), replay, key,
+                        progress_init(cfg.solve_window), jnp.int32(0), jnp.int32(0),
+                        jnp.int32(0), jnp.bool_(self.update_cap == 0))
+
+    def gradient(self, theta: Array, target: Array, replay: Replay, key: Array) -> Array:
+        cfg = self.config
+        k_batch, k_noise = jax.random.split(key)
+        if cfg.dp:
+            idx, rows = sample_poisson(k_batch, replay.size, cfg.buffer_size, cfg.q,
+                                       cfg.max_batch)
+        else:
+            idx, rows = sample_uniform(k_batch, replay.size, cfg.buffer_size, cfg.batch_size)
+        obs, action = replay.obs[idx], replay.action[idx]
+        y = jax.lax.stop_gradient(td_targets(
+            replay.reward[idx], self.model.apply(target, replay.next_obs[idx]),
+            replay.terminal[idx], cfg.gamma))
+
+        def losses(q_values: Array) -> Array:  # each example's Huber TD loss from its own row
+            return huber(jnp.take_along_axis(q_values, action[:, None], 1)[:, 0] - y)
+
+        if not cfg.dp:  # the mean loss's gradient, as non-private DQN
+            return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
+        # public: the expected batch size of a full buffer, or of the buffer now
+        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
+                        else cfg.buffer_size)
+        params = self.model.unravel(theta)
+        if self.mechanism is not None:
+            report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
+            return report.value / norm
+        return clipped_grad_sum(params, obs, losses, cfg.clip, rows)[0] / norm  # σ = 0
+
+    def step(self, s: DQNState, carry: tuple) -> tuple:
+        """One environment step and (if the buffer is ready and the cap allows) one update."""
+        cfg = self.config
+        env_state, obs, key = carry
+        key, k_eps, k_act, k_env, k_grad = jax.random.split(key, 5)
+        eps = cfg.explore_end + (cfg.explore_start - cfg.explore_end) * jnp.exp(
+            -s.steps / cfg.explore_decay)
+        greedy = jnp.argmax(self.model.apply(s.theta, obs))
+        action = jnp.where(jax.random.uniform(k_eps) < eps,
+                           jax.random.randint(k_act, (), 0, 2), greedy)
+        next_obs, env_state, _, _, _ = self.env.step_env(k_env, env_state, action,
+                                                         self.env_params)
+        terminal = self.env.is_terminated(env_state, self.env_params).astype(jnp.float32)
+        replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
+        starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
+        learn = (replay.size >= starts) & (s.updates < self.update_cap)
+        grad = self.gradient(s.theta, s.target, replay, k_grad)
+        upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
+        theta = jnp.where(learn, s.theta + upd, s.theta)
+        opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), opt_state,
+                                           s.opt_state)
+        target = jnp.where(learn, cfg.tau * theta + (1 - cfg.tau) * s.target, s.target)
+        s = s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
+                       steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
+        return s, (env_state, next_obs, key), terminal > 0
+
+    def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
+        cfg = self.config
+        key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
+        obs, env_state = self.env.reset_env(k_reset, self.env_params)
+        active = ~s.stopped
+
+        def cond(c: tuple) -> Array:
+            t, _, _, done = c
+            return active & ~done & (t < cfg.max_episode_steps)
+
+        def body(c: tuple) -> tuple:
+            t, st, carry, _ = c
+            st, carry, fell = self.step(st, carry)
+            return t + 1, st, carry, fell
+
+        length, s, _, _ = jax.lax.while_loop(
+            cond, body, (jnp.int32(0), s, (env_state, obs, k_loop), jnp.bool_(False)))
+        theta = s.theta
+        eval_ret = evaluate_greedy(self.env, self.env_params, lambda o: self.model.apply(theta, o),
+                                   k_eval, cfg.max_episode_steps, active)
+        progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
+        episodes = s.episodes + active.astype(jnp.int32)
+        stopped = (s.stopped | (episodes >= cfg.episodes) | (s.updates >= self.update_cap)
+                   | (cfg.stop_when_solved & (progress.solved_at >= 0)))
+        nan = jnp.float32(jnp.nan)
+        metrics = EpisodeMetrics(jnp.where(active, length.astype(jnp.float32), nan),
+                                 jnp.where(active, eval_ret, nan), s.updates)
+        return s._replace(key=key, progress=progress, episodes=episodes, stopped=stopped), metrics

@@ -1,0 +1,139 @@
+"""What paper 003's two CartPole-v1 learners (REINFORCE, DQN) share: the options of DP-SGD and
+of LDP observations, the environment, greedy evaluation and the "solved" rule.
+
+The slides: CartPole-v1, 500-step episodes, reward 1 per step; solved when the mean return of
+25 consecutive evaluation episodes is >= 475. As in the code the slides follow, one greedy
+evaluation episode is played after every training episode and training stops once solved.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from privrl.config import ConfigError, config_from_preset
+from privrl.envs.cartpole import CartPoleSpec, make_cartpole
+from privrl.envs.rollout import rollout_episodes
+from privrl.privacy.accounting import ACCOUNTANTS
+from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
+
+CARTPOLE_V1 = CartPoleSpec(max_steps=500, gravities=(9.8,))
+
+
+@dataclass(frozen=True)
+class EpisodicConfig:
+    """Options common to REINFORCE and DQN (each algorithm's config extends this)."""
+
+    # Presets: "paper" is the dataclass defaults (the slides, read as docs/dpsgd-rl.md says).
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"paper": {}}
+
+    preset: str = "paper"
+    seeds: int = 1
+    seed: int = 0
+    episodes: int = 1000  # training episodes at most (the issue's cap)
+    max_episode_steps: int = 500
+    solve_threshold: float = 475.0
+    solve_window: int = 25
+    stop_when_solved: bool = True
+    gamma: float = 0.99
+    learning_rate: float = 0.01
+    # DP-SGD (central DP of the trained model; the learner holding the data is trusted)
+    dp: bool = False
+    noise_multiplier: float = 0.0  # σ: noise std = σ·C on the clipped sum; 0 = clip only
+    clip: float = 1.0  # C: per-unit L2 clipping bound
+    delta: float = 1e-5
+    target_epsilon: float | None = None  # calibrate σ to this ε before training
+    max_epsilon: float | None = None  # stop before an update would exceed this ε
+    accountant: str = "rdp"
+    # LDP on observations
+    obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
+
+    @classmethod
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
+        """The preset's settings, then `overrides` (None values are ignored)."""
+        return config_from_preset(cls, cls.PRESETS, preset, **overrides)
+
+    def validate_common(self) -> None:
+        def positive_int(name: str, v: Any, option: str) -> None:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(option, f"must be an integer >= 1, got {v!r}")
+
+        positive_int("seeds", self.seeds, "--seeds")
+        positive_int("episodes", self.episodes, "--episodes")
+        positive_int("max_episode_steps", self.max_episode_steps, "--max-episode-steps")
+        positive_int("solve_window", self.solve_window, "--solve-window")
+        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
+            raise ConfigError("--sigma", f"the noise multiplier must be finite and >= 0, "
+                                         f"got {self.noise_multiplier}")
+        if not (math.isfinite(self.clip) and self.clip > 0):
+            raise ConfigError("--clip", f"must be finite and > 0, got {self.clip}")
+        if not 0 < self.delta < 1:
+            raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
+        for opt, v in (("--target-epsilon", self.target_epsilon),
+                       ("--max-epsilon", self.max_epsilon)):
+            if v is not None and not (math.isfinite(v) and v > 0):
+                raise ConfigError(opt, f"must be finite and > 0, got {v}")
+        if self.target_epsilon is not None and not self.dp:
+            raise ConfigError("--target-epsilon", "only DP-SGD runs calibrate σ")
+        if self.accountant not in ACCOUNTANTS:
+            raise ConfigError("--accountant", f"choose one of {', '.join(ACCOUNTANTS)}")
+        if not 0 < self.gamma <= 1:
+            raise ConfigError("--gamma", f"must be in (0, 1], got {self.gamma}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
+        self.obs.validate()
+
+    @property
+    def private(self) -> bool:
+        """True when the DP-SGD run states an ε (a noise multiplier > 0)."""
+        return self.dp and self.noise_multiplier > 0
+
+
+class Progress(NamedTuple):
+    """Per seed: the last `window` evaluation returns (a ring), how many, and when solved."""
+
+    evals: Array  # (window,) float32
+    count: Array  # int32: evaluation episodes played
+    solved_at: Array  # int32: training episodes when first solved; -1 if not yet
+
+
+class EpisodeMetrics(NamedTuple):
+    train_return: Array  # float32; NaN when the seed has stopped
+    eval_return: Array
+    updates: Array  # int32: model updates so far
+
+
+def make_env(cfg: EpisodicConfig) -> tuple[Any, Any]:
+    """CartPole-v1, seen through the observation mechanism when LDP is on."""
+    env, params = make_cartpole(CartPoleSpec(cfg.max_episode_steps, CARTPOLE_V1.gravities))
+    mech = cfg.obs.mechanism()
+    return (env if mech is None else PrivateObservations(env, mech)), params
+
+
+def progress_init(window: int) -> Progress:
+    return Progress(jnp.zeros((window,), jnp.float32), jnp.int32(0), jnp.int32(-1))
+
+
+def progress_update(p: Progress, eval_return: Array, active: Array, threshold: float
+                    ) -> Progress:
+    """Record one evaluation return (if `active`) and mark the episode where the mean of the
+    last `window` evaluations first reaches the threshold."""
+    window = p.evals.shape[0]
+    evals = jnp.where(active, p.evals.at[p.count % window].set(eval_return), p.evals)
+    count = p.count + active.astype(jnp.int32)
+    solved = (count >= window) & (jnp.mean(evals) >= threshold) & (p.solved_at < 0) & active
+    return Progress(evals, count, jnp.where(solved, count, p.solved_at))
+
+
+def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_steps: int,
+                    active: Array) -> Array:
+    """Return of one greedy episode (argmax of `scores_fn(obs)`: logits or Q-values)."""
+    batched = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], env_params)
+    traj = rollout_episodes(env, batched, lambda k, obs: jnp.argmax(scores_fn(obs), -1),
+                            key, 1, max_steps, active[None])
+    return traj.length[0].astype(jnp.float32)

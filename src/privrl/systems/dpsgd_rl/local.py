@@ -1,0 +1,167 @@
+"""The local runner for paper 003's episodic learners (REINFORCE, DQN): seeds vmapped and split
+over host devices, episodes chained by `lax.scan` in jitted chunks, then the results directory.
+
+An algorithm here is any object with `config` (an EpisodicConfig), `init(key) -> state` and
+`episode(state) -> (state, EpisodeMetrics)`, whose state has a `stopped` flag, `updates` and
+`progress.solved_at`. The host stops as soon as every seed has stopped (solved, episode cap, or
+the --max-epsilon update cap).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from privrl.runtime.output import hold_last, plot_curves, write_json, write_run_config
+from privrl.runtime.sharding import shard_vmap, trial_devices
+
+ProgressFn = Callable[[int, int], None]  # (episodes done, total)
+
+
+@dataclass
+class EpisodicOutput:
+    algorithm: str
+    config: Any
+    train_returns: np.ndarray  # (seeds, episodes) float; NaN after a seed stopped
+    eval_returns: np.ndarray  # (seeds, episodes)
+    updates: np.ndarray  # (seeds,) model updates made
+    solved_at: np.ndarray  # (seeds,) training episodes until solved; -1 if never
+    update_cap: int  # updates --max-epsilon allows
+    privacy: dict[str, Any]
+    wall_seconds: float
+    devices: int
+
+
+def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
+                 devices: int | None = None, chunk: int = 50) -> EpisodicOutput:
+    cfg = algo.config
+    n_dev = trial_devices(cfg.seeds, devices)
+    padded = math.ceil(cfg.seeds / n_dev) * n_dev
+    chunk = max(1, min(chunk, cfg.episodes))
+
+    def run_chunk(state: Any) -> tuple[Any, Any]:
+        return jax.lax.scan(lambda s, _: algo.episode(s), state, None, length=chunk)
+
+    init = jax.jit(shard_vmap(algo.init, n_dev))
+    step = jax.jit(shard_vmap(run_chunk, n_dev))
+    start = time.perf_counter()
+    state = init(jax.random.split(jax.random.key(cfg.seed), padded))
+    train, evals = [], []
+    done = 0
+    while done < cfg.episodes:
+        state, m = step(state)
+        train.append(np.asarray(m.train_return)[: cfg.seeds])
+        evals.append(np.asarray(m.eval_return)[: cfg.seeds])
+        done += chunk
+        stopped = np.asarray(state.stopped)[: cfg.seeds]
+        if progress is not None:
+            progress(cfg.episodes if stopped.all() else min(done, cfg.episodes), cfg.episodes)
+        if stopped.all():
+            break
+    updates = np.asarray(state.updates)[: cfg.seeds]
+    return EpisodicOutput(
+        algorithm=name,
+        config=cfg,
+        train_returns=np.concatenate(train, 1)[:, : cfg.episodes],
+        eval_returns=np.concatenate(evals, 1)[:, : cfg.episodes],
+        updates=updates,
+        solved_at=np.asarray(state.progress.solved_at)[: cfg.seeds],
+        update_cap=int(algo.update_cap),
+        privacy=privacy_record(algo, int(updates.max(initial=0))),
+        wall_seconds=time.perf_counter() - start,
+        devices=n_dev,
+    )
+
+
+def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
+    """privacy.json: DP-SGD's account of the model and LDP's account of observations."""
+    cfg = algo.config
+    rec: dict[str, Any] = {"algorithm_unit": getattr(algo, "unit", None)}
+    if cfg.private:
+        acc = algo.config.accountant_for(updates)
+        account = acc.record(cfg.delta)
+        stopped_by_budget = cfg.max_epsilon is not None and updates >= algo.update_cap
+        rec["dpsgd"] = {
+            "formal_guarantee": True,
+            "notion": "(ε, δ)-DP of the trained model (central: the learner is trusted)",
+            "unit": algo.unit,
+            "neighbouring": "zero-out: one unit's data replaced by a null unit contributing a "
+                            "zero gradient (Kairouz et al. 2021); the add/remove accounting of "
+                            "dp-accounting applies. Replace-one: double ε (group privacy).",
+            "noise_multiplier": cfg.noise_multiplier,
+            "clip": cfg.clip,
+            "target_epsilon": cfg.target_epsilon,
+            "max_epsilon": cfg.max_epsilon,
+            "updates": updates,
+            "stopped_by_max_epsilon": bool(stopped_by_budget),
+            **account,
+            "how_counted": algo.count_explanation,
+            **({"delta_batch_truncation": cfg.truncation_delta(updates),
+                "total_delta": cfg.delta + cfg.truncation_delta(updates),
+                "max_batch": cfg.max_batch}
+               if hasattr(cfg, "truncation_delta") else {"total_delta": cfg.delta}),
+            "statement": (f"DP-SGD: ({account['epsilon']:.4g}, {cfg.delta:g})-DP for "
+                          f"{algo.unit}, accountant {cfg.accountant}."),
+        }
+    elif cfg.dp:
+        rec["dpsgd"] = {"formal_guarantee": False, "statement": "NO PRIVACY GUARANTEE: DP-SGD "
+                        "with noise multiplier 0 (clipping only); no ε can be stated."}
+    else:
+        rec["dpsgd"] = {"formal_guarantee": False,
+                        "statement": "non-private training: no guarantee for the model."}
+    rec["observations"] = cfg.obs.record(cfg.max_episode_steps)
+    return rec
+
+
+def final_eval_mean(eval_returns: np.ndarray, window: int = 25) -> float | None:
+    """Mean of each seed's last `window` evaluation returns (a stopped seed holds its last)."""
+    held = hold_last(eval_returns)[:, -window:]
+    return float(np.nanmean(held)) if np.isfinite(held).any() else None
+
+
+def summarize(out: EpisodicOutput) -> dict[str, Any]:
+    solved = out.solved_at[out.solved_at >= 0]
+    dp = out.privacy["dpsgd"]
+    obs = out.privacy["observations"]
+    return {
+        "algorithm": out.algorithm,
+        "seeds": int(out.solved_at.size),
+        "solved_seeds": int(solved.size),
+        "episodes_to_solve": [int(x) if x >= 0 else None for x in out.solved_at],
+        "median_episodes_to_solve": float(np.median(solved)) if solved.size else None,
+        "final_eval_mean": final_eval_mean(out.eval_returns),
+        "updates": out.updates.tolist(),
+        "dpsgd_epsilon": dp.get("epsilon") if dp["formal_guarantee"] else None,
+        "observation_epsilon_per_step": obs.get("per_step", {}).get("epsilon"),
+        "observation_epsilon_per_episode": obs.get("per_episode", {}).get("epsilon"),
+        "stopped_by_max_epsilon": bool(dp.get("stopped_by_max_epsilon", False)),
+        "wall_seconds": out.wall_seconds,
+        "devices": out.devices,
+    }
+
+
+def save(out: EpisodicOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+    """config.json, metrics.csv (per seed and episode), privacy.json, summary.json, plots/."""
+    cfg = out.config
+    write_run_config(path, out.algorithm, asdict(cfg), cfg.seed, command, devices=out.devices)
+    with open(path / "metrics.csv", "w") as f:
+        f.write("seed,episode,train_return,eval_return\n")
+        for s in range(out.train_returns.shape[0]):
+            for e in range(out.train_returns.shape[1]):
+                tr, ev = out.train_returns[s, e], out.eval_returns[s, e]
+                if np.isfinite(tr):
+                    f.write(f"{s},{e + 1},{tr:g},{ev:g}\n")
+    write_json(path / "privacy.json", out.privacy)
+    summary = summarize(out)
+    write_json(path / "summary.json", summary)
+    plot_curves(path / "plots" / "eval_returns.png", {out.algorithm: out.eval_returns},
+                f"{out.algorithm}: greedy evaluation return per training episode",
+                "training episode", "evaluation return", cfg.solve_threshold)
+    return summary

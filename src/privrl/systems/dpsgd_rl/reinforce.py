@@ -1,0 +1,189 @@
+"""REINFORCE on CartPole-v1, non-private or with DP-SGD (paper 003, slides 12-23), top to bottom.
+
+Per training episode, for each seed:
+
+1. play `batch_episodes` episodes with π_θ (an MLP 4-128-2 with dropout 0.5 on the hidden layer,
+   as the slides; the dropout masks sampled while acting are recorded and reused by the loss);
+2. each episode's gradient g_i = ∇θ −Σ_t R̂_t log π(a_t|s_t), R̂ the discounted returns
+   normalized over the episode (the slides' code);
+3. DP-SGD (the unit of privacy is one episode): clip each g_i to L2 norm C, add N(0, σ²C²) to the
+   sum, divide by the batch size — the GaussianSumMechanism's Report; non-private: the mean;
+4. one Adam step; then one greedy evaluation episode (dropout off) for the "solved" rule.
+
+Privacy of DP-SGD REINFORCE: every episode is used in exactly one update, and later updates see
+it only through released parameters, so for one episode the whole run is ONE Gaussian release
+with noise multiplier σ (zero-out neighbouring: the episode's gradient replaced by zero, the
+relation add/remove accounting is stated for). Its ε does not grow with training length.
+
+Settings the slides do not give are read from the public PyTorch REINFORCE code they follow
+(Adam with learning rate 0.01, γ = 0.99, Xavier-normal weights, zero biases, returns normalized
+with the unbiased std); docs/dpsgd-rl.md lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.config import ConfigError
+from privrl.envs.rollout import rollout_episodes
+from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
+from privrl.nets.flat import mlp
+from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
+from privrl.privacy.clipping import clip_l2
+from privrl.privacy.mechanisms import GaussianSumMechanism
+from privrl.systems.dpsgd_rl.episodic import (
+    EpisodeMetrics,
+    EpisodicConfig,
+    Progress,
+    evaluate_greedy,
+    make_env,
+    progress_init,
+    progress_update,
+)
+
+UNIT = "one episode (all its transitions)"
+
+
+@dataclass(frozen=True)
+class ReinforceConfig(EpisodicConfig):
+    """Every hyperparameter of a REINFORCE run; the defaults are the paper preset."""
+
+    hidden: int = 128
+    dropout: float = 0.5
+    batch_episodes: int = 1  # episodes per update (the slides: one)
+    normalize_returns: bool = True
+    learning_rate: float = 0.01
+
+    def resolved(self) -> ReinforceConfig:
+        """Validate; with a target ε, calibrate σ for one release per episode."""
+        self.validate_common()
+        if not 0 <= self.dropout < 1:
+            raise ConfigError("--dropout", f"must be in [0, 1), got {self.dropout}")
+        if self.hidden < 1 or self.batch_episodes < 1:
+            raise ConfigError("--batch-episodes", "hidden and batch_episodes must be >= 1")
+        if self.target_epsilon is not None:
+            try:
+                sigma = calibrate_noise_multiplier(self.target_epsilon, self.delta, 1,
+                                                   kind=self.accountant)
+            except ValueError as e:
+                raise ConfigError("--target-epsilon", str(e)) from None
+            return replace(self, noise_multiplier=sigma)
+        return self
+
+    # --- privacy -----------------------------------------------------------------------------
+    def event(self) -> PrivacyEvent:
+        return PrivacyEvent("gaussian", self.noise_multiplier)
+
+    def max_updates(self) -> int:
+        """Updates allowed by --max-epsilon: all of them, or none if one release exceeds it."""
+        if not self.private or self.max_epsilon is None:
+            return self.episodes
+        acc = Accountant(self.accountant)
+        return acc.max_count(self.event(), self.delta, self.max_epsilon, 1) * self.episodes
+
+    def accountant_for(self, updates: int) -> Accountant:
+        """One episode's account after `updates` updates: one release, if any update happened."""
+        acc = Accountant(self.accountant)
+        if self.private and updates > 0:
+            acc.compose(self.event(), 1)
+        return acc
+
+
+class ReinforceState(NamedTuple):
+    theta: Array
+    opt_state: Any
+    key: Array
+    progress: Progress
+    episodes: Array  # int32: training episodes played
+    updates: Array  # int32
+    stopped: Array  # bool
+
+
+class Reinforce:
+    """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
+
+    unit = UNIT
+    count_explanation = ("each episode enters exactly one update (on-policy, never reused), so "
+                         "one episode's account is a single release, whatever the run's length")
+
+    def __init__(self, config: ReinforceConfig) -> None:
+        self.config = cfg = config.resolved()
+        self.env, self.env_params = make_env(cfg)
+        self.model = mlp((cfg.hidden,), 2, 4, init="glorot_normal")
+        self.optimizer = optax.adam(cfg.learning_rate)
+        self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
+                                               unit=UNIT) if cfg.private else None)
+        self.update_cap = cfg.max_updates()
+
+    def init(self, key: Array) -> ReinforceState:
+        k_theta, key = jax.random.split(key)
+        theta = self.model.init(k_theta)
+        return ReinforceState(theta, self.optimizer.init(theta), key,
+                              progress_init(self.config.solve_window), jnp.int32(0),
+                              jnp.int32(0), jnp.bool_(self.update_cap == 0))
+
+    def policy(self, theta: Array) -> Any:
+        """Sample actions with fresh dropout masks; return the masks to reuse in the loss."""
+        keep = 1.0 - self.config.dropout
+
+        def act(key: Array, obs: Array) -> tuple[Array, Array]:
+            k_mask, k_act = jax.random.split(key)
+            masks = jax.random.bernoulli(k_mask, keep, (obs.shape[0], self.config.hidden))
+            masks = masks.astype(jnp.float32) / keep
+            logits = self.model.apply(theta, obs, (masks,))
+            return jax.random.categorical(k_act, logits), masks
+
+        return act
+
+    def episode_loss(self, theta: Array, obs: Array, actions: Array, mask: Array,
+                     masks: Array) -> Array:
+        """One episode's loss, (T, ...) arrays; the gradient is the unit DP-SGD clips."""
+        cfg = self.config
+        returns = discounted_returns(mask, mask, jnp.float32(0.0), cfg.gamma)
+        if cfg.normalize_returns:
+            returns = masked_standardize(returns, mask, ddof=1)
+        logits = self.model.apply(theta, obs, (masks,))
+        return reinforce_loss(logits, actions, returns, mask)
+
+    def gradient(self, theta: Array, traj: Any, key: Array) -> Array:
+        """The update direction from a batch of episodes: DP-SGD's noisy mean, or the mean."""
+        cfg = self.config
+        per_episode = jax.vmap(jax.grad(self.episode_loss), in_axes=(None, 1, 1, 1, 1))(
+            theta, traj.obs, traj.actions, traj.mask, traj.aux)
+        b = per_episode.shape[0]
+        if self.mechanism is not None:
+            return self.mechanism.privatize(key, per_episode).value / b
+        if cfg.dp:  # σ = 0: clipping without noise, no guarantee
+            return jax.vmap(lambda g: clip_l2(g, cfg.clip))(per_episode).sum(0) / b
+        return per_episode.mean(0)
+
+    def episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
+        cfg = self.config
+        b = cfg.batch_episodes
+        key, k_roll, k_noise, k_eval = jax.random.split(s.key, 4)
+        active = ~s.stopped
+        params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,)), self.env_params)
+        traj = rollout_episodes(self.env, params, self.policy(s.theta), k_roll, b,
+                                cfg.max_episode_steps, jnp.broadcast_to(active, (b,)))
+        grad = self.gradient(s.theta, traj, k_noise)
+        step, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
+        theta = jnp.where(active, s.theta + step, s.theta)
+        opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(active, n, o), opt_state,
+                                           s.opt_state)
+        eval_ret = evaluate_greedy(self.env, self.env_params, lambda o: self.model.apply(theta, o),
+                                   k_eval, cfg.max_episode_steps, active)
+        progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
+        episodes = s.episodes + active.astype(jnp.int32)
+        updates = s.updates + active.astype(jnp.int32)
+        stopped = (s.stopped | (episodes >= cfg.episodes) | (updates >= self.update_cap)
+                   | (cfg.stop_when_solved & (progress.solved_at >= 0)))
+        nan = jnp.float32(jnp.nan)
+        metrics = EpisodeMetrics(jnp.where(active, traj.length.mean(), nan),
+                                 jnp.where(active, eval_ret, nan), updates)
+        return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped), metrics

@@ -1,0 +1,480 @@
+"""FedPG-Cen and FedPG-Dec: federated variance-reduced policy gradient (paper 004), read top to
+bottom. FedPG-Cen is FedPG-BR (Fan et al., NeurIPS 2021) without its Byzantine filter; FedPG-Dec
+is the same local update over a time-varying directed graph with (correct) push-sum.
+
+FedPG-Cen, round t (Algorithm 1):
+1. the server broadcasts θ₀ᵗ; each of K agents samples B_t ~ U{12..20} episodes with it and
+   computes its policy-gradient estimate μ_tᵏ; what it sends passes through a mechanism
+   (default: none, as in the paper) and becomes a `Report`;
+2. the server averages the reports into μ_t, draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...}
+   (mean (B_t+b)/b, as FedPG-BR's code) and takes N_t SCSG steps, sampling b episodes itself
+   with θ_n (the server is also a learner, with its own environment, as in FedPG-BR):
+       v_n = (1/b) Σ_j [g(τ_j|θ_n) − ω(τ_j|θ_n, θ₀) g(τ_j|θ₀)] + μ_t,   θ_{n+1} = θ_n ⊕ v_n
+   where ⊕ is an optimizer step (FedPG-BR: Adam 1e-3) and ω is the importance weight.
+FedPG-Dec, round t (Algorithm 2 with push-sum as in Kempe et al. / Assran et al.): every node k
+runs the same SCSG round from its de-biased z_k with its own μ_tᵏ (nothing is sent for it),
+releases its update Δ_k = θ_{N}ᵏ − z_k through the mechanism, steps x_k ← x_k + w_k Δ̃_k
+(a step on z), and gossips (x_k, w_k) along the round's directed graph (privrl.federation).
+
+g(τ|θ) = Σ_h ∇log π_θ(a_h|s_h) Â_h with Â the reward-to-go Σ_{j≥h} γ^{j−h} r_j whitened per
+episode (FedPG-BR's code: its baseline). Everything per round is one jitted function; the K
+agents (and the episodes of each) are vectorized, the inner loop is a `lax.while_loop`, and
+trials are vmapped by the runner (privrl.systems.fedpg.local).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.config import ConfigError, config_from_preset
+from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
+from privrl.envs.rollout import Trajectory, rollout_episodes
+from privrl.federation.pushsum import (
+    PushSumState,
+    push_sum_apply,
+    push_sum_init,
+    push_sum_mix,
+    push_sum_z,
+)
+from privrl.federation.star import average_reports
+from privrl.federation.topology import TOPOLOGIES, Topology, TopologyError, make_topology
+from privrl.losses import (
+    action_log_probs,
+    discounted_returns,
+    importance_weights,
+    pg_surrogate,
+    whiten,
+)
+from privrl.nets.flat import FlatModel, mlp
+from privrl.privacy.accounting import CalibrationError, calibrate_noise_multiplier
+from privrl.privacy.mechanisms import (
+    GaussianMechanism,
+    IdentityMechanism,
+    LaplaceMechanism,
+    Mechanism,
+)
+from privrl.privacy.report import Report
+
+ALGORITHMS = ("cen", "dec")
+MECHANISMS = ("none", "laplace", "gaussian")
+IMPORTANCE = ("step", "trajectory")
+OPTIMIZERS = ("adam", "sgd")
+# "paper": FedPG-BR's CartPole setting (the dataclass defaults). No tuned preset yet.
+PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
+
+
+@dataclass(frozen=True)
+class FedPGConfig:
+    """Every hyperparameter of a FedPG run; defaults: FedPG-BR's CartPole-v1 setting.
+
+    `budget` is the number of episodes each agent samples (B_t plus, for Cen, the server's
+    N_t·b, so that Cen, Dec and a single agent are compared at equal samples per learner).
+    `inner_steps` None draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...}; an integer fixes it (SVRPG).
+    Privacy (what each agent sends, once per round): laplace: `epsilon` per release, composed
+    by the ledger; gaussian: L2 clip `clip` and `noise_multiplier` σ (noise std σ·clip), or
+    instead `epsilon` = each agent's total budget at `delta` over the run, for which σ is
+    calibrated with dp-accounting (RDP) over the most rounds the budget allows.
+    """
+
+    algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
+    preset: str = "paper"
+    topology: str = "ring"  # dec only: ring | exponential | random
+    window: int | None = None  # random topology: strongly connected over every `window` rounds
+    agents: int = 10  # K
+    hidden: tuple[int, ...] = (16, 16)
+    gamma: float = 0.999
+    batch_min: int = 12  # B_t ~ U{batch_min, ..., batch_max}
+    batch_max: int = 20
+    minibatch: int = 4  # b
+    inner_steps: int | None = None
+    learning_rate: float = 1e-3
+    optimizer: str = "adam"
+    importance: str = "step"  # per-step ratio (FedPG-BR's code) | trajectory (paper's ω)
+    importance_clip: float | None = None  # truncate ω at this value
+    max_episode_steps: int = 500
+    gravities: tuple[float, ...] = (9.8,)  # per-agent gravity drawn from these (heterogeneity)
+    budget: int = 5000  # episodes per agent
+    trials: int = 1
+    seed: int = 0
+    mechanism: str = "none"
+    epsilon: float | None = None
+    clip: float | None = None
+    noise_multiplier: float | None = None  # gaussian only
+    delta: float = 1e-5  # gaussian only
+    target_return: float = 475.0
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> FedPGConfig:
+        return config_from_preset(cls, PRESETS, preset, **overrides)
+
+    @property
+    def learners(self) -> int:
+        """Parallel SCSG loops: the server (Cen) or every node (Dec)."""
+        return 1 if self.algorithm == "cen" else self.agents
+
+    def max_rounds(self) -> int:
+        """An upper bound on the rounds the budget allows (each costs >= B_min + b·N_min)."""
+        n_min = 1 if self.inner_steps is None else self.inner_steps
+        return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
+
+    def validate(self) -> None:
+        def integer(value: Any, low: int, option: str) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(option, f"must be an integer >= {low}, got {value!r}")
+
+        def positive(value: Any, option: str) -> None:
+            if value is None or isinstance(value, bool) or not (math.isfinite(value)
+                                                                 and value > 0):
+                raise ConfigError(option, f"must be finite and > 0, got {value!r}")
+
+        for name, value, allowed, option in [
+            ("algorithm", self.algorithm, ALGORITHMS, "algorithm"),
+            ("preset", self.preset, tuple(PRESETS), "--preset"),
+            ("topology", self.topology, TOPOLOGIES, "--topology"),
+            ("mechanism", self.mechanism, MECHANISMS, "--mechanism"),
+            ("importance", self.importance, IMPORTANCE, "--importance"),
+            ("optimizer", self.optimizer, OPTIMIZERS, "--optimizer"),
+        ]:
+            if value not in allowed:
+                raise ConfigError(option, f"unknown {name} {value!r}; "
+                                          f"choose one of {', '.join(allowed)}")
+        integer(self.agents, 1, "--agents")
+        integer(self.batch_min, 1, "--batch-min (B)")
+        integer(self.batch_max, 1, "--batch-max (B)")
+        if self.batch_max < self.batch_min:
+            raise ConfigError("--batch-max (B)", f"must be >= --batch-min = {self.batch_min}, "
+                                                 f"got {self.batch_max}")
+        integer(self.minibatch, 1, "--minibatch (b)")
+        if self.inner_steps is not None:
+            integer(self.inner_steps, 0, "--inner-steps")
+        integer(self.budget, 1, "--budget")
+        integer(self.trials, 1, "--trials")
+        integer(self.seed, 0, "--seed")
+        integer(self.max_episode_steps, 1, "max_episode_steps")
+        if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 1
+                                  for h in self.hidden):
+            raise ConfigError("hidden", f"must be positive layer widths, got {self.hidden!r}")
+        positive(self.learning_rate, "--learning-rate")
+        if not 0 < self.gamma <= 1:
+            raise ConfigError("--gamma", f"must be in (0, 1], got {self.gamma}")
+        if self.importance_clip is not None:
+            positive(self.importance_clip, "--importance-clip")
+        if self.window is not None:
+            if self.topology != "random" or self.algorithm != "dec":
+                raise ConfigError("--window", "only the random topology of fedpg-dec takes it")
+            integer(self.window, 1, "--window")
+        if self.mechanism == "none":
+            if self.epsilon is not None:
+                raise ConfigError("--epsilon", "no mechanism (--mechanism none) has no ε; "
+                                               "drop --epsilon or choose a mechanism")
+        elif self.mechanism == "laplace":
+            if self.epsilon is None:
+                raise ConfigError("--epsilon", "required with --mechanism laplace "
+                                               "(ε per release, > 0)")
+            if self.noise_multiplier is not None:
+                raise ConfigError("--noise-multiplier", "only the gaussian mechanism takes it")
+            positive(self.epsilon, "--epsilon")
+            positive(self.clip, "--clip")
+        else:
+            # σ given: it is used (ε, if also given, was the target it was calibrated for).
+            if self.epsilon is None and self.noise_multiplier is None:
+                raise ConfigError("--epsilon", "the gaussian mechanism needs --epsilon (total "
+                                               "per agent) or --noise-multiplier")
+            if self.epsilon is not None:
+                positive(self.epsilon, "--epsilon")
+            if self.noise_multiplier is not None:
+                positive(self.noise_multiplier, "--noise-multiplier")
+            positive(self.clip, "--clip")
+            if not (isinstance(self.delta, float) and 0 < self.delta < 1):
+                raise ConfigError("--delta", f"must be in (0, 1), got {self.delta!r}")
+        if self.mechanism != "gaussian" and self.noise_multiplier is not None:
+            raise ConfigError("--noise-multiplier", "only the gaussian mechanism takes it")
+        try:
+            CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+        except ValueError as e:
+            raise ConfigError("--gravities", str(e)) from None
+
+    def resolved(self) -> FedPGConfig:
+        """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
+        self.validate()
+        if self.mechanism != "gaussian" or self.noise_multiplier is not None:
+            return self
+        try:
+            # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
+            # 2·clip, so the mechanism's σ (std / clip) is twice it.
+            z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds())
+        except CalibrationError as e:
+            raise ConfigError("--epsilon", str(e)) from None
+        return replace(self, noise_multiplier=2.0 * z)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_mechanism(cfg: FedPGConfig) -> Mechanism:
+    """The randomizer applied to what each agent sends (default: none, no guarantee)."""
+    if cfg.mechanism == "laplace":
+        return LaplaceMechanism(cfg.epsilon, cfg.clip)
+    if cfg.mechanism == "gaussian":
+        if cfg.noise_multiplier is None:
+            raise ValueError("resolve the config first (FedPGConfig.resolved)")
+        return GaussianMechanism(cfg.noise_multiplier, cfg.clip, cfg.delta)
+    return IdentityMechanism()
+
+
+def build_topology(cfg: FedPGConfig) -> Topology:
+    """Dec's communication graph, validated before anything runs."""
+    try:
+        return make_topology(cfg.topology, cfg.agents, cfg.max_rounds(), cfg.seed, cfg.window)
+    except TopologyError as e:
+        raise ConfigError("--topology", str(e)) from None
+
+
+class Episodes(NamedTuple):
+    """M learners × n episodes each, learner-major and padded to T steps."""
+
+    obs: Array  # (M, n, T, obs_dim)
+    actions: Array  # (M, n, T)
+    mask: Array  # (M, n, T)
+    live: Array  # (M, n) the episode was sampled
+    length: Array  # (M, n) its length = undiscounted return
+
+
+class FedPGState(NamedTuple):
+    """One trial. Cen: x is θ (1, d) and w = 1; Dec: push-sum (x, w) per node."""
+
+    gossip: PushSumState
+    opt_state: Any  # per learner (leading axis M)
+    key: Array
+    used: Array  # (K,) episodes each agent has sampled
+    rounds: Array
+
+
+class RoundInfo(NamedTuple):
+    mean_return: Array  # mean return of this round's B_t-batches (at θ₀ᵗ, or each z_k)
+    used_before: Array  # mean episodes per agent before this round
+    batch: Array  # B_t (mean over nodes for Dec)
+    inner_steps: Array  # N_t (mean over nodes for Dec)
+
+
+class NodeUpdate(NamedTuple):
+    """What one FedPG-Dec node computes in a round; only `report` leaves the node."""
+
+    report: Report  # Δ̃_k, the randomized update
+    opt_state: Any
+    batch: Array  # B_t
+    steps: Array  # N_t
+    mean_return: Array  # of its B_t episodes
+
+
+class FedPG:
+    """One resolved config: `init(key)`, `round(state, mixing, live)`."""
+
+    def __init__(self, config: FedPGConfig) -> None:
+        self.config = cfg = config.resolved()
+        self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
+        self.env, self.env_params = make_cartpole(self.spec)
+        self.model: FlatModel = mlp(tuple(cfg.hidden), 2, 4, "torch_default")  # FedPG-BR: PyTorch
+        self.dim = self.model.dim
+        self.mechanism = make_mechanism(cfg)
+        self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[cfg.optimizer](cfg.learning_rate)
+        self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None
+
+    # --- setup ---------------------------------------------------------------------------
+    def init(self, key: Array) -> FedPGState:
+        """All Dec nodes start from the same θ (FedPG-BR initializes one policy)."""
+        cfg = self.config
+        k_theta, k_run = jax.random.split(key)
+        theta = jnp.tile(self.model.init(k_theta)[None], (cfg.learners, 1))
+        opt_state = jax.vmap(self.optimizer.init)(theta)
+        zero = jnp.zeros((), jnp.int32)
+        return FedPGState(push_sum_init(theta), opt_state, k_run,
+                          jnp.zeros((cfg.agents,), jnp.int32), zero)
+
+    def env_params_of(self, key: Array, ids: Array) -> Any:
+        """Each participant's private CartPole (gravity fixed per id; the server is id K)."""
+        env_key = jax.random.fold_in(key, 0x5EED)
+        g = jax.vmap(agent_gravity, (None, 0, None))(env_key, ids, tuple(self.config.gravities))
+        return jax.vmap(lambda gi: self.env_params.replace(gravity=gi))(g)
+
+    # --- agent side: episodes and gradient estimates -------------------------------------
+    def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
+        """Each of M learners plays `live.shape[1]` episodes with its own θ (M, d); episodes
+        with `live` False are not played (they cost nothing)."""
+        m, n = live.shape
+        rep = lambda a: jnp.repeat(a, n, axis=0)  # noqa: E731
+        theta_env = rep(thetas)
+        params = jax.tree_util.tree_map(rep, env_params)
+
+        def policy(k: Array, obs: Array) -> Array:
+            logits = jax.vmap(self.model.apply)(theta_env, obs)
+            return jax.random.categorical(k, logits).astype(jnp.int32)
+
+        traj: Trajectory = rollout_episodes(self.env, params, policy, key, m * n,
+                                            self.config.max_episode_steps, live.reshape(-1))
+        per = lambda a: jnp.swapaxes(a, 0, 1).reshape((m, n, *a.shape[:1], *a.shape[2:]))  # noqa: E731
+        return Episodes(per(traj.obs), per(traj.actions), per(traj.mask), live,
+                        traj.length.reshape(m, n))
+
+    def advantages(self, ep: Episodes) -> Array:
+        """Â: reward-to-go (+1 per step, discount γ) whitened per episode; (M, n, T)."""
+        rtg = lambda mask: discounted_returns(mask, mask, jnp.zeros(()), self.config.gamma)  # noqa: E731
+        flat = ep.mask.reshape(-1, ep.mask.shape[-1])
+        adv = jax.vmap(lambda m: whiten(rtg(m), m))(flat)
+        return adv.reshape(ep.mask.shape)
+
+    def log_probs(self, theta: Array, obs: Array, actions: Array) -> Array:
+        return action_log_probs(self.model.apply(theta, obs), actions)
+
+    def batch_gradient(self, theta: Array, obs: Array, actions: Array, adv: Array, mask: Array,
+                       live: Array, weights: Array | None = None) -> Array:
+        """(1/n) Σ_j g(τ_j|θ) over one learner's n live episodes (with ω: Σ ω g)."""
+
+        def objective(th: Array) -> Array:
+            logp = self.log_probs(th, obs, actions)
+            per_ep = jax.vmap(pg_surrogate)(logp, adv, mask, weights) if weights is not None \
+                else jax.vmap(pg_surrogate)(logp, adv, mask)
+            return jnp.sum(per_ep * live) / jnp.maximum(jnp.sum(live), 1.0)
+
+        return jax.grad(objective)(theta)
+
+    def gradients(self, thetas: Array, ep: Episodes) -> Array:
+        """μ per learner (M, d): the GPOMDP-style estimate at its θ from its episodes."""
+        adv = self.advantages(ep)
+        return jax.vmap(self.batch_gradient)(thetas, ep.obs, ep.actions, adv, ep.mask, ep.live)
+
+    def scsg_direction(self, theta_n: Array, theta_0: Array, mu: Array, obs: Array,
+                       actions: Array, adv: Array, mask: Array, live: Array) -> Array:
+        """v_n = (1/b) Σ_j [g(τ_j|θ_n) − ω_j g(τ_j|θ₀)] + μ for one learner's b episodes,
+        sampled with θ_n. With θ_n = θ₀, ω = 1 and v_n = μ exactly."""
+        cfg = self.config
+        logp_0 = self.log_probs(theta_0, obs, actions)
+        logp_n = self.log_probs(theta_n, obs, actions)
+        omega = jax.vmap(importance_weights, (0, 0, 0, None, None))(
+            logp_0, logp_n, mask, cfg.importance, cfg.importance_clip)
+        g_n = self.batch_gradient(theta_n, obs, actions, adv, mask, live)
+        g_0 = self.batch_gradient(theta_0, obs, actions, adv, mask, live, omega)
+        return g_n - g_0 + mu
+
+    def scsg(self, theta_0: Array, mu: Array, opt_state: Any, steps: Array, env_params: Any,
+             key: Array) -> tuple[Array, Any]:
+        """N SCSG steps for each of M learners in parallel (learner m stops after steps[m])."""
+        cfg = self.config
+        b = cfg.minibatch
+
+        def cond(c: tuple) -> Array:
+            return c[0] < jnp.max(steps)
+
+        def body(c: tuple) -> tuple:
+            n, theta, opt, k = c
+            k, k_ep = jax.random.split(k)
+            going = n < steps
+            ep = self.sample(theta, env_params,
+                             jnp.broadcast_to(going[:, None], (going.shape[0], b)), k_ep)
+            adv = self.advantages(ep)
+            v = jax.vmap(self.scsg_direction)(theta, theta_0, mu, ep.obs, ep.actions, adv,
+                                              ep.mask, ep.live)
+            updates, new_opt = jax.vmap(self.optimizer.update)(-v, opt, theta)  # ascent on J
+            new_theta = theta + updates
+            sel = lambda a, o: jnp.where(going.reshape((-1,) + (1,) * (a.ndim - 1)), a, o)  # noqa: E731
+            return (n + 1, sel(new_theta, theta), jax.tree_util.tree_map(sel, new_opt, opt), k)
+
+        _, theta, opt_state, _ = jax.lax.while_loop(
+            cond, body, (jnp.zeros((), jnp.int32), theta_0, opt_state, key))
+        return theta, opt_state
+
+    def draw_steps(self, key: Array, batch: Array) -> Array:
+        """N_t ~ Geom(b/(B_t+b)) on {1, 2, ...} (FedPG-BR's code), or the fixed inner_steps."""
+        cfg = self.config
+        if cfg.inner_steps is not None:
+            return jnp.full(batch.shape, cfg.inner_steps, jnp.int32)
+        p = cfg.minibatch / (batch + cfg.minibatch)
+        return jax.random.geometric(key, p, batch.shape).astype(jnp.int32)
+
+    # --- one round -----------------------------------------------------------------------
+    def round(self, state: FedPGState, mixing: Array, live: Array) -> tuple[FedPGState, RoundInfo]:
+        """One round of the configured algorithm; a trial with `live` False does nothing."""
+        round_key = jax.random.fold_in(state.key, state.rounds)
+        step = self.cen_round if self.config.algorithm == "cen" else self.dec_round
+        new, info = step(state, mixing, round_key, live)
+        keep = lambda a, o: jnp.where(live, a, o)  # noqa: E731
+        new = jax.tree_util.tree_map(keep, new, state)
+        return new, info
+
+    def cen_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
+                  ) -> tuple[FedPGState, RoundInfo]:
+        del mixing
+        cfg = self.config
+        k, b_max = cfg.agents, cfg.batch_max
+        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
+        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        theta_0 = state.gossip.x  # (1, d): the server's θ₀ᵗ
+        # Agents: B_t episodes each with the broadcast θ₀ᵗ, then their μ_tᵏ as Reports.
+        thetas = jnp.broadcast_to(theta_0, (k, self.dim))
+        agent_live = (jnp.arange(b_max)[None, :] < batch) & live
+        ep = self.sample(thetas, self.env_params_of(state.key, jnp.arange(k)),
+                         jnp.broadcast_to(agent_live, (k, b_max)), k_ep)
+        mu_k = self.gradients(thetas, ep)
+        reports = jax.vmap(self.mechanism.privatize)(jax.random.split(k_mech, k), mu_k)
+        # Server: average, then N_t SCSG steps on its own episodes.
+        mu = average_reports(reports)[None]
+        steps = self.draw_steps(k_n, batch[None]) * live
+        server_env = self.env_params_of(state.key, jnp.array([k]))
+        theta, opt_state = self.scsg(theta_0, mu, state.opt_state, steps, server_env, k_inner)
+        used = state.used + batch + cfg.minibatch * steps[0]
+        info = RoundInfo(_mean_return(ep), jnp.mean(state.used), batch.astype(jnp.float32),
+                         steps[0].astype(jnp.float32))
+        new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
+                         state.rounds + 1)
+        return new, info
+
+    def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
+                  ) -> tuple[FedPGState, RoundInfo]:
+        cfg = self.config
+        nodes = jnp.arange(cfg.agents)
+        z = push_sum_z(state.gossip)  # θ_{t,0}ᵏ
+        env = self.env_params_of(state.key, nodes)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(key, nodes)
+        upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None))(z, state.opt_state, env, keys,
+                                                                  live)
+        gossip = push_sum_mix(push_sum_apply(state.gossip, upd.report), mixing)
+        used = state.used + upd.batch + cfg.minibatch * upd.steps
+        batch = upd.batch.astype(jnp.float32)
+        info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
+                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)))
+        return FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1), info
+
+    def dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
+                        live: Array) -> NodeUpdate:
+        """One node's part of a FedPG-Dec round, from its own z_k, optimizer state, private
+        environment and key only: B_t episodes, its own μ_tᵏ (never sent), N_t SCSG steps,
+        and its update Δ_k = θ_N − z_k released through the mechanism. The local runner vmaps
+        it over the nodes; the Ray runner calls it inside each node's actor."""
+        cfg = self.config
+        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
+        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        one = lambda tree: jax.tree_util.tree_map(lambda a: a[None], tree)  # noqa: E731
+        env = one(env_params)
+        ep = self.sample(z[None], env, ((jnp.arange(cfg.batch_max) < batch) & live)[None], k_ep)
+        mu = self.gradients(z[None], ep)
+        steps = self.draw_steps(k_n, batch[None]) * live
+        theta, opt_state = self.scsg(z[None], mu, one(opt_state), steps, env, k_inner)
+        report = self.mechanism.privatize(k_mech, theta[0] - z)
+        return NodeUpdate(report, jax.tree_util.tree_map(lambda a: a[0], opt_state), batch,
+                          steps[0], _mean_return(ep))
+
+    def consensus_params(self, state: FedPGState) -> Array:
+        """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""
+        return jnp.mean(push_sum_z(state.gossip), axis=0)
+
+
+def _mean_return(ep: Episodes) -> Array:
+    live = ep.live.astype(jnp.float32)
+    return jnp.sum(ep.length * live) / jnp.maximum(jnp.sum(live), 1.0)

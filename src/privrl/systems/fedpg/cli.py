@@ -1,0 +1,323 @@
+"""`privrl run fedpg-cen|fedpg-dec` and `privrl reproduce fedpg` (paper 004). """
+
+from __future__ import annotations
+
+import math
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from privrl.cli import AddressOpt, Runtime, progress_bar, system_apps
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from privrl.systems.fedpg.algorithm import FedPGConfig
+
+run_app, reproduce_app = system_apps()
+
+
+class FedPGMechanism(StrEnum):
+    none = "none"
+    laplace = "laplace"
+    gaussian = "gaussian"
+
+
+class FedPGTopology(StrEnum):
+    ring = "ring"
+    exponential = "exponential"
+    random = "random"
+
+
+_FEDPG_MECHANISM_HELP = (
+    "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
+    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release) or "
+    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by an RDP accountant).")
+
+
+def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
+    from privrl.systems.fedpg.algorithm import FedPGConfig
+
+    eps = options.get("epsilon")
+    if isinstance(eps, float) and math.isinf(eps):
+        from privrl.config import ConfigError
+
+        raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for no privacy")
+    if eps is not None and options.get("noise_multiplier") is not None:
+        from privrl.config import ConfigError
+
+        raise ConfigError("--noise-multiplier", "give either --epsilon (σ is calibrated) or "
+                                                "--noise-multiplier, not both")
+    return FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
+
+
+def _fedpg_common(
+    agents: int, budget: int, trials: int, batch_min: int, batch_max: int, minibatch: int,
+    learning_rate: float, importance: str, importance_clip: float | None,
+    mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
+    noise_multiplier: float | None, delta: float, gravities: str,
+) -> dict:
+    from privrl.config import ConfigError
+
+    try:
+        grav = tuple(float(g) for g in gravities.split(","))
+    except ValueError:
+        raise ConfigError("--gravities", f"must be comma-separated numbers, got {gravities!r}"
+                          ) from None
+    clip_default = 1.0 if mechanism is not FedPGMechanism.none else None
+    return dict(agents=agents, budget=budget, trials=trials, batch_min=batch_min,
+                batch_max=batch_max, minibatch=minibatch, learning_rate=learning_rate,
+                importance=importance, importance_clip=importance_clip,
+                mechanism=mechanism.value, epsilon=epsilon,
+                clip=clip if clip is not None else clip_default, seed=seed,
+                noise_multiplier=noise_multiplier, delta=delta, gravities=grav)
+
+
+AgentsOpt = Annotated[int, typer.Option(help="K agents (K = 1: a single SVRPG agent).")]
+BudgetOpt = Annotated[int, typer.Option(help="Episodes each agent samples (FedPG-BR: 5000).")]
+TrialsOpt = Annotated[int, typer.Option(help="Independent trials (seeds), run vectorized.")]
+BatchMinOpt = Annotated[int, typer.Option(help="B_t is drawn uniformly from "
+                                               "[batch-min, batch-max] every round (B > 0).")]
+BatchMaxOpt = Annotated[int, typer.Option(help="Upper end of B_t (FedPG-BR: 20).")]
+MinibatchOpt = Annotated[int, typer.Option(help="b: episodes per SCSG step (b > 0).")]
+LrOpt = Annotated[float, typer.Option(help="Adam step size (FedPG-BR: 1e-3).")]
+ImportanceOpt = Annotated[str, typer.Option(
+    help="Importance weight ω: step (per-step ratio, FedPG-BR's code) or trajectory (the "
+    "product over the episode, the paper's p(τ|θ₀)/p(τ|θ_n)).")]
+IwClipOpt = Annotated[float | None, typer.Option(
+    help="Truncate ω at this value (default: no truncation).")]
+MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
+                                                 case_sensitive=False)]
+EpsOpt = Annotated[float | None, typer.Option(
+    help="laplace: ε per release (> 0, finite); each agent releases once per round and the "
+    "ledger composes its releases. gaussian: each agent's total ε at --delta over the run "
+    "(σ is calibrated for the most rounds the budget allows). Needs --mechanism.")]
+SigmaOpt = Annotated[float | None, typer.Option(
+    help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon.")]
+DeltaOpt = Annotated[float, typer.Option(help="gaussian: δ of the stated (ε, δ), in (0, 1).")]
+ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
+SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
+OutOpt = Annotated[Path | None, typer.Option(
+    help="New or empty directory for the results. Default: runs/fedpg-<algorithm>-...")]
+ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
+GravOpt = Annotated[str, typer.Option(
+    help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
+    "from these comma-separated values. Default 9.8 for all.")]
+
+
+@run_app.command("fedpg-cen")
+def run_fedpg_cen_command(
+    agents: AgentsOpt = 10, budget: BudgetOpt = 5000, trials: TrialsOpt = 1,
+    batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
+    learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
+    importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
+    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
+
+    K agents send policy-gradient estimates to a server, which averages them and takes SCSG
+    steps with importance weights. Defaults: FedPG-BR's CartPole setting.
+    """
+    from privrl.runtime.output import check_out_dir
+
+    cfg = _fedpg_config("cen", **_fedpg_common(
+        agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
+    check_out_dir(out)
+    _execute_fedpg(cfg, out, progress)
+
+
+@run_app.command("fedpg-dec")
+def run_fedpg_dec_command(
+    topology: Annotated[FedPGTopology, typer.Option(
+        help="Directed graph: ring (static k → k+1), exponential (time-varying one-peer "
+        "exponential graph of SGP) or random (one random out-neighbour per node per round, "
+        "strongly connected over every --window rounds).", case_sensitive=False)
+    ] = FedPGTopology.ring,
+    window: Annotated[int | None, typer.Option(
+        help="Random topology: rounds over which the graph must be strongly connected "
+        "(default max(3, ⌈2 log2 K⌉)).")] = None,
+    agents: AgentsOpt = 10, budget: BudgetOpt = 5000, trials: TrialsOpt = 1,
+    batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
+    learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
+    importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
+    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
+    progress: ProgressOpt = True,
+    runtime: Annotated[Runtime, typer.Option(
+        help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
+        "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
+        case_sensitive=False)] = Runtime.local,
+    address: AddressOpt = None,
+) -> None:
+    """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1.
+
+    No server: every node runs the SCSG round from its de-biased z and gossips (x, w) to its
+    out-neighbours on a directed graph (push-sum, column-stochastic mixing).
+    """
+    from privrl.config import ConfigError
+    from privrl.runtime.output import check_out_dir
+
+    cfg = _fedpg_config("dec", topology=topology.value, window=window, **_fedpg_common(
+        agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
+    from privrl.systems.fedpg.algorithm import build_topology
+
+    build_topology(cfg)  # a graph that is not strongly connected fails here, before running
+    check_out_dir(out)
+    if runtime is Runtime.ray:
+        if trials != 1:
+            raise ConfigError("--trials", "the Ray runtime runs one trial")
+        from privrl.runtime.ray import require_ray
+
+        require_ray()
+        _execute_fedpg(cfg, out, progress, address=address, ray=True)
+        return
+    if address is not None:
+        raise ConfigError("--address", "--address needs --runtime ray")
+    _execute_fedpg(cfg, out, progress)
+
+
+def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
+                   address: str | None = None, ray: bool = False) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from privrl.runtime.output import new_run_dir, write_json
+    from privrl.systems.fedpg import local as runner
+    from privrl.systems.fedpg.algorithm import make_mechanism
+
+    console, err = Console(), Console(stderr=True)
+    label = runner.algorithm_label(cfg)
+    stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
+    # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is
+    # made after the run, so a failed run leaves nothing behind.
+    path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
+    where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
+    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
+              f"{make_mechanism(cfg).guarantee.describe()}; {cfg.trials} trial(s) × "
+              f"{cfg.budget} episodes per agent")
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),
+                  TimeElapsedColumn(), console=err, disable=not show_progress) as bar:
+        task = bar.add_task("training", total=cfg.budget)
+
+        def update(done: float, total: int) -> None:
+            bar.update(task, completed=done)
+
+        if ray:
+            from privrl.systems.fedpg.ray import run_fedpg_dec_ray
+
+            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
+        else:
+            run = runner.run_fedpg(cfg, progress=update)
+    if path is None:
+        path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
+    summary = runner.save(run, path, command=["privrl", *sys.argv[1:]])
+    files = "config.json, metrics.csv, privacy.json, summary.json, plots/returns.png"
+    if ray:
+        write_json(path / "ray.json", extra)
+        files += ", ray.json (cluster, every node's gossip log)"
+    console.print(fedpg_table(summary))
+    console.print(f"Results written to [bold]{path}[/] ({files})")
+
+
+def fedpg_table(summary: dict) -> Table:
+    from rich.table import Table
+
+    t = Table(title=f"{summary['label']} results", show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    med = summary["median_episodes_to_target"]
+    rows = [
+        ("privacy", summary["privacy"]),
+        ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
+        ("trials × episodes/agent",
+         f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),
+        (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
+         "not reached" if med is None else f"{med:g}"),
+        ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"),
+        ("final mean return (last 10 rounds)",
+         ", ".join(f"{x:.0f}" for x in summary["final_mean_return"])),
+        ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
+                      f"{summary['compile_seconds']:.1f} s)"),
+        ("rounds / s, episodes / s",
+         f"{summary['rounds_per_second']:.1f}, {summary['episodes_per_second']:,.0f}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+@reproduce_app.command("fedpg")
+def reproduce_fedpg_command(
+    trials: Annotated[int, typer.Option(help="Seeds per setting (the issue: 10).")] = 10,
+    budget: Annotated[int, typer.Option(help="Episodes per agent (FedPG-BR: 5000).")] = 5000,
+    agents: Annotated[int, typer.Option(help="K agents (FedPG-BR: 10).")] = 10,
+    gaussian_epsilons: Annotated[str, typer.Option(
+        help="Comma-separated total ε per agent (δ = 1e-5) of the Gaussian variants of "
+        "FedPG-Cen and FedPG-Dec (ring); empty: none.")] = "10,100",
+    laplace_epsilons: Annotated[str, typer.Option(
+        help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
+    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    out: Annotated[Path | None, typer.Option(
+        help="New or empty directory. Default: runs/reproduce-fedpg-<time>.")] = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="Continue an interrupted sweep in this directory; finished settings are kept.")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.
+
+    Writes tables.md (episodes to a mean return of 475, final returns, rounds/s, episodes/s),
+    plots/returns.png (mean return vs episodes per agent, band over seeds), plots/private.png
+    (Gaussian and Laplace variants), privacy.json and per-setting results; prints the table.
+    """
+    from privrl.config import ConfigError
+    from privrl.runtime.output import check_out_dir
+    from privrl.systems.fedpg.reproduce import FedPGSweep
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
+    if resume is not None and not (resume / "sweep.json").is_file():
+        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
+    def numbers(text: str, option: str) -> tuple[float, ...]:
+        try:
+            return tuple(float(e) for e in text.split(",") if e.strip())
+        except ValueError:
+            raise ConfigError(option, f"must be comma-separated numbers, got {text!r}") from None
+
+    cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed,
+                     gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
+                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"))
+    cfg.validate()
+    check_out_dir(out)
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.runtime.output import new_run_dir
+    from privrl.systems.fedpg.reproduce import run_sweep
+
+    console, err = Console(), Console(stderr=True)
+    path = resume if resume is not None else new_run_dir(out, "reproduce-fedpg")
+    err.print(f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {trials} "
+              f"seeds × {budget:,} episodes per agent → {path}")
+    with progress_bar(err, progress, "sweep") as (bar, task):
+        def update(name: str, done: float, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=name)
+
+        try:
+            text = run_sweep(cfg, path, log=lambda m: bar.console.print(m), progress=update)
+        except KeyboardInterrupt:
+            err.print(f"interrupted: finished settings are kept; continue with "
+                      f"privrl reproduce fedpg --resume {path}")
+            raise
+    console.print(Markdown(text))
+    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
+                  "privacy.json, settings/)")

@@ -1,0 +1,292 @@
+"""The local runner for FedPG-Cen / FedPG-Dec: all trials vmapped in one jitted round.
+
+The host drives rounds one at a time, because each round's length is random (B_t, N_t) and a
+trial stops once its agents have spent their episode budget: before every round it charges
+the privacy ledger for the agents that are about to release (charge, then release), passes
+the round's mixing matrix and collects the round's mean return. Finished trials ride along
+as no-ops (their agents play no episodes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privrl.federation.pushsum import push_sum_z
+from privrl.privacy.accounting import Accountant
+from privrl.privacy.ledger import PrivacyLedger
+from privrl.runtime.output import write_json, write_run_config
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+
+ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
+
+
+@dataclass
+class FedPGRun:
+    config: FedPGConfig
+    mean_return: np.ndarray  # (trials, rounds): mean return of the round's B_t-batches; NaN: none
+    used_before: np.ndarray  # (trials, rounds): mean episodes per agent before the round
+    batch: np.ndarray  # (trials, rounds) B_t
+    inner_steps: np.ndarray  # (trials, rounds) N_t
+    used: np.ndarray  # (trials, K) episodes per agent at the end
+    episodes_played: int  # all episodes of all trials (agents, server)
+    ledger: PrivacyLedger
+    mechanism: dict[str, Any]
+    topology: dict[str, Any] | None
+    wall_seconds: float
+    compile_seconds: float
+    rounds_run: int
+    releases: np.ndarray  # (trials,) reports each agent of the trial released
+    accounting: dict[str, Any] | None  # gaussian: the RDP account of one agent (most releases)
+    z: np.ndarray  # (trials, learners, d): the final de-biased parameters (Cen: θ)
+
+
+def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGRun:
+    algo = FedPG(config)
+    cfg = algo.config
+    k = cfg.agents
+    init = jax.jit(jax.vmap(algo.init))
+    step = jax.jit(jax.vmap(algo.round, in_axes=(0, None, 0)))
+    state = init(jax.random.split(jax.random.key(cfg.seed), cfg.trials))
+    ledger = PrivacyLedger(math.inf, 1.0)  # records; the budget is the run length
+    guarantee = algo.mechanism.guarantee
+    rows: list[tuple[np.ndarray, ...]] = []
+    played = 0
+    releases = np.zeros(cfg.trials, np.int64)
+    start = time.perf_counter()
+    compile_s = 0.0
+    t = 0
+    while True:
+        used = np.asarray(state.used)
+        live = used.mean(axis=1) < cfg.budget
+        if not live.any():
+            break
+        if t >= 10 * cfg.max_rounds():
+            raise RuntimeError("internal error: the episode budget was never reached")
+        # Charge before release: every agent of a live trial releases one report this round.
+        ids = (np.flatnonzero(live)[:, None] * k + np.arange(k)[None, :]).reshape(-1)
+        ledger.charge(ids, guarantee)
+        releases += live
+        mixing = jnp.asarray(algo.topology.matrix(t) if algo.topology is not None
+                             else np.eye(1), jnp.float32)
+        t0 = time.perf_counter()
+        state, info = step(state, mixing, jnp.asarray(live))
+        info = jax.tree_util.tree_map(np.asarray, info)
+        if t == 0:
+            compile_s = time.perf_counter() - t0
+        played += int(np.asarray(state.used).sum() - used.sum())
+        if cfg.algorithm == "cen":  # the server's N_t·b were counted once per agent above
+            played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
+        nan = np.where(live, 1.0, np.nan)
+        rows.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
+                     info.inner_steps * nan))
+        t += 1
+        if progress is not None:
+            progress(float(np.asarray(state.used).mean(axis=1).min()), cfg.budget)
+    wall = time.perf_counter() - start
+    cols = [np.stack(c, axis=1) for c in zip(*rows, strict=True)]
+    return FedPGRun(
+        config=cfg, mean_return=cols[0], used_before=cols[1], batch=cols[2],
+        inner_steps=cols[3], used=np.asarray(state.used), episodes_played=played,
+        ledger=ledger, mechanism=algo.mechanism.describe(),
+        topology=algo.topology.describe() if algo.topology is not None else None,
+        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=releases,
+        accounting=account(algo, int(releases.max())),
+        z=np.asarray(jax.vmap(push_sum_z)(state.gossip)),
+    )
+
+
+def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
+    """Gaussian: the RDP account of an agent that released `releases` reports (one per
+    round); other mechanisms are composed by the ledger."""
+    if algo.config.mechanism != "gaussian":
+        return None
+    acc = Accountant("rdp")
+    acc.compose(algo.mechanism.event, releases)
+    return acc.record(algo.config.delta)
+
+
+# --- what a run reports ----------------------------------------------------------------------
+def episodes_to_target(run: FedPGRun) -> np.ndarray:
+    """Per trial: episodes per agent spent before the first round whose batch mean return
+    reached the target (inf: never)."""
+    hit = run.mean_return >= run.config.target_return
+    out = np.full(hit.shape[0], np.inf)
+    for i, row in enumerate(hit):
+        if row.any():
+            out[i] = run.used_before[i, int(np.argmax(row))]
+    return out
+
+
+def final_return(run: FedPGRun, tail: int = 10) -> np.ndarray:
+    """Per trial: mean of the batch mean returns of its last `tail` rounds."""
+    out = []
+    for r in run.mean_return:
+        r = r[np.isfinite(r)]
+        out.append(float(r[-tail:].mean()) if r.size else math.nan)
+    return np.asarray(out)
+
+
+def algorithm_label(cfg: FedPGConfig) -> str:
+    if cfg.algorithm == "dec":
+        return f"FedPG-Dec ({cfg.topology})"
+    return "single agent (SVRPG)" if cfg.agents == 1 else "FedPG-Cen"
+
+
+def summarize(run: FedPGRun) -> dict[str, Any]:
+    cfg = run.config
+    reach = episodes_to_target(run)
+    private = run.ledger.summary()["formal_guarantee"]
+    per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
+    if cfg.mechanism == "gaussian":
+        privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
+                   f"δ = {cfg.delta:g} (RDP accountant), Gaussian σ = "
+                   f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
+    elif private:
+        privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
+                   f"ε = {per_agent:g} (basic composition)")
+    else:
+        privacy = "NONE: no mechanism, no privacy guarantee (as in the paper)"
+    steady = max(run.wall_seconds - run.compile_seconds, 1e-9)
+    return {
+        "algorithm": f"fedpg-{cfg.algorithm}",
+        "label": algorithm_label(cfg),
+        "preset": cfg.preset,
+        "topology": cfg.topology if cfg.algorithm == "dec" else "star",
+        "agents": cfg.agents,
+        "mechanism": cfg.mechanism,
+        "privacy": privacy,
+        "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
+                              else per_agent),
+        "trials": cfg.trials,
+        "budget_episodes_per_agent": cfg.budget,
+        "target_return": cfg.target_return,
+        "episodes_to_target": [None if math.isinf(x) else int(x) for x in reach],
+        "median_episodes_to_target": (None if np.isinf(np.median(reach))
+                                      else float(np.median(reach))),
+        "reached_target": int(np.isfinite(reach).sum()),
+        "final_mean_return": [round(float(x), 1) for x in final_return(run)],
+        "rounds": run.rounds_run,
+        "rounds_max": int(run.releases.max()),  # rounds of the longest trial
+        "wall_seconds": round(run.wall_seconds, 2),
+        "compile_seconds": round(run.compile_seconds, 2),
+        # Rates after the first round (which includes compilation).
+        "rounds_per_second": round((run.rounds_run - 1) / steady, 2),
+        "episodes_per_second": round(run.episodes_played / max(run.wall_seconds, 1e-9), 1),
+        "episodes_played": run.episodes_played,
+    }
+
+
+def privacy_record(run: FedPGRun) -> dict[str, Any]:
+    cfg = run.config
+    ledger = run.ledger.summary()
+    sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
+            else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
+                 "(x_k, w_k) to its out-neighbours")
+    server = ("The server's own SCSG episodes are its own data and are not protected."
+              if cfg.algorithm == "cen" else "")
+    if cfg.mechanism == "gaussian" and run.accounting is not None:
+        one = run.mechanism["epsilon"]
+        statement = (
+            f"Every agent releases one report per round ({sent}), randomized by the Gaussian "
+            f"mechanism (L2 clip {cfg.clip:g}, noise std {cfg.noise_multiplier:g}·clip): each "
+            f"release is (ε = {one:.3g}, δ = {cfg.delta:g})-LDP; an agent's "
+            f"{int(run.releases.max())} releases compose under RDP (dp-accounting) to "
+            f"(ε = {run.accounting['epsilon']:.4g}, δ = {cfg.delta:g})-LDP. The ledger below "
+            f"adds the per-release (ε, δ) (basic composition, looser). {server}").strip()
+    elif ledger["formal_guarantee"]:
+        statement = (
+            f"Every agent releases one report per round ({sent}), randomized by the "
+            f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; over "
+            f"the run an agent's releases compose (basic composition) to at most "
+            f"ε = {ledger['per_agent_epsilon']['max']:g}. Everything the "
+            f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is post-processing. "
+            + server
+        ).strip()
+    else:
+        statement = (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
+                     f"{sent} as it is.")
+    return {"statement": statement, "mechanism": run.mechanism,
+            "epsilon_per_release": cfg.epsilon, "releases_per_agent": ledger["reports_per_agent"],
+            "agent_ids": "trial * K + index of the agent within its trial", "ledger": ledger,
+            "accounting": run.accounting}
+
+
+def write_metrics(path: Path, run: FedPGRun) -> None:
+    with path.open("w") as f:
+        f.write("trial,round,episodes_per_agent_before,batch,inner_steps,mean_return\n")
+        for i in range(run.mean_return.shape[0]):
+            for t in range(run.mean_return.shape[1]):
+                if np.isfinite(run.mean_return[i, t]):
+                    f.write(f"{i},{t},{run.used_before[i, t]:.1f},{run.batch[i, t]:.1f},"
+                            f"{run.inner_steps[i, t]:.1f},{run.mean_return[i, t]:.2f}\n")
+
+
+Curves = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (used_before, mean_return)
+
+
+def return_curves(runs: Curves, budget: int, points: int = 200
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Each trial's mean return on a common grid of episodes per agent (last round at or
+    before each grid point), for plotting means and bands."""
+    grid = np.linspace(0, budget, points)
+    out = {}
+    for name, (used_before, mean_return) in runs.items():
+        curves = []
+        for x, y in zip(used_before, mean_return, strict=True):
+            ok = np.isfinite(y)
+            idx = np.searchsorted(x[ok], grid, side="right") - 1
+            curves.append(np.where(idx >= 0, y[ok][np.maximum(idx, 0)], np.nan))
+        out[name] = np.asarray(curves)
+    return grid, out
+
+
+def plot_returns(path: Path, runs: Curves, budget: int, title: str,
+                 target: float = 475.0) -> None:
+    """Mean return vs episodes per agent: mean over trials, shaded min-max over trials."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid, curves = return_curves(runs, budget)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for name, c in curves.items():
+        mean = np.nanmean(c, axis=0)
+        (line,) = ax.plot(grid, mean, lw=1.4, label=f"{name} ({c.shape[0]} seeds)")
+        if c.shape[0] > 1:
+            lo, hi = np.nanmin(c, axis=0), np.nanmax(c, axis=0)
+            ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
+    ax.set_xlabel("episodes per agent")
+    ax.set_ylabel("mean return of the round's batch")
+    ax.set_title(title)
+    ax.set_ylim(0, 510)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def save(run: FedPGRun, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png."""
+    cfg = run.config
+    summary = summarize(run)
+    write_run_config(path, f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, command,
+                     topology=run.topology)
+    write_metrics(path / "metrics.csv", run)
+    write_json(path / "privacy.json", privacy_record(run))
+    write_json(path / "summary.json", summary)
+    plot_returns(path / "plots" / "returns.png",
+                 {summary["label"]: (run.used_before, run.mean_return)}, cfg.budget,
+                 f"{summary['label']}, K = {cfg.agents}, {cfg.mechanism}", cfg.target_return)
+    return summary

@@ -1,0 +1,260 @@
+"""FedPG-Dec on Ray: every node is a Ray actor; nodes exchange push-sum messages peer to peer.
+
+A node actor owns its private CartPole, its policy's optimizer state and a
+`privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
+
+1. **step** — the node runs `FedPG.dec_node_update` (the function the local runner vmaps over
+   the nodes) from its z_k: B_t episodes, its own μ_tᵏ, N_t SCSG steps, and its update released
+   through the mechanism as a `Report`, after charging its own ledger. It applies the Report to
+   x_k and calls `receive` on each out-neighbour's actor directly with that neighbour's share.
+   Only push-sum shares (post-processing of Reports) ever leave a node.
+2. **mix** — once a node holds the round-t share of each in-neighbour it sums them.
+
+The driver (the `privrl` process) only keeps rounds in step (push-sum over a time-varying
+graph is synchronous) and decides when the episode budget is spent; it never sees parameters.
+
+Faults: actors restart without limit and retry their calls. A node checkpoints (atomic write)
+after every mix. A node that dies mid-round restarts from its last checkpoint and redoes the
+round: its keys derive from the seed, its id and the round, so it recomputes the *same* Report
+(no new privacy spent; its ledger counts the round once) and the same shares, which peers that
+already hold them reject as duplicates. Shares it had received and lost are resent by their
+senders, which keep their last round's outgoing shares. The result equals the local runner's.
+
+Keys: as in every privrl runner, each node's randomness (including its mechanism noise) derives
+from the run's seed, so runs are reproducible. The guarantee assumes a peer cannot predict a
+node's noise: in a deployment with untrusted peers, give each node a seed they do not know.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
+from privrl.federation.service import atomic_write
+from privrl.privacy.ledger import PrivacyLedger
+from privrl.runtime.ray import require_ray, start_ray
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.systems.fedpg.local import FedPGRun, account
+
+EventHook = Callable[[str, dict[str, Any]], None]
+
+
+def _trial_key(seed: int) -> jax.Array:
+    """The key of the local runner's first trial, so both runtimes draw the same numbers."""
+    return jax.random.split(jax.random.key(seed), 1)[0]
+
+
+class NodeActor:
+    """One FedPG-Dec node (a plain class; wrapped with ray.remote when a run starts)."""
+
+    def __init__(self, config: FedPGConfig, node: int, directory: str, names: list[str]
+                 ) -> None:
+        self.algo = FedPG(config)
+        self.node = node
+        self.names = names  # every node's actor name: peers are looked up, so a restarted
+        self.peers: dict[int, Any] = {}  # node finds them again
+        self.path = Path(directory) / f"node{node}.pkl"
+        state = self.algo.init(_trial_key(self.algo.config.seed))
+        self.key = state.key
+        env = self.algo.env_params_of(state.key, jnp.array([node]))
+        self.env = jax.tree_util.tree_map(lambda a: a[0], env)
+        self._update = jax.jit(self.algo.dec_node_update)
+        # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
+        self.pending: tuple[Any, dict[str, float]] | None = None
+        if self.path.exists():
+            ck = pickle.loads(self.path.read_bytes())
+            self.gossip = PushSumNode.from_snapshot(ck["gossip"])
+            self.opt_state, self.used = ck["opt_state"], ck["used"]
+            self.ledger, self.history = ck["ledger"], ck["history"]
+        else:
+            self.gossip = PushSumNode(node, self.algo.topology,
+                                      np.asarray(state.gossip.x[node], np.float32))
+            self.opt_state = jax.tree_util.tree_map(lambda a: np.asarray(a[node]),
+                                                    state.opt_state)
+            self.used = 0
+            self.ledger = PrivacyLedger()  # the run length is the budget, as locally
+            self.history: list[dict[str, float]] = []
+
+    def warmup(self) -> None:
+        """Compile the node's round (with JAX's persistent cache on, as the CLI sets it, the
+        first node compiles and the others load its program: the driver staggers them)."""
+        if not isinstance(self._update, jax.stages.Compiled):
+            args = (jnp.asarray(self.gossip.z), self.opt_state, self.env, self.key,
+                    jnp.bool_(True))
+            self._update = self._update.lower(*args).compile()
+
+    def step(self, t: int) -> tuple[dict[str, float], list[Any]]:
+        """Round t's local update; returns its statistics and the refs of the sends."""
+        g = self.gossip
+        if t < g.round:  # a retried call after the round was mixed
+            return self.history[t], []
+        if t > g.round:
+            raise RuntimeError(f"node {self.node} is in round {g.round}, asked for round {t}")
+        if g.applied:  # asked again: resend (peers dedupe)
+            return self.pending[1], self._send(list(g.last_outgoing.values()))
+        key = jax.random.fold_in(jax.random.fold_in(self.key, t), self.node)
+        upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key, jnp.bool_(True))
+        # Charge before release: the Report has not left this process yet.
+        self.ledger.charge(self.node, upd.report.guarantee)
+        sends = g.apply(upd.report)
+        batch, steps = int(upd.batch), int(upd.steps)
+        info = {"mean_return": float(upd.mean_return), "batch": batch, "steps": steps,
+                "used_before": self.used,
+                "used": self.used + batch + self.algo.config.minibatch * steps}
+        self.pending = (jax.tree_util.tree_map(np.asarray, upd.opt_state), info)
+        return info, self._send(sends)
+
+    def receive(self, msg: GossipMessage) -> GossipVerdict:
+        return self.gossip.receive(msg)
+
+    def resend(self, t: int, receiver: int) -> list[Any]:
+        msg = self.gossip.outgoing(t, receiver)
+        return self._send([msg]) if msg is not None else []
+
+    def mix(self, t: int) -> list[int]:
+        """Finish round t; returns the in-neighbours still missing ([this node] if it must
+        redo its step, e.g. after a restart), [] when done."""
+        g = self.gossip
+        if t < g.round:
+            return []
+        if not g.applied:
+            return [self.node]
+        if not g.mix():
+            return g.missing()
+        self.opt_state, info = self.pending
+        self.pending = None
+        self.used = info["used"]
+        self.history.append(info)
+        atomic_write(self.path, pickle.dumps({
+            "gossip": g.snapshot(), "opt_state": self.opt_state, "used": self.used,
+            "ledger": self.ledger, "history": self.history}))
+        return []
+
+    def result(self) -> dict[str, Any]:
+        return {"z": self.gossip.z, "ledger": self.ledger, "history": self.history,
+                "mixed_from": self.gossip.mixed_from, "rejections": self.gossip.rejections}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _send(self, msgs: list[GossipMessage]) -> list[Any]:
+        return [self._peer(m.receiver).receive.remote(m) for m in msgs]
+
+    def _peer(self, i: int) -> Any:
+        if i not in self.peers:
+            self.peers[i] = require_ray().get_actor(self.names[i])
+        return self.peers[i]
+
+
+def run_fedpg_dec_ray(
+    config: FedPGConfig,
+    directory: Path,
+    address: str | None = None,
+    progress: Callable[[float, int], None] | None = None,
+    on_event: EventHook | None = None,
+) -> tuple[FedPGRun, dict[str, Any]]:
+    """One FedPG-Dec trial with every node a Ray actor. Without `address` a local Ray cluster
+    is started; with one ("auto" or "HOST:PORT") the run joins it. `on_event(kind, info)` is
+    called after each round's step ("stepped") and mix ("mixed") with the node handles (tests
+    inject faults there). Returns the run (as the local runner's) and a description of the
+    cluster and of every node's gossip log."""
+    ray = require_ray()
+    cfg = replace(config, trials=1).resolved()
+    if cfg.algorithm != "dec":
+        raise ValueError("the Ray runtime runs FedPG-Dec (nodes exchanging push-sum messages)")
+    algo = FedPG(cfg)
+    k = cfg.agents
+    directory.mkdir(parents=True, exist_ok=True)
+    started_here, cluster = start_ray(ray, address)
+    start = time.perf_counter()
+    try:
+        node_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(NodeActor)
+        names = [f"privrl-fedpg-{uuid.uuid4().hex[:12]}-node{i}" for i in range(k)]
+        nodes = [node_cls.options(name=names[i]).remote(cfg, i, str(directory), names)
+                 for i in range(k)]
+        ray.get(nodes[0].warmup.remote())
+        ray.get([n.warmup.remote() for n in nodes[1:]])
+        warm_s = time.perf_counter() - start
+        rows: list[list[dict[str, float]]] = []
+        used = np.zeros(k)
+        t = 0
+        compile_s = warm_s  # as the local runner: until the end of the first round
+        while used.mean() < cfg.budget:
+            if t >= 10 * cfg.max_rounds():
+                raise RuntimeError("internal error: the episode budget was never reached")
+            t0 = time.perf_counter()
+            infos = _step_all(ray, nodes, t)
+            if on_event is not None:
+                on_event("stepped", {"round": t, "nodes": nodes})
+            _mix_all(ray, nodes, t)
+            if t == 0:
+                compile_s += time.perf_counter() - t0
+            if on_event is not None:
+                on_event("mixed", {"round": t, "nodes": nodes})
+            rows.append(infos)
+            used = np.array([i["used"] for i in infos], float)
+            t += 1
+            if progress is not None:
+                progress(float(used.mean()), cfg.budget)
+        results = ray.get([n.result.remote() for n in nodes])
+    finally:
+        if started_here:
+            ray.shutdown()
+    wall = time.perf_counter() - start
+    ledger = PrivacyLedger()
+    for i, r in enumerate(results):
+        ledger.charge(i, algo.mechanism.guarantee, r["ledger"].reports_of(i))
+    batch = np.array([[i["batch"] for i in row] for row in rows], float)
+    ret = np.array([[i["mean_return"] for i in row] for row in rows], float)
+    col = lambda a: a[None, :]  # noqa: E731  (one trial)
+    run = FedPGRun(
+        config=cfg,
+        mean_return=col((ret * batch).sum(axis=1) / batch.sum(axis=1)),
+        used_before=col(np.array([np.mean([i["used_before"] for i in row]) for row in rows])),
+        batch=col(batch.mean(axis=1)),
+        inner_steps=col(np.array([np.mean([i["steps"] for i in row]) for row in rows])),
+        used=used[None].astype(np.int64), episodes_played=int(used.sum()), ledger=ledger,
+        mechanism=algo.mechanism.describe(), topology=algo.topology.describe(),
+        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
+        accounting=account(algo, t), z=np.stack([r["z"] for r in results])[None])
+    gossip = {"nodes": k, "rounds": t,
+              "rejected": {i: r["rejections"] for i, r in enumerate(results) if r["rejections"]},
+              "senders_per_round": [r["mixed_from"] for r in results]}
+    return run, {"cluster": cluster, "gossip": gossip}
+
+
+def _step_all(ray: Any, nodes: list[Any], t: int) -> list[dict[str, float]]:
+    """Every node's step of round t, and every share it sent delivered."""
+    out = ray.get([n.step.remote(t) for n in nodes])
+    ray.get([ref for _, refs in out for ref in refs])
+    return [info for info, _ in out]
+
+
+def _mix_all(ray: Any, nodes: list[Any], t: int, max_attempts: int = 20) -> None:
+    """Mix round t at every node, re-running the step of a node that lost it and resending the
+    shares a node lost (after a restart) until every node has mixed."""
+    waiting = list(range(len(nodes)))
+    for _ in range(max_attempts):
+        missing = ray.get([nodes[i].mix.remote(t) for i in waiting])
+        lost = [(i, m) for i, m in zip(waiting, missing, strict=True) if m]
+        if not lost:
+            return
+        waiting = [i for i, _ in lost]
+        for i, m in lost:
+            if i in m:  # the node itself lost its step: redo it (same keys, same Report)
+                _, refs = ray.get(nodes[i].step.remote(t))
+                ray.get(refs)
+            ray.get([r for s in m if s != i for r in ray.get(nodes[s].resend.remote(t, i))])
+    raise RuntimeError(f"round {t}: nodes {waiting} could not complete push-sum after "
+                       f"{max_attempts} attempts")

@@ -1,0 +1,344 @@
+"""FedRL (paper 002, Zhuo et al.): vertical federated DQN between two parties on Grid-World.
+
+Per vector step (`num_envs` Grid-World episodes at once, each on its own map):
+
+1. the environment hands α its window history s^α and β its s^β (logged on the channel);
+2. β releases C^β = Q̂β(s^β) through its mechanism; α picks the joint action ε-greedily from
+   Q_f^α = MLP_θg([Q̂α(s^α) | C^β]) (16 joint actions);
+3. the environment moves both agents; α alone receives the reward; both store their side of the
+   transition at the same replay index;
+4. one federated update (privrl.federation.vertical.train_exchange): α samples ids j, β releases
+   C^β_j and C^β(s'_j) (target network), α computes Y_j with its target networks and steps
+   (θα, θg), sends Y_j, a_j, C^α_j and θ_g; β steps (θβ, θg) and sends θ_g back;
+5. every `target_period` updates each party copies its online networks into its targets (the
+   authors' code never did in the federated modes).
+
+Noise: paper mode adds N(0, σ²) to unbounded Q outputs (no formal ε; privacy.json says so);
+bounded mode (`bounded` = B) L2-clips each released Q vector to B first, making each release a
+Gaussian mechanism whose releases the accountant composes per party.
+
+Training runs in epochs of `updates_per_epoch` steps; after each epoch the greedy policy is
+evaluated on the validation maps, the best epoch's networks are kept, and training stops after
+`patience` epochs without improvement (the authors' code: 100 episodes per epoch, early stop
+after 10). Settings the paper leaves open are read from the authors' code; docs/fedrl.md lists
+every choice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from privrl.config import ConfigError, config_from_preset
+from privrl.envs import gridworld as gw
+from privrl.federation.vertical import (
+    AlphaParty,
+    AlphaState,
+    BetaParty,
+    BetaState,
+    Channel,
+    PartySpec,
+    train_exchange,
+)
+from privrl.nets.grid import conv_q, federated_head
+from privrl.privacy.accounting import ACCOUNTANTS, Accountant
+from privrl.privacy.mechanisms import Mechanism
+from privrl.privacy.qoutput import BoundedQGaussian, UnboundedQNoise
+
+PAPER_HISTORY = {8: 2, 16: 4, 32: 8}  # the authors' code (autolen): H by map size
+SPLIT = (6400, 7200, 8000)  # train [0, 6400), validation [6400, 7200), test [7200, 8000)
+PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """The DQN settings of paper 002's learners on every domain (Grid-World defaults)."""
+
+    learning_rate: float = 1e-3
+    gamma: float = 0.9
+    batch_size: int = 32
+    buffer_size: int = 100_000
+    num_envs: int = 1  # episodes stepped together (one update per vector step)
+    explore_start: float = 1.0
+    explore_end: float = 0.1
+    explore_steps: int = 1000  # vector steps of linear ε decay
+    target_period: int = 250  # updates between target-network copies
+    epochs: int = 200
+    patience: int = 10  # epochs without validation improvement before stopping
+    seed: int = 0
+
+    def validate_replay(self, **more: Any) -> None:
+        """The shared checks, plus `more` (option name -> value) that must be integers >= 1."""
+        ints = {"--batch-size": self.batch_size, "--buffer-size": self.buffer_size,
+                "--num-envs": self.num_envs, "--explore-steps": self.explore_steps,
+                "--target-period": self.target_period, "--epochs": self.epochs,
+                "--patience": self.patience, **more}
+        for opt, v in ints.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(opt, f"must be an integer >= 1, got {v!r}")
+        if self.buffer_size < self.num_envs:
+            raise ConfigError("--buffer-size", "must hold at least one vector step")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
+        if not 0 <= self.gamma < 1:
+            raise ConfigError("--gamma", f"must be in [0, 1), got {self.gamma}")
+        if not 0 <= self.explore_end <= self.explore_start <= 1:
+            raise ConfigError("--explore-end", "need 0 <= end <= start <= 1")
+
+    def epsilon(self, step: Array) -> Array:
+        frac = jnp.minimum(step / self.explore_steps, 1.0)
+        return self.explore_start + frac * (self.explore_end - self.explore_start)
+
+
+@dataclass(frozen=True)
+class GridConfig(ReplayOptions):
+    """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
+
+    preset: str = "paper"
+    size: int = 8
+    maps: str | None = None  # directory with gridworld_{N}.npz (or the file); None: generated
+    generated_maps: int = 8000
+    history: int | None = None  # None: the authors' H for the size (2, 4, 8)
+    alpha_view: int = 3
+    beta_view: int = 5
+    updates_per_epoch: int = 2000
+    seeds: int = 1
+
+    @classmethod
+    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
+        return config_from_preset(cls, PRESETS, preset, **overrides)
+
+    @property
+    def h(self) -> int:
+        return self.history if self.history is not None else PAPER_HISTORY.get(self.size, 2)
+
+    def spec(self) -> gw.GridSpec:
+        return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
+
+    def validate(self) -> None:
+        self.spec().validate()
+        self.validate_replay(**{"--updates-per-epoch": self.updates_per_epoch,
+                                "--seeds": self.seeds, "--generated-maps": self.generated_maps})
+        if self.generated_maps < 10:
+            raise ConfigError("--generated-maps", "need at least 10 maps to split 8:1:1")
+
+
+@dataclass(frozen=True)
+class QNoiseConfig:
+    """The noise on released Q outputs, shared by FedRL on every domain."""
+
+    noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
+    bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
+    delta: float = 1e-5
+    accountant: str = "rdp"
+
+    def validate_noise(self) -> None:
+        if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
+            raise ConfigError("--noise-sigma", f"must be finite and >= 0, got {self.noise_sigma}")
+        if self.bounded is not None:
+            if not (math.isfinite(self.bounded) and self.bounded > 0):
+                raise ConfigError("--bounded", f"the L2 bound must be > 0, got {self.bounded}")
+            if self.noise_sigma == 0:
+                raise ConfigError("--noise-sigma", "bounded mode needs noise σ > 0")
+        if not 0 < self.delta < 1:
+            raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
+        if self.accountant not in ACCOUNTANTS:
+            raise ConfigError("--accountant", f"choose one of {', '.join(ACCOUNTANTS)}")
+
+    def mechanism(self) -> Mechanism:
+        if self.bounded is None:
+            return UnboundedQNoise(self.noise_sigma)
+        return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta)
+
+
+@dataclass(frozen=True)
+class FedRLConfig(GridConfig, QNoiseConfig):
+    def resolved(self) -> FedRLConfig:
+        self.validate()
+        self.validate_noise()
+        return self
+
+
+class Stats(NamedTuple):
+    """Training episodes finished in the current chunk, and how they went."""
+
+    episodes: Array
+    successes: Array
+    return_sum: Array
+
+
+class FedRLState(NamedTuple):
+    alpha: AlphaState
+    beta: BetaState
+    env: gw.GridState  # (E, ...)
+    ep_return: Array  # (E,)
+    steps: Array  # vector steps taken
+    key: Array
+    stats: Stats
+
+
+def env_reset_random(spec: gw.GridSpec, maps: gw.GridMaps, key: Array, n: int) -> gw.GridState:
+    idx = jax.random.randint(key, (n,), 0, maps.count)
+    return jax.vmap(lambda i: gw.reset(spec, maps, i))(idx)
+
+
+def env_advance(spec: gw.GridSpec, maps: gw.GridMaps, env: gw.GridState, action: Array,
+                ep_return: Array, stats: Stats, key: Array
+                ) -> tuple[gw.GridState, gw.GridState, Array, Array, Array, Stats]:
+    """Step E episodes; finished ones restart on random training maps. Returns (stepped state
+    before restarts, next state, reward, met, episode returns, stats)."""
+    stepped, r, met, done = jax.vmap(lambda s, a: gw.step(spec, s, a))(env, action)
+    ret = ep_return + r
+    stats = Stats(stats.episodes + jnp.sum(done), stats.successes + jnp.sum(met),
+                  stats.return_sum + jnp.sum(jnp.where(done, ret, 0.0)))
+    fresh = env_reset_random(spec, maps, key, action.shape[0])
+    nxt = jax.tree_util.tree_map(
+        lambda f, o: jnp.where(done.reshape((-1,) + (1,) * (o.ndim - 1)), f, o), fresh, stepped)
+    return stepped, nxt, r, met, jnp.where(done, 0.0, ret), stats
+
+
+def zero_stats() -> Stats:
+    return Stats(jnp.int32(0), jnp.int32(0), jnp.float32(0.0))
+
+
+class FedRL:
+    """init(key, maps) -> state; train_chunk(state, maps) -> state; evaluate(params, maps, key,
+    variant) -> gw.EvalResult. Pure functions: jit them and vmap over seeds."""
+
+    name = "fedrl"
+    variants = ("test-noise", "test-clean")
+
+    def __init__(self, config: FedRLConfig, channel: Channel | None = None) -> None:
+        self.config = cfg = config.resolved()
+        self.spec = cfg.spec()
+        self.channel = channel if channel is not None else Channel(keep_values=False)
+        head = federated_head()
+        self.mechanism = cfg.mechanism()
+        self.clean = UnboundedQNoise(0.0)  # test-clean: outputs sent without noise (no ε)
+
+        def party(view: int) -> PartySpec:
+            return PartySpec(conv_q(self.spec.history, view), head, self.mechanism, cfg.bounded,
+                             cfg.buffer_size, cfg.learning_rate, cfg.gamma)
+
+        self.alpha = AlphaParty(party(self.spec.alpha_view), self.channel)
+        self.beta = BetaParty(party(self.spec.beta_view), self.channel)
+
+    def prepare(self, maps: gw.GridMaps) -> gw.GridMaps:
+        return maps
+
+    def init(self, key: Array, maps: gw.GridMaps) -> FedRLState:
+        k_a, k_b, k_env, key = jax.random.split(key, 4)
+        env = env_reset_random(self.spec, maps, k_env, self.config.num_envs)
+        sa, theta_g = self.alpha.init(k_a, env.obs_alpha[0])
+        sb = self.beta.init(k_b, env.obs_beta[0], theta_g)
+        return FedRLState(sa, sb, env, jnp.zeros(self.config.num_envs), jnp.int32(0), key,
+                          zero_stats())
+
+    def train_step(self, s: FedRLState, maps: gw.GridMaps) -> FedRLState:
+        cfg, ch, alpha, beta = self.config, self.channel, self.alpha, self.beta
+        key, k_env = jax.random.split(s.key)
+        obs_a = ch.send("env", "alpha", "obs", s.env.obs_alpha)
+        obs_b = ch.send("env", "beta", "obs", s.env.obs_beta)
+        sb, c_beta = beta.release_q(s.beta, obs_b)
+        sa, action = alpha.act(s.alpha, obs_a, c_beta, cfg.epsilon(s.steps))
+        stepped, env, r, met, ep_return, stats = env_advance(
+            self.spec, maps, s.env, action, s.ep_return, s.stats, k_env)
+        reward = ch.send("env", "alpha", "reward", r)
+        terminal = ch.send("env", "alpha", "terminal", met.astype(jnp.float32))
+        sa = alpha.store(sa, obs_a, action, reward, ch.send("env", "alpha", "obs",
+                                                            stepped.obs_alpha), terminal)
+        sb = beta.store(sb, obs_b, ch.send("env", "beta", "obs", stepped.obs_beta))
+        sa, sb = train_exchange(alpha, beta, sa, sb, cfg.batch_size)
+        sync = (s.steps + 1) % cfg.target_period == 0
+        sa = sa._replace(target=jnp.where(sync, sa.theta, sa.target),
+                         target_g=jnp.where(sync, sa.theta_g, sa.target_g))
+        sb = sb._replace(target=jnp.where(sync, sb.theta, sb.target))
+        return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats)
+
+    def train_chunk(self, s: FedRLState, maps: gw.GridMaps) -> FedRLState:
+        s = s._replace(stats=zero_stats())
+        return jax.lax.scan(lambda st, _: (self.train_step(st, maps), None), s, None,
+                            length=self.config.updates_per_epoch)[0]
+
+    @staticmethod
+    def params(s: FedRLState) -> tuple[Array, Array, Array]:
+        return s.alpha.theta, s.beta.theta, s.alpha.theta_g
+
+    def evaluate(self, params: tuple[Array, Array, Array], maps: gw.GridMaps, key: Array,
+                 variant: str = "test-noise") -> gw.EvalResult:
+        """Greedy play on every map: test-noise releases through the training mechanism (the
+        paper's FedRL with noise at test time), test-clean sends outputs without noise."""
+        theta_a, theta_b, theta_g = params
+        mech = self.mechanism if variant == "test-noise" else self.clean
+        alpha, beta = self.alpha, self.beta
+
+        def policy(k: Array, oa: Array, ob: Array) -> Array:
+            k1, k2 = jax.random.split(k)
+            c_beta = self.channel.send("beta", "alpha", "C_beta",
+                                       beta.released(k1, theta_b, ob, mech))
+            qf = alpha.federated_q(theta_g, alpha.released(k2, theta_a, oa, mech), c_beta)
+            return jnp.argmax(qf, -1)
+
+        return gw.evaluate(self.spec, maps, policy, key)
+
+    # --- privacy ---------------------------------------------------------------------------
+    def releases(self, steps: int, evaluations: int, valid_maps: int, test_maps: int
+                 ) -> dict[str, int]:
+        """Q-output vectors each party released through its mechanism: training (β: one per
+        env per step for acting + 2 per batch row per update; α: 1 per batch row per update),
+        plus β's and α's outputs in every validation and noisy-test evaluation (Tm steps per
+        map, counted for every step of the fixed-length evaluation)."""
+        cfg, tm = self.config, self.spec.horizon
+        evals = evaluations * valid_maps * tm + test_maps * tm
+        return {"beta": steps * cfg.num_envs + 2 * steps * cfg.batch_size + evals,
+                "alpha": steps * cfg.batch_size + evals}
+
+    def privacy_record(self, steps: int, evaluations: int, valid_maps: int,
+                       test_maps: int) -> dict[str, Any]:
+        return q_release_privacy(self.config, self.mechanism,
+                                 self.releases(steps, evaluations, valid_maps, test_maps))
+
+
+def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
+                      ) -> dict[str, Any]:
+    """privacy.json of a FedRL run: the mechanism, each party's release count and, in bounded
+    mode only, each party's composed (ε, δ); paper mode states that there is NO formal ε."""
+    common = {
+        "mechanism": mech.describe(),
+        "releases": counts,
+        "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
+                                    "from α's rewards)", "actions", "batch_ids"],
+        "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
+                              "for those releases",
+    }
+    if cfg.bounded is None:
+        return {**common, "formal_guarantee": False, "epsilon": "none",
+                "statement": (f"NO formal ε: the paper's Gaussian noise (σ = "
+                              f"{cfg.noise_sigma:g}) is added to unbounded Q outputs, so no "
+                              "sensitivity bound exists and no (ε, δ) can be stated.")}
+    assert isinstance(mech, BoundedQGaussian)
+    parties = {}
+    for name, count in counts.items():
+        acc = Accountant(cfg.accountant)
+        acc.compose(mech.event, count)
+        parties[name] = {
+            "unit": f"all of party {name}'s observations and local Q-network parameters "
+                    "over the run (every release composed)",
+            "one_release_epsilon": mech.guarantee.epsilon,
+            **acc.record(cfg.delta),
+        }
+    eps = {k: v["epsilon"] for k, v in parties.items()}
+    return {**common, "formal_guarantee": True, "bound_l2": cfg.bounded,
+            "noise_sigma": cfg.noise_sigma, "parties": parties,
+            "statement": (f"Bounded mode: each released Q vector is clipped to L2 norm "
+                          f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed "
+                          f"over the run, α's releases are ({eps['alpha']:.4g}, "
+                          f"{cfg.delta:g})-LDP and β's ({eps['beta']:.4g}, {cfg.delta:g})-LDP "
+                          "(accountant " + cfg.accountant + "). This covers the Q-output "
+                          "releases only: θ_g, Y_j and actions travel without noise, as in "
+                          "the paper, so the protocol as a whole has no end-to-end ε.")}

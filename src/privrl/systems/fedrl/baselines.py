@@ -1,0 +1,304 @@
+"""Paper 002's Grid-World baselines (section 5): DQN-alpha, DQN-full, FCN-alpha, FCN-full.
+
+* DQN-alpha: a DQN on α's observation only (α alone could build it: it has the rewards).
+* DQN-full: a DQN on both observations put together (one conv tower each, as the authors'
+  code): no privacy between the parties, the upper reference.
+* FCN-alpha / FCN-full: the same networks trained by supervised imitation (cross-entropy) of
+  the optimal path's joint actions (α walks the optimal path forward, β backward), then played
+  greedily.
+
+All share FedRL's Grid-World settings (GridConfig): Adam 1e-3, ReLU, replay, ε-greedy, target
+networks copied every `target_period` updates, epochs with validation-based model selection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import Array
+
+from privrl.config import ConfigError
+from privrl.envs import gridworld as gw
+from privrl.nets.grid import conv_q, full_conv_q
+from privrl.systems.fedrl.algorithm import (
+    GridConfig,
+    Stats,
+    env_advance,
+    env_reset_random,
+    zero_stats,
+)
+
+MODELS = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
+
+
+@dataclass(frozen=True)
+class BaselineConfig(GridConfig):
+    model: str = "dqn-alpha"
+
+    def resolved(self) -> BaselineConfig:
+        if self.model not in MODELS:
+            raise ConfigError("--model", f"unknown model {self.model!r}; choose one of "
+                                         f"{', '.join(MODELS)}")
+        self.validate()
+        return self
+
+    @property
+    def full(self) -> bool:
+        return self.model.endswith("-full")
+
+
+def _net(cfg: BaselineConfig) -> Any:
+    spec = cfg.spec()
+    if cfg.full:
+        return full_conv_q(spec.history, spec.alpha_view, spec.beta_view)
+    return conv_q(spec.history, spec.alpha_view)
+
+
+def _inputs(full: bool, obs_a: Array, obs_b: Array) -> Any:
+    return (obs_a, obs_b) if full else obs_a
+
+
+class Memory(NamedTuple):
+    x: Any  # the network input pytree, (C, ...)
+    next_x: Any
+    action: Array
+    reward: Array
+    terminal: Array
+    size: Array
+    ptr: Array
+
+
+class DQNState(NamedTuple):
+    theta: Array
+    target: Array
+    opt: Any
+    memory: Memory
+    env: gw.GridState
+    ep_return: Array
+    steps: Array
+    key: Array
+    stats: Stats
+
+
+def _write(buf: Any, ptr: Array, rows: Any) -> Any:
+    def one(b: Array, r: Array) -> Array:
+        return b.at[(ptr + jnp.arange(r.shape[0])) % b.shape[0]].set(r)
+    return jax.tree_util.tree_map(one, buf, rows)
+
+
+def epsilon_greedy(k_eps: Array, k_rand: Array, q: Array, epsilon: Array) -> Array:
+    """Per row of q (n, actions): a uniform random action with probability ε, else argmax."""
+    n, num = q.shape
+    explore = jax.random.uniform(k_eps, (n,)) < epsilon
+    return jnp.where(explore, jax.random.randint(k_rand, (n,), 0, num),
+                     jnp.argmax(q, -1)).astype(jnp.int32)
+
+
+def empty_memory(example_x: Any, capacity: int) -> Memory:
+    zeros = jax.tree_util.tree_map(lambda v: jnp.zeros((capacity, *v.shape)), example_x)
+    return Memory(zeros, zeros, jnp.zeros((capacity,), jnp.int32), jnp.zeros((capacity,)),
+                  jnp.zeros((capacity,)), jnp.int32(0), jnp.int32(0))
+
+
+def store(m: Memory, x: Any, next_x: Any, action: Array, reward: Array, terminal: Array
+          ) -> Memory:
+    """Write a vector step's n transitions into the ring buffer."""
+    n, cap = action.shape[0], m.action.shape[0]
+    return Memory(_write(m.x, m.ptr, x), _write(m.next_x, m.ptr, next_x),
+                  _write(m.action, m.ptr, action), _write(m.reward, m.ptr, reward),
+                  _write(m.terminal, m.ptr, terminal), jnp.minimum(m.size + n, cap),
+                  (m.ptr + n) % cap)
+
+
+def dqn_update(net: Any, optimizer: Any, theta: Array, target: Array, opt: Any, mem: Memory,
+               ids: Array, gamma: float) -> tuple[Array, Any]:
+    """One Adam step on the mean squared TD error of the transitions `ids` (target network
+    for the bootstrap, no bootstrap after a terminal transition)."""
+    bx = jax.tree_util.tree_map(lambda v: v[ids], mem.x)
+    bnext = jax.tree_util.tree_map(lambda v: v[ids], mem.next_x)
+    y = mem.reward[ids] + gamma * (1 - mem.terminal[ids]) * jnp.max(net.apply(target, bnext), -1)
+    a = mem.action[ids]
+
+    def loss(th: Array) -> Array:
+        qa = jnp.take_along_axis(net.apply(th, bx), a[:, None], 1)[:, 0]
+        return jnp.mean(jnp.square(jax.lax.stop_gradient(y) - qa))
+
+    upd, opt = optimizer.update(jax.grad(loss)(theta), opt, theta)
+    return optax.apply_updates(theta, upd), opt
+
+
+def supervised_update(net: Any, optimizer: Any, theta: Array, opt: Any, x: Any, label: Array
+                      ) -> tuple[Array, Any]:
+    """One Adam step on the cross-entropy of the network's logits against `label` (FCN)."""
+    def loss(th: Array) -> Array:
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(net.apply(th, x), label))
+
+    upd, opt = optimizer.update(jax.grad(loss)(theta), opt, theta)
+    return optax.apply_updates(theta, upd), opt
+
+
+class GridDQN:
+    """DQN-alpha / DQN-full: same interface as FedRL (init, train_chunk, params, evaluate)."""
+
+    variants = ("greedy",)
+
+    def __init__(self, config: BaselineConfig) -> None:
+        self.config = cfg = config.resolved()
+        if not cfg.model.startswith("dqn"):
+            raise ConfigError("--model", f"{cfg.model} is not a DQN model")
+        self.name = cfg.model
+        self.spec = cfg.spec()
+        self.net = _net(cfg)
+        self.optimizer = optax.adam(cfg.learning_rate)
+
+    def prepare(self, maps: gw.GridMaps) -> gw.GridMaps:
+        return maps
+
+    def init(self, key: Array, maps: gw.GridMaps) -> DQNState:
+        cfg = self.config
+        k_q, k_env, key = jax.random.split(key, 3)
+        theta = self.net.init(k_q)
+        env = env_reset_random(self.spec, maps, k_env, cfg.num_envs)
+        mem = empty_memory(_inputs(cfg.full, env.obs_alpha[0], env.obs_beta[0]),
+                           cfg.buffer_size)
+        return DQNState(theta, theta, self.optimizer.init(theta), mem, env,
+                        jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats())
+
+    def train_step(self, s: DQNState, maps: gw.GridMaps) -> DQNState:
+        cfg, net = self.config, self.net
+        key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
+        x = _inputs(cfg.full, s.env.obs_alpha, s.env.obs_beta)
+        action = epsilon_greedy(k_eps, k_rand, net.apply(s.theta, x), cfg.epsilon(s.steps))
+        stepped, env, r, met, ep_return, stats = env_advance(
+            self.spec, maps, s.env, action, s.ep_return, s.stats, k_env)
+        mem = store(s.memory, x, _inputs(cfg.full, stepped.obs_alpha, stepped.obs_beta),
+                    action, r, met.astype(jnp.float32))
+        ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
+        theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
+                                cfg.gamma)
+        sync = (s.steps + 1) % cfg.target_period == 0
+        return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
+                        s.steps + 1, key, stats)
+
+    def train_chunk(self, s: DQNState, maps: gw.GridMaps) -> DQNState:
+        s = s._replace(stats=zero_stats())
+        return jax.lax.scan(lambda st, _: (self.train_step(st, maps), None), s, None,
+                            length=self.config.updates_per_epoch)[0]
+
+    @staticmethod
+    def params(s: Any) -> Array:
+        return s.theta
+
+    def evaluate(self, theta: Array, maps: gw.GridMaps, key: Array,
+                 variant: str = "greedy") -> gw.EvalResult:
+        full, net = self.config.full, self.net
+        return gw.evaluate(self.spec, maps, lambda k, oa, ob: jnp.argmax(
+            net.apply(theta, _inputs(full, oa, ob)), -1), key)
+
+    def releases(self, *args: Any) -> dict[str, int]:
+        return {}
+
+    def privacy_record(self, *args: Any) -> dict[str, Any]:
+        what = ("α's observations and rewards only (a single party: nothing is exchanged)"
+                if not self.config.full else "both parties' observations pooled in one place")
+        return {"formal_guarantee": False, "epsilon": "none",
+                "statement": f"{self.name}: non-private baseline trained on {what}; no noise, "
+                             "no guarantee."}
+
+
+class Demos(NamedTuple):
+    """The optimal joint action (label) at every step of the expert's episodes on the maps."""
+
+    x: Any  # (D, ...) network inputs
+    label: Array  # (D,) int32
+
+
+def expert_demos(cfg: BaselineConfig, maps: gw.GridMaps) -> Demos:
+    """Roll the expert (privrl.envs.gridworld.expert_action) on every map until the agents meet;
+    keep every step that happened."""
+    spec = cfg.spec()
+    steps = int((int(jnp.max(maps.path_len)) + 1) // 2) + 1
+
+    def run(i: Array) -> tuple[Any, Array, Array]:
+        def body(carry: tuple, t: Array) -> tuple:
+            s, done = carry
+            a = gw.expert_action(maps, i, t)
+            s2, _, met, _ = gw.step(spec, s, a)
+            return (s2, done | met), ((s.obs_alpha, s.obs_beta), a, ~done)
+
+        _, (obs, a, live) = jax.lax.scan(body, (gw.reset(spec, maps, i), jnp.bool_(False)),
+                                         jnp.arange(steps))
+        return obs, a, live
+
+    obs, labels, live = jax.jit(jax.vmap(run))(jnp.arange(maps.count))
+    keep = np.asarray(live).reshape(-1)
+
+    def flat(v: Array) -> Array:
+        v = np.asarray(v)
+        return jnp.asarray(v.reshape((-1, *v.shape[2:]))[keep])
+
+    x = _inputs(cfg.full, flat(obs[0]), flat(obs[1]))
+    return Demos(x, flat(labels).astype(jnp.int32))
+
+
+class FCNState(NamedTuple):
+    theta: Array
+    opt: Any
+    steps: Array
+    key: Array
+    stats: Stats
+
+
+class GridFCN:
+    """FCN-alpha / FCN-full: supervised imitation of the optimal path, then greedy play."""
+
+    variants = ("greedy",)
+
+    def __init__(self, config: BaselineConfig) -> None:
+        self.config = cfg = config.resolved()
+        if not cfg.model.startswith("fcn"):
+            raise ConfigError("--model", f"{cfg.model} is not an FCN model")
+        self.name = cfg.model
+        self.spec = cfg.spec()
+        self.net = _net(cfg)
+        self.optimizer = optax.adam(cfg.learning_rate)
+
+    def prepare(self, maps: gw.GridMaps) -> Demos:
+        return expert_demos(self.config, maps)
+
+    def init(self, key: Array, demos: Demos) -> FCNState:
+        k_q, key = jax.random.split(key)
+        theta = self.net.init(k_q)
+        return FCNState(theta, self.optimizer.init(theta), jnp.int32(0), key, zero_stats())
+
+    def train_chunk(self, s: FCNState, demos: Demos) -> FCNState:
+        cfg, net = self.config, self.net
+        n = demos.label.shape[0]
+
+        def step(st: FCNState, _: None) -> tuple[FCNState, None]:
+            key, k = jax.random.split(st.key)
+            ids = jax.random.randint(k, (cfg.batch_size,), 0, n)
+            x = jax.tree_util.tree_map(lambda v: v[ids], demos.x)
+            theta, opt = supervised_update(net, self.optimizer, st.theta, st.opt, x,
+                                           demos.label[ids])
+            return FCNState(theta, opt, st.steps + 1, key, st.stats), None
+
+        return jax.lax.scan(step, s, None, length=cfg.updates_per_epoch)[0]
+
+    params = staticmethod(GridDQN.params)
+    evaluate = GridDQN.evaluate
+    releases = GridDQN.releases
+    privacy_record = GridDQN.privacy_record
+
+
+def make_baseline(config: BaselineConfig) -> GridDQN | GridFCN:
+    cfg = config.resolved()
+    return GridDQN(cfg) if cfg.model.startswith("dqn") else GridFCN(cfg)
+
+
+__all__ = ["MODELS", "BaselineConfig", "GridDQN", "GridFCN", "make_baseline"]

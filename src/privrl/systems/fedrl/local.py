@@ -1,0 +1,216 @@
+"""The local runner for paper 002's Grid-World learners (FedRL and its baselines).
+
+Seeds are vmapped in one jitted program. Training runs in epochs (a jitted `lax.scan` of
+`updates_per_epoch` steps); after each epoch every seed's greedy policy plays all validation
+maps at once (vmap over maps), the best epoch's parameters are kept per seed, and training
+stops once no seed improved for `patience` epochs. The kept parameters then play the test maps
+(each of the learner's test variants) and a random policy plays them too, for reference.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privrl.envs import gridworld as gw
+from privrl.runtime.output import plot_curves, write_json, write_run_config
+from privrl.systems.fedrl.algorithm import SPLIT
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass
+class Splits:
+    train: gw.GridMaps
+    valid: gw.GridMaps
+    test: gw.GridMaps
+    info: dict[str, Any]
+
+
+def load_splits(cfg: Any) -> Splits:
+    """The paper's split of the data set (by domain index), or an 8:1:1 split of generated maps."""
+    if cfg.maps is not None:
+        maps, keep = gw.load_maps(cfg.maps, cfg.size)
+        parts = [(keep >= lo) & (keep < hi) for lo, hi in
+                 ((0, SPLIT[0]), (SPLIT[0], SPLIT[1]), (SPLIT[1], SPLIT[2]))]
+        source = str(gw._maps_file(cfg.maps, cfg.size))
+        dropped = int(max(SPLIT[2], len(keep)) - len(keep))
+    else:
+        maps = gw.generate_maps(cfg.generated_maps, cfg.size, seed=cfg.seed)
+        n = cfg.generated_maps
+        idx = np.arange(n)
+        a, b = int(0.8 * n), int(0.9 * n)
+        parts = [idx < a, (idx >= a) & (idx < b), idx >= b]
+        source, dropped = f"generated (seed {cfg.seed}, {n} maps, split 8:1:1)", 0
+    train, valid, test = (maps.take(np.flatnonzero(p)) for p in parts)
+    if min(train.count, valid.count, test.count) == 0:
+        from privrl.config import ConfigError
+
+        raise ConfigError("--maps", f"{source}: the train/validation/test split left a part "
+                                    "empty")
+    return Splits(train, valid, test, {
+        "source": source, "train": train.count, "valid": valid.count, "test": test.count,
+        "domains_without_usable_path": dropped})
+
+
+@dataclass
+class GridOutput:
+    name: str
+    config: Any
+    splits: dict[str, Any]
+    train_success: np.ndarray  # (seeds, epochs): training episodes' success rate (with ε)
+    train_return: np.ndarray  # (seeds, epochs)
+    valid_success: np.ndarray  # (seeds, epochs)
+    best_epoch: np.ndarray  # (seeds,)
+    test: dict[str, dict[str, list[float]]]  # variant -> {"success": per seed, "avg_reward"}
+    random_test: dict[str, float]
+    privacy: dict[str, Any]
+    wall_seconds: float
+    compile_seconds: float
+    throughput: dict[str, float] = field(default_factory=dict)
+
+
+def _where_seed(mask: np.ndarray, new: Any, old: Any) -> Any:
+    return jax.tree_util.tree_map(
+        lambda n, o: jnp.where(jnp.asarray(mask).reshape((-1,) + (1,) * (n.ndim - 1)), n, o),
+        new, old)
+
+
+class Selection:
+    """Per run: the best validation score so far, its epoch and parameters; and the epoch
+    timer (the first epoch's time includes compilation). Shared by both paper-002 runners."""
+
+    def __init__(self, params: Any, runs: int, patience: int) -> None:
+        self.best = params
+        self.best_val = np.full(runs, -1.0)
+        self.best_epoch = np.zeros(runs, int)
+        self.patience = patience
+        self.compile_seconds = 0.0
+        self.times: list[float] = []
+
+    def train(self, epoch: int, chunk: Callable[..., Any], *args: Any) -> Any:
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(chunk(*args))
+        dt = time.perf_counter() - t0
+        if epoch == 1:
+            self.compile_seconds = dt
+        else:
+            self.times.append(dt)
+        return state
+
+    def record(self, epoch: int, val: np.ndarray, params: Any) -> bool:
+        """Keep the runs that improved; True once no run improved for `patience` epochs."""
+        improved = val > self.best_val
+        self.best = _where_seed(improved, params, self.best)
+        self.best_val = np.where(improved, val, self.best_val)
+        self.best_epoch = np.where(improved, epoch, self.best_epoch)
+        return bool(np.all(epoch - self.best_epoch >= self.patience))
+
+
+def run_grid(algo: Any, progress: ProgressFn | None = None,
+             splits: Splits | None = None) -> GridOutput:
+    cfg = algo.config
+    start = time.perf_counter()
+    splits = splits or load_splits(cfg)
+    data = algo.prepare(splits.train)
+    seeds = cfg.seeds
+    init = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))
+    chunk = jax.jit(jax.vmap(algo.train_chunk, in_axes=(0, None)))
+    evals = {v: jax.jit(jax.vmap(lambda p, k, m, v=v: algo.evaluate(p, m, k, v),
+                                 in_axes=(0, 0, None))) for v in algo.variants}
+    select = evals[algo.variants[0]]
+    key = jax.random.key(cfg.seed)
+    k_init, k_eval, k_test, k_rand = jax.random.split(key, 4)
+    state = init(jax.random.split(k_init, seeds), data)
+    sel = Selection(algo.params(state), seeds, cfg.patience)
+    tr_s, tr_r, va = [], [], []
+    for epoch in range(1, cfg.epochs + 1):
+        state = sel.train(epoch, chunk, state, data)
+        st = state.stats
+        eps = np.maximum(np.asarray(st.episodes), 1)
+        tr_s.append(np.asarray(st.successes) / eps)
+        tr_r.append(np.asarray(st.return_sum) / eps)
+        res = select(algo.params(state), jax.random.split(jax.random.fold_in(k_eval, epoch),
+                                                          seeds), splits.valid)
+        val = np.asarray(res.success).mean(-1)
+        va.append(val)
+        stop = sel.record(epoch, val, algo.params(state))
+        if progress is not None:
+            progress(epoch, cfg.epochs)
+        if stop:
+            break
+    best, best_epoch, chunk_times = sel.best, sel.best_epoch, sel.times
+    compile_seconds = sel.compile_seconds
+    epochs_run = len(va)
+    test = {}
+    for v, fn in evals.items():
+        r = fn(best, jax.random.split(k_test, seeds), splits.test)
+        test[v] = {"success": np.asarray(r.success).mean(-1).tolist(),
+                   "avg_reward": np.asarray(r.total_reward).mean(-1).tolist()}
+    rnd = jax.jit(lambda k: gw.evaluate(algo.spec, splits.test, gw.random_policy, k))(k_rand)
+    random_test = {"success": float(np.mean(rnd.success)),
+                   "avg_reward": float(np.mean(rnd.total_reward))}
+    steps = epochs_run * cfg.updates_per_epoch
+    privacy = algo.privacy_record(steps, epochs_run, splits.valid.count, splits.test.count)
+    privacy["algorithm"] = algo.name
+    throughput = {}
+    if chunk_times and hasattr(state, "env"):
+        t = float(np.median(chunk_times))
+        throughput = {"median_epoch_seconds": t,
+                      "env_steps_per_s": cfg.updates_per_epoch * cfg.num_envs * seeds / t,
+                      "updates_per_s": cfg.updates_per_epoch * seeds / t}
+    elif chunk_times:
+        t = float(np.median(chunk_times))
+        throughput = {"median_epoch_seconds": t,
+                      "updates_per_s": cfg.updates_per_epoch * seeds / t}
+    return GridOutput(algo.name, cfg, splits.info, np.stack(tr_s, 1), np.stack(tr_r, 1),
+                      np.stack(va, 1), best_epoch, test, random_test, privacy,
+                      time.perf_counter() - start, compile_seconds, throughput)
+
+
+def summarize(out: GridOutput) -> dict[str, Any]:
+    cfg = out.config
+    return {
+        "algorithm": out.name,
+        "size": cfg.size,
+        "seeds": cfg.seeds,
+        "maps": out.splits,
+        "epochs_run": int(out.valid_success.shape[1]),
+        "updates_per_seed": int(out.valid_success.shape[1] * cfg.updates_per_epoch),
+        "best_epoch": out.best_epoch.tolist(),
+        "best_valid_success": out.valid_success.max(1).tolist(),
+        "test": {v: {"success_rate": float(np.mean(r["success"])),
+                     "avg_reward": float(np.mean(r["avg_reward"])), "per_seed": r}
+                 for v, r in out.test.items()},
+        "random_policy_test": out.random_test,
+        "privacy": out.privacy.get("statement"),
+        "wall_seconds": out.wall_seconds,
+        "compile_seconds": out.compile_seconds,
+        "throughput": out.throughput,
+    }
+
+
+def save(out: GridOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+    """config.json, metrics.csv (per seed and epoch), privacy.json, summary.json, plots/."""
+    cfg = out.config
+    write_run_config(path, out.name, asdict(cfg), cfg.seed, command, maps=out.splits)
+    with open(path / "metrics.csv", "w") as f:
+        f.write("seed,epoch,train_success,train_avg_return,valid_success\n")
+        for s in range(out.valid_success.shape[0]):
+            for e in range(out.valid_success.shape[1]):
+                f.write(f"{s},{e + 1},{out.train_success[s, e]:.4f},"
+                        f"{out.train_return[s, e]:.3f},{out.valid_success[s, e]:.4f}\n")
+    write_json(path / "privacy.json", out.privacy)
+    summary = summarize(out)
+    write_json(path / "summary.json", summary)
+    plot_curves(path / "plots" / "valid_success.png", {out.name: out.valid_success},
+                f"{out.name} (Grid-World {cfg.size}×{cfg.size}): validation SuccRate per epoch",
+                "epoch", "validation SuccRate", window=1)
+    return summary

@@ -1,0 +1,469 @@
+"""FedRL on Text2Action (paper 002, section 5.2, Table 2) and its baselines.
+
+Two parties tag the same texts word by word: α sees the part-of-speech ids (a POS embedding it
+trains with its Text-CNN) and holds the rewards; β sees the words through fixed word vectors
+(word2vec trained on the fold's training texts) and never gets a reward. They learn through
+the unchanged two-party protocol of Grid-World FedRL (privrl.federation.vertical: Channel,
+AlphaParty, BetaParty, train_exchange): β releases its Q outputs with Gaussian noise, α picks
+the action from the shared MLP over [Q̂α | Q̂β] (4 → 4 ReLU → 2) and computes the TD targets.
+
+Baselines (the paper's Table 2): DQN-alpha (α alone: POS + tags), DQN-full (one Text-CNN on POS,
+word vectors and tags: no privacy), FCN-alpha / FCN-full (the same networks trained with
+cross-entropy on the expert's tag at each word, the expert's tags before it in the state).
+
+All learners share `init(key, texts)`, `train_chunk(state, texts)`, `params(state)` and
+`evaluate(params, texts, key, variant) -> (final tags, total reward)`: the runner
+(privrl.systems.fedrl_text.local) vmaps them over runs. Every setting and its source:
+docs/text2action.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.config import ConfigError, config_from_preset
+from privrl.envs import text2action as t2a
+from privrl.federation.vertical import (
+    AlphaParty,
+    AlphaState,
+    BetaParty,
+    BetaState,
+    Channel,
+    PartySpec,
+    train_exchange,
+)
+from privrl.nets.text import HEAD_ACTIVATIONS, TextModel, federated_text_head, text_cnn
+from privrl.privacy.clipping import clip_l2
+from privrl.privacy.mechanisms import Mechanism
+from privrl.privacy.qoutput import UnboundedQNoise
+from privrl.systems.fedrl.algorithm import QNoiseConfig, ReplayOptions, q_release_privacy
+from privrl.systems.fedrl.baselines import (
+    DQNState,
+    FCNState,
+    dqn_update,
+    empty_memory,
+    epsilon_greedy,
+    store,
+    supervised_update,
+)
+
+TARGETS = ("copy", "frozen")
+MODES = ("fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
+COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
+# paper: the paper's and the authors' settings. cpu: what fits a 2-core CPU in minutes per fold
+# (texts stepped 16 at a time with one update per vector step; fewer, shorter epochs).
+# wide-head (an improvement, not the paper): the shared MLP gets 64 hidden units instead of 4;
+# with the paper's copied targets the 4-unit head is the bottleneck that collapses FedRL.
+_CPU = {"num_envs": 16, "epochs": 4, "steps_per_epoch": 250, "patience": 3,
+        "buffer_size": 20_000, "target_period": 20, "explore_steps": 300}
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "cpu": _CPU,
+    "wide-head": {"head_hidden": 64},
+    "cpu-wide-head": {**_CPU, "head_hidden": 64},
+}
+
+
+@dataclass(frozen=True)
+class TextConfig(QNoiseConfig, ReplayOptions):
+    """Options of every Text2Action learner; defaults are the paper preset."""
+
+    preset: str = "paper"
+    mode: str = "fedrl"
+    corpus: str = "win2k"
+    max_words: int = 500  # texts are cut here (authors' num_words); the padding width
+    word_dim: int = 50  # word2vec dimension (paper: m = 50)
+    pos_dim: int = 50
+    tag_dim: int = 50
+    filters: int = 32
+    hidden: int = 128
+    w2v_epochs: int = 20
+    buffer_size: int = 50_000
+    target_period: int = 5  # updates between target copies (authors' target_steps)
+    epochs: int = 20
+    steps_per_epoch: int | None = None  # None: one pass over the training words
+    patience: int = 5  # epochs without validation F1 improvement (authors' stop_epoch_gap)
+    valid_fraction: float = 0.1  # of each fold's training texts, held out for model selection
+    reward_base: float = 50.0
+    action_rate: float = 0.05
+    terminal_bonus: float = 2.0
+    reward_scale: float = 1.0  # learners see reward / reward_scale (metrics: the raw reward)
+    # Target networks: "copy" = copied every target_period updates (the paper); "frozen" =
+    # never leave their initialization (what the authors' code does for FedRL: its update
+    # assigns the federated targets from themselves; for the DQN baselines, a control).
+    targets: str = "copy"
+    head_hidden: int = 4  # the shared MLP's hidden units (paper: 4)
+    head_activation: str = "relu"  # relu (paper) | leaky_relu
+    runs: int = 1
+
+    def resolved(self) -> TextConfig:
+        if self.mode not in MODES:
+            raise ConfigError("--mode", f"unknown mode {self.mode!r}; choose one of "
+                                        f"{', '.join(MODES)}")
+        if self.corpus not in t2a.CORPORA:
+            raise ConfigError("--corpus", f"unknown corpus {self.corpus!r}; choose one of "
+                                          f"{', '.join(t2a.CORPORA)}")
+        ints = {"--max-words": self.max_words, "--runs": self.runs,
+                "--head-hidden": self.head_hidden,
+                "--w2v-epochs": self.w2v_epochs, "--word-dim": self.word_dim}
+        if self.steps_per_epoch is not None:
+            ints["--steps-per-epoch"] = self.steps_per_epoch
+        self.validate_replay(**ints)
+        if self.max_words < 5:
+            raise ConfigError("--max-words", "the widest convolution needs 5 words")
+        if self.targets not in TARGETS:
+            raise ConfigError("--targets", f"unknown target rule {self.targets!r}; choose one "
+                                           f"of {', '.join(TARGETS)}")
+        if self.head_activation not in HEAD_ACTIVATIONS:
+            raise ConfigError("--head-activation", f"unknown activation "
+                                                   f"{self.head_activation!r}; choose one of "
+                                                   f"{', '.join(HEAD_ACTIVATIONS)}")
+        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
+            raise ConfigError("--reward-scale", f"must be > 0, got {self.reward_scale}")
+        if not 0 < self.valid_fraction < 1:
+            raise ConfigError("--valid-fraction", f"must be in (0, 1), got "
+                                                  f"{self.valid_fraction}")
+        self.validate_noise()
+        return self
+
+    def reward_spec(self) -> t2a.RewardSpec:
+        return t2a.RewardSpec(base=self.reward_base, action_rate=self.action_rate,
+                              num_words=self.max_words, terminal_bonus=self.terminal_bonus)
+
+
+def text_config(preset: str = "paper", **overrides: Any) -> TextConfig:
+    return config_from_preset(TextConfig, PRESETS, preset, **overrides).resolved()  # type: ignore
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The sizes the networks are built from: fixed per corpus, so that one compiled program
+    serves every fold (a fold's word vectors travel in Texts.vectors and are put into θ)."""
+
+    width: int  # padded text length
+    num_pos: int  # POS vocabulary size (row 0 = padding)
+    num_words: int  # rows of every fold's word-vector table
+
+
+class Stats(NamedTuple):
+    episodes: Array
+    return_sum: Array
+    steps: Array
+
+
+def zero_stats() -> Stats:
+    return Stats(jnp.int32(0), jnp.float32(0.0), jnp.int32(0))
+
+
+class _Learner:
+    """What every learner shares: its nets' construction, the episode loop's environment part
+    and greedy evaluation."""
+
+    variants: tuple[str, ...] = ("greedy",)
+
+    def __init__(self, config: TextConfig, features: Shapes) -> None:
+        self.config = cfg = config.resolved()
+        self.name = cfg.mode
+        self.features = features
+        self.spec = cfg.reward_spec()
+        self.width = features.width
+
+    def net(self, party: str) -> TextModel:
+        cfg, f = self.config, self.features
+        return text_cnn(COLUMNS[party], f.width, f.num_pos, f.num_words, word_dim=cfg.word_dim,
+                        pos_dim=cfg.pos_dim, tag_dim=cfg.tag_dim, filters=cfg.filters,
+                        hidden=cfg.hidden)
+
+    def observe(self, texts: t2a.Texts, env: t2a.Episode, party: str) -> Array:
+        return jax.vmap(lambda e: t2a.observe(texts, e, COLUMNS[party]))(env)
+
+    def reset(self, texts: t2a.Texts, key: Array, n: int) -> t2a.Episode:
+        idx = jax.random.randint(key, (n,), 0, jnp.sum(texts.length > 0))  # padding: at the end
+        return jax.vmap(lambda i: t2a.start(i, self.width))(idx)
+
+    def advance(self, texts: t2a.Texts, env: t2a.Episode, action: Array, stats: Stats,
+                ep_return: Array, key: Array
+                ) -> tuple[t2a.Episode, t2a.Episode, Array, Array, Array, Stats]:
+        """Step E episodes; finished ones restart on random training texts. Returns (stepped
+        state before restarts, next state, reward, done, episode returns, stats)."""
+        stepped, r, done = jax.vmap(lambda e, a: t2a.step(self.spec, texts, e, a))(env, action)
+        ret = ep_return + r
+        r = r / self.config.reward_scale  # what the learner sees (1 = the paper's reward)
+        stats = Stats(stats.episodes + jnp.sum(done),
+                      stats.return_sum + jnp.sum(jnp.where(done, ret, 0.0)),
+                      stats.steps + action.shape[0])
+        fresh = self.reset(texts, key, action.shape[0])
+        nxt = jax.tree_util.tree_map(
+            lambda f, o: jnp.where(done.reshape((-1,) + (1,) * (o.ndim - 1)), f, o),
+            fresh, stepped)
+        return stepped, nxt, r, done, jnp.where(done, 0.0, ret), stats
+
+    def greedy(self, texts: t2a.Texts, key: Array,
+               q_fn: Any) -> tuple[Array, Array]:
+        """Play every text greedily: q_fn(key, text index) -> (tags -> Q). Returns the final
+        tags (T, W) and the total reward over all texts."""
+        width = self.width
+
+        def one(i: Array, k: Array) -> tuple[Array, Array]:
+            q_of = q_fn(k, i)
+
+            def body(c: tuple[t2a.Episode, Array, Array], t: Array) -> tuple[Any, None]:
+                ep, total, kk = c
+                kk, k_step = jax.random.split(kk)
+                live = t < texts.length[i]
+                a = jnp.argmax(q_of(k_step, ep.tags), -1).astype(jnp.int32)
+                nxt, r, _ = t2a.step(self.spec, texts, ep, a)
+                ep = jax.tree_util.tree_map(lambda n, o: jnp.where(live, n, o), nxt, ep)
+                return (ep, total + jnp.where(live, r, 0.0), kk), None
+
+            (ep, total, _), _ = jax.lax.scan(body, (t2a.start(i, width), jnp.float32(0.0), k),
+                                             jnp.arange(width))
+            return ep.tags, total
+
+        n = texts.length.shape[0]
+        tags, totals = jax.vmap(one)(jnp.arange(n), jax.random.split(key, n))
+        return tags, jnp.sum(totals)
+
+    def sync_targets(self, steps: Array) -> Array:
+        """Whether the update numbered `steps` ends with a target copy (never when frozen)."""
+        cfg = self.config
+        return ((steps + 1) % cfg.target_period == 0) & (cfg.targets == "copy")
+
+    def releases(self, *args: Any) -> dict[str, int]:
+        return {}
+
+    def privacy_record(self, *args: Any) -> dict[str, Any]:
+        what = ("α's POS features and rewards only (a single party: nothing is exchanged)"
+                if self.name.endswith("alpha") else "both parties' features pooled in one place")
+        return {"formal_guarantee": False, "epsilon": "none",
+                "statement": f"{self.name}: non-private baseline trained on {what}; no noise, "
+                             "no guarantee."}
+
+
+# --- FedRL ---------------------------------------------------------------------------------
+
+class FedRLState(NamedTuple):
+    alpha: AlphaState
+    beta: BetaState
+    env: t2a.Episode
+    ep_return: Array
+    steps: Array
+    key: Array
+    stats: Stats
+
+
+def release(mech: Mechanism, key: Array, q: Array, clip: float | None) -> Array:
+    """Q outputs (…, 2) through the mechanism, clipped to L2 norm `clip` first in bounded mode
+    (the same function as a party's `released`, on Q computed by the split forward pass)."""
+    flat = q.reshape(-1, q.shape[-1])
+    if clip is not None:
+        flat = jax.vmap(lambda v: clip_l2(v, clip))(flat)
+    out = jax.vmap(mech.privatize)(jax.random.split(key, flat.shape[0]), flat).value
+    return out.reshape(q.shape)
+
+
+class FedRLText(_Learner):
+    """FedRL on Text2Action through the vertical protocol (one text per env, word by word)."""
+
+    variants = ("test-noise", "test-clean")
+
+    def __init__(self, config: TextConfig, features: Shapes,
+                 channel: Channel | None = None) -> None:
+        super().__init__(config, features)
+        cfg = self.config
+        self.channel = channel if channel is not None else Channel(keep_values=False)
+        self.mechanism = cfg.mechanism()
+        self.clean = UnboundedQNoise(0.0)
+        # the paper's MLP "4×2" (authors' initializers) unless the config widens it
+        head = federated_text_head(cfg.head_hidden, activation=cfg.head_activation)
+        self.nets = {p: self.net(p) for p in ("alpha", "beta")}
+
+        def party(name: str) -> PartySpec:
+            return PartySpec(self.nets[name], head, self.mechanism, cfg.bounded,
+                             cfg.buffer_size, cfg.learning_rate, cfg.gamma)
+
+        self.alpha = AlphaParty(party("alpha"), self.channel)
+        self.beta = BetaParty(party("beta"), self.channel)
+
+    def init(self, key: Array, texts: t2a.Texts) -> FedRLState:
+        k_a, k_b, k_env, key = jax.random.split(key, 4)
+        env = self.reset(texts, k_env, self.config.num_envs)
+        sa, theta_g = self.alpha.init(k_a, self.observe(texts, env, "alpha")[0])
+        sb = self.beta.init(k_b, self.observe(texts, env, "beta")[0], theta_g)
+        theta_b = self.nets["beta"].with_vectors(sb.theta, texts.vectors)
+        sb = sb._replace(theta=theta_b, target=theta_b)
+        return FedRLState(sa, sb, env, jnp.zeros(self.config.num_envs), jnp.int32(0), key,
+                          zero_stats())
+
+    def train_step(self, s: FedRLState, texts: t2a.Texts) -> FedRLState:
+        cfg, ch, alpha, beta = self.config, self.channel, self.alpha, self.beta
+        key, k_env = jax.random.split(s.key)
+        obs_a = ch.send("env", "alpha", "obs", self.observe(texts, s.env, "alpha"))
+        obs_b = ch.send("env", "beta", "obs", self.observe(texts, s.env, "beta"))
+        sb, c_beta = beta.release_q(s.beta, obs_b)
+        sa, action = alpha.act(s.alpha, obs_a, c_beta, cfg.epsilon(s.steps))
+        stepped, env, r, done, ep_return, stats = self.advance(
+            texts, s.env, action.astype(jnp.int32), s.stats, s.ep_return, k_env)
+        reward = ch.send("env", "alpha", "reward", r)
+        terminal = ch.send("env", "alpha", "terminal", done.astype(jnp.float32))
+        next_a = ch.send("env", "alpha", "obs", self.observe(texts, stepped, "alpha"))
+        next_b = ch.send("env", "beta", "obs", self.observe(texts, stepped, "beta"))
+        sa = alpha.store(sa, obs_a, action, reward, next_a, terminal)
+        sb = beta.store(sb, obs_b, next_b)
+        sa, sb = train_exchange(alpha, beta, sa, sb, cfg.batch_size)
+        sync = self.sync_targets(s.steps)
+        sa = sa._replace(target=jnp.where(sync, sa.theta, sa.target),
+                         target_g=jnp.where(sync, sa.theta_g, sa.target_g))
+        sb = sb._replace(target=jnp.where(sync, sb.theta, sb.target))
+        return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats)
+
+    def train_chunk(self, s: FedRLState, texts: t2a.Texts, length: int) -> FedRLState:
+        s = s._replace(stats=zero_stats())
+        return jax.lax.scan(lambda st, _: (self.train_step(st, texts), None), s, None,
+                            length=length)[0]
+
+    @staticmethod
+    def params(s: FedRLState) -> tuple[Array, Array, Array]:
+        return s.alpha.theta, s.beta.theta, s.alpha.theta_g
+
+    def evaluate(self, params: tuple[Array, Array, Array], texts: t2a.Texts, key: Array,
+                 variant: str = "test-noise") -> tuple[Array, Array]:
+        """Greedy tagging of every text. test-noise (FedRL-1): both parties' outputs go through
+        the training mechanism; test-clean (FedRL-2): outputs are sent without noise."""
+        theta_a, theta_b, theta_g = params
+        mech = self.mechanism if variant == "test-noise" else self.clean
+        clip, ch, na, nb = self.config.bounded, self.channel, self.nets["alpha"], self.nets["beta"]
+
+        def q_fn(k: Array, i: Array) -> Any:
+            ep = t2a.start(i, self.width)
+            qa = na.stepper(theta_a, t2a.observe(texts, ep, COLUMNS["alpha"]))
+            qb = nb.stepper(theta_b, t2a.observe(texts, ep, COLUMNS["beta"]))
+
+            def q(kk: Array, tags: Array) -> Array:
+                k1, k2 = jax.random.split(kk)
+                c_beta = ch.send("beta", "alpha", "C_beta", release(mech, k1, qb(tags), clip))
+                return self.alpha.federated_q(theta_g, release(mech, k2, qa(tags), clip),
+                                              c_beta)
+            return q
+
+        return self.greedy(texts, key, q_fn)
+
+    def releases(self, steps: int, evaluations: int, valid_words: int, test_words: int
+                 ) -> dict[str, int]:
+        """Q-output vectors each party released through its mechanism: training (β: one per
+        env per step for acting + 2 per batch row per update; α: 1 per batch row per update),
+        and both parties' outputs at every word of every validation pass and noisy test."""
+        cfg = self.config
+        evals = evaluations * valid_words + test_words
+        return {"beta": steps * cfg.num_envs + 2 * steps * cfg.batch_size + evals,
+                "alpha": steps * cfg.batch_size + evals}
+
+    def privacy_record(self, steps: int, evaluations: int, valid_words: int,
+                       test_words: int) -> dict[str, Any]:
+        return q_release_privacy(self.config, self.mechanism,
+                                 self.releases(steps, evaluations, valid_words, test_words))
+
+
+# --- DQN-alpha / DQN-full ------------------------------------------------------------------
+
+class TextDQN(_Learner):
+    """DQN on α's view (dqn-alpha) or on both views in one network (dqn-full)."""
+
+    def __init__(self, config: TextConfig, features: Shapes) -> None:
+        super().__init__(config, features)
+        self.view = "full" if self.config.mode.endswith("full") else "alpha"
+        self.model = self.net(self.view)
+        self.optimizer = optax.adam(self.config.learning_rate)
+
+    def init(self, key: Array, texts: t2a.Texts) -> DQNState:
+        cfg = self.config
+        k_q, k_env, key = jax.random.split(key, 3)
+        theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
+        env = self.reset(texts, k_env, cfg.num_envs)
+        mem = empty_memory(self.observe(texts, env, self.view)[0], cfg.buffer_size)
+        return DQNState(theta, theta, self.optimizer.init(theta), mem, env,
+                        jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats())
+
+    def train_step(self, s: DQNState, texts: t2a.Texts) -> DQNState:
+        cfg, net = self.config, self.model
+        key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
+        obs = self.observe(texts, s.env, self.view)
+        action = epsilon_greedy(k_eps, k_rand, net.apply(s.theta, obs), cfg.epsilon(s.steps))
+        stepped, env, r, done, ep_return, stats = self.advance(
+            texts, s.env, action, s.stats, s.ep_return, k_env)
+        mem = store(s.memory, obs, self.observe(texts, stepped, self.view), action, r,
+                    done.astype(jnp.float32))
+        ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
+        theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
+                                cfg.gamma)
+        sync = self.sync_targets(s.steps)
+        return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
+                        s.steps + 1, key, stats)
+
+    def train_chunk(self, s: Any, texts: t2a.Texts, length: int) -> Any:
+        s = s._replace(stats=zero_stats())
+        return jax.lax.scan(lambda st, _: (self.train_step(st, texts), None), s, None,
+                            length=length)[0]
+
+    @staticmethod
+    def params(s: Any) -> Array:
+        return s.theta
+
+    def evaluate(self, theta: Array, texts: t2a.Texts, key: Array,
+                 variant: str = "greedy") -> tuple[Array, Array]:
+        cols, net = COLUMNS[self.view], self.model
+
+        def q_fn(k: Array, i: Array) -> Any:
+            qf = net.stepper(theta, t2a.observe(texts, t2a.start(i, self.width), cols))
+            return lambda kk, tags: qf(tags)
+
+        return self.greedy(texts, key, q_fn)
+
+
+# --- FCN-alpha / FCN-full ------------------------------------------------------------------
+
+class TextFCN(TextDQN):
+    """The same Text-CNN trained by cross-entropy: at word t of a training text the state holds
+    the expert's tags before t, the label is the expert's choice at t (t2a.expert_tags)."""
+
+    def init(self, key: Array, texts: t2a.Texts) -> FCNState:
+        k_q, key = jax.random.split(key)
+        theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
+        return FCNState(theta, self.optimizer.init(theta), jnp.int32(0), key, zero_stats())
+
+    def train_step(self, s: FCNState, texts: t2a.Texts) -> FCNState:
+        cfg, net, cols = self.config, self.model, COLUMNS[self.view]
+        key, k_text, k_pos = jax.random.split(s.key, 3)
+        b = cfg.batch_size
+        # word positions uniformly over all training words: text by length, then a word
+        lengths = texts.length.astype(jnp.float32)
+        i = jax.random.choice(k_text, lengths.shape[0], (b,), p=lengths / jnp.sum(lengths))
+        t = jnp.floor(jax.random.uniform(k_pos, (b,)) * texts.length[i]).astype(jnp.int32)
+
+        def example(i: Array, t: Array) -> tuple[Array, Array]:
+            expert = t2a.expert_tags(texts, i)
+            tags = jnp.where(jnp.arange(self.width) < t, expert, t2a.UNTAGGED)
+            obs = t2a.observe(texts, t2a.Episode(i, t, tags), cols)
+            return obs, (expert[t] == t2a.SELECTED).astype(jnp.int32)
+
+        obs, label = jax.vmap(example)(i, t)
+        theta, opt = supervised_update(net, self.optimizer, s.theta, s.opt, obs, label)
+        stats = s.stats._replace(steps=s.stats.steps + b)
+        return FCNState(theta, opt, s.steps + 1, key, stats)
+
+
+def make_learner(config: TextConfig, features: Shapes,
+                 channel: Channel | None = None) -> _Learner:
+    cfg = config.resolved()
+    if cfg.mode == "fedrl":
+        return FedRLText(cfg, features, channel)
+    if cfg.mode.startswith("dqn"):
+        return TextDQN(cfg, features)
+    return TextFCN(cfg, features)

@@ -1,0 +1,139 @@
+"""`privrl run fedrl-text2action` and `privrl reproduce fedrl-text2action` (paper 002, Table 2)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from privrl.cli import parse_numbers, progress_bar, system_apps
+
+run_app, reproduce_app = system_apps()
+
+Data = Annotated[Path, typer.Option(
+    help="Directory holding win2k.json.gz, cooking.json.gz, wikihow.json.gz (read in place).")]
+Preset = Annotated[str, typer.Option(
+    help="paper (the paper's and authors' settings), cpu (fewer, batched updates), "
+    "wide-head / cpu-wide-head (improvement: a 64-unit shared MLP).")]
+Runs = Annotated[int | None, typer.Option(help="Runs per fold, vectorized (paper: 5).")]
+Folds = Annotated[str, typer.Option(help="Comma-separated test folds of the authors' 5.")]
+Epochs = Annotated[int | None, typer.Option(help="Override: epochs at most.")]
+StepsPerEpoch = Annotated[int | None, typer.Option(
+    help="Override: vector steps per epoch (default: one pass over the training words).")]
+Patience = Annotated[int | None, typer.Option(help="Override: early-stop patience.")]
+NumEnvs = Annotated[int | None, typer.Option(help="Override: texts stepped together.")]
+Targets = Annotated[str | None, typer.Option(
+    help="Target networks: copy (every target period: the paper) or frozen (never updated: "
+    "what the authors' code does for FedRL; a control for the DQN baselines).")]
+Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
+Out = Annotated[Path | None, typer.Option(
+    help="New or empty directory for the results. Default: runs/<name>-...")]
+
+
+def _overrides(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@run_app.command("fedrl-text2action")
+def run_text2action(
+    data: Data,
+    corpus: Annotated[str, typer.Option(help="win2k (WHS), cooking (CT) or wikihow (WHG).")]
+    = "win2k",
+    mode: Annotated[str, typer.Option(
+        help="fedrl | dqn-alpha | dqn-full | fcn-alpha | fcn-full.")] = "fedrl",
+    preset: Preset = "paper", folds: Folds = "0,1,2,3,4", runs: Runs = None,
+    noise_sigma: Annotated[float | None, typer.Option(
+        help="σ of the Gaussian noise on released Q outputs (paper: 1).")] = None,
+    bounded: Annotated[float | None, typer.Option(
+        help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
+        "paper's unbounded noise, which has NO formal ε.")] = None,
+    epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
+    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from privrl.envs import text2action as t2a
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.fedrl_text.algorithm import text_config
+    from privrl.systems.fedrl_text.local import run_cv, save
+    from privrl.systems.fedrl_text.reproduce import ReproConfig
+
+    check_out_dir(out)
+    cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
+                      noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
+                      steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
+                      targets=targets)
+    fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
+                           parse_numbers(folds, "--folds", int), preset).validate().folds
+    text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
+    err, console = Console(stderr=True), Console()
+    err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
+              f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} run(s) each")
+    with progress_bar(err, progress, "training", unit="") as (bar, task):
+        outs, refs = run_cv(cfg, text, fold_ids, progress=lambda m: bar.update(
+            task, description=m))
+    path = new_run_dir(out, f"{mode}-text2action-{corpus}")
+    summary = save(cfg, outs, refs, path, command=["privrl", *sys.argv[1:]])
+    t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} run(s))",
+              header_style="bold")
+    for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):
+        t.add_column(col, justify="right" if col != "variant" else "left")
+    rows = [(v, r) for v, r in summary["test"].items()]
+    rows += [(f"{k} (no learning)", r) for k, r in summary["reference_taggings"].items()]
+    for v, r in rows:
+        t.add_row(v, f"{100 * r['f1']:.2f}", f"{100 * r.get('precision', float('nan')):.2f}",
+                  f"{100 * r.get('recall', float('nan')):.2f}", f"{r['avg_reward']:.3f}")
+    console.print(t)
+    console.print(f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
+                  f"{summary['epochs_run']}")
+    console.print(f"Privacy: {summary['privacy']}")
+    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
+                  "privacy.json, summary.json)")
+
+
+@reproduce_app.command("fedrl-text2action")
+def reproduce_text2action(
+    data: Data,
+    corpora: Annotated[str, typer.Option(help="Comma-separated: win2k,cooking,wikihow.")]
+    = "win2k,cooking,wikihow",
+    models: Annotated[str, typer.Option(
+        help="Comma-separated: fcn-alpha,dqn-alpha,fedrl,fcn-full,dqn-full.")]
+    = "fcn-alpha,dqn-alpha,fedrl,fcn-full,dqn-full",
+    runs: Annotated[int, typer.Option(help="Runs per fold (the paper: 5).")] = 5,
+    folds: Folds = "0,1,2,3,4", preset: Preset = "paper",
+    epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
+    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
+    resume: Annotated[Path | None, typer.Option(
+        help="Continue an interrupted reproduction in this directory; finished settings are "
+        "kept.")] = None,
+) -> None:
+    """Paper 002's Table 2: 5-fold cross-validation on the authors' folds, ours beside the
+    paper's F1 and AvgRwd."""
+    from rich.console import Console
+
+    from privrl.config import ConfigError
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.fedrl_text.reproduce import ReproConfig, run_reproduction
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new run) or --resume (an old one)")
+    if resume is not None and not (resume / "sweep.json").is_file():
+        raise ConfigError("--resume", f"{resume} holds no reproduction (no sweep.json)")
+    check_out_dir(out)
+    over = _overrides(epochs=epochs, steps_per_epoch=steps_per_epoch, patience=patience,
+                      num_envs=num_envs, targets=targets)
+    cfg = ReproConfig(str(data), tuple(c.strip() for c in corpora.split(",")),
+                      tuple(m.strip() for m in models.split(",")), runs,
+                      parse_numbers(folds, "--folds", int), preset, tuple(over.items()),
+                      seed).validate()
+    err = Console(stderr=True)
+    path = resume if resume is not None else new_run_dir(out, "reproduce-fedrl-text2action")
+    err.print(f"[bold]Reproducing paper 002 Table 2[/] ({preset} preset) → {path}")
+    table = run_reproduction(cfg, path, log=lambda s: err.print(s))
+    Console().print((path / "table2.md").read_text())
+    err.print(f"Total wall time {table['wall_seconds']:.0f} s; results in [bold]{path}[/]")

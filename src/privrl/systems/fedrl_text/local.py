@@ -1,0 +1,256 @@
+"""The local runner for paper 002's Text2Action learners (FedRL and its baselines).
+
+One fold at a time (the authors' `act_5_fold_indices`: fold k is the test set, the other four
+the training texts, of which `valid_fraction` is held out for model selection). Per fold: word
+vectors are trained on the training texts only, the learner is built, runs are vmapped in one
+jitted program, training goes in epochs (a `lax.scan` of vector steps), after each epoch every
+run tags the validation texts greedily, the best epoch's parameters are kept per run and
+training stops once no run improved for `patience` epochs. The kept parameters then tag the
+test texts (each test variant of the learner).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from privrl.envs import text2action as t2a
+from privrl.runtime.output import write_json, write_run_config
+from privrl.systems.fedrl.local import Selection
+from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
+
+ProgressFn = Callable[[str], None]
+
+
+@dataclass
+class FoldData:
+    fold: int
+    train: t2a.Texts
+    valid: t2a.Texts
+    test: t2a.Texts
+    shapes: Shapes
+    info: dict[str, Any]
+
+
+def _n_valid(cfg: TextConfig, rest: int) -> int:
+    return max(1, round(cfg.valid_fraction * rest))
+
+
+def split_sizes(cfg: TextConfig, corpus: t2a.Corpus) -> tuple[int, int, int]:
+    """The largest (train, validation, test) sizes over the folds: every fold is padded to
+    them, so that one compiled program serves all folds."""
+    total = len(corpus.words)
+    sizes = [(total - len(f) - _n_valid(cfg, total - len(f)), _n_valid(cfg, total - len(f)),
+              len(f)) for f in corpus.folds]
+    return tuple(max(s[i] for s in sizes) for i in range(3))  # type: ignore[return-value]
+
+
+def fold_data(cfg: TextConfig, corpus: t2a.Corpus, fold: int) -> FoldData:
+    """Split fold `fold` (test) from the rest (train + validation), train its word vectors on
+    the training texts only and pack the three parts."""
+    test_idx = list(corpus.folds[fold])
+    rest = [i for k, f in enumerate(corpus.folds) if k != fold for i in f]
+    rng = np.random.default_rng([cfg.seed, fold])
+    rest = [rest[j] for j in rng.permutation(len(rest))]
+    n_valid = _n_valid(cfg, len(rest))
+    valid_idx, train_idx = sorted(rest[:n_valid]), sorted(rest[n_valid:])
+    pos_vocab = t2a.Vocab.build(corpus.pos)
+    word_vocab, table = t2a.train_word_vectors(t2a.sentences_of(corpus, train_idx),
+                                               cfg.word_dim, seed=cfg.seed + fold,
+                                               epochs=cfg.w2v_epochs)
+    width = t2a.width_for(corpus, cfg.max_words)
+    shapes = Shapes(width, len(pos_vocab), t2a.vocabulary_size(corpus))
+    vectors = np.zeros((shapes.num_words, cfg.word_dim), np.float32)
+    vectors[: len(table)] = table
+    parts = [t2a.fold_texts(corpus, idx, pos_vocab, word_vocab, width, vectors, count)
+             for idx, count in zip((train_idx, valid_idx, test_idx), split_sizes(cfg, corpus),
+                                   strict=True)]
+    test_words = [t2a.normalize(w) for i in test_idx for w in corpus.words[i]]
+    oov = sum(w not in word_vocab.index for w in test_words) / max(len(test_words), 1)
+    cut = sum(max(len(corpus.words[i]) - width, 0) for i in range(len(corpus.words)))
+    info = {"fold": fold, "train_texts": len(train_idx), "valid_texts": len(valid_idx),
+            "test_texts": len(test_idx), "width": width, "pos_vocab": len(pos_vocab),
+            "word_vocab": len(word_vocab), "test_oov_rate": oov,
+            "words_cut_beyond_width": cut, "test_index": test_idx, "valid_index": valid_idx}
+    return FoldData(fold, *parts, shapes, info)
+
+
+@dataclass
+class FoldOutput:
+    name: str
+    fold: int
+    info: dict[str, Any]
+    valid_f1: np.ndarray  # (runs, epochs)
+    train_return: np.ndarray  # (runs, epochs): mean return of training episodes (with ε)
+    best_epoch: np.ndarray  # (runs,)
+    test: dict[str, list[dict[str, Any]]]  # variant -> per run scores (F1, AvgRwd, counts)
+    privacy: dict[str, Any]
+    wall_seconds: float
+    compile_seconds: float
+    throughput: dict[str, float] = field(default_factory=dict)
+
+
+def steps_per_epoch(cfg: TextConfig, train: t2a.Texts) -> int:
+    """Vector steps per epoch: given, or one pass over the training words."""
+    if cfg.steps_per_epoch is not None:
+        return cfg.steps_per_epoch
+    return math.ceil(int(np.sum(np.asarray(train.length))) / cfg.num_envs)
+
+
+def _scores(texts: t2a.Texts, tags: Any, totals: Any) -> list[dict[str, Any]]:
+    return [t2a.scores(texts, np.asarray(tags)[r], float(np.asarray(totals)[r]))
+            for r in range(np.asarray(totals).shape[0])]
+
+
+class Program:
+    """A learner and its jitted, run-vmapped functions: built once per corpus and mode, so
+    that every fold reuses the compiled code (same shapes, the fold's data as arguments)."""
+
+    def __init__(self, cfg: TextConfig, shapes: Shapes, length: int) -> None:
+        # a replay memory larger than every transition of the run never fills: cap it
+        cap = min(cfg.buffer_size, cfg.epochs * length * cfg.num_envs)
+        self.config = replace(cfg, buffer_size=max(cap, cfg.batch_size))
+        self.length = length
+        self.algo = algo = make_learner(self.config, shapes)
+        self.init = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))
+        self.chunk = jax.jit(jax.vmap(lambda s, t: algo.train_chunk(s, t, length),
+                                      in_axes=(0, None)))
+        self.evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
+                                          in_axes=(0, 0, None))) for v in algo.variants}
+
+
+def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None,
+             program: Program | None = None) -> FoldOutput:
+    start = time.perf_counter()
+    length = steps_per_epoch(cfg, data.train)
+    if program is None or program.length != length:
+        program = Program(cfg, data.shapes, length)
+    cfg, algo, chunk, evals = program.config, program.algo, program.chunk, program.evals
+    runs = cfg.runs
+    train = data.train
+    select = evals[algo.variants[0]]
+    key = jax.random.key(cfg.seed * 1000 + data.fold)
+    k_init, k_eval, k_test = jax.random.split(key, 3)
+    state = program.init(jax.random.split(k_init, runs), train)
+    sel = Selection(algo.params(state), runs, cfg.patience)
+    va, tr = [], []
+    for epoch in range(1, cfg.epochs + 1):
+        t0 = time.perf_counter()
+        state = sel.train(epoch, chunk, state, train)
+        dt = time.perf_counter() - t0
+        st = state.stats
+        tr.append(np.asarray(st.return_sum) / np.maximum(np.asarray(st.episodes), 1))
+        tags, totals = select(algo.params(state), jax.random.split(
+            jax.random.fold_in(k_eval, epoch), runs), data.valid)
+        val = np.array([s["f1"] for s in _scores(data.valid, tags, totals)])
+        va.append(val)
+        stop = sel.record(epoch, val, algo.params(state))
+        if progress is not None:
+            progress(f"fold {data.fold} epoch {epoch}/{cfg.epochs}: validation F1 "
+                     + " ".join(f"{v:.3f}" for v in val) + f" ({dt:.0f} s)")
+        if stop:
+            break
+    best, best_epoch, times = sel.best, sel.best_epoch, sel.times
+    test = {}
+    for v, fn in evals.items():
+        tags, totals = fn(best, jax.random.split(k_test, runs), data.test)
+        test[v] = _scores(data.test, tags, totals)
+    epochs_run = len(va)
+    privacy = algo.privacy_record(epochs_run * length, epochs_run,
+                                  int(np.sum(data.valid.length)), int(np.sum(data.test.length)))
+    privacy["algorithm"] = algo.name
+    throughput: dict[str, float] = {}
+    if times:
+        t = float(np.median(times))
+        throughput = {"median_epoch_seconds": t, "updates_per_s": length * runs / t,
+                      "env_steps_per_s": length * runs * (
+                          cfg.batch_size if cfg.mode.startswith("fcn") else cfg.num_envs) / t}
+    info = {**data.info, "steps_per_epoch": length, "replay_capacity": cfg.buffer_size}
+    return FoldOutput(algo.name, data.fold, info, np.stack(va, 1), np.stack(tr, 1), best_epoch,
+                      test, privacy, time.perf_counter() - start, sel.compile_seconds,
+                      throughput)
+
+
+def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[str, Any]:
+    """Select-nothing and select-every-verb (POS VB*) taggings of the fold's test texts."""
+    idx = data.info["test_index"]
+    rows = data.test.count
+    verbs = np.zeros((rows, data.shapes.width), np.int32)
+    verbs[: len(idx)] = t2a.verb_tags(corpus, idx, data.shapes.width)
+    out = {}
+    for name, plan in (("select-nothing", np.full_like(verbs, t2a.NEGLECTED)),
+                       ("select-every-verb", verbs)):
+        tags, total = jax.jit(lambda p: t2a.play(spec, data.test, p))(plan)
+        out[name] = t2a.scores(data.test, np.asarray(tags), float(total))
+    return out
+
+
+def summarize(cfg: TextConfig, folds: list[FoldOutput], reference: list[dict[str, Any]]
+              ) -> dict[str, Any]:
+    """Cross-validation: per run, the mean over folds of the fold's F1 / AvgRwd (as the
+    authors' avg_f1), then the mean over runs."""
+    variants = list(folds[0].test)
+    test = {}
+    for v in variants:
+        per_run = {m: np.mean([[s[m] for s in f.test[v]] for f in folds], 0)
+                   for m in ("f1", "precision", "recall", "avg_reward")}
+        test[v] = {"f1": float(np.mean(per_run["f1"])),
+                   "precision": float(np.mean(per_run["precision"])),
+                   "recall": float(np.mean(per_run["recall"])),
+                   "avg_reward": float(np.mean(per_run["avg_reward"])),
+                   "per_run_f1": per_run["f1"].tolist(),
+                   "per_fold_f1": [float(np.mean([s["f1"] for s in f.test[v]])) for f in folds]}
+    ref = {name: {m: float(np.mean([r[name][m] for r in reference]))
+                  for m in ("f1", "avg_reward")} for name in reference[0]} if reference else {}
+    return {
+        "algorithm": folds[0].name, "corpus": cfg.corpus, "paper_name": t2a.CORPORA[cfg.corpus],
+        "runs": cfg.runs, "folds": [f.fold for f in folds], "test": test,
+        "reference_taggings": ref,
+        "epochs_run": [int(f.valid_f1.shape[1]) for f in folds],
+        "best_epoch": [f.best_epoch.tolist() for f in folds],
+        "fold_info": [{k: v for k, v in f.info.items() if not k.endswith("_index")}
+                      for f in folds],
+        "privacy": folds[0].privacy.get("statement"),
+        "wall_seconds": float(sum(f.wall_seconds for f in folds)),
+        "compile_seconds": float(sum(f.compile_seconds for f in folds)),
+        "throughput": folds[-1].throughput,
+    }
+
+
+def run_cv(cfg: TextConfig, corpus: t2a.Corpus, folds: tuple[int, ...],
+           progress: ProgressFn | None = None) -> tuple[list[FoldOutput], list[dict[str, Any]]]:
+    outs, refs = [], []
+    program = None
+    for k in folds:
+        data = fold_data(cfg, corpus, k)
+        refs.append(baselines(corpus, data, cfg.reward_spec()))
+        if program is None or program.length != steps_per_epoch(cfg, data.train):
+            program = Program(cfg, data.shapes, steps_per_epoch(cfg, data.train))
+        outs.append(run_fold(cfg, data, progress, program))
+    return outs, refs
+
+
+def save(cfg: TextConfig, folds: list[FoldOutput], refs: list[dict[str, Any]], path: Path,
+         command: list[str] | None = None) -> dict[str, Any]:
+    """config.json, metrics.csv (per fold, run and epoch), privacy.json, summary.json."""
+    write_run_config(path, folds[0].name, asdict(cfg), cfg.seed, command,
+                     folds=[{k: v for k, v in f.info.items()} for f in folds])
+    with open(path / "metrics.csv", "w") as f:
+        f.write("fold,run,epoch,train_avg_return,valid_f1\n")
+        for fo in folds:
+            for r in range(fo.valid_f1.shape[0]):
+                for e in range(fo.valid_f1.shape[1]):
+                    f.write(f"{fo.fold},{r},{e + 1},{fo.train_return[r, e]:.3f},"
+                            f"{fo.valid_f1[r, e]:.4f}\n")
+    write_json(path / "privacy.json", {f"fold{fo.fold}": fo.privacy for fo in folds})
+    summary = summarize(cfg, folds, refs)
+    summary["per_fold_test"] = {f"fold{fo.fold}": fo.test for fo in folds}
+    write_json(path / "summary.json", summary)
+    return summary

@@ -1,0 +1,324 @@
+"""PGC-A3C: locally private distributed A3C (Ono & Takahashi, paper 000), read top to bottom.
+
+The Private Gradient Collection loop, for each trial:
+
+1. the aggregator hands the current θ to P agents (the paper's 9 asynchronous threads);
+2. each agent is a new private environment (CartPole with its own gravity ψ ∈ {9.7, 9.8, 9.9}):
+   it plays one episode with θ, computes the gradient of the A3C loss (eq. 15-18) ...
+3. ... and randomizes it with the mechanism (Laplace or PRS), producing a `Report`;
+4. the aggregator applies the P reports in turn through its buffer (eq. 22).
+
+Model of A3C's asynchrony: the P agents of a round start from the same snapshot of θ and their
+reports are applied one after another, so the k-th report of a round was computed from a θ that
+is k-1 updates stale (with |B| = 1), as a thread of A3C that read θ before its peers wrote.
+
+Everything per round is one jitted function; rounds are chained with `lax.scan`, trials with
+`vmap` (and sharded over host devices by the runner). Agent-side (rollout, loss, mechanism) and
+aggregator-side (`BufferedAggregator.receive`) meet only through the `Report` pytree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.config import ConfigError, config_from_preset
+from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
+from privrl.envs.rollout import Trajectory, rollout_episodes
+from privrl.federation.aggregator import AggregatorState, BufferedAggregator
+from privrl.losses import a2c_loss, discounted_returns
+from privrl.nets.flat import FlatModel, actor_critic
+from privrl.privacy.mechanisms import (
+    IdentityMechanism,
+    LaplaceMechanism,
+    Mechanism,
+    ProjectedRandomSignMechanism,
+)
+
+MECHANISMS = ("laplace", "prs", "none")
+REWARDS = ("step", "failure")
+ACTIONS = ("argmax", "sample")
+SERVER_OPTIMIZERS = ("sgd", "adam")
+# Presets. "paper" follows paper 000 section 4 exactly (the dataclass defaults). "tuned" is
+# our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): a reward the
+# bias-having critic can fit, on-policy sampled actions, standardized advantages, and Adam at
+# the aggregator (post-processing, so the guarantee is unchanged).
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "tuned": {
+        "reward": "failure",
+        "action_selection": "sample",
+        "use_bias": True,
+        "normalize_advantage": True,
+        "server_optimizer": "adam",
+        "learning_rate": 0.01,
+        "explore_start": 0.0,
+        "gamma": 0.95,
+        "hidden": 8,
+        "value_coef": 0.1,
+    },
+}
+# Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
+# Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
+MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
+    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "none": (0.01, 1)},
+    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "none": (0.01, 10)},
+}
+
+
+@dataclass(frozen=True)
+class PGCA3CConfig:
+    """Every hyperparameter of a PGC-A3C run. Defaults follow the paper (section 4).
+
+    `epsilon` is each agent's total budget; with `submissions_per_agent` T > 1 every report uses
+    ε/T (paper 3.2.1). `clip` and `buffer_size` left as None take the preset's value for the
+    mechanism (`MECHANISM_DEFAULTS`); `d_hat` None is the paper's ⌊ε/2.5⌋ rule. Build a
+    non-paper preset with `PGCA3CConfig.from_preset("tuned", ...)`.
+    """
+
+    preset: str = "paper"
+    mechanism: str = "laplace"
+    epsilon: float | None = 5.0
+    clip: float | None = None
+    buffer_size: int | None = None
+    d_hat: int | None = None
+    submissions_per_agent: int = 1
+    parallel_agents: int = 9
+    submissions: int = 90_000
+    trials: int = 1
+    seed: int = 0
+    learning_rate: float = 0.5  # η, aggregator SGD
+    gamma: float = 0.99
+    value_coef: float = 0.5  # λ
+    entropy_coef: float = 0.01  # β
+    explore_start: float = 0.5  # α = max(0, explore_start - n / explore_decay)
+    explore_decay: float = 1800.0
+    hidden: int = 16
+    max_episode_steps: int = 200
+    gravities: tuple[float, ...] = (9.7, 9.8, 9.9)
+    target_score: float = 195.0  # Θ
+    score_window: int = 10  # m
+    # Departures from the paper (all off in the paper preset; see PRESETS):
+    reward: str = "step"  # "step": +1 per step (paper); "failure": 0 per step, -1 on a fall
+    action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
+    use_bias: bool = False  # paper: no biases (d = 112)
+    normalize_advantage: bool = False  # standardize A within each episode
+    server_optimizer: str = "sgd"  # aggregator optimizer on the mean report (paper: SGD)
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> PGCA3CConfig:
+        """The preset's settings, then `overrides` (None values are ignored)."""
+        return config_from_preset(cls, PRESETS, preset, **overrides)
+
+    def resolved(self) -> PGCA3CConfig:
+        """Fill in the preset's per-mechanism defaults and validate everything."""
+        cfg = self
+        if cfg.preset not in PRESETS:
+            raise ConfigError("--preset", f"unknown preset {cfg.preset!r}; "
+                                          f"choose one of {', '.join(PRESETS)}")
+        if cfg.mechanism not in MECHANISMS:
+            raise ConfigError("--mechanism", f"unknown mechanism {cfg.mechanism!r}; "
+                                             f"choose one of {', '.join(MECHANISMS)}")
+        if cfg.mechanism == "none":
+            cfg = replace(cfg, epsilon=math.inf)
+        clip, buffer = MECHANISM_DEFAULTS[cfg.preset][cfg.mechanism]
+        cfg = replace(cfg, clip=clip if cfg.clip is None else cfg.clip,
+                      buffer_size=buffer if cfg.buffer_size is None else cfg.buffer_size)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        def positive(name: str, value: float, option: str, finite: bool = True) -> None:
+            bad = value is None or math.isnan(value) or value <= 0
+            if bad or (finite and math.isinf(value)):
+                raise ConfigError(option, f"{name} must be {'finite and ' if finite else ''}"
+                                          f"> 0, got {value}")
+
+        def at_least(value: int, low: int, option: str) -> None:
+            if isinstance(value, bool) or int(value) != value or value < low:
+                raise ConfigError(option, f"must be an integer >= {low}, got {value}")
+
+        if self.mechanism != "none":
+            positive("ε", self.epsilon, "--epsilon")
+        positive("the clip C", self.clip, "--clip")
+        if self.d_hat is not None:
+            if self.mechanism != "prs":
+                raise ConfigError("--d-hat", "only the prs mechanism takes d_hat")
+            at_least(self.d_hat, 1, "--d-hat")
+        at_least(self.trials, 1, "--trials")
+        at_least(self.submissions, 1, "--submissions")
+        at_least(self.parallel_agents, 1, "--parallel-agents")
+        at_least(self.buffer_size, 1, "--buffer")
+        at_least(self.submissions_per_agent, 1, "--submissions-per-agent")
+        at_least(self.seed, 0, "--seed")
+        at_least(self.max_episode_steps, 1, "max_episode_steps")
+        at_least(self.score_window, 1, "score_window")
+        positive("η", self.learning_rate, "learning_rate")
+        positive("explore_decay", self.explore_decay, "explore_decay")
+        if not 0 < self.gamma <= 1:
+            raise ConfigError("gamma", f"must be in (0, 1], got {self.gamma}")
+        for name, value, allowed in [("reward", self.reward, REWARDS),
+                                     ("action_selection", self.action_selection, ACTIONS),
+                                     ("server_optimizer", self.server_optimizer,
+                                      SERVER_OPTIMIZERS)]:
+            if value not in allowed:
+                raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {value!r}")
+        if not 0 <= self.explore_start <= 1:
+            raise ConfigError("explore_start", f"must be in [0, 1], got {self.explore_start}")
+        CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.epsilon is not None and math.isinf(self.epsilon):
+            d["epsilon"] = "inf"  # strict JSON has no infinity
+        return d
+
+
+class TrialState(NamedTuple):
+    """Everything one trial carries from round to round."""
+
+    agg: AggregatorState
+    submitted: Array  # submissions so far (n)
+    key: Array  # the trial's root key (never split in place: rounds fold in their index)
+    retired: Array  # bool: the runner stopped this trial (its agents no longer run or submit)
+
+
+class PGCA3C:
+    """The algorithm for one resolved config: `init(key)` and `run_rounds(state, num_rounds)`."""
+
+    def __init__(self, config: PGCA3CConfig) -> None:
+        self.config = cfg = config.resolved()
+        self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
+        self.env, self.env_params = make_cartpole(self.spec)
+        self.model: FlatModel = actor_critic(cfg.hidden, 2, 4, cfg.use_bias)
+        self.dim = self.model.dim
+        self.mechanism = make_mechanism(cfg, self.dim)
+        optimizer = {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer]
+        self.aggregator = BufferedAggregator(
+            self.dim, cfg.buffer_size, cfg.learning_rate, optimizer(cfg.learning_rate)
+        )
+
+    # --- setup ---------------------------------------------------------------------------
+    def init(self, key: Array) -> TrialState:
+        k_theta, k_run = jax.random.split(key)
+        agg = self.aggregator.init(self.model.init(k_theta))
+        return TrialState(agg, jnp.zeros((), jnp.int32), k_run, jnp.zeros((), bool))
+
+    # --- agent side ----------------------------------------------------------------------
+    def exploration(self, submitted: Array) -> Array:
+        """α = max(0, 0.5 − n/1800), n = submissions so far."""
+        cfg = self.config
+        return jnp.maximum(0.0, cfg.explore_start - submitted / cfg.explore_decay)
+
+    def act(self, theta: Array, alpha: Array, key: Array, obs: Array) -> Array:
+        """argmax π(·|s; θ) (or a sample of π) with probability 1 − α, else a random action."""
+        logits, _ = self.model.apply(theta, obs)
+        k_explore, k_random, k_pi = jax.random.split(key, 3)
+        explore = jax.random.uniform(k_explore, obs.shape[:1]) < alpha
+        random_action = jax.random.randint(k_random, obs.shape[:1], 0, logits.shape[-1])
+        if self.config.action_selection == "sample":
+            policy_action = jax.random.categorical(k_pi, logits)
+        else:
+            policy_action = jnp.argmax(logits, axis=-1)
+        return jnp.where(explore, random_action, policy_action).astype(jnp.int32)
+
+    def episode_loss(self, theta: Array, traj: Trajectory) -> Array:
+        """The empirical A3C loss of one agent's episode (time-major traj, no agent axis)."""
+        cfg = self.config
+        logits, values = self.model.apply(theta, traj.obs)
+        _, final_value = self.model.apply(theta, traj.final_obs)
+        bootstrap = jnp.where(traj.terminated, 0.0, jax.lax.stop_gradient(final_value))
+        returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
+        loss, _ = a2c_loss(logits, values, traj.actions, returns, traj.mask,
+                           cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage)
+        return loss
+
+    def rewards(self, traj: Trajectory) -> Array:
+        """Per-step rewards of one episode, built from the mask and the termination flag.
+
+        "step" (paper): +1 for every step the pole stayed up, so the return counts steps.
+        "failure": 0 per step and −1 on the step where the pole fell (not at the step cap).
+        """
+        if self.config.reward == "step":
+            return traj.mask
+        last = jnp.arange(traj.mask.shape[0]) == traj.length - 1
+        return jnp.where(last & traj.terminated, -1.0, 0.0) * traj.mask
+
+    def agent_reports(
+        self,
+        theta: Array,
+        submitted: Array,
+        key: Array,
+        env_key: Array,
+        agent_ids: Array,
+        active: Array,
+    ) -> tuple[Any, Array]:
+        """P agents play one episode each from θ; returns their Reports and scores (P,)."""
+        cfg = self.config
+        p = cfg.parallel_agents
+        k_roll, k_mech = jax.random.split(key)
+        gravity = jax.vmap(agent_gravity, (None, 0, None))(env_key, agent_ids, cfg.gravities)
+        params = jax.vmap(lambda g: self.env_params.replace(gravity=g))(gravity)
+        alpha = self.exploration(submitted)
+        policy = lambda k, obs: self.act(theta, alpha, k, obs)  # noqa: E731
+        traj = rollout_episodes(
+            self.env, params, policy, k_roll, p, cfg.max_episode_steps, active
+        )
+        per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
+            obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T
+        )
+        grads = jax.vmap(jax.grad(self.episode_loss), (None, 0))(theta, per_agent)
+        reports = jax.vmap(self.mechanism.privatize)(jax.random.split(k_mech, p), grads)
+        return reports, traj.length
+
+    # --- one round, then many ------------------------------------------------------------
+    def round(self, state: TrialState, env_key: Array) -> tuple[TrialState, Array]:
+        cfg = self.config
+        p = cfg.parallel_agents
+        n = state.submitted
+        index = n + jnp.arange(p, dtype=jnp.int32)
+        # The last round may be partial; a retired trial's agents do nothing.
+        active = (index < cfg.submissions) & ~state.retired
+        round_key = jax.random.fold_in(state.key, n // p)
+        agent_ids = index // cfg.submissions_per_agent
+        reports, scores = self.agent_reports(
+            state.agg.theta, n, round_key, env_key, agent_ids, active
+        )
+
+        def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
+            report, live = item
+            new = self.aggregator.receive(agg, report)
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
+
+        agg, _ = jax.lax.scan(apply, state.agg, (reports, active))
+        submitted = n + jnp.sum(active, dtype=jnp.int32)
+        return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
+
+    def run_rounds(self, state: TrialState, num_rounds: int) -> tuple[TrialState, Array]:
+        """`num_rounds` rounds of one trial; scores (num_rounds * P,), -1 past the cap."""
+        env_key = jax.random.fold_in(state.key, 0x5EED)
+
+        def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
+            return self.round(s, env_key)
+
+        state, scores = jax.lax.scan(body, state, None, length=num_rounds)
+        return state, scores.reshape(-1)
+
+
+def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
+    """The per-report mechanism: the agent's budget ε split over its T submissions."""
+    if cfg.mechanism == "none":
+        return IdentityMechanism(cfg.clip)
+    eps = cfg.epsilon / cfg.submissions_per_agent
+    if cfg.mechanism == "laplace":
+        return LaplaceMechanism(eps, cfg.clip)
+    try:
+        return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
+    except ValueError as e:
+        raise ConfigError("--d-hat", str(e)) from None

@@ -1,0 +1,225 @@
+"""The local runner: all trials of a run in one jitted program, sharded over host devices.
+
+Rounds are run in chunks (a jitted `lax.scan` of rounds per chunk) so that the host can show
+progress, charge the privacy ledger before each chunk releases anything, and collect scores.
+Trials are independent, so they are split over the host's XLA devices with `shard_map`
+(one device per core; see privrl.runtime.devices).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from privrl.privacy.ledger import PrivacyLedger
+from privrl.runtime.output import write_json, write_run_config
+from privrl.runtime.sharding import shard_vmap, trial_devices
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+from privrl.systems.pgc_a3c.metrics import (
+    first_success_time,
+    median_fst,
+    plot_scores,
+    success_ratio_curve,
+    write_metrics_csv,
+)
+
+ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
+
+
+@dataclass
+class RunOutput:
+    config: PGCA3CConfig
+    scores: np.ndarray  # (trials, submissions) int32: every submission's score; -1: none made
+    submitted: np.ndarray  # (trials,) submissions each trial made (< cap if retired)
+    ledger: PrivacyLedger
+    mechanism: dict[str, Any]
+    wall_seconds: float
+    compile_seconds: float
+    devices: int
+    agents_per_trial: int
+
+
+def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
+    """Rounds per jitted chunk: about 20k episodes, so progress updates every second or so."""
+    per_round = max(1, parallel_agents * trials)
+    return int(min(total_rounds, max(10, 20_000 // per_round)))
+
+
+class ShardedTrials:
+    """`trials` independent trials of `algo`, vmapped and split over host devices.
+
+    `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call and
+    returns (state, scores) with scores of shape (trials, chunk * P), -1 where no agent
+    submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
+    they cost no environment steps. Trials are padded to a multiple of the device count with
+    retired dummies, which are dropped from the outputs.
+    """
+
+    def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None):
+        self.devices = n_dev = trial_devices(trials, devices)
+        self.trials = trials
+        self.padded = math.ceil(trials / n_dev) * n_dev
+
+        def advance(state: Any, retired: jax.Array) -> Any:
+            return algo.run_rounds(state._replace(retired=retired), chunk)
+
+        self._run = jax.jit(shard_vmap(advance, n_dev))
+        self._init = jax.jit(shard_vmap(algo.init, n_dev))
+
+    def init(self, key: jax.Array) -> Any:
+        return self._init(jax.random.split(key, self.padded))
+
+    def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
+        mask = np.ones(self.padded, bool)
+        mask[: self.trials] = False if retired is None else retired
+        state, scores = self._run(state, mask)
+        return state, np.asarray(scores)[: self.trials]
+
+
+def run_pgc_a3c(
+    config: PGCA3CConfig,
+    progress: ProgressFn | None = None,
+    devices: int | None = None,
+    retire_on_success: bool = False,
+    chunk_rounds: int | None = None,
+) -> RunOutput:
+    """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
+
+    With `retire_on_success`, a trial stops once its FST is known (checked between chunks):
+    its later agents never run, submit or spend privacy, and their scores are -1.
+    `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
+    """
+    algo = PGCA3C(config)
+    cfg = algo.config
+    p, n_sub, t_per_agent = cfg.parallel_agents, cfg.submissions, cfg.submissions_per_agent
+    agents_per_trial = math.ceil(n_sub / t_per_agent)
+    total_rounds = math.ceil(n_sub / p)
+
+    chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
+    runner = ShardedTrials(algo, cfg.trials, chunk, devices)
+    state = runner.init(jax.random.key(cfg.seed))
+
+    ledger = PrivacyLedger(epsilon_budget=cfg.epsilon)
+    guarantee = algo.mechanism.guarantee
+    retired = np.zeros(cfg.trials, bool)
+    scores = np.full((cfg.trials, total_rounds * p), -1, np.int32)
+    start = time.perf_counter()
+    compile_s = 0.0
+    done_rounds = 0
+    while done_rounds < total_rounds and not retired.all():
+        lo, hi = done_rounds * p, min((done_rounds + chunk) * p, n_sub)
+        # Charge before release: every agent of a running trial that submits in this chunk.
+        agents, counts = np.unique(np.arange(lo, hi) // t_per_agent, return_counts=True)
+        live = np.flatnonzero(~retired).astype(np.int64)
+        ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
+        ledger.charge(ids, guarantee, np.tile(counts, live.size))
+        t0 = time.perf_counter()
+        state, chunk_scores = runner.run_chunk(state, retired)
+        if done_rounds == 0:
+            compile_s = time.perf_counter() - t0
+        width = min(chunk, total_rounds - done_rounds) * p
+        scores[:, lo : lo + width] = chunk_scores[:, :width]
+        done_rounds += chunk
+        if retire_on_success:
+            filled = min(done_rounds * p, n_sub)
+            fst = first_success_time(scores[:, :filled], cfg.target_score, cfg.score_window)
+            retired |= np.isfinite(fst)
+        if progress is not None:
+            progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
+    submitted = np.asarray(state.submitted)[: cfg.trials]
+    if not np.all(submitted[~retired] == n_sub):
+        raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
+    if ledger.num_reports != int(submitted.sum()):
+        raise RuntimeError("internal error: the ledger and the submissions disagree")
+    return RunOutput(
+        config=cfg,
+        scores=scores[:, :n_sub],
+        submitted=submitted,
+        ledger=ledger,
+        mechanism=algo.mechanism.describe(),
+        wall_seconds=time.perf_counter() - start,
+        compile_seconds=compile_s,
+        devices=runner.devices,
+        agents_per_trial=agents_per_trial,
+    )
+
+
+# --- what a run reports ----------------------------------------------------------------------
+def summarize(out: RunOutput) -> dict[str, Any]:
+    """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
+    cfg = out.config
+    fst = first_success_time(out.scores, cfg.target_score, cfg.score_window)
+    curve = success_ratio_curve(fst, cfg.submissions)
+    tail = max(1, cfg.submissions // 10)
+    private = out.ledger.summary()["formal_guarantee"]
+    return {
+        "algorithm": "pgc-a3c",
+        "preset": cfg.preset,
+        "mechanism": cfg.mechanism,
+        "epsilon": cfg.epsilon,
+        "privacy": (f"ε-LDP per agent, ε = {cfg.epsilon:g}" if private
+                    else "NONE: non-private baseline (ε = ∞), no privacy guarantee"),
+        "trials": cfg.trials,
+        "submissions": cfg.submissions,
+        "median_fst": median_fst(fst),
+        "success_ratio": float(np.mean(np.isfinite(fst))),
+        "fst": [int(f) if np.isfinite(f) else None for f in fst],
+        "success_ratio_auc": float(curve.mean()),
+        "mean_score": float(out.scores[out.scores >= 0].mean()),
+        "final_mean_score": float(np.mean([out.scores[k, max(0, n - tail):n].mean()
+                                           for k, n in enumerate(out.submitted)])),
+        "final_window": tail,
+        "wall_seconds": round(out.wall_seconds, 2),
+        "compile_seconds": round(out.compile_seconds, 2),
+        "episodes_per_second": round(int(out.submitted.sum()) / max(out.wall_seconds, 1e-9), 1),
+        "submitted_per_trial": [int(n) for n in out.submitted],
+        "devices": out.devices,
+    }
+
+
+def privacy_record(out: RunOutput) -> dict[str, Any]:
+    """privacy.json: the mechanism, its parameters, and the ledger's per-agent composition."""
+    cfg = out.config
+    ledger = out.ledger.summary()
+    if ledger["formal_guarantee"]:
+        statement = (
+            f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP "
+            f"({cfg.submissions_per_agent} report(s) of ε = "
+            f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition); "
+            "the aggregator's updates are post-processing of the reports."
+        )
+    else:
+        statement = "NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients released."
+    return {
+        "statement": statement,
+        "mechanism": out.mechanism,
+        "submissions_per_agent": cfg.submissions_per_agent,
+        "epsilon_per_agent": cfg.epsilon,
+        "epsilon_per_report": cfg.epsilon / cfg.submissions_per_agent,
+        "agents_per_trial": out.agents_per_trial,
+        "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
+        "ledger": ledger,
+    }
+
+
+def save(out: RunOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+    """Write config.json, metrics.csv, privacy.json, summary.json and plots/scores.png."""
+    cfg = out.config
+    summary = summarize(out)
+    write_run_config(path, "pgc-a3c", cfg.to_dict(), cfg.seed, command, devices=out.devices)
+    write_metrics_csv(path / "metrics.csv", out.scores, out.submitted, cfg.score_window)
+    write_json(path / "privacy.json", privacy_record(out))
+    write_json(path / "summary.json", summary)
+    eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
+    plot_scores(path / "plots" / "scores.png", out.scores, out.submitted, cfg.score_window,
+                f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
+                f"|B| = {cfg.buffer_size}",
+                cfg.target_score)
+    return summary

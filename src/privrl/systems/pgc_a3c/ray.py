@@ -1,0 +1,205 @@
+"""PGC-A3C on Ray: agents and the aggregator as Ray actors, really asynchronous, fault-tolerant.
+
+Each agent actor receives the current θ, plays one episode in its own private environment,
+computes and randomizes its gradient inside its own process (the raw gradient never leaves it),
+and returns only a `Submission` (agent id, submission index, Report). The aggregator actor wraps
+`privrl.federation.AggregatorService`: it validates, deduplicates, charges the ledger, logs and
+applies reports as they arrive, and checkpoints. The functions are the local runner's:
+`PGCA3C.agent_reports` on the agent side (with one agent), `BufferedAggregator.submit` on the
+aggregator side; only the transport differs.
+
+Fault tolerance: actors are created with unlimited restarts and task retries. A retried agent
+task recomputes the same report (its keys derive from the seed, agent id and index), so the
+aggregator's at-most-once rule turns retries and duplicates into logged rejections: nothing is
+applied or charged twice. A restarted aggregator restores its last checkpoint and re-applies the
+report log after it. An agent that dies before submitting has spent nothing.
+
+Ray is an optional extra (`pip install 'privrl[ray]'`); this module imports it lazily.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from privrl.federation.service import (
+    SETUP,
+    AggregatorService,
+    AggregatorSpec,
+    Submission,
+    Verdict,
+)
+from privrl.privacy.ledger import PrivacyLedger
+from privrl.runtime.ray import require_ray, start_ray
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+
+
+# --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
+class AggregatorActor:
+    """The aggregator side: an AggregatorService, restored from its directory after a crash."""
+
+    def __init__(self, spec: AggregatorSpec, theta0: np.ndarray, num_agents: int,
+                 ledger: PrivacyLedger, guarantee: Any, directory: str,
+                 checkpoint_every: int) -> None:
+        if (Path(directory) / SETUP).exists():
+            self.svc = AggregatorService.restore(directory)
+        else:
+            self.svc = AggregatorService(spec, theta0, num_agents, ledger, guarantee, directory,
+                                         checkpoint_every)
+
+    def submit(self, sub: Submission) -> Verdict:
+        return self.svc.submit(sub)
+
+    def submit_many(self, subs: list[Submission]) -> list[Verdict]:
+        return self.svc.submit_many(subs)
+
+    def theta(self) -> np.ndarray:
+        return self.svc.theta()
+
+    def status(self) -> dict[str, Any]:
+        return self.svc.status()
+
+    def ledger(self) -> PrivacyLedger:
+        return self.svc.ledger
+
+    def close(self) -> dict[str, Any]:
+        self.svc.close()
+        return self.svc.status()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class AgentActor:
+    """The agent side: one private environment per episode, randomized inside this process."""
+
+    def __init__(self, config: PGCA3CConfig) -> None:
+        self.algo = PGCA3C(replace(config, parallel_agents=1, trials=1))
+        root = self.algo.init(jax.random.key(config.seed))
+        self.key = root.key
+        self.env_key = jax.random.fold_in(root.key, 0x5EED)
+        self._run = jax.jit(self._one)
+
+    def _one(self, theta: jax.Array, agent_id: jax.Array, index: jax.Array,
+             submitted: jax.Array) -> tuple[Any, jax.Array]:
+        key = jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
+        reports, scores = self.algo.agent_reports(
+            theta, submitted, key, self.env_key, agent_id[None], jnp.ones((1,), bool))
+        return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
+
+    def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
+            ) -> tuple[Submission, int]:
+        report, score = self._run(jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index),
+                                  jnp.int32(submitted))
+        return Submission(int(agent_id), int(index), report), int(score)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@dataclass
+class RayRunOutput:
+    config: PGCA3CConfig
+    scores: np.ndarray  # (1, submissions): each submission's episode score
+    theta: np.ndarray
+    status: dict[str, Any]
+    ledger: PrivacyLedger
+    directory: Path
+    wall_seconds: float
+    agents_in_flight: int
+    cluster: dict[str, Any]
+
+
+EventHook = Callable[[str, dict[str, Any]], None]
+
+
+def run_pgc_a3c_ray(
+    config: PGCA3CConfig,
+    directory: Path,
+    address: str | None = None,
+    agents_in_flight: int | None = None,
+    checkpoint_every: int = 100,
+    progress: Callable[[int, int], None] | None = None,
+    on_event: EventHook | None = None,
+) -> RayRunOutput:
+    """One PGC-A3C trial with agents and the aggregator as Ray actors.
+
+    Without `address` a local Ray cluster sized to this machine is started; with one (e.g.
+    "auto" or "HOST:PORT") the run joins that cluster. `on_event("accepted", info)` is called
+    after each accepted submission with the actor handles (tests use it to inject faults).
+    """
+    ray = require_ray()
+    cfg = PGCA3CConfig(**{**config.__dict__, "trials": 1}).resolved()
+    algo = PGCA3C(cfg)
+    p = agents_in_flight or cfg.parallel_agents
+    total, per_agent = cfg.submissions, cfg.submissions_per_agent
+    num_agents = math.ceil(total / per_agent)
+    theta0 = np.asarray(algo.init(jax.random.key(cfg.seed)).agg.theta)
+    spec = AggregatorSpec(algo.dim, cfg.buffer_size, cfg.server_optimizer, cfg.learning_rate)
+
+    started_here, cluster = start_ray(ray, address)
+    start = time.perf_counter()
+    try:
+        agg_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AggregatorActor)
+        agent_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AgentActor)
+        agg = agg_cls.remote(spec, theta0, num_agents, PrivacyLedger(cfg.epsilon),
+                             algo.mechanism.guarantee, str(directory), checkpoint_every)
+        agents = [agent_cls.remote(cfg) for _ in range(min(p, total))]
+        scores = np.full(total, -1, np.int32)
+        pending: dict[Any, tuple[int, int]] = {}
+        next_n = 0
+
+        def launch(slot: int) -> None:
+            nonlocal next_n
+            n = next_n
+            next_n += 1
+            ref = agents[slot].run.remote(agg.theta.remote(), n // per_agent, n % per_agent, n)
+            pending[ref] = (slot, n)
+
+        for slot in range(len(agents)):
+            launch(slot)
+        done_count = 0
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            slot, n = pending.pop(ref)
+            sub, score = ray.get(ref)
+            verdict = ray.get(agg.submit.remote(sub))
+            scores[n] = score
+            done_count += 1
+            if on_event is not None and verdict.accepted:
+                on_event("accepted", {"n": n, "done": done_count, "agents": agents,
+                                      "aggregator": agg, "slot": slot})
+            if next_n < total:
+                launch(slot)
+            if progress is not None:
+                progress(done_count, total)
+        status = ray.get(agg.close.remote())
+        theta = ray.get(agg.theta.remote())
+        ledger = ray.get(agg.ledger.remote())
+    finally:
+        if started_here:
+            ray.shutdown()
+    return RayRunOutput(cfg, scores[None, :], np.asarray(theta), status, ledger,
+                        Path(directory), time.perf_counter() - start, len(agents), cluster)
+
+
+def as_run_output(out: RayRunOutput) -> Any:
+    """The local runner's RunOutput for the same results, so both write the same files."""
+    from privrl.systems.pgc_a3c.local import RunOutput
+
+    algo = PGCA3C(out.config)
+    return RunOutput(config=out.config, scores=out.scores,
+                     submitted=np.array([int((out.scores >= 0).sum())]), ledger=out.ledger,
+                     mechanism=algo.mechanism.describe(), wall_seconds=out.wall_seconds,
+                     compile_seconds=0.0, devices=out.agents_in_flight,
+                     agents_per_trial=math.ceil(out.config.submissions
+                                                / out.config.submissions_per_agent))

@@ -1,0 +1,271 @@
+"""`privrl reproduce pgc-a3c`: paper 000's sweep (Tables 1-3, Figures 2-3) beside the paper.
+
+Settings: Laplace (paper: |B| = 1, C = 0.01) and PRS (|B| = 100, C = 1) at ε ∈ {1, 2, 5, 10},
+plus the non-private run (ε = ∞), K trials each, capped at N submissions. Every setting runs
+all its trials in one jitted, sharded program (privrl.systems.pgc_a3c.local); a trial retires
+once its FST is known, so finished trials cost nothing. Each finished setting is written
+atomically to `settings/<name>/`, so an interrupted sweep resumes without redoing finished settings.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privrl.runtime.output import json_safe, open_sweep, run_setting, write_json
+from privrl.systems.pgc_a3c.algorithm import ConfigError, PGCA3CConfig
+from privrl.systems.pgc_a3c.metrics import (
+    first_success_time,
+    held_moving_average,
+    median_fst,
+    relative_auc,
+    success_ratio_curve,
+)
+
+# Paper 000, Tables 1-3 (K = 20 trials, cap 90,000 submissions).
+PAPER_EPSILONS = (1.0, 2.0, 5.0, 10.0)
+PAPER_TABLES: dict[str, dict[str, dict[float, float]]] = {
+    "median_fst": {
+        "laplace": {1.0: 18377.0, 2.0: 20238.5, 5.0: 5714.5, 10.0: 4055.0, math.inf: 1769.0},
+        "prs": {1.0: 25226.5, 2.0: 7549.0, 5.0: 2656.5, 10.0: 11217.5},
+    },
+    "success_ratio": {
+        "laplace": {1.0: 0.80, 2.0: 0.90, 5.0: 1.00, 10.0: 1.00, math.inf: 1.0},
+        "prs": {1.0: 0.85, 2.0: 0.95, 5.0: 0.90, 10.0: 0.90},
+    },
+    "relative_auc": {
+        "laplace": {1.0: 0.673, 2.0: 0.711, 5.0: 0.909, 10.0: 0.965, math.inf: 1.0},
+        "prs": {1.0: 0.660, 2.0: 0.862, 5.0: 0.835, 10.0: 0.771},
+    },
+}
+TABLE_TITLES = {
+    "median_fst": "Table 1: median FST (first submission n with μ_n ≥ 195; ∞ if never)",
+    "success_ratio": "Table 2: success ratio (trials with FST ≤ cap)",
+    "relative_auc": "Table 3: relative AUC of the success-ratio curve against ε = ∞",
+}
+MECHANISM_LABEL = {"laplace": "Lap", "prs": "PRS"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    mechanism: str  # laplace | prs | none
+    epsilon: float  # inf for none
+
+    @property
+    def name(self) -> str:
+        if self.mechanism == "none":
+            return "none-epsinf"
+        return f"{self.mechanism}-eps{self.epsilon:g}"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    preset: str = "paper"
+    trials: int = 20
+    cap: int = 90_000
+    seed: int = 0
+    retire: bool = True
+    epsilons: tuple[float, ...] = PAPER_EPSILONS
+    mechanisms: tuple[str, ...] = ("laplace", "prs")
+
+    def settings(self) -> list[Setting]:
+        out = [Setting("none", math.inf)]
+        out += [Setting(m, e) for m in self.mechanisms for e in self.epsilons]
+        return out
+
+    def run_config(self, s: Setting) -> PGCA3CConfig:
+        return PGCA3CConfig.from_preset(
+            self.preset, mechanism=s.mechanism,
+            epsilon=None if s.mechanism == "none" else s.epsilon,
+            trials=self.trials, submissions=self.cap, seed=self.seed,
+        ).resolved()
+
+    def validate(self) -> None:
+        if self.trials < 1:
+            raise ConfigError("--trials", f"must be an integer >= 1, got {self.trials}")
+        if self.cap < 10:
+            raise ConfigError("--cap", f"must be an integer >= 10, got {self.cap}")
+        for s in self.settings():
+            self.run_config(s)  # validates every setting before anything runs
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+
+SweepProgress = Callable[[str, int, int], None]  # (setting name, done, total) submissions
+
+
+# --- running ---------------------------------------------------------------------------------
+def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None,
+              log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the sweep into `out`; returns the tables as a dict."""
+    from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
+
+    cfg.validate()
+    open_sweep(out, cfg.to_dict())
+    settings = cfg.settings()
+    total = len(settings) * cfg.cap
+    for i, s in enumerate(settings):
+        def report(done: int, cap: int, i: int = i, name: str = s.name) -> None:
+            if progress:
+                progress(name, i * cfg.cap + done, total)
+
+        def write(tmp: Path, s: Any = s, report: Any = report) -> dict[str, Any]:
+            result = run_pgc_a3c(cfg.run_config(s), progress=report,
+                                 retire_on_success=cfg.retire)
+            np.savez_compressed(tmp / "scores.npz", scores=result.scores.astype(np.int16),
+                                submitted=result.submitted)
+            summary = summarize(result)
+            write_json(tmp / "summary.json", summary)
+            write_json(tmp / "privacy.json", privacy_record(result))
+            write_json(tmp / "config.json", result.config.to_dict())
+            return summary
+
+        summary = run_setting(out, s.name, write, log)
+        if summary is None:
+            if progress:
+                progress(s.name, (i + 1) * cfg.cap, total)
+            continue
+        med = summary["median_fst"]
+        log(f"{s.name}: median FST {'∞' if med is None else f'{med:g}'}, success "
+            f"{summary['success_ratio']:.2f}, {summary['wall_seconds']:.0f} s")
+    return write_report(cfg, out)
+
+
+# --- reporting -------------------------------------------------------------------------------
+def _load(out: Path, s: Setting) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    d = out / "settings" / s.name
+    z = np.load(d / "scores.npz")
+    summary = json.loads((d / "summary.json").read_text())
+    return z["scores"].astype(np.int32), z["submitted"], summary
+
+
+def compute_tables(cfg: SweepConfig, fst: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Our Tables 1-3 from each setting's per-trial FST (inf = never reached)."""
+    ref = success_ratio_curve(fst["none-epsinf"], cfg.cap)
+    tables: dict[str, Any] = {"median_fst": {}, "success_ratio": {}, "relative_auc": {}}
+    for s in cfg.settings():
+        f = fst[s.name]
+        curve = success_ratio_curve(f, cfg.cap)
+        row = "laplace" if s.mechanism == "none" else s.mechanism  # ε = ∞ sits in the Lap row
+        for t in tables.values():
+            t.setdefault(row, {})
+        tables["median_fst"][row][s.epsilon] = median_fst(f)
+        tables["success_ratio"][row][s.epsilon] = float(np.mean(np.isfinite(f)))
+        tables["relative_auc"][row][s.epsilon] = relative_auc(curve, ref)
+    return tables
+
+
+def _fmt(table: str, value: float | None) -> str:
+    if value is None:
+        return "∞"
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    return {"median_fst": f"{value:.1f}", "success_ratio": f"{value:.2f}"}.get(
+        table, f"{value:.3f}")
+
+
+def tables_markdown(cfg: SweepConfig, tables: dict[str, Any]) -> str:
+    eps_cols = [*cfg.epsilons, math.inf]
+    head = "| 𝒬 | " + " | ".join("ε = ∞" if math.isinf(e) else f"ε = {e:g}"
+                                  for e in eps_cols) + " |"
+    sep = "|---|" + "---:|" * len(eps_cols)
+    lines = [f"# PGC-A3C: paper 000 Tables 1-3 beside privrl ({cfg.preset} preset)", "",
+             f"{cfg.trials} trials per setting, cap {cfg.cap:,} submissions, seed {cfg.seed}. "
+             "Paper: K = 20 trials, cap 90,000. ∞: never reached within the cap.", ""]
+    for key, title in TABLE_TITLES.items():
+        lines += [f"## {title}", "", head, sep]
+        for mech in cfg.mechanisms:
+            paper = PAPER_TABLES[key][mech]
+            ours = tables[key].get(mech, {})
+            label = MECHANISM_LABEL.get(mech, mech)
+            lines.append(f"| {label} (paper) | " + " | ".join(
+                _fmt(key, paper[e]) if e in paper else "" for e in eps_cols) + " |")
+            lines.append(f"| {label} (privrl) | " + " | ".join(
+                _fmt(key, ours[e]) if e in ours else "" for e in eps_cols) + " |")
+        lines.append("")
+    if any(math.isnan(v) for v in tables["relative_auc"].get("laplace", {}).values()):
+        lines.append("Relative AUC is n/a where the ε = ∞ run never succeeded (zero area).")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(cfg: SweepConfig, out: Path) -> dict[str, Any]:
+    """tables.md, raw/trials.csv, privacy.json and plots/ from the finished settings."""
+    settings = cfg.settings()
+    missing = [s.name for s in settings
+               if not (out / "settings" / s.name / "summary.json").exists()]
+    if missing:
+        raise RuntimeError(f"settings not finished: {', '.join(missing)}")
+    loaded = {s.name: _load(out, s) for s in settings}
+    fst = {name: first_success_time(sc, 195.0, 10) for name, (sc, _, _) in loaded.items()}
+    tables = compute_tables(cfg, fst)
+    (out / "tables.md").write_text(tables_markdown(cfg, tables))
+    write_json(out / "tables.json", {"ours": tables, "paper": PAPER_TABLES})
+
+    (out / "raw").mkdir(exist_ok=True)
+    with (out / "raw" / "trials.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["setting", "mechanism", "epsilon", "trial", "fst", "success", "submitted",
+                    "mean_score"])
+        for s in settings:
+            sc, sub, _ = loaded[s.name]
+            for k in range(sc.shape[0]):
+                ok = math.isfinite(fst[s.name][k])
+                w.writerow([s.name, s.mechanism, s.epsilon, k,
+                            int(fst[s.name][k]) if ok else "", int(ok), int(sub[k]),
+                            f"{sc[k, :sub[k]].mean():.2f}"])
+    write_json(out / "privacy.json", {
+        s.name: json.loads((out / "settings" / s.name / "privacy.json").read_text())
+        for s in settings
+    })
+    plot_sweep(cfg, loaded, fst, out / "plots")
+    return tables
+
+
+def plot_sweep(cfg: SweepConfig, loaded: dict[str, Any], fst: dict[str, np.ndarray],
+               plots: Path) -> None:
+    """Figure 2 (average score vs submissions) and Figure 3 (success ratio), per mechanism."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots.mkdir(parents=True, exist_ok=True)
+    step = max(1, cfg.cap // 2000)
+    ref = Setting("none", math.inf)
+    for mech in cfg.mechanisms:
+        series = [Setting(mech, e) for e in cfg.epsilons] + [ref]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for s in series:
+            sc, sub, _ = loaded[s.name]
+            mu = held_moving_average(sc, sub, 10).mean(0)
+            label = "ε = ∞ (non-private)" if s.mechanism == "none" else f"ε = {s.epsilon:g}"
+            ax.plot(np.arange(1, mu.size + 1)[::step], mu[::step], lw=1, label=label)
+        ax.axhline(195, color="k", ls="--", lw=0.8)
+        ax.set(xlabel="submissions", ylabel="average score μ_n (mean over trials)",
+               title=f"PGC-A3C {MECHANISM_LABEL[mech]} ({cfg.preset}): average score "
+                     "(trials held after success)", ylim=(0, 205))
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(plots / f"fig2_average_score_{mech}.png", dpi=120)
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(7, 4))
+        n = np.arange(1, cfg.cap + 1)
+        for s in series:
+            curve = success_ratio_curve(fst[s.name], cfg.cap)
+            label = "ε = ∞ (non-private)" if s.mechanism == "none" else f"ε = {s.epsilon:g}"
+            ax.step(n[::step], curve[::step], where="post", lw=1.2, label=label)
+        ax.set(xlabel="submissions", ylabel="success ratio", ylim=(-0.02, 1.02),
+               title=f"PGC-A3C {MECHANISM_LABEL[mech]} ({cfg.preset}): success ratio (Fig. 3)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(plots / f"fig3_success_ratio_{mech}.png", dpi=120)
+        plt.close(fig)
