@@ -9,7 +9,7 @@ from privrl.envs import text2action as t2a
 from privrl.systems.fedrl_text.algorithm import text_config
 from privrl.systems.fedrl_text.local import baselines, fold_data, run_fold
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "frl-text2action"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "frl-text2action"  # ../shared
 
 
 @pytest.mark.skipif(not (DATA / "win2k.json.gz").is_file(), reason="Text2Action data not here")

@@ -1,8 +1,6 @@
 """FedRL (paper 002): the two-party protocol log, Q-output mechanisms, privacy.json, learning."""
 
 import math
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp

@@ -10,7 +10,7 @@ import pytest
 from privrl.config import ConfigError
 from privrl.envs import gridworld as gw
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "frl-gridworld"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "frl-gridworld"  # ../shared
 N, S, W, E = range(4)
 
 
