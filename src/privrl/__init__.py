@@ -1,7 +1,76 @@
 """privrl: privacy-preserving distributed and federated reinforcement learning.
 
-Import submodules explicitly (privrl.privacy, privrl.federation, privrl.algorithms, ...): this
-package module stays light so that aggregator-side code never pulls in environment code.
+The public Python API is the short list of names below, loaded on first use: importing
+`privrl` (which every submodule does) stays free of JAX and of environment code, so that
+aggregator-side code (`privrl.federation`) never pulls in agent-side code.
+
+The privacy kernel
+    Report, Guarantee          what leaves an agent, and what a mechanism promises about it
+    Mechanism, LaplaceMechanism, ProjectedRandomSignMechanism, GaussianMechanism
+                               the only way to turn raw agent data into a Report
+    PrivacyLedger, BudgetExceededError
+                               what each agent released, composed, refused past a budget
+    Accountant                 (ε, δ) from Gaussian and subsampled events (dp-accounting)
+    BufferedAggregator         the aggregator side: Reports in, parameters out
+    ConfigError                an invalid configuration field (`.field` names it)
+
+The systems (config dataclass, then the local runner that runs every trial of it)
+    PGCA3CConfig, run_pgc_a3c              paper 000: locally private A3C
+    DPQLearningConfig, run_dp_qlearning    paper 001: Q-learning with functional noise
+    FedRLConfig, BaselineConfig, run_grid  paper 002: vertical FedRL on Grid-World
+    TextConfig, run_cv                     paper 002: FedRL on Text2Action
+    ReinforceConfig, DQNConfig, run_episodic
+                                           paper 003: DP-SGD REINFORCE and DQN
+    FedPGConfig, run_fedpg                 paper 004: FedPG-Cen and FedPG-Dec
+
+Everything else is importable from its module (`privrl.systems.<name>.<module>`,
+`privrl.privacy.<module>`, ...); docs/architecture.md maps them.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
 __version__ = "0.1.0"
+
+_API = {
+    "Report": "privrl.privacy.report",
+    "Guarantee": "privrl.privacy.report",
+    "Mechanism": "privrl.privacy.mechanisms",
+    "LaplaceMechanism": "privrl.privacy.mechanisms",
+    "ProjectedRandomSignMechanism": "privrl.privacy.mechanisms",
+    "GaussianMechanism": "privrl.privacy.mechanisms",
+    "PrivacyLedger": "privrl.privacy.ledger",
+    "BudgetExceededError": "privrl.privacy.ledger",
+    "Accountant": "privrl.privacy.accounting",
+    "BufferedAggregator": "privrl.federation.aggregator",
+    "ConfigError": "privrl.config",
+    "PGCA3CConfig": "privrl.systems.pgc_a3c.algorithm",
+    "run_pgc_a3c": "privrl.systems.pgc_a3c.local",
+    "DPQLearningConfig": "privrl.systems.dp_qlearning.algorithm",
+    "run_dp_qlearning": "privrl.systems.dp_qlearning.local",
+    "FedRLConfig": "privrl.systems.fedrl.algorithm",
+    "BaselineConfig": "privrl.systems.fedrl.baselines",
+    "run_grid": "privrl.systems.fedrl.local",
+    "TextConfig": "privrl.systems.fedrl_text.algorithm",
+    "run_cv": "privrl.systems.fedrl_text.local",
+    "ReinforceConfig": "privrl.systems.dpsgd_rl.reinforce",
+    "DQNConfig": "privrl.systems.dpsgd_rl.dqn",
+    "run_episodic": "privrl.systems.dpsgd_rl.local",
+    "FedPGConfig": "privrl.systems.fedpg.algorithm",
+    "run_fedpg": "privrl.systems.fedpg.local",
+}
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(import_module(_API[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'privrl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
