@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from numbers import Integral, Real
 from typing import Any, ClassVar, NoReturn, Self
 
@@ -110,6 +111,15 @@ def odd(field: str, value: Any, low: int = 1) -> int:
             or value % 2 == 0:
         fail(field, f"must be an odd integer >= {low}, got {value!r}")
     return value
+
+
+@contextmanager
+def within(prefix: str) -> Iterator[None]:
+    """Validate a nested config: its ConfigErrors name `prefix.field` (e.g. `obs.sigma`)."""
+    try:
+        yield
+    except ConfigError as e:
+        raise ConfigError(f"{prefix}.{e.field}", e.message) from None
 
 
 # --- the Config base ---------------------------------------------------------------------------
