@@ -174,10 +174,3 @@ def check_preset(preset: str, presets: Mapping[str, Any]) -> str:
     """An existing preset name: "unknown preset 'x'; choose one of paper, tuned"."""
     return one_of("preset", preset, presets)
 
-
-def config_from_preset(cls: type, presets: Mapping[str, Mapping[str, Any]], preset: str,
-                       **overrides: Any) -> Any:
-    """`Config.from_preset` for a class whose presets are not its own `presets`."""
-    check_preset(preset, presets)
-    given = {k: v for k, v in overrides.items() if v is not None}
-    return cls(preset=preset, **{**presets[preset], **given})

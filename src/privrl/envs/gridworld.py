@@ -214,7 +214,7 @@ def load_maps(path: str | Path, size: int, min_steps: int = 2) -> tuple[GridMaps
     images, xy, offsets = arrays["images"], arrays["path_xy"], arrays["path_offsets"]
     m = images.shape[0]
     if images.shape[1:] != (size, size):
-        raise bad(f"images must have shape (M, {size}, {size}) for --size {size}, got "
+        raise bad(f"images must have shape (M, {size}, {size}) for size {size}, got "
                   f"{images.shape}")
     if not np.isin(images, (0, 1)).all():
         raise bad("images must hold only 0 (obstacle) and 1 (free)")
