@@ -9,17 +9,24 @@ single line that names it. Runs write into a new directory and never overwrite r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.models import ArgumentInfo, ParameterInfo
 
 from privrl import __version__
+from privrl.config import ConfigError
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _typer(**kw: object) -> typer.Typer:
@@ -102,14 +109,49 @@ def progress_bar(console: Console, show: bool, description: str,
         yield bar, bar.add_task(description, total=None)
 
 
+def command_flags(fn: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> what the user types for it: `--name-like-this` (or the option's own
+    `--flag`), an argument's metavar (`RUN_DIR`)."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    flags = {}
+    for name in inspect.signature(fn).parameters:
+        info = next((m for m in getattr(hints.get(name), "__metadata__", ())
+                     if isinstance(m, ParameterInfo)), None)
+        if isinstance(info, ArgumentInfo):
+            flags[name] = info.metavar or name.upper()
+            continue
+        decls = [d for d in (info.param_decls or ()) if d.startswith("--")] if info else []
+        flags[name] = decls[0].split("/")[0] if decls else "--" + name.replace("_", "-")
+    return flags
+
+
+def flag_names(**renames: str) -> Callable[[F], F]:
+    """Decorate a command so the ConfigErrors it lets out name flags, not config fields.
+
+    Library code raises `ConfigError(field, ...)`; the user typed a flag. A field that is also
+    the name of one of the command's parameters becomes that parameter's flag; put this between
+    `@app.command(...)` and the function with `field="--flag"` for every field set by an option
+    named otherwise (e.g. `buffer_size="--buffer"`). A field no option sets (a preset fixes it)
+    and an error already naming a flag pass through unchanged.
+    """
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except ConfigError as e:
+                flag = renames.get(e.field) or command_flags(fn).get(e.field)
+                if flag is None:
+                    raise
+                raise ConfigError(flag, e.message) from e
+        return command  # type: ignore[return-value]
+    return decorate
 
 
 def parse_numbers(text: str, option: str, kind: type = float,
                   count: int | None = None) -> tuple:
     """A comma-separated option ("1,2,3") as a tuple of `kind`; a ConfigError naming `option`
     if a value does not parse or (with `count`) there are not exactly `count` of them."""
-    from privrl.config import ConfigError
-
     what = "numbers" if kind is float else "integers"
     need = f"{count} comma-separated {what}" if count else f"comma-separated {what}"
     try:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, at_least, fail, integer, odd
 
 SIZES = (8, 16, 32)
 MAX_STEPS = {8: 38, 16: 86, 32: 178}  # Tm: twice the longest optimal path of the data set
@@ -67,16 +67,12 @@ class GridSpec:
 
     def validate(self) -> GridSpec:
         if self.size not in SIZES:
-            raise ConfigError("--size", f"must be one of {', '.join(map(str, SIZES))}, "
-                                        f"got {self.size}")
-        for opt, v in (("--alpha-view", self.alpha_view), ("--beta-view", self.beta_view)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v % 2 == 0:
-                raise ConfigError(opt, f"must be an odd integer >= 1, got {v!r}")
-        if isinstance(self.history, bool) or not isinstance(self.history, int) \
-                or self.history < 1:
-            raise ConfigError("--history", f"must be an integer >= 1, got {self.history!r}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ConfigError("--max-steps", f"must be >= 1, got {self.max_steps}")
+            fail("size", f"must be one of {', '.join(map(str, SIZES))}, got {self.size}")
+        odd("alpha_view", self.alpha_view)
+        odd("beta_view", self.beta_view)
+        integer("history", self.history)
+        if self.max_steps is not None:
+            at_least("max_steps", self.max_steps, 1)
         return self
 
     @property
@@ -159,7 +155,7 @@ def generate_maps(count: int, size: int, seed: int = 0, obstacle_prob: float = 0
     """Random obstacle maps (border obstacle, each inner cell an obstacle with `obstacle_prob`),
     each with two free cells at least `min_steps` apart joined by a BFS shortest path."""
     if size < 4:
-        raise ConfigError("--size", f"maps need size >= 4, got {size}")
+        fail("size", f"maps need size >= 4, got {size}")
     rng = np.random.default_rng(seed)
     grids, paths = [], []
     while len(grids) < count:
@@ -193,12 +189,12 @@ def load_maps(path: str | Path, size: int, min_steps: int = 2) -> tuple[GridMaps
     Each domain has 8 stored optimal paths; the agents start at the ends of the first one whose
     ends are at least `min_steps` apart (closer ends would start the agents already met). Returns
     the maps and their domain indices (domains without such a path are left out).
-    Every problem raises ConfigError('--maps', '<file>: <problem>').
+    Every problem raises ConfigError('maps', '<file>: <problem>').
     """
     f = _maps_file(path, size)
 
     def bad(msg: str) -> ConfigError:
-        return ConfigError("--maps", f"{f}: {msg}")
+        return ConfigError("maps", f"{f}: {msg}")
 
     if not f.is_file():
         raise bad("no such file" + (f" (expected gridworld_{size}.npz in the directory)"
@@ -218,7 +214,7 @@ def load_maps(path: str | Path, size: int, min_steps: int = 2) -> tuple[GridMaps
     images, xy, offsets = arrays["images"], arrays["path_xy"], arrays["path_offsets"]
     m = images.shape[0]
     if images.shape[1:] != (size, size):
-        raise bad(f"images must have shape (M, {size}, {size}) for --size {size}, got "
+        raise bad(f"images must have shape (M, {size}, {size}) for size {size}, got "
                   f"{images.shape}")
     if not np.isin(images, (0, 1)).all():
         raise bad("images must hold only 0 (obstacle) and 1 (free)")

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import ConfigError, one_of
 
 CORPORA = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}  # file stem -> paper's name
 PAD, NON_ACTION, ESSENTIAL, OPTIONAL, EXCLUSIVE = 0, 1, 2, 3, 4  # word labels (act_type + 1)
@@ -95,21 +95,20 @@ class Corpus:
 
 def corpus_file(data: str | Path, name: str) -> Path:
     if name not in CORPORA:
-        raise ConfigError("--corpus", f"unknown corpus {name!r}; choose one of "
-                                      f"{', '.join(CORPORA)}")
+        one_of("corpus", name, CORPORA)
     data = Path(data)
     if not data.is_dir():
-        raise ConfigError("--data", f"{data} is not a directory (expected the folder holding "
+        raise ConfigError("data", f"{data} is not a directory (expected the folder holding "
                                     f"{', '.join(c + '.json.gz' for c in CORPORA)})")
     path = data / f"{name}.json.gz"
     if not path.is_file():
-        raise ConfigError("--data", f"{path}: file not found")
+        raise ConfigError("data", f"{path}: file not found")
     return path
 
 
 def _key(obj: Any, key: str, path: Path, where: str) -> Any:
     if not isinstance(obj, dict) or key not in obj:
-        raise ConfigError("--data", f"{path}: missing key {key!r} in {where}")
+        raise ConfigError("data", f"{path}: missing key {key!r} in {where}")
     return obj[key]
 
 
@@ -120,21 +119,21 @@ def load_corpus(data: str | Path, name: str) -> Corpus:
         with gzip.open(path, "rt") as f:
             raw = json.load(f)
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError("--data", f"{path}: not a gzipped JSON file ({e})") from None
+        raise ConfigError("data", f"{path}: not a gzipped JSON file ({e})") from None
     texts = _key(raw, "texts", path, "the top level")
     pos_tags = _key(raw, "pos_tags", path, "the top level")
     folds = _key(raw, "act_5_fold_indices", path, "the top level")
     if not isinstance(texts, list) or not texts:
-        raise ConfigError("--data", f"{path}: 'texts' must be a non-empty list")
+        raise ConfigError("data", f"{path}: 'texts' must be a non-empty list")
     if not isinstance(pos_tags, list) or len(pos_tags) != len(texts):
-        raise ConfigError("--data", f"{path}: 'pos_tags' must hold one entry per text")
+        raise ConfigError("data", f"{path}: 'pos_tags' must hold one entry per text")
     words, pos, labels, related = [], [], [], []
     for i, text in enumerate(texts):
         where = f"texts[{i}]"
         w = _key(text, "words", path, where)
         tags = [p for sent in pos_tags[i] for p in sent]
         if len(tags) != len(w) or any(not isinstance(p, list) or len(p) != 2 for p in tags):
-            raise ConfigError("--data", f"{path}: pos_tags[{i}] must give one [word, tag] pair "
+            raise ConfigError("data", f"{path}: pos_tags[{i}] must give one [word, tag] pair "
                                         f"per word of texts[{i}] ({len(tags)} != {len(w)})")
         lab = np.full(len(w), NON_ACTION, np.int32)
         rel: dict[int, list[int]] = {}
@@ -142,7 +141,7 @@ def load_corpus(data: str | Path, name: str) -> Corpus:
             at = f"{where}.acts[{j}]"
             idx, kind = _key(act, "act_idx", path, at), _key(act, "act_type", path, at)
             if not (isinstance(idx, int) and 0 <= idx < len(w)) or kind not in (1, 2, 3):
-                raise ConfigError("--data", f"{path}: {at} has act_idx {idx!r} / act_type "
+                raise ConfigError("data", f"{path}: {at} has act_idx {idx!r} / act_type "
                                             f"{kind!r} (need an index into words and 1, 2, 3)")
             lab[idx] = kind + 1
             if kind == 3:
@@ -153,7 +152,7 @@ def load_corpus(data: str | Path, name: str) -> Corpus:
         related.append(rel)
     all_idx = sorted(int(i) for f in folds for i in f)
     if len(folds) != 5 or all_idx != list(range(len(texts))):
-        raise ConfigError("--data", f"{path}: 'act_5_fold_indices' must split the "
+        raise ConfigError("data", f"{path}: 'act_5_fold_indices' must split the "
                                     f"{len(texts)} texts into 5 folds")
     return Corpus(name, str(path), words, pos, labels, related, [list(map(int, f))
                                                                   for f in folds])

@@ -191,7 +191,7 @@ def random_directed(
                 break
         else:
             raise TopologyError(f"could not draw a random graph on {k} nodes that is strongly "
-                                f"connected over every {window} rounds; use a larger --window")
+                                f"connected over every {window} rounds; use a larger window")
     mixing = np.stack([mixing_from_adjacency(e) for e in edges])
     return Topology("random", mixing, window=window, cyclic=False)
 

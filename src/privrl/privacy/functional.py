@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.config import ConfigError
 from privrl.privacy.report import Guarantee
 
 __all__ = [
@@ -240,13 +241,8 @@ def gp_noise_query(state: GPNoiseState, key: Array, x: Array, sigma: Array | flo
 
 
 # --- Theorem 5 -------------------------------------------------------------------------------
-class Theorem5Error(ValueError):
-    """A Theorem 5 parameter or condition failed; `option` names the command-line option."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
-        self.message = message
+class Theorem5Error(ConfigError):
+    """A Theorem 5 parameter or condition failed; `field` names the parameter."""
 
 
 SUP_CONSTANT = 8.68  # Theorem 5's constant in 2k > 8.68·√β·σ
@@ -279,22 +275,22 @@ class Theorem5:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise Theorem5Error(name, f"must be a finite number, got {v!r}")
 
-        for name, v in [("--epsilon", self.epsilon), ("--delta", self.delta),
-                        ("--sensitivity-constant", self.sensitivity_constant),
-                        ("--k", self.k), ("--beta", self.beta)]:
+        for name, v in [("epsilon", self.epsilon), ("delta", self.delta),
+                        ("sensitivity_constant", self.sensitivity_constant),
+                        ("k", self.k), ("beta", self.beta)]:
             finite(name, v)
         if not 0 < self.epsilon < 1:
-            raise Theorem5Error("--epsilon", f"Theorem 5 rests on the Gaussian-process "
+            raise Theorem5Error("epsilon", f"Theorem 5 rests on the Gaussian-process "
                                    f"mechanism, stated for 0 < ε < 1; got ε = {self.epsilon}")
         if not 0 < self.delta < 1:
-            raise Theorem5Error("--delta", f"δ must be in (0, 1), got {self.delta}")
+            raise Theorem5Error("delta", f"δ must be in (0, 1), got {self.delta}")
         if not self.sensitivity_constant > 0:
-            raise Theorem5Error("--sensitivity-constant",
+            raise Theorem5Error("sensitivity_constant",
                                    f"C must be > 0, got {self.sensitivity_constant}")
         if not self.k > 0:
-            raise Theorem5Error("--k", f"k must be > 0, got {self.k}")
+            raise Theorem5Error("k", f"k must be > 0, got {self.k}")
         if not self.beta > 0:
-            raise Theorem5Error("--beta", f"β must be > 0, got {self.beta}")
+            raise Theorem5Error("beta", f"β must be > 0, got {self.beta}")
         for name, v in [("updates", self.updates), ("batch_size", self.batch_size),
                         ("resets", self.resets)]:
             if int(v) != v or v < 1:
@@ -314,13 +310,13 @@ class Theorem5:
         """Both conditions of the theorem for this σ, or a Theorem5Error naming the failure."""
         if sigma < self.min_sigma:
             raise Theorem5Error(
-                "--sigma", f"σ = {sigma:g} is below Theorem 5's calibration "
+                "sigma", f"σ = {sigma:g} is below Theorem 5's calibration "
                 f"√(2·(T/B)·ln(e + ε/δ))·C/ε = {self.min_sigma:.6g} "
                 f"(T/B = {self.updates}, ε = {self.epsilon:g}, δ = {self.delta:g}, "
                 f"C = {self.sensitivity_constant:g})")
         if not 2.0 * self.k > SUP_CONSTANT * math.sqrt(self.beta) * sigma:
             raise Theorem5Error(
-                "--k", f"Theorem 5 needs 2k > 8.68·√β·σ, but 2k = {2 * self.k:.6g} and "
+                "k", f"Theorem 5 needs 2k > 8.68·√β·σ, but 2k = {2 * self.k:.6g} and "
                 f"8.68·√β·σ = {SUP_CONSTANT * math.sqrt(self.beta) * sigma:.6g} "
                 f"(k = {self.k:g}, β = {self.beta:g}, σ = {sigma:.6g})")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import shutil
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+
+from privrl.config import ConfigError, json_safe
 
 T = TypeVar("T")
 PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
@@ -62,22 +63,6 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
-
-
-def json_safe(obj: Any) -> Any:
-    """Replace non-finite floats by strings ("inf", "nan") so the JSON is strict."""
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if math.isfinite(f) else ("inf" if f > 0 else "-inf" if f < 0 else "nan")
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.ndarray):
-        return json_safe(obj.tolist())
-    return obj
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -133,15 +118,13 @@ def plot_curves(path: Path, curves: dict[str, np.ndarray], title: str, xlabel: s
 
 def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
     """Create (or, to resume, check) a sweep directory: sweep.json records its options, and a
-    directory holding a sweep with other options is refused (ConfigError on --resume)."""
-    from privrl.config import ConfigError
-
+    directory holding a sweep with other options is refused (ConfigError on `resume`)."""
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "sweep.json"
     if meta.exists():
         saved = json.loads(meta.read_text())["sweep"]
         if saved != sweep:
-            raise ConfigError("--resume", f"{out} holds a sweep with different options: {saved}")
+            raise ConfigError("resume", f"{out} holds a sweep with different options: {saved}")
     else:
         write_json(meta, {"sweep": sweep, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                           "versions": versions()})

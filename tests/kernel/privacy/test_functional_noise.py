@@ -191,23 +191,23 @@ def test_theorem5_calibration_formula():
     assert rec["C"] == 0.002 and rec["k"] == 5.0 and rec["beta"] == 1.0
 
 
-@pytest.mark.parametrize("overrides, option", [
-    ({"epsilon": 0.0}, "--epsilon"),
-    ({"epsilon": -1.0}, "--epsilon"),
-    ({"epsilon": 1.5}, "--epsilon"),
-    ({"delta": 0.0}, "--delta"),
-    ({"delta": 1.0}, "--delta"),
-    ({"sensitivity_constant": 0.0}, "--sensitivity-constant"),
-    ({"sensitivity_constant": -2.0}, "--sensitivity-constant"),
-    ({"k": 0.0}, "--k"),
-    ({"beta": float("nan")}, "--beta"),
+@pytest.mark.parametrize("overrides, field", [
+    ({"epsilon": 0.0}, "epsilon"),
+    ({"epsilon": -1.0}, "epsilon"),
+    ({"epsilon": 1.5}, "epsilon"),
+    ({"delta": 0.0}, "delta"),
+    ({"delta": 1.0}, "delta"),
+    ({"sensitivity_constant": 0.0}, "sensitivity_constant"),
+    ({"sensitivity_constant": -2.0}, "sensitivity_constant"),
+    ({"k": 0.0}, "k"),
+    ({"beta": float("nan")}, "beta"),
 ])
-def test_theorem5_rejects_bad_parameters(overrides, option):
+def test_theorem5_rejects_bad_parameters(overrides, field):
     args = dict(epsilon=0.5, delta=1e-5, sensitivity_constant=0.002, k=5.0, beta=1.0,
                 updates=1000, batch_size=128, resets=100)
     with pytest.raises(Theorem5Error) as e:
         Theorem5(**{**args, **overrides})
-    assert e.value.option == option
+    assert e.value.field == field
 
 
 def test_theorem5_conditions_name_the_failure():
@@ -215,7 +215,7 @@ def test_theorem5_conditions_name_the_failure():
                  updates=1000, batch_size=128, resets=100)
     with pytest.raises(Theorem5Error, match="below Theorem 5's calibration") as e:
         t.check(0.5 * t.min_sigma)
-    assert e.value.option == "--sigma"
+    assert e.value.field == "sigma"
     with pytest.raises(Theorem5Error, match=r"2k > 8\.68") as e:
         t.check(0.6)  # σ_min ≈ 0.59 ≤ 0.6, but 2k = 2 < 8.68·0.6 ≈ 5.2
-    assert e.value.option == "--k"
+    assert e.value.field == "k"

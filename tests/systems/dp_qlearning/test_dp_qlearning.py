@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from privrl import main as cli
+from privrl.config import ConfigError
 from privrl.envs.line1d import (
     Line1D,
     optimal_return,
@@ -18,7 +19,6 @@ from privrl.envs.line1d import (
 )
 from privrl.systems.dp_qlearning import local as runner
 from privrl.systems.dp_qlearning.algorithm import (
-    ConfigError,
     DPQLearning,
     DPQLearningConfig,
     privacy_record,
@@ -83,25 +83,25 @@ def test_sigma_alone_claims_no_epsilon():
     assert "NO PRIVACY" in privacy_record(DPQLearningConfig(sigma=0.0).resolved())["statement"]
 
 
-@pytest.mark.parametrize("overrides, option", [
-    ({"sigma": -0.1}, "--sigma"),
-    ({}, "--sigma"),  # neither σ nor ε
-    ({**T5, "delta": 0.0}, "--delta"),
-    ({**T5, "delta": 1.0}, "--delta"),
-    ({**T5, "epsilon": 0.0}, "--epsilon"),
-    ({**T5, "epsilon": -1.0}, "--epsilon"),
-    ({**T5, "sensitivity_constant": 0.0}, "--sensitivity-constant"),
-    ({**T5, "sensitivity_constant": None}, "--sensitivity-constant"),  # no silent default
-    ({**T5, "k": 0.2}, "--k"),  # 2k = 0.4 < 8.68·σ_min ≈ 0.56
-    ({**T5, "sigma": 0.001}, "--sigma"),  # below the calibration
-    ({"sigma": 0.3, "delta": 1e-5}, "--delta"),  # δ without ε
-    ({"sigma": 0.3, "beta": 2.0}, "--beta"),  # β without ε
-    ({"sigma": 0.3, "episodes": 0}, "--episodes"),
+@pytest.mark.parametrize("overrides, field", [
+    ({"sigma": -0.1}, "sigma"),
+    ({}, "sigma"),  # neither σ nor ε
+    ({**T5, "delta": 0.0}, "delta"),
+    ({**T5, "delta": 1.0}, "delta"),
+    ({**T5, "epsilon": 0.0}, "epsilon"),
+    ({**T5, "epsilon": -1.0}, "epsilon"),
+    ({**T5, "sensitivity_constant": 0.0}, "sensitivity_constant"),
+    ({**T5, "sensitivity_constant": None}, "sensitivity_constant"),  # no silent default
+    ({**T5, "k": 0.2}, "k"),  # 2k = 0.4 < 8.68·σ_min ≈ 0.56
+    ({**T5, "sigma": 0.001}, "sigma"),  # below the calibration
+    ({"sigma": 0.3, "delta": 1e-5}, "delta"),  # δ without ε
+    ({"sigma": 0.3, "beta": 2.0}, "beta"),  # β without ε
+    ({"sigma": 0.3, "episodes": 0}, "episodes"),
 ])
-def test_bad_configuration_names_the_option(overrides, option):
+def test_bad_configuration_names_the_field(overrides, field):
     with pytest.raises(ConfigError) as e:
         DPQLearningConfig(**overrides).resolved()
-    assert e.value.option == option
+    assert e.value.field == field
 
 
 # --- learning ---------------------------------------------------------------------------------

@@ -122,33 +122,33 @@ def test_gradient_estimate_ignores_unplayed_episodes(cen, episodes):
 
 # --- config and CLI --------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "overrides, option",
+    "overrides, field",
     [
-        ({"agents": 0}, "--agents"),
-        ({"batch_min": 0}, "--batch-min"),
-        ({"batch_max": 0}, "--batch-max"),
-        ({"minibatch": 0}, "--minibatch"),
-        ({"minibatch": -4}, "--minibatch"),
-        ({"budget": 0}, "--budget"),
-        ({"topology": "star"}, "--topology"),
-        ({"mechanism": "laplace"}, "--epsilon"),
-        ({"mechanism": "laplace", "epsilon": float("nan"), "clip": 1.0}, "--epsilon"),
-        ({"mechanism": "laplace", "epsilon": 1.0, "clip": 0.0}, "--clip"),
-        ({"epsilon": 1.0}, "--epsilon"),
-        ({"learning_rate": 0.0}, "--learning-rate"),
-        ({"importance_clip": -1.0}, "--importance-clip"),
-        ({"mechanism": "gaussian", "clip": 1.0}, "--epsilon"),
-        ({"mechanism": "gaussian", "noise_multiplier": 0.0, "clip": 1.0}, "--noise-multiplier"),
+        ({"agents": 0}, "agents"),
+        ({"batch_min": 0}, "batch_min"),
+        ({"batch_max": 0}, "batch_max"),
+        ({"minibatch": 0}, "minibatch"),
+        ({"minibatch": -4}, "minibatch"),
+        ({"budget": 0}, "budget"),
+        ({"topology": "star"}, "topology"),
+        ({"mechanism": "laplace"}, "epsilon"),
+        ({"mechanism": "laplace", "epsilon": float("nan"), "clip": 1.0}, "epsilon"),
+        ({"mechanism": "laplace", "epsilon": 1.0, "clip": 0.0}, "clip"),
+        ({"epsilon": 1.0}, "epsilon"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"importance_clip": -1.0}, "importance_clip"),
+        ({"mechanism": "gaussian", "clip": 1.0}, "epsilon"),
+        ({"mechanism": "gaussian", "noise_multiplier": 0.0, "clip": 1.0}, "noise_multiplier"),
         ({"mechanism": "gaussian", "noise_multiplier": 1.0, "clip": 1.0, "delta": 1.0},
-         "--delta"),
+         "delta"),
         ({"mechanism": "laplace", "epsilon": 1.0, "clip": 1.0, "noise_multiplier": 1.0},
-         "--noise-multiplier"),
+         "noise_multiplier"),
     ],
 )
-def test_bad_config_is_refused(overrides, option):
+def test_bad_config_is_refused(overrides, field):
     with pytest.raises(ConfigError) as e:
         FedPGConfig(**overrides).validate()
-    assert e.value.option.startswith(option)
+    assert e.value.field == field
 
 
 def test_gaussian_total_epsilon_is_calibrated_over_the_most_rounds():

@@ -180,13 +180,13 @@ def test_privacy_json_bounded_mode_composes_every_release():
 
 
 def test_bad_options_fail_before_compute():
-    with pytest.raises(ConfigError, match="--size"):
+    with pytest.raises(ConfigError, match=r"^size: "):
         FedRL(FedRLConfig(size=10))
-    with pytest.raises(ConfigError, match="--bounded"):
+    with pytest.raises(ConfigError, match=r"^bounded: "):
         FedRL(FedRLConfig(bounded=-1.0))
-    with pytest.raises(ConfigError, match="--noise-sigma"):
+    with pytest.raises(ConfigError, match=r"^noise_sigma: "):
         FedRL(FedRLConfig(bounded=1.0, noise_sigma=0.0))
-    with pytest.raises(ConfigError, match="--model"):
+    with pytest.raises(ConfigError, match=r"^model: "):
         make_baseline(BaselineConfig(model="dqn-beta"))
-    with pytest.raises(ConfigError, match="--history"):
+    with pytest.raises(ConfigError, match=r"^history: "):
         FedRL(FedRLConfig(history=0))

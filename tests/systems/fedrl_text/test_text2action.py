@@ -93,7 +93,7 @@ def test_malformed_data_names_the_file_and_key(tmp_path, drop, message):
     path = write_corpus(tmp_path / "bad", drop=drop)
     with pytest.raises(ConfigError, match=r"win2k\.json\.gz") as e:
         t2a.load_corpus(path, "win2k")
-    assert message in str(e.value) and e.value.option == "--data"
+    assert message in str(e.value) and e.value.field == "data"
 
 
 def test_missing_or_unreadable_files(tmp_path):
@@ -299,21 +299,21 @@ def test_improvement_presets_change_only_the_head():
 
 
 def test_bad_options_fail_before_compute():
-    with pytest.raises(ConfigError, match="--mode"):
+    with pytest.raises(ConfigError, match=r"^mode: "):
         text_config(mode="ppo")
-    with pytest.raises(ConfigError, match="--corpus"):
+    with pytest.raises(ConfigError, match=r"^corpus: "):
         text_config(corpus="recipes")
-    with pytest.raises(ConfigError, match="--preset"):
+    with pytest.raises(ConfigError, match=r"^preset: "):
         text_config("fastest")
-    with pytest.raises(ConfigError, match="--valid-fraction"):
+    with pytest.raises(ConfigError, match=r"^valid_fraction: "):
         text_config(valid_fraction=1.0)
-    with pytest.raises(ConfigError, match="--max-words"):
+    with pytest.raises(ConfigError, match=r"^max_words: "):
         text_config(max_words=3)
-    with pytest.raises(ConfigError, match="--targets"):
+    with pytest.raises(ConfigError, match=r"^targets: "):
         text_config(targets="soft")
-    with pytest.raises(ConfigError, match="--head-activation"):
+    with pytest.raises(ConfigError, match=r"^head_activation: "):
         text_config(head_activation="tanh")
-    with pytest.raises(ConfigError, match="--head-hidden"):
+    with pytest.raises(ConfigError, match=r"^head_hidden: "):
         text_config(head_hidden=0)
 
 

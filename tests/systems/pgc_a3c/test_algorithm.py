@@ -52,11 +52,15 @@ def test_paper_defaults_per_mechanism():
     assert algo.mechanism.resolved_d_hat(112) == 4  # ⌊10 / 2.5⌋
 
 
-def test_invalid_config_names_the_option():
-    with pytest.raises(ConfigError, match="--epsilon"):
+def test_invalid_config_names_the_field():
+    with pytest.raises(ConfigError, match=r"^epsilon: must be finite and > 0") as e:
         PGCA3CConfig(epsilon=float("nan")).resolved()
+    assert e.value.field == "epsilon"
     with pytest.raises(ConfigError, match="reward"):
         PGCA3CConfig(reward="sparse").resolved()
+    with pytest.raises(ConfigError) as e:
+        PGCA3CConfig(buffer_size=0).resolved()
+    assert e.value.field == "buffer_size"
 
 
 def test_agents_of_a_round_share_one_snapshot_and_apply_in_turn():

@@ -19,7 +19,7 @@ and σ values are `vmap`ped, so a whole sweep is a single compiled call.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -27,7 +27,16 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError, config_from_preset
+from privrl.config import (
+    Config,
+    check_preset,
+    fail,
+    in_range,
+    integer,
+    non_negative,
+    positive,
+    probability,
+)
 from privrl.envs.line1d import make_line1d
 from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.functional import (
@@ -35,7 +44,6 @@ from privrl.privacy.functional import (
     REWARD_UNIT,
     GPNoiseState,
     Theorem5,
-    Theorem5Error,
     gp_noise_init,
     gp_noise_query,
     gp_noise_reset,
@@ -46,7 +54,7 @@ PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 
 
 @dataclass(frozen=True)
-class DPQLearningConfig:
+class DPQLearningConfig(Config):
     """Every hyperparameter of a run. Defaults follow the authors' code (paper 001).
 
     Privacy: `sigma` alone adds the noise but claims no ε. With `epsilon`, `delta`,
@@ -79,9 +87,7 @@ class DPQLearningConfig:
     target_update_episodes: int = 10  # θ⁻ ← θ after episodes 0, 10, 20, ...
     noise_reset_episodes: int = 1  # fresh noise functions after every episode (authors)
 
-    @classmethod
-    def from_preset(cls, preset: str, **overrides: Any) -> DPQLearningConfig:
-        return config_from_preset(cls, PRESETS, preset, **overrides)
+    presets = PRESETS
 
     # --- derived quantities --------------------------------------------------------------
     @property
@@ -110,77 +116,53 @@ class DPQLearningConfig:
 
     def resolved(self) -> DPQLearningConfig:
         """Validate everything; with ε, fill σ from Theorem 5 (or check the given σ)."""
-        if self.preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {self.preset!r}")
-        self._validate_training()
-        privacy = {"--delta": self.delta, "--sensitivity-constant": self.sensitivity_constant,
-                   "--k": self.k}
+        self.validate()
+        privacy = {"delta": self.delta, "sensitivity_constant": self.sensitivity_constant,
+                   "k": self.k}
         if self.epsilon is None:
-            for option, value in [*privacy.items(),
-                                  ("--beta", None if self.beta == 1.0 else self.beta)]:
+            for name, value in [*privacy.items(),
+                                ("beta", None if self.beta == 1.0 else self.beta)]:
                 if value is not None:
-                    raise ConfigError(option, "only meaningful with --epsilon (Theorem 5)")
+                    fail(name, "only meaningful with epsilon (Theorem 5)")
             if self.sigma is None:
-                raise ConfigError("--sigma", "give --sigma, or --epsilon with --delta, "
-                                             "--sensitivity-constant and --k")
-            _check_sigma(self.sigma)
+                fail("sigma", "give sigma, or epsilon with delta, sensitivity_constant and k")
+            non_negative("sigma", self.sigma)
             return self
-        for option, value in privacy.items():
+        for name, value in privacy.items():
             if value is None:
                 why = (" (no default: the poster does not define C(α, k, L, B); the guarantee "
                        "is only as valid as the C you supply)"
-                       if option == "--sensitivity-constant" else "")
-                raise ConfigError(option, f"required with --epsilon{why}")
+                       if name == "sensitivity_constant" else "")
+                fail(name, f"required with epsilon{why}")
         if self.updates < 1:
-            raise ConfigError("--episodes", "no gradient update would run (the replay never "
-                                            "holds a batch), so there is nothing to calibrate")
-        try:
-            t5 = self.theorem5()
-            sigma = t5.min_sigma if self.sigma is None else _check_sigma(self.sigma)
-            t5.check(sigma)
-        except Theorem5Error as e:
-            raise ConfigError(e.option, e.message) from None
+            fail("episodes", "no gradient update would run (the replay never holds a batch), "
+                             "so there is nothing to calibrate")
+        t5 = self.theorem5()  # a Theorem5Error is a ConfigError naming the parameter
+        sigma = t5.min_sigma if self.sigma is None else float(non_negative("sigma", self.sigma))
+        t5.check(sigma)
         return replace(self, sigma=sigma)
 
-    def _validate_training(self) -> None:
-        def integer(name: str, value: int, low: int) -> None:
-            if isinstance(value, bool) or int(value) != value or value < low:
-                raise ConfigError(name, f"must be an integer >= {low}, got {value}")
-
-        def positive(name: str, value: float) -> None:
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(name, f"must be finite and > 0, got {value}")
-
-        integer("--seeds", self.seeds, 1)
-        integer("--seed", self.seed, 0)
-        integer("--episodes", self.episodes, 1)
-        integer("episode_steps", self.episode_steps, 1)
-        integer("hidden", self.hidden, 1)
-        integer("batch_size", self.batch_size, 1)
+    def validate(self) -> None:
+        """The preset and the training settings (resolved() adds the privacy ones)."""
+        check_preset(self.preset, PRESETS)
+        integer("seeds", self.seeds)
+        integer("seed", self.seed, 0)
+        integer("episodes", self.episodes)
+        integer("episode_steps", self.episode_steps)
+        integer("hidden", self.hidden)
+        integer("batch_size", self.batch_size)
         integer("replay_capacity", self.replay_capacity, self.batch_size)
-        integer("target_update_episodes", self.target_update_episodes, 1)
-        integer("--noise-reset-episodes", self.noise_reset_episodes, 1)
-        for name, value in [("learning_rate", self.learning_rate), ("rms_eps", self.rms_eps),
-                            ("grad_clamp", self.grad_clamp), ("eps_decay", self.eps_decay)]:
-            positive(name, value)
-        if not 0 < self.gamma <= 1:
-            raise ConfigError("gamma", f"must be in (0, 1], got {self.gamma}")
-        if not 0 <= self.rms_decay < 1:
-            raise ConfigError("rms_decay", f"must be in [0, 1), got {self.rms_decay}")
-        for name, value in [("eps_start", self.eps_start), ("eps_end", self.eps_end)]:
-            if not 0 <= value <= 1:
-                raise ConfigError(name, f"must be in [0, 1], got {value}")
+        integer("target_update_episodes", self.target_update_episodes)
+        integer("noise_reset_episodes", self.noise_reset_episodes)
+        for name in ("learning_rate", "rms_eps", "grad_clamp", "eps_decay"):
+            positive(name, getattr(self, name))
+        in_range("gamma", self.gamma, 0, 1, low_open=True)
+        in_range("rms_decay", self.rms_decay, 0, 1, high_open=True)
+        probability("eps_start", self.eps_start)
+        probability("eps_end", self.eps_end)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(updates_T_over_B=self.updates, resets_J=self.resets)
-        return d
-
-
-def _check_sigma(sigma: float) -> float:
-    if isinstance(sigma, bool) or not math.isfinite(sigma) or sigma < 0:
-        raise ConfigError("--sigma", f"σ must be finite and >= 0, got {sigma}")
-    return float(sigma)
+        return {**super().to_dict(), "updates_T_over_B": self.updates, "resets_J": self.resets}
 
 
 def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:

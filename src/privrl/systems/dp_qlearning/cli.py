@@ -8,12 +8,13 @@ from typing import Annotated
 
 import typer
 
-from privrl.cli import system_apps
+from privrl.cli import flag_names, system_apps
 
 run_app, reproduce_app = system_apps()
 
 
 @run_app.command("dp-qlearning")
+@flag_names()
 def run_dp_qlearning_command(
     sigma: Annotated[float | None, typer.Option(
         help="Scale σ ≥ 0 of the Gaussian-process noise on Q (the privacy knob). Alone, no ε is "
@@ -72,6 +73,7 @@ def run_dp_qlearning_command(
 
 
 @reproduce_app.command("dp-qlearning")
+@flag_names()
 def reproduce_dp_qlearning_command(
     seeds: Annotated[int, typer.Option(help="Seeds per σ (authors: 10).")] = 10,
     episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,

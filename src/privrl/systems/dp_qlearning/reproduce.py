@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import csv
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
+from privrl.config import Config, fail
 from privrl.envs.line1d import optimal_return, policy_return, random_policy, table_policy
 from privrl.runtime.output import versions, write_json
-from privrl.systems.dp_qlearning.algorithm import ConfigError, DPQLearningConfig, privacy_record
+from privrl.systems.dp_qlearning.algorithm import DPQLearningConfig, privacy_record
 from privrl.systems.dp_qlearning.local import (
     FINAL_EPISODES,
     final_returns,
@@ -33,7 +34,7 @@ BASELINE_EPISODES = 20_000  # Monte Carlo episodes for the random and optimal po
 
 
 @dataclass(frozen=True)
-class DPQLSweepConfig:
+class DPQLSweepConfig(Config):
     seeds: int = 10
     episodes: int = 100
     seed: int = 0
@@ -45,12 +46,9 @@ class DPQLSweepConfig:
 
     def validate(self) -> None:
         if not self.sigmas:
-            raise ConfigError("--sigmas", "give at least one σ")
+            fail("sigmas", "give at least one σ")
         for s in self.sigmas:
             self.run_config(s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def reference_returns(seed: int) -> dict[str, Any]:

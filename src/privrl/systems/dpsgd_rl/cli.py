@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import parse_numbers, progress_bar, system_apps
+from privrl.cli import flag_names, parse_numbers, progress_bar, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -91,6 +91,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
 
 
 @run_app.command("dp-reinforce")
+@flag_names(noise_multiplier="--sigma")
 def run_dp_reinforce(
     sigma: Annotated[float | None, typer.Option(
         help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped episode gradients. "
@@ -123,6 +124,7 @@ class DQNOptimizer(StrEnum):
 
 
 @run_app.command("dp-dqn")
+@flag_names(noise_multiplier="--sigma", sampling_probability="--q")
 def run_dp_dqn(
     preset: Annotated[str, typer.Option(
         help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
@@ -192,6 +194,9 @@ def _ldp_command(name: str, algorithm: str) -> None:
 
     @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
                      "on CartPole-v1 seeing only locally privatized states (paper 003).")
+    @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--sigma", "obs.delta": "--delta",
+                   "obs.noise_multiplier": "--obs-noise-multiplier",
+                   "obs.box_low": "--box-low", "obs.box_high": "--box-high"})
     def command(
         mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
         obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
@@ -216,6 +221,7 @@ _ldp_command("ldp-dqn", "dqn")
 
 
 @reproduce_app.command("dpsgd-rl")
+@flag_names()
 def reproduce_dpsgd_rl(
     seeds_reinforce: Annotated[int, typer.Option(help="Seeds per REINFORCE setting.")] = 5,
     seeds_dqn: Annotated[int, typer.Option(help="Seeds per DQN setting.")] = 3,

@@ -31,6 +31,7 @@ DP-DQN learns despite the noise (docs/dpsgd-rl.md).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import fail, in_range, non_negative, one_of
 from privrl.losses import huber, td_targets
 from privrl.nets.flat import mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
@@ -86,7 +87,7 @@ class DQNConfig(EpisodicConfig):
     # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
     # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
     # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "paper": {},
         "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
                    "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
@@ -104,38 +105,35 @@ class DQNConfig(EpisodicConfig):
         mean = self.q * self.buffer_size
         return min(self.buffer_size, math.ceil(mean + 12 * math.sqrt(mean) + 16))
 
-    def resolved(self) -> DQNConfig:
-        """Validate; with a target ε, calibrate σ for the releases one transition can see."""
-        self.validate_common()
+    def validate(self) -> None:
+        super().validate()
         if self.batch_size < 1 or self.buffer_size < self.batch_size:
-            raise ConfigError("--batch-size", "need 1 <= batch size <= buffer size, got "
-                                              f"{self.batch_size} and {self.buffer_size}")
+            fail("batch_size", "need 1 <= batch size <= buffer size, got "
+                               f"{self.batch_size} and {self.buffer_size}")
         if self.learning_starts is not None and not (
                 self.batch_size <= self.learning_starts <= self.buffer_size):
-            raise ConfigError("--learning-starts", "need batch size <= learning starts <= "
-                                                   f"buffer size, got {self.learning_starts}")
+            fail("learning_starts", "need batch size <= learning starts <= buffer size, got "
+                                    f"{self.learning_starts}")
         q = self.sampling_probability
-        if q is not None and not 0 < q <= 1:
-            raise ConfigError("--q", f"the sampling probability must be in (0, 1], got {q}")
-        if q is not None and not self.dp:
-            raise ConfigError("--q", "Poisson sampling is for DP-SGD runs (--dp)")
-        if not 0 < self.tau <= 1:
-            raise ConfigError("--tau", f"must be in (0, 1], got {self.tau}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError("--optimizer", f"choose one of {', '.join(OPTIMIZERS)}, "
-                                             f"got {self.optimizer!r}")
-        if not 0 <= self.momentum < 1:
-            raise ConfigError("--momentum", f"must be in [0, 1), got {self.momentum}")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise ConfigError("--weight-decay", f"must be finite and >= 0, got "
-                                                f"{self.weight_decay}")
+        if q is not None:
+            in_range("sampling_probability", q, 0, 1, low_open=True)
+            if not self.dp:
+                fail("sampling_probability", "Poisson sampling is for DP-SGD runs (dp)")
+        in_range("tau", self.tau, 0, 1, low_open=True)
+        one_of("optimizer", self.optimizer, OPTIMIZERS)
+        in_range("momentum", self.momentum, 0, 1, high_open=True)
+        non_negative("weight_decay", self.weight_decay)
+
+    def resolved(self) -> DQNConfig:
+        """Validate; with a target ε, calibrate σ for the releases one transition can see."""
+        self.validate()
         if self.target_epsilon is not None:
             try:
                 sigma = calibrate_noise_multiplier(
                     self.target_epsilon, self.delta, self.releases_per_unit(self.max_steps()),
                     self.q, kind=self.accountant)
             except ValueError as e:
-                raise ConfigError("--target-epsilon", str(e)) from None
+                fail("target_epsilon", str(e))
             return replace(self, noise_multiplier=sigma)
         return self
 

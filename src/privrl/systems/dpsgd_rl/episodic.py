@@ -8,7 +8,7 @@ evaluation episode is played after every training episode and training stops onc
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -16,7 +16,16 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from privrl.config import ConfigError, config_from_preset
+from privrl.config import (
+    Config,
+    fail,
+    in_range,
+    integer,
+    non_negative,
+    one_of,
+    positive,
+    within,
+)
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
 from privrl.privacy.accounting import ACCOUNTANTS
@@ -26,11 +35,11 @@ CARTPOLE_V1 = CartPoleSpec(max_steps=500, gravities=(9.8,))
 
 
 @dataclass(frozen=True)
-class EpisodicConfig:
+class EpisodicConfig(Config):
     """Options common to REINFORCE and DQN (each algorithm's config extends this)."""
 
     # Presets: "paper" is the dataclass defaults (the slides, read as docs/dpsgd-rl.md says).
-    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"paper": {}}
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {"paper": {}}
 
     preset: str = "paper"
     seeds: int = 1
@@ -53,40 +62,23 @@ class EpisodicConfig:
     # LDP on observations
     obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
 
-    @classmethod
-    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
-        """The preset's settings, then `overrides` (None values are ignored)."""
-        return config_from_preset(cls, cls.PRESETS, preset, **overrides)
-
-    def validate_common(self) -> None:
-        def positive_int(name: str, v: Any, option: str) -> None:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(option, f"must be an integer >= 1, got {v!r}")
-
-        positive_int("seeds", self.seeds, "--seeds")
-        positive_int("episodes", self.episodes, "--episodes")
-        positive_int("max_episode_steps", self.max_episode_steps, "--max-episode-steps")
-        positive_int("solve_window", self.solve_window, "--solve-window")
-        if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier >= 0):
-            raise ConfigError("--sigma", f"the noise multiplier must be finite and >= 0, "
-                                         f"got {self.noise_multiplier}")
-        if not (math.isfinite(self.clip) and self.clip > 0):
-            raise ConfigError("--clip", f"must be finite and > 0, got {self.clip}")
-        if not 0 < self.delta < 1:
-            raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
-        for opt, v in (("--target-epsilon", self.target_epsilon),
-                       ("--max-epsilon", self.max_epsilon)):
-            if v is not None and not (math.isfinite(v) and v > 0):
-                raise ConfigError(opt, f"must be finite and > 0, got {v}")
+    def validate(self) -> None:
+        """The rules both algorithms share (each config's validate() adds its own)."""
+        for name in ("seeds", "episodes", "max_episode_steps", "solve_window"):
+            integer(name, getattr(self, name))
+        non_negative("noise_multiplier", self.noise_multiplier)
+        positive("clip", self.clip)
+        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        for name in ("target_epsilon", "max_epsilon"):
+            if getattr(self, name) is not None:
+                positive(name, getattr(self, name))
         if self.target_epsilon is not None and not self.dp:
-            raise ConfigError("--target-epsilon", "only DP-SGD runs calibrate σ")
-        if self.accountant not in ACCOUNTANTS:
-            raise ConfigError("--accountant", f"choose one of {', '.join(ACCOUNTANTS)}")
-        if not 0 < self.gamma <= 1:
-            raise ConfigError("--gamma", f"must be in (0, 1], got {self.gamma}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
-        self.obs.validate()
+            fail("target_epsilon", "only DP-SGD runs calibrate σ")
+        one_of("accountant", self.accountant, ACCOUNTANTS)
+        in_range("gamma", self.gamma, 0, 1, low_open=True)
+        positive("learning_rate", self.learning_rate)
+        with within("obs"):
+            self.obs.validate()
 
     @property
     def private(self) -> bool:

@@ -19,14 +19,13 @@ other channels. The learner's actions are computed from noisy states: post-proce
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import Config, fail, in_range, non_negative, one_of, positive
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.mechanisms import BoxGaussianMechanism, Mechanism, UnboundedGaussianNoise
 
@@ -41,7 +40,7 @@ CARTPOLE_BOX: tuple[tuple[float, ...], tuple[float, ...]] = (
 
 
 @dataclass(frozen=True)
-class ObservationPrivacy:
+class ObservationPrivacy(Config):
     """How each observed state is perturbed before the learner sees it."""
 
     mode: str = "none"
@@ -53,21 +52,15 @@ class ObservationPrivacy:
     delta: float = 1e-5  # "box" mode: δ₀ of one release
 
     def validate(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError("--obs-noise", f"unknown mode {self.mode!r}; choose one of "
-                                             f"{', '.join(MODES)}")
-        if not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise ConfigError("--sigma", f"must be finite and >= 0, got {self.sigma}")
+        one_of("mode", self.mode, MODES)
+        non_negative("sigma", self.sigma)
         if self.mode == "box":
-            if not (math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
-                raise ConfigError("--obs-noise-multiplier",
-                                  f"must be finite and > 0, got {self.noise_multiplier}")
-            if not 0 < self.delta < 1:
-                raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
+            positive("noise_multiplier", self.noise_multiplier)
+            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
             try:
                 self.mechanism()
             except ValueError as e:
-                raise ConfigError("--box", str(e)) from None
+                fail("box_low", str(e))
 
     def mechanism(self) -> Mechanism | None:
         """The observation mechanism, or None when the learner sees raw states."""

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import fail, in_range, integer
 from privrl.envs.rollout import rollout_episodes
 from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
 from privrl.nets.flat import mlp
@@ -60,19 +60,21 @@ class ReinforceConfig(EpisodicConfig):
     normalize_returns: bool = True
     learning_rate: float = 0.01
 
+    def validate(self) -> None:
+        super().validate()
+        in_range("dropout", self.dropout, 0, 1, high_open=True)
+        integer("hidden", self.hidden)
+        integer("batch_episodes", self.batch_episodes)
+
     def resolved(self) -> ReinforceConfig:
         """Validate; with a target ε, calibrate σ for one release per episode."""
-        self.validate_common()
-        if not 0 <= self.dropout < 1:
-            raise ConfigError("--dropout", f"must be in [0, 1), got {self.dropout}")
-        if self.hidden < 1 or self.batch_episodes < 1:
-            raise ConfigError("--batch-episodes", "hidden and batch_episodes must be >= 1")
+        self.validate()
         if self.target_epsilon is not None:
             try:
                 sigma = calibrate_noise_multiplier(self.target_epsilon, self.delta, 1,
                                                    kind=self.accountant)
             except ValueError as e:
-                raise ConfigError("--target-epsilon", str(e)) from None
+                fail("target_epsilon", str(e))
             return replace(self, noise_multiplier=sigma)
         return self
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.config import ConfigError
+from privrl.config import Config, fail, integer, one_of
 from privrl.runtime.output import plot_curves, write_json
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
@@ -50,7 +50,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(Config):
     seeds_reinforce: int = 5
     seeds_dqn: int = 3
     episodes: int = 1000
@@ -61,13 +61,12 @@ class SweepConfig:
     algorithms: tuple[str, ...] = ("reinforce", "dqn")
 
     def validate(self) -> None:
-        if self.seeds_reinforce < 1 or self.seeds_dqn < 1:
-            raise ConfigError("--seeds", "need at least one seed per setting")
+        integer("seeds_reinforce", self.seeds_reinforce)
+        integer("seeds_dqn", self.seeds_dqn)
         if self.episodes < 25:
-            raise ConfigError("--episodes", "need at least 25 episodes (the solve window)")
+            fail("episodes", "need at least 25 episodes (the solve window)")
         for a in self.algorithms:
-            if a not in ("reinforce", "dqn"):
-                raise ConfigError("--algorithms", f"unknown algorithm {a!r}")
+            one_of("algorithms", a, ("reinforce", "dqn"), what="algorithm")
 
     def settings(self) -> list[Setting]:
         out = []

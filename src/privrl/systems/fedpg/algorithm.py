@@ -25,7 +25,7 @@ trials are vmapped by the runner (privrl.systems.fedpg.local).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -33,7 +33,15 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError, config_from_preset
+from privrl.config import (
+    Config,
+    check_preset,
+    fail,
+    in_range,
+    integer,
+    one_of,
+    positive,
+)
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
 from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.pushsum import (
@@ -71,7 +79,7 @@ PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 
 
 @dataclass(frozen=True)
-class FedPGConfig:
+class FedPGConfig(Config):
     """Every hyperparameter of a FedPG run; defaults: FedPG-BR's CartPole-v1 setting.
 
     `budget` is the number of episodes each agent samples (B_t plus, for Cen, the server's
@@ -110,9 +118,7 @@ class FedPGConfig:
     delta: float = 1e-5  # gaussian only
     target_return: float = 475.0
 
-    @classmethod
-    def from_preset(cls, preset: str, **overrides: Any) -> FedPGConfig:
-        return config_from_preset(cls, PRESETS, preset, **overrides)
+    presets = PRESETS
 
     @property
     def learners(self) -> int:
@@ -125,81 +131,65 @@ class FedPGConfig:
         return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
 
     def validate(self) -> None:
-        def integer(value: Any, low: int, option: str) -> None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(option, f"must be an integer >= {low}, got {value!r}")
-
-        def positive(value: Any, option: str) -> None:
-            if value is None or isinstance(value, bool) or not (math.isfinite(value)
-                                                                 and value > 0):
-                raise ConfigError(option, f"must be finite and > 0, got {value!r}")
-
-        for name, value, allowed, option in [
-            ("algorithm", self.algorithm, ALGORITHMS, "algorithm"),
-            ("preset", self.preset, tuple(PRESETS), "--preset"),
-            ("topology", self.topology, TOPOLOGIES, "--topology"),
-            ("mechanism", self.mechanism, MECHANISMS, "--mechanism"),
-            ("importance", self.importance, IMPORTANCE, "--importance"),
-            ("optimizer", self.optimizer, OPTIMIZERS, "--optimizer"),
-        ]:
-            if value not in allowed:
-                raise ConfigError(option, f"unknown {name} {value!r}; "
-                                          f"choose one of {', '.join(allowed)}")
-        integer(self.agents, 1, "--agents")
-        integer(self.batch_min, 1, "--batch-min (B)")
-        integer(self.batch_max, 1, "--batch-max (B)")
+        one_of("algorithm", self.algorithm, ALGORITHMS)
+        check_preset(self.preset, PRESETS)
+        one_of("topology", self.topology, TOPOLOGIES)
+        one_of("mechanism", self.mechanism, MECHANISMS)
+        one_of("importance", self.importance, IMPORTANCE)
+        one_of("optimizer", self.optimizer, OPTIMIZERS)
+        integer("agents", self.agents)
+        integer("batch_min", self.batch_min)
+        integer("batch_max", self.batch_max)
         if self.batch_max < self.batch_min:
-            raise ConfigError("--batch-max (B)", f"must be >= --batch-min = {self.batch_min}, "
-                                                 f"got {self.batch_max}")
-        integer(self.minibatch, 1, "--minibatch (b)")
+            fail("batch_max", f"must be >= batch_min = {self.batch_min}, got {self.batch_max}")
+        integer("minibatch", self.minibatch)
         if self.inner_steps is not None:
-            integer(self.inner_steps, 0, "--inner-steps")
-        integer(self.budget, 1, "--budget")
-        integer(self.trials, 1, "--trials")
-        integer(self.seed, 0, "--seed")
-        integer(self.max_episode_steps, 1, "max_episode_steps")
+            integer("inner_steps", self.inner_steps, 0)
+        integer("budget", self.budget)
+        integer("trials", self.trials)
+        integer("seed", self.seed, 0)
+        integer("max_episode_steps", self.max_episode_steps)
         if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 1
                                   for h in self.hidden):
-            raise ConfigError("hidden", f"must be positive layer widths, got {self.hidden!r}")
-        positive(self.learning_rate, "--learning-rate")
-        if not 0 < self.gamma <= 1:
-            raise ConfigError("--gamma", f"must be in (0, 1], got {self.gamma}")
+            fail("hidden", f"must be positive layer widths, got {self.hidden!r}")
+        positive("learning_rate", self.learning_rate)
+        in_range("gamma", self.gamma, 0, 1, low_open=True)
         if self.importance_clip is not None:
-            positive(self.importance_clip, "--importance-clip")
+            positive("importance_clip", self.importance_clip)
         if self.window is not None:
             if self.topology != "random" or self.algorithm != "dec":
-                raise ConfigError("--window", "only the random topology of fedpg-dec takes it")
-            integer(self.window, 1, "--window")
+                fail("window", "only the random topology of fedpg-dec takes it")
+            integer("window", self.window)
         if self.mechanism == "none":
             if self.epsilon is not None:
-                raise ConfigError("--epsilon", "no mechanism (--mechanism none) has no ε; "
-                                               "drop --epsilon or choose a mechanism")
+                fail("epsilon", "no mechanism (mechanism='none') has no ε; "
+                                "drop epsilon or choose a mechanism")
         elif self.mechanism == "laplace":
             if self.epsilon is None:
-                raise ConfigError("--epsilon", "required with --mechanism laplace "
-                                               "(ε per release, > 0)")
+                fail("epsilon", "required with mechanism='laplace' (ε per release, > 0)")
             if self.noise_multiplier is not None:
-                raise ConfigError("--noise-multiplier", "only the gaussian mechanism takes it")
-            positive(self.epsilon, "--epsilon")
-            positive(self.clip, "--clip")
+                fail("noise_multiplier", "only the gaussian mechanism takes it")
+            positive("epsilon", self.epsilon)
+            positive("clip", self.clip)
         else:
             # σ given: it is used (ε, if also given, was the target it was calibrated for).
             if self.epsilon is None and self.noise_multiplier is None:
-                raise ConfigError("--epsilon", "the gaussian mechanism needs --epsilon (total "
-                                               "per agent) or --noise-multiplier")
+                fail("epsilon", "the gaussian mechanism needs epsilon (total per agent) or "
+                                "noise_multiplier")
             if self.epsilon is not None:
-                positive(self.epsilon, "--epsilon")
+                positive("epsilon", self.epsilon)
             if self.noise_multiplier is not None:
-                positive(self.noise_multiplier, "--noise-multiplier")
-            positive(self.clip, "--clip")
-            if not (isinstance(self.delta, float) and 0 < self.delta < 1):
-                raise ConfigError("--delta", f"must be in (0, 1), got {self.delta!r}")
+                positive("noise_multiplier", self.noise_multiplier)
+            positive("clip", self.clip)
+            if not isinstance(self.delta, float):
+                fail("delta", f"must be in (0, 1), got {self.delta!r}")
+            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         if self.mechanism != "gaussian" and self.noise_multiplier is not None:
-            raise ConfigError("--noise-multiplier", "only the gaussian mechanism takes it")
+            fail("noise_multiplier", "only the gaussian mechanism takes it")
         try:
             CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
         except ValueError as e:
-            raise ConfigError("--gravities", str(e)) from None
+            fail("gravities", str(e))
 
     def resolved(self) -> FedPGConfig:
         """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
@@ -211,11 +201,8 @@ class FedPGConfig:
             # 2·clip, so the mechanism's σ (std / clip) is twice it.
             z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds())
         except CalibrationError as e:
-            raise ConfigError("--epsilon", str(e)) from None
+            fail("epsilon", str(e))
         return replace(self, noise_multiplier=2.0 * z)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def make_mechanism(cfg: FedPGConfig) -> Mechanism:
@@ -234,7 +221,7 @@ def build_topology(cfg: FedPGConfig) -> Topology:
     try:
         return make_topology(cfg.topology, cfg.agents, cfg.max_rounds(), cfg.seed, cfg.window)
     except TopologyError as e:
-        raise ConfigError("--topology", str(e)) from None
+        fail("topology", str(e))
 
 
 class Episodes(NamedTuple):

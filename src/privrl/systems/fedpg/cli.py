@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from privrl.cli import AddressOpt, Runtime, progress_bar, system_apps
+from privrl.cli import AddressOpt, Runtime, flag_names, progress_bar, system_apps
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -109,6 +109,7 @@ GravOpt = Annotated[str, typer.Option(
 
 
 @run_app.command("fedpg-cen")
+@flag_names()
 def run_fedpg_cen_command(
     agents: AgentsOpt = 10, budget: BudgetOpt = 5000, trials: TrialsOpt = 1,
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
@@ -133,6 +134,7 @@ def run_fedpg_cen_command(
 
 
 @run_app.command("fedpg-dec")
+@flag_names()
 def run_fedpg_dec_command(
     topology: Annotated[FedPGTopology, typer.Option(
         help="Directed graph: ring (static k → k+1), exponential (time-varying one-peer "
@@ -255,6 +257,7 @@ def fedpg_table(summary: dict) -> Table:
 
 
 @reproduce_app.command("fedpg")
+@flag_names()
 def reproduce_fedpg_command(
     trials: Annotated[int, typer.Option(help="Seeds per setting (the issue: 10).")] = 10,
     budget: Annotated[int, typer.Option(help="Episodes per agent (FedPG-BR: 5000).")] = 5000,

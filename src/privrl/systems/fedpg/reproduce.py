@@ -11,23 +11,22 @@ all its seeds in one vmapped program (privrl.systems.fedpg.local) and is written
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from privrl.config import ConfigError
-from privrl.runtime.output import json_safe, open_sweep, run_setting, write_json
+from privrl.config import Config, integer, positive
+from privrl.runtime.output import open_sweep, run_setting, write_json
 from privrl.systems.fedpg.algorithm import FedPGConfig
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")
 
 
 @dataclass(frozen=True)
-class FedPGSweep:
+class FedPGSweep(Config):
     trials: int = 10
     budget: int = 5000
     agents: int = 10
@@ -55,17 +54,12 @@ class FedPGSweep:
         return out
 
     def validate(self) -> None:
-        if isinstance(self.trials, bool) or self.trials < 1:
-            raise ConfigError("--trials", f"must be an integer >= 1, got {self.trials}")
-        for eps in (*self.gaussian_epsilons, *self.laplace_epsilons):
-            if not (math.isfinite(eps) and eps > 0):
-                raise ConfigError("--gaussian-epsilons/--laplace-epsilons",
-                                  f"each ε must be finite and > 0, got {eps}")
+        integer("trials", self.trials)
+        for name in ("gaussian_epsilons", "laplace_epsilons"):
+            for eps in getattr(self, name):
+                positive(name, eps)
         for cfg in self.settings().values():
             cfg.validate()
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
 
 
 SweepLog = Callable[[str], None]

@@ -26,7 +26,6 @@ every choice.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -34,7 +33,16 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from privrl.config import ConfigError, config_from_preset
+from privrl.config import (
+    Config,
+    check_preset,
+    fail,
+    in_range,
+    integer,
+    non_negative,
+    one_of,
+    positive,
+)
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import (
     AlphaParty,
@@ -56,7 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 
 
 @dataclass(frozen=True)
-class ReplayOptions:
+class ReplayOptions(Config):
     """The DQN settings of paper 002's learners on every domain (Grid-World defaults)."""
 
     learning_rate: float = 1e-3
@@ -72,23 +80,17 @@ class ReplayOptions:
     patience: int = 10  # epochs without validation improvement before stopping
     seed: int = 0
 
-    def validate_replay(self, **more: Any) -> None:
-        """The shared checks, plus `more` (option name -> value) that must be integers >= 1."""
-        ints = {"--batch-size": self.batch_size, "--buffer-size": self.buffer_size,
-                "--num-envs": self.num_envs, "--explore-steps": self.explore_steps,
-                "--target-period": self.target_period, "--epochs": self.epochs,
-                "--patience": self.patience, **more}
-        for opt, v in ints.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(opt, f"must be an integer >= 1, got {v!r}")
+    def validate_replay(self, *more: str) -> None:
+        """The shared checks, plus the fields named in `more` that must be integers >= 1."""
+        for name in ("batch_size", "buffer_size", "num_envs", "explore_steps", "target_period",
+                     "epochs", "patience", *more):
+            integer(name, getattr(self, name))
         if self.buffer_size < self.num_envs:
-            raise ConfigError("--buffer-size", "must hold at least one vector step")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ConfigError("--learning-rate", f"must be > 0, got {self.learning_rate}")
-        if not 0 <= self.gamma < 1:
-            raise ConfigError("--gamma", f"must be in [0, 1), got {self.gamma}")
+            fail("buffer_size", "must hold at least one vector step")
+        positive("learning_rate", self.learning_rate)
+        in_range("gamma", self.gamma, 0, 1, high_open=True)
         if not 0 <= self.explore_end <= self.explore_start <= 1:
-            raise ConfigError("--explore-end", "need 0 <= end <= start <= 1")
+            fail("explore_end", "need 0 <= end <= start <= 1")
 
     def epsilon(self, step: Array) -> Array:
         frac = jnp.minimum(step / self.explore_steps, 1.0)
@@ -109,9 +111,7 @@ class GridConfig(ReplayOptions):
     updates_per_epoch: int = 2000
     seeds: int = 1
 
-    @classmethod
-    def from_preset(cls, preset: str = "paper", **overrides: Any) -> Any:
-        return config_from_preset(cls, PRESETS, preset, **overrides)
+    presets = PRESETS
 
     @property
     def h(self) -> int:
@@ -121,15 +121,15 @@ class GridConfig(ReplayOptions):
         return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
 
     def validate(self) -> None:
+        check_preset(self.preset, PRESETS)
         self.spec().validate()
-        self.validate_replay(**{"--updates-per-epoch": self.updates_per_epoch,
-                                "--seeds": self.seeds, "--generated-maps": self.generated_maps})
+        self.validate_replay("updates_per_epoch", "seeds", "generated_maps")
         if self.generated_maps < 10:
-            raise ConfigError("--generated-maps", "need at least 10 maps to split 8:1:1")
+            fail("generated_maps", "need at least 10 maps to split 8:1:1")
 
 
 @dataclass(frozen=True)
-class QNoiseConfig:
+class QNoiseConfig(Config):
     """The noise on released Q outputs, shared by FedRL on every domain."""
 
     noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
@@ -138,17 +138,13 @@ class QNoiseConfig:
     accountant: str = "rdp"
 
     def validate_noise(self) -> None:
-        if not (math.isfinite(self.noise_sigma) and self.noise_sigma >= 0):
-            raise ConfigError("--noise-sigma", f"must be finite and >= 0, got {self.noise_sigma}")
+        non_negative("noise_sigma", self.noise_sigma)
         if self.bounded is not None:
-            if not (math.isfinite(self.bounded) and self.bounded > 0):
-                raise ConfigError("--bounded", f"the L2 bound must be > 0, got {self.bounded}")
+            positive("bounded", self.bounded)
             if self.noise_sigma == 0:
-                raise ConfigError("--noise-sigma", "bounded mode needs noise σ > 0")
-        if not 0 < self.delta < 1:
-            raise ConfigError("--delta", f"must be in (0, 1), got {self.delta}")
-        if self.accountant not in ACCOUNTANTS:
-            raise ConfigError("--accountant", f"choose one of {', '.join(ACCOUNTANTS)}")
+                fail("noise_sigma", "bounded mode needs noise σ > 0")
+        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        one_of("accountant", self.accountant, ACCOUNTANTS)
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:
@@ -158,10 +154,9 @@ class QNoiseConfig:
 
 @dataclass(frozen=True)
 class FedRLConfig(GridConfig, QNoiseConfig):
-    def resolved(self) -> FedRLConfig:
-        self.validate()
+    def validate(self) -> None:
+        super().validate()
         self.validate_noise()
-        return self
 
 
 class Stats(NamedTuple):

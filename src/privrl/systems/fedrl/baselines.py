@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import fail, one_of
 from privrl.envs import gridworld as gw
 from privrl.nets.grid import conv_q, full_conv_q
 from privrl.systems.fedrl.algorithm import (
@@ -40,12 +40,9 @@ MODELS = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 class BaselineConfig(GridConfig):
     model: str = "dqn-alpha"
 
-    def resolved(self) -> BaselineConfig:
-        if self.model not in MODELS:
-            raise ConfigError("--model", f"unknown model {self.model!r}; choose one of "
-                                         f"{', '.join(MODELS)}")
-        self.validate()
-        return self
+    def validate(self) -> None:
+        one_of("model", self.model, MODELS)
+        super().validate()
 
     @property
     def full(self) -> bool:
@@ -150,7 +147,7 @@ class GridDQN:
     def __init__(self, config: BaselineConfig) -> None:
         self.config = cfg = config.resolved()
         if not cfg.model.startswith("dqn"):
-            raise ConfigError("--model", f"{cfg.model} is not a DQN model")
+            fail("model", f"{cfg.model} is not a DQN model")
         self.name = cfg.model
         self.spec = cfg.spec()
         self.net = _net(cfg)
@@ -262,7 +259,7 @@ class GridFCN:
     def __init__(self, config: BaselineConfig) -> None:
         self.config = cfg = config.resolved()
         if not cfg.model.startswith("fcn"):
-            raise ConfigError("--model", f"{cfg.model} is not an FCN model")
+            fail("model", f"{cfg.model} is not an FCN model")
         self.name = cfg.model
         self.spec = cfg.spec()
         self.net = _net(cfg)

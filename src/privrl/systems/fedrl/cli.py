@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import parse_numbers, progress_bar, system_apps
+from privrl.cli import flag_names, parse_numbers, progress_bar, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -84,6 +84,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
 
 
 @run_app.command("fedrl")
+@flag_names()
 def run_fedrl(
     size: Size = 8, maps: Maps = None, history: History = None, alpha_view: AlphaView = 3,
     beta_view: BetaView = 5,
@@ -110,6 +111,7 @@ def run_fedrl(
 
 
 @run_app.command("fedrl-baseline")
+@flag_names()
 def run_fedrl_baseline(
     model: Annotated[str, typer.Option(
         help="dqn-alpha | dqn-full | fcn-alpha | fcn-full.")] = "dqn-alpha",
@@ -130,6 +132,7 @@ def run_fedrl_baseline(
 
 
 @reproduce_app.command("fedrl")
+@flag_names(size="--sizes", model="--models", seeds="--runs")
 def reproduce_fedrl(
     maps: Annotated[Path, typer.Option(
         help="Directory with the paper's gridworld_{8,16,32}.npz (required).")],
@@ -156,7 +159,7 @@ def reproduce_fedrl(
         ReproConfig(str(maps), parse_numbers(sizes, "--sizes", int), runs,
                     tuple(m.strip() for m in models.split(",")), seed=seed),
         epochs=epochs, updates_per_epoch=updates_per_epoch, patience=patience,
-        num_envs=num_envs).validate()
+        num_envs=num_envs).resolved()
     err = Console(stderr=True)
     path = new_run_dir(out, "reproduce-fedrl")
     table = run_reproduction(cfg, path, log=lambda s: err.print(s))

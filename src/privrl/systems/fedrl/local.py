@@ -53,8 +53,8 @@ def load_splits(cfg: Any) -> Splits:
     if min(train.count, valid.count, test.count) == 0:
         from privrl.config import ConfigError
 
-        raise ConfigError("--maps", f"{source}: the train/validation/test split left a part "
-                                    "empty")
+        raise ConfigError("maps", f"{source}: the train/validation/test split left a part "
+                                  "empty")
     return Splits(train, valid, test, {
         "source": source, "train": train.count, "valid": valid.count, "test": test.count,
         "domains_without_usable_path": dropped})

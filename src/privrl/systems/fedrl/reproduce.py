@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from privrl.config import ConfigError
+from privrl.config import Config, at_least, fail, one_of
 from privrl.envs.gridworld import SIZES, load_maps
 from privrl.runtime.output import write_json
 from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
@@ -35,7 +35,7 @@ PAPER_RWD = {"DQN-alpha": (13.781, -112.084, -285.946), ROWS[2]: (18.152, -94.19
 
 
 @dataclass(frozen=True)
-class ReproConfig:
+class ReproConfig(Config):
     maps: str | None
     sizes: tuple[int, ...] = (8,)
     runs: int = 5
@@ -43,22 +43,18 @@ class ReproConfig:
     overrides: tuple[tuple[str, Any], ...] = ()  # GridConfig fields (epochs, ...) for all models
     seed: int = 0
 
-    def validate(self) -> ReproConfig:
+    def validate(self) -> None:
         for s in self.sizes:
             if s not in SIZES:
-                raise ConfigError("--sizes", f"{s} is not one of {', '.join(map(str, SIZES))}")
+                fail("sizes", f"{s} is not one of {', '.join(map(str, SIZES))}")
         for m in self.models:
-            if m not in MODELS:
-                raise ConfigError("--models", f"unknown model {m!r}; choose from "
-                                              f"{', '.join(MODELS)}")
-        if self.runs < 1:
-            raise ConfigError("--runs", f"must be >= 1, got {self.runs}")
+            one_of("models", m, MODELS, what="model")
+        at_least("runs", self.runs, 1)
         if self.maps is None:
-            raise ConfigError("--maps", "the reproduction needs the paper's maps directory")
+            fail("maps", "the reproduction needs the paper's maps directory")
         for s in self.sizes:  # fail on bad options or a bad maps file before any training
             self.make(self.models[0], s)
             load_maps(self.maps, s)
-        return self
 
     def make(self, model: str, size: int) -> Any:
         kw = {"maps": self.maps, "size": size, "seeds": self.runs, "seed": self.seed,

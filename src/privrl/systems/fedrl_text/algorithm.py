@@ -19,7 +19,6 @@ docs/text2action.md.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -28,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError, config_from_preset
+from privrl.config import check_preset, fail, in_range, one_of, positive
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import (
     AlphaParty,
@@ -103,35 +102,23 @@ class TextConfig(QNoiseConfig, ReplayOptions):
     head_activation: str = "relu"  # relu (paper) | leaky_relu
     runs: int = 1
 
-    def resolved(self) -> TextConfig:
-        if self.mode not in MODES:
-            raise ConfigError("--mode", f"unknown mode {self.mode!r}; choose one of "
-                                        f"{', '.join(MODES)}")
-        if self.corpus not in t2a.CORPORA:
-            raise ConfigError("--corpus", f"unknown corpus {self.corpus!r}; choose one of "
-                                          f"{', '.join(t2a.CORPORA)}")
-        ints = {"--max-words": self.max_words, "--runs": self.runs,
-                "--head-hidden": self.head_hidden,
-                "--w2v-epochs": self.w2v_epochs, "--word-dim": self.word_dim}
+    presets = PRESETS
+
+    def validate(self) -> None:
+        check_preset(self.preset, PRESETS)
+        one_of("mode", self.mode, MODES)
+        one_of("corpus", self.corpus, t2a.CORPORA)
+        ints = ["max_words", "runs", "head_hidden", "w2v_epochs", "word_dim"]
         if self.steps_per_epoch is not None:
-            ints["--steps-per-epoch"] = self.steps_per_epoch
-        self.validate_replay(**ints)
+            ints.append("steps_per_epoch")
+        self.validate_replay(*ints)
         if self.max_words < 5:
-            raise ConfigError("--max-words", "the widest convolution needs 5 words")
-        if self.targets not in TARGETS:
-            raise ConfigError("--targets", f"unknown target rule {self.targets!r}; choose one "
-                                           f"of {', '.join(TARGETS)}")
-        if self.head_activation not in HEAD_ACTIVATIONS:
-            raise ConfigError("--head-activation", f"unknown activation "
-                                                   f"{self.head_activation!r}; choose one of "
-                                                   f"{', '.join(HEAD_ACTIVATIONS)}")
-        if not (math.isfinite(self.reward_scale) and self.reward_scale > 0):
-            raise ConfigError("--reward-scale", f"must be > 0, got {self.reward_scale}")
-        if not 0 < self.valid_fraction < 1:
-            raise ConfigError("--valid-fraction", f"must be in (0, 1), got "
-                                                  f"{self.valid_fraction}")
+            fail("max_words", "the widest convolution needs 5 words")
+        one_of("targets", self.targets, TARGETS, what="target rule")
+        one_of("head_activation", self.head_activation, HEAD_ACTIVATIONS, what="activation")
+        positive("reward_scale", self.reward_scale)
+        in_range("valid_fraction", self.valid_fraction, 0, 1, low_open=True, high_open=True)
         self.validate_noise()
-        return self
 
     def reward_spec(self) -> t2a.RewardSpec:
         return t2a.RewardSpec(base=self.reward_base, action_rate=self.action_rate,
@@ -139,7 +126,7 @@ class TextConfig(QNoiseConfig, ReplayOptions):
 
 
 def text_config(preset: str = "paper", **overrides: Any) -> TextConfig:
-    return config_from_preset(TextConfig, PRESETS, preset, **overrides).resolved()  # type: ignore
+    return TextConfig.from_preset(preset, **overrides).resolved()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import parse_numbers, progress_bar, system_apps
+from privrl.cli import flag_names, parse_numbers, progress_bar, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -37,6 +37,7 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 
 
 @run_app.command("fedrl-text2action")
+@flag_names(models="--mode", corpora="--corpus")
 def run_text2action(
     data: Data,
     corpus: Annotated[str, typer.Option(help="win2k (WHS), cooking (CT) or wikihow (WHG).")]
@@ -69,7 +70,7 @@ def run_text2action(
                       steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
                       targets=targets)
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
-                           parse_numbers(folds, "--folds", int), preset).validate().folds
+                           parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
     err, console = Console(stderr=True), Console()
     err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
@@ -97,6 +98,7 @@ def run_text2action(
 
 
 @reproduce_app.command("fedrl-text2action")
+@flag_names(mode="--models", corpus="--corpora")
 def reproduce_text2action(
     data: Data,
     corpora: Annotated[str, typer.Option(help="Comma-separated: win2k,cooking,wikihow.")]

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privrl.config import ConfigError
+from privrl.config import Config, check_preset, fail, one_of
 from privrl.envs import text2action as t2a
-from privrl.runtime.output import json_safe, open_sweep, run_setting, write_json
+from privrl.runtime.output import open_sweep, run_setting, write_json
 from privrl.systems.fedrl_text.algorithm import PRESETS, TextConfig, text_config
 from privrl.systems.fedrl_text.local import run_cv, save
 
@@ -36,7 +36,7 @@ PAPER_COLUMN = {"win2k": 0, "cooking": 1, "wikihow": 2}
 
 
 @dataclass(frozen=True)
-class ReproConfig:
+class ReproConfig(Config):
     data: str
     corpora: tuple[str, ...] = tuple(t2a.CORPORA)
     models: tuple[str, ...] = MODELS
@@ -46,30 +46,22 @@ class ReproConfig:
     overrides: tuple[tuple[str, Any], ...] = ()  # TextConfig fields for every model
     seed: int = 0
 
-    def validate(self) -> ReproConfig:
-        if self.preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {self.preset!r}; choose one of "
-                                          f"{', '.join(PRESETS)}")
+    def validate(self) -> None:
+        check_preset(self.preset, PRESETS)
         for m in self.models:
-            if m not in MODELS:
-                raise ConfigError("--models", f"unknown model {m!r}; choose from "
-                                              f"{', '.join(MODELS)}")
+            one_of("models", m, MODELS, what="model")
         for f in self.folds:
             if f not in range(5):
-                raise ConfigError("--folds", f"fold {f} is not one of 0-4")
+                fail("folds", f"fold {f} is not one of 0-4")
         if not self.folds or len(set(self.folds)) != len(self.folds):
-            raise ConfigError("--folds", "give distinct folds")
+            fail("folds", "give distinct folds")
         for c in self.corpora:
             self.make(self.models[0], c)  # bad options fail here, before any training
             t2a.corpus_file(self.data, c)
-        return self
 
     def make(self, model: str, corpus: str) -> TextConfig:
         return text_config(self.preset, mode=model, corpus=corpus, runs=self.runs,
                            seed=self.seed, **dict(self.overrides))
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
 
 
 def _rows(model: str, summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

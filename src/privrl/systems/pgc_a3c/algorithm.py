@@ -20,7 +20,7 @@ aggregator-side (`BufferedAggregator.receive`) meet only through the `Report` py
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -28,7 +28,17 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import ConfigError, config_from_preset
+from privrl.config import (
+    Config,
+    ConfigError,
+    check_preset,
+    fail,
+    in_range,
+    integer,
+    one_of,
+    positive,
+    probability,
+)
 from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
 from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
@@ -73,7 +83,7 @@ MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
 
 
 @dataclass(frozen=True)
-class PGCA3CConfig:
+class PGCA3CConfig(Config):
     """Every hyperparameter of a PGC-A3C run. Defaults follow the paper (section 4).
 
     `epsilon` is each agent's total budget; with `submissions_per_agent` T > 1 every report uses
@@ -111,20 +121,13 @@ class PGCA3CConfig:
     normalize_advantage: bool = False  # standardize A within each episode
     server_optimizer: str = "sgd"  # aggregator optimizer on the mean report (paper: SGD)
 
-    @classmethod
-    def from_preset(cls, preset: str, **overrides: Any) -> PGCA3CConfig:
-        """The preset's settings, then `overrides` (None values are ignored)."""
-        return config_from_preset(cls, PRESETS, preset, **overrides)
+    presets = PRESETS
 
     def resolved(self) -> PGCA3CConfig:
         """Fill in the preset's per-mechanism defaults and validate everything."""
         cfg = self
-        if cfg.preset not in PRESETS:
-            raise ConfigError("--preset", f"unknown preset {cfg.preset!r}; "
-                                          f"choose one of {', '.join(PRESETS)}")
-        if cfg.mechanism not in MECHANISMS:
-            raise ConfigError("--mechanism", f"unknown mechanism {cfg.mechanism!r}; "
-                                             f"choose one of {', '.join(MECHANISMS)}")
+        check_preset(cfg.preset, PRESETS)
+        one_of("mechanism", cfg.mechanism, MECHANISMS)
         if cfg.mechanism == "none":
             cfg = replace(cfg, epsilon=math.inf)
         clip, buffer = MECHANISM_DEFAULTS[cfg.preset][cfg.mechanism]
@@ -134,50 +137,25 @@ class PGCA3CConfig:
         return cfg
 
     def validate(self) -> None:
-        def positive(name: str, value: float, option: str, finite: bool = True) -> None:
-            bad = value is None or math.isnan(value) or value <= 0
-            if bad or (finite and math.isinf(value)):
-                raise ConfigError(option, f"{name} must be {'finite and ' if finite else ''}"
-                                          f"> 0, got {value}")
-
-        def at_least(value: int, low: int, option: str) -> None:
-            if isinstance(value, bool) or int(value) != value or value < low:
-                raise ConfigError(option, f"must be an integer >= {low}, got {value}")
-
         if self.mechanism != "none":
-            positive("ε", self.epsilon, "--epsilon")
-        positive("the clip C", self.clip, "--clip")
+            positive("epsilon", self.epsilon)
+        positive("clip", self.clip)
         if self.d_hat is not None:
             if self.mechanism != "prs":
-                raise ConfigError("--d-hat", "only the prs mechanism takes d_hat")
-            at_least(self.d_hat, 1, "--d-hat")
-        at_least(self.trials, 1, "--trials")
-        at_least(self.submissions, 1, "--submissions")
-        at_least(self.parallel_agents, 1, "--parallel-agents")
-        at_least(self.buffer_size, 1, "--buffer")
-        at_least(self.submissions_per_agent, 1, "--submissions-per-agent")
-        at_least(self.seed, 0, "--seed")
-        at_least(self.max_episode_steps, 1, "max_episode_steps")
-        at_least(self.score_window, 1, "score_window")
-        positive("η", self.learning_rate, "learning_rate")
-        positive("explore_decay", self.explore_decay, "explore_decay")
-        if not 0 < self.gamma <= 1:
-            raise ConfigError("gamma", f"must be in (0, 1], got {self.gamma}")
-        for name, value, allowed in [("reward", self.reward, REWARDS),
-                                     ("action_selection", self.action_selection, ACTIONS),
-                                     ("server_optimizer", self.server_optimizer,
-                                      SERVER_OPTIMIZERS)]:
-            if value not in allowed:
-                raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {value!r}")
-        if not 0 <= self.explore_start <= 1:
-            raise ConfigError("explore_start", f"must be in [0, 1], got {self.explore_start}")
+                fail("d_hat", "only the prs mechanism takes d_hat")
+            integer("d_hat", self.d_hat)
+        for name in ("trials", "submissions", "parallel_agents", "buffer_size",
+                     "submissions_per_agent", "max_episode_steps", "score_window"):
+            integer(name, getattr(self, name))
+        integer("seed", self.seed, 0)
+        positive("learning_rate", self.learning_rate)
+        positive("explore_decay", self.explore_decay)
+        in_range("gamma", self.gamma, 0, 1, low_open=True)
+        one_of("reward", self.reward, REWARDS)
+        one_of("action_selection", self.action_selection, ACTIONS)
+        one_of("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+        probability("explore_start", self.explore_start)
         CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if self.epsilon is not None and math.isinf(self.epsilon):
-            d["epsilon"] = "inf"  # strict JSON has no infinity
-        return d
 
 
 class TrialState(NamedTuple):
@@ -321,4 +299,4 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:
-        raise ConfigError("--d-hat", str(e)) from None
+        raise ConfigError("d_hat", str(e)) from None

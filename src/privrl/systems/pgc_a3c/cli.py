@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from privrl.cli import AddressOpt, PresetName, Runtime, progress_bar, system_apps
+from privrl.cli import AddressOpt, PresetName, Runtime, flag_names, progress_bar, system_apps
 from privrl.config import ConfigError
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class MechanismName(StrEnum):
 
 
 @run_app.command("pgc-a3c")
+@flag_names(buffer_size="--buffer")
 def run_pgc_a3c_command(
     preset: Annotated[PresetName, typer.Option(
         help="paper: paper 000's settings exactly (default). tuned: our improved settings "
@@ -180,6 +181,7 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
 
 
 @top_app.command("replay")
+@flag_names()
 def replay_command(
     run_dir: Annotated[Path, typer.Argument(help="A Ray run's results directory.")],
 ) -> None:
@@ -203,6 +205,7 @@ def replay_command(
 
 
 @reproduce_app.command("pgc-a3c")
+@flag_names(submissions="--cap")
 def reproduce_pgc_a3c_command(
     trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
     cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,

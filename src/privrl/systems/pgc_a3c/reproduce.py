@@ -13,14 +13,15 @@ import csv
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from privrl.runtime.output import json_safe, open_sweep, run_setting, write_json
-from privrl.systems.pgc_a3c.algorithm import ConfigError, PGCA3CConfig
+from privrl.config import Config, integer
+from privrl.runtime.output import open_sweep, run_setting, write_json
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     held_moving_average,
@@ -66,7 +67,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class SweepConfig:
+class SweepConfig(Config):
     preset: str = "paper"
     trials: int = 20
     cap: int = 90_000
@@ -88,15 +89,10 @@ class SweepConfig:
         ).resolved()
 
     def validate(self) -> None:
-        if self.trials < 1:
-            raise ConfigError("--trials", f"must be an integer >= 1, got {self.trials}")
-        if self.cap < 10:
-            raise ConfigError("--cap", f"must be an integer >= 10, got {self.cap}")
+        integer("trials", self.trials)
+        integer("cap", self.cap, 10)
         for s in self.settings():
             self.run_config(s)  # validates every setting before anything runs
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
 
 
 SweepProgress = Callable[[str, int, int], None]  # (setting name, done, total) submissions
