@@ -8,7 +8,8 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,7 +67,22 @@ def versions() -> dict[str, str]:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False) + "\n")
+    """Strict JSON (non-finite floats as strings; anything else non-finite is an error)."""
+    path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False)
+                    + "\n")
+
+
+def csv_writer(header: str, rows: Callable[[], Iterable[str]]) -> Callable[[Path], None]:
+    """A metrics.csv writer for `RunRecord.metrics`: the header line, then each row line
+    (formatted by the system, so every system keeps its own number formats)."""
+
+    def write(path: Path) -> None:
+        with path.open("w") as f:
+            f.write(header + "\n")
+            for row in rows():
+                f.write(row + "\n")
+
+    return write
 
 
 def hold_last(x: np.ndarray) -> np.ndarray:
@@ -155,3 +171,71 @@ def write_run_config(path: Path, algorithm: str, config: dict[str, Any], seed: i
     write_json(path / "config.json", {
         "algorithm": algorithm, "config": config, "seed": seed, **extra, "command": command,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": versions()})
+
+
+# --- the run directory -----------------------------------------------------------------------
+FileWriter = Callable[[Path], None]
+
+
+@dataclass
+class RunRecord:
+    """What one run leaves behind, so that one writer (`save`) lays out every system's run
+    directory the same way. Systems compute it (summary, privacy record) and describe how to
+    write their own tables and plots; `save` decides what goes where.
+
+    metrics writes metrics.csv at the path it is given (None: the run has no metrics table);
+    plots maps a file name in plots/ to the function drawing it; run_info holds extra
+    config.json fields (devices, topology, maps, ...); files extra JSON documents by name.
+    """
+
+    algorithm: str
+    config: dict[str, Any]
+    seed: int
+    summary: dict[str, Any]
+    privacy: dict[str, Any]
+    metrics: FileWriter | None = None
+    plots: dict[str, FileWriter] = field(default_factory=dict)
+    run_info: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, Any] = field(default_factory=dict)
+
+    def paths(self) -> list[str]:
+        """The files `save` writes, relative to the run directory."""
+        return ["config.json", *(["metrics.csv"] if self.metrics is not None else []),
+                "privacy.json", "summary.json", *self.files,
+                *(f"plots/{name}" for name in self.plots)]
+
+
+def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+    """Write a run directory: config.json, metrics.csv, privacy.json, summary.json, the extra
+    files and plots/. The directory may hold other things (a Ray run's logs) but none of these
+    files: a run never overwrites results. Returns the summary."""
+    _refuse_existing(path, record.paths())
+    write_run_config(path, record.algorithm, record.config, record.seed, command,
+                     **record.run_info)
+    if record.metrics is not None:
+        record.metrics(path / "metrics.csv")
+    write_json(path / "privacy.json", record.privacy)
+    write_json(path / "summary.json", record.summary)
+    for name, doc in record.files.items():
+        write_json(path / name, doc)
+    for name, plot in record.plots.items():
+        plot(path / "plots" / name)
+    return record.summary
+
+
+def save_setting(record: RunRecord, path: Path) -> dict[str, Any]:
+    """One setting of a sweep: summary.json, privacy.json and the bare config.json (the
+    sweep's sweep.json holds the command and versions; tables are drawn from the summaries)."""
+    _refuse_existing(path, ["config.json", "privacy.json", "summary.json"])
+    write_json(path / "summary.json", record.summary)
+    write_json(path / "privacy.json", record.privacy)
+    write_json(path / "config.json", record.config)
+    return record.summary
+
+
+def _refuse_existing(path: Path, names: list[str]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    taken = [n for n in names if (path / n).exists()]
+    if taken:
+        raise OutputDirError(f"{path} already holds {', '.join(taken)}; results are never "
+                             "overwritten")

@@ -48,6 +48,7 @@ from privrl.privacy.functional import (
     gp_noise_query,
     gp_noise_reset,
 )
+from privrl.privacy.record import privacy_record as privacy_record_of
 
 # "paper": the authors' settings (the dataclass defaults: their dpql.py). No tuned preset yet.
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
@@ -179,13 +180,14 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
             "noise_reset_episodes": cfg.noise_reset_episodes}
     if cfg.claims_epsilon:
         t5 = cfg.theorem5().record(cfg.sigma)
-        return {**base, "private": True, "epsilon": cfg.epsilon, "delta": t5["delta_total"],
-                "statement": (
-                    f"(ε = {cfg.epsilon:g}, δ = {t5['delta_total']:.3g})-DP of the reward "
-                    "function by Theorem 5 of paper 001, ONLY AS VALID AS the user-supplied "
-                    f"sensitivity constant C(α, k, L, B) = {cfg.sensitivity_constant:g}: the "
-                    "poster does not define C, and privrl has not verified it."),
-                "theorem5": t5}
+        return privacy_record_of(
+            f"(ε = {cfg.epsilon:g}, δ = {t5['delta_total']:.3g})-DP of the reward function by "
+            "Theorem 5 of paper 001, ONLY AS VALID AS the user-supplied sensitivity constant "
+            f"C(α, k, L, B) = {cfg.sensitivity_constant:g}: the poster does not define C, and "
+            "privrl has not verified it.",
+            formal_guarantee=True, formal_key="private",
+            fields={**base, "epsilon": cfg.epsilon, "delta": t5["delta_total"], "theorem5": t5},
+            order=[*base, "private", "epsilon", "delta", "statement", "theorem5"])
     if cfg.sigma == 0:
         statement = "NO PRIVACY GUARANTEE: σ = 0, no noise (non-private baseline)."
     else:
@@ -193,8 +195,10 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
                      "no (ε, δ) is stated because Theorem 5's constant C(α, k, L, B) was not "
                      "supplied (the poster does not define it). Give --epsilon, --delta, "
                      "--sensitivity-constant and --k for the Theorem 5 calibration.")
-    return {**base, "private": False, "epsilon": "not claimed", "delta": "not claimed",
-            "statement": statement}
+    return privacy_record_of(
+        statement, formal_guarantee=False, formal_key="private",
+        fields={**base, "epsilon": "not claimed", "delta": "not claimed"},
+        order=[*base, "private", "epsilon", "delta", "statement"])
 
 
 def describe_privacy(cfg: DPQLearningConfig) -> str:

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from privrl.runtime.output import write_json, write_run_config
+from privrl.runtime.output import RunRecord
+from privrl.runtime.output import save as save_run
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
@@ -136,13 +137,17 @@ def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
     plt.close(fig)
 
 
-def save(out: DPQLOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+def record(out: DPQLOutput) -> RunRecord:
+    """What a run leaves behind: summary, privacy record, per-episode returns and their plot."""
     cfg = out.config
-    summary = summarize(out)
-    write_run_config(path, "dp-qlearning", cfg.to_dict(), cfg.seed, command)
-    write_returns_csv(path / "metrics.csv", out.returns)
-    write_json(path / "privacy.json", privacy_record(cfg))
-    write_json(path / "summary.json", summary)
-    plot_returns(path / "plots" / "returns.png", {f"σ = {cfg.sigma:.4g}": out.returns},
-                 f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean, IQR band")
-    return summary
+    return RunRecord(
+        "dp-qlearning", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(cfg),
+        metrics=lambda p: write_returns_csv(p, out.returns),
+        plots={"returns.png": lambda p: plot_returns(
+            p, {f"σ = {cfg.sigma:.4g}": out.returns},
+            f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean, IQR band")})
+
+
+def save(out: DPQLOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
+    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png."""
+    return save_run(record(out), path, command)

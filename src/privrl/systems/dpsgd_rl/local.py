@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from privrl.runtime.output import hold_last, plot_curves, write_json, write_run_config
+from privrl.privacy.record import SPREAD_ACCOUNTING
+from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
+from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import shard_vmap, trial_devices
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
@@ -85,11 +88,8 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
     cfg = algo.config
     rec: dict[str, Any] = {"algorithm_unit": getattr(algo, "unit", None)}
     if cfg.private:
-        acc = algo.config.accountant_for(updates)
-        account = acc.record(cfg.delta)
         stopped_by_budget = cfg.max_epsilon is not None and updates >= algo.update_cap
-        rec["dpsgd"] = {
-            "formal_guarantee": True,
+        first = {
             "notion": "(ε, δ)-DP of the trained model (central: the learner is trusted)",
             "unit": algo.unit,
             "neighbouring": "zero-out: one unit's data replaced by a null unit contributing a "
@@ -101,21 +101,25 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "max_epsilon": cfg.max_epsilon,
             "updates": updates,
             "stopped_by_max_epsilon": bool(stopped_by_budget),
-            **account,
+        }
+        last = {
             "how_counted": algo.count_explanation,
             **({"delta_batch_truncation": cfg.truncation_delta(updates),
                 "total_delta": cfg.delta + cfg.truncation_delta(updates),
                 "max_batch": cfg.max_batch}
                if hasattr(cfg, "truncation_delta") else {"total_delta": cfg.delta}),
-            "statement": (f"DP-SGD: ({account['epsilon']:.4g}, {cfg.delta:g})-DP for "
-                          f"{algo.unit}, accountant {cfg.accountant}."),
         }
-    elif cfg.dp:
-        rec["dpsgd"] = {"formal_guarantee": False, "statement": "NO PRIVACY GUARANTEE: DP-SGD "
-                        "with noise multiplier 0 (clipping only); no ε can be stated."}
+        rec["dpsgd"] = build_privacy_record(
+            lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, {cfg.delta:g})-DP "
+                           f"for {algo.unit}, accountant {cfg.accountant}."),
+            accountant=cfg.accountant_for(updates), delta=cfg.delta, formal_guarantee=True,
+            fields=first | last,
+            order=["formal_guarantee", *first, SPREAD_ACCOUNTING, *last, "statement"])
     else:
-        rec["dpsgd"] = {"formal_guarantee": False,
-                        "statement": "non-private training: no guarantee for the model."}
+        rec["dpsgd"] = build_privacy_record(
+            "NO PRIVACY GUARANTEE: DP-SGD with noise multiplier 0 (clipping only); no ε can "
+            "be stated." if cfg.dp else "non-private training: no guarantee for the model.",
+            formal_guarantee=False, order=["formal_guarantee", "statement"])
     rec["observations"] = cfg.obs.record(cfg.max_episode_steps)
     return rec
 
@@ -147,21 +151,28 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
     }
 
 
+def metrics_rows(out: EpisodicOutput) -> Iterator[str]:
+    """metrics.csv rows: seed, episode, train and evaluation return (a stopped seed ends)."""
+    for s in range(out.train_returns.shape[0]):
+        for e in range(out.train_returns.shape[1]):
+            tr, ev = out.train_returns[s, e], out.eval_returns[s, e]
+            if np.isfinite(tr):
+                yield f"{s},{e + 1},{tr:g},{ev:g}"
+
+
+def record(out: EpisodicOutput) -> RunRecord:
+    """What a run leaves behind: summary, privacy record, per-episode table, evaluation plot."""
+    cfg = out.config
+    return RunRecord(
+        out.algorithm, asdict(cfg), cfg.seed, summarize(out), out.privacy,
+        metrics=csv_writer("seed,episode,train_return,eval_return", lambda: metrics_rows(out)),
+        plots={"eval_returns.png": lambda p: plot_curves(
+            p, {out.algorithm: out.eval_returns},
+            f"{out.algorithm}: greedy evaluation return per training episode",
+            "training episode", "evaluation return", cfg.solve_threshold)},
+        run_info={"devices": out.devices})
+
+
 def save(out: EpisodicOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """config.json, metrics.csv (per seed and episode), privacy.json, summary.json, plots/."""
-    cfg = out.config
-    write_run_config(path, out.algorithm, asdict(cfg), cfg.seed, command, devices=out.devices)
-    with open(path / "metrics.csv", "w") as f:
-        f.write("seed,episode,train_return,eval_return\n")
-        for s in range(out.train_returns.shape[0]):
-            for e in range(out.train_returns.shape[1]):
-                tr, ev = out.train_returns[s, e], out.eval_returns[s, e]
-                if np.isfinite(tr):
-                    f.write(f"{s},{e + 1},{tr:g},{ev:g}\n")
-    write_json(path / "privacy.json", out.privacy)
-    summary = summarize(out)
-    write_json(path / "summary.json", summary)
-    plot_curves(path / "plots" / "eval_returns.png", {out.algorithm: out.eval_returns},
-                f"{out.algorithm}: greedy evaluation return per training episode",
-                "training episode", "evaluation return", cfg.solve_threshold)
-    return summary
+    return save_run(record(out), path, command)

@@ -190,7 +190,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from privrl.runtime.output import new_run_dir, write_json
+    from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
     from privrl.systems.fedpg.algorithm import make_mechanism
 
@@ -220,10 +220,10 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
             run = runner.run_fedpg(cfg, progress=update)
     if path is None:
         path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
-    summary = runner.save(run, path, command=["privrl", *sys.argv[1:]])
+    summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
+                          files={"ray.json": extra} if ray else None)
     files = "config.json, metrics.csv, privacy.json, summary.json, plots/returns.png"
     if ray:
-        write_json(path / "ray.json", extra)
         files += ", ray.json (cluster, every node's gossip log)"
     console.print(fedpg_table(summary))
     console.print(f"Results written to [bold]{path}[/] ({files})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,9 @@ import numpy as np
 from privrl.federation.pushsum import push_sum_z
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.runtime.output import write_json, write_run_config
+from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.runtime.output import RunRecord
+from privrl.runtime.output import save as save_run
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
 ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
@@ -186,38 +188,46 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
 
 
 def privacy_record(run: FedPGRun) -> dict[str, Any]:
+    """privacy.json: the mechanism, each agent's releases, the ledger's (basic) composition and,
+    for the Gaussian mechanism, the RDP account."""
     cfg = run.config
-    ledger = run.ledger.summary()
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
                  "(x_k, w_k) to its out-neighbours")
     server = ("The server's own SCSG episodes are its own data and are not protected."
               if cfg.algorithm == "cen" else "")
-    if cfg.mechanism == "gaussian" and run.accounting is not None:
-        one = run.mechanism["epsilon"]
-        statement = (
-            f"Every agent releases one report per round ({sent}), randomized by the Gaussian "
-            f"mechanism (L2 clip {cfg.clip:g}, noise std {cfg.noise_multiplier:g}·clip): each "
-            f"release is (ε = {one:.3g}, δ = {cfg.delta:g})-LDP; an agent's "
-            f"{int(run.releases.max())} releases compose under RDP (dp-accounting) to "
-            f"(ε = {run.accounting['epsilon']:.4g}, δ = {cfg.delta:g})-LDP. The ledger below "
-            f"adds the per-release (ε, δ) (basic composition, looser). {server}").strip()
-    elif ledger["formal_guarantee"]:
-        statement = (
-            f"Every agent releases one report per round ({sent}), randomized by the "
-            f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; over "
-            f"the run an agent's releases compose (basic composition) to at most "
-            f"ε = {ledger['per_agent_epsilon']['max']:g}. Everything the "
-            f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is post-processing. "
-            + server
-        ).strip()
-    else:
-        statement = (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
-                     f"{sent} as it is.")
-    return {"statement": statement, "mechanism": run.mechanism,
-            "epsilon_per_release": cfg.epsilon, "releases_per_agent": ledger["reports_per_agent"],
-            "agent_ids": "trial * K + index of the agent within its trial", "ledger": ledger,
-            "accounting": run.accounting}
+
+    def statement(parts: Mapping[str, Any]) -> str:
+        ledger = parts["ledger"]
+        if cfg.mechanism == "gaussian" and run.accounting is not None:
+            one = run.mechanism["epsilon"]
+            return (
+                f"Every agent releases one report per round ({sent}), randomized by the "
+                f"Gaussian mechanism (L2 clip {cfg.clip:g}, noise std "
+                f"{cfg.noise_multiplier:g}·clip): each release is (ε = {one:.3g}, δ = "
+                f"{cfg.delta:g})-LDP; an agent's {int(run.releases.max())} releases compose "
+                f"under RDP (dp-accounting) to (ε = {run.accounting['epsilon']:.4g}, δ = "
+                f"{cfg.delta:g})-LDP. The ledger below adds the per-release (ε, δ) (basic "
+                f"composition, looser). {server}").strip()
+        if ledger["formal_guarantee"]:
+            return (
+                f"Every agent releases one report per round ({sent}), randomized by the "
+                f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; "
+                f"over the run an agent's releases compose (basic composition) to at most "
+                f"ε = {ledger['per_agent_epsilon']['max']:g}. Everything the "
+                f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
+                "post-processing. " + server
+            ).strip()
+        return (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
+                f"{sent} as it is.")
+
+    ledger = run.ledger
+    return build_privacy_record(
+        statement, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
+        with_accounting=True, fields={
+            "epsilon_per_release": cfg.epsilon,
+            "releases_per_agent": ledger.summary()["reports_per_agent"],
+            "agent_ids": "trial * K + index of the agent within its trial"})
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:
@@ -277,16 +287,22 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
     plt.close(fig)
 
 
-def save(run: FedPGRun, path: Path, command: list[str] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png."""
+def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
+    """What a run leaves behind: summary, privacy record, per-round table, return curves."""
     cfg = run.config
     summary = summarize(run)
-    write_run_config(path, f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, command,
-                     topology=run.topology)
-    write_metrics(path / "metrics.csv", run)
-    write_json(path / "privacy.json", privacy_record(run))
-    write_json(path / "summary.json", summary)
-    plot_returns(path / "plots" / "returns.png",
-                 {summary["label"]: (run.used_before, run.mean_return)}, cfg.budget,
-                 f"{summary['label']}, K = {cfg.agents}, {cfg.mechanism}", cfg.target_return)
-    return summary
+    label = summary["label"]
+    return RunRecord(
+        f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary, privacy_record(run),
+        metrics=lambda p: write_metrics(p, run),
+        plots={"returns.png": lambda p: plot_returns(
+            p, {label: (run.used_before, run.mean_return)}, cfg.budget,
+            f"{label}, K = {cfg.agents}, {cfg.mechanism}", cfg.target_return)},
+        run_info={"topology": run.topology}, files=files or {})
+
+
+def save(run: FedPGRun, path: Path, command: list[str] | None = None,
+         files: dict[str, Any] | None = None) -> dict[str, Any]:
+    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png and any extra
+    JSON `files` (a Ray run's ray.json)."""
+    return save_run(record(run, files), path, command)

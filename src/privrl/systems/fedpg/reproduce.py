@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from privrl.config import Config, integer, positive
-from privrl.runtime.output import open_sweep, run_setting, write_json
+from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
 from privrl.systems.fedpg.algorithm import FedPGConfig
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")
@@ -68,7 +68,7 @@ SweepLog = Callable[[str], None]
 def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
               progress: Callable[[str, float, int], None] | None = None) -> str:
     """Run (or resume) every setting into `out`; returns the tables as markdown."""
-    from privrl.systems.fedpg.local import privacy_record, run_fedpg, summarize
+    from privrl.systems.fedpg.local import record, run_fedpg
 
     cfg.validate()
     open_sweep(out, cfg.to_dict())
@@ -80,11 +80,7 @@ def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
             np.savez_compressed(tmp / "curves.npz", mean_return=run.mean_return,
                                 used_before=run.used_before, batch=run.batch,
                                 inner_steps=run.inner_steps)
-            summary = summarize(run)
-            write_json(tmp / "summary.json", summary)
-            write_json(tmp / "privacy.json", privacy_record(run))
-            write_json(tmp / "config.json", run.config.to_dict())
-            return summary
+            return save_setting(record(run), tmp)
 
         summary = run_setting(out, name, write, log)
         if summary is None:

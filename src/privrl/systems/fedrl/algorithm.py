@@ -57,6 +57,7 @@ from privrl.nets.grid import conv_q, federated_head
 from privrl.privacy.accounting import ACCOUNTANTS, Accountant
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.qoutput import BoundedQGaussian, UnboundedQNoise
+from privrl.privacy.record import privacy_record
 
 PAPER_HISTORY = {8: 2, 16: 4, 32: 8}  # the authors' code (autolen): H by map size
 SPLIT = (6400, 7200, 8000)  # train [0, 6400), validation [6400, 7200), test [7200, 8000)
@@ -304,7 +305,6 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
     """privacy.json of a FedRL run: the mechanism, each party's release count and, in bounded
     mode only, each party's composed (ε, δ); paper mode states that there is NO formal ε."""
     common = {
-        "mechanism": mech.describe(),
         "releases": counts,
         "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
                                     "from α's rewards)", "actions", "batch_ids"],
@@ -312,28 +312,39 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
                               "for those releases",
     }
     if cfg.bounded is None:
-        return {**common, "formal_guarantee": False, "epsilon": "none",
-                "statement": (f"NO formal ε: the paper's Gaussian noise (σ = "
-                              f"{cfg.noise_sigma:g}) is added to unbounded Q outputs, so no "
-                              "sensitivity bound exists and no (ε, δ) can be stated.")}
-    assert isinstance(mech, BoundedQGaussian)
-    parties = {}
-    for name, count in counts.items():
-        acc = Accountant(cfg.accountant)
-        acc.compose(mech.event, count)
-        parties[name] = {
-            "unit": f"all of party {name}'s observations and local Q-network parameters "
-                    "over the run (every release composed)",
-            "one_release_epsilon": mech.guarantee.epsilon,
-            **acc.record(cfg.delta),
-        }
-    eps = {k: v["epsilon"] for k, v in parties.items()}
-    return {**common, "formal_guarantee": True, "bound_l2": cfg.bounded,
-            "noise_sigma": cfg.noise_sigma, "parties": parties,
-            "statement": (f"Bounded mode: each released Q vector is clipped to L2 norm "
-                          f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed "
-                          f"over the run, α's releases are ({eps['alpha']:.4g}, "
-                          f"{cfg.delta:g})-LDP and β's ({eps['beta']:.4g}, {cfg.delta:g})-LDP "
-                          "(accountant " + cfg.accountant + "). This covers the Q-output "
-                          "releases only: θ_g, Y_j and actions travel without noise, as in "
-                          "the paper, so the protocol as a whole has no end-to-end ε.")}
+        rest: dict[str, Any] = {"epsilon": "none"}
+        statement = (f"NO formal ε: the paper's Gaussian noise (σ = {cfg.noise_sigma:g}) is "
+                     "added to unbounded Q outputs, so no sensitivity bound exists and no "
+                     "(ε, δ) can be stated.")
+    else:
+        assert isinstance(mech, BoundedQGaussian)
+        parties = {}
+        for name, count in counts.items():
+            acc = Accountant(cfg.accountant)
+            acc.compose(mech.event, count)
+            parties[name] = {
+                "unit": f"all of party {name}'s observations and local Q-network parameters "
+                        "over the run (every release composed)",
+                "one_release_epsilon": mech.guarantee.epsilon,
+                **acc.record(cfg.delta),
+            }
+        eps = {k: v["epsilon"] for k, v in parties.items()}
+        rest = {"bound_l2": cfg.bounded, "noise_sigma": cfg.noise_sigma, "parties": parties}
+        statement = (f"Bounded mode: each released Q vector is clipped to L2 norm "
+                     f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed over the "
+                     f"run, α's releases are ({eps['alpha']:.4g}, {cfg.delta:g})-LDP and β's "
+                     f"({eps['beta']:.4g}, {cfg.delta:g})-LDP (accountant {cfg.accountant}). "
+                     "This covers the Q-output releases only: θ_g, Y_j and actions travel "
+                     "without noise, as in the paper, so the protocol as a whole has no "
+                     "end-to-end ε.")
+    return privacy_record(
+        statement, mechanism=mech, formal_guarantee=cfg.bounded is not None,
+        fields=common | rest,
+        order=["mechanism", *common, "formal_guarantee", *rest, "statement"])
+
+
+def baseline_privacy(name: str, trained_on: str) -> dict[str, Any]:
+    """privacy.json of a non-private baseline (Grid-World or Text2Action)."""
+    return privacy_record(f"{name}: non-private baseline trained on {trained_on}; no noise, "
+                          "no guarantee.", formal_guarantee=False, fields={"epsilon": "none"},
+                          order=["formal_guarantee", "epsilon", "statement"])

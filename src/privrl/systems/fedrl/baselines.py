@@ -28,6 +28,7 @@ from privrl.nets.grid import conv_q, full_conv_q
 from privrl.systems.fedrl.algorithm import (
     GridConfig,
     Stats,
+    baseline_privacy,
     env_advance,
     env_reset_random,
     zero_stats,
@@ -203,9 +204,7 @@ class GridDQN:
     def privacy_record(self, *args: Any) -> dict[str, Any]:
         what = ("α's observations and rewards only (a single party: nothing is exchanged)"
                 if not self.config.full else "both parties' observations pooled in one place")
-        return {"formal_guarantee": False, "epsilon": "none",
-                "statement": f"{self.name}: non-private baseline trained on {what}; no noise, "
-                             "no guarantee."}
+        return baseline_privacy(self.name, what)
 
 
 class Demos(NamedTuple):

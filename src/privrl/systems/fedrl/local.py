@@ -10,7 +10,7 @@ stops once no seed improved for `patience` epochs. The kept parameters then play
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.envs import gridworld as gw
-from privrl.runtime.output import plot_curves, write_json, write_run_config
+from privrl.runtime.output import RunRecord, csv_writer, plot_curves
+from privrl.runtime.output import save as save_run
 from privrl.systems.fedrl.algorithm import SPLIT
 
 ProgressFn = Callable[[int, int], None]
@@ -197,20 +198,28 @@ def summarize(out: GridOutput) -> dict[str, Any]:
     }
 
 
+def metrics_rows(out: GridOutput) -> Iterator[str]:
+    """metrics.csv rows: seed, epoch, training success and return, validation success."""
+    for s in range(out.valid_success.shape[0]):
+        for e in range(out.valid_success.shape[1]):
+            yield (f"{s},{e + 1},{out.train_success[s, e]:.4f},{out.train_return[s, e]:.3f},"
+                   f"{out.valid_success[s, e]:.4f}")
+
+
+def record(out: GridOutput) -> RunRecord:
+    """What a run leaves behind: summary, privacy record, per-epoch table, validation plot."""
+    cfg = out.config
+    return RunRecord(
+        out.name, asdict(cfg), cfg.seed, summarize(out), out.privacy,
+        metrics=csv_writer("seed,epoch,train_success,train_avg_return,valid_success",
+                           lambda: metrics_rows(out)),
+        plots={"valid_success.png": lambda p: plot_curves(
+            p, {out.name: out.valid_success},
+            f"{out.name} (Grid-World {cfg.size}×{cfg.size}): validation SuccRate per epoch",
+            "epoch", "validation SuccRate", window=1)},
+        run_info={"maps": out.splits})
+
+
 def save(out: GridOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """config.json, metrics.csv (per seed and epoch), privacy.json, summary.json, plots/."""
-    cfg = out.config
-    write_run_config(path, out.name, asdict(cfg), cfg.seed, command, maps=out.splits)
-    with open(path / "metrics.csv", "w") as f:
-        f.write("seed,epoch,train_success,train_avg_return,valid_success\n")
-        for s in range(out.valid_success.shape[0]):
-            for e in range(out.valid_success.shape[1]):
-                f.write(f"{s},{e + 1},{out.train_success[s, e]:.4f},"
-                        f"{out.train_return[s, e]:.3f},{out.valid_success[s, e]:.4f}\n")
-    write_json(path / "privacy.json", out.privacy)
-    summary = summarize(out)
-    write_json(path / "summary.json", summary)
-    plot_curves(path / "plots" / "valid_success.png", {out.name: out.valid_success},
-                f"{out.name} (Grid-World {cfg.size}×{cfg.size}): validation SuccRate per epoch",
-                "epoch", "validation SuccRate", window=1)
-    return summary
+    return save_run(record(out), path, command)

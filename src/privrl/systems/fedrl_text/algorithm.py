@@ -42,7 +42,12 @@ from privrl.nets.text import HEAD_ACTIVATIONS, TextModel, federated_text_head, t
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.qoutput import UnboundedQNoise
-from privrl.systems.fedrl.algorithm import QNoiseConfig, ReplayOptions, q_release_privacy
+from privrl.systems.fedrl.algorithm import (
+    QNoiseConfig,
+    ReplayOptions,
+    baseline_privacy,
+    q_release_privacy,
+)
 from privrl.systems.fedrl.baselines import (
     DQNState,
     FCNState,
@@ -229,9 +234,7 @@ class _Learner:
     def privacy_record(self, *args: Any) -> dict[str, Any]:
         what = ("α's POS features and rewards only (a single party: nothing is exchanged)"
                 if self.name.endswith("alpha") else "both parties' features pooled in one place")
-        return {"formal_guarantee": False, "epsilon": "none",
-                "statement": f"{self.name}: non-private baseline trained on {what}; no noise, "
-                             "no guarantee."}
+        return baseline_privacy(self.name, what)
 
 
 # --- FedRL ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,8 @@ import jax
 import numpy as np
 
 from privrl.envs import text2action as t2a
-from privrl.runtime.output import write_json, write_run_config
+from privrl.runtime.output import RunRecord, csv_writer
+from privrl.runtime.output import save as save_run
 from privrl.systems.fedrl.local import Selection
 from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
 
@@ -237,20 +238,30 @@ def run_cv(cfg: TextConfig, corpus: t2a.Corpus, folds: tuple[int, ...],
     return outs, refs
 
 
+def metrics_rows(folds: list[FoldOutput]) -> Iterator[str]:
+    """metrics.csv rows: fold, run, epoch, training return, validation F1."""
+    for fo in folds:
+        for r in range(fo.valid_f1.shape[0]):
+            for e in range(fo.valid_f1.shape[1]):
+                yield (f"{fo.fold},{r},{e + 1},{fo.train_return[r, e]:.3f},"
+                       f"{fo.valid_f1[r, e]:.4f}")
+
+
+def record(cfg: TextConfig, folds: list[FoldOutput], refs: list[dict[str, Any]]
+           ) -> RunRecord:
+    """What a cross-validation leaves behind: summary (with each fold's test scores), each
+    fold's privacy record and the per-epoch table; no plots."""
+    summary = summarize(cfg, folds, refs)
+    summary["per_fold_test"] = {f"fold{fo.fold}": fo.test for fo in folds}
+    return RunRecord(
+        folds[0].name, asdict(cfg), cfg.seed, summary,
+        {f"fold{fo.fold}": fo.privacy for fo in folds},
+        metrics=csv_writer("fold,run,epoch,train_avg_return,valid_f1",
+                           lambda: metrics_rows(folds)),
+        run_info={"folds": [dict(f.info) for f in folds]})
+
+
 def save(cfg: TextConfig, folds: list[FoldOutput], refs: list[dict[str, Any]], path: Path,
          command: list[str] | None = None) -> dict[str, Any]:
     """config.json, metrics.csv (per fold, run and epoch), privacy.json, summary.json."""
-    write_run_config(path, folds[0].name, asdict(cfg), cfg.seed, command,
-                     folds=[{k: v for k, v in f.info.items()} for f in folds])
-    with open(path / "metrics.csv", "w") as f:
-        f.write("fold,run,epoch,train_avg_return,valid_f1\n")
-        for fo in folds:
-            for r in range(fo.valid_f1.shape[0]):
-                for e in range(fo.valid_f1.shape[1]):
-                    f.write(f"{fo.fold},{r},{e + 1},{fo.train_return[r, e]:.3f},"
-                            f"{fo.valid_f1[r, e]:.4f}\n")
-    write_json(path / "privacy.json", {f"fold{fo.fold}": fo.privacy for fo in folds})
-    summary = summarize(cfg, folds, refs)
-    summary["per_fold_test"] = {f"fold{fo.fold}": fo.test for fo in folds}
-    write_json(path / "summary.json", summary)
-    return summary
+    return save_run(record(cfg, folds, refs), path, command)

@@ -155,7 +155,7 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     import numpy as np
     from rich.console import Console
 
-    from privrl.runtime.output import new_run_dir, write_json
+    from privrl.runtime.output import new_run_dir
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c import ray as ray_runner
 
@@ -172,9 +172,10 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
             progress=lambda done, total: bar.update(task, completed=done, total=total))
     np.save(path / "theta_final.npy", result.theta)
     summary = local.save(ray_runner.as_run_output(result), path,
-                         command=["privrl", *sys.argv[1:]])
-    write_json(path / "ray.json", {"cluster": result.cluster, "aggregator": result.status,
-                                   "agents_in_flight": result.agents_in_flight})
+                         command=["privrl", *sys.argv[1:]],
+                         files={"ray.json": {"cluster": result.cluster,
+                                             "aggregator": result.status,
+                                             "agents_in_flight": result.agents_in_flight}})
     console.print(results_table(summary))
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")

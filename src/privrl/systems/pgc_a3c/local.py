@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,9 @@ import jax
 import numpy as np
 
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.runtime.output import write_json, write_run_config
+from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.runtime.output import RunRecord
+from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import shard_vmap, trial_devices
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
@@ -187,39 +189,40 @@ def summarize(out: RunOutput) -> dict[str, Any]:
 def privacy_record(out: RunOutput) -> dict[str, Any]:
     """privacy.json: the mechanism, its parameters, and the ledger's per-agent composition."""
     cfg = out.config
-    ledger = out.ledger.summary()
-    if ledger["formal_guarantee"]:
-        statement = (
-            f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP "
-            f"({cfg.submissions_per_agent} report(s) of ε = "
-            f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition); "
-            "the aggregator's updates are post-processing of the reports."
-        )
-    else:
-        statement = "NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients released."
-    return {
-        "statement": statement,
-        "mechanism": out.mechanism,
+
+    def statement(parts: Mapping[str, Any]) -> str:
+        if not parts["formal_guarantee"]:
+            return ("NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients "
+                    "released.")
+        return (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP "
+                f"({cfg.submissions_per_agent} report(s) of ε = "
+                f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition); "
+                "the aggregator's updates are post-processing of the reports.")
+
+    return build_privacy_record(statement, mechanism=out.mechanism, ledger=out.ledger, fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
         "epsilon_per_report": cfg.epsilon / cfg.submissions_per_agent,
         "agents_per_trial": out.agents_per_trial,
-        "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
-        "ledger": ledger,
-    }
+        "agent_ids": "trial * agents_per_trial + index of the agent within its trial"})
 
 
-def save(out: RunOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
-    """Write config.json, metrics.csv, privacy.json, summary.json and plots/scores.png."""
+def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
+    """What a run leaves behind: its summary, privacy record, scores table and score plot."""
     cfg = out.config
-    summary = summarize(out)
-    write_run_config(path, "pgc-a3c", cfg.to_dict(), cfg.seed, command, devices=out.devices)
-    write_metrics_csv(path / "metrics.csv", out.scores, out.submitted, cfg.score_window)
-    write_json(path / "privacy.json", privacy_record(out))
-    write_json(path / "summary.json", summary)
     eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
-    plot_scores(path / "plots" / "scores.png", out.scores, out.submitted, cfg.score_window,
-                f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
-                f"|B| = {cfg.buffer_size}",
-                cfg.target_score)
-    return summary
+    title = (f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
+             f"|B| = {cfg.buffer_size}")
+    return RunRecord(
+        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(out),
+        metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
+        plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
+                                                   cfg.score_window, title, cfg.target_score)},
+        run_info={"devices": out.devices}, files=files or {})
+
+
+def save(out: RunOutput, path: Path, command: list[str] | None = None,
+         files: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write config.json, metrics.csv, privacy.json, summary.json, plots/scores.png and any
+    extra JSON `files` (a Ray run's ray.json)."""
+    return save_run(record(out, files), path, command)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from privrl.config import Config, integer
-from privrl.runtime.output import open_sweep, run_setting, write_json
+from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
@@ -102,7 +102,7 @@ SweepProgress = Callable[[str, int, int], None]  # (setting name, done, total) s
 def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None,
               log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) the sweep into `out`; returns the tables as a dict."""
-    from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
+    from privrl.systems.pgc_a3c.local import record, run_pgc_a3c
 
     cfg.validate()
     open_sweep(out, cfg.to_dict())
@@ -118,11 +118,7 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
                                  retire_on_success=cfg.retire)
             np.savez_compressed(tmp / "scores.npz", scores=result.scores.astype(np.int16),
                                 submitted=result.submitted)
-            summary = summarize(result)
-            write_json(tmp / "summary.json", summary)
-            write_json(tmp / "privacy.json", privacy_record(result))
-            write_json(tmp / "config.json", result.config.to_dict())
-            return summary
+            return save_setting(record(result), tmp)
 
         summary = run_setting(out, s.name, write, log)
         if summary is None:
