@@ -22,12 +22,15 @@ from typing import Any
 import jax
 from jax import Array
 
+from privrl.config import Config, fail, in_range, non_negative, one_of, positive
+from privrl.privacy.accounting import ACCOUNTANTS, Accountant
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     Mechanism,
     _check_positive,
     _gaussian_ldp_guarantee,
 )
+from privrl.privacy.record import privacy_record
 from privrl.privacy.report import Guarantee
 
 Q_UNIT = "one released Q-output vector (one party's Q-network output for one state)"
@@ -76,3 +79,77 @@ class UnboundedQNoise(Mechanism):
 
     def _randomize(self, key: Array, x: Array) -> Array:
         return x + self.sigma * jax.random.normal(key, x.shape, x.dtype)
+
+
+@dataclass(frozen=True)
+class QNoiseConfig(Config):
+    """The noise on released Q outputs, shared by FedRL on every domain."""
+
+    noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
+    bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
+    delta: float = 1e-5
+    accountant: str = "rdp"
+
+    def validate_noise(self) -> None:
+        non_negative("noise_sigma", self.noise_sigma)
+        if self.bounded is not None:
+            positive("bounded", self.bounded)
+            if self.noise_sigma == 0:
+                fail("noise_sigma", "bounded mode needs noise σ > 0")
+        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        one_of("accountant", self.accountant, ACCOUNTANTS)
+
+    def mechanism(self) -> Mechanism:
+        if self.bounded is None:
+            return UnboundedQNoise(self.noise_sigma)
+        return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta)
+
+
+def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
+                      ) -> dict[str, Any]:
+    """privacy.json of a FedRL run: the mechanism, each party's release count and, in bounded
+    mode only, each party's composed (ε, δ); paper mode states that there is NO formal ε."""
+    common = {
+        "releases": counts,
+        "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
+                                    "from α's rewards)", "actions", "batch_ids"],
+        "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
+                              "for those releases",
+    }
+    if cfg.bounded is None:
+        rest: dict[str, Any] = {"epsilon": "none"}
+        statement = (f"NO formal ε: the paper's Gaussian noise (σ = {cfg.noise_sigma:g}) is "
+                     "added to unbounded Q outputs, so no sensitivity bound exists and no "
+                     "(ε, δ) can be stated.")
+    else:
+        assert isinstance(mech, BoundedQGaussian)
+        parties = {}
+        for name, count in counts.items():
+            acc = Accountant(cfg.accountant)
+            acc.compose(mech.event, count)
+            parties[name] = {
+                "unit": f"all of party {name}'s observations and local Q-network parameters "
+                        "over the run (every release composed)",
+                "one_release_epsilon": mech.guarantee.epsilon,
+                **acc.record(cfg.delta),
+            }
+        eps = {k: v["epsilon"] for k, v in parties.items()}
+        rest = {"bound_l2": cfg.bounded, "noise_sigma": cfg.noise_sigma, "parties": parties}
+        statement = (f"Bounded mode: each released Q vector is clipped to L2 norm "
+                     f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed over the "
+                     f"run, α's releases are ({eps['alpha']:.4g}, {cfg.delta:g})-LDP and β's "
+                     f"({eps['beta']:.4g}, {cfg.delta:g})-LDP (accountant {cfg.accountant}). "
+                     "This covers the Q-output releases only: θ_g, Y_j and actions travel "
+                     "without noise, as in the paper, so the protocol as a whole has no "
+                     "end-to-end ε.")
+    return privacy_record(
+        statement, mechanism=mech, formal_guarantee=cfg.bounded is not None,
+        fields=common | rest,
+        order=["mechanism", *common, "formal_guarantee", *rest, "statement"])
+
+
+def baseline_privacy(name: str, trained_on: str) -> dict[str, Any]:
+    """privacy.json of a non-private baseline (Grid-World or Text2Action)."""
+    return privacy_record(f"{name}: non-private baseline trained on {trained_on}; no noise, "
+                          "no guarantee.", formal_guarantee=False, fields={"epsilon": "none"},
+                          order=["formal_guarantee", "epsilon", "statement"])

@@ -34,14 +34,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.config import (
-    Config,
     check_preset,
     fail,
-    in_range,
-    integer,
-    non_negative,
-    one_of,
-    positive,
 )
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import (
@@ -54,48 +48,12 @@ from privrl.federation.vertical import (
     train_exchange,
 )
 from privrl.nets.grid import conv_q, federated_head
-from privrl.privacy.accounting import ACCOUNTANTS, Accountant
-from privrl.privacy.mechanisms import Mechanism
-from privrl.privacy.qoutput import BoundedQGaussian, UnboundedQNoise
-from privrl.privacy.record import privacy_record
+from privrl.privacy.qoutput import QNoiseConfig, UnboundedQNoise, q_release_privacy
+from privrl.replay import ReplayOptions
 
 PAPER_HISTORY = {8: 2, 16: 4, 32: 8}  # the authors' code (autolen): H by map size
 SPLIT = (6400, 7200, 8000)  # train [0, 6400), validation [6400, 7200), test [7200, 8000)
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
-
-
-@dataclass(frozen=True)
-class ReplayOptions(Config):
-    """The DQN settings of paper 002's learners on every domain (Grid-World defaults)."""
-
-    learning_rate: float = 1e-3
-    gamma: float = 0.9
-    batch_size: int = 32
-    buffer_size: int = 100_000
-    num_envs: int = 1  # episodes stepped together (one update per vector step)
-    explore_start: float = 1.0
-    explore_end: float = 0.1
-    explore_steps: int = 1000  # vector steps of linear ε decay
-    target_period: int = 250  # updates between target-network copies
-    epochs: int = 200
-    patience: int = 10  # epochs without validation improvement before stopping
-    seed: int = 0
-
-    def validate_replay(self, *more: str) -> None:
-        """The shared checks, plus the fields named in `more` that must be integers >= 1."""
-        for name in ("batch_size", "buffer_size", "num_envs", "explore_steps", "target_period",
-                     "epochs", "patience", *more):
-            integer(name, getattr(self, name))
-        if self.buffer_size < self.num_envs:
-            fail("buffer_size", "must hold at least one vector step")
-        positive("learning_rate", self.learning_rate)
-        in_range("gamma", self.gamma, 0, 1, high_open=True)
-        if not 0 <= self.explore_end <= self.explore_start <= 1:
-            fail("explore_end", "need 0 <= end <= start <= 1")
-
-    def epsilon(self, step: Array) -> Array:
-        frac = jnp.minimum(step / self.explore_steps, 1.0)
-        return self.explore_start + frac * (self.explore_end - self.explore_start)
 
 
 @dataclass(frozen=True)
@@ -127,30 +85,6 @@ class GridConfig(ReplayOptions):
         self.validate_replay("updates_per_epoch", "seeds", "generated_maps")
         if self.generated_maps < 10:
             fail("generated_maps", "need at least 10 maps to split 8:1:1")
-
-
-@dataclass(frozen=True)
-class QNoiseConfig(Config):
-    """The noise on released Q outputs, shared by FedRL on every domain."""
-
-    noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
-    bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
-    delta: float = 1e-5
-    accountant: str = "rdp"
-
-    def validate_noise(self) -> None:
-        non_negative("noise_sigma", self.noise_sigma)
-        if self.bounded is not None:
-            positive("bounded", self.bounded)
-            if self.noise_sigma == 0:
-                fail("noise_sigma", "bounded mode needs noise σ > 0")
-        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        one_of("accountant", self.accountant, ACCOUNTANTS)
-
-    def mechanism(self) -> Mechanism:
-        if self.bounded is None:
-            return UnboundedQNoise(self.noise_sigma)
-        return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta)
 
 
 @dataclass(frozen=True)
@@ -298,53 +232,3 @@ class FedRL:
                        test_maps: int) -> dict[str, Any]:
         return q_release_privacy(self.config, self.mechanism,
                                  self.releases(steps, evaluations, valid_maps, test_maps))
-
-
-def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
-                      ) -> dict[str, Any]:
-    """privacy.json of a FedRL run: the mechanism, each party's release count and, in bounded
-    mode only, each party's composed (ε, δ); paper mode states that there is NO formal ε."""
-    common = {
-        "releases": counts,
-        "exchanged_without_noise": ["theta_g (shared MLP parameters)", "Y (TD targets, "
-                                    "from α's rewards)", "actions", "batch_ids"],
-        "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
-                              "for those releases",
-    }
-    if cfg.bounded is None:
-        rest: dict[str, Any] = {"epsilon": "none"}
-        statement = (f"NO formal ε: the paper's Gaussian noise (σ = {cfg.noise_sigma:g}) is "
-                     "added to unbounded Q outputs, so no sensitivity bound exists and no "
-                     "(ε, δ) can be stated.")
-    else:
-        assert isinstance(mech, BoundedQGaussian)
-        parties = {}
-        for name, count in counts.items():
-            acc = Accountant(cfg.accountant)
-            acc.compose(mech.event, count)
-            parties[name] = {
-                "unit": f"all of party {name}'s observations and local Q-network parameters "
-                        "over the run (every release composed)",
-                "one_release_epsilon": mech.guarantee.epsilon,
-                **acc.record(cfg.delta),
-            }
-        eps = {k: v["epsilon"] for k, v in parties.items()}
-        rest = {"bound_l2": cfg.bounded, "noise_sigma": cfg.noise_sigma, "parties": parties}
-        statement = (f"Bounded mode: each released Q vector is clipped to L2 norm "
-                     f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed over the "
-                     f"run, α's releases are ({eps['alpha']:.4g}, {cfg.delta:g})-LDP and β's "
-                     f"({eps['beta']:.4g}, {cfg.delta:g})-LDP (accountant {cfg.accountant}). "
-                     "This covers the Q-output releases only: θ_g, Y_j and actions travel "
-                     "without noise, as in the paper, so the protocol as a whole has no "
-                     "end-to-end ε.")
-    return privacy_record(
-        statement, mechanism=mech, formal_guarantee=cfg.bounded is not None,
-        fields=common | rest,
-        order=["mechanism", *common, "formal_guarantee", *rest, "statement"])
-
-
-def baseline_privacy(name: str, trained_on: str) -> dict[str, Any]:
-    """privacy.json of a non-private baseline (Grid-World or Text2Action)."""
-    return privacy_record(f"{name}: non-private baseline trained on {trained_on}; no noise, "
-                          "no guarantee.", formal_guarantee=False, fields={"epsilon": "none"},
-                          order=["formal_guarantee", "epsilon", "statement"])

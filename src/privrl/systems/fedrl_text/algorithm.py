@@ -41,16 +41,16 @@ from privrl.federation.vertical import (
 from privrl.nets.text import HEAD_ACTIVATIONS, TextModel, federated_text_head, text_cnn
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
-from privrl.privacy.qoutput import UnboundedQNoise
-from privrl.systems.fedrl.algorithm import (
+from privrl.privacy.qoutput import (
     QNoiseConfig,
-    ReplayOptions,
+    UnboundedQNoise,
     baseline_privacy,
     q_release_privacy,
 )
-from privrl.systems.fedrl.baselines import (
+from privrl.replay import (
     DQNState,
     FCNState,
+    ReplayOptions,
     dqn_update,
     empty_memory,
     epsilon_greedy,

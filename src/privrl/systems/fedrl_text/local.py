@@ -24,7 +24,7 @@ import numpy as np
 from privrl.envs import text2action as t2a
 from privrl.runtime.output import RunRecord, csv_writer
 from privrl.runtime.output import save as save_run
-from privrl.systems.fedrl.local import Selection
+from privrl.runtime.selection import Selection
 from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
 
 ProgressFn = Callable[[str], None]
