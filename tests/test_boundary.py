@@ -119,3 +119,24 @@ def test_cli_modules_do_not_import_jax():
     code = "import sys, privrl.main\nprint('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_systems_import_no_other_system():
+    """A system reads top to bottom in its own package: what two systems share lives in the
+    kernel, never in one of them."""
+    for name, path in _modules().items():
+        parts = name.split(".")
+        if len(parts) < 3 or parts[1] != "systems":
+            continue
+        own = ".".join(parts[:3])
+        for imported in _imports(path, name):
+            if imported.startswith("privrl.systems."):
+                assert imported.startswith(own), f"{name} imports {imported}"
+
+
+def test_kernel_imports_no_system():
+    for name, path in _modules().items():
+        if name.startswith("privrl.systems") or name in ("privrl", "privrl.main"):
+            continue  # privrl.main merges the systems' commands; privrl's API names them lazily
+        for imported in _imports(path, name):
+            assert not imported.startswith("privrl.systems"), f"{name} imports {imported}"
