@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -78,6 +79,12 @@ class Runtime(StrEnum):
     ray = "ray"
 
 
+Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
+SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
+ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
+Out = Annotated[Path | None, typer.Option(
+    help="New or empty directory for the results (never overwritten). Default: a new "
+    "runs/<command>-...-<time>/.")]
 AddressOpt = Annotated[str | None, typer.Option(
     help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local one.")]
 

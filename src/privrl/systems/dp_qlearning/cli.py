@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from privrl.cli import flag_names, system_apps
+from privrl.cli import Out, Seed, flag_names, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -37,9 +36,8 @@ def run_dp_qlearning_command(
     episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
     noise_reset_episodes: Annotated[int, typer.Option(
         help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")] = 1,
-    seed: Annotated[int, typer.Option(help="Random seed (same seed, same results).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory for the results. Default: runs/dp-qlearning-...")] = None,
+    seed: Seed = 0,
+    out: Out = None,
 ) -> None:
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
 
@@ -78,8 +76,7 @@ def reproduce_dp_qlearning_command(
     seeds: Annotated[int, typer.Option(help="Seeds per σ (authors: 10).")] = 10,
     episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed (shared by all σ).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory. Default: runs/reproduce-dp-qlearning-<time>.")] = None,
+    out: Out = None,
 ) -> None:
     """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
 

@@ -10,16 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
 
 run_app, reproduce_app = system_apps()
 
 Seeds = Annotated[int, typer.Option(help="Independent seeds, run vectorized.")]
 Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
-Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
-Out = Annotated[Path | None, typer.Option(
-    help="New or empty directory for the results. Default: runs/<algorithm>-...")]
-ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
 
 

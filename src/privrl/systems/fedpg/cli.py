@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from privrl.cli import AddressOpt, Runtime, flag_names, progress_bar, system_apps
+from privrl.cli import (
+    AddressOpt,
+    Out,
+    Runtime,
+    Seed,
+    ShowProgress,
+    SweepSeed,
+    flag_names,
+    progress_bar,
+    system_apps,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -99,10 +109,6 @@ SigmaOpt = Annotated[float | None, typer.Option(
     help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon.")]
 DeltaOpt = Annotated[float, typer.Option(help="gaussian: δ of the stated (ε, δ), in (0, 1).")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
-SeedOpt = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
-OutOpt = Annotated[Path | None, typer.Option(
-    help="New or empty directory for the results. Default: runs/fedpg-<algorithm>-...")]
-ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all.")]
@@ -116,8 +122,8 @@ def run_fedpg_cen_command(
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
-    progress: ProgressOpt = True,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, out: Out = None,
+    progress: ShowProgress = True,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -149,8 +155,8 @@ def run_fedpg_dec_command(
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: SeedOpt = 0, out: OutOpt = None,
-    progress: ProgressOpt = True,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, out: Out = None,
+    progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -267,13 +273,12 @@ def reproduce_fedpg_command(
         "FedPG-Cen and FedPG-Dec (ring); empty: none.")] = "10,100",
     laplace_epsilons: Annotated[str, typer.Option(
         help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
-    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory. Default: runs/reproduce-fedpg-<time>.")] = None,
+    seed: SweepSeed = 0,
+    out: Out = None,
     resume: Annotated[Path | None, typer.Option(
         help="Continue an interrupted sweep in this directory; finished settings are kept.")
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: ShowProgress = True,
 ) -> None:
     """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -30,10 +30,6 @@ GeneratedMaps = Annotated[int, typer.Option(
 NumEnvs = Annotated[int, typer.Option(help="Episodes stepped together per update.")]
 BufferSize = Annotated[int, typer.Option(help="Replay memory capacity (transitions).")]
 Seeds = Annotated[int, typer.Option(help="Independent runs, vectorized.")]
-Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
-Out = Annotated[Path | None, typer.Option(
-    help="New or empty directory for the results. Default: runs/<name>-...")]
-ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 
 
 def _grid_options(size: int, maps: Path | None, history: int | None, alpha_view: int,

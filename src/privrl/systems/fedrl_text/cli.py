@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -27,9 +27,6 @@ NumEnvs = Annotated[int | None, typer.Option(help="Override: texts stepped toget
 Targets = Annotated[str | None, typer.Option(
     help="Target networks: copy (every target period: the paper) or frozen (never updated: "
     "what the authors' code does for FedRL; a control for the DQN baselines).")]
-Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
-Out = Annotated[Path | None, typer.Option(
-    help="New or empty directory for the results. Default: runs/<name>-...")]
 
 
 def _overrides(**kw: Any) -> dict[str, Any]:
@@ -52,7 +49,7 @@ def run_text2action(
         "paper's unbounded noise, which has NO formal ε.")] = None,
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
     num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: ShowProgress = True,
 ) -> None:
     """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
     from rich.console import Console

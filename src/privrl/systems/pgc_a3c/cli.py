@@ -10,7 +10,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from privrl.cli import AddressOpt, PresetName, Runtime, flag_names, progress_bar, system_apps
+from privrl.cli import (
+    AddressOpt,
+    Out,
+    PresetName,
+    Runtime,
+    Seed,
+    ShowProgress,
+    SweepSeed,
+    flag_names,
+    progress_bar,
+    system_apps,
+)
 from privrl.config import ConfigError
 
 if TYPE_CHECKING:
@@ -61,11 +72,9 @@ def run_pgc_a3c_command(
     ] = None,
     submissions_per_agent: Annotated[int, typer.Option(
         help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
-    seed: Annotated[int, typer.Option(help="Random seed (same seed, same results).")] = 0,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory for the results. Default: runs/pgc-a3c-<mechanism>-...")
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    seed: Seed = 0,
+    out: Out = None,
+    progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all agents vectorized in this process. ray: agents and the aggregator as "
         "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
@@ -213,16 +222,15 @@ def reproduce_pgc_a3c_command(
     preset: Annotated[PresetName, typer.Option(
         help="paper (default): the paper's settings; tuned: our improved preset.",
         case_sensitive=False)] = PresetName.paper,
-    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    seed: SweepSeed = 0,
     retire: Annotated[bool, typer.Option(
         help="Stop a trial once it reaches the target (its FST is known); later curves hold "
         "its last average score.")] = True,
-    out: Annotated[Path | None, typer.Option(
-        help="New or empty directory. Default: runs/reproduce-pgc-a3c-<preset>-<time>.")] = None,
+    out: Out = None,
     resume: Annotated[Path | None, typer.Option(
         help="Continue an interrupted sweep in this directory; finished settings are kept.")
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    progress: ShowProgress = True,
 ) -> None:
     """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run.
 
