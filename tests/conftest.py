@@ -8,8 +8,9 @@
 - one JAX persistent compilation cache for the whole run, shared by the workers and the Ray
   actors, so a program compiled by one test is not compiled again by another (it starts
   empty on every run: nothing is carried over between runs);
-- tests that share a module- or session-scoped fixture run in one worker (an xdist group),
-  so the fixture is computed once; the Ray tests share the session's Ray cluster;
+- a module that defines a module- or session-scoped fixture runs whole in one worker, so the
+  fixture is computed once, and the Ray tests share one worker and its Ray cluster (a custom
+  xdist scheduler: see `pytest_xdist_make_scheduler`);
 - the long tests are sent out first so that no worker is left with one at the end.
 """
 
@@ -19,11 +20,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 _CACHE_ENV = "PRIVRL_TEST_JAX_CACHE"
+_ROOT = Path(__file__).resolve().parent.parent  # node ids are relative to it
 
 if _WORKER is not None:
     # Before anything imports JAX (this conftest is imported before every test module).
@@ -50,33 +54,50 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ.pop(_CACHE_ENV), ignore_errors=True)
 
 
-def _shared_scope(item: pytest.Item) -> str | None:
-    """The widest scope among the fixtures `item` uses that outlive one test."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
+def _shares_fixtures(path: str) -> bool:
+    """Whether the test module at `path` defines a fixture that outlives one test (typically a
+    compiled program or a short training that several tests inspect)."""
+    file = _ROOT / path
+    text = file.read_text(encoding="utf-8") if file.is_file() else ""
+    return any(f'scope="{s}"' in text for s in ("module", "package", "session"))
+
+
+def _scope(nodeid: str) -> str:
+    """The unit of work one xdist worker takes whole: the session's Ray cluster, a module
+    whose tests share a fixture, or else one test."""
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/systems/") and path.endswith("/test_ray.py"):
+        return "ray-cluster"
+    return path if _shares_fixtures(path) else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup, with the groups of `_scope`. (xdist 3.8's own loadgroup renames nodes
+    through an attribute that pytest 9 no longer reads, so its xdist_group marks are lost.)"""
+    if config.getvalue("dist") != "loadgroup":
         return None
-    scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs
-              if d.scope != "function" and d.baseid.startswith("tests")}
-    for scope in ("session", "package", "module", "class"):
-        if scope in scopes:
-            return scope
-    return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return Grouped(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)
+def _weight(item: pytest.Item) -> int:
+    """Sent out in this order: 0, the Ray tests; 1, the slow ones; 2, modules sharing a
+    fixture; 3, the rest."""
+    scope = _scope(item.nodeid)
+    if scope == "ray-cluster":
+        return 0
+    if item.get_closest_marker("slow"):
+        return 1
+    return 2 if scope != item.nodeid else 3
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
-        elif _shared_scope(item) is not None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-    def weight(item: pytest.Item) -> int:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
-            return 0
-        return 1 if item.get_closest_marker("slow") else 2
-
-    items.sort(key=weight)  # stable: the collection order within each weight
+    items.sort(key=_weight)  # stable: collection order within one weight
 
 
 @pytest.fixture(scope="session")
