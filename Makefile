@@ -24,7 +24,7 @@ run: $(VENV)/.installed
 
 # The whole suite, split over every core by pytest-xdist (tests/conftest.py says how it is
 # grouped); test-fast leaves out the tests marked slow (long learning and end-to-end runs).
-PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
 
 test: $(VENV)/.installed-dev
 	$(PYTEST)
