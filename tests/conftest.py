@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -54,6 +55,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(os.environ.pop(_CACHE_ENV), ignore_errors=True)
 
 
+@functools.cache
 def _shares_fixtures(path: str) -> bool:
     """Whether the test module at `path` defines a fixture that outlives one test (typically a
     compiled program or a short training that several tests inspect)."""
