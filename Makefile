@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,15 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 --submissions 30000
 
+# The whole suite, split over every core by pytest-xdist (tests/conftest.py says how it is
+# grouped); test-fast leaves out the tests marked slow (long learning and end-to-end runs).
+PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
+
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
+
+test-fast: $(VENV)/.installed-dev
+	$(PYTEST) -m "not slow"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks

@@ -1,20 +1,116 @@
-"""Shared fixtures."""
+"""Shared fixtures, and how the suite is split over pytest-xdist workers.
+
+`make test` runs `pytest -n auto --dist loadgroup --no-loadscope-reorder`: every test runs
+(the `slow` marker only names the long ones, for `make test-fast`). Here:
+
+- each xdist worker asks XLA for one host device (the workers already use every core; a worker
+  with one device per core would oversubscribe them);
+- one JAX persistent compilation cache for the whole run, shared by the workers and the Ray
+  actors, so a program compiled by one test is not compiled again by another (it starts
+  empty on every run: nothing is carried over between runs);
+- a module that defines a module- or session-scoped fixture runs whole in one worker, so the
+  fixture is computed once, and the Ray tests share one worker and its Ray cluster (a custom
+  xdist scheduler: see `pytest_xdist_make_scheduler`);
+- the long tests are sent out first so that no worker is left with one at the end.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_CACHE_ENV = "PRIVRL_TEST_JAX_CACHE"
+_ROOT = Path(__file__).resolve().parent.parent  # node ids are relative to it
+
+if _WORKER is not None:
+    # Before anything imports JAX (this conftest is imported before every test module).
+    from privrl.runtime.devices import use_host_devices
+
+    use_host_devices(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _CACHE_ENV not in os.environ:
+        # The controller (or a run without xdist): workers inherit the environment.
+        os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="privrl-test-jax-cache-")
+        config._privrl_cache_owner = True  # type: ignore[attr-defined]
+    if os.environ[_CACHE_ENV] == "off":  # PRIVRL_TEST_JAX_CACHE=off: compile everything
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if getattr(config, "_privrl_cache_owner", False) and os.environ[_CACHE_ENV] != "off":
+        shutil.rmtree(os.environ.pop(_CACHE_ENV), ignore_errors=True)
+
+
+@functools.cache
+def _shares_fixtures(path: str) -> bool:
+    """Whether the test module at `path` defines a fixture that outlives one test (typically a
+    compiled program or a short training that several tests inspect)."""
+    file = _ROOT / path
+    text = file.read_text(encoding="utf-8") if file.is_file() else ""
+    return any(f'scope="{s}"' in text for s in ("module", "package", "session"))
+
+
+def _scope(nodeid: str) -> str:
+    """The unit of work one xdist worker takes whole: the session's Ray cluster, a module
+    whose tests share a fixture, or else one test."""
+    path = nodeid.split("::")[0]
+    if path.startswith("tests/systems/") and path.endswith("/test_ray.py"):
+        return "ray-cluster"
+    return path if _shares_fixtures(path) else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist loadgroup, with the groups of `_scope`. (xdist 3.8's own loadgroup renames nodes
+    through an attribute that pytest 9 no longer reads, so its xdist_group marks are lost.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return Grouped(config, log)
+
+
+def _weight(item: pytest.Item) -> int:
+    """Sent out in this order: 0, the Ray tests; 1, the slow ones; 2, modules sharing a
+    fixture; 3, the rest."""
+    scope = _scope(item.nodeid)
+    if scope == "ray-cluster":
+        return 0
+    if item.get_closest_marker("slow"):
+        return 1
+    return 2 if scope != item.nodeid else 3
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_weight)  # stable: collection order within one weight
 
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One real local Ray cluster (2 CPUs) for every Ray test of the session; its actors share
-    one JAX compilation cache."""
+    the session's JAX compilation cache."""
     ray = pytest.importorskip("ray")
-    cache = tmp_path_factory.mktemp("jax-cache")
+    cache = os.environ[_CACHE_ENV]
+    if cache == "off":
+        cache = str(tmp_path_factory.mktemp("jax-cache"))  # the actors' own, as before
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": str(cache),
-                                       "XLA_FLAGS": ""}})
+             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache, "XLA_FLAGS": ""}})
     yield
     ray.shutdown()

@@ -17,6 +17,7 @@ from privrl.systems.fedpg.local import run_fedpg  # noqa: E402
 from privrl.systems.fedpg.ray import run_fedpg_dec_ray  # noqa: E402
 
 
+@pytest.mark.slow
 def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
         ray_cluster: None, tmp_path: Path) -> None:
     cfg = FedPGConfig.from_preset("paper", algorithm="dec", topology="exponential", agents=4,
@@ -71,6 +72,7 @@ def run_topology_matrix(cfg: FedPGConfig, t: int) -> np.ndarray:
     return build_topology(cfg.resolved()).matrix(t)
 
 
+@pytest.mark.slow
 def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
     rc = main(["run", "fedpg-dec", "--runtime", "ray", "--agents", "3", "--budget", "40",
                "--out", str(tmp_path / "run"), "--no-progress"])

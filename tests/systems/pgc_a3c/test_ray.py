@@ -22,6 +22,7 @@ def _config(submissions: int, buffer: int) -> PGCA3CConfig:
                                     submissions=submissions, buffer_size=buffer)
 
 
+@pytest.mark.slow
 def test_ray_run_completes_and_replays_exactly(ray_cluster: None, tmp_path: Path) -> None:
     out = run_pgc_a3c_ray(_config(16, 4), tmp_path / "agg", agents_in_flight=2,
                           checkpoint_every=2)
@@ -31,6 +32,7 @@ def test_ray_run_completes_and_replays_exactly(ray_cluster: None, tmp_path: Path
     assert out.ledger.num_reports == 16
 
 
+@pytest.mark.slow
 def test_faults_lose_nothing_and_spend_nothing_twice(ray_cluster: None, tmp_path: Path) -> None:
     killed: list[str] = []
 
