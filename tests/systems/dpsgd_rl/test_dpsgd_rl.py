@@ -177,11 +177,12 @@ def test_reinforce_learns_cartpole() -> None:
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole() -> None:
-    """2 seeds × 250 episodes of the paper preset with a 10x learning rate (to fit CI's budget):
-    the last 25 greedy evaluations average well above a random policy's ~22."""
+    """2 seeds × 100 episodes of the paper preset with a 10x learning rate (to fit CI's budget):
+    the last 25 greedy evaluations average well above a random policy's ~22. Measured: 165
+    (seed 0) and 196 (seed 1) after 100 episodes; 500 and 420 after 250."""
     from privrl.runtime.output import hold_last
 
-    cfg = DQNConfig(seeds=2, episodes=250, learning_rate=1e-3)
+    cfg = DQNConfig(seeds=2, episodes=100, learning_rate=1e-3)
     out = run_episodic(DQN(cfg), "dqn")
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 100.0, out.eval_returns[:, -25:]
