@@ -99,6 +99,9 @@ def _weight(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _scope(item.nodeid) == "ray-cluster":
+            item.add_marker(pytest.mark.ray)
     items.sort(key=_weight)  # stable: collection order within one weight
 
 
