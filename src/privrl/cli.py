@@ -85,6 +85,8 @@ ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results (never overwritten). Default: a new "
     "runs/<command>-...-<time>/.")]
+Resume = Annotated[Path | None, typer.Option(
+    help="Continue an interrupted sweep in this directory; finished settings are kept.")]
 AddressOpt = Annotated[str | None, typer.Option(
     help="Ray runtime: join this cluster (auto or HOST:PORT) instead of starting a local one.")]
 

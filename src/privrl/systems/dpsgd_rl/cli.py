@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    Out,
+    Resume,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -226,9 +235,7 @@ def reproduce_dpsgd_rl(
         help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
     seed: Seed = 0,
     out: Out = None,
-    resume: Annotated[Path | None, typer.Option(
-        help="Continue an interrupted sweep in this directory; finished settings are kept.")
-    ] = None,
+    resume: Resume = None,
     progress: ShowProgress = True,
 ) -> None:
     """Paper 003's study: DP-SGD σ ∈ {0, .1, .2, .4, .6} and LDP σ ∈ {0, .01, .1, .2, .3, 2, 5}

@@ -13,6 +13,7 @@ import typer
 from privrl.cli import (
     AddressOpt,
     Out,
+    Resume,
     Runtime,
     Seed,
     ShowProgress,
@@ -275,9 +276,7 @@ def reproduce_fedpg_command(
         help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
     seed: SweepSeed = 0,
     out: Out = None,
-    resume: Annotated[Path | None, typer.Option(
-        help="Continue an interrupted sweep in this directory; finished settings are kept.")
-    ] = None,
+    resume: Resume = None,
     progress: ShowProgress = True,
 ) -> None:
     """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.

@@ -14,6 +14,7 @@ from privrl.cli import (
     AddressOpt,
     Out,
     PresetName,
+    Resume,
     Runtime,
     Seed,
     ShowProgress,
@@ -227,9 +228,7 @@ def reproduce_pgc_a3c_command(
         help="Stop a trial once it reaches the target (its FST is known); later curves hold "
         "its last average score.")] = True,
     out: Out = None,
-    resume: Annotated[Path | None, typer.Option(
-        help="Continue an interrupted sweep in this directory; finished settings are kept.")
-    ] = None,
+    resume: Resume = None,
     progress: ShowProgress = True,
 ) -> None:
     """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run.
