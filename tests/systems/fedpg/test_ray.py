@@ -78,7 +78,7 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
                "--out", str(tmp_path / "run"), "--no-progress"])
     assert rc == 0
     for name in ("config.json", "privacy.json", "summary.json", "metrics.csv", "ray.json",
-                 "nodes/node0.pkl"):
+                 "nodes/node0.npz"):
         assert (tmp_path / "run" / name).exists(), name
     rc = main(["run", "fedpg-dec", "--address", "auto", "--out", str(tmp_path / "x"),
                "--no-progress"])

@@ -28,7 +28,6 @@ node's noise: in a deployment with untrusted peers, give each node a seed they d
 from __future__ import annotations
 
 import os
-import pickle
 import time
 import uuid
 from collections.abc import Callable
@@ -41,13 +40,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
-from privrl.federation.service import atomic_write
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.runfile import checked, read, tree_from_leaves, write
 from privrl.runtime.ray import require_ray, start_ray
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 from privrl.systems.fedpg.local import FedPGRun, account
 
 EventHook = Callable[[str, dict[str, Any]], None]
+CHECKPOINT_KIND = "fedpg-node-checkpoint"
 
 
 def _trial_key(seed: int) -> jax.Array:
@@ -64,7 +64,7 @@ class NodeActor:
         self.node = node
         self.names = names  # every node's actor name: peers are looked up, so a restarted
         self.peers: dict[int, Any] = {}  # node finds them again
-        self.path = Path(directory) / f"node{node}.pkl"
+        self.path = Path(directory) / f"node{node}.npz"
         state = self.algo.init(_trial_key(self.algo.config.seed))
         self.key = state.key
         env = self.algo.env_params_of(state.key, jnp.array([node]))
@@ -72,16 +72,12 @@ class NodeActor:
         self._update = jax.jit(self.algo.dec_node_update)
         # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
         self.pending: tuple[Any, dict[str, float]] | None = None
+        self.gossip = PushSumNode(node, self.algo.topology,
+                                  np.asarray(state.gossip.x[node], np.float32))
+        self.opt_state = jax.tree_util.tree_map(lambda a: np.asarray(a[node]), state.opt_state)
         if self.path.exists():
-            ck = pickle.loads(self.path.read_bytes())
-            self.gossip = PushSumNode.from_snapshot(ck["gossip"])
-            self.opt_state, self.used = ck["opt_state"], ck["used"]
-            self.ledger, self.history = ck["ledger"], ck["history"]
+            self._restore()
         else:
-            self.gossip = PushSumNode(node, self.algo.topology,
-                                      np.asarray(state.gossip.x[node], np.float32))
-            self.opt_state = jax.tree_util.tree_map(lambda a: np.asarray(a[node]),
-                                                    state.opt_state)
             self.used = 0
             self.ledger = PrivacyLedger()  # the run length is the budget, as locally
             self.history: list[dict[str, float]] = []
@@ -136,10 +132,15 @@ class NodeActor:
         self.pending = None
         self.used = info["used"]
         self.history.append(info)
-        atomic_write(self.path, pickle.dumps({
-            "gossip": g.snapshot(), "opt_state": self.opt_state, "used": self.used,
-            "ledger": self.ledger, "history": self.history}))
+        self._checkpoint()
         return []
+
+    def _checkpoint(self) -> None:
+        save_node(self.path, self.gossip, self.opt_state, self.used, self.ledger, self.history)
+
+    def _restore(self) -> None:
+        self.gossip, self.opt_state, self.used, self.ledger, self.history = load_node(
+            self.path, self.node, self.algo.topology, self.opt_state)
 
     def result(self) -> dict[str, Any]:
         return {"z": self.gossip.z, "ledger": self.ledger, "history": self.history,
@@ -155,6 +156,33 @@ class NodeActor:
         if i not in self.peers:
             self.peers[i] = require_ray().get_actor(self.names[i])
         return self.peers[i]
+
+
+def save_node(path: Path, gossip: PushSumNode, opt_state: Any, used: int,
+              ledger: PrivacyLedger, history: list[dict[str, float]]) -> None:
+    """A node's state after a mix, written atomically as a privrl run file (no pickle)."""
+    write(path, CHECKPOINT_KIND, {
+        "gossip": gossip.snapshot(), "used": used, "ledger": ledger.to_state(),
+        "history": history,
+        "opt_state": [np.asarray(a) for a in jax.tree_util.tree_leaves(opt_state)]})
+
+
+def load_node(path: Path, node: int, topology: Any, opt_template: Any
+              ) -> tuple[PushSumNode, Any, int, PrivacyLedger, list[dict[str, float]]]:
+    """What `save_node` wrote for `node` on `topology`: (gossip node, optimizer state of
+    `opt_template`'s structure, episodes used, ledger, history). Nothing in the file can run
+    code; a tampered, foreign or other node's file raises RunFileError naming it."""
+    ck = read(path, CHECKPOINT_KIND)
+    with checked(path):
+        gossip = PushSumNode.from_snapshot(ck["gossip"], topology)
+        if gossip.node != node:
+            raise ValueError(f"the checkpoint is node {gossip.node}'s, not node {node}'s")
+        opt_state = tree_from_leaves(opt_template, ck["opt_state"])
+        used, history = ck["used"], ck["history"]
+        if not (isinstance(used, int) and used >= 0 and isinstance(history, list)
+                and len(history) == gossip.round and all(isinstance(h, dict) for h in history)):
+            raise ValueError("inconsistent episode count or history")
+        return gossip, opt_state, used, PrivacyLedger.from_state(ck["ledger"]), history
 
 
 def run_fedpg_dec_ray(
