@@ -38,7 +38,8 @@ def test_a_node_restores_from_its_checkpoint(tmp_path: Path) -> None:
     history = [{"mean_return": 9.5, "batch": 3, "steps": 1, "used_before": 0, "used": 7}]
     save_node(tmp_path / "node1.npz", node, opt_state, 7, ledger, history)
 
-    g, o, used, led, hist = load_node(tmp_path / "node1.npz", 1, GRAPH, template)
+    g, o, used, led, hist, rel = load_node(tmp_path / "node1.npz", 1, GRAPH, template)
+    assert rel is None
     assert g.round == 1 and np.array_equal(g.x, node.x) and g.w == node.w
     assert g.mixed_from == node.mixed_from == [[0, 1]]
     assert {r: m.x.tobytes() for r, m in g.last_outgoing.items()} == \
@@ -60,3 +61,19 @@ def test_a_malicious_pickle_in_place_of_a_node_checkpoint_is_refused(
     with pytest.raises(RunFileError, match=r"node1\.npz: is a Python pickle"):
         load_node(tmp_path / "node1.npz", 1, GRAPH, ())
     assert not marker.exists()
+
+
+def test_a_released_report_is_kept_so_a_restart_sends_the_same_one(tmp_path: Path) -> None:
+    """After its step a node checkpoints the report it released (not the key): restarted
+    before mixing, it re-sends that report instead of drawing new noise."""
+    mech = LaplaceMechanism(epsilon=5.0, clip=1.0)
+    node = PushSumNode(1, GRAPH, np.ones(D, np.float32))
+    opt = optax.sgd(0.1)
+    template = opt.init(np.zeros(D, np.float32))
+    report = mech.privatize(jax.random.key(3), np.ones(D, np.float32))
+    info = {"mean_return": 1.0, "batch": 2, "steps": 1, "used_before": 0, "used": 6}
+    save_node(tmp_path / "node1.npz", node, template, 0, PrivacyLedger(), [],
+              (0, np.asarray(report.value), template, info))
+    *_, rel = load_node(tmp_path / "node1.npz", 1, GRAPH, template)
+    assert rel[0] == 0 and rel[3] == info
+    assert rel[1].tobytes() == np.asarray(report.value).tobytes()

@@ -12,6 +12,7 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
+    Noise,
     Out,
     PresetName,
     Resume,
@@ -74,6 +75,7 @@ def run_pgc_a3c_command(
     submissions_per_agent: Annotated[int, typer.Option(
         help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
     seed: Seed = 0,
+    noise: Noise = None,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -113,6 +115,7 @@ def run_pgc_a3c_command(
         submissions=submissions,
         trials=trials,
         seed=seed,
+        noise=None if noise is None else noise.value,
     ).resolved()
     check_out_dir(out)
     if runtime is Runtime.ray:
@@ -293,6 +296,7 @@ def results_table(summary: dict) -> Table:
     fst = summary["median_fst"]
     rows = [
         ("privacy", summary["privacy"]),
+        ("noise keys", summary["noise"]),
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
