@@ -129,3 +129,32 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
              runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache, "XLA_FLAGS": ""}})
     yield
     ray.shutdown()
+
+
+class _Evil:
+    """A pickle whose loading creates `marker` (loading it could as well run any code)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture
+def plant_pickle(tmp_path: Path) -> Any:
+    """`plant(path)` writes a malicious pickle at `path` and returns the marker file that
+    unpickling it would create (the payload is first shown to work on another marker)."""
+    import pickle
+
+    probe = tmp_path / "payload-works"
+    pickle.loads(pickle.dumps(_Evil(probe))).close()
+    assert probe.exists()
+
+    def plant(path: Path) -> Path:
+        marker = tmp_path / f"pwned-{path.name}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(pickle.dumps(_Evil(marker)))
+        return marker
+
+    return plant

@@ -140,3 +140,20 @@ def test_kernel_imports_no_system():
             continue  # privrl.main merges the systems' commands; privrl's API names them lazily
         for imported in _imports(path, name):
             assert not imported.startswith("privrl.systems"), f"{name} imports {imported}"
+
+
+def test_no_module_reads_or_writes_pickles():
+    """Run files must not be able to run code when loaded: no privrl module imports a pickle
+    library, and every np.load says allow_pickle=False (privrl.runfile holds saved state)."""
+    for name, path in _modules().items():
+        for imported in _imports(path, name):
+            assert imported.split(".")[0] not in ("pickle", "cloudpickle", "dill", "joblib",
+                                                  "shelve", "marshal"), \
+                f"{name} imports {imported}"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "load" and getattr(node.func.value, "id", "") == "np":
+                kw = {k.arg: k.value for k in node.keywords}
+                assert isinstance(kw.get("allow_pickle"), ast.Constant) \
+                    and kw["allow_pickle"].value is False, \
+                    f"{name}:{node.lineno} calls np.load without allow_pickle=False"

@@ -79,6 +79,18 @@ class Runtime(StrEnum):
     ray = "ray"
 
 
+class NoiseMode(StrEnum):
+    seeded = "seeded"
+    secret = "secret"
+
+
+Noise = Annotated[NoiseMode | None, typer.Option(
+    help="Mechanism noise keys. seeded: derived from --seed, so runs are reproducible, but "
+    "anyone with config.json and the reports can subtract the noise (a simulation's "
+    "guarantee, not a deployment's). secret: each agent's keys come from the OS CSPRNG in its "
+    "own process and are never written or sent (deployable; the noise is not reproducible). "
+    "Default: seeded for the local runtime, secret for --runtime ray.",
+    case_sensitive=False)]
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]

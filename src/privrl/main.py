@@ -14,6 +14,7 @@ from typer.exceptions import TyperException
 
 from privrl.cli import root_apps
 from privrl.config import ConfigError, RayNotInstalledError
+from privrl.runfile import RunFileError
 from privrl.runtime.devices import use_compilation_cache, use_host_devices
 from privrl.runtime.output import OutputDirError
 from privrl.systems.dp_qlearning import cli as dp_qlearning
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except TyperException as e:  # usage errors: unknown option, unparsable value, ...
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
-    except (ConfigError, OutputDirError, RayNotInstalledError) as e:
+    except (ConfigError, OutputDirError, RayNotInstalledError, RunFileError) as e:
         print(f"privrl: error: {e}", file=sys.stderr)
         return 2
     except BudgetExceededError as e:

@@ -18,7 +18,7 @@ after a crash), a message from a node that is not an in-neighbour this round, fo
 round, or with a wrong shape, a non-finite value or a weight share ≤ 0 is rejected with its
 reason and leaves the node bit-identical. The node keeps its last round's outgoing shares so a
 peer that lost its inbox in a crash can ask for them again (`outgoing`). `snapshot` and
-`from_snapshot` give a picklable state for atomic checkpoints.
+`from_snapshot` give the state as plain values and arrays for atomic checkpoints.
 """
 
 from __future__ import annotations
@@ -136,18 +136,35 @@ class PushSumNode:
 
     # --- checkpoints ---------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        """Picklable state after a mix (what a checkpoint stores)."""
-        return {"node": self.node, "topology": self.topology, "x": self.x.copy(), "w": self.w,
-                "round": self.round,
-                "last_outgoing": dict(self.last_outgoing),
+        """The state after a mix as plain values and arrays (what a checkpoint stores, as a
+        privrl run file: no pickled objects). The topology is public and not stored."""
+        return {"node": self.node, "x": self.x.copy(), "w": self.w, "round": self.round,
+                "last_outgoing": [m._asdict() for m in self.last_outgoing.values()],
                 "mixed_from": [list(s) for s in self.mixed_from],
-                "rejections": list(self.rejections)}
+                "rejections": [{k: _plain(v) for k, v in r.items()} for r in self.rejections]}
 
     @classmethod
-    def from_snapshot(cls, snap: dict[str, Any]) -> PushSumNode:
-        return cls(snap["node"], snap["topology"], snap["x"], snap["w"], snap["round"],
-                   last_outgoing=snap["last_outgoing"], mixed_from=snap["mixed_from"],
-                   rejections=snap["rejections"])
+    def from_snapshot(cls, snap: dict[str, Any], topology: Topology) -> PushSumNode:
+        """The node a snapshot describes, on `topology`; ValueError if the snapshot does not
+        fit it (a tampered or foreign checkpoint)."""
+        node, k = snap["node"], topology.num_nodes
+        x = np.asarray(snap["x"])
+        if not (isinstance(node, int) and 0 <= node < k and x.ndim == 1
+                and x.dtype == np.float32 and isinstance(snap["round"], int)
+                and snap["round"] >= 0 and isinstance(snap["w"], int | float)):
+            raise ValueError("not a push-sum node snapshot for this topology")
+        outgoing = {}
+        for m in snap["last_outgoing"]:
+            mx = np.asarray(m["x"])
+            if not (isinstance(m["receiver"], int) and 0 <= m["receiver"] < k
+                    and mx.shape == x.shape and mx.dtype == np.float32):
+                raise ValueError("a kept outgoing share does not fit this node")
+            outgoing[m["receiver"]] = GossipMessage(int(m["round"]), int(m["sender"]),
+                                                    int(m["receiver"]), mx, float(m["w"]))
+        mixed = [[int(j) for j in s] for s in snap["mixed_from"]]
+        rejections = [dict(r) for r in snap["rejections"]]
+        return cls(node, topology, x, float(snap["w"]), snap["round"],
+                   last_outgoing=outgoing, mixed_from=mixed, rejections=rejections)
 
     # --- internals -----------------------------------------------------------------------
     def _reject_reason(self, msg: Any) -> str | None:
@@ -173,3 +190,12 @@ class PushSumNode:
         if not (np.all(np.isfinite(x)) and np.isfinite(msg.w)) or msg.w <= 0:
             return "malformed: non-finite values or a weight share <= 0"
         return None
+
+
+def _plain(v: Any) -> int | str | None:
+    """A rejection's field as a plain value (a malformed message may carry anything)."""
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int | np.integer) and not isinstance(v, bool):
+        return int(v)
+    return repr(v)

@@ -11,17 +11,20 @@ with the reason.
 Durability. Every accepted report is appended to `reports.bin` (fixed-size records: agent id,
 index, d float32 values) and flushed before `submit` returns, so it survives the death of the
 process. Every `checkpoint_every` θ updates, and on `close()`, the state (θ, optimizer state,
-buffer, ledger, position in the log) is written to `checkpoint.pkl` atomically (temp file +
-rename). `AggregatorService.restore(dir)` loads the last checkpoint and re-applies the log
-records after it, so nothing accepted is lost. Since the aggregator is deterministic
+buffer, ledger, position in the log) is written to `checkpoint.npz` atomically (temp file +
+rename). No file here is a pickle: the setup and checkpoints are privrl run files (plain arrays
+and JSON, `privrl.runfile`), the log is a versioned header and fixed-size numeric records, so a
+tampered directory raises `RunFileError` naming the file and runs no code.
+`AggregatorService.restore(dir)` loads the last checkpoint and re-applies the log records after
+it, so nothing accepted is lost. Since the aggregator is deterministic
 post-processing of the reports, `replay(dir)` rebuilds θ exactly from θ₀ and the log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,12 +36,20 @@ import optax
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator, InvalidReportError
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.report import Guarantee, Report, restore_report
+from privrl.runfile import RunFileError, atomic_write, checked, read, tree_from_leaves, write
+
+__all__ = ["CHECKPOINT", "LOG", "REJECTED", "SETUP", "AggregatorService", "AggregatorSpec",
+           "RunFileError", "Submission", "Verdict", "atomic_write", "read_log", "replay"]
 
 LOG = "reports.bin"
 REJECTED = "rejected.jsonl"
-CHECKPOINT = "checkpoint.pkl"
-SETUP = "service.pkl"
-_HEADER = np.dtype([("agent", "<i8"), ("index", "<i8")])
+CHECKPOINT = "checkpoint.npz"
+SETUP = "service.npz"
+_SETUP_KIND, _CHECKPOINT_KIND = "aggregator-setup", "aggregator-checkpoint"
+# The log starts with a header (magic, format version, report length d); then the records.
+_LOG_MAGIC = b"privrl-reports\0\0"
+_LOG_VERSION = 1
+_LOG_HEADER = np.dtype([("magic", "S16"), ("version", "<i8"), ("dim", "<i8")])
 
 
 class Submission(NamedTuple):
@@ -65,6 +76,18 @@ class AggregatorSpec:
         tx = {"sgd": optax.sgd, "adam": optax.adam}[self.optimizer](self.learning_rate)
         return BufferedAggregator(self.dim, self.buffer_size, self.learning_rate, tx)
 
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> AggregatorSpec:
+        """The spec a run file recorded (`dataclasses.asdict` of one); ValueError if bad."""
+        ok = (isinstance(state, dict) and set(state) == {f.name for f in dataclasses.fields(cls)}
+              and all(isinstance(state[k], int) and not isinstance(state[k], bool)
+                      for k in ("dim", "buffer_size"))
+              and isinstance(state["optimizer"], str)
+              and isinstance(state["learning_rate"], int | float))
+        if not ok:
+            raise ValueError(f"not an aggregator spec: {state!r}")
+        return cls(**state)
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -76,14 +99,31 @@ def _record_dtype(dim: int) -> np.dtype:
     return np.dtype([("agent", "<i8"), ("index", "<i8"), ("value", "<f4", (dim,))])
 
 
+def _log_header(dim: int) -> bytes:
+    return np.array([(_LOG_MAGIC, _LOG_VERSION, dim)], _LOG_HEADER).tobytes()
+
+
 def read_log(directory: Path, dim: int) -> np.ndarray:
-    """All complete records of the accepted-report log (a torn last record is ignored)."""
+    """All complete records of the accepted-report log (a torn last record is ignored).
+    RunFileError if the file is not a report log for reports of length `dim`."""
     path = Path(directory) / LOG
     if not path.exists():
         return np.zeros(0, _record_dtype(dim))
     raw = path.read_bytes()
+    if not raw:  # created, the header not yet written when the process died
+        return np.zeros(0, _record_dtype(dim))
+    n = _LOG_HEADER.itemsize
+    if raw[:n] != _log_header(dim):
+        head = np.frombuffer(raw[:n], _LOG_HEADER)[0] if len(raw) >= n else None
+        if head is None or head["magic"] != _LOG_MAGIC.rstrip(b"\0"):
+            raise RunFileError(path, "is not a privrl report log; nothing was loaded")
+        if head["version"] != _LOG_VERSION:
+            raise RunFileError(path, f"has format version {int(head['version'])}; this "
+                                     f"privrl reads version {_LOG_VERSION}")
+        raise RunFileError(path, f"holds reports of length {int(head['dim'])}, expected {dim}")
     size = _record_dtype(dim).itemsize
-    return np.frombuffer(raw[: len(raw) // size * size], _record_dtype(dim))
+    body = raw[n:]
+    return np.frombuffer(body[: len(body) // size * size], _record_dtype(dim))
 
 
 class AggregatorService:
@@ -112,12 +152,16 @@ class AggregatorService:
         self._log = None
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            setup = {"spec": spec, "theta0": np.asarray(theta0, np.float32),
-                     "num_agents": self.num_agents, "ledger": ledger, "guarantee": guarantee,
+            setup = {"spec": dataclasses.asdict(spec), "theta0": np.asarray(theta0, np.float32),
+                     "num_agents": self.num_agents, "ledger": ledger.to_state(),
+                     "guarantee": guarantee.to_state(),
                      "checkpoint_every": self.checkpoint_every}
             if not (self.directory / SETUP).exists():
-                atomic_write(self.directory / SETUP, pickle.dumps(setup))
+                write(self.directory / SETUP, _SETUP_KIND, setup)
             self._log = open(self.directory / LOG, "ab")  # noqa: SIM115 - lives with the service
+            if self._log.tell() == 0:
+                self._log.write(_log_header(spec.dim))
+                self._log.flush()
 
     # --- the protocol --------------------------------------------------------------------
     def submit(self, sub: Any) -> Verdict:
@@ -153,9 +197,10 @@ class AggregatorService:
         """Write θ, optimizer state, buffer, ledger and the log position atomically."""
         if self.directory is None:
             return
-        blob = {"state": jax.tree_util.tree_map(np.asarray, self.state),
-                "ledger": self.ledger, "logged": self.logged, "rejections": self.rejections}
-        atomic_write(self.directory / CHECKPOINT, pickle.dumps(blob))
+        blob = {"state": [np.asarray(x) for x in jax.tree_util.tree_leaves(self.state)],
+                "ledger": self.ledger.to_state(), "logged": self.logged,
+                "rejections": self.rejections}
+        write(self.directory / CHECKPOINT, _CHECKPOINT_KIND, blob)
         self._last_checkpoint_updates = int(self.state.updates)
 
     def close(self) -> None:
@@ -168,17 +213,24 @@ class AggregatorService:
     def restore(cls, directory: str | os.PathLike) -> AggregatorService:
         """The service as it was: last checkpoint, then every log record after it re-applied."""
         directory = Path(directory)
-        setup = pickle.loads((directory / SETUP).read_bytes())
-        svc = cls(setup["spec"], setup["theta0"], setup["num_agents"], setup["ledger"],
-                  setup["guarantee"], None, setup["checkpoint_every"])
+        svc = _from_setup(directory)
         start = 0
-        if (directory / CHECKPOINT).exists():
-            blob = pickle.loads((directory / CHECKPOINT).read_bytes())
-            svc.state = jax.tree_util.tree_map(jax.numpy.asarray, blob["state"])
-            svc.ledger = blob["ledger"]
-            svc.rejections = blob["rejections"]
-            start = blob["logged"]
+        path = directory / CHECKPOINT
+        if path.exists():
+            blob = read(path, _CHECKPOINT_KIND)
+            with checked(path):
+                svc.state = tree_from_leaves(svc.state, blob["state"])
+                svc.ledger = PrivacyLedger.from_state(blob["ledger"])
+                rejections, start = blob["rejections"], blob["logged"]
+                if not (isinstance(rejections, dict)
+                        and all(isinstance(v, int) for v in rejections.values())
+                        and isinstance(start, int) and start >= 0):
+                    raise ValueError("bad rejection counts or log position")
+                svc.rejections = rejections
         records = read_log(directory, svc.aggregator.dim)
+        if start > len(records):
+            raise RunFileError(directory / LOG, f"holds {len(records)} reports, but the "
+                                                f"checkpoint says {start} were accepted")
         for r in records[:start]:
             svc.accepted.add((int(r["agent"]), int(r["index"])))
         svc.logged = start
@@ -188,8 +240,12 @@ class AggregatorService:
             svc._apply(int(r["agent"]), int(r["index"]), report)
         svc._last_checkpoint_updates = int(svc.state.updates)
         svc.directory = directory
-        svc._log = open(directory / LOG, "r+b")  # noqa: SIM115
-        svc._log.truncate(len(records) * _record_dtype(svc.aggregator.dim).itemsize)
+        log = directory / LOG
+        if not log.exists() or log.stat().st_size == 0:
+            log.write_bytes(_log_header(svc.aggregator.dim))
+        svc._log = open(log, "r+b")  # noqa: SIM115
+        svc._log.truncate(_LOG_HEADER.itemsize
+                          + len(records) * _record_dtype(svc.aggregator.dim).itemsize)
         svc._log.seek(0, os.SEEK_END)
         return svc
 
@@ -239,21 +295,29 @@ class AggregatorService:
                                     "reason": reason}, default=str) + "\n")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _from_setup(directory: Path) -> AggregatorService:
+    """A fresh service (no directory) as the run's setup file describes it."""
+    path = directory / SETUP
+    setup = read(path, _SETUP_KIND)
+    with checked(path):
+        theta0 = np.asarray(setup["theta0"])
+        spec = AggregatorSpec.from_state(setup["spec"])
+        if theta0.dtype != np.float32 or theta0.shape != (spec.dim,):
+            raise ValueError(f"θ₀ has shape {theta0.shape} and dtype {theta0.dtype}")
+        for name in ("num_agents", "checkpoint_every"):
+            if not isinstance(setup[name], int) or isinstance(setup[name], bool):
+                raise ValueError(f"{name} must be an integer")
+        return AggregatorService(spec, theta0, setup["num_agents"],
+                                 PrivacyLedger.from_state(setup["ledger"]),
+                                 Guarantee.from_state(setup["guarantee"]), None,
+                                 setup["checkpoint_every"])
 
 
 def replay(directory: str | os.PathLike) -> np.ndarray:
     """θ rebuilt from θ₀ and the accepted-report log alone, through a fresh aggregator."""
     directory = Path(directory)
-    setup = pickle.loads((directory / SETUP).read_bytes())
-    agg = setup["spec"].build()
-    state = agg.init(setup["theta0"])
+    svc = _from_setup(directory)
+    agg, state = svc.aggregator, svc.state
     for r in read_log(directory, agg.dim):
-        state = agg.submit(state, restore_report(r["value"], setup["guarantee"]))
+        state = agg.submit(state, restore_report(r["value"], svc.guarantee))
     return np.asarray(state.theta)

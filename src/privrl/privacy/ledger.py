@@ -133,6 +133,33 @@ class PrivacyLedger:
             "formal_guarantee": private,
         }
 
+    # --- run files -----------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Budgets, per-agent spending and events as plain values and arrays (for run files,
+        privrl.runfile: a checkpoint holds no pickled object); `from_state` inverts it."""
+        return {"epsilon_budget": self.epsilon_budget, "delta_budget": self.delta_budget,
+                "epsilon": self._eps, "delta": self._delta, "count": self._count,
+                "events": [{"guarantee": g.to_state(), "releases": n}
+                           for g, n in self._events.items()]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> PrivacyLedger:
+        """The ledger a run file recorded; ValueError if it is inconsistent."""
+        ledger = cls(state["epsilon_budget"], state["delta_budget"])
+        eps, delta, count = (np.asarray(state[k]) for k in ("epsilon", "delta", "count"))
+        if not (eps.ndim == 1 and eps.shape == delta.shape == count.shape
+                and eps.dtype == delta.dtype == np.float64 and count.dtype == np.int64
+                and (count >= 0).all() and (eps[np.isfinite(eps)] >= 0).all()
+                and (delta >= 0).all()):
+            raise ValueError("a ledger's spending arrays are inconsistent")
+        ledger._eps, ledger._delta, ledger._count = eps.copy(), delta.copy(), count.copy()
+        for event in state["events"]:
+            n = event["releases"]
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"bad release count {n!r}")
+            ledger._events[Guarantee.from_state(event["guarantee"])] = n
+        return ledger
+
     # --- internals -----------------------------------------------------------------------
     @staticmethod
     def _ids(agents: int | Iterable[int]) -> np.ndarray:

@@ -9,6 +9,7 @@ Reports are JAX pytrees (the guarantee rides along as static data), so they flow
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,30 @@ class Guarantee:
             "norm": self.norm,
             "private": self.is_private,
         }
+
+    def to_state(self) -> dict[str, Any]:
+        """Every field by name, for run files (privrl.runfile); `from_state` inverts it."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Guarantee:
+        """The guarantee a run file recorded; ValueError if a field is missing or ill-typed."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(state, dict) or set(state) - set(names):
+            raise ValueError(f"a guarantee has the fields {names}")
+        for name in ("epsilon", "delta", "sensitivity"):
+            v = state.get(name)
+            if not ((isinstance(v, int | float) and not isinstance(v, bool))
+                    or (v is None and name == "sensitivity")):
+                raise ValueError(f"guarantee {name} must be a number, got {v!r}")
+        for name in ("notion", "unit", "neighbouring", "norm"):
+            v = state.get(name)
+            if not (isinstance(v, str) or (v is None and name == "norm")):
+                raise ValueError(f"guarantee {name} must be a string, got {v!r}")
+        try:
+            return cls(**{k: state[k] for k in names if k in state})
+        except TypeError as e:
+            raise ValueError(f"not a guarantee: {e}") from None
 
 
 _MINT = object()  # capability held by privrl.privacy.mechanisms only

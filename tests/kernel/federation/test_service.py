@@ -13,6 +13,7 @@ import pytest
 
 from privrl.federation import AggregatorService, AggregatorSpec, Submission, replay
 from privrl.privacy import LaplaceMechanism, PrivacyLedger
+from privrl.runfile import RunFileError
 
 DIM = 8
 MECH = LaplaceMechanism(epsilon=2.0, clip=1.0)
@@ -107,3 +108,68 @@ def test_torn_last_record_is_ignored(tmp_path: Path) -> None:
     assert restored.logged == 3
     np.testing.assert_array_equal(restored.theta(), theta_after_3.theta())
     assert restored.submit(_sub(3, 0)).accepted  # the torn report can be resubmitted
+
+
+def _finished_run(directory: Path) -> AggregatorService:
+    svc = _service(directory, budget=100.0, every=1)
+    for n in range(5):
+        assert svc.submit(_sub(n, 0)).accepted
+    svc.close()
+    return svc
+
+
+@pytest.mark.parametrize("name", ["service.npz", "checkpoint.npz", "reports.bin"])
+def test_a_malicious_pickle_in_place_of_a_run_file_is_refused(
+        tmp_path: Path, plant_pickle, name: str) -> None:
+    _finished_run(tmp_path)
+    marker = plant_pickle(tmp_path / name)
+    # replay reads θ₀ and the log only; recovery reads the checkpoint too
+    for load in (AggregatorService.restore, *([replay] if name != "checkpoint.npz" else [])):
+        with pytest.raises(RunFileError) as e:
+            load(tmp_path)
+        assert str(e.value).startswith(str(tmp_path / name)) and "\n" not in str(e.value)
+    assert not marker.exists()
+
+
+def test_tampered_run_files_are_refused(tmp_path: Path) -> None:
+    from privrl import runfile
+
+    svc = _finished_run(tmp_path)
+    setup = runfile.read(tmp_path / "service.npz", "aggregator-setup")
+    runfile.write(tmp_path / "service.npz", "aggregator-setup",
+                  {**setup, "theta0": np.zeros(DIM + 1, np.float32)})
+    with pytest.raises(RunFileError, match=r"service.npz: tampered or inconsistent"):
+        replay(tmp_path)
+    runfile.write(tmp_path / "service.npz", "aggregator-setup", setup)
+    np.testing.assert_array_equal(replay(tmp_path), svc.theta())  # restored: fine again
+    ck = runfile.read(tmp_path / "checkpoint.npz", "aggregator-checkpoint")
+    runfile.write(tmp_path / "checkpoint.npz", "aggregator-checkpoint",
+                  {**ck, "state": ck["state"][:-1]})
+    with pytest.raises(RunFileError, match=r"checkpoint.npz: tampered"):
+        AggregatorService.restore(tmp_path)
+    runfile.write(tmp_path / "checkpoint.npz", "aggregator-setup", ck)  # another kind
+    with pytest.raises(RunFileError, match="expected 'aggregator-checkpoint'"):
+        AggregatorService.restore(tmp_path)
+    (tmp_path / "reports.bin").write_bytes(np.zeros(10, np.int64).tobytes())
+    with pytest.raises(RunFileError, match=r"reports.bin: is not a privrl report log"):
+        replay(tmp_path)
+
+
+def test_a_restored_ledger_and_guarantee_are_the_same(tmp_path: Path) -> None:
+    svc = _finished_run(tmp_path)
+    back = AggregatorService.restore(tmp_path)
+    assert back.guarantee == MECH.guarantee
+    assert back.ledger.summary() == svc.ledger.summary()
+
+
+def test_replay_command_refuses_a_pickled_run_file(tmp_path: Path, plant_pickle,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    from privrl.main import main
+
+    _finished_run(tmp_path / "aggregator")
+    np.save(tmp_path / "theta_final.npy", np.zeros(DIM, np.float32))
+    marker = plant_pickle(tmp_path / "aggregator" / "service.npz")
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "service.npz" in err and "pickle" in err and len(err.splitlines()) == 1
+    assert not marker.exists()

@@ -3,6 +3,7 @@ reproduce the local runner even when nodes are killed mid-round; the CLI runs it
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -22,8 +23,8 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
         ray_cluster: None, tmp_path: Path) -> None:
     cfg = FedPGConfig.from_preset("paper", algorithm="dec", topology="exponential", agents=4,
                                   budget=80, max_episode_steps=100, mechanism="laplace",
-                                  epsilon=50.0, clip=1.0)
-    local = run_fedpg(cfg)
+                                  epsilon=50.0, clip=1.0, noise="seeded")
+    local = run_fedpg(cfg)  # seeded noise: the Ray run must release the very same reports
     killed: list[tuple[str, int]] = []
 
     def kill_and_wait(node: object) -> None:
@@ -78,8 +79,10 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
                "--out", str(tmp_path / "run"), "--no-progress"])
     assert rc == 0
     for name in ("config.json", "privacy.json", "summary.json", "metrics.csv", "ray.json",
-                 "nodes/node0.pkl"):
+                 "nodes/node0.npz"):
         assert (tmp_path / "run" / name).exists(), name
+    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert privacy["noise_keys"]["mode"] == "secret"  # the Ray runtime's default
     rc = main(["run", "fedpg-dec", "--address", "auto", "--out", str(tmp_path / "x"),
                "--no-progress"])
     assert rc == 2 and not (tmp_path / "x").exists()

@@ -39,6 +39,7 @@ def no_compute(monkeypatch):
         (["--mechanism", "prs", "--d-hat", "0"], "--d-hat"),
         (["--mechanism", "prs", "--d-hat", "113"], "--d-hat"),
         (["--d-hat", "2"], "--d-hat"),
+        (["--noise", "public"], "--noise"),
     ],
 )
 def test_invalid_option_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
@@ -104,6 +105,15 @@ def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     assert (a / "metrics.csv").read_text() == (b / "metrics.csv").read_text()
     c = _run(tmp_path, "c", "--epsilon", "10", "--seed", "5")
     assert (a / "metrics.csv").read_text() != (c / "metrics.csv").read_text()
+    # Seeded noise (the local default) is stated plainly as a simulation's guarantee.
+    assert privacy["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in privacy["statement"]
+    assert "not a deployment" in summary["noise"] and "noise keys" in printed
+    # Secret noise: same seed, yet other noise (so other results), and the record says so.
+    d = _run(tmp_path, "d", "--epsilon", "10", "--seed", "4", "--noise", "secret")
+    assert (a / "metrics.csv").read_text() != (d / "metrics.csv").read_text()
+    secret = json.loads((d / "privacy.json").read_text())
+    assert secret["noise_keys"]["mode"] == "secret" and "SIMULATION" not in secret["statement"]
+    assert json.loads((d / "config.json").read_text())["config"]["noise"] == "secret"
 
 
 def test_non_private_run_says_so(tmp_path, capsys):

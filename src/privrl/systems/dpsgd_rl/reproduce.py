@@ -134,7 +134,7 @@ def collect(cfg: SweepConfig, path: Path) -> list[dict[str, Any]]:
             continue
         summary = json.loads((d / "summary.json").read_text())
         rows.append({"setting": s, "summary": summary,
-                     "eval_returns": np.load(d / "eval_returns.npy")})
+                     "eval_returns": np.load(d / "eval_returns.npy", allow_pickle=False)})
     return rows
 
 

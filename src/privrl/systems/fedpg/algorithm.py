@@ -68,6 +68,7 @@ from privrl.privacy.mechanisms import (
     LaplaceMechanism,
     Mechanism,
 )
+from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
 
 ALGORITHMS = ("cen", "dec")
@@ -117,6 +118,10 @@ class FedPGConfig(Config):
     noise_multiplier: float | None = None  # gaussian only
     delta: float = 1e-5  # gaussian only
     target_return: float = 475.0
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
+    # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
+    noise: str | None = None
 
     presets = PRESETS
 
@@ -137,6 +142,8 @@ class FedPGConfig(Config):
         one_of("mechanism", self.mechanism, MECHANISMS)
         one_of("importance", self.importance, IMPORTANCE)
         one_of("optimizer", self.optimizer, OPTIMIZERS)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
         integer("agents", self.agents)
         integer("batch_min", self.batch_min)
         integer("batch_max", self.batch_max)
@@ -242,6 +249,9 @@ class FedPGState(NamedTuple):
     key: Array
     used: Array  # (K,) episodes each agent has sampled
     rounds: Array
+    # Secret noise root (privrl.privacy.noise.secret_keys), or None: noise keys derive from
+    # `key` (seeded). An argument of the jitted program, never a constant of it.
+    noise: Array | None = None
 
 
 class RoundInfo(NamedTuple):
@@ -409,7 +419,10 @@ class FedPG:
         ep = self.sample(thetas, self.env_params_of(state.key, jnp.arange(k)),
                          jnp.broadcast_to(agent_live, (k, b_max)), k_ep)
         mu_k = self.gradients(thetas, ep)
-        reports = jax.vmap(self.mechanism.privatize)(jax.random.split(k_mech, k), mu_k)
+        mech_keys = (jax.random.split(k_mech, k) if state.noise is None else
+                     jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
+                                                              state.rounds))
+        reports = jax.vmap(self.mechanism.privatize)(mech_keys, mu_k)
         # Server: average, then N_t SCSG steps on its own episodes.
         mu = average_reports(reports)[None]
         steps = self.draw_steps(k_n, batch[None]) * live
@@ -419,7 +432,7 @@ class FedPG:
         info = RoundInfo(_mean_return(ep), jnp.mean(state.used), batch.astype(jnp.float32),
                          steps[0].astype(jnp.float32))
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
-                         state.rounds + 1)
+                         state.rounds + 1, state.noise)
         return new, info
 
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
@@ -429,21 +442,28 @@ class FedPG:
         z = push_sum_z(state.gossip)  # θ_{t,0}ᵏ
         env = self.env_params_of(state.key, nodes)
         keys = jax.vmap(jax.random.fold_in, (None, 0))(key, nodes)
-        upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None))(z, state.opt_state, env, keys,
-                                                                  live)
+        if state.noise is None:
+            upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None))(
+                z, state.opt_state, env, keys, live)
+        else:
+            noise = jax.vmap(node_noise_key, (None, 0, None))(state.noise, nodes, state.rounds)
+            upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None, 0))(
+                z, state.opt_state, env, keys, live, noise)
         gossip = push_sum_mix(push_sum_apply(state.gossip, upd.report), mixing)
         used = state.used + upd.batch + cfg.minibatch * upd.steps
         batch = upd.batch.astype(jnp.float32)
         info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
                          jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)))
-        return FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1), info
+        return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
+                           state.noise), info)
 
     def dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
-                        live: Array) -> NodeUpdate:
+                        live: Array, noise_key: Array | None = None) -> NodeUpdate:
         """One node's part of a FedPG-Dec round, from its own z_k, optimizer state, private
         environment and key only: B_t episodes, its own μ_tᵏ (never sent), N_t SCSG steps,
-        and its update Δ_k = θ_N − z_k released through the mechanism. The local runner vmaps
-        it over the nodes; the Ray runner calls it inside each node's actor."""
+        and its update Δ_k = θ_N − z_k released through the mechanism (with `noise_key`, the
+        node's own secret key, else a key derived from `key`). The local runner vmaps it over
+        the nodes; the Ray runner calls it inside each node's actor."""
         cfg = self.config
         k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
         batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
@@ -453,13 +473,19 @@ class FedPG:
         mu = self.gradients(z[None], ep)
         steps = self.draw_steps(k_n, batch[None]) * live
         theta, opt_state = self.scsg(z[None], mu, one(opt_state), steps, env, k_inner)
-        report = self.mechanism.privatize(k_mech, theta[0] - z)
+        report = self.mechanism.privatize(k_mech if noise_key is None else noise_key,
+                                          theta[0] - z)
         return NodeUpdate(report, jax.tree_util.tree_map(lambda a: a[0], opt_state), batch,
                           steps[0], _mean_return(ep))
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""
         return jnp.mean(push_sum_z(state.gossip), axis=0)
+
+
+def node_noise_key(root: Array, node: Array, round_: Array) -> Array:
+    """A node's (or agent's) mechanism key for one round under secret noise."""
+    return jax.random.fold_in(jax.random.fold_in(root, node), round_)
 
 
 def _mean_return(ep: Episodes) -> Array:

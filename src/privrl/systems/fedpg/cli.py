@@ -12,6 +12,8 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
+    Noise,
+    NoiseMode,
     Out,
     Resume,
     Runtime,
@@ -87,6 +89,10 @@ def _fedpg_common(
                 noise_multiplier=noise_multiplier, delta=delta, gravities=grav)
 
 
+def _noise(noise: NoiseMode | None) -> str | None:
+    return None if noise is None else noise.value
+
+
 AgentsOpt = Annotated[int, typer.Option(help="K agents (K = 1: a single SVRPG agent).")]
 BudgetOpt = Annotated[int, typer.Option(help="Episodes each agent samples (FedPG-BR: 5000).")]
 TrialsOpt = Annotated[int, typer.Option(help="Independent trials (seeds), run vectorized.")]
@@ -123,8 +129,8 @@ def run_fedpg_cen_command(
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
+    out: Out = None, progress: ShowProgress = True,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -133,7 +139,7 @@ def run_fedpg_cen_command(
     """
     from privrl.runtime.output import check_out_dir
 
-    cfg = _fedpg_config("cen", **_fedpg_common(
+    cfg = _fedpg_config("cen", noise=_noise(noise), **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
     check_out_dir(out)
@@ -156,8 +162,8 @@ def run_fedpg_dec_command(
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
+    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
+    out: Out = None, progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -172,7 +178,8 @@ def run_fedpg_dec_command(
     from privrl.config import ConfigError
     from privrl.runtime.output import check_out_dir
 
-    cfg = _fedpg_config("dec", topology=topology.value, window=window, **_fedpg_common(
+    cfg = _fedpg_config("dec", topology=topology.value, window=window, noise=_noise(noise),
+                        **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
     from privrl.systems.fedpg.algorithm import build_topology
@@ -245,6 +252,7 @@ def fedpg_table(summary: dict) -> Table:
     med = summary["median_episodes_to_target"]
     rows = [
         ("privacy", summary["privacy"]),
+        ("noise keys", summary["noise"]),
         ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
         ("trials × episodes/agent",
          f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),

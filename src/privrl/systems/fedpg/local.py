@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 from privrl.federation.pushsum import push_sum_z
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.noise import noise_fields, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
@@ -52,12 +53,14 @@ class FedPGRun:
 
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGRun:
-    algo = FedPG(config)
+    algo = FedPG(replace(config, noise=config.noise or "seeded"))
     cfg = algo.config
     k = cfg.agents
     init = jax.jit(jax.vmap(algo.init))
     step = jax.jit(jax.vmap(algo.round, in_axes=(0, None, 0)))
     state = init(jax.random.split(jax.random.key(cfg.seed), cfg.trials))
+    if cfg.noise == "secret":  # one root per trial from os.urandom, in memory only
+        state = state._replace(noise=secret_keys(cfg.trials))
     ledger = PrivacyLedger(math.inf, 1.0)  # records; the budget is the run length
     guarantee = algo.mechanism.guarantee
     rows: list[tuple[np.ndarray, ...]] = []
@@ -166,6 +169,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
         "privacy": privacy,
+        "noise": summary_note(cfg.noise or "seeded"),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
         "trials": cfg.trials,
@@ -221,13 +225,21 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
         return (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
                 f"{sent} as it is.")
 
+    def stated(parts: Mapping[str, Any]) -> str:
+        text = statement(parts)
+        if parts["formal_guarantee"] and (cfg.noise or "seeded") == "seeded":
+            text += (" SIMULATION ONLY: the noise is reproducible from the seed in "
+                     "config.json.")
+        return text
+
     ledger = run.ledger
     return build_privacy_record(
-        statement, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
+        stated, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
         with_accounting=True, fields={
             "epsilon_per_release": cfg.epsilon,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
-            "agent_ids": "trial * K + index of the agent within its trial"})
+            "agent_ids": "trial * K + index of the agent within its trial",
+            **noise_fields(cfg.noise or "seeded")})
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:

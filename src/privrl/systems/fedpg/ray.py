@@ -28,7 +28,6 @@ node's noise: in a deployment with untrusted peers, give each node a seed they d
 from __future__ import annotations
 
 import os
-import pickle
 import time
 import uuid
 from collections.abc import Callable
@@ -41,13 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
-from privrl.federation.service import atomic_write
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.noise import secret_keys
+from privrl.privacy.report import restore_report
+from privrl.runfile import checked, read, tree_from_leaves, write
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, node_noise_key
 from privrl.systems.fedpg.local import FedPGRun, account
 
 EventHook = Callable[[str, dict[str, Any]], None]
+CHECKPOINT_KIND = "fedpg-node-checkpoint"
 
 
 def _trial_key(seed: int) -> jax.Array:
@@ -64,24 +66,27 @@ class NodeActor:
         self.node = node
         self.names = names  # every node's actor name: peers are looked up, so a restarted
         self.peers: dict[int, Any] = {}  # node finds them again
-        self.path = Path(directory) / f"node{node}.pkl"
+        self.path = Path(directory) / f"node{node}.npz"
         state = self.algo.init(_trial_key(self.algo.config.seed))
         self.key = state.key
         env = self.algo.env_params_of(state.key, jnp.array([node]))
         self.env = jax.tree_util.tree_map(lambda a: a[0], env)
         self._update = jax.jit(self.algo.dec_node_update)
+        # Secret noise: this process's own root from os.urandom, in memory only, passed to the
+        # jitted program as an argument (never a constant a compilation cache could store).
+        self._noise = secret_keys() if config.noise == "secret" else None
         # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
         self.pending: tuple[Any, dict[str, float]] | None = None
+        # What this node released in the round it is in (round, report value, optimizer
+        # state, info), checkpointed before anything is sent: a restart re-sends that same
+        # report instead of drawing new noise (one release per round, whatever the keys).
+        self.released: tuple[int, np.ndarray, Any, dict[str, float]] | None = None
+        self.gossip = PushSumNode(node, self.algo.topology,
+                                  np.asarray(state.gossip.x[node], np.float32))
+        self.opt_state = jax.tree_util.tree_map(lambda a: np.asarray(a[node]), state.opt_state)
         if self.path.exists():
-            ck = pickle.loads(self.path.read_bytes())
-            self.gossip = PushSumNode.from_snapshot(ck["gossip"])
-            self.opt_state, self.used = ck["opt_state"], ck["used"]
-            self.ledger, self.history = ck["ledger"], ck["history"]
+            self._restore()
         else:
-            self.gossip = PushSumNode(node, self.algo.topology,
-                                      np.asarray(state.gossip.x[node], np.float32))
-            self.opt_state = jax.tree_util.tree_map(lambda a: np.asarray(a[node]),
-                                                    state.opt_state)
             self.used = 0
             self.ledger = PrivacyLedger()  # the run length is the budget, as locally
             self.history: list[dict[str, float]] = []
@@ -91,8 +96,11 @@ class NodeActor:
         first node compiles and the others load its program: the driver staggers them)."""
         if not isinstance(self._update, jax.stages.Compiled):
             args = (jnp.asarray(self.gossip.z), self.opt_state, self.env, self.key,
-                    jnp.bool_(True))
+                    jnp.bool_(True), self._noise_key(0))
             self._update = self._update.lower(*args).compile()
+
+    def _noise_key(self, t: int) -> jax.Array | None:
+        return None if self._noise is None else node_noise_key(self._noise, self.node, t)
 
     def step(self, t: int) -> tuple[dict[str, float], list[Any]]:
         """Round t's local update; returns its statistics and the refs of the sends."""
@@ -103,16 +111,26 @@ class NodeActor:
             raise RuntimeError(f"node {self.node} is in round {g.round}, asked for round {t}")
         if g.applied:  # asked again: resend (peers dedupe)
             return self.pending[1], self._send(list(g.last_outgoing.values()))
-        key = jax.random.fold_in(jax.random.fold_in(self.key, t), self.node)
-        upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key, jnp.bool_(True))
-        # Charge before release: the Report has not left this process yet.
-        self.ledger.charge(self.node, upd.report.guarantee)
-        sends = g.apply(upd.report)
-        batch, steps = int(upd.batch), int(upd.steps)
-        info = {"mean_return": float(upd.mean_return), "batch": batch, "steps": steps,
-                "used_before": self.used,
-                "used": self.used + batch + self.algo.config.minibatch * steps}
-        self.pending = (jax.tree_util.tree_map(np.asarray, upd.opt_state), info)
+        if self.released is not None and self.released[0] == t:
+            # Restarted after releasing round t: the same report again, nothing new spent.
+            _, value, opt_state, info = self.released
+            report = restore_report(value, self.algo.mechanism.guarantee)
+        else:
+            key = jax.random.fold_in(jax.random.fold_in(self.key, t), self.node)
+            upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key,
+                               jnp.bool_(True), self._noise_key(t))
+            # Charge before release: the Report has not left this process yet.
+            self.ledger.charge(self.node, upd.report.guarantee)
+            report = upd.report
+            batch, steps = int(upd.batch), int(upd.steps)
+            info = {"mean_return": float(upd.mean_return), "batch": batch, "steps": steps,
+                    "used_before": self.used,
+                    "used": self.used + batch + self.algo.config.minibatch * steps}
+            opt_state = jax.tree_util.tree_map(np.asarray, upd.opt_state)
+            self.released = (t, np.asarray(report.value), opt_state, info)
+            self._checkpoint()  # durable before the report leaves this process
+        sends = g.apply(report)
+        self.pending = (opt_state, info)
         return info, self._send(sends)
 
     def receive(self, msg: GossipMessage) -> GossipVerdict:
@@ -133,13 +151,19 @@ class NodeActor:
         if not g.mix():
             return g.missing()
         self.opt_state, info = self.pending
-        self.pending = None
+        self.pending, self.released = None, None
         self.used = info["used"]
         self.history.append(info)
-        atomic_write(self.path, pickle.dumps({
-            "gossip": g.snapshot(), "opt_state": self.opt_state, "used": self.used,
-            "ledger": self.ledger, "history": self.history}))
+        self._checkpoint()
         return []
+
+    def _checkpoint(self) -> None:
+        save_node(self.path, self.gossip, self.opt_state, self.used, self.ledger, self.history,
+                  self.released)
+
+    def _restore(self) -> None:
+        (self.gossip, self.opt_state, self.used, self.ledger, self.history,
+         self.released) = load_node(self.path, self.node, self.algo.topology, self.opt_state)
 
     def result(self) -> dict[str, Any]:
         return {"z": self.gossip.z, "ledger": self.ledger, "history": self.history,
@@ -157,6 +181,56 @@ class NodeActor:
         return self.peers[i]
 
 
+Released = tuple[int, np.ndarray, Any, dict[str, float]]
+
+
+def _leaves(tree: Any) -> list[np.ndarray]:
+    return [np.asarray(a) for a in jax.tree_util.tree_leaves(tree)]
+
+
+def save_node(path: Path, gossip: PushSumNode, opt_state: Any, used: int,
+              ledger: PrivacyLedger, history: list[dict[str, float]],
+              released: Released | None = None) -> None:
+    """A node's state (after a mix, or after a step with the report it `released` in the
+    round it is in), written atomically as a privrl run file (no pickle). The released report
+    is already public; the noise key that made it is never written."""
+    rel = None if released is None else {
+        "round": released[0], "report": np.asarray(released[1], np.float32),
+        "opt_state": _leaves(released[2]), "info": released[3]}
+    write(path, CHECKPOINT_KIND, {
+        "gossip": gossip.snapshot(), "used": used, "ledger": ledger.to_state(),
+        "history": history, "opt_state": _leaves(opt_state), "released": rel})
+
+
+def load_node(path: Path, node: int, topology: Any, opt_template: Any
+              ) -> tuple[PushSumNode, Any, int, PrivacyLedger, list[dict[str, float]],
+                         Released | None]:
+    """What `save_node` wrote for `node` on `topology`: (gossip node, optimizer state of
+    `opt_template`'s structure, episodes used, ledger, history, the report released in the
+    current round or None). Nothing in the file can run code; a tampered, foreign or other
+    node's file raises RunFileError naming it."""
+    ck = read(path, CHECKPOINT_KIND)
+    with checked(path):
+        gossip = PushSumNode.from_snapshot(ck["gossip"], topology)
+        if gossip.node != node:
+            raise ValueError(f"the checkpoint is node {gossip.node}'s, not node {node}'s")
+        opt_state = tree_from_leaves(opt_template, ck["opt_state"])
+        used, history = ck["used"], ck["history"]
+        if not (isinstance(used, int) and used >= 0 and isinstance(history, list)
+                and len(history) == gossip.round and all(isinstance(h, dict) for h in history)):
+            raise ValueError("inconsistent episode count or history")
+        released, rel = None, ck["released"]
+        if rel is not None:
+            value = np.asarray(rel["report"])
+            if not (rel["round"] == gossip.round and value.shape == gossip.x.shape
+                    and value.dtype == np.float32 and isinstance(rel["info"], dict)):
+                raise ValueError("the released report does not fit this node's round")
+            released = (gossip.round, value, tree_from_leaves(opt_template, rel["opt_state"]),
+                        rel["info"])
+        return (gossip, opt_state, used, PrivacyLedger.from_state(ck["ledger"]), history,
+                released)
+
+
 def run_fedpg_dec_ray(
     config: FedPGConfig,
     directory: Path,
@@ -170,7 +244,7 @@ def run_fedpg_dec_ray(
     inject faults there). Returns the run (as the local runner's) and a description of the
     cluster and of every node's gossip log."""
     ray = require_ray()
-    cfg = replace(config, trials=1).resolved()
+    cfg = replace(config, trials=1, noise=config.noise or "secret").resolved()
     if cfg.algorithm != "dec":
         raise ValueError("the Ray runtime runs FedPG-Dec (nodes exchanging push-sum messages)")
     algo = FedPG(cfg)

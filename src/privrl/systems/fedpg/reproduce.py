@@ -94,7 +94,7 @@ def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
 
 def _load(out: Path, name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     d = out / "settings" / name
-    z = np.load(d / "curves.npz")
+    z = np.load(d / "curves.npz", allow_pickle=False)
     return {k: z[k] for k in z.files}, json.loads((d / "summary.json").read_text())
 
 

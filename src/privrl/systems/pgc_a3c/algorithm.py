@@ -50,6 +50,7 @@ from privrl.privacy.mechanisms import (
     Mechanism,
     ProjectedRandomSignMechanism,
 )
+from privrl.privacy.noise import NOISE_MODES
 
 MECHANISMS = ("laplace", "prs", "none")
 REWARDS = ("step", "failure")
@@ -103,6 +104,10 @@ class PGCA3CConfig(Config):
     submissions: int = 90_000
     trials: int = 1
     seed: int = 0
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each agent's from the OS CSPRNG, never written); None: the runtime's default (local
+    # runner: seeded, Ray: secret). See privrl.privacy.noise.
+    noise: str | None = None
     learning_rate: float = 0.5  # η, aggregator SGD
     gamma: float = 0.99
     value_coef: float = 0.5  # λ
@@ -148,6 +153,8 @@ class PGCA3CConfig(Config):
                      "submissions_per_agent", "max_episode_steps", "score_window"):
             integer(name, getattr(self, name))
         integer("seed", self.seed, 0)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
@@ -165,6 +172,9 @@ class TrialState(NamedTuple):
     submitted: Array  # submissions so far (n)
     key: Array  # the trial's root key (never split in place: rounds fold in their index)
     retired: Array  # bool: the runner stopped this trial (its agents no longer run or submit)
+    # Secret noise root (privrl.privacy.noise.secret_keys), or None: noise keys derive from
+    # `key` (seeded). An argument of the jitted program, never a constant of it.
+    noise: Array | None = None
 
 
 class PGCA3C:
@@ -236,8 +246,11 @@ class PGCA3C:
         env_key: Array,
         agent_ids: Array,
         active: Array,
+        noise_keys: Array | None = None,
     ) -> tuple[Any, Array]:
-        """P agents play one episode each from θ; returns their Reports and scores (P,)."""
+        """P agents play one episode each from θ; returns their Reports and scores (P,).
+        `noise_keys` (P,): each agent's own mechanism keys (secret noise); None: derived
+        from `key` (seeded)."""
         cfg = self.config
         p = cfg.parallel_agents
         k_roll, k_mech = jax.random.split(key)
@@ -252,7 +265,9 @@ class PGCA3C:
             obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T
         )
         grads = jax.vmap(jax.grad(self.episode_loss), (None, 0))(theta, per_agent)
-        reports = jax.vmap(self.mechanism.privatize)(jax.random.split(k_mech, p), grads)
+        if noise_keys is None:
+            noise_keys = jax.random.split(k_mech, p)
+        reports = jax.vmap(self.mechanism.privatize)(noise_keys, grads)
         return reports, traj.length
 
     # --- one round, then many ------------------------------------------------------------
@@ -265,8 +280,10 @@ class PGCA3C:
         active = (index < cfg.submissions) & ~state.retired
         round_key = jax.random.fold_in(state.key, n // p)
         agent_ids = index // cfg.submissions_per_agent
+        noise_keys = None if state.noise is None else jax.vmap(agent_noise_key, (None, 0, 0))(
+            state.noise, agent_ids, index)
         reports, scores = self.agent_reports(
-            state.agg.theta, n, round_key, env_key, agent_ids, active
+            state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys
         )
 
         def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
@@ -287,6 +304,12 @@ class PGCA3C:
 
         state, scores = jax.lax.scan(body, state, None, length=num_rounds)
         return state, scores.reshape(-1)
+
+
+def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:
+    """The mechanism key of one submission under secret noise: the agent's secret root folded
+    with its id and the submission's index (one key per (agent, index))."""
+    return jax.random.fold_in(jax.random.fold_in(root, agent_id), index)
 
 
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:

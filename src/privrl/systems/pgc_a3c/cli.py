@@ -12,6 +12,7 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
+    Noise,
     Out,
     PresetName,
     Resume,
@@ -74,6 +75,7 @@ def run_pgc_a3c_command(
     submissions_per_agent: Annotated[int, typer.Option(
         help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
     seed: Seed = 0,
+    noise: Noise = None,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -113,6 +115,7 @@ def run_pgc_a3c_command(
         submissions=submissions,
         trials=trials,
         seed=seed,
+        noise=None if noise is None else noise.value,
     ).resolved()
     check_out_dir(out)
     if runtime is Runtime.ray:
@@ -200,13 +203,21 @@ def replay_command(
     import numpy as np
 
     from privrl.federation.service import SETUP, replay
+    from privrl.runfile import RunFileError
 
     log_dir = run_dir / "aggregator"
+    if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} was written by an older privrl as pickles, "
+                                     "which are refused (loading one can run code)")
     if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
         raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
-                                     "aggregator/service.pkl or theta_final.npy)")
-    theta = replay(log_dir)
-    final = np.load(run_dir / "theta_final.npy")
+                                     f"aggregator/{SETUP} or theta_final.npy)")
+    theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
+    try:
+        final = np.load(run_dir / "theta_final.npy", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise RunFileError(run_dir / "theta_final.npy", f"not a float array ({e}); "
+                                                          "nothing was loaded") from None
     diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
     if theta.shape == final.shape and np.array_equal(theta, final):
         typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
@@ -285,6 +296,7 @@ def results_table(summary: dict) -> Table:
     fst = summary["median_fst"]
     rows = [
         ("privacy", summary["privacy"]),
+        ("noise keys", summary["noise"]),
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),

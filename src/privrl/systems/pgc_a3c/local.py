@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.noise import noise_fields, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
@@ -75,8 +76,11 @@ class ShardedTrials:
         self._run = jax.jit(shard_vmap(advance, n_dev))
         self._init = jax.jit(shard_vmap(algo.init, n_dev))
 
-    def init(self, key: jax.Array) -> Any:
-        return self._init(jax.random.split(key, self.padded))
+    def init(self, key: jax.Array, noise: str = "seeded") -> Any:
+        """Every trial's state; with secret noise, each trial gets a root from the OS CSPRNG
+        (held in memory only: an argument of the jitted program, never written)."""
+        state = self._init(jax.random.split(key, self.padded))
+        return state if noise == "seeded" else state._replace(noise=secret_keys(self.padded))
 
     def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
         mask = np.ones(self.padded, bool)
@@ -98,7 +102,7 @@ def run_pgc_a3c(
     its later agents never run, submit or spend privacy, and their scores are -1.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     """
-    algo = PGCA3C(config)
+    algo = PGCA3C(replace(config, noise=config.noise or "seeded"))
     cfg = algo.config
     p, n_sub, t_per_agent = cfg.parallel_agents, cfg.submissions, cfg.submissions_per_agent
     agents_per_trial = math.ceil(n_sub / t_per_agent)
@@ -106,7 +110,7 @@ def run_pgc_a3c(
 
     chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
     runner = ShardedTrials(algo, cfg.trials, chunk, devices)
-    state = runner.init(jax.random.key(cfg.seed))
+    state = runner.init(jax.random.key(cfg.seed), cfg.noise)
 
     ledger = PrivacyLedger(epsilon_budget=cfg.epsilon)
     guarantee = algo.mechanism.guarantee
@@ -168,6 +172,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "epsilon": cfg.epsilon,
         "privacy": (f"ε-LDP per agent, ε = {cfg.epsilon:g}" if private
                     else "NONE: non-private baseline (ε = ∞), no privacy guarantee"),
+        "noise": summary_note(cfg.noise or "seeded"),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
         "median_fst": median_fst(fst),
@@ -197,14 +202,17 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
         return (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP "
                 f"({cfg.submissions_per_agent} report(s) of ε = "
                 f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition); "
-                "the aggregator's updates are post-processing of the reports.")
+                "the aggregator's updates are post-processing of the reports."
+                + (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
+                   if (cfg.noise or "seeded") == "seeded" else ""))
 
     return build_privacy_record(statement, mechanism=out.mechanism, ledger=out.ledger, fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
         "epsilon_per_report": cfg.epsilon / cfg.submissions_per_agent,
         "agents_per_trial": out.agents_per_trial,
-        "agent_ids": "trial * agents_per_trial + index of the agent within its trial"})
+        "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
+        **noise_fields(cfg.noise or "seeded")})
 
 
 def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:

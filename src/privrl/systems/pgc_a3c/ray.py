@@ -8,11 +8,20 @@ applies reports as they arrive, and checkpoints. The functions are the local run
 `PGCA3C.agent_reports` on the agent side (with one agent), `BufferedAggregator.submit` on the
 aggregator side; only the transport differs.
 
+Noise keys: by default (`noise="secret"`) every agent actor draws its noise root from the OS
+CSPRNG in its own process, in memory only; it never returns it, writes it or sends it, so
+neither the driver nor the aggregator can recompute a report's noise. `noise="seeded"` derives
+the noise from the run's seed instead (reproducible; a simulation's guarantee).
+
 Fault tolerance: actors are created with unlimited restarts and task retries. A retried agent
-task recomputes the same report (its keys derive from the seed, agent id and index), so the
-aggregator's at-most-once rule turns retries and duplicates into logged rejections: nothing is
-applied or charged twice. A restarted aggregator restores its last checkpoint and re-applies the
-report log after it. An agent that dies before submitting has spent nothing.
+task replays the same episode (environment keys derive from the seed, agent id and index);
+with seeded noise it recomputes the same report, with secret noise a restarted actor has a new
+root and makes a different one (Ray retries a task whose actor died before returning, so the
+first report never left that process). Either way the aggregator accepts at most one report
+per (agent, index): retries and duplicates become logged rejections, nothing is applied or
+charged twice, and the log never holds two reports of one (agent, index). A restarted
+aggregator restores its last checkpoint and re-applies the report log after it. An agent that
+dies before submitting has spent nothing.
 
 Ray is an optional extra (`pip install 'privrl[ray]'`); this module imports it lazily.
 """
@@ -39,8 +48,9 @@ from privrl.federation.service import (
     Verdict,
 )
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, agent_noise_key
 
 
 # --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
@@ -87,19 +97,24 @@ class AgentActor:
         root = self.algo.init(jax.random.key(config.seed))
         self.key = root.key
         self.env_key = jax.random.fold_in(root.key, 0x5EED)
+        # Secret noise: this process's own root from os.urandom, kept in memory only and
+        # passed to the jitted program as an argument (never a constant a cache could store).
+        self._noise = secret_keys() if config.noise == "secret" else None
         self._run = jax.jit(self._one)
 
     def _one(self, theta: jax.Array, agent_id: jax.Array, index: jax.Array,
-             submitted: jax.Array) -> tuple[Any, jax.Array]:
+             submitted: jax.Array, noise: jax.Array | None) -> tuple[Any, jax.Array]:
         key = jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
+        noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
         reports, scores = self.algo.agent_reports(
-            theta, submitted, key, self.env_key, agent_id[None], jnp.ones((1,), bool))
+            theta, submitted, key, self.env_key, agent_id[None], jnp.ones((1,), bool),
+            noise_keys)
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
             ) -> tuple[Submission, int]:
         report, score = self._run(jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index),
-                                  jnp.int32(submitted))
+                                  jnp.int32(submitted), self._noise)
         return Submission(int(agent_id), int(index), report), int(score)
 
     def pid(self) -> int:
@@ -138,7 +153,8 @@ def run_pgc_a3c_ray(
     after each accepted submission with the actor handles (tests use it to inject faults).
     """
     ray = require_ray()
-    cfg = PGCA3CConfig(**{**config.__dict__, "trials": 1}).resolved()
+    cfg = PGCA3CConfig(**{**config.__dict__, "trials": 1,
+                          "noise": config.noise or "secret"}).resolved()
     algo = PGCA3C(cfg)
     p = agents_in_flight or cfg.parallel_agents
     total, per_agent = cfg.submissions, cfg.submissions_per_agent

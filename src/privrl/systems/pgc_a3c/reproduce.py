@@ -134,7 +134,7 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
 # --- reporting -------------------------------------------------------------------------------
 def _load(out: Path, s: Setting) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     d = out / "settings" / s.name
-    z = np.load(d / "scores.npz")
+    z = np.load(d / "scores.npz", allow_pickle=False)
     summary = json.loads((d / "summary.json").read_text())
     return z["scores"].astype(np.int32), z["submitted"], summary
 

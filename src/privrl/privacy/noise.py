@@ -1,0 +1,56 @@
+"""Where mechanism noise comes from: `seeded` keys (reproducible) or `secret` keys (deployable).
+
+A mechanism's ε holds only if whoever sees a report cannot predict its noise. With `seeded`
+keys (derived from the run's seed, which config.json records) anyone holding config.json and
+the reports can recompute every noise vector and subtract it, so the stated ε is a
+simulation's guarantee, not a deployment's. With `secret` keys each agent (node, party) draws
+its noise root from the operating system's CSPRNG (`os.urandom`) inside its own process; it is
+never written to a file, never returned to a driver or an aggregator, and never becomes a
+constant of a compiled program (it is passed as an argument, so JAX's persistent compilation
+cache never stores it).
+
+A secret root is 64 bits (one Threefry-2x32 key) expanded by JAX's counter-based Threefry
+generator, which is not a certified CSPRNG; the float-safe samplers (`secure=True`) draw their
+randomness from the OS CSPRNG directly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "secret_keys", "summary_note"]
+
+NOISE_MODES = ("seeded", "secret")
+SEEDED_NOTE = ("noise keys are SEEDED: every noise vector is reproducible from the seed in "
+               "config.json, so anyone holding config.json and the reports can subtract the "
+               "noise; the stated guarantee is a simulation's, not a deployment's")
+SECRET_NOTE = ("noise keys are SECRET: each agent's noise root comes from the OS CSPRNG "
+               "(os.urandom) in the process that runs it; it is never written or sent, so "
+               "the noise is not reproducible from the seed (the rest of the run still is)")
+
+
+def secret_keys(count: int | None = None) -> Any:
+    """A fresh JAX key (or `count` keys) from os.urandom, 64 bits each; call it in the process
+    that will use it, and pass it to jitted code as an argument, never as a constant."""
+    import jax
+
+    n = 1 if count is None else int(count)
+    data = np.frombuffer(os.urandom(8 * n), np.uint32).reshape(n, 2)
+    keys = jax.random.wrap_key_data(data, impl="threefry2x32")
+    return keys[0] if count is None else keys
+
+
+def noise_fields(mode: str) -> dict[str, Any]:
+    """The privacy.json fields that say where the noise came from."""
+    return {"noise_keys": {"mode": mode, "reproducible_from_seed": mode == "seeded",
+                           "note": SEEDED_NOTE if mode == "seeded" else SECRET_NOTE}}
+
+
+def summary_note(mode: str) -> str:
+    """One line for the printed summary."""
+    return ("noise: seeded (reproducible from the seed: a simulation's guarantee, not a "
+            "deployment's)" if mode == "seeded"
+            else "noise: secret (OS CSPRNG keys held by each agent, never written)")

@@ -1,0 +1,170 @@
+"""Run files that cannot run code: saved state is plain arrays plus a JSON header in one .npz.
+
+Checkpoints and service state were pickles, and unpickling a tampered run directory runs any
+code the file names on the machine that replays or recovers it. A run file is a zip of .npy
+arrays of numeric dtypes, read with `np.load(..., allow_pickle=False)`, and one JSON document
+(`__header__`: the format, its version, the kind of file and the state's structure, arrays as
+references). Reading builds only dicts, lists, numbers, strings and arrays; callers rebuild
+their objects from those and check them. A missing, truncated, tampered or foreign file (a
+pickle included) raises `RunFileError`, one line naming the file; nothing is executed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FORMAT", "VERSION", "RunFileError", "atomic_write", "checked", "dumps", "read",
+           "tree_from_leaves", "write"]
+
+FORMAT = "privrl-run-file"
+VERSION = 1
+_HEADER = "__header__"
+_ARRAY, _FLOAT = "__array__", "__float__"  # markers in the JSON structure
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+class RunFileError(ValueError):
+    """A run file that cannot be used: missing, truncated, tampered with or not a privrl run
+    file of the expected kind. The message is one line and names the file."""
+
+    def __init__(self, path: str | os.PathLike, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = Path(path)
+        self.problem = problem
+
+
+def dumps(kind: str, state: Any) -> bytes:
+    """`state` (dicts with str keys, lists, tuples, None, bools, ints, floats, strings, numeric
+    arrays) as the bytes of a run file of this `kind`."""
+    arrays: dict[str, np.ndarray] = {}
+    header = {"format": FORMAT, "version": VERSION, "kind": kind,
+              "state": _encode(state, arrays)}
+    text = json.dumps(header, allow_nan=False, separators=(",", ":")).encode()
+    buf = io.BytesIO()
+    np.savez(buf, **{_HEADER: np.frombuffer(text, np.uint8)}, **arrays)
+    return buf.getvalue()
+
+
+def write(path: str | os.PathLike, kind: str, state: Any) -> None:
+    """Write a run file atomically (a temp file, then rename: a crash leaves the old one)."""
+    atomic_write(Path(path), dumps(kind, state))
+
+
+def read(path: str | os.PathLike, kind: str) -> Any:
+    """The state a run file of this `kind` holds, or RunFileError; never runs code."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise RunFileError(path, f"cannot be read ({e.strerror or e})") from None
+    if not raw.startswith(_ZIP_MAGIC):
+        what = ("is a Python pickle, which is refused because loading one can run code"
+                if raw[:1] == b"\x80" else "is not a privrl run file")
+        raise RunFileError(path, f"{what}; nothing was loaded")
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            header = json.loads(z[_HEADER].tobytes().decode())
+            arrays = {name: z[name] for name in z.files if name != _HEADER}
+    except Exception as e:  # any failure to parse is one kind of error: a bad file
+        raise RunFileError(path, f"truncated or corrupt ({type(e).__name__}: {e}); "
+                                 "nothing was loaded") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise RunFileError(path, "is not a privrl run file; nothing was loaded")
+    if header.get("version") != VERSION:
+        raise RunFileError(path, f"has format version {header.get('version')!r}; this privrl "
+                                 f"reads version {VERSION}")
+    if header.get("kind") != kind:
+        raise RunFileError(path, f"is a {header.get('kind')!r} file, expected {kind!r}")
+    try:
+        return _decode(header.get("state"), arrays)
+    except (KeyError, TypeError, ValueError) as e:
+        raise RunFileError(path, f"tampered or corrupt structure ({e})") from None
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes via a temp file, fsync and rename, so readers see the old or the new file."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@contextmanager
+def checked(path: str | os.PathLike) -> Iterator[None]:
+    """Turn the errors of rebuilding objects from a run file's plain values (KeyError,
+    TypeError, ValueError) into one RunFileError naming the file."""
+    try:
+        yield
+    except RunFileError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise RunFileError(path, f"tampered or inconsistent ({type(e).__name__}: {e}); "
+                                 "nothing was loaded") from None
+
+
+def tree_from_leaves(template: Any, leaves: Any) -> Any:
+    """`template`'s pytree with `leaves` read from a run file, each of the template leaf's
+    shape and dtype: the structure (and every type in it) comes from code, never from a file."""
+    import jax  # lazily: privrl.main imports this module and must not start JAX
+
+    want, treedef = jax.tree_util.tree_flatten(template)
+    if not isinstance(leaves, list) or len(leaves) != len(want):
+        raise ValueError(f"expected a list of {len(want)} state arrays")
+    out = []
+    for have, w in zip(leaves, want, strict=True):
+        have, w = np.asarray(have), np.asarray(w)
+        if have.shape != w.shape or have.dtype != w.dtype:
+            raise ValueError(f"a state array has shape {have.shape} and dtype {have.dtype}, "
+                             f"expected {w.shape} and {w.dtype}")
+        out.append(jax.numpy.asarray(have))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+# --- the structure -----------------------------------------------------------------------------
+def _encode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if obj is None or isinstance(obj, bool | str):
+        return obj
+    if isinstance(obj, int | np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        f = float(obj)
+        return f if math.isfinite(f) else {_FLOAT: repr(f)}
+    if isinstance(obj, dict):
+        if not all(isinstance(k, str) for k in obj) or _ARRAY in obj or _FLOAT in obj:
+            raise TypeError("run-file dicts need str keys other than the markers")
+        return {k: _encode(v, arrays) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_encode(v, arrays) for v in obj]
+    a = np.asarray(obj)  # numpy and JAX arrays
+    if a.dtype.kind not in "biufc":
+        raise TypeError(f"run files hold numeric arrays only, got dtype {a.dtype}")
+    name = f"a{len(arrays)}"
+    arrays[name] = a
+    return {_ARRAY: name}
+
+
+def _decode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, arrays) for v in obj]
+    if isinstance(obj, dict):
+        if set(obj) == {_ARRAY}:
+            return arrays[obj[_ARRAY]]
+        if set(obj) == {_FLOAT}:
+            if obj[_FLOAT] not in ("inf", "-inf", "nan"):
+                raise ValueError(f"bad float {obj[_FLOAT]!r}")
+            return float(obj[_FLOAT])
+        return {k: _decode(v, arrays) for k, v in obj.items()}
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    raise TypeError(f"unexpected {type(obj).__name__} in the structure")

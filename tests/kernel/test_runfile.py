@@ -1,0 +1,111 @@
+"""Run files cannot run code: plain arrays and JSON round-trip exactly; a pickle, a truncated,
+foreign, newer or mislabelled file is refused with one line naming it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privrl import runfile
+from privrl.runfile import RunFileError
+
+
+class _Reducer:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (open, (str(self.marker), "w"))
+
+
+def test_state_round_trips_exactly(tmp_path: Path) -> None:
+    state = {"a": np.arange(5, dtype=np.int64), "b": [1, 2.5, math.inf, None, True, "x"],
+             "c": {"d": np.float32(1.5), "e": np.zeros((2, 3), np.float32), "f": (1, 2)},
+             "g": np.array(3, np.int32)}
+    runfile.write(tmp_path / "s.npz", "demo", state)
+    back = runfile.read(tmp_path / "s.npz", "demo")
+    assert back["b"] == [1, 2.5, math.inf, None, True, "x"] and back["c"]["f"] == [1, 2]
+    assert back["c"]["d"] == 1.5
+    for got, want in ((back["a"], state["a"]), (back["c"]["e"], state["c"]["e"]),
+                      (back["g"], state["g"])):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_objects_are_not_written() -> None:
+    with pytest.raises(TypeError):
+        runfile.dumps("demo", {"x": np.array([object()])})
+    with pytest.raises(TypeError):
+        runfile.dumps("demo", {1: 2})
+
+
+def test_a_malicious_pickle_is_refused_and_never_run(tmp_path: Path, plant_pickle) -> None:
+    marker = plant_pickle(tmp_path / "s.npz")
+    with pytest.raises(RunFileError, match="pickle") as e:
+        runfile.read(tmp_path / "s.npz", "demo")
+    assert str(tmp_path / "s.npz") in str(e.value) and "\n" not in str(e.value)
+    assert not marker.exists()
+
+
+def test_a_pickle_inside_an_npz_is_refused(tmp_path: Path, plant_pickle) -> None:
+    """An npz whose array is an object array (a pickle) is not loaded: allow_pickle=False."""
+    marker = plant_pickle(tmp_path / "evil.pkl")  # (only to get a marker path)
+    path = tmp_path / "s.npz"
+    path.write_bytes(runfile.dumps("demo", {"a": np.zeros(2)}))
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    payload = np.empty(1, dtype=object)
+    payload[0] = _Reducer(marker)
+    np.savez(path, **{**arrays, "a0": payload})
+    with pytest.raises(RunFileError, match="corrupt"):
+        runfile.read(path, "demo")
+    assert not marker.exists()
+    with np.load(path, allow_pickle=True) as z:  # the control: a pickling reader runs it
+        z["a0"]
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(("damage", "match"), [
+    (lambda raw: raw[: len(raw) // 2], "truncated or corrupt"),
+    (lambda raw: b"", "not a privrl run file"),
+    (lambda raw: b'{"format": "privrl-run-file"}', "not a privrl run file"),
+])
+def test_damaged_files_are_refused(tmp_path: Path, damage, match: str) -> None:
+    path = tmp_path / "s.npz"
+    path.write_bytes(damage(runfile.dumps("demo", {"a": np.zeros(100)})))
+    with pytest.raises(RunFileError, match=match):
+        runfile.read(path, "demo")
+
+
+def test_foreign_npz_newer_version_and_wrong_kind_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    np.savez(tmp_path / "foreign.npz", x=np.zeros(2))
+    with pytest.raises(RunFileError, match="truncated or corrupt"):
+        runfile.read(tmp_path / "foreign.npz", "demo")
+    runfile.write(tmp_path / "s.npz", "other", {})
+    with pytest.raises(RunFileError, match="'other' file, expected 'demo'"):
+        runfile.read(tmp_path / "s.npz", "demo")
+    with monkeypatch.context() as m:
+        m.setattr(runfile, "VERSION", 9)  # written by a future privrl
+        runfile.write(tmp_path / "v.npz", "demo", {})
+    raw = bytearray((tmp_path / "s.npz").read_bytes())  # a flipped byte fails the zip CRC
+    raw[raw.index(b'"kind"') + 2] ^= 1
+    (tmp_path / "flipped.npz").write_bytes(bytes(raw))
+    with pytest.raises(RunFileError, match="truncated or corrupt"):
+        runfile.read(tmp_path / "flipped.npz", "other")
+    with pytest.raises(RunFileError, match="version 9"):
+        runfile.read(tmp_path / "v.npz", "demo")
+    with pytest.raises(RunFileError, match="cannot be read"):
+        runfile.read(tmp_path / "missing.npz", "demo")
+
+
+def test_tree_from_leaves_takes_the_structure_from_code() -> None:
+    template = {"a": np.zeros(3, np.float32), "b": (np.zeros((), np.int32),)}
+    tree = runfile.tree_from_leaves(template, [np.ones(3, np.float32), np.array(4, np.int32)])
+    assert float(tree["a"].sum()) == 3 and int(tree["b"][0]) == 4
+    with pytest.raises(ValueError, match="shape"):
+        runfile.tree_from_leaves(template, [np.ones(4, np.float32), np.array(4, np.int32)])
+    with pytest.raises(ValueError, match="2 state arrays"):
+        runfile.tree_from_leaves(template, [np.ones(3, np.float32)])
