@@ -9,12 +9,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# --no-compile: pip would byte-compile every installed package (about 50 s of CPU); Python
+# compiles the modules a run actually imports, once, on first import.
+PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile -c constraints.txt
+
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(PIP_INSTALL) -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
 # The default job: PGC-A3C (tuned preset) with the Laplace mechanism at ε = 5 per agent,

@@ -12,10 +12,11 @@
   fixture is computed once, and the Ray tests share one worker and its Ray cluster (a custom
   xdist scheduler: see `pytest_xdist_make_scheduler`);
 - the long tests are sent out first so that no worker is left with one at the end;
-- XLA optimizes only for the tests marked slow (the learning runs, where execution time
-  dominates); every other test checks logic on tiny shapes, where compiling is most of the
-  time, and optimization changes no result (`jax_disable_most_optimizations`: about 40 % less
-  CPU for those tests, measured on the PGC-A3C and DP-SGD modules).
+- XLA optimizes only for the tests marked `learning` (long training runs, where execution
+  time dominates); every other test, the Ray actors included, checks logic on tiny shapes,
+  where compiling is most of the time, and optimization changes no result
+  (`jax_disable_most_optimizations`: about 40 % less CPU for those tests, measured on the
+  PGC-A3C and DP-SGD modules).
 """
 
 from __future__ import annotations
@@ -107,13 +108,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     import jax
 
     jax.config.update("jax_disable_most_optimizations",
-                      item.get_closest_marker("slow") is None)
+                      item.get_closest_marker("learning") is None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _scope(item.nodeid) == "ray-cluster":
             item.add_marker(pytest.mark.ray)
+        if item.get_closest_marker("learning"):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=_weight)  # stable: collection order within one weight
 
 
@@ -126,7 +129,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if cache == "off":
         cache = str(tmp_path_factory.mktemp("jax-cache"))  # the actors' own, as before
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache, "XLA_FLAGS": ""}})
+             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache, "XLA_FLAGS": "",
+                                       "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}})
     yield
     ray.shutdown()
 

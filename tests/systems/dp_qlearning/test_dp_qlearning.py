@@ -105,7 +105,7 @@ def test_bad_configuration_names_the_field(overrides, field):
 
 
 # --- learning ---------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.learning
 def test_non_private_qlearning_learns_well_above_random():
     """σ = 0, 2 seeds × 30 episodes. A random policy returns 10.9 on average (per-episode sd
     ≈ 2.7, so a 10-episode mean is 10.9 ± 0.9); we require every seed's last 10 episodes to

@@ -164,7 +164,7 @@ def test_private_observations_hide_the_state_but_not_termination() -> None:
         ObservationPrivacy(mode="laplace").validate()
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_reinforce_learns_cartpole() -> None:
     """4 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
     well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
@@ -175,7 +175,7 @@ def test_reinforce_learns_cartpole() -> None:
     assert final > 150.0, out.eval_returns[:, -25:]
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_dqn_learns_cartpole() -> None:
     """2 seeds × 100 episodes of the paper preset with a 10x learning rate (to fit CI's budget):
     the last 25 greedy evaluations average well above a random policy's ~22. Measured: 165

@@ -8,7 +8,7 @@ from privrl.systems.fedpg.algorithm import FedPGConfig
 from privrl.systems.fedpg.local import final_return, run_fedpg
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.parametrize(
     "algorithm, topology, budget",
     [("cen", "ring", 1500), ("dec", "exponential", 1500)],

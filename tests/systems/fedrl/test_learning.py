@@ -43,7 +43,7 @@ def _train_and_test(algo, maps, variant):
 # random policy is > 2.4 standard errors of the difference even if both were estimated with
 # the worst-case variance; the random policy meets in about 70 % of these episodes.
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_fedrl_beats_random(maps, random_success):
     algo = FedRL(FedRLConfig(**SHORT))
     succ = _train_and_test(algo, maps, "test-noise")
@@ -51,7 +51,7 @@ def test_fedrl_beats_random(maps, random_success):
     assert succ >= random_success + 0.10, (succ, random_success)
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 def test_dqn_full_beats_random(maps, random_success):
     algo = make_baseline(BaselineConfig(model="dqn-full", **SHORT))
     succ = _train_and_test(algo, maps, "greedy")

@@ -12,7 +12,7 @@ from privrl.systems.fedrl_text.local import baselines, fold_data, run_fold
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "frl-text2action"  # ../shared
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.skipif(not (DATA / "win2k.json.gz").is_file(), reason="Text2Action data not here")
 def test_short_fedrl_training_beats_select_nothing_and_every_verb():
     corpus = t2a.load_corpus(DATA, "win2k")

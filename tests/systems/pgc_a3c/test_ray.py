@@ -1,6 +1,6 @@
-"""PGC-A3C on Ray with a real local Ray cluster (2 CPUs): a run replays exactly, and survives
+"""PGC-A3C on Ray with a real local Ray cluster (2 CPUs): a run survives
 an agent actor killed mid-episode and the aggregator actor killed mid-buffer without applying or
-charging anything twice; `privrl replay` checks θ."""
+charging anything twice, and replays exactly; `privrl replay` checks θ."""
 
 from __future__ import annotations
 
@@ -23,17 +23,9 @@ def _config(submissions: int, buffer: int) -> PGCA3CConfig:
 
 
 @pytest.mark.slow
-def test_ray_run_completes_and_replays_exactly(ray_cluster: None, tmp_path: Path) -> None:
-    out = run_pgc_a3c_ray(_config(16, 4), tmp_path / "agg", agents_in_flight=2,
-                          checkpoint_every=2)
-    assert out.status["accepted"] == 16 and out.status["updates"] == 4
-    assert np.all(out.scores >= 1)
-    np.testing.assert_array_equal(replay(tmp_path / "agg"), out.theta)
-    assert out.ledger.num_reports == 16
-
-
-@pytest.mark.slow
 def test_faults_lose_nothing_and_spend_nothing_twice(ray_cluster: None, tmp_path: Path) -> None:
+    """One run with both faults (a run without any is this run's easy part: one Ray cluster
+    run is a dozen seconds of actors starting and compiling)."""
     killed: list[str] = []
 
     def inject(kind: str, info: dict) -> None:
@@ -47,10 +39,11 @@ def test_faults_lose_nothing_and_spend_nothing_twice(ray_cluster: None, tmp_path
             killed.append("aggregator")
 
     cfg = _config(20, 4)
-    out = run_pgc_a3c_ray(cfg, tmp_path / "agg", agents_in_flight=2, checkpoint_every=1,
+    out = run_pgc_a3c_ray(cfg, tmp_path / "agg", agents_in_flight=2, checkpoint_every=2,
                           on_event=inject)
     assert killed == ["agent", "aggregator"]
     assert out.status["accepted"] == 20 and out.status["updates"] == 5
+    assert np.all(out.scores >= 1)
     records = read_log(tmp_path / "agg", out.theta.size)
     pairs = {(int(r["agent"]), int(r["index"])) for r in records}
     assert len(records) == len(pairs) == 20  # no duplicate in the report log
