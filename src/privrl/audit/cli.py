@@ -60,11 +60,11 @@ def audit_mechanism_command(
 
     epsilons = parse_numbers(epsilon, "--epsilon")
     if samples < 20:
-        raise ConfigError("--samples", f"must be >= 20, got {samples}")
+        raise ConfigError("samples", f"must be >= 20, got {samples}")
     if not 0 < confidence < 1:
-        raise ConfigError("--confidence", f"must be in (0, 1), got {confidence}")
+        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
     if not 0 < delta < 1:
-        raise ConfigError("--delta", f"must be in (0, 1), got {delta}")
+        raise ConfigError("delta", f"must be in (0, 1), got {delta}")
     check_out_dir(out)
     from privrl.audit.sweep import build_mechanism, run_audit_sweep, write_sweep
 
