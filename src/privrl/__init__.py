@@ -12,6 +12,8 @@ The privacy kernel
                                what each agent released, composed, refused past a budget
     Accountant                 (ε, δ) from Gaussian and subsampled events (dp-accounting)
     BufferedAggregator         the aggregator side: Reports in, parameters out
+    audit_mechanism, AuditResult
+                               an empirical lower bound on a mechanism's ε (docs/audit.md)
     ConfigError                an invalid configuration field (`.field` names it)
 
 The systems (config dataclass, then the local runner that runs every trial of it)
@@ -45,6 +47,8 @@ _API = {
     "BudgetExceededError": "privrl.privacy.ledger",
     "Accountant": "privrl.privacy.accounting",
     "BufferedAggregator": "privrl.federation.aggregator",
+    "audit_mechanism": "privrl.audit.mechanism",
+    "AuditResult": "privrl.audit.mechanism",
     "ConfigError": "privrl.config",
     "PGCA3CConfig": "privrl.systems.pgc_a3c.algorithm",
     "run_pgc_a3c": "privrl.systems.pgc_a3c.local",
