@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from privrl.audit.cli import audit_app
+from privrl.audit.cli import audit_apps
 from privrl.cli import root_apps
 from privrl.config import ConfigError, RayNotInstalledError
 from privrl.runfile import RunFileError
@@ -32,12 +32,16 @@ SYSTEMS = (pgc_a3c, dp_qlearning, dpsgd_rl, fedpg, fedrl, fedrl_text)
 def build_app() -> typer.Typer:
     """The `privrl` app with every system's `run` and `reproduce` commands, and `audit`."""
     app, run_app, reproduce_app = root_apps()
+    audit_app = audit_apps()
     for system in SYSTEMS:
         run_app.add_typer(system.run_app)
         reproduce_app.add_typer(system.reproduce_app)
         top = getattr(system, "top_app", None)
         if top is not None:
             app.add_typer(top)
+        audit = getattr(system, "audit_app", None)
+        if audit is not None:
+            audit_app.add_typer(audit)
     app.add_typer(audit_app, name="audit")
     return app
 

@@ -11,9 +11,15 @@ import typer
 from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar
 from privrl.config import ConfigError
 
-audit_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False,
-                        help="Empirical lower bounds on ε: falsify a mechanism's claimed "
-                        "guarantee (a lower bound, never a proof of privacy).")
+
+def audit_apps() -> typer.Typer:
+    """A fresh `privrl audit` group holding `mechanism`; main adds the systems' end-to-end
+    audits (each system's `audit_app`) to it."""
+    app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+                      help="Empirical lower bounds on ε: falsify a claimed guarantee "
+                      "(a lower bound, never a proof of privacy; docs/audit.md).")
+    app.command("mechanism")(audit_mechanism_command)
+    return app
 
 
 class AuditMechanism(StrEnum):
@@ -26,7 +32,6 @@ class AuditMechanism(StrEnum):
     broken_laplace = "broken-laplace"
 
 
-@audit_app.command("mechanism")
 @flag_names(epsilons="--epsilon")
 def audit_mechanism_command(
     mechanism: Annotated[AuditMechanism, typer.Option(

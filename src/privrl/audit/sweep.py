@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 from scipy.optimize import brentq
 
 from privrl.audit.mechanism import AuditResult, audit_mechanism
 from privrl.config import ConfigError
 from privrl.privacy.accounting import calibrate_noise_multiplier, gaussian_epsilon
 
-__all__ = ["MECHANISMS", "build_mechanism", "run_audit_sweep", "write_sweep"]
+__all__ = ["MECHANISMS", "build_mechanism", "plot_audits", "plot_sweep", "run_audit_sweep",
+           "write_sweep"]
 
 MECHANISMS = ("laplace", "prs", "gaussian", "box-gaussian", "gaussian-sum", "functional",
               "broken-laplace")
@@ -103,20 +103,29 @@ def write_sweep(path: Path, results: list[AuditResult], settings: dict[str, Any]
 
 
 def plot_sweep(path: Path, results: list[AuditResult]) -> None:
+    """Audited lower bound vs claimed ε for one mechanism's sweep."""
+    r0 = results[0]
+    plot_audits(path, {r0.mechanism: ([r.epsilon_claimed for r in results],
+                                      [r.epsilon_lower for r in results])},
+                f"{r0.mechanism}, {r0.samples:,} draws per input", r0.confidence)
+
+
+def plot_audits(path: Path, series: dict[str, tuple[Sequence[float], Sequence[float]]],
+                title: str, confidence: float) -> None:
+    """label -> (claimed ε's, audited lower bounds): one line each beside the diagonal."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    claimed = np.array([r.epsilon_claimed for r in results])
-    lower = np.array([r.epsilon_lower for r in results])
-    fig, ax = plt.subplots(figsize=(5, 4))
-    hi = max(claimed.max(), lower.max()) * 1.1
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    hi = max(max(max(c), max(lo)) for c, lo in series.values()) * 1.1
     ax.plot([0, hi], [0, hi], "k--", lw=0.8, label="audited = claimed")
-    ax.plot(claimed, lower, "o-", label=f"{results[0].mechanism}: audited lower bound")
-    ax.set_xlabel("claimed ε")
-    ax.set_ylabel(f"audited ε lower bound ({results[0].confidence:.0%} confidence)")
-    ax.set_title(f"{results[0].mechanism}, {results[0].samples:,} draws per input", fontsize=9)
+    for label, (claimed, lower) in series.items():
+        ax.plot(claimed, lower, "o-", ms=4, lw=1.2, label=label)
+    ax.set_xlabel("claimed ε (one release)")
+    ax.set_ylabel(f"audited ε lower bound ({confidence:.0%} confidence)")
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

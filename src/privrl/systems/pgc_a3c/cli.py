@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 run_app, reproduce_app = system_apps()
 top_app = typer.Typer(rich_markup_mode=None)  # `privrl replay`
+audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 
 
 class MechanismName(StrEnum):
@@ -314,3 +315,67 @@ def results_table(summary: dict) -> Table:
     for k, v in rows:
         t.add_row(k, v)
     return t
+
+
+@audit_app.command("pgc-a3c")
+@flag_names(epsilons="--epsilon")
+def audit_pgc_a3c_command(
+    mechanism: Annotated[MechanismName, typer.Option(
+        help="The agents' mechanism: laplace or prs.", case_sensitive=False)
+    ] = MechanismName.laplace,
+    epsilon: Annotated[str, typer.Option(
+        help="Agent budgets ε to audit (comma-separated; one report per agent).")
+    ] = "0.5,1,2,5,10",
+    preset: Annotated[PresetName, typer.Option(
+        help="paper (default) or tuned: the clip and network of that preset.",
+        case_sensitive=False)] = PresetName.paper,
+    samples: Annotated[int, typer.Option(
+        help="Reports per world (half choose the attack's threshold, half bound ε).")
+    ] = 20_000,
+    confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
+    seed: SweepSeed = 0,
+    out: Out = None,
+    progress: ShowProgress = True,
+) -> None:
+    """End-to-end audit: a canary agent (its gradient replaced by a vector beyond the clip) vs
+    an ordinary agent playing its own private CartPole episode; an attacker who sees one report
+    bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.cli import parse_numbers
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+    if mechanism is MechanismName.none:
+        raise ConfigError("mechanism", "the non-private baseline claims no ε; nothing to audit")
+    epsilons = parse_numbers(epsilon, "--epsilon")
+    if samples < 20:
+        raise ConfigError("samples", f"must be >= 20, got {samples}")
+    if not 0 < confidence < 1:
+        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
+    for e in epsilons:
+        if not (math.isfinite(e) and e > 0):
+            raise ConfigError("epsilons", f"each ε must be finite and > 0, got {e}")
+        PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value,
+                                 epsilon=e).resolved().validate()
+    check_out_dir(out)
+    from privrl.audit.sweep import write_sweep
+    from privrl.systems.pgc_a3c.audit import audit_pgc_a3c
+
+    config = PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value, epsilon=1.0)
+    console, err = Console(), Console(stderr=True)
+    err.print(f"[bold]audit pgc-a3c[/] {mechanism.value} ({preset.value} preset): "
+              f"ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world")
+    with progress_bar(err, progress, "auditing", unit="settings") as (bar, task):
+        results = audit_pgc_a3c(
+            config, epsilons, seed=seed, samples=samples, confidence=confidence,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    path = new_run_dir(out, f"audit-pgc-a3c-{mechanism.value}")
+    settings = {"system": "pgc-a3c", "mechanism": mechanism.value, "preset": preset.value,
+                "epsilons": list(epsilons), "samples": samples, "confidence": confidence,
+                "seed": seed, "command": ["privrl", *sys.argv[1:]]}
+    write_sweep(path, results, settings)
+    console.print(Markdown((path / "audit.md").read_text()))
+    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
+                  "plots/audit.png)")

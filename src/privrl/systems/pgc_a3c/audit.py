@@ -1,0 +1,90 @@
+"""End-to-end audit of PGC-A3C: a canary agent, and an attacker who sees only its report.
+
+The agent runs the real agent-side code (`PGCA3C.agent_reports`: one CartPole episode in its
+private environment from the public θ, the A3C gradient, the mechanism). In world 1 the agent is
+a canary: its gradient is replaced by 2·clip along a public direction u (beyond any clip); in
+world 0 it is the agent's own gradient. The attacker knows θ, u and the mechanism, sees one
+report and thresholds ⟨report, u⟩ (`privrl.audit.audit_mechanism` chooses the threshold on
+held-out data and bounds ε with Clopper–Pearson). The claim audited is the report's own ε
+(ε/T per report); gravity, episode and noise are fresh per draw, as for a new agent.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from privrl.audit.mechanism import AuditResult, audit_mechanism
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+
+__all__ = ["CanaryAgent", "audit_pgc_a3c"]
+
+
+@dataclass(frozen=True)
+class _Canary:
+    """The agent's mechanism, applied to the canary instead of the gradient when `on` is 1."""
+
+    inner: Any
+    on: Array
+    canary: Array
+
+    @property
+    def guarantee(self) -> Any:
+        return self.inner.guarantee
+
+    def privatize(self, key: Array, g: Array) -> Any:
+        return self.inner.privatize(key, jnp.where(self.on > 0, self.canary, g))
+
+
+class CanaryAgent:
+    """`privatize(key, [c])`: one PGC-A3C agent's report; c = 1 makes it the canary."""
+
+    def __init__(self, config: PGCA3CConfig, theta_key: Array) -> None:
+        self.system = PGCA3C(replace(config, parallel_agents=1, trials=1))
+        self.theta = self.system.model.init(theta_key)
+        self.direction = jnp.zeros((self.system.dim,), jnp.float32).at[0].set(1.0)
+        self.canary = 2.0 * self.system.config.clip * self.direction  # beyond any clip
+        self.name = f"pgc-a3c {self.system.config.mechanism} canary agent"
+
+    @property
+    def guarantee(self) -> Any:
+        return self.system.mechanism.guarantee
+
+    def privatize(self, key: Array, x: Array) -> Array:
+        system = copy.copy(self.system)
+        system.mechanism = _Canary(self.system.mechanism, x[0], self.canary)
+        k_agent, k_env = jax.random.split(key)
+        reports, _ = system.agent_reports(self.theta, jnp.zeros((), jnp.int32), k_agent, k_env,
+                                          jnp.zeros((1,), jnp.int32), jnp.ones((1,), bool))
+        return reports.value[0]
+
+    def statistic(self, y: np.ndarray) -> np.ndarray:
+        """The attacker's score: the report's component along the canary direction."""
+        return y @ np.asarray(self.direction)
+
+
+def audit_pgc_a3c(config: PGCA3CConfig, epsilons: Sequence[float], *, seed: int = 0,
+                  samples: int = 100_000, confidence: float = 0.95,
+                  progress: Callable[[int, int], None] | None = None) -> list[AuditResult]:
+    """One end-to-end audit per agent budget ε (T = config.submissions_per_agent)."""
+    keys = jax.random.split(jax.random.key(seed), 2 * len(epsilons))
+    configs = [replace(config, epsilon=float(e)).resolved() for e in epsilons]
+    for c in configs:
+        c.validate()
+    results = []
+    for i, cfg in enumerate(configs):
+        agent = CanaryAgent(cfg, keys[2 * i])
+        results.append(audit_mechanism(agent, key=keys[2 * i + 1], samples=samples,
+                                       confidence=confidence,
+                                       pair=(jnp.zeros(1), jnp.ones(1)),
+                                       statistic=agent.statistic, chunk=20_000))
+        if progress is not None:
+            progress(i + 1, len(configs))
+    return results
