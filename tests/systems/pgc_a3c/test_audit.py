@@ -37,3 +37,14 @@ def test_end_to_end_audit_keeps_the_claim():
     (r,) = audit_pgc_a3c(cfg, [5.0], samples=4000, confidence=1 - 1e-6)
     assert r.epsilon_claimed == 5.0
     assert 0.0 < r.epsilon_lower <= r.epsilon_claimed, r
+
+
+def test_audit_command_refuses_bad_options(tmp_path, capsys):
+    from privrl.main import main
+
+    for args, flag in [(["--mechanism", "none"], "--mechanism"), (["--epsilon", "0"],
+                       "--epsilon"), (["--samples", "3"], "--samples")]:
+        assert main(["audit", "pgc-a3c", *args, "--out", str(tmp_path / "r"),
+                     "--no-progress"]) == 2
+        assert f"error: {flag}:" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
