@@ -124,6 +124,8 @@ def test_target_epsilon_calibrates_reinforce() -> None:
 @pytest.mark.parametrize(("args", "option"), [
     (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
     (["run", "dp-reinforce", "--clip", "0"], "--clip"),
+    (["run", "dp-reinforce", "--secure-noise", "--accountant", "pld"], "--accountant"),
+    (["run", "dp-dqn", "--secure-noise"], "--secure-noise"),
     (["run", "dp-dqn", "--delta", "1"], "--delta"),
     (["run", "dp-dqn", "--q", "0"], "--q"),
     (["run", "dp-dqn", "--q", "1.5"], "--q"),

@@ -119,6 +119,9 @@ class DQNConfig(EpisodicConfig):
             in_range("sampling_probability", q, 0, 1, low_open=True)
             if not self.dp:
                 fail("sampling_probability", "Poisson sampling is for DP-SGD runs (dp)")
+        if self.secure_noise and self.dp and self.q < 1:
+            fail("secure_noise", "float-safe noise needs sampling probability 1: no accountant "
+                                 f"here covers the subsampled discrete Gaussian (q = {self.q:g})")
         in_range("tau", self.tau, 0, 1, low_open=True)
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         in_range("momentum", self.momentum, 0, 1, high_open=True)
@@ -255,7 +258,8 @@ class DQN:
         opt = make_optimizer(cfg)
         self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
-                                               unit=UNIT) if cfg.private else None)
+                                               unit=UNIT, secure=cfg.secure_noise)
+                          if cfg.private else None)
         self.update_cap = cfg.max_updates()
 
     def init(self, key: Array) -> DQNState:

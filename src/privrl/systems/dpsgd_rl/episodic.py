@@ -59,6 +59,8 @@ class EpisodicConfig(Config):
     target_epsilon: float | None = None  # calibrate σ to this ε before training
     max_epsilon: float | None = None  # stop before an update would exceed this ε
     accountant: str = "rdp"
+    # Float-safe DP-SGD noise (discrete Gaussian from the OS CSPRNG; privrl.privacy.secure)
+    secure_noise: bool = False
     # LDP on observations
     obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
 
@@ -75,6 +77,13 @@ class EpisodicConfig(Config):
         if self.target_epsilon is not None and not self.dp:
             fail("target_epsilon", "only DP-SGD runs calibrate σ")
         one_of("accountant", self.accountant, ACCOUNTANTS)
+        if self.secure_noise:
+            if not self.dp:
+                fail("secure_noise", "float-safe noise is for DP-SGD runs (dp)")
+            if self.accountant != "rdp":
+                fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
+                                   "accountant only: CKS20 bound its Rényi divergences, not "
+                                   "its privacy-loss distribution")
         in_range("gamma", self.gamma, 0, 1, low_open=True)
         positive("learning_rate", self.learning_rate)
         with within("obs"):

@@ -102,6 +102,9 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "updates": updates,
             "stopped_by_max_epsilon": bool(stopped_by_budget),
         }
+        if cfg.secure_noise:
+            from privrl.privacy.mechanisms import SECURE_NOTE
+            first["noise_sampler"] = SECURE_NOTE + "; ε by RDP (zCDP of the discrete Gaussian)"
         last = {
             "how_counted": algo.count_explanation,
             **({"delta_batch_truncation": cfg.truncation_delta(updates),

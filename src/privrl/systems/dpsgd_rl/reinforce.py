@@ -120,7 +120,8 @@ class Reinforce:
         self.model = mlp((cfg.hidden,), 2, 4, init="glorot_normal")
         self.optimizer = optax.adam(cfg.learning_rate)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
-                                               unit=UNIT) if cfg.private else None)
+                                               unit=UNIT, secure=cfg.secure_noise)
+                          if cfg.private else None)
         self.update_cap = cfg.max_updates()
 
     def init(self, key: Array) -> ReinforceState:
