@@ -156,3 +156,10 @@ def test_per_example_grads_sum_to_the_clipped_sum() -> None:
     expected, n = jax.jit(clipped_grad_sum, static_argnums=(2, 3))(params, x, losses, 0.1)
     np.testing.assert_allclose(norms, n, rtol=1e-5)
     np.testing.assert_allclose(clipped, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_q_output_gaussian_refuses_secure_until_its_guarantee_covers_it() -> None:
+    from privrl.privacy.qoutput import BoundedQGaussian
+
+    with pytest.raises(ValueError, match="not implemented"):
+        BoundedQGaussian(1.0, 1.0, secure=True)
