@@ -91,6 +91,11 @@ Noise = Annotated[NoiseMode | None, typer.Option(
     "own process and are never written or sent (deployable; the noise is not reproducible). "
     "Default: seeded for the local runtime, secret for --runtime ray.",
     case_sensitive=False)]
+SecureNoise = Annotated[bool, typer.Option(
+    "--secure-noise",
+    help="Float-safe noise: exact discrete Laplace/Gaussian on a grid from the OS CSPRNG, "
+    "the input clipped in integers (no low-bit leak; slower; not reproducible; see "
+    "docs/secure-noise.md).")]
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]

@@ -78,3 +78,23 @@ def clipped_grad_sum(
              for n, a, d in zip(names, inputs, deltas, strict=True)}
     flat, _ = ravel_pytree(grads)
     return flat, norms
+
+
+def per_example_grads(params: dict[str, Any], x: Array,
+                      loss_of_outputs: Callable[[Array], Array]) -> Array:
+    """Every example's gradient ∇_θ ℓ_i as rows (B, d), flattened like `clipped_grad_sum`.
+
+    The same single backward pass (δ_i from the probes), then the outer products a_iᵀ δ_i are
+    materialized: what the float-safe (secure) DP-SGD sum needs to clip each row in integers."""
+    names = _layers(params)
+    b = x.shape[0]
+    probes = [jnp.zeros((b, params[n]["bias"].shape[0]), x.dtype) for n in names]
+
+    def total(probes: list[Array]) -> tuple[Array, list[Array]]:
+        out, inputs = mlp_forward(params, x, probes)
+        return jnp.sum(loss_of_outputs(out)), inputs
+
+    deltas, inputs = jax.grad(total, has_aux=True)(probes)
+    grads = {n: {"bias": d, "kernel": a[:, :, None] * d[:, None, :]}
+             for n, a, d in zip(names, inputs, deltas, strict=True)}
+    return jax.vmap(lambda g: ravel_pytree(g)[0])(grads)

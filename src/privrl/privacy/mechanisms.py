@@ -22,6 +22,33 @@ from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.report import _MINT, Guarantee, Report
 
+SECURE_NOTE = ("secure: exact discrete noise on a power-of-two grid from the OS CSPRNG "
+               "(privrl.privacy.secure), input rounded and clipped in integers")
+
+
+def _host(fn: Callable[..., Any], key: Array, x: Array, *args: Any) -> Array:
+    """Run the float-safe sampler `fn(x_np, *args)` on the host, also from jitted/vmapped code.
+
+    io_callback (not pure_callback): JAX may neither drop nor repeat it, so one release draws
+    its noise exactly once. The key's bits go along unused, so that under vmap a batch of keys
+    makes a batch of calls even when x is shared (otherwise all would share one noise draw)."""
+    from jax.experimental import io_callback
+
+    out = jax.ShapeDtypeStruct(x.shape[-1:], x.dtype)
+
+    def call(v: Any, _key_bits: Any) -> Any:
+        import numpy as np
+        return np.asarray(fn(np.asarray(v), *args), dtype=out.dtype)
+
+    return io_callback(call, out, x, jax.random.key_data(key), ordered=False)
+
+
+def _secure_gaussian_epsilon(z: float, delta: float) -> float:
+    """ε at δ of one discrete Gaussian release with std/sensitivity z: the discrete Gaussian is
+    (1/(2z²))-zCDP like the continuous one (CKS20, Thm. 4 and its multivariate form), i.e. the
+    same Rényi curve, so RDP's conversion (not the analytic Gaussian's exact ε) is stated."""
+    return Accountant("rdp").epsilon_if(PrivacyEvent("gaussian", z), 1, delta)
+
 __all__ = [
     "BoxGaussianMechanism",
     "GaussianMechanism",
@@ -146,10 +173,13 @@ class LaplaceMechanism(Mechanism):
     """Clip ||x||_1 to clip/2, add i.i.d. Laplace(clip/ε) noise (paper 000, eq. 19-21, Alg. 2).
 
     Any two clipped inputs differ by at most `clip` in L1, so each release is ε-LDP.
+    `secure=True` samples float-safely (discrete Laplace on a grid, CSPRNG, on the host; see
+    privrl.privacy.secure): the same ε, exactly, and the key is ignored.
     """
 
     epsilon: float
     clip: float
+    secure: bool = False
     name = "laplace"
 
     def __post_init__(self) -> None:
@@ -165,12 +195,16 @@ class LaplaceMechanism(Mechanism):
         return _ldp_guarantee(self.epsilon, self.clip, "L1")
 
     def params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "clip": self.clip, "laplace_scale": self.scale}
+        p = {"epsilon": self.epsilon, "clip": self.clip, "laplace_scale": self.scale}
+        return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
         return clip_l1(x, self.clip / 2.0)
 
     def _randomize(self, key: Array, x: Array) -> Array:
+        if self.secure:
+            from privrl.privacy.secure import secure_laplace
+            return _host(secure_laplace, key, x, self.epsilon, self.clip)
         noise = jax.random.laplace(key, x.shape, dtype=x.dtype) * self.scale
         return self.clip_input(x) + noise
 
@@ -292,6 +326,7 @@ class GaussianMechanism(Mechanism):
     noise_multiplier: float
     clip: float
     delta: float = 1e-5
+    secure: bool = False
     name = "gaussian"
 
     def __post_init__(self) -> None:
@@ -310,14 +345,24 @@ class GaussianMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        return _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
-                                       LDP_UNIT, LDP_NEIGHBOURS)
+        g = _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
+                                    LDP_UNIT, LDP_NEIGHBOURS)
+        if not self.secure:
+            return g
+        return Guarantee(epsilon=_secure_gaussian_epsilon(self.event.noise_multiplier,
+                                                          self.delta),
+                         delta=self.delta, notion=g.notion, unit=g.unit,
+                         neighbouring=g.neighbouring, sensitivity=g.sensitivity, norm=g.norm)
 
     def params(self) -> dict[str, Any]:
-        return {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
-                "noise_std": self.std, "delta": self.delta}
+        p = {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
+             "noise_std": self.std, "delta": self.delta}
+        return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def _randomize(self, key: Array, x: Array) -> Array:
+        if self.secure:
+            from privrl.privacy.secure import secure_gaussian
+            return _host(secure_gaussian, key, x, self.std, self.clip)
         return clip_l2(x, self.clip) + self.std * jax.random.normal(key, x.shape, x.dtype)
 
 
@@ -432,6 +477,10 @@ class GaussianSumMechanism(Mechanism):
     plain Gaussian. This is central DP: the learner holding the examples is trusted, the
     released model is what is protected. The Report is the noisy SUM; dividing by a public
     batch size is post-processing left to the caller.
+
+    `secure=True`: rows clipped in integers on a grid, discrete Gaussian noise from the CSPRNG
+    (privrl.privacy.secure). Only without subsampling (q = 1): the subsampled discrete
+    Gaussian's Rényi curve is not the one dp-accounting computes for the continuous one.
     """
 
     noise_multiplier: float
@@ -439,6 +488,7 @@ class GaussianSumMechanism(Mechanism):
     sampling_probability: float = 1.0
     delta: float = 1e-5
     unit: str = "one training example"
+    secure: bool = False
     name = "gaussian-sum"
 
     def __post_init__(self) -> None:
@@ -449,6 +499,9 @@ class GaussianSumMechanism(Mechanism):
         if not (isinstance(q, int | float) and 0 < q <= 1):
             raise ValueError(f"sampling probability q must be in (0, 1], got {q!r}")
         object.__setattr__(self, "delta", _check_delta(self.delta))
+        if self.secure and q < 1:
+            raise ValueError("secure (discrete Gaussian) noise needs sampling probability q = 1: "
+                             "no accountant here covers the subsampled discrete Gaussian")
 
     @property
     def event(self) -> PrivacyEvent:
@@ -458,20 +511,26 @@ class GaussianSumMechanism(Mechanism):
     @cached_property
     def guarantee(self) -> Guarantee:
         """(ε, δ)-DP of ONE step at `delta`; a run's ε composes its steps with the accountant."""
-        eps = Accountant("rdp").epsilon_if(self.event, 1, self.delta)
+        eps = Accountant("rdp").epsilon_if(self.event, 1, self.delta)  # = the discrete one's
         return Guarantee(epsilon=eps, delta=self.delta, notion="(ε, δ)-DP (central, one step)",
                          unit=self.unit, neighbouring="add or remove one example",
                          sensitivity=self.clip, norm="L2")
 
     def params(self) -> dict[str, Any]:
-        return {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
-                "sampling_probability": self.sampling_probability, "delta": self.delta,
-                "unit": self.unit}
+        p = {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
+             "sampling_probability": self.sampling_probability, "delta": self.delta,
+             "unit": self.unit}
+        return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def privatize(self, key: Array, x: Any) -> Report:
         x = jnp.asarray(x)
         if x.ndim != 2:
             raise ValueError(f"GaussianSumMechanism takes per-example rows (B, d), got {x.shape}")
+        if self.secure:
+            from privrl.privacy.secure import secure_gaussian_sum
+            std = self.noise_multiplier * self.clip
+            value = _host(secure_gaussian_sum, key, x, std, self.clip)
+            return Report._mint(_MINT, value, self.guarantee)
         clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
         return self._noisy(key, clipped.sum(axis=0))
 
@@ -479,7 +538,14 @@ class GaussianSumMechanism(Mechanism):
                         loss_of_outputs: Callable[[Array], Array],
                         rows: Array | None = None) -> Report:
         """The same release for a dense ReLU network (privrl.nets.flat.MLP) without materializing
-        per-example gradients: clipping is done by `privacy.dpsgd.clipped_grad_sum`, exactly."""
+        per-example gradients: clipping is done by `privacy.dpsgd.clipped_grad_sum`, exactly.
+        Secure mode materializes them (`privacy.dpsgd.per_example_grads`) to clip in integers."""
+        if self.secure:
+            from privrl.privacy.dpsgd import per_example_grads
+            grads = per_example_grads(params, x, loss_of_outputs)
+            if rows is not None:
+                grads = grads * rows[:, None]
+            return self.privatize(key, grads)
         clipped_sum, _ = clipped_grad_sum(params, x, loss_of_outputs, self.clip, rows)
         return self._noisy(key, clipped_sum)
 

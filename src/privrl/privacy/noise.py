@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "secret_keys", "summary_note"]
+__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "record_mode", "secret_keys",
+           "summary_note"]
 
 NOISE_MODES = ("seeded", "secret")
 SEEDED_NOTE = ("noise keys are SEEDED: every noise vector is reproducible from the seed in "
@@ -30,6 +31,17 @@ SEEDED_NOTE = ("noise keys are SEEDED: every noise vector is reproducible from t
 SECRET_NOTE = ("noise keys are SECRET: each agent's noise root comes from the OS CSPRNG "
                "(os.urandom) in the process that runs it; it is never written or sent, so "
                "the noise is not reproducible from the seed (the rest of the run still is)")
+
+
+SECURE_NOTE = ("noise is SECURE: float-safe discrete noise drawn on the host from the OS "
+               "CSPRNG (os.urandom) for every release; no key is involved, so the noise is "
+               "neither reproducible from the seed nor stored anywhere")
+
+
+def record_mode(noise: str | None, secure_noise: bool, default: str = "seeded") -> str:
+    """What privacy.json and the summary say about the noise: "secure" when the float-safe
+    samplers draw it (keys are then unused), else the key mode (or the runtime's default)."""
+    return "secure" if secure_noise else (noise or default)
 
 
 def secret_keys(count: int | None = None) -> Any:
@@ -45,12 +57,15 @@ def secret_keys(count: int | None = None) -> Any:
 
 def noise_fields(mode: str) -> dict[str, Any]:
     """The privacy.json fields that say where the noise came from."""
+    note = {"seeded": SEEDED_NOTE, "secret": SECRET_NOTE, "secure": SECURE_NOTE}[mode]
     return {"noise_keys": {"mode": mode, "reproducible_from_seed": mode == "seeded",
-                           "note": SEEDED_NOTE if mode == "seeded" else SECRET_NOTE}}
+                           "note": note}}
 
 
 def summary_note(mode: str) -> str:
     """One line for the printed summary."""
+    if mode == "secure":
+        return "noise: secure (float-safe discrete noise from the OS CSPRNG, never written)"
     return ("noise: seeded (reproducible from the seed: a simulation's guarantee, not a "
             "deployment's)" if mode == "seeded"
             else "noise: secret (OS CSPRNG keys held by each agent, never written)")

@@ -44,6 +44,11 @@ class BoundedQGaussian(GaussianMechanism):
 
     name = "bounded-q-gaussian"
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.secure:  # its guarantee below is the analytic Gaussian's, not the discrete one's
+            raise ValueError("secure (discrete Gaussian) Q-output noise is not implemented")
+
     @classmethod
     def from_sigma(cls, sigma: float, bound: float, delta: float = 1e-5) -> BoundedQGaussian:
         bound = _check_positive("bound", bound)

@@ -83,6 +83,18 @@ def test_sigma_alone_claims_no_epsilon():
     assert "NO PRIVACY" in privacy_record(DPQLearningConfig(sigma=0.0).resolved())["statement"]
 
 
+def test_noise_keys_are_recorded():
+    """Seeded: SIMULATION ONLY in the claim; secret: not. (Same seed, other returns under
+    secret keys, and seeded metrics.csv byte-identical to before, were checked end to end.)"""
+    seeded = privacy_record(DPQLearningConfig(**T5).resolved())
+    assert seeded["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in seeded["statement"]
+    secret = privacy_record(DPQLearningConfig(**T5, noise="secret").resolved())
+    assert secret["noise_keys"]["mode"] == "secret" and "SIMULATION" not in secret["statement"]
+    with pytest.raises(ConfigError) as e:
+        DPQLearningConfig(**T5, noise="public").resolved()
+    assert e.value.field == "noise"
+
+
 @pytest.mark.parametrize("overrides, field", [
     ({"sigma": -0.1}, "sigma"),
     ({}, "sigma"),  # neither σ nor ε

@@ -124,6 +124,8 @@ def test_target_epsilon_calibrates_reinforce() -> None:
 @pytest.mark.parametrize(("args", "option"), [
     (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
     (["run", "dp-reinforce", "--clip", "0"], "--clip"),
+    (["run", "dp-reinforce", "--secure-noise", "--accountant", "pld"], "--accountant"),
+    (["run", "dp-dqn", "--secure-noise"], "--secure-noise"),
     (["run", "dp-dqn", "--delta", "1"], "--delta"),
     (["run", "dp-dqn", "--q", "0"], "--q"),
     (["run", "dp-dqn", "--q", "1.5"], "--q"),
@@ -258,3 +260,20 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
     assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
+
+
+def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:
+    """Seeded DP-SGD says SIMULATION ONLY, secret does not; secret keys are refused where the
+    observation noise would stay seeded. (That a secret run's noise differs at the same seed
+    while a seeded run's metrics.csv is unchanged is checked end to end by the CLI test.)"""
+    from privrl.systems.dpsgd_rl.local import privacy_record
+
+    seeded = Reinforce(ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=2))
+    rec = privacy_record(seeded, 1)
+    assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["dpsgd"]["statement"]
+    secret = Reinforce(ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=2, noise="secret"))
+    rec = privacy_record(secret, 1)
+    assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["dpsgd"]["statement"]
+    with pytest.raises(ConfigError) as e:
+        ReinforceConfig(noise="secret", obs=ObservationPrivacy(mode="sigma", sigma=0.1)).validate()
+    assert e.value.field == "noise"

@@ -189,6 +189,7 @@ def no_compute(monkeypatch):
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1", "--noise-multiplier", "2"],
          "--noise-multiplier"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1e-9"], "--epsilon"),
+        (["fedpg-dec", "--secure-noise"], "--secure-noise"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):

@@ -40,6 +40,7 @@ def no_compute(monkeypatch):
         (["--mechanism", "prs", "--d-hat", "113"], "--d-hat"),
         (["--d-hat", "2"], "--d-hat"),
         (["--noise", "public"], "--noise"),
+        (["--mechanism", "prs", "--secure-noise"], "--secure-noise"),
     ],
 )
 def test_invalid_option_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
@@ -114,6 +115,19 @@ def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     secret = json.loads((d / "privacy.json").read_text())
     assert secret["noise_keys"]["mode"] == "secret" and "SIMULATION" not in secret["statement"]
     assert json.loads((d / "config.json").read_text())["config"]["noise"] == "secret"
+
+
+def test_secure_noise_makes_a_float_safe_laplace_with_the_same_epsilon():
+    """The run itself compiles for seconds; its record is checked in benchmarks/bench_secure.py
+    (the end-to-end timing run). Here: the config reaches the mechanism and the record."""
+    from privrl.privacy.noise import noise_fields, record_mode
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, make_mechanism
+
+    cfg = PGCA3CConfig.from_preset("paper", epsilon=10.0, secure_noise=True).resolved()
+    mech = make_mechanism(cfg, 112)
+    assert mech.secure and mech.guarantee.epsilon == 10.0
+    assert "discrete" in mech.describe()["params"]["secure"]
+    assert noise_fields(record_mode(cfg.noise, cfg.secure_noise))["noise_keys"]["mode"] == "secure"
 
 
 def test_non_private_run_says_so(tmp_path, capsys):

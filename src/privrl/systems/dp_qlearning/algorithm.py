@@ -34,6 +34,7 @@ from privrl.config import (
     in_range,
     integer,
     non_negative,
+    one_of,
     positive,
     probability,
 )
@@ -48,6 +49,7 @@ from privrl.privacy.functional import (
     gp_noise_query,
     gp_noise_reset,
 )
+from privrl.privacy.noise import NOISE_MODES, noise_fields
 from privrl.privacy.record import privacy_record as privacy_record_of
 
 # "paper": the authors' settings (the dataclass defaults: their dpql.py). No tuned preset yet.
@@ -72,6 +74,9 @@ class DPQLearningConfig(Config):
     beta: float = 1.0  # our reading: the kernel's inverse length scale (exp(−|x−y|): β = 1)
     seeds: int = 1
     seed: int = 0
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each run's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
+    noise: str | None = None
     episodes: int = 100
     episode_steps: int = 50
     hidden: int = 16
@@ -148,6 +153,8 @@ class DPQLearningConfig(Config):
         check_preset(self.preset, PRESETS)
         integer("seeds", self.seeds)
         integer("seed", self.seed, 0)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
         integer("episodes", self.episodes)
         integer("episode_steps", self.episode_steps)
         integer("hidden", self.hidden)
@@ -177,14 +184,17 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
                          "kernel exp(−|x − y|), one noise function per action and network",
             "sigma": cfg.sigma, "T_over_B": cfg.updates, "B": cfg.batch_size,
             "T": cfg.updates * cfg.batch_size, "J": cfg.resets,
-            "noise_reset_episodes": cfg.noise_reset_episodes}
+            "noise_reset_episodes": cfg.noise_reset_episodes,
+            **noise_fields(cfg.noise or "seeded")}
+    simulation = (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
+                  if (cfg.noise or "seeded") == "seeded" else "")
     if cfg.claims_epsilon:
         t5 = cfg.theorem5().record(cfg.sigma)
         return privacy_record_of(
             f"(ε = {cfg.epsilon:g}, δ = {t5['delta_total']:.3g})-DP of the reward function by "
             "Theorem 5 of paper 001, ONLY AS VALID AS the user-supplied sensitivity constant "
             f"C(α, k, L, B) = {cfg.sensitivity_constant:g}: the poster does not define C, and "
-            "privrl has not verified it.",
+            "privrl has not verified it." + simulation,
             formal_guarantee=True, formal_key="private",
             fields={**base, "epsilon": cfg.epsilon, "delta": t5["delta_total"], "theorem5": t5},
             order=[*base, "private", "epsilon", "delta", "statement", "theorem5"])
@@ -232,6 +242,9 @@ class TrainState(NamedTuple):
     steps: Array  # () int32 actions selected so far (drives ε-greedy)
     noise: GPNoiseState  # the online network's noise functions
     target_noise: GPNoiseState  # the target network's
+    # Secret noise root (privrl.privacy.noise.secret_keys), or None: the noise functions' keys
+    # derive from the run's key (seeded). An argument of the jitted program, never a constant.
+    noise_root: Array | None = None
 
 
 class DPQLearning:
@@ -281,6 +294,8 @@ class DPQLearning:
     def act(self, ts: TrainState, key: Array, s: Array, sigma: Array) -> tuple[TrainState, Array]:
         """ε-greedy on the noised Q; the noise is queried only when acting greedily."""
         k_explore, k_random, k_noise = jax.random.split(key, 3)
+        if ts.noise_root is not None:  # secret: (purpose 0, action count) from the run's root
+            k_noise = jax.random.fold_in(jax.random.fold_in(ts.noise_root, 0), ts.steps)
         greedy = jax.random.uniform(k_explore) > self.exploration(ts.steps)
         noise, g = gp_noise_query(ts.noise, k_noise, s[None], sigma, greedy[None])
         q = self.q_values(ts.theta, s[None])[0] + g[0]
@@ -313,6 +328,9 @@ class DPQLearning:
         """One gradient step on a replay batch (Algorithm 1 lines 12-14, with a target net)."""
         cfg = self.config
         k_batch, k_noise, k_target_noise = jax.random.split(key, 3)
+        if ts.noise_root is not None:  # secret: purposes 1 and 2, after the step's act
+            k_noise = jax.random.fold_in(jax.random.fold_in(ts.noise_root, 1), ts.steps)
+            k_target_noise = jax.random.fold_in(jax.random.fold_in(ts.noise_root, 2), ts.steps)
         rp = ts.replay
         idx = self.sample(rp, k_batch)
         s, a, r, s2, term = rp.obs[idx], rp.action[idx], rp.reward[idx], rp.next_obs[idx], \
@@ -358,10 +376,12 @@ class DPQLearning:
                                               gp_noise_reset(ts.target_noise), ts.target_noise)
         return ts._replace(noise=noise, target_noise=target_noise), jnp.sum(rewards)
 
-    def train(self, key: Array, sigma: Array) -> tuple[Array, Array, Array]:
-        """One run: (return per episode (E,), final θ, noise-store overflow flag)."""
+    def train(self, key: Array, sigma: Array, noise_root: Array | None = None
+              ) -> tuple[Array, Array, Array]:
+        """One run: (return per episode (E,), final θ, noise-store overflow flag).
+        `noise_root`: the run's secret noise root (secret keys); None: seeded."""
         k_init, k_run = jax.random.split(key)
-        ts = self.init(k_init)
+        ts = self.init(k_init)._replace(noise_root=noise_root)
         n = self.config.episodes
         inputs = (jnp.arange(n), jax.random.split(k_run, n))
         ts, returns = jax.lax.scan(lambda t, i: self.episode(t, i, sigma), ts, inputs)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from privrl.cli import Out, Seed, flag_names, system_apps
+from privrl.cli import Noise, Out, Seed, flag_names, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -37,6 +37,7 @@ def run_dp_qlearning_command(
     noise_reset_episodes: Annotated[int, typer.Option(
         help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")] = 1,
     seed: Seed = 0,
+    noise: Noise = None,
     out: Out = None,
 ) -> None:
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
@@ -53,7 +54,8 @@ def run_dp_qlearning_command(
     cfg = DPQLearningConfig.from_preset(
         "paper", sigma=sigma, epsilon=epsilon, delta=delta,
         sensitivity_constant=sensitivity_constant, k=k, beta=beta, seeds=seeds,
-        episodes=episodes, noise_reset_episodes=noise_reset_episodes, seed=seed).resolved()
+        episodes=episodes, noise_reset_episodes=noise_reset_episodes, seed=seed,
+        noise=None if noise is None else noise.value).resolved()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
@@ -62,6 +64,7 @@ def run_dp_qlearning_command(
     path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
     summary = runner.save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(f"privacy: {summary['privacy']}")
+    console.print(summary["noise"])
     sd = summary["final_return_std_over_seeds"]
     console.print(f"final mean return (last {summary['final_episodes']} episodes): "
                   f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from privrl.privacy.noise import secret_keys, summary_note
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.systems.dp_qlearning.algorithm import (
@@ -65,8 +66,10 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     which = np.arange(padded) % runs  # run r = (σ index r // seeds, seed r % seeds)
     keys = run_keys(config.seed, n_seed)[jnp.asarray(which % n_seed)]
     sig = jnp.asarray(np.asarray(sigmas, np.float32)[which // n_seed])
+    # secret keys: one root per run from os.urandom, in memory only, passed as an argument
+    secret = () if (config.noise or "seeded") == "seeded" else (secret_keys(padded),)
     start = time.perf_counter()
-    returns, _, overflow = sharded_train(algo, n_dev)(keys, sig)
+    returns, _, overflow = sharded_train(algo, n_dev)(keys, sig, *secret)
     returns = np.asarray(returns)[:runs].reshape(n_sigma, n_seed, -1)
     if np.asarray(overflow).any():
         raise RuntimeError("internal error: a noise store overflowed its capacity")
@@ -92,6 +95,7 @@ def summarize(out: DPQLOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "sigma": cfg.sigma,
         "privacy": describe_privacy(cfg),
+        "noise": summary_note(cfg.noise or "seeded"),
         "seeds": cfg.seeds,
         "episodes": cfg.episodes,
         "final_episodes": min(FINAL_EPISODES, cfg.episodes),

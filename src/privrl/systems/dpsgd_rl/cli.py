@@ -11,8 +11,10 @@ from typing import Annotated, Any
 import typer
 
 from privrl.cli import (
+    Noise,
     Out,
     Resume,
+    SecureNoise,
     Seed,
     ShowProgress,
     flag_names,
@@ -88,6 +90,8 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     privacy = result.privacy
     console.print(f"Model: {privacy['dpsgd']['statement']}")
     console.print(f"Observations: {privacy['observations']['statement']}")
+    if "noise" in summary:
+        console.print(summary["noise"])
     if summary["stopped_by_max_epsilon"]:
         console.print(f"[bold]Stopped by --max-epsilon {cfg.max_epsilon:g}[/] after "
                       f"{max(summary['updates'])} updates; results kept.")
@@ -110,6 +114,7 @@ def run_dp_reinforce(
     accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
                           ] = Accountant.rdp,
     batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
+    secure_noise: SecureNoise = False, noise: Noise = None,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,
 ) -> None:
@@ -119,6 +124,7 @@ def run_dp_reinforce(
     cfg = ReinforceConfig.from_preset(
         "paper", **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
         delta=delta, accountant=accountant.value, batch_episodes=batch_episodes,
+        secure_noise=secure_noise, noise=None if noise is None else noise.value,
         episodes=episodes, seeds=seeds, seed=seed)
     _execute("dp-reinforce", Reinforce, cfg, out, progress)
 
@@ -157,6 +163,10 @@ def run_dp_dqn(
         help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
     accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
                           ] = Accountant.rdp,
+    secure_noise: Annotated[bool, typer.Option(
+        "--secure-noise", help="Float-safe discrete Gaussian noise from the OS CSPRNG "
+        "(docs/secure-noise.md); needs --q 1 (no subsampling).")] = False,
+    noise: Noise = None,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,
 ) -> None:
@@ -167,7 +177,8 @@ def run_dp_dqn(
         preset, **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
         delta=delta, sampling_probability=q, accountant=accountant.value,
         optimizer=None if optimizer is None else optimizer.value, learning_rate=learning_rate,
-        momentum=momentum, episodes=episodes, seeds=seeds, seed=seed)
+        momentum=momentum, secure_noise=secure_noise,
+        noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds, seed=seed)
     _execute("dp-dqn", DQN, cfg, out, progress)
 
 

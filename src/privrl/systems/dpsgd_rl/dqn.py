@@ -119,6 +119,9 @@ class DQNConfig(EpisodicConfig):
             in_range("sampling_probability", q, 0, 1, low_open=True)
             if not self.dp:
                 fail("sampling_probability", "Poisson sampling is for DP-SGD runs (dp)")
+        if self.secure_noise and self.dp and self.q < 1:
+            fail("secure_noise", "float-safe noise needs sampling probability 1: no accountant "
+                                 f"here covers the subsampled discrete Gaussian (q = {self.q:g})")
         in_range("tau", self.tau, 0, 1, low_open=True)
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         in_range("momentum", self.momentum, 0, 1, high_open=True)
@@ -209,6 +212,9 @@ class DQNState(NamedTuple):
     episodes: Array
     updates: Array
     stopped: Array
+    # Secret noise root (privrl.privacy.noise.secret_keys), or None: DP-SGD noise keys derive
+    # from `key` (seeded). An argument of the jitted program, never a constant of it.
+    noise: Array | None = None
 
 
 def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
@@ -255,7 +261,8 @@ class DQN:
         opt = make_optimizer(cfg)
         self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
-                                               unit=UNIT) if cfg.private else None)
+                                               unit=UNIT, secure=cfg.secure_noise)
+                          if cfg.private else None)
         self.update_cap = cfg.max_updates()
 
     def init(self, key: Array) -> DQNState:
@@ -269,9 +276,13 @@ class DQN:
                         progress_init(cfg.solve_window), jnp.int32(0), jnp.int32(0),
                         jnp.int32(0), jnp.bool_(self.update_cap == 0))
 
-    def gradient(self, theta: Array, target: Array, replay: Replay, key: Array) -> Array:
+    def gradient(self, theta: Array, target: Array, replay: Replay, key: Array,
+                 noise_key: Array | None = None) -> Array:
+        """`noise_key`: the mechanism's key under secret noise; None: split from `key`."""
         cfg = self.config
         k_batch, k_noise = jax.random.split(key)
+        if noise_key is not None:
+            k_noise = noise_key
         if cfg.dp:
             idx, rows = sample_poisson(k_batch, replay.size, cfg.buffer_size, cfg.q,
                                        cfg.max_batch)
@@ -312,7 +323,8 @@ class DQN:
         replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
         learn = (replay.size >= starts) & (s.updates < self.update_cap)
-        grad = self.gradient(s.theta, s.target, replay, k_grad)
+        noise_key = None if s.noise is None else jax.random.fold_in(s.noise, s.steps)
+        grad = self.gradient(s.theta, s.target, replay, k_grad, noise_key)
         upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(learn, s.theta + upd, s.theta)
         opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), opt_state,

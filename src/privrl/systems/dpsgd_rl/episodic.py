@@ -29,6 +29,7 @@ from privrl.config import (
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
 from privrl.privacy.accounting import ACCOUNTANTS
+from privrl.privacy.noise import NOISE_MODES
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
 
 CARTPOLE_V1 = CartPoleSpec(max_steps=500, gravities=(9.8,))
@@ -59,6 +60,11 @@ class EpisodicConfig(Config):
     target_epsilon: float | None = None  # calibrate σ to this ε before training
     max_epsilon: float | None = None  # stop before an update would exceed this ε
     accountant: str = "rdp"
+    # Float-safe DP-SGD noise (discrete Gaussian from the OS CSPRNG; privrl.privacy.secure)
+    secure_noise: bool = False
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each seed's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
+    noise: str | None = None
     # LDP on observations
     obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
 
@@ -75,6 +81,18 @@ class EpisodicConfig(Config):
         if self.target_epsilon is not None and not self.dp:
             fail("target_epsilon", "only DP-SGD runs calibrate σ")
         one_of("accountant", self.accountant, ACCOUNTANTS)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
+            if self.noise == "secret" and self.obs.mode != "none":
+                fail("noise", "secret keys cover the DP-SGD noise only; the observation noise "
+                              "of ldp-* runs still derives from the seed (not yet secret)")
+        if self.secure_noise:
+            if not self.dp:
+                fail("secure_noise", "float-safe noise is for DP-SGD runs (dp)")
+            if self.accountant != "rdp":
+                fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
+                                   "accountant only: CKS20 bound its Rényi divergences, not "
+                                   "its privacy-loss distribution")
         in_range("gamma", self.gamma, 0, 1, low_open=True)
         positive("learning_rate", self.learning_rate)
         with within("obs"):

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import SPREAD_ACCOUNTING
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
@@ -56,6 +57,8 @@ def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
     step = jax.jit(shard_vmap(run_chunk, n_dev))
     start = time.perf_counter()
     state = init(jax.random.split(jax.random.key(cfg.seed), padded))
+    if cfg.noise == "secret" and hasattr(state, "noise"):  # one root per seed, in memory only
+        state = state._replace(noise=secret_keys(padded))
     train, evals = [], []
     done = 0
     while done < cfg.episodes:
@@ -102,6 +105,9 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "updates": updates,
             "stopped_by_max_epsilon": bool(stopped_by_budget),
         }
+        if cfg.secure_noise:
+            from privrl.privacy.mechanisms import SECURE_NOTE
+            first["noise_sampler"] = SECURE_NOTE + "; ε by RDP (zCDP of the discrete Gaussian)"
         last = {
             "how_counted": algo.count_explanation,
             **({"delta_batch_truncation": cfg.truncation_delta(updates),
@@ -109,9 +115,12 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
                 "max_batch": cfg.max_batch}
                if hasattr(cfg, "truncation_delta") else {"total_delta": cfg.delta}),
         }
+        seeded = record_mode(cfg.noise, cfg.secure_noise) == "seeded"
         rec["dpsgd"] = build_privacy_record(
             lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, {cfg.delta:g})-DP "
-                           f"for {algo.unit}, accountant {cfg.accountant}."),
+                           f"for {algo.unit}, accountant {cfg.accountant}."
+                           + (" SIMULATION ONLY: the noise is reproducible from the seed in "
+                              "config.json." if seeded else "")),
             accountant=cfg.accountant_for(updates), delta=cfg.delta, formal_guarantee=True,
             fields=first | last,
             order=["formal_guarantee", *first, SPREAD_ACCOUNTING, *last, "statement"])
@@ -121,6 +130,10 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "be stated." if cfg.dp else "non-private training: no guarantee for the model.",
             formal_guarantee=False, order=["formal_guarantee", "statement"])
     rec["observations"] = cfg.obs.record(cfg.max_episode_steps)
+    if cfg.private:
+        rec.update(noise_fields(record_mode(cfg.noise, cfg.secure_noise)))
+    elif cfg.obs.mode == "box":
+        rec.update(noise_fields("seeded"))
     return rec
 
 
@@ -148,6 +161,8 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
         "stopped_by_max_epsilon": bool(dp.get("stopped_by_max_epsilon", False)),
         "wall_seconds": out.wall_seconds,
         "devices": out.devices,
+        **({"noise": summary_note(out.privacy["noise_keys"]["mode"])}
+           if "noise_keys" in out.privacy else {}),
     }
 
 

@@ -105,6 +105,9 @@ class ReinforceState(NamedTuple):
     episodes: Array  # int32: training episodes played
     updates: Array  # int32
     stopped: Array  # bool
+    # Secret noise root (privrl.privacy.noise.secret_keys), or None: DP-SGD noise keys derive
+    # from `key` (seeded). An argument of the jitted program, never a constant of it.
+    noise: Array | None = None
 
 
 class Reinforce:
@@ -120,7 +123,8 @@ class Reinforce:
         self.model = mlp((cfg.hidden,), 2, 4, init="glorot_normal")
         self.optimizer = optax.adam(cfg.learning_rate)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
-                                               unit=UNIT) if cfg.private else None)
+                                               unit=UNIT, secure=cfg.secure_noise)
+                          if cfg.private else None)
         self.update_cap = cfg.max_updates()
 
     def init(self, key: Array) -> ReinforceState:
@@ -169,6 +173,8 @@ class Reinforce:
         cfg = self.config
         b = cfg.batch_episodes
         key, k_roll, k_noise, k_eval = jax.random.split(s.key, 4)
+        if s.noise is not None:  # secret: one key per update from this seed's own root
+            k_noise = jax.random.fold_in(s.noise, s.updates)
         active = ~s.stopped
         params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,)), self.env_params)
         traj = rollout_episodes(self.env, params, self.policy(s.theta), k_roll, b,
@@ -188,4 +194,5 @@ class Reinforce:
         nan = jnp.float32(jnp.nan)
         metrics = EpisodeMetrics(jnp.where(active, traj.length.mean(), nan),
                                  jnp.where(active, eval_ret, nan), updates)
-        return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped), metrics
+        return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped,
+                              s.noise), metrics

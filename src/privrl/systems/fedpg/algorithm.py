@@ -122,6 +122,8 @@ class FedPGConfig(Config):
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
     # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
     noise: str | None = None
+    # Float-safe (discrete, CSPRNG) noise for laplace or gaussian. See privrl.privacy.secure.
+    secure_noise: bool = False
 
     presets = PRESETS
 
@@ -144,6 +146,8 @@ class FedPGConfig(Config):
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
+        if self.secure_noise and self.mechanism == "none":
+            fail("secure_noise", "mechanism='none' adds no noise; choose laplace or gaussian")
         integer("agents", self.agents)
         integer("batch_min", self.batch_min)
         integer("batch_max", self.batch_max)
@@ -215,11 +219,12 @@ class FedPGConfig(Config):
 def make_mechanism(cfg: FedPGConfig) -> Mechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee)."""
     if cfg.mechanism == "laplace":
-        return LaplaceMechanism(cfg.epsilon, cfg.clip)
+        return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")
-        return GaussianMechanism(cfg.noise_multiplier, cfg.clip, cfg.delta)
+        return GaussianMechanism(cfg.noise_multiplier, cfg.clip, cfg.delta,
+                                 secure=cfg.secure_noise)
     return IdentityMechanism()
 
 

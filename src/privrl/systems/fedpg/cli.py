@@ -17,6 +17,7 @@ from privrl.cli import (
     Out,
     Resume,
     Runtime,
+    SecureNoise,
     Seed,
     ShowProgress,
     SweepSeed,
@@ -130,7 +131,7 @@ def run_fedpg_cen_command(
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
-    out: Out = None, progress: ShowProgress = True,
+    secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -139,7 +140,7 @@ def run_fedpg_cen_command(
     """
     from privrl.runtime.output import check_out_dir
 
-    cfg = _fedpg_config("cen", noise=_noise(noise), **_fedpg_common(
+    cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
     check_out_dir(out)
@@ -163,7 +164,7 @@ def run_fedpg_dec_command(
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
-    out: Out = None, progress: ShowProgress = True,
+    secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -179,6 +180,7 @@ def run_fedpg_dec_command(
     from privrl.runtime.output import check_out_dir
 
     cfg = _fedpg_config("dec", topology=topology.value, window=window, noise=_noise(noise),
+                        secure_noise=secure_noise,
                         **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))

@@ -23,7 +23,7 @@ import numpy as np
 from privrl.federation.pushsum import push_sum_z
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
@@ -169,7 +169,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
         "privacy": privacy,
-        "noise": summary_note(cfg.noise or "seeded"),
+        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
         "trials": cfg.trials,
@@ -227,7 +227,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
 
     def stated(parts: Mapping[str, Any]) -> str:
         text = statement(parts)
-        if parts["formal_guarantee"] and (cfg.noise or "seeded") == "seeded":
+        if parts["formal_guarantee"] and record_mode(cfg.noise, cfg.secure_noise) == "seeded":
             text += (" SIMULATION ONLY: the noise is reproducible from the seed in "
                      "config.json.")
         return text
@@ -239,7 +239,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             "epsilon_per_release": cfg.epsilon,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
-            **noise_fields(cfg.noise or "seeded")})
+            **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:

@@ -108,6 +108,8 @@ class PGCA3CConfig(Config):
     # (each agent's from the OS CSPRNG, never written); None: the runtime's default (local
     # runner: seeded, Ray: secret). See privrl.privacy.noise.
     noise: str | None = None
+    # Float-safe (discrete, CSPRNG) Laplace noise: laplace only. See privrl.privacy.secure.
+    secure_noise: bool = False
     learning_rate: float = 0.5  # η, aggregator SGD
     gamma: float = 0.99
     value_coef: float = 0.5  # λ
@@ -155,6 +157,9 @@ class PGCA3CConfig(Config):
         integer("seed", self.seed, 0)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
+        if self.secure_noise and self.mechanism != "laplace":
+            fail("secure_noise", "float-safe noise is for the laplace mechanism only "
+                                 f"(prs draws signs, none adds no noise), got {self.mechanism}")
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
@@ -318,7 +323,7 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
         return IdentityMechanism(cfg.clip)
     eps = cfg.epsilon / cfg.submissions_per_agent
     if cfg.mechanism == "laplace":
-        return LaplaceMechanism(eps, cfg.clip)
+        return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:

@@ -17,6 +17,7 @@ from privrl.cli import (
     PresetName,
     Resume,
     Runtime,
+    SecureNoise,
     Seed,
     ShowProgress,
     SweepSeed,
@@ -77,6 +78,7 @@ def run_pgc_a3c_command(
         help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
     seed: Seed = 0,
     noise: Noise = None,
+    secure_noise: SecureNoise = False,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -117,6 +119,7 @@ def run_pgc_a3c_command(
         trials=trials,
         seed=seed,
         noise=None if noise is None else noise.value,
+        secure_noise=secure_noise,
     ).resolved()
     check_out_dir(out)
     if runtime is Runtime.ray:

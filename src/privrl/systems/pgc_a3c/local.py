@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
@@ -172,7 +172,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "epsilon": cfg.epsilon,
         "privacy": (f"ε-LDP per agent, ε = {cfg.epsilon:g}" if private
                     else "NONE: non-private baseline (ε = ∞), no privacy guarantee"),
-        "noise": summary_note(cfg.noise or "seeded"),
+        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
         "median_fst": median_fst(fst),
@@ -204,7 +204,7 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
                 f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition); "
                 "the aggregator's updates are post-processing of the reports."
                 + (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
-                   if (cfg.noise or "seeded") == "seeded" else ""))
+                   if record_mode(cfg.noise, cfg.secure_noise) == "seeded" else ""))
 
     return build_privacy_record(statement, mechanism=out.mechanism, ledger=out.ledger, fields={
         "submissions_per_agent": cfg.submissions_per_agent,
@@ -212,7 +212,7 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
         "epsilon_per_report": cfg.epsilon / cfg.submissions_per_agent,
         "agents_per_trial": out.agents_per_trial,
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
-        **noise_fields(cfg.noise or "seeded")})
+        **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
 
 def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
