@@ -8,7 +8,12 @@ independently (mechanism, noise multiplier, sampling scheme and probability, cou
 accountant) is in `Accountant.record(delta)`.
 
 Neighbouring relation: add or remove one unit (dp-accounting's default), the relation DP-SGD's
-accounting and Poisson sampling are stated for.
+accounting and Poisson sampling are stated for. A local randomizer's releases (LDP: any two
+inputs of a bounded domain are neighbours) are accounted under that replace-one relation
+instead: `Accountant(neighbouring=...)` names it, and refuses Poisson-sampled events, whose
+add/remove analysis does not carry over. Without sampling, a Gaussian (or Laplace) release with
+noise / sensitivity = z has the same privacy-loss distribution under either relation once the
+sensitivity is the one of that relation, so dp-accounting's computation is exact for both.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ __all__ = [
 ]
 
 ACCOUNTANTS = ("rdp", "pld")
+ADD_OR_REMOVE = "add or remove one unit (ADD_OR_REMOVE_ONE)"
 SAMPLING = ("none", "poisson")
 _SIGMA_MAX = 1e4  # calibration searches noise multipliers in [_SIGMA_MIN, _SIGMA_MAX]
 _SIGMA_MIN = 1e-3
@@ -119,9 +125,12 @@ class Accountant:
     memory-hungry for small noise multipliers or very many compositions).
     """
 
-    def __init__(self, kind: str = "rdp") -> None:
+    def __init__(self, kind: str = "rdp", neighbouring: str | None = None) -> None:
         _fresh(kind)  # validates the name
         self.kind = kind
+        # None: dp-accounting's add/remove relation; else the replace-one relation of an LDP
+        # randomizer, in words (its sensitivity is the one the noise multiplier divides by).
+        self.neighbouring = neighbouring
         self._events: dict[PrivacyEvent, int] = {}
 
     @property
@@ -131,7 +140,13 @@ class Accountant:
     def compose(self, event: PrivacyEvent, count: int = 1) -> None:
         if isinstance(count, bool) or int(count) != count or count < 0:
             raise ValueError(f"count must be an integer >= 0, got {count!r}")
+        self._admit(event)
         self._events[event] = self._events.get(event, 0) + int(count)
+
+    def _admit(self, event: PrivacyEvent) -> None:
+        if self.neighbouring is not None and event.sampling != "none":
+            raise ValueError("Poisson-sampled events are accounted under add/remove only; "
+                             f"this account is for {self.neighbouring!r}")
 
     def epsilon(self, delta: float) -> float:
         """ε at δ of everything composed so far (0 when nothing was released)."""
@@ -139,6 +154,7 @@ class Accountant:
 
     def epsilon_if(self, event: PrivacyEvent, count: int, delta: float) -> float:
         """ε at δ if `count` more releases of `event` were composed; nothing is recorded."""
+        self._admit(event)
         extra = dict(self._events)
         extra[event] = extra.get(event, 0) + int(count)
         return _epsilon(self.kind, list(extra.items()), _check_delta(delta))
@@ -169,7 +185,11 @@ class Accountant:
             "accountant": {"rdp": "dp_accounting.rdp.RdpAccountant",
                            "pld": "dp_accounting.pld.PLDAccountant"}[self.kind],
             "dp_accounting_version": _dp_accounting_version(),
-            "neighbouring_relation": "add or remove one unit (ADD_OR_REMOVE_ONE)",
+            "neighbouring_relation": (ADD_OR_REMOVE if self.neighbouring is None else
+                                      f"replace one: {self.neighbouring}; for these unsampled "
+                                      "events dp-accounting's ADD_OR_REMOVE_ONE computation "
+                                      "gives the same ε (the noise multiplier is noise / this "
+                                      "relation's sensitivity)"),
             "composition": "dp_accounting SelfComposedDpEvent per event, composed in sequence",
             "events": [{**e.to_dict(), "count": c} for e, c in self.events],
             "delta": delta,

@@ -125,7 +125,7 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
         assert isinstance(mech, BoundedQGaussian)
         parties = {}
         for name, count in counts.items():
-            acc = Accountant(cfg.accountant)
+            acc = Accountant(cfg.accountant, neighbouring=mech.guarantee.neighbouring)
             acc.compose(mech.event, count)
             parties[name] = {
                 "unit": f"all of party {name}'s observations and local Q-network parameters "

@@ -26,7 +26,7 @@ from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, sample_poisson
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
-from privrl.systems.dpsgd_rl.local import run_episodic
+from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 
@@ -102,6 +102,16 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
     assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
+
+
+def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guarantee's δ is the accountant's δ plus DQN's batch-truncation term (tiny at the
+    defaults, so it is forced here to a value the statement's digits show)."""
+    monkeypatch.setattr(DQNConfig, "truncation_delta", lambda self, updates: 2e-6)
+    rec = privacy_record(DQN(DQNConfig(dp=True, noise_multiplier=1.0, episodes=2)), 100)
+    dp = rec["dpsgd"]
+    assert dp["total_delta"] == pytest.approx(1.2e-5)
+    assert ", 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
@@ -242,9 +252,14 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
     rec = json.loads((out / "privacy.json").read_text())
     obs = rec["observations"]
     assert obs["formal_guarantee"]
+    # A 500-step episode hands the learner 501 states: s₀ at reset, then one per step.
+    (event,) = obs["per_episode"]["events"]
+    assert event["count"] == 501
     direct = RdpAccountant()
-    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 500))
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 501))
     assert obs["per_episode"]["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    assert obs["per_episode"]["neighbouring_relation"].startswith(
+        "replace one: any two states inside the declared box")
     assert obs["per_step"]["epsilon"] == pytest.approx(
         dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
     assert "NOT protected" in obs["statement"]

@@ -109,9 +109,14 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
                 "max_batch": cfg.max_batch}
                if hasattr(cfg, "truncation_delta") else {"total_delta": cfg.delta}),
         }
+        # The guarantee's δ is the total: the accountant's δ plus, for DQN, the probability
+        # that a Poisson batch was truncated.
         rec["dpsgd"] = build_privacy_record(
-            lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, {cfg.delta:g})-DP "
-                           f"for {algo.unit}, accountant {cfg.accountant}."),
+            lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, "
+                           f"{last['total_delta']:.4g})-DP for {algo.unit}, accountant "
+                           f"{cfg.accountant} (δ = {cfg.delta:g} from the accountant"
+                           + (f" + {last['delta_batch_truncation']:.3g} for batch truncation"
+                              if "delta_batch_truncation" in last else "") + ")."),
             accountant=cfg.accountant_for(updates), delta=cfg.delta, formal_guarantee=True,
             fields=first | last,
             order=["formal_guarantee", *first, SPREAD_ACCOUNTING, *last, "statement"])

@@ -111,7 +111,7 @@ def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
     round); other mechanisms are composed by the ledger."""
     if algo.config.mechanism != "gaussian":
         return None
-    acc = Accountant("rdp")
+    acc = Accountant("rdp", neighbouring=algo.mechanism.guarantee.neighbouring)
     acc.compose(algo.mechanism.event, releases)
     return acc.record(algo.config.delta)
 
@@ -225,9 +225,18 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
     return build_privacy_record(
         statement, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
         with_accounting=True, fields={
-            "epsilon_per_release": cfg.epsilon,
+            **per_release(run),
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial"})
+
+
+def per_release(run: FedPGRun) -> dict[str, Any]:
+    """The (ε, δ) of ONE release, read off the mechanism (for the Gaussian mechanism the
+    configured ε is the whole run's target, not a release's)."""
+    if not run.mechanism.get("private", False):
+        return {"epsilon_per_release": None, "delta_per_release": None}
+    return {"epsilon_per_release": run.mechanism["epsilon"],
+            "delta_per_release": run.mechanism["delta"]}
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:
