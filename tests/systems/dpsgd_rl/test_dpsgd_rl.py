@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import dp_accounting
 import jax
@@ -273,3 +274,38 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
     assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
+
+
+# --- releases made vs releases accounted -----------------------------------------------------
+def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None:
+    """Wrap both mechanisms of a DP-SGD REINFORCE run that also sees box-LDP states and count
+    the Reports they minted: one DP-SGD release per episode (privacy.json: one per unit), and
+    L + 1 states per episode of L steps (train and evaluation episodes alike), so an episode
+    at the step cap releases max_episode_steps + 1 states, the count privacy.json composes."""
+    from privrl.privacy.mechanisms import GaussianSumMechanism
+
+    dpsgd = count_releases(GaussianSumMechanism)
+    states = count_releases(BoxGaussianMechanism)
+    cfg = ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=3, max_episode_steps=6,
+                          hidden=4, obs=ObservationPrivacy(mode="box"))
+    out = run_episodic(Reinforce(cfg), "dp-reinforce")
+    (dp_event,) = out.privacy["dpsgd"]["events"]
+    assert dpsgd.calls == int(out.updates[0]) == 3 and dp_event["count"] == 1
+    lengths = np.concatenate([out.train_returns[0], out.eval_returns[0]])
+    assert states.calls == int((lengths + 1).sum())
+    (obs_event,) = out.privacy["observations"]["per_episode"]["events"]
+    assert lengths.max() == 6 and obs_event["count"] == 6 + 1
+
+
+def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
+    """A batch of one from the first step on: every step makes one DP-SGD release (counted on
+    the mechanism), and a transition's account composes min(updates, buffer_size) of them."""
+    from privrl.privacy.mechanisms import GaussianSumMechanism
+
+    counter = count_releases(GaussianSumMechanism, "privatize_dense")
+    cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
+                    hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
+    out = run_episodic(DQN(cfg), "dp-dqn")
+    (event,) = out.privacy["dpsgd"]["events"]
+    assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
+    assert event["count"] == 16 and event["sampling_probability"] == 1 / 16
