@@ -79,6 +79,16 @@ class Runtime(StrEnum):
     ray = "ray"
 
 
+class AccountantName(StrEnum):
+    pld = "pld"
+    rdp = "rdp"
+
+
+AccountantOpt = Annotated[AccountantName, typer.Option(
+    "--accountant",
+    help="pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD "
+    "(a valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
+    "(looser). Calibration (--target-epsilon) uses the same accountant.")]
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]

@@ -458,7 +458,7 @@ class GaussianSumMechanism(Mechanism):
     @cached_property
     def guarantee(self) -> Guarantee:
         """(ε, δ)-DP of ONE step at `delta`; a run's ε composes its steps with the accountant."""
-        eps = Accountant("rdp").epsilon_if(self.event, 1, self.delta)
+        eps = Accountant().epsilon_if(self.event, 1, self.delta)
         return Guarantee(epsilon=eps, delta=self.delta, notion="(ε, δ)-DP (central, one step)",
                          unit=self.unit, neighbouring="add or remove one example",
                          sensitivity=self.clip, norm="L2")

@@ -148,3 +148,86 @@ def test_unbounded_noise_claims_nothing() -> None:
     assert "unbounded" in mech.guarantee.neighbouring
     with pytest.raises(ValueError):
         UnboundedGaussianNoise((-1.0,))
+
+
+# --- the tight default: analytic Gaussian where exact, PLD otherwise, RDP beside it -------
+def _direct(accountant: dp_accounting.PrivacyAccountant, *events: tuple[PrivacyEvent, int]
+            ) -> dp_accounting.PrivacyAccountant:
+    for event, count in events:
+        accountant.compose(dp_accounting.SelfComposedDpEvent(event.to_dp_event(), count))
+    return accountant
+
+
+def test_default_pld_matches_direct_pld_and_records_rdp_beside_it() -> None:
+    """The issue's dp-dqn example: 162 Poisson-subsampled releases at σ = 1, q = 0.0128."""
+    from dp_accounting.pld import PLDAccountant
+
+    event = PrivacyEvent("gaussian", 1.0, "poisson", 0.0128)
+    acc = Accountant()
+    acc.compose(event, 162)
+    pld = _direct(PLDAccountant(value_discretization_interval=1e-4), (event, 162))
+    rdp = _direct(RdpAccountant(), (event, 162))
+    rec = acc.record(1e-5)
+    assert acc.kind == "pld" and acc.method == "pld"
+    assert rec["epsilon"] == pytest.approx(pld.get_epsilon(1e-5), rel=1e-12)
+    assert rec["cross_check"]["epsilon"] == pytest.approx(rdp.get_epsilon(1e-5), rel=1e-12)
+    assert rec["epsilon"] == pytest.approx(1.087, abs=1e-3) and rec["cross_check"]["epsilon"] \
+        == pytest.approx(1.502, abs=1e-3)  # the issue's numbers: 38 % lower
+    assert rec["pld_parameters"]["value_discretization_interval"] == 1e-4
+    assert rec["pld_parameters"]["pessimistic_estimate"] is True
+
+
+def test_unsampled_gaussians_compose_exactly_by_the_analytic_gaussian() -> None:
+    """k releases at z and m at w are one release at (k/z² + m/w²)^(-1/2), exactly (GDP); the
+    analytic value lies below PLD's pessimistic one (by less than its grid's effect) and RDP."""
+    from dp_accounting.pld import PLDAccountant
+
+    a, b = PrivacyEvent("gaussian", 1.0), PrivacyEvent("gaussian", 2.5)
+    acc = Accountant()
+    acc.compose(a, 40)
+    acc.compose(b, 7)
+    z = (40 / 1.0 + 7 / 2.5 ** 2) ** -0.5
+    exact = dp_accounting.get_epsilon_gaussian(z, 1e-6)
+    pld = _direct(PLDAccountant(value_discretization_interval=1e-4), (a, 40), (b, 7))
+    rdp = _direct(RdpAccountant(), (a, 40), (b, 7))
+    eps = acc.epsilon(1e-6)
+    assert acc.method == "analytic" and eps == pytest.approx(exact, rel=1e-9)
+    assert eps <= pld.get_epsilon(1e-6) <= eps * 1.002
+    assert eps < rdp.get_epsilon(1e-6)
+    assert acc.record(1e-6)["effective_noise_multiplier"] == pytest.approx(z)
+    # The issue's single releases: σ = 0.8 → 5.68 (RDP 6.12); σ = 0.6 → 8.00 (RDP 8.60).
+    assert Accountant().epsilon_if(PrivacyEvent("gaussian", 0.8), 1, 1e-5) == pytest.approx(
+        5.680, abs=1e-3)
+    assert Accountant().epsilon_if(PrivacyEvent("gaussian", 0.6), 1, 1e-5) == pytest.approx(
+        8.004, abs=1e-3)
+
+
+def test_analytic_epsilon_never_falls_below_the_exact_root() -> None:
+    from privrl.privacy.accounting import _gaussian_log_delta
+
+    for z, delta in [(0.3, 1e-5), (1.0, 1e-5), (0.0447, 1e-5), (5.0, 1e-9)]:
+        eps = gaussian_epsilon(z, delta)
+        assert _gaussian_log_delta(z, eps) <= math.log(delta)
+        assert eps == pytest.approx(dp_accounting.get_epsilon_gaussian(z, delta), rel=1e-9)
+
+
+def test_laplace_under_pld_matches_direct_pld() -> None:
+    from dp_accounting.pld import PLDAccountant
+
+    event = PrivacyEvent("laplace", 2.0)
+    acc = Accountant()
+    acc.compose(event, 30)
+    pld = _direct(PLDAccountant(value_discretization_interval=1e-4), (event, 30))
+    assert acc.method == "pld"
+    assert acc.epsilon(1e-5) == pytest.approx(pld.get_epsilon(1e-5), rel=1e-12)
+    assert acc.epsilon(1e-5) < 30 / 2.0  # far below basic composition's Σε
+
+
+def test_rdp_calibration_is_kept_when_chosen_and_tight_needs_less_noise() -> None:
+    rdp = calibrate_noise_multiplier(2.0, 1e-5, 60, kind="rdp")
+    tight = calibrate_noise_multiplier(2.0, 1e-5, 60)
+    acc = Accountant("rdp")
+    assert acc.epsilon_if(PrivacyEvent("gaussian", rdp), 60, 1e-5) <= 2.0
+    assert acc.epsilon_if(PrivacyEvent("gaussian", rdp * 0.999), 60, 1e-5) > 2.0
+    assert tight < rdp
+    assert Accountant().epsilon_if(PrivacyEvent("gaussian", tight), 60, 1e-5) <= 2.0

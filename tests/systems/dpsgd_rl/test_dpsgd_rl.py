@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from privrl.config import ConfigError
@@ -93,13 +94,21 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())["dpsgd"]
     (event,) = rec["events"]
-    direct = RdpAccountant()
-    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+    dp_event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
         event["sampling_probability"], dp_accounting.GaussianDpEvent(event["noise_multiplier"])),
-        event["count"]))
+        event["count"])
+    pld = PLDAccountant(value_discretization_interval=rec["pld_parameters"][
+        "value_discretization_interval"])
+    pld.compose(dp_event)
+    rdp = RdpAccountant()
+    rdp.compose(dp_event)
     assert event["noise_multiplier"] == 0.8 and event["sampling_probability"] == 0.02
     assert event["count"] == min(rec["updates"], 10_000) > 0
-    assert rec["epsilon"] == pytest.approx(direct.get_epsilon(rec["delta"]), rel=1e-12)
+    assert rec["accountant"] == "dp_accounting.pld.PLDAccountant"
+    assert rec["epsilon"] == pytest.approx(pld.get_epsilon(rec["delta"]), rel=1e-12)
+    assert rec["cross_check"]["epsilon"] == pytest.approx(rdp.get_epsilon(rec["delta"]),
+                                                          rel=1e-12)
+    assert rec["epsilon"] < rec["cross_check"]["epsilon"]
     assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
@@ -258,7 +267,11 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
     assert event["count"] == 501
     direct = RdpAccountant()
     direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 501))
-    assert obs["per_episode"]["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    # 501 Gaussian releases at z = 1.5 are exactly one at z = 1.5/√501 (analytic Gaussian).
+    exact = dp_accounting.get_epsilon_gaussian(1.5 / 501 ** 0.5, 1e-5)
+    assert obs["per_episode"]["epsilon"] == pytest.approx(exact, rel=1e-9)
+    assert obs["per_episode"]["cross_check"]["epsilon"] == pytest.approx(
+        direct.get_epsilon(1e-5), rel=1e-12)
     assert obs["per_episode"]["neighbouring_relation"].startswith(
         "replace one: any two states inside the declared box")
     assert obs["per_step"]["epsilon"] == pytest.approx(

@@ -28,7 +28,7 @@ from privrl.config import (
 )
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
-from privrl.privacy.accounting import ACCOUNTANTS
+from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
 
 CARTPOLE_V1 = CartPoleSpec(max_steps=500, gravities=(9.8,))
@@ -58,7 +58,7 @@ class EpisodicConfig(Config):
     delta: float = 1e-5
     target_epsilon: float | None = None  # calibrate σ to this ε before training
     max_epsilon: float | None = None  # stop before an update would exceed this ε
-    accountant: str = "rdp"
+    accountant: str = DEFAULT_ACCOUNTANT
     # LDP on observations
     obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
 

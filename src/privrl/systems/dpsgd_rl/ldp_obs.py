@@ -27,7 +27,7 @@ import jax
 from jax import Array
 
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
-from privrl.privacy.accounting import Accountant
+from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import BoxGaussianMechanism, Mechanism, UnboundedGaussianNoise
 
 MODES = ("none", "sigma", "box")
@@ -77,7 +77,7 @@ class ObservationPrivacy(Config):
         """States one episode hands the learner at most: s₀ at reset and one per step."""
         return max_steps + 1
 
-    def record(self, max_steps: int) -> dict[str, Any]:
+    def record(self, max_steps: int, accountant: str = DEFAULT_ACCOUNTANT) -> dict[str, Any]:
         """privacy.json's part for observations: per-state and per-episode guarantees."""
         mech = self.mechanism()
         if mech is None:
@@ -89,7 +89,7 @@ class ObservationPrivacy(Config):
                     "(the slides' method); no ε can be stated for it."}
         assert isinstance(mech, BoxGaussianMechanism)
         releases = self.releases_per_episode(max_steps)
-        acc = Accountant("rdp", neighbouring=mech.guarantee.neighbouring)
+        acc = Accountant(accountant, neighbouring=mech.guarantee.neighbouring)
         acc.compose(mech.event, releases)
         episode = acc.record(self.delta)
         return {
@@ -104,7 +104,8 @@ class ObservationPrivacy(Config):
                 f"Each released state is ({mech.guarantee.epsilon:.4g}, {self.delta:g})-LDP "
                 f"(states clipped to the box, Gaussian noise std {mech.std:.4g}); all states of "
                 f"one episode together are ({episode['epsilon']:.4g}, {self.delta:g})-LDP "
-                "(RDP composition). Rewards and episode ends are NOT protected."),
+                f"({releases} states composed; {episode['accountant']}). Rewards and episode "
+                "ends are NOT protected."),
         }
 
 

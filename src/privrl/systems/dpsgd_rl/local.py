@@ -125,7 +125,7 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "NO PRIVACY GUARANTEE: DP-SGD with noise multiplier 0 (clipping only); no ε can "
             "be stated." if cfg.dp else "non-private training: no guarantee for the model.",
             formal_guarantee=False, order=["formal_guarantee", "statement"])
-    rec["observations"] = cfg.obs.record(cfg.max_episode_steps)
+    rec["observations"] = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)
     return rec
 
 

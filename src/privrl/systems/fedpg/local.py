@@ -47,7 +47,7 @@ class FedPGRun:
     compile_seconds: float
     rounds_run: int
     releases: np.ndarray  # (trials,) reports each agent of the trial released
-    accounting: dict[str, Any] | None  # gaussian: the RDP account of one agent (most releases)
+    accounting: dict[str, Any] | None  # gaussian: the account of one agent (most releases)
     z: np.ndarray  # (trials, learners, d): the final de-biased parameters (Cen: θ)
 
 
@@ -107,11 +107,11 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
 
 
 def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
-    """Gaussian: the RDP account of an agent that released `releases` reports (one per
-    round); other mechanisms are composed by the ledger."""
+    """Gaussian: the account (by the config's accountant) of an agent that released
+    `releases` reports (one per round); other mechanisms are composed by the ledger."""
     if algo.config.mechanism != "gaussian":
         return None
-    acc = Accountant("rdp", neighbouring=algo.mechanism.guarantee.neighbouring)
+    acc = Accountant(algo.config.accountant, neighbouring=algo.mechanism.guarantee.neighbouring)
     acc.compose(algo.mechanism.event, releases)
     return acc.record(algo.config.delta)
 
@@ -150,7 +150,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
     if cfg.mechanism == "gaussian":
         privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
-                   f"δ = {cfg.delta:g} (RDP accountant), Gaussian σ = "
+                   f"δ = {cfg.delta:g} ({cfg.accountant} accountant), Gaussian σ = "
                    f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
     elif private:
         privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
@@ -189,7 +189,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
 
 def privacy_record(run: FedPGRun) -> dict[str, Any]:
     """privacy.json: the mechanism, each agent's releases, the ledger's (basic) composition and,
-    for the Gaussian mechanism, the RDP account."""
+    for the Gaussian mechanism, the accountant's account."""
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
@@ -206,7 +206,8 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"Gaussian mechanism (L2 clip {cfg.clip:g}, noise std "
                 f"{cfg.noise_multiplier:g}·clip): each release is (ε = {one:.3g}, δ = "
                 f"{cfg.delta:g})-LDP; an agent's {int(run.releases.max())} releases compose "
-                f"under RDP (dp-accounting) to (ε = {run.accounting['epsilon']:.4g}, δ = "
+                f"by the {run.accounting['accountant']} to (ε = "
+                f"{run.accounting['epsilon']:.4g}, δ = "
                 f"{cfg.delta:g})-LDP. The ledger below adds the per-release (ε, δ) (basic "
                 f"composition, looser). {server}").strip()
         if ledger["formal_guarantee"]:
