@@ -231,3 +231,47 @@ def test_rdp_calibration_is_kept_when_chosen_and_tight_needs_less_noise() -> Non
     assert acc.epsilon_if(PrivacyEvent("gaussian", rdp * 0.999), 60, 1e-5) > 2.0
     assert tight < rdp
     assert Accountant().epsilon_if(PrivacyEvent("gaussian", tight), 60, 1e-5) <= 2.0
+
+
+# --- pure ε: the optimal composition beside basic composition ------------------------------
+def _brute_force_delta(epsilon: float, k: int, eps_total: float) -> float:
+    """δ(ε') of k-fold randomized response by enumerating all 2^k outputs (independent of the
+    closed form): Σ_outputs max(0, P(o) − e^ε' Q(o))."""
+    import itertools
+
+    p = math.exp(epsilon) / (1 + math.exp(epsilon))
+    total = 0.0
+    for out in itertools.product((0, 1), repeat=k):
+        ones = sum(out)
+        po = p ** ones * (1 - p) ** (k - ones)
+        qo = (1 - p) ** ones * p ** (k - ones)
+        total += max(0.0, po - math.exp(eps_total) * qo)
+    return total
+
+
+@pytest.mark.parametrize(("epsilon", "k", "delta"), [(0.5, 8, 1e-3), (1.0, 10, 1e-2),
+                                                     (0.2, 12, 1e-4)])
+def test_optimal_composition_matches_brute_force(epsilon: float, k: int, delta: float) -> None:
+    from privrl.privacy.accounting import optimal_pure_composition
+
+    eps = optimal_pure_composition(epsilon, k, delta)
+    assert _brute_force_delta(epsilon, k, eps) <= delta * (1 + 1e-9)
+    assert _brute_force_delta(epsilon, k, eps * (1 - 1e-6)) > delta  # the least such ε'
+    assert eps < k * epsilon
+
+
+def test_optimal_composition_is_below_kov_bound_and_basic() -> None:
+    """KOV's Theorem 3.4 upper bound and basic composition both bound the optimal ε'; one
+    release stays ε (up to the tiny δ)."""
+    from privrl.privacy.accounting import optimal_pure_composition, pure_composition_record
+
+    for eps0, k, delta in [(0.1, 1000, 1e-5), (1 / 3, 300, 1e-5), (2.0, 3, 1e-5)]:
+        opt = optimal_pure_composition(eps0, k, delta)
+        kov = (k * eps0 * math.expm1(eps0) / (math.exp(eps0) + 1) + eps0 * math.sqrt(
+            2 * k * math.log(math.e + math.sqrt(k * eps0 ** 2) / delta)))
+        assert opt <= min(k * eps0, kov)
+    assert optimal_pure_composition(1.0, 1, 1e-5) == pytest.approx(1.0, abs=1e-4)
+    rec = pure_composition_record(0.1, 1000, 1e-5)
+    assert rec["basic"]["epsilon"] == pytest.approx(100.0) and rec["basic"]["delta"] == 0
+    assert rec["optimal"]["epsilon"] == pytest.approx(17.79, abs=0.01)
+    assert rec["enforced_by_ledger"] == "basic"

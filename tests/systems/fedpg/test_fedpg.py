@@ -231,6 +231,10 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     # The releases the run made (counted on the mechanism) are the ones the ledger composed.
     assert laplace.calls == privacy["ledger"]["reports"] == 2 * summary["rounds"]
     assert privacy["epsilon_per_release"] == 0.5
+    composed = privacy["per_agent_composition"]
+    assert composed["basic"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
+    assert composed["optimal"]["epsilon"] <= composed["basic"]["epsilon"]
+    assert composed["optimal"]["delta"] == 1e-5 and "optimal composition" in privacy["statement"]
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
 

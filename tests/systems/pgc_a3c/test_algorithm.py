@@ -114,3 +114,7 @@ def test_releases_made_equal_the_ledger(count_releases):
     assert counter.calls == ledger["reports"] == 27
     assert ledger["reports_per_agent"] == {"min": 3, "max": 3} and ledger["agents"] == 9
     assert ledger["per_agent_epsilon"]["max"] == pytest.approx(6.0)
+    # Beside the ledger's pure ε: the optimal (ε, δ) composition of the 3 reports of ε = 2.
+    composed = privacy_record(out)["per_agent_composition"]
+    assert composed["releases"] == 3 and composed["basic"]["epsilon"] == pytest.approx(6.0)
+    assert composed["optimal"]["epsilon"] <= 6.0 and composed["enforced_by_ledger"] == "basic"

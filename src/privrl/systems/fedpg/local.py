@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.pushsum import push_sum_z
-from privrl.privacy.accounting import Accountant
+from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
@@ -196,6 +196,9 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                  "(x_k, w_k) to its out-neighbours")
     server = ("The server's own SCSG episodes are its own data and are not protected."
               if cfg.algorithm == "cen" else "")
+    most = int(run.releases.max())
+    composed = (pure_composition_record(cfg.epsilon, most, cfg.delta)
+                if cfg.mechanism == "laplace" and most > 0 else None)
 
     def statement(parts: Mapping[str, Any]) -> str:
         ledger = parts["ledger"]
@@ -211,11 +214,15 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"{cfg.delta:g})-LDP. The ledger below adds the per-release (ε, δ) (basic "
                 f"composition, looser). {server}").strip()
         if ledger["formal_guarantee"]:
+            assert composed is not None
+            opt = composed["optimal"]
             return (
                 f"Every agent releases one report per round ({sent}), randomized by the "
                 f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; "
-                f"over the run an agent's releases compose (basic composition) to at most "
-                f"ε = {ledger['per_agent_epsilon']['max']:g}. Everything the "
+                f"over the run an agent's releases compose (basic composition, the pure ε "
+                f"the ledger enforces) to at most ε = {ledger['per_agent_epsilon']['max']:g}, "
+                f"and by the optimal composition theorem to (ε = {opt['epsilon']:.4g}, "
+                f"δ = {opt['delta']:g}). Everything the "
                 f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
                 "post-processing. " + server
             ).strip()
@@ -227,6 +234,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
         statement, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
         with_accounting=True, fields={
             **per_release(run),
+            "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial"})
 
