@@ -275,3 +275,13 @@ def test_optimal_composition_is_below_kov_bound_and_basic() -> None:
     assert rec["basic"]["epsilon"] == pytest.approx(100.0) and rec["basic"]["delta"] == 0
     assert rec["optimal"]["epsilon"] == pytest.approx(17.79, abs=0.01)
     assert rec["enforced_by_ledger"] == "basic"
+
+
+def test_tight_accountant_falls_back_to_rdp_where_a_pld_would_not_fit() -> None:
+    event = PrivacyEvent("gaussian", 0.2, "poisson", 0.0128)
+    acc = Accountant()
+    acc.compose(event, 100)
+    rec = acc.record(1e-5)
+    assert acc.method == "rdp" and "fallback" in rec and "cross_check" not in rec
+    assert rec["epsilon"] == pytest.approx(
+        _direct(RdpAccountant(), (event, 100)).get_epsilon(1e-5), rel=1e-12)
