@@ -162,3 +162,47 @@ def plant_pickle(tmp_path: Path) -> Any:
         return marker
 
     return plant
+
+
+class ReleaseCounter:
+    """How many Reports a mechanism minted while a run was traced and executed.
+
+    The count comes from a `jax.debug.callback` on every Report's value, which fires once per
+    vmapped element and once per loop iteration, so it counts the releases the run made, not
+    the times the code was traced. Read it after `jax.effects_barrier()` (`.calls` does it).
+    """
+
+    def __init__(self) -> None:
+        self._calls = 0
+
+    def add(self, _value: Any) -> None:
+        self._calls += 1
+
+    @property
+    def calls(self) -> int:
+        import jax
+
+        jax.effects_barrier()
+        return self._calls
+
+
+@pytest.fixture
+def count_releases(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`count_releases(MechanismClass, method="privatize")`: wrap that method of the class so
+    that every Report it returns is counted; returns the ReleaseCounter."""
+
+    def install(cls: type, method: str = "privatize") -> ReleaseCounter:
+        import jax
+
+        counter = ReleaseCounter()
+        original = getattr(cls, method)
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            report = original(self, *args, **kwargs)
+            jax.debug.callback(counter.add, report.value)
+            return report
+
+        monkeypatch.setattr(cls, method, counted)
+        return counter
+
+    return install

@@ -95,7 +95,20 @@ SecureNoise = Annotated[bool, typer.Option(
     "--secure-noise",
     help="Float-safe noise: exact discrete Laplace/Gaussian on a grid from the OS CSPRNG, "
     "the input clipped in integers (no low-bit leak; slower; not reproducible; see "
-    "docs/secure-noise.md).")]
+    "docs/secure-noise.md). DP-SGD runs: with --accountant rdp.")]
+
+
+class AccountantName(StrEnum):
+    pld = "pld"
+    rdp = "rdp"
+
+
+AccountantOpt = Annotated[AccountantName, typer.Option(
+    "--accountant",
+    help="pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD "
+    "(a valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
+    "(looser). Calibration (--target-epsilon) uses the same accountant.")]
+
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]

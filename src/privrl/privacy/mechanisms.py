@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from privrl.privacy.accounting import Accountant, PrivacyEvent, gaussian_epsilon
+from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent, gaussian_epsilon
 from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.report import _MINT, Guarantee, Report
@@ -511,7 +511,10 @@ class GaussianSumMechanism(Mechanism):
     @cached_property
     def guarantee(self) -> Guarantee:
         """(ε, δ)-DP of ONE step at `delta`; a run's ε composes its steps with the accountant."""
-        eps = Accountant("rdp").epsilon_if(self.event, 1, self.delta)  # = the discrete one's
+        # secure: the discrete Gaussian's ε is established only through RDP (its own or the
+        # continuous one's, which it never exceeds); otherwise the tight default accountant
+        eps = Accountant("rdp" if self.secure else DEFAULT_ACCOUNTANT).epsilon_if(
+            self.event, 1, self.delta)
         return Guarantee(epsilon=eps, delta=self.delta, notion="(ε, δ)-DP (central, one step)",
                          unit=self.unit, neighbouring="add or remove one example",
                          sensitivity=self.clip, norm="L2")

@@ -23,7 +23,7 @@ import jax
 from jax import Array
 
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
-from privrl.privacy.accounting import ACCOUNTANTS, Accountant
+from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     Mechanism,
@@ -93,7 +93,7 @@ class QNoiseConfig(Config):
     noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
     bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
     delta: float = 1e-5
-    accountant: str = "rdp"
+    accountant: str = DEFAULT_ACCOUNTANT
 
     def validate_noise(self) -> None:
         non_negative("noise_sigma", self.noise_sigma)
@@ -130,7 +130,7 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
         assert isinstance(mech, BoundedQGaussian)
         parties = {}
         for name, count in counts.items():
-            acc = Accountant(cfg.accountant)
+            acc = Accountant(cfg.accountant, neighbouring=mech.guarantee.neighbouring)
             acc.compose(mech.event, count)
             parties[name] = {
                 "unit": f"all of party {name}'s observations and local Q-network parameters "

@@ -148,3 +148,140 @@ def test_unbounded_noise_claims_nothing() -> None:
     assert "unbounded" in mech.guarantee.neighbouring
     with pytest.raises(ValueError):
         UnboundedGaussianNoise((-1.0,))
+
+
+# --- the tight default: analytic Gaussian where exact, PLD otherwise, RDP beside it -------
+def _direct(accountant: dp_accounting.PrivacyAccountant, *events: tuple[PrivacyEvent, int]
+            ) -> dp_accounting.PrivacyAccountant:
+    for event, count in events:
+        accountant.compose(dp_accounting.SelfComposedDpEvent(event.to_dp_event(), count))
+    return accountant
+
+
+def test_default_pld_matches_direct_pld_and_records_rdp_beside_it() -> None:
+    """The issue's dp-dqn example: 162 Poisson-subsampled releases at σ = 1, q = 0.0128."""
+    from dp_accounting.pld import PLDAccountant
+
+    event = PrivacyEvent("gaussian", 1.0, "poisson", 0.0128)
+    acc = Accountant()
+    acc.compose(event, 162)
+    pld = _direct(PLDAccountant(value_discretization_interval=1e-4), (event, 162))
+    rdp = _direct(RdpAccountant(), (event, 162))
+    rec = acc.record(1e-5)
+    assert acc.kind == "pld" and acc.method == "pld"
+    assert rec["epsilon"] == pytest.approx(pld.get_epsilon(1e-5), rel=1e-12)
+    assert rec["cross_check"]["epsilon"] == pytest.approx(rdp.get_epsilon(1e-5), rel=1e-12)
+    assert rec["epsilon"] == pytest.approx(1.087, abs=1e-3) and rec["cross_check"]["epsilon"] \
+        == pytest.approx(1.502, abs=1e-3)  # the issue's numbers: 38 % lower
+    assert rec["pld_parameters"]["value_discretization_interval"] == 1e-4
+    assert rec["pld_parameters"]["pessimistic_estimate"] is True
+
+
+def test_unsampled_gaussians_compose_exactly_by_the_analytic_gaussian() -> None:
+    """k releases at z and m at w are one release at (k/z² + m/w²)^(-1/2), exactly (GDP); the
+    analytic value lies below PLD's pessimistic one (by less than its grid's effect) and RDP."""
+    from dp_accounting.pld import PLDAccountant
+
+    a, b = PrivacyEvent("gaussian", 1.0), PrivacyEvent("gaussian", 2.5)
+    acc = Accountant()
+    acc.compose(a, 40)
+    acc.compose(b, 7)
+    z = (40 / 1.0 + 7 / 2.5 ** 2) ** -0.5
+    exact = dp_accounting.get_epsilon_gaussian(z, 1e-6)
+    pld = _direct(PLDAccountant(value_discretization_interval=1e-4), (a, 40), (b, 7))
+    rdp = _direct(RdpAccountant(), (a, 40), (b, 7))
+    eps = acc.epsilon(1e-6)
+    assert acc.method == "analytic" and eps == pytest.approx(exact, rel=1e-9)
+    assert eps <= pld.get_epsilon(1e-6) <= eps * 1.002
+    assert eps < rdp.get_epsilon(1e-6)
+    assert acc.record(1e-6)["effective_noise_multiplier"] == pytest.approx(z)
+    # The issue's single releases: σ = 0.8 → 5.68 (RDP 6.12); σ = 0.6 → 8.00 (RDP 8.60).
+    assert Accountant().epsilon_if(PrivacyEvent("gaussian", 0.8), 1, 1e-5) == pytest.approx(
+        5.680, abs=1e-3)
+    assert Accountant().epsilon_if(PrivacyEvent("gaussian", 0.6), 1, 1e-5) == pytest.approx(
+        8.004, abs=1e-3)
+
+
+def test_analytic_epsilon_never_falls_below_the_exact_root() -> None:
+    from privrl.privacy.accounting import _gaussian_log_delta
+
+    for z, delta in [(0.3, 1e-5), (1.0, 1e-5), (0.0447, 1e-5), (5.0, 1e-9)]:
+        eps = gaussian_epsilon(z, delta)
+        assert _gaussian_log_delta(z, eps) <= math.log(delta)
+        assert eps == pytest.approx(dp_accounting.get_epsilon_gaussian(z, delta), rel=1e-9)
+
+
+def test_laplace_under_pld_matches_direct_pld() -> None:
+    from dp_accounting.pld import PLDAccountant
+
+    event = PrivacyEvent("laplace", 2.0)
+    acc = Accountant()
+    acc.compose(event, 30)
+    pld = _direct(PLDAccountant(value_discretization_interval=1e-4), (event, 30))
+    assert acc.method == "pld"
+    assert acc.epsilon(1e-5) == pytest.approx(pld.get_epsilon(1e-5), rel=1e-12)
+    assert acc.epsilon(1e-5) < 30 / 2.0  # far below basic composition's Σε
+
+
+def test_rdp_calibration_is_kept_when_chosen_and_tight_needs_less_noise() -> None:
+    rdp = calibrate_noise_multiplier(2.0, 1e-5, 60, kind="rdp")
+    tight = calibrate_noise_multiplier(2.0, 1e-5, 60)
+    acc = Accountant("rdp")
+    assert acc.epsilon_if(PrivacyEvent("gaussian", rdp), 60, 1e-5) <= 2.0
+    assert acc.epsilon_if(PrivacyEvent("gaussian", rdp * 0.999), 60, 1e-5) > 2.0
+    assert tight < rdp
+    assert Accountant().epsilon_if(PrivacyEvent("gaussian", tight), 60, 1e-5) <= 2.0
+
+
+# --- pure ε: the optimal composition beside basic composition ------------------------------
+def _brute_force_delta(epsilon: float, k: int, eps_total: float) -> float:
+    """δ(ε') of k-fold randomized response by enumerating all 2^k outputs (independent of the
+    closed form): Σ_outputs max(0, P(o) − e^ε' Q(o))."""
+    import itertools
+
+    p = math.exp(epsilon) / (1 + math.exp(epsilon))
+    total = 0.0
+    for out in itertools.product((0, 1), repeat=k):
+        ones = sum(out)
+        po = p ** ones * (1 - p) ** (k - ones)
+        qo = (1 - p) ** ones * p ** (k - ones)
+        total += max(0.0, po - math.exp(eps_total) * qo)
+    return total
+
+
+@pytest.mark.parametrize(("epsilon", "k", "delta"), [(0.5, 8, 1e-3), (1.0, 10, 1e-2),
+                                                     (0.2, 12, 1e-4)])
+def test_optimal_composition_matches_brute_force(epsilon: float, k: int, delta: float) -> None:
+    from privrl.privacy.accounting import optimal_pure_composition
+
+    eps = optimal_pure_composition(epsilon, k, delta)
+    assert _brute_force_delta(epsilon, k, eps) <= delta * (1 + 1e-9)
+    assert _brute_force_delta(epsilon, k, eps * (1 - 1e-6)) > delta  # the least such ε'
+    assert eps < k * epsilon
+
+
+def test_optimal_composition_is_below_kov_bound_and_basic() -> None:
+    """KOV's Theorem 3.4 upper bound and basic composition both bound the optimal ε'; one
+    release stays ε (up to the tiny δ)."""
+    from privrl.privacy.accounting import optimal_pure_composition, pure_composition_record
+
+    for eps0, k, delta in [(0.1, 1000, 1e-5), (1 / 3, 300, 1e-5), (2.0, 3, 1e-5)]:
+        opt = optimal_pure_composition(eps0, k, delta)
+        kov = (k * eps0 * math.expm1(eps0) / (math.exp(eps0) + 1) + eps0 * math.sqrt(
+            2 * k * math.log(math.e + math.sqrt(k * eps0 ** 2) / delta)))
+        assert opt <= min(k * eps0, kov)
+    assert optimal_pure_composition(1.0, 1, 1e-5) == pytest.approx(1.0, abs=1e-4)
+    rec = pure_composition_record(0.1, 1000, 1e-5)
+    assert rec["basic"]["epsilon"] == pytest.approx(100.0) and rec["basic"]["delta"] == 0
+    assert rec["optimal"]["epsilon"] == pytest.approx(17.79, abs=0.01)
+    assert rec["enforced_by_ledger"] == "basic"
+
+
+def test_tight_accountant_falls_back_to_rdp_where_a_pld_would_not_fit() -> None:
+    event = PrivacyEvent("gaussian", 0.2, "poisson", 0.0128)
+    acc = Accountant()
+    acc.compose(event, 100)
+    rec = acc.record(1e-5)
+    assert acc.method == "rdp" and "fallback" in rec and "cross_check" not in rec
+    assert rec["epsilon"] == pytest.approx(
+        _direct(RdpAccountant(), (event, 100)).get_epsilon(1e-5), rel=1e-12)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import dp_accounting
 import jax
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from privrl.config import ConfigError
@@ -26,7 +28,7 @@ from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, sample_poisson
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
-from privrl.systems.dpsgd_rl.local import run_episodic
+from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 
@@ -92,16 +94,34 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())["dpsgd"]
     (event,) = rec["events"]
-    direct = RdpAccountant()
-    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+    dp_event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
         event["sampling_probability"], dp_accounting.GaussianDpEvent(event["noise_multiplier"])),
-        event["count"]))
+        event["count"])
+    pld = PLDAccountant(value_discretization_interval=rec["pld_parameters"][
+        "value_discretization_interval"])
+    pld.compose(dp_event)
+    rdp = RdpAccountant()
+    rdp.compose(dp_event)
     assert event["noise_multiplier"] == 0.8 and event["sampling_probability"] == 0.02
     assert event["count"] == min(rec["updates"], 10_000) > 0
-    assert rec["epsilon"] == pytest.approx(direct.get_epsilon(rec["delta"]), rel=1e-12)
+    assert rec["accountant"] == "dp_accounting.pld.PLDAccountant"
+    assert rec["epsilon"] == pytest.approx(pld.get_epsilon(rec["delta"]), rel=1e-12)
+    assert rec["cross_check"]["epsilon"] == pytest.approx(rdp.get_epsilon(rec["delta"]),
+                                                          rel=1e-12)
+    assert rec["epsilon"] < rec["cross_check"]["epsilon"]
     assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
+
+
+def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guarantee's δ is the accountant's δ plus DQN's batch-truncation term (tiny at the
+    defaults, so it is forced here to a value the statement's digits show)."""
+    monkeypatch.setattr(DQNConfig, "truncation_delta", lambda self, updates: 2e-6)
+    rec = privacy_record(DQN(DQNConfig(dp=True, noise_multiplier=1.0, episodes=2)), 100)
+    dp = rec["dpsgd"]
+    assert dp["total_delta"] == pytest.approx(1.2e-5)
+    assert ", 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
@@ -244,9 +264,18 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
     rec = json.loads((out / "privacy.json").read_text())
     obs = rec["observations"]
     assert obs["formal_guarantee"]
+    # A 500-step episode hands the learner 501 states: s₀ at reset, then one per step.
+    (event,) = obs["per_episode"]["events"]
+    assert event["count"] == 501
     direct = RdpAccountant()
-    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 500))
-    assert obs["per_episode"]["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 501))
+    # 501 Gaussian releases at z = 1.5 are exactly one at z = 1.5/√501 (analytic Gaussian).
+    exact = dp_accounting.get_epsilon_gaussian(1.5 / 501 ** 0.5, 1e-5)
+    assert obs["per_episode"]["epsilon"] == pytest.approx(exact, rel=1e-9)
+    assert obs["per_episode"]["cross_check"]["epsilon"] == pytest.approx(
+        direct.get_epsilon(1e-5), rel=1e-12)
+    assert obs["per_episode"]["neighbouring_relation"].startswith(
+        "replace one: any two states inside the declared box")
     assert obs["per_step"]["epsilon"] == pytest.approx(
         dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
     assert "NOT protected" in obs["statement"]
@@ -277,3 +306,38 @@ def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:
     with pytest.raises(ConfigError) as e:
         ReinforceConfig(noise="secret", obs=ObservationPrivacy(mode="sigma", sigma=0.1)).validate()
     assert e.value.field == "noise"
+
+
+# --- releases made vs releases accounted -----------------------------------------------------
+def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None:
+    """Wrap both mechanisms of a DP-SGD REINFORCE run that also sees box-LDP states and count
+    the Reports they minted: one DP-SGD release per episode (privacy.json: one per unit), and
+    L + 1 states per episode of L steps (train and evaluation episodes alike), so an episode
+    at the step cap releases max_episode_steps + 1 states, the count privacy.json composes."""
+    from privrl.privacy.mechanisms import GaussianSumMechanism
+
+    dpsgd = count_releases(GaussianSumMechanism)
+    states = count_releases(BoxGaussianMechanism)
+    cfg = ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=3, max_episode_steps=6,
+                          hidden=4, obs=ObservationPrivacy(mode="box"))
+    out = run_episodic(Reinforce(cfg), "dp-reinforce")
+    (dp_event,) = out.privacy["dpsgd"]["events"]
+    assert dpsgd.calls == int(out.updates[0]) == 3 and dp_event["count"] == 1
+    lengths = np.concatenate([out.train_returns[0], out.eval_returns[0]])
+    assert states.calls == int((lengths + 1).sum())
+    (obs_event,) = out.privacy["observations"]["per_episode"]["events"]
+    assert lengths.max() == 6 and obs_event["count"] == 6 + 1
+
+
+def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
+    """A batch of one from the first step on: every step makes one DP-SGD release (counted on
+    the mechanism), and a transition's account composes min(updates, buffer_size) of them."""
+    from privrl.privacy.mechanisms import GaussianSumMechanism
+
+    counter = count_releases(GaussianSumMechanism, "privatize_dense")
+    cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
+                    hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
+    out = run_episodic(DQN(cfg), "dp-dqn")
+    (event,) = out.privacy["dpsgd"]["events"]
+    assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
+    assert event["count"] == 16 and event["sampling_probability"] == 1 / 16

@@ -158,9 +158,12 @@ def test_gaussian_total_epsilon_is_calibrated_over_the_most_rounds():
 
     cfg = FedPGConfig(mechanism="gaussian", epsilon=5.0, clip=1.0, budget=300).resolved()
     mech = FedPG(cfg).mechanism
-    acc = Accountant("rdp")
+    acc = Accountant()  # the default: exact analytic Gaussian composition
     acc.compose(mech.event, cfg.max_rounds())
-    assert 4.9 < acc.epsilon(1e-5) <= 5.0
+    assert 4.9999 < acc.epsilon(1e-5) <= 5.0
+    rdp = Accountant("rdp")
+    rdp.compose(mech.event, cfg.max_rounds())
+    assert rdp.epsilon(1e-5) > 5.0  # RDP would state more for the same σ
     assert cfg.noise_multiplier == pytest.approx(2 * mech.event.noise_multiplier)
 
 
@@ -190,6 +193,8 @@ def no_compute(monkeypatch):
          "--noise-multiplier"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "1e-9"], "--epsilon"),
         (["fedpg-dec", "--secure-noise"], "--secure-noise"),
+        (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "5", "--secure-noise"],
+         "--accountant"),  # the discrete Gaussian is accounted by RDP only
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
@@ -201,7 +206,10 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_comput
     assert not out.exists()
 
 
-def test_cli_runs_write_the_results_directory(tmp_path, capsys):
+def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
+    from privrl.privacy.mechanisms import LaplaceMechanism
+
+    laplace = count_releases(LaplaceMechanism)
     # Cen without a mechanism: no guarantee, and privacy.json says so.
     out = tmp_path / "cen"
     assert cli.main(["run", "fedpg-cen", "--agents", "2", "--budget", "40",
@@ -223,6 +231,13 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys):
     assert privacy["ledger"]["formal_guarantee"] is True
     assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(0.5 * summary["rounds"])
     assert privacy["ledger"]["agents"] == 2
+    # The releases the run made (counted on the mechanism) are the ones the ledger composed.
+    assert laplace.calls == privacy["ledger"]["reports"] == 2 * summary["rounds"]
+    assert privacy["epsilon_per_release"] == 0.5
+    composed = privacy["per_agent_composition"]
+    assert composed["basic"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
+    assert composed["optimal"]["epsilon"] <= composed["basic"]["epsilon"]
+    assert composed["optimal"]["delta"] == 1e-5 and "optimal composition" in privacy["statement"]
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
 
@@ -246,3 +261,39 @@ def test_reproduce_bad_input_one_line_exit_2(args, option, capsys, tmp_path, mon
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and option in err, err
     assert not out.exists()
+
+
+# --- releases made vs releases accounted -----------------------------------------------------
+TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
+            max_episode_steps=20, budget=12)
+
+
+def test_gaussian_releases_made_equal_the_events_in_privacy_json(count_releases):
+    """Wrap the mechanism, run, count the Reports it minted: privacy.json composes exactly
+    that many releases per agent, its ε recomputes from its events, and epsilon_per_release is
+    one release's ε (not the run's target ε, which it once was)."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    from privrl.privacy.mechanisms import GaussianMechanism
+
+    counter = count_releases(GaussianMechanism)
+    cfg = FedPGConfig(algorithm="cen", mechanism="gaussian", epsilon=10.0, clip=1.0,
+                      **TINY).resolved()
+    run = runner.run_fedpg(cfg)
+    rec = runner.privacy_record(run)
+    (event,) = rec["accounting"]["events"]
+    assert counter.calls == cfg.agents * event["count"] == rec["ledger"]["reports"] > 0
+    assert rec["releases_per_agent"] == {"min": event["count"], "max": event["count"]}
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(event["noise_multiplier"]), event["count"]))
+    exact = dp_accounting.get_epsilon_gaussian(
+        event["noise_multiplier"] / event["count"] ** 0.5, 1e-5)
+    assert rec["accounting"]["epsilon"] == pytest.approx(exact, rel=1e-9)
+    assert rec["accounting"]["cross_check"]["epsilon"] == pytest.approx(
+        direct.get_epsilon(1e-5), rel=1e-12)
+    one = dp_accounting.get_epsilon_gaussian(cfg.noise_multiplier / 2, 1e-5)
+    assert rec["epsilon_per_release"] == pytest.approx(one, rel=1e-9) and one < 10.0 / 2
+    assert rec["delta_per_release"] == 1e-5
+

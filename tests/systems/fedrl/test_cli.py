@@ -8,6 +8,7 @@ import pytest
 
 from privrl import main as cli
 from privrl.systems.fedrl import local as grid
+from privrl.systems.fedrl.algorithm import FedRLConfig
 
 
 @pytest.fixture
@@ -46,7 +47,24 @@ def test_bad_maps_file_names_the_file(tmp_path, capsys, no_compute):
     assert str(bad) in err and "images must have shape (M, 8, 8)" in err
 
 
-def test_tiny_run_writes_results(tmp_path, capsys):
+def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
+    import jax
+
+    from privrl.federation.vertical import Channel
+
+    # Count the Q vectors each party actually sends the other (rows of C_beta / C_alpha
+    # messages, counted when they run: once per vmapped seed and scanned step).
+    sent = {"alpha": 0, "beta": 0}
+    send = Channel.send
+
+    def counted(self, sender, receiver, kind, payload):
+        if kind in ("C_alpha", "C_beta"):
+            def add(v, who=sender):
+                sent[who] += v.shape[0]
+            jax.debug.callback(add, payload)
+        return send(self, sender, receiver, kind, payload)
+
+    monkeypatch.setattr(Channel, "send", counted)
     out = tmp_path / "run"
     code = cli.main(["run", "fedrl", "--bounded", "2", "--epochs", "1",
                      "--updates-per-epoch", "20", "--generated-maps", "40", "--buffer-size",
@@ -58,6 +76,16 @@ def test_tiny_run_writes_results(tmp_path, capsys):
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["formal_guarantee"] is True
     assert privacy["parties"]["beta"]["events"][0]["count"] == privacy["releases"]["beta"]
+    assert privacy["parties"]["alpha"]["events"][0]["count"] == privacy["releases"]["alpha"]
+    # The releases the run made are the ones privacy.json composes, party by party: β's
+    # exactly, once test-clean's un-noised C_beta (no guarantee claimed) are set apart; α's
+    # 20 steps × batch rows of C_alpha, its evaluation outputs (which stay with α) being
+    # counted as releases too, conservatively.
+    jax.effects_barrier()
+    cfg = FedRLConfig(generated_maps=40)
+    clean = grid.load_splits(cfg).test.count * cfg.spec().horizon
+    assert sent["beta"] - clean == privacy["releases"]["beta"]
+    assert sent["alpha"] == 20 * cfg.batch_size <= privacy["releases"]["alpha"]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["test"]) == {"test-noise", "test-clean"}
     assert "LDP" in capsys.readouterr().out

@@ -172,7 +172,7 @@ def test_privacy_json_bounded_mode_composes_every_release():
     rec = algo.privacy_record(100, 2, 10, 10)
     assert rec["formal_guarantee"] is True
     for party, count in rec["releases"].items():
-        acc = Accountant("rdp")
+        acc = Accountant()
         acc.compose(algo.mechanism.event, count)
         assert rec["parties"][party]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
         assert rec["parties"][party]["events"][0]["noise_multiplier"] == pytest.approx(0.2)

@@ -101,3 +101,20 @@ def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
             assert early.submitted[k] == cfg.submissions
     assert early.ledger.num_reports == int(early.submitted.sum())
     assert early.ledger.num_reports < full.ledger.num_reports
+
+
+def test_releases_made_equal_the_ledger(count_releases):
+    """Wrap the mechanism and count the Reports it minted: exactly the submissions the ledger
+    composed (full rounds only, so that no padded agent slot mints a discarded report)."""
+    counter = count_releases(LaplaceMechanism)
+    cfg = PGCA3CConfig(mechanism="laplace", epsilon=6.0, trials=1, submissions=27,
+                       submissions_per_agent=3, hidden=4, max_episode_steps=10)
+    out = run_pgc_a3c(cfg)
+    ledger = out.ledger.summary()
+    assert counter.calls == ledger["reports"] == 27
+    assert ledger["reports_per_agent"] == {"min": 3, "max": 3} and ledger["agents"] == 9
+    assert ledger["per_agent_epsilon"]["max"] == pytest.approx(6.0)
+    # Beside the ledger's pure ε: the optimal (ε, δ) composition of the 3 reports of ε = 2.
+    composed = privacy_record(out)["per_agent_composition"]
+    assert composed["releases"] == 3 and composed["basic"]["epsilon"] == pytest.approx(6.0)
+    assert composed["optimal"]["epsilon"] <= 6.0 and composed["enforced_by_ledger"] == "basic"

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from privrl.cli import (
+    AccountantName,
+    AccountantOpt,
     Noise,
     Out,
     Resume,
@@ -28,11 +30,6 @@ run_app, reproduce_app = system_apps()
 Seeds = Annotated[int, typer.Option(help="Independent seeds, run vectorized.")]
 Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
 Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
-
-
-class Accountant(StrEnum):
-    rdp = "rdp"
-    pld = "pld"
 
 
 class ObsMode(StrEnum):
@@ -111,8 +108,7 @@ def run_dp_reinforce(
         help="Refuse any update that would take an episode's ε above this.")] = None,
     clip: Annotated[float, typer.Option(help="C: L2 bound of each episode's gradient.")] = 1.0,
     delta: Delta = 1e-5,
-    accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
-                          ] = Accountant.rdp,
+    accountant: AccountantOpt = AccountantName.pld,
     batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
     secure_noise: SecureNoise = False, noise: Noise = None,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
@@ -161,11 +157,10 @@ def run_dp_dqn(
         help="Default: the preset's (paper 1e-4, dp-sgd 0.003).")] = None,
     momentum: Annotated[float | None, typer.Option(
         help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
-    accountant: Annotated[Accountant, typer.Option(help="dp-accounting accountant.")
-                          ] = Accountant.rdp,
+    accountant: AccountantOpt = AccountantName.pld,
     secure_noise: Annotated[bool, typer.Option(
         "--secure-noise", help="Float-safe discrete Gaussian noise from the OS CSPRNG "
-        "(docs/secure-noise.md); needs --q 1 (no subsampling).")] = False,
+        "(docs/secure-noise.md); needs --q 1 (no subsampling) and --accountant rdp.")] = False,
     noise: Noise = None,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,

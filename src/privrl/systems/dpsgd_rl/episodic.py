@@ -28,7 +28,7 @@ from privrl.config import (
 )
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
-from privrl.privacy.accounting import ACCOUNTANTS
+from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.noise import NOISE_MODES
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
 
@@ -59,7 +59,7 @@ class EpisodicConfig(Config):
     delta: float = 1e-5
     target_epsilon: float | None = None  # calibrate σ to this ε before training
     max_epsilon: float | None = None  # stop before an update would exceed this ε
-    accountant: str = "rdp"
+    accountant: str = DEFAULT_ACCOUNTANT
     # Float-safe DP-SGD noise (discrete Gaussian from the OS CSPRNG; privrl.privacy.secure)
     secure_noise: bool = False
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
@@ -91,8 +91,8 @@ class EpisodicConfig(Config):
                 fail("secure_noise", "float-safe noise is for DP-SGD runs (dp)")
             if self.accountant != "rdp":
                 fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
-                                   "accountant only: CKS20 bound its Rényi divergences, not "
-                                   "its privacy-loss distribution")
+                                   "accountant only (choose rdp): CKS20 bound its Rényi "
+                                   "divergences, not its privacy-loss distribution")
         in_range("gamma", self.gamma, 0, 1, low_open=True)
         positive("learning_rate", self.learning_rate)
         with within("obs"):

@@ -9,7 +9,8 @@ Two modes:
 * "box" (ours, formal): clip each state into a declared box, then add Gaussian noise with std =
   noise_multiplier × the box's diagonal (the L2 sensitivity between any two states in the box).
   Each released state is (ε₀, δ₀)-LDP; an episode's states together are (ε, δ)-LDP by
-  composing its steps with the accountant.
+  composing its releases with the accountant. An episode of T steps releases T + 1 states
+  (s₀ at reset, then one per step), so a `max_steps` episode composes max_steps + 1 releases.
 
 What is protected: the learner only ever sees the noisy states. What is NOT protected: the
 rewards and episode ends (in CartPole an episode ends when the TRUE state leaves its bounds, so
@@ -26,7 +27,7 @@ import jax
 from jax import Array
 
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
-from privrl.privacy.accounting import Accountant
+from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import BoxGaussianMechanism, Mechanism, UnboundedGaussianNoise
 
 MODES = ("none", "sigma", "box")
@@ -71,8 +72,13 @@ class ObservationPrivacy(Config):
             return UnboundedGaussianNoise(tuple(self.sigma * q for q in self.iqr))
         return None
 
-    def record(self, max_steps: int) -> dict[str, Any]:
-        """privacy.json's part for observations: per-step and per-episode guarantees."""
+    @staticmethod
+    def releases_per_episode(max_steps: int) -> int:
+        """States one episode hands the learner at most: s₀ at reset and one per step."""
+        return max_steps + 1
+
+    def record(self, max_steps: int, accountant: str = DEFAULT_ACCOUNTANT) -> dict[str, Any]:
+        """privacy.json's part for observations: per-state and per-episode guarantees."""
         mech = self.mechanism()
         if mech is None:
             return {"mode": self.mode, "statement": "no observation noise: the learner sees the "
@@ -82,8 +88,9 @@ class ObservationPrivacy(Config):
                     "statement": "NO FORMAL GUARANTEE: Gaussian noise σ·IQR on unbounded states "
                     "(the slides' method); no ε can be stated for it."}
         assert isinstance(mech, BoxGaussianMechanism)
-        acc = Accountant("rdp")
-        acc.compose(mech.event, max_steps)
+        releases = self.releases_per_episode(max_steps)
+        acc = Accountant(accountant, neighbouring=mech.guarantee.neighbouring)
+        acc.compose(mech.event, releases)
         episode = acc.record(self.delta)
         return {
             "mode": "box",
@@ -91,12 +98,14 @@ class ObservationPrivacy(Config):
             "formal_guarantee": True,
             "per_step": {"epsilon": mech.guarantee.epsilon, "delta": self.delta,
                          "how": "analytic Gaussian mechanism (dp_accounting.get_epsilon_gaussian)"},
-            "per_episode": {**episode, "unit": f"the states of one episode (up to {max_steps})"},
+            "per_episode": {**episode, "unit": f"the states of one episode (up to {releases}: "
+                                               f"s₀ and one per step of at most {max_steps})"},
             "statement": (
                 f"Each released state is ({mech.guarantee.epsilon:.4g}, {self.delta:g})-LDP "
                 f"(states clipped to the box, Gaussian noise std {mech.std:.4g}); all states of "
                 f"one episode together are ({episode['epsilon']:.4g}, {self.delta:g})-LDP "
-                "(RDP composition). Rewards and episode ends are NOT protected."),
+                f"({releases} states composed; {episode['accountant']}). Rewards and episode "
+                "ends are NOT protected."),
         }
 
 

@@ -115,10 +115,15 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
                 "max_batch": cfg.max_batch}
                if hasattr(cfg, "truncation_delta") else {"total_delta": cfg.delta}),
         }
+        # The guarantee's δ is the total: the accountant's δ plus, for DQN, the probability
+        # that a Poisson batch was truncated.
         seeded = record_mode(cfg.noise, cfg.secure_noise) == "seeded"
         rec["dpsgd"] = build_privacy_record(
-            lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, {cfg.delta:g})-DP "
-                           f"for {algo.unit}, accountant {cfg.accountant}."
+            lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, "
+                           f"{last['total_delta']:.4g})-DP for {algo.unit}, accountant "
+                           f"{cfg.accountant} (δ = {cfg.delta:g} from the accountant"
+                           + (f" + {last['delta_batch_truncation']:.3g} for batch truncation"
+                              if "delta_batch_truncation" in last else "") + ")."
                            + (" SIMULATION ONLY: the noise is reproducible from the seed in "
                               "config.json." if seeded else "")),
             accountant=cfg.accountant_for(updates), delta=cfg.delta, formal_guarantee=True,
@@ -129,7 +134,7 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "NO PRIVACY GUARANTEE: DP-SGD with noise multiplier 0 (clipping only); no ε can "
             "be stated." if cfg.dp else "non-private training: no guarantee for the model.",
             formal_guarantee=False, order=["formal_guarantee", "statement"])
-    rec["observations"] = cfg.obs.record(cfg.max_episode_steps)
+    rec["observations"] = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)
     if cfg.private:
         rec.update(noise_fields(record_mode(cfg.noise, cfg.secure_noise)))
     elif cfg.obs.mode == "box":

@@ -145,7 +145,8 @@ def write_report(cfg: SweepConfig, path: Path) -> str:
              f"CartPole-v1, solved = mean of 25 consecutive greedy evaluation episodes ≥ 475, "
              f"at most {cfg.episodes} training episodes; DP-SGD: C = {cfg.clip_reinforce:g} "
              f"(REINFORCE), {cfg.clip_dqn:g} (DQN), "
-             f"δ = {cfg.delta:g}, RDP accountant. Episodes until solved: median over the seeds "
+             f"δ = {cfg.delta:g}, accountant pld (exact analytic Gaussian for REINFORCE, "
+             "dp-accounting's PLD for DQN). Episodes until solved: median over the seeds "
              "that solved (solved/seeds); — if none.", ""]
     for alg in cfg.algorithms:
         lines += [f"## {alg.upper() if alg == 'dqn' else 'REINFORCE'}", "",

@@ -61,7 +61,12 @@ from privrl.losses import (
     whiten,
 )
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.accounting import CalibrationError, calibrate_noise_multiplier
+from privrl.privacy.accounting import (
+    ACCOUNTANTS,
+    DEFAULT_ACCOUNTANT,
+    CalibrationError,
+    calibrate_noise_multiplier,
+)
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     IdentityMechanism,
@@ -89,7 +94,8 @@ class FedPGConfig(Config):
     Privacy (what each agent sends, once per round): laplace: `epsilon` per release, composed
     by the ledger; gaussian: L2 clip `clip` and `noise_multiplier` σ (noise std σ·clip), or
     instead `epsilon` = each agent's total budget at `delta` over the run, for which σ is
-    calibrated with dp-accounting (RDP) over the most rounds the budget allows.
+    calibrated over the most rounds the budget allows, by `accountant` (pld: the exact
+    analytic Gaussian composition; rdp: RDP), the one that also states the run's ε.
     """
 
     algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
@@ -117,6 +123,7 @@ class FedPGConfig(Config):
     clip: float | None = None
     noise_multiplier: float | None = None  # gaussian only
     delta: float = 1e-5  # gaussian only
+    accountant: str = DEFAULT_ACCOUNTANT  # gaussian only: pld (exact here) | rdp
     target_return: float = 475.0
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
@@ -142,12 +149,17 @@ class FedPGConfig(Config):
         check_preset(self.preset, PRESETS)
         one_of("topology", self.topology, TOPOLOGIES)
         one_of("mechanism", self.mechanism, MECHANISMS)
+        one_of("accountant", self.accountant, ACCOUNTANTS)
         one_of("importance", self.importance, IMPORTANCE)
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism == "none":
             fail("secure_noise", "mechanism='none' adds no noise; choose laplace or gaussian")
+        if self.secure_noise and self.mechanism == "gaussian" and self.accountant != "rdp":
+            fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
+                               "accountant only (choose rdp): CKS20 bound its Rényi "
+                               "divergences, not its privacy-loss distribution")
         integer("agents", self.agents)
         integer("batch_min", self.batch_min)
         integer("batch_max", self.batch_max)
@@ -210,7 +222,8 @@ class FedPGConfig(Config):
         try:
             # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
             # 2·clip, so the mechanism's σ (std / clip) is twice it.
-            z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds())
+            z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
+                                           kind=self.accountant)
         except CalibrationError as e:
             fail("epsilon", str(e))
         return replace(self, noise_multiplier=2.0 * z)

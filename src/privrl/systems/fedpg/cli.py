@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from privrl.cli import (
+    AccountantName,
+    AccountantOpt,
     AddressOpt,
     Noise,
     NoiseMode,
@@ -49,7 +51,7 @@ class FedPGTopology(StrEnum):
 _FEDPG_MECHANISM_HELP = (
     "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
     "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release) or "
-    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by an RDP accountant).")
+    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant).")
 
 
 def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
@@ -72,7 +74,7 @@ def _fedpg_common(
     agents: int, budget: int, trials: int, batch_min: int, batch_max: int, minibatch: int,
     learning_rate: float, importance: str, importance_clip: float | None,
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
-    noise_multiplier: float | None, delta: float, gravities: str,
+    noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
 ) -> dict:
     from privrl.config import ConfigError
 
@@ -87,7 +89,8 @@ def _fedpg_common(
                 importance=importance, importance_clip=importance_clip,
                 mechanism=mechanism.value, epsilon=epsilon,
                 clip=clip if clip is not None else clip_default, seed=seed,
-                noise_multiplier=noise_multiplier, delta=delta, gravities=grav)
+                noise_multiplier=noise_multiplier, delta=delta, gravities=grav,
+                accountant=accountant)
 
 
 def _noise(noise: NoiseMode | None) -> str | None:
@@ -132,6 +135,7 @@ def run_fedpg_cen_command(
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
+    accountant: AccountantOpt = AccountantName.pld,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -142,7 +146,8 @@ def run_fedpg_cen_command(
 
     cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
-        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
+        accountant.value))
     check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
@@ -165,6 +170,7 @@ def run_fedpg_dec_command(
     epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
+    accountant: AccountantOpt = AccountantName.pld,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -183,7 +189,8 @@ def run_fedpg_dec_command(
                         secure_noise=secure_noise,
                         **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
-        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities))
+        importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
+        accountant.value))
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running

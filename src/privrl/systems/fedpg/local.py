@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.pushsum import push_sum_z
-from privrl.privacy.accounting import Accountant
+from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
@@ -48,7 +48,7 @@ class FedPGRun:
     compile_seconds: float
     rounds_run: int
     releases: np.ndarray  # (trials,) reports each agent of the trial released
-    accounting: dict[str, Any] | None  # gaussian: the RDP account of one agent (most releases)
+    accounting: dict[str, Any] | None  # gaussian: the account of one agent (most releases)
     z: np.ndarray  # (trials, learners, d): the final de-biased parameters (Cen: θ)
 
 
@@ -110,11 +110,11 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
 
 
 def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
-    """Gaussian: the RDP account of an agent that released `releases` reports (one per
-    round); other mechanisms are composed by the ledger."""
+    """Gaussian: the account (by the config's accountant) of an agent that released
+    `releases` reports (one per round); other mechanisms are composed by the ledger."""
     if algo.config.mechanism != "gaussian":
         return None
-    acc = Accountant("rdp")
+    acc = Accountant(algo.config.accountant, neighbouring=algo.mechanism.guarantee.neighbouring)
     acc.compose(algo.mechanism.event, releases)
     return acc.record(algo.config.delta)
 
@@ -153,7 +153,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
     if cfg.mechanism == "gaussian":
         privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
-                   f"δ = {cfg.delta:g} (RDP accountant), Gaussian σ = "
+                   f"δ = {cfg.delta:g} ({cfg.accountant} accountant), Gaussian σ = "
                    f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
     elif private:
         privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
@@ -193,13 +193,16 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
 
 def privacy_record(run: FedPGRun) -> dict[str, Any]:
     """privacy.json: the mechanism, each agent's releases, the ledger's (basic) composition and,
-    for the Gaussian mechanism, the RDP account."""
+    for the Gaussian mechanism, the accountant's account."""
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
                  "(x_k, w_k) to its out-neighbours")
     server = ("The server's own SCSG episodes are its own data and are not protected."
               if cfg.algorithm == "cen" else "")
+    most = int(run.releases.max())
+    composed = (pure_composition_record(cfg.epsilon, most, cfg.delta)
+                if cfg.mechanism == "laplace" and most > 0 else None)
 
     def statement(parts: Mapping[str, Any]) -> str:
         ledger = parts["ledger"]
@@ -210,15 +213,20 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"Gaussian mechanism (L2 clip {cfg.clip:g}, noise std "
                 f"{cfg.noise_multiplier:g}·clip): each release is (ε = {one:.3g}, δ = "
                 f"{cfg.delta:g})-LDP; an agent's {int(run.releases.max())} releases compose "
-                f"under RDP (dp-accounting) to (ε = {run.accounting['epsilon']:.4g}, δ = "
+                f"by the {run.accounting['accountant']} to (ε = "
+                f"{run.accounting['epsilon']:.4g}, δ = "
                 f"{cfg.delta:g})-LDP. The ledger below adds the per-release (ε, δ) (basic "
                 f"composition, looser). {server}").strip()
         if ledger["formal_guarantee"]:
+            assert composed is not None
+            opt = composed["optimal"]
             return (
                 f"Every agent releases one report per round ({sent}), randomized by the "
                 f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; "
-                f"over the run an agent's releases compose (basic composition) to at most "
-                f"ε = {ledger['per_agent_epsilon']['max']:g}. Everything the "
+                f"over the run an agent's releases compose (basic composition, the pure ε "
+                f"the ledger enforces) to at most ε = {ledger['per_agent_epsilon']['max']:g}, "
+                f"and by the optimal composition theorem to (ε = {opt['epsilon']:.4g}, "
+                f"δ = {opt['delta']:g}). Everything the "
                 f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
                 "post-processing. " + server
             ).strip()
@@ -236,10 +244,20 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
     return build_privacy_record(
         stated, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
         with_accounting=True, fields={
-            "epsilon_per_release": cfg.epsilon,
+            **per_release(run),
+            "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def per_release(run: FedPGRun) -> dict[str, Any]:
+    """The (ε, δ) of ONE release, read off the mechanism (for the Gaussian mechanism the
+    configured ε is the whole run's target, not a release's)."""
+    if not run.mechanism.get("private", False):
+        return {"epsilon_per_release": None, "delta_per_release": None}
+    return {"epsilon_per_release": run.mechanism["epsilon"],
+            "delta_per_release": run.mechanism["delta"]}
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:

@@ -32,7 +32,8 @@ class FedPGSweep(Config):
     agents: int = 10
     seed: int = 0
     # Private variants of FedPG-Cen and FedPG-Dec (ring): Gaussian with each agent's total ε
-    # (δ = 1e-5, RDP), and Laplace with ε per release (composed: ε × rounds).
+    # (δ = 1e-5, exact analytic Gaussian composition), and Laplace with ε per release
+    # (composed: ε × rounds).
     gaussian_epsilons: tuple[float, ...] = (10.0, 100.0)
     laplace_epsilons: tuple[float, ...] = (100.0,)
     clip: float = 1.0
@@ -111,7 +112,7 @@ def table_markdown(cfg: FedPGSweep, summaries: dict[str, dict[str, Any]]) -> str
         if s["mechanism"] == "none":
             privacy = "none"
         elif s["mechanism"] == "gaussian":
-            privacy = f"Gaussian, ε = {s['epsilon_per_agent']:.3g} at δ = 1e-5 (RDP)"
+            privacy = f"Gaussian, ε = {s['epsilon_per_agent']:.3g} at δ = 1e-5"
         else:
             privacy = (f"Laplace, ε = {s['epsilon_per_agent'] / s['rounds_max']:g} per release, "
                        f"{s['epsilon_per_agent']:,.0f} composed")
