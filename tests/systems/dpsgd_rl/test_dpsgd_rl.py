@@ -145,7 +145,7 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
     (["run", "dp-reinforce", "--clip", "0"], "--clip"),
     (["run", "dp-reinforce", "--secure-noise", "--accountant", "pld"], "--accountant"),
-    (["run", "dp-dqn", "--secure-noise"], "--secure-noise"),
+    (["run", "dp-dqn", "--secure-noise", "--accountant", "rdp"], "--secure-noise"),  # q < 1
     (["run", "dp-dqn", "--delta", "1"], "--delta"),
     (["run", "dp-dqn", "--q", "0"], "--q"),
     (["run", "dp-dqn", "--q", "1.5"], "--q"),
