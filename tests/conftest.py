@@ -13,8 +13,9 @@
   xdist scheduler: see `pytest_xdist_make_scheduler`);
 - the long tests are sent out first so that no worker is left with one at the end;
 - XLA optimizes only for the tests marked `learning` (long training runs, where execution
-  time dominates); every other test, the Ray actors included, checks logic on tiny shapes,
-  where compiling is most of the time, and optimization changes no result
+  time dominates) and the Ray tests (their actors compile as users' do, and a driver that
+  replays the actors' arithmetic must compile alike); every other test checks logic on tiny
+  shapes, where compiling is most of the time, and optimization changes no result
   (`jax_disable_most_optimizations`: about 40 % less CPU for those tests, measured on the
   PGC-A3C and DP-SGD modules).
 """
@@ -107,8 +108,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before the test's fixtures are set up, so that a fixture compiles like its test."""
     import jax
 
-    jax.config.update("jax_disable_most_optimizations",
-                      item.get_closest_marker("learning") is None)
+    optimized = any(item.get_closest_marker(m) for m in ("learning", "ray"))
+    jax.config.update("jax_disable_most_optimizations", not optimized)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -129,8 +130,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if cache == "off":
         cache = str(tmp_path_factory.mktemp("jax-cache"))  # the actors' own, as before
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache, "XLA_FLAGS": "",
-                                       "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}})
+             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache, "XLA_FLAGS": ""}})
     yield
     ray.shutdown()
 
