@@ -46,6 +46,22 @@ def mlp_forward(params: dict[str, Any], x: Array, probes: list[Array] | None = N
     return x, inputs
 
 
+def _backward(params: dict[str, Any], x: Array, loss_of_outputs: Callable[[Array], Array]
+              ) -> tuple[list[str], list[Array], list[Array]]:
+    """One forward and one backward pass: each layer's name, its inputs a_i and the gradients
+    δ_i of the summed loss at zero probes added to its pre-activations (per example, since
+    example i's loss depends only on its own row)."""
+    names = _layers(params)
+    probes = [jnp.zeros((x.shape[0], params[n]["bias"].shape[0]), x.dtype) for n in names]
+
+    def total(probes: list[Array]) -> tuple[Array, list[Array]]:
+        out, inputs = mlp_forward(params, x, probes)
+        return jnp.sum(loss_of_outputs(out)), inputs
+
+    deltas, inputs = jax.grad(total, has_aux=True)(probes)
+    return names, inputs, deltas
+
+
 def clipped_grad_sum(
     params: dict[str, Any],
     x: Array,
@@ -59,15 +75,7 @@ def clipped_grad_sum(
     `loss_of_outputs(outputs (B, k)) -> (B,)` gives each example's loss from its own row of
     network outputs only. `rows` (B,) masks examples out (0) of the sum.
     """
-    names = _layers(params)
-    b = x.shape[0]
-    probes = [jnp.zeros((b, params[n]["bias"].shape[0]), x.dtype) for n in names]
-
-    def total(probes: list[Array]) -> tuple[Array, list[Array]]:
-        out, inputs = mlp_forward(params, x, probes)
-        return jnp.sum(loss_of_outputs(out)), inputs
-
-    deltas, inputs = jax.grad(total, has_aux=True)(probes)  # one forward, one backward
+    names, inputs, deltas = _backward(params, x, loss_of_outputs)
     sq = sum((jnp.sum(jnp.square(a), 1) + 1.0) * jnp.sum(jnp.square(d), 1)
              for a, d in zip(inputs, deltas, strict=True))
     norms = jnp.sqrt(sq)
@@ -86,15 +94,7 @@ def per_example_grads(params: dict[str, Any], x: Array,
 
     The same single backward pass (δ_i from the probes), then the outer products a_iᵀ δ_i are
     materialized: what the float-safe (secure) DP-SGD sum needs to clip each row in integers."""
-    names = _layers(params)
-    b = x.shape[0]
-    probes = [jnp.zeros((b, params[n]["bias"].shape[0]), x.dtype) for n in names]
-
-    def total(probes: list[Array]) -> tuple[Array, list[Array]]:
-        out, inputs = mlp_forward(params, x, probes)
-        return jnp.sum(loss_of_outputs(out)), inputs
-
-    deltas, inputs = jax.grad(total, has_aux=True)(probes)
+    names, inputs, deltas = _backward(params, x, loss_of_outputs)
     grads = {n: {"bias": d, "kernel": a[:, :, None] * d[:, None, :]}
              for n, a, d in zip(names, inputs, deltas, strict=True)}
     return jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
