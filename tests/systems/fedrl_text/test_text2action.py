@@ -237,8 +237,10 @@ def test_paper_mode_privacy_record_states_no_epsilon(eager):
     rec = algo.privacy_record(10, 2, 30, 40)
     assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
     assert "NO formal ε" in rec["statement"]
-    assert rec["releases"] == {"beta": 10 * 2 + 2 * 10 * 4 + 2 * 30 + 40,
-                               "alpha": 10 * 4 + 2 * 30 + 40}
+    # 10 updates, 2 validation passes over 30 text rows, a test of 40 rows, width 8: every
+    # position of every row is released in evaluation (fixed-length greedy play)
+    assert rec["releases"] == {"beta": 10 * 2 + 2 * 10 * 4 + (2 * 30 + 40) * 8,
+                               "alpha": 10 * 4 + (2 * 30 + 40) * 8}
 
 
 @pytest.mark.parametrize("targets", ["copy", "frozen"])
@@ -420,3 +422,40 @@ def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_pat
         assert got["f1"] > verbs["f1"] + 0.10, (variant, got, verbs)
         assert got["avg_reward"] > max(ref["select-nothing"]["avg_reward"],
                                        verbs["avg_reward"]) + 2.0
+
+
+
+def test_releases_made_equal_privacy_json(corpus, monkeypatch):
+    """One fold, 1 run × 1 epoch of 2 steps on the five tiny texts, bounded mode: the Q
+    vectors each party sent the other (rows of C_beta / C_alpha messages, counted as they run)
+    are the releases privacy.json composes. β's exactly, once test-clean's un-noised C_beta
+    (no guarantee claimed) are set apart; α's C_alpha are its training releases, and
+    privacy.json counts its evaluation outputs (which stay with α) too, conservatively.
+    Greedy evaluation is fixed-length: β sends an output at every position of every row;
+    privacy.json once counted only the texts' words (an understated ε), which this caught."""
+    from privrl.systems.fedrl_text.local import run_fold
+
+    sent = {"alpha": 0, "beta": 0}
+    send = Channel.send
+
+    def counted(self, sender, receiver, kind, payload):
+        if kind in ("C_alpha", "C_beta"):
+            def add(v, who=sender):
+                sent[who] += v.reshape(-1, v.shape[-1]).shape[0]
+            jax.debug.callback(add, payload)
+        return send(self, sender, receiver, kind, payload)
+
+    monkeypatch.setattr(Channel, "send", counted)
+    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
+                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4, bounded=2.0, epochs=1,
+                      steps_per_epoch=2, w2v_epochs=1)
+    data = fold_data(cfg, corpus, 0)
+    out = run_fold(cfg, data)
+    jax.effects_barrier()
+    releases = out.privacy["releases"]
+    assert out.privacy["formal_guarantee"] is True
+    for party in ("alpha", "beta"):
+        assert out.privacy["parties"][party]["events"][0]["count"] == releases[party]
+    clean = data.test.count * data.shapes.width
+    assert sent["beta"] - clean == releases["beta"]
+    assert sent["alpha"] == 2 * cfg.batch_size <= releases["alpha"]

@@ -164,8 +164,8 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
         tags, totals = fn(best, jax.random.split(k_test, runs), data.test)
         test[v] = _scores(data.test, tags, totals)
     epochs_run = len(va)
-    privacy = algo.privacy_record(epochs_run * length, epochs_run,
-                                  int(np.sum(data.valid.length)), int(np.sum(data.test.length)))
+    privacy = algo.privacy_record(epochs_run * length, epochs_run, data.valid.count,
+                                  data.test.count)
     privacy["algorithm"] = algo.name
     throughput: dict[str, float] = {}
     if times:
