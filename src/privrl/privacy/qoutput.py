@@ -93,6 +93,8 @@ class QNoiseConfig(Config):
     noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
     bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
     delta: float = 1e-5
+    # bounded mode: how each party's releases compose (privrl.privacy.accounting): pld (the
+    # exact analytic Gaussian here) or rdp; recorded in each party's account in privacy.json
     accountant: str = DEFAULT_ACCOUNTANT
 
     def validate_noise(self) -> None:
@@ -103,6 +105,9 @@ class QNoiseConfig(Config):
                 fail("noise_sigma", "bounded mode needs noise σ > 0")
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         one_of("accountant", self.accountant, ACCOUNTANTS)
+        if self.bounded is None and self.accountant != DEFAULT_ACCOUNTANT:
+            fail("accountant", "only meaningful with bounded (B): the paper's unbounded noise "
+                               "has no ε to account")
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:

@@ -357,6 +357,7 @@ def no_compute(monkeypatch):
     (["run", "fedrl-text2action", "--data", "DATA", "--mode", "ppo"], "--mode"),
     (["run", "fedrl-text2action", "--data", "DATA", "--folds", "0,7"], "--folds"),
     (["run", "fedrl-text2action", "--data", "DATA", "--bounded", "0"], "--bounded"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--accountant", "rdp"], "--accountant"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--targets", "soft"], "--targets"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--models", "dqn-beta"], "--models"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--preset", "gpu"], "--preset"),
@@ -371,6 +372,37 @@ def test_cli_bad_input_exits_2_with_one_line(args, message, capsys, no_compute, 
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_accountant_flag_reaches_privacy_json(tmp_path, monkeypatch):
+    """--accountant rdp (bounded mode) reaches the config, and each party's ε in the record is
+    dp-accounting's RdpAccountant over its releases."""
+    import typer
+    from dp_accounting import GaussianDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
+    from privrl import main as cli
+    from privrl.privacy.qoutput import q_release_privacy
+    from privrl.systems.fedrl_text import local as rt
+
+    seen = {}
+
+    def capture(cfg, *args, **kwargs):
+        seen["cfg"] = cfg
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(rt, "run_cv", capture)
+    data = write_corpus(tmp_path / "data")
+    assert cli.main(["run", "fedrl-text2action", "--data", str(data), "--bounded", "2",
+                     "--accountant", "rdp", "--no-progress"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.accountant == "rdp"
+    rec = q_release_privacy(cfg, cfg.mechanism(), {"alpha": 300, "beta": 700})
+    for party, count in rec["releases"].items():
+        acc = RdpAccountant()
+        acc.compose(GaussianDpEvent(cfg.noise_sigma / (2 * 2.0)), count)
+        assert rec["parties"][party]["accountant_choice"] == "rdp"
+        assert rec["parties"][party]["epsilon"] == pytest.approx(acc.get_epsilon(cfg.delta))
 
 
 def synthetic_texts(n=50, seed=0):

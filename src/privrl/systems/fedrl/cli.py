@@ -8,7 +8,17 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    AccountantName,
+    AccountantOpt,
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -91,6 +101,7 @@ def run_fedrl(
         "mechanism with an (ε, δ) (composed per party). Default: the paper's unbounded noise, "
         "which has NO formal ε.")] = None,
     delta: Annotated[float, typer.Option(help="δ of the stated (ε, δ) in bounded mode.")] = 1e-5,
+    accountant: AccountantOpt = AccountantName.pld,
     epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000, patience: Patience = 10,
     num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
     generated_maps: GeneratedMaps = 8000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
@@ -101,6 +112,7 @@ def run_fedrl(
 
     cfg = FedRLConfig.from_preset(
         "paper", noise_sigma=noise_sigma, bounded=bounded, delta=delta,
+        accountant=accountant.value,
         **_grid_options(size, maps, history, alpha_view, beta_view, epochs, updates_per_epoch,
                         patience, num_envs, buffer_size, seeds, seed, generated_maps))
     _execute(FedRL(cfg), out, progress)

@@ -8,7 +8,17 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    AccountantName,
+    AccountantOpt,
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -47,6 +57,7 @@ def run_text2action(
     bounded: Annotated[float | None, typer.Option(
         help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
         "paper's unbounded noise, which has NO formal ε.")] = None,
+    accountant: AccountantOpt = AccountantName.pld,
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
     num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,
@@ -63,7 +74,8 @@ def run_text2action(
 
     check_out_dir(out)
     cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
-                      noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
+                      noise_sigma=noise_sigma, bounded=bounded, accountant=accountant.value,
+                      epochs=epochs,
                       steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
                       targets=targets)
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
