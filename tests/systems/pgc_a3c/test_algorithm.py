@@ -118,3 +118,48 @@ def test_releases_made_equal_the_ledger(count_releases):
     composed = privacy_record(out)["per_agent_composition"]
     assert composed["releases"] == 3 and composed["basic"]["epsilon"] == pytest.approx(6.0)
     assert composed["optimal"]["epsilon"] <= 6.0 and composed["enforced_by_ledger"] == "basic"
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "prs"])
+def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
+    """budget_composition "optimal": the budget (ε = 3, δ = 1e-5) over T = 30 reports buys
+    each report the largest ε_0 the optimal composition admits (0.138, not ε/T = 0.1); the
+    run's ledger admits the 30 reports (a basic ledger refuses them at the 22nd) and refuses a
+    31st; privacy.json says the ledger enforces the optimal (ε, δ). No run is compiled: the
+    runner charges the ledger `budget_ledger` builds, as below."""
+    from privrl.privacy.accounting import calibrate_pure_epsilon
+    from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
+    from privrl.systems.pgc_a3c.algorithm import budget_ledger
+    from privrl.systems.pgc_a3c.local import RunOutput
+
+    cfg = PGCA3CConfig(mechanism=mechanism, epsilon=3.0, submissions_per_agent=30,
+                       submissions=60, budget_composition="optimal").resolved()
+    algo = PGCA3C(cfg)
+    eps0 = algo.mechanism.guarantee.epsilon
+    assert eps0 == calibrate_pure_epsilon(3.0, 30, 1e-5) == pytest.approx(0.138, abs=1e-3)
+    ledger = budget_ledger(cfg)
+    ledger.charge([0, 1], algo.mechanism.guarantee, count=30)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge(0, algo.mechanism.guarantee)
+    basic = PrivacyLedger(3.0)
+    assert basic.can_charge(0, algo.mechanism.guarantee, 21)
+    assert not basic.can_charge(0, algo.mechanism.guarantee, 22)
+    out = RunOutput(cfg, np.zeros((1, 60), np.int32), np.array([60]), ledger,
+                    algo.mechanism.describe(), 0.0, 0.0, 1, 2)
+    rec = privacy_record(out)
+    composed = rec["per_agent_composition"]
+    assert composed["enforced_by_ledger"] == "optimal" and rec["epsilon_per_report"] == eps0
+    assert composed["optimal"]["epsilon"] == pytest.approx(3.0, rel=1e-6)
+    assert composed["basic"]["epsilon"] == pytest.approx(30 * eps0)
+    assert rec["ledger"]["budget_per_agent"] == {"epsilon": 3.0, "delta": 1e-5,
+                                                 "composition": "optimal"}
+    assert "(ε = 3, δ = 1e-05)-LDP by the optimal composition" in rec["statement"]
+    # the default keeps ε/T and the basic ledger
+    plain = PGCA3C(PGCA3CConfig(mechanism=mechanism, epsilon=3.0, submissions_per_agent=30))
+    assert plain.mechanism.guarantee.epsilon == 3.0 / 30
+    with pytest.raises(ConfigError, match=r"^budget_composition"):
+        PGCA3CConfig(mechanism="none", budget_composition="optimal").resolved()
+    with pytest.raises(ConfigError, match=r"^budget_composition"):
+        PGCA3CConfig(budget_composition="advanced").resolved()
+    with pytest.raises(ConfigError, match=r"^delta"):
+        PGCA3CConfig(delta=0.0).resolved()

@@ -44,6 +44,7 @@ from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
+from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
 from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
@@ -88,9 +89,13 @@ class PGCA3CConfig(Config):
     """Every hyperparameter of a PGC-A3C run. Defaults follow the paper (section 4).
 
     `epsilon` is each agent's total budget; with `submissions_per_agent` T > 1 every report uses
-    ε/T (paper 3.2.1). `clip` and `buffer_size` left as None take the preset's value for the
-    mechanism (`MECHANISM_DEFAULTS`); `d_hat` None is the paper's ⌊ε/2.5⌋ rule. Build a
-    non-paper preset with `PGCA3CConfig.from_preset("tuned", ...)`.
+    ε/T (paper 3.2.1), the pure ε the ledger enforces by basic composition. With
+    `budget_composition` "optimal" the budget is (ε, `delta`) instead, enforced by the optimal
+    composition theorem, and every report uses the largest ε_0 whose T-fold composition fits
+    it (more than ε/T: less noise for the same (ε, δ)). `clip` and `buffer_size` left as None
+    take the preset's value for the mechanism (`MECHANISM_DEFAULTS`); `d_hat` None is the
+    paper's ⌊ε/2.5⌋ rule. Build a non-paper preset with `PGCA3CConfig.from_preset("tuned",
+    ...)`.
     """
 
     preset: str = "paper"
@@ -100,6 +105,10 @@ class PGCA3CConfig(Config):
     buffer_size: int | None = None
     d_hat: int | None = None
     submissions_per_agent: int = 1
+    # How the ledger enforces `epsilon` per agent: "basic" (pure ε, Σ of the reports' ε) or
+    # "optimal" (an (ε, delta) by the optimal composition of the reports). privrl.privacy.ledger
+    budget_composition: str = "basic"
+    delta: float = 1e-5  # δ of the optimal composition (stated beside basic; budget if optimal)
     parallel_agents: int = 9
     submissions: int = 90_000
     trials: int = 1
@@ -143,9 +152,22 @@ class PGCA3CConfig(Config):
         cfg.validate()
         return cfg
 
+    def epsilon_per_report(self) -> float:
+        """Each report's ε: ε/T (basic composition), or, with budget_composition "optimal",
+        the largest ε_0 whose T-fold optimal composition is (ε, δ)-DP."""
+        if self.budget_composition == "basic" or math.isinf(self.epsilon):
+            return self.epsilon / self.submissions_per_agent
+        from privrl.privacy.accounting import calibrate_pure_epsilon
+
+        return calibrate_pure_epsilon(self.epsilon, self.submissions_per_agent, self.delta)
+
     def validate(self) -> None:
         if self.mechanism != "none":
             positive("epsilon", self.epsilon)
+        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
+        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        if self.budget_composition == "optimal" and self.mechanism == "none":
+            fail("budget_composition", "the non-private baseline has no budget to compose")
         positive("clip", self.clip)
         if self.d_hat is not None:
             if self.mechanism != "prs":
@@ -317,11 +339,20 @@ def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:
     return jax.random.fold_in(jax.random.fold_in(root, agent_id), index)
 
 
+def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
+    """The ledger that enforces each agent's budget: pure ε by basic composition (default),
+    or (ε, δ) by the optimal composition (budget_composition "optimal")."""
+    if cfg.budget_composition == "optimal":
+        return PrivacyLedger(cfg.epsilon, cfg.delta, "optimal")
+    return PrivacyLedger(epsilon_budget=cfg.epsilon)
+
+
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
-    """The per-report mechanism: the agent's budget ε split over its T submissions."""
+    """The per-report mechanism: the agent's budget ε split over its T submissions (by the
+    budget's composition, `PGCA3CConfig.epsilon_per_report`)."""
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
-    eps = cfg.epsilon / cfg.submissions_per_agent
+    eps = cfg.epsilon_per_report()
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     try:

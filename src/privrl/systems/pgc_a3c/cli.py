@@ -12,6 +12,8 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
+    BudgetComposition,
+    BudgetCompositionOpt,
     Noise,
     Out,
     PresetName,
@@ -75,7 +77,13 @@ def run_pgc_a3c_command(
         help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
     ] = None,
     submissions_per_agent: Annotated[int, typer.Option(
-        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
+        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1), or, "
+        "with --budget-composition optimal, the largest ε_0 whose T-fold optimal "
+        "composition is (ε, δ)-LDP.")] = 1,
+    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
+    delta: Annotated[float, typer.Option(
+        help="δ of the optimal composition of an agent's reports: stated beside the pure ε, "
+        "and the budget's δ with --budget-composition optimal.")] = 1e-5,
     seed: Seed = 0,
     noise: Noise = None,
     secure_noise: SecureNoise = False,
@@ -114,6 +122,8 @@ def run_pgc_a3c_command(
         buffer_size=buffer,
         d_hat=d_hat,
         submissions_per_agent=submissions_per_agent,
+        budget_composition=budget_composition.value,
+        delta=delta,
         parallel_agents=parallel_agents,
         submissions=submissions,
         trials=trials,

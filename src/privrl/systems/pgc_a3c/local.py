@@ -25,7 +25,7 @@ from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import shard_vmap, trial_devices
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     median_fst,
@@ -113,7 +113,7 @@ def run_pgc_a3c(
     runner = ShardedTrials(algo, cfg.trials, chunk, devices)
     state = runner.init(jax.random.key(cfg.seed), cfg.noise)
 
-    ledger = PrivacyLedger(epsilon_budget=cfg.epsilon)
+    ledger = budget_ledger(cfg)
     guarantee = algo.mechanism.guarantee
     retired = np.zeros(cfg.trials, bool)
     scores = np.full((cfg.trials, total_rounds * p), -1, np.int32)
@@ -192,39 +192,43 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     }
 
 
-# δ at which the optimal composition of an agent's pure ε-LDP reports is stated beside the
-# pure ε of basic composition (the run itself has no δ).
-OPTIMAL_COMPOSITION_DELTA = 1e-5
-
-
 def privacy_record(out: RunOutput) -> dict[str, Any]:
-    """privacy.json: the mechanism, its parameters, the ledger's per-agent (basic)
-    composition, and the optimal (ε, δ) composition of an agent's reports beside it."""
+    """privacy.json: the mechanism, its parameters, the ledger's per-agent composition, and
+    both compositions of an agent's reports (basic: pure ε; optimal: (ε, δ) at the config's
+    δ), saying which one the ledger enforces."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
-    composed = (pure_composition_record(cfg.epsilon / cfg.submissions_per_agent, reports,
-                                        OPTIMAL_COMPOSITION_DELTA) if private else None)
+    eps0 = cfg.epsilon_per_report()
+    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
+                if private else None)
 
     def statement(parts: Mapping[str, Any]) -> str:
         if not parts["formal_guarantee"]:
             return ("NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients "
                     "released.")
         assert composed is not None
-        opt = composed["optimal"]
-        return (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP "
-                f"({cfg.submissions_per_agent} report(s) of ε = "
-                f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition; the "
-                "ledger enforces this pure ε), and also (ε = "
-                f"{opt['epsilon']:.4g}, δ = {opt['delta']:g})-LDP by the optimal composition "
-                "theorem; the aggregator's updates are post-processing of the reports."
+        opt, basic = composed["optimal"], composed["basic"]
+        each = f"{cfg.submissions_per_agent} report(s) of ε = {eps0:g} each"
+        if cfg.budget_composition == "optimal":
+            claim = (f"Every agent's reports together satisfy (ε = {opt['epsilon']:.4g}, "
+                     f"δ = {opt['delta']:g})-LDP by the optimal composition theorem ({each}; "
+                     f"the ledger enforces the budget (ε = {cfg.epsilon:g}, δ = "
+                     f"{cfg.delta:g}) this way), and {basic['epsilon']:.4g}-LDP (pure) by "
+                     "basic composition")
+        else:
+            claim = (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP ({each}, "
+                     "basic composition; the ledger enforces this pure ε), and also (ε = "
+                     f"{opt['epsilon']:.4g}, δ = {opt['delta']:g})-LDP by the optimal "
+                     "composition theorem")
+        return (claim + "; the aggregator's updates are post-processing of the reports."
                 + (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
                    if record_mode(cfg.noise, cfg.secure_noise) == "seeded" else ""))
 
     return build_privacy_record(statement, mechanism=out.mechanism, ledger=out.ledger, fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
-        "epsilon_per_report": cfg.epsilon / cfg.submissions_per_agent,
+        "epsilon_per_report": eps0,
         "agents_per_trial": out.agents_per_trial,
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
         "per_agent_composition": composed,
