@@ -66,7 +66,9 @@ from privrl.privacy.accounting import (
     DEFAULT_ACCOUNTANT,
     CalibrationError,
     calibrate_noise_multiplier,
+    optimal_composition_admits,
 )
+from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     IdentityMechanism,
@@ -122,8 +124,14 @@ class FedPGConfig(Config):
     epsilon: float | None = None
     clip: float | None = None
     noise_multiplier: float | None = None  # gaussian only
-    delta: float = 1e-5  # gaussian only
+    delta: float = 1e-5  # gaussian; laplace: δ of the optimal composition (stated, or budget)
     accountant: str = DEFAULT_ACCOUNTANT  # gaussian only: pld (exact here) | rdp
+    # laplace only: each agent's privacy budget over the run, enforced by the ledger before
+    # every round (a trial whose agents cannot afford the next round ends); None: the episode
+    # budget alone bounds the releases. `budget_composition`: "basic" (pure ε, Σ of the
+    # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
+    epsilon_budget: float | None = None
+    budget_composition: str = "basic"
     target_return: float = 475.0
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
@@ -209,6 +217,24 @@ class FedPGConfig(Config):
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         if self.mechanism != "gaussian" and self.noise_multiplier is not None:
             fail("noise_multiplier", "only the gaussian mechanism takes it")
+        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
+        if self.mechanism != "laplace":
+            if self.epsilon_budget is not None:
+                fail("epsilon_budget", "only the laplace mechanism takes it (gaussian: epsilon "
+                                       "is already each agent's total, composed by accountant)")
+            if self.budget_composition != "basic":
+                fail("budget_composition", "composes pure ε-LDP releases: laplace only "
+                                           "(gaussian releases compose by accountant)")
+        if self.epsilon_budget is not None:
+            positive("epsilon_budget", self.epsilon_budget)
+        if self.mechanism == "laplace" and self.budget_composition == "optimal":
+            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        if self.mechanism == "laplace" and self.epsilon_budget is not None and not (
+                optimal_composition_admits(self.epsilon, 1, self.epsilon_budget, self.delta)
+                if self.budget_composition == "optimal"
+                else self.epsilon <= self.epsilon_budget):
+            fail("epsilon_budget", f"{self.epsilon_budget:g} cannot afford one release of "
+                                   f"ε = {self.epsilon:g}: nothing would be released")
         try:
             CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
         except ValueError as e:

@@ -14,6 +14,8 @@ from privrl.cli import (
     AccountantName,
     AccountantOpt,
     AddressOpt,
+    BudgetComposition,
+    BudgetCompositionOpt,
     Noise,
     NoiseMode,
     Out,
@@ -75,6 +77,7 @@ def _fedpg_common(
     learning_rate: float, importance: str, importance_clip: float | None,
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
     noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
+    epsilon_budget: float | None = None, budget_composition: str = "basic",
 ) -> dict:
     from privrl.config import ConfigError
 
@@ -90,7 +93,8 @@ def _fedpg_common(
                 mechanism=mechanism.value, epsilon=epsilon,
                 clip=clip if clip is not None else clip_default, seed=seed,
                 noise_multiplier=noise_multiplier, delta=delta, gravities=grav,
-                accountant=accountant)
+                accountant=accountant, epsilon_budget=epsilon_budget,
+                budget_composition=budget_composition)
 
 
 def _noise(noise: NoiseMode | None) -> str | None:
@@ -118,7 +122,13 @@ EpsOpt = Annotated[float | None, typer.Option(
     "(σ is calibrated for the most rounds the budget allows). Needs --mechanism.")]
 SigmaOpt = Annotated[float | None, typer.Option(
     help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon.")]
-DeltaOpt = Annotated[float, typer.Option(help="gaussian: δ of the stated (ε, δ), in (0, 1).")]
+DeltaOpt = Annotated[float, typer.Option(
+    help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal composition "
+    "stated beside the pure ε (the budget's δ with --budget-composition optimal).")]
+EpsBudgetOpt = Annotated[float | None, typer.Option(
+    help="laplace: each agent's privacy budget over the run; the ledger refuses a round "
+    "beyond it before anything is released, and the trial ends there (by "
+    "--budget-composition). Default: none; the episode budget bounds the releases.")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
@@ -136,6 +146,8 @@ def run_fedpg_cen_command(
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
+    epsilon_budget: EpsBudgetOpt = None,
+    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -147,7 +159,7 @@ def run_fedpg_cen_command(
     cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
-        accountant.value))
+        accountant.value, epsilon_budget, budget_composition.value))
     check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
@@ -171,6 +183,8 @@ def run_fedpg_dec_command(
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
+    epsilon_budget: EpsBudgetOpt = None,
+    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -190,7 +204,7 @@ def run_fedpg_dec_command(
                         **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
-        accountant.value))
+        accountant.value, epsilon_budget, budget_composition.value))
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
@@ -198,6 +212,9 @@ def run_fedpg_dec_command(
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
+        if epsilon_budget is not None or budget_composition is not BudgetComposition.basic:
+            raise ConfigError("--epsilon-budget", "a privacy budget (and its composition) is "
+                                                  "enforced by the local runtime only")
         from privrl.runtime.ray import require_ray
 
         require_ray()
