@@ -256,6 +256,26 @@ def test_dp_sgd_preset_averages_over_the_stored_transitions() -> None:
         DQNConfig(learning_starts=64).resolved()
 
 
+def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ldp-* --accountant rdp reaches the config; the box episode's 501 states are then
+    composed by dp-accounting's RdpAccountant alone."""
+    from privrl.systems.dpsgd_rl import cli as dpsgd_cli
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
+                        seen.update(cfg=cfg))
+    assert main(["run", "ldp-dqn", "--mode", "box", "--obs-noise-multiplier", "1.5",
+                 "--accountant", "rdp"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.accountant == "rdp"
+    episode = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)["per_episode"]
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 501))
+    assert episode["accountant_choice"] == "rdp" and "cross_check" not in episode
+    assert episode["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+
+
 def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
     out = tmp_path / "ldp"
     rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",

@@ -213,7 +213,7 @@ def _ldp_command(name: str, algorithm: str) -> None:
         obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
         box_low: BoxLow = None, box_high: BoxHigh = None,
         episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
-        progress: ShowProgress = True,
+        progress: ShowProgress = True, accountant: AccountantOpt = AccountantName.pld,
     ) -> None:
         from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
         from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -223,7 +223,7 @@ def _ldp_command(name: str, algorithm: str) -> None:
         cfg = cfg_cls.from_preset(
             "paper",
             obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
-            episodes=episodes, seeds=seeds, seed=seed)
+            episodes=episodes, seeds=seeds, seed=seed, accountant=accountant.value)
         _execute(name, algo_cls, cfg, out, progress)
 
 
