@@ -93,7 +93,7 @@ class PrivacyLedger:
             raise ValueError(f"agent ids are non-negative integers, got {agent}")
         if agent >= self._eps.size or self._count[agent] == 0:
             return 0.0, 0.0
-        if self.mode == "optimal":
+        if self.mode == "optimal" and math.isfinite(self._unit[agent]):
             from privrl.privacy.accounting import optimal_pure_composition
 
             return (optimal_pure_composition(float(self._unit[agent]),
@@ -128,7 +128,7 @@ class PrivacyLedger:
         eps, delta = self._would_spend(ids, guarantee, counts)
         if not self._admitted(ids, guarantee, counts, eps, delta):
             worst = int(ids[np.argmax(eps)])
-            if self.mode == "optimal":
+            if self.mode == "optimal" and math.isfinite(guarantee.epsilon):
                 from privrl.privacy.accounting import optimal_pure_composition
 
                 k = int(self.reports_of(worst) + counts[np.argmax(eps)])

@@ -365,6 +365,11 @@ def test_optimal_budget_refuses_what_it_cannot_compose() -> None:
     with pytest.raises(ValueError, match="one ε per agent"):
         ledger.charge(0, _g(0.2))
     assert ledger.reports_of(0) == 1
+    with pytest.raises(BudgetExceededError):  # no guarantee (ε = ∞) never fits a budget
+        ledger.charge(1, _g(math.inf))
+    records = PrivacyLedger(math.inf, 1e-5, "optimal")  # an infinite budget records only
+    records.charge(1, _g(math.inf))
+    assert records.spent(1) == (math.inf, 0.0) and not records.summary()["formal_guarantee"]
 
 
 def test_optimal_ledger_round_trips_through_its_state() -> None:

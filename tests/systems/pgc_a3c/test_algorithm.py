@@ -154,6 +154,7 @@ def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
     assert rec["ledger"]["budget_per_agent"] == {"epsilon": 3.0, "delta": 1e-5,
                                                  "composition": "optimal"}
     assert "(ε = 3, δ = 1e-05)-LDP by the optimal composition" in rec["statement"]
+    assert summarize(out)["privacy"].startswith("(ε = 3, δ = 1e-05)-LDP per agent (optimal")
     # the default keeps ε/T and the basic ledger
     plain = PGCA3C(PGCA3CConfig(mechanism=mechanism, epsilon=3.0, submissions_per_agent=30))
     assert plain.mechanism.guarantee.epsilon == 3.0 / 30

@@ -159,6 +159,16 @@ def run_pgc_a3c(
 
 
 # --- what a run reports ----------------------------------------------------------------------
+def _privacy_line(cfg: PGCA3CConfig, private: bool) -> str:
+    """summary.json's one line on the guarantee, in the composition the ledger enforces."""
+    if not private:
+        return "NONE: non-private baseline (ε = ∞), no privacy guarantee"
+    if cfg.budget_composition == "basic":
+        return f"ε-LDP per agent, ε = {cfg.epsilon:g}"
+    return (f"(ε = {cfg.epsilon:g}, δ = {cfg.delta:g})-LDP per agent (optimal composition of "
+            f"{cfg.submissions_per_agent} reports of ε = {cfg.epsilon_per_report():.4g})")
+
+
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
     cfg = out.config
@@ -171,8 +181,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
-        "privacy": (f"ε-LDP per agent, ε = {cfg.epsilon:g}" if private
-                    else "NONE: non-private baseline (ε = ∞), no privacy guarantee"),
+        "privacy": _privacy_line(cfg, private),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
