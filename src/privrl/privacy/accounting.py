@@ -467,9 +467,12 @@ def optimal_composition_admits(epsilon: float, count: int, epsilon_total: float,
                                delta: float) -> bool:
     """Whether `count` ε-DP releases are (epsilon_total, delta)-DP by the optimal composition
     theorem (exact: δ(epsilon_total) of k-fold randomized response <= delta). Basic
-    composition's count·ε <= epsilon_total always is."""
+    composition's count·ε <= epsilon_total always is; an ε = ∞ release fits no finite
+    total."""
     if count * epsilon <= epsilon_total:
         return True
+    if not math.isfinite(epsilon):
+        return False
     return _kov_log_delta(epsilon, count, epsilon_total) <= math.log(_check_delta(delta))
 
 
