@@ -26,6 +26,7 @@ from privrl.cli import (
 )
 
 run_app, reproduce_app = system_apps()
+audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
 
 Seeds = Annotated[int, typer.Option(help="Independent seeds, run vectorized.")]
 Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
@@ -269,3 +270,66 @@ def reproduce_dpsgd_rl(
             task, completed=d, total=t, description=n), log=lambda m: bar.console.print(m))
     Console().print(Markdown((path / "tables.md").read_text()))
     Console().print(f"Results written to [bold]{path}[/] (tables.md, plots/, settings/)")
+
+
+@audit_app.command("dp-reinforce")
+@flag_names(epsilons="--epsilon", target_epsilon="--epsilon")
+def audit_dp_reinforce_command(
+    epsilon: Annotated[str, typer.Option(
+        help="Per-episode ε values to audit (comma-separated); σ is calibrated to each.")
+    ] = "1,2,5,10",
+    canaries: Annotated[int, typer.Option(
+        help="Gradient canaries m, each in the run with probability 1/2.")] = 1000,
+    guesses: Annotated[int | None, typer.Option(
+        help="k: the attacker guesses 'in' for the k highest scores and 'out' for the k "
+        "lowest. Default: canaries / 10.")] = None,
+    episodes: Annotated[int, typer.Option(
+        help="Training episodes (= updates) of each audited run.")] = 100,
+    clip: Annotated[float, typer.Option(help="C: L2 bound of each episode's gradient.")] = 1.0,
+    batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
+    delta: Delta = 1e-5,
+    accountant: AccountantOpt = AccountantName.pld,
+    confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
+    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    out: Out = None,
+    progress: ShowProgress = True,
+) -> None:
+    """One-run audit (Steinke, Nasr & Jagielski 2023): canaries in a real DP-REINFORCE run, an
+    attacker who sees every released noisy gradient; bounds the per-episode ε from below.
+    Writes audit.json, audit.csv, audit.md and plots/audit.png."""
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.audit.sweep import write_sweep
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.dpsgd_rl.audit import audit_config, audit_dp_reinforce, check_audit
+    from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
+
+    epsilons = parse_numbers(epsilon, "--epsilon")
+    check_audit(canaries, guesses, confidence)
+    config = ReinforceConfig.from_preset(
+        "paper", dp=True, clip=clip, delta=delta, accountant=accountant.value,
+        batch_episodes=batch_episodes, episodes=episodes, seed=seed)
+    for e in epsilons:  # every setting validated (and σ calibrated) before any training
+        audit_config(replace(config, target_epsilon=e))
+    check_out_dir(out)
+    console, err = Console(), Console(stderr=True)
+    err.print(f"[bold]audit dp-reinforce[/]: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "
+              f"{canaries:,} canaries, {episodes} updates per run")
+    with progress_bar(err, progress, "auditing", unit="runs") as (bar, task):
+        results = audit_dp_reinforce(
+            config, epsilons, seed=seed, canaries=canaries, guesses=guesses,
+            confidence=confidence,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    path = new_run_dir(out, "audit-dp-reinforce")
+    settings = {"system": "dp-reinforce", "epsilons": list(epsilons), "canaries": canaries,
+                "guesses": results[0].guesses // 2, "episodes": episodes, "clip": clip,
+                "batch_episodes": batch_episodes, "delta": delta,
+                "accountant": accountant.value, "confidence": confidence, "seed": seed,
+                "command": ["privrl", *sys.argv[1:]]}
+    write_sweep(path, results, settings)
+    console.print(Markdown((path / "audit.md").read_text()))
+    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
+                  "plots/audit.png)")
