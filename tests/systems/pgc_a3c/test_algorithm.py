@@ -52,6 +52,22 @@ def test_paper_defaults_per_mechanism():
     assert algo.mechanism.resolved_d_hat(112) == 4  # ⌊10 / 2.5⌋
 
 
+def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
+    from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+
+    for name, cls in [("privunit", PrivUnitMechanism), ("privunitg", PrivUnitGMechanism)]:
+        for preset, buffer in [("paper", 1), ("tuned", 10)]:
+            cfg = PGCA3CConfig.from_preset(preset, mechanism=name, epsilon=3.0,
+                                           submissions_per_agent=3).resolved()
+            assert (cfg.clip, cfg.buffer_size) == (0.005, buffer)
+            mech = make_mechanism(cfg, 112)
+            assert isinstance(mech, cls) and mech.epsilon == 1.0 and mech.clip == 0.005
+        with pytest.raises(ConfigError, match="secure_noise"):
+            PGCA3CConfig(mechanism=name, secure_noise=True).resolved()
+        with pytest.raises(ConfigError, match="d_hat"):
+            PGCA3CConfig(mechanism=name, d_hat=2).resolved()
+
+
 def test_invalid_config_names_the_field():
     with pytest.raises(ConfigError, match=r"^epsilon: must be finite and > 0") as e:
         PGCA3CConfig(epsilon=float("nan")).resolved()

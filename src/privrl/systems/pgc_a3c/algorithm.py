@@ -44,6 +44,7 @@ from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
+from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
 from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
@@ -52,7 +53,7 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.noise import NOISE_MODES
 
-MECHANISMS = ("laplace", "prs", "none")
+MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
 REWARDS = ("step", "failure")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam")
@@ -77,9 +78,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 # Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
 # Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
+# PrivUnit2/PrivUnitG (not in the paper; privrl.privacy.ldp_vector) clip the L2 norm to C: the
+# default C = 0.005 is Laplace's L1 radius C/2, so their ball contains Laplace's.
 MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
-    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "none": (0.01, 1)},
-    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "none": (0.01, 10)},
+    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "privunit": (0.005, 1),
+              "privunitg": (0.005, 1), "none": (0.01, 1)},
+    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "privunit": (0.005, 10),
+              "privunitg": (0.005, 10), "none": (0.01, 10)},
 }
 
 
@@ -159,7 +164,8 @@ class PGCA3CConfig(Config):
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
             fail("secure_noise", "float-safe noise is for the laplace mechanism only "
-                                 f"(prs draws signs, none adds no noise), got {self.mechanism}")
+                                 "(prs draws signs, privunit/privunitg sample on the host in "
+                                 f"float64, none adds no noise), got {self.mechanism}")
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
@@ -324,6 +330,10 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     eps = cfg.epsilon / cfg.submissions_per_agent
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
+    if cfg.mechanism == "privunit":
+        return PrivUnitMechanism(eps, cfg.clip)
+    if cfg.mechanism == "privunitg":
+        return PrivUnitGMechanism(eps, cfg.clip)
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:
