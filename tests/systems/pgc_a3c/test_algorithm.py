@@ -134,3 +134,24 @@ def test_releases_made_equal_the_ledger(count_releases):
     composed = privacy_record(out)["per_agent_composition"]
     assert composed["releases"] == 3 and composed["basic"]["epsilon"] == pytest.approx(6.0)
     assert composed["optimal"]["epsilon"] <= 6.0 and composed["enforced_by_ledger"] == "basic"
+
+
+def test_shuffling_reorders_the_reports_and_states_the_central_epsilon():
+    from privrl.privacy.shuffle import shuffle_epsilon
+
+    base = dict(mechanism="laplace", epsilon=2.0, trials=1, submissions=36, parallel_agents=6,
+                max_episode_steps=20, server_optimizer="adam")
+    # Reports applied one by one with Adam (not linear in the reports, unlike SGD): the
+    # shuffled order changes θ (and the shuffle is the only difference between the runs)
+    turn = [run_pgc_a3c(PGCA3CConfig(**base, buffer_size=1, shuffle=s)) for s in (False, True)]
+    assert turn[0].theta.shape == (1, PGCA3C(turn[0].config).dim)
+    assert not np.allclose(turn[0].theta, turn[1].theta, rtol=1e-5, atol=1e-8)
+    np.testing.assert_array_equal(turn[0].scores[:, :6], turn[1].scores[:, :6])  # round 1
+    record = privacy_record(turn[1])
+    assert record["shuffle"]["batch_size"] == 6
+    assert record["shuffle"]["central_epsilon"] == shuffle_epsilon(2.0, 6, 1e-5) < 2.0
+    assert "Shuffled" in record["statement"] and "shuffle" not in privacy_record(turn[0])
+    with pytest.raises(ConfigError, match="shuffle"):
+        PGCA3CConfig(mechanism="none", shuffle=True).resolved()
+    with pytest.raises(ConfigError, match="shuffle_delta"):
+        PGCA3CConfig(shuffle=True, shuffle_delta=0.0).resolved()

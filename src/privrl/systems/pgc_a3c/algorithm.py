@@ -115,6 +115,11 @@ class PGCA3CConfig(Config):
     noise: str | None = None
     # Float-safe (discrete, CSPRNG) Laplace noise: laplace only. See privrl.privacy.secure.
     secure_noise: bool = False
+    # Shuffle model: a shuffler hands the aggregator each round's reports in random order and
+    # without identities; privacy.json adds the central (ε, δ = shuffle_delta) after
+    # amplification (privrl.privacy.shuffle). The local ε is unchanged.
+    shuffle: bool = False
+    shuffle_delta: float = 1e-5
     learning_rate: float = 0.5  # η, aggregator SGD
     gamma: float = 0.99
     value_coef: float = 0.5  # λ
@@ -166,6 +171,9 @@ class PGCA3CConfig(Config):
             fail("secure_noise", "float-safe noise is for the laplace mechanism only "
                                  "(prs draws signs, privunit/privunitg sample on the host in "
                                  f"float64, none adds no noise), got {self.mechanism}")
+        if self.shuffle and self.mechanism == "none":
+            fail("shuffle", "the non-private baseline has no local ε to amplify")
+        in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
@@ -296,13 +304,18 @@ class PGCA3C:
         reports, scores = self.agent_reports(
             state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys
         )
+        if cfg.shuffle:  # the shuffler: a uniformly random order, no identities
+            order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
+            reports, active_in = jax.tree_util.tree_map(lambda a: a[order], (reports, active))
+        else:
+            active_in = active
 
         def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
             report, live = item
             new = self.aggregator.receive(agg, report)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
 
-        agg, _ = jax.lax.scan(apply, state.agg, (reports, active))
+        agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
         submitted = n + jnp.sum(active, dtype=jnp.int32)
         return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
 

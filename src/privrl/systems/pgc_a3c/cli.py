@@ -85,6 +85,13 @@ def run_pgc_a3c_command(
     seed: Seed = 0,
     noise: Noise = None,
     secure_noise: SecureNoise = False,
+    shuffle: Annotated[bool, typer.Option(
+        help="Shuffle model: a trusted shuffler hands the aggregator each round's reports in "
+        "random order without identities; privacy.json adds the central (ε, δ) after "
+        "amplification by shuffling (FMT21). Amplification grows with --parallel-agents.")
+    ] = False,
+    shuffle_delta: Annotated[float, typer.Option(
+        help="δ of the central (ε, δ) stated under --shuffle.")] = 1e-5,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -126,9 +133,14 @@ def run_pgc_a3c_command(
         seed=seed,
         noise=None if noise is None else noise.value,
         secure_noise=secure_noise,
+        shuffle=shuffle,
+        shuffle_delta=shuffle_delta,
     ).resolved()
     check_out_dir(out)
     if runtime is Runtime.ray:
+        if shuffle:
+            raise ConfigError("--shuffle", "the Ray runtime has no shuffler yet; use "
+                                           "--runtime local")
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
         if agents_in_flight is not None and agents_in_flight < 1:
