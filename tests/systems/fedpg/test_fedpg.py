@@ -144,6 +144,10 @@ def test_gradient_estimate_ignores_unplayed_episodes(cen, episodes):
          "delta"),
         ({"mechanism": "laplace", "epsilon": 1.0, "clip": 1.0, "noise_multiplier": 1.0},
          "noise_multiplier"),
+        ({"mechanism": "privunit"}, "epsilon"),
+        ({"mechanism": "privunitg", "epsilon": 1.0, "clip": 0.0}, "clip"),
+        ({"mechanism": "privunit", "epsilon": 1.0, "clip": 1.0, "secure_noise": True},
+         "secure_noise"),
     ],
 )
 def test_bad_config_is_refused(overrides, field):
@@ -254,6 +258,22 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert composed["optimal"]["delta"] == 1e-5 and "optimal composition" in privacy["statement"]
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
+
+
+def test_privunit_reports_are_pure_ldp_releases_composed_by_the_ledger(count_releases):
+    from privrl.privacy.ldp_vector import PrivUnitMechanism
+    from privrl.systems.fedpg.local import privacy_record, run_fedpg
+
+    counter = count_releases(PrivUnitMechanism)
+    run = run_fedpg(FedPGConfig(mechanism="privunit", epsilon=0.5, clip=1.0, agents=2,
+                                budget=40).resolved())
+    privacy = privacy_record(run)
+    rounds = int(run.releases.max())
+    assert counter.calls == privacy["ledger"]["reports"] == 2 * rounds
+    assert privacy["epsilon_per_release"] == 0.5 and privacy["delta_per_release"] == 0.0
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(0.5 * rounds)
+    assert privacy["per_agent_composition"]["basic"]["epsilon"] == pytest.approx(0.5 * rounds)
+    assert "privunit mechanism" in privacy["statement"]
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,22 @@ def test_paper_defaults_per_mechanism():
     assert algo.mechanism.resolved_d_hat(112) == 4  # ⌊10 / 2.5⌋
 
 
+def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
+    from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+
+    for name, cls in [("privunit", PrivUnitMechanism), ("privunitg", PrivUnitGMechanism)]:
+        for preset, buffer in [("paper", 1), ("tuned", 10)]:
+            cfg = PGCA3CConfig.from_preset(preset, mechanism=name, epsilon=3.0,
+                                           submissions_per_agent=3).resolved()
+            assert (cfg.clip, cfg.buffer_size) == (0.005, buffer)
+            mech = make_mechanism(cfg, 112)
+            assert isinstance(mech, cls) and mech.epsilon == 1.0 and mech.clip == 0.005
+        with pytest.raises(ConfigError, match="secure_noise"):
+            PGCA3CConfig(mechanism=name, secure_noise=True).resolved()
+        with pytest.raises(ConfigError, match="d_hat"):
+            PGCA3CConfig(mechanism=name, d_hat=2).resolved()
+
+
 def test_invalid_config_names_the_field():
     with pytest.raises(ConfigError, match=r"^epsilon: must be finite and > 0") as e:
         PGCA3CConfig(epsilon=float("nan")).resolved()
@@ -164,3 +180,24 @@ def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
         PGCA3CConfig(budget_composition="advanced").resolved()
     with pytest.raises(ConfigError, match=r"^delta"):
         PGCA3CConfig(delta=0.0).resolved()
+
+
+def test_shuffling_reorders_the_reports_and_states_the_central_epsilon():
+    from privrl.privacy.shuffle import shuffle_epsilon
+
+    base = dict(mechanism="laplace", epsilon=2.0, trials=1, submissions=36, parallel_agents=6,
+                max_episode_steps=20, server_optimizer="adam")
+    # Reports applied one by one with Adam (not linear in the reports, unlike SGD): the
+    # shuffled order changes θ (and the shuffle is the only difference between the runs)
+    turn = [run_pgc_a3c(PGCA3CConfig(**base, buffer_size=1, shuffle=s)) for s in (False, True)]
+    assert turn[0].theta.shape == (1, PGCA3C(turn[0].config).dim)
+    assert not np.allclose(turn[0].theta, turn[1].theta, rtol=1e-5, atol=1e-8)
+    np.testing.assert_array_equal(turn[0].scores[:, :6], turn[1].scores[:, :6])  # round 1
+    record = privacy_record(turn[1])
+    assert record["shuffle"]["batch_size"] == 6
+    assert record["shuffle"]["central_epsilon"] == shuffle_epsilon(2.0, 6, 1e-5) < 2.0
+    assert "Shuffled" in record["statement"] and "shuffle" not in privacy_record(turn[0])
+    with pytest.raises(ConfigError, match="shuffle"):
+        PGCA3CConfig(mechanism="none", shuffle=True).resolved()
+    with pytest.raises(ConfigError, match="shuffle_delta"):
+        PGCA3CConfig(shuffle=True, shuffle_delta=0.0).resolved()

@@ -44,6 +44,8 @@ class FedPGMechanism(StrEnum):
     none = "none"
     laplace = "laplace"
     gaussian = "gaussian"
+    privunit = "privunit"
+    privunitg = "privunitg"
 
 
 class FedPGTopology(StrEnum):
@@ -54,8 +56,10 @@ class FedPGTopology(StrEnum):
 
 _FEDPG_MECHANISM_HELP = (
     "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
-    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release) or "
-    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant).")
+    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release), "
+    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
+    "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per "
+    "release; docs/ldp-mechanisms.md).")
 
 
 def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
@@ -119,7 +123,8 @@ IwClipOpt = Annotated[float | None, typer.Option(
 MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
                                                  case_sensitive=False)]
 EpsOpt = Annotated[float | None, typer.Option(
-    help="laplace: ε per release (> 0, finite); each agent releases once per round and the "
+    help="laplace, privunit, privunitg: ε per release (> 0, finite); each agent releases "
+    "once per round and the "
     "ledger composes its releases. gaussian: each agent's total ε at --delta over the run "
     "(σ is calibrated for the most rounds the budget allows). Needs --mechanism.")]
 SigmaOpt = Annotated[float | None, typer.Option(

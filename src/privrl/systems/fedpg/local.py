@@ -27,7 +27,7 @@ from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPG, FedPGConfig
 
 ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
 
@@ -230,7 +230,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
               if cfg.algorithm == "cen" else "")
     most = int(run.releases.max())
     composed = (pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
-                if cfg.mechanism == "laplace" and most > 0 else None)
+                if cfg.mechanism in PURE_MECHANISMS and most > 0 else None)
     budget = ("" if cfg.epsilon_budget is None else
               f" Each agent's budget, ε = {cfg.epsilon_budget:g}"
               + (f" at δ = {cfg.delta:g} by the optimal composition"

@@ -44,6 +44,7 @@ from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
+from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
 from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
 from privrl.privacy.mechanisms import (
     IdentityMechanism,
@@ -53,7 +54,7 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.noise import NOISE_MODES
 
-MECHANISMS = ("laplace", "prs", "none")
+MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
 REWARDS = ("step", "failure")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam")
@@ -78,9 +79,13 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 # Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
 # Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
+# PrivUnit2/PrivUnitG (not in the paper; privrl.privacy.ldp_vector) clip the L2 norm to C: the
+# default C = 0.005 is Laplace's L1 radius C/2, so their ball contains Laplace's.
 MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
-    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "none": (0.01, 1)},
-    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "none": (0.01, 10)},
+    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "privunit": (0.005, 1),
+              "privunitg": (0.005, 1), "none": (0.01, 1)},
+    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "privunit": (0.005, 10),
+              "privunitg": (0.005, 10), "none": (0.01, 10)},
 }
 
 
@@ -119,6 +124,11 @@ class PGCA3CConfig(Config):
     noise: str | None = None
     # Float-safe (discrete, CSPRNG) Laplace noise: laplace only. See privrl.privacy.secure.
     secure_noise: bool = False
+    # Shuffle model: a shuffler hands the aggregator each round's reports in random order and
+    # without identities; privacy.json adds the central (ε, δ = shuffle_delta) after
+    # amplification (privrl.privacy.shuffle). The local ε is unchanged.
+    shuffle: bool = False
+    shuffle_delta: float = 1e-5
     learning_rate: float = 0.5  # η, aggregator SGD
     gamma: float = 0.99
     value_coef: float = 0.5  # λ
@@ -181,7 +191,11 @@ class PGCA3CConfig(Config):
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
             fail("secure_noise", "float-safe noise is for the laplace mechanism only "
-                                 f"(prs draws signs, none adds no noise), got {self.mechanism}")
+                                 "(prs draws signs, privunit/privunitg sample on the host in "
+                                 f"float64, none adds no noise), got {self.mechanism}")
+        if self.shuffle and self.mechanism == "none":
+            fail("shuffle", "the non-private baseline has no local ε to amplify")
+        in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
@@ -312,13 +326,18 @@ class PGCA3C:
         reports, scores = self.agent_reports(
             state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys
         )
+        if cfg.shuffle:  # the shuffler: a uniformly random order, no identities
+            order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
+            reports, active_in = jax.tree_util.tree_map(lambda a: a[order], (reports, active))
+        else:
+            active_in = active
 
         def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
             report, live = item
             new = self.aggregator.receive(agg, report)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
 
-        agg, _ = jax.lax.scan(apply, state.agg, (reports, active))
+        agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
         submitted = n + jnp.sum(active, dtype=jnp.int32)
         return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
 
@@ -355,6 +374,10 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     eps = cfg.epsilon_per_report()
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
+    if cfg.mechanism == "privunit":
+        return PrivUnitMechanism(eps, cfg.clip)
+    if cfg.mechanism == "privunitg":
+        return PrivUnitGMechanism(eps, cfg.clip)
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:

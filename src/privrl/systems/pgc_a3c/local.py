@@ -22,6 +22,7 @@ from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import shard_vmap, trial_devices
@@ -48,6 +49,7 @@ class RunOutput:
     compile_seconds: float
     devices: int
     agents_per_trial: int
+    theta: np.ndarray | None = None  # (trials, d): each trial's final parameters (the policy)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -155,6 +157,7 @@ def run_pgc_a3c(
         compile_seconds=compile_s,
         devices=runner.devices,
         agents_per_trial=agents_per_trial,
+        theta=np.asarray(state.agg.theta)[: cfg.trials],
     )
 
 
@@ -212,6 +215,8 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
     composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
                 if private else None)
 
+    shuffled = shuffle_account(out) if private and cfg.shuffle else None
+
     def statement(parts: Mapping[str, Any]) -> str:
         if not parts["formal_guarantee"]:
             return ("NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients "
@@ -230,7 +235,14 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
                      "basic composition; the ledger enforces this pure ε), and also (ε = "
                      f"{opt['epsilon']:.4g}, δ = {opt['delta']:g})-LDP by the optimal "
                      "composition theorem")
+        central = "" if shuffled is None else (
+            f" Shuffled: the aggregator receives each round's reports (at least "
+            f"{shuffled['batch_size']}) in random order without identities, so against it, "
+            f"with a trusted shuffler, an agent's reports are (ε = "
+            f"{shuffled['central_epsilon']:.4g}, δ = {shuffled['central_delta']:g})-DP "
+            "(central, amplification by shuffling; against the shuffler only the local ε holds).")
         return (claim + "; the aggregator's updates are post-processing of the reports."
+                + central
                 + (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
                    if record_mode(cfg.noise, cfg.secure_noise) == "seeded" else ""))
 
@@ -241,7 +253,22 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
         "agents_per_trial": out.agents_per_trial,
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
         "per_agent_composition": composed,
+        **({} if shuffled is None else {"shuffle": shuffled}),
         **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def shuffle_account(out: RunOutput) -> dict[str, Any]:
+    """The shuffle model's central account: each report is shuffled among its round's reports
+    (P, or fewer in a last partial round: the smallest batch any report was in counts); an
+    agent's T reports are in T different batches."""
+    cfg = out.config
+    p = cfg.parallel_agents
+    smallest = p
+    for done in np.asarray(out.submitted).reshape(-1):
+        if int(done) % p:
+            smallest = min(smallest, int(done) % p)
+    return shuffle_record(float(out.mechanism["epsilon"]), smallest, cfg.shuffle_delta,
+                          batches=cfg.submissions_per_agent)
 
 
 def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
