@@ -97,7 +97,7 @@ def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0
         results.append(audit_mechanism(agent, key=keys[2 * i + 1], samples=samples,
                                        confidence=confidence,
                                        pair=(jnp.zeros(1), jnp.ones(1)),
-                                       statistic=agent.statistic, chunk=2_000))
+                                       statistic=agent.statistic, chunk=250))
         if progress is not None:
             progress(i + 1, len(agents))
     return results
