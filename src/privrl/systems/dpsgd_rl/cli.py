@@ -211,7 +211,7 @@ def _ldp_command(name: str, algorithm: str) -> None:
     def command(
         mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
         obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
-        box_low: BoxLow = None, box_high: BoxHigh = None,
+        box_low: BoxLow = None, box_high: BoxHigh = None, noise: Noise = None,
         episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
         progress: ShowProgress = True,
     ) -> None:
@@ -223,7 +223,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
         cfg = cfg_cls.from_preset(
             "paper",
             obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
-            episodes=episodes, seeds=seeds, seed=seed)
+            noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds,
+            seed=seed)
         _execute(name, algo_cls, cfg, out, progress)
 
 

@@ -29,6 +29,7 @@ from jax import Array
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import BoxGaussianMechanism, Mechanism, UnboundedGaussianNoise
+from privrl.privacy.noise import secret_fold
 
 MODES = ("none", "sigma", "box")
 CARTPOLE_IQR: tuple[float, ...] = (0.55, 0.39, 0.05, 0.32)  # the slides' IQR of each component
@@ -116,19 +117,30 @@ class PrivateObservations:
     learner sees only `mechanism.privatize(key, obs).value`.
     """
 
-    def __init__(self, env: Any, mechanism: Mechanism) -> None:
+    def __init__(self, env: Any, mechanism: Mechanism, noise_root: Array | None = None) -> None:
         self.env = env
         self.mechanism = mechanism
+        self.noise_root = noise_root
+
+    def keyed(self, noise_root: Array | None) -> PrivateObservations:
+        """This wrapper with secret observation-noise keys: each release's key is
+        `secret_fold(noise_root, seeded key)`. Call it inside the jitted program with the root
+        taken from the learner's state, so the root is an argument, never a constant."""
+        return PrivateObservations(self.env, self.mechanism, noise_root)
+
+    def _noise_key(self, key: Array) -> Array:
+        return secret_fold(self.noise_root, key)
 
     def reset_env(self, key: Array, params: Any) -> tuple[Array, Any]:
         k_env, k_noise = jax.random.split(key)
         obs, state = self.env.reset_env(k_env, params)
-        return self.mechanism.privatize(k_noise, obs).value, state
+        return self.mechanism.privatize(self._noise_key(k_noise), obs).value, state
 
     def step_env(self, key: Array, state: Any, action: Array, params: Any) -> tuple:
         k_env, k_noise = jax.random.split(key)
         obs, state, reward, done, info = self.env.step_env(k_env, state, action, params)
-        return self.mechanism.privatize(k_noise, obs).value, state, reward, done, info
+        return (self.mechanism.privatize(self._noise_key(k_noise), obs).value, state, reward,
+                done, info)
 
     def is_terminated(self, state: Any, params: Any) -> Array:
         return self.env.is_terminated(state, params)
