@@ -30,6 +30,7 @@ from privrl.privacy.mechanisms import (
     _check_positive,
     _gaussian_ldp_guarantee,
 )
+from privrl.privacy.noise import NOISE_MODES, noise_fields
 from privrl.privacy.record import privacy_record
 from privrl.privacy.report import Guarantee
 
@@ -94,6 +95,9 @@ class QNoiseConfig(Config):
     bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
     delta: float = 1e-5
     accountant: str = DEFAULT_ACCOUNTANT
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each party's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
+    noise: str | None = None
 
     def validate_noise(self) -> None:
         non_negative("noise_sigma", self.noise_sigma)
@@ -103,6 +107,8 @@ class QNoiseConfig(Config):
                 fail("noise_sigma", "bounded mode needs noise σ > 0")
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         one_of("accountant", self.accountant, ACCOUNTANTS)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:
@@ -147,6 +153,9 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
                      "This covers the Q-output releases only: θ_g, Y_j and actions travel "
                      "without noise, as in the paper, so the protocol as a whole has no "
                      "end-to-end ε.")
+        if (cfg.noise or "seeded") == "seeded":
+            statement += " SIMULATION ONLY: the noise is reproducible from the seed in config.json."
+    rest.update(noise_fields(cfg.noise or "seeded"))
     return privacy_record(
         statement, mechanism=mech, formal_guarantee=cfg.bounded is not None,
         fields=common | rest,

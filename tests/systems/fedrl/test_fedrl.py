@@ -177,6 +177,33 @@ def test_privacy_json_bounded_mode_composes_every_release():
         assert rec["parties"][party]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
         assert rec["parties"][party]["events"][0]["noise_multiplier"] == pytest.approx(0.2)
     assert "no end-to-end ε" in rec["statement"]
+    assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
+    rec = FedRL(FedRLConfig(**TINY, bounded=5.0, noise="secret")).privacy_record(100, 2, 10, 10)
+    assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
+
+
+def test_secret_party_roots_change_only_the_released_noise():
+    """Each party's secret root (its own state, never a message) keys its Q-output noise: the
+    same state, observations and seeded keys release the same Q plus different noise, of the
+    mechanism's size; a root is reproducible only by whoever holds it."""
+    from privrl.federation.vertical import with_secret_roots
+
+    algo = FedRL(FedRLConfig(**TINY, bounded=2.0))
+    maps = gw.generate_maps(20, 8, seed=0)
+    s = algo.init(jax.random.key(0), maps)
+    x = with_secret_roots(s)
+    obs = s.env.obs_beta
+    _, c_seeded = algo.beta.release_q(s.beta, obs)
+    _, c_secret = algo.beta.release_q(x.beta, obs)
+    _, c_again = algo.beta.release_q(x.beta, obs)
+    raw = np.asarray(algo.beta.q(s.beta.theta, obs))
+    np.testing.assert_array_equal(c_secret, c_again)
+    assert not np.allclose(c_seeded, c_secret)
+    for c in (c_seeded, c_secret):
+        assert 0.5 < float(np.std(np.asarray(c) - raw)) < 1.6  # 32 N(0, 1) draws
+    assert "noise" not in {m.kind for m in algo.channel.log}
+    with pytest.raises(ConfigError, match=r"^noise: "):
+        FedRLConfig(noise="public").resolved()
 
 
 def test_bad_options_fail_before_compute():

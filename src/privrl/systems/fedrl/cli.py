@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    Noise,
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -75,6 +84,8 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     console.print(f"Epochs: {summary['epochs_run']} (best {summary['best_epoch']}); wall time "
                   f"{summary['wall_seconds']:.1f} s")
     console.print(f"Privacy: {result.privacy['statement']}")
+    if "noise" in summary:
+        console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, plots/valid_success.png)")
 
@@ -91,6 +102,7 @@ def run_fedrl(
         "mechanism with an (ε, δ) (composed per party). Default: the paper's unbounded noise, "
         "which has NO formal ε.")] = None,
     delta: Annotated[float, typer.Option(help="δ of the stated (ε, δ) in bounded mode.")] = 1e-5,
+    noise: Noise = None,
     epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000, patience: Patience = 10,
     num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
     generated_maps: GeneratedMaps = 8000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
@@ -101,6 +113,7 @@ def run_fedrl(
 
     cfg = FedRLConfig.from_preset(
         "paper", noise_sigma=noise_sigma, bounded=bounded, delta=delta,
+        noise=None if noise is None else noise.value,
         **_grid_options(size, maps, history, alpha_view, beta_view, epochs, updates_per_epoch,
                         patience, num_envs, buffer_size, seeds, seed, generated_maps))
     _execute(FedRL(cfg), out, progress)

@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    Noise,
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -47,6 +56,7 @@ def run_text2action(
     bounded: Annotated[float | None, typer.Option(
         help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
         "paper's unbounded noise, which has NO formal ε.")] = None,
+    noise: Noise = None,
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
     num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,
@@ -65,7 +75,7 @@ def run_text2action(
     cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
                       noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
                       steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
-                      targets=targets)
+                      targets=targets, noise=None if noise is None else noise.value)
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
@@ -90,6 +100,8 @@ def run_text2action(
     console.print(f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
                   f"{summary['epochs_run']}")
     console.print(f"Privacy: {summary['privacy']}")
+    if "noise" in summary:
+        console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json)")
 
