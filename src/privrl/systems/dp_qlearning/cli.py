@@ -79,6 +79,7 @@ def reproduce_dp_qlearning_command(
     seeds: Annotated[int, typer.Option(help="Seeds per σ (authors: 10).")] = 10,
     episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed (shared by all σ).")] = 0,
+    noise: Noise = None,
     out: Out = None,
 ) -> None:
     """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
@@ -92,7 +93,8 @@ def reproduce_dp_qlearning_command(
     from privrl.runtime.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning.reproduce import DPQLSweepConfig, run_sweep
 
-    cfg = DPQLSweepConfig(seeds=seeds, episodes=episodes, seed=seed)
+    cfg = DPQLSweepConfig(seeds=seeds, episodes=episodes, seed=seed,
+                          noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)

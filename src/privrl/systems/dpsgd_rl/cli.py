@@ -241,6 +241,7 @@ def reproduce_dpsgd_rl(
     algorithms: Annotated[str, typer.Option(
         help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
     seed: Seed = 0,
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -259,7 +260,8 @@ def reproduce_dpsgd_rl(
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
     cfg = SweepConfig(seeds_reinforce=seeds_reinforce, seeds_dqn=seeds_dqn, episodes=episodes,
-                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")))
+                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")),
+                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     path = resume if resume is not None else new_run_dir(out, "reproduce-dpsgd-rl")

@@ -155,7 +155,7 @@ def reproduce_fedrl(
         help="Override: steps per epoch.")] = None,
     patience: Annotated[int | None, typer.Option(help="Override: early-stop patience.")] = None,
     num_envs: Annotated[int | None, typer.Option(help="Override: episodes per step.")] = None,
-    seed: Seed = 0, out: Out = None,
+    noise: Noise = None, seed: Seed = 0, out: Out = None,
 ) -> None:
     """Paper 002's Table 1: train on maps 0-6399, select on 6400-7199, test on 7200-7999."""
     from rich.console import Console
@@ -166,7 +166,8 @@ def reproduce_fedrl(
     check_out_dir(out)
     cfg = with_overrides(
         ReproConfig(str(maps), parse_numbers(sizes, "--sizes", int), runs,
-                    tuple(m.strip() for m in models.split(",")), seed=seed),
+                    tuple(m.strip() for m in models.split(",")), seed=seed,
+                    noise=None if noise is None else noise.value),
         epochs=epochs, updates_per_epoch=updates_per_epoch, patience=patience,
         num_envs=num_envs).resolved()
     err = Console(stderr=True)

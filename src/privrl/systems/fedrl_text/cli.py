@@ -118,7 +118,8 @@ def reproduce_text2action(
     runs: Annotated[int, typer.Option(help="Runs per fold (the paper: 5).")] = 5,
     folds: Folds = "0,1,2,3,4", preset: Preset = "paper",
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
-    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
+    num_envs: NumEnvs = None, targets: Targets = None, noise: Noise = None, seed: Seed = 0,
+    out: Out = None,
     resume: Annotated[Path | None, typer.Option(
         help="Continue an interrupted reproduction in this directory; finished settings are "
         "kept.")] = None,
@@ -141,7 +142,7 @@ def reproduce_text2action(
     cfg = ReproConfig(str(data), tuple(c.strip() for c in corpora.split(",")),
                       tuple(m.strip() for m in models.split(",")), runs,
                       parse_numbers(folds, "--folds", int), preset, tuple(over.items()),
-                      seed).validate()
+                      seed, None if noise is None else noise.value).validate()
     err = Console(stderr=True)
     path = resume if resume is not None else new_run_dir(out, "reproduce-fedrl-text2action")
     err.print(f"[bold]Reproducing paper 002 Table 2[/] ({preset} preset) → {path}")

@@ -242,6 +242,7 @@ def reproduce_pgc_a3c_command(
     retire: Annotated[bool, typer.Option(
         help="Stop a trial once it reaches the target (its FST is known); later curves hold "
         "its last average score.")] = True,
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -259,7 +260,8 @@ def reproduce_pgc_a3c_command(
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire)
+    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire,
+                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     _execute_sweep(cfg, out, resume, progress)
