@@ -40,7 +40,8 @@ def no_compute(monkeypatch):
         (["--mechanism", "prs", "--d-hat", "113"], "--d-hat"),
         (["--d-hat", "2"], "--d-hat"),
         (["--noise", "public"], "--noise"),
-        (["--mechanism", "prs", "--secure-noise"], "--secure-noise"),
+        (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
+         "the laplace mechanism only, got prs: prs adds no Laplace or Gaussian noise"),
     ],
 )
 def test_invalid_option_one_line_exit_2(args, option, capsys, tmp_path, no_compute):

@@ -158,8 +158,10 @@ class PGCA3CConfig(Config):
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
-            fail("secure_noise", "float-safe noise is for the laplace mechanism only "
-                                 f"(prs draws signs, none adds no noise), got {self.mechanism}")
+            fail("secure_noise", "float-safe noise is for the laplace mechanism only, got "
+                                 f"{self.mechanism}: prs adds no Laplace or Gaussian noise (it "
+                                 "releases randomly flipped signs, a different leak analysis; "
+                                 "docs/secure-noise.md) and none adds no noise")
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
