@@ -142,6 +142,20 @@ class PartySpec:
     gamma: float = 0.9
 
 
+@jax.custom_jvp
+def _released_as(q: Array, released: Array) -> Array:
+    """`released` exactly (the float-safe release, not rebuilt from q in floats, which would
+    bring q's low-order bits back), differentiated as q: the float mechanism's derivative,
+    its noise being independent of the parameters and q already clipped."""
+    return released
+
+
+@_released_as.defjvp
+def _released_as_jvp(primals: tuple[Array, Array], tangents: tuple[Any, Any]
+                     ) -> tuple[Array, Any]:
+    return primals[1], tangents[0]
+
+
 class _Party:
     name = "party"
 
@@ -165,8 +179,10 @@ class _Party:
         mech = mechanism or self.spec.release
         key = secret_fold(root, key)
         q = self.q(theta, obs)
-        reports = jax.vmap(mech.privatize)(jax.random.split(key, q.shape[0]), q)
-        return reports.value
+        keys = jax.random.split(key, q.shape[0])
+        if getattr(mech, "secure", False):  # host sampler: no derivative; see _released_as
+            return _released_as(q, jax.vmap(mech.privatize)(keys, jax.lax.stop_gradient(q)).value)
+        return jax.vmap(mech.privatize)(keys, q).value
 
     def send(self, receiver: str, kind: str, payload: Any) -> Any:
         return self.channel.send(self.name, receiver, kind, payload)

@@ -254,6 +254,7 @@ class DQN:
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
+    noise_in_loop = True  # its DP-SGD release is made inside the episode's while_loop
     count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
                          "update per step), so its account is min(updates, buffer_size) "
                          "Poisson-subsampled Gaussian releases")

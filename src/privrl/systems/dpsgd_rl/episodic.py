@@ -83,6 +83,10 @@ class EpisodicConfig(Config):
         one_of("accountant", self.accountant, ACCOUNTANTS)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
+        if self.obs.secure and self.accountant != "rdp":
+            fail("accountant", "secure (discrete Gaussian) observation noise is composed with "
+                               "the RDP accountant only (choose rdp): CKS20 bound its Rényi "
+                               "divergences, not its privacy-loss distribution")
         if self.secure_noise:
             if not self.dp:
                 fail("secure_noise", "float-safe noise is for DP-SGD runs (dp)")

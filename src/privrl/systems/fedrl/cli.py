@@ -103,6 +103,10 @@ def run_fedrl(
         "which has NO formal ε.")] = None,
     delta: Annotated[float, typer.Option(help="δ of the stated (ε, δ) in bounded mode.")] = 1e-5,
     noise: Noise = None,
+    secure_noise: Annotated[bool, typer.Option(
+        "--secure-noise", help="With --bounded: float-safe discrete Gaussian Q-output noise from "
+        "the OS CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each "
+        "party's releases). Slow: one host call per released vector.")] = False,
     epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000, patience: Patience = 10,
     num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
     generated_maps: GeneratedMaps = 8000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
@@ -113,7 +117,8 @@ def run_fedrl(
 
     cfg = FedRLConfig.from_preset(
         "paper", noise_sigma=noise_sigma, bounded=bounded, delta=delta,
-        noise=None if noise is None else noise.value,
+        noise=None if noise is None else noise.value, secure_noise=secure_noise,
+        **({"accountant": "rdp"} if secure_noise else {}),
         **_grid_options(size, maps, history, alpha_view, beta_view, epochs, updates_per_epoch,
                         patience, num_envs, buffer_size, seeds, seed, generated_maps))
     _execute(FedRL(cfg), out, progress)

@@ -57,6 +57,10 @@ def run_text2action(
         help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
         "paper's unbounded noise, which has NO formal ε.")] = None,
     noise: Noise = None,
+    secure_noise: Annotated[bool, typer.Option(
+        "--secure-noise", help="With --bounded: float-safe discrete Gaussian Q-output noise from "
+        "the OS CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each "
+        "party's releases). Slow: one host call per released vector.")] = False,
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
     num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,
@@ -75,7 +79,8 @@ def run_text2action(
     cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
                       noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
                       steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
-                      targets=targets, noise=None if noise is None else noise.value)
+                      targets=targets, noise=None if noise is None else noise.value,
+                      secure_noise=secure_noise, **({"accountant": "rdp"} if secure_noise else {}))
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
