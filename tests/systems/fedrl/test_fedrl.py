@@ -217,3 +217,36 @@ def test_bad_options_fail_before_compute():
         make_baseline(BaselineConfig(model="dqn-beta"))
     with pytest.raises(ConfigError, match=r"^history: "):
         FedRL(FedRLConfig(history=0))
+
+
+
+def test_secure_q_output_noise_is_differentiable_and_on_the_grid(eager):
+    """Float-safe Q outputs (bounded mode): a released vector lies on the secure grid, and its
+    derivative in the party's parameters is the float mechanism's (that of the clipped Q: the
+    noise does not depend on them), so the parties' training steps work unchanged; the record
+    says "secure" with RDP's ε. Refused without bounded mode or with PLD."""
+    from privrl.privacy import secure
+
+    algo = FedRL(FedRLConfig(**TINY, bounded=2.0, secure_noise=True, accountant="rdp"))
+    mech = algo.mechanism
+    s = eager[2][-1]  # the parties' states after a few (float-noise) steps
+    obs = s.env.obs_alpha
+    gamma = float(secure.gaussian_grid(mech.std, mech.clip)[0])
+    c = np.asarray(jax.jit(lambda sb, o: algo.beta.release_q(sb, o)[1])(s.beta, s.env.obs_beta),
+                   np.float64)
+    assert c.shape == (2, 16) and np.array_equal(c / gamma, np.round(c / gamma))
+    key = jax.random.key(1)
+    g_secure = jax.jit(jax.grad(lambda th: algo.alpha.released(key, th, obs).sum()))(
+        s.alpha.theta)
+    g_clipped = jax.grad(lambda th: algo.alpha.q(th, obs).sum())(s.alpha.theta)
+    np.testing.assert_array_equal(g_secure, g_clipped)
+    assert np.abs(np.asarray(g_secure)).max() > 0
+    rec = algo.privacy_record(1, 0, 0, 0)
+    assert rec["noise_keys"]["mode"] == "secure" and "discrete" in rec["statement"]
+    acc = Accountant("rdp")
+    acc.compose(mech.event, rec["releases"]["alpha"])
+    assert rec["parties"]["alpha"]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
+    with pytest.raises(ConfigError, match=r"^secure_noise: "):
+        FedRLConfig(secure_noise=True, accountant="rdp").resolved()
+    with pytest.raises(ConfigError, match=r"^accountant: "):
+        FedRLConfig(bounded=2.0, secure_noise=True).resolved()
