@@ -170,6 +170,7 @@ def no_compute(monkeypatch):
     (["--epsilon", "0.5", "--delta", "1e-5", "--k", "0.1", "--sensitivity-constant", "1e-4"],
      "--k"),
     (["--sigma", "0.2", "--seeds", "0"], "--seeds"),
+    (["--sigma", "0.2", "--secure-noise"], "--secure-noise: float-safe noise does not apply"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
     out = tmp_path / "run"

@@ -68,7 +68,7 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     code = cli.main(["run", "fedrl", "--bounded", "2", "--epochs", "1",
                      "--updates-per-epoch", "20", "--generated-maps", "40", "--buffer-size",
-                     "500", "--out", str(out), "--no-progress"])
+                     "500", "--noise", "secret", "--out", str(out), "--no-progress"])
     assert code == 0
     for f in ("config.json", "metrics.csv", "privacy.json", "summary.json",
               "plots/valid_success.png"):
@@ -88,7 +88,9 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     assert sent["alpha"] == 20 * cfg.batch_size <= privacy["releases"]["alpha"]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["test"]) == {"test-noise", "test-clean"}
-    assert "LDP" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "LDP" in printed and "noise: secret" in printed
+    assert privacy["noise_keys"]["mode"] == "secret"  # (the counts above hold for any keys)
     # never overwrites
     assert cli.main(["run", "fedrl", "--epochs", "1", "--out", str(out)]) == 2
 

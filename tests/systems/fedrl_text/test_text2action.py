@@ -243,6 +243,28 @@ def test_paper_mode_privacy_record_states_no_epsilon(eager):
                                "alpha": 10 * 4 + (2 * 30 + 40) * 8}
 
 
+def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(eager):
+    """Seeded records say SIMULATION ONLY; a party's secret root (in its own state) changes its
+    released noise, not its Q; baselines, which release nothing, refuse secret keys."""
+    from privrl.federation.vertical import with_secret_roots
+
+    algo, _, state, texts, _ = eager
+    seeded = replace(algo.config, bounded=2.0)
+    rec = FedRLText(seeded, algo.features).privacy_record(10, 2, 30, 40)
+    assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
+    rec = FedRLText(replace(seeded, noise="secret"), algo.features).privacy_record(10, 2, 30, 40)
+    assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
+    obs = algo.observe(texts, state.env, "beta")
+    secret = with_secret_roots(state)
+    c_seeded = np.asarray(algo.beta.release_q(state.beta, obs)[1])
+    c_secret = np.asarray(algo.beta.release_q(secret.beta, obs)[1])
+    raw = np.asarray(algo.beta.q(state.beta.theta, obs))
+    assert not np.allclose(c_seeded, c_secret)
+    assert np.abs(c_secret - raw).max() > 0 and np.abs(c_seeded - raw).max() > 0
+    with pytest.raises(ConfigError, match=r"^noise: dqn-alpha releases nothing"):
+        text_config(mode="dqn-alpha", noise="secret")
+
+
 @pytest.mark.parametrize("targets", ["copy", "frozen"])
 def test_fedrl_target_rule(corpus, targets):
     """copy (the paper): FedRL's three target networks follow the learners every period;
@@ -358,6 +380,8 @@ def no_compute(monkeypatch):
     (["run", "fedrl-text2action", "--data", "DATA", "--folds", "0,7"], "--folds"),
     (["run", "fedrl-text2action", "--data", "DATA", "--bounded", "0"], "--bounded"),
     (["run", "fedrl-text2action", "--data", "DATA", "--accountant", "rdp"], "--accountant"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--mode", "fcn-full", "--noise", "secret"],
+     "--noise: fcn-full releases nothing"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--targets", "soft"], "--targets"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--models", "dqn-beta"], "--models"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--preset", "gpu"], "--preset"),

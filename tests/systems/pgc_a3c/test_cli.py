@@ -44,6 +44,8 @@ def no_compute(monkeypatch):
         (["--delta", "0"], "--delta"),
         (["--budget-composition", "advanced"], "--budget-composition"),
         (["--mechanism", "none", "--budget-composition", "optimal"], "--budget-composition"),
+        (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
+         "the laplace mechanism only, got prs: prs adds no Laplace or Gaussian noise"),
     ],
 )
 def test_invalid_option_one_line_exit_2(args, option, capsys, tmp_path, no_compute):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -207,12 +208,17 @@ def _ldp_command(name: str, algorithm: str) -> None:
     @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
                      "on CartPole-v1 seeing only locally privatized states (paper 003).")
     @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--sigma", "obs.delta": "--delta",
+                   "obs.secure": "--secure-noise",
                    "obs.noise_multiplier": "--obs-noise-multiplier",
                    "obs.box_low": "--box-low", "obs.box_high": "--box-high"})
     def command(
         mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
         obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
-        box_low: BoxLow = None, box_high: BoxHigh = None,
+        box_low: BoxLow = None, box_high: BoxHigh = None, noise: Noise = None,
+        secure_noise: Annotated[bool, typer.Option(
+            "--secure-noise", help="box mode: float-safe discrete Gaussian observation noise "
+            "from the OS CSPRNG (docs/secure-noise.md); its ε is RDP's (the RDP accountant "
+            "composes each episode's states). Slow: one host call per observation.")] = False,
         episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
         progress: ShowProgress = True, accountant: AccountantOpt = AccountantName.pld,
     ) -> None:
@@ -223,8 +229,10 @@ def _ldp_command(name: str, algorithm: str) -> None:
                              "dqn": (DQN, DQNConfig)}[algorithm]
         cfg = cfg_cls.from_preset(
             "paper",
-            obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
-            episodes=episodes, seeds=seeds, seed=seed, accountant=accountant.value)
+            obs=replace(_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
+                        secure=secure_noise),
+            noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds,
+            seed=seed, accountant="rdp" if secure_noise else accountant.value)
         _execute(name, algo_cls, cfg, out, progress)
 
 
@@ -241,6 +249,7 @@ def reproduce_dpsgd_rl(
     algorithms: Annotated[str, typer.Option(
         help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
     seed: Seed = 0,
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -259,7 +268,8 @@ def reproduce_dpsgd_rl(
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
     cfg = SweepConfig(seeds_reinforce=seeds_reinforce, seeds_dqn=seeds_dqn, episodes=episodes,
-                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")))
+                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")),
+                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     path = resume if resume is not None else new_run_dir(out, "reproduce-dpsgd-rl")

@@ -316,6 +316,7 @@ def reproduce_fedpg_command(
     laplace_epsilons: Annotated[str, typer.Option(
         help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
     seed: SweepSeed = 0,
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -342,7 +343,8 @@ def reproduce_fedpg_command(
 
     cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed,
                      gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
-                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"))
+                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"),
+                     noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
 

@@ -124,6 +124,12 @@ class TextConfig(QNoiseConfig, ReplayOptions):
         positive("reward_scale", self.reward_scale)
         in_range("valid_fraction", self.valid_fraction, 0, 1, low_open=True, high_open=True)
         self.validate_noise()
+        if self.noise == "secret" and self.mode != "fedrl":
+            fail("noise", f"{self.mode} releases nothing through a mechanism: secret noise "
+                          "keys are for mode fedrl")
+        if self.secure_noise and self.mode != "fedrl":
+            fail("secure_noise", f"{self.mode} releases nothing through a mechanism: "
+                                 "float-safe noise is for mode fedrl")
 
     def reward_spec(self) -> t2a.RewardSpec:
         return t2a.RewardSpec(base=self.reward_base, action_rate=self.action_rate,

@@ -190,9 +190,11 @@ class PGCA3CConfig(Config):
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
-            fail("secure_noise", "float-safe noise is for the laplace mechanism only "
-                                 "(prs draws signs, privunit/privunitg sample on the host in "
-                                 f"float64, none adds no noise), got {self.mechanism}")
+            fail("secure_noise", "float-safe noise is for the laplace mechanism only, got "
+                                 f"{self.mechanism}: prs adds no Laplace or Gaussian noise (it "
+                                 "releases randomly flipped signs, a different leak analysis; "
+                                 "docs/secure-noise.md), privunit/privunitg sample on the host "
+                                 "in float64 (no discrete variant) and none adds no noise")
         if self.shuffle and self.mechanism == "none":
             fail("shuffle", "the non-private baseline has no local ε to amplify")
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)

@@ -275,6 +275,7 @@ def reproduce_pgc_a3c_command(
         "privunitg.")] = "laplace,prs",
     epsilon: Annotated[str, typer.Option(
         help="Agent budgets ε swept (comma-separated; the paper's: 1,2,5,10).")] = "1,2,5,10",
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -295,7 +296,8 @@ def reproduce_pgc_a3c_command(
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
     cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire,
                       mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
-                      epsilons=parse_numbers(epsilon, "--epsilon"))
+                      epsilons=parse_numbers(epsilon, "--epsilon"),
+                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     _execute_sweep(cfg, out, resume, progress)

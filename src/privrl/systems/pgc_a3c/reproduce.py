@@ -76,6 +76,9 @@ class SweepConfig(Config):
     retire: bool = True
     epsilons: tuple[float, ...] = PAPER_EPSILONS
     mechanisms: tuple[str, ...] = ("laplace", "prs")
+    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
+    # runs' default (seeded). Each run's privacy record states the mode.
+    noise: str | None = None
 
     def settings(self) -> list[Setting]:
         out = [Setting("none", math.inf)]
@@ -87,6 +90,7 @@ class SweepConfig(Config):
             self.preset, mechanism=s.mechanism,
             epsilon=None if s.mechanism == "none" else s.epsilon,
             trials=self.trials, submissions=self.cap, seed=self.seed,
+            noise=None if s.mechanism == "none" else self.noise,
         ).resolved()
 
     def validate(self) -> None:
