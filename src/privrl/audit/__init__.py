@@ -17,6 +17,9 @@ _API = {
     "audit_mechanism": "privrl.audit.mechanism",
     "default_pair": "privrl.audit.mechanism",
     "FunctionalNoiseRelease": "privrl.audit.functional",
+    "OneRunResult": "privrl.audit.one_run",
+    "one_run_audit": "privrl.audit.one_run",
+    "epsilon_lower_one_run": "privrl.audit.one_run",
 }
 __all__ = sorted(_API)
 

@@ -25,6 +25,8 @@ def audit_apps() -> typer.Typer:
 class AuditMechanism(StrEnum):
     laplace = "laplace"
     prs = "prs"
+    privunit = "privunit"
+    privunitg = "privunitg"
     gaussian = "gaussian"
     box_gaussian = "box-gaussian"
     gaussian_sum = "gaussian-sum"
@@ -35,7 +37,8 @@ class AuditMechanism(StrEnum):
 @flag_names(epsilons="--epsilon")
 def audit_mechanism_command(
     mechanism: Annotated[AuditMechanism, typer.Option(
-        help="laplace, prs, gaussian (local, L2 clip), box-gaussian (LDP states), gaussian-sum "
+        help="laplace, prs, privunit, privunitg (PrivUnit2 / PrivUnitG), gaussian (local, L2 "
+        "clip), box-gaussian (LDP states), gaussian-sum "
         "(DP-SGD's noisy sum, add/remove one example), functional (paper 001's GP noise at 4 "
         "fixed states), broken-laplace (a deliberately broken Laplace with half its noise, to "
         "show the audit refutes it).", case_sensitive=False)] = AuditMechanism.laplace,

@@ -18,8 +18,8 @@ from privrl.privacy.accounting import calibrate_noise_multiplier, gaussian_epsil
 __all__ = ["MECHANISMS", "build_mechanism", "plot_audits", "plot_sweep", "run_audit_sweep",
            "write_sweep"]
 
-MECHANISMS = ("laplace", "prs", "gaussian", "box-gaussian", "gaussian-sum", "functional",
-              "broken-laplace")
+MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "gaussian", "box-gaussian",
+              "gaussian-sum", "functional", "broken-laplace")
 
 
 def _analytic_z(epsilon: float, delta: float) -> float:
@@ -43,6 +43,11 @@ def build_mechanism(name: str, epsilon: float, delta: float = 1e-5,
         return HalfNoiseLaplace(epsilon, 1.0)
     if name == "prs":
         return m.ProjectedRandomSignMechanism(epsilon, 1.0)
+    if name in ("privunit", "privunitg"):
+        from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+
+        cls = PrivUnitMechanism if name == "privunit" else PrivUnitGMechanism
+        return cls(epsilon, 1.0)
     if name == "gaussian":
         return m.GaussianMechanism(2.0 * _analytic_z(epsilon, delta), 1.0, delta)
     if name == "box-gaussian":
