@@ -133,3 +133,20 @@ def test_cli_accepts_the_preset(tmp_path, capsys, monkeypatch):
                      "--out", str(sweep), "--no-progress"]) == 0
     assert seen[-1].preset == "paper-code" and seen[-1].run_config(
         rep.Setting("laplace", 10.0)).server_optimizer == "rmsprop"
+
+
+def test_mean_loss_reduction_divides_the_episode_loss_by_its_steps():
+    traj = _episodes([12], [True], steps=20)
+    one = traj._replace(obs=jax.random.normal(jax.random.key(0), (20, 4)),
+                        actions=traj.actions[:, 0], mask=traj.mask[:, 0],
+                        final_obs=traj.final_obs[0], terminated=traj.terminated[0],
+                        length=traj.length[0])
+    summed = PGCA3C(PGCA3CConfig.from_preset("paper-code"))
+    mean = PGCA3C(PGCA3CConfig.from_preset("paper-code", loss_reduction="mean"))
+    theta = summed.model.init(jax.random.key(1))
+    total = float(jax.jit(summed.episode_loss)(theta, one))
+    assert total != 0.0
+    assert float(jax.jit(mean.episode_loss)(theta, one)) == pytest.approx(total / 12, rel=1e-6)
+    with pytest.raises(ConfigError) as e:
+        PGCA3CConfig(loss_reduction="max").resolved()
+    assert e.value.field == "loss_reduction"

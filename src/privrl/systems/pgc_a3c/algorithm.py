@@ -55,6 +55,7 @@ from privrl.privacy.noise import NOISE_MODES
 
 MECHANISMS = ("laplace", "prs", "none")
 REWARDS = ("step", "failure", "goal")
+LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
 # Presets. "paper" follows paper 000 section 4 exactly (the dataclass defaults). "tuned" is
@@ -142,6 +143,9 @@ class PGCA3CConfig(Config):
     action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
     use_bias: bool = False  # paper: no biases (d = 112)
     normalize_advantage: bool = False  # standardize A within each episode
+    # "sum" over the episode's steps (paper eq. 15-17) or "mean" (sum / steps). Under an
+    # active L1 clip both give the same report; they differ only when the clip does not bind.
+    loss_reduction: str = "sum"
     server_optimizer: str = "sgd"  # aggregator optimizer on the mean report (paper: SGD)
     # server_optimizer "rmsprop" only: TF1's RMSPropOptimizer (no momentum), i.e.
     # ν ← decay·ν + (1 − decay)·g², θ ← θ − η·g/√(ν + eps), ν starting at initial_scale.
@@ -186,6 +190,7 @@ class PGCA3CConfig(Config):
         in_range("gamma", self.gamma, 0, 1, low_open=True)
         one_of("reward", self.reward, REWARDS)
         one_of("action_selection", self.action_selection, ACTIONS)
+        one_of("loss_reduction", self.loss_reduction, LOSS_REDUCTIONS)
         one_of("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
         if self.server_optimizer == "rmsprop":
             in_range("rmsprop_decay", self.rmsprop_decay, 0, 1, high_open=True)
@@ -254,6 +259,8 @@ class PGCA3C:
         returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
         loss, _ = a2c_loss(logits, values, traj.actions, returns, traj.mask,
                            cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage)
+        if cfg.loss_reduction == "mean":
+            loss = loss / jnp.maximum(jnp.sum(traj.mask), 1.0)
         return loss
 
     def rewards(self, traj: Trajectory) -> Array:
