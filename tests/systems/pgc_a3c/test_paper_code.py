@@ -41,14 +41,16 @@ def test_paper_code_preset_is_the_paper_preset_plus_rmsprop_and_fall_reward():
     assert paper.server_optimizer == "sgd" and paper.reward == "step"  # paper untouched
 
 
-def _tf1_rmsprop(theta, grads, lr, decay, eps, ms0):
-    """TF1 RMSPropOptimizer without momentum, in float64: ms starts at ms0 (TF1: ones),
-    ms ← decay·ms + (1 − decay)·g², θ ← θ − lr·g/√(ms + eps)."""
+def _tf1_rmsprop(theta, grads, lr, decay, eps, ms0, momentum=0.0):
+    """TF1 RMSPropOptimizer in float64: ms starts at ms0 (TF1: ones), ms ← decay·ms +
+    (1 − decay)·g², mom ← momentum·mom + lr·g/√(ms + eps), θ ← θ − mom."""
     theta, ms = np.asarray(theta, np.float64), np.full(len(theta), ms0, np.float64)
+    mom = np.zeros_like(theta)
     for g in grads:
         g = np.asarray(g, np.float64)
         ms = decay * ms + (1 - decay) * g * g
-        theta = theta - lr * g / np.sqrt(ms + eps)
+        mom = momentum * mom + lr * g / np.sqrt(ms + eps)
+        theta = theta - mom
     return theta
 
 
@@ -72,11 +74,21 @@ def test_rmsprop_aggregator_matches_two_tf1_steps_by_hand():
     tx = server_optimizer(cold)
     step, _ = tx.update(jnp.asarray(grads[0]), tx.init(jnp.asarray(theta0)))
     np.testing.assert_allclose(np.asarray(step), [-5.0, 5.0, 0.0], rtol=1e-5)
+    # TF1's momentum (off in the preset): two steps by hand again.
+    heavy = server_optimizer(PGCA3CConfig.from_preset("paper-code", rmsprop_momentum=0.9))
+    theta, opt = jnp.asarray(theta0), heavy.init(jnp.asarray(theta0))
+    for g in grads:
+        step, opt = heavy.update(jnp.asarray(g), opt, theta)
+        theta = theta + step
+    np.testing.assert_allclose(np.asarray(theta),
+                               _tf1_rmsprop(theta0, grads, 0.5, 0.99, 1e-10, 1.0, 0.9),
+                               rtol=1e-6, atol=1e-7)
 
 
 def test_invalid_rmsprop_fields_name_the_field():
     for field, value in [("rmsprop_decay", 1.0), ("rmsprop_decay", -0.1),
-                         ("rmsprop_eps", 0.0), ("rmsprop_initial_scale", -1.0)]:
+                         ("rmsprop_eps", 0.0), ("rmsprop_initial_scale", -1.0),
+                         ("rmsprop_momentum", 1.0)]:
         with pytest.raises(ConfigError) as e:
             PGCA3CConfig.from_preset("paper-code", **{field: value}).resolved()
         assert e.value.field == field

@@ -152,6 +152,7 @@ class PGCA3CConfig(Config):
     rmsprop_decay: float = 0.99
     rmsprop_eps: float = 1e-10
     rmsprop_initial_scale: float = 1.0
+    rmsprop_momentum: float = 0.0  # TF1's momentum: mom ← m·mom + η·g/√(ν + eps), θ ← θ − mom
 
     presets = PRESETS
 
@@ -196,6 +197,7 @@ class PGCA3CConfig(Config):
             in_range("rmsprop_decay", self.rmsprop_decay, 0, 1, high_open=True)
             positive("rmsprop_eps", self.rmsprop_eps)
             non_negative("rmsprop_initial_scale", self.rmsprop_initial_scale)
+            in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
         probability("explore_start", self.explore_start)
         CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
 
@@ -360,7 +362,8 @@ def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
     ones), which makes the first steps ≈ η·g rather than ≈ η·sign(g)·10."""
     if cfg.server_optimizer == "rmsprop":
         return optax.rmsprop(cfg.learning_rate, decay=cfg.rmsprop_decay, eps=cfg.rmsprop_eps,
-                             initial_scale=cfg.rmsprop_initial_scale, eps_in_sqrt=True)
+                             initial_scale=cfg.rmsprop_initial_scale, eps_in_sqrt=True,
+                             momentum=cfg.rmsprop_momentum or None)
     return {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer](cfg.learning_rate)
 
 
