@@ -162,3 +162,12 @@ def test_mean_loss_reduction_divides_the_episode_loss_by_its_steps():
     with pytest.raises(ConfigError) as e:
         PGCA3CConfig(loss_reduction="max").resolved()
     assert e.value.field == "loss_reduction"
+
+
+def test_ray_runner_refuses_rmsprop_before_starting_ray(tmp_path):
+    from privrl.systems.pgc_a3c.ray import run_pgc_a3c_ray
+
+    with pytest.raises(ConfigError) as e:
+        run_pgc_a3c_ray(PGCA3CConfig.from_preset("paper-code"), tmp_path / "agg")
+    assert e.value.field == "server_optimizer"
+    assert not (tmp_path / "agg").exists()
