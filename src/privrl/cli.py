@@ -110,6 +110,19 @@ AccountantOpt = Annotated[AccountantName, typer.Option(
     "(a valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
     "(looser). Calibration (--target-epsilon) uses the same accountant.")]
 
+class BudgetComposition(StrEnum):
+    basic = "basic"
+    optimal = "optimal"
+
+
+BudgetCompositionOpt = Annotated[BudgetComposition, typer.Option(
+    "--budget-composition",
+    help="How the ledger enforces each agent's budget over its pure ε-LDP reports. basic "
+    "(default): the pure ε, Σ of the reports' ε. optimal: an (ε, δ) at --delta by the optimal "
+    "composition theorem (Kairouz, Oh & Viswanath 2015), which admits more reports, or "
+    "larger ε per report, for the same ε. privacy.json states both and which is enforced.",
+    case_sensitive=False)]
+
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
 SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]

@@ -35,6 +35,7 @@ from jax import Array
 from privrl.nets.flat import FlatModel
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
+from privrl.privacy.noise import secret_fold, secret_keys
 
 ALLOWED = {
     ("beta", "alpha"): {"C_beta", "theta_g"},
@@ -106,6 +107,9 @@ class AlphaState(NamedTuple):
     opt: Any
     memory: AlphaMemory
     key: Array
+    # α's secret noise root (secret keys; privrl.privacy.noise), or None: seeded. It stays in
+    # α's state: nothing sends it (the channel has no kind for it).
+    noise: Array | None = None
 
 
 class BetaState(NamedTuple):
@@ -115,6 +119,7 @@ class BetaState(NamedTuple):
     opt: Any
     memory: BetaMemory
     key: Array
+    noise: Array | None = None  # β's secret noise root, or None (as AlphaState.noise)
 
 
 def _write(buf: Array, ptr: Array, rows: Array) -> Array:
@@ -137,6 +142,20 @@ class PartySpec:
     gamma: float = 0.9
 
 
+@jax.custom_jvp
+def _released_as(q: Array, released: Array) -> Array:
+    """`released` exactly (the float-safe release, not rebuilt from q in floats, which would
+    bring q's low-order bits back), differentiated as q: the float mechanism's derivative,
+    its noise being independent of the parameters and q already clipped."""
+    return released
+
+
+@_released_as.defjvp
+def _released_as_jvp(primals: tuple[Array, Array], tangents: tuple[Any, Any]
+                     ) -> tuple[Array, Any]:
+    return primals[1], tangents[0]
+
+
 class _Party:
     name = "party"
 
@@ -152,13 +171,18 @@ class _Party:
             lambda v: clip_l2(v, self.spec.clip))(out.reshape(-1, out.shape[-1])).reshape(
                 out.shape)
 
-    def released(self, key: Array, theta: Array, obs: Array, mechanism: Mechanism | None = None
-                 ) -> Array:
-        """Q̂ for a batch of observations: each row through the mechanism (a Report each)."""
+    def released(self, key: Array, theta: Array, obs: Array, mechanism: Mechanism | None = None,
+                 root: Array | None = None) -> Array:
+        """Q̂ for a batch of observations: each row through the mechanism (a Report each).
+        `root`: the party's secret noise root (the noise keys become `secret_fold(root, key)`);
+        None: the seeded keys."""
         mech = mechanism or self.spec.release
+        key = secret_fold(root, key)
         q = self.q(theta, obs)
-        reports = jax.vmap(mech.privatize)(jax.random.split(key, q.shape[0]), q)
-        return reports.value
+        keys = jax.random.split(key, q.shape[0])
+        if getattr(mech, "secure", False):  # host sampler: no derivative; see _released_as
+            return _released_as(q, jax.vmap(mech.privatize)(keys, jax.lax.stop_gradient(q)).value)
+        return jax.vmap(mech.privatize)(keys, q).value
 
     def send(self, receiver: str, kind: str, payload: Any) -> Any:
         return self.channel.send(self.name, receiver, kind, payload)
@@ -187,7 +211,8 @@ class AlphaParty(_Party):
             mechanism: Mechanism | None = None) -> tuple[AlphaState, Array]:
         """ε-greedy joint actions for a batch of envs from Q_f^α(s^α, ·, C^β) (Alg. 1, step 8-9)."""
         key, k_noise, k_eps, k_rand = jax.random.split(s.key, 4)
-        qf = self.federated_q(s.theta_g, self.released(k_noise, s.theta, obs, mechanism), c_beta)
+        qf = self.federated_q(s.theta_g, self.released(k_noise, s.theta, obs, mechanism, s.noise),
+                              c_beta)
         n, num = qf.shape
         explore = jax.random.uniform(k_eps, (n,)) < epsilon
         action = jnp.where(explore, jax.random.randint(k_rand, (n,), 0, num),
@@ -216,7 +241,8 @@ class AlphaParty(_Party):
         sp, m = self.spec, s.memory
         key, k_next, k_cur, k_rel = jax.random.split(s.key, 4)
         obs, next_obs, a = m.obs[ids], m.next_obs[ids], m.action[ids]
-        q_next = self.federated_q(s.target_g, self.released(k_next, s.target, next_obs),
+        q_next = self.federated_q(s.target_g,
+                                  self.released(k_next, s.target, next_obs, root=s.noise),
                                   c_beta_next)
         y = m.reward[ids] + sp.gamma * (1.0 - m.terminal[ids]) * jnp.max(q_next, -1)
         y = jax.lax.stop_gradient(y)
@@ -224,14 +250,15 @@ class AlphaParty(_Party):
 
         def loss(params: tuple[Array, Array]) -> Array:
             theta, theta_g = params
-            qf = self.federated_q(theta_g, self.released(k_cur, theta, obs), c_beta)
+            qf = self.federated_q(theta_g, self.released(k_cur, theta, obs, root=s.noise),
+                                  c_beta)
             return jnp.mean(jnp.square(y - jnp.take_along_axis(qf, a[:, None], 1)[:, 0]))
 
         params = (s.theta, s.theta_g)
         grads = jax.grad(loss)(params)
         upd, opt = self.optimizer.update(grads, s.opt, params)
         theta, theta_g = optax.apply_updates(params, upd)
-        c_alpha = self.released(k_rel, theta, obs)
+        c_alpha = self.released(k_rel, theta, obs, root=s.noise)
         s = s._replace(theta=theta, theta_g=theta_g, opt=opt, key=key)
         out = (self.send("beta", "Y", y), self.send("beta", "actions", a),
                self.send("beta", "C_alpha", c_alpha), self.send("beta", "theta_g", theta_g))
@@ -262,7 +289,8 @@ class BetaParty(_Party):
         """C^β for the current observations (Alg. 2, ComputeQBeta())."""
         key, k = jax.random.split(s.key)
         return s._replace(key=key), self.send("alpha", "C_beta",
-                                              self.released(k, s.theta, obs, mechanism))
+                                              self.released(k, s.theta, obs, mechanism,
+                                                            s.noise))
 
     def store(self, s: BetaState, obs: Array, next_obs: Array) -> BetaState:
         m = s.memory
@@ -275,8 +303,8 @@ class BetaParty(_Party):
         """C^β_j (online net) and C^β at s'_j (target net) for α's batch (ComputeQBeta(j))."""
         key, k1, k2 = jax.random.split(s.key, 3)
         m = s.memory
-        c = self.released(k1, s.theta, m.obs[ids])
-        c_next = self.released(k2, s.target, m.next_obs[ids])
+        c = self.released(k1, s.theta, m.obs[ids], root=s.noise)
+        c_next = self.released(k2, s.target, m.next_obs[ids], root=s.noise)
         return s._replace(key=key), (self.send("alpha", "C_beta", c),
                                      self.send("alpha", "C_beta", c_next))
 
@@ -289,7 +317,7 @@ class BetaParty(_Party):
 
         def loss(params: tuple[Array, Array]) -> Array:
             theta, tg = params
-            q_b = self.released(k, theta, obs)
+            q_b = self.released(k, theta, obs, root=s.noise)
             qf = self.spec.head.apply(tg, jnp.concatenate([c_alpha, q_b], -1))
             return jnp.mean(jnp.square(y - jnp.take_along_axis(qf, a[:, None], 1)[:, 0]))
 
@@ -314,3 +342,11 @@ def train_exchange(alpha: AlphaParty, beta: BetaParty, sa: AlphaState, sb: BetaS
     sb, theta_g = beta.update(sb, ids, y, a, c_alpha, theta_g)
     return alpha.receive_theta_g(sa, theta_g), sb
 
+
+
+def with_secret_roots(state: Any, count: int | None = None) -> Any:
+    """`state` (vmapped over `count` runs, or one run: None; party states `alpha`, `beta`)
+    with a fresh secret noise root per party and run from the OS CSPRNG. Each root goes into its own
+    party's state only; in a deployment each party would draw its own in its own process."""
+    return state._replace(alpha=state.alpha._replace(noise=secret_keys(count)),
+                          beta=state.beta._replace(noise=secret_keys(count)))

@@ -50,7 +50,9 @@ __all__ = [
     "CalibrationError",
     "PrivacyEvent",
     "calibrate_noise_multiplier",
+    "calibrate_pure_epsilon",
     "gaussian_epsilon",
+    "optimal_composition_admits",
     "optimal_pure_composition",
     "pure_composition_record",
 ]
@@ -446,17 +448,56 @@ def _kov_log_delta(epsilon: float, count: int, eps_total: float) -> float:
     the k-fold composition is dominated by k-fold randomized response, whose hockey-stick
     divergence is exact (Kairouz, Oh & Viswanath 2015, Theorem 3.3):
         δ(ε') = Σ_{j: (k−2j)ε > ε'} C(k, j) (e^{(k−j)ε} − e^{ε'+jε}) / (1 + e^ε)^k.
+    The terms are summed in log space, vectorized over j (a run's agent may release
+    thousands of reports).
     """
-    k = count
-    terms = []
+    k = int(count)
     norm = k * float(np.logaddexp(0.0, epsilon))
-    for j in range(k + 1):
-        if (k - 2 * j) * epsilon <= eps_total:
-            break
-        log_binom = special.gammaln(k + 1) - special.gammaln(j + 1) - special.gammaln(k - j + 1)
-        gap = eps_total + j * epsilon - (k - j) * epsilon  # < 0
-        terms.append(log_binom + (k - j) * epsilon + math.log(-math.expm1(gap)) - norm)
-    return float(logsumexp(terms)) if terms else -math.inf
+    j = np.arange(k + 1, dtype=np.float64)
+    j = j[(k - 2 * j) * epsilon > eps_total]  # a prefix: the condition falls with j
+    if j.size == 0:
+        return -math.inf
+    log_binom = special.gammaln(k + 1) - special.gammaln(j + 1) - special.gammaln(k - j + 1)
+    gap = eps_total + j * epsilon - (k - j) * epsilon  # < 0
+    terms = log_binom + (k - j) * epsilon + np.log(-np.expm1(gap)) - norm
+    return float(logsumexp(terms))
+
+
+def optimal_composition_admits(epsilon: float, count: int, epsilon_total: float,
+                               delta: float) -> bool:
+    """Whether `count` ε-DP releases are (epsilon_total, delta)-DP by the optimal composition
+    theorem (exact: δ(epsilon_total) of k-fold randomized response <= delta). Basic
+    composition's count·ε <= epsilon_total always is; an ε = ∞ release fits no finite
+    total."""
+    if count * epsilon <= epsilon_total:
+        return True
+    if not math.isfinite(epsilon):
+        return False
+    return _kov_log_delta(epsilon, count, epsilon_total) <= math.log(_check_delta(delta))
+
+
+def calibrate_pure_epsilon(epsilon_total: float, count: int, delta: float) -> float:
+    """The largest per-release ε such that `count` ε-DP releases are (epsilon_total, delta)-DP
+    by the optimal composition theorem; at least epsilon_total / count (basic composition).
+
+    Bisection to 1e-9 relative on the exact admission test, returning the end at which it
+    was computed to hold, so the result never exceeds what the theorem allows.
+    """
+    if not (math.isfinite(epsilon_total) and epsilon_total > 0):
+        raise ValueError(f"epsilon_total must be finite and > 0, got {epsilon_total}")
+    if isinstance(count, bool) or int(count) != count or count < 1:
+        raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    delta = _check_delta(delta)
+    lo = hi = epsilon_total / count  # basic composition: admitted
+    while optimal_composition_admits(hi, count, epsilon_total, delta):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        if optimal_composition_admits(mid, count, epsilon_total, delta):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def optimal_pure_composition(epsilon: float, count: int, delta: float) -> float:

@@ -378,12 +378,18 @@ class BoxGaussianMechanism(Mechanism):
     Any two points of the box differ by at most its diagonal in L2, so one release is
     (ε, δ)-LDP with std / sensitivity = noise_multiplier. Used to perturb each observed state
     before a learner sees it (paper 003's LDP, made formal by the box).
+
+    `secure=True`: float-safe (privrl.privacy.secure): the box-clipped state, centred, lies in
+    the L2 ball of radius diag/2, so the secure Gaussian with clip diag/2 (clipped again in
+    integers on its grid: sensitivity ≤ diag/γ) and the same std releases it; the centre is
+    added back afterwards (post-processing). ε: RDP's, as for GaussianMechanism(secure=True).
     """
 
     low: tuple[float, ...]
     high: tuple[float, ...]
     noise_multiplier: float
     delta: float = 1e-5
+    secure: bool = False
     name = "box-gaussian"
 
     def __post_init__(self) -> None:
@@ -416,13 +422,19 @@ class BoxGaussianMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        return _gaussian_ldp_guarantee(self.noise_multiplier, self.delta, self.diagonal,
-                                       STATE_UNIT, STATE_NEIGHBOURS)
+        g = _gaussian_ldp_guarantee(self.noise_multiplier, self.delta, self.diagonal,
+                                    STATE_UNIT, STATE_NEIGHBOURS)
+        if not self.secure:
+            return g
+        return Guarantee(epsilon=_secure_gaussian_epsilon(self.noise_multiplier, self.delta),
+                         delta=self.delta, notion=g.notion, unit=g.unit,
+                         neighbouring=g.neighbouring, sensitivity=g.sensitivity, norm=g.norm)
 
     def params(self) -> dict[str, Any]:
-        return {"low": list(self.low), "high": list(self.high),
-                "noise_multiplier": self.noise_multiplier, "box_diagonal": self.diagonal,
-                "noise_std": self.std, "delta": self.delta}
+        p = {"low": list(self.low), "high": list(self.high),
+             "noise_multiplier": self.noise_multiplier, "box_diagonal": self.diagonal,
+             "noise_std": self.std, "delta": self.delta}
+        return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
         return jnp.clip(x, jnp.asarray(self.low, x.dtype), jnp.asarray(self.high, x.dtype))
@@ -430,6 +442,12 @@ class BoxGaussianMechanism(Mechanism):
     def _randomize(self, key: Array, x: Array) -> Array:
         if x.shape != (len(self.low),):
             raise ValueError(f"the box has {len(self.low)} coordinates, the input shape {x.shape}")
+        if self.secure:
+            from privrl.privacy.secure import secure_gaussian
+            centre = (jnp.asarray(self.low, x.dtype) + jnp.asarray(self.high, x.dtype)) / 2
+            noisy = _host(secure_gaussian, key, self.clip_input(x) - centre, self.std,
+                          self.diagonal / 2)
+            return noisy + centre
         return self.clip_input(x) + self.std * jax.random.normal(key, x.shape, x.dtype)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "record_mode", "secret_keys",
-           "summary_note"]
+__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "record_mode", "secret_fold",
+           "secret_keys", "summary_note"]
 
 NOISE_MODES = ("seeded", "secret")
 SEEDED_NOTE = ("noise keys are SEEDED: every noise vector is reproducible from the seed in "
@@ -53,6 +53,22 @@ def secret_keys(count: int | None = None) -> Any:
     data = np.frombuffer(os.urandom(8 * n), np.uint32).reshape(n, 2)
     keys = jax.random.wrap_key_data(data, impl="threefry2x32")
     return keys[0] if count is None else keys
+
+
+def secret_fold(root: Any, key: Any) -> Any:
+    """The noise key of one release under a secret `root`: Threefry keyed by the root, applied
+    to the 64 bits of the key the seeded run would have used for that release.
+
+    Where the seeded key comes from deep inside code that has no release counter (an
+    environment wrapper, a party's vmapped batch), this keeps the seeded run's key tree for
+    uniqueness (two releases share a key only if their seeded keys coincide) while no key is
+    predictable without the root. `root` is None: the seeded key itself."""
+    if root is None:
+        return key
+    import jax
+
+    bits = jax.random.key_data(key)
+    return jax.random.fold_in(jax.random.fold_in(root, bits[..., 0]), bits[..., 1])
 
 
 def noise_fields(mode: str) -> dict[str, Any]:

@@ -29,7 +29,9 @@ from privrl.privacy.mechanisms import (
     Mechanism,
     _check_positive,
     _gaussian_ldp_guarantee,
+    _secure_gaussian_epsilon,
 )
+from privrl.privacy.noise import NOISE_MODES, noise_fields, record_mode
 from privrl.privacy.record import privacy_record
 from privrl.privacy.report import Guarantee
 
@@ -40,24 +42,30 @@ Q_NEIGHBOURS = ("any two Q-output vectors in the declared L2 ball (local DP): an
 
 @dataclass(frozen=True)
 class BoundedQGaussian(GaussianMechanism):
-    """Clip the Q vector to L2 norm `clip` (= B), add N(0, σ²) per coordinate, σ = z·B."""
+    """Clip the Q vector to L2 norm `clip` (= B), add N(0, σ²) per coordinate, σ = z·B.
+
+    `secure=True`: GaussianMechanism's float-safe path (the discrete Gaussian on a grid, the
+    vector clipped to B again in integers), whose ε is RDP's (compose it with the RDP
+    accountant), not the analytic Gaussian's."""
 
     name = "bounded-q-gaussian"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.secure:  # its guarantee below is the analytic Gaussian's, not the discrete one's
-            raise ValueError("secure (discrete Gaussian) Q-output noise is not implemented")
-
     @classmethod
-    def from_sigma(cls, sigma: float, bound: float, delta: float = 1e-5) -> BoundedQGaussian:
+    def from_sigma(cls, sigma: float, bound: float, delta: float = 1e-5,
+                   secure: bool = False) -> BoundedQGaussian:
         bound = _check_positive("bound", bound)
-        return cls(_check_positive("sigma", sigma) / bound, bound, delta)
+        return cls(_check_positive("sigma", sigma) / bound, bound, delta, secure)
 
     @property
     def guarantee(self) -> Guarantee:
-        return _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
-                                       Q_UNIT, Q_NEIGHBOURS)
+        g = _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
+                                    Q_UNIT, Q_NEIGHBOURS)
+        if not self.secure:
+            return g
+        return Guarantee(epsilon=_secure_gaussian_epsilon(self.event.noise_multiplier,
+                                                          self.delta),
+                         delta=self.delta, notion=g.notion, unit=g.unit,
+                         neighbouring=g.neighbouring, sensitivity=g.sensitivity, norm=g.norm)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,15 @@ class QNoiseConfig(Config):
     noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
     bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
     delta: float = 1e-5
+    # bounded mode: how each party's releases compose (privrl.privacy.accounting): pld (the
+    # exact analytic Gaussian here) or rdp; recorded in each party's account in privacy.json
     accountant: str = DEFAULT_ACCOUNTANT
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each party's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
+    noise: str | None = None
+    # Float-safe Q-output noise (bounded mode): the discrete Gaussian from the OS CSPRNG,
+    # composed with the RDP accountant. privrl.privacy.secure.
+    secure_noise: bool = False
 
     def validate_noise(self) -> None:
         non_negative("noise_sigma", self.noise_sigma)
@@ -103,11 +119,24 @@ class QNoiseConfig(Config):
                 fail("noise_sigma", "bounded mode needs noise σ > 0")
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         one_of("accountant", self.accountant, ACCOUNTANTS)
+        if self.bounded is None and self.accountant != DEFAULT_ACCOUNTANT:
+            fail("accountant", "only meaningful with bounded (B): the paper's unbounded noise "
+                               "has no ε to account")
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
+        if self.secure_noise:
+            if self.bounded is None:
+                fail("secure_noise", "float-safe noise needs bounded mode (the paper's unbounded "
+                                     "noise has no guarantee to protect): give bounded")
+            if self.accountant != "rdp":
+                fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
+                                   "accountant only (choose rdp)")
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:
             return UnboundedQNoise(self.noise_sigma)
-        return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta)
+        return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta,
+                                           self.secure_noise)
 
 
 def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
@@ -140,13 +169,18 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
             }
         eps = {k: v["epsilon"] for k, v in parties.items()}
         rest = {"bound_l2": cfg.bounded, "noise_sigma": cfg.noise_sigma, "parties": parties}
+        noise = (f"float-safe discrete Gaussian noise of variance ≥ {cfg.noise_sigma:g}² (ε by "
+                 "RDP)" if cfg.secure_noise else f"N(0, {cfg.noise_sigma:g}²) noise")
         statement = (f"Bounded mode: each released Q vector is clipped to L2 norm "
-                     f"{cfg.bounded:g} with N(0, {cfg.noise_sigma:g}²) noise; composed over the "
+                     f"{cfg.bounded:g} with {noise}; composed over the "
                      f"run, α's releases are ({eps['alpha']:.4g}, {cfg.delta:g})-LDP and β's "
                      f"({eps['beta']:.4g}, {cfg.delta:g})-LDP (accountant {cfg.accountant}). "
                      "This covers the Q-output releases only: θ_g, Y_j and actions travel "
                      "without noise, as in the paper, so the protocol as a whole has no "
                      "end-to-end ε.")
+        if record_mode(cfg.noise, cfg.secure_noise) == "seeded":
+            statement += " SIMULATION ONLY: the noise is reproducible from the seed in config.json."
+    rest.update(noise_fields(record_mode(cfg.noise, cfg.secure_noise)))
     return privacy_record(
         statement, mechanism=mech, formal_guarantee=cfg.bounded is not None,
         fields=common | rest,

@@ -139,7 +139,8 @@ def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
     meta = out / "sweep.json"
     if meta.exists():
         saved = json.loads(meta.read_text())["sweep"]
-        if saved != sweep:
+        # an option added since the sweep began (absent from sweep.json) matches at None
+        if {k: v for k, v in sweep.items() if k in saved or v is not None} != saved:
             raise ConfigError("resume", f"{out} holds a sweep with different options: {saved}")
     else:
         write_json(meta, {"sweep": sweep, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -16,13 +16,16 @@ def trial_devices(trials: int, devices: int | None = None) -> int:
     return max(1, min(devices or jax.local_device_count(), jax.local_device_count(), trials))
 
 
-def shard_vmap(fn: Callable[..., Any], devices: int) -> Callable[..., Any]:
+def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False
+               ) -> Callable[..., Any]:
     """vmap `fn` over a leading trials axis and split that axis over `devices` host devices.
 
     Trials are independent, so no collectives: every argument and output is sharded on axis 0,
-    whose length must be a multiple of `devices`.
+    whose length must be a multiple of `devices`. `sequential`: `lax.map` instead of vmap, for
+    programs that call the host (float-safe noise) inside a `while_loop`, which JAX cannot
+    batch over trials (an io_callback under a batched loop predicate).
     """
     mesh = Mesh(np.array(jax.local_devices()[:devices]), ("trials",))
     spec = PartitionSpec("trials")
-    return jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec,
-                         check_vma=False)
+    batched = (lambda *a: jax.lax.map(lambda t: fn(*t), a)) if sequential else jax.vmap(fn)
+    return jax.shard_map(batched, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)

@@ -277,6 +277,23 @@ def test_optimal_composition_is_below_kov_bound_and_basic() -> None:
     assert rec["enforced_by_ledger"] == "basic"
 
 
+@pytest.mark.parametrize(("total", "k", "delta"), [(2.0, 8, 1e-3), (3.0, 12, 1e-4)])
+def test_calibrated_pure_epsilon_is_the_largest_the_optimal_composition_admits(
+        total: float, k: int, delta: float) -> None:
+    """Checked by brute force over k-fold randomized response: k releases of the calibrated
+    ε_0 are (total, δ)-DP and slightly more are not; it buys more than total / k."""
+    from privrl.privacy.accounting import calibrate_pure_epsilon, optimal_composition_admits
+
+    eps0 = calibrate_pure_epsilon(total, k, delta)
+    assert _brute_force_delta(eps0, k, total) <= delta * (1 + 1e-9)
+    assert _brute_force_delta(eps0 * (1 + 1e-6), k, total) > delta
+    assert eps0 > total / k
+    assert optimal_composition_admits(eps0, k, total, delta)
+    assert not optimal_composition_admits(eps0 * (1 + 1e-6), k, total, delta)
+    with pytest.raises(ValueError):
+        calibrate_pure_epsilon(math.inf, k, delta)
+
+
 def test_tight_accountant_falls_back_to_rdp_where_a_pld_would_not_fit() -> None:
     event = PrivacyEvent("gaussian", 0.2, "poisson", 0.0128)
     acc = Accountant()

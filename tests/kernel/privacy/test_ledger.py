@@ -308,3 +308,75 @@ def test_can_charge_validates_count_like_charge(count):
     with pytest.raises(ValueError, match="count"):
         ledger.charge(0, g, count)
     assert ledger.num_reports == 0
+
+
+# --- a budget in (ε, δ) by the optimal composition --------------------------------------------
+
+
+def test_optimal_budget_admits_what_basic_refuses_and_both_refuse_beyond() -> None:
+    """100 releases of ε = 0.1 at δ = 1e-5: basic composition spends 10; the optimal one
+    (Kairouz-Oh-Viswanath, computed here from its formula independently of the ledger) about
+    3.1. A budget of 5 refuses the 100th release under basic composition and admits it
+    under the optimal one; a budget of 2 refuses it under both, and nothing is recorded."""
+    from scipy.special import comb
+
+    g = LaplaceMechanism(epsilon=0.1, clip=1.0).guarantee
+
+    def kov_delta(eps0: float, k: int, eps: float) -> float:  # KOV Theorem 3.3, exact
+        return sum(comb(k, j, exact=True) * (math.exp((k - j) * eps0) - math.exp(eps + j * eps0))
+                   for j in range(k + 1) if (k - 2 * j) * eps0 > eps) / (1 + math.exp(eps0)) ** k
+
+    assert kov_delta(0.1, 100, 5.0) <= 1e-5 < kov_delta(0.1, 100, 2.0)
+    basic, optimal = PrivacyLedger(5.0), PrivacyLedger(5.0, 1e-5, "optimal")
+    for ledger in (basic, optimal):
+        ledger.charge([0, 1], g, count=49)
+    with pytest.raises(BudgetExceededError, match="nothing was released"):
+        basic.charge([0, 1], g, count=51)
+    optimal.charge([0, 1], g, count=51)
+    assert optimal.reports_of(0) == 100
+    eps, delta = optimal.spent(0)
+    assert delta == 1e-5 and 2.0 < eps < 5.0 and kov_delta(0.1, 100, eps) <= 1e-5
+    assert kov_delta(0.1, 100, eps * (1 - 1e-6)) > 1e-5  # the least such ε
+    summary = optimal.summary()
+    assert summary["budget_per_agent"] == {"epsilon": 5.0, "delta": 1e-5,
+                                           "composition": "optimal"}
+    assert summary["per_agent_epsilon"]["max"] == pytest.approx(eps)
+    assert summary["per_agent_basic_epsilon_max"] == pytest.approx(10.0)
+    assert "optimal composition" in summary["composition"]
+    tight = PrivacyLedger(2.0, 1e-5, "optimal")
+    tight.charge(0, g, count=20)  # basic 2.0: fits either way
+    before = _state(tight)
+    with pytest.raises(BudgetExceededError, match="optimal composition"):
+        tight.charge([0, 1], g, count=80)
+    assert not tight.can_charge(0, g, 80) and _state(tight) == before
+    with pytest.raises(BudgetExceededError):
+        PrivacyLedger(2.0).charge(0, g, count=100)
+
+
+def test_optimal_budget_refuses_what_it_cannot_compose() -> None:
+    with pytest.raises(ValueError, match="δ in"):
+        PrivacyLedger(5.0, 0.0, "optimal")
+    with pytest.raises(ValueError, match="composition"):
+        PrivacyLedger(5.0, 1e-5, "advanced")
+    ledger = PrivacyLedger(5.0, 1e-5, "optimal")
+    with pytest.raises(ValueError, match="pure"):
+        ledger.charge(0, _g(0.1, 1e-7))
+    ledger.charge(0, _g(0.1))
+    with pytest.raises(ValueError, match="one ε per agent"):
+        ledger.charge(0, _g(0.2))
+    assert ledger.reports_of(0) == 1
+    with pytest.raises(BudgetExceededError):  # no guarantee (ε = ∞) never fits a budget
+        ledger.charge(1, _g(math.inf))
+    records = PrivacyLedger(math.inf, 1e-5, "optimal")  # an infinite budget records only
+    records.charge(1, _g(math.inf))
+    assert records.spent(1) == (math.inf, 0.0) and not records.summary()["formal_guarantee"]
+
+
+def test_optimal_ledger_round_trips_through_its_state() -> None:
+    ledger = PrivacyLedger(5.0, 1e-5, "optimal")
+    ledger.charge([0, 3], _g(0.1), count=70)
+    back = PrivacyLedger.from_state(ledger.to_state())
+    assert back.mode == "optimal" and _state(back) == _state(ledger)
+    back.charge(0, _g(0.1), count=30)  # 100 fit; the basic ledger it would be refuses
+    assert not PrivacyLedger.from_state(PrivacyLedger(5.0).to_state()).can_charge(
+        0, _g(0.1), 100)

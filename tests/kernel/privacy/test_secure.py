@@ -161,8 +161,42 @@ def test_per_example_grads_sum_to_the_clipped_sum() -> None:
     np.testing.assert_allclose(clipped, expected, rtol=1e-5, atol=1e-7)
 
 
-def test_q_output_gaussian_refuses_secure_until_its_guarantee_covers_it() -> None:
+def test_secure_q_output_gaussian_states_rdps_epsilon_and_has_its_moments() -> None:
+    """FedRL's bounded Q-output noise, float-safe: RDP's ε (≥ the analytic one it states
+    without secure), the float mechanism's moments, every value on the grid."""
     from privrl.privacy.qoutput import BoundedQGaussian
 
-    with pytest.raises(ValueError, match="not implemented"):
-        BoundedQGaussian(1.0, 1.0, secure=True)
+    d = 50_000
+    mech = BoundedQGaussian.from_sigma(2.0, 1.0, 1e-5, secure=True)
+    float_mech = BoundedQGaussian.from_sigma(2.0, 1.0, 1e-5)
+    assert mech.event == float_mech.event and mech.guarantee.sensitivity == 2.0
+    assert mech.guarantee.epsilon == Accountant("rdp").epsilon_if(mech.event, 1, 1e-5)
+    assert mech.guarantee.epsilon >= float_mech.guarantee.epsilon
+    gamma, _, _ = secure.gaussian_grid(mech.std, mech.clip)
+    x = np.full(d, 0.5 / math.sqrt(d))
+    out = _release(mech, x, 1)[0]
+    assert np.all(out / float(gamma) == np.round(out / float(gamma)))
+    noise, s = out - x, mech.std
+    assert abs(noise.mean()) < Z * s / math.sqrt(d) + float(gamma) / 2
+    assert abs(noise.var() / (s * s) - 1) < Z * math.sqrt(2 / d) + 2**-9
+
+
+def test_secure_box_gaussian_is_centred_on_the_box_and_states_rdps_epsilon() -> None:
+    """LDP observations, float-safe: the box [0, 2]^d lies in the L2 ball of radius diag/2
+    about its centre, so release − centre lies on the grid of the secure Gaussian with clip
+    diag/2; a state outside the box is clipped into it first; the noise has std z·diag."""
+    from privrl.privacy.mechanisms import BoxGaussianMechanism
+
+    d, z = 50_000, 0.5
+    mech = BoxGaussianMechanism((0.0,) * d, (2.0,) * d, z, secure=True)
+    plain = BoxGaussianMechanism((0.0,) * d, (2.0,) * d, z)
+    assert mech.guarantee.epsilon == Accountant("rdp").epsilon_if(mech.event, 1, 1e-5)
+    assert mech.guarantee.epsilon >= plain.guarantee.epsilon
+    assert mech.guarantee.sensitivity == plain.guarantee.sensitivity == mech.diagonal
+    gamma, _, _ = secure.gaussian_grid(mech.std, mech.diagonal / 2)
+    x = np.where(np.arange(d) % 2 == 0, 1.5, 7.0)  # every other coordinate outside: clip to 2
+    out = _release(mech, x, 1)[0]
+    assert np.all((out - 1) / float(gamma) == np.round((out - 1) / float(gamma)))
+    noise, s = out - np.minimum(x, 2.0), mech.std
+    assert abs(noise.mean()) < Z * s / math.sqrt(d) + float(gamma) / 2
+    assert abs(noise.var() / (s * s) - 1) < Z * math.sqrt(2 / d) + 2**-9

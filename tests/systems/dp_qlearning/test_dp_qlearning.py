@@ -170,6 +170,7 @@ def no_compute(monkeypatch):
     (["--epsilon", "0.5", "--delta", "1e-5", "--k", "0.1", "--sensitivity-constant", "1e-4"],
      "--k"),
     (["--sigma", "0.2", "--seeds", "0"], "--seeds"),
+    (["--sigma", "0.2", "--secure-noise"], "--secure-noise: float-safe noise does not apply"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
     out = tmp_path / "run"
@@ -180,7 +181,33 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_comput
     assert not out.exists()
 
 
-def test_cli_run_writes_results_with_the_theorem5_record(tmp_path):
+def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch):
+    """The run also counts what Theorem 5 composes, as the run makes it: T/B noisy gradient
+    updates (environment steps after which θ moved; before the replay holds a batch the
+    computed step is discarded) and J noise functions per network (episodes that begin with
+    both noise stores empty: the initial ones and every reset that a later episode uses);
+    privacy.json must state the same T/B and J."""
+    counts = {"updates": 0, "functions": 0}
+
+    def add(name):
+        def bump(flag):
+            counts[name] += int(flag)
+        return bump
+
+    env_step, episode = DPQLearning.env_step, DPQLearning.episode
+
+    def counted_step(self, carry, key, sigma):
+        new, reward = env_step(self, carry, key, sigma)
+        jax.debug.callback(add("updates"), jnp.any(new[0].theta != carry[0].theta))
+        return new, reward
+
+    def counted_episode(self, ts, inp, sigma):
+        jax.debug.callback(add("functions"), (ts.noise.count == 0)
+                           & (ts.target_noise.count == 0))
+        return episode(self, ts, inp, sigma)
+
+    monkeypatch.setattr(DPQLearning, "env_step", counted_step)
+    monkeypatch.setattr(DPQLearning, "episode", counted_episode)
     out = tmp_path / "run"
     rc = cli.main(["run", "dp-qlearning", "--epsilon", "0.5", "--delta", "1e-5",
                    "--sensitivity-constant", "1e-4", "--k", "5", "--episodes", "3",
@@ -191,6 +218,11 @@ def test_cli_run_writes_results_with_the_theorem5_record(tmp_path):
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["private"] and privacy["theorem5"]["C"] == 1e-4
     assert privacy["theorem5"]["T_over_B"] == 3 * 50 - 128 + 1
+    jax.effects_barrier()
+    assert counts == {"updates": privacy["theorem5"]["T_over_B"],
+                      "functions": privacy["theorem5"]["J"]}
+    assert privacy["T_over_B"] == privacy["theorem5"]["T_over_B"]
+    assert privacy["J"] == privacy["theorem5"]["J"]
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0] == "seed,episode,return" and len(rows) == 1 + 3
     # results are never overwritten

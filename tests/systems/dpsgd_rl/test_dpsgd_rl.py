@@ -27,7 +27,7 @@ from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, sample_poisson
-from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
+from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy, PrivateObservations
 from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
@@ -256,6 +256,26 @@ def test_dp_sgd_preset_averages_over_the_stored_transitions() -> None:
         DQNConfig(learning_starts=64).resolved()
 
 
+def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ldp-* --accountant rdp reaches the config; the box episode's 501 states are then
+    composed by dp-accounting's RdpAccountant alone."""
+    from privrl.systems.dpsgd_rl import cli as dpsgd_cli
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
+                        seen.update(cfg=cfg))
+    assert main(["run", "ldp-dqn", "--mode", "box", "--obs-noise-multiplier", "1.5",
+                 "--accountant", "rdp"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.accountant == "rdp"
+    episode = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)["per_episode"]
+    direct = RdpAccountant()
+    direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 501))
+    assert episode["accountant_choice"] == "rdp" and "cross_check" not in episode
+    assert episode["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+
+
 def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
     out = tmp_path / "ldp"
     rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",
@@ -292,9 +312,9 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:
-    """Seeded DP-SGD says SIMULATION ONLY, secret does not; secret keys are refused where the
-    observation noise would stay seeded. (That a secret run's noise differs at the same seed
-    while a seeded run's metrics.csv is unchanged is checked end to end by the CLI test.)"""
+    """Seeded DP-SGD says SIMULATION ONLY, secret does not; LDP observations record their own
+    key mode. (That a secret run's noise differs at the same seed while a seeded run's
+    metrics.csv is unchanged is checked end to end by the CLI test.)"""
     from privrl.systems.dpsgd_rl.local import privacy_record
 
     seeded = Reinforce(ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=2))
@@ -303,9 +323,39 @@ def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:
     secret = Reinforce(ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=2, noise="secret"))
     rec = privacy_record(secret, 1)
     assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["dpsgd"]["statement"]
+    box = ObservationPrivacy(mode="box")
+    rec = privacy_record(Reinforce(ReinforceConfig(episodes=2, obs=box)), 0)
+    assert rec["observations"]["noise_keys"]["mode"] == rec["noise_keys"]["mode"] == "seeded"
+    assert "SIMULATION ONLY" in rec["observations"]["statement"]
+    rec = privacy_record(Reinforce(ReinforceConfig(episodes=2, obs=box, noise="secret")), 0)
+    assert rec["observations"]["noise_keys"]["mode"] == rec["noise_keys"]["mode"] == "secret"
+    assert "SIMULATION" not in rec["observations"]["statement"]
     with pytest.raises(ConfigError) as e:
-        ReinforceConfig(noise="secret", obs=ObservationPrivacy(mode="sigma", sigma=0.1)).validate()
+        ReinforceConfig(noise="hidden", obs=box).validate()
     assert e.value.field == "noise"
+
+
+def test_secret_observation_keys_replace_the_seeded_ones_only_in_the_noise() -> None:
+    """The LDP wrapper keyed by a secret root: the environment's own randomness and the raw
+    state are the seeded run's, the released noise is not (and no root gives the seeded
+    noise back); the same root and key give the same release (one key per release)."""
+    from privrl.privacy.noise import secret_keys
+
+    env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
+    mech = BoxGaussianMechanism(*CARTPOLE_BOX, noise_multiplier=1.0)
+    seeded = PrivateObservations(env, mech)
+    root = secret_keys()
+    secret = seeded.keyed(root)
+    key = jax.random.key(3)
+    obs_s, state_s = seeded.reset_env(key, params)
+    obs_x, state_x = secret.reset_env(key, params)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(jnp.array_equal, state_s, state_x))
+    assert not jnp.array_equal(obs_s, obs_x)
+    assert jnp.array_equal(obs_x, secret.reset_env(key, params)[0])
+    assert not jnp.array_equal(obs_x, seeded.keyed(secret_keys()).reset_env(key, params)[0])
+    step_s = seeded.step_env(key, state_s, jnp.int32(1), params)
+    step_x = secret.step_env(key, state_x, jnp.int32(1), params)
+    assert not jnp.array_equal(step_s[0], step_x[0]) and step_s[2] == step_x[2]
 
 
 # --- releases made vs releases accounted -----------------------------------------------------
@@ -313,14 +363,17 @@ def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None
     """Wrap both mechanisms of a DP-SGD REINFORCE run that also sees box-LDP states and count
     the Reports they minted: one DP-SGD release per episode (privacy.json: one per unit), and
     L + 1 states per episode of L steps (train and evaluation episodes alike), so an episode
-    at the step cap releases max_episode_steps + 1 states, the count privacy.json composes."""
+    at the step cap releases max_episode_steps + 1 states, the count privacy.json composes.
+    Secret keys for both mechanisms (the counts do not depend on the keys; this is the run
+    that exercises the secret roots end to end)."""
     from privrl.privacy.mechanisms import GaussianSumMechanism
 
     dpsgd = count_releases(GaussianSumMechanism)
     states = count_releases(BoxGaussianMechanism)
     cfg = ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=3, max_episode_steps=6,
-                          hidden=4, obs=ObservationPrivacy(mode="box"))
+                          hidden=4, obs=ObservationPrivacy(mode="box"), noise="secret")
     out = run_episodic(Reinforce(cfg), "dp-reinforce")
+    assert out.privacy["observations"]["noise_keys"]["mode"] == "secret"
     (dp_event,) = out.privacy["dpsgd"]["events"]
     assert dpsgd.calls == int(out.updates[0]) == 3 and dp_event["count"] == 1
     lengths = np.concatenate([out.train_returns[0], out.eval_returns[0]])
@@ -341,3 +394,48 @@ def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
     assert event["count"] == 16 and event["sampling_probability"] == 1 / 16
+
+
+
+def test_secure_observation_noise_is_on_the_grid_and_recorded_as_secure() -> None:
+    """LDP observations, float-safe: the released states (minus the box centre) lie on the
+    secure grid, the record says "secure" and states RDP's ε; refused with PLD and outside box
+    mode (no guarantee to protect)."""
+    from privrl.privacy import secure
+
+    box = ObservationPrivacy(mode="box", secure=True)
+    mech = box.mechanism()
+    env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
+    wrapped = PrivateObservations(env, mech)
+    obs, state = wrapped.reset_env(jax.random.key(0), params)
+    obs2 = wrapped.step_env(jax.random.key(1), state, jnp.int32(1), params)[0]
+    gamma = float(secure.gaussian_grid(mech.std, mech.diagonal / 2)[0])
+    centre = (np.asarray(CARTPOLE_BOX[0]) + np.asarray(CARTPOLE_BOX[1])) / 2  # 0: symmetric
+    for o in (obs, obs2):
+        k = (np.asarray(o, np.float64) - centre) / gamma
+        assert np.array_equal(k, np.round(k))
+    rec = privacy_record(Reinforce(ReinforceConfig(episodes=2, obs=box, accountant="rdp")), 0)
+    obs_rec = rec["observations"]
+    assert obs_rec["noise_keys"]["mode"] == rec["noise_keys"]["mode"] == "secure"
+    assert obs_rec["per_step"]["epsilon"] == mech.guarantee.epsilon > BoxGaussianMechanism(
+        *CARTPOLE_BOX, 1.0).guarantee.epsilon
+    assert "SIMULATION" not in obs_rec["statement"] and "discrete" in obs_rec["statement"]
+    for bad in (dict(obs=box), dict(obs=ObservationPrivacy(mode="sigma", sigma=0.1, secure=True),
+                                    accountant="rdp")):
+        with pytest.raises(ConfigError) as e:
+            ReinforceConfig(**bad).validate()
+        assert e.value.field in ("accountant", "obs.secure")
+
+
+@pytest.mark.slow
+def test_secure_dqn_runs_its_host_noise_inside_the_step_loop_for_several_seeds() -> None:
+    """Slow (13 s: compiling DQN's episode with a host call). Float-safe DP-SGD noise drawn
+    inside DQN's while_loop, two seeds: the seeds run under lax.map (JAX cannot vmap a host
+    call under a batched loop predicate; dp-dqn --secure-noise stopped with that error). The
+    same path carries secure LDP observations."""
+    cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=1, seeds=2, max_episode_steps=6,
+                    hidden=(4,), batch_size=1, learning_starts=1, buffer_size=8,
+                    sampling_probability=1.0, secure_noise=True, accountant="rdp")
+    out = run_episodic(DQN(cfg), "dp-dqn")
+    assert (out.updates == out.train_returns[:, 0]).all() and out.updates.min() >= 1
+    assert out.privacy["noise_keys"]["mode"] == "secure"

@@ -1,6 +1,7 @@
 """FedPG (paper 004): the policy-gradient pieces, SCSG, config validation, CLI, learning."""
 
 import json
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -143,6 +144,10 @@ def test_gradient_estimate_ignores_unplayed_episodes(cen, episodes):
          "delta"),
         ({"mechanism": "laplace", "epsilon": 1.0, "clip": 1.0, "noise_multiplier": 1.0},
          "noise_multiplier"),
+        ({"mechanism": "privunit"}, "epsilon"),
+        ({"mechanism": "privunitg", "epsilon": 1.0, "clip": 0.0}, "clip"),
+        ({"mechanism": "privunit", "epsilon": 1.0, "clip": 1.0, "secure_noise": True},
+         "secure_noise"),
     ],
 )
 def test_bad_config_is_refused(overrides, field):
@@ -195,6 +200,19 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--secure-noise"], "--secure-noise"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "5", "--secure-noise"],
          "--accountant"),  # the discrete Gaussian is accounted by RDP only
+        (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "5", "--epsilon-budget", "9"],
+         "--epsilon-budget"),
+        (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "5", "--budget-composition",
+          "optimal"], "--budget-composition"),
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "0"],
+         "--epsilon-budget"),
+        # a budget below one release is refused by either composition
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "0.5"],
+         "--epsilon-budget"),
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "0.5",
+          "--budget-composition", "optimal"], "--epsilon-budget"),
+        (["fedpg-dec", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "5",
+          "--runtime", "ray"], "--epsilon-budget"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
@@ -240,6 +258,22 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert composed["optimal"]["delta"] == 1e-5 and "optimal composition" in privacy["statement"]
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
+
+
+def test_privunit_reports_are_pure_ldp_releases_composed_by_the_ledger(count_releases):
+    from privrl.privacy.ldp_vector import PrivUnitMechanism
+    from privrl.systems.fedpg.local import privacy_record, run_fedpg
+
+    counter = count_releases(PrivUnitMechanism)
+    run = run_fedpg(FedPGConfig(mechanism="privunit", epsilon=0.5, clip=1.0, agents=2,
+                                budget=40).resolved())
+    privacy = privacy_record(run)
+    rounds = int(run.releases.max())
+    assert counter.calls == privacy["ledger"]["reports"] == 2 * rounds
+    assert privacy["epsilon_per_release"] == 0.5 and privacy["delta_per_release"] == 0.0
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(0.5 * rounds)
+    assert privacy["per_agent_composition"]["basic"]["epsilon"] == pytest.approx(0.5 * rounds)
+    assert "privunit mechanism" in privacy["statement"]
 
 
 @pytest.mark.parametrize(
@@ -297,3 +331,41 @@ def test_gaussian_releases_made_equal_the_events_in_privacy_json(count_releases)
     assert rec["epsilon_per_release"] == pytest.approx(one, rel=1e-9) and one < 10.0 / 2
     assert rec["delta_per_release"] == 1e-5
 
+
+
+def test_privacy_budget_ends_the_run_by_the_optimal_composition(count_releases):
+    """Laplace releases of ε = 0.3, each agent's budget (ε = 2, δ = 0.01) by the optimal
+    composition: the ledger admits 9 rounds (the KOV δ(2) of 9 releases is <= 0.01, of 10 it
+    is not; basic composition would stop at 6, as 6 × 0.3 <= 2 < 7 × 0.3), then ends the
+    trial before the round it refuses; the episode budget (60) would allow ~15. The releases
+    the run made (counted on the mechanism) are the ones privacy.json composes. (The run
+    loop asks the ledger the same way under either composition; basic's refusals are tested
+    in tests/kernel/privacy/test_ledger.py.)"""
+    from privrl.privacy.accounting import optimal_composition_admits
+    from privrl.privacy.mechanisms import LaplaceMechanism
+
+    assert optimal_composition_admits(0.3, 9, 2.0, 0.01)
+    assert not optimal_composition_admits(0.3, 10, 2.0, 0.01)
+    counter = count_releases(LaplaceMechanism)
+    cfg = FedPGConfig(algorithm="cen", mechanism="laplace", epsilon=0.3, clip=1.0,
+                      epsilon_budget=2.0, budget_composition="optimal", delta=0.01,
+                      **{**TINY, "budget": 60}).resolved()
+    run = runner.run_fedpg(cfg)
+    rec, summary = runner.privacy_record(run), runner.summarize(run)
+    agents, guarantee = np.arange(cfg.agents), FedPG(cfg).mechanism.guarantee
+    assert run.releases.tolist() == [9] and counter.calls == cfg.agents * 9
+    assert summary["trials_ended_by_privacy_budget"] == 1
+    assert run.used.mean() < 60  # the episode budget was not what ended it
+    assert not run.ledger.can_charge(agents, guarantee)
+    basic = runner.budget_ledger(replace(cfg, budget_composition="basic"))
+    assert basic.can_charge(agents, guarantee, 6) and not basic.can_charge(agents, guarantee, 7)
+    composed = rec["per_agent_composition"]
+    assert composed["releases"] == 9 and composed["enforced_by_ledger"] == "optimal"
+    assert composed["optimal"]["epsilon"] <= 2.0 < composed["basic"]["epsilon"] == \
+        pytest.approx(2.7)
+    assert rec["ledger"]["budget_per_agent"] == {"epsilon": 2.0, "delta": 0.01,
+                                                 "composition": "optimal"}
+    assert rec["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(
+        composed["optimal"]["epsilon"])
+    assert "enforced by the ledger before every round" in rec["statement"]
+    assert "optimal composition" in summary["privacy"]

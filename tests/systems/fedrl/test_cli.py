@@ -68,7 +68,7 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     code = cli.main(["run", "fedrl", "--bounded", "2", "--epochs", "1",
                      "--updates-per-epoch", "20", "--generated-maps", "40", "--buffer-size",
-                     "500", "--out", str(out), "--no-progress"])
+                     "500", "--noise", "secret", "--out", str(out), "--no-progress"])
     assert code == 0
     for f in ("config.json", "metrics.csv", "privacy.json", "summary.json",
               "plots/valid_success.png"):
@@ -88,6 +88,49 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     assert sent["alpha"] == 20 * cfg.batch_size <= privacy["releases"]["alpha"]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["test"]) == {"test-noise", "test-clean"}
-    assert "LDP" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "LDP" in printed and "noise: secret" in printed
+    assert privacy["noise_keys"]["mode"] == "secret"  # (the counts above hold for any keys)
     # never overwrites
     assert cli.main(["run", "fedrl", "--epochs", "1", "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("choice", ["pld", "rdp"])
+def test_accountant_flag_reaches_privacy_json(choice, monkeypatch):
+    """--accountant sets the config field; each party's composed ε in privacy.json is then
+    dp-accounting's own: the analytic Gaussian of the exactly composed releases (pld) or
+    RdpAccountant over the same releases (rdp)."""
+    import math
+
+    import dp_accounting
+
+    from privrl.systems.fedrl import cli as fedrl_cli
+    from privrl.systems.fedrl.algorithm import FedRL
+
+    seen = {}
+    monkeypatch.setattr(fedrl_cli, "_execute", lambda algo, out, show: seen.update(algo=algo))
+    assert cli.main(["run", "fedrl", "--bounded", "2", "--noise-sigma", "3", "--delta", "1e-6",
+                     "--accountant", choice]) == 0
+    algo: FedRL = seen["algo"]
+    assert algo.config.accountant == choice
+    rec = algo.privacy_record(50, 2, 10, 10)
+    z = 3.0 / (2 * 2.0)  # σ / (2B)
+    for party, count in rec["releases"].items():
+        account = rec["parties"][party]
+        assert account["accountant_choice"] == choice
+        assert account["events"] == [{**account["events"][0], "noise_multiplier": z,
+                                      "count": count}]
+        if choice == "pld":
+            direct = dp_accounting.get_epsilon_gaussian(z / math.sqrt(count), 1e-6)
+        else:
+            acc = dp_accounting.rdp.RdpAccountant()
+            acc.compose(dp_accounting.GaussianDpEvent(z), count)
+            direct = acc.get_epsilon(1e-6)
+        assert account["epsilon"] == pytest.approx(direct, rel=1e-9)
+    assert f"accountant {choice}" in rec["statement"]
+
+
+def test_accountant_without_bounded_is_refused(capsys, no_compute):
+    assert cli.main(["run", "fedrl", "--accountant", "rdp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--accountant" in err and "bounded" in err, err

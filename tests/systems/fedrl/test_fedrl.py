@@ -177,6 +177,33 @@ def test_privacy_json_bounded_mode_composes_every_release():
         assert rec["parties"][party]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
         assert rec["parties"][party]["events"][0]["noise_multiplier"] == pytest.approx(0.2)
     assert "no end-to-end ε" in rec["statement"]
+    assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
+    rec = FedRL(FedRLConfig(**TINY, bounded=5.0, noise="secret")).privacy_record(100, 2, 10, 10)
+    assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
+
+
+def test_secret_party_roots_change_only_the_released_noise():
+    """Each party's secret root (its own state, never a message) keys its Q-output noise: the
+    same state, observations and seeded keys release the same Q plus different noise, of the
+    mechanism's size; a root is reproducible only by whoever holds it."""
+    from privrl.federation.vertical import with_secret_roots
+
+    algo = FedRL(FedRLConfig(**TINY, bounded=2.0))
+    maps = gw.generate_maps(20, 8, seed=0)
+    s = algo.init(jax.random.key(0), maps)
+    x = with_secret_roots(s)
+    obs = s.env.obs_beta
+    _, c_seeded = algo.beta.release_q(s.beta, obs)
+    _, c_secret = algo.beta.release_q(x.beta, obs)
+    _, c_again = algo.beta.release_q(x.beta, obs)
+    raw = np.asarray(algo.beta.q(s.beta.theta, obs))
+    np.testing.assert_array_equal(c_secret, c_again)
+    assert not np.allclose(c_seeded, c_secret)
+    for c in (c_seeded, c_secret):  # 32 N(0, 1) draws (the secret ones unseeded: ≥ 4.8 sd)
+        assert 0.4 < float(np.std(np.asarray(c) - raw)) < 1.8
+    assert "noise" not in {m.kind for m in algo.channel.log}
+    with pytest.raises(ConfigError, match=r"^noise: "):
+        FedRLConfig(noise="public").resolved()
 
 
 def test_bad_options_fail_before_compute():
@@ -190,3 +217,63 @@ def test_bad_options_fail_before_compute():
         make_baseline(BaselineConfig(model="dqn-beta"))
     with pytest.raises(ConfigError, match=r"^history: "):
         FedRL(FedRLConfig(history=0))
+
+
+
+def test_secure_q_output_noise_is_differentiable_and_on_the_grid(eager):
+    """Float-safe Q outputs (bounded mode): a released vector lies on the secure grid, and its
+    derivative in the party's parameters is the float mechanism's (that of the clipped Q: the
+    noise does not depend on them), so the parties' training steps work unchanged; the record
+    says "secure" with RDP's ε. Refused without bounded mode or with PLD."""
+    from privrl.privacy import secure
+
+    algo = FedRL(FedRLConfig(**TINY, bounded=2.0, secure_noise=True, accountant="rdp"))
+    mech = algo.mechanism
+    s = eager[2][-1]  # the parties' states after a few (float-noise) steps
+    obs = s.env.obs_alpha
+    gamma = float(secure.gaussian_grid(mech.std, mech.clip)[0])
+    c = np.asarray(jax.jit(lambda sb, o: algo.beta.release_q(sb, o)[1])(s.beta, s.env.obs_beta),
+                   np.float64)
+    assert c.shape == (2, 16) and np.array_equal(c / gamma, np.round(c / gamma))
+    key = jax.random.key(1)
+    g_secure = jax.jit(jax.grad(lambda th: algo.alpha.released(key, th, obs).sum()))(
+        s.alpha.theta)
+    g_clipped = jax.grad(lambda th: algo.alpha.q(th, obs).sum())(s.alpha.theta)
+    np.testing.assert_array_equal(g_secure, g_clipped)
+    assert np.abs(np.asarray(g_secure)).max() > 0
+    rec = algo.privacy_record(1, 0, 0, 0)
+    assert rec["noise_keys"]["mode"] == "secure" and "discrete" in rec["statement"]
+    acc = Accountant("rdp")
+    acc.compose(mech.event, rec["releases"]["alpha"])
+    assert rec["parties"]["alpha"]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
+    with pytest.raises(ConfigError, match=r"^secure_noise: "):
+        FedRLConfig(secure_noise=True, accountant="rdp").resolved()
+    with pytest.raises(ConfigError, match=r"^accountant: "):
+        FedRLConfig(bounded=2.0, secure_noise=True).resolved()
+
+
+def test_the_seed_lets_the_other_party_subtract_seeded_noise_but_not_secret_noise():
+    """The attack secret keys stop, on FedRL: α knows the seed (config.json), hence β's state
+    key, hence the keys of β's next release; it recomputes that noise and subtracts it. From a
+    seeded release this recovers β's clipped Q outputs to float rounding; from a secret one
+    (β's root never left β's state) the residual is as large as the noise itself."""
+    from privrl.federation.vertical import with_secret_roots
+
+    algo = FedRL(FedRLConfig(**TINY, bounded=2.0, noise_sigma=1.0))
+    maps = gw.generate_maps(20, 8, seed=0)
+    s = algo.init(jax.random.key(0), maps)  # everything here follows from the seed
+    obs = s.env.obs_beta
+    truth = np.asarray(algo.beta.q(s.beta.theta, obs))  # β's clipped Q: what is protected
+
+    def attack(released):
+        _, k = jax.random.split(s.beta.key)  # release_q's key, as the seeded code derives it
+        keys = jax.random.split(k, obs.shape[0])
+        noise = jax.vmap(algo.mechanism.privatize)(keys, jnp.zeros_like(released)).value
+        return np.asarray(released) - np.asarray(noise)
+
+    seeded = algo.beta.release_q(s.beta, obs)[1]
+    np.testing.assert_allclose(attack(seeded), truth, atol=1e-5)
+    secret = algo.beta.release_q(with_secret_roots(s).beta, obs)[1]
+    err = attack(secret) - truth
+    # 32 draws of N(0, 2) (sd √2 ≈ 1.41; unseeded: the bounds are ≥ 4.6 sd of the sample sd)
+    assert 0.6 < float(np.std(err)) < 2.4

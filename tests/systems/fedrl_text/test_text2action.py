@@ -237,8 +237,32 @@ def test_paper_mode_privacy_record_states_no_epsilon(eager):
     rec = algo.privacy_record(10, 2, 30, 40)
     assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
     assert "NO formal ε" in rec["statement"]
-    assert rec["releases"] == {"beta": 10 * 2 + 2 * 10 * 4 + 2 * 30 + 40,
-                               "alpha": 10 * 4 + 2 * 30 + 40}
+    # 10 updates, 2 validation passes over 30 text rows, a test of 40 rows, width 8: every
+    # position of every row is released in evaluation (fixed-length greedy play)
+    assert rec["releases"] == {"beta": 10 * 2 + 2 * 10 * 4 + (2 * 30 + 40) * 8,
+                               "alpha": 10 * 4 + (2 * 30 + 40) * 8}
+
+
+def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(eager):
+    """Seeded records say SIMULATION ONLY; a party's secret root (in its own state) changes its
+    released noise, not its Q; baselines, which release nothing, refuse secret keys."""
+    from privrl.federation.vertical import with_secret_roots
+
+    algo, _, state, texts, _ = eager
+    seeded = replace(algo.config, bounded=2.0)
+    rec = FedRLText(seeded, algo.features).privacy_record(10, 2, 30, 40)
+    assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
+    rec = FedRLText(replace(seeded, noise="secret"), algo.features).privacy_record(10, 2, 30, 40)
+    assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
+    obs = algo.observe(texts, state.env, "beta")
+    secret = with_secret_roots(state)
+    c_seeded = np.asarray(algo.beta.release_q(state.beta, obs)[1])
+    c_secret = np.asarray(algo.beta.release_q(secret.beta, obs)[1])
+    raw = np.asarray(algo.beta.q(state.beta.theta, obs))
+    assert not np.allclose(c_seeded, c_secret)
+    assert np.abs(c_secret - raw).max() > 0 and np.abs(c_seeded - raw).max() > 0
+    with pytest.raises(ConfigError, match=r"^noise: dqn-alpha releases nothing"):
+        text_config(mode="dqn-alpha", noise="secret")
 
 
 @pytest.mark.parametrize("targets", ["copy", "frozen"])
@@ -355,6 +379,9 @@ def no_compute(monkeypatch):
     (["run", "fedrl-text2action", "--data", "DATA", "--mode", "ppo"], "--mode"),
     (["run", "fedrl-text2action", "--data", "DATA", "--folds", "0,7"], "--folds"),
     (["run", "fedrl-text2action", "--data", "DATA", "--bounded", "0"], "--bounded"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--accountant", "rdp"], "--accountant"),
+    (["run", "fedrl-text2action", "--data", "DATA", "--mode", "fcn-full", "--noise", "secret"],
+     "--noise: fcn-full releases nothing"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--targets", "soft"], "--targets"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--models", "dqn-beta"], "--models"),
     (["reproduce", "fedrl-text2action", "--data", "DATA", "--preset", "gpu"], "--preset"),
@@ -369,6 +396,37 @@ def test_cli_bad_input_exits_2_with_one_line(args, message, capsys, no_compute, 
     assert cli.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_accountant_flag_reaches_privacy_json(tmp_path, monkeypatch):
+    """--accountant rdp (bounded mode) reaches the config, and each party's ε in the record is
+    dp-accounting's RdpAccountant over its releases."""
+    import typer
+    from dp_accounting import GaussianDpEvent
+    from dp_accounting.rdp import RdpAccountant
+
+    from privrl import main as cli
+    from privrl.privacy.qoutput import q_release_privacy
+    from privrl.systems.fedrl_text import local as rt
+
+    seen = {}
+
+    def capture(cfg, *args, **kwargs):
+        seen["cfg"] = cfg
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(rt, "run_cv", capture)
+    data = write_corpus(tmp_path / "data")
+    assert cli.main(["run", "fedrl-text2action", "--data", str(data), "--bounded", "2",
+                     "--accountant", "rdp", "--no-progress"]) == 0
+    cfg = seen["cfg"]
+    assert cfg.accountant == "rdp"
+    rec = q_release_privacy(cfg, cfg.mechanism(), {"alpha": 300, "beta": 700})
+    for party, count in rec["releases"].items():
+        acc = RdpAccountant()
+        acc.compose(GaussianDpEvent(cfg.noise_sigma / (2 * 2.0)), count)
+        assert rec["parties"][party]["accountant_choice"] == "rdp"
+        assert rec["parties"][party]["epsilon"] == pytest.approx(acc.get_epsilon(cfg.delta))
 
 
 def synthetic_texts(n=50, seed=0):
@@ -420,3 +478,40 @@ def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_pat
         assert got["f1"] > verbs["f1"] + 0.10, (variant, got, verbs)
         assert got["avg_reward"] > max(ref["select-nothing"]["avg_reward"],
                                        verbs["avg_reward"]) + 2.0
+
+
+
+def test_releases_made_equal_privacy_json(corpus, monkeypatch):
+    """One fold, 1 run × 1 epoch of 2 steps on the five tiny texts, bounded mode: the Q
+    vectors each party sent the other (rows of C_beta / C_alpha messages, counted as they run)
+    are the releases privacy.json composes. β's exactly, once test-clean's un-noised C_beta
+    (no guarantee claimed) are set apart; α's C_alpha are its training releases, and
+    privacy.json counts its evaluation outputs (which stay with α) too, conservatively.
+    Greedy evaluation is fixed-length: β sends an output at every position of every row;
+    privacy.json once counted only the texts' words (an understated ε), which this caught."""
+    from privrl.systems.fedrl_text.local import run_fold
+
+    sent = {"alpha": 0, "beta": 0}
+    send = Channel.send
+
+    def counted(self, sender, receiver, kind, payload):
+        if kind in ("C_alpha", "C_beta"):
+            def add(v, who=sender):
+                sent[who] += v.reshape(-1, v.shape[-1]).shape[0]
+            jax.debug.callback(add, payload)
+        return send(self, sender, receiver, kind, payload)
+
+    monkeypatch.setattr(Channel, "send", counted)
+    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
+                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4, bounded=2.0, epochs=1,
+                      steps_per_epoch=2, w2v_epochs=1)
+    data = fold_data(cfg, corpus, 0)
+    out = run_fold(cfg, data)
+    jax.effects_barrier()
+    releases = out.privacy["releases"]
+    assert out.privacy["formal_guarantee"] is True
+    for party in ("alpha", "beta"):
+        assert out.privacy["parties"][party]["events"][0]["count"] == releases[party]
+    clean = data.test.count * data.shapes.width
+    assert sent["beta"] - clean == releases["beta"]
+    assert sent["alpha"] == 2 * cfg.batch_size <= releases["alpha"]

@@ -52,6 +52,22 @@ def test_paper_defaults_per_mechanism():
     assert algo.mechanism.resolved_d_hat(112) == 4  # ⌊10 / 2.5⌋
 
 
+def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
+    from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+
+    for name, cls in [("privunit", PrivUnitMechanism), ("privunitg", PrivUnitGMechanism)]:
+        for preset, buffer in [("paper", 1), ("tuned", 10)]:
+            cfg = PGCA3CConfig.from_preset(preset, mechanism=name, epsilon=3.0,
+                                           submissions_per_agent=3).resolved()
+            assert (cfg.clip, cfg.buffer_size) == (0.005, buffer)
+            mech = make_mechanism(cfg, 112)
+            assert isinstance(mech, cls) and mech.epsilon == 1.0 and mech.clip == 0.005
+        with pytest.raises(ConfigError, match="secure_noise"):
+            PGCA3CConfig(mechanism=name, secure_noise=True).resolved()
+        with pytest.raises(ConfigError, match="d_hat"):
+            PGCA3CConfig(mechanism=name, d_hat=2).resolved()
+
+
 def test_invalid_config_names_the_field():
     with pytest.raises(ConfigError, match=r"^epsilon: must be finite and > 0") as e:
         PGCA3CConfig(epsilon=float("nan")).resolved()
@@ -118,3 +134,70 @@ def test_releases_made_equal_the_ledger(count_releases):
     composed = privacy_record(out)["per_agent_composition"]
     assert composed["releases"] == 3 and composed["basic"]["epsilon"] == pytest.approx(6.0)
     assert composed["optimal"]["epsilon"] <= 6.0 and composed["enforced_by_ledger"] == "basic"
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "prs"])
+def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
+    """budget_composition "optimal": the budget (ε = 3, δ = 1e-5) over T = 30 reports buys
+    each report the largest ε_0 the optimal composition admits (0.138, not ε/T = 0.1); the
+    run's ledger admits the 30 reports (a basic ledger refuses them at the 22nd) and refuses a
+    31st; privacy.json says the ledger enforces the optimal (ε, δ). No run is compiled: the
+    runner charges the ledger `budget_ledger` builds, as below."""
+    from privrl.privacy.accounting import calibrate_pure_epsilon
+    from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
+    from privrl.systems.pgc_a3c.algorithm import budget_ledger
+    from privrl.systems.pgc_a3c.local import RunOutput
+
+    cfg = PGCA3CConfig(mechanism=mechanism, epsilon=3.0, submissions_per_agent=30,
+                       submissions=60, budget_composition="optimal").resolved()
+    algo = PGCA3C(cfg)
+    eps0 = algo.mechanism.guarantee.epsilon
+    assert eps0 == calibrate_pure_epsilon(3.0, 30, 1e-5) == pytest.approx(0.138, abs=1e-3)
+    ledger = budget_ledger(cfg)
+    ledger.charge([0, 1], algo.mechanism.guarantee, count=30)
+    with pytest.raises(BudgetExceededError):
+        ledger.charge(0, algo.mechanism.guarantee)
+    basic = PrivacyLedger(3.0)
+    assert basic.can_charge(0, algo.mechanism.guarantee, 21)
+    assert not basic.can_charge(0, algo.mechanism.guarantee, 22)
+    out = RunOutput(cfg, np.zeros((1, 60), np.int32), np.array([60]), ledger,
+                    algo.mechanism.describe(), 0.0, 0.0, 1, 2)
+    rec = privacy_record(out)
+    composed = rec["per_agent_composition"]
+    assert composed["enforced_by_ledger"] == "optimal" and rec["epsilon_per_report"] == eps0
+    assert composed["optimal"]["epsilon"] == pytest.approx(3.0, rel=1e-6)
+    assert composed["basic"]["epsilon"] == pytest.approx(30 * eps0)
+    assert rec["ledger"]["budget_per_agent"] == {"epsilon": 3.0, "delta": 1e-5,
+                                                 "composition": "optimal"}
+    assert "(ε = 3, δ = 1e-05)-LDP by the optimal composition" in rec["statement"]
+    assert summarize(out)["privacy"].startswith("(ε = 3, δ = 1e-05)-LDP per agent (optimal")
+    # the default keeps ε/T and the basic ledger
+    plain = PGCA3C(PGCA3CConfig(mechanism=mechanism, epsilon=3.0, submissions_per_agent=30))
+    assert plain.mechanism.guarantee.epsilon == 3.0 / 30
+    with pytest.raises(ConfigError, match=r"^budget_composition"):
+        PGCA3CConfig(mechanism="none", budget_composition="optimal").resolved()
+    with pytest.raises(ConfigError, match=r"^budget_composition"):
+        PGCA3CConfig(budget_composition="advanced").resolved()
+    with pytest.raises(ConfigError, match=r"^delta"):
+        PGCA3CConfig(delta=0.0).resolved()
+
+
+def test_shuffling_reorders_the_reports_and_states_the_central_epsilon():
+    from privrl.privacy.shuffle import shuffle_epsilon
+
+    base = dict(mechanism="laplace", epsilon=2.0, trials=1, submissions=36, parallel_agents=6,
+                max_episode_steps=20, server_optimizer="adam")
+    # Reports applied one by one with Adam (not linear in the reports, unlike SGD): the
+    # shuffled order changes θ (and the shuffle is the only difference between the runs)
+    turn = [run_pgc_a3c(PGCA3CConfig(**base, buffer_size=1, shuffle=s)) for s in (False, True)]
+    assert turn[0].theta.shape == (1, PGCA3C(turn[0].config).dim)
+    assert not np.allclose(turn[0].theta, turn[1].theta, rtol=1e-5, atol=1e-8)
+    np.testing.assert_array_equal(turn[0].scores[:, :6], turn[1].scores[:, :6])  # round 1
+    record = privacy_record(turn[1])
+    assert record["shuffle"]["batch_size"] == 6
+    assert record["shuffle"]["central_epsilon"] == shuffle_epsilon(2.0, 6, 1e-5) < 2.0
+    assert "Shuffled" in record["statement"] and "shuffle" not in privacy_record(turn[0])
+    with pytest.raises(ConfigError, match="shuffle"):
+        PGCA3CConfig(mechanism="none", shuffle=True).resolved()
+    with pytest.raises(ConfigError, match="shuffle_delta"):
+        PGCA3CConfig(shuffle=True, shuffle_delta=0.0).resolved()

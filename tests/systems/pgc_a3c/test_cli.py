@@ -41,6 +41,11 @@ def no_compute(monkeypatch):
         (["--d-hat", "2"], "--d-hat"),
         (["--noise", "public"], "--noise"),
         (["--mechanism", "prs", "--secure-noise"], "--secure-noise"),
+        (["--delta", "0"], "--delta"),
+        (["--budget-composition", "advanced"], "--budget-composition"),
+        (["--mechanism", "none", "--budget-composition", "optimal"], "--budget-composition"),
+        (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
+         "the laplace mechanism only, got prs: prs adds no Laplace or Gaussian noise"),
     ],
 )
 def test_invalid_option_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
@@ -67,10 +72,28 @@ def test_help_explains_every_option(capsys):
     assert cli.main(["run", "pgc-a3c", "--help"]) == 0
     text = capsys.readouterr().out
     for opt in ["--mechanism", "--epsilon", "--trials", "--submissions", "--parallel-agents",
-                "--buffer", "--clip", "--seed", "--out", "--d-hat", "--submissions-per-agent"]:
+                "--buffer", "--clip", "--seed", "--out", "--d-hat", "--submissions-per-agent",
+                "--budget-composition", "--delta"]:
         assert opt in text
     assert cli.main(["--help"]) == 0
     assert "run" in capsys.readouterr().out
+
+
+def test_budget_composition_and_delta_reach_the_config(monkeypatch, tmp_path):
+    import typer
+
+    seen = {}
+
+    def capture(config, *args, **kwargs):
+        seen["config"] = config
+        raise typer.Exit(0)
+
+    monkeypatch.setattr(local, "run_pgc_a3c", capture)
+    assert cli.main(["run", "pgc-a3c", "--budget-composition", "optimal", "--delta", "1e-6",
+                     "--submissions-per-agent", "4", "--out", str(tmp_path / "r"),
+                     "--no-progress"]) == 0
+    cfg = seen["config"]
+    assert (cfg.budget_composition, cfg.delta, cfg.submissions_per_agent) == ("optimal", 1e-6, 4)
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> Path:

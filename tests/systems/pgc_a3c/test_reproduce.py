@@ -78,6 +78,21 @@ def test_reproduce_cli_validates_before_running(tmp_path, capsys, monkeypatch):
     assert "--resume" in capsys.readouterr().err
     assert cli.main(["reproduce", "pgc-a3c", "--out", str(tmp_path / "a"), "--resume",
                      str(tmp_path)]) == 2
+    for args, flag in [(["--mechanisms", "laplace,gauss"], "--mechanisms"),
+                       (["--epsilon", "1,0"], "--epsilon"), (["--epsilon", "x"], "--epsilon")]:
+        assert cli.main(["reproduce", "pgc-a3c", *args, "--out", str(tmp_path / "b"),
+                         "--no-progress"]) == 2
+        assert flag in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_mechanisms_the_paper_did_not_run_get_rows_without_paper_numbers():
+    cfg = SweepConfig(trials=2, cap=10, epsilons=(1.0,), mechanisms=("laplace", "privunit"))
+    fst = {"none-epsinf": np.array([1.0, 2.0]), "laplace-eps1": np.array([5.0, np.inf]),
+           "privunit-eps1": np.array([3.0, 4.0])}
+    md = tables_markdown(cfg, compute_tables(cfg, fst))
+    assert "| PrivUnit2 (privrl) | 3.5 |" in md and "PrivUnit2 (paper)" not in md
+    assert "| Lap (paper) | 18377.0 |" in md
 
 
 def test_setting_names():

@@ -77,6 +77,8 @@ class DPQLearningConfig(Config):
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each run's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
     noise: str | None = None
+    # Float-safe noise: not available here (refused with the reason; docs/secure-noise.md).
+    secure_noise: bool = False
     episodes: int = 100
     episode_steps: int = 50
     hidden: int = 16
@@ -155,6 +157,11 @@ class DPQLearningConfig(Config):
         integer("seed", self.seed, 0)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
+        if self.secure_noise:
+            fail("secure_noise", "float-safe noise does not apply to dp-qlearning: its noise is "
+                                 "a Gaussian process (correlated across the states queried), "
+                                 "not the isotropic Gaussian that the discrete Gaussian "
+                                 "sampler replaces (docs/secure-noise.md)")
         integer("episodes", self.episodes)
         integer("episode_steps", self.episode_steps)
         integer("hidden", self.hidden)

@@ -38,6 +38,10 @@ def run_dp_qlearning_command(
         help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")] = 1,
     seed: Seed = 0,
     noise: Noise = None,
+    secure_noise: Annotated[bool, typer.Option(
+        "--secure-noise", help="Not available here: the functional noise is a Gaussian "
+        "process, which the float-safe samplers do not cover (refused; docs/secure-noise.md)."
+    )] = False,
     out: Out = None,
 ) -> None:
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
@@ -55,7 +59,7 @@ def run_dp_qlearning_command(
         "paper", sigma=sigma, epsilon=epsilon, delta=delta,
         sensitivity_constant=sensitivity_constant, k=k, beta=beta, seeds=seeds,
         episodes=episodes, noise_reset_episodes=noise_reset_episodes, seed=seed,
-        noise=None if noise is None else noise.value).resolved()
+        noise=None if noise is None else noise.value, secure_noise=secure_noise).resolved()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
@@ -79,6 +83,7 @@ def reproduce_dp_qlearning_command(
     seeds: Annotated[int, typer.Option(help="Seeds per σ (authors: 10).")] = 10,
     episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
     seed: Annotated[int, typer.Option(help="Random seed (shared by all σ).")] = 0,
+    noise: Noise = None,
     out: Out = None,
 ) -> None:
     """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
@@ -92,7 +97,8 @@ def reproduce_dp_qlearning_command(
     from privrl.runtime.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning.reproduce import DPQLSweepConfig, run_sweep
 
-    cfg = DPQLSweepConfig(seeds=seeds, episodes=episodes, seed=seed)
+    cfg = DPQLSweepConfig(seeds=seeds, episodes=episodes, seed=seed,
+                          noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)

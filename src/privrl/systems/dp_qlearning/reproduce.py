@@ -39,10 +39,13 @@ class DPQLSweepConfig(Config):
     episodes: int = 100
     seed: int = 0
     sigmas: tuple[float, ...] = PAPER_SIGMAS
+    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
+    # runs' default (seeded). Each run's privacy record states the mode.
+    noise: str | None = None
 
     def run_config(self, sigma: float) -> DPQLearningConfig:
         return DPQLearningConfig(sigma=sigma, seeds=self.seeds, episodes=self.episodes,
-                                 seed=self.seed).resolved()
+                                 seed=self.seed, noise=self.noise).resolved()
 
     def validate(self) -> None:
         if not self.sigmas:

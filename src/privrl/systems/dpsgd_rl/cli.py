@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +27,7 @@ from privrl.cli import (
 )
 
 run_app, reproduce_app = system_apps()
+audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
 
 Seeds = Annotated[int, typer.Option(help="Independent seeds, run vectorized.")]
 Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
@@ -206,14 +208,19 @@ def _ldp_command(name: str, algorithm: str) -> None:
     @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
                      "on CartPole-v1 seeing only locally privatized states (paper 003).")
     @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--sigma", "obs.delta": "--delta",
+                   "obs.secure": "--secure-noise",
                    "obs.noise_multiplier": "--obs-noise-multiplier",
                    "obs.box_low": "--box-low", "obs.box_high": "--box-high"})
     def command(
         mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
         obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
-        box_low: BoxLow = None, box_high: BoxHigh = None,
+        box_low: BoxLow = None, box_high: BoxHigh = None, noise: Noise = None,
+        secure_noise: Annotated[bool, typer.Option(
+            "--secure-noise", help="box mode: float-safe discrete Gaussian observation noise "
+            "from the OS CSPRNG (docs/secure-noise.md); its ε is RDP's (the RDP accountant "
+            "composes each episode's states). Slow: one host call per observation.")] = False,
         episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
-        progress: ShowProgress = True,
+        progress: ShowProgress = True, accountant: AccountantOpt = AccountantName.pld,
     ) -> None:
         from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
         from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -222,8 +229,10 @@ def _ldp_command(name: str, algorithm: str) -> None:
                              "dqn": (DQN, DQNConfig)}[algorithm]
         cfg = cfg_cls.from_preset(
             "paper",
-            obs=_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
-            episodes=episodes, seeds=seeds, seed=seed)
+            obs=replace(_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
+                        secure=secure_noise),
+            noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds,
+            seed=seed, accountant="rdp" if secure_noise else accountant.value)
         _execute(name, algo_cls, cfg, out, progress)
 
 
@@ -240,6 +249,7 @@ def reproduce_dpsgd_rl(
     algorithms: Annotated[str, typer.Option(
         help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
     seed: Seed = 0,
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -258,7 +268,8 @@ def reproduce_dpsgd_rl(
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
     cfg = SweepConfig(seeds_reinforce=seeds_reinforce, seeds_dqn=seeds_dqn, episodes=episodes,
-                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")))
+                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")),
+                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     path = resume if resume is not None else new_run_dir(out, "reproduce-dpsgd-rl")
@@ -269,3 +280,66 @@ def reproduce_dpsgd_rl(
             task, completed=d, total=t, description=n), log=lambda m: bar.console.print(m))
     Console().print(Markdown((path / "tables.md").read_text()))
     Console().print(f"Results written to [bold]{path}[/] (tables.md, plots/, settings/)")
+
+
+@audit_app.command("dp-reinforce")
+@flag_names(epsilons="--epsilon", target_epsilon="--epsilon")
+def audit_dp_reinforce_command(
+    epsilon: Annotated[str, typer.Option(
+        help="Per-episode ε values to audit (comma-separated); σ is calibrated to each.")
+    ] = "1,2,5,10",
+    canaries: Annotated[int, typer.Option(
+        help="Gradient canaries m, each in the run with probability 1/2.")] = 1000,
+    guesses: Annotated[int | None, typer.Option(
+        help="k: the attacker guesses 'in' for the k highest scores and 'out' for the k "
+        "lowest. Default: canaries / 10.")] = None,
+    episodes: Annotated[int, typer.Option(
+        help="Training episodes (= updates) of each audited run.")] = 100,
+    clip: Annotated[float, typer.Option(help="C: L2 bound of each episode's gradient.")] = 1.0,
+    batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
+    delta: Delta = 1e-5,
+    accountant: AccountantOpt = AccountantName.pld,
+    confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
+    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    out: Out = None,
+    progress: ShowProgress = True,
+) -> None:
+    """One-run audit (Steinke, Nasr & Jagielski 2023): canaries in a real DP-REINFORCE run, an
+    attacker who sees every released noisy gradient; bounds the per-episode ε from below.
+    Writes audit.json, audit.csv, audit.md and plots/audit.png."""
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.audit.sweep import write_sweep
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.dpsgd_rl.audit import audit_config, audit_dp_reinforce, check_audit
+    from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
+
+    epsilons = parse_numbers(epsilon, "--epsilon")
+    check_audit(canaries, guesses, confidence)
+    config = ReinforceConfig.from_preset(
+        "paper", dp=True, clip=clip, delta=delta, accountant=accountant.value,
+        batch_episodes=batch_episodes, episodes=episodes, seed=seed)
+    for e in epsilons:  # every setting validated (and σ calibrated) before any training
+        audit_config(replace(config, target_epsilon=e))
+    check_out_dir(out)
+    console, err = Console(), Console(stderr=True)
+    err.print(f"[bold]audit dp-reinforce[/]: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "
+              f"{canaries:,} canaries, {episodes} updates per run")
+    with progress_bar(err, progress, "auditing", unit="runs") as (bar, task):
+        results = audit_dp_reinforce(
+            config, epsilons, seed=seed, canaries=canaries, guesses=guesses,
+            confidence=confidence,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    path = new_run_dir(out, "audit-dp-reinforce")
+    settings = {"system": "dp-reinforce", "epsilons": list(epsilons), "canaries": canaries,
+                "guesses": results[0].guesses // 2, "episodes": episodes, "clip": clip,
+                "batch_episodes": batch_episodes, "delta": delta,
+                "accountant": accountant.value, "confidence": confidence, "seed": seed,
+                "command": ["privrl", *sys.argv[1:]]}
+    write_sweep(path, results, settings)
+    console.print(Markdown((path / "audit.md").read_text()))
+    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
+                  "plots/audit.png)")

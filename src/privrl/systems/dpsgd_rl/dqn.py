@@ -52,6 +52,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     Progress,
     evaluate_greedy,
     make_env,
+    observed_env,
     progress_init,
     progress_update,
 )
@@ -215,6 +216,9 @@ class DQNState(NamedTuple):
     # Secret noise root (privrl.privacy.noise.secret_keys), or None: DP-SGD noise keys derive
     # from `key` (seeded). An argument of the jitted program, never a constant of it.
     noise: Array | None = None
+    # Secret root of the LDP observation noise (ldp-* runs), or None: seeded. Kept apart from
+    # `noise` so that the two mechanisms never share a key.
+    obs_noise: Array | None = None
 
 
 def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
@@ -250,6 +254,7 @@ class DQN:
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
+    noise_in_loop = True  # its DP-SGD release is made inside the episode's while_loop
     count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
                          "update per step), so its account is min(updates, buffer_size) "
                          "Poisson-subsampled Gaussian releases")
@@ -317,9 +322,9 @@ class DQN:
         greedy = jnp.argmax(self.model.apply(s.theta, obs))
         action = jnp.where(jax.random.uniform(k_eps) < eps,
                            jax.random.randint(k_act, (), 0, 2), greedy)
-        next_obs, env_state, _, _, _ = self.env.step_env(k_env, env_state, action,
-                                                         self.env_params)
-        terminal = self.env.is_terminated(env_state, self.env_params).astype(jnp.float32)
+        env = observed_env(self.env, s.obs_noise)
+        next_obs, env_state, _, _, _ = env.step_env(k_env, env_state, action, self.env_params)
+        terminal = env.is_terminated(env_state, self.env_params).astype(jnp.float32)
         replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
         learn = (replay.size >= starts) & (s.updates < self.update_cap)
@@ -337,7 +342,8 @@ class DQN:
     def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
         cfg = self.config
         key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
-        obs, env_state = self.env.reset_env(k_reset, self.env_params)
+        env = observed_env(self.env, s.obs_noise)
+        obs, env_state = env.reset_env(k_reset, self.env_params)
         active = ~s.stopped
 
         def cond(c: tuple) -> Array:
@@ -352,7 +358,7 @@ class DQN:
         length, s, _, _ = jax.lax.while_loop(
             cond, body, (jnp.int32(0), s, (env_state, obs, k_loop), jnp.bool_(False)))
         theta = s.theta
-        eval_ret = evaluate_greedy(self.env, self.env_params, lambda o: self.model.apply(theta, o),
+        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
                                    k_eval, cfg.max_episode_steps, active)
         progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
         episodes = s.episodes + active.astype(jnp.int32)

@@ -83,9 +83,10 @@ class EpisodicConfig(Config):
         one_of("accountant", self.accountant, ACCOUNTANTS)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
-            if self.noise == "secret" and self.obs.mode != "none":
-                fail("noise", "secret keys cover the DP-SGD noise only; the observation noise "
-                              "of ldp-* runs still derives from the seed (not yet secret)")
+        if self.obs.secure and self.accountant != "rdp":
+            fail("accountant", "secure (discrete Gaussian) observation noise is composed with "
+                               "the RDP accountant only (choose rdp): CKS20 bound its Rényi "
+                               "divergences, not its privacy-loss distribution")
         if self.secure_noise:
             if not self.dp:
                 fail("secure_noise", "float-safe noise is for DP-SGD runs (dp)")
@@ -123,6 +124,12 @@ def make_env(cfg: EpisodicConfig) -> tuple[Any, Any]:
     env, params = make_cartpole(CartPoleSpec(cfg.max_episode_steps, CARTPOLE_V1.gravities))
     mech = cfg.obs.mechanism()
     return (env if mech is None else PrivateObservations(env, mech)), params
+
+
+def observed_env(env: Any, obs_noise: Array | None) -> Any:
+    """The environment a learner step uses: with a secret observation-noise root (the state's
+    `obs_noise`), the LDP wrapper keyed by it; otherwise `env` unchanged (seeded keys)."""
+    return env if obs_noise is None else env.keyed(obs_noise)
 
 
 def progress_init(window: int) -> Progress:

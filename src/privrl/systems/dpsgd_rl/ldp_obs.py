@@ -29,6 +29,7 @@ from jax import Array
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import BoxGaussianMechanism, Mechanism, UnboundedGaussianNoise
+from privrl.privacy.noise import secret_fold
 
 MODES = ("none", "sigma", "box")
 CARTPOLE_IQR: tuple[float, ...] = (0.55, 0.39, 0.05, 0.32)  # the slides' IQR of each component
@@ -51,10 +52,16 @@ class ObservationPrivacy(Config):
     box_high: tuple[float, ...] = CARTPOLE_BOX[1]
     noise_multiplier: float = 1.0  # "box" mode: std / box diagonal
     delta: float = 1e-5  # "box" mode: δ₀ of one release
+    # "box" mode: float-safe discrete Gaussian from the OS CSPRNG (privrl.privacy.secure); its
+    # ε is RDP's, so the per-episode account needs the RDP accountant.
+    secure: bool = False
 
     def validate(self) -> None:
         one_of("mode", self.mode, MODES)
         non_negative("sigma", self.sigma)
+        if self.secure and self.mode != "box":
+            fail("secure", "float-safe observation noise is for box mode (the mode with a "
+                           f"guarantee to protect), got mode {self.mode}")
         if self.mode == "box":
             positive("noise_multiplier", self.noise_multiplier)
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
@@ -67,7 +74,7 @@ class ObservationPrivacy(Config):
         """The observation mechanism, or None when the learner sees raw states."""
         if self.mode == "box":
             return BoxGaussianMechanism(self.box_low, self.box_high, self.noise_multiplier,
-                                        self.delta)
+                                        self.delta, secure=self.secure)
         if self.mode == "sigma" and self.sigma > 0:
             return UnboundedGaussianNoise(tuple(self.sigma * q for q in self.iqr))
         return None
@@ -88,6 +95,9 @@ class ObservationPrivacy(Config):
                     "statement": "NO FORMAL GUARANTEE: Gaussian noise σ·IQR on unbounded states "
                     "(the slides' method); no ε can be stated for it."}
         assert isinstance(mech, BoxGaussianMechanism)
+        if self.secure and accountant != "rdp":
+            raise ValueError("secure (discrete Gaussian) observation noise is composed with the "
+                             "RDP accountant only")
         releases = self.releases_per_episode(max_steps)
         acc = Accountant(accountant, neighbouring=mech.guarantee.neighbouring)
         acc.compose(mech.event, releases)
@@ -97,12 +107,16 @@ class ObservationPrivacy(Config):
             "params": mech.params(),
             "formal_guarantee": True,
             "per_step": {"epsilon": mech.guarantee.epsilon, "delta": self.delta,
-                         "how": "analytic Gaussian mechanism (dp_accounting.get_epsilon_gaussian)"},
+                         "how": ("discrete Gaussian on a grid, float-safe: RDP's ε (its zCDP "
+                                 "bound, CKS20), not the analytic Gaussian's" if self.secure else
+                                 "analytic Gaussian mechanism (dp_accounting.get_epsilon_gaussian)"
+                                 )},
             "per_episode": {**episode, "unit": f"the states of one episode (up to {releases}: "
                                                f"s₀ and one per step of at most {max_steps})"},
             "statement": (
                 f"Each released state is ({mech.guarantee.epsilon:.4g}, {self.delta:g})-LDP "
-                f"(states clipped to the box, Gaussian noise std {mech.std:.4g}); all states of "
+                f"(states clipped to the box, {'float-safe discrete ' if self.secure else ''}"
+                f"Gaussian noise std {mech.std:.4g}); all states of "
                 f"one episode together are ({episode['epsilon']:.4g}, {self.delta:g})-LDP "
                 f"({releases} states composed; {episode['accountant']}). Rewards and episode "
                 "ends are NOT protected."),
@@ -116,19 +130,30 @@ class PrivateObservations:
     learner sees only `mechanism.privatize(key, obs).value`.
     """
 
-    def __init__(self, env: Any, mechanism: Mechanism) -> None:
+    def __init__(self, env: Any, mechanism: Mechanism, noise_root: Array | None = None) -> None:
         self.env = env
         self.mechanism = mechanism
+        self.noise_root = noise_root
+
+    def keyed(self, noise_root: Array | None) -> PrivateObservations:
+        """This wrapper with secret observation-noise keys: each release's key is
+        `secret_fold(noise_root, seeded key)`. Call it inside the jitted program with the root
+        taken from the learner's state, so the root is an argument, never a constant."""
+        return PrivateObservations(self.env, self.mechanism, noise_root)
+
+    def _noise_key(self, key: Array) -> Array:
+        return secret_fold(self.noise_root, key)
 
     def reset_env(self, key: Array, params: Any) -> tuple[Array, Any]:
         k_env, k_noise = jax.random.split(key)
         obs, state = self.env.reset_env(k_env, params)
-        return self.mechanism.privatize(k_noise, obs).value, state
+        return self.mechanism.privatize(self._noise_key(k_noise), obs).value, state
 
     def step_env(self, key: Array, state: Any, action: Array, params: Any) -> tuple:
         k_env, k_noise = jax.random.split(key)
         obs, state, reward, done, info = self.env.step_env(k_env, state, action, params)
-        return self.mechanism.privatize(k_noise, obs).value, state, reward, done, info
+        return (self.mechanism.privatize(self._noise_key(k_noise), obs).value, state, reward,
+                done, info)
 
     def is_terminated(self, state: Any, params: Any) -> Array:
         return self.env.is_terminated(state, params)

@@ -54,11 +54,16 @@ def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
         return jax.lax.scan(lambda s, _: algo.episode(s), state, None, length=chunk)
 
     init = jax.jit(shard_vmap(algo.init, n_dev))
-    step = jax.jit(shard_vmap(run_chunk, n_dev))
+    # float-safe noise drawn inside a while_loop (DQN's steps, any LDP observation) cannot be
+    # vmapped over seeds: run them one after another (the results do not depend on it)
+    host_in_loop = cfg.obs.secure or (cfg.secure_noise and getattr(algo, "noise_in_loop", False))
+    step = jax.jit(shard_vmap(run_chunk, n_dev, sequential=host_in_loop))
     start = time.perf_counter()
     state = init(jax.random.split(jax.random.key(cfg.seed), padded))
-    if cfg.noise == "secret" and hasattr(state, "noise"):  # one root per seed, in memory only
-        state = state._replace(noise=secret_keys(padded))
+    if cfg.noise == "secret":  # one root per seed and mechanism, in memory only
+        state = state._replace(noise=secret_keys(padded) if cfg.private else None,
+                               obs_noise=(secret_keys(padded) if cfg.obs.mechanism() is not None
+                                          else None))
     train, evals = [], []
     done = 0
     while done < cfg.episodes:
@@ -134,11 +139,17 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
             "NO PRIVACY GUARANTEE: DP-SGD with noise multiplier 0 (clipping only); no ε can "
             "be stated." if cfg.dp else "non-private training: no guarantee for the model.",
             formal_guarantee=False, order=["formal_guarantee", "statement"])
-    rec["observations"] = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)
+    rec["observations"] = obs = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)
+    if cfg.obs.mechanism() is not None:  # the observation noise's own key mode
+        obs_mode = record_mode(cfg.noise, cfg.obs.secure)
+        obs.update(noise_fields(obs_mode))
+        if obs_mode == "seeded" and obs.get("formal_guarantee"):
+            obs["statement"] += (" SIMULATION ONLY: the observation noise is reproducible from "
+                                 "the seed in config.json.")
     if cfg.private:
         rec.update(noise_fields(record_mode(cfg.noise, cfg.secure_noise)))
-    elif cfg.obs.mode == "box":
-        rec.update(noise_fields("seeded"))
+    elif cfg.obs.mechanism() is not None:
+        rec.update(noise_fields(obs_mode))
     return rec
 
 

@@ -43,6 +43,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     Progress,
     evaluate_greedy,
     make_env,
+    observed_env,
     progress_init,
     progress_update,
 )
@@ -108,6 +109,9 @@ class ReinforceState(NamedTuple):
     # Secret noise root (privrl.privacy.noise.secret_keys), or None: DP-SGD noise keys derive
     # from `key` (seeded). An argument of the jitted program, never a constant of it.
     noise: Array | None = None
+    # Secret root of the LDP observation noise (ldp-* runs), or None: seeded. Kept apart from
+    # `noise` so that the two mechanisms never share a key.
+    obs_noise: Array | None = None
 
 
 class Reinforce:
@@ -157,12 +161,19 @@ class Reinforce:
         logits = self.model.apply(theta, obs, (masks,))
         return reinforce_loss(logits, actions, returns, mask)
 
-    def gradient(self, theta: Array, traj: Any, key: Array) -> Array:
-        """The update direction from a batch of episodes: DP-SGD's noisy mean, or the mean."""
+    def gradient(self, theta: Array, traj: Any, key: Array,
+                 canaries: Array | None = None) -> Array:
+        """The update direction from a batch of episodes: DP-SGD's noisy mean, or the mean.
+
+        `canaries` (k, d): extra per-example gradient rows (an audit's canaries; zero rows for
+        canaries left out) released in the same noisy sum; the mean still divides by the batch.
+        """
         cfg = self.config
         per_episode = jax.vmap(jax.grad(self.episode_loss), in_axes=(None, 1, 1, 1, 1))(
             theta, traj.obs, traj.actions, traj.mask, traj.aux)
         b = per_episode.shape[0]
+        if canaries is not None:
+            per_episode = jnp.concatenate([per_episode, canaries.astype(per_episode.dtype)])
         if self.mechanism is not None:
             return self.mechanism.privatize(key, per_episode).value / b
         if cfg.dp:  # σ = 0: clipping without noise, no guarantee
@@ -170,6 +181,13 @@ class Reinforce:
         return per_episode.mean(0)
 
     def episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
+        state, metrics, _ = self.step(s)
+        return state, metrics
+
+    def step(self, s: ReinforceState, canaries: Array | None = None
+             ) -> tuple[ReinforceState, EpisodeMetrics, Array]:
+        """One training episode; also returns the released update direction (what an auditor
+        who sees every noisy sum observes), and takes an audit's canary rows."""
         cfg = self.config
         b = cfg.batch_episodes
         key, k_roll, k_noise, k_eval = jax.random.split(s.key, 4)
@@ -177,14 +195,15 @@ class Reinforce:
             k_noise = jax.random.fold_in(s.noise, s.updates)
         active = ~s.stopped
         params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,)), self.env_params)
-        traj = rollout_episodes(self.env, params, self.policy(s.theta), k_roll, b,
+        env = observed_env(self.env, s.obs_noise)
+        traj = rollout_episodes(env, params, self.policy(s.theta), k_roll, b,
                                 cfg.max_episode_steps, jnp.broadcast_to(active, (b,)))
-        grad = self.gradient(s.theta, traj, k_noise)
+        grad = self.gradient(s.theta, traj, k_noise, canaries)
         step, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(active, s.theta + step, s.theta)
         opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(active, n, o), opt_state,
                                            s.opt_state)
-        eval_ret = evaluate_greedy(self.env, self.env_params, lambda o: self.model.apply(theta, o),
+        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
                                    k_eval, cfg.max_episode_steps, active)
         progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
         episodes = s.episodes + active.astype(jnp.int32)
@@ -195,4 +214,4 @@ class Reinforce:
         metrics = EpisodeMetrics(jnp.where(active, traj.length.mean(), nan),
                                  jnp.where(active, eval_ret, nan), updates)
         return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped,
-                              s.noise), metrics
+                              s.noise, s.obs_noise), metrics, grad

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from privrl.config import Config, fail, integer, one_of
+from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.output import plot_curves, write_json
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
@@ -59,6 +60,9 @@ class SweepConfig(Config):
     clip_dqn: float = 10.0
     delta: float = 1e-5
     algorithms: tuple[str, ...] = ("reinforce", "dqn")
+    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
+    # runs' default (seeded). Each run's privacy record states the mode.
+    noise: str | None = None
 
     def validate(self) -> None:
         integer("seeds_reinforce", self.seeds_reinforce)
@@ -67,6 +71,8 @@ class SweepConfig(Config):
             fail("episodes", "need at least 25 episodes (the solve window)")
         for a in self.algorithms:
             one_of("algorithms", a, ("reinforce", "dqn"), what="algorithm")
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, what="noise mode")
 
     def settings(self) -> list[Setting]:
         out = []
@@ -77,7 +83,8 @@ class SweepConfig(Config):
 
     def make(self, s: Setting) -> Any:
         common = {"seeds": self.seeds_reinforce if s.algorithm == "reinforce" else self.seeds_dqn,
-                  "episodes": self.episodes, "seed": self.seed, "delta": self.delta}
+                  "episodes": self.episodes, "seed": self.seed, "delta": self.delta,
+                  "noise": self.noise}
         if s.kind == "dp":
             clip = self.clip_reinforce if s.algorithm == "reinforce" else self.clip_dqn
             common.update(dp=True, noise_multiplier=s.sigma, clip=clip)

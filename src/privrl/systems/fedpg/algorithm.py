@@ -66,7 +66,10 @@ from privrl.privacy.accounting import (
     DEFAULT_ACCOUNTANT,
     CalibrationError,
     calibrate_noise_multiplier,
+    optimal_composition_admits,
 )
+from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     IdentityMechanism,
@@ -77,7 +80,9 @@ from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
 
 ALGORITHMS = ("cen", "dec")
-MECHANISMS = ("none", "laplace", "gaussian")
+MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg")
+# Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
+PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
 IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
 # "paper": FedPG-BR's CartPole setting (the dataclass defaults). No tuned preset yet.
@@ -91,11 +96,12 @@ class FedPGConfig(Config):
     `budget` is the number of episodes each agent samples (B_t plus, for Cen, the server's
     N_t·b, so that Cen, Dec and a single agent are compared at equal samples per learner).
     `inner_steps` None draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...}; an integer fixes it (SVRPG).
-    Privacy (what each agent sends, once per round): laplace: `epsilon` per release, composed
-    by the ledger; gaussian: L2 clip `clip` and `noise_multiplier` σ (noise std σ·clip), or
-    instead `epsilon` = each agent's total budget at `delta` over the run, for which σ is
-    calibrated over the most rounds the budget allows, by `accountant` (pld: the exact
-    analytic Gaussian composition; rdp: RDP), the one that also states the run's ε.
+    Privacy (what each agent sends, once per round): laplace, privunit, privunitg: `epsilon`
+    per release (pure ε-LDP), composed by the ledger; gaussian: L2 clip `clip` and
+    `noise_multiplier` σ (noise std σ·clip), or instead `epsilon` = each agent's total budget
+    at `delta` over the run, for which σ is calibrated over the most rounds the budget allows,
+    by `accountant` (pld: the exact analytic Gaussian composition; rdp: RDP), the one that also
+    states the run's ε.
     """
 
     algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
@@ -122,8 +128,14 @@ class FedPGConfig(Config):
     epsilon: float | None = None
     clip: float | None = None
     noise_multiplier: float | None = None  # gaussian only
-    delta: float = 1e-5  # gaussian only
+    delta: float = 1e-5  # gaussian; laplace: δ of the optimal composition (stated, or budget)
     accountant: str = DEFAULT_ACCOUNTANT  # gaussian only: pld (exact here) | rdp
+    # laplace only: each agent's privacy budget over the run, enforced by the ledger before
+    # every round (a trial whose agents cannot afford the next round ends); None: the episode
+    # budget alone bounds the releases. `budget_composition`: "basic" (pure ε, Σ of the
+    # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
+    epsilon_budget: float | None = None
+    budget_composition: str = "basic"
     target_return: float = 475.0
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
@@ -154,8 +166,9 @@ class FedPGConfig(Config):
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
-        if self.secure_noise and self.mechanism == "none":
-            fail("secure_noise", "mechanism='none' adds no noise; choose laplace or gaussian")
+        if self.secure_noise and self.mechanism not in ("laplace", "gaussian"):
+            fail("secure_noise", f"float-safe noise is for laplace or gaussian, got "
+                                 f"mechanism={self.mechanism!r}")
         if self.secure_noise and self.mechanism == "gaussian" and self.accountant != "rdp":
             fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
                                "accountant only (choose rdp): CKS20 bound its Rényi "
@@ -187,9 +200,10 @@ class FedPGConfig(Config):
             if self.epsilon is not None:
                 fail("epsilon", "no mechanism (mechanism='none') has no ε; "
                                 "drop epsilon or choose a mechanism")
-        elif self.mechanism == "laplace":
+        elif self.mechanism in PURE_MECHANISMS:
             if self.epsilon is None:
-                fail("epsilon", "required with mechanism='laplace' (ε per release, > 0)")
+                fail("epsilon", f"required with mechanism={self.mechanism!r} (ε per release, "
+                                "> 0)")
             if self.noise_multiplier is not None:
                 fail("noise_multiplier", "only the gaussian mechanism takes it")
             positive("epsilon", self.epsilon)
@@ -209,6 +223,26 @@ class FedPGConfig(Config):
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         if self.mechanism != "gaussian" and self.noise_multiplier is not None:
             fail("noise_multiplier", "only the gaussian mechanism takes it")
+        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
+        if self.mechanism not in PURE_MECHANISMS:
+            if self.epsilon_budget is not None:
+                fail("epsilon_budget", "only the pure ε-LDP mechanisms (laplace, privunit, "
+                                       "privunitg) take it (gaussian: epsilon is already each "
+                                       "agent's total, composed by accountant)")
+            if self.budget_composition != "basic":
+                fail("budget_composition", "composes pure ε-LDP releases: laplace, privunit "
+                                           "or privunitg only (gaussian releases compose by "
+                                           "accountant)")
+        if self.epsilon_budget is not None:
+            positive("epsilon_budget", self.epsilon_budget)
+        if self.mechanism in PURE_MECHANISMS and self.budget_composition == "optimal":
+            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        if self.mechanism in PURE_MECHANISMS and self.epsilon_budget is not None and not (
+                optimal_composition_admits(self.epsilon, 1, self.epsilon_budget, self.delta)
+                if self.budget_composition == "optimal"
+                else self.epsilon <= self.epsilon_budget):
+            fail("epsilon_budget", f"{self.epsilon_budget:g} cannot afford one release of "
+                                   f"ε = {self.epsilon:g}: nothing would be released")
         try:
             CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
         except ValueError as e:
@@ -233,6 +267,10 @@ def make_mechanism(cfg: FedPGConfig) -> Mechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee)."""
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
+    if cfg.mechanism == "privunit":
+        return PrivUnitMechanism(cfg.epsilon, cfg.clip)
+    if cfg.mechanism == "privunitg":
+        return PrivUnitGMechanism(cfg.epsilon, cfg.clip)
     if cfg.mechanism == "gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")

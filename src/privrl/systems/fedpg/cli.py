@@ -14,6 +14,8 @@ from privrl.cli import (
     AccountantName,
     AccountantOpt,
     AddressOpt,
+    BudgetComposition,
+    BudgetCompositionOpt,
     Noise,
     NoiseMode,
     Out,
@@ -24,6 +26,7 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     flag_names,
+    parse_numbers,
     progress_bar,
     system_apps,
 )
@@ -34,12 +37,15 @@ if TYPE_CHECKING:
     from privrl.systems.fedpg.algorithm import FedPGConfig
 
 run_app, reproduce_app = system_apps()
+audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 
 
 class FedPGMechanism(StrEnum):
     none = "none"
     laplace = "laplace"
     gaussian = "gaussian"
+    privunit = "privunit"
+    privunitg = "privunitg"
 
 
 class FedPGTopology(StrEnum):
@@ -50,8 +56,10 @@ class FedPGTopology(StrEnum):
 
 _FEDPG_MECHANISM_HELP = (
     "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
-    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release) or "
-    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant).")
+    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release), "
+    "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
+    "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per "
+    "release; docs/ldp-mechanisms.md).")
 
 
 def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
@@ -75,6 +83,7 @@ def _fedpg_common(
     learning_rate: float, importance: str, importance_clip: float | None,
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
     noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
+    epsilon_budget: float | None = None, budget_composition: str = "basic",
 ) -> dict:
     from privrl.config import ConfigError
 
@@ -90,7 +99,8 @@ def _fedpg_common(
                 mechanism=mechanism.value, epsilon=epsilon,
                 clip=clip if clip is not None else clip_default, seed=seed,
                 noise_multiplier=noise_multiplier, delta=delta, gravities=grav,
-                accountant=accountant)
+                accountant=accountant, epsilon_budget=epsilon_budget,
+                budget_composition=budget_composition)
 
 
 def _noise(noise: NoiseMode | None) -> str | None:
@@ -113,12 +123,19 @@ IwClipOpt = Annotated[float | None, typer.Option(
 MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
                                                  case_sensitive=False)]
 EpsOpt = Annotated[float | None, typer.Option(
-    help="laplace: ε per release (> 0, finite); each agent releases once per round and the "
+    help="laplace, privunit, privunitg: ε per release (> 0, finite); each agent releases "
+    "once per round and the "
     "ledger composes its releases. gaussian: each agent's total ε at --delta over the run "
     "(σ is calibrated for the most rounds the budget allows). Needs --mechanism.")]
 SigmaOpt = Annotated[float | None, typer.Option(
     help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon.")]
-DeltaOpt = Annotated[float, typer.Option(help="gaussian: δ of the stated (ε, δ), in (0, 1).")]
+DeltaOpt = Annotated[float, typer.Option(
+    help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal composition "
+    "stated beside the pure ε (the budget's δ with --budget-composition optimal).")]
+EpsBudgetOpt = Annotated[float | None, typer.Option(
+    help="laplace: each agent's privacy budget over the run; the ledger refuses a round "
+    "beyond it before anything is released, and the trial ends there (by "
+    "--budget-composition). Default: none; the episode budget bounds the releases.")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
@@ -136,6 +153,8 @@ def run_fedpg_cen_command(
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
+    epsilon_budget: EpsBudgetOpt = None,
+    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -147,7 +166,7 @@ def run_fedpg_cen_command(
     cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
-        accountant.value))
+        accountant.value, epsilon_budget, budget_composition.value))
     check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
@@ -171,6 +190,8 @@ def run_fedpg_dec_command(
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
+    epsilon_budget: EpsBudgetOpt = None,
+    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -190,7 +211,7 @@ def run_fedpg_dec_command(
                         **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
-        accountant.value))
+        accountant.value, epsilon_budget, budget_composition.value))
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
@@ -198,6 +219,9 @@ def run_fedpg_dec_command(
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
+        if epsilon_budget is not None or budget_composition is not BudgetComposition.basic:
+            raise ConfigError("--epsilon-budget", "a privacy budget (and its composition) is "
+                                                  "enforced by the local runtime only")
         from privrl.runtime.ray import require_ray
 
         require_ray()
@@ -292,6 +316,7 @@ def reproduce_fedpg_command(
     laplace_epsilons: Annotated[str, typer.Option(
         help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
     seed: SweepSeed = 0,
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
@@ -318,7 +343,8 @@ def reproduce_fedpg_command(
 
     cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed,
                      gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
-                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"))
+                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"),
+                     noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
 
@@ -345,3 +371,80 @@ def reproduce_fedpg_command(
     console.print(Markdown(text))
     console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
                   "privacy.json, settings/)")
+
+
+class AuditAlgorithm(StrEnum):
+    cen = "cen"
+    dec = "dec"
+
+
+class AuditMechanism(StrEnum):
+    laplace = "laplace"
+    gaussian = "gaussian"
+
+
+@audit_app.command("fedpg")
+@flag_names(epsilons="--epsilon")
+def audit_fedpg_command(
+    algorithm: Annotated[AuditAlgorithm, typer.Option(
+        help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
+        "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
+    mechanism: Annotated[AuditMechanism, typer.Option(
+        help="laplace (ε per release) or gaussian (ε: the agent's budget over the run, σ "
+        "calibrated; the audited claim is one release's (ε, δ)).", case_sensitive=False)
+    ] = AuditMechanism.laplace,
+    epsilon: Annotated[str, typer.Option(help="ε values to audit (comma-separated).")
+                       ] = "0.5,1,2,5,10",
+    clip: ClipOpt = None,
+    delta: DeltaOpt = 1e-5,
+    budget: BudgetOpt = 5000,
+    samples: Annotated[int, typer.Option(
+        help="Reports per world (half choose the attack's threshold, half bound ε).")
+    ] = 20_000,
+    confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
+    seed: SweepSeed = 0,
+    out: Out = None,
+    progress: ShowProgress = True,
+) -> None:
+    """End-to-end audit: a canary agent (what it sends replaced by a vector beyond the clip) vs
+    an ordinary agent playing its own private CartPole episodes; an attacker who sees one
+    report bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.audit.sweep import write_sweep
+    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.systems.fedpg.algorithm import FedPGConfig
+    from privrl.systems.fedpg.audit import audit_fedpg, check_audit
+
+    epsilons = parse_numbers(epsilon, "--epsilon")
+    config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
+                                     mechanism=mechanism.value, epsilon=1.0,
+                                     clip=1.0 if clip is None else clip, delta=delta,
+                                     budget=budget)
+    for e in epsilons:  # every setting validated (σ calibrated) before any draw
+        if not (math.isfinite(e) and e > 0):
+            from privrl.config import ConfigError
+
+            raise ConfigError("epsilons", f"each ε must be finite and > 0, got {e}")
+        replace(config, epsilon=e).resolved()
+    check_audit(samples, confidence)
+    check_out_dir(out)
+    console, err = Console(), Console(stderr=True)
+    err.print(f"[bold]audit fedpg-{algorithm.value}[/] {mechanism.value}: ε ∈ "
+              f"{{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world")
+    with progress_bar(err, progress, "auditing", unit="settings") as (bar, task):
+        results = audit_fedpg(
+            config, epsilons, seed=seed, samples=samples, confidence=confidence,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+    path = new_run_dir(out, f"audit-fedpg-{algorithm.value}-{mechanism.value}")
+    settings = {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
+                "epsilons": list(epsilons), "clip": config.clip, "delta": delta,
+                "budget": budget, "samples": samples, "confidence": confidence, "seed": seed,
+                "command": ["privrl", *sys.argv[1:]]}
+    write_sweep(path, results, settings)
+    console.print(Markdown((path / "audit.md").read_text()))
+    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
+                  "plots/audit.png)")

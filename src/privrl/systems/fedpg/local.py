@@ -27,7 +27,7 @@ from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPG, FedPGConfig
 
 ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
 
@@ -50,6 +50,20 @@ class FedPGRun:
     releases: np.ndarray  # (trials,) reports each agent of the trial released
     accounting: dict[str, Any] | None  # gaussian: the account of one agent (most releases)
     z: np.ndarray  # (trials, learners, d): the final de-biased parameters (Cen: θ)
+    # (trials,) the trial ended because its agents could not afford another round
+    privacy_budget_spent: np.ndarray | None = None
+
+
+def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
+    """The ledger of a run: it records every release (charged before it is made) and, with
+    `epsilon_budget`, refuses a round beyond it, by basic composition (pure ε) or the optimal
+    one ((ε, δ) at `delta`). Without a budget the episode budget bounds the releases."""
+    budget = math.inf if cfg.epsilon_budget is None else cfg.epsilon_budget
+    if cfg.budget_composition == "optimal":
+        return PrivacyLedger(budget, cfg.delta, "optimal")
+    if cfg.epsilon_budget is not None:
+        return PrivacyLedger(budget)
+    return PrivacyLedger(math.inf, 1.0)  # records only
 
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGRun:
@@ -61,17 +75,22 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
     state = init(jax.random.split(jax.random.key(cfg.seed), cfg.trials))
     if cfg.noise == "secret":  # one root per trial from os.urandom, in memory only
         state = state._replace(noise=secret_keys(cfg.trials))
-    ledger = PrivacyLedger(math.inf, 1.0)  # records; the budget is the run length
+    ledger = budget_ledger(cfg)
     guarantee = algo.mechanism.guarantee
     rows: list[tuple[np.ndarray, ...]] = []
     played = 0
     releases = np.zeros(cfg.trials, np.int64)
+    spent = np.zeros(cfg.trials, bool)  # the agents cannot afford another round: trial over
     start = time.perf_counter()
     compile_s = 0.0
     t = 0
     while True:
         used = np.asarray(state.used)
-        live = used.mean(axis=1) < cfg.budget
+        live = (used.mean(axis=1) < cfg.budget) & ~spent
+        if math.isfinite(ledger.epsilon_budget):  # privacy budget: asked before releasing
+            for trial in np.flatnonzero(live):
+                spent[trial] = not ledger.can_charge(trial * k + np.arange(k), guarantee)
+            live &= ~spent
         if not live.any():
             break
         if t >= 10 * cfg.max_rounds():
@@ -104,6 +123,7 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         ledger=ledger, mechanism=algo.mechanism.describe(),
         topology=algo.topology.describe() if algo.topology is not None else None,
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=releases,
+        privacy_budget_spent=spent,
         accounting=account(algo, int(releases.max())),
         z=np.asarray(jax.vmap(push_sum_z)(state.gossip)),
     )
@@ -155,12 +175,19 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
                    f"δ = {cfg.delta:g} ({cfg.accountant} accountant), Gaussian σ = "
                    f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
+    elif private and cfg.budget_composition == "optimal":
+        privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
+                   f"(ε = {per_agent:.4g}, δ = {cfg.delta:g}) (optimal composition)")
     elif private:
         privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
                    f"ε = {per_agent:g} (basic composition)")
     else:
         privacy = "NONE: no mechanism, no privacy guarantee (as in the paper)"
     steady = max(run.wall_seconds - run.compile_seconds, 1e-9)
+    budget = {} if cfg.epsilon_budget is None else {
+        "epsilon_budget_per_agent": cfg.epsilon_budget,
+        "budget_composition": cfg.budget_composition,
+        "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
     return {
         "algorithm": f"fedpg-{cfg.algorithm}",
         "label": algorithm_label(cfg),
@@ -188,6 +215,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "rounds_per_second": round((run.rounds_run - 1) / steady, 2),
         "episodes_per_second": round(run.episodes_played / max(run.wall_seconds, 1e-9), 1),
         "episodes_played": run.episodes_played,
+        **budget,
     }
 
 
@@ -201,8 +229,14 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
     server = ("The server's own SCSG episodes are its own data and are not protected."
               if cfg.algorithm == "cen" else "")
     most = int(run.releases.max())
-    composed = (pure_composition_record(cfg.epsilon, most, cfg.delta)
-                if cfg.mechanism == "laplace" and most > 0 else None)
+    composed = (pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
+                if cfg.mechanism in PURE_MECHANISMS and most > 0 else None)
+    budget = ("" if cfg.epsilon_budget is None else
+              f" Each agent's budget, ε = {cfg.epsilon_budget:g}"
+              + (f" at δ = {cfg.delta:g} by the optimal composition"
+                 if cfg.budget_composition == "optimal" else " (pure, basic composition)")
+              + ", is enforced by the ledger before every round: a trial whose agents could "
+                "not afford another round ended there.")
 
     def statement(parts: Mapping[str, Any]) -> str:
         ledger = parts["ledger"]
@@ -217,6 +251,19 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"{run.accounting['epsilon']:.4g}, δ = "
                 f"{cfg.delta:g})-LDP. The ledger below adds the per-release (ε, δ) (basic "
                 f"composition, looser). {server}").strip()
+        if ledger["formal_guarantee"] and cfg.budget_composition == "optimal":
+            assert composed is not None
+            opt, basic = composed["optimal"], composed["basic"]
+            return (
+                f"Every agent releases one report per round ({sent}), randomized by the "
+                f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; "
+                f"over the run an agent's releases compose by the optimal composition "
+                f"theorem (the composition the ledger enforces) to (ε = "
+                f"{opt['epsilon']:.4g}, δ = {opt['delta']:g}), and by basic composition to "
+                f"at most ε = {basic['epsilon']:g} (pure).{budget} Everything the "
+                f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
+                "post-processing. " + server
+            ).strip()
         if ledger["formal_guarantee"]:
             assert composed is not None
             opt = composed["optimal"]
@@ -226,7 +273,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"over the run an agent's releases compose (basic composition, the pure ε "
                 f"the ledger enforces) to at most ε = {ledger['per_agent_epsilon']['max']:g}, "
                 f"and by the optimal composition theorem to (ε = {opt['epsilon']:.4g}, "
-                f"δ = {opt['delta']:g}). Everything the "
+                f"δ = {opt['delta']:g}).{budget} Everything the "
                 f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
                 "post-processing. " + server
             ).strip()

@@ -37,6 +37,9 @@ class FedPGSweep(Config):
     gaussian_epsilons: tuple[float, ...] = (10.0, 100.0)
     laplace_epsilons: tuple[float, ...] = (100.0,)
     clip: float = 1.0
+    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
+    # runs' default (seeded). Each run's privacy record states the mode.
+    noise: str | None = None
 
     def settings(self) -> dict[str, FedPGConfig]:
         base = dict(trials=self.trials, budget=self.budget, seed=self.seed)
@@ -48,7 +51,8 @@ class FedPGSweep(Config):
         private = [("gaussian", e) for e in self.gaussian_epsilons]
         private += [("laplace", e) for e in self.laplace_epsilons]
         for mech, eps in private:
-            opts = dict(mechanism=mech, epsilon=eps, clip=self.clip, agents=self.agents)
+            opts = dict(mechanism=mech, epsilon=eps, clip=self.clip, agents=self.agents,
+                        noise=self.noise)
             out[f"cen-{mech}-eps{eps:g}"] = FedPGConfig(algorithm="cen", **opts, **base)
             out[f"dec-ring-{mech}-eps{eps:g}"] = FedPGConfig(algorithm="dec", topology="ring",
                                                               **opts, **base)

@@ -8,7 +8,18 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    AccountantName,
+    AccountantOpt,
+    Noise,
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -75,6 +86,8 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     console.print(f"Epochs: {summary['epochs_run']} (best {summary['best_epoch']}); wall time "
                   f"{summary['wall_seconds']:.1f} s")
     console.print(f"Privacy: {result.privacy['statement']}")
+    if "noise" in summary:
+        console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, plots/valid_success.png)")
 
@@ -91,6 +104,12 @@ def run_fedrl(
         "mechanism with an (ε, δ) (composed per party). Default: the paper's unbounded noise, "
         "which has NO formal ε.")] = None,
     delta: Annotated[float, typer.Option(help="δ of the stated (ε, δ) in bounded mode.")] = 1e-5,
+    accountant: AccountantOpt = AccountantName.pld,
+    noise: Noise = None,
+    secure_noise: Annotated[bool, typer.Option(
+        "--secure-noise", help="With --bounded: float-safe discrete Gaussian Q-output noise from "
+        "the OS CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each "
+        "party's releases). Slow: one host call per released vector.")] = False,
     epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000, patience: Patience = 10,
     num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
     generated_maps: GeneratedMaps = 8000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
@@ -101,6 +120,8 @@ def run_fedrl(
 
     cfg = FedRLConfig.from_preset(
         "paper", noise_sigma=noise_sigma, bounded=bounded, delta=delta,
+        noise=None if noise is None else noise.value, secure_noise=secure_noise,
+        accountant="rdp" if secure_noise else accountant.value,
         **_grid_options(size, maps, history, alpha_view, beta_view, epochs, updates_per_epoch,
                         patience, num_envs, buffer_size, seeds, seed, generated_maps))
     _execute(FedRL(cfg), out, progress)
@@ -142,7 +163,7 @@ def reproduce_fedrl(
         help="Override: steps per epoch.")] = None,
     patience: Annotated[int | None, typer.Option(help="Override: early-stop patience.")] = None,
     num_envs: Annotated[int | None, typer.Option(help="Override: episodes per step.")] = None,
-    seed: Seed = 0, out: Out = None,
+    noise: Noise = None, seed: Seed = 0, out: Out = None,
 ) -> None:
     """Paper 002's Table 1: train on maps 0-6399, select on 6400-7199, test on 7200-7999."""
     from rich.console import Console
@@ -153,7 +174,8 @@ def reproduce_fedrl(
     check_out_dir(out)
     cfg = with_overrides(
         ReproConfig(str(maps), parse_numbers(sizes, "--sizes", int), runs,
-                    tuple(m.strip() for m in models.split(",")), seed=seed),
+                    tuple(m.strip() for m in models.split(",")), seed=seed,
+                    noise=None if noise is None else noise.value),
         epochs=epochs, updates_per_epoch=updates_per_epoch, patience=patience,
         num_envs=num_envs).resolved()
     err = Console(stderr=True)

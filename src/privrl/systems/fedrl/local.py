@@ -19,6 +19,8 @@ import jax
 import numpy as np
 
 from privrl.envs import gridworld as gw
+from privrl.federation.vertical import with_secret_roots
+from privrl.privacy.noise import secret_keys, summary_note
 from privrl.runtime.output import RunRecord, csv_writer, plot_curves
 from privrl.runtime.output import save as save_run
 from privrl.runtime.selection import Selection
@@ -93,6 +95,15 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
     key = jax.random.key(cfg.seed)
     k_init, k_eval, k_test, k_rand = jax.random.split(key, 4)
     state = init(jax.random.split(k_init, seeds), data)
+    secret = getattr(cfg, "noise", None) == "secret" and hasattr(state, "beta")
+    if secret:  # each party's root: OS CSPRNG, in memory only, an argument of the programs
+        state = with_secret_roots(state, seeds)
+
+    def eval_keys(k: jax.Array) -> jax.Array:
+        """Evaluation keys drive only the released noise (greedy play): secret ones come
+        from the OS CSPRNG (one process holds both parties here: a simulation)."""
+        return secret_keys(seeds) if secret else jax.random.split(k, seeds)
+
     sel = Selection(algo.params(state), seeds, cfg.patience)
     tr_s, tr_r, va = [], [], []
     for epoch in range(1, cfg.epochs + 1):
@@ -101,8 +112,8 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         eps = np.maximum(np.asarray(st.episodes), 1)
         tr_s.append(np.asarray(st.successes) / eps)
         tr_r.append(np.asarray(st.return_sum) / eps)
-        res = select(algo.params(state), jax.random.split(jax.random.fold_in(k_eval, epoch),
-                                                          seeds), splits.valid)
+        res = select(algo.params(state), eval_keys(jax.random.fold_in(k_eval, epoch)),
+                     splits.valid)
         val = np.asarray(res.success).mean(-1)
         va.append(val)
         stop = sel.record(epoch, val, algo.params(state))
@@ -115,7 +126,7 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
     epochs_run = len(va)
     test = {}
     for v, fn in evals.items():
-        r = fn(best, jax.random.split(k_test, seeds), splits.test)
+        r = fn(best, eval_keys(k_test), splits.test)
         test[v] = {"success": np.asarray(r.success).mean(-1).tolist(),
                    "avg_reward": np.asarray(r.total_reward).mean(-1).tolist()}
     rnd = jax.jit(lambda k: gw.evaluate(algo.spec, splits.test, gw.random_policy, k))(k_rand)
@@ -155,6 +166,8 @@ def summarize(out: GridOutput) -> dict[str, Any]:
                  for v, r in out.test.items()},
         "random_policy_test": out.random_test,
         "privacy": out.privacy.get("statement"),
+        **({"noise": summary_note(out.privacy["noise_keys"]["mode"])}
+           if "noise_keys" in out.privacy else {}),
         "wall_seconds": out.wall_seconds,
         "compile_seconds": out.compile_seconds,
         "throughput": out.throughput,

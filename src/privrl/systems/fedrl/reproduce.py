@@ -18,6 +18,7 @@ from typing import Any
 
 from privrl.config import Config, at_least, fail, one_of
 from privrl.envs.gridworld import SIZES, load_maps
+from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.output import write_json
 from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
 from privrl.systems.fedrl.baselines import BaselineConfig, make_baseline
@@ -42,8 +43,13 @@ class ReproConfig(Config):
     models: tuple[str, ...] = MODELS
     overrides: tuple[tuple[str, Any], ...] = ()  # GridConfig fields (epochs, ...) for all models
     seed: int = 0
+    # Noise keys of the FedRL runs (the baselines release nothing): "seeded" / "secret"
+    # (privrl.privacy.noise); None: seeded. Each run's privacy record states the mode.
+    noise: str | None = None
 
     def validate(self) -> None:
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, what="noise mode")
         for s in self.sizes:
             if s not in SIZES:
                 fail("sizes", f"{s} is not one of {', '.join(map(str, SIZES))}")
@@ -60,7 +66,7 @@ class ReproConfig(Config):
         kw = {"maps": self.maps, "size": size, "seeds": self.runs, "seed": self.seed,
               **dict(self.overrides)}
         if model == "fedrl":
-            return FedRL(FedRLConfig.from_preset("paper", **kw))
+            return FedRL(FedRLConfig.from_preset("paper", noise=self.noise, **kw))
         return make_baseline(BaselineConfig.from_preset("paper", model=model, **kw))
 
 

@@ -124,6 +124,12 @@ class TextConfig(QNoiseConfig, ReplayOptions):
         positive("reward_scale", self.reward_scale)
         in_range("valid_fraction", self.valid_fraction, 0, 1, low_open=True, high_open=True)
         self.validate_noise()
+        if self.noise == "secret" and self.mode != "fedrl":
+            fail("noise", f"{self.mode} releases nothing through a mechanism: secret noise "
+                          "keys are for mode fedrl")
+        if self.secure_noise and self.mode != "fedrl":
+            fail("secure_noise", f"{self.mode} releases nothing through a mechanism: "
+                                 "float-safe noise is for mode fedrl")
 
     def reward_spec(self) -> t2a.RewardSpec:
         return t2a.RewardSpec(base=self.reward_base, action_rate=self.action_rate,
@@ -345,20 +351,25 @@ class FedRLText(_Learner):
 
         return self.greedy(texts, key, q_fn)
 
-    def releases(self, steps: int, evaluations: int, valid_words: int, test_words: int
+    def releases(self, steps: int, evaluations: int, valid_texts: int, test_texts: int
                  ) -> dict[str, int]:
         """Q-output vectors each party released through its mechanism: training (β: one per
         env per step for acting + 2 per batch row per update; α: 1 per batch row per update),
-        and both parties' outputs at every word of every validation pass and noisy test."""
+        and both parties' outputs at every position of every text row of every validation
+        pass and noisy test. Greedy evaluation is fixed-length (`width` positions per row,
+        padding rows included, see `greedy`): outputs past a text's end are computed, noised
+        and sent too (their effect on the tags is masked, their release is not), so they
+        are counted; counting only the texts' words understated the releases."""
         cfg = self.config
-        evals = evaluations * valid_words + test_words
+        evals = (evaluations * valid_texts + test_texts) * self.width
         return {"beta": steps * cfg.num_envs + 2 * steps * cfg.batch_size + evals,
                 "alpha": steps * cfg.batch_size + evals}
 
-    def privacy_record(self, steps: int, evaluations: int, valid_words: int,
-                       test_words: int) -> dict[str, Any]:
+    def privacy_record(self, steps: int, evaluations: int, valid_texts: int,
+                       test_texts: int) -> dict[str, Any]:
+        """`valid_texts`, `test_texts`: the rows of the evaluated Texts (padding included)."""
         return q_release_privacy(self.config, self.mechanism,
-                                 self.releases(steps, evaluations, valid_words, test_words))
+                                 self.releases(steps, evaluations, valid_texts, test_texts))
 
 
 # --- DQN-alpha / DQN-full ------------------------------------------------------------------

@@ -8,7 +8,18 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar, system_apps
+from privrl.cli import (
+    AccountantName,
+    AccountantOpt,
+    Noise,
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    parse_numbers,
+    progress_bar,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -47,6 +58,12 @@ def run_text2action(
     bounded: Annotated[float | None, typer.Option(
         help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
         "paper's unbounded noise, which has NO formal ε.")] = None,
+    accountant: AccountantOpt = AccountantName.pld,
+    noise: Noise = None,
+    secure_noise: Annotated[bool, typer.Option(
+        "--secure-noise", help="With --bounded: float-safe discrete Gaussian Q-output noise from "
+        "the OS CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each "
+        "party's releases). Slow: one host call per released vector.")] = False,
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
     num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True,
@@ -63,9 +80,11 @@ def run_text2action(
 
     check_out_dir(out)
     cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
-                      noise_sigma=noise_sigma, bounded=bounded, epochs=epochs,
+                      noise_sigma=noise_sigma, bounded=bounded, accountant=accountant.value,
+                      epochs=epochs,
                       steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
-                      targets=targets)
+                      targets=targets, noise=None if noise is None else noise.value,
+                      secure_noise=secure_noise, **({"accountant": "rdp"} if secure_noise else {}))
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
@@ -90,6 +109,8 @@ def run_text2action(
     console.print(f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
                   f"{summary['epochs_run']}")
     console.print(f"Privacy: {summary['privacy']}")
+    if "noise" in summary:
+        console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json)")
 
@@ -106,7 +127,8 @@ def reproduce_text2action(
     runs: Annotated[int, typer.Option(help="Runs per fold (the paper: 5).")] = 5,
     folds: Folds = "0,1,2,3,4", preset: Preset = "paper",
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
-    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
+    num_envs: NumEnvs = None, targets: Targets = None, noise: Noise = None, seed: Seed = 0,
+    out: Out = None,
     resume: Annotated[Path | None, typer.Option(
         help="Continue an interrupted reproduction in this directory; finished settings are "
         "kept.")] = None,
@@ -129,7 +151,7 @@ def reproduce_text2action(
     cfg = ReproConfig(str(data), tuple(c.strip() for c in corpora.split(",")),
                       tuple(m.strip() for m in models.split(",")), runs,
                       parse_numbers(folds, "--folds", int), preset, tuple(over.items()),
-                      seed).validate()
+                      seed, None if noise is None else noise.value).validate()
     err = Console(stderr=True)
     path = resume if resume is not None else new_run_dir(out, "reproduce-fedrl-text2action")
     err.print(f"[bold]Reproducing paper 002 Table 2[/] ({preset} preset) → {path}")

@@ -22,6 +22,8 @@ import jax
 import numpy as np
 
 from privrl.envs import text2action as t2a
+from privrl.federation.vertical import with_secret_roots
+from privrl.privacy.noise import secret_keys, summary_note
 from privrl.runtime.output import RunRecord, csv_writer
 from privrl.runtime.output import save as save_run
 from privrl.runtime.selection import Selection
@@ -140,6 +142,15 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
     key = jax.random.key(cfg.seed * 1000 + data.fold)
     k_init, k_eval, k_test = jax.random.split(key, 3)
     state = program.init(jax.random.split(k_init, runs), train)
+    secret = cfg.noise == "secret" and hasattr(state, "beta")
+    if secret:  # each party's root: OS CSPRNG, in memory only, an argument of the programs
+        state = with_secret_roots(state, runs)
+
+    def eval_keys(k: jax.Array) -> jax.Array:
+        """Evaluation keys drive only the released noise (greedy tagging): secret ones come
+        from the OS CSPRNG (one process holds both parties here: a simulation)."""
+        return secret_keys(runs) if secret else jax.random.split(k, runs)
+
     sel = Selection(algo.params(state), runs, cfg.patience)
     va, tr = [], []
     for epoch in range(1, cfg.epochs + 1):
@@ -148,8 +159,8 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
         dt = time.perf_counter() - t0
         st = state.stats
         tr.append(np.asarray(st.return_sum) / np.maximum(np.asarray(st.episodes), 1))
-        tags, totals = select(algo.params(state), jax.random.split(
-            jax.random.fold_in(k_eval, epoch), runs), data.valid)
+        tags, totals = select(algo.params(state), eval_keys(jax.random.fold_in(k_eval, epoch)),
+                              data.valid)
         val = np.array([s["f1"] for s in _scores(data.valid, tags, totals)])
         va.append(val)
         stop = sel.record(epoch, val, algo.params(state))
@@ -161,11 +172,11 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
     best, best_epoch, times = sel.best, sel.best_epoch, sel.times
     test = {}
     for v, fn in evals.items():
-        tags, totals = fn(best, jax.random.split(k_test, runs), data.test)
+        tags, totals = fn(best, eval_keys(k_test), data.test)
         test[v] = _scores(data.test, tags, totals)
     epochs_run = len(va)
-    privacy = algo.privacy_record(epochs_run * length, epochs_run,
-                                  int(np.sum(data.valid.length)), int(np.sum(data.test.length)))
+    privacy = algo.privacy_record(epochs_run * length, epochs_run, data.valid.count,
+                                  data.test.count)
     privacy["algorithm"] = algo.name
     throughput: dict[str, float] = {}
     if times:
@@ -219,6 +230,8 @@ def summarize(cfg: TextConfig, folds: list[FoldOutput], reference: list[dict[str
         "fold_info": [{k: v for k, v in f.info.items() if not k.endswith("_index")}
                       for f in folds],
         "privacy": folds[0].privacy.get("statement"),
+        **({"noise": summary_note(folds[0].privacy["noise_keys"]["mode"])}
+           if "noise_keys" in folds[0].privacy else {}),
         "wall_seconds": float(sum(f.wall_seconds for f in folds)),
         "compile_seconds": float(sum(f.compile_seconds for f in folds)),
         "throughput": folds[-1].throughput,

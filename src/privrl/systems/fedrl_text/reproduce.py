@@ -19,6 +19,7 @@ from typing import Any
 
 from privrl.config import Config, check_preset, fail, one_of
 from privrl.envs import text2action as t2a
+from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.output import open_sweep, run_setting, write_json
 from privrl.systems.fedrl_text.algorithm import PRESETS, TextConfig, text_config
 from privrl.systems.fedrl_text.local import run_cv, save
@@ -45,9 +46,14 @@ class ReproConfig(Config):
     preset: str = "paper"
     overrides: tuple[tuple[str, Any], ...] = ()  # TextConfig fields for every model
     seed: int = 0
+    # Noise keys of the FedRL runs (the baselines release nothing): "seeded" / "secret"
+    # (privrl.privacy.noise); None: seeded. Each run's privacy record states the mode.
+    noise: str | None = None
 
     def validate(self) -> None:
         check_preset(self.preset, PRESETS)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, what="noise mode")
         for m in self.models:
             one_of("models", m, MODELS, what="model")
         for f in self.folds:
@@ -60,8 +66,9 @@ class ReproConfig(Config):
             t2a.corpus_file(self.data, c)
 
     def make(self, model: str, corpus: str) -> TextConfig:
+        noise = self.noise if model == "fedrl" else None
         return text_config(self.preset, mode=model, corpus=corpus, runs=self.runs,
-                           seed=self.seed, **dict(self.overrides))
+                           seed=self.seed, noise=noise, **dict(self.overrides))
 
 
 def _rows(model: str, summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

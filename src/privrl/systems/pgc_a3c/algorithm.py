@@ -45,6 +45,8 @@ from privrl.envs.rollout import Trajectory, rollout_episodes
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
+from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
 from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
@@ -53,7 +55,7 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.noise import NOISE_MODES
 
-MECHANISMS = ("laplace", "prs", "none")
+MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
 REWARDS = ("step", "failure", "goal")
 LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
@@ -91,10 +93,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 # Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
 # Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
+# PrivUnit2/PrivUnitG (not in the paper; privrl.privacy.ldp_vector) clip the L2 norm to C: the
+# default C = 0.005 is Laplace's L1 radius C/2, so their ball contains Laplace's.
 MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
-    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "none": (0.01, 1)},
-    "paper-code": {"laplace": (0.01, 1), "prs": (1.0, 100), "none": (0.01, 1)},
-    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "none": (0.01, 10)},
+    "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "privunit": (0.005, 1),
+              "privunitg": (0.005, 1), "none": (0.01, 1)},
+    "paper-code": {"laplace": (0.01, 1), "prs": (1.0, 100), "privunit": (0.005, 1),
+                   "privunitg": (0.005, 1), "none": (0.01, 1)},
+    "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "privunit": (0.005, 10),
+              "privunitg": (0.005, 10), "none": (0.01, 10)},
 }
 
 
@@ -103,9 +110,13 @@ class PGCA3CConfig(Config):
     """Every hyperparameter of a PGC-A3C run. Defaults follow the paper (section 4).
 
     `epsilon` is each agent's total budget; with `submissions_per_agent` T > 1 every report uses
-    ε/T (paper 3.2.1). `clip` and `buffer_size` left as None take the preset's value for the
-    mechanism (`MECHANISM_DEFAULTS`); `d_hat` None is the paper's ⌊ε/2.5⌋ rule. Build a
-    non-paper preset with `PGCA3CConfig.from_preset("tuned", ...)`.
+    ε/T (paper 3.2.1), the pure ε the ledger enforces by basic composition. With
+    `budget_composition` "optimal" the budget is (ε, `delta`) instead, enforced by the optimal
+    composition theorem, and every report uses the largest ε_0 whose T-fold composition fits
+    it (more than ε/T: less noise for the same (ε, δ)). `clip` and `buffer_size` left as None
+    take the preset's value for the mechanism (`MECHANISM_DEFAULTS`); `d_hat` None is the
+    paper's ⌊ε/2.5⌋ rule. Build a non-paper preset with `PGCA3CConfig.from_preset("tuned",
+    ...)`.
     """
 
     preset: str = "paper"
@@ -115,6 +126,10 @@ class PGCA3CConfig(Config):
     buffer_size: int | None = None
     d_hat: int | None = None
     submissions_per_agent: int = 1
+    # How the ledger enforces `epsilon` per agent: "basic" (pure ε, Σ of the reports' ε) or
+    # "optimal" (an (ε, delta) by the optimal composition of the reports). privrl.privacy.ledger
+    budget_composition: str = "basic"
+    delta: float = 1e-5  # δ of the optimal composition (stated beside basic; budget if optimal)
     parallel_agents: int = 9
     submissions: int = 90_000
     trials: int = 1
@@ -125,6 +140,11 @@ class PGCA3CConfig(Config):
     noise: str | None = None
     # Float-safe (discrete, CSPRNG) Laplace noise: laplace only. See privrl.privacy.secure.
     secure_noise: bool = False
+    # Shuffle model: a shuffler hands the aggregator each round's reports in random order and
+    # without identities; privacy.json adds the central (ε, δ = shuffle_delta) after
+    # amplification (privrl.privacy.shuffle). The local ε is unchanged.
+    shuffle: bool = False
+    shuffle_delta: float = 1e-5
     learning_rate: float = 0.5  # η, the aggregator's step size (SGD in the paper)
     gamma: float = 0.99
     value_coef: float = 0.5  # λ
@@ -169,9 +189,22 @@ class PGCA3CConfig(Config):
         cfg.validate()
         return cfg
 
+    def epsilon_per_report(self) -> float:
+        """Each report's ε: ε/T (basic composition), or, with budget_composition "optimal",
+        the largest ε_0 whose T-fold optimal composition is (ε, δ)-DP."""
+        if self.budget_composition == "basic" or math.isinf(self.epsilon):
+            return self.epsilon / self.submissions_per_agent
+        from privrl.privacy.accounting import calibrate_pure_epsilon
+
+        return calibrate_pure_epsilon(self.epsilon, self.submissions_per_agent, self.delta)
+
     def validate(self) -> None:
         if self.mechanism != "none":
             positive("epsilon", self.epsilon)
+        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
+        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        if self.budget_composition == "optimal" and self.mechanism == "none":
+            fail("budget_composition", "the non-private baseline has no budget to compose")
         positive("clip", self.clip)
         if self.d_hat is not None:
             if self.mechanism != "prs":
@@ -184,8 +217,14 @@ class PGCA3CConfig(Config):
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
-            fail("secure_noise", "float-safe noise is for the laplace mechanism only "
-                                 f"(prs draws signs, none adds no noise), got {self.mechanism}")
+            fail("secure_noise", "float-safe noise is for the laplace mechanism only, got "
+                                 f"{self.mechanism}: prs adds no Laplace or Gaussian noise (it "
+                                 "releases randomly flipped signs, a different leak analysis; "
+                                 "docs/secure-noise.md), privunit/privunitg sample on the host "
+                                 "in float64 (no discrete variant) and none adds no noise")
+        if self.shuffle and self.mechanism == "none":
+            fail("shuffle", "the non-private baseline has no local ε to amplify")
+        in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
         in_range("gamma", self.gamma, 0, 1, low_open=True)
@@ -329,13 +368,18 @@ class PGCA3C:
         reports, scores = self.agent_reports(
             state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys
         )
+        if cfg.shuffle:  # the shuffler: a uniformly random order, no identities
+            order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
+            reports, active_in = jax.tree_util.tree_map(lambda a: a[order], (reports, active))
+        else:
+            active_in = active
 
         def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
             report, live = item
             new = self.aggregator.receive(agg, report)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
 
-        agg, _ = jax.lax.scan(apply, state.agg, (reports, active))
+        agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
         submitted = n + jnp.sum(active, dtype=jnp.int32)
         return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
 
@@ -367,13 +411,26 @@ def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
     return {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer](cfg.learning_rate)
 
 
+def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
+    """The ledger that enforces each agent's budget: pure ε by basic composition (default),
+    or (ε, δ) by the optimal composition (budget_composition "optimal")."""
+    if cfg.budget_composition == "optimal":
+        return PrivacyLedger(cfg.epsilon, cfg.delta, "optimal")
+    return PrivacyLedger(epsilon_budget=cfg.epsilon)
+
+
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
-    """The per-report mechanism: the agent's budget ε split over its T submissions."""
+    """The per-report mechanism: the agent's budget ε split over its T submissions (by the
+    budget's composition, `PGCA3CConfig.epsilon_per_report`)."""
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
-    eps = cfg.epsilon / cfg.submissions_per_agent
+    eps = cfg.epsilon_per_report()
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
+    if cfg.mechanism == "privunit":
+        return PrivUnitMechanism(eps, cfg.clip)
+    if cfg.mechanism == "privunitg":
+        return PrivUnitGMechanism(eps, cfg.clip)
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import jax
@@ -21,26 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.audit.canary import CanarySwap, canary_direction
 from privrl.audit.mechanism import AuditResult, audit_mechanism
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 
 __all__ = ["CanaryAgent", "audit_pgc_a3c"]
-
-
-@dataclass(frozen=True)
-class _Canary:
-    """The agent's mechanism, applied to the canary instead of the gradient when `on` is 1."""
-
-    inner: Any
-    on: Array
-    canary: Array
-
-    @property
-    def guarantee(self) -> Any:
-        return self.inner.guarantee
-
-    def privatize(self, key: Array, g: Array) -> Any:
-        return self.inner.privatize(key, jnp.where(self.on > 0, self.canary, g))
 
 
 class CanaryAgent:
@@ -49,8 +34,8 @@ class CanaryAgent:
     def __init__(self, config: PGCA3CConfig, theta_key: Array) -> None:
         self.system = PGCA3C(replace(config, parallel_agents=1, trials=1))
         self.theta = self.system.model.init(theta_key)
-        self.direction = jnp.zeros((self.system.dim,), jnp.float32).at[0].set(1.0)
-        self.canary = 2.0 * self.system.config.clip * self.direction  # beyond any clip
+        self.direction, self.canary = canary_direction(self.system.dim,
+                                                       self.system.config.clip)
         self.name = f"pgc-a3c {self.system.config.mechanism} canary agent"
 
     @property
@@ -59,7 +44,7 @@ class CanaryAgent:
 
     def privatize(self, key: Array, x: Array) -> Array:
         system = copy.copy(self.system)
-        system.mechanism = _Canary(self.system.mechanism, x[0], self.canary)
+        system.mechanism = CanarySwap(self.system.mechanism, x[0], self.canary)
         k_agent, k_env = jax.random.split(key)
         reports, _ = system.agent_reports(self.theta, jnp.zeros((), jnp.int32), k_agent, k_env,
                                           jnp.zeros((1,), jnp.int32), jnp.ones((1,), bool))

@@ -12,6 +12,8 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
+    BudgetComposition,
+    BudgetCompositionOpt,
     Noise,
     Out,
     PresetName,
@@ -22,6 +24,7 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     flag_names,
+    parse_numbers,
     progress_bar,
     system_apps,
 )
@@ -41,6 +44,8 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 class MechanismName(StrEnum):
     laplace = "laplace"
     prs = "prs"
+    privunit = "privunit"
+    privunitg = "privunitg"
     none = "none"
 
 
@@ -56,8 +61,10 @@ def run_pgc_a3c_command(
         case_sensitive=False)] = PresetName.paper,
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
-        "prs (projected random sign), or none (non-private ε = ∞ baseline: clipped, no noise; "
-        "NO privacy guarantee).", case_sensitive=False)] = MechanismName.laplace,
+        "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
+        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), or none (non-private ε = ∞ "
+        "baseline: clipped, no noise; NO privacy guarantee).", case_sensitive=False)
+    ] = MechanismName.laplace,
     epsilon: Annotated[float | None, typer.Option(
         help="Each agent's total privacy budget ε (> 0, finite). Default 5. "
         "Not allowed with --mechanism none.")] = None,
@@ -72,15 +79,29 @@ def run_pgc_a3c_command(
         "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10).")
     ] = None,
     clip: Annotated[float | None, typer.Option(
-        help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs.")] = None,
+        help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs, 0.005 (an L2 "
+        "radius) for privunit and privunitg.")] = None,
     d_hat: Annotated[int | None, typer.Option(
         help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
     ] = None,
     submissions_per_agent: Annotated[int, typer.Option(
-        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1).")] = 1,
+        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1), or, "
+        "with --budget-composition optimal, the largest ε_0 whose T-fold optimal "
+        "composition is (ε, δ)-LDP.")] = 1,
+    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
+    delta: Annotated[float, typer.Option(
+        help="δ of the optimal composition of an agent's reports: stated beside the pure ε, "
+        "and the budget's δ with --budget-composition optimal.")] = 1e-5,
     seed: Seed = 0,
     noise: Noise = None,
     secure_noise: SecureNoise = False,
+    shuffle: Annotated[bool, typer.Option(
+        help="Shuffle model: a trusted shuffler hands the aggregator each round's reports in "
+        "random order without identities; privacy.json adds the central (ε, δ) after "
+        "amplification by shuffling (FMT21). Amplification grows with --parallel-agents.")
+    ] = False,
+    shuffle_delta: Annotated[float, typer.Option(
+        help="δ of the central (ε, δ) stated under --shuffle.")] = 1e-5,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -116,15 +137,22 @@ def run_pgc_a3c_command(
         buffer_size=buffer,
         d_hat=d_hat,
         submissions_per_agent=submissions_per_agent,
+        budget_composition=budget_composition.value,
+        delta=delta,
         parallel_agents=parallel_agents,
         submissions=submissions,
         trials=trials,
         seed=seed,
         noise=None if noise is None else noise.value,
         secure_noise=secure_noise,
+        shuffle=shuffle,
+        shuffle_delta=shuffle_delta,
     ).resolved()
     check_out_dir(out)
     if runtime is Runtime.ray:
+        if shuffle:
+            raise ConfigError("--shuffle", "the Ray runtime has no shuffler yet; use "
+                                           "--runtime local")
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
         if agents_in_flight is not None and agents_in_flight < 1:
@@ -236,7 +264,7 @@ def replay_command(
 
 
 @reproduce_app.command("pgc-a3c")
-@flag_names(submissions="--cap")
+@flag_names(submissions="--cap", epsilons="--epsilon")
 def reproduce_pgc_a3c_command(
     trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
     cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,
@@ -248,11 +276,18 @@ def reproduce_pgc_a3c_command(
     retire: Annotated[bool, typer.Option(
         help="Stop a trial once it reaches the target (its FST is known); later curves hold "
         "its last average score.")] = True,
+    mechanisms: Annotated[str, typer.Option(
+        help="Mechanisms swept (comma-separated): laplace, prs (the paper's), privunit, "
+        "privunitg.")] = "laplace,prs",
+    epsilon: Annotated[str, typer.Option(
+        help="Agent budgets ε swept (comma-separated; the paper's: 1,2,5,10).")] = "1,2,5,10",
+    noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
     progress: ShowProgress = True,
 ) -> None:
-    """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run.
+    """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run (other
+    mechanisms and ε on request; their rows have no paper numbers beside them).
 
     Writes tables.md (Tables 1-3 with the paper's numbers beside ours), tables.json,
     plots/ (Figures 2 and 3 per mechanism), raw/trials.csv, per-setting scores and privacy
@@ -265,7 +300,10 @@ def reproduce_pgc_a3c_command(
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire)
+    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire,
+                      mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
+                      epsilons=parse_numbers(epsilon, "--epsilon"),
+                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
     _execute_sweep(cfg, out, resume, progress)
@@ -330,7 +368,8 @@ def results_table(summary: dict) -> Table:
 @flag_names(epsilons="--epsilon")
 def audit_pgc_a3c_command(
     mechanism: Annotated[MechanismName, typer.Option(
-        help="The agents' mechanism: laplace or prs.", case_sensitive=False)
+        help="The agents' mechanism: laplace, prs, privunit or privunitg.",
+        case_sensitive=False)
     ] = MechanismName.laplace,
     epsilon: Annotated[str, typer.Option(
         help="Agent budgets ε to audit (comma-separated; one report per agent).")
@@ -352,7 +391,6 @@ def audit_pgc_a3c_command(
     from rich.console import Console
     from rich.markdown import Markdown
 
-    from privrl.cli import parse_numbers
     from privrl.runtime.output import check_out_dir, new_run_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 

@@ -22,10 +22,11 @@ from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import shard_vmap, trial_devices
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     median_fst,
@@ -48,6 +49,7 @@ class RunOutput:
     compile_seconds: float
     devices: int
     agents_per_trial: int
+    theta: np.ndarray | None = None  # (trials, d): each trial's final parameters (the policy)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -113,7 +115,7 @@ def run_pgc_a3c(
     runner = ShardedTrials(algo, cfg.trials, chunk, devices)
     state = runner.init(jax.random.key(cfg.seed), cfg.noise)
 
-    ledger = PrivacyLedger(epsilon_budget=cfg.epsilon)
+    ledger = budget_ledger(cfg)
     guarantee = algo.mechanism.guarantee
     retired = np.zeros(cfg.trials, bool)
     scores = np.full((cfg.trials, total_rounds * p), -1, np.int32)
@@ -155,10 +157,21 @@ def run_pgc_a3c(
         compile_seconds=compile_s,
         devices=runner.devices,
         agents_per_trial=agents_per_trial,
+        theta=np.asarray(state.agg.theta)[: cfg.trials],
     )
 
 
 # --- what a run reports ----------------------------------------------------------------------
+def _privacy_line(cfg: PGCA3CConfig, private: bool) -> str:
+    """summary.json's one line on the guarantee, in the composition the ledger enforces."""
+    if not private:
+        return "NONE: non-private baseline (ε = ∞), no privacy guarantee"
+    if cfg.budget_composition == "basic":
+        return f"ε-LDP per agent, ε = {cfg.epsilon:g}"
+    return (f"(ε = {cfg.epsilon:g}, δ = {cfg.delta:g})-LDP per agent (optimal composition of "
+            f"{cfg.submissions_per_agent} reports of ε = {cfg.epsilon_per_report():.4g})")
+
+
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
     cfg = out.config
@@ -171,8 +184,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
-        "privacy": (f"ε-LDP per agent, ε = {cfg.epsilon:g}" if private
-                    else "NONE: non-private baseline (ε = ∞), no privacy guarantee"),
+        "privacy": _privacy_line(cfg, private),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
@@ -192,43 +204,71 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     }
 
 
-# δ at which the optimal composition of an agent's pure ε-LDP reports is stated beside the
-# pure ε of basic composition (the run itself has no δ).
-OPTIMAL_COMPOSITION_DELTA = 1e-5
-
-
 def privacy_record(out: RunOutput) -> dict[str, Any]:
-    """privacy.json: the mechanism, its parameters, the ledger's per-agent (basic)
-    composition, and the optimal (ε, δ) composition of an agent's reports beside it."""
+    """privacy.json: the mechanism, its parameters, the ledger's per-agent composition, and
+    both compositions of an agent's reports (basic: pure ε; optimal: (ε, δ) at the config's
+    δ), saying which one the ledger enforces."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
-    composed = (pure_composition_record(cfg.epsilon / cfg.submissions_per_agent, reports,
-                                        OPTIMAL_COMPOSITION_DELTA) if private else None)
+    eps0 = cfg.epsilon_per_report()
+    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
+                if private else None)
+
+    shuffled = shuffle_account(out) if private and cfg.shuffle else None
 
     def statement(parts: Mapping[str, Any]) -> str:
         if not parts["formal_guarantee"]:
             return ("NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients "
                     "released.")
         assert composed is not None
-        opt = composed["optimal"]
-        return (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP "
-                f"({cfg.submissions_per_agent} report(s) of ε = "
-                f"{cfg.epsilon / cfg.submissions_per_agent:g} each, basic composition; the "
-                "ledger enforces this pure ε), and also (ε = "
-                f"{opt['epsilon']:.4g}, δ = {opt['delta']:g})-LDP by the optimal composition "
-                "theorem; the aggregator's updates are post-processing of the reports."
+        opt, basic = composed["optimal"], composed["basic"]
+        each = f"{cfg.submissions_per_agent} report(s) of ε = {eps0:g} each"
+        if cfg.budget_composition == "optimal":
+            claim = (f"Every agent's reports together satisfy (ε = {opt['epsilon']:.4g}, "
+                     f"δ = {opt['delta']:g})-LDP by the optimal composition theorem ({each}; "
+                     f"the ledger enforces the budget (ε = {cfg.epsilon:g}, δ = "
+                     f"{cfg.delta:g}) this way), and {basic['epsilon']:.4g}-LDP (pure) by "
+                     "basic composition")
+        else:
+            claim = (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP ({each}, "
+                     "basic composition; the ledger enforces this pure ε), and also (ε = "
+                     f"{opt['epsilon']:.4g}, δ = {opt['delta']:g})-LDP by the optimal "
+                     "composition theorem")
+        central = "" if shuffled is None else (
+            f" Shuffled: the aggregator receives each round's reports (at least "
+            f"{shuffled['batch_size']}) in random order without identities, so against it, "
+            f"with a trusted shuffler, an agent's reports are (ε = "
+            f"{shuffled['central_epsilon']:.4g}, δ = {shuffled['central_delta']:g})-DP "
+            "(central, amplification by shuffling; against the shuffler only the local ε holds).")
+        return (claim + "; the aggregator's updates are post-processing of the reports."
+                + central
                 + (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
                    if record_mode(cfg.noise, cfg.secure_noise) == "seeded" else ""))
 
     return build_privacy_record(statement, mechanism=out.mechanism, ledger=out.ledger, fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
-        "epsilon_per_report": cfg.epsilon / cfg.submissions_per_agent,
+        "epsilon_per_report": eps0,
         "agents_per_trial": out.agents_per_trial,
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
         "per_agent_composition": composed,
+        **({} if shuffled is None else {"shuffle": shuffled}),
         **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def shuffle_account(out: RunOutput) -> dict[str, Any]:
+    """The shuffle model's central account: each report is shuffled among its round's reports
+    (P, or fewer in a last partial round: the smallest batch any report was in counts); an
+    agent's T reports are in T different batches."""
+    cfg = out.config
+    p = cfg.parallel_agents
+    smallest = p
+    for done in np.asarray(out.submitted).reshape(-1):
+        if int(done) % p:
+            smallest = min(smallest, int(done) % p)
+    return shuffle_record(float(out.mechanism["epsilon"]), smallest, cfg.shuffle_delta,
+                          batches=cfg.submissions_per_agent)
 
 
 def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:

@@ -51,7 +51,7 @@ from privrl.federation.service import (
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, agent_noise_key
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, agent_noise_key, budget_ledger
 
 # The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
 RAY_OPTIMIZERS = ("sgd", "adam")
@@ -175,7 +175,7 @@ def run_pgc_a3c_ray(
     try:
         agg_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AggregatorActor)
         agent_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AgentActor)
-        agg = agg_cls.remote(spec, theta0, num_agents, PrivacyLedger(cfg.epsilon),
+        agg = agg_cls.remote(spec, theta0, num_agents, budget_ledger(cfg),
                              algo.mechanism.guarantee, str(directory), checkpoint_every)
         agents = [agent_cls.remote(cfg) for _ in range(min(p, total))]
         scores = np.full(total, -1, np.int32)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.config import Config, integer
+from privrl.config import Config, fail, integer
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
@@ -51,7 +51,8 @@ TABLE_TITLES = {
     "success_ratio": "Table 2: success ratio (trials with FST ≤ cap)",
     "relative_auc": "Table 3: relative AUC of the success-ratio curve against ε = ∞",
 }
-MECHANISM_LABEL = {"laplace": "Lap", "prs": "PRS"}
+MECHANISM_LABEL = {"laplace": "Lap", "prs": "PRS", "privunit": "PrivUnit2",
+                   "privunitg": "PrivUnitG"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class SweepConfig(Config):
     retire: bool = True
     epsilons: tuple[float, ...] = PAPER_EPSILONS
     mechanisms: tuple[str, ...] = ("laplace", "prs")
+    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
+    # runs' default (seeded). Each run's privacy record states the mode.
+    noise: str | None = None
 
     def settings(self) -> list[Setting]:
         out = [Setting("none", math.inf)]
@@ -86,11 +90,21 @@ class SweepConfig(Config):
             self.preset, mechanism=s.mechanism,
             epsilon=None if s.mechanism == "none" else s.epsilon,
             trials=self.trials, submissions=self.cap, seed=self.seed,
+            noise=None if s.mechanism == "none" else self.noise,
         ).resolved()
 
     def validate(self) -> None:
         integer("trials", self.trials)
         integer("cap", self.cap, 10)
+        if not self.mechanisms or not self.epsilons:
+            fail("mechanisms" if not self.mechanisms else "epsilons", "give at least one")
+        for m in self.mechanisms:
+            if m not in MECHANISM_LABEL:
+                fail("mechanisms", f"unknown mechanism {m!r}; one of "
+                                   f"{', '.join(MECHANISM_LABEL)}")
+        for e in self.epsilons:
+            if not (math.isfinite(e) and e > 0):
+                fail("epsilons", f"each ε must be finite and > 0, got {e}")
         for s in self.settings():
             self.run_config(s)  # validates every setting before anything runs
 
@@ -175,11 +189,12 @@ def tables_markdown(cfg: SweepConfig, tables: dict[str, Any]) -> str:
     for key, title in TABLE_TITLES.items():
         lines += [f"## {title}", "", head, sep]
         for mech in cfg.mechanisms:
-            paper = PAPER_TABLES[key][mech]
+            paper = PAPER_TABLES[key].get(mech)  # None: a mechanism the paper did not run
             ours = tables[key].get(mech, {})
             label = MECHANISM_LABEL.get(mech, mech)
-            lines.append(f"| {label} (paper) | " + " | ".join(
-                _fmt(key, paper[e]) if e in paper else "" for e in eps_cols) + " |")
+            if paper is not None:
+                lines.append(f"| {label} (paper) | " + " | ".join(
+                    _fmt(key, paper[e]) if e in paper else "" for e in eps_cols) + " |")
             lines.append(f"| {label} (privrl) | " + " | ".join(
                 _fmt(key, ours[e]) if e in ours else "" for e in eps_cols) + " |")
         lines.append("")
@@ -242,7 +257,7 @@ def plot_sweep(cfg: SweepConfig, loaded: dict[str, Any], fst: dict[str, np.ndarr
             ax.plot(np.arange(1, mu.size + 1)[::step], mu[::step], lw=1, label=label)
         ax.axhline(195, color="k", ls="--", lw=0.8)
         ax.set(xlabel="submissions", ylabel="average score μ_n (mean over trials)",
-               title=f"PGC-A3C {MECHANISM_LABEL[mech]} ({cfg.preset}): average score "
+               title=f"PGC-A3C {MECHANISM_LABEL.get(mech, mech)} ({cfg.preset}): average score "
                      "(trials held after success)", ylim=(0, 205))
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -256,7 +271,8 @@ def plot_sweep(cfg: SweepConfig, loaded: dict[str, Any], fst: dict[str, np.ndarr
             label = "ε = ∞ (non-private)" if s.mechanism == "none" else f"ε = {s.epsilon:g}"
             ax.step(n[::step], curve[::step], where="post", lw=1.2, label=label)
         ax.set(xlabel="submissions", ylabel="success ratio", ylim=(-0.02, 1.02),
-               title=f"PGC-A3C {MECHANISM_LABEL[mech]} ({cfg.preset}): success ratio (Fig. 3)")
+               title=f"PGC-A3C {MECHANISM_LABEL.get(mech, mech)} ({cfg.preset}): success ratio "
+                     "(Fig. 3)")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(plots / f"fig3_success_ratio_{mech}.png", dpi=120)

@@ -1,0 +1,36 @@
+"""The canary swap shared by the end-to-end audits: an agent's own mechanism, whose input is
+replaced by the auditor's canary in one of the two worlds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+from jax import Array
+
+__all__ = ["CanarySwap", "canary_direction"]
+
+
+@dataclass(frozen=True)
+class CanarySwap:
+    """`inner` applied to `canary` instead of the agent's vector when `on` > 0 (world 1), to the
+    agent's own vector otherwise (world 0): the same clip and noise either way."""
+
+    inner: Any
+    on: Array
+    canary: Array
+
+    @property
+    def guarantee(self) -> Any:
+        return self.inner.guarantee
+
+    def privatize(self, key: Array, g: Array) -> Any:
+        return self.inner.privatize(key, jnp.where(self.on > 0, self.canary, g))
+
+
+def canary_direction(dim: int, clip: float) -> tuple[Array, Array]:
+    """(u, canary): the public direction e₁ and a canary 2·clip along it, beyond any clip (so an
+    agent whose pipeline skips clipping is caught too)."""
+    u = jnp.zeros((dim,), jnp.float32).at[0].set(1.0)
+    return u, 2.0 * clip * u
