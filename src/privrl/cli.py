@@ -71,6 +71,7 @@ def _root(
 
 class PresetName(StrEnum):
     paper = "paper"
+    paper_code = "paper-code"
     tuned = "tuned"
 
 

@@ -35,6 +35,7 @@ from privrl.config import (
     fail,
     in_range,
     integer,
+    non_negative,
     one_of,
     positive,
     probability,
@@ -55,15 +56,28 @@ from privrl.privacy.mechanisms import (
 from privrl.privacy.noise import NOISE_MODES
 
 MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
-REWARDS = ("step", "failure")
+REWARDS = ("step", "failure", "goal")
+LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
-SERVER_OPTIMIZERS = ("sgd", "adam")
+SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
 # Presets. "paper" follows paper 000 section 4 exactly (the dataclass defaults). "tuned" is
 # our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): a reward the
 # bias-having critic can fit, on-policy sampled actions, standardized advantages, and Adam at
-# the aggregator (post-processing, so the guarantee is unchanged).
+# the aggregator (post-processing, so the guarantee is unchanged). "paper-code" is the paper
+# preset read through the public TF1 A3C CartPole code whose every section-4 setting it shares
+# (docs/pgc-a3c-fidelity.md): the aggregator applies the mean report with TF1's
+# RMSPropOptimizer (decay 0.99, eps 1e-10, squared average starting at 1, lr = η = 0.5) and
+# the reward is 0 per step, -1 on a fall. Both are outside the agents' mechanism: same ε.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
+    "paper-code": {
+        "server_optimizer": "rmsprop",
+        "learning_rate": 0.5,
+        "rmsprop_decay": 0.99,
+        "rmsprop_eps": 1e-10,
+        "rmsprop_initial_scale": 1.0,
+        "reward": "failure",
+    },
     "tuned": {
         "reward": "failure",
         "action_selection": "sample",
@@ -84,6 +98,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
     "paper": {"laplace": (0.01, 1), "prs": (1.0, 100), "privunit": (0.005, 1),
               "privunitg": (0.005, 1), "none": (0.01, 1)},
+    "paper-code": {"laplace": (0.01, 1), "prs": (1.0, 100), "privunit": (0.005, 1),
+                   "privunitg": (0.005, 1), "none": (0.01, 1)},
     "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "privunit": (0.005, 10),
               "privunitg": (0.005, 10), "none": (0.01, 10)},
 }
@@ -129,7 +145,7 @@ class PGCA3CConfig(Config):
     # amplification (privrl.privacy.shuffle). The local ε is unchanged.
     shuffle: bool = False
     shuffle_delta: float = 1e-5
-    learning_rate: float = 0.5  # η, aggregator SGD
+    learning_rate: float = 0.5  # η, the aggregator's step size (SGD in the paper)
     gamma: float = 0.99
     value_coef: float = 0.5  # λ
     entropy_coef: float = 0.01  # β
@@ -141,11 +157,22 @@ class PGCA3CConfig(Config):
     target_score: float = 195.0  # Θ
     score_window: int = 10  # m
     # Departures from the paper (all off in the paper preset; see PRESETS):
-    reward: str = "step"  # "step": +1 per step (paper); "failure": 0 per step, -1 on a fall
+    # "step": +1 per step (paper); "failure": 0 per step, -1 on a fall; "goal": 0 per step,
+    # -1 on a fall before `target_score` steps, +1 when an episode ends at or past it.
+    reward: str = "step"
     action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
     use_bias: bool = False  # paper: no biases (d = 112)
     normalize_advantage: bool = False  # standardize A within each episode
+    # "sum" over the episode's steps (paper eq. 15-17) or "mean" (sum / steps). Under an
+    # active L1 clip both give the same report; they differ only when the clip does not bind.
+    loss_reduction: str = "sum"
     server_optimizer: str = "sgd"  # aggregator optimizer on the mean report (paper: SGD)
+    # server_optimizer "rmsprop" only: TF1's RMSPropOptimizer (no momentum), i.e.
+    # ν ← decay·ν + (1 − decay)·g², θ ← θ − η·g/√(ν + eps), ν starting at initial_scale.
+    rmsprop_decay: float = 0.99
+    rmsprop_eps: float = 1e-10
+    rmsprop_initial_scale: float = 1.0
+    rmsprop_momentum: float = 0.0  # TF1's momentum: mom ← m·mom + η·g/√(ν + eps), θ ← θ − mom
 
     presets = PRESETS
 
@@ -203,7 +230,13 @@ class PGCA3CConfig(Config):
         in_range("gamma", self.gamma, 0, 1, low_open=True)
         one_of("reward", self.reward, REWARDS)
         one_of("action_selection", self.action_selection, ACTIONS)
+        one_of("loss_reduction", self.loss_reduction, LOSS_REDUCTIONS)
         one_of("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+        if self.server_optimizer == "rmsprop":
+            in_range("rmsprop_decay", self.rmsprop_decay, 0, 1, high_open=True)
+            positive("rmsprop_eps", self.rmsprop_eps)
+            non_negative("rmsprop_initial_scale", self.rmsprop_initial_scale)
+            in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
         probability("explore_start", self.explore_start)
         CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
 
@@ -230,9 +263,8 @@ class PGCA3C:
         self.model: FlatModel = actor_critic(cfg.hidden, 2, 4, cfg.use_bias)
         self.dim = self.model.dim
         self.mechanism = make_mechanism(cfg, self.dim)
-        optimizer = {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer]
         self.aggregator = BufferedAggregator(
-            self.dim, cfg.buffer_size, cfg.learning_rate, optimizer(cfg.learning_rate)
+            self.dim, cfg.buffer_size, cfg.learning_rate, server_optimizer(cfg)
         )
 
     # --- setup ---------------------------------------------------------------------------
@@ -268,6 +300,8 @@ class PGCA3C:
         returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
         loss, _ = a2c_loss(logits, values, traj.actions, returns, traj.mask,
                            cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage)
+        if cfg.loss_reduction == "mean":
+            loss = loss / jnp.maximum(jnp.sum(traj.mask), 1.0)
         return loss
 
     def rewards(self, traj: Trajectory) -> Array:
@@ -275,11 +309,17 @@ class PGCA3C:
 
         "step" (paper): +1 for every step the pole stayed up, so the return counts steps.
         "failure": 0 per step and −1 on the step where the pole fell (not at the step cap).
+        "goal" (the public TF1 example's): 0 per step; on an episode's last step −1 if the pole
+        fell before `target_score` steps, +1 if the episode lasted `target_score` steps or more.
         """
         if self.config.reward == "step":
             return traj.mask
         last = jnp.arange(traj.mask.shape[0]) == traj.length - 1
-        return jnp.where(last & traj.terminated, -1.0, 0.0) * traj.mask
+        if self.config.reward == "failure":
+            return jnp.where(last & traj.terminated, -1.0, 0.0) * traj.mask
+        reached = traj.length >= self.config.target_score
+        end = jnp.where(reached, 1.0, jnp.where(traj.terminated, -1.0, 0.0))
+        return jnp.where(last, end, 0.0) * traj.mask
 
     def agent_reports(
         self,
@@ -358,6 +398,17 @@ def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:
     """The mechanism key of one submission under secret noise: the agent's secret root folded
     with its id and the submission's index (one key per (agent, index))."""
     return jax.random.fold_in(jax.random.fold_in(root, agent_id), index)
+
+
+def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
+    """The aggregator's optax optimizer. "rmsprop" is TF1's RMSPropOptimizer without momentum:
+    optax's rmsprop with eps inside the square root and ν initialised to `initial_scale` (TF1:
+    ones), which makes the first steps ≈ η·g rather than ≈ η·sign(g)·10."""
+    if cfg.server_optimizer == "rmsprop":
+        return optax.rmsprop(cfg.learning_rate, decay=cfg.rmsprop_decay, eps=cfg.rmsprop_eps,
+                             initial_scale=cfg.rmsprop_initial_scale, eps_in_sqrt=True,
+                             momentum=cfg.rmsprop_momentum or None)
+    return {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer](cfg.learning_rate)
 
 
 def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:

@@ -53,9 +53,11 @@ class MechanismName(StrEnum):
 @flag_names(buffer_size="--buffer")
 def run_pgc_a3c_command(
     preset: Annotated[PresetName, typer.Option(
-        help="paper: paper 000's settings exactly (default). tuned: our improved settings "
-        "(failure reward, sampled actions, biases, normalized advantages, Adam at the "
-        "aggregator; see docs/pgc-a3c-fidelity.md). Options given explicitly override it.",
+        help="paper: paper 000's settings exactly (default). paper-code: the paper's settings "
+        "with TF1 RMSProp at the aggregator and reward -1 on a fall (the public code the "
+        "paper's settings match). tuned: our improved settings (failure reward, sampled "
+        "actions, biases, normalized advantages, Adam at the aggregator; see "
+        "docs/pgc-a3c-fidelity.md). Options given explicitly override it.",
         case_sensitive=False)] = PresetName.paper,
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
@@ -157,6 +159,9 @@ def run_pgc_a3c_command(
             raise ConfigError("--agents-in-flight", f"must be >= 1, got {agents_in_flight}")
         if checkpoint_every < 1:
             raise ConfigError("--checkpoint-every", f"must be >= 1, got {checkpoint_every}")
+        if config.server_optimizer not in ("sgd", "adam"):
+            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
+                              f"({config.server_optimizer}) runs on the local runtime only")
         from privrl.runtime.ray import require_ray
 
         require_ray()
@@ -264,7 +269,8 @@ def reproduce_pgc_a3c_command(
     trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
     cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,
     preset: Annotated[PresetName, typer.Option(
-        help="paper (default): the paper's settings; tuned: our improved preset.",
+        help="paper (default): the paper's settings; paper-code: the paper's settings with "
+        "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset.",
         case_sensitive=False)] = PresetName.paper,
     seed: SweepSeed = 0,
     retire: Annotated[bool, typer.Option(
@@ -369,7 +375,7 @@ def audit_pgc_a3c_command(
         help="Agent budgets ε to audit (comma-separated; one report per agent).")
     ] = "0.5,1,2,5,10",
     preset: Annotated[PresetName, typer.Option(
-        help="paper (default) or tuned: the clip and network of that preset.",
+        help="paper (default), paper-code or tuned: the clip and network of that preset.",
         case_sensitive=False)] = PresetName.paper,
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")

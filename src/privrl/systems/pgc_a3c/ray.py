@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privrl.config import ConfigError
 from privrl.federation.service import (
     SETUP,
     AggregatorService,
@@ -51,6 +52,9 @@ from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, agent_noise_key, budget_ledger
+
+# The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
+RAY_OPTIMIZERS = ("sgd", "adam")
 
 
 # --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
@@ -152,6 +156,10 @@ def run_pgc_a3c_ray(
     "auto" or "HOST:PORT") the run joins that cluster. `on_event("accepted", info)` is called
     after each accepted submission with the actor handles (tests use it to inject faults).
     """
+    if config.server_optimizer not in RAY_OPTIMIZERS:
+        raise ConfigError("server_optimizer", f"the Ray runtime's aggregator runs "
+                          f"{' or '.join(RAY_OPTIMIZERS)}, got {config.server_optimizer} "
+                          "(run it with the local runtime)")
     ray = require_ray()
     cfg = PGCA3CConfig(**{**config.__dict__, "trials": 1,
                           "noise": config.noise or "secret"}).resolved()
