@@ -14,9 +14,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from privrl.systems.pgc_a3c.reproduce import MECHANISM_LABEL, PAPER_TABLES  # noqa: E402
+from privrl.systems.pgc_a3c.reproduce import MECHANISM_LABEL, PAPER_TABLES
 
 
 def main(sweep: str, out: str) -> None:
