@@ -119,18 +119,18 @@ class QNoiseConfig(Config):
                 fail("noise_sigma", "bounded mode needs noise σ > 0")
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         one_of("accountant", self.accountant, ACCOUNTANTS)
-        if self.bounded is None and self.accountant != DEFAULT_ACCOUNTANT:
-            fail("accountant", "only meaningful with bounded (B): the paper's unbounded noise "
-                               "has no ε to account")
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
-        if self.secure_noise:
+        if self.secure_noise:  # first: the CLI picks rdp for secure noise, so name the cause
             if self.bounded is None:
                 fail("secure_noise", "float-safe noise needs bounded mode (the paper's unbounded "
                                      "noise has no guarantee to protect): give bounded")
             if self.accountant != "rdp":
                 fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
                                    "accountant only (choose rdp)")
+        if self.bounded is None and self.accountant != DEFAULT_ACCOUNTANT:
+            fail("accountant", "only meaningful with bounded (B): the paper's unbounded noise "
+                               "has no ε to account")
 
     def mechanism(self) -> Mechanism:
         if self.bounded is None:
