@@ -3,13 +3,15 @@ replaced by the auditor's canary in one of the two worlds."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
-__all__ = ["CanarySwap", "canary_direction"]
+__all__ = ["CanaryAgentBase", "CanarySwap", "canary_direction"]
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,29 @@ def canary_direction(dim: int, clip: float) -> tuple[Array, Array]:
     agent whose pipeline skips clipping is caught too)."""
     u = jnp.zeros((dim,), jnp.float32).at[0].set(1.0)
     return u, 2.0 * clip * u
+
+
+class CanaryAgentBase:
+    """What the end-to-end canary audits share: a system built for one agent, the public θ,
+    the canary along e₁ and the attacker's statistic. Subclasses implement
+    `privatize(key, [c])` with `self.swapped(c)`, the system whose mechanism sees the canary
+    when c = 1."""
+
+    def __init__(self, system: Any, theta_key: Array, name: str) -> None:
+        self.system = system
+        self.theta = system.model.init(theta_key)
+        self.direction, self.canary = canary_direction(system.dim, system.config.clip)
+        self.name = name
+
+    @property
+    def guarantee(self) -> Any:
+        return self.system.mechanism.guarantee
+
+    def swapped(self, on: Array) -> Any:
+        system = copy.copy(self.system)
+        system.mechanism = CanarySwap(self.system.mechanism, on, self.canary)
+        return system
+
+    def statistic(self, y: np.ndarray) -> np.ndarray:
+        """The attacker's score: the report's component along the canary direction."""
+        return y @ np.asarray(self.direction)

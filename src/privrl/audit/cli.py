@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -61,10 +63,7 @@ def audit_mechanism_command(
     """Audit one mechanism at several claimed ε: draws its outputs on a worst-case pair of
     neighbouring inputs and bounds its true ε from below (held-out threshold test,
     Clopper–Pearson). Writes audit.json, audit.csv, audit.md and plots/audit.png."""
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.runtime.output import check_out_dir
 
     epsilons = parse_numbers(epsilon, "--epsilon")
     if samples < 20:
@@ -74,24 +73,41 @@ def audit_mechanism_command(
     if not 0 < delta < 1:
         raise ConfigError("delta", f"must be in (0, 1), got {delta}")
     check_out_dir(out)
-    from privrl.audit.sweep import build_mechanism, run_audit_sweep, write_sweep
+    from privrl.audit.sweep import build_mechanism, run_audit_sweep
 
     for e in epsilons:  # every setting validated before any draw
         build_mechanism(mechanism.value, e, delta, sampling_probability)
-    console, err = Console(), Console(stderr=True)
-    err.print(f"[bold]audit[/] {mechanism.value}: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}"
-              f", {samples:,} draws per input, {confidence:.0%} confidence")
-    with progress_bar(err, progress, "auditing", unit="settings") as (bar, task):
-        results = run_audit_sweep(
+    execute_audit(
+        f"[bold]audit[/] {mechanism.value}: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "
+        f"{samples:,} draws per input, {confidence:.0%} confidence",
+        lambda progress_fn: run_audit_sweep(
             mechanism.value, epsilons, seed=seed, samples=samples, confidence=confidence,
-            delta=delta, sampling_probability=sampling_probability,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
-    path = new_run_dir(out, f"audit-{mechanism.value}")
-    settings = {"mechanism": mechanism.value, "epsilons": list(epsilons), "samples": samples,
-                "confidence": confidence, "delta": delta,
-                "sampling_probability": sampling_probability, "seed": seed,
-                "command": ["privrl", *sys.argv[1:]]}
-    write_sweep(path, results, settings)
+            delta=delta, sampling_probability=sampling_probability, progress=progress_fn),
+        f"audit-{mechanism.value}",
+        {"mechanism": mechanism.value, "epsilons": list(epsilons), "samples": samples,
+         "confidence": confidence, "delta": delta,
+         "sampling_probability": sampling_probability, "seed": seed},
+        out, progress)
+
+
+def execute_audit(header: str, run: Callable[[Callable[[int, int], None]], list[Any]],
+                  run_dir: str, settings: dict[str, Any], out: Path | None, show: bool,
+                  unit: str = "settings") -> None:
+    """What every `privrl audit` command does once its options are checked: print `header`,
+    run the audits (`run(progress)`) under a progress bar, write audit.json, audit.csv,
+    audit.md and plots/audit.png into a new run directory, and print the table."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from privrl.audit.sweep import write_sweep
+    from privrl.runtime.output import new_run_dir
+
+    console, err = Console(), Console(stderr=True)
+    err.print(header)
+    with progress_bar(err, show, "auditing", unit=unit) as (bar, task):
+        results = run(lambda done, total: bar.update(task, completed=done, total=total))
+    path = new_run_dir(out, run_dir)
+    write_sweep(path, results, {**settings, "command": ["privrl", *sys.argv[1:]]})
     console.print(Markdown((path / "audit.md").read_text()))
     console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
                   "plots/audit.png)")

@@ -307,10 +307,12 @@ def _check_delta(delta: Any) -> float:
 
 
 def _gaussian_ldp_guarantee(z: float, delta: float, sensitivity: float, unit: str,
-                            neighbouring: str) -> Guarantee:
-    """(ε, δ)-LDP of one Gaussian release whose std is z times the L2 sensitivity."""
-    return Guarantee(epsilon=gaussian_epsilon(z, delta), delta=delta, notion="(ε, δ)-LDP",
-                     unit=unit, neighbouring=neighbouring, sensitivity=sensitivity, norm="L2")
+                            neighbouring: str, secure: bool = False) -> Guarantee:
+    """(ε, δ)-LDP of one Gaussian release whose std is z times the L2 sensitivity: the exact
+    analytic ε, or for the secure (discrete) sampler RDP's (`_secure_gaussian_epsilon`)."""
+    eps = _secure_gaussian_epsilon(z, delta) if secure else gaussian_epsilon(z, delta)
+    return Guarantee(epsilon=eps, delta=delta, notion="(ε, δ)-LDP", unit=unit,
+                     neighbouring=neighbouring, sensitivity=sensitivity, norm="L2")
 
 
 @dataclass(frozen=True)
@@ -345,14 +347,8 @@ class GaussianMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        g = _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
-                                    LDP_UNIT, LDP_NEIGHBOURS)
-        if not self.secure:
-            return g
-        return Guarantee(epsilon=_secure_gaussian_epsilon(self.event.noise_multiplier,
-                                                          self.delta),
-                         delta=self.delta, notion=g.notion, unit=g.unit,
-                         neighbouring=g.neighbouring, sensitivity=g.sensitivity, norm=g.norm)
+        return _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
+                                       LDP_UNIT, LDP_NEIGHBOURS, secure=self.secure)
 
     def params(self) -> dict[str, Any]:
         p = {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
@@ -422,13 +418,8 @@ class BoxGaussianMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        g = _gaussian_ldp_guarantee(self.noise_multiplier, self.delta, self.diagonal,
-                                    STATE_UNIT, STATE_NEIGHBOURS)
-        if not self.secure:
-            return g
-        return Guarantee(epsilon=_secure_gaussian_epsilon(self.noise_multiplier, self.delta),
-                         delta=self.delta, notion=g.notion, unit=g.unit,
-                         neighbouring=g.neighbouring, sensitivity=g.sensitivity, norm=g.norm)
+        return _gaussian_ldp_guarantee(self.noise_multiplier, self.delta, self.diagonal,
+                                       STATE_UNIT, STATE_NEIGHBOURS, secure=self.secure)
 
     def params(self) -> dict[str, Any]:
         p = {"low": list(self.low), "high": list(self.high),

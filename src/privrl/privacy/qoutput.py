@@ -29,7 +29,6 @@ from privrl.privacy.mechanisms import (
     Mechanism,
     _check_positive,
     _gaussian_ldp_guarantee,
-    _secure_gaussian_epsilon,
 )
 from privrl.privacy.noise import NOISE_MODES, noise_fields, record_mode
 from privrl.privacy.record import privacy_record
@@ -58,14 +57,8 @@ class BoundedQGaussian(GaussianMechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        g = _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
-                                    Q_UNIT, Q_NEIGHBOURS)
-        if not self.secure:
-            return g
-        return Guarantee(epsilon=_secure_gaussian_epsilon(self.event.noise_multiplier,
-                                                          self.delta),
-                         delta=self.delta, notion=g.notion, unit=g.unit,
-                         neighbouring=g.neighbouring, sensitivity=g.sensitivity, norm=g.norm)
+        return _gaussian_ldp_guarantee(self.event.noise_multiplier, self.delta, 2.0 * self.clip,
+                                       Q_UNIT, Q_NEIGHBOURS, secure=self.secure)
 
 
 @dataclass(frozen=True)

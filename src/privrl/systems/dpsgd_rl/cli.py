@@ -309,37 +309,27 @@ def audit_dp_reinforce_command(
     Writes audit.json, audit.csv, audit.md and plots/audit.png."""
     from dataclasses import replace
 
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.audit.sweep import write_sweep
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.audit.cli import execute_audit
+    from privrl.runtime.output import check_out_dir
     from privrl.systems.dpsgd_rl.audit import audit_config, audit_dp_reinforce, check_audit
     from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 
     epsilons = parse_numbers(epsilon, "--epsilon")
-    check_audit(canaries, guesses, confidence)
+    k = check_audit(canaries, guesses, confidence)
     config = ReinforceConfig.from_preset(
         "paper", dp=True, clip=clip, delta=delta, accountant=accountant.value,
         batch_episodes=batch_episodes, episodes=episodes, seed=seed)
     for e in epsilons:  # every setting validated (and σ calibrated) before any training
         audit_config(replace(config, target_epsilon=e))
     check_out_dir(out)
-    console, err = Console(), Console(stderr=True)
-    err.print(f"[bold]audit dp-reinforce[/]: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "
-              f"{canaries:,} canaries, {episodes} updates per run")
-    with progress_bar(err, progress, "auditing", unit="runs") as (bar, task):
-        results = audit_dp_reinforce(
+    execute_audit(
+        f"[bold]audit dp-reinforce[/]: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "
+        f"{canaries:,} canaries, {episodes} updates per run",
+        lambda progress_fn: audit_dp_reinforce(
             config, epsilons, seed=seed, canaries=canaries, guesses=guesses,
-            confidence=confidence,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
-    path = new_run_dir(out, "audit-dp-reinforce")
-    settings = {"system": "dp-reinforce", "epsilons": list(epsilons), "canaries": canaries,
-                "guesses": results[0].guesses // 2, "episodes": episodes, "clip": clip,
-                "batch_episodes": batch_episodes, "delta": delta,
-                "accountant": accountant.value, "confidence": confidence, "seed": seed,
-                "command": ["privrl", *sys.argv[1:]]}
-    write_sweep(path, results, settings)
-    console.print(Markdown((path / "audit.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
-                  "plots/audit.png)")
+            confidence=confidence, progress=progress_fn),
+        "audit-dp-reinforce",
+        {"system": "dp-reinforce", "epsilons": list(epsilons), "canaries": canaries,
+         "guesses": k, "episodes": episodes, "clip": clip, "batch_episodes": batch_episodes,
+         "delta": delta, "accountant": accountant.value, "confidence": confidence,
+         "seed": seed}, out, progress, unit="runs")

@@ -14,17 +14,15 @@ the per-release (ε, δ) of the calibrated σ); composition over rounds is the a
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.audit.canary import CanarySwap, canary_direction
+from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism
 from privrl.config import ConfigError
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
@@ -32,25 +30,18 @@ from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 __all__ = ["CanaryFedPGAgent", "audit_fedpg", "check_audit"]
 
 
-class CanaryFedPGAgent:
+class CanaryFedPGAgent(CanaryAgentBase):
     """`privatize(key, [c])`: one FedPG agent's first report; c = 1 makes it the canary."""
 
     def __init__(self, config: FedPGConfig, theta_key: Array) -> None:
         if config.mechanism == "none":
             raise ConfigError("mechanism", "the non-private run claims no ε; nothing to audit")
-        self.system = FedPG(replace(config, trials=1))
-        self.theta = self.system.model.init(theta_key)
-        self.direction, self.canary = canary_direction(self.system.dim,
-                                                       self.system.config.clip)
-        self.name = f"fedpg-{self.system.config.algorithm} {config.mechanism} canary agent"
-
-    @property
-    def guarantee(self) -> Any:
-        return self.system.mechanism.guarantee
+        system = FedPG(replace(config, trials=1))
+        super().__init__(system, theta_key,
+                         f"fedpg-{system.config.algorithm} {config.mechanism} canary agent")
 
     def privatize(self, key: Array, x: Array) -> Array:
-        system = copy.copy(self.system)
-        system.mechanism = CanarySwap(self.system.mechanism, x[0], self.canary)
+        system = self.swapped(x[0])
         cfg = system.config
         k_env, k_agent = jax.random.split(key)
         env = system.env_params_of(k_env, jnp.zeros((1,), jnp.int32))  # a fresh private env
@@ -65,10 +56,6 @@ class CanaryFedPGAgent:
         ep = system.sample(self.theta[None], env, live, k_ep)
         mu = system.gradients(self.theta[None], ep)[0]
         return system.mechanism.privatize(k_mech, mu).value
-
-    def statistic(self, y: np.ndarray) -> np.ndarray:
-        """The attacker's score: the report's component along the canary direction."""
-        return y @ np.asarray(self.direction)
 
 
 def check_audit(samples: int, confidence: float) -> None:

@@ -411,11 +411,8 @@ def audit_fedpg_command(
     report bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
     from dataclasses import replace
 
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.audit.sweep import write_sweep
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.audit.cli import execute_audit
+    from privrl.runtime.output import check_out_dir
     from privrl.systems.fedpg.algorithm import FedPGConfig
     from privrl.systems.fedpg.audit import audit_fedpg, check_audit
 
@@ -432,19 +429,12 @@ def audit_fedpg_command(
         replace(config, epsilon=e).resolved()
     check_audit(samples, confidence)
     check_out_dir(out)
-    console, err = Console(), Console(stderr=True)
-    err.print(f"[bold]audit fedpg-{algorithm.value}[/] {mechanism.value}: ε ∈ "
-              f"{{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world")
-    with progress_bar(err, progress, "auditing", unit="settings") as (bar, task):
-        results = audit_fedpg(
-            config, epsilons, seed=seed, samples=samples, confidence=confidence,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
-    path = new_run_dir(out, f"audit-fedpg-{algorithm.value}-{mechanism.value}")
-    settings = {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
-                "epsilons": list(epsilons), "clip": config.clip, "delta": delta,
-                "budget": budget, "samples": samples, "confidence": confidence, "seed": seed,
-                "command": ["privrl", *sys.argv[1:]]}
-    write_sweep(path, results, settings)
-    console.print(Markdown((path / "audit.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
-                  "plots/audit.png)")
+    execute_audit(
+        f"[bold]audit fedpg-{algorithm.value}[/] {mechanism.value}: ε ∈ "
+        f"{{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world",
+        lambda progress_fn: audit_fedpg(config, epsilons, seed=seed, samples=samples,
+                                        confidence=confidence, progress=progress_fn),
+        f"audit-fedpg-{algorithm.value}-{mechanism.value}",
+        {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
+         "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": budget,
+         "samples": samples, "confidence": confidence, "seed": seed}, out, progress)

@@ -11,48 +11,33 @@ held-out data and bounds ε with Clopper–Pearson). The claim audited is the re
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
-from privrl.audit.canary import CanarySwap, canary_direction
+from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 
 __all__ = ["CanaryAgent", "audit_pgc_a3c"]
 
 
-class CanaryAgent:
+class CanaryAgent(CanaryAgentBase):
     """`privatize(key, [c])`: one PGC-A3C agent's report; c = 1 makes it the canary."""
 
     def __init__(self, config: PGCA3CConfig, theta_key: Array) -> None:
-        self.system = PGCA3C(replace(config, parallel_agents=1, trials=1))
-        self.theta = self.system.model.init(theta_key)
-        self.direction, self.canary = canary_direction(self.system.dim,
-                                                       self.system.config.clip)
-        self.name = f"pgc-a3c {self.system.config.mechanism} canary agent"
-
-    @property
-    def guarantee(self) -> Any:
-        return self.system.mechanism.guarantee
+        system = PGCA3C(replace(config, parallel_agents=1, trials=1))
+        super().__init__(system, theta_key, f"pgc-a3c {system.config.mechanism} canary agent")
 
     def privatize(self, key: Array, x: Array) -> Array:
-        system = copy.copy(self.system)
-        system.mechanism = CanarySwap(self.system.mechanism, x[0], self.canary)
         k_agent, k_env = jax.random.split(key)
-        reports, _ = system.agent_reports(self.theta, jnp.zeros((), jnp.int32), k_agent, k_env,
-                                          jnp.zeros((1,), jnp.int32), jnp.ones((1,), bool))
+        reports, _ = self.swapped(x[0]).agent_reports(
+            self.theta, jnp.zeros((), jnp.int32), k_agent, k_env, jnp.zeros((1,), jnp.int32),
+            jnp.ones((1,), bool))
         return reports.value[0]
-
-    def statistic(self, y: np.ndarray) -> np.ndarray:
-        """The attacker's score: the report's component along the canary direction."""
-        return y @ np.asarray(self.direction)
 
 
 def audit_pgc_a3c(config: PGCA3CConfig, epsilons: Sequence[float], *, seed: int = 0,

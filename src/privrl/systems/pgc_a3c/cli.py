@@ -388,10 +388,8 @@ def audit_pgc_a3c_command(
     """End-to-end audit: a canary agent (its gradient replaced by a vector beyond the clip) vs
     an ordinary agent playing its own private CartPole episode; an attacker who sees one report
     bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.audit.cli import execute_audit
+    from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
     if mechanism is MechanismName.none:
@@ -407,22 +405,15 @@ def audit_pgc_a3c_command(
         PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value,
                                  epsilon=e).resolved().validate()
     check_out_dir(out)
-    from privrl.audit.sweep import write_sweep
     from privrl.systems.pgc_a3c.audit import audit_pgc_a3c
 
     config = PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value, epsilon=1.0)
-    console, err = Console(), Console(stderr=True)
-    err.print(f"[bold]audit pgc-a3c[/] {mechanism.value} ({preset.value} preset): "
-              f"ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world")
-    with progress_bar(err, progress, "auditing", unit="settings") as (bar, task):
-        results = audit_pgc_a3c(
-            config, epsilons, seed=seed, samples=samples, confidence=confidence,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
-    path = new_run_dir(out, f"audit-pgc-a3c-{mechanism.value}")
-    settings = {"system": "pgc-a3c", "mechanism": mechanism.value, "preset": preset.value,
-                "epsilons": list(epsilons), "samples": samples, "confidence": confidence,
-                "seed": seed, "command": ["privrl", *sys.argv[1:]]}
-    write_sweep(path, results, settings)
-    console.print(Markdown((path / "audit.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "
-                  "plots/audit.png)")
+    execute_audit(
+        f"[bold]audit pgc-a3c[/] {mechanism.value} ({preset.value} preset): "
+        f"ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world",
+        lambda progress_fn: audit_pgc_a3c(config, epsilons, seed=seed, samples=samples,
+                                          confidence=confidence, progress=progress_fn),
+        f"audit-pgc-a3c-{mechanism.value}",
+        {"system": "pgc-a3c", "mechanism": mechanism.value, "preset": preset.value,
+         "epsilons": list(epsilons), "samples": samples, "confidence": confidence,
+         "seed": seed}, out, progress)
