@@ -73,6 +73,7 @@ class PresetName(StrEnum):
     paper = "paper"
     paper_code = "paper-code"
     tuned = "tuned"
+    tuned_ldp = "tuned-ldp"
 
 
 class Runtime(StrEnum):

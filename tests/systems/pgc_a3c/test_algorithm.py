@@ -56,12 +56,13 @@ def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
     from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
 
     for name, cls in [("privunit", PrivUnitMechanism), ("privunitg", PrivUnitGMechanism)]:
-        for preset, buffer in [("paper", 1), ("tuned", 10)]:
+        for preset, clip, buffer in [("paper", 0.005, 1), ("tuned", 0.005, 10),
+                                     ("tuned-ldp", 0.05, 1)]:
             cfg = PGCA3CConfig.from_preset(preset, mechanism=name, epsilon=3.0,
                                            submissions_per_agent=3).resolved()
-            assert (cfg.clip, cfg.buffer_size) == (0.005, buffer)
+            assert (cfg.clip, cfg.buffer_size) == (clip, buffer)
             mech = make_mechanism(cfg, 112)
-            assert isinstance(mech, cls) and mech.epsilon == 1.0 and mech.clip == 0.005
+            assert isinstance(mech, cls) and mech.epsilon == 1.0 and mech.clip == clip
         with pytest.raises(ConfigError, match="secure_noise"):
             PGCA3CConfig(mechanism=name, secure_noise=True).resolved()
         with pytest.raises(ConfigError, match="d_hat"):

@@ -184,6 +184,21 @@ def test_tuned_preset_from_cli(tmp_path):
     assert json.loads((over / "config.json").read_text())["config"]["buffer_size"] == 3
 
 
+def test_tuned_ldp_preset_from_cli(tmp_path):
+    """tuned-ldp is tuned with its own P, network and per-mechanism (clip, |B|); an explicit
+    --parallel-agents still wins over the preset's."""
+    out = _run(tmp_path, "ldp", "--preset", "tuned-ldp", "--mechanism", "privunit",
+               "--epsilon", "1")
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert config["server_optimizer"] == "adam" and config["reward"] == "failure"
+    assert (config["parallel_agents"], config["hidden"]) == (3, 16)
+    assert (config["buffer_size"], config["clip"]) == (1, 0.05)
+    over = _run(tmp_path, "ldp-p", "--preset", "tuned-ldp", "--parallel-agents", "9")
+    assert json.loads((over / "config.json").read_text())["config"]["parallel_agents"] == 9
+    paper = _run(tmp_path, "paper-p")  # the paper preset keeps P = 9
+    assert json.loads((paper / "config.json").read_text())["config"]["parallel_agents"] == 9
+
+
 def test_compilation_cache_location(monkeypatch, tmp_path):
     from privrl.runtime.devices import use_compilation_cache
 

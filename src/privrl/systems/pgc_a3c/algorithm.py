@@ -68,6 +68,11 @@ SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
 # (docs/pgc-a3c-fidelity.md): the aggregator applies the mean report with TF1's
 # RMSPropOptimizer (decay 0.99, eps 1e-10, squared average starting at 1, lr = η = 0.5) and
 # the reward is 0 per step, -1 on a fall. Both are outside the agents' mechanism: same ε.
+# "tuned-ldp" is "tuned" for small ε (issue 18; measured in benchmarks/RESULTS.md): every report
+# is its own Adam step (|B| = 1: averaging noisy reports wastes submissions when Adam already
+# normalizes the step), 3 agents per round (less staleness), a wider network, and an L2 clip of
+# 0.05 for PrivUnit2/PrivUnitG. Server-side changes are post-processing; the clip and the
+# network change what an agent randomizes, never the mechanism's ε.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
     "paper-code": {
@@ -91,6 +96,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "value_coef": 0.1,
     },
 }
+PRESETS["tuned-ldp"] = {**PRESETS["tuned"], "parallel_agents": 3, "hidden": 16}
 # Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
 # Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
 # PrivUnit2/PrivUnitG (not in the paper; privrl.privacy.ldp_vector) clip the L2 norm to C: the
@@ -102,6 +108,8 @@ MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
                    "privunitg": (0.005, 1), "none": (0.01, 1)},
     "tuned": {"laplace": (0.01, 10), "prs": (1.0, 10), "privunit": (0.005, 10),
               "privunitg": (0.005, 10), "none": (0.01, 10)},
+    "tuned-ldp": {"laplace": (0.01, 1), "prs": (1.0, 1), "privunit": (0.05, 1),
+                  "privunitg": (0.05, 1), "none": (0.01, 1)},
 }
 
 

@@ -57,7 +57,9 @@ def run_pgc_a3c_command(
         "with TF1 RMSProp at the aggregator and reward -1 on a fall (the public code the "
         "paper's settings match). tuned: our improved settings (failure reward, sampled "
         "actions, biases, normalized advantages, Adam at the aggregator; see "
-        "docs/pgc-a3c-fidelity.md). Options given explicitly override it.",
+        "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
+        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). Options given "
+        "explicitly override it.",
         case_sensitive=False)] = PresetName.paper,
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
@@ -71,16 +73,17 @@ def run_pgc_a3c_command(
     trials: Annotated[int, typer.Option(help="Independent trials, run vectorized.")] = 1,
     submissions: Annotated[int, typer.Option(
         help="Stop after N submissions per trial (the paper's cap: 90000).")] = 90_000,
-    parallel_agents: Annotated[int, typer.Option(
-        help="P agents start from the same snapshot of θ; their reports are applied in turn "
-        "(the paper's 9 asynchronous threads).")] = 9,
+    parallel_agents: Annotated[int | None, typer.Option(
+        help="P agents start from the same snapshot of θ; their reports are applied in turn. "
+        "Default: the preset's (9, the paper's asynchronous threads; tuned-ldp: 3).")] = None,
     buffer: Annotated[int | None, typer.Option(
         help="Aggregator buffer size |B|: θ is updated with the mean of |B| reports. "
-        "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10).")
+        "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10; "
+        "tuned-ldp: 1).")
     ] = None,
     clip: Annotated[float | None, typer.Option(
         help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs, 0.005 (an L2 "
-        "radius) for privunit and privunitg.")] = None,
+        "radius) for privunit and privunitg (tuned-ldp: 0.05).")] = None,
     d_hat: Annotated[int | None, typer.Option(
         help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
     ] = None,
@@ -270,7 +273,8 @@ def reproduce_pgc_a3c_command(
     cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,
     preset: Annotated[PresetName, typer.Option(
         help="paper (default): the paper's settings; paper-code: the paper's settings with "
-        "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset.",
+        "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset; "
+        "tuned-ldp: tuned for small ε.",
         case_sensitive=False)] = PresetName.paper,
     seed: SweepSeed = 0,
     retire: Annotated[bool, typer.Option(
@@ -375,7 +379,8 @@ def audit_pgc_a3c_command(
         help="Agent budgets ε to audit (comma-separated; one report per agent).")
     ] = "0.5,1,2,5,10",
     preset: Annotated[PresetName, typer.Option(
-        help="paper (default), paper-code or tuned: the clip and network of that preset.",
+        help="paper (default), paper-code, tuned or tuned-ldp: the clip and network of that "
+        "preset.",
         case_sensitive=False)] = PresetName.paper,
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
