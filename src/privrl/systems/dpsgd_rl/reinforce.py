@@ -140,6 +140,12 @@ class Reinforce:
         else:  # config.json records what the run used
             cfg = replace(cfg, env=task.name, private_params=tuple(task.private_spec()))
         self.config, self.task = cfg, task
+        if cfg.obs.mode == "sigma" and task.name != "gymnax:CartPole-v1":
+            fail("obs.mode", "sigma mode's noise is scaled to CartPole's state components; "
+                 f"for {task.name} use box mode with the observation's bounds")
+        if cfg.obs.mode == "box" and len(cfg.obs.box_low) != task.obs_dim:
+            fail("obs.box_low", f"{len(cfg.obs.box_low)} bounds for {task.name}'s "
+                 f"{task.obs_dim}-dimensional observations")
         self.env, self.env_params = make_env(cfg, task)
         self.dropout = model is None
         if model is None:
