@@ -130,6 +130,15 @@ ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results (never overwritten). Default: a new "
     "runs/<command>-...-<time>/.")]
+EnvOpt = Annotated[str | None, typer.Option(
+    "--env", help="The environment: gymnax:<id> (any gymnax registry id with discrete actions, "
+    "e.g. gymnax:Acrobot-v1) or <module>:<callable> (a Python callable returning "
+    "(gymnax_env, env_params) or a privrl Task). Default: the system's CartPole. "
+    "docs/environments.md")]
+PrivateOpt = Annotated[list[str] | None, typer.Option(
+    "--private", help="Per-agent private dynamics (repeatable): field=low:high (uniform) or "
+    "field=v1,v2,... (one of), an environment-parameter field drawn per agent, e.g. "
+    "link_mass_1=0.8:1.2.")]
 Resume = Annotated[Path | None, typer.Option(
     help="Continue an interrupted sweep in this directory; finished settings are kept.")]
 AddressOpt = Annotated[str | None, typer.Option(

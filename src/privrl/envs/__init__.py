@@ -1,6 +1,7 @@
 """Agent-side environments (JAX, vectorizable) and batched episode rollouts.
 
-CartPole with per-agent gravity (paper 000) and the 1-D continuous task of paper 001 (Line1D).
+CartPole with per-agent gravity (paper 000), the 1-D continuous task of paper 001 (Line1D), and
+`Task`: any gymnax environment with its rewards and per-agent private dynamics (envs.task).
 """
 
 from privrl.envs.cartpole import (
@@ -11,6 +12,7 @@ from privrl.envs.cartpole import (
 )
 from privrl.envs.line1d import Line1D, Line1DParams, Line1DState, make_line1d, optimal_return
 from privrl.envs.rollout import Trajectory, rollout_episodes
+from privrl.envs.task import PrivateParam, Task, make_task, parse_private
 
 __all__ = [
     "PAPER_GRAVITIES",
@@ -18,10 +20,14 @@ __all__ = [
     "Line1D",
     "Line1DParams",
     "Line1DState",
+    "PrivateParam",
+    "Task",
     "Trajectory",
     "agent_gravity",
     "make_cartpole",
     "make_line1d",
+    "make_task",
     "optimal_return",
+    "parse_private",
     "rollout_episodes",
 ]

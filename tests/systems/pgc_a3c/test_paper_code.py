@@ -38,7 +38,7 @@ def test_paper_code_preset_is_the_paper_preset_plus_rmsprop_and_fall_reward():
                 code.rmsprop_initial_scale) == (0.5, 0.99, 1e-10, 1.0)
         a, b = code.to_dict(), paper.to_dict()
         assert {k for k in a if a[k] != b[k]} == CHANGED
-    assert paper.server_optimizer == "sgd" and paper.reward == "step"  # paper untouched
+    assert paper.server_optimizer == "sgd" and paper.reward == "env"  # paper untouched
 
 
 def _tf1_rmsprop(theta, grads, lr, decay, eps, ms0, momentum=0.0):

@@ -14,8 +14,10 @@ import typer
 from privrl.cli import (
     AccountantName,
     AccountantOpt,
+    EnvOpt,
     Noise,
     Out,
+    PrivateOpt,
     Resume,
     SecureNoise,
     Seed,
@@ -99,7 +101,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
 
 
 @run_app.command("dp-reinforce")
-@flag_names(noise_multiplier="--sigma")
+@flag_names(noise_multiplier="--sigma", private_params="--private")
 def run_dp_reinforce(
     sigma: Annotated[float | None, typer.Option(
         help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped episode gradients. "
@@ -114,16 +116,17 @@ def run_dp_reinforce(
     batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
     secure_noise: SecureNoise = False, noise: Noise = None,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
+    progress: ShowProgress = True, env: EnvOpt = None, private: PrivateOpt = None,
 ) -> None:
-    """DP-SGD REINFORCE on CartPole-v1 (paper 003): the unit of privacy is one episode."""
+    """DP-SGD REINFORCE on CartPole-v1 (paper 003) or --env: the unit of privacy is one
+    episode."""
     from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
     cfg = ReinforceConfig.from_preset(
         "paper", **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
         delta=delta, accountant=accountant.value, batch_episodes=batch_episodes,
         secure_noise=secure_noise, noise=None if noise is None else noise.value,
-        episodes=episodes, seeds=seeds, seed=seed)
+        episodes=episodes, seeds=seeds, seed=seed, env=env, private_params=tuple(private or ()))
     _execute("dp-reinforce", Reinforce, cfg, out, progress)
 
 

@@ -28,6 +28,7 @@ from privrl.config import (
 )
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
+from privrl.envs.task import Task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.noise import NOISE_MODES
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
@@ -119,9 +120,13 @@ class EpisodeMetrics(NamedTuple):
     updates: Array  # int32: model updates so far
 
 
-def make_env(cfg: EpisodicConfig) -> tuple[Any, Any]:
-    """CartPole-v1, seen through the observation mechanism when LDP is on."""
-    env, params = make_cartpole(CartPoleSpec(cfg.max_episode_steps, CARTPOLE_V1.gravities))
+def make_env(cfg: EpisodicConfig, task: Task | None = None) -> tuple[Any, Any]:
+    """The task's environment (default CartPole-v1), seen through the observation mechanism
+    when LDP is on."""
+    if task is None:
+        env, params = make_cartpole(CartPoleSpec(cfg.max_episode_steps, CARTPOLE_V1.gravities))
+    else:
+        env, params = task.env, task.params
     mech = cfg.obs.mechanism()
     return (env if mech is None else PrivateObservations(env, mech)), params
 
@@ -149,8 +154,9 @@ def progress_update(p: Progress, eval_return: Array, active: Array, threshold: f
 
 def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_steps: int,
                     active: Array) -> Array:
-    """Return of one greedy episode (argmax of `scores_fn(obs)`: logits or Q-values)."""
+    """Return of one greedy episode (argmax of `scores_fn(obs)`: logits or Q-values): the sum
+    of the environment's rewards (CartPole: the episode's length)."""
     batched = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], env_params)
     traj = rollout_episodes(env, batched, lambda k, obs: jnp.argmax(scores_fn(obs), -1),
                             key, 1, max_steps, active[None])
-    return traj.length[0].astype(jnp.float32)
+    return jnp.sum(traj.rewards[:, 0])

@@ -28,12 +28,14 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from flax import linen as nn
 from jax import Array
 
 from privrl.config import fail, in_range, integer
 from privrl.envs.rollout import rollout_episodes
+from privrl.envs.task import Task, cartpole_task, check_module, configured_task
 from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
-from privrl.nets.flat import mlp
+from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import GaussianSumMechanism
@@ -60,6 +62,11 @@ class ReinforceConfig(EpisodicConfig):
     batch_episodes: int = 1  # episodes per update (the slides: one)
     normalize_returns: bool = True
     learning_rate: float = 0.01
+    # The task (privrl.envs.task): None is CartPole-v1; "gymnax:<id>" or "<module>:<callable>"
+    # another environment. `private_params` specs ("field=low:high" or "field=v1,v2") give every
+    # training episode its own environment parameters (a fresh agent each; none: all alike).
+    env: str | None = None
+    private_params: tuple[str, ...] = ()
 
     def validate(self) -> None:
         super().validate()
@@ -121,10 +128,35 @@ class Reinforce:
     count_explanation = ("each episode enters exactly one update (on-policy, never reused), so "
                          "one episode's account is a single release, whatever the run's length")
 
-    def __init__(self, config: ReinforceConfig) -> None:
-        self.config = cfg = config.resolved()
-        self.env, self.env_params = make_env(cfg)
-        self.model = mlp((cfg.hidden,), 2, 4, init="glorot_normal")
+    def __init__(self, config: ReinforceConfig, task: Task | None = None,
+                 model: nn.Module | None = None) -> None:
+        """`task` (default: the one `config.env`/`config.private_params` name, CartPole-v1) and
+        `model` (a flax module mapping one observation to logits; default: the slides' MLP with
+        `hidden` units and dropout, sized from the task's spaces; yours runs without dropout)."""
+        cfg = config.resolved()
+        if task is None:
+            task = configured_task(cfg.env, cfg.private_params, cfg.max_episode_steps,
+                                   lambda: cartpole_task(cfg.max_episode_steps))
+        else:  # config.json records what the run used
+            cfg = replace(cfg, env=task.name, private_params=tuple(task.private_spec()))
+        self.config, self.task = cfg, task
+        if cfg.obs.mode == "sigma" and task.name != "gymnax:CartPole-v1":
+            fail("obs.mode", "sigma mode's noise is scaled to CartPole's state components; "
+                 f"for {task.name} use box mode with the observation's bounds")
+        if cfg.obs.mode == "box" and len(cfg.obs.box_low) != task.obs_dim:
+            fail("obs.box_low", f"{len(cfg.obs.box_low)} bounds for {task.name}'s "
+                 f"{task.obs_dim}-dimensional observations")
+        self.env, self.env_params = make_env(cfg, task)
+        self.dropout = model is None
+        if model is None:
+            self.model = mlp((cfg.hidden,), task.num_actions, task.obs_dim,
+                             init="glorot_normal")
+        else:
+            self.model = FlatModel(check_module(model, task, "logits"),
+                                   jnp.zeros((task.obs_dim,), jnp.float32))
+        # Each training episode's private dynamics (with `private_params` specs): agent id = episode
+        # number, drawn from one key for the run.
+        self.env_key = jax.random.fold_in(jax.random.key(cfg.seed), 0x5EED)
         self.optimizer = optax.adam(cfg.learning_rate)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
                                                unit=UNIT, secure=cfg.secure_noise)
@@ -141,6 +173,8 @@ class Reinforce:
     def policy(self, theta: Array) -> Any:
         """Sample actions with fresh dropout masks; return the masks to reuse in the loss."""
         keep = 1.0 - self.config.dropout
+        if not self.dropout:  # a user's model: no dropout masks to record
+            return lambda key, obs: jax.random.categorical(key, self.model.apply(theta, obs))
 
         def act(key: Array, obs: Array) -> tuple[Array, Array]:
             k_mask, k_act = jax.random.split(key)
@@ -152,13 +186,16 @@ class Reinforce:
         return act
 
     def episode_loss(self, theta: Array, obs: Array, actions: Array, mask: Array,
-                     masks: Array) -> Array:
-        """One episode's loss, (T, ...) arrays; the gradient is the unit DP-SGD clips."""
+                     masks: Array | None, rewards: Array | None = None) -> Array:
+        """One episode's loss, (T, ...) arrays; the gradient is the unit DP-SGD clips.
+        `rewards`: the environment's (None: +1 per step, CartPole's)."""
         cfg = self.config
-        returns = discounted_returns(mask, mask, jnp.float32(0.0), cfg.gamma)
+        rewards = mask if rewards is None else self.task.rewards(rewards, mask)
+        returns = discounted_returns(rewards, mask, jnp.float32(0.0), cfg.gamma)
         if cfg.normalize_returns:
             returns = masked_standardize(returns, mask, ddof=1)
-        logits = self.model.apply(theta, obs, (masks,))
+        logits = (self.model.apply(theta, obs, (masks,)) if masks is not None
+                  else self.model.apply(theta, obs))
         return reinforce_loss(logits, actions, returns, mask)
 
     def gradient(self, theta: Array, traj: Any, key: Array,
@@ -169,8 +206,8 @@ class Reinforce:
         canaries left out) released in the same noisy sum; the mean still divides by the batch.
         """
         cfg = self.config
-        per_episode = jax.vmap(jax.grad(self.episode_loss), in_axes=(None, 1, 1, 1, 1))(
-            theta, traj.obs, traj.actions, traj.mask, traj.aux)
+        per_episode = jax.vmap(jax.grad(self.episode_loss), in_axes=(None, 1, 1, 1, 1, 1))(
+            theta, traj.obs, traj.actions, traj.mask, traj.aux, traj.rewards)
         b = per_episode.shape[0]
         if canaries is not None:
             per_episode = jnp.concatenate([per_episode, canaries.astype(per_episode.dtype)])
@@ -194,7 +231,11 @@ class Reinforce:
         if s.noise is not None:  # secret: one key per update from this seed's own root
             k_noise = jax.random.fold_in(s.noise, s.updates)
         active = ~s.stopped
-        params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (b,)), self.env_params)
+        if self.task.private:  # episode i of this update is agent (episodes · b + i)
+            params = self.task.agents_params(self.env_key, s.episodes * b + jnp.arange(b))
+        else:  # (vector fields keep their shape behind the batch axis)
+            params = jax.tree_util.tree_map(
+                lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), self.env_params)
         env = observed_env(self.env, s.obs_noise)
         traj = rollout_episodes(env, params, self.policy(s.theta), k_roll, b,
                                 cfg.max_episode_steps, jnp.broadcast_to(active, (b,)))
@@ -211,7 +252,8 @@ class Reinforce:
         stopped = (s.stopped | (episodes >= cfg.episodes) | (updates >= self.update_cap)
                    | (cfg.stop_when_solved & (progress.solved_at >= 0)))
         nan = jnp.float32(jnp.nan)
-        metrics = EpisodeMetrics(jnp.where(active, traj.length.mean(), nan),
+        train_return = jnp.sum(traj.rewards, axis=0).mean()  # the environment's return
+        metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), updates)
         return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped,
                               s.noise, s.obs_noise), metrics, grad

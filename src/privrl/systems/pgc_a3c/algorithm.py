@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from flax import linen as nn
 from jax import Array
 
 from privrl.config import (
@@ -40,8 +41,9 @@ from privrl.config import (
     positive,
     probability,
 )
-from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
+from privrl.envs.cartpole import CartPoleSpec
 from privrl.envs.rollout import Trajectory, rollout_episodes
+from privrl.envs.task import Task, cartpole_task, check_module, configured_task
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
@@ -56,7 +58,7 @@ from privrl.privacy.mechanisms import (
 from privrl.privacy.noise import NOISE_MODES
 
 MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
-REWARDS = ("step", "failure", "goal")
+REWARDS = ("env", "step", "failure", "goal")
 LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
@@ -161,13 +163,21 @@ class PGCA3CConfig(Config):
     explore_decay: float = 1800.0
     hidden: int = 16
     max_episode_steps: int = 200
-    gravities: tuple[float, ...] = (9.7, 9.8, 9.9)
+    gravities: tuple[float, ...] = (9.7, 9.8, 9.9)  # the default CartPole task's private ψ
+    # The task (privrl.envs.task): None is paper 000's CartPole with per-agent `gravities`;
+    # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
+    # `private_params` specs ("field=low:high" uniform or "field=v1,v2" one of; none: all alike).
+    env: str | None = None
+    private_params: tuple[str, ...] = ()
     target_score: float = 195.0  # Θ
     score_window: int = 10  # m
     # Departures from the paper (all off in the paper preset; see PRESETS):
-    # "step": +1 per step (paper); "failure": 0 per step, -1 on a fall; "goal": 0 per step,
-    # -1 on a fall before `target_score` steps, +1 when an episode ends at or past it.
-    reward: str = "step"
+    # Reward shaping. "env": the environment's own reward (CartPole's +1 per step: the paper's);
+    # "step": +1 per step survived, whatever the environment's reward; "failure": 0 per step,
+    # -1 on the step the episode terminated (the tuned preset's shaping); "goal": 0 per step,
+    # -1 on a termination before `target_score` steps, +1 when an episode ends at or past it.
+    # All but "env" replace the environment's reward (a documented option, docs/environments.md).
+    reward: str = "env"
     action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
     use_bias: bool = False  # paper: no biases (d = 112)
     normalize_advantage: bool = False  # standardize A within each episode
@@ -264,11 +274,25 @@ class TrialState(NamedTuple):
 class PGCA3C:
     """The algorithm for one resolved config: `init(key)` and `run_rounds(state, num_rounds)`."""
 
-    def __init__(self, config: PGCA3CConfig) -> None:
-        self.config = cfg = config.resolved()
-        self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
-        self.env, self.env_params = make_cartpole(self.spec)
-        self.model: FlatModel = actor_critic(cfg.hidden, 2, 4, cfg.use_bias)
+    def __init__(self, config: PGCA3CConfig, task: Task | None = None,
+                 model: nn.Module | None = None) -> None:
+        """`task` (default: the one `config.env`/`config.private_params` name) and `model` (a flax
+        module mapping one observation to (logits, value); default: the paper's network,
+        `hidden` units, sized from the task's spaces)."""
+        cfg = config.resolved()
+        if task is None:
+            task = configured_task(cfg.env, cfg.private_params, cfg.max_episode_steps,
+                                   lambda: cartpole_task(cfg.max_episode_steps, cfg.gravities))
+        else:  # config.json records what the run used
+            cfg = replace(cfg, env=task.name, private_params=tuple(task.private_spec()))
+        self.config, self.task = cfg, task
+        self.env, self.env_params = task.env, task.params
+        if model is None:
+            self.model: FlatModel = actor_critic(cfg.hidden, task.num_actions, task.obs_dim,
+                                                 cfg.use_bias)
+        else:
+            self.model = FlatModel(check_module(model, task, "logits,value"),
+                                   jnp.zeros((task.obs_dim,), jnp.float32))
         self.dim = self.model.dim
         self.mechanism = make_mechanism(cfg, self.dim)
         self.aggregator = BufferedAggregator(
@@ -313,13 +337,17 @@ class PGCA3C:
         return loss
 
     def rewards(self, traj: Trajectory) -> Array:
-        """Per-step rewards of one episode, built from the mask and the termination flag.
+        """Per-step rewards of one episode: the environment's ("env"), or shaped from the mask
+        and the termination flag.
 
-        "step" (paper): +1 for every step the pole stayed up, so the return counts steps.
+        "env": the task's rewards (CartPole: +1 for every step the pole stayed up, the paper's).
+        "step": +1 for every step the pole stayed up, so the return counts steps.
         "failure": 0 per step and −1 on the step where the pole fell (not at the step cap).
         "goal" (the public TF1 example's): 0 per step; on an episode's last step −1 if the pole
         fell before `target_score` steps, +1 if the episode lasted `target_score` steps or more.
         """
+        if self.config.reward == "env":
+            return self.task.rewards(traj.rewards, traj.mask)
         if self.config.reward == "step":
             return traj.mask
         last = jnp.arange(traj.mask.shape[0]) == traj.length - 1
@@ -345,16 +373,15 @@ class PGCA3C:
         cfg = self.config
         p = cfg.parallel_agents
         k_roll, k_mech = jax.random.split(key)
-        gravity = jax.vmap(agent_gravity, (None, 0, None))(env_key, agent_ids, cfg.gravities)
-        params = jax.vmap(lambda g: self.env_params.replace(gravity=g))(gravity)
+        params = self.task.agents_params(env_key, agent_ids)  # each agent's private dynamics
         alpha = self.exploration(submitted)
         policy = lambda k, obs: self.act(theta, alpha, k, obs)  # noqa: E731
         traj = rollout_episodes(
             self.env, params, policy, k_roll, p, cfg.max_episode_steps, active
         )
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
-            obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T
-        )
+            obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T,
+            rewards=traj.rewards.T)
         grads = jax.vmap(jax.grad(self.episode_loss), (None, 0))(theta, per_agent)
         if noise_keys is None:
             noise_keys = jax.random.split(k_mech, p)

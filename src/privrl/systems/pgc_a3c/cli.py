@@ -14,9 +14,11 @@ from privrl.cli import (
     AddressOpt,
     BudgetComposition,
     BudgetCompositionOpt,
+    EnvOpt,
     Noise,
     Out,
     PresetName,
+    PrivateOpt,
     Resume,
     Runtime,
     SecureNoise,
@@ -50,7 +52,7 @@ class MechanismName(StrEnum):
 
 
 @run_app.command("pgc-a3c")
-@flag_names(buffer_size="--buffer")
+@flag_names(buffer_size="--buffer", private_params="--private")
 def run_pgc_a3c_command(
     preset: Annotated[PresetName, typer.Option(
         help="paper: paper 000's settings exactly (default). paper-code: the paper's settings "
@@ -116,8 +118,10 @@ def run_pgc_a3c_command(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
     checkpoint_every: Annotated[int, typer.Option(
         help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
+    env: EnvOpt = None,
+    private: PrivateOpt = None,
 ) -> None:
-    """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole.
+    """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
 
     Each agent is a new private environment (gravity 9.7, 9.8 or 9.9) that plays one episode,
     randomizes its A3C gradient with the mechanism (ε-LDP) and submits it once. Prints the
@@ -150,7 +154,13 @@ def run_pgc_a3c_command(
         secure_noise=secure_noise,
         shuffle=shuffle,
         shuffle_delta=shuffle_delta,
+        env=env,
+        private_params=tuple(private or ()),
     ).resolved()
+    if env is not None or private:  # a bad --env/--private fails here, before anything runs
+        from privrl.systems.pgc_a3c.algorithm import PGCA3C
+
+        PGCA3C(config)
     check_out_dir(out)
     if runtime is Runtime.ray:
         if shuffle:
@@ -198,6 +208,10 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(results_table(summary))
+    if config.env not in (None, "gymnax:CartPole-v1"):
+        console.print(f"[bold]Note:[/] the score is the episode length (CartPole's score): on "
+                      f"{config.env} the FST and success ratio above do not measure success "
+                      "(docs/environments.md)")
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -34,6 +34,11 @@ from privrl.systems.pgc_a3c.metrics import (
     success_ratio_curve,
     write_metrics_csv,
 )
+
+if TYPE_CHECKING:
+    from flax import linen as nn
+
+    from privrl.envs.task import Task
 
 ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 
@@ -98,14 +103,17 @@ def run_pgc_a3c(
     devices: int | None = None,
     retire_on_success: bool = False,
     chunk_rounds: int | None = None,
+    task: Task | None = None,
+    model: nn.Module | None = None,
 ) -> RunOutput:
     """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
 
     With `retire_on_success`, a trial stops once its FST is known (checked between chunks):
     its later agents never run, submit or spend privacy, and their scores are -1.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
+    `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     """
-    algo = PGCA3C(replace(config, noise=config.noise or "seeded"))
+    algo = PGCA3C(replace(config, noise=config.noise or "seeded"), task, model)
     cfg = algo.config
     p, n_sub, t_per_agent = cfg.parallel_agents, cfg.submissions, cfg.submissions_per_agent
     agents_per_trial = math.ceil(n_sub / t_per_agent)

@@ -1,0 +1,313 @@
+"""A task: the environment an algorithm learns on, its rewards and each agent's private dynamics.
+
+A `Task` wraps a gymnax environment (its `reset_env`/`step_env`/`is_terminated`, no auto-reset)
+and default parameters. The observation size and the number of actions come from the
+environment's spaces, so networks are sized from them. Rewards are the environment's own
+(`envs.rollout` records them); an optional, explicit `reward_transform` maps them (default:
+none). Private dynamics generalise paper 000's per-agent gravity: each `PrivateParam` draws one
+environment-parameter field per agent, fixed for that agent (a uniform range, a list of values or
+a user function of (key, agent id)); `agent_params(key, agent_id)` is that agent's parameters.
+
+Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("mypkg.envs:make")` (a callable
+returning `(env, params)`), or `Task(env, params, name)` directly. Gymnasium environments (a
+host-side rollout) are not supported yet (docs/environments.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from privrl.config import ConfigError
+
+# (key, agent_id) -> the agent's value of one parameter field
+ParamFn = Callable[[Array, Array], Any]
+
+
+@dataclass(frozen=True)
+class PrivateParam:
+    """One environment-parameter field that differs per agent (fixed for each agent).
+
+    Exactly one of: `low`/`high` (uniform in [low, high], drawn elementwise for a vector field;
+    low and high may be scalars or arrays of the field's shape), `values` (one of them, uniform;
+    each a scalar or an array of the field's shape) or `fn` (your function of (key, agent id)).
+    """
+
+    field: str
+    low: Any = None
+    high: Any = None
+    values: tuple[Any, ...] | None = None
+    fn: ParamFn | None = None
+
+    def describe(self) -> str:
+        """The spec as the command line writes it (`--private`), for config.json."""
+        if self.fn is not None:
+            return f"{self.field}=<function {getattr(self.fn, '__qualname__', self.fn)!s}>"
+        if self.values is not None:
+            return f"{self.field}=" + ",".join(_fmt(v) for v in self.values)
+        return f"{self.field}={_fmt(self.low)}:{_fmt(self.high)}"
+
+    def sample(self, key: Array, agent_id: Array, default: Any) -> Array:
+        """This agent's value, shaped and typed like the field's `default`."""
+        ref = jnp.asarray(default)
+        if self.fn is not None:
+            return jnp.asarray(self.fn(key, agent_id), ref.dtype)
+        if self.values is not None:
+            table = jnp.asarray(np.stack([np.broadcast_to(np.asarray(v), ref.shape)
+                                          for v in self.values]), _value_dtype(ref))
+            return table[jax.random.randint(key, (), 0, len(self.values))]
+        low = jnp.broadcast_to(jnp.asarray(self.low, jnp.float32), ref.shape)
+        high = jnp.broadcast_to(jnp.asarray(self.high, jnp.float32), ref.shape)
+        return jax.random.uniform(key, ref.shape, jnp.float32, low, high)
+
+
+def _value_dtype(ref: Array) -> Any:
+    return jnp.float32 if jnp.issubdtype(ref.dtype, jnp.floating) else ref.dtype
+
+
+def _fmt(v: Any) -> str:
+    a = np.asarray(v)
+    return f"{a.item():g}" if a.ndim == 0 else "[" + " ".join(f"{x:g}" for x in a.ravel()) + "]"
+
+
+@dataclass(frozen=True)
+class Task:
+    """An environment (gymnax API, no auto-reset), its default parameters and private dynamics.
+
+    `reward_transform` (rewards (T, ...) -> rewards) is applied to the environment's rewards
+    before the learner sees them; None (default) is the environment's own reward.
+    """
+
+    env: Any
+    params: Any
+    name: str
+    private: tuple[PrivateParam, ...] = ()
+    reward_transform: Callable[[Array], Array] | None = None
+    option: str = field(default="env", compare=False)  # the option errors name (CLI: --env)
+
+    def __post_init__(self) -> None:
+        for attr in ("reset_env", "step_env", "is_terminated", "observation_space",
+                     "action_space"):
+            if not callable(getattr(self.env, attr, None)):
+                raise ConfigError(self.option, f"{self.name}: the environment has no "
+                                  f"{attr}(); a task needs a gymnax Environment")
+        self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
+        self.num_actions  # noqa: B018
+        for p in self.private:
+            self._check_private(p)
+
+    # --- spaces ------------------------------------------------------------------------------
+    @property
+    def obs_dim(self) -> int:
+        shape = tuple(self.env.observation_space(self.params).shape)
+        if len(shape) != 1:
+            raise ConfigError(self.option, f"{self.name}: observations of shape {shape}; the "
+                              "networks here take a vector (flatten them in your environment)")
+        return int(shape[0])
+
+    @property
+    def num_actions(self) -> int:
+        space = self.env.action_space(self.params)
+        n = getattr(space, "n", None)
+        if n is None or getattr(space, "shape", ()) != ():
+            raise ConfigError(self.option, f"{self.name}: continuous or structured actions "
+                              f"({type(space).__name__}) are not supported: the algorithms here "
+                              "have categorical policies; continuous actions would need a "
+                              "Gaussian policy head and a Box-aware rollout")
+        return int(n)
+
+    # --- rewards -----------------------------------------------------------------------------
+    def rewards(self, rewards: Array, mask: Array) -> Array:
+        """The rewards the learner uses: the environment's, through `reward_transform`, zero on
+        steps that did not happen."""
+        if self.reward_transform is not None:
+            rewards = self.reward_transform(rewards)
+        return rewards * mask
+
+    # --- private dynamics --------------------------------------------------------------------
+    def with_private(self, *private: PrivateParam) -> Task:
+        return replace(self, private=tuple(private))
+
+    def with_max_steps(self, max_steps: int) -> Task:
+        """The same task with episodes capped at `max_steps` (if the parameters have a cap)."""
+        if hasattr(self.params, "max_steps_in_episode"):
+            return replace(self, params=self.params.replace(max_steps_in_episode=max_steps))
+        return self
+
+    def agent_params(self, key: Array, agent_id: Array) -> Any:
+        """Agent `agent_id`'s environment parameters: each private field drawn from
+        fold_in(key, agent_id) (the first field; later ones fold in their index too)."""
+        k_agent = jax.random.fold_in(key, agent_id)
+        updates = {}
+        for i, p in enumerate(self.private):
+            k = k_agent if i == 0 else jax.random.fold_in(k_agent, i)
+            updates[p.field] = p.sample(k, agent_id, getattr(self.params, p.field))
+        return self.params.replace(**updates) if updates else self.params
+
+    def agents_params(self, key: Array, agent_ids: Array) -> Any:
+        """`agent_params` for a vector of ids: every leaf gets a leading agent axis."""
+        if not self.private:
+            n = agent_ids.shape[0]
+            return jax.tree_util.tree_map(
+                lambda x: jnp.broadcast_to(jnp.asarray(x), (n, *jnp.shape(x))), self.params)
+        return jax.vmap(self.agent_params, (None, 0))(key, agent_ids)
+
+    def private_spec(self) -> list[str]:
+        return [p.describe() for p in self.private]
+
+    def _check_private(self, p: PrivateParam) -> None:
+        opt = "private"
+        if not hasattr(self.params, p.field):
+            fields = ", ".join(getattr(self.params, "__dataclass_fields__", {}))
+            raise ConfigError(opt, f"{self.name} has no parameter {p.field!r} (it has: "
+                              f"{fields})")
+        ref = np.asarray(getattr(self.params, p.field))
+        given = [x is not None for x in (p.low, p.values, p.fn)]
+        if sum(given) != 1 or ((p.low is None) != (p.high is None)):
+            raise ConfigError(opt, f"{p.field}: give exactly one of low:high, a list of "
+                              "values, or a function")
+        if p.fn is not None:
+            out = jax.eval_shape(p.fn, jax.random.key(0), jnp.int32(0))
+            if tuple(out.shape) != ref.shape:
+                raise ConfigError(opt, f"{p.field}: your function returns shape "
+                                  f"{tuple(out.shape)}, the field has shape {ref.shape}")
+            return
+        if p.values is not None:
+            if not p.values:
+                raise ConfigError(opt, f"{p.field}: an empty list of values")
+            candidates = [np.asarray(v, float) for v in p.values]
+        else:
+            if not np.issubdtype(ref.dtype, np.floating):
+                raise ConfigError(opt, f"{p.field} is an integer/boolean field: give a list "
+                                  "of values, not a range")
+            candidates = [np.asarray(p.low, float), np.asarray(p.high, float)]
+            if np.any(candidates[0] > candidates[1]):
+                raise ConfigError(opt, f"{p.field}: low {_fmt(p.low)} > high {_fmt(p.high)}")
+        for c in candidates:
+            try:
+                np.broadcast_to(c, ref.shape)
+            except ValueError:
+                raise ConfigError(opt, f"{p.field} has shape {ref.shape}; {_fmt(c)} does not "
+                                  "broadcast to it") from None
+            if not np.all(np.isfinite(c)):
+                raise ConfigError(opt, f"{p.field}: values must be finite, got {_fmt(c)}")
+            # The domain we can know: a field positive by default (a mass, a length, gravity)
+            # must stay positive; a field with a sign of its own keeps no such rule.
+            if np.all(ref > 0) and np.any(c <= 0):
+                raise ConfigError(opt, f"{p.field} is positive (default {_fmt(ref)}); "
+                                  f"{_fmt(c)} is outside its domain")
+
+
+# --- making tasks ----------------------------------------------------------------------------
+def gymnax_task(env_id: str, option: str = "env") -> Task:
+    """A task from the gymnax registry (`gymnax.registered_envs`)."""
+    import gymnax
+
+    if env_id not in gymnax.registered_envs:
+        raise ConfigError(option, f"unknown gymnax environment {env_id!r}; known: "
+                          f"{', '.join(gymnax.registered_envs)}")
+    env, params = gymnax.make(env_id)
+    return Task(env, params, f"gymnax:{env_id}", option=option)
+
+
+def callable_task(spec: str, option: str = "env") -> Task:
+    """A task from `module:callable`, a callable returning `(gymnax env, env params)` or a Task."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(option, f"cannot load {spec!r}: {e}") from None
+    if not callable(fn):
+        raise ConfigError(option, f"{spec!r} is not callable")
+    out = fn()
+    if isinstance(out, Task):
+        return replace(out, option=option)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params) or a Task, "
+                          f"got {type(out).__name__}")
+    return Task(out[0], out[1], spec, option=option)
+
+
+def make_task(spec: str, private: Sequence[PrivateParam] = (), option: str = "env") -> Task:
+    """`gymnax:<id>` or `<module>:<callable>`; `private` per-agent parameters."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ConfigError(option, f"expected gymnax:<id> or <module>:<callable>, got {spec!r}")
+    if spec.startswith("gymnasium:"):
+        raise ConfigError(option, "Gymnasium environments are not supported yet (they need a "
+                          "host-side rollout; docs/environments.md); use a gymnax environment")
+    task = (gymnax_task(spec.removeprefix("gymnax:"), option) if spec.startswith("gymnax:")
+            else callable_task(spec, option))
+    return task.with_private(*private) if private else task
+
+
+def parse_private(text: str, option: str = "private") -> PrivateParam:
+    """`field=low:high` (uniform) or `field=v1,v2,...` (one of the values) as a PrivateParam."""
+    name, eq, rhs = text.partition("=")
+    name = name.strip()
+    if not eq or not name.isidentifier() or not rhs:
+        raise ConfigError(option, f"expected field=low:high or field=v1,v2,..., got {text!r}")
+    try:
+        if ":" in rhs:
+            low, _, high = rhs.partition(":")
+            return PrivateParam(name, float(low), float(high))
+        return PrivateParam(name, values=tuple(float(v) for v in rhs.split(",")))
+    except ValueError:
+        raise ConfigError(option, f"{text!r}: the values must be numbers") from None
+
+
+def cartpole_task(max_steps: int, gravities: tuple[float, ...] | None = None) -> Task:
+    """The CartPole family of the paper systems: gymnax CartPole capped at `max_steps`; with
+    `gravities`, each agent's gravity is one of them (the exact draw of
+    `envs.cartpole.agent_gravity`), without, gymnax's default gravity for everyone."""
+    from privrl.envs.cartpole import PAPER_GRAVITIES, CartPoleSpec, make_cartpole
+
+    env, params = make_cartpole(CartPoleSpec(max_steps, tuple(gravities or PAPER_GRAVITIES)))
+    private = () if gravities is None else (PrivateParam("gravity", values=tuple(gravities)),)
+    return Task(env, params, "gymnax:CartPole-v1", private)
+
+
+def configured_task(env: str | None, private: Sequence[str], max_steps: int,
+                    default: Callable[[], Task]) -> Task:
+    """The task a config names: `default()` (the system's paper task) when `env` is None and no
+    `private` spec is given, else `make_task(env or "gymnax:CartPole-v1")` with the parsed
+    `private` specs; episodes capped at `max_steps` either way."""
+    if env is None and not private:
+        return default()
+    specs = tuple(parse_private(p) for p in private)
+    return make_task(env or "gymnax:CartPole-v1", specs).with_max_steps(max_steps)
+
+
+def check_module(module: Any, task: Task, outputs: str, option: str = "model") -> Any:
+    """Check that a flax module maps one observation to `outputs`: "logits" ((num_actions,)),
+    "logits,value" (a pair: (num_actions,) and ()) or "q" ((num_actions,) Q-values); a
+    ConfigError naming `option` otherwise. Returns the module."""
+    x = jnp.zeros((task.obs_dim,), jnp.float32)
+    try:
+        variables = jax.eval_shape(module.init, jax.random.key(0), x)
+        out = jax.eval_shape(module.apply, variables, x)
+    except Exception as e:
+        raise ConfigError(option, f"{type(module).__name__} fails on one observation of shape "
+                          f"({task.obs_dim},): {type(e).__name__}: {e}") from None
+    a = (task.num_actions,)
+    if outputs == "logits,value":
+        ok = (isinstance(out, tuple) and len(out) == 2 and tuple(out[0].shape) == a
+              and tuple(out[1].shape) == ())
+        want = f"a pair (logits of shape {a}, a scalar value)"
+    else:
+        ok = hasattr(out, "shape") and tuple(out.shape) == a
+        want = f"{'Q-values' if outputs == 'q' else 'logits'} of shape {a}"
+    if not ok:
+        got = jax.tree_util.tree_map(lambda s: tuple(s.shape), out)
+        raise ConfigError(option, f"{type(module).__name__} must return {want} for one "
+                          f"observation, got {got}")
+    if "params" not in variables or len(variables) != 1:
+        raise ConfigError(option, f"{type(module).__name__} must have parameters only (no "
+                          f"state collections), got {list(variables)}")
+    return module

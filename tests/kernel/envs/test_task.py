@@ -1,0 +1,131 @@
+"""The task abstraction: spaces, the env's own rewards, per-agent private dynamics, errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+from privrl import main as cli
+from privrl.config import ConfigError
+from privrl.envs.cartpole import agent_gravity
+from privrl.envs.rollout import rollout_episodes
+from privrl.envs.task import (
+    PrivateParam,
+    Task,
+    cartpole_task,
+    check_module,
+    make_task,
+    parse_private,
+)
+
+
+def test_default_cartpole_task_draws_todays_gravities_exactly() -> None:
+    key, ids = jax.random.key(7), jnp.arange(64)
+    task = cartpole_task(200, (9.7, 9.8, 9.9))
+    old = jax.vmap(agent_gravity, (None, 0, None))(key, ids, (9.7, 9.8, 9.9))
+    new = task.agents_params(key, ids).gravity
+    np.testing.assert_array_equal(np.asarray(new), np.asarray(old))
+    assert task.obs_dim == 4 and task.num_actions == 2
+
+
+def test_acrobot_private_scalar_and_vector_fields() -> None:
+    task = make_task("gymnax:Acrobot-v1", [parse_private("link_mass_1=0.8:1.2"),
+                                            PrivateParam("available_torque", -2.0, 2.0)])
+    assert (task.obs_dim, task.num_actions) == (6, 3)
+    p = task.agents_params(jax.random.key(0), jnp.arange(50))
+    mass, torque = np.asarray(p.link_mass_1), np.asarray(p.available_torque)
+    assert mass.shape == (50,) and torque.shape == (50, 3)  # a vector field keeps its shape
+    assert mass.min() >= 0.8 and mass.max() <= 1.2 and mass.std() > 0.05
+    assert np.abs(torque).max() <= 2.0
+    # fixed per agent: the same agent gets the same dynamics again
+    again = task.agent_params(jax.random.key(0), jnp.int32(3))
+    assert float(again.link_mass_1) == mass[3]
+    # a function of (key, agent id), and a list of values
+    fn = task.with_private(PrivateParam("link_mass_2", fn=lambda k, i: 1.0 + 0.1 * i))
+    assert float(fn.agent_params(jax.random.key(0), jnp.int32(2)).link_mass_2) == pytest.approx(1.2)
+    lst = task.with_private(parse_private("link_length_1=0.5,2"))
+    vals = np.asarray(lst.agents_params(jax.random.key(1), jnp.arange(40)).link_length_1)
+    assert set(vals.tolist()) == {0.5, 2.0}
+
+
+def test_rollout_records_the_environments_negative_rewards() -> None:
+    task = make_task("gymnax:MountainCar-v0").with_max_steps(7)
+    params = task.agents_params(jax.random.key(0), jnp.arange(2))
+    traj = rollout_episodes(task.env, params, lambda k, o: jnp.zeros(o.shape[0], jnp.int32),
+                            jax.random.key(1), 2, 7)
+    np.testing.assert_array_equal(np.asarray(traj.rewards), -np.asarray(traj.mask))
+    assert float(jnp.sum(traj.rewards)) == -14.0
+    np.testing.assert_array_equal(np.asarray(task.rewards(traj.rewards, traj.mask)),
+                                  np.asarray(traj.rewards))
+    scaled = Task(task.env, task.params, "x", reward_transform=lambda r: 0.5 * r)
+    assert float(jnp.sum(scaled.rewards(traj.rewards, traj.mask))) == -7.0
+
+
+@pytest.mark.parametrize("spec, private, option, words", [
+    ("gymnax:Nope-v0", [], "env", "unknown gymnax environment"),
+    ("gymnax:Pendulum-v1", [], "env", "continuous"),
+    ("gymnax:Breakout-MinAtar", [], "env", "vector"),
+    ("nosuchmodule:make", [], "env", "cannot load"),
+    ("os:getcwd", [], "env", "must return (gymnax_env, env_params)"),
+    ("gymnasium:CartPole-v1", [], "env", "not supported yet"),
+    ("CartPole", [], "env", "gymnax:<id>"),
+    ("gymnax:Acrobot-v1", [PrivateParam("gravity", 1.0, 2.0)], "private", "no parameter"),
+    ("gymnax:Acrobot-v1", [PrivateParam("link_mass_1", -1.0, 2.0)], "private", "domain"),
+    ("gymnax:Acrobot-v1", [PrivateParam("link_mass_1", 2.0, 1.0)], "private", "low 2 > high"),
+    ("gymnax:Acrobot-v1", [PrivateParam("available_torque", values=((1.0, 2.0),))], "private",
+     "does not broadcast"),
+    ("gymnax:Acrobot-v1", [PrivateParam("max_steps_in_episode", 10.0, 20.0)], "private",
+     "integer"),
+    ("gymnax:Acrobot-v1", [PrivateParam("dt", fn=lambda k, i: jnp.ones(2))], "private",
+     "shape"),
+])
+def test_bad_specs_are_config_errors(spec, private, option, words) -> None:
+    with pytest.raises(ConfigError) as e:
+        make_task(spec, private)
+    assert e.value.field == option and words in str(e.value)
+
+
+def test_parse_private_rejects_malformed_specs() -> None:
+    for text in ("gravity", "=1:2", "gravity=a:b", "gravity="):
+        with pytest.raises(ConfigError):
+            parse_private(text)
+
+
+class _ActorCritic(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(x), nn.Dense(1)(x)[..., 0]
+
+
+class _Logits(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(x)
+
+
+def test_model_output_contract_is_checked() -> None:
+    task = make_task("gymnax:Acrobot-v1")
+    check_module(_ActorCritic(), task, "logits,value")
+    check_module(_Logits(), task, "logits")
+    with pytest.raises(ConfigError, match="must return a pair"):
+        check_module(_Logits(), task, "logits,value")
+    with pytest.raises(ConfigError, match="logits of shape"):
+        check_module(_ActorCritic(), task, "logits")
+
+
+@pytest.mark.parametrize("cmd, args, option", [
+    ("dp-reinforce", ["--env", "gymnax:Nope"], "--env"),
+    ("dp-reinforce", ["--env", "gymnax:Acrobot-v1", "--private", "nope=1:2"], "--private"),
+    ("dp-reinforce", ["--private", "gravity=-1:2"], "--private"),
+    ("pgc-a3c", ["--env", "gymnax:MountainCarContinuous-v0"], "--env"),
+    ("pgc-a3c", ["--env", "gymnax:Acrobot-v1", "--private", "link_mass_1=x"], "--private"),
+])
+def test_cli_env_errors_are_one_line(cmd, args, option, capsys, tmp_path) -> None:
+    out = tmp_path / "run"
+    rc = cli.main(["run", cmd, *args, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and option in err, err
+    assert not out.exists()
