@@ -283,17 +283,17 @@ class FedPGConfig(Config):
         if self.agents < 2:
             fail("agents", "distributed-gaussian needs K >= 2 agents: a secure sum of one "
                            "agent's message is that message (use --mechanism gaussian)")
+        if self.min_honest is not None:
+            integer("min_honest", self.min_honest)
+            if self.min_honest > self.agents:
+                fail("min_honest", f"{self.min_honest} honest agents' noise shares were "
+                                   f"asked for, but there are only K = {self.agents} agents")
         if self.sampling_rate is None:
             return
         in_range("sampling_rate", self.sampling_rate, 0, 1, low_open=True)
         if self.sampling_rate * self.agents < 1:
             fail("sampling_rate", f"q·K = {self.sampling_rate:g}·{self.agents} < 1: fewer "
                                   "than one agent would take part in a round on average")
-        if self.min_honest is not None:
-            integer("min_honest", self.min_honest)
-            if self.min_honest > self.agents:
-                fail("min_honest", f"{self.min_honest} honest agents' noise shares were "
-                                   f"asked for, but there are only K = {self.agents} agents")
 
     def resolved(self) -> FedPGConfig:
         """Validated, with the Gaussian noise multiplier calibrated if ε was given."""

@@ -215,6 +215,10 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "epsilon_budget_per_agent": cfg.epsilon_budget,
         "budget_composition": cfg.budget_composition,
         "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
+    if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None:
+        budget = {"epsilon_budget_per_agent": cfg.epsilon,
+                  "budget_composition": f"{cfg.accountant} accountant at δ = {cfg.delta:g}",
+                  "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
     return {
         "algorithm": f"fedpg-{cfg.algorithm}",
         "label": algorithm_label(cfg),
