@@ -379,6 +379,7 @@ class RoundInfo(NamedTuple):
     used_before: Array  # mean episodes per agent before this round
     batch: Array  # B_t (mean over nodes for Dec)
     inner_steps: Array  # N_t (mean over nodes for Dec)
+    participants: Array  # agents that played B_t episodes (K; fewer under agent sampling)
 
 
 class NodeUpdate(NamedTuple):
@@ -554,7 +555,7 @@ class FedPG:
         theta, opt_state = self.scsg(theta_0, mu, state.opt_state, steps, server_env, k_inner)
         used = state.used + batch + cfg.minibatch * steps[0]
         info = RoundInfo(_mean_return(ep), jnp.mean(state.used), batch.astype(jnp.float32),
-                         steps[0].astype(jnp.float32))
+                         steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)))
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
                          state.rounds + 1, state.noise)
         return new, info
@@ -605,7 +606,8 @@ class FedPG:
         used = state.used + upd.batch + cfg.minibatch * upd.steps
         batch = upd.batch.astype(jnp.float32)
         info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
-                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)))
+                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
+                         jnp.asarray(cfg.agents))
         return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
                            state.noise), info)
 

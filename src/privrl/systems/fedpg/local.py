@@ -122,6 +122,8 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         played += int(np.asarray(state.used).sum() - used.sum())
         if cfg.algorithm == "cen":  # the server's N_t·b were counted once per agent above
             played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
+            # unsampled agents (distributed-gaussian) played no episode
+            played -= int(((k - info.participants[live]) * info.batch[live]).sum())
         nan = np.where(live, 1.0, np.nan)
         rows.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
                      info.inner_steps * nan))
