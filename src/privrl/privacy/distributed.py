@@ -172,11 +172,14 @@ class DistributedGaussianMechanism:
     def describe(self) -> dict[str, Any]:
         return {"mechanism": self.name, "params": self.params(), **self.guarantee.to_dict()}
 
-    def sample(self, key: Array) -> Array:
-        """Which of the K agents take part in a round: independent Bernoulli(q), (K,) bool."""
+    def sample(self, keys: Array) -> Array:
+        """Which agents take part in a round: each decides with its own key (K keys, the ones
+        its share is drawn with, or secret ones), Bernoulli(q) independently; (K,) bool.
+        The decision must stay secret from the server, so it never uses a server key."""
         if self.sampling_rate >= 1:
-            return jnp.ones((self.agents,), bool)
-        return jax.random.bernoulli(key, self.sampling_rate, (self.agents,))
+            return jnp.ones(keys.shape[:1], bool)
+        return jax.vmap(lambda k: jax.random.bernoulli(jax.random.fold_in(k, 0x5A3),
+                                                       self.sampling_rate))(keys)
 
     def share(self, key: Array, x: Array, sampled: Array) -> Share:
         """One agent's message: clip_C(x) if sampled else 0, plus N(0, σ²C²/m · I)."""

@@ -114,3 +114,12 @@ def test_dropouts_degrade_the_noise_multiplier():
 def test_bad_parameters_are_refused(kwargs):
     with pytest.raises(ValueError):
         DistributedGaussianMechanism(1.0, 1.0, agents=10, **kwargs)
+
+
+def test_each_agent_samples_itself_with_rate_q():
+    """20,000 agents' own keys, q = 0.1: the sampled fraction's std is sqrt(q(1-q)/n) = 0.0021,
+    so ±0.01 is 4.7 standard deviations; q = 1 samples everyone."""
+    keys = jax.random.split(jax.random.key(5), 20_000)
+    sampled = DistributedGaussianMechanism(1.0, 1.0, agents=20_000, sampling_rate=0.1).sample(keys)
+    assert abs(float(jnp.mean(sampled)) - 0.1) < 0.01
+    assert bool(jnp.all(DistributedGaussianMechanism(1.0, 1.0, agents=3).sample(keys[:3])))

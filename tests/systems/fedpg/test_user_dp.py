@@ -31,6 +31,8 @@ TINY = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
     ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "sampling_rate": 0.5},
      "sampling_rate"),
     ({"min_honest": 5}, "min_honest"),
+    ({**DG, "dp_rounds": 0}, "dp_rounds"),
+    ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "dp_rounds": 5}, "dp_rounds"),
 ])
 def test_bad_config_is_refused(overrides, field):
     with pytest.raises(ConfigError) as e:
@@ -82,17 +84,16 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, monkeypat
     assert not out.exists()
 
 
-def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys, monkeypatch):
+def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     """A tiny end-to-end run: privacy.json lists the events (q, σ, count) and its ε
     recomputes from them with dp_accounting directly; every agent is charged every round.
-    σ is calibrated for 2 rounds (max_rounds patched) while the episodes allow more: the
+    σ is calibrated for 2 rounds (--dp-rounds) while the episodes allow more: the
     accountant's budget ends the run after 2 rounds, not the episode budget."""
-    monkeypatch.setattr(FedPGConfig, "max_rounds", lambda self: 2)
     out = tmp_path / "dg"
     args = ["run", "fedpg-cen", "--agents", "4", "--budget", "60", "--batch-min", "2",
             "--batch-max", "3", "--minibatch", "1", "--mechanism", "distributed-gaussian",
             "--epsilon", "3", "--sampling-rate", "0.5", "--min-honest", "3", "--seed", "1",
-            "--accountant", "rdp",
+            "--accountant", "rdp", "--dp-rounds", "2",
             "--out", str(out), "--no-progress"]
     assert cli.main(args) == 0
     rec = json.loads((out / "privacy.json").read_text())

@@ -160,6 +160,9 @@ class FedPGConfig(Config):
     # as 50 agents, whatever K; at ε = 2 the noise on the mean is within 15% of q = 1's).
     sampling_rate: float | None = None
     min_honest: int | None = None
+    # distributed-gaussian with epsilon: σ is calibrated for this many rounds (None: the most
+    # the episode budget allows, max_rounds()); a trial that wants more is ended by the budget.
+    dp_rounds: int | None = None
 
     presets = PRESETS
 
@@ -172,6 +175,10 @@ class FedPGConfig(Config):
         """An upper bound on the rounds the budget allows (each costs >= B_min + b·N_min)."""
         n_min = 1 if self.inner_steps is None else self.inner_steps
         return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
+
+    def calibration_rounds(self) -> int:
+        """The rounds an accounted mechanism's σ is calibrated for."""
+        return self.max_rounds() if self.dp_rounds is None else self.dp_rounds
 
     def validate(self) -> None:
         one_of("algorithm", self.algorithm, ALGORITHMS)
@@ -269,6 +276,11 @@ class FedPGConfig(Config):
 
     def _validate_distributed(self) -> None:
         """distributed-gaussian's own fields and the combinations that make no sense."""
+        if self.dp_rounds is not None:
+            if self.mechanism != "distributed-gaussian" or self.epsilon is None:
+                fail("dp_rounds", "the rounds σ is calibrated for: distributed-gaussian with "
+                                  "epsilon only")
+            integer("dp_rounds", self.dp_rounds)
         if self.mechanism != "distributed-gaussian":
             if self.sampling_rate is not None:
                 fail("sampling_rate", "agent sampling is part of the distributed-gaussian "
@@ -306,7 +318,7 @@ class FedPGConfig(Config):
         if self.mechanism == "distributed-gaussian":
             # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
             try:
-                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
+                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.calibration_rounds(),
                                                self.sampling_rate, kind=self.accountant)
             except CalibrationError as e:
                 fail("epsilon", str(e))
@@ -540,7 +552,7 @@ class FedPG:
                      jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
                                                               state.rounds))
         if isinstance(self.mechanism, DistributedGaussianMechanism):
-            ep, mu = self.distributed_mu(state, theta_0, batch, live, k_b, k_ep, mech_keys)
+            ep, mu = self.distributed_mu(state, theta_0, batch, live, k_ep, mech_keys)
         else:
             thetas = jnp.broadcast_to(theta_0, (k, self.dim))
             agent_live = (jnp.arange(b_max)[None, :] < batch) & live
@@ -561,7 +573,7 @@ class FedPG:
         return new, info
 
     def distributed_mu(self, state: FedPGState, theta_0: Array, batch: Array, live: Array,
-                       k_b: Array, k_ep: Array, mech_keys: Array) -> tuple[Episodes, Array]:
+                       k_ep: Array, mech_keys: Array) -> tuple[Episodes, Array]:
         """distributed-gaussian: Poisson-sampled agents play B_t episodes and compute μ_tᵏ;
         all K agents send a Share (unsampled: noise only); the server gets the secure sum
         and divides it by the public expected count q·K.
@@ -573,7 +585,7 @@ class FedPG:
         holds as stated (it costs utility, not privacy)."""
         cfg = self.config
         k, b_max, s = cfg.agents, cfg.batch_max, self.slots
-        sampled = self.mechanism.sample(jax.random.fold_in(k_b, 0x5A3))
+        sampled = self.mechanism.sample(mech_keys)  # each agent's own (secret) key
         (ids,) = jnp.nonzero(sampled, size=s, fill_value=k)
         valid = ids < k
         ids = jnp.where(valid, ids, 0)

@@ -171,6 +171,10 @@ def run_fedpg_cen_command(
         help="distributed-gaussian: noise shares are sized N(0, (σC)²/m) so that any m honest "
         "agents' shares carry the full noise; up to K − m agents may drop out or collude with "
         "the server at the stated ε (default m = K: none).")] = None,
+    dp_rounds: Annotated[int | None, typer.Option(
+        help="distributed-gaussian with --epsilon: calibrate σ for this many rounds instead of "
+        "the most the episode budget allows (less noise); the privacy budget ends a trial "
+        "that would run more.")] = None,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -180,7 +184,8 @@ def run_fedpg_cen_command(
     from privrl.runtime.output import check_out_dir
 
     cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise,
-                        sampling_rate=sampling_rate, min_honest=min_honest, **_fedpg_common(
+                        sampling_rate=sampling_rate, min_honest=min_honest,
+                        dp_rounds=dp_rounds, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value))
