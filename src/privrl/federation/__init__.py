@@ -18,7 +18,7 @@ from privrl.federation.service import (
     Verdict,
     replay,
 )
-from privrl.federation.star import average_reports
+from privrl.federation.star import average_reports, mean_from_sum
 from privrl.federation.topology import (
     TOPOLOGIES,
     Topology,
@@ -40,6 +40,7 @@ __all__ = [
     "Verdict",
     "average_reports",
     "make_topology",
+    "mean_from_sum",
     "push_sum_add",
     "push_sum_apply",
     "push_sum_init",

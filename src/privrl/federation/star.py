@@ -7,7 +7,7 @@ from jax import Array
 
 from privrl.privacy.report import Report
 
-__all__ = ["average_reports"]
+__all__ = ["average_reports", "mean_from_sum"]
 
 
 def average_reports(reports: Report, live: Array | None = None) -> Array:
@@ -18,3 +18,10 @@ def average_reports(reports: Report, live: Array | None = None) -> Array:
         return jnp.mean(values, axis=0)
     weight = live.astype(values.dtype)
     return jnp.sum(values * weight[:, None], axis=0) / jnp.maximum(jnp.sum(weight), 1.0)
+
+
+def mean_from_sum(report: Report, count: float) -> Array:
+    """μ = the securely aggregated sum (one Report) divided by a public count (the expected
+    number of participants q·K, not the realized one, which would tell the server who took
+    part). Post-processing of the one released sum."""
+    return report.value / count

@@ -8,6 +8,12 @@ from privrl.privacy.accounting import (
     gaussian_epsilon,
 )
 from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
+from privrl.privacy.distributed import (
+    DistributedGaussianMechanism,
+    RoundBudget,
+    Share,
+    secure_aggregate,
+)
 from privrl.privacy.functional import (
     GPNoiseFunction,
     GPNoiseState,
@@ -35,6 +41,7 @@ __all__ = [
     "BoxGaussianMechanism",
     "BudgetExceededError",
     "CalibrationError",
+    "DistributedGaussianMechanism",
     "GPNoiseFunction",
     "GPNoiseState",
     "GaussianMechanism",
@@ -47,6 +54,8 @@ __all__ = [
     "PrivacyLedger",
     "ProjectedRandomSignMechanism",
     "Report",
+    "RoundBudget",
+    "Share",
     "Theorem5",
     "UnboundedGaussianNoise",
     "calibrate_noise_multiplier",
@@ -58,4 +67,5 @@ __all__ = [
     "gp_noise_init",
     "gp_noise_query",
     "gp_noise_reset",
+    "secure_aggregate",
 ]

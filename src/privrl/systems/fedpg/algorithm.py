@@ -51,7 +51,7 @@ from privrl.federation.pushsum import (
     push_sum_mix,
     push_sum_z,
 )
-from privrl.federation.star import average_reports
+from privrl.federation.star import average_reports, mean_from_sum
 from privrl.federation.topology import TOPOLOGIES, Topology, TopologyError, make_topology
 from privrl.losses import (
     action_log_probs,
@@ -68,6 +68,7 @@ from privrl.privacy.accounting import (
     calibrate_noise_multiplier,
     optimal_composition_admits,
 )
+from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
 from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
 from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.mechanisms import (
@@ -80,9 +81,14 @@ from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
 
 ALGORITHMS = ("cen", "dec")
-MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg")
+MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
+# Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
+# Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
+ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian")
 # Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
 PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
+# distributed-gaussian's default sampling: this many agents per round in expectation.
+DEFAULT_PARTICIPANTS = 50
 IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
 # "paper": FedPG-BR's CartPole setting (the dataclass defaults). No tuned preset yet.
@@ -101,7 +107,12 @@ class FedPGConfig(Config):
     `noise_multiplier` σ (noise std σ·clip), or instead `epsilon` = each agent's total budget
     at `delta` over the run, for which σ is calibrated over the most rounds the budget allows,
     by `accountant` (pld: the exact analytic Gaussian composition; rdp: RDP), the one that also
-    states the run's ε.
+    states the run's ε. distributed-gaussian (Cen only): user-level central DP; every agent
+    clips its μ_tᵏ to `clip` and adds a share of the noise, the server sees only the sum,
+    which carries N(0, σ²C²I) (σ = `noise_multiplier`, or calibrated from `epsilon` at
+    `delta` for the most rounds the budget allows); each agent takes part in a round with
+    probability `sampling_rate` (Poisson); shares are sized so that any `min_honest` (default
+    K) of them carry the full noise. See privrl.privacy.distributed.
     """
 
     algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
@@ -143,6 +154,15 @@ class FedPGConfig(Config):
     noise: str | None = None
     # Float-safe (discrete, CSPRNG) noise for laplace or gaussian. See privrl.privacy.secure.
     secure_noise: bool = False
+    # distributed-gaussian only: Poisson sampling rate q of agents per round, and the number
+    # m of agents whose noise shares alone must carry the sum's full noise (None: K).
+    # None: min(1, 50/K), an expected 50 agents per round (a round then costs about as much
+    # as 50 agents, whatever K; at ε = 2 the noise on the mean is within 15% of q = 1's).
+    sampling_rate: float | None = None
+    min_honest: int | None = None
+    # distributed-gaussian with epsilon: σ is calibrated for this many rounds (None: the most
+    # the episode budget allows, max_rounds()); a trial that wants more is ended by the budget.
+    dp_rounds: int | None = None
 
     presets = PRESETS
 
@@ -155,6 +175,10 @@ class FedPGConfig(Config):
         """An upper bound on the rounds the budget allows (each costs >= B_min + b·N_min)."""
         n_min = 1 if self.inner_steps is None else self.inner_steps
         return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
+
+    def calibration_rounds(self) -> int:
+        """The rounds an accounted mechanism's σ is calibrated for."""
+        return self.max_rounds() if self.dp_rounds is None else self.dp_rounds
 
     def validate(self) -> None:
         one_of("algorithm", self.algorithm, ALGORITHMS)
@@ -211,8 +235,8 @@ class FedPGConfig(Config):
         else:
             # σ given: it is used (ε, if also given, was the target it was calibrated for).
             if self.epsilon is None and self.noise_multiplier is None:
-                fail("epsilon", "the gaussian mechanism needs epsilon (total per agent) or "
-                                "noise_multiplier")
+                fail("epsilon", f"the {self.mechanism} mechanism needs epsilon (total per "
+                                "agent) or noise_multiplier")
             if self.epsilon is not None:
                 positive("epsilon", self.epsilon)
             if self.noise_multiplier is not None:
@@ -221,8 +245,10 @@ class FedPGConfig(Config):
             if not isinstance(self.delta, float):
                 fail("delta", f"must be in (0, 1), got {self.delta!r}")
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        if self.mechanism != "gaussian" and self.noise_multiplier is not None:
-            fail("noise_multiplier", "only the gaussian mechanism takes it")
+        if self.mechanism not in ACCOUNTED_MECHANISMS and self.noise_multiplier is not None:
+            fail("noise_multiplier", "only the gaussian and distributed-gaussian mechanisms "
+                                     "take it")
+        self._validate_distributed()
         one_of("budget_composition", self.budget_composition, COMPOSITIONS)
         if self.mechanism not in PURE_MECHANISMS:
             if self.epsilon_budget is not None:
@@ -248,11 +274,55 @@ class FedPGConfig(Config):
         except ValueError as e:
             fail("gravities", str(e))
 
+    def _validate_distributed(self) -> None:
+        """distributed-gaussian's own fields and the combinations that make no sense."""
+        if self.dp_rounds is not None:
+            if self.mechanism != "distributed-gaussian" or self.epsilon is None:
+                fail("dp_rounds", "the rounds σ is calibrated for: distributed-gaussian with "
+                                  "epsilon only")
+            integer("dp_rounds", self.dp_rounds)
+        if self.mechanism != "distributed-gaussian":
+            if self.sampling_rate is not None:
+                fail("sampling_rate", "agent sampling is part of the distributed-gaussian "
+                                      f"mechanism only, not of mechanism={self.mechanism!r}")
+            if self.min_honest is not None:
+                fail("min_honest", "noise shares belong to the distributed-gaussian mechanism "
+                                   f"only, not to mechanism={self.mechanism!r}")
+            return
+        if self.algorithm != "cen":
+            fail("mechanism", "distributed-gaussian protects a sum that a server aggregates: "
+                              "fedpg-cen only (fedpg-dec has no aggregate; use gaussian)")
+        if self.agents < 2:
+            fail("agents", "distributed-gaussian needs K >= 2 agents: a secure sum of one "
+                           "agent's message is that message (use --mechanism gaussian)")
+        if self.min_honest is not None:
+            integer("min_honest", self.min_honest)
+            if self.min_honest > self.agents:
+                fail("min_honest", f"{self.min_honest} honest agents' noise shares were "
+                                   f"asked for, but there are only K = {self.agents} agents")
+        if self.sampling_rate is None:
+            return
+        in_range("sampling_rate", self.sampling_rate, 0, 1, low_open=True)
+        if self.sampling_rate * self.agents < 1:
+            fail("sampling_rate", f"q·K = {self.sampling_rate:g}·{self.agents} < 1: fewer "
+                                  "than one agent would take part in a round on average")
+
     def resolved(self) -> FedPGConfig:
         """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
         self.validate()
-        if self.mechanism != "gaussian" or self.noise_multiplier is not None:
+        if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
+            return replace(self, sampling_rate=min(1.0, DEFAULT_PARTICIPANTS / self.agents)
+                           ).resolved()
+        if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
             return self
+        if self.mechanism == "distributed-gaussian":
+            # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
+            try:
+                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.calibration_rounds(),
+                                               self.sampling_rate, kind=self.accountant)
+            except CalibrationError as e:
+                fail("epsilon", str(e))
+            return replace(self, noise_multiplier=z)
         try:
             # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
             # 2·clip, so the mechanism's σ (std / clip) is twice it.
@@ -263,8 +333,14 @@ class FedPGConfig(Config):
         return replace(self, noise_multiplier=2.0 * z)
 
 
-def make_mechanism(cfg: FedPGConfig) -> Mechanism:
+def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee)."""
+    if cfg.mechanism == "distributed-gaussian":
+        if cfg.noise_multiplier is None:
+            raise ValueError("resolve the config first (FedPGConfig.resolved)")
+        return DistributedGaussianMechanism(cfg.noise_multiplier, cfg.clip, cfg.agents,
+                                            cfg.min_honest, cfg.sampling_rate, cfg.delta,
+                                            cfg.accountant)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "privunit":
@@ -315,6 +391,7 @@ class RoundInfo(NamedTuple):
     used_before: Array  # mean episodes per agent before this round
     batch: Array  # B_t (mean over nodes for Dec)
     inner_steps: Array  # N_t (mean over nodes for Dec)
+    participants: Array  # agents that played B_t episodes (K; fewer under agent sampling)
 
 
 class NodeUpdate(NamedTuple):
@@ -339,6 +416,7 @@ class FedPG:
         self.mechanism = make_mechanism(cfg)
         self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[cfg.optimizer](cfg.learning_rate)
         self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None
+        self.slots = participant_slots(cfg.agents, cfg.sampling_rate)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> FedPGState:
@@ -470,26 +548,57 @@ class FedPG:
         batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
         theta_0 = state.gossip.x  # (1, d): the server's θ₀ᵗ
         # Agents: B_t episodes each with the broadcast θ₀ᵗ, then their μ_tᵏ as Reports.
-        thetas = jnp.broadcast_to(theta_0, (k, self.dim))
-        agent_live = (jnp.arange(b_max)[None, :] < batch) & live
-        ep = self.sample(thetas, self.env_params_of(state.key, jnp.arange(k)),
-                         jnp.broadcast_to(agent_live, (k, b_max)), k_ep)
-        mu_k = self.gradients(thetas, ep)
         mech_keys = (jax.random.split(k_mech, k) if state.noise is None else
                      jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
                                                               state.rounds))
-        reports = jax.vmap(self.mechanism.privatize)(mech_keys, mu_k)
-        # Server: average, then N_t SCSG steps on its own episodes.
-        mu = average_reports(reports)[None]
+        if isinstance(self.mechanism, DistributedGaussianMechanism):
+            ep, mu = self.distributed_mu(state, theta_0, batch, live, k_ep, mech_keys)
+        else:
+            thetas = jnp.broadcast_to(theta_0, (k, self.dim))
+            agent_live = (jnp.arange(b_max)[None, :] < batch) & live
+            ep = self.sample(thetas, self.env_params_of(state.key, jnp.arange(k)),
+                             jnp.broadcast_to(agent_live, (k, b_max)), k_ep)
+            mu_k = self.gradients(thetas, ep)
+            reports = jax.vmap(self.mechanism.privatize)(mech_keys, mu_k)
+            # Server: average, then N_t SCSG steps on its own episodes.
+            mu = average_reports(reports)[None]
         steps = self.draw_steps(k_n, batch[None]) * live
         server_env = self.env_params_of(state.key, jnp.array([k]))
         theta, opt_state = self.scsg(theta_0, mu, state.opt_state, steps, server_env, k_inner)
         used = state.used + batch + cfg.minibatch * steps[0]
         info = RoundInfo(_mean_return(ep), jnp.mean(state.used), batch.astype(jnp.float32),
-                         steps[0].astype(jnp.float32))
+                         steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)))
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
                          state.rounds + 1, state.noise)
         return new, info
+
+    def distributed_mu(self, state: FedPGState, theta_0: Array, batch: Array, live: Array,
+                       k_ep: Array, mech_keys: Array) -> tuple[Episodes, Array]:
+        """distributed-gaussian: Poisson-sampled agents play B_t episodes and compute μ_tᵏ;
+        all K agents send a Share (unsampled: noise only); the server gets the secure sum
+        and divides it by the public expected count q·K.
+
+        Only `self.slots` lanes are computed (the first sampled agents by id), so a round
+        costs about q·K agents, not K. A sampled agent beyond the slots (probability below
+        1e-8 per round by the 6-std margin) sends its noise share only: its exclusion is
+        data-independent and can only lower its inclusion probability, so the guarantee
+        holds as stated (it costs utility, not privacy)."""
+        cfg = self.config
+        k, b_max, s = cfg.agents, cfg.batch_max, self.slots
+        sampled = self.mechanism.sample(mech_keys)  # each agent's own (secret) key
+        (ids,) = jnp.nonzero(sampled, size=s, fill_value=k)
+        valid = ids < k
+        ids = jnp.where(valid, ids, 0)
+        thetas = jnp.broadcast_to(theta_0, (s, self.dim))
+        slot_live = ((jnp.arange(b_max)[None, :] < batch) & live) & valid[:, None]
+        ep = self.sample(thetas, self.env_params_of(state.key, ids), slot_live, k_ep)
+        mu_slots = self.gradients(thetas, ep)
+        # Back to the K agents: a sampled agent in a slot holds its μ, every other one 0.
+        included = jnp.zeros((k,), bool).at[ids].max(valid)
+        mu_k = jnp.zeros((k, self.dim), mu_slots.dtype).at[ids].add(
+            mu_slots * valid[:, None])
+        shares = jax.vmap(self.mechanism.share)(mech_keys, mu_k, included)
+        return ep, mean_from_sum(secure_aggregate(shares), cfg.sampling_rate * k)[None]
 
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
@@ -509,7 +618,8 @@ class FedPG:
         used = state.used + upd.batch + cfg.minibatch * upd.steps
         batch = upd.batch.astype(jnp.float32)
         info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
-                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)))
+                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
+                         jnp.asarray(cfg.agents))
         return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
                            state.noise), info)
 
@@ -537,6 +647,14 @@ class FedPG:
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""
         return jnp.mean(push_sum_z(state.gossip), axis=0)
+
+
+def participant_slots(agents: int, q: float | None) -> int:
+    """Lanes computed per round under Poisson sampling: the mean q·K plus 6 standard
+    deviations (P(more sampled) < 1e-8), at most K."""
+    if q is None or q >= 1:
+        return agents
+    return min(agents, math.ceil(q * agents + 6 * math.sqrt(q * (1 - q) * agents)) + 1)
 
 
 def node_noise_key(root: Array, node: Array, round_: Array) -> Array:

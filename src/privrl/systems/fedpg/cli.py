@@ -46,6 +46,7 @@ class FedPGMechanism(StrEnum):
     gaussian = "gaussian"
     privunit = "privunit"
     privunitg = "privunitg"
+    distributed_gaussian = "distributed-gaussian"
 
 
 class FedPGTopology(StrEnum):
@@ -59,7 +60,10 @@ _FEDPG_MECHANISM_HELP = (
     "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release), "
     "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
     "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per "
-    "release; docs/ldp-mechanisms.md).")
+    "release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level "
+    "central DP; each agent clips to L2 norm C and adds a share of the noise, a simulated "
+    "secure aggregation gives the server only the sum, which carries N(0, (σC)²); "
+    "--sampling-rate, --min-honest; docs/fedpg.md).")
 
 
 def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
@@ -126,9 +130,12 @@ EpsOpt = Annotated[float | None, typer.Option(
     help="laplace, privunit, privunitg: ε per release (> 0, finite); each agent releases "
     "once per round and the "
     "ledger composes its releases. gaussian: each agent's total ε at --delta over the run "
-    "(σ is calibrated for the most rounds the budget allows). Needs --mechanism.")]
+    "(σ is calibrated for the most rounds the budget allows). distributed-gaussian: each "
+    "agent's user-level ε at --delta over the run (same calibration, Poisson sampling "
+    "included); rounds beyond it are refused. Needs --mechanism.")]
 SigmaOpt = Annotated[float | None, typer.Option(
-    help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon.")]
+    help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon. "
+    "distributed-gaussian: the std of the sum's noise is σ·C.")]
 DeltaOpt = Annotated[float, typer.Option(
     help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal composition "
     "stated beside the pure ε (the budget's δ with --budget-composition optimal).")]
@@ -155,6 +162,19 @@ def run_fedpg_cen_command(
     accountant: AccountantOpt = AccountantName.pld,
     epsilon_budget: EpsBudgetOpt = None,
     budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
+    sampling_rate: Annotated[float | None, typer.Option(
+        help="distributed-gaussian: each agent takes part in a round with probability q "
+        "(Poisson sampling, q in (0, 1]; amplifies privacy); unsampled agents play no "
+        "episode and send their noise share only. Default: min(1, 50/K), an expected 50 "
+        "agents per round.")] = None,
+    min_honest: Annotated[int | None, typer.Option(
+        help="distributed-gaussian: noise shares are sized N(0, (σC)²/m) so that any m honest "
+        "agents' shares carry the full noise; up to K − m agents may drop out or collude with "
+        "the server at the stated ε (default m = K: none).")] = None,
+    dp_rounds: Annotated[int | None, typer.Option(
+        help="distributed-gaussian with --epsilon: calibrate σ for this many rounds instead of "
+        "the most the episode budget allows (less noise); the privacy budget ends a trial "
+        "that would run more.")] = None,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -163,7 +183,9 @@ def run_fedpg_cen_command(
     """
     from privrl.runtime.output import check_out_dir
 
-    cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise, **_fedpg_common(
+    cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise,
+                        sampling_rate=sampling_rate, min_honest=min_honest,
+                        dp_rounds=dp_rounds, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value))

@@ -22,6 +22,7 @@ import numpy as np
 
 from privrl.federation.pushsum import push_sum_z
 from privrl.privacy.accounting import Accountant, pure_composition_record
+from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
@@ -77,6 +78,12 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         state = state._replace(noise=secret_keys(cfg.trials))
     ledger = budget_ledger(cfg)
     guarantee = algo.mechanism.guarantee
+    # distributed-gaussian with ε: each trial's rounds are refused beyond the (ε, δ) budget,
+    # by the accountant that states the run's ε (charged before the round, like the ledger).
+    rounds_budget = ([RoundBudget(algo.mechanism.event, cfg.epsilon, cfg.delta,
+                                  cfg.max_rounds(), cfg.accountant) for _ in range(cfg.trials)]
+                     if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None
+                     else None)
     rows: list[tuple[np.ndarray, ...]] = []
     played = 0
     releases = np.zeros(cfg.trials, np.int64)
@@ -91,6 +98,9 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
             for trial in np.flatnonzero(live):
                 spent[trial] = not ledger.can_charge(trial * k + np.arange(k), guarantee)
             live &= ~spent
+        if rounds_budget is not None:
+            spent |= live & ~np.array([b.can_charge() for b in rounds_budget])
+            live &= ~spent
         if not live.any():
             break
         if t >= 10 * cfg.max_rounds():
@@ -98,6 +108,9 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         # Charge before release: every agent of a live trial releases one report this round.
         ids = (np.flatnonzero(live)[:, None] * k + np.arange(k)[None, :]).reshape(-1)
         ledger.charge(ids, guarantee)
+        if rounds_budget is not None:
+            for trial in np.flatnonzero(live):
+                rounds_budget[trial].charge()
         releases += live
         mixing = jnp.asarray(algo.topology.matrix(t) if algo.topology is not None
                              else np.eye(1), jnp.float32)
@@ -109,6 +122,8 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         played += int(np.asarray(state.used).sum() - used.sum())
         if cfg.algorithm == "cen":  # the server's N_t·b were counted once per agent above
             played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
+            # unsampled agents (distributed-gaussian) played no episode
+            played -= int(((k - info.participants[live]) * info.batch[live]).sum())
         nan = np.where(live, 1.0, np.nan)
         rows.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
                      info.inner_steps * nan))
@@ -132,6 +147,15 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
 def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
     """Gaussian: the account (by the config's accountant) of an agent that released
     `releases` reports (one per round); other mechanisms are composed by the ledger."""
+    if algo.config.mechanism == "distributed-gaussian":  # add/remove one agent (zero-out)
+        acc = Accountant(algo.config.accountant)
+        acc.compose(algo.mechanism.event, releases)
+        rec = acc.record(algo.config.delta)
+        rec["neighbouring_relation"] = (
+            f"{USER_NEIGHBOURS}: the sum with and without the agent's update is a "
+            "(Poisson-sampled) Gaussian mechanism of sensitivity C, dp_accounting's "
+            "ADD_OR_REMOVE_ONE events")
+        return rec
     if algo.config.mechanism != "gaussian":
         return None
     acc = Accountant(algo.config.accountant, neighbouring=algo.mechanism.guarantee.neighbouring)
@@ -171,7 +195,12 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
     reach = episodes_to_target(run)
     private = run.ledger.summary()["formal_guarantee"]
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
-    if cfg.mechanism == "gaussian":
+    if cfg.mechanism == "distributed-gaussian":
+        privacy = (f"user-level (ε, δ)-DP over the run: ε = {run.accounting['epsilon']:.3g} at "
+                   f"δ = {cfg.delta:g} ({cfg.accountant} accountant), distributed Gaussian σ = "
+                   f"{cfg.noise_multiplier:.3g} on the secure sum, L2 clip {cfg.clip:g}, "
+                   f"sampling q = {cfg.sampling_rate:g}")
+    elif cfg.mechanism == "gaussian":
         privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
                    f"δ = {cfg.delta:g} ({cfg.accountant} accountant), Gaussian σ = "
                    f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
@@ -188,6 +217,10 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "epsilon_budget_per_agent": cfg.epsilon_budget,
         "budget_composition": cfg.budget_composition,
         "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
+    if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None:
+        budget = {"epsilon_budget_per_agent": cfg.epsilon,
+                  "budget_composition": f"{cfg.accountant} accountant at δ = {cfg.delta:g}",
+                  "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
     return {
         "algorithm": f"fedpg-{cfg.algorithm}",
         "label": algorithm_label(cfg),
@@ -240,6 +273,28 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
 
     def statement(parts: Mapping[str, Any]) -> str:
         ledger = parts["ledger"]
+        if cfg.mechanism == "distributed-gaussian" and run.accounting is not None:
+            m = run.mechanism["params"]["min_honest"]
+            return (
+                f"User-level central DP. Every round each of the K = {cfg.agents} agents is "
+                f"sampled with probability q = {cfg.sampling_rate:g}; a sampled agent sends "
+                f"its μ_tᵏ clipped to L2 norm {cfg.clip:g} plus a noise share N(0, "
+                f"σ²C²/{m}), an unsampled one the share alone; a simulated secure "
+                f"aggregation gives the server only the sum, whose noise N(0, σ²C²), σ = "
+                f"{cfg.noise_multiplier:.6g}, is carried by any {m} honest shares. One agent "
+                f"(all its data) added or removed (zero-out) changes the sum by at most C: "
+                f"each round is dp_accounting's "
+                + ("PoissonSampledDpEvent(q, GaussianDpEvent(σ))" if cfg.sampling_rate < 1
+                   else "GaussianDpEvent(σ)")
+                + f"; {int(run.releases.max())} rounds compose by the "
+                f"{run.accounting['accountant']} to (ε = {run.accounting['epsilon']:.4g}, "
+                f"δ = {cfg.delta:g}) per agent. Trust model: agents follow the protocol, the "
+                f"server is honest-but-curious; if t agents drop out or collude with the "
+                f"server the guarantee holds for t <= K − {m} = {cfg.agents - m} and beyond "
+                f"that only with σ·sqrt((K − t)/{m}) (see trust_model). The server's "
+                f"optimizer steps are post-processing. The ledger below records every agent's "
+                f"per-round releases; its basic composition (Σε) is far looser than the "
+                f"accountant's. {server}").strip()
         if cfg.mechanism == "gaussian" and run.accounting is not None:
             one = run.mechanism["epsilon"]
             return (
@@ -292,10 +347,43 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
         stated, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
         with_accounting=True, fields={
             **per_release(run),
+            **trust_model(run),
             "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def trust_model(run: FedPGRun) -> dict[str, Any]:
+    """distributed-gaussian: how the guarantee degrades as agents drop out or collude (the
+    noise multiplier that the honest agents' shares alone carry, and its ε over the run)."""
+    cfg = run.config
+    if cfg.mechanism != "distributed-gaussian" or run.accounting is None:
+        return {}
+    from privrl.privacy.accounting import Accountant, PrivacyEvent
+
+    k, m = cfg.agents, run.mechanism["params"]["min_honest"]
+    rounds = int(run.releases.max())
+    rows = []
+    for t in sorted({0, k - m, k - m + max(1, m // 10), k - m + max(1, m // 2)}):
+        if t >= k:
+            continue
+        sigma = cfg.noise_multiplier * math.sqrt(min(k - t, m) / m)
+        event = PrivacyEvent("gaussian", sigma, "poisson" if cfg.sampling_rate < 1 else "none",
+                             cfg.sampling_rate)
+        acc = Accountant(cfg.accountant)
+        acc.compose(event, rounds)
+        rows.append({"dropped_or_colluding": t, "noise_multiplier": sigma,
+                     "epsilon": acc.epsilon(cfg.delta) if rounds else 0.0})
+    return {"trust_model": {
+        "secure_aggregation": "simulated: one function sums the K messages and returns the sum "
+                              "only (privrl.privacy.distributed.secure_aggregate)",
+        "server": "honest-but-curious; sees the sum only",
+        "agents": "follow the protocol; unsampled agents send a noise share too",
+        "min_honest": m,
+        "degradation": "t agents dropped out or colluding with the server: noise multiplier "
+                       "σ·sqrt(min(K − t, m)/m), ε recomputed with it",
+        "by_dropouts": rows}}
 
 
 def per_release(run: FedPGRun) -> dict[str, Any]:

@@ -1,0 +1,219 @@
+"""User-level central DP with distributed Gaussian noise and a simulated secure aggregation.
+
+DP-FedAvg (McMahan et al. 2018) adds Gaussian noise N(0, σ²C²I) to the SUM of the agents'
+clipped updates. Here nobody holds that noise: every one of the K registered agents adds a
+share N(0, σ²C²/m · I) to what it sends (Kairouz, Liu & Steinke 2021 do this with discrete
+noise), and a secure-aggregation step reveals only the sum of the K messages. Any m of the
+K shares already sum to the full N(0, σ²C²I); m = `min_honest` (default K).
+
+One round (`DistributedGaussianMechanism`):
+* each agent is sampled independently with probability q (Poisson sampling);
+* a sampled agent sends clip_C(x) + its share, an unsampled one its share alone (a zeroed
+  update), so that the noise in the sum does not depend on who was sampled;
+* `secure_aggregate` returns the sum of all K messages as a `Report`: the only object that
+  leaves this module. Individual messages are `Share`s, which aggregator code never sees.
+
+Guarantee (user level, per round): unit = one agent's whole data (every update it could
+send); neighbouring relation = zero-out: one agent's data is added or removed (its updates
+are replaced by zero) while its noise share stays (Kairouz et al. 2021's "zero-out" notion
+for DP-FTRL). Removing the agent moves the sum by its clipped update, L2 norm <= C, and the
+sum's noise does not change, so one round is the Gaussian mechanism with noise multiplier
+σ, Poisson-subsampled at rate q: dp_accounting's PoissonSampledDpEvent(q, GaussianDpEvent(σ))
+(GaussianDpEvent(σ) at q = 1), composed over the rounds by privrl.privacy.accounting.
+
+Trust model: agents follow the protocol, and the secure aggregation reveals the sum only
+(simulated here: one function computes it; Bonawitz et al. 2017 is the protocol). The server
+is honest-but-curious. If t agents drop out (their shares are missing) or collude with the
+server (their shares are known to it), only K − t shares protect the others: the noise std
+falls to σ·sqrt((K − t)/m). With t <= K − m the stated guarantee holds unchanged (the honest
+shares alone have variance >= σ²C²); beyond it, the guarantee is the one of the smaller
+multiplier (`effective_noise_multiplier`). Sampling must stay secret from the server for the
+amplification by sampling to hold: unsampled agents send a message too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent
+from privrl.privacy.clipping import clip_l2
+from privrl.privacy.ledger import BudgetExceededError
+from privrl.privacy.report import _MINT, Guarantee, Report
+
+__all__ = [
+    "USER_NEIGHBOURS",
+    "USER_UNIT",
+    "DistributedGaussianMechanism",
+    "RoundBudget",
+    "Share",
+    "secure_aggregate",
+]
+
+USER_UNIT = "one agent's whole data (every update it sends over the run): user level"
+USER_NEIGHBOURS = ("zero-out: add or remove one agent's data (its updates replaced by zero, "
+                   "its noise share kept); the sum moves by at most the clip C in L2")
+
+
+@jax.tree_util.register_pytree_node_class
+class Share:
+    """One agent's message to the secure aggregation: its (maybe zeroed) clipped update plus
+    its noise share. Not a `Report`: no guarantee holds for one share alone (its noise is a
+    1/m part of what the sum needs), so only `secure_aggregate` turns shares into a Report."""
+
+    __slots__ = ("_value", "guarantee")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a Share is made by DistributedGaussianMechanism.share only")
+
+    @classmethod
+    def _make(cls, value: Array, guarantee: Guarantee) -> Share:
+        share = object.__new__(cls)
+        object.__setattr__(share, "_value", value)
+        object.__setattr__(share, "guarantee", guarantee)
+        return share
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Share is immutable")
+
+    def __repr__(self) -> str:
+        return f"Share(shape={getattr(self._value, 'shape', None)})"
+
+    def tree_flatten(self) -> tuple[tuple[Array], Guarantee]:
+        return (self._value,), self.guarantee
+
+    @classmethod
+    def tree_unflatten(cls, guarantee: Guarantee, children: tuple[Array]) -> Share:
+        return cls._make(children[0], guarantee)
+
+
+def secure_aggregate(shares: Share) -> Report:
+    """Simulated secure aggregation: the sum over the leading axis of a batch of K shares, as
+    the one `Report` the server receives. Nothing else about the shares is returned."""
+    return Report._mint(_MINT, jnp.sum(shares._value, axis=0), shares.guarantee)
+
+
+@dataclass(frozen=True)
+class DistributedGaussianMechanism:
+    """One round of user-level DP-FedAvg with distributed noise (see the module docstring).
+
+    noise_multiplier σ: the sum's noise std / C; clip C: L2 clip of each update; agents K;
+    min_honest m (<= K): shares are sized N(0, σ²C²/m) so that any m of them carry the full
+    noise; sampling_rate q in (0, 1]; delta: δ of the per-round ε stated in `guarantee`.
+    """
+
+    noise_multiplier: float
+    clip: float
+    agents: int
+    min_honest: int | None = None
+    sampling_rate: float = 1.0
+    delta: float = 1e-5
+    accountant: str = DEFAULT_ACCOUNTANT
+    name = "distributed-gaussian"
+
+    def __post_init__(self) -> None:
+        for name in ("noise_multiplier", "clip"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {v!r}")
+        if isinstance(self.agents, bool) or int(self.agents) != self.agents or self.agents < 1:
+            raise ValueError(f"agents must be an integer >= 1, got {self.agents!r}")
+        m = self.agents if self.min_honest is None else self.min_honest
+        if isinstance(m, bool) or int(m) != m or not 1 <= m <= self.agents:
+            raise ValueError(f"min_honest must be an integer in [1, agents = {self.agents}], "
+                             f"got {m!r}")
+        object.__setattr__(self, "min_honest", int(m))
+        q = self.sampling_rate
+        if not (isinstance(q, int | float) and 0 < q <= 1):
+            raise ValueError(f"sampling_rate must be in (0, 1], got {q!r}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+
+    @property
+    def share_std(self) -> float:
+        """Each agent's noise std per coordinate: σC/√m."""
+        return self.noise_multiplier * self.clip / math.sqrt(self.min_honest)
+
+    @property
+    def event(self) -> PrivacyEvent:
+        """One round, for the accountant: Poisson(q)-sampled Gaussian with multiplier σ."""
+        q = float(self.sampling_rate)
+        return PrivacyEvent("gaussian", self.noise_multiplier, "poisson" if q < 1 else "none",
+                            q)
+
+    def effective_noise_multiplier(self, honest: int) -> float:
+        """The sum's noise std / C that `honest` agents' shares alone guarantee (the others
+        dropped out or collude with the server): σ·sqrt(min(honest, m)/m)."""
+        if isinstance(honest, bool) or int(honest) != honest or not 1 <= honest <= self.agents:
+            raise ValueError(f"honest must be an integer in [1, {self.agents}], got {honest!r}")
+        return self.noise_multiplier * math.sqrt(min(honest, self.min_honest) / self.min_honest)
+
+    @cached_property
+    def guarantee(self) -> Guarantee:
+        """(ε, δ)-DP of ONE round at `delta`; a run composes its rounds with the accountant."""
+        eps = Accountant(self.accountant).epsilon_if(self.event, 1, self.delta)
+        return Guarantee(epsilon=eps, delta=self.delta,
+                         notion="(ε, δ)-DP (central, user level, one round; distributed noise)",
+                         unit=USER_UNIT, neighbouring=USER_NEIGHBOURS, sensitivity=self.clip,
+                         norm="L2")
+
+    def params(self) -> dict[str, Any]:
+        return {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
+                "agents": self.agents, "min_honest": self.min_honest,
+                "share_std": self.share_std, "sum_noise_std": self.noise_multiplier * self.clip,
+                "sampling_rate": self.sampling_rate, "delta": self.delta}
+
+    def describe(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "params": self.params(), **self.guarantee.to_dict()}
+
+    def sample(self, keys: Array) -> Array:
+        """Which agents take part in a round: each decides with its own key (K keys, the ones
+        its share is drawn with, or secret ones), Bernoulli(q) independently; (K,) bool.
+        The decision must stay secret from the server, so it never uses a server key."""
+        if self.sampling_rate >= 1:
+            return jnp.ones(keys.shape[:1], bool)
+        return jax.vmap(lambda k: jax.random.bernoulli(jax.random.fold_in(k, 0x5A3),
+                                                       self.sampling_rate))(keys)
+
+    def share(self, key: Array, x: Array, sampled: Array) -> Share:
+        """One agent's message: clip_C(x) if sampled else 0, plus N(0, σ²C²/m · I)."""
+        x = jnp.asarray(x)
+        if x.ndim != 1:
+            raise ValueError(f"a share is made of a 1-D update, got shape {x.shape}")
+        update = jnp.where(sampled, clip_l2(x, self.clip), jnp.zeros_like(x))
+        noise = self.share_std * jax.random.normal(key, x.shape, x.dtype)
+        return Share._make(update + noise, self.guarantee)
+
+
+class RoundBudget:
+    """Each agent's (ε, δ) budget over the run, enforced before every round by the accountant
+    that states the run's ε (the ledger's basic Σε would be far looser). Every agent is
+    subject to every round (sampling is part of the mechanism), so one account serves all.
+
+    The rounds that fit are found once (`Accountant.max_count`, exact: ε grows with the
+    count); `charge` refuses a round beyond them and records nothing in that case."""
+
+    def __init__(self, event: PrivacyEvent, epsilon: float, delta: float, upper: int,
+                 kind: str = DEFAULT_ACCOUNTANT) -> None:
+        self.event, self.epsilon, self.delta = event, float(epsilon), float(delta)
+        self.accountant = Accountant(kind)
+        self.allowed = self.accountant.max_count(event, self.delta, self.epsilon, int(upper))
+        self.rounds = 0
+
+    def can_charge(self) -> bool:
+        return self.rounds < self.allowed
+
+    def charge(self) -> None:
+        """Record one more round, or raise BudgetExceededError (nothing recorded)."""
+        if not self.can_charge():
+            raise BudgetExceededError(
+                f"round {self.rounds + 1} would exceed the budget ε = {self.epsilon:g} at "
+                f"δ = {self.delta:g}: {self.allowed} round(s) fit")
+        self.accountant.compose(self.event, 1)
+        self.rounds += 1
