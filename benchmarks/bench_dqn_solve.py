@@ -1,8 +1,8 @@
 """Issue 19: one DQN setting on CartPole-v1 over seeds: solved?, best and last 25-eval means, ε.
 
 Usage (from the repo root):
-  PYTHONPATH=src python benchmarks/bench_dqn_solve.py --preset dp-solve --seeds 3 --episodes 600 \
-      [--set sigma=3.0] [--set double_dqn=false] ...
+  PYTHONPATH=src python benchmarks/bench_dqn_solve.py --preset dp-sgd --seeds 3 --episodes 600 \
+      [--set target_epsilon=8] [--set double_dqn=true] ...
 `--set k=v` overrides one DQNConfig field (v parsed as JSON; `sigma` = noise_multiplier, and any
 σ > 0 or target_epsilon turns DP-SGD on). Prints one JSON line per run (append it to a log).
 """
@@ -31,7 +31,7 @@ def window_means(evals: np.ndarray, window: int = 25) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--preset", default="dp-solve")
+    ap.add_argument("--preset", default="dp-sgd")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--episodes", type=int, default=600)

@@ -158,6 +158,9 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-dqn", "--q", "1.5"], "--q"),
     (["run", "dp-dqn", "--preset", "tuned"], "--preset"),
     (["run", "dp-dqn", "--preset", "dp-sgd", "--momentum", "1"], "--momentum"),
+    (["run", "dp-dqn", "--lr-final-fraction", "1.5"], "--lr-final-fraction"),
+    (["run", "dp-dqn", "--lr-decay-updates", "0"], "--lr-decay-updates"),
+    (["run", "dp-dqn", "--pause-at", "0"], "--pause-at"),
     (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
      "--target-epsilon"),
     (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
@@ -495,11 +498,13 @@ def test_pause_at_skips_updates_after_a_good_evaluation() -> None:
     assert int(paused.updates[0]) == first > 0
 
 
-def test_dp_solve_preset_at_target_epsilon_8_states_the_direct_dp_accounting_epsilon() -> None:
-    """The dp-solve preset's σ for ε = 8 (δ = 1e-5) over the 10,000 releases a transition can
-    see: dp-accounting's PLD, composed directly, gives ε ≤ 8 at that σ."""
-    cfg = DQNConfig.from_preset("dp-solve", dp=True, target_epsilon=8.0, episodes=600).resolved()
-    assert cfg.double_dqn and cfg.optimizer == "sgd" and cfg.q == 0.0512
+def test_new_dqn_options_are_post_processing_and_leave_sigma_at_target_epsilon_8() -> None:
+    """Double DQN, lr decay and pause-at change no release: at target ε = 8 (δ = 1e-5) dp-sgd
+    calibrates the same σ with them, and a direct dp-accounting PLD over the 10,000 releases a
+    transition can see gives ε ≤ 8 at that σ."""
+    base = DQNConfig.from_preset("dp-sgd", dp=True, target_epsilon=8.0, episodes=600)
+    cfg = replace(base, double_dqn=True, lr_decay_updates=50_000, pause_at=500.0).resolved()
+    assert cfg.noise_multiplier == base.resolved().noise_multiplier and cfg.q == 0.0512
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
         cfg.q, dp_accounting.GaussianDpEvent(cfg.noise_multiplier)), 10_000)
     direct = PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)

@@ -137,9 +137,7 @@ class DQNOptimizer(StrEnum):
 def run_dp_dqn(
     preset: Annotated[str, typer.Option(
         help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
-        "learns under DP noise (docs/dpsgd-rl.md). dp-solve: ours, dp-sgd + double DQN, "
-        "learning-rate decay and a pause while greedy returns are at the cap (issue 19). "
-        "Options given explicitly override it.")
+        "learns under DP noise (docs/dpsgd-rl.md). Options given explicitly override it.")
     ] = "paper",
     sigma: Annotated[float | None, typer.Option(
         help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped per-transition gradients. "
@@ -163,18 +161,16 @@ def run_dp_dqn(
         help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
     double_dqn: Annotated[bool | None, typer.Option(
         "--double-dqn/--no-double-dqn", help="Double DQN targets: the next action chosen by "
-        "the online network, valued by the target network. Default: the preset's.")] = None,
+        "the online network, valued by the target network. Default: off.")] = None,
     lr_decay_updates: Annotated[int | None, typer.Option(
         help="Decay the learning rate linearly over this many updates to lr × "
-        "--lr-final-fraction, then hold it. Default: the preset's (dp-solve 50,000; others "
-        "constant).")] = None,
+        "--lr-final-fraction, then hold it. Default: constant.")] = None,
     lr_final_fraction: Annotated[float | None, typer.Option(
-        help="The decayed learning rate as a fraction of the first, in [0, 1]. Default: the "
-        "preset's (0.1).")] = None,
+        help="The decayed learning rate as a fraction of the first, in [0, 1]. "
+        "Default 0.1.")] = None,
     pause_at: Annotated[float | None, typer.Option(
         help="Make no updates during a training episode when the previous greedy evaluation "
-        "returned at least this (post-processing: no privacy cost). Default: the preset's "
-        "(dp-solve 500; others never).")] = None,
+        "returned at least this (post-processing: no privacy cost). Default: never.")] = None,
     accountant: AccountantOpt = AccountantName.pld,
     secure_noise: Annotated[bool, typer.Option(
         "--secure-noise", help="Float-safe discrete Gaussian noise from the OS CSPRNG "

@@ -102,13 +102,6 @@ class DQNConfig(EpisodicConfig):
         "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
                    "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
                    "batch_size": 512, "tau": 0.002},
-        # dp-solve (ours, issue 19): dp-sgd + double DQN, a learning rate decayed 10× over
-        # 50,000 updates and no updates while the last greedy evaluation is at the cap
-        # (benchmarks/RESULTS.md "A DP-DQN that solves").
-        "dp-solve": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
-                     "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
-                     "batch_size": 512, "tau": 0.002, "double_dqn": True,
-                     "lr_decay_updates": 50_000, "lr_final_fraction": 0.1, "pause_at": 500.0},
     }
 
     @property
