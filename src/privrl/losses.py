@@ -53,6 +53,16 @@ def td_targets(rewards: Array, next_q: Array, terminal: Array, gamma: float) -> 
     return rewards + gamma * (1.0 - terminal) * jnp.max(next_q, axis=-1)
 
 
+def double_td_targets(rewards: Array, next_q_online: Array, next_q_target: Array,
+                      terminal: Array, gamma: float) -> Array:
+    """Double-DQN targets (van Hasselt et al. 2016): r + γ (1 − terminal) Q_target(s', a*) with
+    a* = argmax_a' Q_online(s', a'); choosing and valuing with different networks removes max's
+    upward bias, which feeds back into divergence."""
+    best = jnp.argmax(next_q_online, axis=-1)
+    value = jnp.take_along_axis(next_q_target, best[..., None], axis=-1)[..., 0]
+    return rewards + gamma * (1.0 - terminal) * value
+
+
 def a2c_loss(
     logits: Array,
     values: Array,

@@ -20,13 +20,20 @@ from dp_accounting.rdp import RdpAccountant
 
 from privrl.config import ConfigError
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
-from privrl.losses import huber, masked_standardize, reinforce_loss, td_targets
+from privrl.losses import (
+    double_td_targets,
+    huber,
+    masked_standardize,
+    reinforce_loss,
+    td_targets,
+)
 from privrl.main import main
 from privrl.nets.flat import mlp
+from privrl.privacy.accounting import PLD_DISCRETIZATION
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
-from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, sample_poisson
+from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, make_optimizer, sample_poisson
 from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy, PrivateObservations
 from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -151,6 +158,9 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-dqn", "--q", "1.5"], "--q"),
     (["run", "dp-dqn", "--preset", "tuned"], "--preset"),
     (["run", "dp-dqn", "--preset", "dp-sgd", "--momentum", "1"], "--momentum"),
+    (["run", "dp-dqn", "--lr-final-fraction", "1.5"], "--lr-final-fraction"),
+    (["run", "dp-dqn", "--lr-decay-updates", "0"], "--lr-decay-updates"),
+    (["run", "dp-dqn", "--pause-at", "0"], "--pause-at"),
     (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
      "--target-epsilon"),
     (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
@@ -439,3 +449,66 @@ def test_secure_dqn_runs_its_host_noise_inside_the_step_loop_for_several_seeds()
     out = run_episodic(DQN(cfg), "dp-dqn")
     assert (out.updates == out.train_returns[:, 0]).all() and out.updates.min() >= 1
     assert out.privacy["noise_keys"]["mode"] == "secure"
+
+
+def test_double_dqn_targets_choose_by_online_value_by_target() -> None:
+    """a* = argmax Q_online(s'); y = r + γ(1 − terminal) Q_target(s', a*): below the plain max."""
+    online = jnp.array([[1.0, 4.0], [3.0, 0.0], [0.0, 9.0]])
+    target = jnp.array([[5.0, 2.0], [1.0, 7.0], [1.0, 2.0]])
+    y = double_td_targets(jnp.ones(3), online, target, jnp.array([0.0, 0.0, 1.0]), 0.5)
+    np.testing.assert_allclose(y, [1.0 + 0.5 * 2.0, 1.0 + 0.5 * 1.0, 1.0])
+    assert bool(jnp.all(y <= td_targets(jnp.ones(3), target, jnp.zeros(3), 0.5)))
+    # the DQN uses it only when asked: its gradient then differs
+    plain = DQNConfig(batch_size=8, buffer_size=32)
+    a, b = DQN(plain), DQN(replace(plain, double_dqn=True))
+    s = a.init(jax.random.key(0))
+    obs = jax.random.normal(jax.random.key(1), (32, 4))
+    replay = s.replay._replace(obs=obs, next_obs=obs[::-1], size=jnp.int32(32))
+    target_net = s.theta * 0.5
+    g_a = a.gradient(s.theta, target_net, replay, jax.random.key(2))
+    g_b = b.gradient(s.theta, target_net, replay, jax.random.key(2))
+    assert not np.allclose(g_a, g_b)
+
+
+def test_lr_decay_is_linear_in_updates_then_constant() -> None:
+    """SGD without momentum: the k-th update is −lr_k·g with lr_k linear from lr to lr·f."""
+    cfg = DQNConfig(optimizer="sgd", momentum=0.0, weight_decay=0.0, learning_rate=0.1,
+                    lr_decay_updates=4, lr_final_fraction=0.25)
+    opt = make_optimizer(cfg)
+    theta, g = jnp.zeros(3), jnp.array([1.0, -2.0, 0.5])
+    state = opt.init(theta)
+    steps = []
+    for _ in range(6):
+        u, state = opt.update(g, state, theta)
+        steps.append(float(u[0]))
+    np.testing.assert_allclose(steps, [-0.1, -0.08125, -0.0625, -0.04375, -0.025, -0.025],
+                               rtol=1e-6)
+    for field, value in (("lr_decay_updates", 0), ("lr_final_fraction", 1.5), ("pause_at", 0.0)):
+        with pytest.raises(ConfigError, match=rf"^{field}: "):
+            replace(cfg, **{field: value}).resolved()
+
+
+def test_pause_at_skips_updates_after_a_good_evaluation() -> None:
+    """pause_at = 1: every greedy evaluation reaches it, so only the first episode updates."""
+    cfg = DQNConfig(seeds=1, episodes=3, max_episode_steps=20, batch_size=4, buffer_size=64,
+                    stop_when_solved=False)
+    paused = run_episodic(DQN(replace(cfg, pause_at=1.0)), "dqn")
+    first = int(paused.train_returns[0, 0]) - cfg.batch_size + 1  # steps with a full batch
+    assert np.isfinite(paused.train_returns[0]).all()  # episodes 2 and 3 were played
+    assert int(paused.updates[0]) == first > 0
+
+
+def test_new_dqn_options_are_post_processing_and_leave_sigma_at_target_epsilon_8() -> None:
+    """Double DQN, lr decay and pause-at change no release: at target ε = 8 (δ = 1e-5) dp-sgd
+    calibrates the same σ with them, and a direct dp-accounting PLD over the 10,000 releases a
+    transition can see gives ε ≤ 8 at that σ."""
+    base = DQNConfig.from_preset("dp-sgd", dp=True, target_epsilon=8.0, episodes=600)
+    cfg = replace(base, double_dqn=True, lr_decay_updates=50_000, pause_at=500.0).resolved()
+    assert cfg.noise_multiplier == base.resolved().noise_multiplier and cfg.q == 0.0512
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        cfg.q, dp_accounting.GaussianDpEvent(cfg.noise_multiplier)), 10_000)
+    direct = PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+    direct.compose(event)
+    eps = direct.get_epsilon(1e-5)
+    assert 7.5 < eps <= 8.0 + 1e-6
+    assert cfg.accountant_for(600 * 500).epsilon(1e-5) == pytest.approx(eps, rel=1e-6)

@@ -162,6 +162,18 @@ def run_dp_dqn(
         help="Default: the preset's (paper 1e-4, dp-sgd 0.003).")] = None,
     momentum: Annotated[float | None, typer.Option(
         help="SGD momentum in [0, 1). Default: the preset's (0.9).")] = None,
+    double_dqn: Annotated[bool | None, typer.Option(
+        "--double-dqn/--no-double-dqn", help="Double DQN targets: the next action chosen by "
+        "the online network, valued by the target network. Default: off.")] = None,
+    lr_decay_updates: Annotated[int | None, typer.Option(
+        help="Decay the learning rate linearly over this many updates to lr × "
+        "--lr-final-fraction, then hold it. Default: constant.")] = None,
+    lr_final_fraction: Annotated[float | None, typer.Option(
+        help="The decayed learning rate as a fraction of the first, in [0, 1]. "
+        "Default 0.1.")] = None,
+    pause_at: Annotated[float | None, typer.Option(
+        help="Make no updates during a training episode when the previous greedy evaluation "
+        "returned at least this (post-processing: no privacy cost). Default: never.")] = None,
     accountant: AccountantOpt = AccountantName.pld,
     secure_noise: Annotated[bool, typer.Option(
         "--secure-noise", help="Float-safe discrete Gaussian noise from the OS CSPRNG "
@@ -177,7 +189,8 @@ def run_dp_dqn(
         preset, **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
         delta=delta, sampling_probability=q, accountant=accountant.value,
         optimizer=None if optimizer is None else optimizer.value, learning_rate=learning_rate,
-        momentum=momentum, secure_noise=secure_noise,
+        momentum=momentum, double_dqn=double_dqn, lr_decay_updates=lr_decay_updates,
+        lr_final_fraction=lr_final_fraction, pause_at=pause_at, secure_noise=secure_noise,
         noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds, seed=seed)
     _execute("dp-dqn", DQN, cfg, out, progress)
 

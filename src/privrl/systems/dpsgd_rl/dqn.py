@@ -40,8 +40,8 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import fail, in_range, non_negative, one_of
-from privrl.losses import huber, td_targets
+from privrl.config import fail, in_range, integer, non_negative, one_of, positive
+from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.dpsgd import clipped_grad_sum
@@ -84,6 +84,15 @@ class DQNConfig(EpisodicConfig):
     # one transition is stored per step whatever the data, so this is post-processing.
     average_over_stored: bool = False
     learning_starts: int | None = None  # first update once this many are stored; None: batch
+    double_dqn: bool = False  # target action chosen by θ, valued by the target network
+    # Linear learning-rate decay to lr × lr_final_fraction over lr_decay_updates updates (then
+    # constant); None: constant. Post-processing of released gradients: no privacy cost.
+    lr_decay_updates: int | None = None
+    lr_final_fraction: float = 0.1
+    # Skip the updates of a training episode when the previous greedy evaluation returned at
+    # least this (None: never). Depends only on released θ and fresh evaluation episodes (not
+    # on stored transitions): post-processing; skipped steps are releases not made.
+    pause_at: float | None = None
 
     # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
     # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
@@ -127,6 +136,11 @@ class DQNConfig(EpisodicConfig):
         one_of("optimizer", self.optimizer, OPTIMIZERS)
         in_range("momentum", self.momentum, 0, 1, high_open=True)
         non_negative("weight_decay", self.weight_decay)
+        if self.lr_decay_updates is not None:
+            integer("lr_decay_updates", self.lr_decay_updates)
+        in_range("lr_final_fraction", self.lr_final_fraction, 0, 1)
+        if self.pause_at is not None:
+            positive("pause_at", self.pause_at)
 
     def resolved(self) -> DQNConfig:
         """Validate; with a target ε, calibrate σ for the releases one transition can see."""
@@ -188,8 +202,13 @@ def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
     """
     direction = (optax.scale_by_amsgrad() if cfg.optimizer == "adamw"
                  else optax.trace(decay=cfg.momentum))
-    return optax.chain(direction, optax.add_decayed_weights(cfg.weight_decay),
-                       optax.scale(-cfg.learning_rate))
+    if cfg.lr_decay_updates is None:
+        step = optax.scale(-cfg.learning_rate)
+    else:  # the schedule's count advances only on real updates (opt_state is masked)
+        lr = optax.linear_schedule(cfg.learning_rate, cfg.learning_rate * cfg.lr_final_fraction,
+                                   cfg.lr_decay_updates)
+        step = optax.scale_by_schedule(lambda n: -lr(n))
+    return optax.chain(direction, optax.add_decayed_weights(cfg.weight_decay), step)
 
 
 class Replay(NamedTuple):
@@ -219,6 +238,8 @@ class DQNState(NamedTuple):
     # Secret root of the LDP observation noise (ldp-* runs), or None: seeded. Kept apart from
     # `noise` so that the two mechanisms never share a key.
     obs_noise: Array | None = None
+    # pause_at: True while the last greedy evaluation return was >= pause_at (no updates)
+    paused: Array | None = None
 
 
 def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
@@ -279,7 +300,7 @@ class DQN:
                         jnp.zeros((n, 4)), jnp.zeros((n,)), jnp.int32(0), jnp.int32(0))
         return DQNState(theta, theta, self.optimizer.init(theta), replay, key,
                         progress_init(cfg.solve_window), jnp.int32(0), jnp.int32(0),
-                        jnp.int32(0), jnp.bool_(self.update_cap == 0))
+                        jnp.int32(0), jnp.bool_(self.update_cap == 0), paused=jnp.bool_(False))
 
     def gradient(self, theta: Array, target: Array, replay: Replay, key: Array,
                  noise_key: Array | None = None) -> Array:
@@ -294,9 +315,15 @@ class DQN:
         else:
             idx, rows = sample_uniform(k_batch, replay.size, cfg.buffer_size, cfg.batch_size)
         obs, action = replay.obs[idx], replay.action[idx]
-        y = jax.lax.stop_gradient(td_targets(
-            replay.reward[idx], self.model.apply(target, replay.next_obs[idx]),
-            replay.terminal[idx], cfg.gamma))
+        next_obs = replay.next_obs[idx]
+        if cfg.double_dqn:
+            y = double_td_targets(replay.reward[idx], self.model.apply(theta, next_obs),
+                                  self.model.apply(target, next_obs), replay.terminal[idx],
+                                  cfg.gamma)
+        else:
+            y = td_targets(replay.reward[idx], self.model.apply(target, next_obs),
+                           replay.terminal[idx], cfg.gamma)
+        y = jax.lax.stop_gradient(y)
 
         def losses(q_values: Array) -> Array:  # each example's Huber TD loss from its own row
             return huber(jnp.take_along_axis(q_values, action[:, None], 1)[:, 0] - y)
@@ -327,7 +354,7 @@ class DQN:
         terminal = env.is_terminated(env_state, self.env_params).astype(jnp.float32)
         replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
-        learn = (replay.size >= starts) & (s.updates < self.update_cap)
+        learn = (replay.size >= starts) & (s.updates < self.update_cap) & ~s.paused
         noise_key = None if s.noise is None else jax.random.fold_in(s.noise, s.steps)
         grad = self.gradient(s.theta, s.target, replay, k_grad, noise_key)
         upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
@@ -361,6 +388,8 @@ class DQN:
         eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
                                    k_eval, cfg.max_episode_steps, active)
         progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
+        if cfg.pause_at is not None:
+            s = s._replace(paused=jnp.where(active, eval_ret >= cfg.pause_at, s.paused))
         episodes = s.episodes + active.astype(jnp.int32)
         stopped = (s.stopped | (episodes >= cfg.episodes) | (s.updates >= self.update_cap)
                    | (cfg.stop_when_solved & (progress.solved_at >= 0)))
