@@ -213,6 +213,16 @@ def no_compute(monkeypatch):
           "--budget-composition", "optimal"], "--epsilon-budget"),
         (["fedpg-dec", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "5",
           "--runtime", "ray"], "--epsilon-budget"),
+        # user-level DP (distributed-gaussian; tests/systems/fedpg/test_user_dp.py)
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
+          "--sampling-rate", "0"], "--sampling-rate"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
+          "--min-honest", "11"], "--min-honest"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "1e-9",
+          "--sampling-rate", "1"], "--epsilon"),
+        (["fedpg-dec", "--mechanism", "distributed-gaussian", "--epsilon", "2"], "--mechanism"),
+        (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "2", "--sampling-rate", "0.5"],
+         "--sampling-rate"),
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
