@@ -6,8 +6,12 @@ aggregator-side code (`privrl.federation`) never pulls in agent-side code.
 
 The privacy kernel
     Report, Guarantee          what leaves an agent, and what a mechanism promises about it
-    Mechanism, LaplaceMechanism, ProjectedRandomSignMechanism, GaussianMechanism
+    Mechanism, LaplaceMechanism, ProjectedRandomSignMechanism, GaussianMechanism,
+    PrivUnitMechanism, PrivUnitGMechanism
                                the only way to turn raw agent data into a Report
+    DistributedGaussianMechanism, secure_aggregate
+                               user-level DP with noise shared by the agents; only the
+                               (simulated) secure sum reaches the server as a Report
     PrivacyLedger, BudgetExceededError
                                what each agent released, composed, refused past a budget
     Accountant                 (ε, δ) from Gaussian and subsampled events (dp-accounting)
@@ -15,6 +19,10 @@ The privacy kernel
     audit_mechanism, AuditResult
                                an empirical lower bound on a mechanism's ε (docs/audit.md)
     ConfigError                an invalid configuration field (`.field` names it)
+
+Your problem (docs/environments.md)
+    Task, PrivateParam, make_task
+                               an environment, its rewards and each agent's private dynamics
 
 The systems (config dataclass, then the local runner that runs every trial of it)
     PGCA3CConfig, run_pgc_a3c              paper 000: locally private A3C
@@ -43,6 +51,13 @@ _API = {
     "LaplaceMechanism": "privrl.privacy.mechanisms",
     "ProjectedRandomSignMechanism": "privrl.privacy.mechanisms",
     "GaussianMechanism": "privrl.privacy.mechanisms",
+    "PrivUnitMechanism": "privrl.privacy.ldp_vector",
+    "PrivUnitGMechanism": "privrl.privacy.ldp_vector",
+    "DistributedGaussianMechanism": "privrl.privacy.distributed",
+    "secure_aggregate": "privrl.privacy.distributed",
+    "Task": "privrl.envs.task",
+    "PrivateParam": "privrl.envs.task",
+    "make_task": "privrl.envs.task",
     "PrivacyLedger": "privrl.privacy.ledger",
     "BudgetExceededError": "privrl.privacy.ledger",
     "Accountant": "privrl.privacy.accounting",
