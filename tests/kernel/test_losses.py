@@ -23,8 +23,10 @@ def test_returns_terminal_vs_truncated():
     np.testing.assert_allclose(fell[3:], 0.0)
 
 
-def _numpy_loss(params, obs, actions, mask, final_obs, terminated, cfg, theta_const=None):
-    """Paper eq. 15-18 in float64 numpy. theta_const: params for the held-constant parts."""
+def _numpy_loss(params, obs, actions, mask, final_obs, terminated, cfg, theta_const=None,
+                rewards=None):
+    """Paper eq. 15-18 in float64 numpy. theta_const: params for the held-constant parts;
+    rewards: the environment's per-step rewards (default CartPole's +1 per step)."""
     def forward(p, x):
         h = np.maximum(x @ p["common"]["kernel"], 0.0)
         return h @ p["policy"]["kernel"], (h @ p["value"]["kernel"])[..., 0]
@@ -38,7 +40,7 @@ def _numpy_loss(params, obs, actions, mask, final_obs, terminated, cfg, theta_co
     returns = np.zeros(len(mask))
     g = boot
     for t in reversed(range(t_len)):
-        g = 1.0 + cfg.gamma * g
+        g = (1.0 if rewards is None else rewards[t]) + cfg.gamma * g
         returns[t] = g
     adv = returns - values_c
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
@@ -60,9 +62,13 @@ def test_a2c_gradient_matches_finite_differences(terminated):
     actions = rng.integers(0, 2, size=t_max)
     mask = (np.arange(t_max) < t_len).astype(np.float64)
     final_obs = rng.normal(size=4) * 0.3
+    # The learner uses the environment's rewards (the config's reward "env"): not CartPole's
+    # constant +1 here, so that the test sees them flow into the returns.
+    rewards = rng.normal(size=t_max) * mask
     traj = Trajectory(jnp.asarray(obs, jnp.float32), jnp.asarray(actions, jnp.int32),
                       jnp.asarray(mask, jnp.float32), jnp.asarray(final_obs, jnp.float32),
-                      jnp.asarray(terminated), jnp.int32(t_len))
+                      jnp.asarray(terminated), jnp.int32(t_len),
+                      rewards=jnp.asarray(rewards, jnp.float32))
     grad = np.asarray(jax.grad(algo.episode_loss)(jnp.asarray(theta, jnp.float32), traj))
 
     # θ as float64 parameter dicts (same leaf order as the flat vector).
@@ -79,7 +85,8 @@ def test_a2c_gradient_matches_finite_differences(terminated):
     const = params_of(theta)
     # The numpy loss must agree with JAX's value at θ...
     jax_val = float(algo.episode_loss(jnp.asarray(theta, jnp.float32), traj))
-    np_val = _numpy_loss(const, obs, actions, mask, final_obs, terminated, cfg)
+    np_val = _numpy_loss(const, obs, actions, mask, final_obs, terminated, cfg,
+                         rewards=rewards)
     assert np_val == pytest.approx(jax_val, rel=1e-4)
     # ...and its central finite differences (advantage/targets held at θ) must match the grad.
     h = 1e-6
@@ -88,8 +95,8 @@ def test_a2c_gradient_matches_finite_differences(terminated):
         e = np.zeros_like(theta)
         e[i] = h
         fd[i] = (_numpy_loss(params_of(theta + e), obs, actions, mask, final_obs, terminated,
-                             cfg, const)
+                             cfg, const, rewards)
                  - _numpy_loss(params_of(theta - e), obs, actions, mask, final_obs, terminated,
-                               cfg, const)) / (2 * h)
+                               cfg, const, rewards)) / (2 * h)
     np.testing.assert_allclose(grad, fd, rtol=2e-3, atol=2e-3 * np.abs(fd).max())
     assert np.abs(fd).max() > 1e-3  # the check is not vacuous

@@ -57,8 +57,8 @@ def test_sign_flipped_control_does_not_learn(monkeypatch, learned, random_policy
     """Ascending the loss instead of descending it must not learn: the signal is real."""
     original = pgc_a3c.PGCA3C.__init__
 
-    def ascend(self, config):
-        original(self, config)
+    def ascend(self, config, *args, **kwargs):
+        original(self, config, *args, **kwargs)
         flipped = optax.chain(optax.adam(self.config.learning_rate), optax.scale(-1.0))
         self.aggregator = BufferedAggregator(self.dim, self.config.buffer_size,
                                              optimizer=flipped)
