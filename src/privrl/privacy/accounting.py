@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,26 +264,15 @@ class Accountant:
             eps = self.epsilon_if(event, n, delta)
             return math.inf if not math.isfinite(eps) else math.log(max(eps, 1e-300)) - log_max
 
-        f_lo, f_hi = (f(lo) if lo > 0 else -math.inf), f(hi)
-        side = 0
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
+        def step(lo: float, hi: float, f_lo: float, f_hi: float) -> int:
+            mid = (int(lo) + int(hi)) // 2
             if lo > 0 and math.isfinite(f_lo) and math.isfinite(f_hi) and hi - lo > 4:
                 a, b = math.log(lo), math.log(hi)
                 guess = math.exp((a * f_hi - b * f_lo) / (f_hi - f_lo))
-                mid = min(max(int(guess), lo + 1), hi - 1)
-            f_mid = f(mid)
-            if f_mid <= 0:
-                lo, f_lo = mid, f_mid
-                if side == -1:
-                    f_hi /= 2
-                side = -1
-            else:
-                hi, f_hi = mid, f_mid
-                if side == 1:
-                    f_lo /= 2
-                side = 1
-        return lo
+                mid = min(max(int(guess), int(lo) + 1), int(hi) - 1)
+            return mid
+
+        return int(_illinois(f, lo, hi, (f(lo) if lo > 0 else -math.inf), f(hi), step, 1))
 
     @property
     def method(self) -> str:
@@ -355,6 +345,29 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     return eps
 
 
+def _illinois(f: Callable[[Any], float], good: Any, bad: Any, f_good: float, f_bad: float,
+              step: Callable[[Any, Any, float, float], Any], width: float) -> Any:
+    """Regula falsi with the Illinois modification on a monotone `f`: shrink the bracket between
+    `good` (f <= 0) and `bad` (f > 0) until they are `width` apart; return the good end, at
+    which f <= 0 was computed. `step(good, bad, f_good, f_bad)` proposes the next point, so
+    a caller can interpolate on its own scale (log σ, log n) or fall back to bisection."""
+    side = 0
+    while abs(bad - good) > width:
+        c = step(good, bad, f_good, f_bad)
+        f_c = f(c)
+        if f_c <= 0:
+            good, f_good = c, f_c
+            if side == -1:
+                f_bad /= 2
+            side = -1
+        else:
+            bad, f_bad = c, f_c
+            if side == 1:
+                f_good /= 2
+            side = 1
+    return good
+
+
 def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
@@ -420,24 +433,12 @@ def calibrate_noise_multiplier(
         eps = eps_at(math.exp(log_sigma))
         return math.inf if not eps > 0 else math.log(eps) - log_t
 
-    a, b = math.log(lo), math.log(hi)
-    fa, fb = f(a), f(b)
-    side = 0
-    while b - a > 1e-5:
+    def step(b: float, a: float, fb: float, fa: float) -> float:  # b holds, a misses
         c = (a * fb - b * fa) / (fb - fa) if math.isfinite(fa) else (a + b) / 2
-        c = min(max(c, a + 1e-7), b - 1e-7)
-        fc = f(c)
-        if fc <= 0:
-            b, fb = c, fc
-            if side == -1:
-                fa /= 2
-            side = -1
-        else:
-            a, fa = c, fc
-            if side == 1:
-                fb /= 2
-            side = 1
-    return float(math.exp(b))
+        return min(max(c, a + 1e-7), b - 1e-7)
+
+    a, b = math.log(lo), math.log(hi)
+    return float(math.exp(_illinois(f, b, a, f(b), f(a), step, 1e-5)))
 
 
 # --- pure ε: basic composition and the optimal one -------------------------------------------
