@@ -88,12 +88,17 @@ def main() -> None:
     p.add_argument("--epsilons", default="0.5,1,2,4,8")
     p.add_argument("--seeds", default="0")
     p.add_argument("--extra", default="", help="more flags for every run, space separated")
+    p.add_argument("--existing", action="store_true",
+                   help="run nothing: tabulate and plot the points already in --root")
     a = p.parse_args()
     a.root.mkdir(parents=True, exist_ok=True)
     rows = []
     for k in (int(x) for x in a.agents.split(",")):
         for eps in (float(x) for x in a.epsilons.split(",")):
             for seed in (int(x) for x in a.seeds.split(",")):
+                if a.existing and not (_point_dir(a.root, a.mechanism, k, eps, seed)
+                                       / "summary.json").exists():
+                    continue
                 s = run_point(a.root, a.mechanism, k, eps, seed, a.extra.split())
                 rows.append((k, eps, seed, s))
     md = table(rows)
