@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -54,7 +55,32 @@ def table(rows: list[tuple[int, float, int, dict]]) -> str:
     return "\n".join(lines)
 
 
+def _median_reached(stats: list[dict]) -> float | None:
+    """Median episodes to 475 over seeds, a seed that never reached it counting as +∞."""
+    xs = sorted(math.inf if s["episodes_to_target"][0] is None else s["episodes_to_target"][0]
+                for s in stats)
+    n = len(xs)
+    med = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    return None if math.isinf(med) else med
+
+
+def summary_table(rows: list[tuple[int, float, int, dict]]) -> str:
+    """One line per (K, ε): seeds that reached 475 and the median episodes over seeds."""
+    lines = ["| K | ε target | seeds reaching 475 | median episodes/agent to 475 | ε stated "
+             "(max over seeds) |", "|---:|---:|---:|---:|---:|"]
+    for k, eps in sorted({(r[0], r[1]) for r in rows}):
+        stats = [s for kk, e, _, s in rows if (kk, e) == (k, eps)]
+        med = _median_reached(stats)
+        hit = sum(s["episodes_to_target"][0] is not None for s in stats)
+        lines.append(f"| {k:,} | {eps:g} | {hit}/{len(stats)} | "
+                     f"{'never' if med is None else f'{med:,.0f}'} | "
+                     f"{max(s['epsilon_per_agent'] for s in stats):.3g} |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[tuple[int, float, int, dict]], path: Path, title: str) -> None:
+    """Median over seeds against ε, one line per K; hollow at the budget where the median
+    seed never reached 475."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,19 +88,23 @@ def plot(rows: list[tuple[int, float, int, dict]], path: Path, title: str) -> No
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for k in sorted({r[0] for r in rows}):
-        pts = sorted((eps, s) for kk, eps, _, s in rows if kk == k)
-        xs = [e for e, _ in pts]
-        ys = [s["episodes_to_target"][0] or s["budget_episodes_per_agent"] for _, s in pts]
+        xs, ys, never = [], [], []
+        for eps in sorted({e for kk, e, _, _ in rows if kk == k}):
+            stats = [s for kk, e, _, s in rows if (kk, e) == (k, eps)]
+            med = _median_reached(stats)
+            budget = stats[0]["budget_episodes_per_agent"]
+            xs.append(eps)
+            ys.append(budget if med is None else med)
+            if med is None:
+                never.append((eps, budget))
         line, = ax.plot(xs, ys, marker="o", label=f"K = {k:,}")
-        never = [(e, s["budget_episodes_per_agent"]) for e, s in pts
-                 if s["episodes_to_target"][0] is None]
         if never:
             ax.scatter(*zip(*never, strict=True), s=80, facecolors="white",
                        edgecolors=line.get_color(), zorder=3)
     ax.set_xscale("log")
-    ax.set_xlabel("ε")
-    ax.set_ylabel("episodes per agent to mean return 475")
-    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("ε (target)")
+    ax.set_ylabel("median episodes per agent to mean return 475")
+    ax.set_title(title + " (hollow: median seed never reached 475)", fontsize=9)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -101,7 +131,7 @@ def main() -> None:
                     continue
                 s = run_point(a.root, a.mechanism, k, eps, seed, a.extra.split())
                 rows.append((k, eps, seed, s))
-    md = table(rows)
+    md = table(rows) + "\n\n" + summary_table(rows)
     (a.root / "table.md").write_text(md + "\n")
     print(md)
     plot(rows, a.root / "episodes_to_475.png", f"FedPG-Cen, {a.mechanism}")
