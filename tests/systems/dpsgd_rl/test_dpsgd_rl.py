@@ -512,3 +512,15 @@ def test_new_dqn_options_are_post_processing_and_leave_sigma_at_target_epsilon_8
     eps = direct.get_epsilon(1e-5)
     assert 7.5 < eps <= 8.0 + 1e-6
     assert cfg.accountant_for(600 * 500).epsilon(1e-5) == pytest.approx(eps, rel=1e-6)
+
+
+def test_dp_solve_preset_is_dp_sgd_with_a_small_network_and_the_same_account() -> None:
+    """dp-solve changes the network (16-16), double DQN and pause-at only: same q, same σ at
+    target ε = 8, and every other field equal to dp-sgd's, so its guarantee is dp-sgd's."""
+    sgd = DQNConfig.from_preset("dp-sgd", dp=True, target_epsilon=8.0, episodes=800).resolved()
+    solve = DQNConfig.from_preset("dp-solve", dp=True, target_epsilon=8.0,
+                                  episodes=800).resolved()
+    assert (solve.hidden, solve.double_dqn, solve.pause_at) == ((16, 16), True, 500.0)
+    changed = {f for f in sgd.to_dict() if sgd.to_dict()[f] != solve.to_dict()[f]}
+    assert changed == {"hidden", "double_dqn", "pause_at", "preset"}
+    assert solve.noise_multiplier == sgd.noise_multiplier and solve.q == sgd.q
