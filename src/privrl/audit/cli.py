@@ -63,13 +63,11 @@ def audit_mechanism_command(
     """Audit one mechanism at several claimed ε: draws its outputs on a worst-case pair of
     neighbouring inputs and bounds its true ε from below (held-out threshold test,
     Clopper–Pearson). Writes audit.json, audit.csv, audit.md and plots/audit.png."""
+    from privrl.audit.mechanism import check_audit_settings
     from privrl.runtime.output import check_out_dir
 
     epsilons = parse_numbers(epsilon, "--epsilon")
-    if samples < 20:
-        raise ConfigError("samples", f"must be >= 20, got {samples}")
-    if not 0 < confidence < 1:
-        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
+    check_audit_settings(samples, confidence)
     if not 0 < delta < 1:
         raise ConfigError("delta", f"must be in (0, 1), got {delta}")
     check_out_dir(out)

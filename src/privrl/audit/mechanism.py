@@ -146,6 +146,15 @@ def _draw(batched: Callable[[Array, Array], Array], key: Array, x: Array, n: int
     return np.concatenate(parts).reshape(n, -1)
 
 
+def check_audit_settings(samples: int, confidence: float) -> None:
+    """An audit's own settings, checked before anything is drawn: at least 20 samples per
+    input (half select the threshold, half bound ε) and a confidence in (0, 1)."""
+    if isinstance(samples, bool) or int(samples) != samples or samples < 20:
+        raise ConfigError("samples", f"must be an integer >= 20, got {samples!r}")
+    if not 0 < confidence < 1:
+        raise ConfigError("confidence", f"must be in (0, 1), got {confidence!r}")
+
+
 def audit_mechanism(
     mechanism: Auditable,
     *,
@@ -167,10 +176,7 @@ def audit_mechanism(
     Assumptions: the draws are independent (distinct PRNG keys of a sound generator), and δ is
     the claimed one. The bound holds with probability ≥ `confidence` whatever the threshold.
     """
-    if isinstance(samples, bool) or int(samples) != samples or samples < 20:
-        raise ConfigError("samples", f"must be an integer >= 20, got {samples!r}")
-    if not 0 < confidence < 1:
-        raise ConfigError("confidence", f"must be in (0, 1), got {confidence!r}")
+    check_audit_settings(samples, confidence)
     guarantee = mechanism.guarantee
     claimed, delta = float(guarantee.epsilon), float(guarantee.delta)
     if isinstance(mechanism, IdentityMechanism | UnboundedGaussianNoise) or not math.isfinite(

@@ -12,7 +12,7 @@ import jax
 from scipy.optimize import brentq
 
 from privrl.audit.mechanism import AuditResult, audit_mechanism
-from privrl.config import ConfigError
+from privrl.config import ConfigError, positive
 from privrl.privacy.accounting import calibrate_noise_multiplier, gaussian_epsilon
 
 __all__ = ["MECHANISMS", "build_mechanism", "plot_audits", "plot_sweep", "run_audit_sweep",
@@ -35,8 +35,7 @@ def build_mechanism(name: str, epsilon: float, delta: float = 1e-5,
     from privrl.audit.functional import FunctionalNoiseRelease
     from privrl.privacy import mechanisms as m
 
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ConfigError("epsilons", f"each ε must be finite and > 0, got {epsilon}")
+    positive("epsilons", epsilon)
     if name == "laplace":
         return m.LaplaceMechanism(epsilon, 1.0)
     if name == "broken-laplace":

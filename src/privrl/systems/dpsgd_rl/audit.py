@@ -32,7 +32,7 @@ import numpy as np
 from jax import Array
 
 from privrl.audit.one_run import OneRunResult, one_run_audit
-from privrl.config import ConfigError
+from privrl.config import ConfigError, positive
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 __all__ = ["CanaryRun", "audit_config", "audit_dp_reinforce", "canary_run", "check_audit"]
@@ -112,8 +112,7 @@ def audit_dp_reinforce(config: ReinforceConfig, epsilons: Sequence[float], *, se
     k = check_audit(canaries, guesses, confidence)
     configs = []
     for e in epsilons:
-        if not (math.isfinite(e) and e > 0):
-            raise ConfigError("epsilons", f"each ε must be finite and > 0, got {e}")
+        positive("epsilons", e)
         configs.append(audit_config(replace(config, dp=True, target_epsilon=float(e))))
     keys = jax.random.split(jax.random.key(seed), len(configs))
     results = []

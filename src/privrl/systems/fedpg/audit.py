@@ -19,15 +19,14 @@ from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from privrl.audit.canary import CanaryAgentBase
-from privrl.audit.mechanism import AuditResult, audit_mechanism
-from privrl.config import ConfigError
+from privrl.audit.mechanism import AuditResult, audit_mechanism, check_audit_settings
+from privrl.config import ConfigError, positive
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
-__all__ = ["CanaryFedPGAgent", "audit_fedpg", "check_audit"]
+__all__ = ["CanaryFedPGAgent", "audit_fedpg"]
 
 
 class CanaryFedPGAgent(CanaryAgentBase):
@@ -58,25 +57,16 @@ class CanaryFedPGAgent(CanaryAgentBase):
         return system.mechanism.privatize(k_mech, mu).value
 
 
-def check_audit(samples: int, confidence: float) -> None:
-    """The audit's own settings, checked before anything runs."""
-    if samples < 20:
-        raise ConfigError("samples", f"must be >= 20, got {samples}")
-    if not 0 < confidence < 1:
-        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
-
-
 def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0,
                 samples: int = 20_000, confidence: float = 0.95,
                 progress: Callable[[int, int], None] | None = None) -> list[AuditResult]:
     """One end-to-end audit per ε (`config.epsilon` set to each: Laplace's per-release ε, or
     Gaussian's per-agent budget over the run, for which σ is calibrated)."""
-    check_audit(samples, confidence)
+    check_audit_settings(samples, confidence)
     agents = []
     keys = jax.random.split(jax.random.key(seed), 2 * len(epsilons))
     for i, e in enumerate(epsilons):  # every setting validated before any draw
-        if not (np.isfinite(e) and e > 0):
-            raise ConfigError("epsilons", f"each ε must be finite and > 0, got {e}")
+        positive("epsilons", e)
         agents.append(CanaryFedPGAgent(replace(config, epsilon=float(e),
                                                noise_multiplier=None), keys[2 * i]))
     results = []

@@ -434,9 +434,11 @@ def audit_fedpg_command(
     from dataclasses import replace
 
     from privrl.audit.cli import execute_audit
+    from privrl.audit.mechanism import check_audit_settings
+    from privrl.config import positive
     from privrl.runtime.output import check_out_dir
     from privrl.systems.fedpg.algorithm import FedPGConfig
-    from privrl.systems.fedpg.audit import audit_fedpg, check_audit
+    from privrl.systems.fedpg.audit import audit_fedpg
 
     epsilons = parse_numbers(epsilon, "--epsilon")
     config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
@@ -444,12 +446,9 @@ def audit_fedpg_command(
                                      clip=1.0 if clip is None else clip, delta=delta,
                                      budget=budget)
     for e in epsilons:  # every setting validated (σ calibrated) before any draw
-        if not (math.isfinite(e) and e > 0):
-            from privrl.config import ConfigError
-
-            raise ConfigError("epsilons", f"each ε must be finite and > 0, got {e}")
+        positive("epsilons", e)
         replace(config, epsilon=e).resolved()
-    check_audit(samples, confidence)
+    check_audit_settings(samples, confidence)
     check_out_dir(out)
     execute_audit(
         f"[bold]audit fedpg-{algorithm.value}[/] {mechanism.value}: ε ∈ "

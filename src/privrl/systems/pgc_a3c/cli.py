@@ -30,7 +30,7 @@ from privrl.cli import (
     progress_bar,
     system_apps,
 )
-from privrl.config import ConfigError
+from privrl.config import ConfigError, positive
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -408,19 +408,16 @@ def audit_pgc_a3c_command(
     an ordinary agent playing its own private CartPole episode; an attacker who sees one report
     bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
     from privrl.audit.cli import execute_audit
+    from privrl.audit.mechanism import check_audit_settings
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
     if mechanism is MechanismName.none:
         raise ConfigError("mechanism", "the non-private baseline claims no ε; nothing to audit")
     epsilons = parse_numbers(epsilon, "--epsilon")
-    if samples < 20:
-        raise ConfigError("samples", f"must be >= 20, got {samples}")
-    if not 0 < confidence < 1:
-        raise ConfigError("confidence", f"must be in (0, 1), got {confidence}")
+    check_audit_settings(samples, confidence)
     for e in epsilons:
-        if not (math.isfinite(e) and e > 0):
-            raise ConfigError("epsilons", f"each ε must be finite and > 0, got {e}")
+        positive("epsilons", e)
         PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value,
                                  epsilon=e).resolved().validate()
     check_out_dir(out)

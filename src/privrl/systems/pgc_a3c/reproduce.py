@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.config import Config, fail, integer
+from privrl.config import Config, fail, integer, positive
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
@@ -103,8 +103,7 @@ class SweepConfig(Config):
                 fail("mechanisms", f"unknown mechanism {m!r}; one of "
                                    f"{', '.join(MECHANISM_LABEL)}")
         for e in self.epsilons:
-            if not (math.isfinite(e) and e > 0):
-                fail("epsilons", f"each ε must be finite and > 0, got {e}")
+            positive("epsilons", e)
         for s in self.settings():
             self.run_config(s)  # validates every setting before anything runs
 
