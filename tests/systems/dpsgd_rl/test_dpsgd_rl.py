@@ -521,6 +521,7 @@ def test_dp_solve_preset_is_dp_sgd_with_a_small_network_and_the_same_account() -
     solve = DQNConfig.from_preset("dp-solve", dp=True, target_epsilon=8.0,
                                   episodes=800).resolved()
     assert (solve.hidden, solve.double_dqn, solve.pause_at) == ((16, 16), True, 500.0)
-    changed = {f for f in sgd.to_dict() if sgd.to_dict()[f] != solve.to_dict()[f]}
+    a, b = sgd.to_dict(), solve.to_dict()
+    changed = {f for f in a if a[f] != b[f]}
     assert changed == {"hidden", "double_dqn", "pause_at", "preset"}
     assert solve.noise_multiplier == sgd.noise_multiplier and solve.q == sgd.q

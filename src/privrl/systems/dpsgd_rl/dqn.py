@@ -61,6 +61,11 @@ UNIT = "one transition (s, a, r, s′)"
 OPTIMIZERS = ("adamw", "sgd")
 
 
+_DP_SGD: Mapping[str, Any] = {
+    "optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003, "weight_decay": 0.0,
+    "average_over_stored": True, "learning_starts": 1000, "batch_size": 512, "tau": 0.002}
+
+
 @dataclass(frozen=True)
 class DQNConfig(EpisodicConfig):
     """Every hyperparameter of a DQN run; the defaults are the paper preset."""
@@ -102,13 +107,8 @@ class DQNConfig(EpisodicConfig):
     # CartPole at ε = 8 per transition (benchmarks/RESULTS.md, "A DP-DQN that solves").
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "paper": {},
-        "dp-sgd": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
-                   "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
-                   "batch_size": 512, "tau": 0.002},
-        "dp-solve": {"optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003,
-                     "weight_decay": 0.0, "average_over_stored": True, "learning_starts": 1000,
-                     "batch_size": 512, "tau": 0.002, "hidden": (16, 16), "double_dqn": True,
-                     "pause_at": 500.0},
+        "dp-sgd": _DP_SGD,
+        "dp-solve": {**_DP_SGD, "hidden": (16, 16), "double_dqn": True, "pause_at": 500.0},
     }
 
     @property
