@@ -18,6 +18,11 @@ tampered directory raises `RunFileError` naming the file and runs no code.
 `AggregatorService.restore(dir)` loads the last checkpoint and re-applies the log records after
 it, so nothing accepted is lost. Since the aggregator is deterministic
 post-processing of the reports, `replay(dir)` rebuilds θ exactly from θ₀ and the log.
+
+Shuffle model (`shuffled_batch` k ≥ 1): the service takes `Shuffled` items (batch number, slot
+< k, Report) from a shuffler (privrl.federation.shuffler) instead of Submissions. It never sees
+an agent id, so it has no ledger (the shuffler charges) and deduplicates by (batch, slot); its
+log's two id columns then hold (batch, slot), not (agent, index).
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from privrl.privacy.report import Guarantee, Report, restore_report
 from privrl.runfile import RunFileError, atomic_write, checked, read, tree_from_leaves, write
 
 __all__ = ["CHECKPOINT", "LOG", "REJECTED", "SETUP", "AggregatorService", "AggregatorSpec",
-           "RunFileError", "Submission", "Verdict", "atomic_write", "read_log", "replay"]
+           "RunFileError", "Shuffled", "Submission", "Verdict", "atomic_write", "read_log",
+           "replay"]
 
 LOG = "reports.bin"
 REJECTED = "rejected.jsonl"
@@ -57,6 +63,15 @@ class Submission(NamedTuple):
 
     agent_id: int
     index: int
+    report: Report
+
+
+class Shuffled(NamedTuple):
+    """What a shuffler forwards: no agent id, only the report's batch and its slot in the
+    batch's uniformly random order (privrl.federation.shuffler)."""
+
+    batch: int
+    slot: int
     report: Report
 
 
@@ -103,10 +118,11 @@ def _log_header(dim: int) -> bytes:
     return np.array([(_LOG_MAGIC, _LOG_VERSION, dim)], _LOG_HEADER).tobytes()
 
 
-def read_log(directory: Path, dim: int) -> np.ndarray:
+def read_log(directory: Path, dim: int, name: str = LOG) -> np.ndarray:
     """All complete records of the accepted-report log (a torn last record is ignored).
-    RunFileError if the file is not a report log for reports of length `dim`."""
-    path = Path(directory) / LOG
+    RunFileError if the file is not a report log for reports of length `dim`. `name`: another
+    log of the same format in `directory` (a shuffler's intake log)."""
+    path = Path(directory) / name
     if not path.exists():
         return np.zeros(0, _record_dtype(dim))
     raw = path.read_bytes()
@@ -127,16 +143,24 @@ def read_log(directory: Path, dim: int) -> np.ndarray:
 
 
 class AggregatorService:
-    """A BufferedAggregator with identity checks, a ledger, a durable log and checkpoints."""
+    """A BufferedAggregator with identity checks, a ledger, a durable log and checkpoints.
+
+    With `shuffled_batch` k ≥ 1 it takes `Shuffled` items (batch, slot < k) from a shuffler
+    instead of Submissions, and `ledger` must be None: the shuffler, which sees identities,
+    charges them (the module docstring)."""
 
     def __init__(self, spec: AggregatorSpec, theta0: np.ndarray, num_agents: int,
-                 ledger: PrivacyLedger, guarantee: Guarantee,
+                 ledger: PrivacyLedger | None, guarantee: Guarantee,
                  directory: str | os.PathLike | None = None,
-                 checkpoint_every: int = 100) -> None:
+                 checkpoint_every: int = 100, shuffled_batch: int = 0) -> None:
         if num_agents < 1:
             raise ValueError(f"num_agents must be >= 1, got {num_agents}")
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+        if shuffled_batch < 0 or (ledger is None) != (shuffled_batch > 0):
+            raise ValueError("a ledger belongs to an aggregator of identified submissions; "
+                             "one of shuffled batches (shuffled_batch >= 1) has none")
+        self.shuffled_batch = int(shuffled_batch)
         self.spec = spec
         self.aggregator = aggregator = spec.build()
         self.num_agents = int(num_agents)
@@ -153,9 +177,10 @@ class AggregatorService:
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             setup = {"spec": dataclasses.asdict(spec), "theta0": np.asarray(theta0, np.float32),
-                     "num_agents": self.num_agents, "ledger": ledger.to_state(),
+                     "num_agents": self.num_agents, "ledger": _ledger_state(ledger),
                      "guarantee": guarantee.to_state(),
-                     "checkpoint_every": self.checkpoint_every}
+                     "checkpoint_every": self.checkpoint_every,
+                     **({"shuffled_batch": self.shuffled_batch} if self.shuffled_batch else {})}
             if not (self.directory / SETUP).exists():
                 write(self.directory / SETUP, _SETUP_KIND, setup)
             self._log = open(self.directory / LOG, "ab")  # noqa: SIM115 - lives with the service
@@ -167,7 +192,7 @@ class AggregatorService:
     def submit(self, sub: Any) -> Verdict:
         """Accept the submission or reject it with a reason; rejected ones change nothing."""
         reason = self._reject_reason(sub)
-        if reason is None:
+        if reason is None and self.ledger is not None:
             try:
                 self.ledger.charge(int(sub.agent_id), sub.report.guarantee)
             except BudgetExceededError as e:
@@ -175,8 +200,9 @@ class AggregatorService:
         if reason is not None:
             self._reject(sub, reason)
             return Verdict(False, reason)
-        self._apply(sub.agent_id, sub.index, sub.report)
-        self._append(sub.agent_id, sub.index, np.asarray(sub.report.value, np.float32))
+        first, second = sub[0], sub[1]  # (agent, index), or (batch, slot) when shuffled
+        self._apply(first, second, sub.report)
+        self._append(first, second, np.asarray(sub.report.value, np.float32))
         if int(self.state.updates) - self._last_checkpoint_updates >= self.checkpoint_every:
             self.checkpoint()
         return Verdict(True)
@@ -198,7 +224,7 @@ class AggregatorService:
         if self.directory is None:
             return
         blob = {"state": [np.asarray(x) for x in jax.tree_util.tree_leaves(self.state)],
-                "ledger": self.ledger.to_state(), "logged": self.logged,
+                "ledger": _ledger_state(self.ledger), "logged": self.logged,
                 "rejections": self.rejections}
         write(self.directory / CHECKPOINT, _CHECKPOINT_KIND, blob)
         self._last_checkpoint_updates = int(self.state.updates)
@@ -220,7 +246,7 @@ class AggregatorService:
             blob = read(path, _CHECKPOINT_KIND)
             with checked(path):
                 svc.state = tree_from_leaves(svc.state, blob["state"])
-                svc.ledger = PrivacyLedger.from_state(blob["ledger"])
+                svc.ledger = _ledger_from_state(blob["ledger"], svc.shuffled_batch)
                 rejections, start = blob["rejections"], blob["logged"]
                 if not (isinstance(rejections, dict)
                         and all(isinstance(v, int) for v in rejections.values())
@@ -236,7 +262,8 @@ class AggregatorService:
         svc.logged = start
         for r in records[start:]:  # accepted after the checkpoint: re-apply, charge again
             report = restore_report(r["value"], svc.guarantee)
-            svc.ledger.charge(int(r["agent"]), svc.guarantee)
+            if svc.ledger is not None:
+                svc.ledger.charge(int(r["agent"]), svc.guarantee)
             svc._apply(int(r["agent"]), int(r["index"]), report)
         svc._last_checkpoint_updates = int(svc.state.updates)
         svc.directory = directory
@@ -251,26 +278,24 @@ class AggregatorService:
 
     # --- internals -----------------------------------------------------------------------
     def _reject_reason(self, sub: Any) -> str | None:
-        if not isinstance(sub, Submission):
-            return f"not a Submission: {type(sub).__name__}"
-        agent, index = sub.agent_id, sub.index
+        if self.shuffled_batch:
+            return self._shuffled_reason(sub)
+        return submission_problem(sub, self.num_agents, self.accepted, self.aggregator.check,
+                                  self.guarantee)
+
+    def _shuffled_reason(self, item: Any) -> str | None:
+        if not isinstance(item, Shuffled):
+            return f"not a Shuffled item (this aggregator takes shuffled batches only): " \
+                   f"{type(item).__name__}"
+        batch, slot = item.batch, item.slot
         if not all(isinstance(v, int | np.integer) and not isinstance(v, bool)
-                   for v in (agent, index)):
-            return "agent id and submission index must be integers"
-        if not 0 <= agent < self.num_agents:
-            return f"unknown agent {agent} (agents are 0..{self.num_agents - 1})"
-        if index < 0:
-            return f"negative submission index {index}"
-        if (int(agent), int(index)) in self.accepted:
-            return f"duplicate: agent {agent} submission {index} was already accepted"
-        try:
-            self.aggregator.check(sub.report)
-        except InvalidReportError as e:
-            return f"malformed: {e}"
-        if sub.report.guarantee != self.guarantee:
-            return (f"wrong mechanism: the report promises {sub.report.guarantee.describe()}, "
-                    f"this run expects {self.guarantee.describe()}")
-        return None
+                   for v in (batch, slot)):
+            return "batch and slot must be integers"
+        if batch < 0 or not 0 <= slot < self.shuffled_batch:
+            return f"no such batch slot ({batch}, {slot}) (slots are 0..{self.shuffled_batch - 1})"
+        if (int(batch), int(slot)) in self.accepted:
+            return f"duplicate: batch {batch} slot {slot} was already accepted"
+        return report_problem(item.report, self.aggregator.check, self.guarantee)
 
     def _apply(self, agent: int, index: int, report: Report) -> None:
         self.state = self.aggregator.submit(self.state, report)
@@ -289,10 +314,55 @@ class AggregatorService:
         kind = reason.split(":")[0]
         self.rejections[kind] = self.rejections.get(kind, 0) + 1
         if self.directory is not None:
+            ids = ({"batch": getattr(sub, "batch", None), "slot": getattr(sub, "slot", None)}
+                   if self.shuffled_batch else {"agent": getattr(sub, "agent_id", None),
+                                                "index": getattr(sub, "index", None)})
             with open(self.directory / REJECTED, "a") as f:
-                f.write(json.dumps({"agent": getattr(sub, "agent_id", None),
-                                    "index": getattr(sub, "index", None),
-                                    "reason": reason}, default=str) + "\n")
+                f.write(json.dumps({**ids, "reason": reason}, default=str) + "\n")
+
+
+def submission_problem(sub: Any, num_agents: int, accepted: set[tuple[int, int]],
+                       check: Any, guarantee: Guarantee) -> str | None:
+    """Why an identified submission must be refused (None: it may be accepted): not a
+    Submission, bad or unknown ids, a duplicate (agent, index) in `accepted`, a malformed report
+    (`check` raises InvalidReportError) or one from another mechanism than `guarantee`'s."""
+    if not isinstance(sub, Submission):
+        return f"not a Submission: {type(sub).__name__}"
+    agent, index = sub.agent_id, sub.index
+    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool)
+               for v in (agent, index)):
+        return "agent id and submission index must be integers"
+    if not 0 <= agent < num_agents:
+        return f"unknown agent {agent} (agents are 0..{num_agents - 1})"
+    if index < 0:
+        return f"negative submission index {index}"
+    if (int(agent), int(index)) in accepted:
+        return f"duplicate: agent {agent} submission {index} was already accepted"
+    return report_problem(sub.report, check, guarantee)
+
+
+def report_problem(report: Any, check: Any, guarantee: Guarantee) -> str | None:
+    try:
+        check(report)
+    except InvalidReportError as e:
+        return f"malformed: {e}"
+    if report.guarantee != guarantee:
+        return (f"wrong mechanism: the report promises {report.guarantee.describe()}, "
+                f"this run expects {guarantee.describe()}")
+    return None
+
+
+def _ledger_state(ledger: PrivacyLedger | None) -> dict[str, Any] | None:
+    return None if ledger is None else ledger.to_state()
+
+
+def _ledger_from_state(state: Any, shuffled_batch: int) -> PrivacyLedger | None:
+    """The ledger a run file recorded; none (and only none) for a shuffled-batch aggregator."""
+    if shuffled_batch:
+        if state is not None:
+            raise ValueError("a shuffled-batch aggregator has no ledger")
+        return None
+    return PrivacyLedger.from_state(state)
 
 
 def _from_setup(directory: Path) -> AggregatorService:
@@ -304,13 +374,16 @@ def _from_setup(directory: Path) -> AggregatorService:
         spec = AggregatorSpec.from_state(setup["spec"])
         if theta0.dtype != np.float32 or theta0.shape != (spec.dim,):
             raise ValueError(f"θ₀ has shape {theta0.shape} and dtype {theta0.dtype}")
-        for name in ("num_agents", "checkpoint_every"):
-            if not isinstance(setup[name], int) or isinstance(setup[name], bool):
+        shuffled = setup.get("shuffled_batch", 0)  # absent: identified submissions
+        for name, value in (("num_agents", setup["num_agents"]),
+                            ("checkpoint_every", setup["checkpoint_every"]),
+                            ("shuffled_batch", shuffled)):
+            if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"{name} must be an integer")
         return AggregatorService(spec, theta0, setup["num_agents"],
-                                 PrivacyLedger.from_state(setup["ledger"]),
+                                 _ledger_from_state(setup["ledger"], shuffled),
                                  Guarantee.from_state(setup["guarantee"]), None,
-                                 setup["checkpoint_every"])
+                                 setup["checkpoint_every"], shuffled)
 
 
 def replay(directory: str | os.PathLike) -> np.ndarray:

@@ -163,6 +163,12 @@ class FedPGConfig(Config):
     # distributed-gaussian with epsilon: σ is calibrated for this many rounds (None: the most
     # the episode budget allows, max_rounds()); a trial that wants more is ended by the budget.
     dp_rounds: int | None = None
+    # Shuffle model (fedpg-cen with a pure ε-LDP mechanism: laplace, privunit, privunitg): each
+    # round's K reports reach the server in a random order without identities; privacy.json
+    # adds the central (ε, δ = shuffle_delta) per round after amplification by shuffling
+    # (privrl.privacy.shuffle), composed over an agent's rounds. The local ε is unchanged.
+    shuffle: bool = False
+    shuffle_delta: float = 1e-5
 
     presets = PRESETS
 
@@ -273,6 +279,20 @@ class FedPGConfig(Config):
             CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
         except ValueError as e:
             fail("gravities", str(e))
+        self._validate_shuffle()
+
+    def _validate_shuffle(self) -> None:
+        if self.shuffle and self.algorithm != "cen":
+            fail("shuffle", "fedpg-cen only: FedPG-Dec has no server whose view a shuffler "
+                            "could hide identities from (each peer knows its in-neighbours)")
+        if self.shuffle and self.mechanism not in PURE_MECHANISMS:
+            fail("shuffle", f"needs a pure ε-LDP mechanism ({', '.join(PURE_MECHANISMS)}), got "
+                            f"mechanism={self.mechanism!r}: "
+                            + {"none": "no mechanism has no local ε to amplify",
+                               "distributed-gaussian": "the server already sees only the sum",
+                               }.get(self.mechanism, "the amplification bound here (FMT21) "
+                                                     "is for pure ε₀-LDP reports"))
+        in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
 
     def _validate_distributed(self) -> None:
         """distributed-gaussian's own fields and the combinations that make no sense."""
@@ -560,6 +580,9 @@ class FedPG:
                              jnp.broadcast_to(agent_live, (k, b_max)), k_ep)
             mu_k = self.gradients(thetas, ep)
             reports = jax.vmap(self.mechanism.privatize)(mech_keys, mu_k)
+            if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
+                order = jax.random.permutation(jax.random.fold_in(key, 0x5F1E), k)
+                reports = jax.tree_util.tree_map(lambda a: a[order], reports)
             # Server: average, then N_t SCSG steps on its own episodes.
             mu = average_reports(reports)[None]
         steps = self.draw_steps(k_n, batch[None]) * live

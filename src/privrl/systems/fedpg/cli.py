@@ -144,6 +144,14 @@ EpsBudgetOpt = Annotated[float | None, typer.Option(
     "beyond it before anything is released, and the trial ends there (by "
     "--budget-composition). Default: none; the episode budget bounds the releases.")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
+ShuffleOpt = Annotated[bool, typer.Option(
+    help="fedpg-cen with laplace, privunit or privunitg: shuffle model; a trusted shuffler "
+    "hands the server each round's K reports in random order without identities (simulated, "
+    "its order seeded), and privacy.json adds the central (ε, δ) per round after "
+    "amplification by shuffling (FMT21) and over the rounds (basic composition). "
+    "Amplification grows with --agents.")]
+ShuffleDeltaOpt = Annotated[float, typer.Option(
+    help="δ of the per-round central (ε, δ) stated under --shuffle.")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all.")]
@@ -162,6 +170,7 @@ def run_fedpg_cen_command(
     accountant: AccountantOpt = AccountantName.pld,
     epsilon_budget: EpsBudgetOpt = None,
     budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
+    shuffle: ShuffleOpt = False, shuffle_delta: ShuffleDeltaOpt = 1e-5,
     sampling_rate: Annotated[float | None, typer.Option(
         help="distributed-gaussian: each agent takes part in a round with probability q "
         "(Poisson sampling, q in (0, 1]; amplifies privacy); unsampled agents play no "
@@ -185,7 +194,8 @@ def run_fedpg_cen_command(
 
     cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise,
                         sampling_rate=sampling_rate, min_honest=min_honest,
-                        dp_rounds=dp_rounds, **_fedpg_common(
+                        dp_rounds=dp_rounds, shuffle=shuffle, shuffle_delta=shuffle_delta,
+                        **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value))
@@ -214,6 +224,7 @@ def run_fedpg_dec_command(
     accountant: AccountantOpt = AccountantName.pld,
     epsilon_budget: EpsBudgetOpt = None,
     budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
+    shuffle: ShuffleOpt = False,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
@@ -229,7 +240,7 @@ def run_fedpg_dec_command(
     from privrl.runtime.output import check_out_dir
 
     cfg = _fedpg_config("dec", topology=topology.value, window=window, noise=_noise(noise),
-                        secure_noise=secure_noise,
+                        secure_noise=secure_noise, shuffle=shuffle,
                         **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,

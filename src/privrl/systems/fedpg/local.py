@@ -335,8 +335,18 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
         return (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
                 f"{sent} as it is.")
 
+    shuffled = shuffle_account(run)
+
     def stated(parts: Mapping[str, Any]) -> str:
         text = statement(parts)
+        if shuffled is not None and parts["formal_guarantee"]:
+            text += (f" Shuffled: the server receives each round's K = {cfg.agents} reports in "
+                     f"random order without identities, so against it, with a trusted "
+                     f"shuffler, each round is (ε = {shuffled['central_epsilon_per_batch']:.4g}, "
+                     f"δ = {cfg.shuffle_delta:g})-DP for an agent (central, amplification by "
+                     f"shuffling) and its {shuffled['batches_per_user']} rounds (ε = "
+                     f"{shuffled['central_epsilon']:.4g}, δ = {shuffled['central_delta']:g})-DP "
+                     "by basic composition; against the shuffler only the local ε holds.")
         if parts["formal_guarantee"] and record_mode(cfg.noise, cfg.secure_noise) == "seeded":
             text += (" SIMULATION ONLY: the noise is reproducible from the seed in "
                      "config.json.")
@@ -351,6 +361,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
+            **({} if shuffled is None else {"shuffle": shuffled}),
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
 
@@ -384,6 +395,21 @@ def trust_model(run: FedPGRun) -> dict[str, Any]:
         "degradation": "t agents dropped out or colluding with the server: noise multiplier "
                        "σ·sqrt(min(K − t, m)/m), ε recomputed with it",
         "by_dropouts": rows}}
+
+
+def shuffle_account(run: FedPGRun) -> dict[str, Any] | None:
+    """The shuffle model's central account (`shuffle`, fedpg-cen with a pure mechanism): every
+    round's batch is the K agents' reports (all K release in every round a trial runs), each
+    agent one report per round; an agent's rounds compose basically (privrl.privacy.shuffle).
+    The simulated shuffler's order derives from the seed, like seeded noise."""
+    cfg = run.config
+    most = int(run.releases.max())
+    if not cfg.shuffle or most == 0:
+        return None
+    from privrl.privacy.shuffle import shuffle_record
+
+    return shuffle_record(float(run.mechanism["epsilon"]), cfg.agents, cfg.shuffle_delta,
+                          batches=most)
 
 
 def per_release(run: FedPGRun) -> dict[str, Any]:

@@ -163,9 +163,6 @@ def run_pgc_a3c_command(
         PGCA3C(config)
     check_out_dir(out)
     if runtime is Runtime.ray:
-        if shuffle:
-            raise ConfigError("--shuffle", "the Ray runtime has no shuffler yet; use "
-                                           "--runtime local")
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
         if agents_in_flight is not None and agents_in_flight < 1:
@@ -242,6 +239,8 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
                          command=["privrl", *sys.argv[1:]],
                          files={"ray.json": {"cluster": result.cluster,
                                              "aggregator": result.status,
+                                             **({} if result.shuffler is None
+                                                else {"shuffler": result.shuffler}),
                                              "agents_in_flight": result.agents_in_flight}})
     console.print(results_table(summary))
     console.print(f"Aggregator: {result.status}")

@@ -23,6 +23,21 @@ charged twice, and the log never holds two reports of one (agent, index). A rest
 aggregator restores its last checkpoint and re-applies the report log after it. An agent that
 dies before submitting has spent nothing.
 
+Shuffle model (`shuffle=True`): a shuffler actor (`privrl.federation.shuffler.Shuffler`) sits
+between the agents and the aggregator. It takes the submissions with identities, deduplicates
+them, charges each agent's ledger (the aggregator, which never learns who sent what, cannot)
+and logs them; every `parallel_agents` accepted submissions (the local runner's round, the unit
+of its central account) it draws a uniformly random order from the OS CSPRNG and forwards the
+batch as `Shuffled(batch, slot, report)` items, which the aggregator deduplicates by (batch,
+slot). The shuffler is trusted with identities and reports (and its directory holds both);
+if it colludes with the aggregator, only the local ε holds. It survives its own restart like
+the aggregator does (the Shuffler docstring). privacy.json states the central (ε, δ) by the
+local runner's `shuffle_account`.
+
+The driver never reads a submission: an agent's task returns its Submission and its episode
+score as two objects, and the driver hands the first, by reference, to the aggregator (or the
+shuffler) and reads only the score.
+
 Ray is an optional extra (`pip install 'privrl[ray]'`); this module imports it lazily.
 """
 
@@ -45,9 +60,11 @@ from privrl.federation.service import (
     SETUP,
     AggregatorService,
     AggregatorSpec,
+    Shuffled,
     Submission,
     Verdict,
 )
+from privrl.federation.shuffler import SHUFFLER_SETUP, Shuffler
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
@@ -62,18 +79,18 @@ class AggregatorActor:
     """The aggregator side: an AggregatorService, restored from its directory after a crash."""
 
     def __init__(self, spec: AggregatorSpec, theta0: np.ndarray, num_agents: int,
-                 ledger: PrivacyLedger, guarantee: Any, directory: str,
-                 checkpoint_every: int) -> None:
+                 ledger: PrivacyLedger | None, guarantee: Any, directory: str,
+                 checkpoint_every: int, shuffled_batch: int = 0) -> None:
         if (Path(directory) / SETUP).exists():
             self.svc = AggregatorService.restore(directory)
         else:
             self.svc = AggregatorService(spec, theta0, num_agents, ledger, guarantee, directory,
-                                         checkpoint_every)
+                                         checkpoint_every, shuffled_batch)
 
     def submit(self, sub: Submission) -> Verdict:
         return self.svc.submit(sub)
 
-    def submit_many(self, subs: list[Submission]) -> list[Verdict]:
+    def submit_many(self, subs: list[Submission] | list[Shuffled]) -> list[Verdict]:
         return self.svc.submit_many(subs)
 
     def theta(self) -> np.ndarray:
@@ -88,6 +105,41 @@ class AggregatorActor:
     def close(self) -> dict[str, Any]:
         self.svc.close()
         return self.svc.status()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class ShufflerActor:
+    """The shuffler between the agent actors and the aggregator (privrl.federation.shuffler),
+    restored from its directory after a crash. `aggregator`: the aggregator actor's handle, or
+    (tests, in-process) any object with `submit_many`."""
+
+    def __init__(self, batch_size: int, num_agents: int, dim: int, ledger: PrivacyLedger,
+                 guarantee: Any, aggregator: Any, directory: str) -> None:
+        def forward(items: list[Shuffled]) -> list[Verdict]:
+            call = aggregator.submit_many
+            if hasattr(call, "remote"):  # a Ray actor: wait for its answer
+                return require_ray().get(call.remote(items))
+            return call(items)
+
+        if (Path(directory) / SHUFFLER_SETUP).exists():
+            self.svc = Shuffler.restore(directory, forward)
+        else:
+            self.svc = Shuffler(batch_size, num_agents, dim, ledger, guarantee, forward,
+                                directory)
+
+    def submit(self, sub: Submission) -> Verdict:
+        return self.svc.submit(sub)
+
+    def status(self) -> dict[str, Any]:
+        return self.svc.status()
+
+    def ledger(self) -> PrivacyLedger:
+        return self.svc.ledger
+
+    def close(self) -> dict[str, Any]:
+        return self.svc.close()
 
     def pid(self) -> int:
         return os.getpid()
@@ -136,6 +188,7 @@ class RayRunOutput:
     wall_seconds: float
     agents_in_flight: int
     cluster: dict[str, Any]
+    shuffler: dict[str, Any] | None = None  # the shuffler's status (shuffle=True)
 
 
 EventHook = Callable[[str, dict[str, Any]], None]
@@ -149,8 +202,11 @@ def run_pgc_a3c_ray(
     checkpoint_every: int = 100,
     progress: Callable[[int, int], None] | None = None,
     on_event: EventHook | None = None,
+    shuffler_directory: Path | None = None,
 ) -> RayRunOutput:
-    """One PGC-A3C trial with agents and the aggregator as Ray actors.
+    """One PGC-A3C trial with agents and the aggregator as Ray actors (and, with
+    `config.shuffle`, a shuffler actor between them, its files in `shuffler_directory`,
+    default: "shuffler" beside `directory`).
 
     Without `address` a local Ray cluster sized to this machine is started; with one (e.g.
     "auto" or "HOST:PORT") the run joins that cluster. `on_event("accepted", info)` is called
@@ -169,51 +225,68 @@ def run_pgc_a3c_ray(
     num_agents = math.ceil(total / per_agent)
     theta0 = np.asarray(algo.init(jax.random.key(cfg.seed)).agg.theta)
     spec = AggregatorSpec(algo.dim, cfg.buffer_size, cfg.server_optimizer, cfg.learning_rate)
+    guarantee = algo.mechanism.guarantee
+    if shuffler_directory is None:
+        shuffler_directory = Path(directory).parent / "shuffler"
 
     started_here, cluster = start_ray(ray, address)
     start = time.perf_counter()
     try:
-        agg_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AggregatorActor)
-        agent_cls = ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(AgentActor)
-        agg = agg_cls.remote(spec, theta0, num_agents, budget_ledger(cfg),
-                             algo.mechanism.guarantee, str(directory), checkpoint_every)
-        agents = [agent_cls.remote(cfg) for _ in range(min(p, total))]
+        def actor(cls: type) -> Any:
+            return ray.remote(max_restarts=-1, max_task_retries=-1, num_cpus=0)(cls)
+
+        if cfg.shuffle:  # agents -> shuffler (identities, ledger) -> aggregator (no ids)
+            agg = actor(AggregatorActor).remote(spec, theta0, num_agents, None, guarantee,
+                                                str(directory), checkpoint_every,
+                                                cfg.parallel_agents)
+            shuffler = actor(ShufflerActor).remote(cfg.parallel_agents, num_agents, algo.dim,
+                                                   budget_ledger(cfg), guarantee, agg,
+                                                   str(shuffler_directory))
+            sink = shuffler
+        else:
+            agg = actor(AggregatorActor).remote(spec, theta0, num_agents, budget_ledger(cfg),
+                                                guarantee, str(directory), checkpoint_every)
+            shuffler, sink = None, agg
+        agents = [actor(AgentActor).remote(cfg) for _ in range(min(p, total))]
         scores = np.full(total, -1, np.int32)
-        pending: dict[Any, tuple[int, int]] = {}
+        pending: dict[Any, tuple[int, int, Any]] = {}  # score ref -> (slot, n, submission ref)
         next_n = 0
 
         def launch(slot: int) -> None:
             nonlocal next_n
             n = next_n
             next_n += 1
-            ref = agents[slot].run.remote(agg.theta.remote(), n // per_agent, n % per_agent, n)
-            pending[ref] = (slot, n)
+            sub_ref, score_ref = agents[slot].run.options(num_returns=2).remote(
+                agg.theta.remote(), n // per_agent, n % per_agent, n)
+            pending[score_ref] = (slot, n, sub_ref)
 
         for slot in range(len(agents)):
             launch(slot)
         done_count = 0
         while pending:
             (ref,), _ = ray.wait(list(pending), num_returns=1)
-            slot, n = pending.pop(ref)
-            sub, score = ray.get(ref)
-            verdict = ray.get(agg.submit.remote(sub))
-            scores[n] = score
+            slot, n, sub_ref = pending.pop(ref)
+            scores[n] = ray.get(ref)
+            # By reference: Ray hands the Submission to the sink; the driver never reads it.
+            verdict = ray.get(sink.submit.remote(sub_ref))
             done_count += 1
             if on_event is not None and verdict.accepted:
                 on_event("accepted", {"n": n, "done": done_count, "agents": agents,
-                                      "aggregator": agg, "slot": slot})
+                                      "aggregator": agg, "shuffler": shuffler, "slot": slot})
             if next_n < total:
                 launch(slot)
             if progress is not None:
                 progress(done_count, total)
+        shuffled = None if shuffler is None else ray.get(shuffler.close.remote())
         status = ray.get(agg.close.remote())
         theta = ray.get(agg.theta.remote())
-        ledger = ray.get(agg.ledger.remote())
+        ledger = ray.get((agg if shuffler is None else shuffler).ledger.remote())
     finally:
         if started_here:
             ray.shutdown()
     return RayRunOutput(cfg, scores[None, :], np.asarray(theta), status, ledger,
-                        Path(directory), time.perf_counter() - start, len(agents), cluster)
+                        Path(directory), time.perf_counter() - start, len(agents), cluster,
+                        shuffled)
 
 
 def as_run_output(out: RayRunOutput) -> Any:
