@@ -300,7 +300,7 @@ class FedPGConfig(Config):
             for name, default in (("clip_quantile", 0.5), ("clip_lr", 0.2),
                                   ("clip_count_stddev", None)):
                 if getattr(self, name) != default:
-                    fail(name, "belongs to adaptive clipping (adaptive_clip) only")
+                    fail(name, "only adaptive clipping takes it (it is off)")
             return
         if self.algorithm != "cen":
             fail("adaptive_clip", "adaptive clipping adapts the clip of the securely "
