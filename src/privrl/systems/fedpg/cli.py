@@ -144,6 +144,8 @@ EpsBudgetOpt = Annotated[float | None, typer.Option(
     "beyond it before anything is released, and the trial ends there (by "
     "--budget-composition). Default: none; the episode budget bounds the releases.")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
+CenClipOpt = Annotated[float | None, typer.Option(
+    help="Clip C of the mechanism (default 1; with --adaptive-clip the initial clip C_0).")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all.")]
@@ -156,7 +158,7 @@ def run_fedpg_cen_command(
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
-    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    epsilon: EpsOpt = None, clip: CenClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
