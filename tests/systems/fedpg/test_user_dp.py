@@ -111,7 +111,7 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     assert "zero-out" in rec["mechanism"]["neighbouring"]
     assert rec["trust_model"]["by_dropouts"][0]["epsilon"] == rec["accounting"]["epsilon"]
     assert "User-level central DP" in rec["statement"]
-    assert "adaptive_clip" not in rec and "Adaptive" not in rec["statement"]
+    assert "adaptive_clip" not in rec and "adaptive" not in rec["statement"]
     assert "final_clip" not in summary
     assert (out / "metrics.csv").read_text().splitlines()[0].endswith(",mean_return")
 
@@ -147,7 +147,8 @@ def test_adaptive_run_is_accounted_with_z_and_writes_its_clip(tmp_path):
         pytest.approx(z, rel=1e-12)
     assert (split["target_quantile_gamma"], split["clip_learning_rate_eta"]) == (0.5, 0.2)
     assert "post-processing" in split["post_processing"]
-    assert "Adaptive clipping" in rec["statement"] and "post-processing" in rec["statement"]
+    assert "adaptive clipping" in rec["statement"] and "post-processing of the released" \
+        in rec["statement"]
     runner.write_metrics(tmp_path / "metrics.csv", run)
     rows = [r.split(",") for r in (tmp_path / "metrics.csv").read_text().splitlines()]
     assert rows[0][-1] == "clip" and float(rows[1][-1]) == 1.0

@@ -290,13 +290,15 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             m = run.mechanism["params"]["min_honest"]
             return (
                 f"User-level central DP. Every round each of the K = {cfg.agents} agents is "
-                f"sampled with probability q = {cfg.sampling_rate:g}; a sampled agent sends "
-                f"its μ_tᵏ clipped to L2 norm {cfg.clip:g} plus a noise share N(0, "
-                f"σ²C²/{m}), an unsampled one the share alone; a simulated secure "
-                f"aggregation gives the server only the sum, whose noise N(0, σ²C²), σ = "
-                f"{cfg.noise_multiplier:.6g}, is carried by any {m} honest shares. One agent "
-                f"(all its data) added or removed (zero-out) changes the sum by at most C: "
-                f"each round is dp_accounting's "
+                f"sampled with probability q = {cfg.sampling_rate:g}; "
+                + (adaptive_statement(run, m) if cfg.adaptive_clip else
+                   f"a sampled agent sends "
+                   f"its μ_tᵏ clipped to L2 norm {cfg.clip:g} plus a noise share N(0, "
+                   f"σ²C²/{m}), an unsampled one the share alone; a simulated secure "
+                   f"aggregation gives the server only the sum, whose noise N(0, σ²C²), σ = "
+                   f"{cfg.noise_multiplier:.6g}, is carried by any {m} honest shares. One agent "
+                   f"(all its data) added or removed (zero-out) changes the sum by at most C: ")
+                + "each round is dp_accounting's "
                 + ("PoissonSampledDpEvent(q, GaussianDpEvent(σ))" if cfg.sampling_rate < 1
                    else "GaussianDpEvent(σ)")
                 + f"; {int(run.releases.max())} rounds compose by the "
@@ -307,7 +309,11 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"that only with σ·sqrt((K − t)/{m}) (see trust_model). The server's "
                 f"optimizer steps are post-processing. The ledger below records every agent's "
                 f"per-round releases; its basic composition (Σε) is far looser than the "
-                f"accountant's.{adaptive_statement(run)} {server}").strip()
+                f"accountant's."
+                + (f" The server's clip updates C_(t+1) = C_t·exp(−{cfg.clip_lr:g}·(b̄_t − "
+                   f"{cfg.clip_quantile:g})) are post-processing of the released sums."
+                   if cfg.adaptive_clip else "")
+                + f" {server}").strip()
         if cfg.mechanism == "gaussian" and run.accounting is not None:
             one = run.mechanism["epsilon"]
             return (
@@ -368,21 +374,20 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
 
-def adaptive_statement(run: FedPGRun) -> str:
-    """distributed-gaussian with adaptive clipping: how the clip bits share the round's σ."""
+def adaptive_statement(run: FedPGRun, m: int) -> str:
+    """distributed-gaussian with adaptive clipping: the round as privacy.json states it."""
     cfg = run.config
-    if not cfg.adaptive_clip:
-        return ""
     z_delta = run.mechanism["params"]["adaptive_clip"]["update_noise_multiplier_z_delta"]
-    return (f" Adaptive clipping (Andrew et al. 2021): the clip C_t starts at {cfg.clip:g}; "
-            f"each sampled agent's message also carries its clip bit b = 1[‖μ_tᵏ‖ <= C_t] as "
-            f"(b − ½)·z_Δ·C_t/σ_b, in the same secure sum, so the bit sum is noised with "
-            f"std σ_b = {cfg.clip_count_stddev:.6g} while the update is noised with "
-            f"z_Δ = {z_delta:.6g}; one agent moves the joint sum by at most "
-            f"C_t·sqrt(1 + (z_Δ/2σ_b)²), so each round is the Gaussian mechanism with σ = "
-            f"(z_Δ⁻² + (2σ_b)⁻²)^(−1/2) = {cfg.noise_multiplier:.6g}, the σ accounted above. "
-            f"The server's clip updates C_(t+1) = C_t·exp(−{cfg.clip_lr:g}·(b̄_t − "
-            f"{cfg.clip_quantile:g})) are post-processing of the released sums.")
+    return (f"a sampled agent sends its μ_tᵏ clipped to L2 norm C_t (adaptive clipping, "
+            f"Andrew et al. 2021; C_0 = {cfg.clip:g}) and its clip bit b = 1[‖μ_tᵏ‖ <= C_t] "
+            f"as one more coordinate (b − ½)·z_Δ·C_t/σ_b, plus a noise share "
+            f"N(0, z_Δ²C_t²/{m}) on every coordinate, an unsampled one the share alone; a "
+            f"simulated secure aggregation gives the server only the sum, whose noise "
+            f"N(0, z_Δ²C_t²), z_Δ = {z_delta:.6g}, is carried by any {m} honest shares (on "
+            f"the bit sum: noise of std σ_b = {cfg.clip_count_stddev:.6g}). One agent (all "
+            f"its data) added or removed (zero-out) changes the sum by at most "
+            f"C_t·sqrt(1 + (z_Δ/2σ_b)²), so a round is the Gaussian mechanism with σ = "
+            f"(z_Δ⁻² + (2σ_b)⁻²)^(−1/2) = {cfg.noise_multiplier:.6g} whatever C_t is: ")
 
 
 def adaptive_clip_record(run: FedPGRun) -> dict[str, Any]:
