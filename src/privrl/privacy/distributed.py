@@ -29,6 +29,26 @@ falls to σ·sqrt((K − t)/m). With t <= K − m the stated guarantee holds unc
 shares alone have variance >= σ²C²); beyond it, the guarantee is the one of the smaller
 multiplier (`effective_noise_multiplier`). Sampling must stay secret from the server for the
 amplification by sampling to hold: unsampled agents send a message too.
+
+Adaptive clipping (`AdaptiveClip`; Andrew, Thakkar, McMahan & Ramaswamy 2021, "Differentially
+private learning with adaptive clipping", NeurIPS, Sec. 3 and Theorem 1). The clip C_t of
+round t is traced state. Each sampled agent also reports the bit b = 1[‖x‖ <= C_t], as one
+extra coordinate (b − ½)·κ_t of its message, κ_t = z_Δ·C_t/σ_b, and every coordinate of the
+sum carries the same Gaussian noise of std z_Δ·C_t (shared out as above); unsampled agents
+send 0 in both parts (their noise share still). Divided by κ_t, the extra coordinate of the
+sum is Σ_sampled (b − ½) + N(0, σ_b²): the bit sum noised with std σ_b. The server sets
+b̄_t = ½ + (that)/(q·K) (q·K: the public expected count, as for the update) and
+C_{t+1} = C_t·exp(−η_C (b̄_t − γ)), post-processing of the released sums.
+
+Why one round is still the Gaussian mechanism with multiplier z: the message of one agent
+is v = [clip_{C_t}(x), (b − ½)κ_t], and zero-out moves the sum by v, of L2 norm at most
+sqrt(C_t² + κ_t²/4) = C_t·sqrt(1 + z_Δ²/(4σ_b²)) (|b − ½| = ½ whatever b is). The noise is
+isotropic with std z_Δ·C_t, so the noise std over the sensitivity is
+    z = z_Δ / sqrt(1 + z_Δ²/(2σ_b)²) = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2),
+the paper's Theorem 1, whatever C_t is (C_t is a function of earlier releases only, so the
+rounds compose adaptively as before). Conversely, a target z and σ_b give
+z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2), which needs 2σ_b > z. The accounting is unchanged:
+PoissonSampledDpEvent(q, GaussianDpEvent(z)) per round.
 """
 
 from __future__ import annotations
@@ -49,16 +69,65 @@ from privrl.privacy.report import _MINT, Guarantee, Report
 
 __all__ = [
     "USER_NEIGHBOURS",
+    "USER_NEIGHBOURS_ADAPTIVE",
     "USER_UNIT",
+    "AdaptiveClip",
     "DistributedGaussianMechanism",
     "RoundBudget",
     "Share",
+    "joint_noise_multiplier",
     "secure_aggregate",
+    "update_noise_multiplier",
 ]
 
 USER_UNIT = "one agent's whole data (every update it sends over the run): user level"
 USER_NEIGHBOURS = ("zero-out: add or remove one agent's data (its updates replaced by zero, "
                    "its noise share kept); the sum moves by at most the clip C in L2")
+USER_NEIGHBOURS_ADAPTIVE = (
+    "zero-out: add or remove one agent's data (its update and clip bit replaced by zero, its "
+    "noise share kept); the sum of the messages [clip_C_t(update), (b − ½)·z_Δ·C_t/σ_b] moves "
+    "by at most C_t·sqrt(1 + (z_Δ/2σ_b)²) = C_t·z_Δ/z in L2, C_t the round's (adaptive) clip")
+
+
+def update_noise_multiplier(noise_multiplier: float, count_stddev: float) -> float:
+    """z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): the update's noise multiplier that, with the clip bits'
+    sum noised with std σ_b, makes a round the Gaussian mechanism with multiplier z (see the
+    module docstring). ValueError unless 2σ_b > z."""
+    z, sb = float(noise_multiplier), float(count_stddev)
+    if not 2 * sb > z:
+        raise ValueError(f"the clip bits' noise std σ_b = {sb:g} must exceed z/2 = {z / 2:g} "
+                         f"(z = {z:g}: the round's noise multiplier)")
+    return (z ** -2 - (2 * sb) ** -2) ** -0.5
+
+
+def joint_noise_multiplier(update_multiplier: float, count_stddev: float) -> float:
+    """z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2): the inverse of `update_noise_multiplier`."""
+    return (float(update_multiplier) ** -2 + (2 * float(count_stddev)) ** -2) ** -0.5
+
+
+@dataclass(frozen=True)
+class AdaptiveClip:
+    """Adaptive clipping's parameters (Andrew et al. 2021): σ_b `count_stddev`, the std of the
+    noise on the sum of the clip bits; γ `quantile`, the fraction of sampled agents whose
+    update should lie within the clip; η_C `learning_rate` of the geometric update
+    C_{t+1} = C_t·exp(−η_C (b̄_t − γ)). The paper's defaults: γ = 0.5, η_C = 0.2,
+    σ_b = (expected agents per round)/20."""
+
+    count_stddev: float
+    quantile: float = 0.5
+    learning_rate: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("count_stddev", "learning_rate"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be finite and > 0, got {v!r}")
+        if not (isinstance(self.quantile, int | float) and 0 < self.quantile < 1):
+            raise ValueError(f"quantile must be in (0, 1), got {self.quantile!r}")
+
+    def next_clip(self, clip: Array, bit_fraction: Array) -> Array:
+        """C_{t+1} = C_t·exp(−η_C (b̄_t − γ)): post-processing of the noised bit fraction."""
+        return clip * jnp.exp(-self.learning_rate * (bit_fraction - self.quantile))
 
 
 @jax.tree_util.register_pytree_node_class
@@ -106,6 +175,9 @@ class DistributedGaussianMechanism:
     noise_multiplier σ: the sum's noise std / C; clip C: L2 clip of each update; agents K;
     min_honest m (<= K): shares are sized N(0, σ²C²/m) so that any m of them carry the full
     noise; sampling_rate q in (0, 1]; delta: δ of the per-round ε stated in `guarantee`.
+    adaptive (optional): adaptive clipping; then `noise_multiplier` is the round's joint z,
+    `clip` the initial C_0, and the messages carry the clip bit with the update noised with
+    z_Δ = `update_multiplier` (module docstring).
     """
 
     noise_multiplier: float
@@ -115,6 +187,7 @@ class DistributedGaussianMechanism:
     sampling_rate: float = 1.0
     delta: float = 1e-5
     accountant: str = DEFAULT_ACCOUNTANT
+    adaptive: AdaptiveClip | None = None
     name = "distributed-gaussian"
 
     def __post_init__(self) -> None:
@@ -134,11 +207,20 @@ class DistributedGaussianMechanism:
             raise ValueError(f"sampling_rate must be in (0, 1], got {q!r}")
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        if self.adaptive is not None:
+            update_noise_multiplier(self.noise_multiplier, self.adaptive.count_stddev)
+
+    @property
+    def update_multiplier(self) -> float:
+        """The update's noise std / C: σ, or z_Δ under adaptive clipping."""
+        if self.adaptive is None:
+            return self.noise_multiplier
+        return update_noise_multiplier(self.noise_multiplier, self.adaptive.count_stddev)
 
     @property
     def share_std(self) -> float:
-        """Each agent's noise std per coordinate: σC/√m."""
-        return self.noise_multiplier * self.clip / math.sqrt(self.min_honest)
+        """Each agent's noise std per coordinate: σC/√m (adaptive: z_Δ·C_0/√m, at C_0)."""
+        return self.update_multiplier * self.clip / math.sqrt(self.min_honest)
 
     @property
     def event(self) -> PrivacyEvent:
@@ -156,18 +238,38 @@ class DistributedGaussianMechanism:
 
     @cached_property
     def guarantee(self) -> Guarantee:
-        """(ε, δ)-DP of ONE round at `delta`; a run composes its rounds with the accountant."""
+        """(ε, δ)-DP of ONE round at `delta`; a run composes its rounds with the accountant.
+        Adaptive clipping: the sensitivity is C_t·z_Δ/z, C_t traced (stated in words)."""
         eps = Accountant(self.accountant).epsilon_if(self.event, 1, self.delta)
+        if self.adaptive is not None:
+            return Guarantee(epsilon=eps, delta=self.delta,
+                             notion="(ε, δ)-DP (central, user level, one round; distributed "
+                                    "noise; adaptive clip)",
+                             unit=USER_UNIT, neighbouring=USER_NEIGHBOURS_ADAPTIVE,
+                             sensitivity=None, norm="L2")
         return Guarantee(epsilon=eps, delta=self.delta,
                          notion="(ε, δ)-DP (central, user level, one round; distributed noise)",
                          unit=USER_UNIT, neighbouring=USER_NEIGHBOURS, sensitivity=self.clip,
                          norm="L2")
 
     def params(self) -> dict[str, Any]:
-        return {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
-                "agents": self.agents, "min_honest": self.min_honest,
-                "share_std": self.share_std, "sum_noise_std": self.noise_multiplier * self.clip,
-                "sampling_rate": self.sampling_rate, "delta": self.delta}
+        params = {"noise_multiplier": self.noise_multiplier, "clip": self.clip,
+                  "agents": self.agents, "min_honest": self.min_honest,
+                  "share_std": self.share_std,
+                  "sum_noise_std": self.update_multiplier * self.clip,
+                  "sampling_rate": self.sampling_rate, "delta": self.delta}
+        if self.adaptive is not None:
+            params["adaptive_clip"] = {
+                "noise_multiplier_z": self.noise_multiplier,
+                "update_noise_multiplier_z_delta": self.update_multiplier,
+                "count_stddev_sigma_b": self.adaptive.count_stddev,
+                "target_quantile_gamma": self.adaptive.quantile,
+                "clip_learning_rate_eta": self.adaptive.learning_rate,
+                "initial_clip": self.clip,
+                "bit_scale": "κ_t = z_Δ·C_t/σ_b (the bit's coordinate is (b − ½)·κ_t)",
+                "clip_and_noise": "share_std and sum_noise_std above are at the initial clip; "
+                                  "round t's are z_Δ·C_t/√m and z_Δ·C_t"}
+        return params
 
     def describe(self) -> dict[str, Any]:
         return {"mechanism": self.name, "params": self.params(), **self.guarantee.to_dict()}
@@ -181,14 +283,47 @@ class DistributedGaussianMechanism:
         return jax.vmap(lambda k: jax.random.bernoulli(jax.random.fold_in(k, 0x5A3),
                                                        self.sampling_rate))(keys)
 
-    def share(self, key: Array, x: Array, sampled: Array) -> Share:
-        """One agent's message: clip_C(x) if sampled else 0, plus N(0, σ²C²/m · I)."""
+    def share(self, key: Array, x: Array, sampled: Array, clip: Array | None = None) -> Share:
+        """One agent's message: clip_C(x) if sampled else 0, plus N(0, σ²C²/m · I).
+
+        Adaptive clipping: C = `clip` (the round's C_t, traced; default C_0) and the message
+        is [clip_C(x), (b − ½)·κ] if sampled else 0 (d + 1 coordinates), b = 1[‖x‖ <= C],
+        κ = z_Δ·C/σ_b, plus N(0, z_Δ²C²/m · I)."""
         x = jnp.asarray(x)
         if x.ndim != 1:
             raise ValueError(f"a share is made of a 1-D update, got shape {x.shape}")
-        update = jnp.where(sampled, clip_l2(x, self.clip), jnp.zeros_like(x))
-        noise = self.share_std * jax.random.normal(key, x.shape, x.dtype)
-        return Share._make(update + noise, self.guarantee)
+        if self.adaptive is None:
+            if clip is not None:
+                raise ValueError("a per-round clip is for adaptive clipping only")
+            update = jnp.where(sampled, clip_l2(x, self.clip), jnp.zeros_like(x))
+            noise = self.share_std * jax.random.normal(key, x.shape, x.dtype)
+            return Share._make(update + noise, self.guarantee)
+        c = jnp.asarray(self.clip if clip is None else clip, x.dtype)
+        bit = (jnp.sqrt(jnp.sum(jnp.square(x))) <= c).astype(x.dtype)
+        message = jnp.concatenate([clip_l2(x, c), ((bit - 0.5) * self.bit_scale(c))[None]])
+        message = jnp.where(sampled, message, jnp.zeros_like(message))
+        std = self.update_multiplier * c / math.sqrt(self.min_honest)
+        noise = std * jax.random.normal(key, message.shape, x.dtype)
+        return Share._make(message + noise, self.guarantee)
+
+    def bit_scale(self, clip: Array) -> Array:
+        """κ = z_Δ·C/σ_b: the clip bit's coordinate is (b − ½)·κ, so that the sum's noise of
+        std z_Δ·C on it is noise of std σ_b on the bit sum."""
+        if self.adaptive is None:
+            raise ValueError("the clip bit belongs to adaptive clipping")
+        return self.update_multiplier * clip / self.adaptive.count_stddev
+
+    def unpack(self, report: Report, clip: Array, count: float) -> tuple[Report, Array]:
+        """Adaptive clipping, on the server: the secure sum (d + 1 coordinates) as the update
+        sum (a Report of d coordinates, the same guarantee) and the noised fraction
+        b̄ = ½ + (Σ_sampled (b − ½) + N(0, σ_b²))/count of sampled agents within `clip`, the
+        C_t the round's shares were made with (count: the public expected number q·K).
+        Post-processing of the one released sum."""
+        if self.adaptive is None:
+            raise ValueError("only adaptive clipping's sum carries the clip bits")
+        value = report.value
+        bits = value[-1] / self.bit_scale(clip)
+        return Report._mint(_MINT, value[:-1], report.guarantee), 0.5 + bits / count
 
 
 class RoundBudget:

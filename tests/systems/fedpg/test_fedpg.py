@@ -223,6 +223,17 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--mechanism", "distributed-gaussian", "--epsilon", "2"], "--mechanism"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "2", "--sampling-rate", "0.5"],
          "--sampling-rate"),
+        # adaptive clipping (distributed-gaussian, fedpg-cen only)
+        (["fedpg-cen", "--adaptive-clip"], "--adaptive-clip"),
+        (["fedpg-dec", "--adaptive-clip"], "--adaptive-clip"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+          "--adaptive-clip", "--clip-quantile", "1"], "--clip-quantile"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+          "--adaptive-clip", "--clip-lr", "0"], "--clip-lr"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "5",
+          "--adaptive-clip", "--clip-count-stddev", "2.5"], "--clip-count-stddev"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+          "--clip-quantile", "0.9"], "--clip-quantile"),  # without --adaptive-clip
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):

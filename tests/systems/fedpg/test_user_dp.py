@@ -32,11 +32,33 @@ TINY = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
     ({"min_honest": 5}, "min_honest"),
     ({**DG, "dp_rounds": 0}, "dp_rounds"),
     ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "dp_rounds": 5}, "dp_rounds"),
+    # adaptive clipping: distributed-gaussian on fedpg-cen only, its own fields in range
+    ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "adaptive_clip": True},
+     "adaptive_clip"),
+    ({**DG, "algorithm": "dec", "adaptive_clip": True}, "adaptive_clip"),
+    ({**DG, "adaptive_clip": True, "clip_quantile": 0.0}, "clip_quantile"),
+    ({**DG, "adaptive_clip": True, "clip_quantile": 1.0}, "clip_quantile"),
+    ({**DG, "adaptive_clip": True, "clip_lr": 0.0}, "clip_lr"),
+    ({**DG, "adaptive_clip": True, "clip_count_stddev": -1.0}, "clip_count_stddev"),
+    ({**DG, "clip_quantile": 0.9}, "clip_quantile"),  # without adaptive_clip
+    ({**DG, "clip_count_stddev": 3.0}, "clip_count_stddev"),
 ])
 def test_bad_config_is_refused(overrides, field):
     with pytest.raises(ConfigError) as e:
         FedPGConfig(**overrides).validate()
     assert e.value.field == field
+
+
+def test_adaptive_clip_needs_bit_noise_above_half_sigma():
+    """σ = 5 given, σ_b = 2.5 = σ/2: z_Δ would be infinite, refused naming σ_b's field; the
+    default σ_b is q·K/20 (here 50/20 = 2.5 again)."""
+    base = dict(mechanism="distributed-gaussian", clip=1.0, noise_multiplier=5.0,
+                adaptive_clip=True, agents=1000)
+    for extra in ({"clip_count_stddev": 2.5}, {}):
+        with pytest.raises(ConfigError) as e:
+            FedPGConfig(**base, **extra).resolved()
+        assert e.value.field == "clip_count_stddev"
+    assert FedPGConfig(**{**base, "noise_multiplier": 4.9}).resolved().clip_count_stddev == 2.5
 
 
 def test_unreachable_epsilon_is_refused_before_running():
@@ -89,3 +111,47 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     assert "zero-out" in rec["mechanism"]["neighbouring"]
     assert rec["trust_model"]["by_dropouts"][0]["epsilon"] == rec["accounting"]["epsilon"]
     assert "User-level central DP" in rec["statement"]
+    assert "adaptive_clip" not in rec and "adaptive" not in rec["statement"]
+    assert "final_clip" not in summary
+    assert (out / "metrics.csv").read_text().splitlines()[0].endswith(",mean_return")
+
+
+def test_adaptive_run_is_accounted_with_z_and_writes_its_clip(tmp_path):
+    """A tiny adaptive run (σ = z = 3 given, so nothing is calibrated): the account is
+    PoissonSampledDpEvent(q, GaussianDpEvent(z)) per round, recomputed with dp_accounting
+    directly; z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2) from privacy.json's split; metrics.csv gains the
+    clip, starting at C_0 = clip."""
+    from dp_accounting.pld import PLDAccountant
+
+    from privrl.privacy.accounting import PLD_DISCRETIZATION
+    from privrl.privacy.distributed import joint_noise_multiplier
+    from privrl.systems.fedpg import local as runner
+
+    cfg = FedPGConfig(mechanism="distributed-gaussian", clip=1.0, noise_multiplier=3.0,
+                      **TINY, agents=4, sampling_rate=0.5, adaptive_clip=True,
+                      clip_count_stddev=2.0)
+    run = runner.run_fedpg(cfg)
+    rounds = run.rounds_run
+    assert rounds >= 2 and run.clip.shape == (1, rounds)
+    rec = runner.privacy_record(run)
+    (event,) = rec["accounting"]["events"]
+    z = 3.0
+    assert event["noise_multiplier"] == z and event["count"] == rounds
+    pld = PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+    pld.compose(dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(z)),
+                rounds)
+    assert rec["accounting"]["epsilon"] == pytest.approx(pld.get_epsilon(1e-5), rel=1e-12)
+    split = rec["adaptive_clip"]
+    assert split["noise_multiplier_z"] == z and split["count_stddev_sigma_b"] == 2.0
+    assert joint_noise_multiplier(split["update_noise_multiplier_z_delta"], 2.0) == \
+        pytest.approx(z, rel=1e-12)
+    assert (split["target_quantile_gamma"], split["clip_learning_rate_eta"]) == (0.5, 0.2)
+    assert "post-processing" in split["post_processing"]
+    assert "adaptive clipping" in rec["statement"] and "post-processing of the released" \
+        in rec["statement"]
+    runner.write_metrics(tmp_path / "metrics.csv", run)
+    rows = [r.split(",") for r in (tmp_path / "metrics.csv").read_text().splitlines()]
+    assert rows[0][-1] == "clip" and float(rows[1][-1]) == 1.0
+    # the second round used C_1 = C_0·exp(−0.2(b̄_0 − 0.5)), b̄_0 in a plausible range
+    assert 1.0 * math.exp(-0.2 * 4) < float(rows[2][-1]) < 1.0 * math.exp(0.2 * 4)
+    assert runner.summarize(run)["final_clip"] == [round(float(run.final_clip[0]), 4)]

@@ -68,7 +68,11 @@ from privrl.privacy.accounting import (
     calibrate_noise_multiplier,
     optimal_composition_admits,
 )
-from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
+from privrl.privacy.distributed import (
+    AdaptiveClip,
+    DistributedGaussianMechanism,
+    secure_aggregate,
+)
 from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
 from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.mechanisms import (
@@ -113,6 +117,11 @@ class FedPGConfig(Config):
     `delta` for the most rounds the budget allows); each agent takes part in a round with
     probability `sampling_rate` (Poisson); shares are sized so that any `min_honest` (default
     K) of them carry the full noise. See privrl.privacy.distributed.
+    `adaptive_clip` (distributed-gaussian only): the clip follows the `clip_quantile` γ of
+    the sampled agents' update norms (Andrew et al. 2021), starting from `clip`, with
+    learning rate `clip_lr` η_C; the clip bits' sum is noised with std `clip_count_stddev`
+    σ_b (None: q·K/20), and σ (the round's noise multiplier, calibrated as without it) is
+    split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
     """
 
     algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
@@ -169,6 +178,14 @@ class FedPGConfig(Config):
     # (privrl.privacy.shuffle), composed over an agent's rounds. The local ε is unchanged.
     shuffle: bool = False
     shuffle_delta: float = 1e-5
+    # distributed-gaussian only: adaptive clipping (Andrew et al. 2021). clip_quantile γ: the
+    # target fraction of sampled agents whose update norm is within the clip; clip_lr η_C:
+    # C_{t+1} = C_t·exp(−η_C (b̄_t − γ)); clip_count_stddev σ_b: std of the noise on the sum
+    # of the clip bits (None: q·K/20, the paper's choice; it must exceed σ/2).
+    adaptive_clip: bool = False
+    clip_quantile: float = 0.5
+    clip_lr: float = 0.2
+    clip_count_stddev: float | None = None
 
     presets = PRESETS
 
@@ -254,6 +271,7 @@ class FedPGConfig(Config):
         if self.mechanism not in ACCOUNTED_MECHANISMS and self.noise_multiplier is not None:
             fail("noise_multiplier", "only the gaussian and distributed-gaussian mechanisms "
                                      "take it")
+        self._validate_adaptive_clip()
         self._validate_distributed()
         one_of("budget_composition", self.budget_composition, COMPOSITIONS)
         if self.mechanism not in PURE_MECHANISMS:
@@ -294,6 +312,28 @@ class FedPGConfig(Config):
                                                      "is for pure ε₀-LDP reports"))
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
 
+    def _validate_adaptive_clip(self) -> None:
+        """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""
+        if not isinstance(self.adaptive_clip, bool):
+            fail("adaptive_clip", f"must be true or false, got {self.adaptive_clip!r}")
+        if not self.adaptive_clip:
+            for name, default in (("clip_quantile", 0.5), ("clip_lr", 0.2),
+                                  ("clip_count_stddev", None)):
+                if getattr(self, name) != default:
+                    fail(name, "only adaptive clipping takes it (it is off)")
+            return
+        if self.algorithm != "cen":
+            fail("adaptive_clip", "adaptive clipping adapts the clip of the securely "
+                                  "aggregated sum: fedpg-cen with distributed-gaussian only")
+        if self.mechanism != "distributed-gaussian":
+            fail("adaptive_clip", "adaptive clipping needs mechanism='distributed-gaussian' "
+                                  f"(the clip bits travel in its secure sum), got "
+                                  f"mechanism={self.mechanism!r}")
+        in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
+        positive("clip_lr", self.clip_lr)
+        if self.clip_count_stddev is not None:
+            positive("clip_count_stddev", self.clip_count_stddev)
+
     def _validate_distributed(self) -> None:
         """distributed-gaussian's own fields and the combinations that make no sense."""
         if self.dp_rounds is not None:
@@ -333,7 +373,11 @@ class FedPGConfig(Config):
         if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
             return replace(self, sampling_rate=min(1.0, DEFAULT_PARTICIPANTS / self.agents)
                            ).resolved()
+        if self.adaptive_clip and self.clip_count_stddev is None:
+            return replace(self, clip_count_stddev=self.sampling_rate * self.agents / 20
+                           ).resolved()
         if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
+            self._check_count_stddev()
             return self
         if self.mechanism == "distributed-gaussian":
             # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
@@ -342,7 +386,7 @@ class FedPGConfig(Config):
                                                self.sampling_rate, kind=self.accountant)
             except CalibrationError as e:
                 fail("epsilon", str(e))
-            return replace(self, noise_multiplier=z)
+            return replace(self, noise_multiplier=z).resolved()
         try:
             # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
             # 2·clip, so the mechanism's σ (std / clip) is twice it.
@@ -352,15 +396,28 @@ class FedPGConfig(Config):
             fail("epsilon", str(e))
         return replace(self, noise_multiplier=2.0 * z)
 
+    def _check_count_stddev(self) -> None:
+        """Adaptive clipping splits σ into z_Δ and σ_b: possible only if 2σ_b > σ."""
+        if not self.adaptive_clip:
+            return
+        sigma, sb = self.noise_multiplier, self.clip_count_stddev
+        if not 2 * sb > sigma:
+            fail("clip_count_stddev",
+                 f"σ_b = {sb:g} (its default is q·K/20) is too small for the noise multiplier σ = "
+                 f"{sigma:.4g}: adaptive clipping needs σ_b > σ/2 = {sigma / 2:.4g} "
+                 "(raise it, or sample more agents)")
+
 
 def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee)."""
     if cfg.mechanism == "distributed-gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")
+        adaptive = (AdaptiveClip(cfg.clip_count_stddev, cfg.clip_quantile, cfg.clip_lr)
+                    if cfg.adaptive_clip else None)
         return DistributedGaussianMechanism(cfg.noise_multiplier, cfg.clip, cfg.agents,
                                             cfg.min_honest, cfg.sampling_rate, cfg.delta,
-                                            cfg.accountant)
+                                            cfg.accountant, adaptive)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "privunit":
@@ -404,6 +461,7 @@ class FedPGState(NamedTuple):
     # Secret noise root (privrl.privacy.noise.secret_keys), or None: noise keys derive from
     # `key` (seeded). An argument of the jitted program, never a constant of it.
     noise: Array | None = None
+    clip: Array | None = None  # adaptive clipping: the clip C_t of the next round; else None
 
 
 class RoundInfo(NamedTuple):
@@ -412,6 +470,7 @@ class RoundInfo(NamedTuple):
     batch: Array  # B_t (mean over nodes for Dec)
     inner_steps: Array  # N_t (mean over nodes for Dec)
     participants: Array  # agents that played B_t episodes (K; fewer under agent sampling)
+    clip: Array | None = None  # adaptive clipping: the clip C_t this round's shares used
 
 
 class NodeUpdate(NamedTuple):
@@ -446,8 +505,9 @@ class FedPG:
         theta = jnp.tile(self.model.init(k_theta)[None], (cfg.learners, 1))
         opt_state = jax.vmap(self.optimizer.init)(theta)
         zero = jnp.zeros((), jnp.int32)
+        clip = jnp.asarray(cfg.clip, jnp.float32) if cfg.adaptive_clip else None
         return FedPGState(push_sum_init(theta), opt_state, k_run,
-                          jnp.zeros((cfg.agents,), jnp.int32), zero)
+                          jnp.zeros((cfg.agents,), jnp.int32), zero, clip=clip)
 
     def env_params_of(self, key: Array, ids: Array) -> Any:
         """Each participant's private CartPole (gravity fixed per id; the server is id K)."""
@@ -571,8 +631,9 @@ class FedPG:
         mech_keys = (jax.random.split(k_mech, k) if state.noise is None else
                      jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
                                                               state.rounds))
+        new_clip = state.clip
         if isinstance(self.mechanism, DistributedGaussianMechanism):
-            ep, mu = self.distributed_mu(state, theta_0, batch, live, k_ep, mech_keys)
+            ep, mu, new_clip = self.distributed_mu(state, theta_0, batch, live, k_ep, mech_keys)
         else:
             thetas = jnp.broadcast_to(theta_0, (k, self.dim))
             agent_live = (jnp.arange(b_max)[None, :] < batch) & live
@@ -590,16 +651,19 @@ class FedPG:
         theta, opt_state = self.scsg(theta_0, mu, state.opt_state, steps, server_env, k_inner)
         used = state.used + batch + cfg.minibatch * steps[0]
         info = RoundInfo(_mean_return(ep), jnp.mean(state.used), batch.astype(jnp.float32),
-                         steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)))
+                         steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)),
+                         state.clip)
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
-                         state.rounds + 1, state.noise)
+                         state.rounds + 1, state.noise, new_clip)
         return new, info
 
     def distributed_mu(self, state: FedPGState, theta_0: Array, batch: Array, live: Array,
-                       k_ep: Array, mech_keys: Array) -> tuple[Episodes, Array]:
+                       k_ep: Array, mech_keys: Array) -> tuple[Episodes, Array, Array | None]:
         """distributed-gaussian: Poisson-sampled agents play B_t episodes and compute μ_tᵏ;
         all K agents send a Share (unsampled: noise only); the server gets the secure sum
-        and divides it by the public expected count q·K.
+        and divides it by the public expected count q·K. Adaptive clipping: the shares also
+        carry the clip bits at C_t = state.clip, and the server returns C_{t+1} from their
+        noised fraction (else the clip returned is None).
 
         Only `self.slots` lanes are computed (the first sampled agents by id), so a round
         costs about q·K agents, not K. A sampled agent beyond the slots (probability below
@@ -620,8 +684,16 @@ class FedPG:
         included = jnp.zeros((k,), bool).at[ids].max(valid)
         mu_k = jnp.zeros((k, self.dim), mu_slots.dtype).at[ids].add(
             mu_slots * valid[:, None])
-        shares = jax.vmap(self.mechanism.share)(mech_keys, mu_k, included)
-        return ep, mean_from_sum(secure_aggregate(shares), cfg.sampling_rate * k)[None]
+        count = cfg.sampling_rate * k
+        if self.mechanism.adaptive is None:
+            shares = jax.vmap(self.mechanism.share)(mech_keys, mu_k, included)
+            return ep, mean_from_sum(secure_aggregate(shares), count)[None], None
+        shares = jax.vmap(self.mechanism.share, (0, 0, 0, None))(mech_keys, mu_k, included,
+                                                                  state.clip)
+        update, bit_fraction = self.mechanism.unpack(secure_aggregate(shares), state.clip,
+                                                     count)
+        new_clip = self.mechanism.adaptive.next_clip(state.clip, bit_fraction)
+        return ep, mean_from_sum(update, count)[None], new_clip
 
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
@@ -644,7 +716,7 @@ class FedPG:
                          jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
                          jnp.asarray(cfg.agents))
         return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
-                           state.noise), info)
+                           state.noise, state.clip), info)
 
     def dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
                         live: Array, noise_key: Array | None = None) -> NodeUpdate:

@@ -152,6 +152,8 @@ ShuffleOpt = Annotated[bool, typer.Option(
     "Amplification grows with --agents.")]
 ShuffleDeltaOpt = Annotated[float, typer.Option(
     help="δ of the per-round central (ε, δ) stated under --shuffle.")]
+CenClipOpt = Annotated[float | None, typer.Option(
+    help="Clip C of the mechanism (default 1; with --adaptive-clip the initial clip C_0).")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all.")]
@@ -164,7 +166,7 @@ def run_fedpg_cen_command(
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
-    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    epsilon: EpsOpt = None, clip: CenClipOpt = None, noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
@@ -184,6 +186,23 @@ def run_fedpg_cen_command(
         help="distributed-gaussian with --epsilon: calibrate σ for this many rounds instead of "
         "the most the episode budget allows (less noise); the privacy budget ends a trial "
         "that would run more.")] = None,
+    adaptive_clip: Annotated[bool, typer.Option(
+        "--adaptive-clip",
+        help="distributed-gaussian: adaptive clipping (Andrew et al. 2021). The clip starts "
+        "at --clip and follows the --clip-quantile of the sampled agents' update norms: each "
+        "also sends the bit ‖μ‖ <= C_t through the secure sum (noised with std "
+        "--clip-count-stddev), and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same "
+        "ε: σ is split between the update and the bits (docs/fedpg.md).")] = False,
+    clip_quantile: Annotated[float, typer.Option(
+        help="--adaptive-clip: target fraction γ of sampled agents whose update norm is "
+        "within the clip, in (0, 1) (paper default 0.5: the median).")] = 0.5,
+    clip_lr: Annotated[float, typer.Option(
+        help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update (paper "
+        "default 0.2).")] = 0.2,
+    clip_count_stddev: Annotated[float | None, typer.Option(
+        help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must exceed "
+        "σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
+        "agents per round / 20).")] = None,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
 
@@ -194,8 +213,10 @@ def run_fedpg_cen_command(
 
     cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise,
                         sampling_rate=sampling_rate, min_honest=min_honest,
-                        dp_rounds=dp_rounds, shuffle=shuffle, shuffle_delta=shuffle_delta,
-                        **_fedpg_common(
+                        shuffle=shuffle, shuffle_delta=shuffle_delta,
+                        dp_rounds=dp_rounds, adaptive_clip=adaptive_clip,
+                        clip_quantile=clip_quantile, clip_lr=clip_lr,
+                        clip_count_stddev=clip_count_stddev, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value))

@@ -53,6 +53,10 @@ class FedPGRun:
     z: np.ndarray  # (trials, learners, d): the final de-biased parameters (Cen: θ)
     # (trials,) the trial ended because its agents could not afford another round
     privacy_budget_spent: np.ndarray | None = None
+    # adaptive clipping: (trials, rounds) the clip C_t each round's shares used (NaN: no
+    # round); (trials,) the clip after the last round; None without adaptive clipping
+    clip: np.ndarray | None = None
+    final_clip: np.ndarray | None = None
 
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
@@ -126,7 +130,8 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
             played -= int(((k - info.participants[live]) * info.batch[live]).sum())
         nan = np.where(live, 1.0, np.nan)
         rows.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
-                     info.inner_steps * nan))
+                     info.inner_steps * nan)
+                    + (() if info.clip is None else (info.clip * nan,)))
         t += 1
         if progress is not None:
             progress(float(np.asarray(state.used).mean(axis=1).min()), cfg.budget)
@@ -141,6 +146,8 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGR
         privacy_budget_spent=spent,
         accounting=account(algo, int(releases.max())),
         z=np.asarray(jax.vmap(push_sum_z)(state.gossip)),
+        clip=cols[4] if cfg.adaptive_clip else None,
+        final_clip=np.asarray(state.clip) if cfg.adaptive_clip else None,
     )
 
 
@@ -200,6 +207,9 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
                    f"δ = {cfg.delta:g} ({cfg.accountant} accountant), distributed Gaussian σ = "
                    f"{cfg.noise_multiplier:.3g} on the secure sum, L2 clip {cfg.clip:g}, "
                    f"sampling q = {cfg.sampling_rate:g}")
+        if cfg.adaptive_clip:
+            privacy += (f"; adaptive clip (γ = {cfg.clip_quantile:g}, η_C = {cfg.clip_lr:g}, "
+                        f"σ_b = {cfg.clip_count_stddev:.3g}) from C_0 = {cfg.clip:g}")
     elif cfg.mechanism == "gaussian":
         privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
                    f"δ = {cfg.delta:g} ({cfg.accountant} accountant), Gaussian σ = "
@@ -217,6 +227,8 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "epsilon_budget_per_agent": cfg.epsilon_budget,
         "budget_composition": cfg.budget_composition,
         "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
+    adaptive = {} if run.final_clip is None else {
+        "initial_clip": cfg.clip, "final_clip": [round(float(c), 4) for c in run.final_clip]}
     if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None:
         budget = {"epsilon_budget_per_agent": cfg.epsilon,
                   "budget_composition": f"{cfg.accountant} accountant at δ = {cfg.delta:g}",
@@ -249,6 +261,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_per_second": round(run.episodes_played / max(run.wall_seconds, 1e-9), 1),
         "episodes_played": run.episodes_played,
         **budget,
+        **adaptive,
     }
 
 
@@ -277,13 +290,15 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             m = run.mechanism["params"]["min_honest"]
             return (
                 f"User-level central DP. Every round each of the K = {cfg.agents} agents is "
-                f"sampled with probability q = {cfg.sampling_rate:g}; a sampled agent sends "
-                f"its μ_tᵏ clipped to L2 norm {cfg.clip:g} plus a noise share N(0, "
-                f"σ²C²/{m}), an unsampled one the share alone; a simulated secure "
-                f"aggregation gives the server only the sum, whose noise N(0, σ²C²), σ = "
-                f"{cfg.noise_multiplier:.6g}, is carried by any {m} honest shares. One agent "
-                f"(all its data) added or removed (zero-out) changes the sum by at most C: "
-                f"each round is dp_accounting's "
+                f"sampled with probability q = {cfg.sampling_rate:g}; "
+                + (adaptive_statement(run, m) if cfg.adaptive_clip else
+                   f"a sampled agent sends "
+                   f"its μ_tᵏ clipped to L2 norm {cfg.clip:g} plus a noise share N(0, "
+                   f"σ²C²/{m}), an unsampled one the share alone; a simulated secure "
+                   f"aggregation gives the server only the sum, whose noise N(0, σ²C²), σ = "
+                   f"{cfg.noise_multiplier:.6g}, is carried by any {m} honest shares. One agent "
+                   f"(all its data) added or removed (zero-out) changes the sum by at most C: ")
+                + "each round is dp_accounting's "
                 + ("PoissonSampledDpEvent(q, GaussianDpEvent(σ))" if cfg.sampling_rate < 1
                    else "GaussianDpEvent(σ)")
                 + f"; {int(run.releases.max())} rounds compose by the "
@@ -294,7 +309,11 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 f"that only with σ·sqrt((K − t)/{m}) (see trust_model). The server's "
                 f"optimizer steps are post-processing. The ledger below records every agent's "
                 f"per-round releases; its basic composition (Σε) is far looser than the "
-                f"accountant's. {server}").strip()
+                f"accountant's."
+                + (f" The server's clip updates C_(t+1) = C_t·exp(−{cfg.clip_lr:g}·(b̄_t − "
+                   f"{cfg.clip_quantile:g})) are post-processing of the released sums."
+                   if cfg.adaptive_clip else "")
+                + f" {server}").strip()
         if cfg.mechanism == "gaussian" and run.accounting is not None:
             one = run.mechanism["epsilon"]
             return (
@@ -358,11 +377,53 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
         with_accounting=True, fields={
             **per_release(run),
             **trust_model(run),
+            **adaptive_clip_record(run),
             "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **({} if shuffled is None else {"shuffle": shuffled}),
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def adaptive_statement(run: FedPGRun, m: int) -> str:
+    """distributed-gaussian with adaptive clipping: the round as privacy.json states it."""
+    cfg = run.config
+    z_delta = run.mechanism["params"]["adaptive_clip"]["update_noise_multiplier_z_delta"]
+    return (f"a sampled agent sends its μ_tᵏ clipped to L2 norm C_t (adaptive clipping, "
+            f"Andrew et al. 2021; C_0 = {cfg.clip:g}) and its clip bit b = 1[‖μ_tᵏ‖ <= C_t] "
+            f"as one more coordinate (b − ½)·z_Δ·C_t/σ_b, plus a noise share "
+            f"N(0, z_Δ²C_t²/{m}) on every coordinate, an unsampled one the share alone; a "
+            f"simulated secure aggregation gives the server only the sum, whose noise "
+            f"N(0, z_Δ²C_t²), z_Δ = {z_delta:.6g}, is carried by any {m} honest shares (on "
+            f"the bit sum: noise of std σ_b = {cfg.clip_count_stddev:.6g}). One agent (all "
+            f"its data) added or removed (zero-out) changes the sum by at most "
+            f"C_t·sqrt(1 + (z_Δ/2σ_b)²), so a round is the Gaussian mechanism with σ = "
+            f"(z_Δ⁻² + (2σ_b)⁻²)^(−1/2) = {cfg.noise_multiplier:.6g} whatever C_t is: ")
+
+
+def adaptive_clip_record(run: FedPGRun) -> dict[str, Any]:
+    """privacy.json's `adaptive_clip`: the split of σ and the clip rule (or nothing)."""
+    cfg = run.config
+    if not cfg.adaptive_clip:
+        return {}
+    a = run.mechanism["params"]["adaptive_clip"]
+    return {"adaptive_clip": {
+        "reference": "Andrew, Thakkar, McMahan & Ramaswamy 2021, Differentially private "
+                     "learning with adaptive clipping (NeurIPS), Theorem 1",
+        "noise_multiplier_z": a["noise_multiplier_z"],
+        "update_noise_multiplier_z_delta": a["update_noise_multiplier_z_delta"],
+        "count_stddev_sigma_b": a["count_stddev_sigma_b"],
+        "target_quantile_gamma": a["target_quantile_gamma"],
+        "clip_learning_rate_eta": a["clip_learning_rate_eta"],
+        "initial_clip": cfg.clip,
+        "final_clip": None if run.final_clip is None else [float(c) for c in run.final_clip],
+        "relation": "z = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2): the joint message [clip_C_t(μ), "
+                    "(b − ½)·z_Δ·C_t/σ_b] has L2 sensitivity C_t·z_Δ/z under zero-out and "
+                    "isotropic noise of std z_Δ·C_t",
+        "clip_rule": "C_(t+1) = C_t·exp(−η_C (b̄_t − γ)), b̄_t = ½ + (noised Σ(b − ½))/(q·K)",
+        "post_processing": "the clip trajectory (metrics.csv's clip column) is computed by the "
+                           "server from the released sums only: post-processing, no extra "
+                           "privacy cost"}}
 
 
 def trust_model(run: FedPGRun) -> dict[str, Any]:
@@ -422,13 +483,17 @@ def per_release(run: FedPGRun) -> dict[str, Any]:
 
 
 def write_metrics(path: Path, run: FedPGRun) -> None:
+    """One row per trial and round; adaptive clipping adds the round's clip C_t."""
+    clip = run.clip
     with path.open("w") as f:
-        f.write("trial,round,episodes_per_agent_before,batch,inner_steps,mean_return\n")
+        f.write("trial,round,episodes_per_agent_before,batch,inner_steps,mean_return"
+                + ("\n" if clip is None else ",clip\n"))
         for i in range(run.mean_return.shape[0]):
             for t in range(run.mean_return.shape[1]):
                 if np.isfinite(run.mean_return[i, t]):
                     f.write(f"{i},{t},{run.used_before[i, t]:.1f},{run.batch[i, t]:.1f},"
-                            f"{run.inner_steps[i, t]:.1f},{run.mean_return[i, t]:.2f}\n")
+                            f"{run.inner_steps[i, t]:.1f},{run.mean_return[i, t]:.2f}"
+                            + ("\n" if clip is None else f",{clip[i, t]:.6g}\n"))
 
 
 Curves = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (used_before, mean_return)
