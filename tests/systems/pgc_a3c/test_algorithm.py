@@ -202,3 +202,7 @@ def test_shuffling_reorders_the_reports_and_states_the_central_epsilon():
         PGCA3CConfig(mechanism="none", shuffle=True).resolved()
     with pytest.raises(ConfigError, match="shuffle_delta"):
         PGCA3CConfig(shuffle=True, shuffle_delta=0.0).resolved()
+    # ids are index // T: with T > 1 an agent's reports can share a batch, which the bound
+    # (one report per agent and batch) does not cover
+    with pytest.raises(ConfigError, match=r"^shuffle: needs submissions_per_agent = 1"):
+        PGCA3CConfig(mechanism="laplace", shuffle=True, submissions_per_agent=2).resolved()

@@ -242,6 +242,12 @@ class PGCA3CConfig(Config):
                                  "in float64 (no discrete variant) and none adds no noise")
         if self.shuffle and self.mechanism == "none":
             fail("shuffle", "the non-private baseline has no local ε to amplify")
+        if self.shuffle and self.submissions_per_agent > 1:
+            # Agent ids are index // T, so one agent's T reports can share a round's batch, and
+            # the per-batch amplification bound (one report per user) would not cover them.
+            fail("shuffle", "needs submissions_per_agent = 1: an agent's reports may share a "
+                            "round's batch, which the shuffle bound (one report per agent and "
+                            "batch) does not cover")
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
         positive("learning_rate", self.learning_rate)
         positive("explore_decay", self.explore_decay)
