@@ -37,10 +37,11 @@ run: $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The Ray tests run last and alone: their actors are processes of their own, and beside a second
-# xdist worker they compete for the 2 cores (3x slower measured).
+# xdist worker they compete for the 2 cores (3x slower measured). The second stage collects only
+# the Ray test files (tests/conftest.py marks every test in them `ray`).
 test: $(VENV)/.installed-dev
 	$(PYTEST) -m "not ray"
-	$(BIN)/python -m pytest -q -m ray
+	$(BIN)/python -m pytest -q -m ray tests/systems/*/test_ray.py
 
 test-fast: $(VENV)/.installed-dev
 	$(PYTEST) -m "not slow"
