@@ -18,7 +18,8 @@
   programs keep the default emitters, whose code runs faster (the learning tests took up to
   2× longer with the older ones);
 - XLA optimizes only for the tests marked `learning` (long training runs, where execution
-  time dominates); every other test, the Ray tests and their actors included, checks logic on
+  time dominates), unless the mark says `xla_optimize=False` (a learning test whose compiling
+  costs more than optimization saves: measured per test); every other test, the Ray tests and their actors included, checks logic on
   tiny shapes, where compiling is most of the time, and optimization changes no result
   (`jax_disable_most_optimizations`: about 40 % less CPU for those tests, measured on the
   PGC-A3C and DP-SGD modules). A Ray test's driver and its actors compile alike, so a driver
@@ -137,7 +138,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before the test's fixtures are set up, so that a fixture compiles like its test."""
     import jax
 
-    optimized = item.get_closest_marker("learning") is not None
+    learning = item.get_closest_marker("learning")
+    optimized = learning is not None and learning.kwargs.get("xla_optimize", True)
     jax.config.update("jax_disable_most_optimizations", not optimized)
 
 
