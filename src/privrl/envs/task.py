@@ -8,9 +8,10 @@ none). Private dynamics generalise paper 000's per-agent gravity: each `PrivateP
 environment-parameter field per agent, fixed for that agent (a uniform range, a list of values or
 a user function of (key, agent id)); `agent_params(key, agent_id)` is that agent's parameters.
 
-Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("mypkg.envs:make")` (a callable
-returning `(env, params)`), or `Task(env, params, name)` directly. Gymnasium environments (a
-host-side rollout) are not supported yet (docs/environments.md).
+Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("gymnasium:CartPole-v1")`,
+`make_task("mypkg.envs:make")` (a callable returning `(env, params)` or a Gymnasium `Env`), or
+`Task(env, params, name)` directly. Gymnasium tasks (`envs.gymnasium_task.GymnasiumTask`,
+`host` True) roll out on the host and feed the same agent-side code.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -91,6 +92,8 @@ class Task:
     private: tuple[PrivateParam, ...] = ()
     reward_transform: Callable[[Array], Array] | None = None
     option: str = field(default="env", compare=False)  # the option errors name (CLI: --env)
+    # Rollouts run on the host (a Gymnasium environment: `rollout(...)`), not inside jit.
+    host: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for attr in ("reset_env", "step_env", "is_terminated", "observation_space",
@@ -104,9 +107,13 @@ class Task:
             self._check_private(p)
 
     # --- spaces ------------------------------------------------------------------------------
+    def _spaces(self) -> tuple[Any, Any]:
+        """(observation space, action space); gymnax's depend on the parameters."""
+        return self.env.observation_space(self.params), self.env.action_space(self.params)
+
     @property
     def obs_dim(self) -> int:
-        shape = tuple(self.env.observation_space(self.params).shape)
+        shape = tuple(self._spaces()[0].shape)
         if len(shape) != 1:
             raise ConfigError(self.option, f"{self.name}: observations of shape {shape}; the "
                               "networks here take a vector (flatten them in your environment)")
@@ -114,7 +121,7 @@ class Task:
 
     @property
     def num_actions(self) -> int:
-        space = self.env.action_space(self.params)
+        space = self._spaces()[1]
         n = getattr(space, "n", None)
         if n is None or getattr(space, "shape", ()) != ():
             raise ConfigError(self.option, f"{self.name}: continuous or structured actions "
@@ -218,7 +225,8 @@ def gymnax_task(env_id: str, option: str = "env") -> Task:
 
 
 def callable_task(spec: str, option: str = "env") -> Task:
-    """A task from `module:callable`, a callable returning `(gymnax env, env params)` or a Task."""
+    """A task from `module:callable`, a callable returning `(gymnax env, env params)`, a Task or
+    a Gymnasium Env (called again for each rollout environment)."""
     module_name, _, attr = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
@@ -230,20 +238,30 @@ def callable_task(spec: str, option: str = "env") -> Task:
     if isinstance(out, Task):
         return replace(out, option=option)
     if not (isinstance(out, tuple) and len(out) == 2):
-        raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params) or a Task, "
-                          f"got {type(out).__name__}")
+        from privrl.envs.gymnasium_task import from_callable
+
+        task = from_callable(out, fn, spec, option)
+        if task is None:
+            raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params), a "
+                              f"Gymnasium Env or a Task, got {type(out).__name__}")
+        return task
     return Task(out[0], out[1], spec, option=option)
 
 
 def make_task(spec: str, private: Sequence[PrivateParam] = (), option: str = "env") -> Task:
-    """`gymnax:<id>` or `<module>:<callable>`; `private` per-agent parameters."""
+    """`gymnax:<id>`, `gymnasium:<id>` or `<module>:<callable>`; `private` per-agent
+    parameters (Gymnasium: attributes of the unwrapped environment)."""
     if not isinstance(spec, str) or ":" not in spec:
-        raise ConfigError(option, f"expected gymnax:<id> or <module>:<callable>, got {spec!r}")
+        raise ConfigError(option, "expected gymnax:<id>, gymnasium:<id> or <module>:<callable>, "
+                          f"got {spec!r}")
     if spec.startswith("gymnasium:"):
-        raise ConfigError(option, "Gymnasium environments are not supported yet (they need a "
-                          "host-side rollout; docs/environments.md); use a gymnax environment")
-    task = (gymnax_task(spec.removeprefix("gymnax:"), option) if spec.startswith("gymnax:")
-            else callable_task(spec, option))
+        from privrl.envs.gymnasium_task import gymnasium_task
+
+        task: Task = gymnasium_task(spec.removeprefix("gymnasium:"), option)
+    elif spec.startswith("gymnax:"):
+        task = gymnax_task(spec.removeprefix("gymnax:"), option)
+    else:
+        task = callable_task(spec, option)
     return task.with_private(*private) if private else task
 
 
