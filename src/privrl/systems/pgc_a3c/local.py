@@ -25,7 +25,7 @@ from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import shard_vmap, trial_devices
+from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
@@ -97,6 +97,25 @@ class ShardedTrials:
         return state, np.asarray(scores)[: self.trials]
 
 
+class HostTrials:
+    """`ShardedTrials` for a task that rolls out on the host (a Gymnasium task): the trials
+    one after another (`host_scan` of `PGCA3C.host_round`), on one device."""
+
+    def __init__(self, algo: PGCA3C, trials: int, chunk: int):
+        self.trials, self.devices = trials, 1
+        self._init = jax.jit(jax.vmap(algo.init))
+        self._run = host_scan(algo.host_round, chunk)
+
+    def init(self, key: jax.Array, noise: str = "seeded") -> Any:
+        state = self._init(jax.random.split(key, self.trials))
+        return state if noise == "seeded" else state._replace(noise=secret_keys(self.trials))
+
+    def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
+        mask = np.zeros(self.trials, bool) if retired is None else np.asarray(retired, bool)
+        state, scores = self._run(state._replace(retired=jax.numpy.asarray(mask)))
+        return state, scores.reshape(self.trials, -1)
+
+
 def run_pgc_a3c(
     config: PGCA3CConfig,
     progress: ProgressFn | None = None,
@@ -119,8 +138,12 @@ def run_pgc_a3c(
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
-    chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
-    runner = ShardedTrials(algo, cfg.trials, chunk, devices)
+    if algo.task.host:  # about 100 episodes per trial between progress updates
+        chunk = chunk_rounds or min(total_rounds, max(1, 100 // p))
+        runner: ShardedTrials | HostTrials = HostTrials(algo, cfg.trials, chunk)
+    else:
+        chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
+        runner = ShardedTrials(algo, cfg.trials, chunk, devices)
     state = runner.init(jax.random.key(cfg.seed), cfg.noise)
 
     ledger = budget_ledger(cfg)

@@ -6,7 +6,8 @@ and returns only a `Submission` (agent id, submission index, Report). The aggreg
 `privrl.federation.AggregatorService`: it validates, deduplicates, charges the ledger, logs and
 applies reports as they arrive, and checkpoints. The functions are the local runner's:
 `PGCA3C.agent_reports` on the agent side (with one agent), `BufferedAggregator.submit` on the
-aggregator side; only the transport differs.
+aggregator side; only the transport differs. On a Gymnasium task an agent plays its episode on
+the host (`PGCA3C.host_rollout`) and passes it to the same `agent_reports`.
 
 Noise keys: by default (`noise="secret"`) every agent actor draws its noise root from the OS
 CSPRNG in its own process, in memory only; it never returns it, writes it or sends it, so
@@ -158,19 +159,26 @@ class AgentActor:
         self._noise = secret_keys() if config.noise == "secret" else None
         self._run = jax.jit(self._one)
 
+    def _key(self, agent_id: jax.Array, index: jax.Array) -> jax.Array:
+        return jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
+
     def _one(self, theta: jax.Array, agent_id: jax.Array, index: jax.Array,
-             submitted: jax.Array, noise: jax.Array | None) -> tuple[Any, jax.Array]:
-        key = jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
+             submitted: jax.Array, noise: jax.Array | None, traj: Any = None
+             ) -> tuple[Any, jax.Array]:
         noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
         reports, scores = self.algo.agent_reports(
-            theta, submitted, key, self.env_key, agent_id[None], jnp.ones((1,), bool),
-            noise_keys)
+            theta, submitted, self._key(agent_id, index), self.env_key, agent_id[None],
+            jnp.ones((1,), bool), noise_keys, traj)
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
             ) -> tuple[Submission, int]:
-        report, score = self._run(jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index),
-                                  jnp.int32(submitted), self._noise)
+        args = (jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index), jnp.int32(submitted))
+        traj = None
+        if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
+            traj = self.algo.host_rollout(args[0], args[3], self._key(args[1], args[2]),
+                                          self.env_key, args[1][None], np.ones(1, bool))
+        report, score = self._run(*args, self._noise, traj)
         return Submission(int(agent_id), int(index), report), int(score)
 
     def pid(self) -> int:
