@@ -32,7 +32,8 @@ def test_acrobot_task_with_private_masses_and_user_model() -> None:
     assert algo.config.private_params == ("link_mass_1=0.8:1.2",)
     state = algo.init(jax.random.key(0))
     state, scores = jax.jit(lambda s: algo.run_rounds(s, 2))(state)
-    assert int(state.submitted) == 6 and np.all(np.asarray(scores) == 12)  # never swung up
+    # never swung up: 12 steps at -1 each, the true return (not the length)
+    assert int(state.submitted) == 6 and np.all(np.asarray(scores) == -12)
     assert np.all(np.isfinite(np.asarray(state.agg.theta)))
 
 

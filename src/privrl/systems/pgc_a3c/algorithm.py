@@ -379,7 +379,8 @@ class PGCA3C:
         noise_keys: Array | None = None,
         traj: Trajectory | None = None,
     ) -> tuple[Any, Array]:
-        """P agents play one episode each from θ; returns their Reports and scores (P,).
+        """P agents play one episode each from θ; returns their Reports and scores (P,): each
+        episode's return in the environment's own rewards (`score`).
         `noise_keys` (P,): each agent's own mechanism keys (secret noise); None: derived
         from `key` (seeded). `traj`: the episodes, already played on the host (a Gymnasium
         task: `host_rollout` with `rollout_key(key)`); None: played here, jitted."""
@@ -400,7 +401,14 @@ class PGCA3C:
         if noise_keys is None:
             noise_keys = jax.random.split(k_mech, p)
         reports = jax.vmap(self.mechanism.privatize)(noise_keys, grads)
-        return reports, traj.length
+        return reports, self.score(traj)
+
+    @staticmethod
+    def score(traj: Trajectory) -> Array:
+        """Each episode's score (P,) float32: its true return, the sum of the environment's
+        own rewards (what reward "env" learns from; a `reward_transform` and the shaped
+        rewards do not change it). CartPole's return is its length, the paper's score."""
+        return jnp.sum(traj.rewards, axis=0)
 
     @staticmethod
     def rollout_key(key: Array) -> Array:
@@ -461,10 +469,12 @@ class PGCA3C:
 
         agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
         submitted = n + jnp.sum(active, dtype=jnp.int32)
-        return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
+        return (state._replace(agg=agg, submitted=submitted),
+                jnp.where(active, scores, jnp.nan))
 
     def run_rounds(self, state: TrialState, num_rounds: int) -> tuple[TrialState, Array]:
-        """`num_rounds` rounds of one trial; scores (num_rounds * P,), -1 past the cap."""
+        """`num_rounds` rounds of one trial; scores (num_rounds * P,), NaN where no agent
+        submitted (past the cap, or retired): a return can be any number, so NaN marks none."""
         env_key = jax.random.fold_in(state.key, 0x5EED)
 
         def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:

@@ -46,7 +46,9 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 @dataclass
 class RunOutput:
     config: PGCA3CConfig
-    scores: np.ndarray  # (trials, submissions) int32: every submission's score; -1: none made
+    # (trials, submissions) float32: every submission's score (its episode's true return;
+    # CartPole: its length); NaN: none made
+    scores: np.ndarray
     submitted: np.ndarray  # (trials,) submissions each trial made (< cap if retired)
     ledger: PrivacyLedger
     mechanism: dict[str, Any]
@@ -67,7 +69,7 @@ class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
     `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call and
-    returns (state, scores) with scores of shape (trials, chunk * P), -1 where no agent
+    returns (state, scores) with scores of shape (trials, chunk * P), NaN where no agent
     submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
     they cost no environment steps. Trials are padded to a multiple of the device count with
     retired dummies, which are dropped from the outputs.
@@ -128,7 +130,7 @@ def run_pgc_a3c(
     """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
 
     With `retire_on_success`, a trial stops once its FST is known (checked between chunks):
-    its later agents never run, submit or spend privacy, and their scores are -1.
+    its later agents never run, submit or spend privacy, and their scores are NaN.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     """
@@ -149,7 +151,7 @@ def run_pgc_a3c(
     ledger = budget_ledger(cfg)
     guarantee = algo.mechanism.guarantee
     retired = np.zeros(cfg.trials, bool)
-    scores = np.full((cfg.trials, total_rounds * p), -1, np.int32)
+    scores = np.full((cfg.trials, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
     compile_s = 0.0
     done_rounds = 0
@@ -206,7 +208,8 @@ def _privacy_line(cfg: PGCA3CConfig, private: bool) -> str:
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
     cfg = out.config
-    fst = first_success_time(out.scores, cfg.target_score, cfg.score_window)
+    scores = out.scores.astype(np.float64)  # means in float64 (CartPole: as of integers)
+    fst = first_success_time(scores, cfg.target_score, cfg.score_window)
     curve = success_ratio_curve(fst, cfg.submissions)
     tail = max(1, cfg.submissions // 10)
     private = out.ledger.summary()["formal_guarantee"]
@@ -223,8 +226,8 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "success_ratio": float(np.mean(np.isfinite(fst))),
         "fst": [int(f) if np.isfinite(f) else None for f in fst],
         "success_ratio_auc": float(curve.mean()),
-        "mean_score": float(out.scores[out.scores >= 0].mean()),
-        "final_mean_score": float(np.mean([out.scores[k, max(0, n - tail):n].mean()
+        "mean_score": float(scores[np.isfinite(scores)].mean()),
+        "final_mean_score": float(np.mean([scores[k, max(0, n - tail):n].mean()
                                            for k, n in enumerate(out.submitted)])),
         "final_window": tail,
         "wall_seconds": round(out.wall_seconds, 2),

@@ -172,14 +172,14 @@ class AgentActor:
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
-            ) -> tuple[Submission, int]:
+            ) -> tuple[Submission, float]:
         args = (jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index), jnp.int32(submitted))
         traj = None
         if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
             traj = self.algo.host_rollout(args[0], args[3], self._key(args[1], args[2]),
                                           self.env_key, args[1][None], np.ones(1, bool))
         report, score = self._run(*args, self._noise, traj)
-        return Submission(int(agent_id), int(index), report), int(score)
+        return Submission(int(agent_id), int(index), report), float(score)
 
     def pid(self) -> int:
         return os.getpid()
@@ -188,7 +188,7 @@ class AgentActor:
 @dataclass
 class RayRunOutput:
     config: PGCA3CConfig
-    scores: np.ndarray  # (1, submissions): each submission's episode score
+    scores: np.ndarray  # (1, submissions) float32: each submission's episode return; NaN: none
     theta: np.ndarray
     status: dict[str, Any]
     ledger: PrivacyLedger
@@ -256,7 +256,7 @@ def run_pgc_a3c_ray(
                                                 guarantee, str(directory), checkpoint_every)
             shuffler, sink = None, agg
         agents = [actor(AgentActor).remote(cfg) for _ in range(min(p, total))]
-        scores = np.full(total, -1, np.int32)
+        scores = np.full(total, np.nan, np.float32)
         pending: dict[Any, tuple[int, int, Any]] = {}  # score ref -> (slot, n, submission ref)
         next_n = 0
 
@@ -303,7 +303,8 @@ def as_run_output(out: RayRunOutput) -> Any:
 
     algo = PGCA3C(out.config)
     return RunOutput(config=out.config, scores=out.scores,
-                     submitted=np.array([int((out.scores >= 0).sum())]), ledger=out.ledger,
+                     submitted=np.array([int(np.isfinite(out.scores).sum())]),
+                     ledger=out.ledger,
                      mechanism=algo.mechanism.describe(), wall_seconds=out.wall_seconds,
                      compile_seconds=0.0, devices=out.agents_in_flight,
                      agents_per_trial=math.ceil(out.config.submissions
