@@ -10,8 +10,8 @@ a user function of (key, agent id)); `agent_params(key, agent_id)` is that agent
 
 Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("gymnasium:CartPole-v1")`,
 `make_task("mypkg.envs:make")` (a callable returning `(env, params)` or a Gymnasium `Env`), or
-`Task(env, params, name)` directly. Gymnasium tasks (`envs.gymnasium_task.GymnasiumTask`,
-`host` True) roll out on the host and feed the same agent-side code.
+`Task(env, params, name)` directly. A `GymnasiumTask` (`host` True) rolls out on the host
+(privrl.envs.gymnasium_env) and feeds the same agent-side code.
 """
 
 from __future__ import annotations
@@ -27,6 +27,13 @@ import numpy as np
 from jax import Array
 
 from privrl.config import ConfigError
+from privrl.envs.gymnasium_env import (
+    attribute_defaults,
+    is_gymnasium_env,
+    make_registered,
+    set_attributes,
+)
+from privrl.envs.rollout import Trajectory, rollout_host
 
 # (key, agent_id) -> the agent's value of one parameter field
 ParamFn = Callable[[Array, Array], Any]
@@ -212,6 +219,56 @@ class Task:
                                   f"{_fmt(c)} is outside its domain")
 
 
+@dataclass(frozen=True)
+class GymnasiumTask(Task):
+    """A Gymnasium environment (a `Discrete` action space, vector observations), rolled out on
+    the host (`rollout`) into the jitted rollout's arrays (privrl.envs.gymnasium_env).
+
+    `env` is one instance (its spaces and attribute defaults); `make_env()` makes each rollout
+    environment (a registry id's `env_id` is made with its time limit set to `max_steps`).
+    `params` is derived: the private attributes' defaults, drawn per agent like gymnax fields.
+    """
+
+    make_env: Callable[[], Any] | None = None
+    env_id: str | None = None  # a Gymnasium registry id (None: a user callable's environment)
+    max_steps: int | None = None
+    _pool: list = field(default_factory=list, init=False, compare=False, repr=False)
+
+    host: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", attribute_defaults(
+            self.env, [p.field for p in self.private], self.name))
+        self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
+        self.num_actions  # noqa: B018
+        for p in self.private:
+            self._check_private(p)
+
+    def _spaces(self) -> tuple[Any, Any]:
+        return self.env.observation_space, self.env.action_space
+
+    def with_max_steps(self, max_steps: int) -> GymnasiumTask:
+        """Episodes capped at `max_steps` (a registry id's time limit is set to it; a user's
+        environment keeps its own, and the rollout stops at the cap)."""
+        return replace(self, max_steps=max_steps)
+
+    def envs(self, n: int) -> list[Any]:
+        """`n` rollout environments, made once and reused (each rollout resets them)."""
+        while len(self._pool) < n:
+            self._pool.append(self.make_env() if self.env_id is None
+                              else make_registered(self.env_id, self.max_steps, self.option))
+        return self._pool[:n]
+
+    def rollout(self, params: Any, policy: Callable[[Array, Any], Any], key: Array,
+                num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
+        """`rollout_episodes` on the host: environment i gets its private attributes from
+        `params` (leaves with a leading axis of size num_envs, as `agents_params` gives) before
+        its reset, then plays one episode; returns a Trajectory of numpy arrays."""
+        envs = self.envs(num_envs)
+        set_attributes(envs, params)
+        return rollout_host(envs, policy, key, max_steps, active)
+
+
 # --- making tasks ----------------------------------------------------------------------------
 def gymnax_task(env_id: str, option: str = "env") -> Task:
     """A task from the gymnax registry (`gymnax.registered_envs`)."""
@@ -222,6 +279,12 @@ def gymnax_task(env_id: str, option: str = "env") -> Task:
                           f"{', '.join(gymnax.registered_envs)}")
     env, params = gymnax.make(env_id)
     return Task(env, params, f"gymnax:{env_id}", option=option)
+
+
+def gymnasium_task(env_id: str, option: str = "env") -> GymnasiumTask:
+    """A task from the Gymnasium registry (`gymnasium:<id>`)."""
+    return GymnasiumTask(make_registered(env_id, option=option), None, f"gymnasium:{env_id}",
+                         env_id=env_id, option=option)
 
 
 def callable_task(spec: str, option: str = "env") -> Task:
@@ -238,13 +301,13 @@ def callable_task(spec: str, option: str = "env") -> Task:
     if isinstance(out, Task):
         return replace(out, option=option)
     if not (isinstance(out, tuple) and len(out) == 2):
-        from privrl.envs.gymnasium_task import from_callable
-
-        task = from_callable(out, fn, spec, option)
-        if task is None:
+        if not is_gymnasium_env(out):
             raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params), a "
                               f"Gymnasium Env or a Task, got {type(out).__name__}")
-        return task
+        if fn() is out:  # it is called again for every rollout environment
+            raise ConfigError(option, f"{spec}() returned the same Gymnasium environment twice: "
+                              "it must make a new one on each call (one per parallel agent)")
+        return GymnasiumTask(out, None, spec, make_env=fn, option=option)
     return Task(out[0], out[1], spec, option=option)
 
 
@@ -255,8 +318,6 @@ def make_task(spec: str, private: Sequence[PrivateParam] = (), option: str = "en
         raise ConfigError(option, "expected gymnax:<id>, gymnasium:<id> or <module>:<callable>, "
                           f"got {spec!r}")
     if spec.startswith("gymnasium:"):
-        from privrl.envs.gymnasium_task import gymnasium_task
-
         task: Task = gymnasium_task(spec.removeprefix("gymnasium:"), option)
     elif spec.startswith("gymnax:"):
         task = gymnax_task(spec.removeprefix("gymnax:"), option)
