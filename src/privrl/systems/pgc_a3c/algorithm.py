@@ -15,6 +15,11 @@ is k-1 updates stale (with |B| = 1), as a thread of A3C that read θ before its 
 Everything per round is one jitted function; rounds are chained with `lax.scan`, trials with
 `vmap` (and sharded over host devices by the runner). Agent-side (rollout, loss, mechanism) and
 aggregator-side (`BufferedAggregator.receive`) meet only through the `Report` pytree.
+
+On a Gymnasium task (docs/environments.md) the episodes cannot run inside jit: `host_round`
+plans the round (jitted), plays the episodes on the host (`host_rollout`) and hands them to the
+same `round` (jitted), so the loss, mechanism and aggregation are this code either way. A
+submission's score is its episode's true return (`score`).
 """
 
 from __future__ import annotations
@@ -438,7 +443,7 @@ class PGCA3C:
     def host_round(self, state: TrialState) -> tuple[TrialState, Array]:
         """`round` for a task that rolls out on the host: plan (jitted), play the episodes on
         the host, then reports and aggregation (jitted)."""
-        env_key = jax.random.fold_in(state.key, 0x5EED)
+        env_key = trial_env_key(state)
         _, active, round_key, agent_ids = self._plan(state)
         traj = self.host_rollout(state.agg.theta, state.submitted, round_key, env_key,
                                  agent_ids, active)
@@ -475,13 +480,18 @@ class PGCA3C:
     def run_rounds(self, state: TrialState, num_rounds: int) -> tuple[TrialState, Array]:
         """`num_rounds` rounds of one trial; scores (num_rounds * P,), NaN where no agent
         submitted (past the cap, or retired): a return can be any number, so NaN marks none."""
-        env_key = jax.random.fold_in(state.key, 0x5EED)
+        env_key = trial_env_key(state)
 
         def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
             return self.round(s, env_key)
 
         state, scores = jax.lax.scan(body, state, None, length=num_rounds)
         return state, scores.reshape(-1)
+
+
+def trial_env_key(state: TrialState) -> Array:
+    """The key of a trial's private dynamics (agent i's are drawn from fold_in(it, i))."""
+    return jax.random.fold_in(state.key, 0x5EED)
 
 
 def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:

@@ -69,7 +69,13 @@ from privrl.federation.shuffler import SHUFFLER_SETUP, Shuffler
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, agent_noise_key, budget_ledger
+from privrl.systems.pgc_a3c.algorithm import (
+    PGCA3C,
+    PGCA3CConfig,
+    agent_noise_key,
+    budget_ledger,
+    trial_env_key,
+)
 
 # The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
 RAY_OPTIMIZERS = ("sgd", "adam")
@@ -153,7 +159,7 @@ class AgentActor:
         self.algo = PGCA3C(replace(config, parallel_agents=1, trials=1))
         root = self.algo.init(jax.random.key(config.seed))
         self.key = root.key
-        self.env_key = jax.random.fold_in(root.key, 0x5EED)
+        self.env_key = trial_env_key(root)
         # Secret noise: this process's own root from os.urandom, kept in memory only and
         # passed to the jitted program as an argument (never a constant a cache could store).
         self._noise = secret_keys() if config.noise == "secret" else None
