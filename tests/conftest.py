@@ -29,8 +29,10 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,3 +243,18 @@ def count_releases(monkeypatch: pytest.MonkeyPatch) -> Any:
         return counter
 
     return install
+
+
+@pytest.fixture
+def load_example(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`load_example(name)` imports examples/<name>.py as the module `name` (so that
+    `<name>:<callable>` environment specs and its dataclasses resolve) for one test."""
+
+    def load(name: str) -> Any:
+        spec = importlib.util.spec_from_file_location(name, _ROOT / "examples" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

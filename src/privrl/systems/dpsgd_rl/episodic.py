@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.config import (
@@ -160,3 +161,13 @@ def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_s
     traj = rollout_episodes(env, batched, lambda k, obs: jnp.argmax(scores_fn(obs), -1),
                             key, 1, max_steps, active[None])
     return jnp.sum(traj.rewards[:, 0])
+
+
+def evaluate_greedy_host(task: Task, greedy: Any, key: Array, max_steps: int,
+                         active: bool) -> Array:
+    """`evaluate_greedy` for a task that rolls out on the host (a Gymnasium task), with the
+    task's default dynamics; `greedy(obs)` gives the actions (jit it)."""
+    defaults = jax.tree_util.tree_map(lambda x: np.asarray(x)[None], task.params)
+    traj = task.rollout(defaults, lambda k, obs: greedy(obs), key, 1, max_steps,
+                        np.array([active]))
+    return np.sum(traj.rewards[:, 0])
