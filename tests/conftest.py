@@ -17,13 +17,14 @@
   about 40 % less CPU for those tests (measured on the PGC-A3C and FedPG modules). Optimized
   programs keep the default emitters, whose code runs faster (the learning tests took up to
   2× longer with the older ones);
-- XLA optimizes only for the tests marked `learning` (long training runs, where execution
-  time dominates), unless the mark says `xla_optimize=False` (a learning test whose compiling
-  costs more than optimization saves: measured per test); every other test, the Ray tests and
-  their actors included, checks logic on tiny shapes, where compiling is most of the time,
-  and optimization changes no result (`jax_disable_most_optimizations`: about 40 % less CPU
-  for those tests, measured on the PGC-A3C and DP-SGD modules). A Ray test's driver and its actors compile alike, so a driver
-  that replays the actors' arithmetic gets the same floats (the Ray stage: 125 -> 82 CPU-s).
+- XLA optimizes only for the tests marked `learning` (long training runs, where execution time
+  dominates), unless the mark says `xla_optimize=False` (a learning test whose compiling costs
+  more than optimization saves: measured per test); every other test, the Ray tests and their
+  actors included, checks logic on tiny shapes, where compiling is most of the time, and
+  optimization changes no result (`jax_disable_most_optimizations`: about 40 % less CPU for
+  those tests, measured on the PGC-A3C and DP-SGD modules). A Ray test's driver and its actors
+  compile alike, so a driver that replays the actors' arithmetic gets the same floats (the Ray
+  stage: 125 -> 82 CPU-s).
 """
 
 from __future__ import annotations
