@@ -54,6 +54,7 @@ def no_compute(monkeypatch):
         (["--target-score", "-inf"], "--target-score: must be finite"),
         (["--target-score", "abc"], "--target-score"),
         (["--score-window", "0"], "--score-window"),
+        (["--reward", "bonus"], "--reward"),
         (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
          "the laplace mechanism only, got prs: prs adds no Laplace or Gaussian noise"),
     ],
@@ -167,10 +168,12 @@ def test_target_score_and_window_reach_config_summary_and_fst(tmp_path, capsys):
     """--target-score/--score-window are what the FST counts: a target of 0 is reached by the
     first window of CartPole returns (every episode lasts >= 1 step), so FST = 1 (μ_n is the
     forward window from n), and the window reaches metrics.csv's μ."""
-    out = _run(tmp_path, "t", "--target-score", "0", "--score-window", "5", "--epsilon", "10")
+    out = _run(tmp_path, "t", "--target-score", "0", "--score-window", "5", "--epsilon", "10",
+               "--preset", "tuned", "--reward", "env")
     printed = capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())["config"]
     assert (config["target_score"], config["score_window"]) == (0.0, 5)
+    assert (config["reward"], config["server_optimizer"]) == ("env", "adam")  # flag over preset
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["target_score"], summary["score_window"]) == (0.0, 5)
     assert summary["fst"] == [1, 1] and summary["success_ratio"] == 1.0

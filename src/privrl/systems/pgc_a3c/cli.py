@@ -51,6 +51,13 @@ class MechanismName(StrEnum):
     none = "none"
 
 
+class RewardName(StrEnum):
+    env = "env"
+    step = "step"
+    failure = "failure"
+    goal = "goal"
+
+
 @run_app.command("pgc-a3c")
 @flag_names(buffer_size="--buffer", private_params="--private")
 def run_pgc_a3c_command(
@@ -128,6 +135,13 @@ def run_pgc_a3c_command(
     score_window: Annotated[int | None, typer.Option(
         help="Window m (>= 1) of the moving average μ_n of the FST. Default 10 "
         "(the paper's).")] = None,
+    reward: Annotated[RewardName | None, typer.Option(
+        help="What the agents learn from: env (the environment's reward), step (+1 per step), "
+        "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
+        "--target-score, -1 on an earlier termination). failure and goal read termination as "
+        "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
+        "use env. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: failure). "
+        "The score is the true return whatever this is.", case_sensitive=False)] = None,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
 
@@ -166,6 +180,7 @@ def run_pgc_a3c_command(
         private_params=tuple(private or ()),
         target_score=target_score,
         score_window=score_window,
+        reward=None if reward is None else reward.value,
     ).resolved()
     if env is not None or private:  # a bad --env/--private fails here, before anything runs
         from privrl.systems.pgc_a3c.algorithm import PGCA3C
