@@ -50,6 +50,11 @@ def no_compute(monkeypatch):
         (["--env", "gymnasium:CartPole-v1", "--private", "kinematics_integrator=1,2"],
          "--private"),
         (["--env", "os:getcwd"], "--env: os:getcwd() must return"),
+        (["--target-score", "nan"], "--target-score: must be finite"),
+        (["--target-score", "-inf"], "--target-score: must be finite"),
+        (["--target-score", "abc"], "--target-score"),
+        (["--score-window", "0"], "--score-window"),
+        (["--reward", "bonus"], "--reward"),
         (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
          "the laplace mechanism only, got prs: prs adds no Laplace or Gaussian noise"),
     ],
@@ -157,6 +162,36 @@ def test_secure_noise_makes_a_float_safe_laplace_with_the_same_epsilon():
     assert mech.secure and mech.guarantee.epsilon == 10.0
     assert "discrete" in mech.describe()["params"]["secure"]
     assert noise_fields(record_mode(cfg.noise, cfg.secure_noise))["noise_keys"]["mode"] == "secure"
+
+
+def test_target_score_and_window_reach_config_summary_and_fst(tmp_path, capsys):
+    """--target-score/--score-window are what the FST counts: a target of 0 is reached by the
+    first window of CartPole returns (every episode lasts >= 1 step), so FST = 1 (μ_n is the
+    forward window from n), and the window reaches metrics.csv's μ."""
+    out = _run(tmp_path, "t", "--target-score", "0", "--score-window", "5", "--epsilon", "10",
+               "--preset", "tuned", "--reward", "env")
+    printed = capsys.readouterr().out
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert (config["target_score"], config["score_window"]) == (0.0, 5)
+    assert (config["reward"], config["server_optimizer"]) == ("env", "adam")  # flag over preset
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["target_score"], summary["score_window"]) == (0.0, 5)
+    assert summary["fst"] == [1, 1] and summary["success_ratio"] == 1.0
+    rows = [r.split(",") for r in (out / "metrics.csv").read_text().splitlines()[1:51]]
+    scores = [float(r[2]) for r in rows]
+    assert float(rows[0][3]) == pytest.approx(sum(scores[:5]) / 5)
+    assert "median FST (μ ≥ 0)" in printed
+
+
+def test_target_note_names_the_target_used():
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.cli import target_note
+
+    assert target_note(PGCA3CConfig()) is None  # CartPole: 195 is its target
+    acro = PGCA3CConfig(env="gymnax:Acrobot-v1", target_score=-100.0, score_window=20)
+    note = target_note(acro)
+    assert "20 consecutive returns reaching -100" in note and "CartPole's" not in note
+    assert "set --target-score" in target_note(PGCA3CConfig(env="gymnax:Acrobot-v1"))
 
 
 def test_non_private_run_says_so(tmp_path, capsys):

@@ -94,14 +94,17 @@ def test_invalid_rmsprop_fields_name_the_field():
         assert e.value.field == field
 
 
-def _episodes(lengths: list[int], terminated: list[bool], steps: int = 200) -> Trajectory:
+def _episodes(lengths: list[int], terminated: list[bool], steps: int = 200,
+              reward_per_step: float = 1.0) -> Trajectory:
+    """P episodes of the given lengths; the environment pays `reward_per_step` (CartPole: +1)."""
     t = np.arange(steps)[:, None]
     mask = (t < np.asarray(lengths)[None, :]).astype(np.float32)
     p = len(lengths)
     return Trajectory(obs=jnp.zeros((steps, p, 4)), actions=jnp.zeros((steps, p), jnp.int32),
                       mask=jnp.asarray(mask), final_obs=jnp.zeros((p, 4)),
                       terminated=jnp.asarray(terminated),
-                      length=jnp.asarray(lengths, jnp.int32))
+                      length=jnp.asarray(lengths, jnp.int32),
+                      rewards=jnp.asarray(mask * reward_per_step))
 
 
 @pytest.mark.parametrize("reward, ends", [
@@ -114,11 +117,26 @@ def test_fall_and_goal_rewards_by_hand(reward, ends):
     traj = _episodes(lengths, terminated)
     for k, n in enumerate(lengths):
         one = traj._replace(mask=traj.mask[:, k], terminated=traj.terminated[k],
-                            length=traj.length[k])
+                            length=traj.length[k], rewards=traj.rewards[:, k])
         r = np.asarray(algo.rewards(one))
         want = np.zeros(200, np.float32)
         want[n - 1] = ends[k]
         np.testing.assert_array_equal(r, want)
+
+
+def test_goal_reward_reads_the_return_against_the_target():
+    """On a task paying -1 per step (Acrobot's), "goal" gives +1 to an episode whose return
+    reached target_score (-100: ended within 100 steps), -1 to a later termination and 0 at
+    the step cap, as on CartPole where the return is the length."""
+    algo = PGCA3C(PGCA3CConfig.from_preset("paper-code", reward="goal", target_score=-100.0))
+    lengths, terminated = [60, 100, 150, 200], [True, True, True, False]
+    traj = _episodes(lengths, terminated, reward_per_step=-1.0)
+    for k, (n, end) in enumerate(zip(lengths, [1.0, 1.0, -1.0, 0.0], strict=True)):
+        one = traj._replace(mask=traj.mask[:, k], terminated=traj.terminated[k],
+                            length=traj.length[k], rewards=traj.rewards[:, k])
+        want = np.zeros(200, np.float32)
+        want[n - 1] = end
+        np.testing.assert_array_equal(np.asarray(algo.rewards(one)), want)
 
 
 def test_cli_accepts_the_preset(tmp_path, capsys, monkeypatch):

@@ -40,6 +40,7 @@ from privrl.config import (
     ConfigError,
     check_preset,
     fail,
+    finite,
     in_range,
     integer,
     non_negative,
@@ -175,13 +176,16 @@ class PGCA3CConfig(Config):
     # `private_params` specs ("field=low:high" uniform or "field=v1,v2" one of; none: all alike).
     env: str | None = None
     private_params: tuple[str, ...] = ()
+    # Success: the FST is the first n where the mean of `score_window` (m) consecutive scores
+    # (episode returns) reaches `target_score` (Θ; 195 is CartPole's). Set Θ for another task.
     target_score: float = 195.0  # Θ
     score_window: int = 10  # m
     # Departures from the paper (all off in the paper preset; see PRESETS):
     # Reward shaping. "env": the environment's own reward (CartPole's +1 per step: the paper's);
     # "step": +1 per step survived, whatever the environment's reward; "failure": 0 per step,
     # -1 on the step the episode terminated (the tuned preset's shaping); "goal": 0 per step,
-    # -1 on a termination before `target_score` steps, +1 when an episode ends at or past it.
+    # +1 at the end of an episode whose return reaches `target_score`, else -1 on a termination
+    # (CartPole: its length; the return of a task's own rewards elsewhere).
     # All but "env" replace the environment's reward (a documented option, docs/environments.md).
     reward: str = "env"
     action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
@@ -238,6 +242,7 @@ class PGCA3CConfig(Config):
                      "submissions_per_agent", "max_episode_steps", "score_window"):
             integer(name, getattr(self, name))
         integer("seed", self.seed, 0)
+        finite("target_score", self.target_score)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
@@ -359,8 +364,9 @@ class PGCA3C:
         "env": the task's rewards (CartPole: +1 for every step the pole stayed up, the paper's).
         "step": +1 for every step the pole stayed up, so the return counts steps.
         "failure": 0 per step and −1 on the step where the pole fell (not at the step cap).
-        "goal" (the public TF1 example's): 0 per step; on an episode's last step −1 if the pole
-        fell before `target_score` steps, +1 if the episode lasted `target_score` steps or more.
+        "goal" (the public TF1 example's): 0 per step; on an episode's last step +1 if its
+        true return (`score`) reached `target_score`, else −1 if it terminated. On CartPole the
+        return is the length: +1 for lasting `target_score` steps, −1 for a fall before.
         """
         if self.config.reward == "env":
             return self.task.rewards(traj.rewards, traj.mask)
@@ -369,7 +375,7 @@ class PGCA3C:
         last = jnp.arange(traj.mask.shape[0]) == traj.length - 1
         if self.config.reward == "failure":
             return jnp.where(last & traj.terminated, -1.0, 0.0) * traj.mask
-        reached = traj.length >= self.config.target_score
+        reached = self.score(traj) >= self.config.target_score
         end = jnp.where(reached, 1.0, jnp.where(traj.terminated, -1.0, 0.0))
         return jnp.where(last, end, 0.0) * traj.mask
 

@@ -51,6 +51,13 @@ class MechanismName(StrEnum):
     none = "none"
 
 
+class RewardName(StrEnum):
+    env = "env"
+    step = "step"
+    failure = "failure"
+    goal = "goal"
+
+
 @run_app.command("pgc-a3c")
 @flag_names(buffer_size="--buffer", private_params="--private")
 def run_pgc_a3c_command(
@@ -120,6 +127,21 @@ def run_pgc_a3c_command(
         help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
     env: EnvOpt = None,
     private: PrivateOpt = None,
+    target_score: Annotated[float | None, typer.Option(
+        help="Target Θ of the FST and success ratio: the first submission n where the mean "
+        "return of --score-window consecutive episodes reaches Θ (any finite number). "
+        "Default 195, CartPole's: set it for another --env, e.g. -100 on Acrobot-v1.")
+    ] = None,
+    score_window: Annotated[int | None, typer.Option(
+        help="Window m (>= 1) of the moving average μ_n of the FST. Default 10 "
+        "(the paper's).")] = None,
+    reward: Annotated[RewardName | None, typer.Option(
+        help="What the agents learn from: env (the environment's reward), step (+1 per step), "
+        "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
+        "--target-score, -1 on an earlier termination). failure and goal read termination as "
+        "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
+        "use env. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: failure). "
+        "The score is the true return whatever this is.", case_sensitive=False)] = None,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
 
@@ -156,6 +178,9 @@ def run_pgc_a3c_command(
         shuffle_delta=shuffle_delta,
         env=env,
         private_params=tuple(private or ()),
+        target_score=target_score,
+        score_window=score_window,
+        reward=None if reward is None else reward.value,
     ).resolved()
     if env is not None or private:  # a bad --env/--private fails here, before anything runs
         from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -182,6 +207,20 @@ def run_pgc_a3c_command(
     _execute_pgc(config, out, progress)
 
 
+def target_note(config: PGCA3CConfig) -> str | None:
+    """The line that says what the FST counts on a task other than CartPole (None on it)."""
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+    if config.env is None or config.env.endswith(":CartPole-v1"):
+        return None
+    default_target = config.target_score == PGCA3CConfig.target_score
+    return (f"the score is the episode's return on {config.env}; the FST and success ratio "
+            f"count the mean of {config.score_window} consecutive returns reaching "
+            f"{config.target_score:g}"
+            + (", CartPole's target: set --target-score for this task" if default_target else "")
+            + " (docs/environments.md)")
+
+
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
@@ -205,10 +244,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(results_table(summary))
-    if config.env is not None and not config.env.endswith(":CartPole-v1"):
-        console.print(f"[bold]Note:[/] the score is the episode's return on {config.env}; the "
-                      f"FST and success ratio count reaching {config.target_score:g}, "
-                      "CartPole's target (docs/environments.md)")
+    if (note := target_note(config)) is not None:
+        console.print(f"[bold]Note:[/] {note}")
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
 
@@ -243,6 +280,8 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
                                                 else {"shuffler": result.shuffler}),
                                              "agents_in_flight": result.agents_in_flight}})
     console.print(results_table(summary))
+    if (note := target_note(config)) is not None:
+        console.print(f"[bold]Note:[/] {note}")
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
 
@@ -365,7 +404,8 @@ def results_table(summary: dict) -> Table:
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
-        ("median FST (μ ≥ 195)", "not reached" if fst is None else f"{fst:g}"),
+        (f"median FST (μ ≥ {summary['target_score']:g})",
+         "not reached" if fst is None else f"{fst:g}"),
         ("success ratio", f"{summary['success_ratio']:.2f}"),
         ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),

@@ -222,6 +222,8 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
+        "target_score": cfg.target_score,
+        "score_window": cfg.score_window,
         "median_fst": median_fst(fst),
         "success_ratio": float(np.mean(np.isfinite(fst))),
         "fst": [int(f) if np.isfinite(f) else None for f in fst],
