@@ -11,14 +11,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent, gaussian_epsilon
-from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
+from privrl.privacy.clipping import clip_l1_inverse, clip_l2, float32_inverse
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.report import _MINT, Guarantee, Report
 
@@ -56,6 +57,8 @@ __all__ = [
     "IdentityMechanism",
     "LaplaceMechanism",
     "Mechanism",
+    "MechanismArgs",
+    "PerTrialMechanism",
     "ProjectedRandomSignMechanism",
     "UnboundedGaussianNoise",
     "default_d_hat",
@@ -165,7 +168,7 @@ class IdentityMechanism(Mechanism):
 
     def _randomize(self, key: Array, x: Array) -> Array:
         del key
-        return x if self.clip is None else clip_l1(x, self.clip / 2.0)
+        return x if self.clip is None else clip_l1_inverse(x, float32_inverse(self.clip / 2.0))
 
 
 @dataclass(frozen=True)
@@ -199,7 +202,7 @@ class LaplaceMechanism(Mechanism):
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
-        return clip_l1(x, self.clip / 2.0)
+        return clip_l1_inverse(x, float32_inverse(self.clip / 2.0))
 
     def _randomize(self, key: Array, x: Array) -> Array:
         if self.secure:
@@ -269,31 +272,171 @@ class ProjectedRandomSignMechanism(Mechanism):
             p["d_hat_resolved"] = self.resolved_d_hat(self.dim)
         return p
 
+    def constants(self, d_hat: int) -> tuple[np.float32, np.float32]:
+        """eq. 24 as P(+C) = low + (ū_i + C)·slope for per-coordinate budget e = ε/d̂: low =
+        1/(e^e+1) and slope = tanh(e/2)/(2C), as float32. 1/(e^e+1) and tanh(e/2) are computed
+        in float64 and rounded once; slope is float32(1/(2C))·float32(tanh(e/2)) in float32,
+        the one constant XLA would fold the two into (so a slope passed as data gives the same
+        floats as one compiled in)."""
+        e = self.epsilon / d_hat
+        low = math.exp(-e) / (1.0 + math.exp(-e))  # 1/(e^e+1), no overflow for large e
+        return np.float32(low), float32_inverse(2.0 * self.clip) * np.float32(math.tanh(e / 2))
+
     def projection(self, key: Array, d: int) -> Array:
         """The random matrix M (d̂ × d) that `privatize(key, x)` uses for an input of length d."""
         k_proj, _ = jax.random.split(key)
-        d_hat = self.resolved_d_hat(d)
-        values = jnp.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)], dtype=jnp.float32)
-        idx = jax.random.choice(k_proj, 3, shape=(d_hat, d), p=jnp.array([1 / 6, 2 / 3, 1 / 6]))
-        return values[idx]
+        return _prs_projection(k_proj, self.resolved_d_hat(d), d)
 
     def flip_probability(self, u_bar: Array, d_hat: int) -> Array:
         """P(ũ_i = +C | ū_i) of eq. 24 with per-coordinate budget ε/d̂."""
-        e = self.epsilon / d_hat
-        # 1/(e^e+1) = sigmoid(-e) and (e^e-1)/(e^e+1) = tanh(e/2), both stable for large e.
-        return jax.nn.sigmoid(-e) + (u_bar + self.clip) / (2.0 * self.clip) * jnp.tanh(e / 2.0)
+        return _prs_flip_probability(u_bar, self.clip, *self.constants(d_hat))
 
     def _randomize(self, key: Array, x: Array) -> Array:
-        d = x.shape[0]
-        d_hat = self.resolved_d_hat(d)
-        m = self.projection(key, d).astype(x.dtype)
-        _, k_flip = jax.random.split(key)
-        u_bar = clip_elementwise(m @ x, self.clip)
-        plus = jax.random.uniform(k_flip, (d_hat,), dtype=x.dtype) < self.flip_probability(
-            u_bar, d_hat
-        )
-        u_tilde = jnp.where(plus, self.clip, -self.clip).astype(x.dtype)
-        return m.T @ u_tilde
+        d_hat = self.resolved_d_hat(x.shape[0])
+        return _prs_release(key, x, d_hat, self.clip, *self.constants(d_hat))
+
+
+def _prs_projection(key: Array, rows: int, d: int) -> Array:
+    """PRS's M: `rows` × d entries in {−√3, 0, +√3} with probabilities 1/6, 2/3, 1/6 (eq. 5).
+    Entry (i, j) depends on the key and its position only, so the first d̂ rows of a padded
+    draw are the d̂-row draw (JAX's partitionable threefry, checked by the tests)."""
+    values = jnp.array([-math.sqrt(3.0), 0.0, math.sqrt(3.0)], dtype=jnp.float32)
+    idx = jax.random.choice(key, 3, shape=(rows, d), p=jnp.array([1 / 6, 2 / 3, 1 / 6]))
+    return values[idx]
+
+
+def _prs_flip_probability(u_bar: Array, clip: Any, low: Any, slope: Any) -> Array:
+    """eq. 24: 1/(e^e+1) + (ū_i+C)/(2C)·(e^e−1)/(e^e+1), from `constants`' float32 values."""
+    return low + (u_bar + clip) * slope
+
+
+def _prs_release(key: Array, x: Array, rows: int, clip: Any, low: Any, slope: Any,
+                 d_hat: Any = None) -> Array:
+    """One PRS release Mᵀũ with M of `rows` rows. `d_hat` (traced, ≤ rows): only the first
+    d̂ rows are used; the others are zero in M and ũ, so they add exact zeros: the same floats
+    as a draw of d̂ rows."""
+    k_proj, k_flip = jax.random.split(key)
+    m = _prs_projection(k_proj, rows, x.shape[0]).astype(x.dtype)
+    used = None if d_hat is None else jnp.arange(rows) < d_hat
+    if used is not None:
+        m = jnp.where(used[:, None], m, 0.0)
+    u_bar = jnp.clip(m @ x, -clip, clip)  # eq. 23
+    p_plus = _prs_flip_probability(u_bar, clip, low, slope)
+    plus = jax.random.uniform(k_flip, (rows,), dtype=x.dtype) < p_plus
+    u_tilde = jnp.where(plus, clip, -clip).astype(x.dtype)
+    if used is not None:
+        u_tilde = jnp.where(used, u_tilde, 0.0)
+    return m.T @ u_tilde
+
+
+# --- several settings as per-trial data ------------------------------------------------------
+FAMILIES = ("none", "laplace", "prs")  # PerTrialMechanism's family index
+
+
+class MechanismArgs(NamedTuple):
+    """One trial's mechanism as numbers (float32/int32), the data `PerTrialMechanism` takes:
+    the family (an index into FAMILIES) and the constants its release uses."""
+
+    family: Any
+    inverse_half_clip: Any  # none, laplace: 1/(C/2), the L1 clip radius's inverse
+    scale: Any  # laplace: the noise scale C/ε (0 otherwise)
+    clip: Any  # prs: C
+    low: Any  # prs: 1/(e^{ε/d̂}+1)
+    slope: Any  # prs: tanh(ε/(2d̂))/(2C)
+    d_hat: Any  # prs: d̂ (rows past it are masked)
+
+
+@dataclass(frozen=True)
+class PerTrialMechanism(Mechanism):
+    """Several mechanisms (`members`: IdentityMechanism, LaplaceMechanism, PRS on inputs of
+    length `dim`) as one program whose parameters are per-trial data: `args(i)` is member i as
+    `MechanismArgs`, and `privatize_with(args, key, x)` releases exactly what member i's
+    `privatize(key, x)` releases (the same floats; PRS's d̂ padded to the largest and masked).
+    This is what lets one jitted program run every setting of a sweep.
+
+    Each release is ε-LDP for its own member's ε; the Report's static guarantee, shared by a
+    batch that mixes members, is the weakest of them (true of every report). The exact
+    per-setting guarantees are each member's `guarantee`, which the runner's ledgers charge.
+    """
+
+    members: tuple[Mechanism, ...]
+    dim: int
+    name = "per-trial"
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("PerTrialMechanism needs at least one member")
+        for m in self.members:
+            if type(m) not in (IdentityMechanism, LaplaceMechanism,
+                               ProjectedRandomSignMechanism):
+                raise ValueError(f"{type(m).__name__} cannot take its parameters as data: "
+                                 "only none, laplace and prs can")
+            if isinstance(m, LaplaceMechanism) and m.secure:
+                raise ValueError("secure Laplace samples on the host; run it on its own")
+            if isinstance(m, IdentityMechanism) and m.clip is None:
+                raise ValueError("an IdentityMechanism member needs a clip")
+
+    @property
+    def rows(self) -> int:
+        """PRS's padded d̂: the largest of the members' (0 without PRS)."""
+        return max((m.resolved_d_hat(self.dim) for m in self.members
+                    if isinstance(m, ProjectedRandomSignMechanism)), default=0)
+
+    def _families(self) -> set[int]:
+        return {FAMILIES.index(m.name) for m in self.members}
+
+    @property
+    def guarantee(self) -> Guarantee:
+        weakest = max((m.guarantee for m in self.members), key=lambda g: g.epsilon)
+        return Guarantee(epsilon=weakest.epsilon, delta=0.0,
+                         notion=weakest.notion if weakest.is_private else "none",
+                         unit=LDP_UNIT, neighbouring=LDP_NEIGHBOURS + "; each report is also "
+                         "private at its own setting's ε (this is the largest)")
+
+    def params(self) -> dict[str, Any]:
+        return {"members": [m.describe() for m in self.members]}
+
+    def args(self, index: int) -> MechanismArgs:
+        """Member `index` as data (numpy scalars)."""
+        m = self.members[index]
+        zero = np.float32(0.0)
+        inv_half = scale = clip = low = slope = zero
+        d_hat = 0
+        if isinstance(m, IdentityMechanism | LaplaceMechanism):
+            inv_half = float32_inverse(m.clip / 2.0)
+            scale = np.float32(m.scale) if isinstance(m, LaplaceMechanism) else zero
+        else:
+            d_hat = m.resolved_d_hat(self.dim)
+            clip = np.float32(m.clip)
+            low, slope = m.constants(d_hat)
+        return MechanismArgs(np.int32(FAMILIES.index(m.name)), inv_half, scale, clip, low,
+                             slope, np.int32(d_hat))
+
+    def stack(self, indices: Any) -> MechanismArgs:
+        """Per-trial args: trial k runs member indices[k] (arrays with a leading trials axis)."""
+        each = [self.args(int(i)) for i in indices]
+        return MechanismArgs(*(np.stack(v) for v in zip(*each, strict=True)))
+
+    def privatize(self, key: Array, x: Any) -> Report:
+        raise TypeError("PerTrialMechanism takes its parameters as data: privatize_with(args, "
+                        "key, x)")
+
+    def privatize_with(self, args: MechanismArgs, key: Array, x: Any) -> Report:
+        """Release x with the member that `args` (one trial's, traced) describes."""
+        x = _as_vector(x)
+        families = self._families()
+        value: Array | None = None
+        if families & {0, 1}:
+            clipped = clip_l1_inverse(x, args.inverse_half_clip)
+            value = clipped
+            if 1 in families:
+                noisy = clipped + jax.random.laplace(key, x.shape, dtype=x.dtype) * args.scale
+                value = noisy if families <= {1} else jnp.where(args.family == 1, noisy, value)
+        if 2 in families:
+            prs = _prs_release(key, x, self.rows, args.clip, args.low, args.slope, args.d_hat)
+            value = prs if value is None else jnp.where(args.family == 2, prs, value)
+        assert value is not None
+        return Report._mint(_MINT, value, self.guarantee)
 
 
 def _check_delta(delta: Any) -> float:

@@ -40,15 +40,15 @@ def test_sweep_writes_tables_plots_raw_and_resumes(tmp_path, monkeypatch):
         return real(config, **kw)
 
     monkeypatch.setattr(local, "run_pgc_a3c", crash_on_second)
-    with pytest.raises(KeyboardInterrupt):
-        rep.run_sweep(TINY, tmp_path, log=lambda m: None)
+    with pytest.raises(KeyboardInterrupt):  # each setting alone, saved as it finishes
+        rep.run_sweep(TINY, tmp_path, log=lambda m: None, one_program=False)
     first = tmp_path / "settings" / "none-epsinf" / "summary.json"
     assert first.is_file() and not (tmp_path / "settings" / "laplace-eps10").exists()
     stamp = first.stat().st_mtime_ns
 
     monkeypatch.setattr(local, "run_pgc_a3c", lambda config, **kw: (calls.append(
         config.mechanism), real(config, **kw))[1])
-    tables = rep.run_sweep(TINY, tmp_path, log=lambda m: None)
+    tables = rep.run_sweep(TINY, tmp_path, log=lambda m: None)  # one setting left: alone
     assert calls == ["none", "laplace", "laplace"]  # the finished setting was not redone
     assert first.stat().st_mtime_ns == stamp
     for f in ["tables.md", "tables.json", "raw/trials.csv", "privacy.json",
@@ -60,6 +60,23 @@ def test_sweep_writes_tables_plots_raw_and_resumes(tmp_path, monkeypatch):
     assert privacy["laplace-eps10"]["ledger"]["per_agent_epsilon"]["max"] == 10.0
     assert privacy["none-epsinf"]["statement"].startswith("NO PRIVACY GUARANTEE")
     assert set(tables["success_ratio"]["laplace"]) == {10.0, math.inf}
+
+
+def test_sweep_runs_its_settings_as_one_program_by_default(tmp_path, monkeypatch):
+    calls = []
+    real = local.run_pgc_a3c_settings
+    monkeypatch.setattr(local, "run_pgc_a3c", lambda *a, **k: pytest.fail("ran alone"))
+    monkeypatch.setattr(local, "run_pgc_a3c_settings", lambda configs, **kw: (calls.append(
+        [c.mechanism for c in configs]), real(configs, **kw))[1])
+    rep.run_sweep(TINY, tmp_path, log=lambda m: None)
+    assert calls == [["none", "laplace"]]
+    for name in ("none-epsinf", "laplace-eps10"):
+        summary = json.loads((tmp_path / "settings" / name / "summary.json").read_text())
+        assert summary["one_program"]["settings"] == 2 and summary["trials"] == 2
+        assert (tmp_path / "settings" / name / "scores.npz").is_file()
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["laplace-eps10"]["ledger"]["per_agent_epsilon"]["max"] == 10.0
+    assert privacy["none-epsinf"]["statement"].startswith("NO PRIVACY GUARANTEE")
 
 
 def test_resume_refuses_a_different_sweep(tmp_path):

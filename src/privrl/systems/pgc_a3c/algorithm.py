@@ -25,7 +25,8 @@ submission's score is its episode's true return (`score`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -60,6 +61,8 @@ from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
     Mechanism,
+    MechanismArgs,
+    PerTrialMechanism,
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
@@ -286,6 +289,41 @@ class TrialState(NamedTuple):
     # Secret noise root (privrl.privacy.noise.secret_keys), or None: noise keys derive from
     # `key` (seeded). An argument of the jitted program, never a constant of it.
     noise: Array | None = None
+    # The trial's setting as data (`PGCA3C.for_settings`: one program, several settings), or
+    # None: the algorithm's own config, compiled in.
+    setting: TrialSetting | None = None
+
+
+class TrialSetting(NamedTuple):
+    """The numbers a trial's setting sets (per-trial data of one program for several)."""
+
+    mechanism: MechanismArgs
+    buffer_size: Array  # int32 |B|
+
+
+# Config fields that settings run as one program may differ in (they become per-trial data).
+# `noise` may differ only for non-private settings, whose mechanism takes no key.
+SETTING_FIELDS = ("mechanism", "epsilon", "clip", "buffer_size", "d_hat", "budget_composition",
+                  "noise")
+ONE_PROGRAM_MECHANISMS = ("none", "laplace", "prs")
+
+
+def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
+    """The config field that keeps resolved `configs` from running as one program (None: they
+    can): they must differ only in SETTING_FIELDS, use none/laplace/prs without float-safe
+    noise, and the private ones must agree on the noise keys' mode."""
+    first = configs[0]
+    for cfg in configs:
+        if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
+            return "mechanism"
+        if cfg.secure_noise:
+            return "secure_noise"
+        if replace(cfg, **{f: getattr(first, f) for f in SETTING_FIELDS}) != first:
+            return next(f.name for f in fields(cfg) if f.name not in SETTING_FIELDS
+                        and getattr(cfg, f.name) != getattr(first, f.name))
+    if len({c.noise for c in configs if c.mechanism != "none"}) > 1:
+        return "noise"
+    return None
 
 
 class PGCA3C:
@@ -319,6 +357,51 @@ class PGCA3C:
         self._act, self._plan, self._round = jax.jit(self.act), jax.jit(self.plan), jax.jit(
             self.round)
         self._agents_params = jax.jit(task.agents_params)
+        # Set by `for_settings`: each setting's resolved config and its own mechanism, and the
+        # aggregator for each of their |B|.
+        self.settings: list[tuple[PGCA3CConfig, Mechanism]] = [(cfg, self.mechanism)]
+        self.aggregators = {cfg.buffer_size: self.aggregator}
+
+    @classmethod
+    def for_settings(cls, configs: Sequence[PGCA3CConfig], task: Task | None = None,
+                     model: nn.Module | None = None) -> PGCA3C:
+        """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
+        family, ε, clip, |B|, d̂): its mechanism is a `PerTrialMechanism` and every trial
+        carries its setting as data (`TrialState.setting`, from `setting_data`), so one jitted
+        program runs them all. A trial's releases and updates are the floats its setting's own
+        program computes. ConfigError names the field that keeps them apart."""
+        each = [cls(c, task, model) for c in configs]
+        field = one_program_field([a.config for a in each])
+        if field is not None:
+            raise ConfigError(field, "settings run as one program may differ only in "
+                                     f"{', '.join(SETTING_FIELDS)} (mechanisms none, laplace, "
+                                     "prs, without float-safe noise)")
+        algo = each[0]
+        algo.settings = [(a.config, a.mechanism) for a in each]
+        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim)
+        algo.aggregators = {a.config.buffer_size: a.aggregator for a in each}
+        return algo
+
+    def receive(self, agg: AggregatorState, report: Any, setting: TrialSetting | None
+                ) -> AggregatorState:
+        """The aggregator takes one report. Settings run as one program with different |B|
+        each apply it with |B| compiled in (one aggregator per |B|, selected per trial): a
+        |B| passed as data would let XLA fold the mean's 1/|B| with the optimizer's constants
+        differently, and a trial would no longer get its own run's floats."""
+        if setting is None or len(self.aggregators) == 1:
+            return self.aggregator.receive(agg, report)
+        new = agg
+        for size, aggregator in self.aggregators.items():
+            ours = setting.buffer_size == size
+            new = jax.tree_util.tree_map(lambda a, b, ours=ours: jnp.where(ours, a, b),
+                                         aggregator.receive(agg, report), new)
+        return new
+
+    def setting_data(self, settings: Sequence[int]) -> TrialSetting:
+        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
+        assert isinstance(self.mechanism, PerTrialMechanism)
+        return TrialSetting(self.mechanism.stack(settings), np.asarray(
+            [self.settings[i][0].buffer_size for i in settings], np.int32))
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> TrialState:
@@ -389,12 +472,14 @@ class PGCA3C:
         active: Array,
         noise_keys: Array | None = None,
         traj: Trajectory | None = None,
+        setting: TrialSetting | None = None,
     ) -> tuple[Any, Array]:
         """P agents play one episode each from θ; returns their Reports and scores (P,): each
         episode's return in the environment's own rewards (`score`).
         `noise_keys` (P,): each agent's own mechanism keys (secret noise); None: derived
         from `key` (seeded). `traj`: the episodes, already played on the host (a Gymnasium
-        task: `host_rollout` with `rollout_key(key)`); None: played here, jitted."""
+        task: `host_rollout` with `rollout_key(key)`); None: played here, jitted. `setting`:
+        the trial's mechanism as data (`for_settings`)."""
         cfg = self.config
         p = cfg.parallel_agents
         k_roll, k_mech = jax.random.split(key)
@@ -411,7 +496,12 @@ class PGCA3C:
         grads = jax.vmap(jax.grad(self.episode_loss), (None, 0))(theta, per_agent)
         if noise_keys is None:
             noise_keys = jax.random.split(k_mech, p)
-        reports = jax.vmap(self.mechanism.privatize)(noise_keys, grads)
+        if setting is None:
+            reports = jax.vmap(self.mechanism.privatize)(noise_keys, grads)
+        else:
+            assert isinstance(self.mechanism, PerTrialMechanism)
+            reports = jax.vmap(self.mechanism.privatize_with, (None, 0, 0))(
+                setting.mechanism, noise_keys, grads)
         return reports, self.score(traj)
 
     @staticmethod
@@ -465,7 +555,8 @@ class PGCA3C:
         noise_keys = None if state.noise is None else jax.vmap(agent_noise_key, (None, 0, 0))(
             state.noise, agent_ids, index)
         reports, scores = self.agent_reports(
-            state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys, traj
+            state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys, traj,
+            state.setting
         )
         if cfg.shuffle:  # the shuffler: a uniformly random order, no identities
             order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
@@ -475,7 +566,7 @@ class PGCA3C:
 
         def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
             report, live = item
-            new = self.aggregator.receive(agg, report)
+            new = self.receive(agg, report, state.setting)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
 
         agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))

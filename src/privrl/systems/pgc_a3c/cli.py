@@ -340,6 +340,11 @@ def reproduce_pgc_a3c_command(
     noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
+    one_program: Annotated[bool, typer.Option(
+        "--one-program/--per-setting",
+        help="Run all settings' trials as one compiled program (default; the same results "
+        "per setting as running each alone, several times faster), or each setting alone in "
+        "turn (each is saved as soon as it finishes).")] = True,
     progress: ShowProgress = True,
 ) -> None:
     """Paper 000's sweep: Laplace and PRS at ε = 1, 2, 5, 10 and the non-private run (other
@@ -362,10 +367,11 @@ def reproduce_pgc_a3c_command(
                       noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
-    _execute_sweep(cfg, out, resume, progress)
+    _execute_sweep(cfg, out, resume, progress, one_program)
 
 
-def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show: bool) -> None:
+def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show: bool,
+                   one_program: bool = True) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
@@ -381,7 +387,8 @@ def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show
             bar.update(task, completed=done, total=total, description=name)
 
         try:
-            run_sweep(cfg, path, progress=update, log=lambda m: bar.console.print(m))
+            run_sweep(cfg, path, progress=update, log=lambda m: bar.console.print(m),
+                      one_program=one_program)
         except KeyboardInterrupt:
             err.print(f"interrupted: finished settings are kept; continue with "
                       f"privrl reproduce pgc-a3c --resume {path}")

@@ -1,5 +1,11 @@
 """The local runner: all trials of a run in one jitted program, sharded over host devices.
 
+`run_pgc_a3c_settings` runs several settings that differ only in numbers (mechanism family,
+ε, clip, |B|, d̂) as one program too: each trial carries its setting as data
+(`PGCA3C.for_settings`), its keys are the ones its setting's own run gives it, and each setting
+keeps its own ledger, so each setting's results are its own run's (tests/systems/pgc_a3c/
+test_settings.py), at a fraction of the cost of running the settings one after another.
+
 Rounds are run in chunks (a jitted `lax.scan` of rounds per chunk) so that the host can show
 progress, charge the privacy ledger before each chunk releases anything, and collect scores.
 Trials are independent, so they are split over the host's XLA devices with `shard_map`
@@ -10,14 +16,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from privrl.config import ConfigError
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
@@ -57,6 +65,10 @@ class RunOutput:
     devices: int
     agents_per_trial: int
     theta: np.ndarray | None = None  # (trials, d): each trial's final parameters (the policy)
+    # Run as one program with other settings (`run_pgc_a3c_settings`): how many settings and
+    # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
+    # this setting ran alone.
+    program: dict[str, int] | None = None
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -89,7 +101,11 @@ class ShardedTrials:
     def init(self, key: jax.Array, noise: str = "seeded") -> Any:
         """Every trial's state; with secret noise, each trial gets a root from the OS CSPRNG
         (held in memory only: an argument of the jitted program, never written)."""
-        state = self._init(jax.random.split(key, self.padded))
+        return self.init_keys(jax.random.split(key, self.padded), noise)
+
+    def init_keys(self, keys: jax.Array, noise: str = "seeded") -> Any:
+        """`init` from each (padded) trial's own root key."""
+        state = self._init(keys)
         return state if noise == "seeded" else state._replace(noise=secret_keys(self.padded))
 
     def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
@@ -134,24 +150,83 @@ def run_pgc_a3c(
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     """
-    algo = PGCA3C(replace(config, noise=config.noise or "seeded"), task, model)
+    algo = PGCA3C(_seeded_by_default(config), task, model)
+    return _run_trials(algo, progress, devices, retire_on_success, chunk_rounds)[0]
+
+
+def run_pgc_a3c_settings(
+    configs: Sequence[PGCA3CConfig],
+    progress: ProgressFn | None = None,
+    devices: int | None = None,
+    retire_on_success: bool = False,
+    chunk_rounds: int | None = None,
+    task: Task | None = None,
+    model: nn.Module | None = None,
+) -> list[RunOutput]:
+    """`run_pgc_a3c` for each of `configs`, all trials of all of them in one jitted program.
+
+    The configs may differ only in `algorithm.SETTING_FIELDS` (ConfigError names another field
+    that differs). Each setting's RunOutput equals its own `run_pgc_a3c` (same keys, same
+    floats, same retirement checks, its own ledger), except that wall and compile time are the
+    program's and `program` says so."""
+    algo = PGCA3C.for_settings([_seeded_by_default(c) for c in configs], task, model)
+    return _run_trials(algo, progress, devices, retire_on_success, chunk_rounds)
+
+
+def _seeded_by_default(config: PGCA3CConfig) -> PGCA3CConfig:
+    return replace(config, noise=config.noise or "seeded")
+
+
+def _trial_keys(seed: int, trials: int, settings: int, padded: int,
+                devices: int | None) -> jax.Array:
+    """Every trial's root key: trial k of each setting gets the key it gets in its setting's
+    own run (the seed split over that run's padded trials); padding trials get others."""
+    own_padded = math.ceil(trials / trial_devices(trials, devices)) * trial_devices(trials,
+                                                                                  devices)
+    own = jax.random.split(jax.random.key(seed), own_padded)
+    if settings == 1:
+        return own
+    keys = jnp.concatenate([own[:trials]] * settings)
+    extra = padded - keys.shape[0]
+    if extra == 0:
+        return keys
+    return jnp.concatenate([keys, jax.random.split(jax.random.key(seed + 1), extra)])
+
+
+def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
+                retire_on_success: bool, chunk_rounds: int | None) -> list[RunOutput]:
+    """Every trial of every setting of `algo` (one, or several from `for_settings`), as one
+    sharded program advanced chunk by chunk; each setting's ledger is charged for its live
+    trials before each chunk releases anything."""
     cfg = algo.config
+    settings = algo.settings
+    n_set, k = len(settings), cfg.trials
     p, n_sub, t_per_agent = cfg.parallel_agents, cfg.submissions, cfg.submissions_per_agent
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
     if algo.task.host:  # about 100 episodes per trial between progress updates
+        if n_set > 1:
+            raise ConfigError("env", "settings run as one program need a gymnax task (a "
+                                     "Gymnasium task plays its trials on the host, in turn)")
         chunk = chunk_rounds or min(total_rounds, max(1, 100 // p))
-        runner: ShardedTrials | HostTrials = HostTrials(algo, cfg.trials, chunk)
+        runner: ShardedTrials | HostTrials = HostTrials(algo, k, chunk)
+        state = runner.init(jax.random.key(cfg.seed), cfg.noise or "seeded")
     else:
-        chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
-        runner = ShardedTrials(algo, cfg.trials, chunk, devices)
-    state = runner.init(jax.random.key(cfg.seed), cfg.noise)
+        # The chunk of a setting's own run, so retirement is checked where that run checks it.
+        chunk = chunk_rounds or _chunk_rounds(total_rounds, p, k)
+        runner = ShardedTrials(algo, n_set * k, chunk, devices)
+        noise = next((c.noise for c, _ in settings if c.mechanism != "none"), cfg.noise)
+        keys = _trial_keys(cfg.seed, k, n_set, runner.padded, devices)
+        state = runner.init_keys(keys, noise or "seeded")
+        if n_set > 1:
+            index = np.repeat(np.arange(n_set), k)
+            index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
+            state = state._replace(setting=algo.setting_data(index))
 
-    ledger = budget_ledger(cfg)
-    guarantee = algo.mechanism.guarantee
-    retired = np.zeros(cfg.trials, bool)
-    scores = np.full((cfg.trials, total_rounds * p), np.nan, np.float32)
+    ledgers = [budget_ledger(c) for c, _ in settings]
+    retired = np.zeros(n_set * k, bool)
+    scores = np.full((n_set * k, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
     compile_s = 0.0
     done_rounds = 0
@@ -159,9 +234,11 @@ def run_pgc_a3c(
         lo, hi = done_rounds * p, min((done_rounds + chunk) * p, n_sub)
         # Charge before release: every agent of a running trial that submits in this chunk.
         agents, counts = np.unique(np.arange(lo, hi) // t_per_agent, return_counts=True)
-        live = np.flatnonzero(~retired).astype(np.int64)
-        ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
-        ledger.charge(ids, guarantee, np.tile(counts, live.size))
+        for s, ((_, mechanism), ledger) in enumerate(zip(settings, ledgers, strict=True)):
+            live = np.flatnonzero(~retired[s * k:(s + 1) * k]).astype(np.int64)
+            if live.size:
+                ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
+                ledger.charge(ids, mechanism.guarantee, np.tile(counts, live.size))
         t0 = time.perf_counter()
         state, chunk_scores = runner.run_chunk(state, retired)
         if done_rounds == 0:
@@ -175,23 +252,24 @@ def run_pgc_a3c(
             retired |= np.isfinite(fst)
         if progress is not None:
             progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
-    submitted = np.asarray(state.submitted)[: cfg.trials]
+    wall = time.perf_counter() - start
+    submitted = np.asarray(state.submitted)[: n_set * k]
+    theta = np.asarray(state.agg.theta)[: n_set * k]
     if not np.all(submitted[~retired] == n_sub):
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
-    if ledger.num_reports != int(submitted.sum()):
-        raise RuntimeError("internal error: the ledger and the submissions disagree")
-    return RunOutput(
-        config=cfg,
-        scores=scores[:, :n_sub],
-        submitted=submitted,
-        ledger=ledger,
-        mechanism=algo.mechanism.describe(),
-        wall_seconds=time.perf_counter() - start,
-        compile_seconds=compile_s,
-        devices=runner.devices,
-        agents_per_trial=agents_per_trial,
-        theta=np.asarray(state.agg.theta)[: cfg.trials],
-    )
+    program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
+                                       "episodes": int(submitted.sum())}
+    outputs = []
+    for s, ((c, mechanism), ledger) in enumerate(zip(settings, ledgers, strict=True)):
+        own = slice(s * k, (s + 1) * k)
+        if ledger.num_reports != int(submitted[own].sum()):
+            raise RuntimeError("internal error: the ledger and the submissions disagree")
+        outputs.append(RunOutput(
+            config=c, scores=scores[own, :n_sub], submitted=submitted[own], ledger=ledger,
+            mechanism=mechanism.describe(), wall_seconds=wall, compile_seconds=compile_s,
+            devices=runner.devices, agents_per_trial=agents_per_trial, theta=theta[own],
+            program=program))
+    return outputs
 
 
 # --- what a run reports ----------------------------------------------------------------------
@@ -213,6 +291,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     curve = success_ratio_curve(fst, cfg.submissions)
     tail = max(1, cfg.submissions // 10)
     private = out.ledger.summary()["formal_guarantee"]
+    episodes = int(out.submitted.sum()) if out.program is None else out.program["episodes"]
     return {
         "algorithm": "pgc-a3c",
         "preset": cfg.preset,
@@ -234,9 +313,12 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "final_window": tail,
         "wall_seconds": round(out.wall_seconds, 2),
         "compile_seconds": round(out.compile_seconds, 2),
-        "episodes_per_second": round(int(out.submitted.sum()) / max(out.wall_seconds, 1e-9), 1),
+        "episodes_per_second": round(episodes / max(out.wall_seconds, 1e-9), 1),
         "submitted_per_trial": [int(n) for n in out.submitted],
         "devices": out.devices,
+        **({} if out.program is None else {"one_program": {
+            **out.program, "note": "this setting ran in one program with the others; wall, "
+                                   "compile time and episodes per second are that program's"}}),
     }
 
 

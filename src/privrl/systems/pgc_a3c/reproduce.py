@@ -1,10 +1,15 @@
 """`privrl reproduce pgc-a3c`: paper 000's sweep (Tables 1-3, Figures 2-3) beside the paper.
 
 Settings: Laplace (paper: |B| = 1, C = 0.01) and PRS (|B| = 100, C = 1) at ε ∈ {1, 2, 5, 10},
-plus the non-private run (ε = ∞), K trials each, capped at N submissions. Every setting runs
-all its trials in one jitted, sharded program (privrl.systems.pgc_a3c.local); a trial retires
-once its FST is known, so finished trials cost nothing. Each finished setting is written
-atomically to `settings/<name>/`, so an interrupted sweep resumes without redoing finished settings.
+plus the non-private run (ε = ∞), K trials each, capped at N submissions. The settings differ
+only in numbers (mechanism family, ε, clip, |B|, d̂), so by default all trials of all settings
+run as one jitted, sharded program (`local.run_pgc_a3c_settings`), each trial with its
+setting's parameters as data, its own run's keys, and its setting's own ledger: every setting's
+results equal its own run's, at a fraction of the cost (benchmarks/RESULTS.md). Settings that
+cannot join (PrivUnit2/PrivUnitG sample on the host) run alone, as does every setting with
+`one_program=False`. A trial retires once its FST is known, so finished trials cost nothing.
+Each finished setting is written atomically to `settings/<name>/`, so an interrupted sweep
+resumes without redoing finished settings (the one program writes its settings at its end).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 
 from privrl.config import Config, fail, integer, positive
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
-from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import ONE_PROGRAM_MECHANISMS, PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     held_moving_average,
@@ -113,34 +118,68 @@ SweepProgress = Callable[[str, int, int], None]  # (setting name, done, total) s
 
 # --- running ---------------------------------------------------------------------------------
 def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None,
-              log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or resume) the sweep into `out`; returns the tables as a dict."""
-    from privrl.systems.pgc_a3c.local import record, run_pgc_a3c
+              log: Callable[[str], None] = print, one_program: bool = True) -> dict[str, Any]:
+    """Run (or resume) the sweep into `out`; returns the tables as a dict. `one_program`
+    (default): the unfinished settings that can run as one program do (same results as
+    running each alone, `local.run_pgc_a3c_settings`); False: each setting alone, in turn."""
+    from privrl.systems.pgc_a3c import local
+    from privrl.systems.pgc_a3c.algorithm import one_program_field
 
     cfg.validate()
     open_sweep(out, cfg.to_dict())
     settings = cfg.settings()
     total = len(settings) * cfg.cap
-    for i, s in enumerate(settings):
-        def report(done: int, cap: int, i: int = i, name: str = s.name) -> None:
-            if progress:
-                progress(name, i * cfg.cap + done, total)
+    finished = 0  # settings accounted for in the progress
 
-        def write(tmp: Path, s: Any = s, report: Any = report) -> dict[str, Any]:
-            result = run_pgc_a3c(cfg.run_config(s), progress=report,
-                                 retire_on_success=cfg.retire)
+    def save(s: Setting, result: Any) -> None:
+        def write(tmp: Path) -> dict[str, Any]:
             np.savez_compressed(tmp / "scores.npz", scores=result.scores,
                                 submitted=result.submitted)
-            return save_setting(record(result), tmp)
+            return save_setting(local.record(result), tmp)
 
         summary = run_setting(out, s.name, write, log)
-        if summary is None:
-            if progress:
-                progress(s.name, (i + 1) * cfg.cap, total)
-            continue
+        assert summary is not None
         med = summary["median_fst"]
+        alone = "" if result.program else f", {summary['wall_seconds']:.0f} s"
         log(f"{s.name}: median FST {'∞' if med is None else f'{med:g}'}, success "
-            f"{summary['success_ratio']:.2f}, {summary['wall_seconds']:.0f} s")
+            f"{summary['success_ratio']:.2f}{alone}")
+
+    def reporter(name: str, width: int) -> Callable[[int, int], None]:
+        offset = finished * cfg.cap
+
+        def report(done: int, cap: int) -> None:
+            if progress:
+                progress(name, offset + done * width, total)
+        return report
+
+    pending = []
+    for s in settings:
+        if (out / "settings" / s.name / "summary.json").exists():
+            log(f"{s.name}: done earlier, skipped")
+            finished += 1
+            if progress:
+                progress(s.name, finished * cfg.cap, total)
+        else:
+            pending.append(s)
+    configs = {s: cfg.run_config(s) for s in pending}
+    group = [s for s in pending if one_program and configs[s].mechanism in ONE_PROGRAM_MECHANISMS]
+    if len(group) < 2 or one_program_field([configs[s] for s in group]) is not None:
+        group = []
+    if group:
+        name = f"{len(group)} settings as one program"
+        results = local.run_pgc_a3c_settings(
+            [configs[s] for s in group], progress=reporter(name, len(group)),
+            retire_on_success=cfg.retire)
+        for s, result in zip(group, results, strict=True):
+            save(s, result)
+        finished += len(group)
+        log(f"one program for {', '.join(s.name for s in group)}: "
+            f"{results[0].wall_seconds:.0f} s")
+    for s in pending:
+        if s not in group:
+            save(s, local.run_pgc_a3c(configs[s], progress=reporter(s.name, 1),
+                                      retire_on_success=cfg.retire))
+            finished += 1
     return write_report(cfg, out)
 
 
