@@ -230,10 +230,10 @@ def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
 
 
 class Replay(NamedTuple):
-    obs: Array  # (N, 4)
+    obs: Array  # (N, obs_dim)
     action: Array  # (N,) int32
     reward: Array  # (N,)
-    next_obs: Array  # (N, 4)
+    next_obs: Array  # (N, obs_dim)
     terminal: Array  # (N,) float32: 1 if s' is a failure state (not a time-limit cut)
     size: Array  # int32
     ptr: Array  # int32
