@@ -187,7 +187,7 @@ def solve_privrl(make_runner: Callable[[], Any], seed: int, max_episodes: int) -
     while episodes < max_episodes:
         state, chunk = runner.run_chunk(state)
         chunk = np.asarray(chunk)[0]
-        chunk = chunk[chunk >= 0][: max_episodes - episodes]  # -1: past the submission cap
+        chunk = chunk[np.isfinite(chunk)][: max_episodes - episodes]  # NaN: past the cap
         if first_chunk_s is None:
             first_chunk_s = time.perf_counter() - clock.t0
         hit = first_solved(tail, chunk)

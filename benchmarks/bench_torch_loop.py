@@ -295,7 +295,7 @@ def time_privrl(runner: Any, state: Any, trials: int, rounds: int, repeats: int)
             return state, np.asarray(scores)[:trials]  # blocks until the chunk is done
 
         (state, scores), wall, cpu, other = timed(call)
-        done = scores[scores >= 0]
+        done = scores[np.isfinite(scores)]  # NaN: no submission
         samples.append(Sample(int(done.size), int(done.sum()), wall, cpu, other))
     return median_timing("privrl (jitted round)", f"{trials * P} ({trials} × {P})",
                          str(runner.devices), rounds, samples)

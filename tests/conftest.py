@@ -17,19 +17,23 @@
   about 40 % less CPU for those tests (measured on the PGC-A3C and FedPG modules). Optimized
   programs keep the default emitters, whose code runs faster (the learning tests took up to
   2× longer with the older ones);
-- XLA optimizes only for the tests marked `learning` (long training runs, where execution
-  time dominates); every other test, the Ray tests and their actors included, checks logic on
-  tiny shapes, where compiling is most of the time, and optimization changes no result
-  (`jax_disable_most_optimizations`: about 40 % less CPU for those tests, measured on the
-  PGC-A3C and DP-SGD modules). A Ray test's driver and its actors compile alike, so a driver
-  that replays the actors' arithmetic gets the same floats (the Ray stage: 125 -> 82 CPU-s).
+- XLA optimizes only for the tests marked `learning` (long training runs, where execution time
+  dominates), unless the mark says `xla_optimize=False` (a learning test whose compiling costs
+  more than optimization saves: measured per test); every other test, the Ray tests and their
+  actors included, checks logic on tiny shapes, where compiling is most of the time, and
+  optimization changes no result (`jax_disable_most_optimizations`: about 40 % less CPU for
+  those tests, measured on the PGC-A3C and DP-SGD modules). A Ray test's driver and its actors
+  compile alike, so a driver that replays the actors' arithmetic gets the same floats (the Ray
+  stage: 125 -> 82 CPU-s).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,7 +141,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before the test's fixtures are set up, so that a fixture compiles like its test."""
     import jax
 
-    optimized = item.get_closest_marker("learning") is not None
+    learning = item.get_closest_marker("learning")
+    optimized = learning is not None and learning.kwargs.get("xla_optimize", True)
     jax.config.update("jax_disable_most_optimizations", not optimized)
 
 
@@ -239,3 +244,18 @@ def count_releases(monkeypatch: pytest.MonkeyPatch) -> Any:
         return counter
 
     return install
+
+
+@pytest.fixture
+def load_example(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`load_example(name)` imports examples/<name>.py as the module `name` (so that
+    `<name>:<callable>` environment specs and its dataclasses resolve) for one test."""
+
+    def load(name: str) -> Any:
+        spec = importlib.util.spec_from_file_location(name, _ROOT / "examples" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

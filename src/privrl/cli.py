@@ -132,13 +132,15 @@ Out = Annotated[Path | None, typer.Option(
     "runs/<command>-...-<time>/.")]
 EnvOpt = Annotated[str | None, typer.Option(
     "--env", help="The environment: gymnax:<id> (any gymnax registry id with discrete actions, "
-    "e.g. gymnax:Acrobot-v1) or <module>:<callable> (a Python callable returning "
-    "(gymnax_env, env_params) or a privrl Task). Default: the system's CartPole. "
-    "docs/environments.md")]
+    "e.g. gymnax:Acrobot-v1; jitted, the fast path), gymnasium:<id> (a Gymnasium registry id, "
+    "e.g. gymnasium:CartPole-v1; stepped on the host) or <module>:<callable> (a Python callable "
+    "returning (gymnax_env, env_params), a Gymnasium Env or a privrl Task). Default: the "
+    "system's CartPole. docs/environments.md")]
 PrivateOpt = Annotated[list[str] | None, typer.Option(
     "--private", help="Per-agent private dynamics (repeatable): field=low:high (uniform) or "
     "field=v1,v2,... (one of), an environment-parameter field drawn per agent, e.g. "
-    "link_mass_1=0.8:1.2.")]
+    "link_mass_1=0.8:1.2 (Gymnasium: a numeric attribute of the unwrapped environment, e.g. "
+    "gravity=9.7:9.9).")]
 Resume = Annotated[Path | None, typer.Option(
     help="Continue an interrupted sweep in this directory; finished settings are kept.")]
 AddressOpt = Annotated[str | None, typer.Option(

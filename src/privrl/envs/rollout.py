@@ -4,15 +4,20 @@
 as soon as every episode has ended (or hit the step cap), so short episodes cost little. Buffers
 are padded to `max_steps`; `mask[t, p]` marks the steps that really happened and `rewards[t, p]`
 is the environment's own reward for that step (learners use it, never an assumed +1 per step).
+
+`rollout_host` is its host-side twin for Gymnasium environments (Python objects that cannot run
+inside jit): the same padded arrays, so the same agent-side code (loss, gradient, mechanism)
+consumes either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 
@@ -98,3 +103,52 @@ def rollout_episodes(
         cond, body, carry)
     length = jnp.sum(mask_b, axis=0).astype(jnp.int32)
     return Trajectory(obs_b, act_b, mask_b, final_obs, term, length, aux_b, rew_b)
+
+
+def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,
+                 active: Any = None) -> Trajectory:
+    """One episode in each Gymnasium environment (`reset(seed=...)`, `step(action)` returning
+    (obs, reward, terminated, truncated, info)), stepped on the host: `rollout_episodes`'s arrays.
+
+    Each step the policy (jit it: one call per step) sees every environment's observation, as in
+    the jitted rollout; only environments whose episode is still running step, so an episode
+    that ended costs nothing (Gymnasium's vector envs would reset and replay it). An episode
+    ends when the environment terminates or truncates (its own time limit) or at `max_steps`;
+    `terminated` is the environment's flag alone. Reset seeds come from `key`, so a rollout is
+    reproducible. Returns numpy arrays (float32 observations and rewards).
+    """
+    n = len(envs)
+    k_reset, k_loop = jax.random.split(key)
+    seeds = np.asarray(jax.random.randint(k_reset, (n,), 0, np.iinfo(np.int32).max))
+    live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
+    obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
+    for i in np.flatnonzero(live):
+        obs[i] = envs[i].reset(seed=int(seeds[i]))[0]
+    obs_b = np.zeros((max_steps, *obs.shape), np.float32)
+    act_b = np.zeros((max_steps, n), np.int32)
+    mask_b = np.zeros((max_steps, n), np.float32)
+    rew_b = np.zeros((max_steps, n), np.float32)
+    term = np.zeros(n, bool)
+    step_keys = jax.random.split(k_loop, max_steps)
+    out = jax.eval_shape(policy, step_keys[0], obs)
+    with_aux = isinstance(out, tuple)
+    aux_b = (jax.tree_util.tree_map(lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1])
+             if with_aux else None)
+    for t, k in zip(range(max_steps), step_keys, strict=False):
+        if not live.any():
+            break
+        action = policy(k, obs)
+        if with_aux:
+            action, aux = action
+            for b, a in zip(jax.tree_util.tree_leaves(aux_b), jax.tree_util.tree_leaves(aux),
+                            strict=True):
+                b[t] = np.asarray(a)
+        action = np.asarray(action)
+        obs_b[t], act_b[t], mask_b[t] = obs, action, live
+        for i in np.flatnonzero(live):
+            obs[i], reward, fell, cut, _ = envs[i].step(int(action[i]))
+            rew_b[t, i] = reward
+            term[i] = bool(fell)
+            live[i] = not (fell or cut)
+    length = mask_b.sum(0).astype(np.int32)
+    return Trajectory(obs_b, act_b, mask_b, obs, term, length, aux_b, rew_b)

@@ -8,9 +8,10 @@ none). Private dynamics generalise paper 000's per-agent gravity: each `PrivateP
 environment-parameter field per agent, fixed for that agent (a uniform range, a list of values or
 a user function of (key, agent id)); `agent_params(key, agent_id)` is that agent's parameters.
 
-Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("mypkg.envs:make")` (a callable
-returning `(env, params)`), or `Task(env, params, name)` directly. Gymnasium environments (a
-host-side rollout) are not supported yet (docs/environments.md).
+Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("gymnasium:CartPole-v1")`,
+`make_task("mypkg.envs:make")` (a callable returning `(env, params)` or a Gymnasium `Env`), or
+`Task(env, params, name)` directly. A `GymnasiumTask` (`host` True) rolls out on the host
+(privrl.envs.gymnasium_env) and feeds the same agent-side code.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,13 @@ import numpy as np
 from jax import Array
 
 from privrl.config import ConfigError
+from privrl.envs.gymnasium_env import (
+    attribute_defaults,
+    is_gymnasium_env,
+    make_registered,
+    set_attributes,
+)
+from privrl.envs.rollout import Trajectory, rollout_host
 
 # (key, agent_id) -> the agent's value of one parameter field
 ParamFn = Callable[[Array, Array], Any]
@@ -91,6 +99,8 @@ class Task:
     private: tuple[PrivateParam, ...] = ()
     reward_transform: Callable[[Array], Array] | None = None
     option: str = field(default="env", compare=False)  # the option errors name (CLI: --env)
+    # Rollouts run on the host (a Gymnasium environment: `rollout(...)`), not inside jit.
+    host: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for attr in ("reset_env", "step_env", "is_terminated", "observation_space",
@@ -104,9 +114,13 @@ class Task:
             self._check_private(p)
 
     # --- spaces ------------------------------------------------------------------------------
+    def _spaces(self) -> tuple[Any, Any]:
+        """(observation space, action space); gymnax's depend on the parameters."""
+        return self.env.observation_space(self.params), self.env.action_space(self.params)
+
     @property
     def obs_dim(self) -> int:
-        shape = tuple(self.env.observation_space(self.params).shape)
+        shape = tuple(self._spaces()[0].shape)
         if len(shape) != 1:
             raise ConfigError(self.option, f"{self.name}: observations of shape {shape}; the "
                               "networks here take a vector (flatten them in your environment)")
@@ -114,7 +128,7 @@ class Task:
 
     @property
     def num_actions(self) -> int:
-        space = self.env.action_space(self.params)
+        space = self._spaces()[1]
         n = getattr(space, "n", None)
         if n is None or getattr(space, "shape", ()) != ():
             raise ConfigError(self.option, f"{self.name}: continuous or structured actions "
@@ -205,6 +219,56 @@ class Task:
                                   f"{_fmt(c)} is outside its domain")
 
 
+@dataclass(frozen=True)
+class GymnasiumTask(Task):
+    """A Gymnasium environment (a `Discrete` action space, vector observations), rolled out on
+    the host (`rollout`) into the jitted rollout's arrays (privrl.envs.gymnasium_env).
+
+    `env` is one instance (its spaces and attribute defaults); `make_env()` makes each rollout
+    environment (a registry id's `env_id` is made with its time limit set to `max_steps`).
+    `params` is derived: the private attributes' defaults, drawn per agent like gymnax fields.
+    """
+
+    make_env: Callable[[], Any] | None = None
+    env_id: str | None = None  # a Gymnasium registry id (None: a user callable's environment)
+    max_steps: int | None = None
+    _pool: list = field(default_factory=list, init=False, compare=False, repr=False)
+
+    host: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", attribute_defaults(
+            self.env, [p.field for p in self.private], self.name))
+        self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
+        self.num_actions  # noqa: B018
+        for p in self.private:
+            self._check_private(p)
+
+    def _spaces(self) -> tuple[Any, Any]:
+        return self.env.observation_space, self.env.action_space
+
+    def with_max_steps(self, max_steps: int) -> GymnasiumTask:
+        """Episodes capped at `max_steps` (a registry id's time limit is set to it; a user's
+        environment keeps its own, and the rollout stops at the cap)."""
+        return replace(self, max_steps=max_steps)
+
+    def envs(self, n: int) -> list[Any]:
+        """`n` rollout environments, made once and reused (each rollout resets them)."""
+        while len(self._pool) < n:
+            self._pool.append(self.make_env() if self.env_id is None
+                              else make_registered(self.env_id, self.max_steps, self.option))
+        return self._pool[:n]
+
+    def rollout(self, params: Any, policy: Callable[[Array, Any], Any], key: Array,
+                num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
+        """`rollout_episodes` on the host: environment i gets its private attributes from
+        `params` (leaves with a leading axis of size num_envs, as `agents_params` gives) before
+        its reset, then plays one episode; returns a Trajectory of numpy arrays."""
+        envs = self.envs(num_envs)
+        set_attributes(envs, params)
+        return rollout_host(envs, policy, key, max_steps, active)
+
+
 # --- making tasks ----------------------------------------------------------------------------
 def gymnax_task(env_id: str, option: str = "env") -> Task:
     """A task from the gymnax registry (`gymnax.registered_envs`)."""
@@ -217,8 +281,15 @@ def gymnax_task(env_id: str, option: str = "env") -> Task:
     return Task(env, params, f"gymnax:{env_id}", option=option)
 
 
+def gymnasium_task(env_id: str, option: str = "env") -> GymnasiumTask:
+    """A task from the Gymnasium registry (`gymnasium:<id>`)."""
+    return GymnasiumTask(make_registered(env_id, option=option), None, f"gymnasium:{env_id}",
+                         env_id=env_id, option=option)
+
+
 def callable_task(spec: str, option: str = "env") -> Task:
-    """A task from `module:callable`, a callable returning `(gymnax env, env params)` or a Task."""
+    """A task from `module:callable`, a callable returning `(gymnax env, env params)`, a Task or
+    a Gymnasium Env (called again for each rollout environment)."""
     module_name, _, attr = spec.partition(":")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
@@ -230,20 +301,28 @@ def callable_task(spec: str, option: str = "env") -> Task:
     if isinstance(out, Task):
         return replace(out, option=option)
     if not (isinstance(out, tuple) and len(out) == 2):
-        raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params) or a Task, "
-                          f"got {type(out).__name__}")
+        if not is_gymnasium_env(out):
+            raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params), a "
+                              f"Gymnasium Env or a Task, got {type(out).__name__}")
+        if fn() is out:  # it is called again for every rollout environment
+            raise ConfigError(option, f"{spec}() returned the same Gymnasium environment twice: "
+                              "it must make a new one on each call (one per parallel agent)")
+        return GymnasiumTask(out, None, spec, make_env=fn, option=option)
     return Task(out[0], out[1], spec, option=option)
 
 
 def make_task(spec: str, private: Sequence[PrivateParam] = (), option: str = "env") -> Task:
-    """`gymnax:<id>` or `<module>:<callable>`; `private` per-agent parameters."""
+    """`gymnax:<id>`, `gymnasium:<id>` or `<module>:<callable>`; `private` per-agent
+    parameters (Gymnasium: attributes of the unwrapped environment)."""
     if not isinstance(spec, str) or ":" not in spec:
-        raise ConfigError(option, f"expected gymnax:<id> or <module>:<callable>, got {spec!r}")
+        raise ConfigError(option, "expected gymnax:<id>, gymnasium:<id> or <module>:<callable>, "
+                          f"got {spec!r}")
     if spec.startswith("gymnasium:"):
-        raise ConfigError(option, "Gymnasium environments are not supported yet (they need a "
-                          "host-side rollout; docs/environments.md); use a gymnax environment")
-    task = (gymnax_task(spec.removeprefix("gymnax:"), option) if spec.startswith("gymnax:")
-            else callable_task(spec, option))
+        task: Task = gymnasium_task(spec.removeprefix("gymnasium:"), option)
+    elif spec.startswith("gymnax:"):
+        task = gymnax_task(spec.removeprefix("gymnax:"), option)
+    else:
+        task = callable_task(spec, option)
     return task.with_private(*private) if private else task
 
 

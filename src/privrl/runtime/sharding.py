@@ -1,5 +1,6 @@
 """Independent trials, vmapped and split over the host's XLA devices (one device per core; see
-privrl.runtime.devices). Every system's local runner uses these two pieces."""
+privrl.runtime.devices). Every system's local runner uses these two pieces; `host_scan` is
+their stand-in for trials whose steps run on the host (Gymnasium environments)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,25 @@ def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False
     spec = PartitionSpec("trials")
     batched = (lambda *a: jax.lax.map(lambda t: fn(*t), a)) if sequential else jax.vmap(fn)
     return jax.shard_map(batched, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+
+
+def host_scan(step: Callable[[Any], tuple[Any, Any]], length: int) -> Callable[[Any], Any]:
+    """What `shard_vmap` of a `lax.scan` of `step` computes, for a `step` that runs on the host
+    (a Gymnasium rollout cannot be jitted): each trial of the stacked state (leading axis) in
+    turn, `length` steps each. Returns (stacked state, outputs of shape (trials, length, ...))."""
+
+    def run(state: Any) -> tuple[Any, Any]:
+        trials, outputs = [], []
+        for k in range(jax.tree_util.tree_leaves(state)[0].shape[0]):
+            s = jax.tree_util.tree_map(lambda x, k=k: x[k], state)
+            steps = []
+            for _ in range(length):
+                s, out = step(s)
+                steps.append(out)
+            trials.append(s)
+            outputs.append(jax.tree_util.tree_map(lambda *x: np.stack(x), *steps))
+        stack = lambda *x: jax.numpy.stack(x)  # noqa: E731
+        return (jax.tree_util.tree_map(stack, *trials),
+                jax.tree_util.tree_map(lambda *x: np.stack(x), *outputs))
+
+    return run

@@ -46,6 +46,9 @@ def test_delta_equals_the_brute_force_hockey_stick_divergence(eps0, n):
     (100_000, 4.0, 1e-6, 0.16954549645247463, 0.1751216352840992),
     (10_000, 1.0, 1e-6, 0.05297003208028857, 0.0549681624822656),
     (1_000, 2.0, 1e-5, 0.45868873596191406, 0.4923858642578125),
+    # the published ones: the authors' README prints example.py's output (step 100, 10 steps),
+    # "eps between 0.1675385583317841 and 0.172790550755978", and the closed form 0.5378...
+    (100_000, 4.0, 1e-6, 0.1675385583317841, 0.172790550755978),
 ])
 def test_epsilon_lies_between_the_authors_numerical_bounds(n, eps0, delta, lower, upper):
     eps = shuffle_epsilon(eps0, n, delta)

@@ -113,7 +113,7 @@ def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
     for k, f in enumerate(fst_full):
         if f is not None:
             assert f + cfg.score_window - 1 <= early.submitted[k] < cfg.submissions
-            assert np.all(early.scores[k, early.submitted[k]:] == -1)
+            assert np.all(np.isnan(early.scores[k, early.submitted[k]:]))
         else:
             assert early.submitted[k] == cfg.submissions
     assert early.ledger.num_reports == int(early.submitted.sum())

@@ -44,6 +44,12 @@ def no_compute(monkeypatch):
         (["--delta", "0"], "--delta"),
         (["--budget-composition", "advanced"], "--budget-composition"),
         (["--mechanism", "none", "--budget-composition", "optimal"], "--budget-composition"),
+        (["--env", "gymnasium:NoSuchEnv-v0"], "--env: cannot make Gymnasium environment"),
+        (["--env", "gymnasium:CartPole-v1", "--private", "gravty=9:10"],
+         "--private: gymnasium:CartPole-v1's environment (CartPoleEnv) has no attribute"),
+        (["--env", "gymnasium:CartPole-v1", "--private", "kinematics_integrator=1,2"],
+         "--private"),
+        (["--env", "os:getcwd"], "--env: os:getcwd() must return"),
         (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
          "the laplace mechanism only, got prs: prs adds no Laplace or Gaussian noise"),
     ],

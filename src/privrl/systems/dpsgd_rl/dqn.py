@@ -303,7 +303,7 @@ class DQN:
         """`task` (default: the one `config.env`/`config.private_params` name, CartPole-v1) and
         `model` (a flax module mapping one observation to the Q-values of the task's actions;
         default: the slides' MLP, `hidden` units, sized from the task's spaces)."""
-        cfg, task = episodic_task(config.resolved(), task)
+        cfg, task = episodic_task(config.resolved(), task, host=False)
         self.config, self.task = cfg, task
         self.env, self.env_params = make_env(cfg, task)
         # privrl's ReLU MLP: DP-SGD clips per-transition gradients in one pass (privacy.dpsgd);

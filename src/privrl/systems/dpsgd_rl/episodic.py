@@ -15,6 +15,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.config import (
@@ -126,14 +127,21 @@ class EpisodeMetrics(NamedTuple):
     updates: Array  # int32: model updates so far
 
 
-def episodic_task(cfg: C, task: Task | None) -> tuple[C, Task]:
+def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task]:
     """The task a REINFORCE or DQN run learns on (`task`, else the config's, else CartPole-v1;
     envs.task.resolve_task) and the config naming it, with the observation mechanism checked
-    against the task's observations."""
+    against the task's observations. `host` False: the learner rolls out inside jit only, and
+    refuses a task stepped on the host (Gymnasium)."""
     cfg, task = resolve_task(cfg, task, partial(cartpole_task, cfg.max_episode_steps))
+    if task.host and not host:
+        fail("env", f"{task.name} is stepped on the host (Gymnasium); this learner steps its "
+             "environment inside its jitted update loop: use a gymnax task")
     if cfg.obs.mode == "sigma" and task.name != "gymnax:CartPole-v1":
         fail("obs.mode", "sigma mode's noise is scaled to CartPole's state components; "
              f"for {task.name} use box mode with the observation's bounds")
+    if task.host and cfg.obs.mechanism() is not None:
+        fail("obs.mode", f"{task.name} is stepped on the host; LDP observations wrap a "
+             "gymnax environment (use a gymnax task)")
     if cfg.obs.mode == "box" and len(cfg.obs.box_low) != task.obs_dim:
         fail("obs.box_low", f"{len(cfg.obs.box_low)} bounds for {task.name}'s "
              f"{task.obs_dim}-dimensional observations")
@@ -180,3 +188,13 @@ def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_s
     traj = rollout_episodes(env, batched, lambda k, obs: jnp.argmax(scores_fn(obs), -1),
                             key, 1, max_steps, active[None])
     return jnp.sum(traj.rewards[:, 0])
+
+
+def evaluate_greedy_host(task: Task, greedy: Any, key: Array, max_steps: int,
+                         active: bool) -> Array:
+    """`evaluate_greedy` for a task that rolls out on the host (a Gymnasium task), with the
+    task's default dynamics; `greedy(obs)` gives the actions (jit it)."""
+    defaults = jax.tree_util.tree_map(lambda x: np.asarray(x)[None], task.params)
+    traj = task.rollout(defaults, lambda k, obs: greedy(obs), key, 1, max_steps,
+                        np.array([active]))
+    return np.sum(traj.rewards[:, 0])

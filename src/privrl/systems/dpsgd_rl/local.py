@@ -4,7 +4,8 @@ over host devices, episodes chained by `lax.scan` in jitted chunks, then the res
 An algorithm here is any object with `config` (an EpisodicConfig), `init(key) -> state` and
 `episode(state) -> (state, EpisodeMetrics)`, whose state has a `stopped` flag, `updates` and
 `progress.solved_at`. The host stops as soon as every seed has stopped (solved, episode cap, or
-the --max-epsilon update cap).
+the --max-epsilon update cap). An algorithm whose `task` rolls out on the host (a Gymnasium
+task) has `host_episode(state)` instead, run for each seed in turn (`host_scan`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from privrl.privacy.record import SPREAD_ACCOUNTING
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
 from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import shard_vmap, trial_devices
+from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 
@@ -46,18 +47,25 @@ class EpisodicOutput:
 def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
                  devices: int | None = None, chunk: int = 50) -> EpisodicOutput:
     cfg = algo.config
-    n_dev = trial_devices(cfg.seeds, devices)
-    padded = math.ceil(cfg.seeds / n_dev) * n_dev
-    chunk = max(1, min(chunk, cfg.episodes))
+    task = getattr(algo, "task", None)
+    if task is not None and task.host:  # a Gymnasium task: episodes played on the host
+        n_dev, padded, chunk = 1, cfg.seeds, max(1, min(chunk, cfg.episodes, 10))
+        init = jax.jit(jax.vmap(algo.init))
+        step = host_scan(algo.host_episode, chunk)
+    else:
+        n_dev = trial_devices(cfg.seeds, devices)
+        padded = math.ceil(cfg.seeds / n_dev) * n_dev
+        chunk = max(1, min(chunk, cfg.episodes))
 
-    def run_chunk(state: Any) -> tuple[Any, Any]:
-        return jax.lax.scan(lambda s, _: algo.episode(s), state, None, length=chunk)
+        def run_chunk(state: Any) -> tuple[Any, Any]:
+            return jax.lax.scan(lambda s, _: algo.episode(s), state, None, length=chunk)
 
-    init = jax.jit(shard_vmap(algo.init, n_dev))
-    # float-safe noise drawn inside a while_loop (DQN's steps, any LDP observation) cannot be
-    # vmapped over seeds: run them one after another (the results do not depend on it)
-    host_in_loop = cfg.obs.secure or (cfg.secure_noise and getattr(algo, "noise_in_loop", False))
-    step = jax.jit(shard_vmap(run_chunk, n_dev, sequential=host_in_loop))
+        init = jax.jit(shard_vmap(algo.init, n_dev))
+        # float-safe noise drawn inside a while_loop (DQN's steps, any LDP observation) cannot
+        # be vmapped over seeds: run them one after another (the results do not depend on it)
+        host_in_loop = cfg.obs.secure or (cfg.secure_noise
+                                          and getattr(algo, "noise_in_loop", False))
+        step = jax.jit(shard_vmap(run_chunk, n_dev, sequential=host_in_loop))
     start = time.perf_counter()
     state = init(jax.random.split(jax.random.key(cfg.seed), padded))
     if cfg.noise == "secret":  # one root per seed and mechanism, in memory only

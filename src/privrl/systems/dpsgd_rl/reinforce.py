@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
@@ -46,6 +47,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     episode_env_key,
     episodic_task,
     evaluate_greedy,
+    evaluate_greedy_host,
     make_env,
     observed_env,
     progress_init,
@@ -148,6 +150,11 @@ class Reinforce:
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private else None)
         self.update_cap = cfg.max_updates()
+        # The jitted pieces of a host-side (Gymnasium) episode, compiled once per run.
+        self._act = jax.jit(lambda theta, key, obs: self.policy(theta)(key, obs))
+        self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
+        self._plan, self._update, self._finish = (jax.jit(self.plan), jax.jit(self.update),
+                                                  jax.jit(self.finish))
 
     def init(self, key: Array) -> ReinforceState:
         k_theta, key = jax.random.split(key)
@@ -212,26 +219,61 @@ class Reinforce:
         """One training episode; also returns the released update direction (what an auditor
         who sees every noisy sum observes), and takes an audit's canary rows."""
         cfg = self.config
-        b = cfg.batch_episodes
+        (key, k_roll, k_noise, k_eval), params, active = self.plan(s)
+        env = observed_env(self.env, s.obs_noise)
+        traj = rollout_episodes(env, params, self.policy(s.theta), k_roll, cfg.batch_episodes,
+                                cfg.max_episode_steps,
+                                jnp.broadcast_to(active, (cfg.batch_episodes,)))
+        theta, opt_state, grad = self.update(s, traj, k_noise, canaries)
+        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
+                                   k_eval, cfg.max_episode_steps, active)
+        state, metrics = self.finish(s, key, theta, opt_state, traj, eval_ret)
+        return state, metrics, grad
+
+    def host_episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
+        """`episode` for a task that rolls out on the host (a Gymnasium task): the training
+        and evaluation episodes are played on the host, everything else is jitted."""
+        cfg = self.config
+        (key, k_roll, k_noise, k_eval), params, active = self._plan(s)
+        live = np.full(cfg.batch_episodes, bool(active))
+        traj = self.task.rollout(params, lambda k, o: self._act(s.theta, k, o), k_roll,
+                                 cfg.batch_episodes, cfg.max_episode_steps, live)
+        theta, opt_state, _ = self._update(s, traj, k_noise)
+        eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
+                                        cfg.max_episode_steps, bool(active))
+        return self._finish(s, key, theta, opt_state, traj, eval_ret)
+
+    def plan(self, s: ReinforceState) -> tuple[tuple[Array, ...], Any, Array]:
+        """This episode's keys (next state's, rollout, DP-SGD noise, evaluation), its
+        environment parameters (batch_episodes of them) and whether the seed still runs."""
+        b = self.config.batch_episodes
         key, k_roll, k_noise, k_eval = jax.random.split(s.key, 4)
         if s.noise is not None:  # secret: one key per update from this seed's own root
             k_noise = jax.random.fold_in(s.noise, s.updates)
-        active = ~s.stopped
         if self.task.private:  # episode i of this update is agent (episodes · b + i)
             params = self.task.agents_params(self.env_key, s.episodes * b + jnp.arange(b))
         else:  # (vector fields keep their shape behind the batch axis)
             params = jax.tree_util.tree_map(
                 lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), self.env_params)
-        env = observed_env(self.env, s.obs_noise)
-        traj = rollout_episodes(env, params, self.policy(s.theta), k_roll, b,
-                                cfg.max_episode_steps, jnp.broadcast_to(active, (b,)))
+        return (key, k_roll, k_noise, k_eval), params, ~s.stopped
+
+    def update(self, s: ReinforceState, traj: Any, k_noise: Array,
+               canaries: Array | None = None) -> tuple[Array, Any, Array]:
+        """One Adam step from the batch's (noisy) gradient, if the seed still runs:
+        (θ, optimizer state, the released direction)."""
+        active = ~s.stopped
         grad = self.gradient(s.theta, traj, k_noise, canaries)
         step, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(active, s.theta + step, s.theta)
         opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(active, n, o), opt_state,
                                            s.opt_state)
-        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
-                                   k_eval, cfg.max_episode_steps, active)
+        return theta, opt_state, grad
+
+    def finish(self, s: ReinforceState, key: Array, theta: Array, opt_state: Any, traj: Any,
+               eval_ret: Array) -> tuple[ReinforceState, EpisodeMetrics]:
+        """The episode's bookkeeping: progress, counters, the stop rule and its metrics."""
+        cfg = self.config
+        active = ~s.stopped
         progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
         episodes = s.episodes + active.astype(jnp.int32)
         updates = s.updates + active.astype(jnp.int32)
@@ -242,4 +284,4 @@ class Reinforce:
         metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), updates)
         return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped,
-                              s.noise, s.obs_noise), metrics, grad
+                              s.noise, s.obs_noise), metrics

@@ -511,6 +511,9 @@ class FedPG:
         from the task's spaces)."""
         cfg, self.task = resolve_task(config.resolved(), task, partial(
             cartpole_task, config.max_episode_steps, config.gravities))
+        if self.task.host:
+            fail("env", f"{self.task.name} is stepped on the host (Gymnasium); FedPG's rounds "
+                 "roll out inside jit: use a gymnax task")
         self.config = cfg
         self.env, self.env_params = self.task.env, self.task.params
         if model is None:  # FedPG-BR's policy, PyTorch's default initialization

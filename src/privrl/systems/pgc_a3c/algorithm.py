@@ -15,6 +15,11 @@ is k-1 updates stale (with |B| = 1), as a thread of A3C that read θ before its 
 Everything per round is one jitted function; rounds are chained with `lax.scan`, trials with
 `vmap` (and sharded over host devices by the runner). Agent-side (rollout, loss, mechanism) and
 aggregator-side (`BufferedAggregator.receive`) meet only through the `Report` pytree.
+
+On a Gymnasium task (docs/environments.md) the episodes cannot run inside jit: `host_round`
+plans the round (jitted), plays the episodes on the host (`host_rollout`) and hands them to the
+same `round` (jitted), so the loss, mechanism and aggregation are this code either way. A
+submission's score is its episode's true return (`score`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
@@ -304,6 +310,10 @@ class PGCA3C:
         self.aggregator = BufferedAggregator(
             self.dim, cfg.buffer_size, cfg.learning_rate, server_optimizer(cfg)
         )
+        # The jitted pieces of a host-side (Gymnasium) round, compiled once per run.
+        self._act, self._plan, self._round = jax.jit(self.act), jax.jit(self.plan), jax.jit(
+            self.round)
+        self._agents_params = jax.jit(task.agents_params)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> TrialState:
@@ -372,19 +382,23 @@ class PGCA3C:
         agent_ids: Array,
         active: Array,
         noise_keys: Array | None = None,
+        traj: Trajectory | None = None,
     ) -> tuple[Any, Array]:
-        """P agents play one episode each from θ; returns their Reports and scores (P,).
+        """P agents play one episode each from θ; returns their Reports and scores (P,): each
+        episode's return in the environment's own rewards (`score`).
         `noise_keys` (P,): each agent's own mechanism keys (secret noise); None: derived
-        from `key` (seeded)."""
+        from `key` (seeded). `traj`: the episodes, already played on the host (a Gymnasium
+        task: `host_rollout` with `rollout_key(key)`); None: played here, jitted."""
         cfg = self.config
         p = cfg.parallel_agents
         k_roll, k_mech = jax.random.split(key)
-        params = self.task.agents_params(env_key, agent_ids)  # each agent's private dynamics
-        alpha = self.exploration(submitted)
-        policy = lambda k, obs: self.act(theta, alpha, k, obs)  # noqa: E731
-        traj = rollout_episodes(
-            self.env, params, policy, k_roll, p, cfg.max_episode_steps, active
-        )
+        if traj is None:
+            params = self.task.agents_params(env_key, agent_ids)  # each agent's private dynamics
+            alpha = self.exploration(submitted)
+            policy = lambda k, obs: self.act(theta, alpha, k, obs)  # noqa: E731
+            traj = rollout_episodes(
+                self.env, params, policy, k_roll, p, cfg.max_episode_steps, active
+            )
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
             obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T,
             rewards=traj.rewards.T)
@@ -392,22 +406,60 @@ class PGCA3C:
         if noise_keys is None:
             noise_keys = jax.random.split(k_mech, p)
         reports = jax.vmap(self.mechanism.privatize)(noise_keys, grads)
-        return reports, traj.length
+        return reports, self.score(traj)
+
+    @staticmethod
+    def score(traj: Trajectory) -> Array:
+        """Each episode's score (P,) float32: its true return, the sum of the environment's
+        own rewards (what reward "env" learns from; a `reward_transform` and the shaped
+        rewards do not change it). CartPole's return is its length, the paper's score."""
+        return jnp.sum(traj.rewards, axis=0)
+
+    @staticmethod
+    def rollout_key(key: Array) -> Array:
+        """The rollout's share of an `agent_reports` key (the mechanism gets the other)."""
+        return jax.random.split(key)[0]
+
+    def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
+                     agent_ids: Array, active: Array) -> Trajectory:
+        """The agents' episodes played on the host (a Gymnasium task), the jitted network
+        choosing each action: what `agent_reports` plays itself on a gymnax task."""
+        params = self._agents_params(env_key, agent_ids)
+        alpha = self.exploration(submitted)
+        return self.task.rollout(params, lambda k, obs: self._act(theta, alpha, k, obs),
+                                 self.rollout_key(key), self.config.parallel_agents,
+                                 self.config.max_episode_steps, np.asarray(active))
 
     # --- one round, then many ------------------------------------------------------------
-    def round(self, state: TrialState, env_key: Array) -> tuple[TrialState, Array]:
+    def plan(self, state: TrialState) -> tuple[Array, Array, Array, Array]:
+        """Who plays this round: (submission indices, active, round key, agent ids). The last
+        round may be partial; a retired trial's agents do nothing."""
+        cfg = self.config
+        index = state.submitted + jnp.arange(cfg.parallel_agents, dtype=jnp.int32)
+        active = (index < cfg.submissions) & ~state.retired
+        round_key = jax.random.fold_in(state.key, state.submitted // cfg.parallel_agents)
+        return index, active, round_key, index // cfg.submissions_per_agent
+
+    def host_round(self, state: TrialState) -> tuple[TrialState, Array]:
+        """`round` for a task that rolls out on the host: plan (jitted), play the episodes on
+        the host, then reports and aggregation (jitted)."""
+        env_key = trial_env_key(state)
+        _, active, round_key, agent_ids = self._plan(state)
+        traj = self.host_rollout(state.agg.theta, state.submitted, round_key, env_key,
+                                 agent_ids, active)
+        return self._round(state, env_key, traj)
+
+    def round(self, state: TrialState, env_key: Array, traj: Trajectory | None = None
+              ) -> tuple[TrialState, Array]:
+        """One round; `traj`: its episodes if already played on the host (`host_round`)."""
         cfg = self.config
         p = cfg.parallel_agents
         n = state.submitted
-        index = n + jnp.arange(p, dtype=jnp.int32)
-        # The last round may be partial; a retired trial's agents do nothing.
-        active = (index < cfg.submissions) & ~state.retired
-        round_key = jax.random.fold_in(state.key, n // p)
-        agent_ids = index // cfg.submissions_per_agent
+        index, active, round_key, agent_ids = self.plan(state)
         noise_keys = None if state.noise is None else jax.vmap(agent_noise_key, (None, 0, 0))(
             state.noise, agent_ids, index)
         reports, scores = self.agent_reports(
-            state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys
+            state.agg.theta, n, round_key, env_key, agent_ids, active, noise_keys, traj
         )
         if cfg.shuffle:  # the shuffler: a uniformly random order, no identities
             order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
@@ -422,17 +474,24 @@ class PGCA3C:
 
         agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
         submitted = n + jnp.sum(active, dtype=jnp.int32)
-        return state._replace(agg=agg, submitted=submitted), jnp.where(active, scores, -1)
+        return (state._replace(agg=agg, submitted=submitted),
+                jnp.where(active, scores, jnp.nan))
 
     def run_rounds(self, state: TrialState, num_rounds: int) -> tuple[TrialState, Array]:
-        """`num_rounds` rounds of one trial; scores (num_rounds * P,), -1 past the cap."""
-        env_key = jax.random.fold_in(state.key, 0x5EED)
+        """`num_rounds` rounds of one trial; scores (num_rounds * P,), NaN where no agent
+        submitted (past the cap, or retired): a return can be any number, so NaN marks none."""
+        env_key = trial_env_key(state)
 
         def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
             return self.round(s, env_key)
 
         state, scores = jax.lax.scan(body, state, None, length=num_rounds)
         return state, scores.reshape(-1)
+
+
+def trial_env_key(state: TrialState) -> Array:
+    """The key of a trial's private dynamics (agent i's are drawn from fold_in(it, i))."""
+    return jax.random.fold_in(state.key, 0x5EED)
 
 
 def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:

@@ -205,10 +205,10 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(results_table(summary))
-    if config.env not in (None, "gymnax:CartPole-v1"):
-        console.print(f"[bold]Note:[/] the score is the episode length (CartPole's score): on "
-                      f"{config.env} the FST and success ratio above do not measure success "
-                      "(docs/environments.md)")
+    if config.env is not None and not config.env.endswith(":CartPole-v1"):
+        console.print(f"[bold]Note:[/] the score is the episode's return on {config.env}; the "
+                      f"FST and success ratio count reaching {config.target_score:g}, "
+                      "CartPole's target (docs/environments.md)")
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
 

@@ -25,7 +25,7 @@ from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import shard_vmap, trial_devices
+from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
@@ -46,7 +46,9 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 @dataclass
 class RunOutput:
     config: PGCA3CConfig
-    scores: np.ndarray  # (trials, submissions) int32: every submission's score; -1: none made
+    # (trials, submissions) float32: every submission's score (its episode's true return;
+    # CartPole: its length); NaN: none made
+    scores: np.ndarray
     submitted: np.ndarray  # (trials,) submissions each trial made (< cap if retired)
     ledger: PrivacyLedger
     mechanism: dict[str, Any]
@@ -67,7 +69,7 @@ class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
     `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call and
-    returns (state, scores) with scores of shape (trials, chunk * P), -1 where no agent
+    returns (state, scores) with scores of shape (trials, chunk * P), NaN where no agent
     submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
     they cost no environment steps. Trials are padded to a multiple of the device count with
     retired dummies, which are dropped from the outputs.
@@ -97,6 +99,25 @@ class ShardedTrials:
         return state, np.asarray(scores)[: self.trials]
 
 
+class HostTrials:
+    """`ShardedTrials` for a task that rolls out on the host (a Gymnasium task): the trials
+    one after another (`host_scan` of `PGCA3C.host_round`), on one device."""
+
+    def __init__(self, algo: PGCA3C, trials: int, chunk: int):
+        self.trials, self.devices = trials, 1
+        self._init = jax.jit(jax.vmap(algo.init))
+        self._run = host_scan(algo.host_round, chunk)
+
+    def init(self, key: jax.Array, noise: str = "seeded") -> Any:
+        state = self._init(jax.random.split(key, self.trials))
+        return state if noise == "seeded" else state._replace(noise=secret_keys(self.trials))
+
+    def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
+        mask = np.zeros(self.trials, bool) if retired is None else np.asarray(retired, bool)
+        state, scores = self._run(state._replace(retired=jax.numpy.asarray(mask)))
+        return state, scores.reshape(self.trials, -1)
+
+
 def run_pgc_a3c(
     config: PGCA3CConfig,
     progress: ProgressFn | None = None,
@@ -109,7 +130,7 @@ def run_pgc_a3c(
     """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
 
     With `retire_on_success`, a trial stops once its FST is known (checked between chunks):
-    its later agents never run, submit or spend privacy, and their scores are -1.
+    its later agents never run, submit or spend privacy, and their scores are NaN.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     """
@@ -119,14 +140,18 @@ def run_pgc_a3c(
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
-    chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
-    runner = ShardedTrials(algo, cfg.trials, chunk, devices)
+    if algo.task.host:  # about 100 episodes per trial between progress updates
+        chunk = chunk_rounds or min(total_rounds, max(1, 100 // p))
+        runner: ShardedTrials | HostTrials = HostTrials(algo, cfg.trials, chunk)
+    else:
+        chunk = chunk_rounds or _chunk_rounds(total_rounds, p, cfg.trials)
+        runner = ShardedTrials(algo, cfg.trials, chunk, devices)
     state = runner.init(jax.random.key(cfg.seed), cfg.noise)
 
     ledger = budget_ledger(cfg)
     guarantee = algo.mechanism.guarantee
     retired = np.zeros(cfg.trials, bool)
-    scores = np.full((cfg.trials, total_rounds * p), -1, np.int32)
+    scores = np.full((cfg.trials, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
     compile_s = 0.0
     done_rounds = 0
@@ -183,7 +208,8 @@ def _privacy_line(cfg: PGCA3CConfig, private: bool) -> str:
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
     cfg = out.config
-    fst = first_success_time(out.scores, cfg.target_score, cfg.score_window)
+    scores = out.scores.astype(np.float64)  # means in float64 (CartPole: as of integers)
+    fst = first_success_time(scores, cfg.target_score, cfg.score_window)
     curve = success_ratio_curve(fst, cfg.submissions)
     tail = max(1, cfg.submissions // 10)
     private = out.ledger.summary()["formal_guarantee"]
@@ -200,8 +226,8 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "success_ratio": float(np.mean(np.isfinite(fst))),
         "fst": [int(f) if np.isfinite(f) else None for f in fst],
         "success_ratio_auc": float(curve.mean()),
-        "mean_score": float(out.scores[out.scores >= 0].mean()),
-        "final_mean_score": float(np.mean([out.scores[k, max(0, n - tail):n].mean()
+        "mean_score": float(scores[np.isfinite(scores)].mean()),
+        "final_mean_score": float(np.mean([scores[k, max(0, n - tail):n].mean()
                                            for k, n in enumerate(out.submitted)])),
         "final_window": tail,
         "wall_seconds": round(out.wall_seconds, 2),

@@ -70,16 +70,17 @@ def median_fst(fst: np.ndarray) -> float | None:
 
 def write_metrics_csv(path: Path, scores: np.ndarray, submitted: np.ndarray, window: int) -> None:
     """One row per (trial, submission made): score and μ_n (blank where the window runs past
-    the trial's last submission)."""
+    the trial's last submission). Scores are returns, written with 7 significant digits (a
+    float32's): an integer return (CartPole's) prints as the integer it is."""
     with path.open("w") as f:
         f.write("trial,submission,score,mu\n")
         for k, n in enumerate(submitted):
             mu = moving_average(scores[k, :n], window)
             full = mu.shape[0]
             rows = np.column_stack([np.full(full, k), np.arange(1, full + 1), scores[k, :full], mu])
-            np.savetxt(f, rows, fmt=["%d", "%d", "%d", "%.1f"], delimiter=",")
+            np.savetxt(f, rows, fmt=["%d", "%d", "%.7g", "%.1f"], delimiter=",")
             for j in range(full, n):
-                f.write(f"{k},{j + 1},{int(scores[k, j])},\n")
+                f.write(f"{k},{j + 1},{float(scores[k, j]):.7g},\n")
 
 
 def held_moving_average(scores: np.ndarray, submitted: np.ndarray, window: int) -> np.ndarray:
@@ -118,7 +119,8 @@ def plot_scores(
     ax.set_xlabel("submissions")
     ax.set_ylabel(f"average score μ_n (window {window})")
     ax.set_title(title)
-    ax.set_ylim(0, None)
+    if np.nanmin(scores, initial=0.0) >= 0:  # returns that can be negative keep their range
+        ax.set_ylim(0, None)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,8 @@ and returns only a `Submission` (agent id, submission index, Report). The aggreg
 `privrl.federation.AggregatorService`: it validates, deduplicates, charges the ledger, logs and
 applies reports as they arrive, and checkpoints. The functions are the local runner's:
 `PGCA3C.agent_reports` on the agent side (with one agent), `BufferedAggregator.submit` on the
-aggregator side; only the transport differs.
+aggregator side; only the transport differs. On a Gymnasium task an agent plays its episode on
+the host (`PGCA3C.host_rollout`) and passes it to the same `agent_reports`.
 
 Noise keys: by default (`noise="secret"`) every agent actor draws its noise root from the OS
 CSPRNG in its own process, in memory only; it never returns it, writes it or sends it, so
@@ -68,7 +69,13 @@ from privrl.federation.shuffler import SHUFFLER_SETUP, Shuffler
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, agent_noise_key, budget_ledger
+from privrl.systems.pgc_a3c.algorithm import (
+    PGCA3C,
+    PGCA3CConfig,
+    agent_noise_key,
+    budget_ledger,
+    trial_env_key,
+)
 
 # The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
 RAY_OPTIMIZERS = ("sgd", "adam")
@@ -152,26 +159,33 @@ class AgentActor:
         self.algo = PGCA3C(replace(config, parallel_agents=1, trials=1))
         root = self.algo.init(jax.random.key(config.seed))
         self.key = root.key
-        self.env_key = jax.random.fold_in(root.key, 0x5EED)
+        self.env_key = trial_env_key(root)
         # Secret noise: this process's own root from os.urandom, kept in memory only and
         # passed to the jitted program as an argument (never a constant a cache could store).
         self._noise = secret_keys() if config.noise == "secret" else None
         self._run = jax.jit(self._one)
 
+    def _key(self, agent_id: jax.Array, index: jax.Array) -> jax.Array:
+        return jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
+
     def _one(self, theta: jax.Array, agent_id: jax.Array, index: jax.Array,
-             submitted: jax.Array, noise: jax.Array | None) -> tuple[Any, jax.Array]:
-        key = jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
+             submitted: jax.Array, noise: jax.Array | None, traj: Any = None
+             ) -> tuple[Any, jax.Array]:
         noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
         reports, scores = self.algo.agent_reports(
-            theta, submitted, key, self.env_key, agent_id[None], jnp.ones((1,), bool),
-            noise_keys)
+            theta, submitted, self._key(agent_id, index), self.env_key, agent_id[None],
+            jnp.ones((1,), bool), noise_keys, traj)
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
-            ) -> tuple[Submission, int]:
-        report, score = self._run(jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index),
-                                  jnp.int32(submitted), self._noise)
-        return Submission(int(agent_id), int(index), report), int(score)
+            ) -> tuple[Submission, float]:
+        args = (jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index), jnp.int32(submitted))
+        traj = None
+        if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
+            traj = self.algo.host_rollout(args[0], args[3], self._key(args[1], args[2]),
+                                          self.env_key, args[1][None], np.ones(1, bool))
+        report, score = self._run(*args, self._noise, traj)
+        return Submission(int(agent_id), int(index), report), float(score)
 
     def pid(self) -> int:
         return os.getpid()
@@ -180,7 +194,7 @@ class AgentActor:
 @dataclass
 class RayRunOutput:
     config: PGCA3CConfig
-    scores: np.ndarray  # (1, submissions): each submission's episode score
+    scores: np.ndarray  # (1, submissions) float32: each submission's episode return; NaN: none
     theta: np.ndarray
     status: dict[str, Any]
     ledger: PrivacyLedger
@@ -248,7 +262,7 @@ def run_pgc_a3c_ray(
                                                 guarantee, str(directory), checkpoint_every)
             shuffler, sink = None, agg
         agents = [actor(AgentActor).remote(cfg) for _ in range(min(p, total))]
-        scores = np.full(total, -1, np.int32)
+        scores = np.full(total, np.nan, np.float32)
         pending: dict[Any, tuple[int, int, Any]] = {}  # score ref -> (slot, n, submission ref)
         next_n = 0
 
@@ -295,7 +309,8 @@ def as_run_output(out: RayRunOutput) -> Any:
 
     algo = PGCA3C(out.config)
     return RunOutput(config=out.config, scores=out.scores,
-                     submitted=np.array([int((out.scores >= 0).sum())]), ledger=out.ledger,
+                     submitted=np.array([int(np.isfinite(out.scores).sum())]),
+                     ledger=out.ledger,
                      mechanism=algo.mechanism.describe(), wall_seconds=out.wall_seconds,
                      compile_seconds=0.0, devices=out.agents_in_flight,
                      agents_per_trial=math.ceil(out.config.submissions

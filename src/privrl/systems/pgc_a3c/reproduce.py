@@ -129,7 +129,7 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
         def write(tmp: Path, s: Any = s, report: Any = report) -> dict[str, Any]:
             result = run_pgc_a3c(cfg.run_config(s), progress=report,
                                  retire_on_success=cfg.retire)
-            np.savez_compressed(tmp / "scores.npz", scores=result.scores.astype(np.int16),
+            np.savez_compressed(tmp / "scores.npz", scores=result.scores,
                                 submitted=result.submitted)
             return save_setting(record(result), tmp)
 
@@ -149,7 +149,10 @@ def _load(out: Path, s: Setting) -> tuple[np.ndarray, np.ndarray, dict[str, Any]
     d = out / "settings" / s.name
     z = np.load(d / "scores.npz", allow_pickle=False)
     summary = json.loads((d / "summary.json").read_text())
-    return z["scores"].astype(np.int32), z["submitted"], summary
+    scores = z["scores"].astype(np.float64)
+    if np.issubdtype(z["scores"].dtype, np.integer):  # written when scores were lengths
+        scores[z["scores"] < 0] = np.nan  # -1 marked "no submission"
+    return scores, z["submitted"], summary
 
 
 def compute_tables(cfg: SweepConfig, fst: dict[str, np.ndarray]) -> dict[str, Any]:
