@@ -363,6 +363,17 @@ def configured_task(env: str | None, private: Sequence[str], max_steps: int,
     return make_task(env or "gymnax:CartPole-v1", specs).with_max_steps(max_steps)
 
 
+def resolve_task(config: Any, task: Task | None, default: Callable[[], Task]) -> tuple[Any, Task]:
+    """The task a run uses and its config as config.json records it. With `task` (Python API)
+    the config is made to name it (`env`, `private_params`); without, the task is the one
+    `config.env`/`config.private_params` name (`configured_task`, episodes capped at
+    `config.max_episode_steps`), `default()` when neither is set."""
+    if task is None:
+        return config, configured_task(config.env, config.private_params,
+                                       config.max_episode_steps, default)
+    return replace(config, env=task.name, private_params=tuple(task.private_spec())), task
+
+
 def check_module(module: Any, task: Task, outputs: str, option: str = "model") -> Any:
     """Check that a flax module maps one observation to `outputs`: "logits" ((num_actions,)),
     "logits,value" (a pair: (num_actions,) and ()) or "q" ((num_actions,) Q-values); a

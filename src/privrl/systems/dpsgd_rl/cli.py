@@ -136,7 +136,7 @@ class DQNOptimizer(StrEnum):
 
 
 @run_app.command("dp-dqn")
-@flag_names(noise_multiplier="--sigma", sampling_probability="--q")
+@flag_names(noise_multiplier="--sigma", sampling_probability="--q", private_params="--private")
 def run_dp_dqn(
     preset: Annotated[str, typer.Option(
         help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
@@ -182,9 +182,10 @@ def run_dp_dqn(
         "(docs/secure-noise.md); needs --q 1 (no subsampling) and --accountant rdp.")] = False,
     noise: Noise = None,
     episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
+    progress: ShowProgress = True, env: EnvOpt = None, private: PrivateOpt = None,
 ) -> None:
-    """DP-SGD DQN on CartPole-v1 (paper 003): the unit of privacy is one transition."""
+    """DP-SGD DQN on CartPole-v1 (paper 003) or --env: the unit of privacy is one
+    transition."""
     from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 
     cfg = DQNConfig.from_preset(
@@ -193,7 +194,8 @@ def run_dp_dqn(
         optimizer=None if optimizer is None else optimizer.value, learning_rate=learning_rate,
         momentum=momentum, double_dqn=double_dqn, lr_decay_updates=lr_decay_updates,
         lr_final_fraction=lr_final_fraction, pause_at=pause_at, secure_noise=secure_noise,
-        noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds, seed=seed)
+        noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds, seed=seed,
+        env=env, private_params=tuple(private or ()))
     _execute("dp-dqn", DQN, cfg, out, progress)
 
 
@@ -203,9 +205,8 @@ def _obs_privacy(mode: ObsMode, sigma: float, noise_multiplier: float, delta: fl
 
     return ObservationPrivacy(
         mode=mode.value, sigma=sigma, noise_multiplier=noise_multiplier, delta=delta,
-        box_low=(parse_numbers(box_low, "--box-low", count=4) if box_low else CARTPOLE_BOX[0]),
-        box_high=(parse_numbers(box_high, "--box-high", count=4) if box_high
-                  else CARTPOLE_BOX[1]))
+        box_low=(parse_numbers(box_low, "--box-low") if box_low else CARTPOLE_BOX[0]),
+        box_high=(parse_numbers(box_high, "--box-high") if box_high else CARTPOLE_BOX[1]))
 
 
 LdpMode = Annotated[ObsMode, typer.Option(
@@ -215,17 +216,21 @@ LdpSigma = Annotated[float, typer.Option(help="sigma mode: noise scale in IQR un
 LdpMultiplier = Annotated[float, typer.Option(
     help="box mode: noise std / box diagonal (> 0).")]
 BoxLow = Annotated[str | None, typer.Option(
-    help="box mode: 4 comma-separated lower bounds. Default -2.4,-3,-0.2095,-3.5.")]
+    help="box mode: comma-separated lower bounds, one per observation component. Default "
+    "(CartPole's) -2.4,-3,-0.2095,-3.5.")]
 BoxHigh = Annotated[str | None, typer.Option(
-    help="box mode: 4 comma-separated upper bounds. Default 2.4,3,0.2095,3.5.")]
+    help="box mode: comma-separated upper bounds, one per observation component. Default "
+    "(CartPole's) 2.4,3,0.2095,3.5.")]
 
 
 def _ldp_command(name: str, algorithm: str) -> None:
     """Register `privrl run <name>`: `algorithm` seeing only locally privatized states."""
 
     @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
-                     "on CartPole-v1 seeing only locally privatized states (paper 003).")
+                     "on CartPole-v1 (or --env, with --mode box and its bounds) seeing only "
+                     "locally privatized states (paper 003).")
     @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--sigma", "obs.delta": "--delta",
+                   "private_params": "--private",
                    "obs.secure": "--secure-noise",
                    "obs.noise_multiplier": "--obs-noise-multiplier",
                    "obs.box_low": "--box-low", "obs.box_high": "--box-high"})
@@ -239,6 +244,7 @@ def _ldp_command(name: str, algorithm: str) -> None:
             "composes each episode's states). Slow: one host call per observation.")] = False,
         episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
         progress: ShowProgress = True, accountant: AccountantOpt = AccountantName.pld,
+        env: EnvOpt = None, private: PrivateOpt = None,
     ) -> None:
         from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
         from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -250,7 +256,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
             obs=replace(_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
                         secure=secure_noise),
             noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds,
-            seed=seed, accountant="rdp" if secure_noise else accountant.value)
+            seed=seed, accountant="rdp" if secure_noise else accountant.value, env=env,
+            private_params=tuple(private or ()))
         _execute(name, algo_cls, cfg, out, progress)
 
 

@@ -3,7 +3,7 @@
 Per environment step, for each seed:
 
 1. act ε-greedily with Q_θ (an MLP 4-128-128-2, as the slides), store (s, a, r, s', terminal)
-   in a FIFO replay buffer (10,000 transitions);
+   in a FIFO replay buffer (10,000 transitions), r the task's reward;
 2. once the buffer holds a batch: draw a batch, compute the Huber TD loss against the target
    network, step the optimizer, and move the target network toward θ (soft update, τ);
 3. DP-SGD (the unit of privacy is one transition): Poisson sampling — each stored transition is
@@ -20,6 +20,12 @@ added to δ (it is below 1e-20 per step at the defaults).
 Privacy accounting: a transition can only be sampled while it is in the buffer, i.e. during the
 `capacity` updates after it was stored (one update per step), so one transition's account is
 min(updates, capacity) Poisson-subsampled Gaussian releases, composed by the accountant.
+
+Another task (privrl.envs.task): its environment and rewards; each training episode is played
+by a fresh agent (id = the episode number) with its own private parameters; the Q-network is
+sized from its spaces, or is the user's flax module (one observation -> Q-values per action;
+its clipped per-transition gradients are then materialized, since the one-pass clipping of
+privacy.dpsgd holds for privrl's ReLU MLP only).
 
 Settings the slides do not give are read from the public PyTorch DQN code they follow (AdamW
 with AMSGrad, learning rate 1e-4, γ = 0.99, ε-greedy 0.9 → 0.05 with decay 1000 steps, τ =
@@ -38,18 +44,23 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from flax import linen as nn
 from jax import Array
 
 from privrl.config import fail, in_range, integer, non_negative, one_of, positive
+from privrl.envs.task import Task, check_module
 from privrl.losses import double_td_targets, huber, td_targets
-from privrl.nets.flat import mlp
+from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
+from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
     Progress,
+    episode_env_key,
+    episodic_task,
     evaluate_greedy,
     make_env,
     observed_env,
@@ -219,10 +230,10 @@ def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
 
 
 class Replay(NamedTuple):
-    obs: Array  # (N, 4)
+    obs: Array  # (N, obs_dim)
     action: Array  # (N,) int32
     reward: Array  # (N,)
-    next_obs: Array  # (N, 4)
+    next_obs: Array  # (N, obs_dim)
     terminal: Array  # (N,) float32: 1 if s' is a failure state (not a time-limit cut)
     size: Array  # int32
     ptr: Array  # int32
@@ -287,10 +298,23 @@ class DQN:
                          "update per step), so its account is min(updates, buffer_size) "
                          "Poisson-subsampled Gaussian releases")
 
-    def __init__(self, config: DQNConfig) -> None:
-        self.config = cfg = config.resolved()
-        self.env, self.env_params = make_env(cfg)
-        self.model = mlp(cfg.hidden, 2, 4, init="torch_default")
+    def __init__(self, config: DQNConfig, task: Task | None = None,
+                 model: nn.Module | None = None) -> None:
+        """`task` (default: the one `config.env`/`config.private_params` name, CartPole-v1) and
+        `model` (a flax module mapping one observation to the Q-values of the task's actions;
+        default: the slides' MLP, `hidden` units, sized from the task's spaces)."""
+        cfg, task = episodic_task(config.resolved(), task, host=False)
+        self.config, self.task = cfg, task
+        self.env, self.env_params = make_env(cfg, task)
+        # privrl's ReLU MLP: DP-SGD clips per-transition gradients in one pass (privacy.dpsgd);
+        # a user's module: they are materialized and clipped one by one.
+        self.dense = model is None
+        if model is None:
+            self.model = mlp(cfg.hidden, task.num_actions, task.obs_dim, init="torch_default")
+        else:
+            self.model = FlatModel(check_module(model, task, "q"),
+                                   jnp.zeros((task.obs_dim,), jnp.float32))
+        self.env_key = episode_env_key(cfg)  # training episode i is agent i
         opt = make_optimizer(cfg)
         self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
@@ -302,9 +326,9 @@ class DQN:
         cfg = self.config
         k_theta, key = jax.random.split(key)
         theta = self.model.init(k_theta)
-        n = cfg.buffer_size
-        replay = Replay(jnp.zeros((n, 4)), jnp.zeros((n,), jnp.int32), jnp.zeros((n,)),
-                        jnp.zeros((n, 4)), jnp.zeros((n,)), jnp.int32(0), jnp.int32(0))
+        n, d = cfg.buffer_size, self.task.obs_dim
+        replay = Replay(jnp.zeros((n, d)), jnp.zeros((n,), jnp.int32), jnp.zeros((n,)),
+                        jnp.zeros((n, d)), jnp.zeros((n,)), jnp.int32(0), jnp.int32(0))
         return DQNState(theta, theta, self.optimizer.init(theta), replay, key,
                         progress_init(cfg.solve_window), jnp.int32(0), jnp.int32(0),
                         jnp.int32(0), jnp.bool_(self.update_cap == 0), paused=jnp.bool_(False))
@@ -340,26 +364,40 @@ class DQN:
         # public: the expected batch size of a full buffer, or of the buffer now
         norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
                         else cfg.buffer_size)
+        if not self.dense:  # a user's module: each transition's gradient, masked by `rows`
+            def one(th: Array, o: Array, a: Array, target: Array) -> Array:
+                return huber(self.model.apply(th, o)[a] - target)
+
+            grads = jax.vmap(jax.grad(one), (None, 0, 0, 0))(theta, obs, action, y)
+            grads = grads * rows[:, None]
+            if self.mechanism is not None:
+                return self.mechanism.privatize(k_noise, grads).value / norm
+            return jax.vmap(lambda g: clip_l2(g, cfg.clip))(grads).sum(0) / norm  # σ = 0
         params = self.model.unravel(theta)
         if self.mechanism is not None:
             report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
             return report.value / norm
         return clipped_grad_sum(params, obs, losses, cfg.clip, rows)[0] / norm  # σ = 0
 
-    def step(self, s: DQNState, carry: tuple) -> tuple:
-        """One environment step and (if the buffer is ready and the cap allows) one update."""
+    def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
+        """One environment step and (if the buffer is ready and the cap allows) one update.
+        `params`: the episode's environment parameters (default: the task's); the carry's
+        last entry accumulates the episode's return (the environment's rewards)."""
         cfg = self.config
-        env_state, obs, key = carry
+        params = self.env_params if params is None else params
+        env_state, obs, key, ret = carry
         key, k_eps, k_act, k_env, k_grad = jax.random.split(key, 5)
         eps = cfg.explore_end + (cfg.explore_start - cfg.explore_end) * jnp.exp(
             -s.steps / cfg.explore_decay)
         greedy = jnp.argmax(self.model.apply(s.theta, obs))
         action = jnp.where(jax.random.uniform(k_eps) < eps,
-                           jax.random.randint(k_act, (), 0, 2), greedy)
+                           jax.random.randint(k_act, (), 0, self.task.num_actions), greedy)
         env = observed_env(self.env, s.obs_noise)
-        next_obs, env_state, _, _, _ = env.step_env(k_env, env_state, action, self.env_params)
-        terminal = env.is_terminated(env_state, self.env_params).astype(jnp.float32)
-        replay = replay_add(s.replay, obs, action, jnp.float32(1.0), next_obs, terminal)
+        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
+        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
+        reward = jnp.asarray(reward, jnp.float32)
+        replay = replay_add(s.replay, obs, action, self.task.rewards(reward, jnp.float32(1.0)),
+                            next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
         learn = (replay.size >= starts) & (s.updates < self.update_cap) & ~s.paused
         noise_key = None if s.noise is None else jax.random.fold_in(s.noise, s.steps)
@@ -371,13 +409,14 @@ class DQN:
         target = jnp.where(learn, cfg.tau * theta + (1 - cfg.tau) * s.target, s.target)
         s = s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
                        steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
-        return s, (env_state, next_obs, key), terminal > 0
+        return s, (env_state, next_obs, key, ret + reward), terminal > 0
 
     def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
         cfg = self.config
         key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
         env = observed_env(self.env, s.obs_noise)
-        obs, env_state = env.reset_env(k_reset, self.env_params)
+        params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
+        obs, env_state = env.reset_env(k_reset, params)
         active = ~s.stopped
 
         def cond(c: tuple) -> Array:
@@ -386,11 +425,12 @@ class DQN:
 
         def body(c: tuple) -> tuple:
             t, st, carry, _ = c
-            st, carry, fell = self.step(st, carry)
+            st, carry, fell = self.step(st, carry, params)
             return t + 1, st, carry, fell
 
-        length, s, _, _ = jax.lax.while_loop(
-            cond, body, (jnp.int32(0), s, (env_state, obs, k_loop), jnp.bool_(False)))
+        _, s, (_, _, _, train_return), _ = jax.lax.while_loop(
+            cond, body, (jnp.int32(0), s, (env_state, obs, k_loop, jnp.float32(0.0)),
+                         jnp.bool_(False)))
         theta = s.theta
         eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
                                    k_eval, cfg.max_episode_steps, active)
@@ -401,6 +441,6 @@ class DQN:
         stopped = (s.stopped | (episodes >= cfg.episodes) | (s.updates >= self.update_cap)
                    | (cfg.stop_when_solved & (progress.solved_at >= 0)))
         nan = jnp.float32(jnp.nan)
-        metrics = EpisodeMetrics(jnp.where(active, length.astype(jnp.float32), nan),
+        metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), s.updates)
         return s._replace(key=key, progress=progress, episodes=episodes, stopped=stopped), metrics

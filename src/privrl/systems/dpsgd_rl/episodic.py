@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from functools import partial
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -27,14 +28,11 @@ from privrl.config import (
     positive,
     within,
 )
-from privrl.envs.cartpole import CartPoleSpec, make_cartpole
 from privrl.envs.rollout import rollout_episodes
-from privrl.envs.task import Task
+from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.noise import NOISE_MODES
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
-
-CARTPOLE_V1 = CartPoleSpec(max_steps=500, gravities=(9.8,))
 
 
 @dataclass(frozen=True)
@@ -69,6 +67,11 @@ class EpisodicConfig(Config):
     noise: str | None = None
     # LDP on observations
     obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
+    # The task (privrl.envs.task): None is CartPole-v1; "gymnax:<id>" or "<module>:<callable>"
+    # another environment. `private_params` specs ("field=low:high" or "field=v1,v2") give every
+    # training episode its own environment parameters (a fresh agent each; none: all alike).
+    env: str | None = None
+    private_params: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """The rules both algorithms share (each config's validate() adds its own)."""
@@ -107,6 +110,9 @@ class EpisodicConfig(Config):
         return self.dp and self.noise_multiplier > 0
 
 
+C = TypeVar("C", bound=EpisodicConfig)
+
+
 class Progress(NamedTuple):
     """Per seed: the last `window` evaluation returns (a ring), how many, and when solved."""
 
@@ -121,15 +127,36 @@ class EpisodeMetrics(NamedTuple):
     updates: Array  # int32: model updates so far
 
 
-def make_env(cfg: EpisodicConfig, task: Task | None = None) -> tuple[Any, Any]:
-    """The task's environment (default CartPole-v1), seen through the observation mechanism
-    when LDP is on."""
-    if task is None:
-        env, params = make_cartpole(CartPoleSpec(cfg.max_episode_steps, CARTPOLE_V1.gravities))
-    else:
-        env, params = task.env, task.params
+def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task]:
+    """The task a REINFORCE or DQN run learns on (`task`, else the config's, else CartPole-v1;
+    envs.task.resolve_task) and the config naming it, with the observation mechanism checked
+    against the task's observations. `host` False: the learner rolls out inside jit only, and
+    refuses a task stepped on the host (Gymnasium)."""
+    cfg, task = resolve_task(cfg, task, partial(cartpole_task, cfg.max_episode_steps))
+    if task.host and not host:
+        fail("env", f"{task.name} is stepped on the host (Gymnasium); this learner steps its "
+             "environment inside its jitted update loop: use a gymnax task")
+    if cfg.obs.mode == "sigma" and task.name != "gymnax:CartPole-v1":
+        fail("obs.mode", "sigma mode's noise is scaled to CartPole's state components; "
+             f"for {task.name} use box mode with the observation's bounds")
+    if task.host and cfg.obs.mechanism() is not None:
+        fail("obs.mode", f"{task.name} is stepped on the host; LDP observations wrap a "
+             "gymnax environment (use a gymnax task)")
+    if cfg.obs.mode == "box" and len(cfg.obs.box_low) != task.obs_dim:
+        fail("obs.box_low", f"{len(cfg.obs.box_low)} bounds for {task.name}'s "
+             f"{task.obs_dim}-dimensional observations")
+    return cfg, task
+
+
+def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
+    """The task's environment, seen through the observation mechanism when LDP is on."""
     mech = cfg.obs.mechanism()
-    return (env if mech is None else PrivateObservations(env, mech)), params
+    return (task.env if mech is None else PrivateObservations(task.env, mech)), task.params
+
+
+def episode_env_key(cfg: EpisodicConfig) -> Array:
+    """The run's key for its training episodes' private dynamics (agent id = episode number)."""
+    return jax.random.fold_in(jax.random.key(cfg.seed), 0x5EED)
 
 
 def observed_env(env: Any, obs_noise: Array | None) -> Any:

@@ -34,7 +34,7 @@ from jax import Array
 
 from privrl.config import fail, in_range, integer
 from privrl.envs.rollout import rollout_episodes
-from privrl.envs.task import Task, cartpole_task, check_module, configured_task
+from privrl.envs.task import Task, check_module
 from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
 from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
@@ -44,6 +44,8 @@ from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
     Progress,
+    episode_env_key,
+    episodic_task,
     evaluate_greedy,
     evaluate_greedy_host,
     make_env,
@@ -64,11 +66,6 @@ class ReinforceConfig(EpisodicConfig):
     batch_episodes: int = 1  # episodes per update (the slides: one)
     normalize_returns: bool = True
     learning_rate: float = 0.01
-    # The task (privrl.envs.task): None is CartPole-v1; "gymnax:<id>" or "<module>:<callable>"
-    # another environment. `private_params` specs ("field=low:high" or "field=v1,v2") give every
-    # training episode its own environment parameters (a fresh agent each; none: all alike).
-    env: str | None = None
-    private_params: tuple[str, ...] = ()
 
     def validate(self) -> None:
         super().validate()
@@ -135,22 +132,8 @@ class Reinforce:
         """`task` (default: the one `config.env`/`config.private_params` name, CartPole-v1) and
         `model` (a flax module mapping one observation to logits; default: the slides' MLP with
         `hidden` units and dropout, sized from the task's spaces; yours runs without dropout)."""
-        cfg = config.resolved()
-        if task is None:
-            task = configured_task(cfg.env, cfg.private_params, cfg.max_episode_steps,
-                                   lambda: cartpole_task(cfg.max_episode_steps))
-        else:  # config.json records what the run used
-            cfg = replace(cfg, env=task.name, private_params=tuple(task.private_spec()))
+        cfg, task = episodic_task(config.resolved(), task)
         self.config, self.task = cfg, task
-        if cfg.obs.mode == "sigma" and task.name != "gymnax:CartPole-v1":
-            fail("obs.mode", "sigma mode's noise is scaled to CartPole's state components; "
-                 f"for {task.name} use box mode with the observation's bounds")
-        if task.host and cfg.obs.mechanism() is not None:
-            fail("obs.mode", f"{task.name} is stepped on the host; LDP observations wrap a "
-                 "gymnax environment (use a gymnax task)")
-        if cfg.obs.mode == "box" and len(cfg.obs.box_low) != task.obs_dim:
-            fail("obs.box_low", f"{len(cfg.obs.box_low)} bounds for {task.name}'s "
-                 f"{task.obs_dim}-dimensional observations")
         self.env, self.env_params = make_env(cfg, task)
         self.dropout = model is None
         if model is None:
@@ -161,7 +144,7 @@ class Reinforce:
                                    jnp.zeros((task.obs_dim,), jnp.float32))
         # Each training episode's private dynamics (with `private_params` specs): agent id = episode
         # number, drawn from one key for the run.
-        self.env_key = jax.random.fold_in(jax.random.key(cfg.seed), 0x5EED)
+        self.env_key = episode_env_key(cfg)
         self.optimizer = optax.adam(cfg.learning_rate)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
                                                unit=UNIT, secure=cfg.secure_noise)

@@ -17,20 +17,26 @@ releases its update Δ_k = θ_{N}ᵏ − z_k through the mechanism, steps x_k �
 (a step on z), and gossips (x_k, w_k) along the round's directed graph (privrl.federation).
 
 g(τ|θ) = Σ_h ∇log π_θ(a_h|s_h) Â_h with Â the reward-to-go Σ_{j≥h} γ^{j−h} r_j whitened per
-episode (FedPG-BR's code: its baseline). Everything per round is one jitted function; the K
-agents (and the episodes of each) are vectorized, the inner loop is a `lax.while_loop`, and
-trials are vmapped by the runner (privrl.systems.fedpg.local).
+episode (FedPG-BR's code: its baseline), r_j the task's rewards (CartPole: +1 per step).
+The task (privrl.envs.task) is FedPG-BR's CartPole-v1 by default, each agent with its own
+gravity; any task brings its environment, rewards and per-agent private dynamics, and the
+policy (default: FedPG-BR's MLP, or a user's flax module) is sized from its spaces.
+Everything per round is one jitted function; the K agents (and the episodes of each) are
+vectorized, the inner loop is a `lax.while_loop`, and trials are vmapped by the runner
+(privrl.systems.fedpg.local).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+from flax import linen as nn
 from jax import Array
 
 from privrl.config import (
@@ -42,8 +48,9 @@ from privrl.config import (
     one_of,
     positive,
 )
-from privrl.envs.cartpole import CartPoleSpec, agent_gravity, make_cartpole
+from privrl.envs.cartpole import CartPoleSpec
 from privrl.envs.rollout import Trajectory, rollout_episodes
+from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
 from privrl.federation.pushsum import (
     PushSumState,
     push_sum_apply,
@@ -141,6 +148,11 @@ class FedPGConfig(Config):
     importance_clip: float | None = None  # truncate ω at this value
     max_episode_steps: int = 500
     gravities: tuple[float, ...] = (9.8,)  # per-agent gravity drawn from these (heterogeneity)
+    # The task (privrl.envs.task): None is FedPG-BR's CartPole-v1 with per-agent `gravities`;
+    # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
+    # `private_params` specs ("field=low:high" uniform or "field=v1,v2" one of; none: all alike).
+    env: str | None = None
+    private_params: tuple[str, ...] = ()
     budget: int = 5000  # episodes per agent
     trials: int = 1
     seed: int = 0
@@ -156,7 +168,7 @@ class FedPGConfig(Config):
     # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
     epsilon_budget: float | None = None
     budget_composition: str = "basic"
-    target_return: float = 475.0
+    target_return: float = 475.0  # "solved" (CartPole-v1's); set your task's
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
     # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
@@ -297,6 +309,10 @@ class FedPGConfig(Config):
             CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
         except ValueError as e:
             fail("gravities", str(e))
+        if (self.env is not None or self.private_params) and tuple(self.gravities) != (9.8,):
+            fail("gravities", "sets the default CartPole task's per-agent gravity; on another "
+                              "task or with private parameters make gravity one of them "
+                              "(gravity=v1,v2)")
         self._validate_shuffle()
 
     def _validate_shuffle(self) -> None:
@@ -447,7 +463,8 @@ class Episodes(NamedTuple):
     actions: Array  # (M, n, T)
     mask: Array  # (M, n, T)
     live: Array  # (M, n) the episode was sampled
-    length: Array  # (M, n) its length = undiscounted return
+    length: Array  # (M, n) its length (CartPole: its return)
+    rewards: Array  # (M, n, T) the environment's reward per step (0 on padded steps)
 
 
 class FedPGState(NamedTuple):
@@ -486,11 +503,25 @@ class NodeUpdate(NamedTuple):
 class FedPG:
     """One resolved config: `init(key)`, `round(state, mixing, live)`."""
 
-    def __init__(self, config: FedPGConfig) -> None:
-        self.config = cfg = config.resolved()
-        self.spec = CartPoleSpec(cfg.max_episode_steps, tuple(cfg.gravities))
-        self.env, self.env_params = make_cartpole(self.spec)
-        self.model: FlatModel = mlp(tuple(cfg.hidden), 2, 4, "torch_default")  # FedPG-BR: PyTorch
+    def __init__(self, config: FedPGConfig, task: Task | None = None,
+                 model: nn.Module | None = None) -> None:
+        """`task` (default: the one `config.env`/`config.private_params` name, else FedPG-BR's
+        CartPole with per-agent `gravities`) and `model` (a flax module mapping one observation
+        to the logits of the task's actions; default: FedPG-BR's MLP, `hidden` units, sized
+        from the task's spaces)."""
+        cfg, self.task = resolve_task(config.resolved(), task, partial(
+            cartpole_task, config.max_episode_steps, config.gravities))
+        if self.task.host:
+            fail("env", f"{self.task.name} is stepped on the host (Gymnasium); FedPG's rounds "
+                 "roll out inside jit: use a gymnax task")
+        self.config = cfg
+        self.env, self.env_params = self.task.env, self.task.params
+        if model is None:  # FedPG-BR's policy, PyTorch's default initialization
+            self.model: FlatModel = mlp(tuple(cfg.hidden), self.task.num_actions,
+                                        self.task.obs_dim, "torch_default")
+        else:
+            self.model = FlatModel(check_module(model, self.task, "logits"),
+                                   jnp.zeros((self.task.obs_dim,), jnp.float32))
         self.dim = self.model.dim
         self.mechanism = make_mechanism(cfg)
         self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[cfg.optimizer](cfg.learning_rate)
@@ -510,10 +541,9 @@ class FedPG:
                           jnp.zeros((cfg.agents,), jnp.int32), zero, clip=clip)
 
     def env_params_of(self, key: Array, ids: Array) -> Any:
-        """Each participant's private CartPole (gravity fixed per id; the server is id K)."""
-        env_key = jax.random.fold_in(key, 0x5EED)
-        g = jax.vmap(agent_gravity, (None, 0, None))(env_key, ids, tuple(self.config.gravities))
-        return jax.vmap(lambda gi: self.env_params.replace(gravity=gi))(g)
+        """Each participant's private environment (the task's private parameters, fixed per id;
+        the server is id K). Default task: CartPole with each agent's gravity."""
+        return self.task.agents_params(jax.random.fold_in(key, 0x5EED), ids)
 
     # --- agent side: episodes and gradient estimates -------------------------------------
     def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
@@ -532,13 +562,15 @@ class FedPG:
                                             self.config.max_episode_steps, live.reshape(-1))
         per = lambda a: jnp.swapaxes(a, 0, 1).reshape((m, n, *a.shape[:1], *a.shape[2:]))  # noqa: E731
         return Episodes(per(traj.obs), per(traj.actions), per(traj.mask), live,
-                        traj.length.reshape(m, n))
+                        traj.length.reshape(m, n), per(traj.rewards))
 
     def advantages(self, ep: Episodes) -> Array:
-        """Â: reward-to-go (+1 per step, discount γ) whitened per episode; (M, n, T)."""
-        rtg = lambda mask: discounted_returns(mask, mask, jnp.zeros(()), self.config.gamma)  # noqa: E731
-        flat = ep.mask.reshape(-1, ep.mask.shape[-1])
-        adv = jax.vmap(lambda m: whiten(rtg(m), m))(flat)
+        """Â: reward-to-go of the task's rewards (discount γ) whitened per episode; (M, n, T)."""
+        t = ep.mask.shape[-1]
+        rewards = self.task.rewards(ep.rewards, ep.mask).reshape(-1, t)
+        flat = ep.mask.reshape(-1, t)
+        rtg = lambda r, m: discounted_returns(r, m, jnp.zeros(()), self.config.gamma)  # noqa: E731
+        adv = jax.vmap(lambda r, m: whiten(rtg(r, m), m))(rewards, flat)
         return adv.reshape(ep.mask.shape)
 
     def log_probs(self, theta: Array, obs: Array, actions: Array) -> Array:
@@ -758,5 +790,7 @@ def node_noise_key(root: Array, node: Array, round_: Array) -> Array:
 
 
 def _mean_return(ep: Episodes) -> Array:
+    """The mean of the live episodes' returns: the sum of the environment's rewards (CartPole:
+    the episode's length)."""
     live = ep.live.astype(jnp.float32)
-    return jnp.sum(ep.length * live) / jnp.maximum(jnp.sum(live), 1.0)
+    return jnp.sum(jnp.sum(ep.rewards, axis=-1) * live) / jnp.maximum(jnp.sum(live), 1.0)

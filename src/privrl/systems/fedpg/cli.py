@@ -16,9 +16,11 @@ from privrl.cli import (
     AddressOpt,
     BudgetComposition,
     BudgetCompositionOpt,
+    EnvOpt,
     Noise,
     NoiseMode,
     Out,
+    PrivateOpt,
     Resume,
     Runtime,
     SecureNoise,
@@ -79,7 +81,12 @@ def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
 
         raise ConfigError("--noise-multiplier", "give either --epsilon (σ is calibrated) or "
                                                 "--noise-multiplier, not both")
-    return FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
+    cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
+    if cfg.env is not None or cfg.private_params:  # a bad --env/--private fails here, first
+        from privrl.systems.fedpg.algorithm import FedPG
+
+        FedPG(cfg)
+    return cfg
 
 
 def _fedpg_common(
@@ -88,6 +95,7 @@ def _fedpg_common(
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
     noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
     epsilon_budget: float | None = None, budget_composition: str = "basic",
+    env: str | None = None, private: list[str] | None = None, target_return: float = 475.0,
 ) -> dict:
     from privrl.config import ConfigError
 
@@ -104,7 +112,8 @@ def _fedpg_common(
                 clip=clip if clip is not None else clip_default, seed=seed,
                 noise_multiplier=noise_multiplier, delta=delta, gravities=grav,
                 accountant=accountant, epsilon_budget=epsilon_budget,
-                budget_composition=budget_composition)
+                budget_composition=budget_composition, env=env,
+                private_params=tuple(private or ()), target_return=target_return)
 
 
 def _noise(noise: NoiseMode | None) -> str | None:
@@ -156,11 +165,15 @@ CenClipOpt = Annotated[float | None, typer.Option(
     help="Clip C of the mechanism (default 1; with --adaptive-clip the initial clip C_0).")]
 GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
-    "from these comma-separated values. Default 9.8 for all.")]
+    "from these comma-separated values. Default 9.8 for all. The default task only (with "
+    "--env or --private: --private gravity=...).")]
+TargetOpt = Annotated[float, typer.Option(
+    help="The batch mean return that counts as solved (episodes to it are reported). "
+    "Default: CartPole-v1's 475; set your environment's with --env.")]
 
 
 @run_app.command("fedpg-cen")
-@flag_names()
+@flag_names(private_params="--private")
 def run_fedpg_cen_command(
     agents: AgentsOpt = 10, budget: BudgetOpt = 5000, trials: TrialsOpt = 1,
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
@@ -203,8 +216,10 @@ def run_fedpg_cen_command(
         help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must exceed "
         "σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
         "agents per round / 20).")] = None,
+    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
 ) -> None:
-    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1.
+    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1
+    or --env.
 
     K agents send policy-gradient estimates to a server, which averages them and takes SCSG
     steps with importance weights. Defaults: FedPG-BR's CartPole setting.
@@ -219,13 +234,14 @@ def run_fedpg_cen_command(
                         clip_count_stddev=clip_count_stddev, **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
-        accountant.value, epsilon_budget, budget_composition.value))
+        accountant.value, epsilon_budget, budget_composition.value, env, private,
+        target_return))
     check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
 
 @run_app.command("fedpg-dec")
-@flag_names()
+@flag_names(private_params="--private")
 def run_fedpg_dec_command(
     topology: Annotated[FedPGTopology, typer.Option(
         help="Directed graph: ring (static k → k+1), exponential (time-varying one-peer "
@@ -251,8 +267,9 @@ def run_fedpg_dec_command(
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
         case_sensitive=False)] = Runtime.local,
     address: AddressOpt = None,
+    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
 ) -> None:
-    """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1.
+    """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1 or --env.
 
     No server: every node runs the SCSG round from its de-biased z and gossips (x, w) to its
     out-neighbours on a directed graph (push-sum, column-stochastic mixing).
@@ -265,7 +282,8 @@ def run_fedpg_dec_command(
                         **_fedpg_common(
         agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
-        accountant.value, epsilon_budget, budget_composition.value))
+        accountant.value, epsilon_budget, budget_composition.value, env, private,
+        target_return))
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running

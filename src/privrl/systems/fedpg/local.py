@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,11 @@ from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPG, FedPGConfig
+
+if TYPE_CHECKING:
+    from flax import linen as nn
+
+    from privrl.envs.task import Task
 
 ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
 
@@ -71,8 +76,11 @@ def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
     return PrivacyLedger(math.inf, 1.0)  # records only
 
 
-def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None) -> FedPGRun:
-    algo = FedPG(replace(config, noise=config.noise or "seeded"))
+def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
+              task: Task | None = None, model: nn.Module | None = None) -> FedPGRun:
+    """All trials of `config`; `task` and `model`: your environment and policy (`FedPG`),
+    default: the config's."""
+    algo = FedPG(replace(config, noise=config.noise or "seeded"), task, model)
     cfg = algo.config
     k = cfg.agents
     init = jax.jit(jax.vmap(algo.init))
@@ -516,8 +524,9 @@ def return_curves(runs: Curves, budget: int, points: int = 200
 
 
 def plot_returns(path: Path, runs: Curves, budget: int, title: str,
-                 target: float = 475.0) -> None:
-    """Mean return vs episodes per agent: mean over trials, shaded min-max over trials."""
+                 target: float = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
+    """Mean return vs episodes per agent: mean over trials, shaded min-max over trials;
+    `ylim` (default: CartPole-v1's returns) None: fitted to the curves."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -535,7 +544,8 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
     ax.set_xlabel("episodes per agent")
     ax.set_ylabel("mean return of the round's batch")
     ax.set_title(title)
-    ax.set_ylim(0, 510)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -548,12 +558,15 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
     cfg = run.config
     summary = summarize(run)
     label = summary["label"]
+    cartpole = cfg.env in (None, "gymnax:CartPole-v1")
     return RunRecord(
         f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary, privacy_record(run),
         metrics=lambda p: write_metrics(p, run),
         plots={"returns.png": lambda p: plot_returns(
             p, {label: (run.used_before, run.mean_return)}, cfg.budget,
-            f"{label}, K = {cfg.agents}, {cfg.mechanism}", cfg.target_return)},
+            f"{label}, K = {cfg.agents}, {cfg.mechanism}"
+            + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
+            (0, 510) if cartpole else None)},
         run_info={"topology": run.topology}, files=files or {})
 
 
