@@ -18,13 +18,14 @@
   programs keep the default emitters, whose code runs faster (the learning tests took up to
   2× longer with the older ones);
 - XLA optimizes only for the tests marked `learning` (long training runs, where execution time
-  dominates), unless the mark says `xla_optimize=False` (a learning test whose compiling costs
-  more than optimization saves: measured per test); every other test, the Ray tests and their
-  actors included, checks logic on tiny shapes, where compiling is most of the time, and
-  optimization changes no result (`jax_disable_most_optimizations`: about 40 % less CPU for
-  those tests, measured on the PGC-A3C and DP-SGD modules). A Ray test's driver and its actors
-  compile alike, so a driver that replays the actors' arithmetic gets the same floats (the Ray
-  stage: 125 -> 82 CPU-s).
+  dominates), and then at LLVM's level 1, not 2 (the 13 learning tests: 187 -> 168 CPU-s,
+  their code no slower where it matters), unless the mark says `xla_optimize=False` (a
+  learning test whose compiling costs more than optimization saves: measured per test); every
+  other test, the Ray tests and their actors included, checks logic on tiny shapes, where
+  compiling is most of the time, and optimization changes no result
+  (`jax_disable_most_optimizations`: about 40 % less CPU for those tests, measured on the
+  PGC-A3C and DP-SGD modules). A Ray test's driver and its actors compile alike, so a driver
+  that replays the actors' arithmetic gets the same floats (the Ray stage: 125 -> 82 CPU-s).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _fast_unoptimized_compiles() -> None:
     """Every compilation made under `jax_disable_most_optimizations` also turns off XLA's MLIR
-    fusion emitters. JAX offers per-compilation XLA options only per `jit`
+    fusion emitters; every other one (the learning tests') asks LLVM for level 1. JAX offers per-compilation XLA options only per `jit`
     (`compiler_options`), so the hook wraps the one function through which every compilation
     gets its options; if a JAX upgrade removes it, the tests still run, only slower."""
     import jax
@@ -81,9 +82,10 @@ def _fast_unoptimized_compiles() -> None:
     @functools.wraps(original)
     def get_compile_options(*args: Any, env_options_overrides: dict | None = None,
                             **kwargs: Any) -> Any:
-        if jax.config.read("jax_disable_most_optimizations"):
-            env_options_overrides = {**(env_options_overrides or {}),
-                                     "xla_cpu_use_fusion_emitters": False}
+        extra = ({"xla_cpu_use_fusion_emitters": False}
+                 if jax.config.read("jax_disable_most_optimizations")
+                 else {"xla_backend_optimization_level": 1})
+        env_options_overrides = {**(env_options_overrides or {}), **extra}
         return original(*args, env_options_overrides=env_options_overrides, **kwargs)
 
     compiler.get_compile_options = get_compile_options
