@@ -71,7 +71,8 @@ def _fast_unoptimized_compiles() -> None:
     """Every compilation made under `jax_disable_most_optimizations` also turns off XLA's MLIR
     fusion emitters; every other one (the learning tests') asks LLVM for level 1. JAX offers
     per-compilation XLA options only per `jit` (`compiler_options`), so the hook wraps the one
-    function through which every compilation gets its options; if a JAX upgrade removes it, the tests still run, only slower."""
+    function through which every compilation gets its options; if a JAX upgrade removes it, the
+    tests still run, only slower."""
     import jax
     from jax._src import compiler
 
