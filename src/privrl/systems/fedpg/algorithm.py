@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
@@ -467,6 +468,24 @@ class Episodes(NamedTuple):
     rewards: Array  # (M, n, T) the environment's reward per step (0 on padded steps)
 
 
+class CenPlan(NamedTuple):
+    """A FedPG-Cen round before any episode is played (`FedPG.cen_plan`)."""
+
+    theta_0: Array  # (1, d) the server's θ₀ᵗ
+    thetas: Array  # (P, d) θ₀ᵗ per agent lane (P = K, or the sampled lanes)
+    env_params: Any  # each lane's private environment
+    live: Array  # (P, batch_max) the episodes each lane plays (its first B_t)
+    k_ep: Array
+    batch: Array  # B_t
+    mech_keys: Array  # (K,) each agent's mechanism key
+    ids: Array  # (P,) the agent of each lane
+    valid: Array | None  # (P,) distributed-gaussian: the lane holds a sampled agent
+    steps: Array  # (1,) N_t (0 for a finished trial)
+    server_env: Any
+    k_inner: Array
+    key: Array  # the round's key
+
+
 class FedPGState(NamedTuple):
     """One trial. Cen: x is θ (1, d) and w = 1; Dec: push-sum (x, w) per node."""
 
@@ -511,9 +530,9 @@ class FedPG:
         from the task's spaces)."""
         cfg, self.task = resolve_task(config.resolved(), task, partial(
             cartpole_task, config.max_episode_steps, config.gravities))
-        if self.task.host:
-            fail("env", f"{self.task.name} is stepped on the host (Gymnasium); FedPG's rounds "
-                 "roll out inside jit: use a gymnax task")
+        if self.task.host and cfg.algorithm != "cen":
+            fail("env", f"{self.task.name} is stepped on the host (Gymnasium): fedpg-cen runs "
+                 "it (host_round); fedpg-dec's nodes roll out inside jit, use a gymnax task")
         self.config = cfg
         self.env, self.env_params = self.task.env, self.task.params
         if model is None:  # FedPG-BR's policy, PyTorch's default initialization
@@ -527,6 +546,11 @@ class FedPG:
         self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[cfg.optimizer](cfg.learning_rate)
         self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None
         self.slots = participant_slots(cfg.agents, cfg.sampling_rate)
+        # The jitted pieces of a host-side (Gymnasium) round, compiled once per run.
+        self._act, self._split = jax.jit(self.act), jax.jit(jax.random.split)
+        self._cen_plan, self._cen_mu = jax.jit(self.cen_plan), jax.jit(self.cen_mu)
+        self._cen_finish, self._keep = jax.jit(self.cen_finish), jax.jit(self.keep)
+        self._scsg_step = jax.jit(self.scsg_step)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> FedPGState:
@@ -555,14 +579,28 @@ class FedPG:
         params = jax.tree_util.tree_map(rep, env_params)
 
         def policy(k: Array, obs: Array) -> Array:
-            logits = jax.vmap(self.model.apply)(theta_env, obs)
-            return jax.random.categorical(k, logits).astype(jnp.int32)
+            return self.act(theta_env, k, obs)
 
         traj: Trajectory = rollout_episodes(self.env, params, policy, key, m * n,
                                             self.config.max_episode_steps, live.reshape(-1))
-        per = lambda a: jnp.swapaxes(a, 0, 1).reshape((m, n, *a.shape[:1], *a.shape[2:]))  # noqa: E731
-        return Episodes(per(traj.obs), per(traj.actions), per(traj.mask), live,
-                        traj.length.reshape(m, n), per(traj.rewards))
+        return _episodes(traj, live)
+
+    def act(self, theta_env: Array, key: Array, obs: Array) -> Array:
+        """One action per environment, each from its own θ (P, d): the policy's sample."""
+        logits = jax.vmap(self.model.apply)(theta_env, obs)
+        return jax.random.categorical(key, logits).astype(jnp.int32)
+
+    def host_sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
+        """`sample` on a Gymnasium task: the same episodes played on the host (each action by
+        the jitted policy), in the same arrays, so that the same agent-side code uses them."""
+        m, n = live.shape
+        rep = lambda a: np.repeat(np.asarray(a), n, axis=0)  # noqa: E731
+        theta_env = jnp.asarray(rep(thetas))
+        params = jax.tree_util.tree_map(rep, env_params)
+        traj = self.task.rollout(params, lambda k, obs: self._act(theta_env, k, obs), key,
+                                 m * n, self.config.max_episode_steps,
+                                 np.asarray(live).reshape(-1))
+        return _episodes(jax.tree_util.tree_map(jnp.asarray, traj), jnp.asarray(live))
 
     def advantages(self, ep: Episodes) -> Array:
         """Â: reward-to-go of the task's rewards (discount γ) whitened per episode; (M, n, T)."""
@@ -621,17 +659,39 @@ class FedPG:
             going = n < steps
             ep = self.sample(theta, env_params,
                              jnp.broadcast_to(going[:, None], (going.shape[0], b)), k_ep)
-            adv = self.advantages(ep)
-            v = jax.vmap(self.scsg_direction)(theta, theta_0, mu, ep.obs, ep.actions, adv,
-                                              ep.mask, ep.live)
-            updates, new_opt = jax.vmap(self.optimizer.update)(-v, opt, theta)  # ascent on J
-            new_theta = theta + updates
-            sel = lambda a, o: jnp.where(going.reshape((-1,) + (1,) * (a.ndim - 1)), a, o)  # noqa: E731
-            return (n + 1, sel(new_theta, theta), jax.tree_util.tree_map(sel, new_opt, opt), k)
+            theta, opt = self.scsg_step(theta, opt, theta_0, mu, going, ep)
+            return (n + 1, theta, opt, k)
 
         _, theta, opt_state, _ = jax.lax.while_loop(
             cond, body, (jnp.zeros((), jnp.int32), theta_0, opt_state, key))
         return theta, opt_state
+
+    def scsg_step(self, theta: Array, opt: Any, theta_0: Array, mu: Array, going: Array,
+                  ep: Episodes) -> tuple[Array, Any]:
+        """One SCSG step of the M learners from their b episodes `ep` (sampled with θ_n);
+        learners not `going` keep their θ and optimizer state."""
+        adv = self.advantages(ep)
+        v = jax.vmap(self.scsg_direction)(theta, theta_0, mu, ep.obs, ep.actions, adv,
+                                          ep.mask, ep.live)
+        updates, new_opt = jax.vmap(self.optimizer.update)(-v, opt, theta)  # ascent on J
+        new_theta = theta + updates
+        sel = lambda a, o: jnp.where(going.reshape((-1,) + (1,) * (a.ndim - 1)), a, o)  # noqa: E731
+        return sel(new_theta, theta), jax.tree_util.tree_map(sel, new_opt, opt)
+
+    def host_scsg(self, theta_0: Array, mu: Array, opt_state: Any, steps: Array,
+                  env_params: Any, key: Array) -> tuple[Array, Any]:
+        """`scsg` on a Gymnasium task: the same loop (keys, episodes, steps) run on the host,
+        each step's b episodes played with the current θ_n by `host_sample`."""
+        b = self.config.minibatch
+        steps = np.asarray(steps)
+        theta, opt, k = theta_0, opt_state, key
+        for n in range(int(steps.max(initial=0))):
+            k, k_ep = self._split(k)
+            going = n < steps
+            ep = self.host_sample(theta, env_params, np.broadcast_to(going[:, None],
+                                                                     (going.shape[0], b)), k_ep)
+            theta, opt = self._scsg_step(theta, opt, theta_0, mu, jnp.asarray(going), ep)
+        return theta, opt
 
     def draw_steps(self, key: Array, batch: Array) -> Array:
         """N_t ~ Geom(b/(B_t+b)) on {1, 2, ...} (FedPG-BR's code), or the fixed inner_steps."""
@@ -647,85 +707,117 @@ class FedPG:
         round_key = jax.random.fold_in(state.key, state.rounds)
         step = self.cen_round if self.config.algorithm == "cen" else self.dec_round
         new, info = step(state, mixing, round_key, live)
-        keep = lambda a, o: jnp.where(live, a, o)  # noqa: E731
-        new = jax.tree_util.tree_map(keep, new, state)
-        return new, info
+        return self.keep(live, new, state), info
+
+    @staticmethod
+    def keep(live: Array, new: FedPGState, old: FedPGState) -> FedPGState:
+        """`new` for a live trial, `old` (unchanged) for a finished one."""
+        return jax.tree_util.tree_map(lambda a, o: jnp.where(live, a, o), new, old)
 
     def cen_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
         del mixing
+        plan = self.cen_plan(state, key, live)
+        ep = self.sample(plan.thetas, plan.env_params, plan.live, plan.k_ep)
+        mu, new_clip = self.cen_mu(state, plan, ep)
+        theta, opt_state = self.scsg(plan.theta_0, mu, state.opt_state, plan.steps,
+                                     plan.server_env, plan.k_inner)
+        return self.cen_finish(state, plan, ep, theta, opt_state, new_clip)
+
+    def host_round(self, state: FedPGState, mixing: Array, live: Array
+                   ) -> tuple[FedPGState, RoundInfo]:
+        """`round` of one trial (no trials axis) on a Gymnasium task: the same round, its
+        episodes (the agents' B_t, then the server's b per SCSG step) played on the host and
+        everything else jitted: plan, agents' μ_tᵏ → mechanism → Reports → average, SCSG
+        steps, new state. A trial with `live` False does nothing (its episodes are not
+        played, N_t = 0)."""
+        del mixing
+        round_key = jax.random.fold_in(state.key, state.rounds)
+        plan = self._cen_plan(state, round_key, live)
+        ep = self.host_sample(plan.thetas, plan.env_params, plan.live, plan.k_ep)
+        mu, new_clip = self._cen_mu(state, plan, ep)
+        theta, opt_state = self.host_scsg(plan.theta_0, mu, state.opt_state, plan.steps,
+                                          plan.server_env, plan.k_inner)
+        new, info = self._cen_finish(state, plan, ep, theta, opt_state, new_clip)
+        return self._keep(live, new, state), info
+
+    def cen_plan(self, state: FedPGState, key: Array, live: Array) -> CenPlan:
+        """Who plays what in a FedPG-Cen round: B_t, the agents' lanes (all K, or under
+        distributed-gaussian the Poisson-sampled ones), their environments and keys, N_t."""
         cfg = self.config
         k, b_max = cfg.agents, cfg.batch_max
         k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
         batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
         theta_0 = state.gossip.x  # (1, d): the server's θ₀ᵗ
-        # Agents: B_t episodes each with the broadcast θ₀ᵗ, then their μ_tᵏ as Reports.
         mech_keys = (jax.random.split(k_mech, k) if state.noise is None else
                      jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
                                                               state.rounds))
-        new_clip = state.clip
+        agent_live = (jnp.arange(b_max)[None, :] < batch) & live
         if isinstance(self.mechanism, DistributedGaussianMechanism):
-            ep, mu, new_clip = self.distributed_mu(state, theta_0, batch, live, k_ep, mech_keys)
+            # Only `self.slots` lanes are computed (the first sampled agents by id): see
+            # `cen_mu`.
+            sampled = self.mechanism.sample(mech_keys)  # each agent's own (secret) key
+            (ids,) = jnp.nonzero(sampled, size=self.slots, fill_value=k)
+            valid = ids < k
+            ids = jnp.where(valid, ids, 0)
+            agent_live = agent_live & valid[:, None]
         else:
-            thetas = jnp.broadcast_to(theta_0, (k, self.dim))
-            agent_live = (jnp.arange(b_max)[None, :] < batch) & live
-            ep = self.sample(thetas, self.env_params_of(state.key, jnp.arange(k)),
-                             jnp.broadcast_to(agent_live, (k, b_max)), k_ep)
-            mu_k = self.gradients(thetas, ep)
-            reports = jax.vmap(self.mechanism.privatize)(mech_keys, mu_k)
-            if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
-                order = jax.random.permutation(jax.random.fold_in(key, 0x5F1E), k)
-                reports = jax.tree_util.tree_map(lambda a: a[order], reports)
-            # Server: average, then N_t SCSG steps on its own episodes.
-            mu = average_reports(reports)[None]
+            ids, valid = jnp.arange(k), None
+            agent_live = jnp.broadcast_to(agent_live, (k, b_max))
+        thetas = jnp.broadcast_to(theta_0, (ids.shape[0], self.dim))
         steps = self.draw_steps(k_n, batch[None]) * live
-        server_env = self.env_params_of(state.key, jnp.array([k]))
-        theta, opt_state = self.scsg(theta_0, mu, state.opt_state, steps, server_env, k_inner)
-        used = state.used + batch + cfg.minibatch * steps[0]
-        info = RoundInfo(_mean_return(ep), jnp.mean(state.used), batch.astype(jnp.float32),
-                         steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)),
+        return CenPlan(theta_0, thetas, self.env_params_of(state.key, ids), agent_live, k_ep,
+                       batch, mech_keys, ids, valid, steps,
+                       self.env_params_of(state.key, jnp.array([k])), k_inner, key)
+
+    def cen_mu(self, state: FedPGState, plan: CenPlan, ep: Episodes
+               ) -> tuple[Array, Array | None]:
+        """The agents' μ_tᵏ from their episodes, through the mechanism, as the server's
+        average μ_t (1, d); and the next clip (adaptive clipping; else `state.clip`).
+
+        distributed-gaussian: the sampled agents in a lane have played B_t episodes; all K
+        agents send a Share (unsampled: noise only); the server gets the secure sum and
+        divides it by the public expected count q·K. Adaptive clipping: the shares also carry
+        the clip bits at C_t = state.clip, and the server returns C_{t+1} from their noised
+        fraction (else the clip returned is None). A sampled agent beyond the lanes
+        (probability below 1e-8 per round by the 6-std margin) sends its noise share only:
+        its exclusion is data-independent and can only lower its inclusion probability, so
+        the guarantee holds as stated (it costs utility, not privacy)."""
+        cfg = self.config
+        k = cfg.agents
+        mu_k = self.gradients(plan.thetas, ep)
+        if not isinstance(self.mechanism, DistributedGaussianMechanism):
+            reports = jax.vmap(self.mechanism.privatize)(plan.mech_keys, mu_k)
+            if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
+                order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
+                reports = jax.tree_util.tree_map(lambda a: a[order], reports)
+            # Server: average (then N_t SCSG steps on its own episodes).
+            return average_reports(reports)[None], state.clip
+        # Back to the K agents: a sampled agent in a lane holds its μ, every other one 0.
+        ids, valid = plan.ids, plan.valid
+        included = jnp.zeros((k,), bool).at[ids].max(valid)
+        mu_k = jnp.zeros((k, self.dim), mu_k.dtype).at[ids].add(mu_k * valid[:, None])
+        count = cfg.sampling_rate * k
+        if self.mechanism.adaptive is None:
+            shares = jax.vmap(self.mechanism.share)(plan.mech_keys, mu_k, included)
+            return mean_from_sum(secure_aggregate(shares), count)[None], None
+        shares = jax.vmap(self.mechanism.share, (0, 0, 0, None))(plan.mech_keys, mu_k,
+                                                                  included, state.clip)
+        update, bit_fraction = self.mechanism.unpack(secure_aggregate(shares), state.clip,
+                                                     count)
+        new_clip = self.mechanism.adaptive.next_clip(state.clip, bit_fraction)
+        return mean_from_sum(update, count)[None], new_clip
+
+    def cen_finish(self, state: FedPGState, plan: CenPlan, ep: Episodes, theta: Array,
+                   opt_state: Any, new_clip: Array | None) -> tuple[FedPGState, RoundInfo]:
+        """The round's new state and what it reports, from the server's new θ."""
+        used = state.used + plan.batch + self.config.minibatch * plan.steps[0]
+        info = RoundInfo(_mean_return(ep), jnp.mean(state.used), plan.batch.astype(jnp.float32),
+                         plan.steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)),
                          state.clip)
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
                          state.rounds + 1, state.noise, new_clip)
         return new, info
-
-    def distributed_mu(self, state: FedPGState, theta_0: Array, batch: Array, live: Array,
-                       k_ep: Array, mech_keys: Array) -> tuple[Episodes, Array, Array | None]:
-        """distributed-gaussian: Poisson-sampled agents play B_t episodes and compute μ_tᵏ;
-        all K agents send a Share (unsampled: noise only); the server gets the secure sum
-        and divides it by the public expected count q·K. Adaptive clipping: the shares also
-        carry the clip bits at C_t = state.clip, and the server returns C_{t+1} from their
-        noised fraction (else the clip returned is None).
-
-        Only `self.slots` lanes are computed (the first sampled agents by id), so a round
-        costs about q·K agents, not K. A sampled agent beyond the slots (probability below
-        1e-8 per round by the 6-std margin) sends its noise share only: its exclusion is
-        data-independent and can only lower its inclusion probability, so the guarantee
-        holds as stated (it costs utility, not privacy)."""
-        cfg = self.config
-        k, b_max, s = cfg.agents, cfg.batch_max, self.slots
-        sampled = self.mechanism.sample(mech_keys)  # each agent's own (secret) key
-        (ids,) = jnp.nonzero(sampled, size=s, fill_value=k)
-        valid = ids < k
-        ids = jnp.where(valid, ids, 0)
-        thetas = jnp.broadcast_to(theta_0, (s, self.dim))
-        slot_live = ((jnp.arange(b_max)[None, :] < batch) & live) & valid[:, None]
-        ep = self.sample(thetas, self.env_params_of(state.key, ids), slot_live, k_ep)
-        mu_slots = self.gradients(thetas, ep)
-        # Back to the K agents: a sampled agent in a slot holds its μ, every other one 0.
-        included = jnp.zeros((k,), bool).at[ids].max(valid)
-        mu_k = jnp.zeros((k, self.dim), mu_slots.dtype).at[ids].add(
-            mu_slots * valid[:, None])
-        count = cfg.sampling_rate * k
-        if self.mechanism.adaptive is None:
-            shares = jax.vmap(self.mechanism.share)(mech_keys, mu_k, included)
-            return ep, mean_from_sum(secure_aggregate(shares), count)[None], None
-        shares = jax.vmap(self.mechanism.share, (0, 0, 0, None))(mech_keys, mu_k, included,
-                                                                  state.clip)
-        update, bit_fraction = self.mechanism.unpack(secure_aggregate(shares), state.clip,
-                                                     count)
-        new_clip = self.mechanism.adaptive.next_clip(state.clip, bit_fraction)
-        return ep, mean_from_sum(update, count)[None], new_clip
 
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
@@ -794,3 +886,11 @@ def _mean_return(ep: Episodes) -> Array:
     the episode's length)."""
     live = ep.live.astype(jnp.float32)
     return jnp.sum(jnp.sum(ep.rewards, axis=-1) * live) / jnp.maximum(jnp.sum(live), 1.0)
+
+
+def _episodes(traj: Trajectory, live: Array) -> Episodes:
+    """A rollout of M·n episodes (time-major, learner-major order) as `Episodes` (M, n, ...)."""
+    m, n = live.shape
+    per = lambda a: jnp.swapaxes(a, 0, 1).reshape((m, n, *a.shape[:1], *a.shape[2:]))  # noqa: E731
+    return Episodes(per(traj.obs), per(traj.actions), per(traj.mask), live,
+                    traj.length.reshape(m, n), per(traj.rewards))

@@ -1,4 +1,5 @@
-"""The local runner for FedPG-Cen / FedPG-Dec: all trials vmapped in one jitted round.
+"""The local runner for FedPG-Cen / FedPG-Dec: all trials vmapped in one jitted round (on a
+Gymnasium task, FedPG-Cen's trials in turn, each round's episodes played on the host).
 
 The host drives rounds one at a time, because each round's length is random (B_t, N_t) and a
 trial stops once its agents have spent their episode budget: before every round it charges
@@ -28,6 +29,7 @@ from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
+from privrl.runtime.sharding import host_scan
 from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPG, FedPGConfig
 
 if TYPE_CHECKING:
@@ -84,7 +86,8 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
     cfg = algo.config
     k = cfg.agents
     init = jax.jit(jax.vmap(algo.init))
-    step = jax.jit(jax.vmap(algo.round, in_axes=(0, None, 0)))
+    step = host_rounds(algo) if algo.task.host else jax.jit(
+        jax.vmap(algo.round, in_axes=(0, None, 0)))
     state = init(jax.random.split(jax.random.key(cfg.seed), cfg.trials))
     if cfg.noise == "secret":  # one root per trial from os.urandom, in memory only
         state = state._replace(noise=secret_keys(cfg.trials))
@@ -157,6 +160,21 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
         clip=cols[4] if cfg.adaptive_clip else None,
         final_clip=np.asarray(state.clip) if cfg.adaptive_clip else None,
     )
+
+
+def host_rounds(algo: FedPG) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
+    """The vmapped round's stand-in for a Gymnasium task: each trial's `FedPG.host_round` in
+    turn (`host_scan` of one round), the same stacked state and round info."""
+
+    def step(state: Any, mixing: Any, live: Any) -> tuple[Any, Any]:
+        def one(c: tuple[Any, Any]) -> tuple[tuple[Any, Any], Any]:
+            new, info = algo.host_round(c[0], mixing, c[1])
+            return (new, c[1]), info
+
+        (state, _), info = host_scan(one, 1)((state, jnp.asarray(live)))
+        return state, jax.tree_util.tree_map(lambda a: a[:, 0], info)
+
+    return step
 
 
 def account(algo: FedPG, releases: int) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -51,7 +52,7 @@ from privrl.config import (
 )
 from privrl.envs.cartpole import CartPoleSpec
 from privrl.envs.rollout import Trajectory, rollout_episodes
-from privrl.envs.task import Task, cartpole_task, check_module, configured_task
+from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
@@ -334,12 +335,9 @@ class PGCA3C:
         """`task` (default: the one `config.env`/`config.private_params` name) and `model` (a flax
         module mapping one observation to (logits, value); default: the paper's network,
         `hidden` units, sized from the task's spaces)."""
-        cfg = config.resolved()
-        if task is None:
-            task = configured_task(cfg.env, cfg.private_params, cfg.max_episode_steps,
-                                   lambda: cartpole_task(cfg.max_episode_steps, cfg.gravities))
-        else:  # config.json records what the run used
-            cfg = replace(cfg, env=task.name, private_params=tuple(task.private_spec()))
+        resolved = config.resolved()  # config.json records the task the run used
+        cfg, task = resolve_task(resolved, task, partial(
+            cartpole_task, resolved.max_episode_steps, resolved.gravities))
         self.config, self.task = cfg, task
         self.env, self.env_params = task.env, task.params
         if model is None:

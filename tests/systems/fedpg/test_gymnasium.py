@@ -1,0 +1,144 @@
+"""FedPG-Cen on Gymnasium tasks: the host round is the jitted round with its episodes played on
+the host (same keys, same agent-side code), the host sampler gives the jitted sampler's arrays
+on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py), true (negative) rewards
+reach the gradient and the returns, and the command line runs or refuses in one line
+(fedpg-dec still refuses a Gymnasium task: tests/systems/fedpg/test_task.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+from privrl import main as cli
+from privrl.envs.task import PrivateParam, Task, make_task
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.systems.fedpg.local import run_fedpg
+
+DRIFT = PrivateParam("drift", 0.6, 1.4)
+
+
+def _cfg(**kw) -> FedPGConfig:
+    base = dict(agents=3, budget=10, batch_min=2, batch_max=3, minibatch=1, hidden=(4,),
+                max_episode_steps=12)
+    return FedPGConfig(**{**base, **kw})
+
+
+class Forced(nn.Module):
+    """Two steps right, one back (by the step count in obs[1]) whatever θ: a margin of 50 in
+    the logits, which Gumbel noise (spread < 20 in float32) never overturns, so the jitted and
+    the host rollout (different action keys) play the same episodes."""
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        t = jnp.round(obs[1] * 30.0).astype(jnp.int32)
+        return nn.Dense(2)(obs) + 50.0 * jax.nn.one_hot((t % 3 != 2).astype(jnp.int32), 2)
+
+
+@pytest.fixture()
+def walkers(load_example) -> tuple[Task, Task]:
+    gx = load_example("byo_env")
+    load_example("byo_gymnasium")
+    env = gx.Walk()
+    return (Task(env, env.default_params, "byo_env:Walk", (DRIFT,)),
+            make_task("byo_gymnasium:Walk", [DRIFT]))
+
+
+def test_host_sample_plays_the_jitted_samplers_episodes(walkers) -> None:
+    """The same walker in gymnax and Gymnasium, the same private drifts and policy: `sample`
+    and `host_sample` give the same Episodes (M learners × n episodes, padded to T)."""
+    jx = FedPG(_cfg(), task=walkers[0], model=Forced())
+    gym = FedPG(_cfg(), task=walkers[1], model=Forced())
+    thetas = jnp.stack([jx.model.init(jax.random.key(0))] * 4)
+    live = jnp.array([[True, True], [True, False], [True, True], [False, True]])
+    key, k_env = jax.random.key(5), jax.random.key(7)  # drifts 1.10, 0.89, 0.63, 1.14
+    ids = jnp.arange(4)
+    a = jx.sample(thetas, jx.env_params_of(k_env, ids), live, key)
+    b = gym.host_sample(thetas, gym.env_params_of(k_env, ids), live, key)
+    for name in ("actions", "mask", "live", "length", "rewards"):
+        np.testing.assert_array_equal(np.asarray(getattr(b, name)),
+                                      np.asarray(getattr(a, name)), err_msg=name)
+    # Gymnasium moves x in float64, gymnax in float32: observations agree to float32 rounding.
+    np.testing.assert_allclose(np.asarray(b.obs), np.asarray(a.obs), atol=1e-6)
+    length = np.asarray(a.length)[np.asarray(live)]
+    assert (length < 12).any() and (length == 12).any()  # goal reached and step cap, both
+    assert np.asarray(a.length)[1, 1] == 0 == np.asarray(a.length)[3, 0]  # not played
+
+
+def test_host_round_is_the_jitted_round(walkers) -> None:
+    """On a gymnax task, `host_round` with the jitted sampler in place of the host one runs
+    the jitted round's computation step by step (plan, the agents' Gaussian reports, N_t
+    SCSG steps each sampling with the current θ, finish): the same state to float32
+    rounding. A finished trial (live False) is left unchanged."""
+    cfg = _cfg(mechanism="gaussian", noise_multiplier=1.0, clip=1.0, inner_steps=3)
+    algo = FedPG(cfg, task=walkers[0])
+    algo.host_sample = jax.jit(algo.sample)  # the host path's only host part, jitted here
+    state = algo.init(jax.random.key(1))
+    mixing = jnp.eye(1)
+    live = jnp.asarray(True)
+    want, want_info = jax.jit(algo.round)(state, mixing, live)
+    got, info = algo.host_round(state, mixing, live)
+    assert int(got.rounds) == 1 and np.all(np.asarray(got.used) == np.asarray(want.used))
+    assert float(info.inner_steps) == 3.0 and float(info.batch) == float(want_info.batch)
+    np.testing.assert_allclose(float(info.mean_return), float(want_info.mean_return))
+    moved = np.abs(np.asarray(want.gossip.x - state.gossip.x)).max()
+    assert moved > 1e-4  # three Adam steps of 1e-3
+    np.testing.assert_allclose(np.asarray(got.gossip.x), np.asarray(want.gossip.x),
+                               rtol=1e-5, atol=1e-6)
+    same, _ = algo.host_round(got, mixing, jnp.asarray(False))
+    raw = lambda a: np.asarray(jax.random.key_data(a) if jnp.issubdtype(  # noqa: E731
+        a.dtype, jax.dtypes.prng_key) else a)
+    for a, b in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(got),
+                    strict=True):
+        np.testing.assert_array_equal(raw(a), raw(b))
+
+
+def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> None:
+    """The Gymnasium walker's rewards (−1 a step, −2 a step back) are FedPG's: negating them
+    negates the gradient (whitening is odd), and a run's mean returns are the walker's."""
+    gym = FedPG(_cfg(), task=walkers[1])
+    neg = FedPG(_cfg(), task=replace(walkers[1], reward_transform=lambda r: -r))
+    theta = gym.model.init(jax.random.key(0))
+    thetas = jnp.stack([theta, theta])
+    ep = gym.host_sample(thetas, gym.env_params_of(jax.random.key(1), jnp.arange(2)),
+                         jnp.ones((2, 3), bool), jax.random.key(2))
+    want = np.where(np.asarray(ep.actions) == 1, -1.0, -2.0) * np.asarray(ep.mask)
+    np.testing.assert_array_equal(np.asarray(ep.rewards), want)
+    g, g_neg = gym.gradients(thetas, ep), neg.gradients(thetas, ep)
+    assert float(jnp.linalg.norm(g)) > 1e-3
+    np.testing.assert_allclose(np.asarray(g_neg), -np.asarray(g), rtol=1e-5, atol=1e-7)
+    run = run_fedpg(_cfg(trials=2), task=walkers[1])
+    ret = run.mean_return[np.isfinite(run.mean_return)]
+    # Every step costs 1 or 2 and at most 12 are played: a return is in [−24, −1].
+    assert run.rounds_run >= 2 and np.all((ret <= -1.0) & (ret >= -24.0)), ret
+    assert np.all(run.used.mean(axis=1) >= 10)  # every trial spent its budget
+
+
+def test_gymnasium_cartpole_from_the_command_line(tmp_path) -> None:
+    out = tmp_path / "run"
+    assert cli.main(["run", "fedpg-cen", "--env", "gymnasium:CartPole-v1", "--private",
+                     "gravity=9.7,9.9", "--agents", "2", "--budget", "2", "--batch-min", "1",
+                     "--batch-max", "1", "--minibatch", "1", "--out", str(out),
+                     "--no-progress"]) == 0
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["env"] == "gymnasium:CartPole-v1" and cfg["private_params"] == ["gravity=9.7,9.9"]
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    assert rows and all(float(r.split(",")[-1]) >= 1 for r in rows)  # CartPole: +1 a step
+
+
+@pytest.mark.parametrize("cmd, args, option", [
+    ("fedpg-cen", ["--env", "gymnasium:Nope-v9"], "--env"),
+    ("fedpg-cen", ["--env", "gymnasium:Pendulum-v1"], "--env"),  # continuous actions
+    ("fedpg-cen", ["--env", "gymnasium:CartPole-v1", "--private", "nope=1:2"], "--private"),
+])
+def test_gymnasium_cli_errors_are_one_line(cmd, args, option, capsys, tmp_path) -> None:
+    out = tmp_path / "run"
+    rc = cli.main(["run", cmd, *args, "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and option in err, err
+    assert not out.exists()
