@@ -365,7 +365,7 @@ def fedpg_table(summary: dict) -> Table:
          "not reached" if med is None else f"{med:g}"),
         ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"),
         ("final mean return (last 10 rounds)",
-         ", ".join(f"{x:.0f}" for x in summary["final_mean_return"])),
+         ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
                       f"{summary['compile_seconds']:.1f} s)"),
         ("rounds / s, episodes / s",
