@@ -277,7 +277,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "median_episodes_to_target": (None if np.isinf(np.median(reach))
                                       else float(np.median(reach))),
         "reached_target": int(np.isfinite(reach).sum()),
-        "final_mean_return": [round(float(x), 1) for x in final_return(run)],
+        "final_mean_return": [float(f"{x:.4g}") for x in final_return(run)],
         "rounds": run.rounds_run,
         "rounds_max": int(run.releases.max()),  # rounds of the longest trial
         "wall_seconds": round(run.wall_seconds, 2),
