@@ -1,8 +1,8 @@
-"""FedPG-Cen on Gymnasium tasks: the host round is the jitted round with its episodes played on
-the host (same keys, same agent-side code), the host sampler gives the jitted sampler's arrays
-on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py), true (negative) rewards
-reach the gradient and the returns, and the command line runs or refuses in one line
-(fedpg-dec still refuses a Gymnasium task: tests/systems/fedpg/test_task.py)."""
+"""FedPG-Cen and FedPG-Dec on Gymnasium tasks: the host round is the jitted round with its
+episodes played on the host (same keys, same agent-side code), the host sampler gives the jitted
+sampler's arrays on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py), true
+(negative) rewards reach the gradient and the returns, and the command line runs or refuses in
+one line (fedpg-dec on Ray refuses a Gymnasium task: tests/systems/fedpg/test_task.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ def _cfg(**kw) -> FedPGConfig:
     base = dict(agents=3, budget=10, batch_min=2, batch_max=3, minibatch=1, hidden=(4,),
                 max_episode_steps=12)
     return FedPGConfig(**{**base, **kw})
+
+
+def _raw(a: jax.Array) -> np.ndarray:
+    return np.asarray(jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key)
+                      else a)
 
 
 class Forced(nn.Module):
@@ -91,11 +96,54 @@ def test_host_round_is_the_jitted_round(walkers) -> None:
     np.testing.assert_allclose(np.asarray(got.gossip.x), np.asarray(want.gossip.x),
                                rtol=1e-5, atol=1e-6)
     same, _ = algo.host_round(got, mixing, jnp.asarray(False))
-    raw = lambda a: np.asarray(jax.random.key_data(a) if jnp.issubdtype(  # noqa: E731
-        a.dtype, jax.dtypes.prng_key) else a)
     for a, b in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(got),
                     strict=True):
-        np.testing.assert_array_equal(raw(a), raw(b))
+        np.testing.assert_array_equal(_raw(a), _raw(b))
+
+
+def test_host_dec_round_is_the_jitted_dec_round(walkers) -> None:
+    """FedPG-Dec on the Gymnasium walker: `host_round` with each node's jitted `sample` (its
+    own key, on the gymnax twin) in place of the host sampler runs the jitted round on the
+    gymnax walker step by step (every node's draws, B_t episodes, μ_tᵏ, its own N_t SCSG
+    steps, Gaussian release, push-sum step and mixing): the same state to float32 rounding.
+    A finished trial (live False) is left unchanged; with the host sampler itself, the
+    walker's true (negative) rewards are the round's returns."""
+    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
+    jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
+    state = jx.init(jax.random.key(1))
+    env = jx.env_params_of(state.key, jnp.arange(cfg.agents))  # the same drifts as gym's
+
+    def sample_nodes(thetas, _, live, keys):  # each node's own `sample`, as dec_node_update
+        one = lambda t: jax.tree_util.tree_map(lambda a: a[None], t)  # noqa: E731
+        ep = jax.vmap(lambda th, e, lv, k: jx.sample(th[None], one(e), lv[None], k))(
+            thetas, env, live, keys)
+        return jax.tree_util.tree_map(lambda a: a[:, 0], ep)
+
+    gym.host_sample_nodes = jax.jit(sample_nodes)  # the host path's only host part, jitted
+    mixing = jnp.asarray(jx.topology.matrix(0), jnp.float32)
+    live = jnp.asarray(True)
+    want, want_info = jax.jit(jx.round)(state, mixing, live)
+    got, info = gym.host_round(state, mixing, live)
+    steps = np.asarray(want.used) - np.asarray(state.used)
+    assert len(set(steps.tolist())) > 1  # the nodes' rounds differ in length (B_t + N_t)
+    np.testing.assert_array_equal(np.asarray(got.used), np.asarray(want.used))
+    for name in ("batch", "inner_steps", "participants", "mean_return"):
+        np.testing.assert_allclose(float(getattr(info, name)),
+                                   float(getattr(want_info, name)), err_msg=name)
+    assert np.abs(np.asarray(want.gossip.x - state.gossip.x)).max() > 1e-3  # noise and steps
+    for a, b in zip(jax.tree_util.tree_leaves((got.gossip, got.opt_state)),
+                    jax.tree_util.tree_leaves((want.gossip, want.opt_state)), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    same, _ = gym.host_round(got, mixing, jnp.asarray(False))
+    for a, b in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(got),
+                    strict=True):
+        np.testing.assert_array_equal(_raw(a), _raw(b))
+    del gym.host_sample_nodes  # the Gymnasium walker itself: -1 a step, -2 a step back
+    new, info = gym.host_round(got, mixing, live)
+    # Every step costs 1 or 2 and at most 12 are played: a mean return is in [−24, −1].
+    assert -24.0 <= float(info.mean_return) <= -1.0 and int(new.rounds) == 2
+    assert np.all(np.asarray(new.used) > np.asarray(got.used))
+    assert np.abs(np.asarray(new.gossip.x - got.gossip.x)).max() > 1e-3
 
 
 def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> None:
@@ -119,14 +167,16 @@ def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> N
     assert np.all(run.used.mean(axis=1) >= 10)  # every trial spent its budget
 
 
-def test_gymnasium_cartpole_from_the_command_line(tmp_path) -> None:
+@pytest.mark.parametrize("cmd", ["fedpg-cen", "fedpg-dec"])
+def test_gymnasium_cartpole_from_the_command_line(cmd, tmp_path) -> None:
     out = tmp_path / "run"
-    assert cli.main(["run", "fedpg-cen", "--env", "gymnasium:CartPole-v1", "--private",
+    assert cli.main(["run", cmd, "--env", "gymnasium:CartPole-v1", "--private",
                      "gravity=9.7,9.9", "--agents", "2", "--budget", "2", "--batch-min", "1",
                      "--batch-max", "1", "--minibatch", "1", "--out", str(out),
                      "--no-progress"]) == 0
     cfg = json.loads((out / "config.json").read_text())["config"]
-    assert cfg["env"] == "gymnasium:CartPole-v1" and cfg["private_params"] == ["gravity=9.7,9.9"]
+    assert cfg["algorithm"] == cmd[-3:] and cfg["env"] == "gymnasium:CartPole-v1"
+    assert cfg["private_params"] == ["gravity=9.7,9.9"]
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert rows and all(float(r.split(",")[-1]) >= 1 for r in rows)  # CartPole: +1 a step
 

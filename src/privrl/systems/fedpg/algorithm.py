@@ -486,6 +486,26 @@ class CenPlan(NamedTuple):
     key: Array  # the round's key
 
 
+class NodePlan(NamedTuple):
+    """A FedPG-Dec node's draws for a round, before it plays any episode."""
+
+    batch: Array  # B_t
+    live: Array  # (batch_max,) the episodes it plays (its first B_t)
+    k_ep: Array
+    mech_key: Array  # its mechanism key (its own secret key under secret noise)
+    steps: Array  # N_t (0 for a finished trial)
+    k_inner: Array
+
+
+class DecPlan(NamedTuple):
+    """A FedPG-Dec round before any episode is played (`FedPG.dec_plan`): every node's z_k,
+    private environment and draws (`NodePlan`, leading axis K)."""
+
+    z: Array  # (K, d) θ_{t,0}ᵏ
+    env_params: Any
+    node: NodePlan
+
+
 class FedPGState(NamedTuple):
     """One trial. Cen: x is θ (1, d) and w = 1; Dec: push-sum (x, w) per node."""
 
@@ -530,9 +550,6 @@ class FedPG:
         from the task's spaces)."""
         cfg, self.task = resolve_task(config.resolved(), task, partial(
             cartpole_task, config.max_episode_steps, config.gravities))
-        if self.task.host and cfg.algorithm != "cen":
-            fail("env", f"{self.task.name} is stepped on the host (Gymnasium): fedpg-cen runs "
-                 "it (host_round); fedpg-dec's nodes roll out inside jit, use a gymnax task")
         self.config = cfg
         self.env, self.env_params = self.task.env, self.task.params
         if model is None:  # FedPG-BR's policy, PyTorch's default initialization
@@ -551,6 +568,9 @@ class FedPG:
         self._cen_plan, self._cen_mu = jax.jit(self.cen_plan), jax.jit(self.cen_mu)
         self._cen_finish, self._keep = jax.jit(self.cen_finish), jax.jit(self.keep)
         self._scsg_step = jax.jit(self.scsg_step)
+        self._split_each = jax.jit(jax.vmap(jax.random.split))
+        self._dec_plan, self._gradients = jax.jit(self.dec_plan), jax.jit(self.gradients)
+        self._dec_release, self._dec_finish = jax.jit(self.dec_release), jax.jit(self.dec_finish)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> FedPGState:
@@ -601,6 +621,15 @@ class FedPG:
                                  m * n, self.config.max_episode_steps,
                                  np.asarray(live).reshape(-1))
         return _episodes(jax.tree_util.tree_map(jnp.asarray, traj), jnp.asarray(live))
+
+    def host_sample_nodes(self, thetas: Array, env_params: Any, live: Array, keys: Array
+                          ) -> Episodes:
+        """Each FedPG-Dec node's episodes on a Gymnasium task (the host twin of each node's own
+        `sample` with its key keys[m], vmapped over the nodes): all nodes' episodes in one
+        host rollout, one jitted policy call per step for all of them. The host's randomness
+        (reset seeds, actions) is its own, not the jitted rollout's, so one key serves: the
+        first node's, which its jitted `sample` alone would use."""
+        return self.host_sample(thetas, env_params, live, keys[0])
 
     def advantages(self, ep: Episodes) -> Array:
         """Â: reward-to-go of the task's rewards (discount γ) whitened per episode; (M, n, T)."""
@@ -679,17 +708,21 @@ class FedPG:
         return sel(new_theta, theta), jax.tree_util.tree_map(sel, new_opt, opt)
 
     def host_scsg(self, theta_0: Array, mu: Array, opt_state: Any, steps: Array,
-                  env_params: Any, key: Array) -> tuple[Array, Any]:
+                  env_params: Any, key: Array, each: bool = False) -> tuple[Array, Any]:
         """`scsg` on a Gymnasium task: the same loop (keys, episodes, steps) run on the host,
-        each step's b episodes played with the current θ_n by `host_sample`."""
+        each step's b episodes played with the current θ_n by `host_sample`. `each`: `key`
+        holds one key per learner (M,), split per learner as each FedPG-Dec node's own `scsg`
+        splits its key, and all learners' episodes are played by `host_sample_nodes`."""
         b = self.config.minibatch
         steps = np.asarray(steps)
         theta, opt, k = theta_0, opt_state, key
+        split = self._split_each if each else self._split
+        sample = self.host_sample_nodes if each else self.host_sample
         for n in range(int(steps.max(initial=0))):
-            k, k_ep = self._split(k)
+            k, k_ep = (lambda s: (s[:, 0], s[:, 1]) if each else s)(split(k))
             going = n < steps
-            ep = self.host_sample(theta, env_params, np.broadcast_to(going[:, None],
-                                                                     (going.shape[0], b)), k_ep)
+            ep = sample(theta, env_params, np.broadcast_to(going[:, None], (going.shape[0], b)),
+                        k_ep)
             theta, opt = self._scsg_step(theta, opt, theta_0, mu, jnp.asarray(going), ep)
         return theta, opt
 
@@ -727,10 +760,17 @@ class FedPG:
     def host_round(self, state: FedPGState, mixing: Array, live: Array
                    ) -> tuple[FedPGState, RoundInfo]:
         """`round` of one trial (no trials axis) on a Gymnasium task: the same round, its
-        episodes (the agents' B_t, then the server's b per SCSG step) played on the host and
-        everything else jitted: plan, agents' μ_tᵏ → mechanism → Reports → average, SCSG
-        steps, new state. A trial with `live` False does nothing (its episodes are not
+        episodes played on the host and everything else jitted (`host_cen_round`,
+        `host_dec_round`). A trial with `live` False does nothing (its episodes are not
         played, N_t = 0)."""
+        step = self.host_cen_round if self.config.algorithm == "cen" else self.host_dec_round
+        return step(state, mixing, live)
+
+    def host_cen_round(self, state: FedPGState, mixing: Array, live: Array
+                       ) -> tuple[FedPGState, RoundInfo]:
+        """FedPG-Cen's `host_round`: the agents' B_t episodes, then the server's b per SCSG
+        step, played on the host; plan, agents' μ_tᵏ → mechanism → Reports → average, SCSG
+        steps and new state jitted."""
         del mixing
         round_key = jax.random.fold_in(state.key, state.rounds)
         plan = self._cen_plan(state, round_key, live)
@@ -821,26 +861,64 @@ class FedPG:
 
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
-        cfg = self.config
-        nodes = jnp.arange(cfg.agents)
-        z = push_sum_z(state.gossip)  # θ_{t,0}ᵏ
-        env = self.env_params_of(state.key, nodes)
-        keys = jax.vmap(jax.random.fold_in, (None, 0))(key, nodes)
-        if state.noise is None:
+        z, env, keys, noise = self.dec_inputs(state, key)
+        if noise is None:
             upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None))(
                 z, state.opt_state, env, keys, live)
         else:
-            noise = jax.vmap(node_noise_key, (None, 0, None))(state.noise, nodes, state.rounds)
             upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None, 0))(
                 z, state.opt_state, env, keys, live, noise)
-        gossip = push_sum_mix(push_sum_apply(state.gossip, upd.report), mixing)
-        used = state.used + upd.batch + cfg.minibatch * upd.steps
-        batch = upd.batch.astype(jnp.float32)
-        info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
-                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
-                         jnp.asarray(cfg.agents))
-        return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
-                           state.noise, state.clip), info)
+        return self.dec_finish(state, upd, mixing)
+
+    def host_dec_round(self, state: FedPGState, mixing: Array, live: Array
+                       ) -> tuple[FedPGState, RoundInfo]:
+        """FedPG-Dec's `host_round`: every node's round as in `dec_node_update` (its draws,
+        B_t episodes, μ_tᵏ, N_t SCSG steps, released update), the nodes side by side: their
+        B_t episodes, then their b per SCSG step, played on the host together
+        (`host_sample_nodes`), each node with its own keys; plan, μ_tᵏ, SCSG steps, mechanism
+        → Reports and the push-sum step and mixing jitted."""
+        round_key = jax.random.fold_in(state.key, state.rounds)
+        plan = self._dec_plan(state, round_key, live)
+        node = plan.node
+        ep = self.host_sample_nodes(plan.z, plan.env_params, node.live, node.k_ep)
+        mu = self._gradients(plan.z, ep)
+        theta, opt_state = self.host_scsg(plan.z, mu, state.opt_state, node.steps,
+                                          plan.env_params, node.k_inner, each=True)
+        upd = self._dec_release(plan, ep, theta, opt_state)
+        new, info = self._dec_finish(state, upd, mixing)
+        return self._keep(live, new, state), info
+
+    def dec_inputs(self, state: FedPGState, key: Array) -> tuple[Array, Any, Array,
+                                                                  Array | None]:
+        """Every node's z_k, private environment, round key and (secret noise) noise key."""
+        nodes = jnp.arange(self.config.agents)
+        z = push_sum_z(state.gossip)  # θ_{t,0}ᵏ
+        env = self.env_params_of(state.key, nodes)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(key, nodes)
+        noise = (None if state.noise is None else
+                 jax.vmap(node_noise_key, (None, 0, None))(state.noise, nodes, state.rounds))
+        return z, env, keys, noise
+
+    def dec_plan(self, state: FedPGState, key: Array, live: Array) -> DecPlan:
+        """Every node's draws for the round (`dec_node_plan`), from the keys `dec_round`
+        gives `dec_node_update`."""
+        z, env, keys, noise = self.dec_inputs(state, key)
+        if noise is None:
+            node = jax.vmap(self.dec_node_plan, (0, None))(keys, live)
+        else:
+            node = jax.vmap(self.dec_node_plan, (0, None, 0))(keys, live, noise)
+        return DecPlan(z, env, node)
+
+    def dec_node_plan(self, key: Array, live: Array, noise_key: Array | None = None
+                      ) -> NodePlan:
+        """One node's draws from its round key: B_t, its episodes' keys, its mechanism key
+        (`noise_key` under secret noise), N_t and its SCSG loop's key."""
+        cfg = self.config
+        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
+        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        steps = self.draw_steps(k_n, batch[None]) * live
+        return NodePlan(batch, (jnp.arange(cfg.batch_max) < batch) & live, k_ep,
+                        k_mech if noise_key is None else noise_key, steps[0], k_inner)
 
     def dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
                         live: Array, noise_key: Array | None = None) -> NodeUpdate:
@@ -849,19 +927,40 @@ class FedPG:
         and its update Δ_k = θ_N − z_k released through the mechanism (with `noise_key`, the
         node's own secret key, else a key derived from `key`). The local runner vmaps it over
         the nodes; the Ray runner calls it inside each node's actor."""
-        cfg = self.config
-        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
-        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        plan = self.dec_node_plan(key, live, noise_key)
         one = lambda tree: jax.tree_util.tree_map(lambda a: a[None], tree)  # noqa: E731
         env = one(env_params)
-        ep = self.sample(z[None], env, ((jnp.arange(cfg.batch_max) < batch) & live)[None], k_ep)
+        ep = self.sample(z[None], env, plan.live[None], plan.k_ep)
         mu = self.gradients(z[None], ep)
-        steps = self.draw_steps(k_n, batch[None]) * live
-        theta, opt_state = self.scsg(z[None], mu, one(opt_state), steps, env, k_inner)
-        report = self.mechanism.privatize(k_mech if noise_key is None else noise_key,
-                                          theta[0] - z)
-        return NodeUpdate(report, jax.tree_util.tree_map(lambda a: a[0], opt_state), batch,
-                          steps[0], _mean_return(ep))
+        theta, opt_state = self.scsg(z[None], mu, one(opt_state), plan.steps[None], env,
+                                     plan.k_inner)
+        return self.dec_node_release(z, plan, ep, theta[0],
+                                     jax.tree_util.tree_map(lambda a: a[0], opt_state))
+
+    def dec_node_release(self, z: Array, plan: NodePlan, ep: Episodes, theta: Array,
+                         opt_state: Any) -> NodeUpdate:
+        """A node's update Δ_k = θ_N − z_k through the mechanism, and what it keeps."""
+        return NodeUpdate(self.mechanism.privatize(plan.mech_key, theta - z), opt_state,
+                          plan.batch, plan.steps, _mean_return(ep))
+
+    def dec_release(self, plan: DecPlan, ep: Episodes, theta: Array, opt_state: Any
+                    ) -> NodeUpdate:
+        """`dec_node_release` of every node (its episodes `ep`, its θ_N and optimizer state)."""
+        return jax.vmap(self.dec_node_release)(plan.z, plan.node, ep, theta, opt_state)
+
+    def dec_finish(self, state: FedPGState, upd: NodeUpdate, mixing: Array
+                   ) -> tuple[FedPGState, RoundInfo]:
+        """Every node steps x_k ← x_k + w_k Δ̃_k, the (x, w) gossip along the round's graph;
+        the new state and what the round reports."""
+        cfg = self.config
+        gossip = push_sum_mix(push_sum_apply(state.gossip, upd.report), mixing)
+        used = state.used + upd.batch + cfg.minibatch * upd.steps
+        batch = upd.batch.astype(jnp.float32)
+        info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
+                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
+                         jnp.asarray(cfg.agents))
+        return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
+                           state.noise, state.clip), info)
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""

@@ -1,5 +1,5 @@
 """The local runner for FedPG-Cen / FedPG-Dec: all trials vmapped in one jitted round (on a
-Gymnasium task, FedPG-Cen's trials in turn, each round's episodes played on the host).
+Gymnasium task, the trials in turn, each round's episodes played on the host).
 
 The host drives rounds one at a time, because each round's length is random (B_t, N_t) and a
 trial stops once its agents have spent their episode budget: before every round it charges

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privrl.config import ConfigError
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
@@ -248,6 +249,10 @@ def run_fedpg_dec_ray(
     if cfg.algorithm != "dec":
         raise ValueError("the Ray runtime runs FedPG-Dec (nodes exchanging push-sum messages)")
     algo = FedPG(cfg)
+    if algo.task.host:
+        raise ConfigError("runtime", f"{algo.task.name} is stepped on the host (Gymnasium): "
+                          "run it with the local runtime (a Ray node's round is one jitted "
+                          "function)")
     k = cfg.agents
     directory.mkdir(parents=True, exist_ok=True)
     started_here, cluster = start_ray(ray, address)
