@@ -37,6 +37,8 @@ class Trajectory(NamedTuple):
 
 # (key, obs (P, obs_dim)) -> actions (P,), or (actions, aux) to record aux (e.g. dropout masks)
 PolicyFn = Callable[[Array, Array], Any]
+# (key, raw obs (P, obs_dim)) -> the observations the learner sees (LDP observations)
+ObserveFn = Callable[[Array, Any], Any]
 
 
 def rollout_episodes(
@@ -106,7 +108,7 @@ def rollout_episodes(
 
 
 def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,
-                 active: Any = None) -> Trajectory:
+                 active: Any = None, observe: ObserveFn | None = None) -> Trajectory:
     """One episode in each Gymnasium environment (`reset(seed=...)`, `step(action)` returning
     (obs, reward, terminated, truncated, info)), stepped on the host: `rollout_episodes`'s arrays.
 
@@ -116,14 +118,29 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     ends when the environment terminates or truncates (its own time limit) or at `max_steps`;
     `terminated` is the environment's flag alone. Reset seeds come from `key`, so a rollout is
     reproducible. Returns numpy arrays (float32 observations and rewards).
+
+    `observe` (jit it): what the policy and the arrays see of each observation the
+    environments return, e.g. an LDP mechanism's release; the raw observations never leave
+    this function. Its keys (one per release time: reset, then each step) are split from `key`
+    apart from the rest; None: the raw observations, and the keys of a rollout without it.
     """
     n = len(envs)
+    if observe is not None:
+        key, k_obs = jax.random.split(key)
+        obs_keys = jax.random.split(k_obs, max_steps + 1)
     k_reset, k_loop = jax.random.split(key)
     seeds = np.asarray(jax.random.randint(k_reset, (n,), 0, np.iinfo(np.int32).max))
     live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
     obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
+    raw = obs.copy() if observe is not None else obs  # the environments' own observations
+
+    def seen(t: int, rows: Any) -> None:  # the observed rows after release time t
+        if observe is not None and rows.size:
+            obs[rows] = np.asarray(observe(obs_keys[t], raw), np.float32)[rows]
+
     for i in np.flatnonzero(live):
-        obs[i] = envs[i].reset(seed=int(seeds[i]))[0]
+        raw[i] = envs[i].reset(seed=int(seeds[i]))[0]
+    seen(0, np.flatnonzero(live))
     obs_b = np.zeros((max_steps, *obs.shape), np.float32)
     act_b = np.zeros((max_steps, n), np.int32)
     mask_b = np.zeros((max_steps, n), np.float32)
@@ -145,10 +162,12 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
                 b[t] = np.asarray(a)
         action = np.asarray(action)
         obs_b[t], act_b[t], mask_b[t] = obs, action, live
-        for i in np.flatnonzero(live):
-            obs[i], reward, fell, cut, _ = envs[i].step(int(action[i]))
+        stepped = np.flatnonzero(live)
+        for i in stepped:
+            raw[i], reward, fell, cut, _ = envs[i].step(int(action[i]))
             rew_b[t, i] = reward
             term[i] = bool(fell)
             live[i] = not (fell or cut)
+        seen(t + 1, stepped)
     length = mask_b.sum(0).astype(np.int32)
     return Trajectory(obs_b, act_b, mask_b, obs, term, length, aux_b, rew_b)

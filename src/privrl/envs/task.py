@@ -260,13 +260,24 @@ class GymnasiumTask(Task):
         return self._pool[:n]
 
     def rollout(self, params: Any, policy: Callable[[Array, Any], Any], key: Array,
-                num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
+                num_envs: int, max_steps: int, active: Any = None,
+                observe: Callable[[Array, Any], Any] | None = None) -> Trajectory:
         """`rollout_episodes` on the host: environment i gets its private attributes from
         `params` (leaves with a leading axis of size num_envs, as `agents_params` gives) before
-        its reset, then plays one episode; returns a Trajectory of numpy arrays."""
+        its reset, then plays one episode; returns a Trajectory of numpy arrays. `observe`:
+        what the learner sees of the observations (`rollout_host`)."""
         envs = self.envs(num_envs)
         set_attributes(envs, params)
-        return rollout_host(envs, policy, key, max_steps, active)
+        return rollout_host(envs, policy, key, max_steps, active, observe)
+
+    def start(self, params: Any, key: Array) -> tuple[Any, np.ndarray]:
+        """One agent's environment for a learner that steps it itself (`env.step(action)`):
+        the private attributes of `params` (one agent's, as `agent_params` gives) set, reset
+        with a seed drawn from `key`; returns (environment, first observation as float32)."""
+        env = self.envs(1)[0]
+        set_attributes([env], jax.tree_util.tree_map(lambda x: np.asarray(x)[None], params))
+        seed = int(jax.random.randint(key, (), 0, np.iinfo(np.int32).max))
+        return env, np.asarray(env.reset(seed=seed)[0], np.float32)
 
 
 # --- making tasks ----------------------------------------------------------------------------

@@ -103,7 +103,6 @@ def test_acrobot_episode_and_config_json(tmp_path) -> None:
 
 @pytest.mark.parametrize("cmd, args, option", [
     ("dp-dqn", ["--env", "gymnax:Nope"], "--env"),
-    ("dp-dqn", ["--env", "gymnasium:CartPole-v1"], "--env"),  # host-side rollout
     ("dp-dqn", ["--env", "gymnax:Acrobot-v1", "--private", "nope=1:2"], "--private"),
     ("ldp-dqn", ["--env", "gymnax:Acrobot-v1"], "--mode"),  # sigma mode is CartPole's
     ("ldp-reinforce", ["--env", "gymnax:Acrobot-v1", "--mode", "box"], "--box-low"),

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
@@ -62,6 +63,8 @@ from privrl.systems.dpsgd_rl.episodic import (
     episode_env_key,
     episodic_task,
     evaluate_greedy,
+    evaluate_greedy_host,
+    host_observer,
     make_env,
     observed_env,
     progress_init,
@@ -303,7 +306,7 @@ class DQN:
         """`task` (default: the one `config.env`/`config.private_params` name, CartPole-v1) and
         `model` (a flax module mapping one observation to the Q-values of the task's actions;
         default: the slides' MLP, `hidden` units, sized from the task's spaces)."""
-        cfg, task = episodic_task(config.resolved(), task, host=False)
+        cfg, task = episodic_task(config.resolved(), task)
         self.config, self.task = cfg, task
         self.env, self.env_params = make_env(cfg, task)
         # privrl's ReLU MLP: DP-SGD clips per-transition gradients in one pass (privacy.dpsgd);
@@ -321,6 +324,12 @@ class DQN:
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private else None)
         self.update_cap = cfg.max_updates()
+        # The jitted pieces of a host-side (Gymnasium) episode, compiled once per run.
+        self._plan, self._act, self._learn, self._finish = (
+            jax.jit(self.plan), jax.jit(self.act), jax.jit(self.learn), jax.jit(self.finish))
+        self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
+        # LDP on each host observation (one at a time; an evaluation rollout's rows), or None
+        self._observe, self._observe_rows = host_observer(cfg, rows=False), host_observer(cfg)
 
     def init(self, key: Array) -> DQNState:
         cfg = self.config
@@ -379,23 +388,23 @@ class DQN:
             return report.value / norm
         return clipped_grad_sum(params, obs, losses, cfg.clip, rows)[0] / norm  # σ = 0
 
-    def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
-        """One environment step and (if the buffer is ready and the cap allows) one update.
-        `params`: the episode's environment parameters (default: the task's); the carry's
-        last entry accumulates the episode's return (the environment's rewards)."""
+    def act(self, s: DQNState, obs: Array, key: Array) -> tuple[Array, Array, Array, Array]:
+        """The ε-greedy action on `obs`: (the loop's next key, action, the environment step's
+        key, the update's key)."""
         cfg = self.config
-        params = self.env_params if params is None else params
-        env_state, obs, key, ret = carry
         key, k_eps, k_act, k_env, k_grad = jax.random.split(key, 5)
         eps = cfg.explore_end + (cfg.explore_start - cfg.explore_end) * jnp.exp(
             -s.steps / cfg.explore_decay)
         greedy = jnp.argmax(self.model.apply(s.theta, obs))
         action = jnp.where(jax.random.uniform(k_eps) < eps,
                            jax.random.randint(k_act, (), 0, self.task.num_actions), greedy)
-        env = observed_env(self.env, s.obs_noise)
-        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
-        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
-        reward = jnp.asarray(reward, jnp.float32)
+        return key, action, k_env, k_grad
+
+    def learn(self, s: DQNState, obs: Array, action: Array, reward: Array, next_obs: Array,
+              terminal: Array, k_grad: Array) -> DQNState:
+        """Store the transition (the task's reward) and, if the buffer is ready and the cap
+        allows, make one (DP-SGD) update and move the target network."""
+        cfg = self.config
         replay = replay_add(s.replay, obs, action, self.task.rewards(reward, jnp.float32(1.0)),
                             next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
@@ -407,17 +416,35 @@ class DQN:
         opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), opt_state,
                                            s.opt_state)
         target = jnp.where(learn, cfg.tau * theta + (1 - cfg.tau) * s.target, s.target)
-        s = s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
-                       steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
+        return s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
+                          steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
+
+    def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
+        """One environment step and (if the buffer is ready and the cap allows) one update.
+        `params`: the episode's environment parameters (default: the task's); the carry's
+        last entry accumulates the episode's return (the environment's rewards)."""
+        params = self.env_params if params is None else params
+        env_state, obs, key, ret = carry
+        key, action, k_env, k_grad = self.act(s, obs, key)
+        env = observed_env(self.env, s.obs_noise)
+        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
+        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
+        reward = jnp.asarray(reward, jnp.float32)
+        s = self.learn(s, obs, action, reward, next_obs, terminal, k_grad)
         return s, (env_state, next_obs, key, ret + reward), terminal > 0
+
+    def plan(self, s: DQNState) -> tuple[tuple[Array, ...], Any, Array]:
+        """This episode's keys (next state's, reset, loop, evaluation), its agent's
+        environment parameters and whether the seed still runs."""
+        key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
+        params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
+        return (key, k_reset, k_loop, k_eval), params, ~s.stopped
 
     def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
         cfg = self.config
-        key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
+        (key, k_reset, k_loop, k_eval), params, active = self.plan(s)
         env = observed_env(self.env, s.obs_noise)
-        params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
         obs, env_state = env.reset_env(k_reset, params)
-        active = ~s.stopped
 
         def cond(c: tuple) -> Array:
             t, _, _, done = c
@@ -434,6 +461,12 @@ class DQN:
         theta = s.theta
         eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
                                    k_eval, cfg.max_episode_steps, active)
+        return self.finish(s, key, train_return, eval_ret, active)
+
+    def finish(self, s: DQNState, key: Array, train_return: Array, eval_ret: Array,
+               active: Array) -> tuple[DQNState, EpisodeMetrics]:
+        """The episode's bookkeeping: progress, pause, counters, the stop rule, its metrics."""
+        cfg = self.config
         progress = progress_update(s.progress, eval_ret, active, cfg.solve_threshold)
         if cfg.pause_at is not None:
             s = s._replace(paused=jnp.where(active, eval_ret >= cfg.pause_at, s.paused))
@@ -444,3 +477,36 @@ class DQN:
         metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), s.updates)
         return s._replace(key=key, progress=progress, episodes=episodes, stopped=stopped), metrics
+
+    def host_episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
+        """`episode` for a task stepped on the host (a Gymnasium task): the environment steps
+        in Python; `plan`, each ε-greedy action (`act`), each transition's storage and update
+        (`learn`), the LDP release of each observation and `finish` are the jitted path's,
+        with its keys, so the run is the jitted one step for step. The one difference: a
+        transition is terminal when Gymnasium says `terminated` (a time limit is not), where a
+        gymnax environment's `is_terminated` may include its time limit."""
+        cfg = self.config
+        (key, k_reset, k_loop, k_eval), params, active = self._plan(s)
+        active = bool(active)
+        rows = self._observe_rows
+        observe = None if rows is None else (lambda k, o: rows(s.obs_noise, k, o))
+
+        def seen(k: Array, raw: Any) -> Any:  # PrivateObservations' keys: split(k) = env, noise
+            raw = np.asarray(raw, np.float32)
+            return raw if self._observe is None else np.asarray(
+                self._observe(s.obs_noise, jax.random.split(k)[1], raw))
+
+        ret, t, done = np.float32(0.0), 0, not active
+        if active:
+            env, raw = self.task.start(params, jax.random.split(k_reset)[0])
+            obs, key_t = seen(k_reset, raw), k_loop
+        while not done and t < cfg.max_episode_steps:
+            key_t, action, k_env, k_grad = self._act(s, obs, key_t)
+            raw, reward, fell, cut, _ = env.step(int(action))
+            next_obs, reward = seen(k_env, raw), np.float32(reward)
+            s = self._learn(s, obs, action, reward, next_obs, np.float32(fell), k_grad)
+            obs, ret, t, done = next_obs, ret + reward, t + 1, bool(fell or cut)
+        theta = s.theta
+        eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
+                                        cfg.max_episode_steps, active, observe)
+        return self._finish(s, key, ret, eval_ret, jnp.bool_(active))

@@ -32,7 +32,12 @@ from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.noise import NOISE_MODES
-from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy, PrivateObservations
+from privrl.systems.dpsgd_rl.ldp_obs import (
+    ObservationPrivacy,
+    PrivateObservations,
+    private_observation,
+    private_observations,
+)
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
     """The task a REINFORCE or DQN run learns on (`task`, else the config's, else CartPole-v1;
     envs.task.resolve_task) and the config naming it, with the observation mechanism checked
     against the task's observations. `host` False: the learner rolls out inside jit only, and
-    refuses a task stepped on the host (Gymnasium)."""
+    refuses a task stepped on the host (Gymnasium). A host task's LDP observations are
+    released by `host_observer` as the rollout returns them."""
     cfg, task = resolve_task(cfg, task, partial(cartpole_task, cfg.max_episode_steps))
     if task.host and not host:
         fail("env", f"{task.name} is stepped on the host (Gymnasium); this learner steps its "
@@ -139,9 +145,6 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
     if cfg.obs.mode == "sigma" and task.name != "gymnax:CartPole-v1":
         fail("obs.mode", "sigma mode's noise is scaled to CartPole's state components; "
              f"for {task.name} use box mode with the observation's bounds")
-    if task.host and cfg.obs.mechanism() is not None:
-        fail("obs.mode", f"{task.name} is stepped on the host; LDP observations wrap a "
-             "gymnax environment (use a gymnax task)")
     if cfg.obs.mode == "box" and len(cfg.obs.box_low) != task.obs_dim:
         fail("obs.box_low", f"{len(cfg.obs.box_low)} bounds for {task.name}'s "
              f"{task.obs_dim}-dimensional observations")
@@ -149,9 +152,11 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
 
 
 def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
-    """The task's environment, seen through the observation mechanism when LDP is on."""
+    """The task's environment, seen through the observation mechanism when LDP is on (a host
+    task's is not wrapped: its rollouts apply `host_observer`)."""
     mech = cfg.obs.mechanism()
-    return (task.env if mech is None else PrivateObservations(task.env, mech)), task.params
+    wrap = mech is not None and not task.host
+    return (PrivateObservations(task.env, mech) if wrap else task.env), task.params
 
 
 def episode_env_key(cfg: EpisodicConfig) -> Array:
@@ -191,10 +196,23 @@ def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_s
 
 
 def evaluate_greedy_host(task: Task, greedy: Any, key: Array, max_steps: int,
-                         active: bool) -> Array:
+                         active: bool, observe: Any = None) -> Array:
     """`evaluate_greedy` for a task that rolls out on the host (a Gymnasium task), with the
-    task's default dynamics; `greedy(obs)` gives the actions (jit it)."""
+    task's default dynamics; `greedy(obs)` gives the actions (jit it); `observe`: what the
+    policy sees of the observations (`host_observer`; None: the raw ones)."""
     defaults = jax.tree_util.tree_map(lambda x: np.asarray(x)[None], task.params)
     traj = task.rollout(defaults, lambda k, obs: greedy(obs), key, 1, max_steps,
-                        np.array([active]))
+                        np.array([active]), observe)
     return np.sum(traj.rewards[:, 0])
+
+
+def host_observer(cfg: EpisodicConfig, rows: bool = True) -> Any:
+    """For a host task: `observe(noise_root, key, obs)`, the jitted LDP release of the
+    observations a Gymnasium environment returns (the jitted path's mechanism and key
+    discipline, a secret root folded in as there), or None without LDP. `rows`: obs is a
+    rollout's batch (n, obs_dim) (ldp_obs.private_observations); else one observation
+    (ldp_obs.private_observation)."""
+    mech = cfg.obs.mechanism()
+    if mech is None:
+        return None
+    return jax.jit(partial(private_observations if rows else private_observation, mech))

@@ -123,6 +123,21 @@ class ObservationPrivacy(Config):
         }
 
 
+def private_observation(mechanism: Mechanism, noise_root: Array | None, key: Array,
+                        obs: Array) -> Array:
+    """What the learner sees of one observation: `mechanism`'s release of it, keyed by the
+    release's seeded `key` (with a secret `noise_root`: `secret_fold(noise_root, key)`)."""
+    return mechanism.privatize(secret_fold(noise_root, key), obs).value
+
+
+def private_observations(mechanism: Mechanism, noise_root: Array | None, key: Array,
+                         obs: Array) -> Array:
+    """`private_observation` of each row of `obs` (n, obs_dim), row i keyed by
+    `split(key, n)[i]`: a host rollout's batch of observations after one step (jit it)."""
+    keys = jax.random.split(key, obs.shape[0])
+    return jax.vmap(lambda k, o: private_observation(mechanism, noise_root, k, o))(keys, obs)
+
+
 class PrivateObservations:
     """A gymnax-style environment whose observations pass through an LDP mechanism first.
 
@@ -141,19 +156,16 @@ class PrivateObservations:
         taken from the learner's state, so the root is an argument, never a constant."""
         return PrivateObservations(self.env, self.mechanism, noise_root)
 
-    def _noise_key(self, key: Array) -> Array:
-        return secret_fold(self.noise_root, key)
-
     def reset_env(self, key: Array, params: Any) -> tuple[Array, Any]:
         k_env, k_noise = jax.random.split(key)
         obs, state = self.env.reset_env(k_env, params)
-        return self.mechanism.privatize(self._noise_key(k_noise), obs).value, state
+        return private_observation(self.mechanism, self.noise_root, k_noise, obs), state
 
     def step_env(self, key: Array, state: Any, action: Array, params: Any) -> tuple:
         k_env, k_noise = jax.random.split(key)
         obs, state, reward, done, info = self.env.step_env(k_env, state, action, params)
-        return (self.mechanism.privatize(self._noise_key(k_noise), obs).value, state, reward,
-                done, info)
+        return (private_observation(self.mechanism, self.noise_root, k_noise, obs), state,
+                reward, done, info)
 
     def is_terminated(self, state: Any, params: Any) -> Array:
         return self.env.is_terminated(state, params)

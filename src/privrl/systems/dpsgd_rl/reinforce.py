@@ -48,6 +48,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     episodic_task,
     evaluate_greedy,
     evaluate_greedy_host,
+    host_observer,
     make_env,
     observed_env,
     progress_init,
@@ -155,6 +156,7 @@ class Reinforce:
         self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
         self._plan, self._update, self._finish = (jax.jit(self.plan), jax.jit(self.update),
                                                   jax.jit(self.finish))
+        self._observe = host_observer(cfg)  # LDP observations of a host rollout, or None
 
     def init(self, key: Array) -> ReinforceState:
         k_theta, key = jax.random.split(key)
@@ -232,15 +234,18 @@ class Reinforce:
 
     def host_episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
         """`episode` for a task that rolls out on the host (a Gymnasium task): the training
-        and evaluation episodes are played on the host, everything else is jitted."""
+        and evaluation episodes are played on the host, everything else is jitted. With LDP
+        observations, each observation is released (jitted) before the policy sees it."""
         cfg = self.config
         (key, k_roll, k_noise, k_eval), params, active = self._plan(s)
         live = np.full(cfg.batch_episodes, bool(active))
+        observe = (None if self._observe is None
+                   else lambda k, o: self._observe(s.obs_noise, k, o))
         traj = self.task.rollout(params, lambda k, o: self._act(s.theta, k, o), k_roll,
-                                 cfg.batch_episodes, cfg.max_episode_steps, live)
+                                 cfg.batch_episodes, cfg.max_episode_steps, live, observe)
         theta, opt_state, _ = self._update(s, traj, k_noise)
         eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
-                                        cfg.max_episode_steps, bool(active))
+                                        cfg.max_episode_steps, bool(active), observe)
         return self._finish(s, key, theta, opt_state, traj, eval_ret)
 
     def plan(self, s: ReinforceState) -> tuple[tuple[Array, ...], Any, Array]:
