@@ -19,7 +19,8 @@
   2× longer with the older ones);
 - XLA optimizes only for the tests marked `learning` (long training runs, where execution time
   dominates), and then at LLVM's level 1, not 2 (the 13 learning tests: 187 -> 168 CPU-s,
-  their code no slower where it matters), unless the mark says `xla_optimize=False` (a
+  their code no slower where it matters; `learning(llvm_level=2)` where it is: FedPG-Dec's,
+  about 8 CPU-s less at level 2), unless the mark says `xla_optimize=False` (a
   learning test whose compiling costs more than optimization saves: measured per test); every
   other test, the Ray tests and their actors included, checks logic on tiny shapes, where
   compiling is most of the time, and optimization changes no result
@@ -67,6 +68,15 @@ def pytest_configure(config: pytest.Config) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+# XLA CPU splits a program's LLVM code generation into parts compiled on parallel threads; on 2
+# cores already busy with 2 workers that costs more CPU than it saves (one part: 5-12 % less CPU
+# on the PGC-A3C, FedPG and DP-SGD modules, measured with one worker).
+_ONE_CODEGEN_PART = {"xla_cpu_parallel_codegen_split_count": 1}
+# LLVM's level for the optimized compiles of the running test: `learning(llvm_level=2)` asks for
+# XLA's default, 2 (pytest_runtest_setup).
+_LLVM_LEVEL = [1]
+
+
 def _fast_unoptimized_compiles() -> None:
     """Every compilation made under `jax_disable_most_optimizations` also turns off XLA's MLIR
     fusion emitters; every other one (the learning tests') asks LLVM for level 1. JAX offers
@@ -85,8 +95,8 @@ def _fast_unoptimized_compiles() -> None:
                             **kwargs: Any) -> Any:
         extra = ({"xla_cpu_use_fusion_emitters": False}
                  if jax.config.read("jax_disable_most_optimizations")
-                 else {"xla_backend_optimization_level": 1})
-        env_options_overrides = {**(env_options_overrides or {}), **extra}
+                 else {"xla_backend_optimization_level": _LLVM_LEVEL[0]})
+        env_options_overrides = {**(env_options_overrides or {}), **extra, **_ONE_CODEGEN_PART}
         return original(*args, env_options_overrides=env_options_overrides, **kwargs)
 
     compiler.get_compile_options = get_compile_options
@@ -147,6 +157,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     learning = item.get_closest_marker("learning")
     optimized = learning is not None and learning.kwargs.get("xla_optimize", True)
     jax.config.update("jax_disable_most_optimizations", not optimized)
+    _LLVM_LEVEL[0] = learning.kwargs.get("llvm_level", 1) if optimized else 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -167,11 +178,13 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if cache == "off":
         cache = str(tmp_path_factory.mktemp("jax-cache"))  # the actors' own, as before
     # The actors compile as the Ray tests' drivers do (pytest_runtest_setup and
-    # _fast_unoptimized_compiles): without optimizations and without the MLIR fusion emitters.
+    # _fast_unoptimized_compiles): without optimizations, without the MLIR fusion emitters, and
+    # with code generation in one part.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache,
                                        "JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
-                                       "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false"}})
+                                       "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false "
+                                                    "--xla_cpu_parallel_codegen_split_count=1"}})
     yield
     ray.shutdown()
 
