@@ -179,9 +179,11 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         cache = str(tmp_path_factory.mktemp("jax-cache"))  # the actors' own, as before
     # The actors compile as the Ray tests' drivers do (pytest_runtest_setup and
     # _fast_unoptimized_compiles): without optimizations, without the MLIR fusion emitters, and
-    # with code generation in one part.
+    # with code generation in one part; every program they compile goes to the cache, so that a
+    # restarted actor does not compile its programs again.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache,
+                                       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                                        "JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
                                        "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false "
                                                     "--xla_cpu_parallel_codegen_split_count=1"}})

@@ -75,7 +75,7 @@ def run_topology_matrix(cfg: FedPGConfig, t: int) -> np.ndarray:
 
 @pytest.mark.slow
 def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
-    rc = main(["run", "fedpg-dec", "--runtime", "ray", "--agents", "3", "--budget", "40",
+    rc = main(["run", "fedpg-dec", "--runtime", "ray", "--agents", "2", "--budget", "40",
                "--out", str(tmp_path / "run"), "--no-progress"])
     assert rc == 0
     for name in ("config.json", "privacy.json", "summary.json", "metrics.csv", "ray.json",
