@@ -2,7 +2,7 @@
 episodes played on the host (same keys, same agent-side code), the host sampler gives the jitted
 sampler's arrays on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py), true
 (negative) rewards reach the gradient and the returns, and the command line runs or refuses in
-one line (fedpg-dec on Ray refuses a Gymnasium task: tests/systems/fedpg/test_task.py)."""
+one line (fedpg-dec on Ray, a node's host round: tests/systems/fedpg/test_ray.py)."""
 
 from __future__ import annotations
 
@@ -144,6 +144,44 @@ def test_host_dec_round_is_the_jitted_dec_round(walkers) -> None:
     assert -24.0 <= float(info.mean_return) <= -1.0 and int(new.rounds) == 2
     assert np.all(np.asarray(new.used) > np.asarray(got.used))
     assert np.abs(np.asarray(new.gossip.x - got.gossip.x)).max() > 1e-3
+
+
+def test_host_dec_node_update_is_the_jitted_node_update(walkers) -> None:
+    """A Ray node's round on a Gymnasium task (`host_dec_node_update`: one node, its episodes
+    on the host) with its jitted `sample` on the gymnax twin in place of the host sampler is
+    `dec_node_update` on the gymnax walker (the Ray node's round on a gymnax task): the same
+    draws, B_t episodes, μ_tᵏ, N_t SCSG steps and Gaussian release, for each node, with and
+    without a secret noise key. With the host sampler itself the walker's rewards come back."""
+    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
+    jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
+    state = jx.init(jax.random.key(1))
+    z, env, keys, _ = jx.dec_inputs(state, jax.random.key(2))
+    at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
+
+    def sample_nodes(thetas, env_one, live, keys):  # the one node's own jitted `sample`
+        return jx.sample(thetas, env_one, live, keys[0])
+
+    gym.host_sample_nodes = jax.jit(sample_nodes)
+    update = jax.jit(jx.dec_node_update)
+    live = jnp.asarray(True)
+    steps = set()
+    for i in range(cfg.agents):
+        noise = None if i == 0 else jax.random.key(10 + i)
+        args = (z[i], at(state.opt_state, i), at(env, i), keys[i], live, noise)
+        want, got = update(*args), gym.host_dec_node_update(*args)
+        steps.add(int(want.steps))
+        assert int(got.batch) == int(want.batch) and int(got.steps) == int(want.steps)
+        np.testing.assert_allclose(float(got.mean_return), float(want.mean_return))
+        assert np.abs(np.asarray(want.report.value)).max() > 1e-3  # noise and steps
+        for a, b in zip(jax.tree_util.tree_leaves((got.report.value, got.opt_state)),
+                        jax.tree_util.tree_leaves((want.report.value, want.opt_state)),
+                        strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert len(steps) > 1  # the nodes' rounds differ in length
+    del gym.host_sample_nodes  # the Gymnasium walker itself: -1 a step, -2 a step back
+    gym_env = gym.env_params_of(state.key, jnp.arange(cfg.agents))  # the same drifts
+    upd = gym.host_dec_node_update(*args[:2], at(gym_env, i), *args[3:])
+    assert -24.0 <= float(upd.mean_return) <= -1.0
 
 
 def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> None:

@@ -1,5 +1,6 @@
 """FedPG-Dec on Ray with a real local Ray cluster (2 CPUs): nodes gossiping peer to peer
-reproduce the local runner even when nodes are killed mid-round; the CLI runs it."""
+reproduce the local runner even when nodes are killed mid-round; the CLI runs it, on a gymnax
+task and on a Gymnasium task (each node's episodes played on the host in its actor)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,17 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
     rc = main(["run", "fedpg-dec", "--address", "auto", "--out", str(tmp_path / "x"),
                "--no-progress"])
     assert rc == 2 and not (tmp_path / "x").exists()
+    # A Gymnasium task: each node plays its episodes on the host, in its own actor.
+    out = tmp_path / "gym"
+    rc = main(["run", "fedpg-dec", "--runtime", "ray", "--env", "gymnasium:CartPole-v1",
+               "--private", "gravity=9.7,9.9", "--agents", "2", "--budget", "2",
+               "--batch-min", "1", "--batch-max", "1", "--minibatch", "1", "--out", str(out),
+               "--no-progress"])
+    assert rc == 0
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["env"] == "gymnasium:CartPole-v1"
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    assert rows and all(float(r.split(",")[-1]) >= 1 for r in rows)  # CartPole: +1 a step
+    gossip = json.loads((out / "ray.json").read_text())["gossip"]
+    assert gossip["nodes"] == 2 and gossip["rounds"] == len(rows)
+    assert (out / "nodes" / "node1.npz").exists()

@@ -120,8 +120,10 @@ def test_wrong_model_contract_is_refused_at_construction() -> None:
 @pytest.mark.parametrize("cmd, args, option", [
     ("fedpg-cen", ["--env", "gymnax:Nope"], "--env"),
     ("fedpg-cen", ["--env", "gymnax:Pendulum-v1"], "--env"),  # continuous actions
-    # a Ray node's round is one jitted function: no host-side rollout
-    ("fedpg-dec", ["--env", "gymnasium:CartPole-v1", "--runtime", "ray"], "--runtime"),
+    # a Gymnasium task runs on Ray (tests/systems/fedpg/test_ray.py); a bad one fails first,
+    # before any cluster starts or any directory is made
+    ("fedpg-dec", ["--env", "gymnasium:CartPole-v1", "--private", "nope=1:2", "--runtime",
+                   "ray"], "--private"),
     ("fedpg-dec", ["--env", "gymnax:Acrobot-v1", "--private", "nope=1:2"], "--private"),
     ("fedpg-dec", ["--private", "gravity=x"], "--private"),
     ("fedpg-cen", ["--env", "gymnax:Acrobot-v1", "--gravities", "9.7,9.9"], "--gravities"),

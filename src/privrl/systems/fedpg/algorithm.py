@@ -571,6 +571,8 @@ class FedPG:
         self._split_each = jax.jit(jax.vmap(jax.random.split))
         self._dec_plan, self._gradients = jax.jit(self.dec_plan), jax.jit(self.gradients)
         self._dec_release, self._dec_finish = jax.jit(self.dec_release), jax.jit(self.dec_finish)
+        self._dec_node_plan = jax.jit(self.dec_node_plan)
+        self._dec_node_release = jax.jit(self.dec_node_release)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> FedPGState:
@@ -936,6 +938,23 @@ class FedPG:
                                      plan.k_inner)
         return self.dec_node_release(z, plan, ep, theta[0],
                                      jax.tree_util.tree_map(lambda a: a[0], opt_state))
+
+    def host_dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
+                             live: Array, noise_key: Array | None = None) -> NodeUpdate:
+        """`dec_node_update` on a Gymnasium task, for one node (a Ray node's round): its
+        plan, its B_t episodes and then its b per SCSG step played on the host in this process,
+        μ_tᵏ, the SCSG steps and the release through the mechanism jitted. The pieces of
+        `host_dec_round` for one node: its episodes are those `host_sample_nodes` plays from
+        the node's own keys (as when it is the first node of a local round)."""
+        plan = self._dec_node_plan(key, live, noise_key)
+        one = lambda tree: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], tree)  # noqa: E731
+        env = one(env_params)
+        ep = self.host_sample_nodes(z[None], env, plan.live[None], plan.k_ep[None])
+        mu = self._gradients(z[None], ep)
+        theta, opt_state = self.host_scsg(z[None], mu, one(opt_state), plan.steps[None], env,
+                                          plan.k_inner[None], each=True)
+        return self._dec_node_release(z, plan, ep, theta[0],
+                                      jax.tree_util.tree_map(lambda a: a[0], opt_state))
 
     def dec_node_release(self, z: Array, plan: NodePlan, ep: Episodes, theta: Array,
                          opt_state: Any) -> NodeUpdate:

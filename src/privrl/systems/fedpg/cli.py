@@ -294,13 +294,6 @@ def run_fedpg_dec_command(
         if epsilon_budget is not None or budget_composition is not BudgetComposition.basic:
             raise ConfigError("--epsilon-budget", "a privacy budget (and its composition) is "
                                                   "enforced by the local runtime only")
-        if cfg.env is not None:
-            from privrl.systems.fedpg.algorithm import FedPG
-
-            if FedPG(cfg).task.host:
-                raise ConfigError("--runtime", f"{cfg.env} is stepped on the host (Gymnasium): "
-                                  "run it with --runtime local (a Ray node's round is one "
-                                  "jitted function)")
         from privrl.runtime.ray import require_ray
 
         require_ray()

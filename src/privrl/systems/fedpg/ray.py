@@ -1,11 +1,14 @@
 """FedPG-Dec on Ray: every node is a Ray actor; nodes exchange push-sum messages peer to peer.
 
-A node actor owns its private CartPole, its policy's optimizer state and a
-`privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
+A node actor owns its private environment (CartPole by default), its policy's optimizer state
+and a `privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
 
 1. **step** — the node runs `FedPG.dec_node_update` (the function the local runner vmaps over
    the nodes) from its z_k: B_t episodes, its own μ_tᵏ, N_t SCSG steps, and its update released
-   through the mechanism as a `Report`, after charging its own ledger. It applies the Report to
+   through the mechanism as a `Report`, after charging its own ledger. On a Gymnasium task
+   (`task.host`) it runs `FedPG.host_dec_node_update` instead: the same round with its
+   episodes played on the host in the node's own process (the pieces of the local
+   `host_dec_round`, for one node), the rest jitted. It applies the Report to
    x_k and calls `receive` on each out-neighbour's actor directly with that neighbour's share.
    Only push-sum shares (post-processing of Reports) ever leave a node.
 2. **mix** — once a node holds the round-t share of each in-neighbour it sums them.
@@ -39,7 +42,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privrl.config import ConfigError
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
@@ -72,7 +74,10 @@ class NodeActor:
         self.key = state.key
         env = self.algo.env_params_of(state.key, jnp.array([node]))
         self.env = jax.tree_util.tree_map(lambda a: a[0], env)
-        self._update = jax.jit(self.algo.dec_node_update)
+        # A Gymnasium task: the round on the host (episodes here, the rest jitted piece by
+        # piece); else one jitted function.
+        self._update = (self.algo.host_dec_node_update if self.algo.task.host
+                        else jax.jit(self.algo.dec_node_update))
         # Secret noise: this process's own root from os.urandom, in memory only, passed to the
         # jitted program as an argument (never a constant a compilation cache could store).
         self._noise = secret_keys() if config.noise == "secret" else None
@@ -94,8 +99,9 @@ class NodeActor:
 
     def warmup(self) -> None:
         """Compile the node's round (with JAX's persistent cache on, as the CLI sets it, the
-        first node compiles and the others load its program: the driver staggers them)."""
-        if not isinstance(self._update, jax.stages.Compiled):
+        first node compiles and the others load its program: the driver staggers them). A
+        host (Gymnasium) round's pieces compile on their first call, in round 0."""
+        if not self.algo.task.host and not isinstance(self._update, jax.stages.Compiled):
             args = (jnp.asarray(self.gossip.z), self.opt_state, self.env, self.key,
                     jnp.bool_(True), self._noise_key(0))
             self._update = self._update.lower(*args).compile()
@@ -249,10 +255,6 @@ def run_fedpg_dec_ray(
     if cfg.algorithm != "dec":
         raise ValueError("the Ray runtime runs FedPG-Dec (nodes exchanging push-sum messages)")
     algo = FedPG(cfg)
-    if algo.task.host:
-        raise ConfigError("runtime", f"{algo.task.name} is stepped on the host (Gymnasium): "
-                          "run it with the local runtime (a Ray node's round is one jitted "
-                          "function)")
     k = cfg.agents
     directory.mkdir(parents=True, exist_ok=True)
     started_here, cluster = start_ray(ray, address)
