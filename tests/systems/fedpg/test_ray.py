@@ -76,28 +76,26 @@ def run_topology_matrix(cfg: FedPGConfig, t: int) -> np.ndarray:
 
 @pytest.mark.slow
 def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
-    rc = main(["run", "fedpg-dec", "--runtime", "ray", "--agents", "2", "--budget", "40",
-               "--out", str(tmp_path / "run"), "--no-progress"])
-    assert rc == 0
-    for name in ("config.json", "privacy.json", "summary.json", "metrics.csv", "ray.json",
-                 "nodes/node0.npz"):
-        assert (tmp_path / "run" / name).exists(), name
-    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
-    assert privacy["noise_keys"]["mode"] == "secret"  # the Ray runtime's default
+    """One CLI run on Ray, on a Gymnasium task (each node plays its episodes on the host, in
+    its own actor; gymnax nodes on Ray: the test above): the run directory, the Ray runtime's
+    default secret noise keys, the gossip record; `--address` without `--runtime ray` fails."""
     rc = main(["run", "fedpg-dec", "--address", "auto", "--out", str(tmp_path / "x"),
                "--no-progress"])
     assert rc == 2 and not (tmp_path / "x").exists()
-    # A Gymnasium task: each node plays its episodes on the host, in its own actor.
     out = tmp_path / "gym"
     rc = main(["run", "fedpg-dec", "--runtime", "ray", "--env", "gymnasium:CartPole-v1",
                "--private", "gravity=9.7,9.9", "--agents", "2", "--budget", "2",
                "--batch-min", "1", "--batch-max", "1", "--minibatch", "1", "--out", str(out),
                "--no-progress"])
     assert rc == 0
+    for name in ("config.json", "privacy.json", "summary.json", "metrics.csv", "ray.json",
+                 "nodes/node0.npz", "nodes/node1.npz"):
+        assert (out / name).exists(), name
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["noise_keys"]["mode"] == "secret"  # the Ray runtime's default
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert cfg["env"] == "gymnasium:CartPole-v1"
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert rows and all(float(r.split(",")[-1]) >= 1 for r in rows)  # CartPole: +1 a step
     gossip = json.loads((out / "ray.json").read_text())["gossip"]
     assert gossip["nodes"] == 2 and gossip["rounds"] == len(rows)
-    assert (out / "nodes" / "node1.npz").exists()
