@@ -264,16 +264,29 @@ def count_releases(monkeypatch: pytest.MonkeyPatch) -> Any:
     return install
 
 
+def _import_example(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """examples/<name>.py imported as the module `name`, registered in `sys.modules` for as long
+    as `monkeypatch` lasts (so that `<name>:<callable>` environment specs and the example's
+    dataclasses resolve)."""
+    spec = importlib.util.spec_from_file_location(name, _ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def load_example(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`load_example(name)` imports examples/<name>.py as the module `name` (so that
-    `<name>:<callable>` environment specs and its dataclasses resolve) for one test."""
+    """`load_example(name)` imports examples/<name>.py as the module `name` for one test."""
+    return lambda name: _import_example(name, monkeypatch)
 
-    def load(name: str) -> Any:
-        spec = importlib.util.spec_from_file_location(name, _ROOT / "examples" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        monkeypatch.setitem(sys.modules, name, module)
-        spec.loader.exec_module(module)
-        return module
 
-    return load
+@pytest.fixture(scope="session")
+def walk() -> Iterator[Any]:
+    """examples/byo_env.py's walker as a Task: −1 per step right, −2 per step left, private
+    `drift` (a step moves x by ±drift, drawn in [0.6, 1.4]; the observation is (x/5, t/30))."""
+    from privrl.envs.task import PrivateParam, Task
+
+    with pytest.MonkeyPatch.context() as mp:
+        env = _import_example("byo_env", mp).Walk()
+        yield Task(env, env.default_params, "byo_env:Walk", (PrivateParam("drift", 0.6, 1.4),))

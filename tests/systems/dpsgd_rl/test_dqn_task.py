@@ -5,10 +5,7 @@ refused before anything runs, config.json naming the task."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,23 +15,8 @@ from flax import linen as nn
 
 from privrl import main as cli
 from privrl.config import ConfigError
-from privrl.envs.task import PrivateParam, Task
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 from privrl.systems.dpsgd_rl.local import run_episodic, save
-
-EXAMPLE = Path(__file__).parents[3] / "examples" / "byo_env.py"
-
-
-@pytest.fixture(scope="module")
-def walk() -> Task:
-    """examples/byo_env.py's walker: −1 per step right, −2 per step left, private `drift`
-    (a step moves x by ±drift; the observation is (x/5, t/30))."""
-    spec = importlib.util.spec_from_file_location("byo_env", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["byo_env"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    env = module.Walk()
-    return Task(env, env.default_params, "byo_env:Walk", (PrivateParam("drift", 0.6, 1.4),))
 
 
 def _cfg(**kw) -> DQNConfig:

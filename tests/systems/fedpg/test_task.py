@@ -4,11 +4,8 @@ before anything runs, config.json naming the task."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,22 +15,9 @@ from flax import linen as nn
 
 from privrl import main as cli
 from privrl.config import ConfigError
-from privrl.envs.task import PrivateParam, Task, make_task
+from privrl.envs.task import make_task
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 from privrl.systems.fedpg.local import run_fedpg, save
-
-EXAMPLE = Path(__file__).parents[3] / "examples" / "byo_env.py"
-
-
-@pytest.fixture(scope="module")
-def walk() -> Task:
-    """examples/byo_env.py's walker: −1 per step right, −2 per step left, private `drift`."""
-    spec = importlib.util.spec_from_file_location("byo_env", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["byo_env"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    env = module.Walk()
-    return Task(env, env.default_params, "byo_env:Walk", (PrivateParam("drift", 0.6, 1.4),))
 
 
 def _cfg(**kw) -> FedPGConfig:
