@@ -13,6 +13,7 @@ consumes either.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -56,55 +57,119 @@ def rollout_episodes(
     of inactive environments costs next to nothing. A policy that returns (actions, aux) has
     its aux recorded per step in `Trajectory.aux`.
     """
+    carry = _start(env, env_params, policy, key, num_envs, max_steps, active)
+
+    def cond(tc: tuple) -> Array:
+        t, c = tc
+        return (t < max_steps) & ~jnp.all(c.done)
+
+    def body(tc: tuple) -> tuple:
+        t, c = tc
+        return t + 1, _step(env, env_params, policy, num_envs, t, c)
+
+    _, carry = jax.lax.while_loop(cond, body, (jnp.int32(0), carry))
+    return _finish(carry)
+
+
+def rollout_trials(
+    env: Any,
+    env_params: Any,
+    policy: Callable[[Any, Array, Array], Any],
+    policy_args: Any,
+    keys: Array,
+    num_envs: int,
+    max_steps: int,
+    active: Array,
+) -> Trajectory:
+    """`rollout_episodes` for N independent trials at once: trial i's episodes are exactly
+    `rollout_episodes(env, env_params[i], partial(policy, policy_args[i]), keys[i], num_envs,
+    max_steps, active[i])` (every argument but the policy has a leading trial axis; outputs
+    too).
+
+    Why not `vmap(rollout_episodes)`: a vmapped `while_loop` selects between the old and the
+    new value of its whole carry on every step (the trials that have finished keep theirs),
+    buffers included; here one loop steps every trial until all are done, and a finished
+    trial's environments keep their state by themselves (`_step`), so nothing is copied.
+    """
+
+    def begin(params: Any, args: Any, key: Array, act: Array) -> _Carry:
+        return _start(env, params, partial(policy, args), key, num_envs, max_steps, act)
+
+    def step(params: Any, args: Any, t: Array, c: _Carry) -> _Carry:
+        return _step(env, params, partial(policy, args), num_envs, t, c)
+
+    def cond(tc: tuple) -> Array:
+        t, c = tc
+        return (t < max_steps) & ~jnp.all(c.done)
+
+    def body(tc: tuple) -> tuple:
+        t, c = tc
+        return t + 1, jax.vmap(step, (0, 0, None, 0))(env_params, policy_args, t, c)
+
+    carry = jax.vmap(begin)(env_params, policy_args, keys, active)
+    _, carry = jax.lax.while_loop(cond, body, (jnp.int32(0), carry))
+    return jax.vmap(_finish)(carry)
+
+
+class _Carry(NamedTuple):
+    """One batch of episodes in progress (a `rollout_episodes` loop's state)."""
+
+    state: Any
+    obs: Array
+    done: Array
+    term: Array
+    obs_b: Array
+    act_b: Array
+    mask_b: Array
+    rew_b: Array
+    aux_b: Any
+    key: Array
+
+
+def _start(env: Any, env_params: Any, policy: PolicyFn, key: Array, num_envs: int,
+           max_steps: int, active: Array | None) -> _Carry:
     k_reset, k_loop = jax.random.split(key)
     obs0, state0 = jax.vmap(env.reset_env)(jax.random.split(k_reset, num_envs), env_params)
     obs_dim = obs0.shape[-1]
-    obs_buf = jnp.zeros((max_steps, num_envs, obs_dim), obs0.dtype)
-    act_buf = jnp.zeros((max_steps, num_envs), jnp.int32)
-    mask_buf = jnp.zeros((max_steps, num_envs), jnp.float32)
-    rew_buf = jnp.zeros((max_steps, num_envs), jnp.float32)
-    done0 = jnp.zeros((num_envs,), bool) if active is None else ~active
-    term0 = jnp.zeros((num_envs,), bool)
     out = jax.eval_shape(policy, k_loop, obs0)
-    with_aux = isinstance(out, tuple)
     aux_buf = (jax.tree_util.tree_map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), out[1])
-               if with_aux else None)
+               if isinstance(out, tuple) else None)
+    return _Carry(
+        state0, obs0, jnp.zeros((num_envs,), bool) if active is None else ~active,
+        jnp.zeros((num_envs,), bool), jnp.zeros((max_steps, num_envs, obs_dim), obs0.dtype),
+        jnp.zeros((max_steps, num_envs), jnp.int32), jnp.zeros((max_steps, num_envs), jnp.float32),
+        jnp.zeros((max_steps, num_envs), jnp.float32), aux_buf, k_loop)
 
-    def cond(carry: tuple) -> Array:
-        t, _, _, done, *_ = carry
-        return (t < max_steps) & ~jnp.all(done)
 
-    def body(carry: tuple) -> tuple:
-        t, state, obs, done, term, obs_b, act_b, mask_b, rew_b, aux_b, k = carry
-        k, k_act, k_step = jax.random.split(k, 3)
-        action = policy(k_act, obs)
-        if with_aux:
-            action, aux = action
-            aux_b = jax.tree_util.tree_map(lambda b, a: b.at[t].set(a), aux_b, aux)
-        keys = jax.random.split(k_step, num_envs)
-        next_obs, next_state, reward, _, _ = jax.vmap(env.step_env)(keys, state, action, env_params)
-        live = ~done
-        obs_b = obs_b.at[t].set(obs)
-        act_b = act_b.at[t].set(action)
-        mask_b = mask_b.at[t].set(live.astype(jnp.float32))
-        rew_b = rew_b.at[t].set(jnp.where(live, reward.astype(jnp.float32), 0.0))
-        fell = jax.vmap(env.is_terminated)(next_state, env_params)
-        # Environments that have ended keep their final observation and state.
-        keep = lambda new, old: jnp.where(  # noqa: E731
-            live.reshape((-1,) + (1,) * (new.ndim - 1)), new, old
-        )
-        state = jax.tree_util.tree_map(keep, next_state, state)
-        obs = keep(next_obs, obs)
-        term = term | (live & fell)
-        done = done | fell
-        return t + 1, state, obs, done, term, obs_b, act_b, mask_b, rew_b, aux_b, k
+def _step(env: Any, env_params: Any, policy: PolicyFn, num_envs: int, t: Array, c: _Carry
+          ) -> _Carry:
+    """Step t of every environment; ended ones keep their final observation and state."""
+    k, k_act, k_step = jax.random.split(c.key, 3)
+    action = policy(k_act, c.obs)
+    aux_b = c.aux_b
+    if aux_b is not None:
+        action, aux = action
+        aux_b = jax.tree_util.tree_map(lambda b, a: b.at[t].set(a), aux_b, aux)
+    keys = jax.random.split(k_step, num_envs)
+    next_obs, next_state, reward, _, _ = jax.vmap(env.step_env)(keys, c.state, action, env_params)
+    live = ~c.done
+    obs_b = c.obs_b.at[t].set(c.obs)
+    act_b = c.act_b.at[t].set(action)
+    mask_b = c.mask_b.at[t].set(live.astype(jnp.float32))
+    rew_b = c.rew_b.at[t].set(jnp.where(live, reward.astype(jnp.float32), 0.0))
+    fell = jax.vmap(env.is_terminated)(next_state, env_params)
+    keep = lambda new, old: jnp.where(  # noqa: E731
+        live.reshape((-1,) + (1,) * (new.ndim - 1)), new, old
+    )
+    state = jax.tree_util.tree_map(keep, next_state, c.state)
+    obs = keep(next_obs, c.obs)
+    return _Carry(state, obs, c.done | fell, c.term | (live & fell), obs_b, act_b, mask_b, rew_b,
+                  aux_b, k)
 
-    carry = (jnp.int32(0), state0, obs0, done0, term0, obs_buf, act_buf, mask_buf, rew_buf,
-             aux_buf, k_loop)
-    _, _, final_obs, _, term, obs_b, act_b, mask_b, rew_b, aux_b, _ = jax.lax.while_loop(
-        cond, body, carry)
-    length = jnp.sum(mask_b, axis=0).astype(jnp.int32)
-    return Trajectory(obs_b, act_b, mask_b, final_obs, term, length, aux_b, rew_b)
+
+def _finish(c: _Carry) -> Trajectory:
+    length = jnp.sum(c.mask_b, axis=0).astype(jnp.int32)
+    return Trajectory(c.obs_b, c.act_b, c.mask_b, c.obs, c.term, length, c.aux_b, c.rew_b)
 
 
 def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,

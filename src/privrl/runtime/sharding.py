@@ -17,19 +17,25 @@ def trial_devices(trials: int, devices: int | None = None) -> int:
     return max(1, min(devices or jax.local_device_count(), jax.local_device_count(), trials))
 
 
-def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False
-               ) -> Callable[..., Any]:
+def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False,
+               batched: bool = False) -> Callable[..., Any]:
     """vmap `fn` over a leading trials axis and split that axis over `devices` host devices.
 
     Trials are independent, so no collectives: every argument and output is sharded on axis 0,
     whose length must be a multiple of `devices`. `sequential`: `lax.map` instead of vmap, for
     programs that call the host (float-safe noise) inside a `while_loop`, which JAX cannot
     batch over trials (an io_callback under a batched loop predicate).
+    `batched`: `fn` already takes a batch of trials (each device's share), so it is not vmapped.
     """
     mesh = Mesh(np.array(jax.local_devices()[:devices]), ("trials",))
     spec = PartitionSpec("trials")
-    batched = (lambda *a: jax.lax.map(lambda t: fn(*t), a)) if sequential else jax.vmap(fn)
-    return jax.shard_map(batched, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    if batched:
+        per_device = fn
+    elif sequential:
+        per_device = lambda *a: jax.lax.map(lambda t: fn(*t), a)  # noqa: E731
+    else:
+        per_device = jax.vmap(fn)
+    return jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
 
 
 def host_scan(step: Callable[[Any], tuple[Any, Any]], length: int) -> Callable[[Any], Any]:

@@ -34,7 +34,7 @@ from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, trial_group
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     median_fst,
@@ -80,22 +80,26 @@ def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
 class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
-    `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call and
+    `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call
+    (`PGCA3C.run_rounds_trials`, computing gradients `group` trials at a time) and
     returns (state, scores) with scores of shape (trials, chunk * P), NaN where no agent
     submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
     they cost no environment steps. Trials are padded to a multiple of the device count with
     retired dummies, which are dropped from the outputs.
     """
 
-    def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None):
+    def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None,
+                 group: int | None = None):
         self.devices = n_dev = trial_devices(trials, devices)
         self.trials = trials
         self.padded = math.ceil(trials / n_dev) * n_dev
+        # The gradient batch (`PGCA3C.round_trials`): by default this run's own.
+        group = group or trial_group(trials, n_dev)
 
         def advance(state: Any, retired: jax.Array) -> Any:
-            return algo.run_rounds(state._replace(retired=retired), chunk)
+            return algo.run_rounds_trials(state._replace(retired=retired), chunk, group)
 
-        self._run = jax.jit(shard_vmap(advance, n_dev))
+        self._run = jax.jit(shard_vmap(advance, n_dev, batched=True))
         self._init = jax.jit(shard_vmap(algo.init, n_dev))
 
     def init(self, key: jax.Array, noise: str = "seeded") -> Any:
@@ -215,7 +219,9 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     else:
         # The chunk of a setting's own run, so retirement is checked where that run checks it.
         chunk = chunk_rounds or _chunk_rounds(total_rounds, p, k)
-        runner = ShardedTrials(algo, n_set * k, chunk, devices)
+        # Each trial's gradient in a batch of its own run's size, so its floats are that run's.
+        own = trial_devices(k, devices)
+        runner = ShardedTrials(algo, n_set * k, chunk, devices, trial_group(k, own))
         noise = next((c.noise for c, _ in settings if c.mechanism != "none"), cfg.noise)
         keys = _trial_keys(cfg.seed, k, n_set, runner.padded, devices)
         state = runner.init_keys(keys, noise or "seeded")
