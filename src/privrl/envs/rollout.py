@@ -5,6 +5,8 @@ as soon as every episode has ended (or hit the step cap), so short episodes cost
 are padded to `max_steps`; `mask[t, p]` marks the steps that really happened and `rewards[t, p]`
 is the environment's own reward for that step (learners use it, never an assumed +1 per step).
 
+`rollout_trials` runs N independent trials' rollouts in one loop (PGC-A3C's local runner).
+
 `rollout_host` is its host-side twin for Gymnasium environments (Python objects that cannot run
 inside jit): the same padded arrays, so the same agent-side code (loss, gradient, mechanism)
 consumes either.
@@ -81,10 +83,11 @@ def rollout_trials(
     max_steps: int,
     active: Array,
 ) -> Trajectory:
-    """`rollout_episodes` for N independent trials at once: trial i's episodes are exactly
-    `rollout_episodes(env, env_params[i], partial(policy, policy_args[i]), keys[i], num_envs,
-    max_steps, active[i])` (every argument but the policy has a leading trial axis; outputs
-    too).
+    """`rollout_episodes` for N independent trials at once: trial i's episodes are the same
+    computation as `rollout_episodes(env, env_params[i], partial(policy, policy_args[i]),
+    keys[i], num_envs, max_steps, active[i])` (every argument but the policy has a leading
+    trial axis; outputs too). XLA may fuse the element-wise steps differently in the two
+    programs, so floats can differ in their last bits (tests/kernel/envs/test_rollout_trials.py).
 
     Why not `vmap(rollout_episodes)`: a vmapped `while_loop` selects between the old and the
     new value of its whole carry on every step (the trials that have finished keep theirs),

@@ -1,0 +1,72 @@
+"""Steady-state cost of the reproduction's program: one chunk (111 rounds) of one setting's
+trials against one chunk of all 9 settings' trials as one program (`privrl reproduce pgc-a3c`).
+
+Both are the local runner's sharded program (paper preset, 20 trials per setting, the host's
+devices); each chunk's process CPU time and wall time are measured after the first two chunks
+(compilation, and the exploration phase, whose chunks cost more), and the median of the rest
+is reported. What issue 21 compares: the whole sweep's cost against one setting's.
+
+    python benchmarks/bench_sweep_chunk.py [--chunks 5] [--preset paper]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
+from privrl.runtime.devices import use_host_devices
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--chunks", type=int, default=5, help="timed chunks (after 2 untimed)")
+    ap.add_argument("--preset", default="paper")
+    ap.add_argument("--trials", type=int, default=20)
+    args = ap.parse_args()
+    use_host_devices()
+
+    import jax
+    import numpy as np
+
+    from privrl.runtime.sharding import trial_devices
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, trial_group
+    from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default, _trial_keys
+    from privrl.systems.pgc_a3c.reproduce import SweepConfig
+
+    sweep = SweepConfig(preset=args.preset, trials=args.trials)
+    every = [_seeded_by_default(sweep.run_config(s)) for s in sweep.settings()]
+    one = [c for c in every if c.mechanism == "laplace" and c.epsilon == 5.0]
+    k = args.trials
+    print(f"# {platform.machine()}, {os.cpu_count()} cores, {jax.local_device_count()} devices, "
+          f"python {sys.version.split()[0]}, jax {jax.__version__}; preset {args.preset}, "
+          f"{k} trials per setting")
+    print("| program | trials | CPU-s per chunk | wall s per chunk |")
+    print("|---|---:|---:|---:|")
+    for name, configs in (("one setting (Laplace ε = 5)", one), ("9 settings as one program",
+                                                                  every)):
+        algo = PGCA3C.for_settings(configs) if len(configs) > 1 else PGCA3C(configs[0])
+        runner = ShardedTrials(algo, len(configs) * k, 111, None,
+                               trial_group(k, trial_devices(k)))
+        state = runner.init_keys(_trial_keys(0, k, len(configs), runner.padded, None), "seeded")
+        if len(configs) > 1:
+            index = np.repeat(np.arange(len(configs)), k)
+            index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
+            state = state._replace(setting=algo.setting_data(index))
+        cpu, wall = [], []
+        for i in range(2 + args.chunks):
+            t0, c0 = time.perf_counter(), time.process_time()
+            state, _ = runner.run_chunk(state)
+            if i >= 2:
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+        print(f"| {name} | {len(configs) * k} | {statistics.median(cpu):.2f} | "
+              f"{statistics.median(wall):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
