@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.runtime.sharding import in_blocks
+
 
 class Trajectory(NamedTuple):
     """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P)."""
@@ -59,18 +61,19 @@ def rollout_episodes(
     of inactive environments costs next to nothing. A policy that returns (actions, aux) has
     its aux recorded per step in `Trajectory.aux`.
     """
-    carry = _start(env, env_params, policy, key, num_envs, max_steps, active)
+    live, bufs = _start(env, env_params, policy, key, num_envs, max_steps, active)
 
-    def cond(tc: tuple) -> Array:
-        t, c = tc
-        return (t < max_steps) & ~jnp.all(c.done)
+    def cond(c: tuple) -> Array:
+        t, live, _ = c
+        return (t < max_steps) & ~jnp.all(live.done)
 
-    def body(tc: tuple) -> tuple:
-        t, c = tc
-        return t + 1, _step(env, env_params, policy, num_envs, t, c)
+    def body(c: tuple) -> tuple:
+        t, live, bufs = c
+        live, rec = _advance(env, env_params, policy, num_envs, live)
+        return t + 1, live, jax.tree_util.tree_map(lambda b, r: b.at[t].set(r), bufs, rec)
 
-    _, carry = jax.lax.while_loop(cond, body, (jnp.int32(0), carry))
-    return _finish(carry)
+    _, live, bufs = jax.lax.while_loop(cond, body, (jnp.int32(0), live, bufs))
+    return _finish(live, bufs)
 
 
 def rollout_trials(
@@ -82,97 +85,128 @@ def rollout_trials(
     num_envs: int,
     max_steps: int,
     active: Array,
+    block: int,
+    stages: Sequence[int] = (),
 ) -> Trajectory:
-    """`rollout_episodes` for N independent trials at once: trial i's episodes are the same
-    computation as `rollout_episodes(env, env_params[i], partial(policy, policy_args[i]),
+    """`rollout_episodes` for N independent trials at once (N a multiple of `block`): trial
+    i's episodes are `rollout_episodes(env, env_params[i], partial(policy, policy_args[i]),
     keys[i], num_envs, max_steps, active[i])` (every argument but the policy has a leading
-    trial axis; outputs too). XLA may fuse the element-wise steps differently in the two
-    programs, so floats can differ in their last bits (tests/kernel/envs/test_rollout_trials.py).
+    trial axis; outputs too), and a trial whose episodes have all ended stops costing steps.
 
-    Why not `vmap(rollout_episodes)`: a vmapped `while_loop` selects between the old and the
-    new value of its whole carry on every step (the trials that have finished keep theirs),
-    buffers included; here one loop steps every trial until all are done, and a finished
-    trial's environments keep their state by themselves (`_step`), so nothing is copied.
+    How: the trials step `block` at a time (`runtime.sharding.in_blocks`), so a trial's step is
+    the same compiled arithmetic in any stage and any batch of trials. The loop
+    runs in `stages` (decreasing multiples of `block`): once at most `stages[0]` trials still
+    run, those are gathered and stepped on alone, then at most `stages[1]`, and so on. Why not
+    `vmap(rollout_episodes)`: its loop steps every trial until the batch's longest episode
+    ends (one almost always runs to `max_steps`), and selects old or new for every trial's
+    whole loop state, buffers included, on every step.
     """
 
-    def begin(params: Any, args: Any, key: Array, act: Array) -> _Carry:
+    def begin(params: Any, args: Any, key: Array, act: Array) -> tuple[_Live, _Record]:
         return _start(env, params, partial(policy, args), key, num_envs, max_steps, act)
 
-    def step(params: Any, args: Any, t: Array, c: _Carry) -> _Carry:
-        return _step(env, params, partial(policy, args), num_envs, t, c)
+    def advance_one(params: Any, args: Any, live: _Live) -> tuple[_Live, _Record]:
+        return _advance(env, params, partial(policy, args), num_envs, live)
 
-    def cond(tc: tuple) -> Array:
-        t, c = tc
-        return (t < max_steps) & ~jnp.all(c.done)
+    advance = in_blocks(jax.vmap(advance_one), block)
 
-    def body(tc: tuple) -> tuple:
-        t, c = tc
-        return t + 1, jax.vmap(step, (0, 0, None, 0))(env_params, policy_args, t, c)
+    def running(live: _Live) -> Array:  # (trials,) bool: some episode of the trial still runs
+        return ~jnp.all(live.done, axis=-1)
 
-    carry = jax.vmap(begin)(env_params, policy_args, keys, active)
-    _, carry = jax.lax.while_loop(cond, body, (jnp.int32(0), carry))
-    return jax.vmap(_finish)(carry)
+    def run(t: Array, live: _Live, bufs: _Record, rows: Array, consts: tuple,
+            sizes: Sequence[int]) -> tuple[Array, _Live, _Record]:
+        bound = sizes[0] if sizes else 0
+
+        def cond(c: tuple) -> Array:
+            t, live, _ = c
+            return (t < max_steps) & (jnp.sum(running(live)) > bound)
+
+        def body(c: tuple) -> tuple:
+            t, live, bufs = c
+            live, rec = advance(*consts, live)
+            return t + 1, live, jax.tree_util.tree_map(lambda b, r: b.at[rows, t].set(r),
+                                                       bufs, rec)
+
+        t, live, bufs = jax.lax.while_loop(cond, body, (t, live, bufs))
+        if not sizes:
+            return t, live, bufs
+        # The still-running trials first (stable), then finished ones to fill the stage.
+        pick = jnp.argsort(~running(live), stable=True)[: sizes[0]]
+        take = lambda x: x[pick]  # noqa: E731
+        t, sub, bufs = run(t, jax.tree_util.tree_map(take, live), bufs, rows[pick],
+                           jax.tree_util.tree_map(take, consts), sizes[1:])
+        return t, jax.tree_util.tree_map(lambda x, y: x.at[pick].set(y), live, sub), bufs
+
+    n = keys.shape[0]
+    if n % block or any(s % block for s in stages):
+        raise ValueError(f"trials ({n}) and stages ({stages}) must be multiples of block {block}")
+    live, bufs = jax.vmap(begin)(env_params, policy_args, keys, active)
+    _, live, bufs = run(jnp.int32(0), live, bufs, jnp.arange(n), (env_params, policy_args),
+                        [s for s in stages if s < n])
+    return jax.vmap(_finish)(live, bufs)
 
 
-class _Carry(NamedTuple):
-    """One batch of episodes in progress (a `rollout_episodes` loop's state)."""
+class _Live(NamedTuple):
+    """A batch of environments' episodes in progress."""
 
     state: Any
     obs: Array
     done: Array
     term: Array
-    obs_b: Array
-    act_b: Array
-    mask_b: Array
-    rew_b: Array
-    aux_b: Any
     key: Array
 
 
+class _Record(NamedTuple):
+    """One step of every environment (or, stacked over time, the trajectory's buffers)."""
+
+    obs: Array
+    action: Array
+    mask: Array  # 1.0 where the environment's episode was still running
+    reward: Array
+    aux: Any
+
+
 def _start(env: Any, env_params: Any, policy: PolicyFn, key: Array, num_envs: int,
-           max_steps: int, active: Array | None) -> _Carry:
+           max_steps: int, active: Array | None) -> tuple[_Live, _Record]:
+    """Reset every environment; empty (max_steps, num_envs, ...) buffers."""
     k_reset, k_loop = jax.random.split(key)
     obs0, state0 = jax.vmap(env.reset_env)(jax.random.split(k_reset, num_envs), env_params)
-    obs_dim = obs0.shape[-1]
     out = jax.eval_shape(policy, k_loop, obs0)
-    aux_buf = (jax.tree_util.tree_map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), out[1])
-               if isinstance(out, tuple) else None)
-    return _Carry(
-        state0, obs0, jnp.zeros((num_envs,), bool) if active is None else ~active,
-        jnp.zeros((num_envs,), bool), jnp.zeros((max_steps, num_envs, obs_dim), obs0.dtype),
-        jnp.zeros((max_steps, num_envs), jnp.int32), jnp.zeros((max_steps, num_envs), jnp.float32),
-        jnp.zeros((max_steps, num_envs), jnp.float32), aux_buf, k_loop)
+    aux = (jax.tree_util.tree_map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), out[1])
+           if isinstance(out, tuple) else None)
+    zeros = lambda dtype, *shape: jnp.zeros((max_steps, num_envs, *shape), dtype)  # noqa: E731
+    done = jnp.zeros((num_envs,), bool) if active is None else ~active
+    return (_Live(state0, obs0, done, jnp.zeros((num_envs,), bool), k_loop),
+            _Record(zeros(obs0.dtype, obs0.shape[-1]), zeros(jnp.int32), zeros(jnp.float32),
+                    zeros(jnp.float32), aux))
 
 
-def _step(env: Any, env_params: Any, policy: PolicyFn, num_envs: int, t: Array, c: _Carry
-          ) -> _Carry:
-    """Step t of every environment; ended ones keep their final observation and state."""
-    k, k_act, k_step = jax.random.split(c.key, 3)
-    action = policy(k_act, c.obs)
-    aux_b = c.aux_b
-    if aux_b is not None:
+def _advance(env: Any, env_params: Any, policy: PolicyFn, num_envs: int, live: _Live
+             ) -> tuple[_Live, _Record]:
+    """One step of every environment and what it records; ended ones keep their final
+    observation and state."""
+    k, k_act, k_step = jax.random.split(live.key, 3)
+    action, aux = policy(k_act, live.obs), None
+    if isinstance(action, tuple):
         action, aux = action
-        aux_b = jax.tree_util.tree_map(lambda b, a: b.at[t].set(a), aux_b, aux)
     keys = jax.random.split(k_step, num_envs)
-    next_obs, next_state, reward, _, _ = jax.vmap(env.step_env)(keys, c.state, action, env_params)
-    live = ~c.done
-    obs_b = c.obs_b.at[t].set(c.obs)
-    act_b = c.act_b.at[t].set(action)
-    mask_b = c.mask_b.at[t].set(live.astype(jnp.float32))
-    rew_b = c.rew_b.at[t].set(jnp.where(live, reward.astype(jnp.float32), 0.0))
+    next_obs, next_state, reward, _, _ = jax.vmap(env.step_env)(keys, live.state, action,
+                                                                env_params)
+    running = ~live.done
     fell = jax.vmap(env.is_terminated)(next_state, env_params)
     keep = lambda new, old: jnp.where(  # noqa: E731
-        live.reshape((-1,) + (1,) * (new.ndim - 1)), new, old
+        running.reshape((-1,) + (1,) * (new.ndim - 1)), new, old
     )
-    state = jax.tree_util.tree_map(keep, next_state, c.state)
-    obs = keep(next_obs, c.obs)
-    return _Carry(state, obs, c.done | fell, c.term | (live & fell), obs_b, act_b, mask_b, rew_b,
-                  aux_b, k)
+    record = _Record(live.obs, action, running.astype(jnp.float32),
+                     jnp.where(running, reward.astype(jnp.float32), 0.0), aux)
+    return (_Live(jax.tree_util.tree_map(keep, next_state, live.state), keep(next_obs, live.obs),
+                  live.done | fell, live.term | (running & fell), k), record)
 
 
-def _finish(c: _Carry) -> Trajectory:
-    length = jnp.sum(c.mask_b, axis=0).astype(jnp.int32)
-    return Trajectory(c.obs_b, c.act_b, c.mask_b, c.obs, c.term, length, c.aux_b, c.rew_b)
+def _finish(live: _Live, bufs: _Record) -> Trajectory:
+    length = jnp.sum(bufs.mask, axis=0).astype(jnp.int32)
+    return Trajectory(bufs.obs, bufs.action, bufs.mask, live.obs, live.term, length, bufs.aux,
+                      bufs.reward)
 
 
 def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,

@@ -38,6 +38,35 @@ def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False,
     return jax.shard_map(per_device, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
 
 
+def in_blocks(fn: Callable[..., Any], block: int) -> Callable[..., Any]:
+    """`fn` of arguments with a leading batch axis, computed `block` rows at a time, each block
+    behind an optimization barrier (`lax.map` over the blocks; the batch is padded with copies
+    of its first row to a multiple of `block`, and those rows dropped).
+
+    Why: XLA CPU compiles element-wise code and reductions differently by batch size and by
+    what they fuse with, so float32 results can differ in their last bits between programs.
+    A row computed here gets the same compiled arithmetic in any batch and any program, which
+    is what lets several settings in one program give each its own run's floats.
+    """
+
+    def one(*a: Any) -> Any:
+        return jax.lax.optimization_barrier(fn(*jax.lax.optimization_barrier(a)))
+
+    def run(*args: Any) -> Any:
+        n = jax.tree_util.tree_leaves(args)[0].shape[0]
+        m = -(-n // block)
+        if m * block != n:
+            args = jax.tree_util.tree_map(lambda x: jax.numpy.concatenate(
+                [x, jax.numpy.repeat(x[:1], m * block - n, axis=0)]), args)
+        if m == 1:
+            return one(*args)
+        out = jax.lax.map(lambda a: one(*a), jax.tree_util.tree_map(
+            lambda x: x.reshape(m, block, *x.shape[1:]), args))
+        return jax.tree_util.tree_map(lambda x: x.reshape(m * block, *x.shape[2:])[:n], out)
+
+    return run
+
+
 def host_scan(step: Callable[[Any], tuple[Any, Any]], length: int) -> Callable[[Any], Any]:
     """What `shard_vmap` of a `lax.scan` of `step` computes, for a `step` that runs on the host
     (a Gymnasium rollout cannot be jitted): each trial of the stacked state (leading axis) in

@@ -24,16 +24,25 @@ def test_each_trial_gets_its_own_rollout_episodes():
     weights = jax.random.normal(jax.random.key(1), (trials, 4))
     keys = jax.random.split(jax.random.key(2), trials)
     active = jnp.ones((trials, p), bool).at[1].set(False).at[3, 0].set(False)
-    together = jax.jit(lambda prm, w, k: rollout_trials(env, prm, _policy, w, k, p, 40, active))(
-        per_trial, weights, keys)
+    run = jax.jit(lambda prm, w, k, stages: rollout_trials(
+        env, prm, _policy, w, k, p, 40, active, 2, stages), static_argnums=3)
+    together = run(per_trial, weights, keys, (4, 2))  # 4 blocks of 2, then 2 blocks, then 1
     lengths = np.asarray(together.length)
     assert lengths[1].sum() == 0 and lengths[3, 0] == 0  # inactive agents take no step
     assert len(set(lengths[[0, 2, 4]].max(axis=1))) > 1  # trials end at different steps
-    # The vmapped per-trial rollout it replaces (privrl's runners used it). XLA CPU may fuse
-    # CartPole's element-wise physics differently in the two programs, so observations may
-    # differ in their last bits (float32 multiply-adds contracted or not); the episodes'
-    # structure and actions are the same. (PGC-A3C's own runs were checked bit for bit against
-    # the vmapped version: benchmarks/RESULTS.md.)
+    # Stages only change which trials step together: every trial's floats are the same.
+    plain = run(per_trial, weights, keys, ())
+    mask = np.asarray(plain.mask)
+    for field in ("mask", "terminated", "length", "final_obs", "rewards"):
+        np.testing.assert_array_equal(np.asarray(getattr(together, field)),
+                                      np.asarray(getattr(plain, field)))
+    np.testing.assert_array_equal(np.asarray(together.actions) * mask,
+                                  np.asarray(plain.actions) * mask)
+    np.testing.assert_array_equal(np.asarray(together.obs) * mask[..., None],
+                                  np.asarray(plain.obs) * mask[..., None])
+    # The vmapped per-trial rollout it replaces. XLA CPU may fuse CartPole's element-wise
+    # physics differently in the two programs, so observations may differ in their last bits
+    # (float32 multiply-adds contracted or not); the episodes' structure and actions agree.
     alone = jax.jit(jax.vmap(lambda prm, w, k, a: rollout_episodes(
         env, prm, lambda kk, o: _policy(w, kk, o), k, p, 40, a)))(per_trial, weights, keys,
                                                                   active)

@@ -11,9 +11,9 @@ from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     ConfigError,
     PGCA3CConfig,
-    in_groups,
     make_mechanism,
     trial_group,
+    trial_stages,
 )
 from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
 
@@ -215,16 +215,8 @@ def test_shuffling_reorders_the_reports_and_states_the_central_epsilon():
         PGCA3CConfig(mechanism="laplace", shuffle=True, submissions_per_agent=2).resolved()
 
 
-def test_gradients_are_computed_a_fixed_group_of_trials_at_a_time():
-    shapes = []
-
-    def fn(x, y):
-        shapes.append(x.shape)
-        return x * 2.0 + y
-
-    x, y = jax.numpy.arange(7.0), jax.numpy.ones(7)
-    np.testing.assert_array_equal(in_groups(fn, 3)(x, y), np.arange(7.0) * 2 + 1)
-    assert shapes == [(3,)]  # padded to 9 rows, 3 at a time; the padding dropped
+def test_a_runs_trial_group_and_stages():
     # A run's group is its own trials per device, at most 10; settings run as one program
     # pass their own run's (local._run_trials), not the program's 90 per device.
     assert [trial_group(t, d) for t, d in ((1, 1), (3, 2), (20, 2), (180, 2))] == [1, 2, 10, 10]
+    assert trial_stages(9, 10) == [50, 30, 20, 10] and trial_stages(1, 10) == []
