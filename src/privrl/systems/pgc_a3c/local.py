@@ -252,9 +252,11 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         width = min(chunk, total_rounds - done_rounds) * p
         scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
-        if retire_on_success:
+        if retire_on_success:  # only windows that end in this chunk can be new successes
             filled = min(done_rounds * p, n_sub)
-            fst = first_success_time(scores[:, :filled], cfg.target_score, cfg.score_window)
+            since = max(0, lo - cfg.score_window + 1)
+            fst = first_success_time(scores[:, since:filled], cfg.target_score,
+                                     cfg.score_window)
             retired |= np.isfinite(fst)
         if progress is not None:
             progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
