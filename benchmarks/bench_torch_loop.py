@@ -324,7 +324,8 @@ def check_gradients(gym: Any, baseline: Any, algo: Any) -> float:
         n = len(actions)
         traj = Trajectory(obs=jnp.asarray(obs.numpy()), actions=jnp.asarray(actions.numpy()),
                           mask=jnp.ones(n), final_obs=jnp.asarray(final_obs.numpy()),
-                          terminated=jnp.asarray(terminated), length=jnp.asarray(n))
+                          terminated=jnp.asarray(terminated), length=jnp.asarray(n),
+                          rewards=jnp.ones(n))  # CartPole's +1 per step, as the torch loss
         grads = algo.model.unravel(jax.grad(algo.episode_loss)(theta, traj))
         grad_privrl = np.concatenate([np.asarray(grads[name]["kernel"]).T.reshape(-1)
                                       for name in LAYERS])
