@@ -329,7 +329,8 @@ def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
 
 
 class PGCA3C:
-    """The algorithm for one resolved config: `init(key)` and `run_rounds(state, num_rounds)`."""
+    """The algorithm for one resolved config: `init(key)` and `run_rounds(state, num_rounds)`
+    (one trial; the local runner uses `run_rounds_trials`, a batch of trials)."""
 
     def __init__(self, config: PGCA3CConfig, task: Task | None = None,
                  model: nn.Module | None = None) -> None:
@@ -653,17 +654,17 @@ class PGCA3C:
         return states, jnp.swapaxes(scores, 0, 1).reshape(scores.shape[1], -1)
 
 
-# Trials per gradient batch (`PGCA3C.round_trials`): the paper's network over 10 trials' padded
-# episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; measured 2.4× faster than
-# 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
-GRAD_GROUP = 10
+# The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
+# 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its
+# gradient measured 2.4× faster than 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
+TRIAL_BLOCK = 10
 
 
 def trial_group(trials: int, devices: int) -> int:
-    """The gradient batch of a run of `trials` trials on `devices` devices: its trials per
-    device, at most GRAD_GROUP. Settings run as one program use their own run's, so every
-    trial's gradient is computed in a batch of the size its own run uses."""
-    return max(1, min(GRAD_GROUP, math.ceil(trials / devices)))
+    """The block of trials a run of `trials` trials on `devices` devices computes together: its
+    trials per device, at most TRIAL_BLOCK. Settings run as one program use their own run's,
+    so every trial is computed in blocks of the size its own run uses."""
+    return max(1, min(TRIAL_BLOCK, math.ceil(trials / devices)))
 
 
 def trial_stages(blocks: int, group: int) -> list[int]:

@@ -81,7 +81,7 @@ class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
     `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call
-    (`PGCA3C.run_rounds_trials`, computing gradients `group` trials at a time) and
+    (`PGCA3C.run_rounds_trials`, every piece of a round `group` trials at a time) and
     returns (state, scores) with scores of shape (trials, chunk * P), NaN where no agent
     submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
     they cost no environment steps. Trials are padded to a multiple of the device count with
@@ -93,7 +93,7 @@ class ShardedTrials:
         self.devices = n_dev = trial_devices(trials, devices)
         self.trials = trials
         self.padded = math.ceil(trials / n_dev) * n_dev
-        # The gradient batch (`PGCA3C.round_trials`): by default this run's own.
+        # The block of trials computed together (`PGCA3C.round_trials`): default, this run's.
         group = group or trial_group(trials, n_dev)
 
         def advance(state: Any, retired: jax.Array) -> Any:
@@ -219,7 +219,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     else:
         # The chunk of a setting's own run, so retirement is checked where that run checks it.
         chunk = chunk_rounds or _chunk_rounds(total_rounds, p, k)
-        # Each trial's gradient in a batch of its own run's size, so its floats are that run's.
+        # Every trial in blocks of its own run's size, so its floats are that run's.
         own = trial_devices(k, devices)
         runner = ShardedTrials(algo, n_set * k, chunk, devices, trial_group(k, own))
         noise = next((c.noise for c, _ in settings if c.mechanism != "none"), cfg.noise)
