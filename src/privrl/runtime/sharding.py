@@ -9,12 +9,21 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
 def trial_devices(trials: int, devices: int | None = None) -> int:
     """How many host devices `trials` independent trials are split over."""
     return max(1, min(devices or jax.local_device_count(), jax.local_device_count(), trials))
+
+
+def trial_sharding(devices: int) -> NamedSharding:
+    """Axis 0 (trials) split over the first `devices` host devices: how `shard_vmap`'s
+    programs take and return their arguments. Putting a state there before the first call
+    (`jax.device_put`) spares a second compilation: a program first called with host arrays
+    is compiled again for its own, sharded, outputs."""
+    return NamedSharding(Mesh(np.array(jax.local_devices()[:devices]), ("trials",)),
+                         PartitionSpec("trials"))
 
 
 def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False,
@@ -27,8 +36,8 @@ def shard_vmap(fn: Callable[..., Any], devices: int, sequential: bool = False,
     batch over trials (an io_callback under a batched loop predicate).
     `batched`: `fn` already takes a batch of trials (each device's share), so it is not vmapped.
     """
-    mesh = Mesh(np.array(jax.local_devices()[:devices]), ("trials",))
-    spec = PartitionSpec("trials")
+    sharding = trial_sharding(devices)
+    mesh, spec = sharding.mesh, sharding.spec
     if batched:
         per_device = fn
     elif sequential:

@@ -33,7 +33,7 @@ from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices
+from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices, trial_sharding
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, trial_group
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
@@ -101,6 +101,7 @@ class ShardedTrials:
 
         self._run = jax.jit(shard_vmap(advance, n_dev, batched=True))
         self._init = jax.jit(shard_vmap(algo.init, n_dev))
+        self._sharding = trial_sharding(n_dev)
 
     def init(self, key: jax.Array, noise: str = "seeded") -> Any:
         """Every trial's state; with secret noise, each trial gets a root from the OS CSPRNG
@@ -115,6 +116,8 @@ class ShardedTrials:
     def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
         mask = np.ones(self.padded, bool)
         mask[: self.trials] = False if retired is None else retired
+        # Host arrays (a setting's data) placed as the program returns its state: one compile.
+        state = jax.device_put(state, self._sharding)
         state, scores = self._run(state, mask)
         return state, np.asarray(scores)[: self.trials]
 
