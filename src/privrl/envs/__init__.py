@@ -12,7 +12,7 @@ from privrl.envs.cartpole import (
     make_cartpole,
 )
 from privrl.envs.line1d import Line1D, Line1DParams, Line1DState, make_line1d, optimal_return
-from privrl.envs.rollout import Trajectory, rollout_episodes, rollout_host
+from privrl.envs.rollout import Trajectory, rollout_episodes, rollout_host, rollout_trials
 from privrl.envs.task import GymnasiumTask, PrivateParam, Task, make_task, parse_private
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "parse_private",
     "rollout_episodes",
     "rollout_host",
+    "rollout_trials",
 ]
