@@ -290,3 +290,19 @@ def walk() -> Iterator[Any]:
     with pytest.MonkeyPatch.context() as mp:
         env = _import_example("byo_env", mp).Walk()
         yield Task(env, env.default_params, "byo_env:Walk", (PrivateParam("drift", 0.6, 1.4),))
+
+
+@pytest.fixture
+def fails_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Any:
+    """`check(cmd, args, option)`: `privrl run CMD ARGS` exits 2 with one line of error that
+    names `option`, before making its results directory."""
+    from privrl import main as cli
+
+    def check(cmd: str, args: list[str], option: str) -> None:
+        out = tmp_path / "run"
+        rc = cli.main(["run", cmd, *args, "--out", str(out), "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and option in err, err
+        assert not out.exists()
+
+    return check
