@@ -64,9 +64,7 @@ def in_blocks(fn: Callable[..., Any], block: int) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
         n = jax.tree_util.tree_leaves(args)[0].shape[0]
         m = -(-n // block)
-        if m * block != n:
-            args = jax.tree_util.tree_map(lambda x: jax.numpy.concatenate(
-                [x, jax.numpy.repeat(x[:1], m * block - n, axis=0)]), args)
+        args = jax.tree_util.tree_map(lambda x: pad_rows(x, m * block), args)
         if m == 1:
             return one(*args)
         out = jax.lax.map(lambda a: one(*a), jax.tree_util.tree_map(
@@ -74,6 +72,13 @@ def in_blocks(fn: Callable[..., Any], block: int) -> Callable[..., Any]:
         return jax.tree_util.tree_map(lambda x: x.reshape(m * block, *x.shape[2:])[:n], out)
 
     return run
+
+
+def pad_rows(x: Any, n: int) -> Any:
+    """x with its leading axis padded to n rows by copies of its first row."""
+    if x.shape[0] == n:
+        return x
+    return jax.numpy.concatenate([x, jax.numpy.repeat(x[:1], n - x.shape[0], axis=0)])
 
 
 def host_scan(step: Callable[[Any], tuple[Any, Any]], length: int) -> Callable[[Any], Any]:

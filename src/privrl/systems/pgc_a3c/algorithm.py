@@ -67,7 +67,7 @@ from privrl.privacy.mechanisms import (
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
-from privrl.runtime.sharding import in_blocks
+from privrl.runtime.sharding import in_blocks, pad_rows
 
 MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
 REWARDS = ("env", "step", "failure", "goal")
@@ -605,32 +605,29 @@ class PGCA3C:
     # --- many trials at once -------------------------------------------------------------
     def round_trials(self, states: TrialState, env_keys: Array, group: int
                      ) -> tuple[TrialState, Array]:
-        """`round` for a batch of trials (leading axis), each trial's floats the same in any
-        batch: its own run's, when settings run as one program.
+        """`round` for a batch of trials (leading axis, a multiple of `group`), each trial's
+        floats the same in any batch: its own run's, when settings run as one program.
 
         Faster than a vmapped `round` in three ways. The episodes are played by
         `rollout_trials`: no per-step copy of every trial's buffers, and trials whose agents
-        are done stop costing steps (stages of a third, a ninth, ... of the batch). The
-        gradients are computed `group` trials at a time (small enough to stay in cache). A
-        trial's floats can depend on the size of the batch XLA computes it in and on what it
-        fuses with, so its steps and gradient are always computed `group` trials at a time,
-        `group` fixed by the run's own configuration, never by how many trials share the
-        program (`trial_group`); the batch is padded to a multiple of it."""
+        are done stop costing steps (stages of half the batch, a quarter, ...). The gradients
+        are computed `group` trials at a time (small enough to stay in cache). A trial's floats
+        can depend on the size of the batch XLA computes it in and on what it fuses with, so
+        every piece of the round is computed `group` trials at a time (`in_blocks`), `group`
+        fixed by the run's own configuration, never by how many trials share the program
+        (`trial_group`)."""
         cfg = self.config
-        n = states.submitted.shape[0]
-        m = -(-n // group)
-        padded = jax.tree_util.tree_map(lambda x: _pad(x, m * group), states)
-        padded = padded._replace(retired=padded.retired.at[n:].set(True))
-        index, active, round_key, agent_ids = jax.vmap(self.plan)(padded)
-        noise_keys = jax.vmap(self.noise_keys)(padded.noise, agent_ids, index)
+        blocks = states.submitted.shape[0] // group
+        index, active, round_key, agent_ids = jax.vmap(self.plan)(states)
+        noise_keys = jax.vmap(self.noise_keys)(states.noise, agent_ids, index)
         keys = jax.vmap(jax.random.split)(round_key)  # (trials, 2): rollout, mechanism
-        params = jax.vmap(self.task.agents_params)(_pad(env_keys, m * group), agent_ids)
-        theta = padded.agg.theta
-        alpha = jax.vmap(self.exploration)(padded.submitted)
+        params = jax.vmap(self.task.agents_params)(env_keys, agent_ids)
+        theta = states.agg.theta
+        alpha = jax.vmap(self.exploration)(states.submitted)
         traj = rollout_trials(
             self.env, params, lambda a, k, obs: self.act(a[0], a[1], k, obs), (theta, alpha),
             keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps, active, group,
-            trial_stages(m, group))
+            trial_stages(blocks, group))
         grads = in_blocks(jax.vmap(self.episode_grads), group)(theta, traj)
 
         def settle(state: TrialState, grads: Array, key: Array, noise_keys: Array | None,
@@ -638,21 +635,26 @@ class PGCA3C:
             reports = self.privatize(grads, key, noise_keys, state.setting)
             return self.finish_round(state, reports, scores, active, round_key)
 
-        out = in_blocks(jax.vmap(settle), group)(
-            padded, grads, keys[:, 1], noise_keys, jax.vmap(self.score)(traj), active, round_key)
-        return jax.tree_util.tree_map(lambda x: x[:n], out)
+        return in_blocks(jax.vmap(settle), group)(
+            states, grads, keys[:, 1], noise_keys, jax.vmap(self.score)(traj), active, round_key)
 
     def run_rounds_trials(self, states: TrialState, num_rounds: int, group: int
                           ) -> tuple[TrialState, Array]:
-        """`run_rounds` for a batch of trials (`round_trials`); scores (trials, rounds * P)."""
+        """`run_rounds` for a batch of trials (`round_trials`); scores (trials, rounds * P).
+        The batch is padded once to a multiple of `group` with retired copies of its first
+        trial, which take no step and are dropped."""
+        n = states.submitted.shape[0]
+        size = -(-n // group) * group
+        states = jax.tree_util.tree_map(lambda x: pad_rows(x, size), states)
+        states = states._replace(retired=states.retired.at[n:].set(True))
         env_keys = jax.vmap(trial_env_key)(states)
 
         def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
             return self.round_trials(s, env_keys, group)
 
         states, scores = jax.lax.scan(body, states, None, length=num_rounds)
-        return states, jnp.swapaxes(scores, 0, 1).reshape(scores.shape[1], -1)
-
+        return (jax.tree_util.tree_map(lambda x: x[:n], states),
+                jnp.swapaxes(scores, 0, 1)[:n].reshape(n, -1))
 
 # The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
 # 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its
@@ -676,11 +678,6 @@ def trial_stages(blocks: int, group: int) -> list[int]:
         blocks = -(-blocks // 2)
         sizes.append(blocks * group)
     return sizes
-
-
-def _pad(x: Array, n: int) -> Array:
-    """x with its leading axis padded to n by copies of its first row."""
-    return x if x.shape[0] == n else jnp.concatenate([x, jnp.repeat(x[:1], n - x.shape[0], 0)])
 
 
 def trial_env_key(state: TrialState) -> Array:
