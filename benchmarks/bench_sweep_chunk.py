@@ -6,7 +6,11 @@ devices); each chunk's process CPU time and wall time are measured after the fir
 (compilation, and the exploration phase, whose chunks cost more), and the median of the rest
 is reported. What issue 21 compares: the whole sweep's cost against one setting's.
 
-    python benchmarks/bench_sweep_chunk.py [--chunks 5] [--preset paper]
+    python benchmarks/bench_sweep_chunk.py [--chunks 5] [--preset paper] [--ablate loss]
+
+`--ablate` profiles by removal: "loss" makes the loss a constant (no gradient work), "reports"
+makes the aggregator ignore reports (so XLA drops the gradients and the mechanisms too: what
+is left is the rollout). Ablated runs learn nothing, so their episodes are not a real run's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=5, help="timed chunks (after 2 untimed)")
     ap.add_argument("--preset", default="paper")
     ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--ablate", choices=["none", "loss", "reports"], default="none")
     args = ap.parse_args()
     use_host_devices()
 
@@ -38,13 +43,17 @@ def main() -> None:
     from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default, _trial_keys
     from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
+    if args.ablate == "loss":
+        PGCA3C.episode_loss = lambda self, theta, traj: jax.numpy.sum(theta) * 0.0
+    elif args.ablate == "reports":
+        PGCA3C.receive = lambda self, agg, report, setting: agg
     sweep = SweepConfig(preset=args.preset, trials=args.trials)
     every = [_seeded_by_default(sweep.run_config(s)) for s in sweep.settings()]
     one = [c for c in every if c.mechanism == "laplace" and c.epsilon == 5.0]
     k = args.trials
     print(f"# {platform.machine()}, {os.cpu_count()} cores, {jax.local_device_count()} devices, "
           f"python {sys.version.split()[0]}, jax {jax.__version__}; preset {args.preset}, "
-          f"{k} trials per setting")
+          f"{k} trials per setting, ablate {args.ablate}")
     print("| program | trials | CPU-s per chunk | wall s per chunk |")
     print("|---|---:|---:|---:|")
     for name, configs in (("one setting (Laplace ε = 5)", one), ("9 settings as one program",

@@ -658,7 +658,7 @@ class PGCA3C:
 
 # The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
 # 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its
-# gradient measured 2.4× faster than 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
+# gradient measured 2.5× faster than 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
 TRIAL_BLOCK = 10
 
 
