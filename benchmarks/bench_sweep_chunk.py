@@ -38,9 +38,9 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from privrl.runtime.sharding import trial_devices
+    from privrl.runtime.sharding import setting_trial_keys, trial_devices
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, trial_group
-    from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default, _trial_keys
+    from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default
     from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
     if args.ablate == "loss":
@@ -61,7 +61,8 @@ def main() -> None:
         algo = PGCA3C.for_settings(configs) if len(configs) > 1 else PGCA3C(configs[0])
         runner = ShardedTrials(algo, len(configs) * k, 111, None,
                                trial_group(k, trial_devices(k)))
-        state = runner.init_keys(_trial_keys(0, k, len(configs), runner.padded, None), "seeded")
+        keys = setting_trial_keys(0, k, len(configs), runner.padded, None)
+        state = runner.init_keys(keys, "seeded")
         if len(configs) > 1:
             index = np.repeat(np.arange(len(configs)), k)
             index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
@@ -53,11 +53,15 @@ def _secure_gaussian_epsilon(z: float, delta: float) -> float:
 __all__ = [
     "BoxGaussianMechanism",
     "GaussianMechanism",
+    "GaussianNoiseArgs",
+    "GaussianSumArgs",
     "GaussianSumMechanism",
     "IdentityMechanism",
     "LaplaceMechanism",
     "Mechanism",
     "MechanismArgs",
+    "PerTrialGaussianNoise",
+    "PerTrialGaussianSum",
     "PerTrialMechanism",
     "ProjectedRandomSignMechanism",
     "UnboundedGaussianNoise",
@@ -708,3 +712,140 @@ class GaussianSumMechanism(Mechanism):
         noise = self.noise_multiplier * self.clip * jax.random.normal(
             key, clipped_sum.shape, clipped_sum.dtype)
         return Report._mint(_MINT, clipped_sum + noise, self.guarantee)
+
+
+# --- DP-SGD's sum and paper 003's observation noise with their noise levels as data ------------
+class GaussianSumArgs(NamedTuple):
+    """One trial's `PerTrialGaussianSum` member as data."""
+
+    clip: Any  # bool: rows are clipped to the members' C (False: a non-private trial's rows)
+    std: Any  # float32: the noise std σ·C (0: no noise)
+
+
+@dataclass(frozen=True)
+class PerTrialGaussianSum(Mechanism):
+    """Several DP-SGD steps sharing one clip C as one program, each trial's noise level data:
+    `sigmas[i]` > 0 is `GaussianSumMechanism(σ, C, 1, delta, unit)` (`member(i)`), 0 clips
+    without noise (no guarantee), None sums the raw rows (non-private training).
+    `privatize_with(args(i), key, x)` releases the floats member i's own program releases.
+
+    The Report's static guarantee, shared by a batch that mixes members, is the weakest of
+    them (no guarantee if any member has none); each trial's exact guarantee is its member's,
+    which the runner's privacy record states per setting.
+    """
+
+    sigmas: tuple[float | None, ...]
+    clip: float
+    delta: float = 1e-5
+    unit: str = "one training example"
+    name = "per-trial-gaussian-sum"
+
+    def __post_init__(self) -> None:
+        if not self.sigmas:
+            raise ValueError("PerTrialGaussianSum needs at least one member")
+        for s in self.sigmas:
+            if s is not None and not (math.isfinite(s) and s >= 0):
+                raise ValueError(f"noise multipliers must be finite and >= 0 (or None), got {s}")
+        object.__setattr__(self, "clip", _check_clip(self.clip))
+        object.__setattr__(self, "delta", _check_delta(self.delta))
+
+    def member(self, index: int) -> GaussianSumMechanism | None:
+        """Member `index` as its own mechanism (None: it gives no guarantee)."""
+        s = self.sigmas[index]
+        return (GaussianSumMechanism(s, self.clip, 1.0, self.delta, unit=self.unit)
+                if s else None)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        members = [self.member(i) for i in range(len(self.sigmas))]
+        if any(m is None for m in members):
+            return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=self.unit,
+                             neighbouring="none: some trials of this program add no noise; "
+                             "each private trial's guarantee is its own setting's")
+        weakest = max((m.guarantee for m in members if m is not None),
+                      key=lambda g: g.epsilon)
+        return replace(weakest, neighbouring=weakest.neighbouring + "; each report is also "
+                       "private at its own setting's ε (this is the largest)")
+
+    def params(self) -> dict[str, Any]:
+        return {"noise_multipliers": list(self.sigmas), "clip": self.clip, "delta": self.delta,
+                "unit": self.unit}
+
+    def args(self, index: int) -> GaussianSumArgs:
+        """Member `index` as data (numpy scalars): std = float32(σ·C), as its own program
+        rounds the product of its two constants."""
+        s = self.sigmas[index]
+        return GaussianSumArgs(np.bool_(s is not None), np.float32(s * self.clip if s else 0.0))
+
+    def stack(self, indices: Any) -> GaussianSumArgs:
+        """Per-trial args: trial k runs member indices[k] (a leading trials axis)."""
+        each = [self.args(int(i)) for i in indices]
+        return GaussianSumArgs(*(np.stack(v) for v in zip(*each, strict=True)))
+
+    def privatize(self, key: Array, x: Any) -> Report:
+        raise TypeError("PerTrialGaussianSum takes its noise level as data: privatize_with(args, "
+                        "key, x)")
+
+    def privatize_with(self, args: GaussianSumArgs, key: Array, x: Any) -> Report:
+        """Sum the rows of x (B, d), clipped if the trial's member clips, plus its noise."""
+        x = jnp.asarray(x)
+        if x.ndim != 2:
+            raise ValueError(f"PerTrialGaussianSum takes per-example rows (B, d), got {x.shape}")
+        clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
+        total = jnp.where(args.clip, clipped, x).sum(axis=0)
+        noisy = total + args.std * jax.random.normal(key, total.shape, total.dtype)
+        return Report._mint(_MINT, noisy, self.guarantee)
+
+
+class GaussianNoiseArgs(NamedTuple):
+    """One trial's `PerTrialGaussianNoise` member as data."""
+
+    on: Any  # bool: the trial's inputs are released through noise (False: seen raw)
+    scale: Any  # (d,) float32: the noise std per coordinate (0 when off)
+
+
+@dataclass(frozen=True)
+class PerTrialGaussianNoise(Mechanism):
+    """Several `UnboundedGaussianNoise` members (`scales[i]`; None: no noise, the input seen
+    raw) as one program, the scale per-trial data; `privatize_with(args(i), key, x)` releases
+    member i's floats. Like its members it gives NO formal guarantee."""
+
+    scales: tuple[tuple[float, ...] | None, ...]
+    dim: int  # the inputs' length
+    name = "per-trial-unbounded-gaussian"
+
+    def __post_init__(self) -> None:
+        if not self.scales:
+            raise ValueError("PerTrialGaussianNoise needs at least one member")
+        for s in self.scales:
+            if s is not None:
+                UnboundedGaussianNoise(s)  # validates the scale
+                if len(s) != self.dim:
+                    raise ValueError(f"a member's scale has {len(s)} coordinates, the inputs "
+                                     f"{self.dim}")
+
+    @property
+    def guarantee(self) -> Guarantee:
+        return UnboundedGaussianNoise((0.0,)).guarantee
+
+    def params(self) -> dict[str, Any]:
+        return {"scales": [None if s is None else list(s) for s in self.scales]}
+
+    def args(self, index: int) -> GaussianNoiseArgs:
+        s = self.scales[index]
+        return GaussianNoiseArgs(np.bool_(s is not None),
+                                 np.asarray(s if s is not None else (0.0,) * self.dim,
+                                            np.float32))
+
+    def stack(self, indices: Any) -> GaussianNoiseArgs:
+        each = [self.args(int(i)) for i in indices]
+        return GaussianNoiseArgs(*(np.stack(v) for v in zip(*each, strict=True)))
+
+    def privatize(self, key: Array, x: Any) -> Report:
+        raise TypeError("PerTrialGaussianNoise takes its scale as data: privatize_with(args, "
+                        "key, x)")
+
+    def privatize_with(self, args: GaussianNoiseArgs, key: Array, x: Any) -> Report:
+        x = _as_vector(x)
+        noisy = x + args.scale.astype(x.dtype) * jax.random.normal(key, x.shape, x.dtype)
+        return Report._mint(_MINT, noisy, self.guarantee)

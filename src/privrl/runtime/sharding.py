@@ -17,6 +17,27 @@ def trial_devices(trials: int, devices: int | None = None) -> int:
     return max(1, min(devices or jax.local_device_count(), jax.local_device_count(), trials))
 
 
+def own_padded(trials: int, devices: int | None = None) -> int:
+    """How many trials a run of `trials` computes: padded to a multiple of its devices."""
+    n = trial_devices(trials, devices)
+    return -(-trials // n) * n
+
+
+def setting_trial_keys(seed: int, trials: int, settings: int, padded: int,
+                       devices: int | None = None) -> jax.Array:
+    """Root keys of `settings` settings × `trials` trials run as one program of `padded`
+    trials: trial k of each setting gets the key it gets in its setting's own run (the seed
+    split over that run's padded trials); padding trials get others."""
+    own = jax.random.split(jax.random.key(seed), own_padded(trials, devices))
+    if settings == 1:
+        return own
+    keys = jax.numpy.concatenate([own[:trials]] * settings)
+    extra = padded - keys.shape[0]
+    if extra == 0:
+        return keys
+    return jax.numpy.concatenate([keys, jax.random.split(jax.random.key(seed + 1), extra)])
+
+
 def trial_sharding(devices: int) -> NamedSharding:
     """Axis 0 (trials) split over the first `devices` host devices: how `shard_vmap`'s
     programs take and return their arguments. Putting a state there before the first call

@@ -24,11 +24,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax import Array
 
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
-from privrl.privacy.mechanisms import BoxGaussianMechanism, Mechanism, UnboundedGaussianNoise
+from privrl.privacy.mechanisms import (
+    BoxGaussianMechanism,
+    GaussianNoiseArgs,
+    Mechanism,
+    PerTrialGaussianNoise,
+    UnboundedGaussianNoise,
+)
 from privrl.privacy.noise import secret_fold
 
 MODES = ("none", "sigma", "box")
@@ -166,6 +173,39 @@ class PrivateObservations:
         obs, state, reward, done, info = self.env.step_env(k_env, state, action, params)
         return (private_observation(self.mechanism, self.noise_root, k_noise, obs), state,
                 reward, done, info)
+
+    def is_terminated(self, state: Any, params: Any) -> Array:
+        return self.env.is_terminated(state, params)
+
+
+class PerTrialObservations:
+    """`PrivateObservations` for settings run as one program: each trial's observation noise
+    (`args`, its `PerTrialGaussianNoise` member as data) decides whether the wrapper is on.
+    An off trial steps the environment with the keys the unwrapped environment gets and sees
+    its raw observations (plus 0 × noise), so every trial gets its own run's floats."""
+
+    def __init__(self, env: Any, mechanism: PerTrialGaussianNoise, args: GaussianNoiseArgs,
+                 noise_root: Array | None = None) -> None:
+        self.env, self.mechanism, self.args, self.noise_root = env, mechanism, args, noise_root
+
+    def _keys(self, key: Array) -> tuple[Array, Array]:
+        k_env, k_noise = jax.random.split(key)
+        return jax.random.wrap_key_data(jnp.where(
+            self.args.on, jax.random.key_data(k_env), jax.random.key_data(key))), k_noise
+
+    def _release(self, key: Array, obs: Array) -> Array:
+        return self.mechanism.privatize_with(self.args, secret_fold(self.noise_root, key),
+                                             obs).value
+
+    def reset_env(self, key: Array, params: Any) -> tuple[Array, Any]:
+        k_env, k_noise = self._keys(key)
+        obs, state = self.env.reset_env(k_env, params)
+        return self._release(k_noise, obs), state
+
+    def step_env(self, key: Array, state: Any, action: Array, params: Any) -> tuple:
+        k_env, k_noise = self._keys(key)
+        obs, state, reward, done, info = self.env.step_env(k_env, state, action, params)
+        return self._release(k_noise, obs), state, reward, done, info
 
     def is_terminated(self, state: Any, params: Any) -> Array:
         return self.env.is_terminated(state, params)

@@ -10,14 +10,14 @@ task) has `host_episode(state)` instead, run for each seed in turn (`host_scan`)
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
@@ -25,7 +25,14 @@ from privrl.privacy.record import SPREAD_ACCOUNTING
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
 from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices
+from privrl.runtime.sharding import (
+    host_scan,
+    own_padded,
+    setting_trial_keys,
+    shard_vmap,
+    trial_devices,
+    trial_sharding,
+)
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 
@@ -46,57 +53,95 @@ class EpisodicOutput:
 
 def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
                  devices: int | None = None, chunk: int = 50) -> EpisodicOutput:
+    """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record."""
+    return run_episodic_settings(algo, [name], progress, devices, chunk)[0]
+
+
+def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn | None = None,
+                          devices: int | None = None, chunk: int = 50) -> list[EpisodicOutput]:
+    """`run_episodic` for each of `algo.settings` (one, or several from `for_settings`), every
+    seed of every setting in one sharded program (named `names`). Each setting's output
+    equals its own run's (same keys, same floats, its curves up to where its own run stops,
+    its own privacy record), except that wall time is the program's."""
     cfg = algo.config
+    settings = getattr(algo, "settings", [algo])
+    if len(names) != len(settings):
+        raise ValueError(f"{len(names)} names for {len(settings)} settings")
+    n_set, k = len(settings), cfg.seeds
     task = getattr(algo, "task", None)
     if task is not None and task.host:  # a Gymnasium task: episodes played on the host
-        n_dev, padded, chunk = 1, cfg.seeds, max(1, min(chunk, cfg.episodes, 10))
+        if n_set > 1:
+            raise ValueError("settings run as one program need a gymnax task")
+        n_dev, padded, chunk = 1, k, max(1, min(chunk, cfg.episodes, 10))
         init = jax.jit(jax.vmap(algo.init))
         step = host_scan(algo.host_episode, chunk)
     else:
-        n_dev = trial_devices(cfg.seeds, devices)
-        padded = math.ceil(cfg.seeds / n_dev) * n_dev
         chunk = max(1, min(chunk, cfg.episodes))
-
-        def run_chunk(state: Any) -> tuple[Any, Any]:
-            return jax.lax.scan(lambda s, _: algo.episode(s), state, None, length=chunk)
-
-        init = jax.jit(shard_vmap(algo.init, n_dev))
+        n_dev = trial_devices(n_set * k, devices)
+        padded = -(-n_set * k // n_dev) * n_dev
         # float-safe noise drawn inside a while_loop (DQN's steps, any LDP observation) cannot
         # be vmapped over seeds: run them one after another (the results do not depend on it)
         host_in_loop = cfg.obs.secure or (cfg.secure_noise
                                           and getattr(algo, "noise_in_loop", False))
-        step = jax.jit(shard_vmap(run_chunk, n_dev, sequential=host_in_loop))
+        if hasattr(algo, "episode_trials") and not host_in_loop:
+            # every trial's update in blocks of its own run's trials per device
+            block = own_padded(k, devices) // trial_devices(k, devices)
+
+            def run_chunk(state: Any) -> tuple[Any, Any]:
+                state, m = jax.lax.scan(lambda s, _: algo.episode_trials(s, block), state,
+                                        None, length=chunk)
+                return state, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), m)
+
+            step = jax.jit(shard_vmap(run_chunk, n_dev, batched=True))
+        else:
+            def run_chunk(state: Any) -> tuple[Any, Any]:
+                return jax.lax.scan(lambda s, _: algo.episode(s), state, None, length=chunk)
+
+            step = jax.jit(shard_vmap(run_chunk, n_dev, sequential=host_in_loop))
+        init = jax.jit(shard_vmap(algo.init, n_dev))
     start = time.perf_counter()
-    state = init(jax.random.split(jax.random.key(cfg.seed), padded))
+    state = init(jax.random.split(jax.random.key(cfg.seed), padded) if n_set == 1
+                 else setting_trial_keys(cfg.seed, k, n_set, padded, devices))
     if cfg.noise == "secret":  # one root per seed and mechanism, in memory only
-        state = state._replace(noise=secret_keys(padded) if cfg.private else None,
-                               obs_noise=(secret_keys(padded) if cfg.obs.mechanism() is not None
-                                          else None))
+        private = any(a.config.private for a in settings)
+        observed = any(a.config.obs.mechanism() is not None for a in settings)
+        state = state._replace(noise=secret_keys(padded) if private else None,
+                               obs_noise=secret_keys(padded) if observed else None)
+    if getattr(algo, "sum_mechanism", None) is not None:  # trials carry their setting
+        index = np.repeat(np.arange(n_set), k)
+        index = np.concatenate([index, np.zeros(padded - index.size, int)])
+        state = jax.device_put(state._replace(setting=algo.setting_data(index)),
+                               trial_sharding(n_dev))
     train, evals = [], []
     done = 0
+    ends = np.zeros(n_set, int)  # episodes each setting's own run plays (whole chunks)
     while done < cfg.episodes:
         state, m = step(state)
-        train.append(np.asarray(m.train_return)[: cfg.seeds])
-        evals.append(np.asarray(m.eval_return)[: cfg.seeds])
+        train.append(np.asarray(m.train_return)[: n_set * k])
+        evals.append(np.asarray(m.eval_return)[: n_set * k])
         done += chunk
-        stopped = np.asarray(state.stopped)[: cfg.seeds]
+        stopped = np.asarray(state.stopped)[: n_set * k].reshape(n_set, k)
+        ends[(ends == 0) & stopped.all(1)] = done
         if progress is not None:
             progress(cfg.episodes if stopped.all() else min(done, cfg.episodes), cfg.episodes)
         if stopped.all():
             break
-    updates = np.asarray(state.updates)[: cfg.seeds]
-    return EpisodicOutput(
-        algorithm=name,
-        config=cfg,
-        train_returns=np.concatenate(train, 1)[:, : cfg.episodes],
-        eval_returns=np.concatenate(evals, 1)[:, : cfg.episodes],
-        updates=updates,
-        solved_at=np.asarray(state.progress.solved_at)[: cfg.seeds],
-        update_cap=int(algo.update_cap),
-        privacy=privacy_record(algo, int(updates.max(initial=0))),
-        wall_seconds=time.perf_counter() - start,
-        devices=n_dev,
-    )
+    ends[ends == 0] = done
+    wall = time.perf_counter() - start
+    train_all, evals_all = np.concatenate(train, 1), np.concatenate(evals, 1)
+    updates_all = np.asarray(state.updates)[: n_set * k]
+    solved_all = np.asarray(state.progress.solved_at)[: n_set * k]
+    outputs = []
+    for i, (own, name) in enumerate(zip(settings, names, strict=True)):
+        rows, width = slice(i * k, (i + 1) * k), min(ends[i], own.config.episodes)
+        updates = updates_all[rows]
+        outputs.append(EpisodicOutput(
+            algorithm=name, config=own.config, train_returns=train_all[rows, :width],
+            eval_returns=evals_all[rows, :width], updates=updates, solved_at=solved_all[rows],
+            update_cap=int(own.update_cap),
+            privacy=privacy_record(own, int(updates.max(initial=0))), wall_seconds=wall,
+            devices=n_dev))
+    return outputs
 
 
 def privacy_record(algo: Any, updates: int) -> dict[str, Any]:

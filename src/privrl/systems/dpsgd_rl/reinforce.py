@@ -22,7 +22,8 @@ with the unbiased std); docs/dpsgd-rl.md lists them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -32,14 +33,21 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer
+from privrl.config import ConfigError, fail, in_range, integer
 from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import Task, check_module
 from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
 from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.clipping import clip_l2
-from privrl.privacy.mechanisms import GaussianSumMechanism
+from privrl.privacy.mechanisms import (
+    GaussianNoiseArgs,
+    GaussianSumArgs,
+    GaussianSumMechanism,
+    PerTrialGaussianNoise,
+    PerTrialGaussianSum,
+)
+from privrl.runtime.sharding import in_blocks
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -54,6 +62,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     progress_init,
     progress_update,
 )
+from privrl.systems.dpsgd_rl.ldp_obs import PerTrialObservations
 
 UNIT = "one episode (all its transitions)"
 
@@ -105,6 +114,41 @@ class ReinforceConfig(EpisodicConfig):
         return acc
 
 
+# What settings run as one program (`Reinforce.for_settings`) may differ in: DP-SGD on or off
+# and its σ, and the slides' σ·IQR observation noise (mode none or sigma, and σ).
+SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
+
+
+def one_program_field(configs: Sequence[ReinforceConfig]) -> str | None:
+    """The config field that keeps resolved `configs` from running as one program (None: they
+    can): they may differ only in SETTING_FIELDS, without float-safe noise or an ε cap, with
+    σ·IQR (or no) observation noise; the private ones must agree on the noise keys' mode."""
+    first = configs[0]
+    for cfg in configs:
+        if cfg.secure_noise:
+            return "secure_noise"
+        if cfg.max_epsilon is not None:
+            return "max_epsilon"
+        if cfg.obs.mode not in ("none", "sigma"):
+            return "obs.mode"
+        if replace(cfg.obs, mode=first.obs.mode, sigma=first.obs.sigma) != first.obs:
+            return "obs"
+        if replace(cfg, **{f: getattr(first, f) for f in SETTING_FIELDS}) != first:
+            return next(f.name for f in fields(cfg) if f.name not in SETTING_FIELDS
+                        and getattr(cfg, f.name) != getattr(first, f.name))
+    if len({c.noise for c in configs if c.private or c.obs.mechanism() is not None}) > 1:
+        return "noise"
+    return None
+
+
+class ReinforceSetting(NamedTuple):
+    """One trial's setting as data (settings run as one program): its DP-SGD sum and its
+    observation noise, as members of the program's per-trial mechanisms."""
+
+    grad: GaussianSumArgs
+    obs: GaussianNoiseArgs | None  # None: no trial of the program has observation noise
+
+
 class ReinforceState(NamedTuple):
     theta: Array
     opt_state: Any
@@ -119,6 +163,9 @@ class ReinforceState(NamedTuple):
     # Secret root of the LDP observation noise (ldp-* runs), or None: seeded. Kept apart from
     # `noise` so that the two mechanisms never share a key.
     obs_noise: Array | None = None
+    # The trial's setting when several run as one program (`Reinforce.for_settings`); None: the
+    # algorithm's own config.
+    setting: ReinforceSetting | None = None
 
 
 class Reinforce:
@@ -157,6 +204,56 @@ class Reinforce:
         self._plan, self._update, self._finish = (jax.jit(self.plan), jax.jit(self.update),
                                                   jax.jit(self.finish))
         self._observe = host_observer(cfg)  # LDP observations of a host rollout, or None
+        # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
+        # a trial's setting as data. A run that could join others in one program computes
+        # through them too (its trials carry their setting), so that it gets the floats it
+        # gets there; others (box observations, float-safe noise, an ε cap, host tasks) leave
+        # them None and use `mechanism` and `env`.
+        self.settings: list[Reinforce] = [self]
+        self.sum_mechanism: PerTrialGaussianSum | None = None
+        self.obs_mechanism: PerTrialGaussianNoise | None = None
+        if one_program_field([cfg]) is None and not task.host:
+            self._as_data(self.settings)
+
+    @classmethod
+    def for_settings(cls, configs: Sequence[ReinforceConfig], task: Task | None = None,
+                     model: nn.Module | None = None) -> Reinforce:
+        """One algorithm for several settings that differ only in SETTING_FIELDS (DP-SGD's σ,
+        on or off; σ·IQR observation noise): each trial carries its setting as data
+        (`ReinforceState.setting`, from `setting_data`), so one jitted program runs them all,
+        and a trial's floats are its setting's own run's. ConfigError names the field that
+        keeps them apart."""
+        each = [cls(c, task, model) for c in configs]
+        field = one_program_field([a.config for a in each])
+        if field is not None:
+            raise ConfigError(field, "settings run as one program may differ only in "
+                                     f"{', '.join(SETTING_FIELDS)} (σ·IQR or no observation "
+                                     "noise, no float-safe noise, no ε cap)")
+        if each[0].task.host:
+            raise ConfigError("env", "settings run as one program need a gymnax task (a "
+                                     "Gymnasium task plays its episodes on the host)")
+        algo = cls(each[0].config, task, model)
+        algo.settings = each
+        algo._as_data(each)
+        return algo
+
+    def _as_data(self, each: Sequence[Reinforce]) -> None:
+        """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip; σ·IQR
+        observation noise, None if no setting has any: all trials see the raw states)."""
+        self.sum_mechanism = PerTrialGaussianSum(
+            tuple((a.config.noise_multiplier if a.config.dp else None) for a in each),
+            self.config.clip, self.config.delta, unit=UNIT)
+        scales = tuple(m.scale if (m := a.config.obs.mechanism()) is not None else None
+                       for a in each)
+        self.obs_mechanism = (PerTrialGaussianNoise(scales, self.task.obs_dim)
+                              if any(s is not None for s in scales) else None)
+
+    def setting_data(self, settings: Sequence[int]) -> ReinforceSetting:
+        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
+        assert self.sum_mechanism is not None
+        return ReinforceSetting(self.sum_mechanism.stack(settings),
+                                None if self.obs_mechanism is None
+                                else self.obs_mechanism.stack(settings))
 
     def init(self, key: Array) -> ReinforceState:
         k_theta, key = jax.random.split(key)
@@ -193,8 +290,8 @@ class Reinforce:
                   else self.model.apply(theta, obs))
         return reinforce_loss(logits, actions, returns, mask)
 
-    def gradient(self, theta: Array, traj: Any, key: Array,
-                 canaries: Array | None = None) -> Array:
+    def gradient(self, theta: Array, traj: Any, key: Array, canaries: Array | None = None,
+                 setting: ReinforceSetting | None = None) -> Array:
         """The update direction from a batch of episodes: DP-SGD's noisy mean, or the mean.
 
         `canaries` (k, d): extra per-example gradient rows (an audit's canaries; zero rows for
@@ -206,6 +303,9 @@ class Reinforce:
         b = per_episode.shape[0]
         if canaries is not None:
             per_episode = jnp.concatenate([per_episode, canaries.astype(per_episode.dtype)])
+        if setting is not None:  # the trial's own setting, as data
+            assert self.sum_mechanism is not None
+            return self.sum_mechanism.privatize_with(setting.grad, key, per_episode).value / b
         if self.mechanism is not None:
             return self.mechanism.privatize(key, per_episode).value / b
         if cfg.dp:  # σ = 0: clipping without noise, no guarantee
@@ -220,17 +320,53 @@ class Reinforce:
              ) -> tuple[ReinforceState, EpisodeMetrics, Array]:
         """One training episode; also returns the released update direction (what an auditor
         who sees every noisy sum observes), and takes an audit's canary rows."""
-        cfg = self.config
         (key, k_roll, k_noise, k_eval), params, active = self.plan(s)
-        env = observed_env(self.env, s.obs_noise)
-        traj = rollout_episodes(env, params, self.policy(s.theta), k_roll, cfg.batch_episodes,
-                                cfg.max_episode_steps,
-                                jnp.broadcast_to(active, (cfg.batch_episodes,)))
+        traj = self.rollout(s, params, k_roll, active)
         theta, opt_state, grad = self.update(s, traj, k_noise, canaries)
-        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
-                                   k_eval, cfg.max_episode_steps, active)
+        eval_ret = self.evaluate(s, theta, k_eval, active)
         state, metrics = self.finish(s, key, theta, opt_state, traj, eval_ret)
         return state, metrics, grad
+
+    def episode_trials(self, s: ReinforceState, block: int
+                       ) -> tuple[ReinforceState, EpisodeMetrics]:
+        """`episode` for a batch of trials (a leading axis): the rollouts batched, the
+        updates in blocks of `block` trials (`runtime.sharding.in_blocks`): XLA CPU compiles
+        the gradient and the Adam step differently by batch size, so each trial's floats are
+        its own run's only if every program computes them in blocks of that run's size."""
+        (key, k_roll, k_noise, k_eval), params, active = jax.vmap(self.plan)(s)
+        traj = jax.vmap(self.rollout)(s, params, k_roll, active)
+
+        def update(theta: Array, opt_state: Any, stopped: Array, setting: Any, traj: Any,
+                   k_noise: Array) -> tuple[Array, Any]:  # one trial (`update` reads no more)
+            one = s._replace(theta=theta, opt_state=opt_state, stopped=stopped,
+                             setting=setting)
+            return self.update(one, traj, jax.random.wrap_key_data(k_noise))[:2]
+
+        theta, opt_state = in_blocks(jax.vmap(update), block)(
+            s.theta, s.opt_state, s.stopped, s.setting, traj, jax.random.key_data(k_noise))
+        eval_ret = jax.vmap(self.evaluate)(s, theta, k_eval, active)
+        return jax.vmap(self.finish)(s, key, theta, opt_state, traj, eval_ret)
+
+    def observed(self, s: ReinforceState) -> Any:
+        """The environment a trial's episodes see: its LDP observations (keyed by its secret
+        root, if any; as its setting says, if settings run as one program)."""
+        if s.setting is not None and self.obs_mechanism is not None:
+            return PerTrialObservations(self.task.env, self.obs_mechanism, s.setting.obs,
+                                        s.obs_noise)
+        return observed_env(self.env, s.obs_noise)
+
+    def rollout(self, s: ReinforceState, params: Any, key: Array, active: Array) -> Any:
+        """This episode's batch of training episodes with π_θ (none if the seed stopped)."""
+        cfg = self.config
+        return rollout_episodes(self.observed(s), params, self.policy(s.theta), key,
+                                cfg.batch_episodes, cfg.max_episode_steps,
+                                jnp.broadcast_to(active, (cfg.batch_episodes,)))
+
+    def evaluate(self, s: ReinforceState, theta: Array, key: Array, active: Array) -> Array:
+        """The greedy evaluation episode's return with the updated θ."""
+        return evaluate_greedy(self.observed(s), self.env_params,
+                               lambda o: self.model.apply(theta, o), key,
+                               self.config.max_episode_steps, active)
 
     def host_episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
         """`episode` for a task that rolls out on the host (a Gymnasium task): the training
@@ -267,7 +403,7 @@ class Reinforce:
         """One Adam step from the batch's (noisy) gradient, if the seed still runs:
         (θ, optimizer state, the released direction)."""
         active = ~s.stopped
-        grad = self.gradient(s.theta, traj, k_noise, canaries)
+        grad = self.gradient(s.theta, traj, k_noise, canaries, s.setting)
         step, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(active, s.theta + step, s.theta)
         opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(active, n, o), opt_state,
@@ -289,4 +425,4 @@ class Reinforce:
         metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), updates)
         return ReinforceState(theta, opt_state, key, progress, episodes, updates, stopped,
-                              s.noise, s.obs_noise), metrics
+                              s.noise, s.obs_noise, s.setting), metrics

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from privrl.config import ConfigError
@@ -33,7 +32,13 @@ from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import host_scan, shard_vmap, trial_devices, trial_sharding
+from privrl.runtime.sharding import (
+    host_scan,
+    setting_trial_keys,
+    shard_vmap,
+    trial_devices,
+    trial_sharding,
+)
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, trial_group
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
@@ -184,22 +189,6 @@ def _seeded_by_default(config: PGCA3CConfig) -> PGCA3CConfig:
     return replace(config, noise=config.noise or "seeded")
 
 
-def _trial_keys(seed: int, trials: int, settings: int, padded: int,
-                devices: int | None) -> jax.Array:
-    """Every trial's root key: trial k of each setting gets the key it gets in its setting's
-    own run (the seed split over that run's padded trials); padding trials get others."""
-    own_padded = math.ceil(trials / trial_devices(trials, devices)) * trial_devices(trials,
-                                                                                  devices)
-    own = jax.random.split(jax.random.key(seed), own_padded)
-    if settings == 1:
-        return own
-    keys = jnp.concatenate([own[:trials]] * settings)
-    extra = padded - keys.shape[0]
-    if extra == 0:
-        return keys
-    return jnp.concatenate([keys, jax.random.split(jax.random.key(seed + 1), extra)])
-
-
 def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
                 retire_on_success: bool, chunk_rounds: int | None) -> list[RunOutput]:
     """Every trial of every setting of `algo` (one, or several from `for_settings`), as one
@@ -226,7 +215,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         own = trial_devices(k, devices)
         runner = ShardedTrials(algo, n_set * k, chunk, devices, trial_group(k, own))
         noise = next((c.noise for c, _ in settings if c.mechanism != "none"), cfg.noise)
-        keys = _trial_keys(cfg.seed, k, n_set, runner.padded, devices)
+        keys = setting_trial_keys(cfg.seed, k, n_set, runner.padded, devices)
         state = runner.init_keys(keys, noise or "seeded")
         if n_set > 1:
             index = np.repeat(np.arange(n_set), k)
