@@ -54,3 +54,51 @@ def test_guarantee_is_the_weakest_member_and_privatize_needs_the_data():
 def test_members_that_cannot_take_data_are_refused(member):
     with pytest.raises(ValueError):
         PerTrialMechanism((LaplaceMechanism(1.0, 0.1), member), D)
+
+
+# --- DP-SGD's sum and σ·IQR observation noise with their noise levels as data -----------------
+def test_gaussian_sum_per_trial_releases_what_each_member_releases():
+    """σ > 0: GaussianSumMechanism's release; 0: the clipped sum; None: the raw sum."""
+    from privrl.privacy.clipping import clip_l2
+    from privrl.privacy.mechanisms import PerTrialGaussianSum
+
+    mech = PerTrialGaussianSum((None, 0.0, 0.3, 1.7), clip=1.5, delta=1e-5)
+    rows = jax.random.normal(jax.random.key(2), (4, 5, 9)) * jnp.array([0.1, 1, 3, 9])[:, None,
+                                                                                          None]
+    keys = jax.random.split(jax.random.key(3), 4)
+    got = jax.jit(jax.vmap(lambda a, k, x: mech.privatize_with(a, k, x).value))(
+        mech.stack(range(4)), keys, rows)
+    np.testing.assert_array_equal(got[0], rows[0].sum(0))
+    np.testing.assert_array_equal(got[1], jax.vmap(lambda r: clip_l2(r, 1.5))(rows[1]).sum(0))
+    for i in (2, 3):
+        member = mech.member(i)
+        assert member is not None and member.noise_multiplier == mech.sigmas[i]
+        alone = jax.jit(lambda k, x, m=member: m.privatize(k, x).value)(keys[i], rows[i])
+        np.testing.assert_array_equal(got[i], alone)
+    assert mech.member(0) is None and mech.member(1) is None
+    assert not mech.guarantee.is_private  # some members add no noise
+    both = PerTrialGaussianSum((0.3, 1.7), clip=1.5)
+    assert both.guarantee.epsilon == both.member(0).guarantee.epsilon  # the weakest (σ = 0.3)
+    with pytest.raises(TypeError, match="privatize_with"):
+        both.privatize(keys[0], rows[0])
+    with pytest.raises(ValueError, match="noise multipliers"):
+        PerTrialGaussianSum((-1.0,), clip=1.0)
+
+
+def test_gaussian_noise_per_trial_releases_what_each_member_releases():
+    from privrl.privacy.mechanisms import PerTrialGaussianNoise, UnboundedGaussianNoise
+
+    scales = (None, (0.5, 0.1, 0.02), (5.0, 1.0, 0.2))
+    mech = PerTrialGaussianNoise(scales, dim=3)
+    x = jax.random.normal(jax.random.key(4), (3, 3))
+    keys = jax.random.split(jax.random.key(5), 3)
+    got = jax.jit(jax.vmap(lambda a, k, v: mech.privatize_with(a, k, v).value))(
+        mech.stack(range(3)), keys, x)
+    np.testing.assert_array_equal(got[0], x[0])  # off: the raw input
+    for i in (1, 2):
+        member = UnboundedGaussianNoise(scales[i])
+        alone = jax.jit(lambda k, v, m=member: m.privatize(k, v).value)(keys[i], x[i])
+        np.testing.assert_array_equal(got[i], alone)
+    assert not mech.guarantee.is_private  # unbounded inputs: no member has a guarantee
+    with pytest.raises(ValueError, match="coordinates"):
+        PerTrialGaussianNoise(((1.0, 2.0),), dim=3)

@@ -49,6 +49,9 @@ class EpisodicOutput:
     privacy: dict[str, Any]
     wall_seconds: float
     devices: int
+    # Run as one program with other settings (`run_episodic_settings`): how many settings and
+    # seeds that program ran (wall_seconds is the program's); None: on its own.
+    program: dict[str, int] | None = None
 
 
 def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
@@ -140,7 +143,8 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             eval_returns=evals_all[rows, :width], updates=updates, solved_at=solved_all[rows],
             update_cap=int(own.update_cap),
             privacy=privacy_record(own, int(updates.max(initial=0))), wall_seconds=wall,
-            devices=n_dev))
+            devices=n_dev,
+            program=None if n_set == 1 else {"settings": n_set, "seeds": n_set * k}))
     return outputs
 
 
@@ -230,6 +234,9 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
         "stopped_by_max_epsilon": bool(dp.get("stopped_by_max_epsilon", False)),
         "wall_seconds": out.wall_seconds,
         "devices": out.devices,
+        **({} if out.program is None else {"one_program": {
+            **out.program, "note": "this setting ran in one program with the others; wall "
+                                   "time is that program's"}}),
         **({"noise": summary_note(out.privacy["noise_keys"]["mode"])}
            if "noise_keys" in out.privacy else {}),
     }

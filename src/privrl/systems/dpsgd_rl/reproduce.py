@@ -5,8 +5,11 @@ DP-SGD σ ∈ {0, 0.1, 0.2, 0.4, 0.6} for REINFORCE and DQN, LDP σ ∈ {0, 0.01
 (the slides' Figures 8 and 12) and episodes until solved against σ (Figures 9 and 13), with the
 accountant's ε for DP-SGD and "no formal ε" for σ·IQR noise, which has none.
 
-Each setting is written to settings/<name>/ when it finishes (atomically), so an interrupted
-sweep resumes where it stopped.
+REINFORCE's settings differ only in numbers (DP-SGD's σ, on or off; the observation noise's
+σ), so all of them run as one jitted program (`Reinforce.for_settings`), every setting getting
+the floats of its own run; DQN's run one by one. Each setting is written to
+settings/<name>/ when its program finishes (atomically), so an interrupted sweep resumes with
+the settings it has not written.
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.output import plot_curves, write_json
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
-from privrl.systems.dpsgd_rl.local import final_eval_mean, run_episodic, save
+from privrl.systems.dpsgd_rl.local import (
+    EpisodicOutput,
+    final_eval_mean,
+    run_episodic_settings,
+    save,
+)
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 DP_SIGMAS = (0.0, 0.1, 0.2, 0.4, 0.6)
@@ -98,31 +106,61 @@ class SweepConfig(Config):
 ProgressFn = Callable[[str, int, int], None]
 
 
+def programs(cfg: SweepConfig, settings: list[Setting]) -> list[list[Setting]]:
+    """`settings` in the groups that run as one program: REINFORCE's all together (they
+    differ only in numbers), DQN's one by one (DP-SGD DQN and non-private DQN sample and
+    step differently)."""
+    together = [s for s in settings if s.algorithm == "reinforce"]
+    return ([together] if together else []) + [[s] for s in settings
+                                                if s.algorithm != "reinforce"]
+
+
 def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
               log: Callable[[str], None] = print) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    write_json(path / "sweep.json", {"config": cfg.__dict__, "settings": [
-        s.name for s in cfg.settings()]})
     settings = cfg.settings()
-    for i, s in enumerate(settings):
-        final = path / "settings" / s.name
-        if (final / "summary.json").is_file():
-            continue
-        algo = cfg.make(s)
-        out = run_episodic(algo, f"{s.kind}-{s.algorithm}",
-                           progress=None if progress is None else
-                           (lambda d, t, n=s.name, i=i: progress(n, i * t + d, len(settings) * t)))
-        tmp = path / "settings" / f".{s.name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        summary = save(out, tmp, command=["privrl", "reproduce", "dpsgd-rl"])
-        np.save(tmp / "eval_returns.npy", out.eval_returns)
-        tmp.rename(final)
-        solved = summary["median_episodes_to_solve"]
-        log(f"{s.name}: solved {summary['solved_seeds']}/{summary['seeds']}, median episodes "
-            f"{solved if solved is not None else '—'}, ε {_eps_text(summary, s)}, "
-            f"{summary['wall_seconds']:.0f} s")
+    write_json(path / "sweep.json", {"config": cfg.__dict__, "settings": [
+        s.name for s in settings]})
+    todo = [s for s in settings if not (path / "settings" / s.name / "summary.json").is_file()]
+    done = len(settings) - len(todo)
+    for group in programs(cfg, todo):
+        algos = [cfg.make(s) for s in group]
+        names = [f"{s.kind}-{s.algorithm}" for s in group]
+        algo = (algos[0] if len(group) == 1
+                else type(algos[0]).for_settings([a.config for a in algos]))
+        outs = run_episodic_settings(algo, names, progress=_progress(
+            progress, group, done, len(settings)))
+        done += len(group)
+        for s, out in zip(group, outs, strict=True):
+            _write_setting(path, s, out, log)
     write_report(cfg, path)
+
+
+def _progress(progress: ProgressFn | None, group: list[Setting], before: int, total: int
+              ) -> Callable[[int, int], None] | None:
+    """A program's progress (episodes d of t, for each of its settings) as the sweep's, in
+    setting-episodes, after `before` settings."""
+    if progress is None:
+        return None
+    label = group[0].name if len(group) == 1 else f"{group[0].algorithm} ({len(group)} settings)"
+    return lambda d, t: progress(label, before * t + len(group) * d, total * t)
+
+
+def _write_setting(path: Path, s: Setting, out: EpisodicOutput,
+                   log: Callable[[str], None]) -> None:
+    """settings/<name>/: the setting's run directory, written whole or not at all."""
+    final = path / "settings" / s.name
+    tmp = path / "settings" / f".{s.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    summary = save(out, tmp, command=["privrl", "reproduce", "dpsgd-rl"])
+    np.save(tmp / "eval_returns.npy", out.eval_returns)
+    tmp.rename(final)
+    solved = summary["median_episodes_to_solve"]
+    where = "" if out.program is None else f" (one program of {out.program['settings']})"
+    log(f"{s.name}: solved {summary['solved_seeds']}/{summary['seeds']}, median episodes "
+        f"{solved if solved is not None else '—'}, ε {_eps_text(summary, s)}, "
+        f"{summary['wall_seconds']:.0f} s{where}")
 
 
 def _eps_text(summary: dict[str, Any], s: Setting) -> str:
