@@ -738,6 +738,7 @@ class PerTrialGaussianSum(Mechanism):
     clip: float
     delta: float = 1e-5
     unit: str = "one training example"
+    sampling_probability: float = 1.0  # q of the members' Poisson sampling (1: none)
     name = "per-trial-gaussian-sum"
 
     def __post_init__(self) -> None:
@@ -752,8 +753,8 @@ class PerTrialGaussianSum(Mechanism):
     def member(self, index: int) -> GaussianSumMechanism | None:
         """Member `index` as its own mechanism (None: it gives no guarantee)."""
         s = self.sigmas[index]
-        return (GaussianSumMechanism(s, self.clip, 1.0, self.delta, unit=self.unit)
-                if s else None)
+        return (GaussianSumMechanism(s, self.clip, self.sampling_probability, self.delta,
+                                     unit=self.unit) if s else None)
 
     @property
     def guarantee(self) -> Guarantee:
@@ -769,7 +770,7 @@ class PerTrialGaussianSum(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {"noise_multipliers": list(self.sigmas), "clip": self.clip, "delta": self.delta,
-                "unit": self.unit}
+                "unit": self.unit, "sampling_probability": self.sampling_probability}
 
     def args(self, index: int) -> GaussianSumArgs:
         """Member `index` as data (numpy scalars): std = float32(σ·C), as its own program
@@ -792,7 +793,19 @@ class PerTrialGaussianSum(Mechanism):
         if x.ndim != 2:
             raise ValueError(f"PerTrialGaussianSum takes per-example rows (B, d), got {x.shape}")
         clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
-        total = jnp.where(args.clip, clipped, x).sum(axis=0)
+        return self._noisy(args, key, jnp.where(args.clip, clipped, x).sum(axis=0))
+
+    def privatize_dense_with(self, args: GaussianSumArgs, key: Array, params: Any, x: Array,
+                             loss_of_outputs: Callable[[Array], Array],
+                             rows: Array | None = None) -> Report:
+        """`GaussianSumMechanism.privatize_dense` with the trial's noise level: rows are
+        always clipped (every member of a program that uses this must clip: σ ≥ 0, not None)."""
+        if any(s is None for s in self.sigmas):
+            raise ValueError("the dense release clips every row: no member may be None")
+        return self._noisy(args, key, clipped_grad_sum(params, x, loss_of_outputs, self.clip,
+                                                       rows)[0])
+
+    def _noisy(self, args: GaussianSumArgs, key: Array, total: Array) -> Report:
         noisy = total + args.std * jax.random.normal(key, total.shape, total.dtype)
         return Report._mint(_MINT, noisy, self.guarantee)
 

@@ -399,11 +399,14 @@ def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None
 def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
     """A batch of one from the first step on: every step makes one DP-SGD release (counted on
     the mechanism), and a transition's account composes min(updates, buffer_size) of them."""
-    from privrl.privacy.mechanisms import GaussianSumMechanism
+    from privrl.privacy.mechanisms import PerTrialGaussianSum
 
-    counter = count_releases(GaussianSumMechanism, "privatize_dense")
+    # the run's release: its setting as data (a run that could join a program computes as
+    # there, `DQN.for_settings`), member σ = 1.0 of a one-member PerTrialGaussianSum
+    counter = count_releases(PerTrialGaussianSum, "privatize_dense_with")
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
+    assert DQN(cfg).sum_mechanism.member(0).noise_multiplier == 1.0
     out = run_episodic(DQN(cfg), "dp-dqn")
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16

@@ -1,5 +1,6 @@
-"""REINFORCE's settings as one program (`Reinforce.for_settings`, `run_episodic_settings`): each
-setting's results are its own run's, bit for bit, with its own privacy record.
+"""paper 003's settings as one program (`Reinforce.for_settings`, `DQN.for_settings`,
+`run_episodic_settings`): each setting's results are its own run's, bit for bit, with its own
+privacy record.
 
 A trial's update is computed in blocks of its own run's trials (`in_blocks`), and a run that
 could join a program computes through the same per-trial mechanisms: with the non-private
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 from privrl.config import ConfigError
+from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
+from privrl.systems.dpsgd_rl.dqn import one_program_field as dqn_one_program_field
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import run_episodic, run_episodic_settings
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig, one_program_field
@@ -58,3 +61,37 @@ def test_settings_that_differ_in_more_than_numbers_are_refused():
         assert one_program_field([*configs, other]) == field
         with pytest.raises(ConfigError, match=f"^{field}: "):
             Reinforce.for_settings([*configs, other])
+
+
+DQN_BASE = DQNConfig(seeds=2, episodes=12, seed=1, buffer_size=2000, batch_size=64,
+                     solve_threshold=30.0, solve_window=3)
+DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
+    "dp": {"dp-sigma0": replace(DQN_BASE, dp=True),
+           "dp-sigma0.6": replace(DQN_BASE, dp=True, noise_multiplier=0.6)},
+    "ldp": {"ldp-sigma0": DQN_BASE,
+            "ldp-sigma0.2": replace(DQN_BASE, obs=ObservationPrivacy(mode="sigma", sigma=0.2))},
+}
+
+
+@pytest.mark.learning(llvm_level=2)
+@pytest.mark.parametrize("kind", ["dp", "ldp"])
+def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
+    """DQN's update is made inside the episode's step loop: `DQN.episode_trials` steps every
+    trial until its episode ends, as vmapping `episode` does, each update in blocks."""
+    settings = DQN_SETTINGS[kind]
+    together = run_episodic_settings(DQN.for_settings(list(settings.values())),
+                                     list(settings), devices=1, chunk=4)
+    for (name, cfg), out in zip(settings.items(), together, strict=True):
+        alone = run_episodic(DQN(cfg), name, devices=1, chunk=4)
+        np.testing.assert_array_equal(out.train_returns, alone.train_returns)
+        np.testing.assert_array_equal(out.eval_returns, alone.eval_returns)
+        np.testing.assert_array_equal(out.updates, alone.updates)
+        assert out.privacy == alone.privacy
+        assert (out.updates > 0).all()
+
+
+def test_dqn_settings_with_and_without_dp_sgd_are_two_programs():
+    configs = [*DQN_SETTINGS["dp"].values(), *DQN_SETTINGS["ldp"].values()]
+    assert dqn_one_program_field(configs) == "dp"
+    with pytest.raises(ConfigError, match=r"^dp: "):
+        DQN.for_settings(configs)

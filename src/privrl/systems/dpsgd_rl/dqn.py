@@ -37,7 +37,7 @@ DP-DQN learns despite the noise (docs/dpsgd-rl.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, NamedTuple
 
@@ -48,17 +48,19 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer, non_negative, one_of, positive
+from privrl.config import ConfigError, fail, in_range, integer, non_negative, one_of, positive
 from privrl.envs.task import Task, check_module
 from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
-from privrl.privacy.mechanisms import GaussianSumMechanism
+from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
+from privrl.runtime.sharding import in_blocks
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
+    EpisodicSetting,
     Progress,
     episode_env_key,
     episodic_task,
@@ -66,13 +68,24 @@ from privrl.systems.dpsgd_rl.episodic import (
     evaluate_greedy_host,
     host_observer,
     make_env,
-    observed_env,
+    observation_noise,
     progress_init,
     progress_update,
+    trial_env,
 )
+from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
 
 UNIT = "one transition (s, a, r, s′)"
 OPTIMIZERS = ("adamw", "sgd")
+# What settings run as one program (`DQN.for_settings`) may differ in: DP-SGD's σ and the
+# slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN samples
+# its batches by Poisson sampling and steps without value clipping, a non-private one not.
+SETTING_FIELDS = ("noise_multiplier", "target_epsilon", "obs")
+
+
+def one_program_field(configs: Sequence[DQNConfig]) -> str | None:
+    """The field that keeps `configs` from running as one program (episodic.one_program_field)."""
+    return episodic_one_program_field(configs, SETTING_FIELDS)
 
 
 _DP_SGD: Mapping[str, Any] = {
@@ -261,6 +274,22 @@ class DQNState(NamedTuple):
     obs_noise: Array | None = None
     # pause_at: True while the last greedy evaluation return was >= pause_at (no updates)
     paused: Array | None = None
+    # The trial's setting as data (`DQN.for_settings`, and a run that could join one); None:
+    # the algorithm's own config.
+    setting: EpisodicSetting | None = None
+
+
+class Batch(NamedTuple):
+    """One update's batch of stored transitions (padded to a fixed size; `rows` masks it) and
+    the buffer's size when it was drawn (DP-SGD's public normalization may use it)."""
+
+    obs: Array
+    action: Array
+    reward: Array
+    next_obs: Array
+    terminal: Array
+    rows: Array
+    stored: Array
 
 
 def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
@@ -330,6 +359,60 @@ class DQN:
         self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
         # LDP on each host observation (one at a time; an evaluation rollout's rows), or None
         self._observe, self._observe_rows = host_observer(cfg, rows=False), host_observer(cfg)
+        # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
+        # a trial's setting as data. A run that could join others in one program computes
+        # through them too (its trials carry their setting), so that it gets the floats it
+        # gets there; others (box observations, float-safe noise, an ε cap, host tasks) leave
+        # them None and use `mechanism` and `env`.
+        self.settings: list[DQN] = [self]
+        self.per_trial = False  # True: trials carry their setting (`setting_data`)
+        self.sum_mechanism: PerTrialGaussianSum | None = None
+        self.obs_mechanism: Any = None
+        if one_program_field([cfg]) is None and not task.host:
+            self._as_data(self.settings)
+
+    @classmethod
+    def for_settings(cls, configs: Sequence[DQNConfig], task: Task | None = None,
+                     model: nn.Module | None = None) -> DQN:
+        """One algorithm for several settings that differ only in SETTING_FIELDS (DP-SGD's σ;
+        σ·IQR observation noise): each trial carries its setting as data
+        (`DQNState.setting`, from `setting_data`), so one jitted program runs them all, and
+        a trial's floats are its setting's own run's. ConfigError names the field that keeps
+        them apart."""
+        each = [cls(c, task, model) for c in configs]
+        field = one_program_field([a.config for a in each])
+        if field is not None:
+            raise ConfigError(field, "settings run as one program may differ only in "
+                                     f"{', '.join(SETTING_FIELDS)} (σ·IQR or no observation "
+                                     "noise, no float-safe noise, no ε cap)")
+        if each[0].task.host:
+            raise ConfigError("env", "settings run as one program need a gymnax task (a "
+                                     "Gymnasium task plays its episodes on the host)")
+        algo = cls(each[0].config, task, model)
+        algo.settings = each
+        algo._as_data(each)
+        return algo
+
+    def _as_data(self, each: Sequence[DQN]) -> None:
+        """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip and q, if
+        DP-SGD is on; σ·IQR observation noise, None if no setting has any)."""
+        self.per_trial = True
+        cfg = self.config
+        self.sum_mechanism = (PerTrialGaussianSum(
+            tuple(a.config.noise_multiplier for a in each), cfg.clip, cfg.delta, unit=UNIT,
+            sampling_probability=cfg.q) if cfg.dp else None)
+        self.obs_mechanism = observation_noise([a.config for a in each], self.task.obs_dim)
+
+    def setting_data(self, settings: Sequence[int]) -> EpisodicSetting:
+        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
+        return EpisodicSetting(
+            None if self.sum_mechanism is None else self.sum_mechanism.stack(settings),
+            None if self.obs_mechanism is None else self.obs_mechanism.stack(settings))
+
+    def observed(self, s: DQNState) -> Any:
+        """The environment a trial's episodes see (its LDP observations, as its setting or the
+        run's config says, keyed by its secret root if any)."""
+        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
 
     def init(self, key: Array) -> DQNState:
         cfg = self.config
@@ -343,27 +426,41 @@ class DQN:
                         jnp.int32(0), jnp.bool_(self.update_cap == 0), paused=jnp.bool_(False))
 
     def gradient(self, theta: Array, target: Array, replay: Replay, key: Array,
-                 noise_key: Array | None = None) -> Array:
+                 noise_key: Array | None = None, setting: EpisodicSetting | None = None
+                 ) -> Array:
         """`noise_key`: the mechanism's key under secret noise; None: split from `key`."""
+        batch, k_noise = self.sample(replay, key)
+        return self.batch_gradient(theta, target, batch,
+                                   k_noise if noise_key is None else noise_key, setting)
+
+    def sample(self, replay: Replay, key: Array) -> tuple[Batch, Array]:
+        """The update's batch (Poisson-sampled for DP-SGD, uniform otherwise) and the key
+        left for its noise."""
         cfg = self.config
         k_batch, k_noise = jax.random.split(key)
-        if noise_key is not None:
-            k_noise = noise_key
         if cfg.dp:
             idx, rows = sample_poisson(k_batch, replay.size, cfg.buffer_size, cfg.q,
                                        cfg.max_batch)
         else:
             idx, rows = sample_uniform(k_batch, replay.size, cfg.buffer_size, cfg.batch_size)
-        obs, action = replay.obs[idx], replay.action[idx]
-        next_obs = replay.next_obs[idx]
+        return Batch(replay.obs[idx], replay.action[idx], replay.reward[idx],
+                     replay.next_obs[idx], replay.terminal[idx], rows, replay.size), k_noise
+
+    def batch_gradient(self, theta: Array, target: Array, batch: Batch, k_noise: Array,
+                       setting: EpisodicSetting | None = None) -> Array:
+        """The update direction from a batch: the mean loss's gradient, or DP-SGD's noisy sum
+        (the trial's own noise level when its setting is data) over the public batch size."""
+        cfg = self.config
+        obs, action, next_obs, rows = batch.obs, batch.action, batch.next_obs, batch.rows
         if cfg.double_dqn:
-            y = double_td_targets(replay.reward[idx], self.model.apply(theta, next_obs),
-                                  self.model.apply(target, next_obs), replay.terminal[idx],
+            y = double_td_targets(batch.reward, self.model.apply(theta, next_obs),
+                                  self.model.apply(target, next_obs), batch.terminal,
                                   cfg.gamma)
         else:
-            y = td_targets(replay.reward[idx], self.model.apply(target, next_obs),
-                           replay.terminal[idx], cfg.gamma)
+            y = td_targets(batch.reward, self.model.apply(target, next_obs), batch.terminal,
+                           cfg.gamma)
         y = jax.lax.stop_gradient(y)
+        per_trial = setting is not None and setting.grad is not None
 
         def losses(q_values: Array) -> Array:  # each example's Huber TD loss from its own row
             return huber(jnp.take_along_axis(q_values, action[:, None], 1)[:, 0] - y)
@@ -371,7 +468,7 @@ class DQN:
         if not cfg.dp:  # the mean loss's gradient, as non-private DQN
             return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
         # public: the expected batch size of a full buffer, or of the buffer now
-        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
+        norm = cfg.q * (batch.stored.astype(jnp.float32) if cfg.average_over_stored
                         else cfg.buffer_size)
         if not self.dense:  # a user's module: each transition's gradient, masked by `rows`
             def one(th: Array, o: Array, a: Array, target: Array) -> Array:
@@ -379,10 +476,17 @@ class DQN:
 
             grads = jax.vmap(jax.grad(one), (None, 0, 0, 0))(theta, obs, action, y)
             grads = grads * rows[:, None]
+            if per_trial:
+                assert self.sum_mechanism is not None and setting is not None
+                return self.sum_mechanism.privatize_with(setting.grad, k_noise, grads).value / norm
             if self.mechanism is not None:
                 return self.mechanism.privatize(k_noise, grads).value / norm
             return jax.vmap(lambda g: clip_l2(g, cfg.clip))(grads).sum(0) / norm  # σ = 0
         params = self.model.unravel(theta)
+        if per_trial:
+            assert self.sum_mechanism is not None and setting is not None
+            return self.sum_mechanism.privatize_dense_with(setting.grad, k_noise, params, obs,
+                                                           losses, rows).value / norm
         if self.mechanism is not None:
             report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
             return report.value / norm
@@ -404,20 +508,39 @@ class DQN:
               terminal: Array, k_grad: Array) -> DQNState:
         """Store the transition (the task's reward) and, if the buffer is ready and the cap
         allows, make one (DP-SGD) update and move the target network."""
+        s, batch, k_noise, learn = self.store(s, obs, action, reward, next_obs, terminal,
+                                              k_grad)
+        theta, target, opt_state = self.apply_update(s.theta, s.target, s.opt_state, s.setting,
+                                                     batch, k_noise, learn)
+        return s._replace(theta=theta, target=target, opt_state=opt_state,
+                          updates=s.updates + learn.astype(jnp.int32))
+
+    def store(self, s: DQNState, obs: Array, action: Array, reward: Array, next_obs: Array,
+              terminal: Array, k_grad: Array) -> tuple[DQNState, Batch, Array, Array]:
+        """`learn`'s first half: store the transition, draw the update's batch and noise key,
+        and say whether the update is made (the buffer is ready, the cap allows)."""
         cfg = self.config
         replay = replay_add(s.replay, obs, action, self.task.rewards(reward, jnp.float32(1.0)),
                             next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
         learn = (replay.size >= starts) & (s.updates < self.update_cap) & ~s.paused
-        noise_key = None if s.noise is None else jax.random.fold_in(s.noise, s.steps)
-        grad = self.gradient(s.theta, s.target, replay, k_grad, noise_key)
-        upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
-        theta = jnp.where(learn, s.theta + upd, s.theta)
-        opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), opt_state,
-                                           s.opt_state)
-        target = jnp.where(learn, cfg.tau * theta + (1 - cfg.tau) * s.target, s.target)
-        return s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
-                          steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
+        batch, k_noise = self.sample(replay, k_grad)
+        if s.noise is not None:  # secret: one key per step from this seed's own root
+            k_noise = jax.random.fold_in(s.noise, s.steps)
+        return s._replace(replay=replay, steps=s.steps + 1), batch, k_noise, learn
+
+    def apply_update(self, theta: Array, target: Array, opt_state: Any,
+                     setting: EpisodicSetting | None, batch: Batch, k_noise: Array,
+                     learn: Array) -> tuple[Array, Array, Any]:
+        """`learn`'s second half: the optimizer step and the target network's move (if
+        `learn`): (θ, target θ, optimizer state)."""
+        cfg = self.config
+        grad = self.batch_gradient(theta, target, batch, k_noise, setting)
+        upd, new_opt = self.optimizer.update(grad, opt_state, theta)
+        new_theta = jnp.where(learn, theta + upd, theta)
+        new_opt = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), new_opt, opt_state)
+        new_target = jnp.where(learn, cfg.tau * new_theta + (1 - cfg.tau) * target, target)
+        return new_theta, new_target, new_opt
 
     def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
         """One environment step and (if the buffer is ready and the cap allows) one update.
@@ -426,12 +549,19 @@ class DQN:
         params = self.env_params if params is None else params
         env_state, obs, key, ret = carry
         key, action, k_env, k_grad = self.act(s, obs, key)
-        env = observed_env(self.env, s.obs_noise)
-        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
-        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
-        reward = jnp.asarray(reward, jnp.float32)
+        next_obs, env_state, reward, terminal = self.env_step(s, k_env, env_state, action,
+                                                              params)
         s = self.learn(s, obs, action, reward, next_obs, terminal, k_grad)
         return s, (env_state, next_obs, key, ret + reward), terminal > 0
+
+    def env_step(self, s: DQNState, key: Array, env_state: Any, action: Array, params: Any
+                 ) -> tuple[Array, Any, Array, Array]:
+        """One environment step as the trial sees it: (observation, environment state,
+        reward, terminal as float32)."""
+        env = self.observed(s)
+        next_obs, env_state, reward, _, _ = env.step_env(key, env_state, action, params)
+        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
+        return next_obs, env_state, jnp.asarray(reward, jnp.float32), terminal
 
     def plan(self, s: DQNState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, reset, loop, evaluation), its agent's
@@ -443,7 +573,7 @@ class DQN:
     def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
         cfg = self.config
         (key, k_reset, k_loop, k_eval), params, active = self.plan(s)
-        env = observed_env(self.env, s.obs_noise)
+        env = self.observed(s)
         obs, env_state = env.reset_env(k_reset, params)
 
         def cond(c: tuple) -> Array:
@@ -462,6 +592,60 @@ class DQN:
         eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
                                    k_eval, cfg.max_episode_steps, active)
         return self.finish(s, key, train_return, eval_ret, active)
+
+    def episode_trials(self, s: DQNState, block: int) -> tuple[DQNState, EpisodeMetrics]:
+        """`episode` for a batch of trials (a leading axis): what vmapping it computes (each
+        trial steps until its episode ends, the loop until every trial's has), with every
+        update in blocks of `block` trials (`runtime.sharding.in_blocks`): XLA CPU compiles
+        the gradient and the optimizer step differently by batch size, so each trial's
+        floats are its own run's only if every program computes them in blocks of that
+        run's size."""
+        cfg = self.config
+        (key, k_reset, k_loop, k_eval), params, active = jax.vmap(self.plan)(s)
+        obs, env_state = jax.vmap(lambda st, k, p: self.observed(st).reset_env(k, p))(
+            s, k_reset, params)
+
+        def update(theta: Array, target: Array, opt_state: Any, setting: Any, batch: Batch,
+                   k_noise: Array, learn: Array) -> tuple[Array, Array, Any]:
+            return self.apply_update(theta, target, opt_state, setting, batch,
+                                     jax.random.wrap_key_data(k_noise), learn)
+
+        update_blocks = in_blocks(jax.vmap(update), block)
+
+        def step(st: DQNState, carry: tuple) -> tuple:
+            env_state, obs, key, ret = carry
+            key, action, k_env, k_grad = jax.vmap(self.act)(st, obs, key)
+            next_obs, env_state, reward, terminal = jax.vmap(self.env_step)(
+                st, k_env, env_state, action, params)
+            st, batch, k_noise, learn = jax.vmap(self.store)(
+                st, obs, action, reward, next_obs, terminal, k_grad)
+            theta, target, opt_state = update_blocks(
+                st.theta, st.target, st.opt_state, st.setting, batch,
+                jax.random.key_data(k_noise), learn)
+            st = st._replace(theta=theta, target=target, opt_state=opt_state,
+                             updates=st.updates + learn.astype(jnp.int32))
+            return st, (env_state, next_obs, key, ret + reward), terminal > 0
+
+        def running(t: Array, done: Array) -> Array:
+            return active & ~done & (t < cfg.max_episode_steps)
+
+        def body(c: tuple) -> tuple:
+            t, st, carry, done = c
+            live = running(t, done)
+            new_st, new_carry, fell = step(st, carry)
+            keep = lambda n, o: _select_rows(live, n, o)  # noqa: E731
+            return (jnp.where(live, t + 1, t), jax.tree_util.tree_map(keep, new_st, st),
+                    jax.tree_util.tree_map(keep, new_carry, carry), jnp.where(live, fell, done))
+
+        n = active.shape[0]
+        _, s, (_, _, _, train_return), _ = jax.lax.while_loop(
+            lambda c: jnp.any(running(c[0], c[3])), body,
+            (jnp.zeros((n,), jnp.int32), s, (env_state, obs, k_loop, jnp.zeros((n,))),
+             jnp.zeros((n,), bool)))
+        eval_ret = jax.vmap(lambda st, k, a: evaluate_greedy(
+            self.observed(st), self.env_params, lambda o: self.model.apply(st.theta, o), k,
+            cfg.max_episode_steps, a))(s, k_eval, active)
+        return jax.vmap(self.finish)(s, key, train_return, eval_ret, active)
 
     def finish(self, s: DQNState, key: Array, train_return: Array, eval_ret: Array,
                active: Array) -> tuple[DQNState, EpisodeMetrics]:
@@ -510,3 +694,11 @@ class DQN:
         eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
                                         cfg.max_episode_steps, active, observe)
         return self._finish(s, key, ret, eval_ret, jnp.bool_(active))
+
+
+def _select_rows(live: Array, new: Array, old: Array) -> Array:
+    """Per row (trial) of a batch: `new` where `live`, else `old` (PRNG keys included)."""
+    if jax.dtypes.issubdtype(new.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(_select_rows(live, jax.random.key_data(new),
+                                                     jax.random.key_data(old)))
+    return jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)

@@ -8,8 +8,8 @@ evaluation episode is played after every training episode and training stops onc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -31,9 +31,11 @@ from privrl.config import (
 from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
+from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
+    PerTrialObservations,
     PrivateObservations,
     private_observation,
     private_observations,
@@ -168,6 +170,57 @@ def observed_env(env: Any, obs_noise: Array | None) -> Any:
     """The environment a learner step uses: with a secret observation-noise root (the state's
     `obs_noise`), the LDP wrapper keyed by it; otherwise `env` unchanged (seeded keys)."""
     return env if obs_noise is None else env.keyed(obs_noise)
+
+
+# --- settings as one program ---------------------------------------------------------------
+class EpisodicSetting(NamedTuple):
+    """One trial's setting as data, when settings run as one program (`for_settings`): its
+    DP-SGD sum and its observation noise, as members of the program's per-trial mechanisms
+    (None: the program has no such mechanism)."""
+
+    grad: GaussianSumArgs | None
+    obs: GaussianNoiseArgs | None
+
+
+def one_program_field(configs: Sequence[EpisodicConfig], setting_fields: Sequence[str]
+                      ) -> str | None:
+    """The config field that keeps resolved `configs` from running as one program (None: they
+    can): they may differ only in `setting_fields`, without float-safe noise or an ε cap, with
+    σ·IQR (or no) observation noise; the private ones must agree on the noise keys' mode."""
+    first = configs[0]
+    for cfg in configs:
+        if cfg.secure_noise:
+            return "secure_noise"
+        if cfg.max_epsilon is not None:
+            return "max_epsilon"
+        if cfg.obs.mode not in ("none", "sigma"):
+            return "obs.mode"
+        if replace(cfg.obs, mode=first.obs.mode, sigma=first.obs.sigma) != first.obs:
+            return "obs"
+        if replace(cfg, **{f: getattr(first, f) for f in setting_fields}) != first:
+            return next(f.name for f in fields(cfg) if f.name not in setting_fields
+                        and getattr(cfg, f.name) != getattr(first, f.name))
+    if len({c.noise for c in configs if c.private or c.obs.mechanism() is not None}) > 1:
+        return "noise"
+    return None
+
+
+def observation_noise(configs: Sequence[EpisodicConfig], obs_dim: int
+                      ) -> PerTrialGaussianNoise | None:
+    """The σ·IQR observation noise of settings `configs` as one per-trial mechanism; None if no
+    setting has any (every trial sees the raw states)."""
+    scales = tuple(m.scale if (m := c.obs.mechanism()) is not None else None for c in configs)
+    return (PerTrialGaussianNoise(scales, obs_dim) if any(s is not None for s in scales)
+            else None)
+
+
+def trial_env(env: Any, raw_env: Any, obs_mechanism: PerTrialGaussianNoise | None,
+              setting: EpisodicSetting | None, obs_noise: Array | None) -> Any:
+    """The environment a trial's episodes see: with its setting as data, its own observation
+    noise over `raw_env`; otherwise `env` (the run's, LDP-wrapped or not) as `observed_env`."""
+    if setting is not None and setting.obs is not None and obs_mechanism is not None:
+        return PerTrialObservations(raw_env, obs_mechanism, setting.obs, obs_noise)
+    return observed_env(env, obs_noise)
 
 
 def progress_init(window: int) -> Progress:

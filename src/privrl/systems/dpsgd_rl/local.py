@@ -110,7 +110,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         observed = any(a.config.obs.mechanism() is not None for a in settings)
         state = state._replace(noise=secret_keys(padded) if private else None,
                                obs_noise=secret_keys(padded) if observed else None)
-    if getattr(algo, "sum_mechanism", None) is not None:  # trials carry their setting
+    if getattr(algo, "per_trial", False):  # trials carry their setting as data
         index = np.repeat(np.arange(n_set), k)
         index = np.concatenate([index, np.zeros(padded - index.size, int)])
         state = jax.device_put(state._replace(setting=algo.setting_data(index)),

@@ -23,7 +23,7 @@ with the unbiased std); docs/dpsgd-rl.md lists them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -41,8 +41,6 @@ from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import (
-    GaussianNoiseArgs,
-    GaussianSumArgs,
     GaussianSumMechanism,
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
@@ -51,6 +49,7 @@ from privrl.runtime.sharding import in_blocks
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
+    EpisodicSetting,
     Progress,
     episode_env_key,
     episodic_task,
@@ -58,11 +57,12 @@ from privrl.systems.dpsgd_rl.episodic import (
     evaluate_greedy_host,
     host_observer,
     make_env,
-    observed_env,
+    observation_noise,
     progress_init,
     progress_update,
+    trial_env,
 )
-from privrl.systems.dpsgd_rl.ldp_obs import PerTrialObservations
+from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
 
 UNIT = "one episode (all its transitions)"
 
@@ -120,33 +120,8 @@ SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
 
 
 def one_program_field(configs: Sequence[ReinforceConfig]) -> str | None:
-    """The config field that keeps resolved `configs` from running as one program (None: they
-    can): they may differ only in SETTING_FIELDS, without float-safe noise or an ε cap, with
-    σ·IQR (or no) observation noise; the private ones must agree on the noise keys' mode."""
-    first = configs[0]
-    for cfg in configs:
-        if cfg.secure_noise:
-            return "secure_noise"
-        if cfg.max_epsilon is not None:
-            return "max_epsilon"
-        if cfg.obs.mode not in ("none", "sigma"):
-            return "obs.mode"
-        if replace(cfg.obs, mode=first.obs.mode, sigma=first.obs.sigma) != first.obs:
-            return "obs"
-        if replace(cfg, **{f: getattr(first, f) for f in SETTING_FIELDS}) != first:
-            return next(f.name for f in fields(cfg) if f.name not in SETTING_FIELDS
-                        and getattr(cfg, f.name) != getattr(first, f.name))
-    if len({c.noise for c in configs if c.private or c.obs.mechanism() is not None}) > 1:
-        return "noise"
-    return None
-
-
-class ReinforceSetting(NamedTuple):
-    """One trial's setting as data (settings run as one program): its DP-SGD sum and its
-    observation noise, as members of the program's per-trial mechanisms."""
-
-    grad: GaussianSumArgs
-    obs: GaussianNoiseArgs | None  # None: no trial of the program has observation noise
+    """The field that keeps `configs` from running as one program (episodic.one_program_field)."""
+    return episodic_one_program_field(configs, SETTING_FIELDS)
 
 
 class ReinforceState(NamedTuple):
@@ -163,9 +138,9 @@ class ReinforceState(NamedTuple):
     # Secret root of the LDP observation noise (ldp-* runs), or None: seeded. Kept apart from
     # `noise` so that the two mechanisms never share a key.
     obs_noise: Array | None = None
-    # The trial's setting when several run as one program (`Reinforce.for_settings`); None: the
-    # algorithm's own config.
-    setting: ReinforceSetting | None = None
+    # The trial's setting as data (`Reinforce.for_settings`, and a run that could join one);
+    # None: the algorithm's own config.
+    setting: EpisodicSetting | None = None
 
 
 class Reinforce:
@@ -210,6 +185,7 @@ class Reinforce:
         # gets there; others (box observations, float-safe noise, an ε cap, host tasks) leave
         # them None and use `mechanism` and `env`.
         self.settings: list[Reinforce] = [self]
+        self.per_trial = False  # True: trials carry their setting (`setting_data`)
         self.sum_mechanism: PerTrialGaussianSum | None = None
         self.obs_mechanism: PerTrialGaussianNoise | None = None
         if one_program_field([cfg]) is None and not task.host:
@@ -240,20 +216,18 @@ class Reinforce:
     def _as_data(self, each: Sequence[Reinforce]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip; σ·IQR
         observation noise, None if no setting has any: all trials see the raw states)."""
+        self.per_trial = True
         self.sum_mechanism = PerTrialGaussianSum(
             tuple((a.config.noise_multiplier if a.config.dp else None) for a in each),
             self.config.clip, self.config.delta, unit=UNIT)
-        scales = tuple(m.scale if (m := a.config.obs.mechanism()) is not None else None
-                       for a in each)
-        self.obs_mechanism = (PerTrialGaussianNoise(scales, self.task.obs_dim)
-                              if any(s is not None for s in scales) else None)
+        self.obs_mechanism = observation_noise([a.config for a in each], self.task.obs_dim)
 
-    def setting_data(self, settings: Sequence[int]) -> ReinforceSetting:
+    def setting_data(self, settings: Sequence[int]) -> EpisodicSetting:
         """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
         assert self.sum_mechanism is not None
-        return ReinforceSetting(self.sum_mechanism.stack(settings),
-                                None if self.obs_mechanism is None
-                                else self.obs_mechanism.stack(settings))
+        return EpisodicSetting(self.sum_mechanism.stack(settings),
+                               None if self.obs_mechanism is None
+                               else self.obs_mechanism.stack(settings))
 
     def init(self, key: Array) -> ReinforceState:
         k_theta, key = jax.random.split(key)
@@ -291,7 +265,7 @@ class Reinforce:
         return reinforce_loss(logits, actions, returns, mask)
 
     def gradient(self, theta: Array, traj: Any, key: Array, canaries: Array | None = None,
-                 setting: ReinforceSetting | None = None) -> Array:
+                 setting: EpisodicSetting | None = None) -> Array:
         """The update direction from a batch of episodes: DP-SGD's noisy mean, or the mean.
 
         `canaries` (k, d): extra per-example gradient rows (an audit's canaries; zero rows for
@@ -303,7 +277,7 @@ class Reinforce:
         b = per_episode.shape[0]
         if canaries is not None:
             per_episode = jnp.concatenate([per_episode, canaries.astype(per_episode.dtype)])
-        if setting is not None:  # the trial's own setting, as data
+        if setting is not None and setting.grad is not None:  # the trial's setting, as data
             assert self.sum_mechanism is not None
             return self.sum_mechanism.privatize_with(setting.grad, key, per_episode).value / b
         if self.mechanism is not None:
@@ -350,10 +324,7 @@ class Reinforce:
     def observed(self, s: ReinforceState) -> Any:
         """The environment a trial's episodes see: its LDP observations (keyed by its secret
         root, if any; as its setting says, if settings run as one program)."""
-        if s.setting is not None and self.obs_mechanism is not None:
-            return PerTrialObservations(self.task.env, self.obs_mechanism, s.setting.obs,
-                                        s.obs_noise)
-        return observed_env(self.env, s.obs_noise)
+        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
 
     def rollout(self, s: ReinforceState, params: Any, key: Array, active: Array) -> Any:
         """This episode's batch of training episodes with π_θ (none if the seed stopped)."""

@@ -7,7 +7,8 @@ accountant's ε for DP-SGD and "no formal ε" for σ·IQR noise, which has none.
 
 REINFORCE's settings differ only in numbers (DP-SGD's σ, on or off; the observation noise's
 σ), so all of them run as one jitted program (`Reinforce.for_settings`), every setting getting
-the floats of its own run; DQN's run one by one. Each setting is written to
+the floats of its own run; DQN's run as two (`DQN.for_settings`): DP-SGD's σ, and the
+observation noise's (non-private DQN samples and steps differently). Each setting is written to
 settings/<name>/ when its program finishes (atomically), so an interrupted sweep resumes with
 the settings it has not written.
 """
@@ -106,13 +107,14 @@ class SweepConfig(Config):
 ProgressFn = Callable[[str, int, int], None]
 
 
-def programs(cfg: SweepConfig, settings: list[Setting]) -> list[list[Setting]]:
+def programs(settings: list[Setting]) -> list[list[Setting]]:
     """`settings` in the groups that run as one program: REINFORCE's all together (they
-    differ only in numbers), DQN's one by one (DP-SGD DQN and non-private DQN sample and
-    step differently)."""
-    together = [s for s in settings if s.algorithm == "reinforce"]
-    return ([together] if together else []) + [[s] for s in settings
-                                                if s.algorithm != "reinforce"]
+    differ only in numbers), DQN's in two, DP-SGD's and the observation noise's (a DP-SGD DQN
+    samples its batches and steps differently from a non-private one)."""
+    groups = [[s for s in settings if s.algorithm == "reinforce"],
+              [s for s in settings if s.algorithm == "dqn" and s.kind == "dp"],
+              [s for s in settings if s.algorithm == "dqn" and s.kind == "ldp"]]
+    return [g for g in groups if g]
 
 
 def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
@@ -123,7 +125,7 @@ def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
         s.name for s in settings]})
     todo = [s for s in settings if not (path / "settings" / s.name / "summary.json").is_file()]
     done = len(settings) - len(todo)
-    for group in programs(cfg, todo):
+    for group in programs(todo):
         algos = [cfg.make(s) for s in group]
         names = [f"{s.kind}-{s.algorithm}" for s in group]
         algo = (algos[0] if len(group) == 1
@@ -142,7 +144,10 @@ def _progress(progress: ProgressFn | None, group: list[Setting], before: int, to
     setting-episodes, after `before` settings."""
     if progress is None:
         return None
-    label = group[0].name if len(group) == 1 else f"{group[0].algorithm} ({len(group)} settings)"
+    kinds = {s.kind for s in group}
+    label = group[0].name if len(group) == 1 else (
+        f"{group[0].kind + '-' if len(kinds) == 1 else ''}{group[0].algorithm} "
+        f"({len(group)} settings)")
     return lambda d, t: progress(label, before * t + len(group) * d, total * t)
 
 
