@@ -55,24 +55,32 @@ class EpisodicOutput:
 
 
 def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
-                 devices: int | None = None, chunk: int = 50) -> EpisodicOutput:
+                 devices: int | None = None, chunk: int = 50, compact: bool = True
+                 ) -> EpisodicOutput:
     """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record."""
-    return run_episodic_settings(algo, [name], progress, devices, chunk)[0]
+    return run_episodic_settings(algo, [name], progress, devices, chunk, compact)[0]
 
 
 def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn | None = None,
-                          devices: int | None = None, chunk: int = 50) -> list[EpisodicOutput]:
+                          devices: int | None = None, chunk: int = 50, compact: bool = True
+                          ) -> list[EpisodicOutput]:
     """`run_episodic` for each of `algo.settings` (one, or several from `for_settings`), every
     seed of every setting in one sharded program (named `names`). Each setting's output
     equals its own run's (same keys, same floats, its curves up to where its own run stops,
-    its own privacy record), except that wall time is the program's."""
+    its own privacy record), except that wall time is the program's.
+
+    `compact`: once at most a quarter of the batch still runs (and that frees at least
+    COMPACT_MIN_ROWS rows), the running seeds continue in a smaller batch (`_compact`): a
+    stopped seed costs a full share of every step in the batch it is in.
+    """
     cfg = algo.config
     settings = getattr(algo, "settings", [algo])
     if len(names) != len(settings):
         raise ValueError(f"{len(names)} names for {len(settings)} settings")
     n_set, k = len(settings), cfg.seeds
     task = getattr(algo, "task", None)
-    if task is not None and task.host:  # a Gymnasium task: episodes played on the host
+    host_rollout = task is not None and task.host
+    if host_rollout:  # a Gymnasium task: episodes played on the host
         if n_set > 1:
             raise ValueError("settings run as one program need a gymnax task")
         n_dev, padded, chunk = 1, k, max(1, min(chunk, cfg.episodes, 10))
@@ -115,25 +123,36 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         index = np.concatenate([index, np.zeros(padded - index.size, int)])
         state = jax.device_put(state._replace(setting=algo.setting_data(index)),
                                trial_sharding(n_dev))
-    train, evals = [], []
+    n = n_set * k
+    width = -(-cfg.episodes // chunk) * chunk
+    train = np.full((n, width), np.nan, np.float32)  # NaN: the seed had stopped
+    evals = np.full((n, width), np.nan, np.float32)
+    updates_all, solved_all = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    stopped = np.zeros(n, bool)
+    trial = np.arange(padded)  # the trial each row of the batch holds (>= n: padding)
     done = 0
     ends = np.zeros(n_set, int)  # episodes each setting's own run plays (whole chunks)
     while done < cfg.episodes:
         state, m = step(state)
-        train.append(np.asarray(m.train_return)[: n_set * k])
-        evals.append(np.asarray(m.eval_return)[: n_set * k])
+        real = trial < n
+        ours = trial[real]
+        train[ours, done:done + chunk] = np.asarray(m.train_return)[real]
+        evals[ours, done:done + chunk] = np.asarray(m.eval_return)[real]
+        updates_all[ours] = np.asarray(state.updates)[real]
+        solved_all[ours] = np.asarray(state.progress.solved_at)[real]
+        stopped[ours] = np.asarray(state.stopped)[real]
         done += chunk
-        stopped = np.asarray(state.stopped)[: n_set * k].reshape(n_set, k)
-        ends[(ends == 0) & stopped.all(1)] = done
+        by_setting = stopped.reshape(n_set, k)
+        ends[(ends == 0) & by_setting.all(1)] = done
         if progress is not None:
             progress(cfg.episodes if stopped.all() else min(done, cfg.episodes), cfg.episodes)
         if stopped.all():
             break
+        if compact and not host_rollout:
+            state, trial = _compact(state, trial, stopped, n_dev)
     ends[ends == 0] = done
     wall = time.perf_counter() - start
-    train_all, evals_all = np.concatenate(train, 1), np.concatenate(evals, 1)
-    updates_all = np.asarray(state.updates)[: n_set * k]
-    solved_all = np.asarray(state.progress.solved_at)[: n_set * k]
+    train_all, evals_all = train, evals
     outputs = []
     for i, (own, name) in enumerate(zip(settings, names, strict=True)):
         rows, width = slice(i * k, (i + 1) * k), min(ends[i], own.config.episodes)
@@ -146,6 +165,27 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             devices=n_dev,
             program=None if n_set == 1 else {"settings": n_set, "seeds": n_set * k}))
     return outputs
+
+
+# A smaller batch costs a compilation: worth it only when it frees this many rows or more.
+COMPACT_MIN_ROWS = 8
+
+
+def _compact(state: Any, trial: np.ndarray, stopped: np.ndarray, devices: int
+             ) -> tuple[Any, np.ndarray]:
+    """The batch without most of its stopped seeds, once at most a quarter of it runs: the
+    running rows, then stopped ones (inert: they do nothing but ride along) up to a multiple of
+    `devices`. Each row's computation does not depend on the others (the rollouts are batched
+    row by row, the updates computed in fixed blocks), so no seed's floats change."""
+    running = np.flatnonzero((trial < stopped.size) & ~stopped[np.minimum(trial,
+                                                                          stopped.size - 1)])
+    size = max(devices, -(-running.size // devices) * devices)
+    if running.size > trial.size // 4 or trial.size - size < COMPACT_MIN_ROWS:
+        return state, trial
+    inert = np.setdiff1d(np.arange(trial.size), running)[: size - running.size]
+    rows = np.concatenate([running, inert])
+    state = jax.tree_util.tree_map(lambda x: x[rows], state)
+    return jax.device_put(state, trial_sharding(devices)), trial[rows]
 
 
 def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
