@@ -105,3 +105,17 @@ def test_dqn_settings_with_and_without_dp_sgd_are_two_programs():
     assert dqn_one_program_field(configs) == "dp"
     with pytest.raises(ConfigError, match=r"^dp: "):
         DQN.for_settings(configs)
+
+
+def test_the_sweep_runs_three_programs_or_each_setting_alone():
+    from privrl.systems.dpsgd_rl.reproduce import SweepConfig, programs
+
+    settings = SweepConfig().settings()
+    groups = programs(settings)
+    assert [len(g) for g in groups] == [12, 5, 7]
+    assert {(s.algorithm, s.kind) for s in groups[1]} == {("dqn", "dp")}
+    assert sorted(s.name for g in groups for s in g) == sorted(s.name for s in settings)
+    assert programs(settings, one_program=False) == [[s] for s in settings]
+    for g in groups:  # each group can run as one program
+        group_cls = type(SweepConfig().make(g[0]))
+        assert group_cls.for_settings([SweepConfig().make(s).config for s in g]).settings

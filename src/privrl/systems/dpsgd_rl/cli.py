@@ -277,6 +277,11 @@ def reproduce_dpsgd_rl(
     noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
+    one_program: Annotated[bool, typer.Option(
+        "--one-program/--per-setting",
+        help="Run the settings as three compiled programs, REINFORCE's, DP-SGD DQN's and LDP "
+        "DQN's (default; the same results per setting as running each alone), or each setting "
+        "alone in turn (each is saved as soon as it finishes).")] = True,
     progress: ShowProgress = True,
 ) -> None:
     """Paper 003's study: DP-SGD σ ∈ {0, .1, .2, .4, .6} and LDP σ ∈ {0, .01, .1, .2, .3, 2, 5}
@@ -302,7 +307,8 @@ def reproduce_dpsgd_rl(
     err.print(f"[bold]Reproducing paper 003[/]: {len(cfg.settings())} settings → {path}")
     with progress_bar(err, progress, "sweep", unit="episodes") as (bar, task):
         run_sweep(cfg, path, progress=lambda n, d, t: bar.update(
-            task, completed=d, total=t, description=n), log=lambda m: bar.console.print(m))
+            task, completed=d, total=t, description=n), log=lambda m: bar.console.print(m),
+            one_program=one_program)
     Console().print(Markdown((path / "tables.md").read_text()))
     Console().print(f"Results written to [bold]{path}[/] (tables.md, plots/, settings/)")
 

@@ -69,7 +69,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
     equals its own run's (same keys, same floats, its curves up to where its own run stops,
     its own privacy record), except that wall time is the program's.
 
-    `compact`: once at most a quarter of the batch still runs (and that frees at least
+    `compact`: once at most half of the batch still runs (and that frees at least
     COMPACT_MIN_ROWS rows), the running seeds continue in a smaller batch (`_compact`): a
     stopped seed costs a full share of every step in the batch it is in.
     """
@@ -173,14 +173,14 @@ COMPACT_MIN_ROWS = 8
 
 def _compact(state: Any, trial: np.ndarray, stopped: np.ndarray, devices: int
              ) -> tuple[Any, np.ndarray]:
-    """The batch without most of its stopped seeds, once at most a quarter of it runs: the
+    """The batch without most of its stopped seeds, once at most half of it runs: the
     running rows, then stopped ones (inert: they do nothing but ride along) up to a multiple of
     `devices`. Each row's computation does not depend on the others (the rollouts are batched
     row by row, the updates computed in fixed blocks), so no seed's floats change."""
     running = np.flatnonzero((trial < stopped.size) & ~stopped[np.minimum(trial,
                                                                           stopped.size - 1)])
     size = max(devices, -(-running.size // devices) * devices)
-    if running.size > trial.size // 4 or trial.size - size < COMPACT_MIN_ROWS:
+    if running.size > trial.size // 2 or trial.size - size < COMPACT_MIN_ROWS:
         return state, trial
     inert = np.setdiff1d(np.arange(trial.size), running)[: size - running.size]
     rows = np.concatenate([running, inert])

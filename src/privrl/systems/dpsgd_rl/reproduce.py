@@ -107,10 +107,13 @@ class SweepConfig(Config):
 ProgressFn = Callable[[str, int, int], None]
 
 
-def programs(settings: list[Setting]) -> list[list[Setting]]:
+def programs(settings: list[Setting], one_program: bool = True) -> list[list[Setting]]:
     """`settings` in the groups that run as one program: REINFORCE's all together (they
     differ only in numbers), DQN's in two, DP-SGD's and the observation noise's (a DP-SGD DQN
-    samples its batches and steps differently from a non-private one)."""
+    samples its batches and steps differently from a non-private one); each alone if not
+    `one_program`."""
+    if not one_program:
+        return [[s] for s in settings]
     groups = [[s for s in settings if s.algorithm == "reinforce"],
               [s for s in settings if s.algorithm == "dqn" and s.kind == "dp"],
               [s for s in settings if s.algorithm == "dqn" and s.kind == "ldp"]]
@@ -118,14 +121,16 @@ def programs(settings: list[Setting]) -> list[list[Setting]]:
 
 
 def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
-              log: Callable[[str], None] = print) -> None:
+              log: Callable[[str], None] = print, one_program: bool = True) -> None:
+    """Run (or resume) the sweep into `path`. `one_program`: each group of `programs` as one
+    jitted program (the same results per setting); False: each setting alone, in turn."""
     path.mkdir(parents=True, exist_ok=True)
     settings = cfg.settings()
     write_json(path / "sweep.json", {"config": cfg.__dict__, "settings": [
         s.name for s in settings]})
     todo = [s for s in settings if not (path / "settings" / s.name / "summary.json").is_file()]
     done = len(settings) - len(todo)
-    for group in programs(todo):
+    for group in programs(todo, one_program):
         algos = [cfg.make(s) for s in group]
         names = [f"{s.kind}-{s.algorithm}" for s in group]
         algo = (algos[0] if len(group) == 1
