@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -334,6 +334,31 @@ def _prs_release(key: Array, x: Array, rows: int, clip: Any, low: Any, slope: An
 
 
 # --- several settings as per-trial data ------------------------------------------------------
+T = TypeVar("T", bound=tuple)
+
+
+def _stacked(each: list[T]) -> T:
+    """Per-trial args: NamedTuples of one trial's numbers stacked field by field."""
+    return type(each[0])(*(np.stack(v) for v in zip(*each, strict=True)))
+
+
+class _PerTrial(Mechanism):
+    """Members' parameters as per-trial data: `args(i)` is member i as numbers, `stack(indices)`
+    those of a batch of trials, and `privatize_with(args, key, x)` the release (`privatize`,
+    with no member named, is refused)."""
+
+    def args(self, index: int) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def stack(self, indices: Any) -> Any:
+        """Per-trial args: trial k runs member indices[k] (arrays with a leading trials axis)."""
+        return _stacked([self.args(int(i)) for i in indices])
+
+    def privatize(self, key: Array, x: Any) -> Report:
+        raise TypeError(f"{type(self).__name__} takes its members' parameters as data: "
+                        "privatize_with(args, key, x)")
+
+
 FAMILIES = ("none", "laplace", "prs")  # PerTrialMechanism's family index
 
 
@@ -351,7 +376,7 @@ class MechanismArgs(NamedTuple):
 
 
 @dataclass(frozen=True)
-class PerTrialMechanism(Mechanism):
+class PerTrialMechanism(_PerTrial):
     """Several mechanisms (`members`: IdentityMechanism, LaplaceMechanism, PRS on inputs of
     length `dim`) as one program whose parameters are per-trial data: `args(i)` is member i as
     `MechanismArgs`, and `privatize_with(args, key, x)` releases exactly what member i's
@@ -415,15 +440,6 @@ class PerTrialMechanism(Mechanism):
             low, slope = m.constants(d_hat)
         return MechanismArgs(np.int32(FAMILIES.index(m.name)), inv_half, scale, clip, low,
                              slope, np.int32(d_hat))
-
-    def stack(self, indices: Any) -> MechanismArgs:
-        """Per-trial args: trial k runs member indices[k] (arrays with a leading trials axis)."""
-        each = [self.args(int(i)) for i in indices]
-        return MechanismArgs(*(np.stack(v) for v in zip(*each, strict=True)))
-
-    def privatize(self, key: Array, x: Any) -> Report:
-        raise TypeError("PerTrialMechanism takes its parameters as data: privatize_with(args, "
-                        "key, x)")
 
     def privatize_with(self, args: MechanismArgs, key: Array, x: Any) -> Report:
         """Release x with the member that `args` (one trial's, traced) describes."""
@@ -723,7 +739,7 @@ class GaussianSumArgs(NamedTuple):
 
 
 @dataclass(frozen=True)
-class PerTrialGaussianSum(Mechanism):
+class PerTrialGaussianSum(_PerTrial):
     """Several DP-SGD steps sharing one clip C as one program, each trial's noise level data:
     `sigmas[i]` > 0 is `GaussianSumMechanism(σ, C, 1, delta, unit)` (`member(i)`), 0 clips
     without noise (no guarantee), None sums the raw rows (non-private training).
@@ -778,15 +794,6 @@ class PerTrialGaussianSum(Mechanism):
         s = self.sigmas[index]
         return GaussianSumArgs(np.bool_(s is not None), np.float32(s * self.clip if s else 0.0))
 
-    def stack(self, indices: Any) -> GaussianSumArgs:
-        """Per-trial args: trial k runs member indices[k] (a leading trials axis)."""
-        each = [self.args(int(i)) for i in indices]
-        return GaussianSumArgs(*(np.stack(v) for v in zip(*each, strict=True)))
-
-    def privatize(self, key: Array, x: Any) -> Report:
-        raise TypeError("PerTrialGaussianSum takes its noise level as data: privatize_with(args, "
-                        "key, x)")
-
     def privatize_with(self, args: GaussianSumArgs, key: Array, x: Any) -> Report:
         """Sum the rows of x (B, d), clipped if the trial's member clips, plus its noise."""
         x = jnp.asarray(x)
@@ -818,7 +825,7 @@ class GaussianNoiseArgs(NamedTuple):
 
 
 @dataclass(frozen=True)
-class PerTrialGaussianNoise(Mechanism):
+class PerTrialGaussianNoise(_PerTrial):
     """Several `UnboundedGaussianNoise` members (`scales[i]`; None: no noise, the input seen
     raw) as one program, the scale per-trial data; `privatize_with(args(i), key, x)` releases
     member i's floats. Like its members it gives NO formal guarantee."""
@@ -849,14 +856,6 @@ class PerTrialGaussianNoise(Mechanism):
         return GaussianNoiseArgs(np.bool_(s is not None),
                                  np.asarray(s if s is not None else (0.0,) * self.dim,
                                             np.float32))
-
-    def stack(self, indices: Any) -> GaussianNoiseArgs:
-        each = [self.args(int(i)) for i in indices]
-        return GaussianNoiseArgs(*(np.stack(v) for v in zip(*each, strict=True)))
-
-    def privatize(self, key: Array, x: Any) -> Report:
-        raise TypeError("PerTrialGaussianNoise takes its scale as data: privatize_with(args, "
-                        "key, x)")
 
     def privatize_with(self, args: GaussianNoiseArgs, key: Array, x: Any) -> Report:
         x = _as_vector(x)

@@ -48,7 +48,7 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import ConfigError, fail, in_range, integer, non_negative, one_of, positive
+from privrl.config import fail, in_range, integer, non_negative, one_of, positive
 from privrl.envs.task import Task, check_module
 from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import FlatModel, mlp
@@ -69,6 +69,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     host_observer,
     make_env,
     observation_noise,
+    one_program,
     progress_init,
     progress_update,
     trial_env,
@@ -379,19 +380,7 @@ class DQN:
         (`DQNState.setting`, from `setting_data`), so one jitted program runs them all, and
         a trial's floats are its setting's own run's. ConfigError names the field that keeps
         them apart."""
-        each = [cls(c, task, model) for c in configs]
-        field = one_program_field([a.config for a in each])
-        if field is not None:
-            raise ConfigError(field, "settings run as one program may differ only in "
-                                     f"{', '.join(SETTING_FIELDS)} (σ·IQR or no observation "
-                                     "noise, no float-safe noise, no ε cap)")
-        if each[0].task.host:
-            raise ConfigError("env", "settings run as one program need a gymnax task (a "
-                                     "Gymnasium task plays its episodes on the host)")
-        algo = cls(each[0].config, task, model)
-        algo.settings = each
-        algo._as_data(each)
-        return algo
+        return one_program(cls, configs, task, model, SETTING_FIELDS)
 
     def _as_data(self, each: Sequence[DQN]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip and q, if

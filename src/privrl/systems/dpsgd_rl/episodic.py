@@ -20,6 +20,7 @@ from jax import Array
 
 from privrl.config import (
     Config,
+    ConfigError,
     fail,
     in_range,
     integer,
@@ -203,6 +204,26 @@ def one_program_field(configs: Sequence[EpisodicConfig], setting_fields: Sequenc
     if len({c.noise for c in configs if c.private or c.obs.mechanism() is not None}) > 1:
         return "noise"
     return None
+
+
+def one_program(cls: Any, configs: Sequence[EpisodicConfig], task: Task | None, model: Any,
+                setting_fields: Sequence[str]) -> Any:
+    """`cls.for_settings`: one algorithm for settings `configs` that differ only in
+    `setting_fields`, each trial carrying its setting as data (`setting_data`); its `settings`
+    are each setting's own algorithm. ConfigError names the field that keeps them apart."""
+    each = [cls(c, task, model) for c in configs]
+    field = one_program_field([a.config for a in each], setting_fields)
+    if field is not None:
+        raise ConfigError(field, "settings run as one program may differ only in "
+                                 f"{', '.join(setting_fields)} (σ·IQR or no observation noise, "
+                                 "no float-safe noise, no ε cap)")
+    if each[0].task.host:
+        raise ConfigError("env", "settings run as one program need a gymnax task (a "
+                                 "Gymnasium task plays its episodes on the host)")
+    algo = cls(each[0].config, task, model)
+    algo.settings = each
+    algo._as_data(each)
+    return algo
 
 
 def observation_noise(configs: Sequence[EpisodicConfig], obs_dim: int
