@@ -138,7 +138,9 @@ def open_sweep(out: Path, sweep: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     meta = out / "sweep.json"
     if meta.exists():
-        saved = json.loads(meta.read_text())["sweep"]
+        data = json.loads(meta.read_text())
+        # "config": how dpsgd-rl's sweeps recorded their options before they used this
+        saved = data["sweep"] if "sweep" in data else data["config"]
         # an option added since the sweep began (absent from sweep.json) matches at None
         if {k: v for k, v in sweep.items() if k in saved or v is not None} != saved:
             raise ConfigError("resume", f"{out} holds a sweep with different options: {saved}")

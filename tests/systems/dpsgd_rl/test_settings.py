@@ -119,3 +119,42 @@ def test_the_sweep_runs_three_programs_or_each_setting_alone():
     for g in groups:  # each group can run as one program
         group_cls = type(SweepConfig().make(g[0]))
         assert group_cls.for_settings([SweepConfig().make(s).config for s in g]).settings
+
+
+def test_per_setting_flag_reaches_the_sweep(monkeypatch, tmp_path):
+    """`--per-setting` runs each setting alone; the default, the three programs."""
+    from privrl.main import main
+    from privrl.systems.dpsgd_rl import reproduce
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(cfg, path, *a, one_program=True, **k):
+        seen.append(one_program)
+        raise Stop
+
+    monkeypatch.setattr(reproduce, "run_sweep", capture)
+    for i, flags in enumerate(([], ["--per-setting"], ["--one-program"])):
+        with pytest.raises(Stop):
+            main(["reproduce", "dpsgd-rl", *flags, "--out", str(tmp_path / str(i))])
+    assert seen == [True, False, True]
+
+
+def test_resuming_a_sweep_with_other_options_is_refused(tmp_path):
+    """A resumed sweep must be the sweep that began (a setting run with other options would be
+    mixed into its tables); sweep.json written before the check (its "config") counts too."""
+    import json
+
+    from privrl.runtime.output import open_sweep
+    from privrl.systems.dpsgd_rl.reproduce import SweepConfig, run_sweep
+
+    began = SweepConfig(seeds_reinforce=2, episodes=25)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sweep.json").write_text(json.dumps({"config": began.to_dict()}))
+    open_sweep(tmp_path / "new", began.to_dict())
+    for path in (tmp_path / "old", tmp_path / "new"):
+        with pytest.raises(ConfigError, match=r"^resume: "):
+            run_sweep(SweepConfig(), path)  # the defaults: 5 seeds, 1,000 episodes
+        assert not (path / "settings").exists()  # refused before anything ran

@@ -27,7 +27,7 @@ import numpy as np
 
 from privrl.config import Config, fail, integer, one_of
 from privrl.privacy.noise import NOISE_MODES
-from privrl.runtime.output import plot_curves, write_json
+from privrl.runtime.output import open_sweep, plot_curves
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import (
@@ -124,10 +124,8 @@ def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
               log: Callable[[str], None] = print, one_program: bool = True) -> None:
     """Run (or resume) the sweep into `path`. `one_program`: each group of `programs` as one
     jitted program (the same results per setting); False: each setting alone, in turn."""
-    path.mkdir(parents=True, exist_ok=True)
+    open_sweep(path, cfg.to_dict())  # resuming: refused if the sweep's options differ
     settings = cfg.settings()
-    write_json(path / "sweep.json", {"config": cfg.__dict__, "settings": [
-        s.name for s in settings]})
     todo = [s for s in settings if not (path / "settings" / s.name / "summary.json").is_file()]
     done = len(settings) - len(todo)
     for group in programs(todo, one_program):
