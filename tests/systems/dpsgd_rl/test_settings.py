@@ -73,7 +73,7 @@ def test_settings_that_differ_in_more_than_numbers_are_refused():
             Reinforce.for_settings([*configs, other])
 
 
-DQN_BASE = DQNConfig(seeds=2, episodes=12, seed=1, buffer_size=2000, batch_size=64,
+DQN_BASE = DQNConfig(seeds=2, episodes=12, seed=1, buffer_size=2000, batch_size=64, hidden=(32, 32),
                      solve_threshold=30.0, solve_window=3)
 DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
     "dp": {"dp-sigma0": replace(DQN_BASE, dp=True),
@@ -83,11 +83,13 @@ DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
 }
 
 
-@pytest.mark.learning(llvm_level=2)
 @pytest.mark.parametrize("kind", ["dp", "ldp"])
 def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
     """DQN's update is made inside the episode's step loop: `DQN.episode_trials` steps every
-    trial until its episode ends, as vmapping `episode` does, each update in blocks."""
+    trial until its episode ends, as vmapping `episode` does, each update in blocks. (Compiled
+    as the suite's logic tests are: at these sizes DQN's floats matched even without blocks,
+    so this checks keys, settings as data and the loop, not XLA's kernels; RESULTS has the
+    check at 3 seeds × 300 episodes.)"""
     settings = DQN_SETTINGS[kind]
     together = run_episodic_settings(DQN.for_settings(list(settings.values())),
                                      list(settings), devices=1, chunk=4)
