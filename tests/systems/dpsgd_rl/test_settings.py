@@ -2,7 +2,7 @@
 `run_episodic_settings`): each setting's results are its own run's, bit for bit, with its own
 privacy record.
 
-A trial's update is computed in blocks of its own run's trials (`in_blocks`), and a run that
+A trial's episode is computed in blocks of its own run's trials (`in_blocks`), and a run that
 could join a program computes through the same per-trial mechanisms: with the non-private
 gradient's own code (the mean), σ = 0.2's curves here drift from its own run's after about 50
 episodes (checked: this test then fails). A low solve rule makes seeds stop at different
@@ -85,11 +85,10 @@ DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
 
 @pytest.mark.parametrize("kind", ["dp", "ldp"])
 def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
-    """DQN's update is made inside the episode's step loop: `DQN.episode_trials` steps every
-    trial until its episode ends, as vmapping `episode` does, each update in blocks. (Compiled
-    as the suite's logic tests are: at these sizes DQN's floats matched even without blocks,
-    so this checks keys, settings as data and the loop, not XLA's kernels; RESULTS has the
-    check at 3 seeds × 300 episodes.)"""
+    """DQN's updates are made inside the episode's step loop, with the trial's noise level as
+    data. (Compiled as the suite's logic tests are: at these sizes DQN's floats matched even
+    without blocks, so this checks keys and settings as data, not XLA's kernels; RESULTS has
+    the check at 3 seeds × 300 episodes.)"""
     settings = DQN_SETTINGS[kind]
     together = run_episodic_settings(DQN.for_settings(list(settings.values())),
                                      list(settings), devices=1, chunk=4)

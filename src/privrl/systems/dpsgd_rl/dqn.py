@@ -56,7 +56,6 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
-from privrl.runtime.sharding import in_blocks
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -582,60 +581,6 @@ class DQN:
                                    k_eval, cfg.max_episode_steps, active)
         return self.finish(s, key, train_return, eval_ret, active)
 
-    def episode_trials(self, s: DQNState, block: int) -> tuple[DQNState, EpisodeMetrics]:
-        """`episode` for a batch of trials (a leading axis): what vmapping it computes (each
-        trial steps until its episode ends, the loop until every trial's has), with every
-        update in blocks of `block` trials (`runtime.sharding.in_blocks`): XLA CPU compiles
-        the gradient and the optimizer step differently by batch size, so each trial's
-        floats are its own run's only if every program computes them in blocks of that
-        run's size."""
-        cfg = self.config
-        (key, k_reset, k_loop, k_eval), params, active = jax.vmap(self.plan)(s)
-        obs, env_state = jax.vmap(lambda st, k, p: self.observed(st).reset_env(k, p))(
-            s, k_reset, params)
-
-        def update(theta: Array, target: Array, opt_state: Any, setting: Any, batch: Batch,
-                   k_noise: Array, learn: Array) -> tuple[Array, Array, Any]:
-            return self.apply_update(theta, target, opt_state, setting, batch,
-                                     jax.random.wrap_key_data(k_noise), learn)
-
-        update_blocks = in_blocks(jax.vmap(update), block)
-
-        def step(st: DQNState, carry: tuple) -> tuple:
-            env_state, obs, key, ret = carry
-            key, action, k_env, k_grad = jax.vmap(self.act)(st, obs, key)
-            next_obs, env_state, reward, terminal = jax.vmap(self.env_step)(
-                st, k_env, env_state, action, params)
-            st, batch, k_noise, learn = jax.vmap(self.store)(
-                st, obs, action, reward, next_obs, terminal, k_grad)
-            theta, target, opt_state = update_blocks(
-                st.theta, st.target, st.opt_state, st.setting, batch,
-                jax.random.key_data(k_noise), learn)
-            st = st._replace(theta=theta, target=target, opt_state=opt_state,
-                             updates=st.updates + learn.astype(jnp.int32))
-            return st, (env_state, next_obs, key, ret + reward), terminal > 0
-
-        def running(t: Array, done: Array) -> Array:
-            return active & ~done & (t < cfg.max_episode_steps)
-
-        def body(c: tuple) -> tuple:
-            t, st, carry, done = c
-            live = running(t, done)
-            new_st, new_carry, fell = step(st, carry)
-            keep = lambda n, o: _select_rows(live, n, o)  # noqa: E731
-            return (jnp.where(live, t + 1, t), jax.tree_util.tree_map(keep, new_st, st),
-                    jax.tree_util.tree_map(keep, new_carry, carry), jnp.where(live, fell, done))
-
-        n = active.shape[0]
-        _, s, (_, _, _, train_return), _ = jax.lax.while_loop(
-            lambda c: jnp.any(running(c[0], c[3])), body,
-            (jnp.zeros((n,), jnp.int32), s, (env_state, obs, k_loop, jnp.zeros((n,))),
-             jnp.zeros((n,), bool)))
-        eval_ret = jax.vmap(lambda st, k, a: evaluate_greedy(
-            self.observed(st), self.env_params, lambda o: self.model.apply(st.theta, o), k,
-            cfg.max_episode_steps, a))(s, k_eval, active)
-        return jax.vmap(self.finish)(s, key, train_return, eval_ret, active)
-
     def finish(self, s: DQNState, key: Array, train_return: Array, eval_ret: Array,
                active: Array) -> tuple[DQNState, EpisodeMetrics]:
         """The episode's bookkeeping: progress, pause, counters, the stop rule, its metrics."""
@@ -684,10 +629,3 @@ class DQN:
                                         cfg.max_episode_steps, active, observe)
         return self._finish(s, key, ret, eval_ret, jnp.bool_(active))
 
-
-def _select_rows(live: Array, new: Array, old: Array) -> Array:
-    """Per row (trial) of a batch: `new` where `live`, else `old` (PRNG keys included)."""
-    if jax.dtypes.issubdtype(new.dtype, jax.dtypes.prng_key):
-        return jax.random.wrap_key_data(_select_rows(live, jax.random.key_data(new),
-                                                     jax.random.key_data(old)))
-    return jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)

@@ -27,6 +27,7 @@ from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     host_scan,
+    in_blocks,
     own_padded,
     setting_trial_keys,
     shard_vmap,
@@ -94,13 +95,16 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         # be vmapped over seeds: run them one after another (the results do not depend on it)
         host_in_loop = cfg.obs.secure or (cfg.secure_noise
                                           and getattr(algo, "noise_in_loop", False))
-        if hasattr(algo, "episode_trials") and not host_in_loop:
-            # every trial's update in blocks of its own run's trials per device
+        if getattr(algo, "per_trial", False) and not host_in_loop:
+            # Every trial's episode in blocks of its own run's seeds per device, behind
+            # optimization barriers (`in_blocks`): XLA CPU compiles the updates differently by
+            # batch size, so a seed gets its own run's floats only in a block of that run's
+            # size. Each block's loop also stops at its own longest episode, not the batch's.
             block = own_padded(k, devices) // trial_devices(k, devices)
+            episodes = in_blocks(jax.vmap(algo.episode), block)
 
             def run_chunk(state: Any) -> tuple[Any, Any]:
-                state, m = jax.lax.scan(lambda s, _: algo.episode_trials(s, block), state,
-                                        None, length=chunk)
+                state, m = jax.lax.scan(lambda s, _: episodes(s), state, None, length=chunk)
                 return state, jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), m)
 
             step = jax.jit(shard_vmap(run_chunk, n_dev, batched=True))

@@ -45,7 +45,6 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
 )
-from privrl.runtime.sharding import in_blocks
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -289,26 +288,6 @@ class Reinforce:
         eval_ret = self.evaluate(s, theta, k_eval, active)
         state, metrics = self.finish(s, key, theta, opt_state, traj, eval_ret)
         return state, metrics, grad
-
-    def episode_trials(self, s: ReinforceState, block: int
-                       ) -> tuple[ReinforceState, EpisodeMetrics]:
-        """`episode` for a batch of trials (a leading axis): the rollouts batched, the
-        updates in blocks of `block` trials (`runtime.sharding.in_blocks`): XLA CPU compiles
-        the gradient and the Adam step differently by batch size, so each trial's floats are
-        its own run's only if every program computes them in blocks of that run's size."""
-        (key, k_roll, k_noise, k_eval), params, active = jax.vmap(self.plan)(s)
-        traj = jax.vmap(self.rollout)(s, params, k_roll, active)
-
-        def update(theta: Array, opt_state: Any, stopped: Array, setting: Any, traj: Any,
-                   k_noise: Array) -> tuple[Array, Any]:  # one trial (`update` reads no more)
-            one = s._replace(theta=theta, opt_state=opt_state, stopped=stopped,
-                             setting=setting)
-            return self.update(one, traj, jax.random.wrap_key_data(k_noise))[:2]
-
-        theta, opt_state = in_blocks(jax.vmap(update), block)(
-            s.theta, s.opt_state, s.stopped, s.setting, traj, jax.random.key_data(k_noise))
-        eval_ret = jax.vmap(self.evaluate)(s, theta, k_eval, active)
-        return jax.vmap(self.finish)(s, key, theta, opt_state, traj, eval_ret)
 
     def observed(self, s: ReinforceState) -> Any:
         """The environment a trial's episodes see: its LDP observations (keyed by its secret
