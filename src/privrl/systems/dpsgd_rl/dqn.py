@@ -279,19 +279,6 @@ class DQNState(NamedTuple):
     setting: EpisodicSetting | None = None
 
 
-class Batch(NamedTuple):
-    """One update's batch of stored transitions (padded to a fixed size; `rows` masks it) and
-    the buffer's size when it was drawn (DP-SGD's public normalization may use it)."""
-
-    obs: Array
-    action: Array
-    reward: Array
-    next_obs: Array
-    terminal: Array
-    rows: Array
-    stored: Array
-
-
 def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
                terminal: Array) -> Replay:
     n = r.obs.shape[0]
@@ -402,6 +389,7 @@ class DQN:
         run's config says, keyed by its secret root if any)."""
         return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
 
+
     def init(self, key: Array) -> DQNState:
         cfg = self.config
         k_theta, key = jax.random.split(key)
@@ -416,37 +404,26 @@ class DQN:
     def gradient(self, theta: Array, target: Array, replay: Replay, key: Array,
                  noise_key: Array | None = None, setting: EpisodicSetting | None = None
                  ) -> Array:
-        """`noise_key`: the mechanism's key under secret noise; None: split from `key`."""
-        batch, k_noise = self.sample(replay, key)
-        return self.batch_gradient(theta, target, batch,
-                                   k_noise if noise_key is None else noise_key, setting)
-
-    def sample(self, replay: Replay, key: Array) -> tuple[Batch, Array]:
-        """The update's batch (Poisson-sampled for DP-SGD, uniform otherwise) and the key
-        left for its noise."""
+        """`noise_key`: the mechanism's key under secret noise; None: split from `key`.
+        `setting`: the trial's noise level as data (`for_settings`); None: the config's."""
         cfg = self.config
         k_batch, k_noise = jax.random.split(key)
+        if noise_key is not None:
+            k_noise = noise_key
         if cfg.dp:
             idx, rows = sample_poisson(k_batch, replay.size, cfg.buffer_size, cfg.q,
                                        cfg.max_batch)
         else:
             idx, rows = sample_uniform(k_batch, replay.size, cfg.buffer_size, cfg.batch_size)
-        return Batch(replay.obs[idx], replay.action[idx], replay.reward[idx],
-                     replay.next_obs[idx], replay.terminal[idx], rows, replay.size), k_noise
-
-    def batch_gradient(self, theta: Array, target: Array, batch: Batch, k_noise: Array,
-                       setting: EpisodicSetting | None = None) -> Array:
-        """The update direction from a batch: the mean loss's gradient, or DP-SGD's noisy sum
-        (the trial's own noise level when its setting is data) over the public batch size."""
-        cfg = self.config
-        obs, action, next_obs, rows = batch.obs, batch.action, batch.next_obs, batch.rows
+        obs, action = replay.obs[idx], replay.action[idx]
+        next_obs = replay.next_obs[idx]
         if cfg.double_dqn:
-            y = double_td_targets(batch.reward, self.model.apply(theta, next_obs),
-                                  self.model.apply(target, next_obs), batch.terminal,
+            y = double_td_targets(replay.reward[idx], self.model.apply(theta, next_obs),
+                                  self.model.apply(target, next_obs), replay.terminal[idx],
                                   cfg.gamma)
         else:
-            y = td_targets(batch.reward, self.model.apply(target, next_obs), batch.terminal,
-                           cfg.gamma)
+            y = td_targets(replay.reward[idx], self.model.apply(target, next_obs),
+                           replay.terminal[idx], cfg.gamma)
         y = jax.lax.stop_gradient(y)
         per_trial = setting is not None and setting.grad is not None
 
@@ -456,7 +433,7 @@ class DQN:
         if not cfg.dp:  # the mean loss's gradient, as non-private DQN
             return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
         # public: the expected batch size of a full buffer, or of the buffer now
-        norm = cfg.q * (batch.stored.astype(jnp.float32) if cfg.average_over_stored
+        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
                         else cfg.buffer_size)
         if not self.dense:  # a user's module: each transition's gradient, masked by `rows`
             def one(th: Array, o: Array, a: Array, target: Array) -> Array:
@@ -496,39 +473,20 @@ class DQN:
               terminal: Array, k_grad: Array) -> DQNState:
         """Store the transition (the task's reward) and, if the buffer is ready and the cap
         allows, make one (DP-SGD) update and move the target network."""
-        s, batch, k_noise, learn = self.store(s, obs, action, reward, next_obs, terminal,
-                                              k_grad)
-        theta, target, opt_state = self.apply_update(s.theta, s.target, s.opt_state, s.setting,
-                                                     batch, k_noise, learn)
-        return s._replace(theta=theta, target=target, opt_state=opt_state,
-                          updates=s.updates + learn.astype(jnp.int32))
-
-    def store(self, s: DQNState, obs: Array, action: Array, reward: Array, next_obs: Array,
-              terminal: Array, k_grad: Array) -> tuple[DQNState, Batch, Array, Array]:
-        """`learn`'s first half: store the transition, draw the update's batch and noise key,
-        and say whether the update is made (the buffer is ready, the cap allows)."""
         cfg = self.config
         replay = replay_add(s.replay, obs, action, self.task.rewards(reward, jnp.float32(1.0)),
                             next_obs, terminal)
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
         learn = (replay.size >= starts) & (s.updates < self.update_cap) & ~s.paused
-        batch, k_noise = self.sample(replay, k_grad)
-        if s.noise is not None:  # secret: one key per step from this seed's own root
-            k_noise = jax.random.fold_in(s.noise, s.steps)
-        return s._replace(replay=replay, steps=s.steps + 1), batch, k_noise, learn
-
-    def apply_update(self, theta: Array, target: Array, opt_state: Any,
-                     setting: EpisodicSetting | None, batch: Batch, k_noise: Array,
-                     learn: Array) -> tuple[Array, Array, Any]:
-        """`learn`'s second half: the optimizer step and the target network's move (if
-        `learn`): (θ, target θ, optimizer state)."""
-        cfg = self.config
-        grad = self.batch_gradient(theta, target, batch, k_noise, setting)
-        upd, new_opt = self.optimizer.update(grad, opt_state, theta)
-        new_theta = jnp.where(learn, theta + upd, theta)
-        new_opt = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), new_opt, opt_state)
-        new_target = jnp.where(learn, cfg.tau * new_theta + (1 - cfg.tau) * target, target)
-        return new_theta, new_target, new_opt
+        noise_key = None if s.noise is None else jax.random.fold_in(s.noise, s.steps)
+        grad = self.gradient(s.theta, s.target, replay, k_grad, noise_key, s.setting)
+        upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
+        theta = jnp.where(learn, s.theta + upd, s.theta)
+        opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), opt_state,
+                                           s.opt_state)
+        target = jnp.where(learn, cfg.tau * theta + (1 - cfg.tau) * s.target, s.target)
+        return s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
+                          steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
 
     def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
         """One environment step and (if the buffer is ready and the cap allows) one update.
@@ -537,19 +495,12 @@ class DQN:
         params = self.env_params if params is None else params
         env_state, obs, key, ret = carry
         key, action, k_env, k_grad = self.act(s, obs, key)
-        next_obs, env_state, reward, terminal = self.env_step(s, k_env, env_state, action,
-                                                              params)
+        env = self.observed(s)
+        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
+        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
+        reward = jnp.asarray(reward, jnp.float32)
         s = self.learn(s, obs, action, reward, next_obs, terminal, k_grad)
         return s, (env_state, next_obs, key, ret + reward), terminal > 0
-
-    def env_step(self, s: DQNState, key: Array, env_state: Any, action: Array, params: Any
-                 ) -> tuple[Array, Any, Array, Array]:
-        """One environment step as the trial sees it: (observation, environment state,
-        reward, terminal as float32)."""
-        env = self.observed(s)
-        next_obs, env_state, reward, _, _ = env.step_env(key, env_state, action, params)
-        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
-        return next_obs, env_state, jnp.asarray(reward, jnp.float32), terminal
 
     def plan(self, s: DQNState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, reset, loop, evaluation), its agent's
@@ -628,4 +579,3 @@ class DQN:
         eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
                                         cfg.max_episode_steps, active, observe)
         return self._finish(s, key, ret, eval_ret, jnp.bool_(active))
-

@@ -156,14 +156,13 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             state, trial = _compact(state, trial, stopped, n_dev)
     ends[ends == 0] = done
     wall = time.perf_counter() - start
-    train_all, evals_all = train, evals
     outputs = []
     for i, (own, name) in enumerate(zip(settings, names, strict=True)):
         rows, width = slice(i * k, (i + 1) * k), min(ends[i], own.config.episodes)
         updates = updates_all[rows]
         outputs.append(EpisodicOutput(
-            algorithm=name, config=own.config, train_returns=train_all[rows, :width],
-            eval_returns=evals_all[rows, :width], updates=updates, solved_at=solved_all[rows],
+            algorithm=name, config=own.config, train_returns=train[rows, :width],
+            eval_returns=evals[rows, :width], updates=updates, solved_at=solved_all[rows],
             update_cap=int(own.update_cap),
             privacy=privacy_record(own, int(updates.max(initial=0))), wall_seconds=wall,
             devices=n_dev,
@@ -181,8 +180,8 @@ def _compact(state: Any, trial: np.ndarray, stopped: np.ndarray, devices: int
     running rows, then stopped ones (inert: they do nothing but ride along) up to a multiple of
     `devices`. Each row's computation does not depend on the others (the rollouts are batched
     row by row, the updates computed in fixed blocks), so no seed's floats change."""
-    running = np.flatnonzero((trial < stopped.size) & ~stopped[np.minimum(trial,
-                                                                          stopped.size - 1)])
+    real = trial < stopped.size  # the others are padding rows
+    running = np.flatnonzero(real)[~stopped[trial[real]]]
     size = max(devices, -(-running.size // devices) * devices)
     if running.size > trial.size // 2 or trial.size - size < COMPACT_MIN_ROWS:
         return state, trial
