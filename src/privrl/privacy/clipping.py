@@ -35,6 +35,13 @@ def clip_l2(x: Array, bound: float) -> Array:
     return x / jnp.maximum(1.0, norm / bound)
 
 
+def clip_l2_inverse(x: Array, inverse_bound: Any) -> Array:
+    """`clip_l2` given 1/bound (`float32_inverse`), for a bound passed as data: see
+    `clip_l1_inverse`."""
+    norm = jnp.sqrt(jnp.sum(jnp.square(x)))
+    return x / jnp.maximum(1.0, norm * inverse_bound)
+
+
 def clip_elementwise(x: Array, bound: float) -> Array:
     """Clamp every coordinate to [-bound, bound] (paper 000, eq. 23)."""
     return jnp.clip(x, -bound, bound)

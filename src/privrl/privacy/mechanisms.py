@@ -19,7 +19,7 @@ import numpy as np
 from jax import Array
 
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent, gaussian_epsilon
-from privrl.privacy.clipping import clip_l1_inverse, clip_l2, float32_inverse
+from privrl.privacy.clipping import clip_l1_inverse, clip_l2, clip_l2_inverse, float32_inverse
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.report import _MINT, Guarantee, Report
 
@@ -342,6 +342,12 @@ def _stacked(each: list[T]) -> T:
     return type(each[0])(*(np.stack(v) for v in zip(*each, strict=True)))
 
 
+def _common(values: Any) -> Any:
+    """The value all of `values` share, else None."""
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else None
+
+
 class _PerTrial(Mechanism):
     """Members' parameters as per-trial data: `args(i)` is member i as numbers, `stack(indices)`
     those of a batch of trials, and `privatize_with(args, key, x)` the release (`privatize`,
@@ -359,7 +365,7 @@ class _PerTrial(Mechanism):
                         "privatize_with(args, key, x)")
 
 
-FAMILIES = ("none", "laplace", "prs")  # PerTrialMechanism's family index
+FAMILIES = ("none", "laplace", "prs", "gaussian")  # PerTrialMechanism's family index
 
 
 class MechanismArgs(NamedTuple):
@@ -367,29 +373,39 @@ class MechanismArgs(NamedTuple):
     the family (an index into FAMILIES) and the constants its release uses."""
 
     family: Any
-    inverse_half_clip: Any  # none, laplace: 1/(C/2), the L1 clip radius's inverse
+    inverse_half_clip: Any  # none, laplace: 1/(C/2), the L1 clip radius's inverse (none
+    # without a clip: 0, the input released as it is)
     scale: Any  # laplace: the noise scale C/ε (0 otherwise)
     clip: Any  # prs: C
     low: Any  # prs: 1/(e^{ε/d̂}+1)
     slope: Any  # prs: tanh(ε/(2d̂))/(2C)
     d_hat: Any  # prs: d̂ (rows past it are masked)
+    inverse_clip: Any  # gaussian: 1/C, the L2 clip's inverse
+    std: Any  # gaussian: the noise std σ·C
 
 
 @dataclass(frozen=True)
 class PerTrialMechanism(_PerTrial):
     """Several mechanisms (`members`: IdentityMechanism, LaplaceMechanism, PRS on inputs of
-    length `dim`) as one program whose parameters are per-trial data: `args(i)` is member i as
-    `MechanismArgs`, and `privatize_with(args, key, x)` releases exactly what member i's
-    `privatize(key, x)` releases (the same floats; PRS's d̂ padded to the largest and masked).
-    This is what lets one jitted program run every setting of a sweep.
+    length `dim`, GaussianMechanism) as one program whose parameters are per-trial data:
+    `args(i)` is member i as `MechanismArgs`, and `privatize_with(args, key, x)` releases what
+    member i releases (the same arithmetic, constants as data; PRS's d̂ padded to the largest
+    and masked; an IdentityMechanism without a clip releases x exactly, a non-finite x as
+    NaN). This is what lets one jitted program run every setting of a sweep.
 
-    Each release is ε-LDP for its own member's ε; the Report's static guarantee, shared by a
-    batch that mixes members, is the weakest of them (true of every report). The exact
-    per-setting guarantees are each member's `guarantee`, which the runner's ledgers charge.
+    Each release is private for its own member's (ε, δ); the Report's static guarantee, shared
+    by a batch that mixes members, is one true of every member: the largest ε and the largest
+    δ. The exact per-setting guarantees are each member's `guarantee`, which the runner's
+    ledgers charge.
     """
 
     members: tuple[Mechanism, ...]
     dim: int
+    # The families the program computes (FAMILIES' names; default: the members'). XLA CPU
+    # rounds the Laplace transform differently beside some other families (a Gaussian's, a
+    # PRS's), so a run and every program it can join name the same families: then they
+    # compile the same arithmetic and give the same floats.
+    families: tuple[str, ...] = ()
     name = "per-trial"
 
     def __post_init__(self) -> None:
@@ -397,13 +413,14 @@ class PerTrialMechanism(_PerTrial):
             raise ValueError("PerTrialMechanism needs at least one member")
         for m in self.members:
             if type(m) not in (IdentityMechanism, LaplaceMechanism,
-                               ProjectedRandomSignMechanism):
+                               ProjectedRandomSignMechanism, GaussianMechanism):
                 raise ValueError(f"{type(m).__name__} cannot take its parameters as data: "
-                                 "only none, laplace and prs can")
-            if isinstance(m, LaplaceMechanism) and m.secure:
-                raise ValueError("secure Laplace samples on the host; run it on its own")
-            if isinstance(m, IdentityMechanism) and m.clip is None:
-                raise ValueError("an IdentityMechanism member needs a clip")
+                                 "only none, laplace, prs and gaussian can")
+            if getattr(m, "secure", False):
+                raise ValueError(f"secure {m.name} samples on the host; run it on its own")
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown families {sorted(unknown)}: choose from {FAMILIES}")
 
     @property
     def rows(self) -> int:
@@ -412,15 +429,23 @@ class PerTrialMechanism(_PerTrial):
                     if isinstance(m, ProjectedRandomSignMechanism)), default=0)
 
     def _families(self) -> set[int]:
-        return {FAMILIES.index(m.name) for m in self.members}
+        return {FAMILIES.index(m.name) for m in self.members} | {
+            FAMILIES.index(f) for f in self.families}
 
     @property
     def guarantee(self) -> Guarantee:
-        weakest = max((m.guarantee for m in self.members), key=lambda g: g.epsilon)
-        return Guarantee(epsilon=weakest.epsilon, delta=0.0,
-                         notion=weakest.notion if weakest.is_private else "none",
-                         unit=LDP_UNIT, neighbouring=LDP_NEIGHBOURS + "; each report is also "
-                         "private at its own setting's ε (this is the largest)")
+        gs = [m.guarantee for m in self.members]
+        if not all(g.is_private for g in gs):
+            return replace(next(g for g in gs if not g.is_private),
+                           neighbouring="none: some trials of this program release without a "
+                           "guarantee; each private trial's guarantee is its own setting's")
+        epsilon, delta = max(g.epsilon for g in gs), max(g.delta for g in gs)
+        notion = _common(g.notion for g in gs) or ("(ε, δ)-LDP" if delta else "ε-LDP")
+        sensitivity, norm = _common(g.sensitivity for g in gs), _common(g.norm for g in gs)
+        return Guarantee(epsilon=epsilon, delta=delta, notion=notion, unit=LDP_UNIT,
+                         neighbouring=LDP_NEIGHBOURS + "; each report is also private at its "
+                         "own setting's (ε, δ) (these are the largest)", sensitivity=sensitivity,
+                         norm=norm)
 
     def params(self) -> dict[str, Any]:
         return {"members": [m.describe() for m in self.members]}
@@ -429,32 +454,42 @@ class PerTrialMechanism(_PerTrial):
         """Member `index` as data (numpy scalars)."""
         m = self.members[index]
         zero = np.float32(0.0)
-        inv_half = scale = clip = low = slope = zero
+        inv_half = scale = clip = low = slope = inv_clip = std = zero
         d_hat = 0
         if isinstance(m, IdentityMechanism | LaplaceMechanism):
-            inv_half = float32_inverse(m.clip / 2.0)
+            inv_half = zero if m.clip is None else float32_inverse(m.clip / 2.0)
             scale = np.float32(m.scale) if isinstance(m, LaplaceMechanism) else zero
+        elif isinstance(m, GaussianMechanism):
+            inv_clip, std = float32_inverse(m.clip), np.float32(m.std)
         else:
             d_hat = m.resolved_d_hat(self.dim)
             clip = np.float32(m.clip)
             low, slope = m.constants(d_hat)
         return MechanismArgs(np.int32(FAMILIES.index(m.name)), inv_half, scale, clip, low,
-                             slope, np.int32(d_hat))
+                             slope, np.int32(d_hat), inv_clip, std)
 
     def privatize_with(self, args: MechanismArgs, key: Array, x: Any) -> Report:
         """Release x with the member that `args` (one trial's, traced) describes."""
         x = _as_vector(x)
         families = self._families()
-        value: Array | None = None
+        releases: dict[int, Array] = {}  # each family's release; the trial's is selected
         if families & {0, 1}:
+            # No clip (none without one): 1/(C/2) = 0, and x / max(1, 0) is x exactly.
             clipped = clip_l1_inverse(x, args.inverse_half_clip)
-            value = clipped
+            if 0 in families:
+                releases[0] = clipped
             if 1 in families:
-                noisy = clipped + jax.random.laplace(key, x.shape, dtype=x.dtype) * args.scale
-                value = noisy if families <= {1} else jnp.where(args.family == 1, noisy, value)
+                releases[1] = (clipped
+                               + jax.random.laplace(key, x.shape, dtype=x.dtype) * args.scale)
         if 2 in families:
-            prs = _prs_release(key, x, self.rows, args.clip, args.low, args.slope, args.d_hat)
-            value = prs if value is None else jnp.where(args.family == 2, prs, value)
+            releases[2] = _prs_release(key, x, self.rows, args.clip, args.low, args.slope,
+                                       args.d_hat)
+        if 3 in families:
+            releases[3] = (clip_l2_inverse(x, args.inverse_clip)
+                           + args.std * jax.random.normal(key, x.shape, x.dtype))
+        *rest, (_, value) = sorted(releases.items())
+        for family, release in rest:
+            value = jnp.where(args.family == family, release, value)
         assert value is not None
         return Report._mint(_MINT, value, self.guarantee)
 

@@ -7,6 +7,7 @@ import pytest
 
 from privrl.privacy.ldp_vector import PrivUnitMechanism
 from privrl.privacy.mechanisms import (
+    GaussianMechanism,
     IdentityMechanism,
     LaplaceMechanism,
     PerTrialMechanism,
@@ -17,6 +18,16 @@ D = 112  # the paper's d: PRS's d̂ = 1, 1, 2, 4 at ε = 1, 2, 5, 10
 MEMBERS = (IdentityMechanism(0.01), LaplaceMechanism(1.0, 0.01), LaplaceMechanism(10.0, 0.3),
            ProjectedRandomSignMechanism(2.0, 1.0, dim=D),
            ProjectedRandomSignMechanism(10.0, 0.7, dim=D))
+# FedPG's sweep: no mechanism (no clip), Gaussian and Laplace (paper 004's private variants)
+FEDPG = (IdentityMechanism(), GaussianMechanism(18.8, 1.0), GaussianMechanism(3.46, 0.7),
+         LaplaceMechanism(100.0, 1.0))
+
+
+def _release(mech, which, keys, x):
+    """Every member `which[k]` releasing the rows of x with keys, as one jitted program."""
+    reps = len(which) // len(keys)
+    return np.asarray(jax.jit(jax.vmap(lambda a, k, v: mech.privatize_with(a, k, v).value))(
+        mech.stack(which), jnp.tile(keys, (reps,)), jnp.tile(x, (reps, 1))))
 
 
 def test_each_trial_releases_exactly_what_its_member_releases():
@@ -38,9 +49,41 @@ def test_each_trial_releases_exactly_what_its_member_releases():
         np.testing.assert_array_equal(np.asarray(together)[which == i], np.asarray(alone))
 
 
+def test_named_families_give_one_member_the_floats_of_any_program_it_joins():
+    """FedPG's programs name their families (none, laplace, gaussian), so a setting's own run
+    and a program of several compile the same arithmetic: each member's rows are equal, bit
+    for bit, alone and mixed. Gaussian and no-clip releases are also exactly their own
+    mechanisms'; Laplace's transform XLA CPU may round differently beside a Gaussian
+    (observed: a few float32 ulps), which the named families settle."""
+    families = ("none", "laplace", "gaussian")
+    n = 72
+    x = jax.random.normal(jax.random.key(0), (n, D)) * jnp.logspace(-5, 1, n)[:, None]
+    keys = jax.random.split(jax.random.key(1), n)
+    which = np.repeat(np.arange(len(FEDPG)), n)
+    together = _release(PerTrialMechanism(FEDPG, D, families), which, keys, x)
+    for i, m in enumerate(FEDPG):
+        alone = _release(PerTrialMechanism((m,), D, families), np.zeros(n, int), keys, x)
+        np.testing.assert_array_equal(together[which == i], alone)
+        own = np.asarray(jax.jit(jax.vmap(lambda k, v, m=m: m.privatize(k, v).value))(keys, x))
+        if isinstance(m, LaplaceMechanism):
+            np.testing.assert_allclose(alone, own, rtol=1e-5, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(alone, own)
+    np.testing.assert_array_equal(together[which == 0], np.asarray(x))  # none: x itself
+    with pytest.raises(ValueError, match="unknown families"):
+        PerTrialMechanism(FEDPG, D, ("gauss",))
+
+
 def test_guarantee_is_the_weakest_member_and_privatize_needs_the_data():
-    private = PerTrialMechanism(MEMBERS[1:], D)
-    assert private.guarantee.epsilon == 10.0 and private.guarantee.is_private
+    pure = PerTrialMechanism(MEMBERS[1:], D)
+    assert pure.guarantee.epsilon == 10.0 and pure.guarantee.delta == 0.0
+    assert pure.guarantee.notion == "ε-LDP"
+    private = PerTrialMechanism(FEDPG[1:], D)  # Gaussian and Laplace: (max ε, max δ)
+    g = private.guarantee
+    assert g.is_private and g.delta == 1e-5 and g.notion == "(ε, δ)-LDP"
+    assert g.epsilon == 100.0 and g.sensitivity is None
+    same_clip = PerTrialMechanism((GaussianMechanism(18.8, 1.0), GaussianMechanism(3.46, 1.0)), D)
+    assert (same_clip.guarantee.norm, same_clip.guarantee.sensitivity) == ("L2", 2.0)
     assert not PerTrialMechanism(MEMBERS, D).guarantee.is_private  # with ε = ∞ in the batch
     with pytest.raises(TypeError, match="privatize_with"):
         private.privatize(jax.random.key(0), jnp.zeros(D))
@@ -50,7 +93,7 @@ def test_guarantee_is_the_weakest_member_and_privatize_needs_the_data():
 
 @pytest.mark.parametrize("member", [PrivUnitMechanism(1.0, 0.1),
                                     LaplaceMechanism(1.0, 0.1, secure=True),
-                                    IdentityMechanism()])
+                                    GaussianMechanism(1.0, 0.1, secure=True)])
 def test_members_that_cannot_take_data_are_refused(member):
     with pytest.raises(ValueError):
         PerTrialMechanism((LaplaceMechanism(1.0, 0.1), member), D)
