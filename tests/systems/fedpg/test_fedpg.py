@@ -246,9 +246,7 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_comput
 
 
 def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
-    from privrl.privacy.mechanisms import LaplaceMechanism
-
-    laplace = count_releases(LaplaceMechanism)
+    from privrl.privacy.mechanisms import PerTrialMechanism
     # Cen without a mechanism: no guarantee, and privacy.json says so.
     out = tmp_path / "cen"
     assert cli.main(["run", "fedpg-cen", "--agents", "2", "--budget", "40",
@@ -259,7 +257,9 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
     assert privacy["ledger"]["formal_guarantee"] is False
     assert json.loads((out / "summary.json").read_text())["algorithm"] == "fedpg-cen"
-    # Dec with Laplace: the ledger composes one ε-LDP release per node per round.
+    # Dec with Laplace: the ledger composes one ε-LDP release per node per round. It releases
+    # through the per-trial mechanism of the programs it could join.
+    laplace = count_releases(PerTrialMechanism, "privatize_with")
     out = tmp_path / "dec"
     assert cli.main(["run", "fedpg-dec", "--topology", "random", "--agents", "2", "--budget",
                      "40", "--mechanism", "laplace", "--epsilon", "0.5", "--out", str(out),
@@ -330,9 +330,10 @@ def test_gaussian_releases_made_equal_the_events_in_privacy_json(count_releases)
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
 
-    from privrl.privacy.mechanisms import GaussianMechanism
+    from privrl.privacy.mechanisms import PerTrialMechanism
 
-    counter = count_releases(GaussianMechanism)
+    # A Gaussian run releases through the per-trial mechanism of the programs it could join.
+    counter = count_releases(PerTrialMechanism, "privatize_with")
     cfg = FedPGConfig(algorithm="cen", mechanism="gaussian", epsilon=10.0, clip=1.0,
                       **TINY).resolved()
     run = runner.run_fedpg(cfg)
@@ -363,11 +364,11 @@ def test_privacy_budget_ends_the_run_by_the_optimal_composition(count_releases):
     loop asks the ledger the same way under either composition; basic's refusals are tested
     in tests/kernel/privacy/test_ledger.py.)"""
     from privrl.privacy.accounting import optimal_composition_admits
-    from privrl.privacy.mechanisms import LaplaceMechanism
+    from privrl.privacy.mechanisms import PerTrialMechanism
 
     assert optimal_composition_admits(0.3, 9, 2.0, 0.01)
     assert not optimal_composition_admits(0.3, 10, 2.0, 0.01)
-    counter = count_releases(LaplaceMechanism)
+    counter = count_releases(PerTrialMechanism, "privatize_with")
     cfg = FedPGConfig(algorithm="cen", mechanism="laplace", epsilon=0.3, clip=1.0,
                       epsilon_budget=2.0, budget_composition="optimal", delta=0.01,
                       **{**TINY, "budget": 60}).resolved()

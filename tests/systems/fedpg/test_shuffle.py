@@ -44,17 +44,18 @@ def test_shuffle_is_refused_where_it_does_not_apply(args, option, capsys, tmp_pa
 def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monkeypatch):
     """One run (K = 4): what the mechanism released and what the server averaged, recorded
     round by round, are the same reports, in another order."""
-    from privrl.privacy.mechanisms import LaplaceMechanism
+    from privrl.privacy.mechanisms import PerTrialMechanism
 
     released: list[np.ndarray] = []
     received: list[np.ndarray] = []
-    privatize, average = LaplaceMechanism.privatize, algorithm.average_reports
+    # A Laplace run releases through the per-trial mechanism of the programs it could join.
+    privatize, average = PerTrialMechanism.privatize_with, algorithm.average_reports
 
     def recorded(into, value):
         jax.debug.callback(lambda v: into.append(np.asarray(v).reshape(-1, v.shape[-1])), value)
 
-    def releasing(self, key, x):
-        report = privatize(self, key, x)
+    def releasing(self, args, key, x):
+        report = privatize(self, args, key, x)
         recorded(released, report.value)
         return report
 
@@ -62,7 +63,7 @@ def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monke
         recorded(received, reports.value)
         return average(reports)
 
-    monkeypatch.setattr(LaplaceMechanism, "privatize", releasing)
+    monkeypatch.setattr(PerTrialMechanism, "privatize_with", releasing)
     monkeypatch.setattr(algorithm, "average_reports", receiving)
     cfg = FedPGConfig(mechanism="laplace", epsilon=1.0, clip=1.0, agents=4, budget=12,
                       batch_min=2, batch_max=3, minibatch=2, inner_steps=1,

@@ -29,7 +29,8 @@ vectorized, the inner loop is a `lax.while_loop`, and trials are vmapped by the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -42,6 +43,7 @@ from jax import Array
 
 from privrl.config import (
     Config,
+    ConfigError,
     check_preset,
     fail,
     in_range,
@@ -88,6 +90,7 @@ from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
     Mechanism,
+    PerTrialMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
@@ -425,6 +428,33 @@ class FedPGConfig(Config):
                  "(raise it, or sample more agents)")
 
 
+# Settings run as one program (`FedPG.for_settings`) may differ in these fields only: their
+# mechanisms (none, laplace, gaussian) as per-trial data, Dec's graph as each trial's mixing
+# matrix, and what the host decides (ledger budgets, accountant).
+SETTING_FIELDS = ("mechanism", "epsilon", "clip", "noise_multiplier", "delta", "accountant",
+                  "topology", "window", "epsilon_budget", "budget_composition")
+ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
+# The families every program of FedPG settings computes, and every run that could join one:
+# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).
+PROGRAM_FAMILIES = ("none", "laplace", "gaussian")
+
+
+def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
+    """The config field that keeps resolved `configs` from running as one program (None: they
+    can): they must differ only in SETTING_FIELDS and use none, laplace or gaussian without
+    float-safe noise."""
+    first = configs[0]
+    for cfg in configs:
+        if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
+            return "mechanism"
+        if cfg.secure_noise:
+            return "secure_noise"
+        if replace(cfg, **{f: getattr(first, f) for f in SETTING_FIELDS}) != first:
+            return next(f.name for f in fields(cfg) if f.name not in SETTING_FIELDS
+                        and getattr(cfg, f.name) != getattr(first, f.name))
+    return None
+
+
 def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee)."""
     if cfg.mechanism == "distributed-gaussian":
@@ -518,6 +548,9 @@ class FedPGState(NamedTuple):
     # `key` (seeded). An argument of the jitted program, never a constant of it.
     noise: Array | None = None
     clip: Array | None = None  # adaptive clipping: the clip C_t of the next round; else None
+    # Run as a member of a program of settings (`FedPG.for_settings`): the trial's mechanism
+    # as data (MechanismArgs); None: the config's mechanism, compiled in.
+    setting: Any = None
 
 
 class RoundInfo(NamedTuple):
@@ -573,6 +606,38 @@ class FedPG:
         self._dec_release, self._dec_finish = jax.jit(self.dec_release), jax.jit(self.dec_finish)
         self._dec_node_plan = jax.jit(self.dec_node_plan)
         self._dec_node_release = jax.jit(self.dec_node_release)
+        # The settings this algorithm runs, each as its own FedPG (its config, mechanism and
+        # graph): itself, or those of `for_settings`.
+        self.settings: list[FedPG] = [self]
+
+    @classmethod
+    def for_settings(cls, configs: Sequence[FedPGConfig], task: Task | None = None,
+                     model: nn.Module | None = None) -> FedPG:
+        """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
+        family and its parameters, Dec's graph): its mechanism is a `PerTrialMechanism`, every
+        trial carries its setting's as data (`FedPGState.setting`, from `setting_data`) and
+        the runner passes each trial its setting's mixing matrix, so one jitted round runs
+        them all. ConfigError names the field that keeps them apart."""
+        each = [cls(c, task, model) for c in configs]
+        field = one_program_field([a.config for a in each])
+        if field is not None:
+            raise ConfigError(field, "settings run as one program may differ only in "
+                                     f"{', '.join(SETTING_FIELDS)} (mechanisms "
+                                     f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without "
+                                     "float-safe noise)")
+        if each[0].task.host:
+            raise ConfigError("env", "a Gymnasium task plays its episodes on the host: run "
+                                     "each setting on its own")
+        algo = cls(each[0].config, task, model)
+        algo.settings = each
+        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
+                                           PROGRAM_FAMILIES)
+        return algo
+
+    def setting_data(self, settings: Sequence[int]) -> Any:
+        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
+        assert isinstance(self.mechanism, PerTrialMechanism)
+        return self.mechanism.stack(settings)
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> FedPGState:
@@ -829,7 +894,7 @@ class FedPG:
         k = cfg.agents
         mu_k = self.gradients(plan.thetas, ep)
         if not isinstance(self.mechanism, DistributedGaussianMechanism):
-            reports = jax.vmap(self.mechanism.privatize)(plan.mech_keys, mu_k)
+            reports = jax.vmap(self.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
             if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
                 order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
                 reports = jax.tree_util.tree_map(lambda a: a[order], reports)
@@ -858,18 +923,15 @@ class FedPG:
                          plan.steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)),
                          state.clip)
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
-                         state.rounds + 1, state.noise, new_clip)
+                         state.rounds + 1, state.noise, new_clip, state.setting)
         return new, info
 
     def dec_round(self, state: FedPGState, mixing: Array, key: Array, live: Array
                   ) -> tuple[FedPGState, RoundInfo]:
         z, env, keys, noise = self.dec_inputs(state, key)
-        if noise is None:
-            upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None))(
-                z, state.opt_state, env, keys, live)
-        else:
-            upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None, 0))(
-                z, state.opt_state, env, keys, live, noise)
+        upd = jax.vmap(self.dec_node_update, (0, 0, 0, 0, None, None if noise is None else 0,
+                                              None))(
+            z, state.opt_state, env, keys, live, noise, state.setting)
         return self.dec_finish(state, upd, mixing)
 
     def host_dec_round(self, state: FedPGState, mixing: Array, live: Array
@@ -923,12 +985,14 @@ class FedPG:
                         k_mech if noise_key is None else noise_key, steps[0], k_inner)
 
     def dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
-                        live: Array, noise_key: Array | None = None) -> NodeUpdate:
+                        live: Array, noise_key: Array | None = None, setting: Any = None
+                        ) -> NodeUpdate:
         """One node's part of a FedPG-Dec round, from its own z_k, optimizer state, private
         environment and key only: B_t episodes, its own μ_tᵏ (never sent), N_t SCSG steps,
         and its update Δ_k = θ_N − z_k released through the mechanism (with `noise_key`, the
         node's own secret key, else a key derived from `key`). The local runner vmaps it over
-        the nodes; the Ray runner calls it inside each node's actor."""
+        the nodes; the Ray runner calls it inside each node's actor. `setting`: the trial's
+        mechanism as data in a program of settings (`FedPGState.setting`)."""
         plan = self.dec_node_plan(key, live, noise_key)
         one = lambda tree: jax.tree_util.tree_map(lambda a: a[None], tree)  # noqa: E731
         env = one(env_params)
@@ -937,7 +1001,7 @@ class FedPG:
         theta, opt_state = self.scsg(z[None], mu, one(opt_state), plan.steps[None], env,
                                      plan.k_inner)
         return self.dec_node_release(z, plan, ep, theta[0],
-                                     jax.tree_util.tree_map(lambda a: a[0], opt_state))
+                                     jax.tree_util.tree_map(lambda a: a[0], opt_state), setting)
 
     def host_dec_node_update(self, z: Array, opt_state: Any, env_params: Any, key: Array,
                              live: Array, noise_key: Array | None = None) -> NodeUpdate:
@@ -957,10 +1021,17 @@ class FedPG:
                                       jax.tree_util.tree_map(lambda a: a[0], opt_state))
 
     def dec_node_release(self, z: Array, plan: NodePlan, ep: Episodes, theta: Array,
-                         opt_state: Any) -> NodeUpdate:
+                         opt_state: Any, setting: Any = None) -> NodeUpdate:
         """A node's update Δ_k = θ_N − z_k through the mechanism, and what it keeps."""
-        return NodeUpdate(self.mechanism.privatize(plan.mech_key, theta - z), opt_state,
+        return NodeUpdate(self.release(setting, plan.mech_key, theta - z), opt_state,
                           plan.batch, plan.steps, _mean_return(ep))
+
+    def release(self, setting: Any, key: Array, x: Array) -> Report:
+        """What an agent sends, through the mechanism: the config's, or in a program of
+        settings the trial's member (`setting`, its MechanismArgs)."""
+        if setting is None:
+            return self.mechanism.privatize(key, x)
+        return self.mechanism.privatize_with(setting, key, x)
 
     def dec_release(self, plan: DecPlan, ep: Episodes, theta: Array, opt_state: Any
                     ) -> NodeUpdate:
@@ -979,7 +1050,7 @@ class FedPG:
                          jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
                          jnp.asarray(cfg.agents))
         return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
-                           state.noise, state.clip), info)
+                           state.noise, state.clip, state.setting), info)
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""

@@ -25,6 +25,7 @@ from privrl.federation.pushsum import push_sum_z
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
@@ -38,7 +39,12 @@ from privrl.runtime.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPG, FedPGConfig
+from privrl.systems.fedpg.algorithm import (
+    PURE_MECHANISMS,
+    FedPG,
+    FedPGConfig,
+    one_program_field,
+)
 
 if TYPE_CHECKING:
     from flax import linen as nn
@@ -72,6 +78,9 @@ class FedPGRun:
     # round); (trials,) the clip after the last round; None without adaptive clipping
     clip: np.ndarray | None = None
     final_clip: np.ndarray | None = None
+    # Run as one program with other settings (`run_fedpg_settings`): how many settings and
+    # trials it ran (wall_seconds is the program's); None: on its own.
+    program: dict[str, int] | None = None
 
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
@@ -90,96 +99,175 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
               task: Task | None = None, model: nn.Module | None = None,
               devices: int | None = None) -> FedPGRun:
     """All trials of `config`; `task` and `model`: your environment and policy (`FedPG`),
-    default: the config's; `devices`: host devices the trials are split over (default: all)."""
-    algo = FedPG(replace(config, noise=config.noise or "seeded"), task, model)
+    default: the config's; `devices`: host devices the trials are split over (default: all).
+
+    A config that could run in a program with other settings (`one_program_field`) computes
+    through the same per-trial mechanism such a program uses, so that it gets the same floats
+    alone and in any program."""
+    own = FedPG(replace(config, noise=config.noise or "seeded"), task, model)
+    algo = own
+    if not own.task.host and one_program_field([own.config]) is None:
+        algo = FedPG.for_settings([own.config], task, model)
+    return run_fedpg_settings(algo, progress, devices)[0]
+
+
+@dataclass
+class _Setting:
+    """One setting of a run: its rows of the program's batch and its host-side bookkeeping
+    (the ledger charged before every round, the rounds it played, what it reports)."""
+
+    algo: FedPG  # the setting's own algorithm: its config, mechanism and graph
+    rows: np.ndarray  # its trials' rows of the program's batch
+    ledger: PrivacyLedger
+    rounds_budget: list[RoundBudget] | None
+    releases: np.ndarray
+    spent: np.ndarray
+    out: list[tuple[np.ndarray, ...]]
+    played: int = 0
+
+    @classmethod
+    def of(cls, algo: FedPG, rows: np.ndarray) -> _Setting:
+        cfg = algo.config
+        # distributed-gaussian with ε: each trial's rounds are refused beyond the (ε, δ) budget,
+        # by the accountant that states the run's ε (charged before the round, like the ledger)
+        rounds_budget = ([RoundBudget(algo.mechanism.event, cfg.epsilon, cfg.delta,
+                                      cfg.max_rounds(), cfg.accountant)
+                          for _ in range(cfg.trials)]
+                         if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None
+                         else None)
+        return cls(algo, rows, budget_ledger(cfg), rounds_budget,
+                   np.zeros(cfg.trials, np.int64), np.zeros(cfg.trials, bool), [])
+
+    def live(self, used: np.ndarray) -> np.ndarray:
+        """Its trials that play the next round (their agents' `used` episodes so far): within
+        the episode budget, and, asked before they release, within the privacy budget."""
+        cfg, k = self.algo.config, self.algo.config.agents
+        guarantee = self.algo.mechanism.guarantee
+        live = (used.mean(axis=1) < cfg.budget) & ~self.spent
+        if math.isfinite(self.ledger.epsilon_budget):
+            for trial in np.flatnonzero(live):
+                self.spent[trial] = not self.ledger.can_charge(trial * k + np.arange(k),
+                                                               guarantee)
+            live &= ~self.spent
+        if self.rounds_budget is not None:
+            self.spent |= live & ~np.array([b.can_charge() for b in self.rounds_budget])
+            live &= ~self.spent
+        return live
+
+    def charge(self, live: np.ndarray) -> None:
+        """Charge before release: every agent of a live trial releases one report."""
+        k = self.algo.config.agents
+        ids = (np.flatnonzero(live)[:, None] * k + np.arange(k)[None, :]).reshape(-1)
+        self.ledger.charge(ids, self.algo.mechanism.guarantee)
+        if self.rounds_budget is not None:
+            for trial in np.flatnonzero(live):
+                self.rounds_budget[trial].charge()
+        self.releases += live
+
+    def record(self, live: np.ndarray, before: np.ndarray, after: np.ndarray, info: Any
+               ) -> None:
+        """The round's rows (NaN for finished trials) and the episodes it played."""
+        cfg, k = self.algo.config, self.algo.config.agents
+        self.played += int(after.sum() - before.sum())
+        if cfg.algorithm == "cen":  # the server's N_t·b were counted once per agent above
+            self.played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
+            # unsampled agents (distributed-gaussian) played no episode
+            self.played -= int(((k - info.participants[live]) * info.batch[live]).sum())
+        nan = np.where(live, 1.0, np.nan)
+        self.out.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
+                         info.inner_steps * nan)
+                        + (() if info.clip is None else (info.clip * nan,)))
+
+    def result(self, state: Any, wall: float, compile_s: float,
+               program: dict[str, int] | None) -> FedPGRun:
+        cfg, algo = self.algo.config, self.algo
+        mine = lambda a: np.asarray(a)[self.rows]  # noqa: E731
+        cols = [np.stack(c, axis=1) for c in zip(*self.out, strict=True)]
+        return FedPGRun(
+            config=cfg, mean_return=cols[0], used_before=cols[1], batch=cols[2],
+            inner_steps=cols[3], used=mine(state.used), episodes_played=self.played,
+            ledger=self.ledger, mechanism=algo.mechanism.describe(),
+            topology=algo.topology.describe() if algo.topology is not None else None,
+            wall_seconds=wall, compile_seconds=compile_s, rounds_run=len(self.out),
+            releases=self.releases, privacy_budget_spent=self.spent,
+            accounting=account(algo, int(self.releases.max())),
+            z=mine(jax.vmap(push_sum_z)(state.gossip)),
+            clip=cols[4] if cfg.adaptive_clip else None,
+            final_clip=mine(state.clip) if cfg.adaptive_clip else None,
+            program=program,
+        )
+
+
+def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
+                       devices: int | None = None) -> list[FedPGRun]:
+    """`run_fedpg` for each of `algo.settings` (one, or several from `FedPG.for_settings`):
+    every trial of every setting in one jitted round, split over `devices` host devices. Each
+    setting's run equals its own (same keys, same floats, its rounds until its own trials
+    end, its own ledger and privacy record), except that wall time is the program's.
+
+    The trials sit trial-major in the batch (trial j of every setting, then trial j + 1), so
+    that each device gets a share of every setting: a setting that learns plays long episodes
+    while a noised one stays short."""
+    settings = algo.settings
     cfg = algo.config
-    k = cfg.agents
+    trials, n_set = cfg.trials, len(settings)
+    n = trials * n_set
     if algo.task.host:
-        n_dev, padded, step = 1, cfg.trials, host_rounds(algo)
+        n_dev, padded, step = 1, n, host_rounds(algo)
     else:
-        n_dev = trial_devices(cfg.trials, devices)
-        padded = own_padded(cfg.trials, devices)
+        n_dev = trial_devices(n, devices)
+        padded = own_padded(n, devices)
         step = round_program(algo, n_dev)
-    keys = pad_rows(jax.random.split(jax.random.key(cfg.seed), cfg.trials), padded)
-    state = jax.jit(jax.vmap(algo.init))(keys)
+    books = [_Setting.of(a, np.arange(trials) * n_set + i) for i, a in enumerate(settings)]
+    own_keys = jax.random.split(jax.random.key(cfg.seed), trials)
+    state = jax.jit(jax.vmap(algo.init))(pad_rows(jnp.repeat(own_keys, n_set, axis=0), padded))
     if cfg.noise == "secret":  # one root per trial from os.urandom, in memory only
         state = state._replace(noise=secret_keys(padded))
+    if isinstance(algo.mechanism, PerTrialMechanism):
+        which = np.arange(padded) % n_set
+        state = state._replace(setting=algo.setting_data(which))
     if not algo.task.host:
         state = jax.device_put(state, trial_sharding(n_dev))
-    ledger = budget_ledger(cfg)
-    guarantee = algo.mechanism.guarantee
-    # distributed-gaussian with ε: each trial's rounds are refused beyond the (ε, δ) budget,
-    # by the accountant that states the run's ε (charged before the round, like the ledger).
-    rounds_budget = ([RoundBudget(algo.mechanism.event, cfg.epsilon, cfg.delta,
-                                  cfg.max_rounds(), cfg.accountant) for _ in range(cfg.trials)]
-                     if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None
-                     else None)
-    rows: list[tuple[np.ndarray, ...]] = []
-    played = 0
-    releases = np.zeros(cfg.trials, np.int64)
-    spent = np.zeros(cfg.trials, bool)  # the agents cannot afford another round: trial over
     start = time.perf_counter()
     compile_s = 0.0
     t = 0
     while True:
-        used = np.asarray(state.used)[:cfg.trials]
-        live = (used.mean(axis=1) < cfg.budget) & ~spent
-        if math.isfinite(ledger.epsilon_budget):  # privacy budget: asked before releasing
-            for trial in np.flatnonzero(live):
-                spent[trial] = not ledger.can_charge(trial * k + np.arange(k), guarantee)
-            live &= ~spent
-        if rounds_budget is not None:
-            spent |= live & ~np.array([b.can_charge() for b in rounds_budget])
-            live &= ~spent
+        used = np.asarray(state.used)
+        live = np.zeros(padded, bool)
+        for book in books:
+            live[book.rows] = book.live(used[book.rows])
         if not live.any():
             break
         if t >= 10 * cfg.max_rounds():
             raise RuntimeError("internal error: the episode budget was never reached")
-        # Charge before release: every agent of a live trial releases one report this round.
-        ids = (np.flatnonzero(live)[:, None] * k + np.arange(k)[None, :]).reshape(-1)
-        ledger.charge(ids, guarantee)
-        if rounds_budget is not None:
-            for trial in np.flatnonzero(live):
-                rounds_budget[trial].charge()
-        releases += live
-        mixing = np.asarray(algo.topology.matrix(t) if algo.topology is not None
-                            else np.eye(1), np.float32)
+        going = [b for b in books if live[b.rows].any()]
+        for book in going:
+            book.charge(live[book.rows])
+        mixing = np.broadcast_to(np.eye(1, dtype=np.float32), (padded, 1, 1))
+        if algo.topology is not None:
+            mixing = np.broadcast_to(np.eye(cfg.agents, dtype=np.float32),
+                                     (padded, cfg.agents, cfg.agents)).copy()
+            for book in books:
+                mixing[book.rows] = np.asarray(book.algo.topology.matrix(t), np.float32)
         t0 = time.perf_counter()
         if algo.task.host:
-            state, info = step(state, jnp.asarray(mixing), jnp.asarray(live))
+            state, info = step(state, jnp.asarray(mixing[0]), jnp.asarray(live))
         else:
-            state, info = step(state, np.broadcast_to(mixing, (padded, *mixing.shape)),
-                               np.pad(live, (0, padded - cfg.trials)))
-        info = jax.tree_util.tree_map(lambda a: np.asarray(a)[:cfg.trials], info)
+            state, info = step(state, mixing, live)
+        info = jax.tree_util.tree_map(np.asarray, info)
         if t == 0:
             compile_s = time.perf_counter() - t0
-        played += int(np.asarray(state.used)[:cfg.trials].sum() - used.sum())
-        if cfg.algorithm == "cen":  # the server's N_t·b were counted once per agent above
-            played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
-            # unsampled agents (distributed-gaussian) played no episode
-            played -= int(((k - info.participants[live]) * info.batch[live]).sum())
-        nan = np.where(live, 1.0, np.nan)
-        rows.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
-                     info.inner_steps * nan)
-                    + (() if info.clip is None else (info.clip * nan,)))
+        after = np.asarray(state.used)
+        for book in going:
+            r = book.rows
+            book.record(live[r], used[r], after[r],
+                        jax.tree_util.tree_map(lambda a, r=r: a[r], info))
         t += 1
         if progress is not None:
-            progress(float(np.asarray(state.used)[:cfg.trials].mean(axis=1).min()), cfg.budget)
+            progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
     wall = time.perf_counter() - start
-    state = jax.tree_util.tree_map(lambda a: a[:cfg.trials], state)  # padding trials dropped
-    cols = [np.stack(c, axis=1) for c in zip(*rows, strict=True)]
-    return FedPGRun(
-        config=cfg, mean_return=cols[0], used_before=cols[1], batch=cols[2],
-        inner_steps=cols[3], used=np.asarray(state.used), episodes_played=played,
-        ledger=ledger, mechanism=algo.mechanism.describe(),
-        topology=algo.topology.describe() if algo.topology is not None else None,
-        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=releases,
-        privacy_budget_spent=spent,
-        accounting=account(algo, int(releases.max())),
-        z=np.asarray(jax.vmap(push_sum_z)(state.gossip)),
-        clip=cols[4] if cfg.adaptive_clip else None,
-        final_clip=np.asarray(state.clip) if cfg.adaptive_clip else None,
-    )
+    program = None if n_set == 1 else {"settings": n_set, "trials": n}
+    return [book.result(state, wall, compile_s, program) for book in books]
 
 
 def round_program(algo: FedPG, devices: int) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
