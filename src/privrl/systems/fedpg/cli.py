@@ -391,6 +391,11 @@ def reproduce_fedpg_command(
     noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
+    one_program: Annotated[bool, typer.Option(
+        "--one-program/--per-setting",
+        help="Run the settings as compiled programs, FedPG-Cen's and FedPG-Dec's (default; the "
+        "same results per setting as running each alone), or each setting alone in turn "
+        "(each is saved as soon as it finishes).")] = True,
     progress: ShowProgress = True,
 ) -> None:
     """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.
@@ -435,7 +440,8 @@ def reproduce_fedpg_command(
             bar.update(task, completed=done, total=total, description=name)
 
         try:
-            text = run_sweep(cfg, path, log=lambda m: bar.console.print(m), progress=update)
+            text = run_sweep(cfg, path, log=lambda m: bar.console.print(m), progress=update,
+                             one_program=one_program)
         except KeyboardInterrupt:
             err.print(f"interrupted: finished settings are kept; continue with "
                       f"privrl reproduce fedpg --resume {path}")

@@ -70,30 +70,66 @@ class FedPGSweep(Config):
 SweepLog = Callable[[str], None]
 
 
+def programs(configs: dict[str, FedPGConfig], names: list[str], one_program: bool = True
+             ) -> list[list[str]]:
+    """`names` (of resolved `configs`) in the groups that run as one program: each joins the
+    first group it can run with (`one_program_field`: FedPG-Cen's K-agent settings, FedPG-Dec's
+    graphs and mechanisms; the single agent, K = 1, alone); each alone if not `one_program`."""
+    from privrl.systems.fedpg.algorithm import one_program_field
+
+    groups: list[list[str]] = []
+    for name in names:
+        home = next((g for g in groups if one_program and one_program_field(
+            [configs[n] for n in g] + [configs[name]]) is None), None)
+        if home is None:
+            groups.append([name])
+        else:
+            home.append(name)
+    return groups
+
+
 def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
-              progress: Callable[[str, float, int], None] | None = None) -> str:
-    """Run (or resume) every setting into `out`; returns the tables as markdown."""
-    from privrl.systems.fedpg.local import record, run_fedpg
+              progress: Callable[[str, float, int], None] | None = None,
+              one_program: bool = True) -> str:
+    """Run (or resume) every setting into `out`; returns the tables as markdown.
+    `one_program`: each group of `programs` as one jitted program (the same results per
+    setting as its own run); False: each setting alone, in turn."""
+    from privrl.systems.fedpg.local import (
+        local_config,
+        record,
+        run_fedpg_settings,
+        settings_algorithm,
+    )
 
     cfg.validate()
     open_sweep(out, cfg.to_dict())
-    for name, run_cfg in cfg.settings().items():
-        def write(tmp: Path, name: str = name, run_cfg: FedPGConfig = run_cfg) -> dict:
-            report = None if progress is None else (
-                lambda done, total: progress(name, done, total))
-            run = run_fedpg(run_cfg.resolved(), progress=report)
-            np.savez_compressed(tmp / "curves.npz", mean_return=run.mean_return,
-                                used_before=run.used_before, batch=run.batch,
-                                inner_steps=run.inner_steps)
-            return save_setting(record(run), tmp)
+    configs = {n: local_config(c.resolved()) for n, c in cfg.settings().items()}
+    todo = []
+    for name in configs:
+        if (out / "settings" / name / "summary.json").exists():
+            log(f"{name}: done earlier, skipped")
+        else:
+            todo.append(name)
+    for group in programs(configs, todo, one_program):
+        label = group[0] if len(group) == 1 else f"{group[0]} + {len(group) - 1} settings"
+        report = None if progress is None else (
+            lambda done, total, label=label: progress(label, done, total))
+        runs = run_fedpg_settings(settings_algorithm([configs[n] for n in group]),
+                                  progress=report)
+        for name, run in zip(group, runs, strict=True):
+            def write(tmp: Path, run: Any = run) -> dict:
+                np.savez_compressed(tmp / "curves.npz", mean_return=run.mean_return,
+                                    used_before=run.used_before, batch=run.batch,
+                                    inner_steps=run.inner_steps)
+                return save_setting(record(run), tmp)
 
-        summary = run_setting(out, name, write, log)
-        if summary is None:
-            continue
-        med = summary["median_episodes_to_target"]
-        log(f"{name}: {summary['reached_target']}/{run_cfg.trials} reached 475, median "
-            f"{'never' if med is None else f'{med:.0f}'} episodes/agent, "
-            f"{summary['wall_seconds']:.0f} s")
+            summary = run_setting(out, name, write, log)
+            assert summary is not None
+            med = summary["median_episodes_to_target"]
+            where = "" if run.program is None else f" (one program of {len(group)})"
+            log(f"{name}: {summary['reached_target']}/{run.config.trials} reached 475, median "
+                f"{'never' if med is None else f'{med:.0f}'} episodes/agent, "
+                f"{summary['wall_seconds']:.0f} s{where}")
     return write_report(cfg, out)
 
 
