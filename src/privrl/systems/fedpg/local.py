@@ -1,11 +1,13 @@
-"""The local runner for FedPG-Cen / FedPG-Dec: all trials vmapped in one jitted round (on a
-Gymnasium task, the trials in turn, each round's episodes played on the host).
+"""The local runner for FedPG-Cen / FedPG-Dec: all trials (of one setting, or of several run as
+one program, `run_fedpg_settings`) in one jitted round, split over the host's devices, each
+device computing its trials one at a time; on a Gymnasium task, the trials in turn, each
+round's episodes played on the host.
 
 The host drives rounds one at a time, because each round's length is random (B_t, N_t) and a
 trial stops once its agents have spent their episode budget: before every round it charges
-the privacy ledger for the agents that are about to release (charge, then release), passes
-the round's mixing matrix and collects the round's mean return. Finished trials ride along
-as no-ops (their agents play no episodes).
+each setting's privacy ledger for the agents that are about to release (charge, then
+release), passes each trial its setting's mixing matrix and collects the round's mean return.
+Finished trials ride along as no-ops (their agents play no episodes).
 """
 
 from __future__ import annotations
@@ -418,6 +420,8 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_played": run.episodes_played,
         **budget,
         **adaptive,
+        # run as one program with other settings: the wall time and rates are the program's
+        **({} if run.program is None else {"program": run.program}),
     }
 
 

@@ -3,9 +3,11 @@
 FedPG-Cen vs FedPG-Dec on each topology (ring, exponential, random) vs a single agent
 (SVRPG/SCSG alone: Cen with K = 1), mean return against episodes per agent over several
 seeds (mean line, min-max band), a table of the episodes each needs to reach a mean return of
-475, and privatized variants (Laplace on what each agent sends) at a few ε. Every setting runs
-all its seeds in one vmapped program (privrl.systems.fedpg.local) and is written atomically to
-`settings/<name>/`, so an interrupted sweep resumes without redoing finished settings.
+475, and privatized variants (Gaussian and Laplace on what each agent sends) at a few ε. The
+settings run as three jitted programs (`programs`: FedPG-Cen's, FedPG-Dec's, the single
+agent's; privrl.systems.fedpg.local.run_fedpg_settings), each setting with its own run's
+results, and each is written atomically to `settings/<name>/`, so an interrupted sweep resumes
+without redoing finished settings.
 """
 
 from __future__ import annotations
@@ -168,8 +170,9 @@ def table_markdown(cfg: FedPGSweep, summaries: dict[str, dict[str, Any]]) -> str
             "(the K·B_t episodes at θ₀ᵗ, or each node's B_t at z_k) has mean return ≥ 475; "
             "the median is over seeds (never: fewer than half reached it). Final mean return: "
             "the batches of the last 10 rounds. rounds/s (after the first round, which compiles) "
-            "and episodes/s (all episodes played / wall time incl. compilation): all seeds of "
-            "a setting vmapped in one program on this machine.",
+            "and episodes/s (all episodes played / wall time incl. compilation): of the "
+            "program each setting ran in, on this machine (by default FedPG-Cen's settings "
+            "run as one program, FedPG-Dec's as another; --per-setting: each alone).",
             ""]
     return "\n".join(head + lines) + "\n"
 
