@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from numbers import Integral, Real
 from typing import Any, ClassVar, NoReturn, Self
@@ -168,6 +168,18 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return json_safe(obj.tolist())
     return obj
+
+
+def other_field(configs: Sequence[Any], allowed: Sequence[str]) -> str | None:
+    """The first config field outside `allowed` in which one of the dataclass `configs`
+    differs from the first (None: they differ only in `allowed`): what keeps settings from
+    running as one program."""
+    first = configs[0]
+    for cfg in configs:
+        if dataclasses.replace(cfg, **{f: getattr(first, f) for f in allowed}) != first:
+            return next(f.name for f in dataclasses.fields(cfg) if f.name not in allowed
+                        and getattr(cfg, f.name) != getattr(first, f.name))
+    return None
 
 
 def check_preset(preset: str, presets: Mapping[str, Any]) -> str:

@@ -176,3 +176,20 @@ def test_the_flag_check_can_fail():
     assert FLAG_FIELD.search('raise ConfigError("--epsilon", "must be > 0")')
     assert FLAG_FIELD.search("fail('--d-hat', 'only prs')")
     assert not FLAG_FIELD.search('raise ConfigError("epsilon", "must be > 0")')
+
+
+def test_other_field_names_the_first_difference_outside_the_allowed_ones():
+    """What keeps settings from running as one program: None when they differ only in the
+    allowed fields, else the first other field (in declaration order) in which one differs."""
+
+    @dataclass(frozen=True)
+    class Setting:
+        a: int = 0
+        b: float = 0.0
+        c: str = "x"
+
+    S = Setting
+    assert C.other_field([S(), S(a=1), S(a=2)], ("a",)) is None
+    assert C.other_field([S(), S(a=1, c="y")], ("a",)) == "c"
+    assert C.other_field([S(), S(b=1.0, c="y")], ()) == "b"
+    assert C.other_field([S()], ()) is None

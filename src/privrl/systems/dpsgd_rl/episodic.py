@@ -9,7 +9,7 @@ evaluation episode is played after every training episode and training stops onc
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -20,12 +20,12 @@ from jax import Array
 
 from privrl.config import (
     Config,
-    ConfigError,
     fail,
     in_range,
     integer,
     non_negative,
     one_of,
+    other_field,
     positive,
     within,
 )
@@ -34,6 +34,7 @@ from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
+from privrl.runtime.programs import settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
     PerTrialObservations,
@@ -198,9 +199,9 @@ def one_program_field(configs: Sequence[EpisodicConfig], setting_fields: Sequenc
             return "obs.mode"
         if replace(cfg.obs, mode=first.obs.mode, sigma=first.obs.sigma) != first.obs:
             return "obs"
-        if replace(cfg, **{f: getattr(first, f) for f in setting_fields}) != first:
-            return next(f.name for f in fields(cfg) if f.name not in setting_fields
-                        and getattr(cfg, f.name) != getattr(first, f.name))
+    field = other_field(configs, setting_fields)
+    if field is not None:
+        return field
     if len({c.noise for c in configs if c.private or c.obs.mechanism() is not None}) > 1:
         return "noise"
     return None
@@ -211,18 +212,11 @@ def one_program(cls: Any, configs: Sequence[EpisodicConfig], task: Task | None, 
     """`cls.for_settings`: one algorithm for settings `configs` that differ only in
     `setting_fields`, each trial carrying its setting as data (`setting_data`); its `settings`
     are each setting's own algorithm. ConfigError names the field that keeps them apart."""
-    each = [cls(c, task, model) for c in configs]
-    field = one_program_field([a.config for a in each], setting_fields)
-    if field is not None:
-        raise ConfigError(field, "settings run as one program may differ only in "
-                                 f"{', '.join(setting_fields)} (σ·IQR or no observation noise, "
-                                 "no float-safe noise, no ε cap)")
-    if each[0].task.host:
-        raise ConfigError("env", "settings run as one program need a gymnax task (a "
-                                 "Gymnasium task plays its episodes on the host)")
-    algo = cls(each[0].config, task, model)
-    algo.settings = each
-    algo._as_data(each)
+    algo = settings_program(
+        cls, configs, task, model, lambda c: one_program_field(c, setting_fields),
+        f"{', '.join(setting_fields)} (σ·IQR or no observation noise, no float-safe noise, "
+        "no ε cap)")
+    algo._as_data(algo.settings)
     return algo
 
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -43,12 +43,12 @@ from jax import Array
 
 from privrl.config import (
     Config,
-    ConfigError,
     check_preset,
     fail,
     in_range,
     integer,
     one_of,
+    other_field,
     positive,
 )
 from privrl.envs.cartpole import CartPoleSpec
@@ -94,6 +94,7 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
+from privrl.runtime.programs import settings_program
 
 ALGORITHMS = ("cen", "dec")
 MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
@@ -443,16 +444,12 @@ def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
     """The config field that keeps resolved `configs` from running as one program (None: they
     can): they must differ only in SETTING_FIELDS and use none, laplace or gaussian without
     float-safe noise."""
-    first = configs[0]
     for cfg in configs:
         if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
             return "mechanism"
         if cfg.secure_noise:
             return "secure_noise"
-        if replace(cfg, **{f: getattr(first, f) for f in SETTING_FIELDS}) != first:
-            return next(f.name for f in fields(cfg) if f.name not in SETTING_FIELDS
-                        and getattr(cfg, f.name) != getattr(first, f.name))
-    return None
+    return other_field(configs, SETTING_FIELDS)
 
 
 def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:
@@ -618,20 +615,12 @@ class FedPG:
         trial carries its setting's as data (`FedPGState.setting`, from `setting_data`) and
         the runner passes each trial its setting's mixing matrix, so one jitted round runs
         them all. ConfigError names the field that keeps them apart."""
-        each = [cls(c, task, model) for c in configs]
-        field = one_program_field([a.config for a in each])
-        if field is not None:
-            raise ConfigError(field, "settings run as one program may differ only in "
-                                     f"{', '.join(SETTING_FIELDS)} (mechanisms "
-                                     f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without "
-                                     "float-safe noise)")
-        if each[0].task.host:
-            raise ConfigError("env", "a Gymnasium task plays its episodes on the host: run "
-                                     "each setting on its own")
-        algo = cls(each[0].config, task, model)
-        algo.settings = each
-        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
-                                           PROGRAM_FAMILIES)
+        algo = settings_program(cls, configs, task, model, one_program_field,
+                                f"{', '.join(SETTING_FIELDS)} (mechanisms "
+                                f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "
+                                "noise)")
+        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in algo.settings),
+                                           algo.dim, PROGRAM_FAMILIES)
         return algo
 
     def setting_data(self, settings: Sequence[int]) -> Any:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -47,6 +47,7 @@ from privrl.config import (
     integer,
     non_negative,
     one_of,
+    other_field,
     positive,
     probability,
 )
@@ -314,15 +315,14 @@ def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
     """The config field that keeps resolved `configs` from running as one program (None: they
     can): they must differ only in SETTING_FIELDS, use none/laplace/prs without float-safe
     noise, and the private ones must agree on the noise keys' mode."""
-    first = configs[0]
     for cfg in configs:
         if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
             return "mechanism"
         if cfg.secure_noise:
             return "secure_noise"
-        if replace(cfg, **{f: getattr(first, f) for f in SETTING_FIELDS}) != first:
-            return next(f.name for f in fields(cfg) if f.name not in SETTING_FIELDS
-                        and getattr(cfg, f.name) != getattr(first, f.name))
+    field = other_field(configs, SETTING_FIELDS)
+    if field is not None:
+        return field
     if len({c.noise for c in configs if c.mechanism != "none"}) > 1:
         return "noise"
     return None

@@ -1,0 +1,32 @@
+"""Several settings of one system as one jitted program: the algorithm that runs them.
+
+A system's `for_settings(configs)` builds each setting's own algorithm, asks the system which
+config field (if any) keeps the settings apart, and returns one algorithm for all of them
+whose `settings` are the settings' own algorithms (their configs, mechanisms and privacy
+records). What becomes per-trial data is the system's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from privrl.config import ConfigError
+
+
+def settings_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
+                     refusal: Callable[[list[Any]], str | None], allowed: str) -> Any:
+    """`cls` for resolved settings `configs` run as one program: an algorithm of the first
+    setting's config whose `settings` are every setting's own `cls(config, task, model)`.
+    ConfigError names the field `refusal` finds (`allowed`: what the settings may differ in,
+    for the message), or the task if it plays its episodes on the host."""
+    each = [cls(c, task, model) for c in configs]
+    field = refusal([a.config for a in each])
+    if field is not None:
+        raise ConfigError(field, f"settings run as one program may differ only in {allowed}")
+    if each[0].task.host:
+        raise ConfigError("env", "settings run as one program need a gymnax task (a Gymnasium "
+                                 "task plays its episodes on the host): run each on its own")
+    algo = cls(each[0].config, task, model)
+    algo.settings = each
+    return algo
