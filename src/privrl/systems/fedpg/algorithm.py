@@ -21,8 +21,9 @@ episode (FedPG-BR's code: its baseline), r_j the task's rewards (CartPole: +1 pe
 The task (privrl.envs.task) is FedPG-BR's CartPole-v1 by default, each agent with its own
 gravity; any task brings its environment, rewards and per-agent private dynamics, and the
 policy (default: FedPG-BR's MLP, or a user's flax module) is sized from its spaces.
-Everything per round is one jitted function; the K agents (and the episodes of each) are
-vectorized, the inner loop is a `lax.while_loop`, and trials are vmapped by the runner
+Everything per round is one jitted function; Cen's K agents (and the episodes of each) are
+vectorized, Dec's nodes computed one at a time (each its own SCSG loop), the inner loop is a
+`lax.while_loop`, and the runner computes trials one at a time per host device
 (privrl.systems.fedpg.local).
 """
 
