@@ -21,8 +21,9 @@ def test_short_runs_improve_clearly_over_the_initial_policy(algorithm, topology,
     final = final_return(run, tail=5)
     # Measured at these settings (seed 0; trials, and Dec's nodes, computed one at a time
     # since session 15): initial batches 21-24; final (last 5 rounds) 71 and 441 (Cen), 47 and
-    # 404 (Dec); a policy that does not learn stays at ≈ 22 ± 1 (batches of ≈ 160 episodes). The slow first trial is the torch-style initialization's near-uniform
-    # policy taking longer to leave the random regime.
+    # 404 (Dec); a policy that does not learn stays at ≈ 22 ± 1 (batches of ≈ 160 episodes).
+    # The slow first trial is the torch-style initialization's near-uniform policy taking
+    # longer to leave the random regime.
     assert np.all(initial < 40), initial
     assert np.all(final > 2 * initial), (initial, final)
     assert final.mean() > 3 * initial.mean(), (initial, final)
