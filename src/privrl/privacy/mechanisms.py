@@ -490,7 +490,6 @@ class PerTrialMechanism(_PerTrial):
         *rest, (_, value) = sorted(releases.items())
         for family, release in rest:
             value = jnp.where(args.family == family, release, value)
-        assert value is not None
         return Report._mint(_MINT, value, self.guarantee)
 
 

@@ -438,7 +438,7 @@ SETTING_FIELDS = ("mechanism", "epsilon", "clip", "noise_multiplier", "delta", "
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
 # The families every program of FedPG settings computes, and every run that could join one:
 # the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).
-PROGRAM_FAMILIES = ("none", "laplace", "gaussian")
+PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
 
 
 def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
@@ -451,6 +451,20 @@ def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
         if cfg.secure_noise:
             return "secure_noise"
     return other_field(configs, SETTING_FIELDS)
+
+
+def settings_algorithm(configs: Sequence[FedPGConfig], task: Task | None = None,
+                       model: nn.Module | None = None) -> FedPG:
+    """The algorithm that runs `configs` together: `FedPG.for_settings`, or for one setting
+    that could not join a program, its own `FedPG`. A setting that could join one computes
+    through the program's path even alone, so that it gets the same floats alone, in any
+    program and on every runtime."""
+    if len(configs) == 1:
+        own = FedPG(configs[0], task, model)
+        if own.task.host or one_program_field([own.config]) is not None:
+            return own
+        configs = [own.config]
+    return FedPG.for_settings(configs, task, model)
 
 
 def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:
@@ -990,9 +1004,9 @@ class FedPG:
         """One node's part of a FedPG-Dec round, from its own z_k, optimizer state, private
         environment and key only: B_t episodes, its own μ_tᵏ (never sent), N_t SCSG steps,
         and its update Δ_k = θ_N − z_k released through the mechanism (with `noise_key`, the
-        node's own secret key, else a key derived from `key`). The local runner vmaps it over
-        the nodes; the Ray runner calls it inside each node's actor. `setting`: the trial's
-        mechanism as data in a program of settings (`FedPGState.setting`)."""
+        node's own secret key, else a key derived from `key`). The local runner computes it
+        for each node in turn; the Ray runner calls it inside each node's actor. `setting`:
+        the trial's mechanism as data (`FedPGState.setting`; `settings_algorithm`)."""
         plan = self.dec_node_plan(key, live, noise_key)
         one = lambda tree: jax.tree_util.tree_map(lambda a: a[None], tree)  # noqa: E731
         env = one(env_params)

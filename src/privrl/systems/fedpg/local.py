@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +45,7 @@ from privrl.systems.fedpg.algorithm import (
     PURE_MECHANISMS,
     FedPG,
     FedPGConfig,
-    one_program_field,
+    settings_algorithm,
 )
 
 if TYPE_CHECKING:
@@ -106,17 +106,8 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
     alone and in any program."""
-    return run_fedpg_settings(settings_algorithm([config], task, model), progress, devices)[0]
-
-
-def settings_algorithm(configs: Sequence[FedPGConfig], task: Task | None = None,
-                       model: nn.Module | None = None) -> FedPG:
-    """The algorithm that runs `configs` (as `local_config`) together: `FedPG.for_settings`,
-    or for one setting that could not join a program, its own `FedPG`."""
-    own = [FedPG(local_config(c), task, model) for c in configs]
-    if len(own) == 1 and (own[0].task.host or one_program_field([own[0].config]) is not None):
-        return own[0]
-    return FedPG.for_settings([a.config for a in own], task, model)
+    algo = settings_algorithm([local_config(config)], task, model)
+    return run_fedpg_settings(algo, progress, devices)[0]
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:

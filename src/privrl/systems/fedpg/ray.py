@@ -3,9 +3,10 @@
 A node actor owns its private environment (CartPole by default), its policy's optimizer state
 and a `privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
 
-1. **step** — the node runs `FedPG.dec_node_update` (the function the local runner vmaps over
-   the nodes) from its z_k: B_t episodes, its own μ_tᵏ, N_t SCSG steps, and its update released
-   through the mechanism as a `Report`, after charging its own ledger. On a Gymnasium task
+1. **step** — the node runs `FedPG.dec_node_update` (the function the local runner computes for
+   each node in turn, with the same mechanism path) from its z_k: B_t episodes, its own μ_tᵏ,
+   N_t SCSG steps, and its update released through the mechanism as a `Report`, after charging
+   its own ledger. On a Gymnasium task
    (`task.host`) it runs `FedPG.host_dec_node_update` instead: the same round with its
    episodes played on the host in the node's own process (the pieces of the local
    `host_dec_round`, for one node), the rest jitted. It applies the Report to
@@ -48,7 +49,12 @@ from privrl.privacy.noise import secret_keys
 from privrl.privacy.report import restore_report
 from privrl.runfile import checked, read, tree_from_leaves, write
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, node_noise_key
+from privrl.systems.fedpg.algorithm import (
+    FedPG,
+    FedPGConfig,
+    node_noise_key,
+    settings_algorithm,
+)
 from privrl.systems.fedpg.local import FedPGRun, account
 
 EventHook = Callable[[str, dict[str, Any]], None]
@@ -65,7 +71,14 @@ class NodeActor:
 
     def __init__(self, config: FedPGConfig, node: int, directory: str, names: list[str]
                  ) -> None:
-        self.algo = FedPG(config)
+        # The local runner's algorithm (a mechanism that could run in a program of settings
+        # releases through the program's path, with its parameters as `self._setting`), so
+        # that a node releases the very reports a local run does.
+        self.algo = settings_algorithm([config])
+        self.guarantee = self.algo.settings[0].mechanism.guarantee
+        # (the trial's mechanism as data,) for `dec_node_update`, or () for the algorithm's own
+        self._setting: tuple[Any, ...] = (() if self.algo.settings[0] is self.algo else (
+            jax.tree_util.tree_map(lambda a: a[0], self.algo.setting_data([0])),))
         self.node = node
         self.names = names  # every node's actor name: peers are looked up, so a restarted
         self.peers: dict[int, Any] = {}  # node finds them again
@@ -103,7 +116,7 @@ class NodeActor:
         host (Gymnasium) round's pieces compile on their first call, in round 0."""
         if not self.algo.task.host and not isinstance(self._update, jax.stages.Compiled):
             args = (jnp.asarray(self.gossip.z), self.opt_state, self.env, self.key,
-                    jnp.bool_(True), self._noise_key(0))
+                    jnp.bool_(True), self._noise_key(0), *self._setting)
             self._update = self._update.lower(*args).compile()
 
     def _noise_key(self, t: int) -> jax.Array | None:
@@ -121,13 +134,13 @@ class NodeActor:
         if self.released is not None and self.released[0] == t:
             # Restarted after releasing round t: the same report again, nothing new spent.
             _, value, opt_state, info = self.released
-            report = restore_report(value, self.algo.mechanism.guarantee)
+            report = restore_report(value, self.guarantee)
         else:
             key = jax.random.fold_in(jax.random.fold_in(self.key, t), self.node)
             upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key,
-                               jnp.bool_(True), self._noise_key(t))
+                               jnp.bool_(True), self._noise_key(t), *self._setting)
             # Charge before release: the Report has not left this process yet.
-            self.ledger.charge(self.node, upd.report.guarantee)
+            self.ledger.charge(self.node, self.guarantee)
             report = upd.report
             batch, steps = int(upd.batch), int(upd.steps)
             info = {"mean_return": float(upd.mean_return), "batch": batch, "steps": steps,

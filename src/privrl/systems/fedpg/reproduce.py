@@ -96,12 +96,8 @@ def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,
     """Run (or resume) every setting into `out`; returns the tables as markdown.
     `one_program`: each group of `programs` as one jitted program (the same results per
     setting as its own run); False: each setting alone, in turn."""
-    from privrl.systems.fedpg.local import (
-        local_config,
-        record,
-        run_fedpg_settings,
-        settings_algorithm,
-    )
+    from privrl.systems.fedpg.algorithm import settings_algorithm
+    from privrl.systems.fedpg.local import local_config, record, run_fedpg_settings
 
     cfg.validate()
     open_sweep(out, cfg.to_dict())
