@@ -16,6 +16,10 @@ from typing import Any
 
 import jax
 
+from privrl.runtime.prng import unroll_threefry
+
+unroll_threefry()  # every mechanism's noise: runtime/prng.py
+
 __all__ = ["Guarantee", "Report"]
 
 
