@@ -624,16 +624,21 @@ class PGCA3C:
         params = jax.vmap(self.task.agents_params)(env_keys, agent_ids)
         theta = states.agg.theta
         alpha = jax.vmap(self.exploration)(states.submitted)
-        traj = rollout_trials(
-            self.env, params, lambda a, k, obs: self.act(a[0], a[1], k, obs), (theta, alpha),
-            keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps, active, group,
-            trial_stages(blocks, group))
-        grads = in_blocks(jax.vmap(self.episode_grads), group)(theta, traj)
+        # The named scopes label the pieces in a profile (benchmarks/profile_round.py).
+        with jax.named_scope("rollout"):
+            traj = rollout_trials(
+                self.env, params, lambda a, k, obs: self.act(a[0], a[1], k, obs),
+                (theta, alpha), keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps, active,
+                group, trial_stages(blocks, group))
+        with jax.named_scope("gradients"):
+            grads = in_blocks(jax.vmap(self.episode_grads), group)(theta, traj)
 
         def settle(state: TrialState, grads: Array, key: Array, noise_keys: Array | None,
                    scores: Array, active: Array, round_key: Array) -> tuple[TrialState, Array]:
-            reports = self.privatize(grads, key, noise_keys, state.setting)
-            return self.finish_round(state, reports, scores, active, round_key)
+            with jax.named_scope("mechanism"):
+                reports = self.privatize(grads, key, noise_keys, state.setting)
+            with jax.named_scope("aggregator"):
+                return self.finish_round(state, reports, scores, active, round_key)
 
         return in_blocks(jax.vmap(settle), group)(
             states, grads, keys[:, 1], noise_keys, jax.vmap(self.score)(traj), active, round_key)
