@@ -10,7 +10,7 @@ trace covers `--rounds` rounds after `--warm` untimed chunks of the same length 
 and the start of training). The profiler's own cost per kernel (a fraction of a µs) inflates
 the many tiny kernels, so read the shares as where the kernels are, and the untraced wall
 time per round (printed first) as the real speed. `PRIVRL_THREEFRY=rolled` profiles JAX's own
-CPU lowering of the hash (runtime/prng.py).
+CPU lowering of the hash (privrl/prng.py).
 
     python benchmarks/profile_round.py [--program one|sweep] [--rounds 3] [--warm 20]
 """
@@ -102,7 +102,7 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from privrl.runtime.prng import threefry_unrolled
+    from privrl.prng import threefry_unrolled
     from privrl.runtime.sharding import setting_trial_keys, trial_devices
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, trial_group
     from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default

@@ -23,10 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.runtime.prng import unroll_threefry
+from privrl.prng import unroll_threefry
 from privrl.runtime.sharding import in_blocks
 
-unroll_threefry()  # the step loops' random draws: runtime/prng.py
+unroll_threefry()  # the step loops' random draws: privrl/prng.py
 
 
 class Trajectory(NamedTuple):

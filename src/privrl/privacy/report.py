@@ -16,9 +16,9 @@ from typing import Any
 
 import jax
 
-from privrl.runtime.prng import unroll_threefry
+from privrl.prng import unroll_threefry
 
-unroll_threefry()  # every mechanism's noise: runtime/prng.py
+unroll_threefry()  # every mechanism's noise: privrl/prng.py
 
 __all__ = ["Guarantee", "Report"]
 

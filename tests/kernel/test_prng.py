@@ -1,4 +1,4 @@
-"""Threefry compiled unrolled on CPU (runtime/prng.py): the same bits, no loop in the program."""
+"""Threefry compiled unrolled on CPU (privrl/prng.py): the same bits, no loop in the program."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from jax.extend.random import threefry_2x32
 
 import privrl.envs.rollout  # noqa: F401  (registers the lowering, as every system does)
-from privrl.runtime import prng
+from privrl import prng
 
 # Random123's known-answer vectors for Threefry-2x32 with 20 rounds: (key, counter, output).
 KNOWN = [

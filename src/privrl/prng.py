@@ -3,16 +3,18 @@
 Why: on CPU, JAX lowers each Threefry-2x32 call (every `split`, `fold_in`, `uniform`,
 `randint`, `laplace`, ...) as a rolled loop of 5 iterations, an XLA `while` with about 20 tiny
 kernels per iteration. Inside a rollout's step loop these loops are most of the work:
-profiling a PGC-A3C chunk (`benchmarks/profile_round.py`) showed the step's time going to the
-hash's `while` thunks and their per-kernel overhead, not to the environment or the network.
+profiling a PGC-A3C round (`benchmarks/profile_round.py`) put about two thirds of its kernel
+time in the hash's loops and the kernels they schedule, not in the environment or the network
+(benchmarks/RESULTS.md, "Where a round's time goes").
 JAX's other lowering of the same hash (the one it uses on GPU and TPU) is straight-line code:
 the same 32-bit integer operations in the same order, so every random bit, and so every
 result, is unchanged; only the compiled program differs (larger, faster).
 
 `unroll_threefry()` registers that lowering for CPU. It is called when `privrl.envs.rollout`
-and `privrl.privacy.report` are imported (every system imports both), affects only programs
-compiled afterwards, and does nothing if JAX's internals moved (privrl pins jax in
-constraints.txt; tests/runtime/test_prng.py checks that it takes effect there).
+and `privrl.privacy.report` are imported (every system imports both; this module imports
+nothing of privrl, so the aggregator side may load it), affects only programs compiled
+afterwards, and does nothing if JAX's internals moved (privrl pins jax in constraints.txt;
+tests/kernel/test_prng.py checks that it takes effect there).
 `PRIVRL_THREEFRY=rolled` keeps JAX's own CPU lowering.
 """
 
