@@ -39,7 +39,7 @@ def main() -> None:
     import numpy as np
 
     from privrl.runtime.sharding import setting_trial_keys, trial_devices
-    from privrl.systems.pgc_a3c.algorithm import PGCA3C, trial_group
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, settings_algorithm, trial_group
     from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default
     from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
@@ -58,15 +58,14 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name, configs in (("one setting (Laplace ε = 5)", one), ("9 settings as one program",
                                                                   every)):
-        algo = PGCA3C.for_settings(configs) if len(configs) > 1 else PGCA3C(configs[0])
+        algo = settings_algorithm(configs)  # as run_pgc_a3c(_settings) builds it
         runner = ShardedTrials(algo, len(configs) * k, 111, None,
                                trial_group(k, trial_devices(k)))
         keys = setting_trial_keys(0, k, len(configs), runner.padded, None)
         state = runner.init_keys(keys, "seeded")
-        if len(configs) > 1:
-            index = np.repeat(np.arange(len(configs)), k)
-            index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
-            state = state._replace(setting=algo.setting_data(index))
+        index = np.repeat(np.arange(len(configs)), k)
+        index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
+        state = state._replace(setting=algo.setting_data(index))
         cpu, wall = [], []
         for i in range(2 + args.chunks):
             t0, c0 = time.perf_counter(), time.process_time()

@@ -104,7 +104,7 @@ def main() -> None:
 
     from privrl.prng import threefry_unrolled
     from privrl.runtime.sharding import setting_trial_keys, trial_devices
-    from privrl.systems.pgc_a3c.algorithm import PGCA3C, trial_group
+    from privrl.systems.pgc_a3c.algorithm import settings_algorithm, trial_group
     from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default
     from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
@@ -113,14 +113,13 @@ def main() -> None:
     every = [_seeded_by_default(sweep.run_config(s)) for s in sweep.settings()]
     configs = (every if args.program == "sweep" else
                [c for c in every if c.mechanism == "laplace" and c.epsilon == 5.0])
-    algo = PGCA3C.for_settings(configs) if len(configs) > 1 else PGCA3C(configs[0])
+    algo = settings_algorithm(configs)  # as run_pgc_a3c(_settings) builds it
     runner = ShardedTrials(algo, len(configs) * k, args.rounds, None,
                            trial_group(k, trial_devices(k)))
     state = runner.init_keys(setting_trial_keys(0, k, len(configs), runner.padded, None))
-    if len(configs) > 1:
-        index = np.repeat(np.arange(len(configs)), k)
-        index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
-        state = state._replace(setting=algo.setting_data(index))
+    index = np.repeat(np.arange(len(configs)), k)
+    index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
+    state = state._replace(setting=algo.setting_data(index))
     walls = []
     for i in range(args.warm):
         t0 = time.perf_counter()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from privrl.privacy import LaplaceMechanism, ProjectedRandomSignMechanism
+from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     ConfigError,
@@ -129,8 +130,10 @@ def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
 
 def test_releases_made_equal_the_ledger(count_releases):
     """Wrap the mechanism and count the Reports it minted: exactly the submissions the ledger
-    composed (full rounds only, so that no padded agent slot mints a discarded report)."""
-    counter = count_releases(LaplaceMechanism)
+    composed (full rounds only, so that no padded agent slot mints a discarded report). A
+    Laplace run releases through the program families' `PerTrialMechanism`
+    (`settings_algorithm`)."""
+    counter = count_releases(PerTrialMechanism, "privatize_with")
     cfg = PGCA3CConfig(mechanism="laplace", epsilon=6.0, trials=1, submissions=27,
                        submissions_per_agent=3, hidden=4, max_episode_steps=10)
     out = run_pgc_a3c(cfg)

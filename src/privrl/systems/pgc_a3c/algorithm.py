@@ -309,6 +309,12 @@ class TrialSetting(NamedTuple):
 SETTING_FIELDS = ("mechanism", "epsilon", "clip", "buffer_size", "d_hat", "budget_composition",
                   "noise")
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "prs")
+# The families every program of PGC-A3C settings computes, and every run that could join one:
+# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism). XLA CPU
+# contracts `clipped + scale·noise` into a multiply-add or not depending on what else the
+# release's kernel selects between, so a Laplace run computed alone differed by an ulp from
+# the same setting beside the non-private one.
+PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
 
 
 def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
@@ -378,7 +384,8 @@ class PGCA3C:
                                      "prs, without float-safe noise)")
         algo = each[0]
         algo.settings = [(a.config, a.mechanism) for a in each]
-        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim)
+        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
+                                           PROGRAM_FAMILIES)
         algo.aggregators = {a.config.buffer_size: a.aggregator for a in each}
         return algo
 
@@ -660,6 +667,21 @@ class PGCA3C:
         states, scores = jax.lax.scan(body, states, None, length=num_rounds)
         return (jax.tree_util.tree_map(lambda x: x[:n], states),
                 jnp.swapaxes(scores, 0, 1)[:n].reshape(n, -1))
+
+def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None,
+                       model: nn.Module | None = None) -> PGCA3C:
+    """The algorithm that runs `configs` together: `PGCA3C.for_settings`, or for one setting
+    that could not join a program (another mechanism, float-safe noise, a Gymnasium task), its
+    own `PGCA3C`. A setting that could join one computes through the program's path even
+    alone, so that it gets the same floats alone and in any program; its trials then carry
+    their setting as data (`setting_data`)."""
+    if len(configs) == 1:
+        own = PGCA3C(configs[0], task, model)
+        if own.task.host or one_program_field([own.config]) is not None:
+            return own
+        configs = [own.config]
+    return PGCA3C.for_settings(configs, task, model)
+
 
 # The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
 # 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its

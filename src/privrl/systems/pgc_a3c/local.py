@@ -27,6 +27,7 @@ import numpy as np
 from privrl.config import ConfigError
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
@@ -39,7 +40,13 @@ from privrl.runtime.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, trial_group
+from privrl.systems.pgc_a3c.algorithm import (
+    PGCA3C,
+    PGCA3CConfig,
+    budget_ledger,
+    settings_algorithm,
+    trial_group,
+)
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     median_fst,
@@ -162,7 +169,7 @@ def run_pgc_a3c(
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     """
-    algo = PGCA3C(_seeded_by_default(config), task, model)
+    algo = settings_algorithm([_seeded_by_default(config)], task, model)
     return _run_trials(algo, progress, devices, retire_on_success, chunk_rounds)[0]
 
 
@@ -217,7 +224,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         noise = next((c.noise for c, _ in settings if c.mechanism != "none"), cfg.noise)
         keys = setting_trial_keys(cfg.seed, k, n_set, runner.padded, devices)
         state = runner.init_keys(keys, noise or "seeded")
-        if n_set > 1:
+        if isinstance(algo.mechanism, PerTrialMechanism):  # each trial's setting as data
             index = np.repeat(np.arange(n_set), k)
             index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
             state = state._replace(setting=algo.setting_data(index))
