@@ -30,3 +30,17 @@ def settings_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
     algo = cls(each[0].config, task, model)
     algo.settings = each
     return algo
+
+
+def alone_or_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
+                     refusal: Callable[[list[Any]], str | None]) -> Any:
+    """The algorithm that runs `configs` together: `cls.for_settings`, or for one setting that
+    could not join a program (`refusal` names a field, or its task plays on the host), its own
+    `cls`. A setting that could join one computes through the program's path even alone, so
+    it gets the same floats alone and in any program."""
+    if len(configs) == 1:
+        own = cls(configs[0], task, model)
+        if own.task.host or refusal([own.config]) is not None:
+            return own
+        configs = [own.config]
+    return cls.for_settings(configs, task, model)

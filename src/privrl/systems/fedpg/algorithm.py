@@ -95,7 +95,7 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
-from privrl.runtime.programs import settings_program
+from privrl.runtime.programs import alone_or_program, settings_program
 
 ALGORITHMS = ("cen", "dec")
 MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
@@ -459,12 +459,7 @@ def settings_algorithm(configs: Sequence[FedPGConfig], task: Task | None = None,
     that could not join a program, its own `FedPG`. A setting that could join one computes
     through the program's path even alone, so that it gets the same floats alone, in any
     program and on every runtime."""
-    if len(configs) == 1:
-        own = FedPG(configs[0], task, model)
-        if own.task.host or one_program_field([own.config]) is not None:
-            return own
-        configs = [own.config]
-    return FedPG.for_settings(configs, task, model)
+    return alone_or_program(FedPG, configs, task, model, one_program_field)
 
 
 def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:

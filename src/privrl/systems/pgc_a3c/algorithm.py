@@ -68,6 +68,7 @@ from privrl.privacy.mechanisms import (
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
+from privrl.runtime.programs import alone_or_program
 from privrl.runtime.sharding import in_blocks, pad_rows
 
 MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
@@ -675,12 +676,7 @@ def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None
     own `PGCA3C`. A setting that could join one computes through the program's path even
     alone, so that it gets the same floats alone and in any program; its trials then carry
     their setting as data (`setting_data`)."""
-    if len(configs) == 1:
-        own = PGCA3C(configs[0], task, model)
-        if own.task.host or one_program_field([own.config]) is not None:
-            return own
-        configs = [own.config]
-    return PGCA3C.for_settings(configs, task, model)
+    return alone_or_program(PGCA3C, configs, task, model, one_program_field)
 
 
 # The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
