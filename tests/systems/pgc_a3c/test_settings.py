@@ -70,7 +70,7 @@ def test_a_run_that_could_join_a_program_releases_as_the_program_does():
     """A Laplace setting alone and beside the non-private one (the paper sweep's pair): the same
     reports, bit for bit, for one block of 10 trials × 9 agents. Computed alone through its
     own `LaplaceMechanism`, XLA CPU contracted `clipped + scale·noise` into a multiply-add
-    differently from the program's select between the two (5,320 of 10,080 values an ulp
+    differently from the program's select between the two (2,666 of 10,080 values an ulp
     apart with Threefry unrolled): so a run that could join a program computes through the
     program's families (`settings_algorithm`)."""
     import jax

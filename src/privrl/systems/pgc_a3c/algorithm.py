@@ -669,6 +669,7 @@ class PGCA3C:
         return (jax.tree_util.tree_map(lambda x: x[:n], states),
                 jnp.swapaxes(scores, 0, 1)[:n].reshape(n, -1))
 
+
 def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None,
                        model: nn.Module | None = None) -> PGCA3C:
     """The algorithm that runs `configs` together: `PGCA3C.for_settings`, or for one setting
