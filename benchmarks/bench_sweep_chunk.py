@@ -1,5 +1,7 @@
 """Steady-state cost of the reproduction's program: one chunk (111 rounds) of one setting's
-trials against one chunk of all 9 settings' trials as one program (`privrl reproduce pgc-a3c`).
+trials against one chunk of all 9 settings' trials as one program (`privrl reproduce pgc-a3c`),
+and against one chunk of the one setting run with as many trials as the sweep (9 × 20): the
+floor, on these cores, of what 9 settings' trials cost when nothing but their number differs.
 
 Both are the local runner's sharded program (paper preset, 20 trials per setting, the host's
 devices); each chunk's process CPU time and wall time are measured after the first two chunks
@@ -56,14 +58,16 @@ def main() -> None:
           f"{k} trials per setting, ablate {args.ablate}")
     print("| program | trials | CPU-s per chunk | wall s per chunk |")
     print("|---|---:|---:|---:|")
-    for name, configs in (("one setting (Laplace ε = 5)", one), ("9 settings as one program",
-                                                                  every)):
+    programs = (("one setting (Laplace ε = 5)", one, k),
+                ("9 settings as one program", every, k),
+                (f"one setting with {len(every) * k} trials", one, len(every) * k))
+    for name, configs, own in programs:
         algo = settings_algorithm(configs)  # as run_pgc_a3c(_settings) builds it
-        runner = ShardedTrials(algo, len(configs) * k, 111, None,
-                               trial_group(k, trial_devices(k)))
-        keys = setting_trial_keys(0, k, len(configs), runner.padded, None)
+        trials = len(configs) * own
+        runner = ShardedTrials(algo, trials, 111, None, trial_group(own, trial_devices(own)))
+        keys = setting_trial_keys(0, own, len(configs), runner.padded, None)
         state = runner.init_keys(keys, "seeded")
-        index = np.repeat(np.arange(len(configs)), k)
+        index = np.repeat(np.arange(len(configs)), own)
         index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
         state = state._replace(setting=algo.setting_data(index))
         cpu, wall = [], []
@@ -73,7 +77,7 @@ def main() -> None:
             if i >= 2:
                 wall.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
-        print(f"| {name} | {len(configs) * k} | {statistics.median(cpu):.2f} | "
+        print(f"| {name} | {trials} | {statistics.median(cpu):.2f} | "
               f"{statistics.median(wall):.2f} |", flush=True)
 
 
