@@ -3,7 +3,7 @@ trials against one chunk of all 9 settings' trials as one program (`privrl repro
 and against one chunk of the one setting run with as many trials as the sweep (9 × 20): the
 floor, on these cores, of what 9 settings' trials cost when nothing but their number differs.
 
-Both are the local runner's sharded program (paper preset, 20 trials per setting, the host's
+All three are the local runner's sharded program (paper preset, 20 trials per setting, the host's
 devices); each chunk's process CPU time and wall time are measured after the first two chunks
 (compilation, and the exploration phase, whose chunks cost more), and the median of the rest
 is reported. What issue 21 compares: the whole sweep's cost against one setting's.
