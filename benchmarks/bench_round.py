@@ -29,21 +29,29 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=20_000,
                     help="approximate episodes per timed call")
     ap.add_argument("--mechanism", default="laplace", choices=["laplace", "prs", "none"])
+    ap.add_argument("--group", type=int, nargs="+", default=None,
+                    help="trials computed together (PGCA3C.round_trials' block), one per "
+                    "--agents total; default: the run's own (at most 10, sized for a CPU cache; "
+                    "an accelerator wants thousands)")
     args = ap.parse_args()
+    if args.group is not None and len(args.group) != len(args.agents):
+        ap.error("--group takes one block size per --agents total")
     use_host_devices(max(args.devices))
 
     import jax
     import numpy as np
 
-    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, trial_group
     from privrl.systems.pgc_a3c.local import ShardedTrials
 
     print(f"# jax {jax.__version__}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, python {sys.version.split()[0]}, "
           f"mechanism {args.mechanism}")
-    print("| agents (P×K) | devices | rounds/call | episodes/s | env steps/s | mean score |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for total in args.agents:
+    print(f"# devices: {jax.devices()}")
+    print("| agents (P×K) | devices | block | rounds/call | compile + first call | episodes/s "
+          "| env steps/s | mean score |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, total in enumerate(args.agents):
         trials = max(1, total // 9)
         rounds = max(1, args.episodes // total)
         cfg = PGCA3CConfig(mechanism=args.mechanism, epsilon=5.0, trials=trials,
@@ -52,10 +60,13 @@ def main() -> None:
         for dev in args.devices:
             if dev > trials:
                 continue
-            runner = ShardedTrials(algo, trials, rounds, dev)
+            group = None if args.group is None else min(args.group[n], trials)
+            runner = ShardedTrials(algo, trials, rounds, dev, group)
             state = runner.init(jax.random.key(0))
+            t0 = time.perf_counter()
             state, scores = runner.run_chunk(state)  # compile + warm-up
             jax.block_until_ready(scores)
+            first = time.perf_counter() - t0
             times, steps, episodes = [], [], []
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
@@ -66,7 +77,9 @@ def main() -> None:
                 episodes.append(scores.size)
             i = int(np.argsort(times)[len(times) // 2])
             med = statistics.median(times)
-            print(f"| {trials * 9} | {dev} | {rounds} | {episodes[i] / med:,.0f} | "
+            block = group or trial_group(trials, dev)
+            print(f"| {trials * 9:,} | {dev} | {block:,} | {rounds} | {first:.1f} s | "
+                  f"{episodes[i] / med:,.0f} | "
                   f"{steps[i] / med:,.0f} | {steps[i] / episodes[i]:.1f} |", flush=True)
 
 

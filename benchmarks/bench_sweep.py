@@ -31,7 +31,9 @@ def main() -> None:
         extra = extra[:i] + extra[i + 2:]
     out = Path(tempfile.mkdtemp(prefix="privrl-sweep-")) / "sweep"
     privrl = Path(sys.executable).with_name("privrl")
-    cmd = [str(privrl), "reproduce", system, "--no-progress", "--out", str(out), *extra]
+    # Without the console script (privrl on PYTHONPATH, not installed): the module.
+    launcher = [str(privrl)] if privrl.exists() else [sys.executable, "-m", "privrl"]
+    cmd = [*launcher, "reproduce", system, "--no-progress", "--out", str(out), *extra]
     print(f"# {' '.join(cmd)}")
     print(f"# {platform.machine()}, {os.cpu_count()} cores, python {sys.version.split()[0]}, "
           f"jax {metadata.version('jax')}, privrl {metadata.version('privrl')}")
