@@ -680,6 +680,18 @@ def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None
     return alone_or_program(PGCA3C, configs, task, model, one_program_field)
 
 
+def lone_agent(config: PGCA3CConfig, task: Task | None = None, model: nn.Module | None = None
+               ) -> tuple[PGCA3C, TrialSetting | None]:
+    """The algorithm one agent at a time runs (the Ray agents, `privrl audit pgc-a3c`): a
+    local run's (`settings_algorithm`) with one agent per round, and its setting as data for
+    `agent_reports` (None: the mechanism is compiled in), so that every runtime and the audit
+    release through the code a local run releases with."""
+    algo = settings_algorithm([replace(config, parallel_agents=1, trials=1)], task, model)
+    if not isinstance(algo.mechanism, PerTrialMechanism):
+        return algo, None
+    return algo, jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]), algo.setting_data([0]))
+
+
 # The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
 # 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its
 # gradient measured 2.5× faster than 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
