@@ -68,6 +68,7 @@ from privrl.privacy.mechanisms import (
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program
 from privrl.runtime.sharding import in_blocks, pad_rows
 
@@ -215,10 +216,12 @@ class PGCA3CConfig(Config):
         """Fill in the preset's per-mechanism defaults and validate everything."""
         cfg = self
         check_preset(cfg.preset, PRESETS)
-        one_of("mechanism", cfg.mechanism, MECHANISMS)
+        if not is_user_mechanism(cfg.mechanism):  # a user's module:callable: Laplace's C, |B|
+            one_of("mechanism", cfg.mechanism, MECHANISMS)
         if cfg.mechanism == "none":
             cfg = replace(cfg, epsilon=math.inf)
-        clip, buffer = MECHANISM_DEFAULTS[cfg.preset][cfg.mechanism]
+        defaults = MECHANISM_DEFAULTS[cfg.preset]
+        clip, buffer = defaults.get(cfg.mechanism, defaults["laplace"])
         cfg = replace(cfg, clip=clip if cfg.clip is None else cfg.clip,
                       buffer_size=buffer if cfg.buffer_size is None else cfg.buffer_size)
         cfg.validate()
@@ -752,6 +755,8 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
     eps = cfg.epsilon_per_report()
+    if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
+        return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "privunit":
