@@ -583,7 +583,11 @@ class PerTrialMechanism(_PerTrial):
 
     @property
     def guarantee(self) -> Guarantee:
+        """One member: its own guarantee (a run of one setting, or one agent of it, releases
+        exactly what the setting's mechanism promises)."""
         gs = [m.guarantee for m in self.members]
+        if len(gs) == 1:
+            return gs[0]
         if not all(g.is_private for g in gs):
             return replace(next(g for g in gs if not g.is_private),
                            neighbouring="none: some trials of this program release without a "
