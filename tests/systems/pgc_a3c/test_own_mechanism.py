@@ -97,3 +97,6 @@ def test_cli_refuses_a_bad_user_mechanism_in_one_line(fails_in_one_line):
     fails_in_one_line("pgc-a3c", ["--mechanism", "examples/own_mechanism.py:nothing"],
                       "--mechanism")
     fails_in_one_line("pgc-a3c", ["--mechanism", "gaussian"], "--mechanism")
+    # imported only after every other option is checked: a bad one is named first
+    fails_in_one_line("pgc-a3c", ["--mechanism", "no_such_module_here:f", "--trials", "0"],
+                      "--trials")
