@@ -15,7 +15,6 @@ observation and its local network parameters (local DP: any two inputs).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +29,8 @@ from privrl.privacy.mechanisms import (
     UnboundedGaussianParams,
     _check_positive,
     _gaussian_ldp_guarantee,
+    no_guarantee,
+    noise_scales,
     unbounded_gaussian_release,
 )
 from privrl.privacy.noise import NOISE_MODES, noise_fields, record_mode
@@ -71,16 +72,13 @@ class UnboundedQNoise(Mechanism):
     name = "unbounded-q-noise"
 
     def __post_init__(self) -> None:
-        s = float(self.sigma)
-        if not (math.isfinite(s) and s >= 0):
-            raise ValueError(f"sigma must be finite and >= 0, got {self.sigma!r}")
-        object.__setattr__(self, "sigma", s)
+        (sigma,) = noise_scales("sigma", self.sigma)
+        object.__setattr__(self, "sigma", sigma)
 
     @property
     def guarantee(self) -> Guarantee:
-        return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=Q_UNIT,
-                         neighbouring="none: Q outputs are unbounded, so Gaussian noise of any "
-                         "σ gives no formal ε (no sensitivity bound)")
+        return no_guarantee(Q_UNIT, "Q outputs are unbounded, so Gaussian noise of any σ gives "
+                                    "no formal ε (no sensitivity bound)")
 
     def params(self) -> dict[str, Any]:
         return {"sigma": self.sigma}
