@@ -30,9 +30,9 @@ def main() -> None:
                     help="approximate episodes per timed call")
     ap.add_argument("--mechanism", default="laplace", choices=["laplace", "prs", "none"])
     ap.add_argument("--group", type=int, nargs="+", default=None,
-                    help="trials computed together (PGCA3C.round_trials' block), one per "
-                    "--agents total; default: the run's own (at most 10, sized for a CPU cache; "
-                    "an accelerator wants thousands)")
+                    help="trials computed together (PGCA3C.round's block), one per --agents "
+                    "total; default: the run's own (at most the config's trial_block, 10, sized "
+                    "for a CPU cache; an accelerator wants thousands)")
     args = ap.parse_args()
     if args.group is not None and len(args.group) != len(args.agents):
         ap.error("--group takes one block size per --agents total")
