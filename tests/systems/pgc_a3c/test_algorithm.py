@@ -223,3 +223,7 @@ def test_a_runs_trial_group_and_stages():
     # pass their own run's (local._run_trials), not the program's 90 per device.
     assert [trial_group(t, d) for t, d in ((1, 1), (3, 2), (20, 2), (180, 2))] == [1, 2, 10, 10]
     assert trial_stages(9, 10) == [50, 30, 20, 10] and trial_stages(1, 10) == []
+    # An accelerator raises the block (the config's trial_block): all of a device's trials.
+    assert trial_group(180, 2, PGCA3CConfig(trial_block=4096).resolved().trial_block) == 90
+    with pytest.raises(ConfigError, match=r"^trial_block"):
+        PGCA3CConfig(trial_block=0).resolved()
