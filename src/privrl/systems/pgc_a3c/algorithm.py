@@ -681,8 +681,8 @@ def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None
 
 
 # The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
-# 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its
-# gradient measured 2.5× faster than 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
+# 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache, so a
+# block's gradient runs from cache where a whole device's batch of trials would not.
 TRIAL_BLOCK = 10
 
 
@@ -695,8 +695,8 @@ def trial_group(trials: int, devices: int) -> int:
 
 def trial_stages(blocks: int, group: int) -> list[int]:
     """`rollout_trials`' stages for `blocks` blocks of `group` trials: half of the blocks,
-    half of that, ... down to one block (a run with one block has no stages). Measured on
-    the paper sweep: halves 4.9 CPU-s per chunk, thirds 5.3, two-thirds 5.2."""
+    half of that, ... down to one block (a run with one block has no stages). Halving was the
+    cheapest of the splits tried on the paper sweep (thirds, two-thirds)."""
     sizes = []
     while blocks > 1:
         blocks = -(-blocks // 2)
