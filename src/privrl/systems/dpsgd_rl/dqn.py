@@ -129,7 +129,7 @@ class DQNConfig(EpisodicConfig):
 
     # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
     # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
-    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
+    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/log/04-*.md).
     # dp-solve (ours): dp-sgd with a 16-16 Q-network (386 parameters instead of 17,410, so the
     # same per-coordinate noise has ~7x less norm), double DQN and pause-at 500; it solves
     # CartPole at ε = 8 per transition (benchmarks/RESULTS.md, "A DP-DQN that solves").

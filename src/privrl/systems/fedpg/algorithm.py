@@ -937,8 +937,8 @@ class FedPG:
         Why not vmapped over the nodes: each node's SCSG loop runs its own N_t steps, and
         vmapped the loop runs until the node with the largest N_t is done (about 3 × the mean
         N_t for K = 10), each step rolling out every node's episodes. On CPU one node at a time
-        took half the time (K = 10) to a third (K = 50); on an accelerator, where a step costs
-        about the same for 4 or 400 episodes, vmapping would likely pay (not measured here)."""
+        is the faster (benchmarks/RESULTS.md); on an accelerator, where a step costs about the
+        same for 4 or 400 episodes, vmapping would likely pay (not measured)."""
         z, env, keys, noise = self.dec_inputs(state, key)
 
         def node(a: tuple[Any, ...]) -> NodeUpdate:
