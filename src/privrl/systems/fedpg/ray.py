@@ -10,7 +10,8 @@ and a `privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
    the host in the node's own process (the task's episode source,
    privrl.systems.fedpg.source), the rest jitted piece by piece, as the local runner does for
    each node. It applies the Report to x_k and calls `receive` on each out-neighbour's actor
-   directly with that neighbour's share. Only push-sum shares (post-processing of Reports) ever leave a node.
+   directly with that neighbour's share. Only push-sum shares (post-processing of Reports)
+   ever leave a node.
 2. **mix** — once a node holds the round-t share of each in-neighbour it sums them.
 
 The driver (the `privrl` process) only keeps rounds in step (push-sum over a time-varying
