@@ -73,7 +73,7 @@ def _same(a, b, exact: bool = False) -> None:
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
-def test_host_sample_plays_the_jitted_samplers_episodes(walkers) -> None:
+def test_host_source_plays_the_jitted_sources_episodes(walkers) -> None:
     """The same walker in gymnax and Gymnasium, the same private drifts and policy: the jitted
     source's and the host source's `sample` give the same Episodes (M learners × n episodes,
     padded to T)."""
