@@ -13,7 +13,7 @@ decides how the pieces run:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -39,8 +39,6 @@ class Episodes(NamedTuple):
 
 class JittedSource:
     """A gymnax task's episodes, rolled out inside the round's one jitted program."""
-
-    jitted = True
 
     def __init__(self, task: Task, act: Act, max_steps: int) -> None:
         self.task, self.act, self.max_steps = task, act, max_steps
@@ -79,8 +77,6 @@ class HostSource:
     here. The host's randomness (reset seeds, actions) is its own, drawn from the key it is
     given, not the jitted rollout's."""
 
-    jitted = False
-
     def __init__(self, task: Task, act: Act, max_steps: int) -> None:
         self.task, self.max_steps = task, max_steps
         self._act = jax.jit(act)
@@ -116,7 +112,25 @@ class HostSource:
         return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
 
 
-EpisodeSource = JittedSource | HostSource
+class EpisodeSource(Protocol):
+    """What a round needs of its episode source (`JittedSource`, `HostSource`, or your own)."""
+
+    def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
+        """M learners' episodes: learner m plays live[m].sum() of them with θ_m."""
+        ...
+
+    def piece(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn` (a pure piece of the round) as it runs with this source."""
+        ...
+
+    def while_loop(self, cond: Callable[[Any], Any], body: Callable[[Any], Any],
+                   init: Any) -> Any:
+        """`lax.while_loop`'s meaning: `body` while `cond` holds, from `init`."""
+        ...
+
+    def map(self, fn: Callable[[Any], Any], xs: Any) -> Any:
+        """`lax.map`'s meaning: `fn` of each member of `xs` (leading axis), stacked."""
+        ...
 
 
 def episode_source(task: Task, act: Act, max_steps: int) -> EpisodeSource:
