@@ -180,6 +180,32 @@ def test_dec_node_update_on_the_host_is_the_jitted_node_update(walkers) -> None:
     assert -24.0 <= float(upd.mean_return) <= -1.0
 
 
+def test_a_ray_nodes_host_update_is_its_part_of_the_local_host_round(walkers) -> None:
+    """On the Gymnasium walker, what a Ray node computes for round t (`dec_node_update` from
+    its own z_k, optimizer state, private environment and key fold_in(fold_in(trial key, t),
+    k), as privrl.systems.fedpg.ray does) is node k's part of the local round: the local round
+    is those updates, then the push-sum step and mixing."""
+    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
+    gym = FedPG(cfg, task=walkers[1])
+    state = gym.init(jax.random.key(1))
+    mixing = jnp.asarray(gym.topology.matrix(0), jnp.float32)
+    live = jnp.asarray(True)
+    want, _ = gym.round(state, mixing, live)
+    at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
+    z = np.asarray(state.gossip.x / state.gossip.w[:, None])
+    updates = []
+    for k in range(cfg.agents):
+        env = at(gym.env_params_of(state.key, jnp.array([k])), 0)
+        key = jax.random.fold_in(jax.random.fold_in(state.key, 0), k)
+        updates.append(gym.dec_node_update(jnp.asarray(z[k]), at(state.opt_state, k), env,
+                                           key, live))
+    assert len({int(u.steps) for u in updates}) > 1  # the nodes' rounds differ in length
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *updates)
+    got, _ = gym.variant.finish(state, stacked, mixing)
+    _same((got.gossip, got.opt_state, got.used), (want.gossip, want.opt_state, want.used),
+          exact=True)
+
+
 def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> None:
     """The Gymnasium walker's rewards (−1 a step, −2 a step back) are FedPG's: negating them
     negates the gradient (whitening is odd), and a run's mean returns are the walker's."""
