@@ -62,7 +62,9 @@ class DecRound:
 
         Why not vmapped over the nodes: each node's SCSG loop runs its own N_t steps, and
         vmapped the loop runs until the node with the largest N_t is done (about 3 × the mean
-        N_t for K = 10), each step rolling out every node's episodes."""
+        N_t for K = 10), each step rolling out every node's episodes. On CPU one node at a time
+        is the faster (benchmarks/RESULTS.md); on an accelerator, where a step costs about the
+        same for 4 or 400 episodes, vmapping would likely pay (not measured)."""
         z, env, keys, noise = source.piece(self.inputs)(state, key)
 
         def node(a: tuple[Any, ...]) -> NodeUpdate:
