@@ -28,6 +28,7 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     flag_names,
+    mechanism_option,
     parse_numbers,
     progress_bar,
     system_apps,
@@ -65,7 +66,8 @@ _FEDPG_MECHANISM_HELP = (
     "release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level "
     "central DP; each agent clips to L2 norm C and adds a share of the noise, a simulated "
     "secure aggregation gives the server only the sum, which carries N(0, (σC)²); "
-    "--sampling-rate, --min-honest; docs/fedpg.md).")
+    "--sampling-rate, --min-honest; docs/fedpg.md), or your own module:callable (ε-LDP per "
+    "release as it declares, not verified by privrl; docs/ldp-mechanisms.md).")
 
 
 def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
@@ -134,7 +136,7 @@ ImportanceOpt = Annotated[str, typer.Option(
 IwClipOpt = Annotated[float | None, typer.Option(
     help="Truncate ω at this value (default: no truncation).")]
 MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
-                                                 case_sensitive=False)]
+                                                 parser=mechanism_option(FedPGMechanism))]
 EpsOpt = Annotated[float | None, typer.Option(
     help="laplace, privunit, privunitg: ε per release (> 0, finite); each agent releases "
     "once per round and the "
@@ -311,7 +313,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
 
     from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
-    from privrl.systems.fedpg.algorithm import make_mechanism
+    from privrl.systems.fedpg.algorithm import FedPG
 
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
@@ -321,7 +323,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
-              f"{make_mechanism(cfg).guarantee.describe()}; {cfg.trials} trial(s) × "
+              f"{FedPG(cfg).mechanism.guarantee.describe()}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),

@@ -42,7 +42,6 @@ from privrl.runtime.sharding import (
     trial_sharding,
 )
 from privrl.systems.fedpg.algorithm import (
-    PURE_MECHANISMS,
     FedPG,
     FedPGConfig,
     settings_algorithm,
@@ -428,7 +427,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
               if cfg.algorithm == "cen" else "")
     most = int(run.releases.max())
     composed = (pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
-                if cfg.mechanism in PURE_MECHANISMS and most > 0 else None)
+                if cfg.pure_mechanism and most > 0 else None)
     budget = ("" if cfg.epsilon_budget is None else
               f" Each agent's budget, ε = {cfg.epsilon_budget:g}"
               + (f" at δ = {cfg.delta:g} by the optimal composition"
