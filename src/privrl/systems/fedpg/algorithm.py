@@ -114,9 +114,7 @@ class FedPG(Learner):
         algo = settings_program(cls, configs, task, model, one_program_field,
                                 f"{', '.join(SETTING_FIELDS)} (mechanisms "
                                 f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "
-                                "noise)")
-        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in algo.settings),
-                                           algo.dim, PROGRAM_FAMILIES)
+                                "noise)", _mechanisms_as_data)
         return algo
 
     def setting_data(self, settings: Sequence[int]) -> Any:
@@ -176,6 +174,13 @@ def settings_algorithm(configs: Sequence[FedPGConfig], task: Task | None = None,
     through the program's path even alone, so that it gets the same floats alone, in any
     program and on every runtime."""
     return alone_or_program(FedPG, configs, task, model, one_program_field)
+
+
+def _mechanisms_as_data(algo: FedPG, each: Sequence[FedPG]) -> None:
+    """Settings `each` as per-trial data of `algo`: their mechanisms as one `PerTrialMechanism`
+    (a trial's mixing matrix is the runner's)."""
+    algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
+                                       PROGRAM_FAMILIES)
 
 
 def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:

@@ -281,7 +281,7 @@ def round_program(algo: FedPG, devices: int) -> Callable[[Any, Any, Any], tuple[
 
     Why one at a time: a round's loops (the rollouts' early exit, the N_t SCSG steps) run
     until their longest member is done, so vmapped trials each pay for the longest trial's
-    N_t and episodes (5 trials vmapped cost 6.6x one trial on CPU, not less than 5x)."""
+    N_t and episodes, which on CPU costs more than computing them one after another."""
     return jax.jit(shard_vmap(in_blocks(jax.vmap(algo.round), 1), devices, batched=True))
 
 
