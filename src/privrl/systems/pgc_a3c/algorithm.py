@@ -70,6 +70,7 @@ from privrl.privacy.mechanisms import (
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.runtime.sharding import in_blocks, pad_rows
 
@@ -220,10 +221,12 @@ class PGCA3CConfig(Config):
         """Fill in the preset's per-mechanism defaults and validate everything."""
         cfg = self
         check_preset(cfg.preset, PRESETS)
-        one_of("mechanism", cfg.mechanism, MECHANISMS)
+        if not is_user_mechanism(cfg.mechanism):  # a user's module:callable: Laplace's C, |B|
+            one_of("mechanism", cfg.mechanism, MECHANISMS)
         if cfg.mechanism == "none":
             cfg = replace(cfg, epsilon=math.inf)
-        clip, buffer = MECHANISM_DEFAULTS[cfg.preset][cfg.mechanism]
+        defaults = MECHANISM_DEFAULTS[cfg.preset]
+        clip, buffer = defaults.get(cfg.mechanism, defaults["laplace"])
         cfg = replace(cfg, clip=clip if cfg.clip is None else cfg.clip,
                       buffer_size=buffer if cfg.buffer_size is None else cfg.buffer_size)
         cfg.validate()
@@ -721,6 +724,18 @@ def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None
     return alone_or_program(PGCA3C, configs, task, model, one_program_field)
 
 
+def lone_agent(config: PGCA3CConfig, task: Task | None = None, model: nn.Module | None = None
+               ) -> tuple[PGCA3C, TrialSetting | None]:
+    """The algorithm one agent at a time runs (the Ray agents, `privrl audit pgc-a3c`): a
+    local run's (`settings_algorithm`) with one agent per round, and its setting as data for
+    `agent_reports` (None: the mechanism is compiled in), so that every runtime and the audit
+    release through the code a local run releases with."""
+    algo = settings_algorithm([replace(config, parallel_agents=1, trials=1)], task, model)
+    if not isinstance(algo.mechanism, PerTrialMechanism):
+        return algo, None
+    return algo, jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]), algo.setting_data([0]))
+
+
 def trial_group(trials: int, devices: int, block: int = PGCA3CConfig.trial_block) -> int:
     """The block of trials a run of `trials` trials on `devices` devices computes together: its
     trials per device, at most `block` (the config's `trial_block`). Settings run as one
@@ -776,6 +791,8 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
     eps = cfg.epsilon_per_report()
+    if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
+        return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "privunit":
