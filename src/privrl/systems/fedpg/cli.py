@@ -470,8 +470,9 @@ def audit_fedpg_command(
         help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
         "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
     mechanism: Annotated[AuditMechanism, typer.Option(
-        help="laplace (ε per release) or gaussian (ε: the agent's budget over the run, σ "
-        "calibrated; the audited claim is one release's (ε, δ)).", case_sensitive=False)
+        help="laplace (ε per release), gaussian (ε: the agent's budget over the run, σ "
+        "calibrated; the audited claim is one release's (ε, δ)), or your own module:callable "
+        "(ε per release, as it declares).", parser=mechanism_option(AuditMechanism))
     ] = AuditMechanism.laplace,
     epsilon: Annotated[str, typer.Option(help="ε values to audit (comma-separated).")
                        ] = "0.5,1,2,5,10",
