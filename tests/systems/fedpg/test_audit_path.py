@@ -5,10 +5,6 @@ episodes."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import jax
-import numpy as np
 import pytest
 
 from privrl.privacy import mechanisms
@@ -23,23 +19,8 @@ FAMILIES = ("identity_release", "laplace_release", "gaussian_release")  # FedPG'
 
 @pytest.mark.parametrize(("algorithm", "mechanism"), [("cen", "laplace"), ("dec", "gaussian")])
 def test_the_audit_and_a_local_run_release_through_the_same_functions(algorithm, mechanism,
-                                                                      monkeypatch):
-    calls: list[tuple] = []
-
-    def spying(name: str) -> Any:
-        original = getattr(mechanisms, name)
-
-        def record(*leaves: Any) -> None:
-            calls.append((name, *(tuple(np.unique(np.asarray(v)).tolist()) for v in leaves)))
-
-        def spy(p: Any, *args: Any) -> Any:
-            jax.debug.callback(record, *jax.tree_util.tree_leaves(p))
-            return original(p, *args)
-
-        return spy
-
-    for name in FAMILIES:
-        monkeypatch.setattr(mechanisms, name, spying(name))
+                                                                      spy_release):
+    calls = spy_release(mechanisms, *FAMILIES)
     cfg = FedPGConfig(algorithm=algorithm, mechanism=mechanism, epsilon=3.0, **TINY)
     run_fedpg(cfg.resolved())
     run = set(calls)
