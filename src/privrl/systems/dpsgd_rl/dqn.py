@@ -56,6 +56,7 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
+from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -76,7 +77,6 @@ from privrl.systems.dpsgd_rl.episodic import (
 from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
 
 UNIT = "one transition (s, a, r, s′)"
-OPTIMIZERS = ("adamw", "sgd")
 # What settings run as one program (`DQN.for_settings`) may differ in: DP-SGD's σ and the
 # slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN samples
 # its batches by Poisson sampling and steps without value clipping, a non-private one not.

@@ -96,9 +96,8 @@ from privrl.privacy.mechanisms import (
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.report import Report
 from privrl.runtime.programs import alone_or_program, settings_program
+from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
 
-ALGORITHMS = ("cen", "dec")
-MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
 # Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
 ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian")
