@@ -211,7 +211,7 @@ class DQNConfig(EpisodicConfig):
         return min(1.0, self.releases_per_unit(updates) * math.exp(-n * kl))
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon (all of them without one)."""
+        """Updates allowed by max_epsilon (all of them without one)."""
         total = self.max_steps()
         if not self.private or self.max_epsilon is None:
             return total

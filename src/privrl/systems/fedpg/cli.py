@@ -440,7 +440,7 @@ def reproduce_fedpg_command(
     """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.
 
     Writes tables.md (episodes to a mean return of 475, final returns, rounds/s, episodes/s),
-    plots/returns.png (mean return vs episodes per agent, band over seeds), plots/private.png
+    plots/returns.png (mean return vs episodes per agent, band over trials), plots/private.png
     (Gaussian and Laplace variants), privacy.json and per-setting results; prints the table.
     """
     from privrl.config import ConfigError
