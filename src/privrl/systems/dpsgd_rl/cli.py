@@ -214,8 +214,9 @@ def _obs_privacy(mode: Any, iqr_scale: float, noise_multiplier: float, delta: fl
 
 
 LdpMode = Annotated[ObsMode, typer.Option(
-    help="sigma: the slides' N(0, (σ·IQR)²) noise (NO formal guarantee); box: clip to a box, "
-    "Gaussian noise scaled to its diagonal ((ε, δ)-LDP per state).")]
+    help="sigma: the slides' N(0, (σ·IQR)²) noise, σ = --iqr-scale (NO formal guarantee); box: "
+    "clip to a box, Gaussian noise of std --noise-multiplier × its diagonal ((ε, δ)-LDP per "
+    "state).")]
 LdpIqrScale = Annotated[float, typer.Option(
     help="sigma mode: the noise std σ in IQR units (>= 0; the slides' σ, no clip, so not a "
     "noise multiplier).")]
