@@ -60,3 +60,20 @@ def test_per_report_epsilon_is_refused_where_it_does_not_apply(args, flag, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and flag in err[0], err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "distributed-gaussian"])
+def test_the_heading_states_each_agents_total_epsilon(mechanism, monkeypatch, capsys, tmp_path):
+    """The calibrated mechanisms' heading names the whole-run ε, not only one round's."""
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_fedpg", stop)
+    with pytest.raises(Stop):
+        cli.main(["run", "fedpg-cen", "--mechanism", mechanism, "--epsilon", "3", *SMALL,
+                  "--out", str(tmp_path / "r")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert "each agent's total ε ≤ 3 at δ = 1e-05 over the run" in err, err

@@ -355,8 +355,13 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
-    total = ("" if cfg.epsilon_budget is None
-             else f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run")
+    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS
+
+    total = ""  # the headline: each agent's whole-run ε, where it is known before the run
+    if cfg.epsilon_budget is not None:
+        total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
+    elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
+        total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
               f"{make_mechanism(cfg).guarantee.describe()}{total}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
