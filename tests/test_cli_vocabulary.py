@@ -124,3 +124,30 @@ def test_documented_commands_parse(where, line, command, block, commands):
             assert name in flags, f"{where}:{line}: {' '.join(path)} has no option {name}"
     if block and "--help" not in args and not any(PLACEHOLDER.search(a) for a in args):
         cmd.make_context(" ".join(("privrl", *path)), list(args), resilient_parsing=False)
+
+
+def test_choice_enums_are_derived_from_the_library_value_sets():
+    """A value set is written once (a tuple the library validates against); the CLI's choices
+    come from it through `value_enum`, never from an enum class written out by hand."""
+    import ast
+
+    import privrl
+    from privrl.choices import AUDIT_MECHANISMS, NOISE_MODES
+    from privrl.systems.fedpg import cli as fedpg_cli
+    from privrl.systems.fedpg.choices import MECHANISMS
+    from privrl.systems.pgc_a3c import cli as pgc_cli
+    from privrl.systems.pgc_a3c.choices import MECHANISMS as PGC_MECHANISMS
+
+    src = Path(privrl.__file__).parent
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                assert not bases & {"StrEnum", "Enum"}, f"{path.name}: enum {node.name} by hand"
+    from privrl.audit.cli import AuditMechanism
+    from privrl.cli import NoiseMode
+
+    for enum, values in [(AuditMechanism, AUDIT_MECHANISMS), (NoiseMode, NOISE_MODES),
+                         (fedpg_cli.FedPGMechanism, MECHANISMS),
+                         (pgc_cli.MechanismName, PGC_MECHANISMS)]:
+        assert tuple(e.value for e in enum) == values

@@ -11,3 +11,6 @@ NOISE_MODES = ("seeded", "secret")  # where mechanism noise keys come from (priv
 ACCOUNTANTS = ("pld", "rdp")  # how Gaussian releases compose (privacy.accounting)
 COMPOSITIONS = ("basic", "optimal")  # how a ledger composes pure ε-LDP reports (privacy.ledger)
 TOPOLOGIES = ("ring", "exponential", "random")  # directed gossip graphs (federation.topology)
+# The mechanisms `privrl audit mechanism` builds (audit.sweep.build_mechanism).
+AUDIT_MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "gaussian", "box-gaussian",
+                    "gaussian-sum", "functional", "broken-laplace")
