@@ -501,18 +501,22 @@ AuditMechanism = value_enum("AuditMechanism", ("laplace", "gaussian"))
 
 
 @audit_app.command("fedpg")
-@flag_names(epsilons="--epsilon", budget="--episodes")
+@flag_names(budget="--episodes")
 def audit_fedpg_command(
     algorithm: Annotated[AuditAlgorithm, typer.Option(
         help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
         "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
     mechanism: Annotated[AuditMechanism, typer.Option(
-        help="laplace (--epsilon: the ε of one release, the audited claim) or gaussian "
-        "(--epsilon: the agent's total over the run, σ calibrated; the audited claim is one "
-        "release's (ε, δ)).", case_sensitive=False)
+        help="laplace (audits --epsilon-per-report, one release's ε) or gaussian (audits one "
+        "release's (ε, δ) when σ is calibrated to each agent's total --epsilon over the run).",
+        case_sensitive=False)
     ] = AuditMechanism.laplace,
-    epsilon: Annotated[str, typer.Option(help="ε values to audit (comma-separated).")
-                       ] = "0.5,1,2,5,10",
+    epsilon: Annotated[str | None, typer.Option(
+        help="gaussian: each agent's total ε over the run, values to audit (comma-separated). "
+        "Default 0.5,1,2,5,10.")] = None,
+    epsilon_per_report: Annotated[str | None, typer.Option(
+        help="laplace: the ε of one release, values to audit (comma-separated). Default "
+        "0.5,1,2,5,10.")] = None,
     clip: ClipOpt = None,
     delta: DeltaOpt = 1e-5,
     episodes: EpisodesOpt = 5000,
@@ -531,19 +535,28 @@ def audit_fedpg_command(
 
     from privrl.audit.cli import execute_audit
     from privrl.audit.mechanism import check_audit_settings
-    from privrl.config import positive
+    from privrl.config import ConfigError, positive
     from privrl.runtime.output import check_out_dir
     from privrl.systems.fedpg.algorithm import FedPGConfig
     from privrl.systems.fedpg.audit import audit_fedpg
 
-    epsilons = parse_numbers(epsilon, "--epsilon")
+    flag, given = (("--epsilon-per-report", epsilon_per_report)
+                   if mechanism is AuditMechanism.laplace else ("--epsilon", epsilon))
+    other = {"--epsilon": epsilon, "--epsilon-per-report": epsilon_per_report}
+    wrong = next(f for f in other if f != flag)
+    if other[wrong] is not None:
+        raise ConfigError(wrong, f"the {mechanism.value} audit takes {flag}")
+    epsilons = parse_numbers("0.5,1,2,5,10" if given is None else given, flag)
     config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
                                      mechanism=mechanism.value, epsilon=1.0,
                                      clip=1.0 if clip is None else clip, delta=delta,
                                      budget=episodes)
     for e in epsilons:  # every setting validated (σ calibrated) before any draw
-        positive("epsilons", e)
-        replace(config, epsilon=e).resolved()
+        positive(flag, e)
+        try:
+            replace(config, epsilon=e).resolved()
+        except ConfigError as err:
+            raise ConfigError(flag if err.field == "epsilon" else err.field, err.message) from err
     check_audit_settings(samples, confidence)
     check_out_dir(out)
     execute_audit(
