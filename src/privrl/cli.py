@@ -113,9 +113,9 @@ def renamed_flag(argv: list[str]) -> str | None:
     for arg in argv[2:]:
         if arg == "--":
             break
-        new = table.get(arg.split("=", 1)[0])
-        if new is not None:
-            return f"{arg.split('=', 1)[0]} was renamed {new}"
+        old = arg.split("=", 1)[0]
+        if old in table:
+            return f"{old} was renamed {table[old]}"
     return None
 
 
@@ -145,6 +145,7 @@ AccountantOpt = Annotated[AccountantName, typer.Option(
     help="pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD "
     "(a valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
     "(looser). Calibrating σ to --epsilon uses the same accountant.")]
+
 
 BudgetComposition = value_enum("BudgetComposition", COMPOSITIONS)
 
