@@ -1,5 +1,6 @@
 """One vocabulary across commands (issue 38): old flags are refused with their new name, and
-every `privrl ...` command written in README.md and docs/*.md parses with the real parser.
+every `privrl ...` command written in README.md, docs/*.md and benchmarks/RESULTS.md parses
+with the real parser.
 
 Nothing here trains: the rename check runs before the app is built, and the documented
 commands are parsed with the command's `make_context`, which converts and checks every value but
@@ -20,7 +21,8 @@ from privrl.cli import RENAMED, renamed_flag
 from privrl.main import build_app, main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md",
+        *sorted((ROOT / "docs").glob("*.md"))]
 GROUPS = ("run", "reproduce", "audit")
 
 
