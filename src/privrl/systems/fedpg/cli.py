@@ -311,7 +311,6 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
 
     from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
-    from privrl.systems.fedpg.algorithm import make_mechanism
 
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
@@ -320,8 +319,9 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
+    # The run's guarantee (its whole-run ε) is known after the run: the results table states it.
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
-              f"{make_mechanism(cfg).guarantee.describe()}; {cfg.trials} trial(s) × "
+              f"mechanism {cfg.mechanism}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),

@@ -231,9 +231,9 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console = Console()
     err = Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    mech = PGCA3C(config).mechanism
-    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}, "
-              f"{mech.guarantee.describe()}; "
+    PGCA3C(config)  # its mechanism refuses parameters it cannot release with, before any run
+    # The run's guarantee (each agent's whole-run ε) is stated with the results.
+    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}; "
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
