@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from privrl.privacy.accounting import Accountant
@@ -29,7 +29,7 @@ from privrl.privacy.ledger import PrivacyLedger
 
 __all__ = ["COMPOSED", "NO_GUARANTEE", "SIMULATION_ONLY", "SPREAD_ACCOUNTING", "Budget", "Claim",
            "Composition", "Facts", "Releases", "Shuffled", "Trust", "headline",
-           "privacy_record", "statement"]
+           "privacy_record", "pure_ldp", "statement"]
 
 NO_GUARANTEE = "NO PRIVACY GUARANTEE"
 SIMULATION_ONLY = "SIMULATION ONLY: the noise is reproducible from the seed in config.json."
@@ -71,9 +71,7 @@ class Claim:
         return _eps(self.epsilon, self.delta, self.notion)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "delta": self.delta, "notion": self.notion,
-                "scope": self.scope, "unit": self.unit, "how": self.how,
-                "whole_run": True}
+        return {**asdict(self), "whole_run": True}
 
 
 @dataclass(frozen=True)
@@ -229,6 +227,23 @@ def statement(facts: Facts) -> str:
     if facts.noise == "seeded" and c is not None:
         out.append(SIMULATION_ONLY)
     return " ".join(out)
+
+
+def pure_ldp(composed: Mapping[str, Any], scope: str, unit: str, at_cap: str,
+             budget: float | None) -> tuple[Claim, list[Composition], Budget | None]:
+    """Pure ε-LDP releases of one unit (a `pure_composition_record`): the whole-run claim in
+    the composition the ledger enforces, the other composition beside it, and the ledger's
+    budget per unit (None: no budget)."""
+    optimal = composed["enforced_by_ledger"] == "optimal"
+    opt, basic = composed["optimal"], composed["basic"]
+    tight = (opt["epsilon"], opt["delta"], "the optimal composition theorem")
+    pure = (basic["epsilon"], 0.0, "basic composition (pure)")
+    (e, d, how), other = (tight, pure) if optimal else (pure, tight)
+    claim = Claim(e, d, "LDP", scope, unit, f"{how}, as the ledger enforces")
+    cap = None if budget is None else Budget(
+        budget, opt["delta"] if optimal else 0.0,
+        "optimal composition" if optimal else "pure, basic composition", at_cap)
+    return claim, [Composition(*other)], cap
 
 
 class Describable(Protocol):

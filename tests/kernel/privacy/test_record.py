@@ -15,6 +15,7 @@ from privrl.privacy import (
     PrivacyEvent,
     PrivacyLedger,
 )
+from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.record import (
     COMPOSED,
     NO_GUARANTEE,
@@ -29,6 +30,7 @@ from privrl.privacy.record import (
     Trust,
     headline,
     privacy_record,
+    pure_ldp,
     statement,
 )
 from privrl.privacy.shuffle import shuffle_record
@@ -146,3 +148,19 @@ def test_layout_must_name_every_part_once() -> None:
         privacy_record(facts, order=[*COMPOSED, "nope"])
     with pytest.raises(ValueError, match="clash"):
         privacy_record(facts, fields={"statement": "other"})
+
+
+@pytest.mark.parametrize("enforced", ["basic", "optimal"])
+def test_pure_ldp_claims_the_composition_the_ledger_enforces(enforced: str) -> None:
+    composed = pure_composition_record(0.1, 50, 1e-5, enforced)
+    claim, (other,), budget = pure_ldp(composed, "local", "one agent's reports", "refused", 3.0)
+    basic, opt = composed["basic"], composed["optimal"]
+    assert opt["epsilon"] < basic["epsilon"] == pytest.approx(5.0)
+    mine, theirs = (opt, basic) if enforced == "optimal" else (basic, opt)
+    assert (claim.epsilon, claim.delta) == (mine["epsilon"], mine["delta"])
+    assert (other.epsilon, other.delta) == (theirs["epsilon"], theirs["delta"])
+    assert "as the ledger enforces" in claim.how
+    assert budget == Budget(3.0, 1e-5 if enforced == "optimal" else 0.0,
+                            "optimal composition" if enforced == "optimal"
+                            else "pure, basic composition", "refused")
+    assert pure_ldp(composed, "local", "unit", "refused", None)[2] is None

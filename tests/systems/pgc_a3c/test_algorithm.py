@@ -187,7 +187,7 @@ def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
     assert rec["ledger"]["budget_per_agent"] == {"epsilon": 3.0, "delta": 1e-5,
                                                  "composition": "optimal"}
     assert rec["statement"].startswith("(ε = 3, δ = 1e-05)-LDP (local")
-    assert "by the optimal composition theorem (the composition the ledger" in rec["statement"]
+    assert "by the optimal composition theorem, as the ledger enforces" in rec["statement"]
     assert summarize(out)["privacy"].startswith("(ε = 3, δ = 1e-05)-LDP (local")
     assert rec["guarantee"]["epsilon"] == composed["optimal"]["epsilon"]
     assert f"; per release {eps0:.4g}-LDP" in rec["headline"]

@@ -38,6 +38,7 @@ from privrl.privacy.record import (
     Shuffled,
     Trust,
     headline,
+    pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord
@@ -466,22 +467,8 @@ def privacy_facts(run: FedPGRun) -> Facts:
                                             f"noise std {cfg.noise_multiplier:g}·clip)"),
             also=[basic], trust=trust, not_protected=server, noise=noise)
     composed = pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
-    opt = composed["optimal"]
-    optimal = Composition(opt["epsilon"], opt["delta"], "the optimal composition theorem")
-    pure = Composition(composed["basic"]["epsilon"], 0.0, "basic composition (pure)")
-    if cfg.budget_composition == "optimal":
-        claim = Claim(opt["epsilon"], opt["delta"], "LDP", local, unit,
-                      "the optimal composition theorem (the composition the ledger enforces)")
-        also = [pure]
-    else:
-        claim = Claim(composed["basic"]["epsilon"], 0.0, "LDP", local, unit,
-                      "basic composition (the pure ε the ledger enforces)")
-        also = [optimal]
-    budget = None if cfg.epsilon_budget is None else Budget(
-        cfg.epsilon_budget, cfg.delta if cfg.budget_composition == "optimal" else 0.0,
-        "optimal composition" if cfg.budget_composition == "optimal"
-        else "pure, basic composition",
-        "a trial whose agents could not afford another round ended there")
+    claim, also, budget = pure_ldp(composed, local, unit, "a trial whose agents could not "
+                                   "afford another round ended there", cfg.epsilon_budget)
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
                  shuffle=None if shuffled is None else Shuffled.of(shuffled, "server"),

@@ -30,14 +30,12 @@ from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import (
-    Budget,
-    Claim,
-    Composition,
     Facts,
     Releases,
     Shuffled,
     Trust,
     headline,
+    pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
@@ -339,24 +337,14 @@ def privacy_facts(out: RunOutput) -> Facts:
         return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise)
     eps0 = cfg.epsilon_per_report()
     composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
-    opt, basic = composed["optimal"], composed["basic"]
-    local, unit = "local, untrusted aggregator", "one agent's reports over the run"
-    optimal = Composition(opt["epsilon"], opt["delta"], "the optimal composition theorem")
-    pure = Composition(basic["epsilon"], 0.0, "basic composition (pure)")
-    if cfg.budget_composition == "optimal":
-        claim = Claim(opt["epsilon"], opt["delta"], "LDP", local, unit,
-                      "the optimal composition theorem (the composition the ledger enforces)")
-        also, how = [pure], "optimal composition"
-    else:
-        claim = Claim(basic["epsilon"], 0.0, "LDP", local, unit,
-                      "basic composition (the pure ε the ledger enforces)")
-        also, how = [optimal], "pure, basic composition"
+    claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
+                                   "one agent's reports over the run",
+                                   "the ledger refuses a report beyond it", cfg.epsilon)
     shuffled = shuffle_account(out) if cfg.shuffle else None
     return Facts(
         claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
                                  f"{cfg.mechanism} mechanism", reports, eps0),
-        also=also, budget=Budget(cfg.epsilon, cfg.delta if cfg.budget_composition == "optimal"
-                                 else 0.0, how, "the ledger refuses a report beyond it"),
+        also=also, budget=budget,
         shuffle=None if shuffled is None else Shuffled.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
         noise=noise)
