@@ -8,7 +8,7 @@ the same parts for every system:
 - the releases (`Releases`): who released what, how often, through which mechanism, and the ε
   of one release, always labelled "per release";
 - other valid accounts of the same releases (`Composition`), each labelled by how it composes;
-- the budget the ledger enforces (`Budget`), the shuffle (`Shuffled`), the trust model
+- the budget the ledger enforces (`Budget`), the shuffle (`CentralShuffle`), the trust model
   (`Trust`), what is not protected, a condition the guarantee depends on, and the noise keys
   mode (a seeded run's guarantee is a simulation's).
 
@@ -27,9 +27,23 @@ from typing import Any, Protocol
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
 
-__all__ = ["COMPOSED", "NO_GUARANTEE", "SIMULATION_ONLY", "SPREAD_ACCOUNTING", "Budget", "Claim",
-           "Composition", "Facts", "Releases", "Shuffled", "Trust", "headline",
-           "privacy_record", "pure_ldp", "statement"]
+__all__ = [
+    "COMPOSED",
+    "NO_GUARANTEE",
+    "SIMULATION_ONLY",
+    "SPREAD_ACCOUNTING",
+    "Budget",
+    "CentralShuffle",
+    "Claim",
+    "Composition",
+    "Facts",
+    "Releases",
+    "Trust",
+    "headline",
+    "privacy_record",
+    "pure_ldp",
+    "statement",
+]
 
 NO_GUARANTEE = "NO PRIVACY GUARANTEE"
 SIMULATION_ONLY = "SIMULATION ONLY: the noise is reproducible from the seed in config.json."
@@ -110,7 +124,7 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class Shuffled:
+class CentralShuffle:
     """The shuffle model's central account against `receiver` (with a trusted shuffler)."""
 
     receiver: str
@@ -122,7 +136,7 @@ class Shuffled:
     per_batch_delta: float | None = None
 
     @classmethod
-    def of(cls, account: Mapping[str, Any], receiver: str) -> Shuffled:
+    def of(cls, account: Mapping[str, Any], receiver: str) -> CentralShuffle:
         """The facts of a `privrl.privacy.shuffle.shuffle_record` account."""
         return cls(receiver, int(account["batch_size"]), int(account["batches_per_user"]),
                    float(account["central_epsilon"]), float(account["central_delta"]),
@@ -147,7 +161,7 @@ class Facts:
     releases: Releases | None = None
     also: Sequence[Composition] = field(default_factory=tuple)
     budget: Budget | None = None
-    shuffle: Shuffled | None = None
+    shuffle: CentralShuffle | None = None
     trust: Trust | None = None
     condition: str = ""
     not_protected: str = ""

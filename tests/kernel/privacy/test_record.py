@@ -22,11 +22,11 @@ from privrl.privacy.record import (
     SIMULATION_ONLY,
     SPREAD_ACCOUNTING,
     Budget,
+    CentralShuffle,
     Claim,
     Composition,
     Facts,
     Releases,
-    Shuffled,
     Trust,
     headline,
     privacy_record,
@@ -62,7 +62,7 @@ def test_statement_composes_every_part_in_order() -> None:
     facts = Facts(
         CLAIM, releases=ONE, also=[Composition(1.5, 1e-5, "the optimal composition theorem")],
         budget=Budget(2.0, 0.0, "basic composition", "the ledger refuses a report beyond it"),
-        shuffle=Shuffled.of(account, "aggregator"),
+        shuffle=CentralShuffle.of(account, "aggregator"),
         trust=Trust("nobody but the agent itself", "the aggregator's updates"),
         condition="the constant C", not_protected="the rewards", noise="seeded")
     text = statement(facts)

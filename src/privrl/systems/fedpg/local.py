@@ -31,11 +31,11 @@ from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import (
     Budget,
+    CentralShuffle,
     Claim,
     Composition,
     Facts,
     Releases,
-    Shuffled,
     Trust,
     headline,
     pure_ldp,
@@ -471,7 +471,7 @@ def privacy_facts(run: FedPGRun) -> Facts:
                                    "afford another round ended there", cfg.epsilon_budget)
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
-                 shuffle=None if shuffled is None else Shuffled.of(shuffled, "server"),
+                 shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
                  not_protected=server, noise=noise)
 
 

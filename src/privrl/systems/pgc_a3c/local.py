@@ -30,9 +30,9 @@ from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import (
+    CentralShuffle,
     Facts,
     Releases,
-    Shuffled,
     Trust,
     headline,
     pure_ldp,
@@ -345,7 +345,7 @@ def privacy_facts(out: RunOutput) -> Facts:
         claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
                                  f"{cfg.mechanism} mechanism", reports, eps0),
         also=also, budget=budget,
-        shuffle=None if shuffled is None else Shuffled.of(shuffled, "aggregator"),
+        shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
         noise=noise)
 
