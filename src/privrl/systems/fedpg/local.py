@@ -415,7 +415,8 @@ def privacy_facts(run: FedPGRun) -> Facts:
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
                  "(x_k, w_k) to its out-neighbours")
     server = "the server's own SCSG episodes (its own data)" if cfg.algorithm == "cen" else ""
-    computes = f"everything the {'server' if cfg.algorithm == 'cen' else 'peers'} compute"
+    computes = ("everything the server computes" if cfg.algorithm == "cen"
+                else "everything the peers compute")
     ledger = run.ledger.summary()
     most = int(run.releases.max())
     noise = record_mode(cfg.noise, cfg.secure_noise)
