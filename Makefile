@@ -4,7 +4,7 @@ PYTHON ?= python3
 # Python caches each module's compiled bytecode (.pyc) on first import unless
 # PYTHONDONTWRITEBYTECODE is set (some machines set it). Without the cache every process (each
 # test worker, each Ray actor, each command) compiles jax, scipy, flax... from source again:
-# about 3.5 s of CPU per process, measured here; so the recipes below never inherit it.
+# seconds of CPU in every process; so the recipes below never inherit it.
 unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,16 +12,16 @@ BIN := $(VENV)/bin
 .PHONY: run test test-fast lint bench clean
 
 # The virtual environment gets uv (pinned in constraints.txt) from the pip it comes with; uv
-# then installs the rest: on a fresh 2-core machine 3 s against pip's 11 s (pip's cache warm),
-# the same versions (constraints.txt pins every package). uv reads PyPI, not pip.conf: where
+# then installs the rest, several times faster than pip even with pip's cache warm, the same
+# versions (constraints.txt pins every package). uv reads PyPI, not pip.conf: where
 # packages come from a mirror, run `make test PIP_INSTALL="$(VENV)/bin/python -m pip install
 # --quiet --no-compile -c constraints.txt"`.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt uv
 
-# Neither uv nor (with --no-compile) pip byte-compiles the installed packages (pip: about 50 s
-# of CPU); Python compiles the modules a run actually imports, once, on first import.
+# Neither uv nor (with --no-compile) pip byte-compiles the installed packages (that costs more
+# CPU than the install); Python compiles the modules a run actually imports, once, on first import.
 PIP_INSTALL ?= $(BIN)/uv pip install --python $(BIN)/python --quiet -c constraints.txt
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
@@ -33,7 +33,7 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 	touch $@ $(VENV)/.installed
 
 # The default job: PGC-A3C (tuned preset) with the Laplace mechanism at ε = 5 per agent,
-# 8 trials × 30,000 submissions (about 20 s on 2 cores).
+# 8 trials × 30,000 submissions (its time on 2 cores: benchmarks/RESULTS.md).
 run: $(VENV)/.installed
 	$(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 --submissions 30000
 
@@ -42,7 +42,7 @@ run: $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
 
 # The Ray tests run last and alone: their actors are processes of their own, and beside a second
-# xdist worker they compete for the 2 cores (3x slower measured). The second stage collects only
+# xdist worker they compete for the 2 cores and run much slower. The second stage collects only
 # the Ray test files (tests/conftest.py marks every test in them `ray`).
 test: $(VENV)/.installed-dev
 	$(PYTEST) -m "not ray"

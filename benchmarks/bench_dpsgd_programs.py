@@ -3,7 +3,7 @@
 For every group of `reproduce.programs` (REINFORCE's settings; DP-SGD DQN's; LDP DQN's), runs
 `run_episodic_settings` and prints the program's wall time and, per chunk of 50 episodes,
 `seconds/rows in the batch/seeds still running` (a chunk's rows fall when the batch is
-compacted). What RESULTS.md's "paper 003's sweep as three programs" steps table reports.
+compacted). What the steps table of benchmarks/log/04-*.md's "The sweep as three programs" reports.
 
     PRIVRL_CACHE_DIR=off python benchmarks/bench_dpsgd_programs.py --algorithms reinforce
     PRIVRL_CACHE_DIR=off python benchmarks/bench_dpsgd_programs.py --algorithms dqn \\

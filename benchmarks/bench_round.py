@@ -30,10 +30,16 @@ def main() -> None:
                     help="approximate episodes per timed call")
     ap.add_argument("--mechanism", default="laplace", choices=["laplace", "prs", "none"])
     ap.add_argument("--group", type=int, nargs="+", default=None,
-                    help="trials computed together (PGCA3C.round_trials' block), one per "
-                    "--agents total; default: the run's own (at most 10, sized for a CPU cache; "
-                    "an accelerator wants thousands)")
+                    help="trials computed together (PGCA3C.round's block), one per --agents "
+                    "total; default: the run's own (at most the config's trial_block, 10, sized "
+                    "for a CPU cache; an accelerator wants thousands)")
+    ap.add_argument("--waves", type=int, nargs="+", default=None,
+                    help="per --agents total: its trials as this many equal batches computed one "
+                    "after another within each timed call (a total whose episodes do not fit in "
+                    "the device's memory at once); default 1")
     args = ap.parse_args()
+    if args.waves is not None and len(args.waves) != len(args.agents):
+        ap.error("--waves takes one count per --agents total")
     if args.group is not None and len(args.group) != len(args.agents):
         ap.error("--group takes one block size per --agents total")
     use_host_devices(max(args.devices))
@@ -48,11 +54,12 @@ def main() -> None:
           f"{os.cpu_count()} cores, python {sys.version.split()[0]}, "
           f"mechanism {args.mechanism}")
     print(f"# devices: {jax.devices()}")
-    print("| agents (P×K) | devices | block | rounds/call | compile + first call | episodes/s "
-          "| env steps/s | mean score |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| agents (P×K) | devices | block | waves | rounds/call | compile + first call "
+          "| episodes/s | env steps/s | mean score |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, total in enumerate(args.agents):
-        trials = max(1, total // 9)
+        waves = 1 if args.waves is None else args.waves[n]
+        trials = max(1, total // 9 // waves)
         rounds = max(1, args.episodes // total)
         cfg = PGCA3CConfig(mechanism=args.mechanism, epsilon=5.0, trials=trials,
                            submissions=10**9)
@@ -62,24 +69,28 @@ def main() -> None:
                 continue
             group = None if args.group is None else min(args.group[n], trials)
             runner = ShardedTrials(algo, trials, rounds, dev, group)
-            state = runner.init(jax.random.key(0))
+            states = [runner.init(jax.random.key(w)) for w in range(waves)]
             t0 = time.perf_counter()
-            state, scores = runner.run_chunk(state)  # compile + warm-up
+            states[0], scores = runner.run_chunk(states[0])  # compile + warm-up
             jax.block_until_ready(scores)
             first = time.perf_counter() - t0
             times, steps, episodes = [], [], []
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                state, scores = runner.run_chunk(state)
-                scores = np.asarray(scores)[:trials]
+                total_steps = total_episodes = 0
+                for w in range(waves):
+                    states[w], scores = runner.run_chunk(states[w])
+                    scores = np.asarray(scores)[:trials]
+                    total_steps += int(scores.sum())
+                    total_episodes += scores.size
                 times.append(time.perf_counter() - t0)
-                steps.append(int(scores.sum()))
-                episodes.append(scores.size)
+                steps.append(total_steps)
+                episodes.append(total_episodes)
             i = int(np.argsort(times)[len(times) // 2])
             med = statistics.median(times)
             block = group or trial_group(trials, dev)
-            print(f"| {trials * 9:,} | {dev} | {block:,} | {rounds} | {first:.1f} s | "
-                  f"{episodes[i] / med:,.0f} | "
+            print(f"| {trials * 9 * waves:,} | {dev} | {block:,} | {waves} | {rounds} | "
+                  f"{first:.1f} s | {episodes[i] / med:,.0f} | "
                   f"{steps[i] / med:,.0f} | {steps[i] / episodes[i]:.1f} |", flush=True)
 
 

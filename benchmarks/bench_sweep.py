@@ -22,6 +22,13 @@ from importlib import metadata
 from pathlib import Path
 
 
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:  # on PYTHONPATH, not installed
+        return "not installed"
+
+
 def main() -> None:
     extra = sys.argv[1:]
     system = "pgc-a3c"
@@ -36,7 +43,7 @@ def main() -> None:
     cmd = [*launcher, "reproduce", system, "--no-progress", "--out", str(out), *extra]
     print(f"# {' '.join(cmd)}")
     print(f"# {platform.machine()}, {os.cpu_count()} cores, python {sys.version.split()[0]}, "
-          f"jax {metadata.version('jax')}, privrl {metadata.version('privrl')}")
+          f"jax {metadata.version('jax')}, privrl {_version('privrl')}")
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True)
     wall = time.perf_counter() - t0

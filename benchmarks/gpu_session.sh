@@ -17,17 +17,17 @@ log() { echo "## $*" | tee -a "$OUT/log.md"; }
 step() {  # step LIMIT_S NAME CMD...: run, time and log one piece
   local limit=$1 name=$2; shift 2
   log "$name: $*"
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s%N)
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.txt" | grep -v "^\s*$" | tail -25 >> "$OUT/log.md"
   local rc=${PIPESTATUS[0]}
-  log "$name: exit $rc, $(echo "$(date +%s.%N) - $t0" | bc) s wall (limit $limit s)"
+  log "$name: exit $rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms wall (limit $limit s)"
 }
 { date -u; nvidia-smi -L 2>/dev/null; git log -1 --format=%h 2>/dev/null;
   $PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
 } 2>&1 | tee "$OUT/log.md"
-step ${T_RUN:-150} make-run $PY -m privrl run pgc-a3c --preset tuned --mechanism laplace \
+[ -z "${SKIP_RUN:-}" ] && step ${T_RUN:-150} make-run $PY -m privrl run pgc-a3c --preset tuned --mechanism laplace \
   --epsilon 5 --trials 8 --submissions 30000 --no-progress --out "$OUT/run-dir"
 step ${T_ROUND:-200} round $PY benchmarks/bench_round.py --agents ${AGENTS:-1000000 10000000} \
-  --group ${BLOCKS:-111111 138889} --devices 1 --repeats ${REPEATS:-3}
+  --group ${BLOCKS:-111111 138889} --waves ${WAVES:-1 4} --devices 1 --repeats ${REPEATS:-3}
 step ${T_SWEEP:-200} sweep $PY benchmarks/bench_sweep.py ${SWEEP_ARGS:-}
 rm -rf "$OUT/run-dir"

@@ -32,7 +32,7 @@ import time
 os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
 from privrl.runtime.devices import use_host_devices
 
-PIECES = ("rollout", "gradients", "mechanism", "aggregator")  # PGCA3C.round_trials' scopes
+PIECES = ("rollout", "gradients", "mechanism", "aggregator")  # PGCA3C.round's scopes
 
 
 def stacks(hlo: str) -> dict[str, tuple[str, set[str]]]:

@@ -14,19 +14,19 @@
 - the long tests are sent out first so that no worker is left with one at the end;
 - the tests compiled without optimizations also compile without XLA's newer MLIR fusion
   emitters (`xla_cpu_use_fusion_emitters=false`, per compilation: `_fast_unoptimized_compiles`):
-  about 40 % less CPU for those tests (measured on the PGC-A3C and FedPG modules). Optimized
-  programs keep the default emitters, whose code runs faster (the learning tests took up to
-  2× longer with the older ones);
+  the older emitters compile faster, and compiling is what those tests spend their time on.
+  Optimized programs keep the default emitters, whose code runs faster, and running is what
+  the learning tests spend theirs on;
 - XLA optimizes only for the tests marked `learning` (long training runs, where execution time
-  dominates), and then at LLVM's level 1, not 2 (the 13 learning tests: 187 -> 168 CPU-s,
-  their code no slower where it matters; `learning(llvm_level=2)` where it is: FedPG-Dec's,
-  about 8 CPU-s less at level 2), unless the mark says `xla_optimize=False` (a
-  learning test whose compiling costs more than optimization saves: measured per test); every
+  dominates), and then at LLVM's level 1, not 2 (it compiles faster, and their code is no
+  slower where it matters; `learning(llvm_level=2)` where it is, as for FedPG-Dec's), unless
+  the mark says `xla_optimize=False` (a learning test whose compiling costs more than
+  optimization saves, found by timing each test); every
   other test, the Ray tests and their actors included, checks logic on tiny shapes, where
   compiling is most of the time, and optimization changes no result
-  (`jax_disable_most_optimizations`: about 40 % less CPU for those tests, measured on the
-  PGC-A3C and DP-SGD modules). A Ray test's driver and its actors compile alike, so a driver
-  that replays the actors' arithmetic gets the same floats (the Ray stage: 125 -> 82 CPU-s).
+  (`jax_disable_most_optimizations`, which compiles faster). A Ray test's driver and its
+  actors compile alike, so a driver that replays the actors' arithmetic gets the same floats
+  (and the actors compile as cheaply as the driver).
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # XLA CPU splits a program's LLVM code generation into parts compiled on parallel threads; on 2
-# cores already busy with 2 workers that costs more CPU than it saves (one part: 5-12 % less CPU
-# on the PGC-A3C, FedPG and DP-SGD modules, measured with one worker).
+# cores already busy with 2 workers that costs more CPU than it saves, so one part.
 _ONE_CODEGEN_PART = {"xla_cpu_parallel_codegen_split_count": 1}
 # LLVM's level for the optimized compiles of the running test: `learning(llvm_level=2)` asks for
 # XLA's default, 2 (pytest_runtest_setup).

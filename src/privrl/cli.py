@@ -213,6 +213,33 @@ def flag_names(**renames: str) -> Callable[[F], F]:
     return decorate
 
 
+class UserMechanism(str):
+    """`--mechanism module:callable`: a user's own mechanism (privrl.privacy.user), imported
+    only when the run builds it, after every other option has been checked."""
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+def mechanism_option(choices: type[StrEnum]) -> Callable[[Any], Any]:
+    """The parser of a `--mechanism` option: one of `choices` (any case), or a user's own
+    `module:callable` / `path/to/file.py:callable` (a `UserMechanism`)."""
+    def parse(text: Any) -> Any:
+        if isinstance(text, choices):
+            return text
+        try:
+            return choices(str(text).lower())
+        except ValueError:
+            pass
+        where, _, attr = str(text).rpartition(":")
+        if where and attr.isidentifier():
+            return UserMechanism(text)
+        raise typer.BadParameter(f"{text!r} is none of {', '.join(c.value for c in choices)} "
+                                 "and no module:callable of your own")
+    return parse
+
+
 def parse_numbers(text: str, option: str, kind: type = float,
                   count: int | None = None) -> tuple:
     """A comma-separated option ("1,2,3") as a tuple of `kind`; a ConfigError naming `option`

@@ -3,10 +3,9 @@
 Why: on CPU, JAX lowers each Threefry-2x32 call (every `split`, `fold_in`, `uniform`,
 `randint`, `laplace`, ...) as a rolled loop of 5 iterations, an XLA `while` with about 20 tiny
 kernels per iteration. Inside a rollout's step loop these loops are most of the work:
-profiling a PGC-A3C round (`benchmarks/profile_round.py`) put about two thirds of its kernel
-time in the hash's loops and most of the rest in scheduling kernels; 5 % in the environment
-and the network
-(benchmarks/RESULTS.md, "Where a round's time goes").
+profiling a PGC-A3C round (`benchmarks/profile_round.py`) puts most of its kernel time in
+the hash's loops and most of the rest in scheduling kernels, little in the environment and
+the network (benchmarks/log/01-*.md, "Where a round's time goes").
 JAX's other lowering of the same hash (the one it uses on GPU and TPU) is straight-line code:
 the same 32-bit integer operations in the same order, so every random bit, and so every
 result, is unchanged; only the compiled program differs (larger, faster).

@@ -1,14 +1,22 @@
 """Deliberately broken mechanisms: they claim more privacy than they give, so an audit that
-works must refute them. For tests and for the CLI's demonstration only; never use them."""
+works must refute them. For tests and for the CLI's demonstration only; never use them.
+
+Each is a view over its family's own release function (`privrl.privacy.mechanisms`) with
+wrong parameters, so the audit refutes them through the code every run releases with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jax
-from jax import Array
+import numpy as np
 
-from privrl.privacy.mechanisms import GaussianMechanism, LaplaceMechanism
+from privrl.privacy.mechanisms import (
+    GaussianMechanism,
+    GaussianParams,
+    LaplaceMechanism,
+    LaplaceParams,
+    SecureParams,
+)
 
 __all__ = ["HalfNoiseGaussian", "HalfNoiseLaplace", "UnclippedLaplace"]
 
@@ -19,9 +27,10 @@ class HalfNoiseLaplace(LaplaceMechanism):
 
     name = "broken-laplace-half-noise"
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        noise = jax.random.laplace(key, x.shape, dtype=x.dtype) * self.scale / 2.0
-        return self.clip_input(x) + noise
+    def release_params(self, dim: int) -> LaplaceParams | SecureParams:
+        p = super().release_params(dim)
+        assert isinstance(p, LaplaceParams)
+        return p._replace(scale=p.scale / np.float32(2.0))
 
 
 @dataclass(frozen=True)
@@ -30,8 +39,10 @@ class UnclippedLaplace(LaplaceMechanism):
 
     name = "broken-laplace-no-clip"
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        return x + jax.random.laplace(key, x.shape, dtype=x.dtype) * self.scale
+    def release_params(self, dim: int) -> LaplaceParams | SecureParams:
+        p = super().release_params(dim)
+        assert isinstance(p, LaplaceParams)
+        return p._replace(inverse_half_clip=np.float32(0.0))  # an inverse radius 0: no clip
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ class HalfNoiseGaussian(GaussianMechanism):
 
     name = "broken-gaussian-half-noise"
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        from privrl.privacy.clipping import clip_l2
-
-        return clip_l2(x, self.clip) + self.std / 2.0 * jax.random.normal(key, x.shape, x.dtype)
+    def release_params(self, dim: int) -> GaussianParams | SecureParams:
+        p = super().release_params(dim)
+        assert isinstance(p, GaussianParams)
+        return p._replace(std=p.std / np.float32(2.0))

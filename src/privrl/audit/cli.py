@@ -10,7 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from privrl.cli import Out, Seed, ShowProgress, flag_names, parse_numbers, progress_bar
+from privrl.cli import (
+    Out,
+    Seed,
+    ShowProgress,
+    flag_names,
+    mechanism_option,
+    parse_numbers,
+    progress_bar,
+)
 from privrl.config import ConfigError
 
 
@@ -43,7 +51,9 @@ def audit_mechanism_command(
         "clip), box-gaussian (LDP states), gaussian-sum "
         "(DP-SGD's noisy sum, add/remove one example), functional (paper 001's GP noise at 4 "
         "fixed states), broken-laplace (a deliberately broken Laplace with half its noise, to "
-        "show the audit refutes it).", case_sensitive=False)] = AuditMechanism.laplace,
+        "show the audit refutes it), or your own module:callable (asked for each ε on inputs "
+        "of length 1; docs/ldp-mechanisms.md).",
+        parser=mechanism_option(AuditMechanism))] = AuditMechanism.laplace,
     epsilon: Annotated[str, typer.Option(
         help="Claimed ε values (comma-separated); each mechanism is calibrated to claim each "
         "one for a single release.")] = "0.5,1,2,5,10",
@@ -73,7 +83,7 @@ def audit_mechanism_command(
     check_out_dir(out)
     from privrl.audit.sweep import build_mechanism, run_audit_sweep
 
-    for e in epsilons:  # every setting validated before any draw
+    for e in epsilons:  # every setting validated (a user's mechanism imported) before any draw
         build_mechanism(mechanism.value, e, delta, sampling_probability)
     execute_audit(
         f"[bold]audit[/] {mechanism.value}: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "

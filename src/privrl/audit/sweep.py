@@ -30,12 +30,16 @@ def _analytic_z(epsilon: float, delta: float) -> float:
 
 def build_mechanism(name: str, epsilon: float, delta: float = 1e-5,
                     sampling_probability: float = 1.0) -> Any:
-    """The named mechanism calibrated to claim `epsilon` for one release (clip 1)."""
+    """The named mechanism calibrated to claim `epsilon` for one release (clip 1); a user's
+    `module:callable` is asked for (ε, δ) on inputs of length 1 (privrl.privacy.user)."""
     from privrl.audit.broken import HalfNoiseLaplace
     from privrl.audit.functional import FunctionalNoiseRelease
     from privrl.privacy import mechanisms as m
+    from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 
     positive("epsilons", epsilon)
+    if is_user_mechanism(name):
+        return user_mechanism(name, MechanismRequest(epsilon, delta, 1.0, 1))
     if name == "laplace":
         return m.LaplaceMechanism(epsilon, 1.0)
     if name == "broken-laplace":

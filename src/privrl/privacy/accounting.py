@@ -73,8 +73,8 @@ PLD_PARAMETERS: dict[str, Any] = {
         "probability mass truncated below exp(-50) is moved to infinite loss; both can "
         "only raise delta(epsilon), so the epsilon read off is >= the exact one"),
 }
-# Below this noise multiplier a Poisson-subsampled PLD needs gigabytes and minutes (σ = 0.2,
-# q = 0.0128, 10,000 releases: 1.6 GB, ~45 s; the grid grows as 1/σ²); the tight accountant
+# Below this noise multiplier a Poisson-subsampled PLD needs gigabytes and minutes (its grid
+# grows as 1/σ²; benchmarks/RESULTS.md has a measured case); the tight accountant
 # then falls back to RDP, a valid (looser) upper bound, and its record says so.
 PLD_MIN_POISSON_SIGMA = 0.25
 _METHODS = {

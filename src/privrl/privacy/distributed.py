@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,7 @@ from jax import Array
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.ledger import BudgetExceededError
+from privrl.privacy.mechanisms import add_gaussian_noise
 from privrl.privacy.report import _MINT, Guarantee, Report
 
 __all__ = [
@@ -166,6 +167,26 @@ def secure_aggregate(shares: Share) -> Report:
     """Simulated secure aggregation: the sum over the leading axis of a batch of K shares, as
     the one `Report` the server receives. Nothing else about the shares is returned."""
     return Report._mint(_MINT, jnp.sum(shares._value, axis=0), shares.guarantee)
+
+
+class ShareParams(NamedTuple):
+    """`share_release`'s numbers."""
+
+    clip: Any  # C (adaptive clipping: the round's C_t)
+    std: Any  # each share's noise std σC/√m (adaptive: z_Δ·C_t/√m)
+    bit_scale: Any  # adaptive clipping: κ = z_Δ·C_t/σ_b; None: no clip bit
+
+
+def share_release(p: ShareParams, key: Array, x: Array, sampled: Array) -> Array:
+    """The distributed Gaussian family's release, one agent's message: clip_C(x) if sampled
+    else 0 (adaptive: [clip_C(x), (b − ½)·κ], b = 1[‖x‖ <= C]), plus its noise share."""
+    if p.bit_scale is None:
+        message = clip_l2(x, p.clip)
+    else:
+        bit = (jnp.sqrt(jnp.sum(jnp.square(x))) <= p.clip).astype(x.dtype)
+        message = jnp.concatenate([clip_l2(x, p.clip), ((bit - 0.5) * p.bit_scale)[None]])
+    message = jnp.where(sampled, message, jnp.zeros_like(message))
+    return add_gaussian_noise(message, p.std, key)
 
 
 @dataclass(frozen=True)
@@ -295,16 +316,12 @@ class DistributedGaussianMechanism:
         if self.adaptive is None:
             if clip is not None:
                 raise ValueError("a per-round clip is for adaptive clipping only")
-            update = jnp.where(sampled, clip_l2(x, self.clip), jnp.zeros_like(x))
-            noise = self.share_std * jax.random.normal(key, x.shape, x.dtype)
-            return Share._make(update + noise, self.guarantee)
-        c = jnp.asarray(self.clip if clip is None else clip, x.dtype)
-        bit = (jnp.sqrt(jnp.sum(jnp.square(x))) <= c).astype(x.dtype)
-        message = jnp.concatenate([clip_l2(x, c), ((bit - 0.5) * self.bit_scale(c))[None]])
-        message = jnp.where(sampled, message, jnp.zeros_like(message))
-        std = self.update_multiplier * c / math.sqrt(self.min_honest)
-        noise = std * jax.random.normal(key, message.shape, x.dtype)
-        return Share._make(message + noise, self.guarantee)
+            params = ShareParams(self.clip, self.share_std, None)
+        else:
+            c = jnp.asarray(self.clip if clip is None else clip, x.dtype)
+            params = ShareParams(c, self.update_multiplier * c / math.sqrt(self.min_honest),
+                                 self.bit_scale(c))
+        return Share._make(share_release(params, key, x, sampled), self.guarantee)
 
     def bit_scale(self, clip: Array) -> Array:
         """κ = z_Δ·C/σ_b: the clip bit's coordinate is (b − ½)·κ, so that the sum's noise of

@@ -48,7 +48,8 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.report import Guarantee
 
-__all__ = ["PrivUnitGMechanism", "PrivUnitMechanism", "UnitCalibration"]
+__all__ = ["PrivUnitGMechanism", "PrivUnitMechanism", "UnitCalibration", "UnitParams",
+           "unit_release"]
 
 
 class UnitCalibration(NamedTuple):
@@ -129,6 +130,42 @@ def _t_quantile(kind: str, cal: UnitCalibration, u: np.ndarray, cap: np.ndarray)
     return t.astype(np.float32)
 
 
+class UnitParams(NamedTuple):
+    """`unit_release`'s numbers: host-side floats (t's quantile is computed on the host in
+    float64 from the calibration)."""
+
+    kind: str  # "privunit" or "privunitg"
+    clip: float  # the L2 ball's radius
+    cal: UnitCalibration  # on the sphere of R^{d+1}
+
+
+def lift(x: Array, clip: Any) -> Array:
+    """x ↦ u = (x/clip, √(1 − ‖x/clip‖²)) on the unit sphere of R^{d+1} (x clipped first)."""
+    z = clip_l2(x, clip) / clip
+    return jnp.concatenate([z, jnp.sqrt(jnp.maximum(1.0 - jnp.sum(z * z), 0.0))[None]])
+
+
+def sphere_release(kind: str, cal: UnitCalibration, key: Array, u: Array) -> Array:
+    """The mechanism on a unit vector u of R^D: V/m, an unbiased estimate of u."""
+    k_cap, k_t, k_dir = jax.random.split(key, 3)
+    cap = jax.random.bernoulli(k_cap, cal.p)
+    q = jax.random.uniform(k_t, (), jnp.float32, jnp.finfo(jnp.float32).tiny, 1.0)
+    t = jax.pure_callback(
+        lambda q_, c_: _t_quantile(kind, cal, q_, c_),
+        jax.ShapeDtypeStruct((), jnp.float32), q, cap, vmap_method="expand_dims")
+    g = jax.random.normal(k_dir, u.shape, u.dtype)
+    g = g - jnp.dot(g, u) * u  # orthogonal to u
+    if kind == "privunit":  # uniform on the sphere: a unit direction ⟂ u
+        g = jnp.sqrt(jnp.maximum(1.0 - t * t, 0.0)) * g / jnp.linalg.norm(g)
+    return (t * u + g) / cal.scale
+
+
+def unit_release(p: UnitParams, key: Array, x: Array) -> Array:
+    """PrivUnit2 / PrivUnitG's release of x (the module docstring): lift x onto the sphere,
+    release it there, scale back and drop the lift coordinate."""
+    return p.clip * sphere_release(p.kind, p.cal, key, lift(x, p.clip))[:-1]
+
+
 @dataclass(frozen=True)
 class _UnitMechanism(Mechanism):
     """Shared by PrivUnit2 and PrivUnitG (the module docstring)."""
@@ -175,27 +212,19 @@ class _UnitMechanism(Mechanism):
         return e1, -e1
 
     def lift(self, x: Array) -> Array:
-        """x ↦ u = (x/clip, √(1 − ‖x/clip‖²)) on the unit sphere of R^{d+1} (x clipped first)."""
-        z = clip_l2(x, self.clip) / self.clip
-        return jnp.concatenate([z, jnp.sqrt(jnp.maximum(1.0 - jnp.sum(z * z), 0.0))[None]])
+        """`lift` at this mechanism's clip."""
+        return lift(x, self.clip)
 
     def sphere(self, key: Array, u: Array) -> Array:
-        """The mechanism on a unit vector u of R^D: V/m, an unbiased estimate of u."""
-        cal = calibrate(self.name, self.epsilon, u.shape[0], self.cap_epsilon)
-        k_cap, k_t, k_dir = jax.random.split(key, 3)
-        cap = jax.random.bernoulli(k_cap, cal.p)
-        q = jax.random.uniform(k_t, (), jnp.float32, jnp.finfo(jnp.float32).tiny, 1.0)
-        t = jax.pure_callback(
-            lambda q_, c_: _t_quantile(self.name, cal, q_, c_),
-            jax.ShapeDtypeStruct((), jnp.float32), q, cap, vmap_method="expand_dims")
-        g = jax.random.normal(k_dir, u.shape, u.dtype)
-        g = g - jnp.dot(g, u) * u  # orthogonal to u
-        if self.name == "privunit":  # uniform on the sphere: a unit direction ⟂ u
-            g = jnp.sqrt(jnp.maximum(1.0 - t * t, 0.0)) * g / jnp.linalg.norm(g)
-        return (t * u + g) / cal.scale
+        """`sphere_release` on a unit vector u of R^D, calibrated for this ε."""
+        return sphere_release(self.name, calibrate(self.name, self.epsilon, u.shape[0],
+                                                   self.cap_epsilon), key, u)
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        return self.clip * self.sphere(key, self.lift(x))[:-1]
+    def release_params(self, dim: int) -> UnitParams:
+        return UnitParams(self.name, self.clip, self.calibration(dim))
+
+    def release(self, params: UnitParams, key: Array, x: Array) -> Array:
+        return unit_release(params, key, x)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,15 @@
-"""Local randomizers for gradient reports (paper 000, section 3).
+"""Local randomizers for gradient reports (paper 000, section 3), one release per family.
 
-Each mechanism is a small immutable object with a pure `privatize(key, x) -> Report` and a
-`guarantee`. Parameters are validated on construction, so a bad ε or clip fails before any
-data is touched. The mechanisms are jit/vmap friendly: `privatize` uses only jax.numpy.
+A mechanism family is ONE pure release function over a parameter pytree (a NamedTuple of its
+numbers, traced data): `identity_release`, `laplace_release`, `prs_release`,
+`gaussian_release`, `box_gaussian_release`, `unbounded_gaussian_release`,
+`gaussian_sum_release` / `gaussian_sum_dense_release`, and the float-safe `secure_*_release`
+(PrivUnit2/G: `privrl.privacy.ldp_vector.unit_release`). The objects users hold
+(`LaplaceMechanism(ε, C)`, its `privatize`, `guarantee`, `describe`) are views over their
+family: `release_params(d)` builds the pytree, `privatize` calls the family. Several settings
+as one program (`PerTrialMechanism`, members' parameters stacked along a trials axis), the
+Ray runtime and `privrl audit` call the same functions, so what is audited is what runs.
+Parameters are validated on construction, so a bad ε or clip fails before any data is touched.
 """
 
 from __future__ import annotations
@@ -49,6 +56,149 @@ def _secure_gaussian_epsilon(z: float, delta: float) -> float:
     (1/(2z²))-zCDP like the continuous one (CKS20, Thm. 4 and its multivariate form), i.e. the
     same Rényi curve, so RDP's conversion (not the analytic Gaussian's exact ε) is stated."""
     return Accountant("rdp").epsilon_if(PrivacyEvent("gaussian", z), 1, delta)
+
+# --- the release families: one pure function each, over its parameters as data -------------
+class ClipL1Params(NamedTuple):
+    """`identity_release`'s numbers."""
+
+    inverse_half_clip: Any  # 1/(C/2), the L1 clip radius's inverse (0: no clip, x released)
+
+
+class LaplaceParams(NamedTuple):
+    """`laplace_release`'s numbers."""
+
+    inverse_half_clip: Any  # 1/(C/2), the L1 clip radius's inverse (`float32_inverse`)
+    scale: Any  # the noise scale C/ε
+
+
+class PRSParams(NamedTuple):
+    """`prs_release`'s numbers (`ProjectedRandomSignMechanism.constants`)."""
+
+    clip: Any  # C
+    low: Any  # 1/(e^{ε/d̂}+1)
+    slope: Any  # tanh(ε/(2d̂))/(2C)
+    d_hat: Any  # d̂ (rows of a padded draw past it are masked)
+
+
+class GaussianParams(NamedTuple):
+    """`gaussian_release`'s numbers."""
+
+    inverse_clip: Any  # 1/C, the L2 clip's inverse (`float32_inverse`)
+    std: Any  # the noise std σ·C
+
+
+class BoxGaussianParams(NamedTuple):
+    """`box_gaussian_release`'s numbers."""
+
+    low: Any  # (d,) the box's lower corner
+    high: Any  # (d,) its upper corner
+    std: Any  # the noise std z·diag
+
+
+class UnboundedGaussianParams(NamedTuple):
+    """`unbounded_gaussian_release`'s numbers."""
+
+    scale: Any  # () or (d,): the noise std per coordinate
+
+
+class GaussianSumParams(NamedTuple):
+    """`gaussian_sum_release`'s numbers (the clip C itself is shared, a constant)."""
+
+    clip: Any  # bool: rows are clipped to C (False: a non-private trial's raw rows)
+    std: Any  # the noise std σ·C (0: no noise)
+
+
+class SecureParams(NamedTuple):
+    """A float-safe release's numbers: host-side floats (its sampler runs on the host)."""
+
+    spread: float  # laplace: ε; the Gaussians: the noise std
+    clip: float  # laplace: C (L1 diameter); the Gaussians: the L2 clip radius
+
+
+def add_gaussian_noise(base: Array, std: Any, key: Array) -> Array:
+    """base + std·N(0, I): the noise step every Gaussian family shares."""
+    return base + std * jax.random.normal(key, base.shape, base.dtype)
+
+
+def identity_release(p: ClipL1Params, key: Array, x: Array) -> Array:
+    """No noise: x L1-clipped to C/2 (an inverse radius 0: x as it is)."""
+    del key
+    return clip_l1_inverse(x, p.inverse_half_clip)
+
+
+def laplace_release(p: LaplaceParams, key: Array, x: Array) -> Array:
+    """x L1-clipped to C/2 plus i.i.d. Laplace(C/ε) noise (paper 000, eq. 19-21)."""
+    clipped = clip_l1_inverse(x, p.inverse_half_clip)
+    return clipped + jax.random.laplace(key, x.shape, dtype=x.dtype) * p.scale
+
+
+def prs_release(p: PRSParams, key: Array, x: Array, rows: int) -> Array:
+    """One PRS release Mᵀũ (paper 000, Alg. 3) with M drawn with `rows` rows (static, ≥ d̂):
+    only the first d̂ are used; the others are zero in M and ũ, so they add exact zeros: the
+    same floats as a draw of d̂ rows."""
+    k_proj, k_flip = jax.random.split(key)
+    m = _prs_projection(k_proj, rows, x.shape[0]).astype(x.dtype)
+    used = jnp.arange(rows) < p.d_hat
+    m = jnp.where(used[:, None], m, 0.0)
+    u_bar = jnp.clip(m @ x, -p.clip, p.clip)  # eq. 23
+    p_plus = _prs_flip_probability(u_bar, p.clip, p.low, p.slope)
+    plus = jax.random.uniform(k_flip, (rows,), dtype=x.dtype) < p_plus
+    u_tilde = jnp.where(used, jnp.where(plus, p.clip, -p.clip).astype(x.dtype), 0.0)
+    return m.T @ u_tilde
+
+
+def gaussian_release(p: GaussianParams, key: Array, x: Array) -> Array:
+    """x L2-clipped to C plus N(0, std² I): the local Gaussian randomizer."""
+    return add_gaussian_noise(clip_l2_inverse(x, p.inverse_clip), p.std, key)
+
+
+def box_gaussian_release(p: BoxGaussianParams, key: Array, x: Array) -> Array:
+    """x clipped into the box [low, high] plus N(0, std² I)."""
+    clipped = jnp.clip(x, jnp.asarray(p.low, x.dtype), jnp.asarray(p.high, x.dtype))
+    return add_gaussian_noise(clipped, p.std, key)
+
+
+def unbounded_gaussian_release(p: UnboundedGaussianParams, key: Array, x: Array) -> Array:
+    """x plus N(0, diag(scale)²), unclipped: no sensitivity bound, NO formal guarantee."""
+    return add_gaussian_noise(x, jnp.asarray(p.scale).astype(x.dtype), key)
+
+
+def gaussian_sum_release(p: GaussianSumParams, key: Array, rows: Array, clip: float) -> Array:
+    """DP-SGD's step: the rows (B, d), each L2-clipped to `clip` if p.clip, summed, plus
+    N(0, std² I)."""
+    clipped = jax.vmap(lambda row: clip_l2(row, clip))(rows)
+    return add_gaussian_noise(jnp.where(p.clip, clipped, rows).sum(axis=0), p.std, key)
+
+
+def gaussian_sum_dense_release(p: GaussianSumParams, key: Array, params: Any, x: Array,
+                               loss_of_outputs: Callable[[Array], Array], clip: float,
+                               rows: Array | None = None) -> Array:
+    """`gaussian_sum_release` for a dense ReLU network (privrl.nets.flat.MLP) without
+    materializing per-example gradients: `privacy.dpsgd.clipped_grad_sum` clips exactly
+    (every row is clipped)."""
+    total, _ = clipped_grad_sum(params, x, loss_of_outputs, clip, rows)
+    return add_gaussian_noise(total, p.std, key)
+
+
+def secure_laplace_release(p: SecureParams, key: Array, x: Array) -> Array:
+    """Float-safe Laplace: discrete Laplace on a grid from the OS CSPRNG (privrl.privacy.secure),
+    on the host; the key only keeps vmapped calls apart."""
+    from privrl.privacy.secure import secure_laplace
+    return _host(secure_laplace, key, x, p.spread, p.clip)
+
+
+def secure_gaussian_release(p: SecureParams, key: Array, x: Array) -> Array:
+    """Float-safe Gaussian: the discrete Gaussian on a grid, x clipped to L2 radius p.clip in
+    integers (privrl.privacy.secure), on the host."""
+    from privrl.privacy.secure import secure_gaussian
+    return _host(secure_gaussian, key, x, p.spread, p.clip)
+
+
+def secure_gaussian_sum_release(p: SecureParams, key: Array, rows: Array) -> Array:
+    """Float-safe `gaussian_sum_release`: rows clipped in integers, discrete Gaussian noise."""
+    from privrl.privacy.secure import secure_gaussian_sum
+    return _host(secure_gaussian_sum, key, rows, p.spread, p.clip)
+
 
 __all__ = [
     "BoxGaussianMechanism",
@@ -116,7 +266,9 @@ def _as_vector(x: Any) -> Array:
 
 
 class Mechanism:
-    """Base class: subclasses implement `_randomize(key, x)` and `guarantee`."""
+    """Base class, a view over one release family: subclasses implement `release_params(d)`
+    (the family's parameter pytree for inputs of length d), `release(params, key, x)` (a call
+    of the family's function) and `guarantee`."""
 
     name: str = "mechanism"
 
@@ -124,8 +276,14 @@ class Mechanism:
     def guarantee(self) -> Guarantee:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _randomize(self, key: Array, x: Array) -> Array:  # pragma: no cover - abstract
+    def release_params(self, dim: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def release(self, params: Any, key: Array, x: Array) -> Array:  # pragma: no cover
+        raise NotImplementedError
+
+    def _randomize(self, key: Array, x: Array) -> Array:
+        return self.release(self.release_params(x.shape[-1]), key, x)
 
     def privatize(self, key: Array, x: Any) -> Report:
         """Randomize the 1-D array x with the PRNG key and return the releasable Report."""
@@ -170,9 +328,12 @@ class IdentityMechanism(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"clip": self.clip}
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        del key
-        return x if self.clip is None else clip_l1_inverse(x, float32_inverse(self.clip / 2.0))
+    def release_params(self, dim: int) -> ClipL1Params:
+        return ClipL1Params(np.float32(0.0) if self.clip is None
+                            else float32_inverse(self.clip / 2.0))
+
+    def release(self, params: ClipL1Params, key: Array, x: Array) -> Array:
+        return identity_release(params, key, x)
 
 
 @dataclass(frozen=True)
@@ -208,12 +369,15 @@ class LaplaceMechanism(Mechanism):
     def clip_input(self, x: Array) -> Array:
         return clip_l1_inverse(x, float32_inverse(self.clip / 2.0))
 
-    def _randomize(self, key: Array, x: Array) -> Array:
+    def release_params(self, dim: int) -> LaplaceParams | SecureParams:
         if self.secure:
-            from privrl.privacy.secure import secure_laplace
-            return _host(secure_laplace, key, x, self.epsilon, self.clip)
-        noise = jax.random.laplace(key, x.shape, dtype=x.dtype) * self.scale
-        return self.clip_input(x) + noise
+            return SecureParams(self.epsilon, self.clip)
+        return LaplaceParams(float32_inverse(self.clip / 2.0), np.float32(self.scale))
+
+    def release(self, params: LaplaceParams | SecureParams, key: Array, x: Array) -> Array:
+        if isinstance(params, SecureParams):
+            return secure_laplace_release(params, key, x)
+        return laplace_release(params, key, x)
 
 
 def default_d_hat(epsilon: float, d: int) -> int:
@@ -295,9 +459,13 @@ class ProjectedRandomSignMechanism(Mechanism):
         """P(ũ_i = +C | ū_i) of eq. 24 with per-coordinate budget ε/d̂."""
         return _prs_flip_probability(u_bar, self.clip, *self.constants(d_hat))
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        d_hat = self.resolved_d_hat(x.shape[0])
-        return _prs_release(key, x, d_hat, self.clip, *self.constants(d_hat))
+    def release_params(self, dim: int) -> PRSParams:
+        d_hat = self.resolved_d_hat(dim)
+        return PRSParams(np.float32(self.clip), *self.constants(d_hat), np.int32(d_hat))
+
+    def release(self, params: PRSParams, key: Array, x: Array) -> Array:
+        """PRS's family with exactly d̂ rows (d̂ is a number here, not traced)."""
+        return prs_release(params, key, x, int(params.d_hat))
 
 
 def _prs_projection(key: Array, rows: int, d: int) -> Array:
@@ -312,25 +480,6 @@ def _prs_projection(key: Array, rows: int, d: int) -> Array:
 def _prs_flip_probability(u_bar: Array, clip: Any, low: Any, slope: Any) -> Array:
     """eq. 24: 1/(e^e+1) + (ū_i+C)/(2C)·(e^e−1)/(e^e+1), from `constants`' float32 values."""
     return low + (u_bar + clip) * slope
-
-
-def _prs_release(key: Array, x: Array, rows: int, clip: Any, low: Any, slope: Any,
-                 d_hat: Any = None) -> Array:
-    """One PRS release Mᵀũ with M of `rows` rows. `d_hat` (traced, ≤ rows): only the first
-    d̂ rows are used; the others are zero in M and ũ, so they add exact zeros: the same floats
-    as a draw of d̂ rows."""
-    k_proj, k_flip = jax.random.split(key)
-    m = _prs_projection(k_proj, rows, x.shape[0]).astype(x.dtype)
-    used = None if d_hat is None else jnp.arange(rows) < d_hat
-    if used is not None:
-        m = jnp.where(used[:, None], m, 0.0)
-    u_bar = jnp.clip(m @ x, -clip, clip)  # eq. 23
-    p_plus = _prs_flip_probability(u_bar, clip, low, slope)
-    plus = jax.random.uniform(k_flip, (rows,), dtype=x.dtype) < p_plus
-    u_tilde = jnp.where(plus, clip, -clip).astype(x.dtype)
-    if used is not None:
-        u_tilde = jnp.where(used, u_tilde, 0.0)
-    return m.T @ u_tilde
 
 
 # --- several settings as per-trial data ------------------------------------------------------
@@ -434,7 +583,11 @@ class PerTrialMechanism(_PerTrial):
 
     @property
     def guarantee(self) -> Guarantee:
+        """One member: its own guarantee (a run of one setting, or one agent of it, releases
+        exactly what the setting's mechanism promises)."""
         gs = [m.guarantee for m in self.members]
+        if len(gs) == 1:
+            return gs[0]
         if not all(g.is_private for g in gs):
             return replace(next(g for g in gs if not g.is_private),
                            neighbouring="none: some trials of this program release without a "
@@ -451,42 +604,40 @@ class PerTrialMechanism(_PerTrial):
         return {"members": [m.describe() for m in self.members]}
 
     def args(self, index: int) -> MechanismArgs:
-        """Member `index` as data (numpy scalars)."""
+        """Member `index` as data (numpy scalars): its family's `release_params`, in the
+        fields of that family (the others 0)."""
         m = self.members[index]
+        p = m.release_params(self.dim)
         zero = np.float32(0.0)
         inv_half = scale = clip = low = slope = inv_clip = std = zero
-        d_hat = 0
-        if isinstance(m, IdentityMechanism | LaplaceMechanism):
-            inv_half = zero if m.clip is None else float32_inverse(m.clip / 2.0)
-            scale = np.float32(m.scale) if isinstance(m, LaplaceMechanism) else zero
-        elif isinstance(m, GaussianMechanism):
-            inv_clip, std = float32_inverse(m.clip), np.float32(m.std)
+        d_hat = np.int32(0)
+        if isinstance(p, ClipL1Params):
+            (inv_half,) = p
+        elif isinstance(p, LaplaceParams):
+            inv_half, scale = p
+        elif isinstance(p, GaussianParams):
+            inv_clip, std = p
         else:
-            d_hat = m.resolved_d_hat(self.dim)
-            clip = np.float32(m.clip)
-            low, slope = m.constants(d_hat)
+            clip, low, slope, d_hat = p
         return MechanismArgs(np.int32(FAMILIES.index(m.name)), inv_half, scale, clip, low,
-                             slope, np.int32(d_hat), inv_clip, std)
+                             slope, d_hat, inv_clip, std)
 
     def privatize_with(self, args: MechanismArgs, key: Array, x: Any) -> Report:
-        """Release x with the member that `args` (one trial's, traced) describes."""
+        """Release x with the member that `args` (one trial's, traced) describes: each family
+        the program computes releases through its own function, the trial's is selected."""
         x = _as_vector(x)
         families = self._families()
-        releases: dict[int, Array] = {}  # each family's release; the trial's is selected
-        if families & {0, 1}:
-            # No clip (none without one): 1/(C/2) = 0, and x / max(1, 0) is x exactly.
-            clipped = clip_l1_inverse(x, args.inverse_half_clip)
-            if 0 in families:
-                releases[0] = clipped
-            if 1 in families:
-                releases[1] = (clipped
-                               + jax.random.laplace(key, x.shape, dtype=x.dtype) * args.scale)
+        releases: dict[int, Array] = {}
+        if 0 in families:  # no clip (none without one): 1/(C/2) = 0, x / max(1, 0) is x
+            releases[0] = identity_release(ClipL1Params(args.inverse_half_clip), key, x)
+        if 1 in families:
+            releases[1] = laplace_release(LaplaceParams(args.inverse_half_clip, args.scale),
+                                          key, x)
         if 2 in families:
-            releases[2] = _prs_release(key, x, self.rows, args.clip, args.low, args.slope,
-                                       args.d_hat)
+            releases[2] = prs_release(PRSParams(args.clip, args.low, args.slope, args.d_hat),
+                                      key, x, self.rows)
         if 3 in families:
-            releases[3] = (clip_l2_inverse(x, args.inverse_clip)
-                           + args.std * jax.random.normal(key, x.shape, x.dtype))
+            releases[3] = gaussian_release(GaussianParams(args.inverse_clip, args.std), key, x)
         *rest, (_, value) = sorted(releases.items())
         for family, release in rest:
             value = jnp.where(args.family == family, release, value)
@@ -552,11 +703,15 @@ class GaussianMechanism(Mechanism):
              "noise_std": self.std, "delta": self.delta}
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
-    def _randomize(self, key: Array, x: Array) -> Array:
+    def release_params(self, dim: int) -> GaussianParams | SecureParams:
         if self.secure:
-            from privrl.privacy.secure import secure_gaussian
-            return _host(secure_gaussian, key, x, self.std, self.clip)
-        return clip_l2(x, self.clip) + self.std * jax.random.normal(key, x.shape, x.dtype)
+            return SecureParams(self.std, self.clip)
+        return GaussianParams(float32_inverse(self.clip), np.float32(self.std))
+
+    def release(self, params: GaussianParams | SecureParams, key: Array, x: Array) -> Array:
+        if isinstance(params, SecureParams):
+            return secure_gaussian_release(params, key, x)
+        return gaussian_release(params, key, x)
 
 
 STATE_UNIT = "one observed state (one environment step's observation)"
@@ -627,16 +782,20 @@ class BoxGaussianMechanism(Mechanism):
     def clip_input(self, x: Array) -> Array:
         return jnp.clip(x, jnp.asarray(self.low, x.dtype), jnp.asarray(self.high, x.dtype))
 
-    def _randomize(self, key: Array, x: Array) -> Array:
+    def release_params(self, dim: int) -> BoxGaussianParams:
+        if dim != len(self.low):
+            raise ValueError(f"the box has {len(self.low)} coordinates, the input {dim}")
+        return BoxGaussianParams(np.asarray(self.low, np.float32),
+                                 np.asarray(self.high, np.float32), np.float32(self.std))
+
+    def release(self, params: BoxGaussianParams, key: Array, x: Array) -> Array:
         if x.shape != (len(self.low),):
             raise ValueError(f"the box has {len(self.low)} coordinates, the input shape {x.shape}")
-        if self.secure:
-            from privrl.privacy.secure import secure_gaussian
+        if self.secure:  # the centred box lies in the L2 ball of radius diag/2
             centre = (jnp.asarray(self.low, x.dtype) + jnp.asarray(self.high, x.dtype)) / 2
-            noisy = _host(secure_gaussian, key, self.clip_input(x) - centre, self.std,
-                          self.diagonal / 2)
-            return noisy + centre
-        return self.clip_input(x) + self.std * jax.random.normal(key, x.shape, x.dtype)
+            return centre + secure_gaussian_release(SecureParams(self.std, self.diagonal / 2),
+                                                    key, self.clip_input(x) - centre)
+        return box_gaussian_release(params, key, x)
 
 
 @dataclass(frozen=True)
@@ -666,10 +825,13 @@ class UnboundedGaussianNoise(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"scale": list(self.scale)}
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        if x.shape != (len(self.scale),):
-            raise ValueError(f"scale has {len(self.scale)} coordinates, the input shape {x.shape}")
-        return x + jnp.asarray(self.scale, x.dtype) * jax.random.normal(key, x.shape, x.dtype)
+    def release_params(self, dim: int) -> UnboundedGaussianParams:
+        if dim != len(self.scale):
+            raise ValueError(f"scale has {len(self.scale)} coordinates, the input {dim}")
+        return UnboundedGaussianParams(np.asarray(self.scale, np.float32))
+
+    def release(self, params: UnboundedGaussianParams, key: Array, x: Array) -> Array:
+        return unbounded_gaussian_release(params, key, x)
 
 
 @dataclass(frozen=True)
@@ -731,17 +893,22 @@ class GaussianSumMechanism(Mechanism):
              "unit": self.unit}
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
+    def release_params(self, dim: int) -> GaussianSumParams | SecureParams:
+        std = self.noise_multiplier * self.clip
+        return SecureParams(std, self.clip) if self.secure else GaussianSumParams(
+            np.bool_(True), np.float32(std))
+
+    def release(self, params: GaussianSumParams | SecureParams, key: Array, x: Array
+                ) -> Array:
+        if isinstance(params, SecureParams):
+            return secure_gaussian_sum_release(params, key, x)
+        return gaussian_sum_release(params, key, x, self.clip)
+
     def privatize(self, key: Array, x: Any) -> Report:
         x = jnp.asarray(x)
         if x.ndim != 2:
             raise ValueError(f"GaussianSumMechanism takes per-example rows (B, d), got {x.shape}")
-        if self.secure:
-            from privrl.privacy.secure import secure_gaussian_sum
-            std = self.noise_multiplier * self.clip
-            value = _host(secure_gaussian_sum, key, x, std, self.clip)
-            return Report._mint(_MINT, value, self.guarantee)
-        clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
-        return self._noisy(key, clipped.sum(axis=0))
+        return Report._mint(_MINT, self._randomize(key, x), self.guarantee)
 
     def privatize_dense(self, key: Array, params: Any, x: Array,
                         loss_of_outputs: Callable[[Array], Array],
@@ -755,21 +922,13 @@ class GaussianSumMechanism(Mechanism):
             if rows is not None:
                 grads = grads * rows[:, None]
             return self.privatize(key, grads)
-        clipped_sum, _ = clipped_grad_sum(params, x, loss_of_outputs, self.clip, rows)
-        return self._noisy(key, clipped_sum)
-
-    def _noisy(self, key: Array, clipped_sum: Array) -> Report:
-        noise = self.noise_multiplier * self.clip * jax.random.normal(
-            key, clipped_sum.shape, clipped_sum.dtype)
-        return Report._mint(_MINT, clipped_sum + noise, self.guarantee)
+        value = gaussian_sum_dense_release(self.release_params(0), key, params, x,
+                                           loss_of_outputs, self.clip, rows)
+        return Report._mint(_MINT, value, self.guarantee)
 
 
 # --- DP-SGD's sum and paper 003's observation noise with their noise levels as data ------------
-class GaussianSumArgs(NamedTuple):
-    """One trial's `PerTrialGaussianSum` member as data."""
-
-    clip: Any  # bool: rows are clipped to the members' C (False: a non-private trial's rows)
-    std: Any  # float32: the noise std σ·C (0: no noise)
+GaussianSumArgs = GaussianSumParams  # one trial's `PerTrialGaussianSum` member as data
 
 
 @dataclass(frozen=True)
@@ -833,8 +992,8 @@ class PerTrialGaussianSum(_PerTrial):
         x = jnp.asarray(x)
         if x.ndim != 2:
             raise ValueError(f"PerTrialGaussianSum takes per-example rows (B, d), got {x.shape}")
-        clipped = jax.vmap(lambda row: clip_l2(row, self.clip))(x)
-        return self._noisy(args, key, jnp.where(args.clip, clipped, x).sum(axis=0))
+        return Report._mint(_MINT, gaussian_sum_release(args, key, x, self.clip),
+                            self.guarantee)
 
     def privatize_dense_with(self, args: GaussianSumArgs, key: Array, params: Any, x: Array,
                              loss_of_outputs: Callable[[Array], Array],
@@ -843,12 +1002,9 @@ class PerTrialGaussianSum(_PerTrial):
         always clipped (every member of a program that uses this must clip: σ ≥ 0, not None)."""
         if any(s is None for s in self.sigmas):
             raise ValueError("the dense release clips every row: no member may be None")
-        return self._noisy(args, key, clipped_grad_sum(params, x, loss_of_outputs, self.clip,
-                                                       rows)[0])
-
-    def _noisy(self, args: GaussianSumArgs, key: Array, total: Array) -> Report:
-        noisy = total + args.std * jax.random.normal(key, total.shape, total.dtype)
-        return Report._mint(_MINT, noisy, self.guarantee)
+        value = gaussian_sum_dense_release(args, key, params, x, loss_of_outputs, self.clip,
+                                           rows)
+        return Report._mint(_MINT, value, self.guarantee)
 
 
 class GaussianNoiseArgs(NamedTuple):
@@ -893,5 +1049,5 @@ class PerTrialGaussianNoise(_PerTrial):
 
     def privatize_with(self, args: GaussianNoiseArgs, key: Array, x: Any) -> Report:
         x = _as_vector(x)
-        noisy = x + args.scale.astype(x.dtype) * jax.random.normal(key, x.shape, x.dtype)
+        noisy = unbounded_gaussian_release(UnboundedGaussianParams(args.scale), key, x)
         return Report._mint(_MINT, noisy, self.guarantee)

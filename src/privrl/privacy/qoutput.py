@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import jax
+import numpy as np
 from jax import Array
 
 from privrl.config import Config, fail, in_range, non_negative, one_of, positive
@@ -27,8 +27,10 @@ from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT, Accountan
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     Mechanism,
+    UnboundedGaussianParams,
     _check_positive,
     _gaussian_ldp_guarantee,
+    unbounded_gaussian_release,
 )
 from privrl.privacy.noise import NOISE_MODES, noise_fields, record_mode
 from privrl.privacy.record import COMPOSED, Claim, Composition, Facts, Releases, privacy_record
@@ -83,8 +85,11 @@ class UnboundedQNoise(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"sigma": self.sigma}
 
-    def _randomize(self, key: Array, x: Array) -> Array:
-        return x + self.sigma * jax.random.normal(key, x.shape, x.dtype)
+    def release_params(self, dim: int) -> UnboundedGaussianParams:
+        return UnboundedGaussianParams(np.float32(self.sigma))
+
+    def release(self, params: UnboundedGaussianParams, key: Array, x: Array) -> Array:
+        return unbounded_gaussian_release(params, key, x)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ def new_run_dir(out: str | os.PathLike | None, stem: str, root: str = "runs") ->
         path = Path(out)
         path.mkdir(parents=True, exist_ok=True)
         return path
+    stem = "".join(c if c.isalnum() or c in "-_.+" else "_" for c in stem)  # module:callable
     base = Path(root) / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, i = base, 1
     while True:

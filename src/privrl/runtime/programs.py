@@ -1,9 +1,12 @@
-"""Several settings of one system as one jitted program: the algorithm that runs them.
+"""Several settings of one system as one jitted program: built here, once, for every system.
 
-A system's `for_settings(configs)` builds each setting's own algorithm, asks the system which
-config field (if any) keeps the settings apart, and returns one algorithm for all of them
-whose `settings` are the settings' own algorithms (their configs, mechanisms and privacy
-records). What becomes per-trial data is the system's business.
+`settings_program` builds each setting's own algorithm, refuses settings that differ in more
+than the system allows, and returns one algorithm for all of them whose `settings` are the
+settings' own algorithms (their configs, mechanisms and privacy records). A system supplies
+only its facts: which config field keeps settings apart (`refusal`, and `allowed`, what they
+may differ in), and how its algorithm takes the settings as per-trial data (`as_data`).
+`alone_or_program` is what every runner calls: one setting computes through the program's
+path even alone, so it gets the same floats alone and in any program.
 """
 
 from __future__ import annotations
@@ -13,13 +16,19 @@ from typing import Any
 
 from privrl.config import ConfigError
 
+# The config field that keeps resolved configs from running as one program, or None.
+Refusal = Callable[[list[Any]], "str | None"]
+# Makes `algo` (the first setting's config) run settings `each` as per-trial data.
+AsData = Callable[[Any, list[Any]], None]
+
 
 def settings_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
-                     refusal: Callable[[list[Any]], str | None], allowed: str) -> Any:
+                     refusal: Refusal, allowed: str, as_data: AsData) -> Any:
     """`cls` for resolved settings `configs` run as one program: an algorithm of the first
-    setting's config whose `settings` are every setting's own `cls(config, task, model)`.
-    ConfigError names the field `refusal` finds (`allowed`: what the settings may differ in,
-    for the message), or the task if it plays its episodes on the host."""
+    setting's config whose `settings` are every setting's own `cls(config, task, model)`, made
+    to carry them as per-trial data by `as_data(algo, settings)`. ConfigError names the field
+    `refusal` finds (`allowed`: what the settings may differ in, for the message), or the task
+    if it plays its episodes on the host."""
     each = [cls(c, task, model) for c in configs]
     field = refusal([a.config for a in each])
     if field is not None:
@@ -29,11 +38,12 @@ def settings_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
                                  "task plays its episodes on the host): run each on its own")
     algo = cls(each[0].config, task, model)
     algo.settings = each
+    as_data(algo, each)
     return algo
 
 
 def alone_or_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
-                     refusal: Callable[[list[Any]], str | None]) -> Any:
+                     refusal: Refusal) -> Any:
     """The algorithm that runs `configs` together: `cls.for_settings`, or for one setting that
     could not join a program (`refusal` names a field, or its task plays on the host), its own
     `cls`. A setting that could join one computes through the program's path even alone, so

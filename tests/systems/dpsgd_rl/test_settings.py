@@ -87,8 +87,8 @@ DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
 def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
     """DQN's updates are made inside the episode's step loop, with the trial's noise level as
     data. (Compiled as the suite's logic tests are: at these sizes DQN's floats matched even
-    without blocks, so this checks keys and settings as data, not XLA's kernels; RESULTS has
-    the check at 3 seeds × 300 episodes.)"""
+    without blocks, so this checks keys and settings as data, not XLA's kernels;
+    benchmarks/log/04-*.md has the check at 3 seeds × 300 episodes.)"""
     settings = DQN_SETTINGS[kind]
     together = run_episodic_settings(DQN.for_settings(list(settings.values())),
                                      list(settings), devices=1, chunk=4)

@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import replace
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -103,7 +104,7 @@ def test_scsg_with_no_correction_steps_is_plain_policy_gradient(cen, episodes):
     mu = jax.random.normal(jax.random.key(5), (1, cen.dim))
     opt = jax.vmap(cen.optimizer.init)(theta0)
     env = cen.env_params_of(jax.random.key(0), jnp.array([0]))
-    scsg = jax.jit(cen.scsg)
+    scsg = jax.jit(partial(cen.scsg, cen.source))
     one, _ = scsg(theta0, mu, opt, jnp.array([1]), env, jax.random.key(4))
     updates, _ = optax.adam(1e-3).update(-mu[0], optax.adam(1e-3).init(theta0[0]), theta0[0])
     np.testing.assert_allclose(one[0], theta0[0] + updates, atol=1e-6)

@@ -1,8 +1,9 @@
-"""FedPG-Cen and FedPG-Dec on Gymnasium tasks: the host round is the jitted round with its
-episodes played on the host (same keys, same agent-side code), the host sampler gives the jitted
-sampler's arrays on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py), true
-(negative) rewards reach the gradient and the returns, and the command line runs or refuses in
-one line (fedpg-dec on Ray, a node's host round: tests/systems/fedpg/test_ray.py)."""
+"""FedPG-Cen and FedPG-Dec on Gymnasium tasks: the round composed on the host (its episode
+source a `HostSource`) computes what the jitted round does (same keys, same pieces), the host
+sampler gives the jitted sampler's arrays on the twin walkers (examples/byo_env.py,
+examples/byo_gymnasium.py), true (negative) rewards reach the gradient and the returns, and
+the command line runs or refuses in one line (fedpg-dec on Ray, a node's host round:
+tests/systems/fedpg/test_ray.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from privrl import main as cli
 from privrl.envs.task import PrivateParam, Task, make_task
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 from privrl.systems.fedpg.local import run_fedpg
+from privrl.systems.fedpg.source import HostSource, JittedSource
 
 DRIFT = PrivateParam("drift", 0.6, 1.4)
 
@@ -54,17 +56,36 @@ def walkers(load_example) -> tuple[Task, Task]:
             make_task("byo_gymnasium:Walk", [DRIFT]))
 
 
-def test_host_sample_plays_the_jitted_samplers_episodes(walkers) -> None:
-    """The same walker in gymnax and Gymnasium, the same private drifts and policy: `sample`
-    and `host_sample` give the same Episodes (M learners × n episodes, padded to T)."""
+def _host_twin(algo: FedPG) -> HostSource:
+    """A host source for a gymnax task whose episodes are the jitted sampler's: the round
+    composed on the host piece by piece (pieces jitted one by one, loops in Python), with the
+    episodes the jitted round plays."""
+    host = HostSource(algo.task, algo.act, algo.config.max_episode_steps)
+    host.sample = jax.jit(algo.source.sample)  # the host path's only host part, jitted here
+    return host
+
+
+def _same(a, b, exact: bool = False) -> None:
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        if exact:
+            np.testing.assert_array_equal(_raw(x), _raw(y))
+        else:
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+
+
+def test_host_source_plays_the_jitted_sources_episodes(walkers) -> None:
+    """The same walker in gymnax and Gymnasium, the same private drifts and policy: the jitted
+    source's and the host source's `sample` give the same Episodes (M learners × n episodes,
+    padded to T)."""
     jx = FedPG(_cfg(), task=walkers[0], model=Forced())
     gym = FedPG(_cfg(), task=walkers[1], model=Forced())
+    assert isinstance(jx.source, JittedSource) and isinstance(gym.source, HostSource)
     thetas = jnp.stack([jx.model.init(jax.random.key(0))] * 4)
     live = jnp.array([[True, True], [True, False], [True, True], [False, True]])
     key, k_env = jax.random.key(5), jax.random.key(7)  # drifts 1.10, 0.89, 0.63, 1.14
     ids = jnp.arange(4)
-    a = jx.sample(thetas, jx.env_params_of(k_env, ids), live, key)
-    b = gym.host_sample(thetas, gym.env_params_of(k_env, ids), live, key)
+    a = jax.jit(jx.sample)(thetas, jx.env_params_of(k_env, ids), live, key)
+    b = gym.sample(thetas, gym.env_params_of(k_env, ids), live, key)
     for name in ("actions", "mask", "live", "length", "rewards"):
         np.testing.assert_array_equal(np.asarray(getattr(b, name)),
                                       np.asarray(getattr(a, name)), err_msg=name)
@@ -75,55 +96,43 @@ def test_host_sample_plays_the_jitted_samplers_episodes(walkers) -> None:
     assert np.asarray(a.length)[1, 1] == 0 == np.asarray(a.length)[3, 0]  # not played
 
 
-def test_host_round_is_the_jitted_round(walkers) -> None:
-    """On a gymnax task, `host_round` with the jitted sampler in place of the host one runs
-    the jitted round's computation step by step (plan, the agents' Gaussian reports, N_t
-    SCSG steps each sampling with the current θ, finish): the same state to float32
-    rounding. A finished trial (live False) is left unchanged."""
+def test_cen_round_on_the_host_is_the_jitted_round(walkers) -> None:
+    """FedPG-Cen's one round composed on the host (`HostSource`, with the jitted sampler's
+    episodes) is its jitted program (plan, the agents' Gaussian reports, N_t SCSG steps each
+    sampling with the current θ, finish): the same state to float32 rounding. A finished
+    trial (live False) is left unchanged."""
     cfg = _cfg(mechanism="gaussian", noise_multiplier=1.0, clip=1.0, inner_steps=3)
     algo = FedPG(cfg, task=walkers[0])
-    algo.host_sample = jax.jit(algo.sample)  # the host path's only host part, jitted here
+    host = _host_twin(algo)
     state = algo.init(jax.random.key(1))
     mixing = jnp.eye(1)
     live = jnp.asarray(True)
     want, want_info = jax.jit(algo.round)(state, mixing, live)
-    got, info = algo.host_round(state, mixing, live)
+    got, info = algo.round(state, mixing, live, source=host)
     assert int(got.rounds) == 1 and np.all(np.asarray(got.used) == np.asarray(want.used))
     assert float(info.inner_steps) == 3.0 and float(info.batch) == float(want_info.batch)
     np.testing.assert_allclose(float(info.mean_return), float(want_info.mean_return))
     moved = np.abs(np.asarray(want.gossip.x - state.gossip.x)).max()
     assert moved > 1e-4  # three Adam steps of 1e-3
-    np.testing.assert_allclose(np.asarray(got.gossip.x), np.asarray(want.gossip.x),
-                               rtol=1e-5, atol=1e-6)
-    same, _ = algo.host_round(got, mixing, jnp.asarray(False))
-    for a, b in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(got),
-                    strict=True):
-        np.testing.assert_array_equal(_raw(a), _raw(b))
+    _same((got.gossip, got.opt_state), (want.gossip, want.opt_state))
+    same, _ = algo.round(got, mixing, jnp.asarray(False), source=host)
+    _same(same, got, exact=True)
 
 
-def test_host_dec_round_is_the_jitted_dec_round(walkers) -> None:
-    """FedPG-Dec on the Gymnasium walker: `host_round` with each node's jitted `sample` (its
-    own key, on the gymnax twin) in place of the host sampler runs the jitted round on the
-    gymnax walker step by step (every node's draws, B_t episodes, μ_tᵏ, its own N_t SCSG
-    steps, Gaussian release, push-sum step and mixing): the same state to float32 rounding.
-    A finished trial (live False) is left unchanged; with the host sampler itself, the
-    walker's true (negative) rewards are the round's returns."""
+def test_dec_round_on_the_host_is_the_jitted_round(walkers) -> None:
+    """FedPG-Dec's one round composed on the host (every node in turn: its draws, B_t
+    episodes, μ_tᵏ, its own N_t SCSG steps, Gaussian release; then the push-sum step and
+    mixing), with the jitted sampler's episodes, is its jitted program: the same state to
+    float32 rounding. A finished trial (live False) is left unchanged; on the Gymnasium
+    walker itself, the walker's true (negative) rewards are the round's returns."""
     cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
     jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
+    host = _host_twin(jx)
     state = jx.init(jax.random.key(1))
-    env = jx.env_params_of(state.key, jnp.arange(cfg.agents))  # the same drifts as gym's
-
-    def sample_nodes(thetas, _, live, keys):  # each node's own `sample`, as dec_node_update
-        one = lambda t: jax.tree_util.tree_map(lambda a: a[None], t)  # noqa: E731
-        ep = jax.vmap(lambda th, e, lv, k: jx.sample(th[None], one(e), lv[None], k))(
-            thetas, env, live, keys)
-        return jax.tree_util.tree_map(lambda a: a[:, 0], ep)
-
-    gym.host_sample_nodes = jax.jit(sample_nodes)  # the host path's only host part, jitted
     mixing = jnp.asarray(jx.topology.matrix(0), jnp.float32)
     live = jnp.asarray(True)
     want, want_info = jax.jit(jx.round)(state, mixing, live)
-    got, info = gym.host_round(state, mixing, live)
+    got, info = jx.round(state, mixing, live, source=host)
     steps = np.asarray(want.used) - np.asarray(state.used)
     assert len(set(steps.tolist())) > 1  # the nodes' rounds differ in length (B_t + N_t)
     np.testing.assert_array_equal(np.asarray(got.used), np.asarray(want.used))
@@ -131,57 +140,70 @@ def test_host_dec_round_is_the_jitted_dec_round(walkers) -> None:
         np.testing.assert_allclose(float(getattr(info, name)),
                                    float(getattr(want_info, name)), err_msg=name)
     assert np.abs(np.asarray(want.gossip.x - state.gossip.x)).max() > 1e-3  # noise and steps
-    for a, b in zip(jax.tree_util.tree_leaves((got.gossip, got.opt_state)),
-                    jax.tree_util.tree_leaves((want.gossip, want.opt_state)), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-    same, _ = gym.host_round(got, mixing, jnp.asarray(False))
-    for a, b in zip(jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(got),
-                    strict=True):
-        np.testing.assert_array_equal(_raw(a), _raw(b))
-    del gym.host_sample_nodes  # the Gymnasium walker itself: -1 a step, -2 a step back
-    new, info = gym.host_round(got, mixing, live)
+    _same((got.gossip, got.opt_state), (want.gossip, want.opt_state))
+    same, _ = jx.round(got, mixing, jnp.asarray(False), source=host)
+    _same(same, got, exact=True)
+    new, info = gym.round(got, mixing, live)  # the Gymnasium walker: -1 a step, -2 back
     # Every step costs 1 or 2 and at most 12 are played: a mean return is in [−24, −1].
     assert -24.0 <= float(info.mean_return) <= -1.0 and int(new.rounds) == 2
     assert np.all(np.asarray(new.used) > np.asarray(got.used))
     assert np.abs(np.asarray(new.gossip.x - got.gossip.x)).max() > 1e-3
 
 
-def test_host_dec_node_update_is_the_jitted_node_update(walkers) -> None:
-    """A Ray node's round on a Gymnasium task (`host_dec_node_update`: one node, its episodes
-    on the host) with its jitted `sample` on the gymnax twin in place of the host sampler is
-    `dec_node_update` on the gymnax walker (the Ray node's round on a gymnax task): the same
-    draws, B_t episodes, μ_tᵏ, N_t SCSG steps and Gaussian release, for each node, with and
-    without a secret noise key. With the host sampler itself the walker's rewards come back."""
+def test_dec_node_update_on_the_host_is_the_jitted_node_update(walkers) -> None:
+    """A Ray node's round (`DecRound.node_update`: one node) composed on the host, with the
+    jitted sampler's episodes, is the jitted `dec_node_update` (a Ray node's round on a
+    gymnax task): the same draws, B_t episodes, μ_tᵏ, N_t SCSG steps and Gaussian release,
+    for each node, with and without a secret noise key. On the Gymnasium walker itself
+    (`dec_node_update` with its host source) the walker's rewards come back."""
     cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
     jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
+    host = _host_twin(jx)
     state = jx.init(jax.random.key(1))
-    z, env, keys, _ = jx.dec_inputs(state, jax.random.key(2))
+    z, env, keys, _ = jx.variant.inputs(state, jax.random.key(2))
     at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
-
-    def sample_nodes(thetas, env_one, live, keys):  # the one node's own jitted `sample`
-        return jx.sample(thetas, env_one, live, keys[0])
-
-    gym.host_sample_nodes = jax.jit(sample_nodes)
     update = jax.jit(jx.dec_node_update)
     live = jnp.asarray(True)
     steps = set()
     for i in range(cfg.agents):
         noise = None if i == 0 else jax.random.key(10 + i)
         args = (z[i], at(state.opt_state, i), at(env, i), keys[i], live, noise)
-        want, got = update(*args), gym.host_dec_node_update(*args)
+        want, got = update(*args), jx.variant.node_update(host, *args)
         steps.add(int(want.steps))
         assert int(got.batch) == int(want.batch) and int(got.steps) == int(want.steps)
         np.testing.assert_allclose(float(got.mean_return), float(want.mean_return))
         assert np.abs(np.asarray(want.report.value)).max() > 1e-3  # noise and steps
-        for a, b in zip(jax.tree_util.tree_leaves((got.report.value, got.opt_state)),
-                        jax.tree_util.tree_leaves((want.report.value, want.opt_state)),
-                        strict=True):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        _same((got.report.value, got.opt_state), (want.report.value, want.opt_state))
     assert len(steps) > 1  # the nodes' rounds differ in length
-    del gym.host_sample_nodes  # the Gymnasium walker itself: -1 a step, -2 a step back
     gym_env = gym.env_params_of(state.key, jnp.arange(cfg.agents))  # the same drifts
-    upd = gym.host_dec_node_update(*args[:2], at(gym_env, i), *args[3:])
+    upd = gym.dec_node_update(*args[:2], at(gym_env, i), *args[3:])
     assert -24.0 <= float(upd.mean_return) <= -1.0
+
+
+def test_a_ray_nodes_host_update_is_its_part_of_the_local_host_round(walkers) -> None:
+    """On the Gymnasium walker, what a Ray node computes for round t (`dec_node_update` from
+    its own z_k, optimizer state, private environment and key fold_in(fold_in(trial key, t),
+    k), as privrl.systems.fedpg.ray does) is node k's part of the local round: the local round
+    is those updates, then the push-sum step and mixing."""
+    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
+    gym = FedPG(cfg, task=walkers[1])
+    state = gym.init(jax.random.key(1))
+    mixing = jnp.asarray(gym.topology.matrix(0), jnp.float32)
+    live = jnp.asarray(True)
+    want, _ = gym.round(state, mixing, live)
+    at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
+    z = np.asarray(state.gossip.x / state.gossip.w[:, None])
+    updates = []
+    for k in range(cfg.agents):
+        env = at(gym.env_params_of(state.key, jnp.array([k])), 0)
+        key = jax.random.fold_in(jax.random.fold_in(state.key, 0), k)
+        updates.append(gym.dec_node_update(jnp.asarray(z[k]), at(state.opt_state, k), env,
+                                           key, live))
+    assert len({int(u.steps) for u in updates}) > 1  # the nodes' rounds differ in length
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *updates)
+    got, _ = gym.variant.finish(state, stacked, mixing)
+    _same((got.gossip, got.opt_state, got.used), (want.gossip, want.opt_state, want.used),
+          exact=True)
 
 
 def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> None:
@@ -191,7 +213,7 @@ def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> N
     neg = FedPG(_cfg(), task=replace(walkers[1], reward_transform=lambda r: -r))
     theta = gym.model.init(jax.random.key(0))
     thetas = jnp.stack([theta, theta])
-    ep = gym.host_sample(thetas, gym.env_params_of(jax.random.key(1), jnp.arange(2)),
+    ep = gym.sample(thetas, gym.env_params_of(jax.random.key(1), jnp.arange(2)),
                          jnp.ones((2, 3), bool), jax.random.key(2))
     want = np.where(np.asarray(ep.actions) == 1, -1.0, -2.0) * np.asarray(ep.mask)
     np.testing.assert_array_equal(np.asarray(ep.rewards), want)

@@ -11,7 +11,7 @@ import pytest
 
 from privrl import main as cli
 from privrl.privacy.shuffle import shuffle_epsilon
-from privrl.systems.fedpg import algorithm
+from privrl.systems.fedpg import cen
 from privrl.systems.fedpg import local as runner
 from privrl.systems.fedpg.algorithm import FedPGConfig
 
@@ -49,7 +49,7 @@ def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monke
     released: list[np.ndarray] = []
     received: list[np.ndarray] = []
     # A Laplace run releases through the per-trial mechanism of the programs it could join.
-    privatize, average = PerTrialMechanism.privatize_with, algorithm.average_reports
+    privatize, average = PerTrialMechanism.privatize_with, cen.average_reports
 
     def recorded(into, value):
         jax.debug.callback(lambda v: into.append(np.asarray(v).reshape(-1, v.shape[-1])), value)
@@ -64,7 +64,7 @@ def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monke
         return average(reports)
 
     monkeypatch.setattr(PerTrialMechanism, "privatize_with", releasing)
-    monkeypatch.setattr(algorithm, "average_reports", receiving)
+    monkeypatch.setattr(cen, "average_reports", receiving)
     cfg = FedPGConfig(mechanism="laplace", epsilon=1.0, clip=1.0, agents=4, budget=12,
                       batch_min=2, batch_max=3, minibatch=2, inner_steps=1,
                       max_episode_steps=30, shuffle=True).resolved()  # small: ~3 rounds

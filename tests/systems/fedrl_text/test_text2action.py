@@ -463,7 +463,7 @@ def test_short_fedrl_training_on_a_synthetic_corpus_beats_both_baselines(tmp_pat
     select-every-verb (0.575 on this test fold; FedRL reaches 0.913 with seed 0, its best
     validation epoch being the second). With the paper's copied targets FedRL stays below
     every-verb here (0.529 with seed 0 in 600 updates), the instability measured on the real
-    corpora (benchmarks/RESULTS.md)."""
+    corpora (benchmarks/log/06-*.md)."""
     from privrl.systems.fedrl_text.local import baselines, run_fold
 
     texts = synthetic_texts()

@@ -97,15 +97,15 @@ def test_invalid_config_names_the_field():
 def test_agents_of_a_round_share_one_snapshot_and_apply_in_turn():
     """With |B| = 1 the round applies P reports sequentially: θ moves P times per round."""
     algo = PGCA3C(PGCA3CConfig(mechanism="laplace", epsilon=5.0, submissions=18))
-    state = algo.init(jax.random.key(0))
+    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 1))  # one trial
     after, scores = jax.jit(lambda s: algo.run_rounds(s, 1))(state)
-    assert int(after.agg.updates) == 9 and int(after.submitted) == 9
-    assert scores.shape == (9,)
+    assert int(after.agg.updates[0]) == 9 and int(after.submitted[0]) == 9
+    assert scores.shape == (1, 9)
     # |B| = 100 (PRS): nine reports are buffered, θ unchanged.
     algo_b = PGCA3C(PGCA3CConfig(mechanism="prs", epsilon=5.0, submissions=18))
-    state_b = algo_b.init(jax.random.key(0))
+    state_b = jax.vmap(algo_b.init)(jax.random.split(jax.random.key(0), 1))
     after_b, _ = jax.jit(lambda s: algo_b.run_rounds(s, 1))(state_b)
-    assert int(after_b.agg.count) == 9 and int(after_b.agg.updates) == 0
+    assert int(after_b.agg.count[0]) == 9 and int(after_b.agg.updates[0]) == 0
     np.testing.assert_array_equal(after_b.agg.theta, state_b.agg.theta)
 
 
@@ -232,3 +232,7 @@ def test_a_runs_trial_group_and_stages():
     # pass their own run's (local._run_trials), not the program's 90 per device.
     assert [trial_group(t, d) for t, d in ((1, 1), (3, 2), (20, 2), (180, 2))] == [1, 2, 10, 10]
     assert trial_stages(9, 10) == [50, 30, 20, 10] and trial_stages(1, 10) == []
+    # An accelerator raises the block (the config's trial_block): all of a device's trials.
+    assert trial_group(180, 2, PGCA3CConfig(trial_block=4096).resolved().trial_block) == 90
+    with pytest.raises(ConfigError, match=r"^trial_block"):
+        PGCA3CConfig(trial_block=0).resolved()

@@ -5,7 +5,7 @@ Equal floats need both programs to compile a trial's arithmetic alike: XLA CPU c
 differently by batch size and context, so every piece of a round is computed a fixed number of
 trials at a time (the setting's own trials per device), behind optimization barriers
 (`runtime.sharding.in_blocks`). 3 trials: small batches, where this used to fail (θ differed in
-its last bits); benchmarks/RESULTS.md has the check at the paper's sizes.
+its last bits); benchmarks/log/01-*.md has the check at the paper's sizes.
 """
 
 import math

@@ -32,10 +32,10 @@ def test_acrobot_task_with_private_masses_and_user_model() -> None:
     assert algo.dim == 6 * 4 + 4 + 4 * 3 + 3 + 4 + 1  # sized from Acrobot's spaces
     assert algo.config.env == "gymnax:Acrobot-v1"
     assert algo.config.private_params == ("link_mass_1=0.8:1.2",)
-    state = algo.init(jax.random.key(0))
+    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 1))  # one trial
     state, scores = jax.jit(lambda s: algo.run_rounds(s, 2))(state)
     # never swung up: 12 steps at -1 each, the true return (not the length)
-    assert int(state.submitted) == 6 and np.all(np.asarray(scores) == -12)
+    assert int(state.submitted[0]) == 6 and np.all(np.asarray(scores) == -12)
     assert np.all(np.isfinite(np.asarray(state.agg.theta)))
 
 
@@ -114,3 +114,28 @@ def test_ray_agent_plays_a_gymnasium_episode_on_the_host() -> None:
     np.testing.assert_array_equal(np.asarray(sub.report.value), np.asarray(again.report.value))
     other, _ = agent.run(theta, 2, 0, 0)  # another agent: another episode and report
     assert not np.array_equal(np.asarray(other.report.value), np.asarray(sub.report.value))
+
+
+def test_a_round_with_its_episodes_played_outside_the_program_is_the_same_round() -> None:
+    """`round` with a host source (its plan and settle jitted apart, the episodes played in
+    between, as on a Gymnasium task) computes what the one-program round computes: here the
+    source plays the gymnax episodes, jitted on their own, so both rounds see the same ones."""
+    from privrl.systems.pgc_a3c.algorithm import JITTED_EPISODES
+
+    class Outside:
+        host = True
+        play = staticmethod(jax.jit(JITTED_EPISODES.__call__, static_argnums=(0, 3)))
+
+        def __call__(self, algo, theta, plans, group):
+            return self.play(algo, theta, plans, group)
+
+    algo = PGCA3C(PGCA3CConfig(mechanism="laplace", epsilon=5.0, parallel_agents=3,
+                               submissions=9, max_episode_steps=12, hidden=4, trials=2))
+    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 2))
+    inside, s_in = jax.jit(lambda s: algo.run_rounds(s, 3))(state)
+    outside, s_out = algo.run_rounds(state, 3, episodes=Outside())
+    np.testing.assert_array_equal(np.asarray(s_out), np.asarray(s_in))
+    np.testing.assert_array_equal(np.asarray(outside.submitted), [9, 9])
+    np.testing.assert_allclose(np.asarray(outside.agg.theta), np.asarray(inside.agg.theta),
+                               rtol=1e-5, atol=1e-7)
+    assert not np.allclose(np.asarray(outside.agg.theta), np.asarray(state.agg.theta))

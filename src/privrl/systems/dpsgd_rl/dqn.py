@@ -56,6 +56,7 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
+from privrl.runtime.programs import settings_program
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -68,7 +69,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     host_observer,
     make_env,
     observation_noise,
-    one_program,
+    program_allows,
     progress_init,
     progress_update,
     trial_env,
@@ -128,7 +129,7 @@ class DQNConfig(EpisodicConfig):
 
     # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
     # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
-    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/RESULTS.md).
+    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/log/04-*.md).
     # dp-solve (ours): dp-sgd with a 16-16 Q-network (386 parameters instead of 17,410, so the
     # same per-coordinate noise has ~7x less norm), double DQN and pause-at 500; it solves
     # CartPole at ε = 8 per transition (benchmarks/RESULTS.md, "A DP-DQN that solves").
@@ -366,7 +367,8 @@ class DQN:
         (`DQNState.setting`, from `setting_data`), so one jitted program runs them all, and
         a trial's floats are its setting's own run's. ConfigError names the field that keeps
         them apart."""
-        return one_program(cls, configs, task, model, SETTING_FIELDS)
+        return settings_program(cls, configs, task, model, one_program_field,
+                                program_allows(SETTING_FIELDS), cls._as_data)
 
     def _as_data(self, each: Sequence[DQN]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip and q, if

@@ -34,7 +34,6 @@ from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
-from privrl.runtime.programs import settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
     PerTrialObservations,
@@ -207,17 +206,11 @@ def one_program_field(configs: Sequence[EpisodicConfig], setting_fields: Sequenc
     return None
 
 
-def one_program(cls: Any, configs: Sequence[EpisodicConfig], task: Task | None, model: Any,
-                setting_fields: Sequence[str]) -> Any:
-    """`cls.for_settings`: one algorithm for settings `configs` that differ only in
-    `setting_fields`, each trial carrying its setting as data (`setting_data`); its `settings`
-    are each setting's own algorithm. ConfigError names the field that keeps them apart."""
-    algo = settings_program(
-        cls, configs, task, model, lambda c: one_program_field(c, setting_fields),
-        f"{', '.join(setting_fields)} (σ·IQR or no observation noise, no float-safe noise, "
-        "no ε cap)")
-    algo._as_data(algo.settings)
-    return algo
+def program_allows(setting_fields: Sequence[str]) -> str:
+    """What settings run as one program may differ in (`runtime.programs.settings_program`'s
+    message)."""
+    return (f"{', '.join(setting_fields)} (σ·IQR or no observation noise, no float-safe noise, "
+            "no ε cap)")
 
 
 def observation_noise(configs: Sequence[EpisodicConfig], obs_dim: int

@@ -45,6 +45,7 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
 )
+from privrl.runtime.programs import settings_program
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -57,7 +58,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     host_observer,
     make_env,
     observation_noise,
-    one_program,
+    program_allows,
     progress_init,
     progress_update,
     trial_env,
@@ -199,7 +200,8 @@ class Reinforce:
         (`ReinforceState.setting`, from `setting_data`), so one jitted program runs them all,
         and a trial's floats are its setting's own run's. ConfigError names the field that
         keeps them apart."""
-        return one_program(cls, configs, task, model, SETTING_FIELDS)
+        return settings_program(cls, configs, task, model, one_program_field,
+                                program_allows(SETTING_FIELDS), cls._as_data)
 
     def _as_data(self, each: Sequence[Reinforce]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip; σ·IQR

@@ -292,17 +292,18 @@ def round_program(algo: FedPG, devices: int) -> Callable[[Any, Any, Any], tuple[
 
     Why one at a time: a round's loops (the rollouts' early exit, the N_t SCSG steps) run
     until their longest member is done, so vmapped trials each pay for the longest trial's
-    N_t and episodes (5 trials vmapped cost 6.6x one trial on CPU, not less than 5x)."""
+    N_t and episodes, which on CPU costs more than computing them one after another."""
     return jax.jit(shard_vmap(in_blocks(jax.vmap(algo.round), 1), devices, batched=True))
 
 
 def host_rounds(algo: FedPG) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
-    """The vmapped round's stand-in for a Gymnasium task: each trial's `FedPG.host_round` in
-    turn (`host_scan` of one round), the same stacked state and round info."""
+    """The vmapped round's stand-in for a Gymnasium task: each trial's `FedPG.round` (its
+    episodes played on the host) in turn (`host_scan` of one round), the same stacked state
+    and round info."""
 
     def step(state: Any, mixing: Any, live: Any) -> tuple[Any, Any]:
         def one(c: tuple[Any, Any]) -> tuple[tuple[Any, Any], Any]:
-            new, info = algo.host_round(c[0], mixing, c[1])
+            new, info = algo.round(c[0], mixing, c[1])
             return (new, c[1]), info
 
         (state, _), info = host_scan(one, 1)((state, jnp.asarray(live)))

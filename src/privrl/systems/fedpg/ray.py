@@ -6,12 +6,12 @@ and a `privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
 1. **step** — the node runs `FedPG.dec_node_update` (the function the local runner computes for
    each node in turn, with the same mechanism path) from its z_k: B_t episodes, its own μ_tᵏ,
    N_t SCSG steps, and its update released through the mechanism as a `Report`, after charging
-   its own ledger. On a Gymnasium task
-   (`task.host`) it runs `FedPG.host_dec_node_update` instead: the same round with its
-   episodes played on the host in the node's own process (the pieces of the local
-   `host_dec_round`, for one node), the rest jitted. It applies the Report to
-   x_k and calls `receive` on each out-neighbour's actor directly with that neighbour's share.
-   Only push-sum shares (post-processing of Reports) ever leave a node.
+   its own ledger. On a Gymnasium task (`task.host`) the same function plays its episodes on
+   the host in the node's own process (the task's episode source,
+   privrl.systems.fedpg.source), the rest jitted piece by piece, as the local runner does for
+   each node. It applies the Report to x_k and calls `receive` on each out-neighbour's actor
+   directly with that neighbour's share. Only push-sum shares (post-processing of Reports)
+   ever leave a node.
 2. **mix** — once a node holds the round-t share of each in-neighbour it sums them.
 
 The driver (the `privrl` process) only keeps rounds in step (push-sum over a time-varying
@@ -88,8 +88,8 @@ class NodeActor:
         env = self.algo.env_params_of(state.key, jnp.array([node]))
         self.env = jax.tree_util.tree_map(lambda a: a[0], env)
         # A Gymnasium task: the round on the host (episodes here, the rest jitted piece by
-        # piece); else one jitted function.
-        self._update = (self.algo.host_dec_node_update if self.algo.task.host
+        # piece: the task's episode source); else one jitted function.
+        self._update = (self.algo.dec_node_update if self.algo.task.host
                         else jax.jit(self.algo.dec_node_update))
         # Secret noise: this process's own root from os.urandom, in memory only, passed to the
         # jitted program as an argument (never a constant a compilation cache could store).

@@ -12,14 +12,16 @@ Model of A3C's asynchrony: the P agents of a round start from the same snapshot 
 reports are applied one after another, so the k-th report of a round was computed from a θ that
 is k-1 updates stale (with |B| = 1), as a thread of A3C that read θ before its peers wrote.
 
-Everything per round is one jitted function; rounds are chained with `lax.scan`, trials with
-`vmap` (and sharded over host devices by the runner). Agent-side (rollout, loss, mechanism) and
-aggregator-side (`BufferedAggregator.receive`) meet only through the `Report` pytree.
-
-On a Gymnasium task (docs/environments.md) the episodes cannot run inside jit: `host_round`
-plans the round (jitted), plays the episodes on the host (`host_rollout`) and hands them to the
-same `round` (jitted), so the loss, mechanism and aggregation are this code either way. A
-submission's score is its episode's true return (`score`).
+One round (`PGCA3C.round`) advances a batch of trials: `plan` (who plays, keys, each agent's
+private dynamics), the episodes from the source passed in (`JITTED_EPISODES`: the gymnax
+rollout inside the round's jitted program; `HOST_EPISODES`: a Gymnasium task's, played on the
+host between the round's jitted pieces), then `settle`: each agent's gradient, its report (the
+mechanism) and the aggregator's updates. Rounds are chained with `lax.scan` (`run_rounds`),
+trials sharded over host devices by the runner. Agent-side (rollout, loss, mechanism) and
+aggregator-side (`BufferedAggregator.receive`) meet only through the `Report` pytree; Ray's
+agent and the audit's canary run the agent side alone (`agent_reports`), from the same plan,
+episode source, gradient and release. A submission's score is its episode's true return
+(`score`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +54,7 @@ from privrl.config import (
     probability,
 )
 from privrl.envs.cartpole import CartPoleSpec
-from privrl.envs.rollout import Trajectory, rollout_episodes, rollout_trials
+from privrl.envs.rollout import Trajectory, rollout_trials
 from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
@@ -68,7 +70,8 @@ from privrl.privacy.mechanisms import (
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES
-from privrl.runtime.programs import alone_or_program
+from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
+from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.runtime.sharding import in_blocks, pad_rows
 
 MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
@@ -158,6 +161,9 @@ class PGCA3CConfig(Config):
     submissions: int = 90_000
     trials: int = 1
     seed: int = 0
+    # The most trials a round computes together (`trial_group`): a CPU cache holds about 10 of
+    # the paper's; an accelerator wants thousands. Part of what fixes a trial's floats.
+    trial_block: int = 10
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's from the OS CSPRNG, never written); None: the runtime's default (local
     # runner: seeded, Ray: secret). See privrl.privacy.noise.
@@ -215,10 +221,12 @@ class PGCA3CConfig(Config):
         """Fill in the preset's per-mechanism defaults and validate everything."""
         cfg = self
         check_preset(cfg.preset, PRESETS)
-        one_of("mechanism", cfg.mechanism, MECHANISMS)
+        if not is_user_mechanism(cfg.mechanism):  # a user's module:callable: Laplace's C, |B|
+            one_of("mechanism", cfg.mechanism, MECHANISMS)
         if cfg.mechanism == "none":
             cfg = replace(cfg, epsilon=math.inf)
-        clip, buffer = MECHANISM_DEFAULTS[cfg.preset][cfg.mechanism]
+        defaults = MECHANISM_DEFAULTS[cfg.preset]
+        clip, buffer = defaults.get(cfg.mechanism, defaults["laplace"])
         cfg = replace(cfg, clip=clip if cfg.clip is None else cfg.clip,
                       buffer_size=buffer if cfg.buffer_size is None else cfg.buffer_size)
         cfg.validate()
@@ -246,7 +254,8 @@ class PGCA3CConfig(Config):
                 fail("d_hat", "only the prs mechanism takes d_hat")
             integer("d_hat", self.d_hat)
         for name in ("trials", "submissions", "parallel_agents", "buffer_size",
-                     "submissions_per_agent", "max_episode_steps", "score_window"):
+                     "submissions_per_agent", "max_episode_steps", "score_window",
+                     "trial_block"):
             integer(name, getattr(self, name))
         integer("seed", self.seed, 0)
         finite("target_score", self.target_score)
@@ -305,6 +314,18 @@ class TrialSetting(NamedTuple):
     buffer_size: Array  # int32 |B|
 
 
+class RoundPlan(NamedTuple):
+    """One trial's round before any episode is played (`PGCA3C.plan`); a batch of trials'
+    plans has a leading trial axis."""
+
+    active: Array  # (P,) bool: the agents that play and submit
+    round_key: Array  # the round's key (the shuffler's order folds it)
+    keys: Array  # (2,): the rollout's key, the mechanism's
+    noise_keys: Array | None  # (P,) each agent's mechanism key (secret noise); None: seeded
+    params: Any  # each agent's private dynamics, (P, ...) leaves
+    alpha: Array  # the exploration probability α
+
+
 # Config fields that settings run as one program may differ in (they become per-trial data).
 # `noise` may differ only for non-private settings, whose mechanism takes no key.
 SETTING_FIELDS = ("mechanism", "epsilon", "clip", "buffer_size", "d_hat", "budget_composition",
@@ -336,8 +357,8 @@ def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
 
 
 class PGCA3C:
-    """The algorithm for one resolved config: `init(key)` and `run_rounds(state, num_rounds)`
-    (one trial; the local runner uses `run_rounds_trials`, a batch of trials)."""
+    """The algorithm for one resolved config: `init(key)`, and `run_rounds(states, n)` or
+    `round(states, ...)` for a batch of trials (leading axis)."""
 
     def __init__(self, config: PGCA3CConfig, task: Task | None = None,
                  model: nn.Module | None = None) -> None:
@@ -360,13 +381,15 @@ class PGCA3C:
         self.aggregator = BufferedAggregator(
             self.dim, cfg.buffer_size, cfg.learning_rate, server_optimizer(cfg)
         )
-        # The jitted pieces of a host-side (Gymnasium) round, compiled once per run.
-        self._act, self._plan, self._round = jax.jit(self.act), jax.jit(self.plan), jax.jit(
-            self.round)
-        self._agents_params = jax.jit(task.agents_params)
-        # Set by `for_settings`: each setting's resolved config and its own mechanism, and the
-        # aggregator for each of their |B|.
-        self.settings: list[tuple[PGCA3CConfig, Mechanism]] = [(cfg, self.mechanism)]
+        # Where the task's episodes are played: in the round's jitted program (gymnax), or on
+        # the host (Gymnasium), between the round's jitted pieces (compiled once per run).
+        self.episodes: EpisodeSource = HOST_EPISODES if task.host else JITTED_EPISODES
+        self._act, self._plan = jax.jit(self.act), jax.jit(jax.vmap(self.plan))
+        self._settle = jax.jit(self.settle, static_argnums=3)
+        self._agents_plan = jax.jit(self.agents_plan)
+        # Each setting's own algorithm (several: `for_settings`), and the aggregator for each
+        # of their |B|.
+        self.settings: list[PGCA3C] = [self]
         self.aggregators = {cfg.buffer_size: self.aggregator}
 
     @classmethod
@@ -377,18 +400,17 @@ class PGCA3C:
         carries its setting as data (`TrialState.setting`, from `setting_data`), so one jitted
         program runs them all. A trial's releases and updates are the floats its setting's own
         program computes. ConfigError names the field that keeps them apart."""
-        each = [cls(c, task, model) for c in configs]
-        field = one_program_field([a.config for a in each])
-        if field is not None:
-            raise ConfigError(field, "settings run as one program may differ only in "
-                                     f"{', '.join(SETTING_FIELDS)} (mechanisms none, laplace, "
-                                     "prs, without float-safe noise)")
-        algo = each[0]
-        algo.settings = [(a.config, a.mechanism) for a in each]
-        algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
+        return settings_program(cls, configs, task, model, one_program_field,
+                                f"{', '.join(SETTING_FIELDS)} (mechanisms "
+                                f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "
+                                "noise)", cls._as_data)
+
+    def _as_data(self, each: Sequence[PGCA3C]) -> None:
+        """Settings `each` as per-trial data: their mechanisms as one `PerTrialMechanism` (the
+        program's families), and an aggregator for each of their |B|."""
+        self.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), self.dim,
                                            PROGRAM_FAMILIES)
-        algo.aggregators = {a.config.buffer_size: a.aggregator for a in each}
-        return algo
+        self.aggregators = {a.config.buffer_size: a.aggregator for a in each}
 
     def receive(self, agg: AggregatorState, report: Any, setting: TrialSetting | None
                 ) -> AggregatorState:
@@ -409,7 +431,7 @@ class PGCA3C:
         """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
         assert isinstance(self.mechanism, PerTrialMechanism)
         return TrialSetting(self.mechanism.stack(settings), np.asarray(
-            [self.settings[i][0].buffer_size for i in settings], np.int32))
+            [self.settings[i].config.buffer_size for i in settings], np.int32))
 
     # --- setup ---------------------------------------------------------------------------
     def init(self, key: Array) -> TrialState:
@@ -470,37 +492,153 @@ class PGCA3C:
         end = jnp.where(reached, 1.0, jnp.where(traj.terminated, -1.0, 0.0))
         return jnp.where(last, end, 0.0) * traj.mask
 
-    def agent_reports(
-        self,
-        theta: Array,
-        submitted: Array,
-        key: Array,
-        env_key: Array,
-        agent_ids: Array,
-        active: Array,
-        noise_keys: Array | None = None,
-        traj: Trajectory | None = None,
-        setting: TrialSetting | None = None,
-    ) -> tuple[Any, Array]:
-        """P agents play one episode each from θ; returns their Reports and scores (P,): each
-        episode's return in the environment's own rewards (`score`).
-        `noise_keys` (P,): each agent's own mechanism keys (secret noise); None: derived
-        from `key` (seeded). `traj`: the episodes, already played on the host (a Gymnasium
-        task: `host_rollout` with `rollout_key(key)`); None: played here, jitted. `setting`:
-        the trial's mechanism as data (`for_settings`)."""
+    # --- one round: plan, episodes (from the source passed in), reports, aggregation -------
+    def plan(self, state: TrialState, env_key: Array) -> RoundPlan:
+        """Who plays this round and with what, before any episode is played. The last round
+        may be partial; a retired trial's agents do nothing."""
         cfg = self.config
-        k_roll, k_mech = jax.random.split(key)
+        index = state.submitted + jnp.arange(cfg.parallel_agents, dtype=jnp.int32)
+        active = (index < cfg.submissions) & ~state.retired
+        round_key = jax.random.fold_in(state.key, state.submitted // cfg.parallel_agents)
+        agent_ids = index // cfg.submissions_per_agent
+        return self.agents_plan(state.submitted, round_key, env_key, agent_ids, active,
+                                self.noise_keys(state.noise, agent_ids, index))
+
+    def agents_plan(self, submitted: Array, key: Array, env_key: Array, agent_ids: Array,
+                    active: Array, noise_keys: Array | None = None) -> RoundPlan:
+        """The plan of agents `agent_ids` (those `active` play) after `submitted` submissions,
+        from the round key `key` (`plan` folds it from the trial's; Ray's agent and the audit's
+        canary choose their own) and the trial's `env_key`."""
+        return RoundPlan(active, key, jax.random.split(key), noise_keys,
+                         self.task.agents_params(env_key, agent_ids),
+                         self.exploration(submitted))
+
+    @staticmethod
+    def noise_keys(root: Array | None, agent_ids: Array, index: Array) -> Array | None:
+        """The round's mechanism keys under secret noise (None: seeded, from the round key)."""
+        if root is None:
+            return None
+        return jax.vmap(agent_noise_key, (None, 0, 0))(root, agent_ids, index)
+
+    def round(self, states: TrialState, env_keys: Array, episodes: EpisodeSource, group: int
+              ) -> tuple[TrialState, Array]:
+        """One round of a batch of trials (leading axis, a multiple of `group`; `env_keys`:
+        each trial's `trial_env_key`): the plan, the agents' episodes from `episodes`
+        (`JITTED_EPISODES` inside this program, or `HOST_EPISODES` on the host, between its
+        jitted pieces), then `settle`. Scores (trials, P), NaN where no agent submitted."""
+        host = episodes.host  # a host source cannot be traced: plan and settle jitted apart
+        plans = (self._plan if host else jax.vmap(self.plan))(states, env_keys)
+        # The named scopes label the pieces in a profile (benchmarks/profile_round.py).
+        with jax.named_scope("rollout"):
+            traj = episodes(self, states.agg.theta, plans, group)
+        return (self._settle if host else self.settle)(states, plans, traj, group)
+
+    def settle(self, states: TrialState, plans: RoundPlan, traj: Trajectory, group: int
+               ) -> tuple[TrialState, Array]:
+        """A batch of trials' round after its episodes: each agent's gradient, its report (the
+        mechanism) and the aggregator's updates.
+
+        A trial's floats can depend on the size of the batch XLA computes it in and on what it
+        fuses with, so every piece is computed `group` trials at a time (`in_blocks`), `group`
+        fixed by the run's own configuration, never by how many trials share the program
+        (`trial_group`): each trial's floats are the same in any batch, its own run's when
+        settings run as one program."""
+        with jax.named_scope("gradients"):
+            grads = in_blocks(jax.vmap(self.episode_grads), group)(states.agg.theta, traj)
+
+        def one(state: TrialState, grads: Array, key: Array, noise_keys: Array | None,
+                scores: Array, active: Array, round_key: Array) -> tuple[TrialState, Array]:
+            with jax.named_scope("mechanism"):
+                reports = self.privatize(grads, key, noise_keys, state.setting)
+            with jax.named_scope("aggregator"):
+                return self.finish_round(state, reports, scores, active, round_key)
+
+        return in_blocks(jax.vmap(one), group)(
+            states, grads, plans.keys[:, 1], plans.noise_keys, jax.vmap(self.score)(traj),
+            plans.active, plans.round_key)
+
+    def finish_round(self, state: TrialState, reports: Any, scores: Array, active: Array,
+                     round_key: Array) -> tuple[TrialState, Array]:
+        """The aggregator's side of a round: the reports (shuffled, if so configured) applied
+        one after another; scores NaN where no agent submitted."""
+        p = self.config.parallel_agents
+        if self.config.shuffle:  # the shuffler: a uniformly random order, no identities
+            order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
+            reports, active_in = jax.tree_util.tree_map(lambda a: a[order], (reports, active))
+        else:
+            active_in = active
+
+        def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
+            report, live = item
+            new = self.receive(agg, report, state.setting)
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
+
+        agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
+        submitted = state.submitted + jnp.sum(active, dtype=jnp.int32)
+        return (state._replace(agg=agg, submitted=submitted),
+                jnp.where(active, scores, jnp.nan))
+
+    def run_rounds(self, states: TrialState, num_rounds: int, group: int | None = None,
+                   episodes: EpisodeSource | None = None) -> tuple[TrialState, Array]:
+        """`num_rounds` rounds of a batch of trials (`round`); scores (trials, rounds * P), NaN
+        where no agent submitted (past the cap, or retired): a return can be any number, so NaN
+        marks none. `group`: the trials computed together (default: the batch, at most the
+        config's `trial_block`); `episodes`: the source (default: the task's). The batch is
+        padded once to a multiple of `group` with retired copies of its first trial, which
+        take no step and are dropped. Jit it, unless the episodes are played on the host."""
+        episodes = episodes or self.episodes
+        n = states.submitted.shape[0]
+        group = group or trial_group(n, 1, self.config.trial_block)
+        size = -(-n // group) * group
+        states = jax.tree_util.tree_map(lambda x: pad_rows(x, size), states)
+        states = states._replace(retired=states.retired.at[n:].set(True))
+        env_keys = jax.vmap(trial_env_key)(states)
+
+        def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
+            return self.round(s, env_keys, episodes, group)
+
+        if episodes.host:
+            per_round = []
+            for _ in range(num_rounds):
+                states, scores = body(states, None)
+                per_round.append(np.asarray(scores))
+            scores = jnp.asarray(np.stack(per_round))
+        else:
+            states, scores = jax.lax.scan(body, states, None, length=num_rounds)
+        return (jax.tree_util.tree_map(lambda x: x[:n], states),
+                jnp.swapaxes(scores, 0, 1)[:n].reshape(n, -1))
+
+    # --- the agent side alone: Ray's agent, the audit's canary ---------------------------
+    def agent_reports(self, theta: Array, submitted: Array, key: Array, env_key: Array,
+                      agent_ids: Array, active: Array, noise_keys: Array | None = None,
+                      traj: Trajectory | None = None, setting: TrialSetting | None = None
+                      ) -> tuple[Any, Array]:
+        """What a round computes on the agents' side, for one trial's agents (`agents_plan`)
+        from θ: their Reports and scores (P,). `noise_keys` (P,): each agent's own mechanism
+        keys (secret noise); None: derived from `key` (seeded). `traj`: their episodes, already
+        played on the host (`host_rollout`); None: played here by `JITTED_EPISODES`.
+        `setting`: the trial's mechanism as data (`for_settings`)."""
+        plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys)
         if traj is None:
-            params = self.task.agents_params(env_key, agent_ids)  # each agent's private dynamics
-            alpha = self.exploration(submitted)
-            policy = lambda k, obs: self.act(theta, alpha, k, obs)  # noqa: E731
-            traj = rollout_episodes(
-                self.env, params, policy, k_roll, cfg.parallel_agents, cfg.max_episode_steps,
-                active
-            )
-        reports = self.privatize(self.episode_grads(theta, traj), k_mech, noise_keys, setting)
+            traj = self._one_trial(JITTED_EPISODES, theta, plan)
+        reports = self.privatize(self.episode_grads(theta, traj), plan.keys[1],
+                                 plan.noise_keys, setting)
         return reports, self.score(traj)
 
+    def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
+                     agent_ids: Array, active: Array) -> Trajectory:
+        """The episodes `agent_reports` takes on a Gymnasium task: `HOST_EPISODES` for one
+        trial's agents."""
+        plan = self._agents_plan(submitted, key, env_key, agent_ids, active)
+        return self._one_trial(HOST_EPISODES, theta, plan)
+
+    def _one_trial(self, episodes: EpisodeSource, theta: Array, plan: RoundPlan
+                   ) -> Trajectory:
+        """`episodes` for one trial (no trial axis)."""
+        one = jax.tree_util.tree_map(lambda x: x[None], (theta, plan))
+        return jax.tree_util.tree_map(lambda x: x[0], episodes(self, *one, 1))
+
+    # --- the agent side's pieces ---------------------------------------------------------
     def episode_grads(self, theta: Array, traj: Trajectory) -> Array:
         """∇θ of each agent's episode loss (P, d), from the round's episodes (time-major)."""
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
@@ -527,147 +665,53 @@ class PGCA3C:
         rewards do not change it). CartPole's return is its length, the paper's score."""
         return jnp.sum(traj.rewards, axis=0)
 
-    @staticmethod
-    def rollout_key(key: Array) -> Array:
-        """The rollout's share of an `agent_reports` key (the mechanism gets the other)."""
-        return jax.random.split(key)[0]
+class EpisodeSource(Protocol):
+    """Where a round's episodes are played: `(algo, theta, plans, group)` gives the episodes
+    (time-major `Trajectory` per trial) of a batch of trials (leading axis, a multiple of
+    `group`) from each trial's θ and `RoundPlan`."""
 
-    def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
-                     agent_ids: Array, active: Array) -> Trajectory:
-        """The agents' episodes played on the host (a Gymnasium task), the jitted network
-        choosing each action: what `agent_reports` plays itself on a gymnax task."""
-        params = self._agents_params(env_key, agent_ids)
-        alpha = self.exploration(submitted)
-        return self.task.rollout(params, lambda k, obs: self._act(theta, alpha, k, obs),
-                                 self.rollout_key(key), self.config.parallel_agents,
-                                 self.config.max_episode_steps, np.asarray(active))
+    host: bool  # True: played on the host, outside any jitted program
 
-    # --- one round, then many ------------------------------------------------------------
-    def plan(self, state: TrialState) -> tuple[Array, Array, Array, Array]:
-        """Who plays this round: (submission indices, active, round key, agent ids). The last
-        round may be partial; a retired trial's agents do nothing."""
-        cfg = self.config
-        index = state.submitted + jnp.arange(cfg.parallel_agents, dtype=jnp.int32)
-        active = (index < cfg.submissions) & ~state.retired
-        round_key = jax.random.fold_in(state.key, state.submitted // cfg.parallel_agents)
-        return index, active, round_key, index // cfg.submissions_per_agent
+    def __call__(self, algo: PGCA3C, theta: Array, plans: RoundPlan, group: int
+                 ) -> Trajectory: ...
 
-    def host_round(self, state: TrialState) -> tuple[TrialState, Array]:
-        """`round` for a task that rolls out on the host: plan (jitted), play the episodes on
-        the host, then reports and aggregation (jitted)."""
-        env_key = trial_env_key(state)
-        _, active, round_key, agent_ids = self._plan(state)
-        traj = self.host_rollout(state.agg.theta, state.submitted, round_key, env_key,
-                                 agent_ids, active)
-        return self._round(state, env_key, traj)
 
-    def round(self, state: TrialState, env_key: Array, traj: Trajectory | None = None
-              ) -> tuple[TrialState, Array]:
-        """One round; `traj`: its episodes if already played on the host (`host_round`)."""
-        index, active, round_key, agent_ids = self.plan(state)
-        reports, scores = self.agent_reports(
-            state.agg.theta, state.submitted, round_key, env_key, agent_ids, active,
-            self.noise_keys(state.noise, agent_ids, index), traj, state.setting
-        )
-        return self.finish_round(state, reports, scores, active, round_key)
+class JittedEpisodes:
+    """A gymnax task's episodes, inside the round's jitted program (`rollout_trials`): trials
+    step `group` at a time, and trials whose agents are all done stop costing steps (stages of
+    half the blocks, a quarter, ...: `trial_stages`)."""
 
-    @staticmethod
-    def noise_keys(root: Array | None, agent_ids: Array, index: Array) -> Array | None:
-        """The round's mechanism keys under secret noise (None: seeded, from the round key)."""
-        if root is None:
-            return None
-        return jax.vmap(agent_noise_key, (None, 0, 0))(root, agent_ids, index)
+    host = False
 
-    def finish_round(self, state: TrialState, reports: Any, scores: Array, active: Array,
-                     round_key: Array) -> tuple[TrialState, Array]:
-        """The aggregator's side of a round: the reports (shuffled, if so configured) applied
-        one after another; scores NaN where no agent submitted."""
-        p = self.config.parallel_agents
-        if self.config.shuffle:  # the shuffler: a uniformly random order, no identities
-            order = jax.random.permutation(jax.random.fold_in(round_key, 0x5F1E), p)
-            reports, active_in = jax.tree_util.tree_map(lambda a: a[order], (reports, active))
-        else:
-            active_in = active
+    def __call__(self, algo: PGCA3C, theta: Array, plans: RoundPlan, group: int
+                 ) -> Trajectory:
+        cfg = algo.config
+        return rollout_trials(
+            algo.env, plans.params, lambda a, k, obs: algo.act(a[0], a[1], k, obs),
+            (theta, plans.alpha), plans.keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps,
+            plans.active, group, trial_stages(theta.shape[0] // group, group))
 
-        def apply(agg: AggregatorState, item: tuple) -> tuple[AggregatorState, None]:
-            report, live = item
-            new = self.receive(agg, report, state.setting)
-            return jax.tree_util.tree_map(lambda a, b: jnp.where(live, a, b), new, agg), None
 
-        agg, _ = jax.lax.scan(apply, state.agg, (reports, active_in))
-        submitted = state.submitted + jnp.sum(active, dtype=jnp.int32)
-        return (state._replace(agg=agg, submitted=submitted),
-                jnp.where(active, scores, jnp.nan))
+class HostEpisodes:
+    """A Gymnasium task's episodes, played on the host (`Task.rollout`) one trial after
+    another, the jitted network choosing each action: the same keys and private dynamics as
+    `JittedEpisodes` (tests/kernel/envs/test_gymnasium_task.py: the rollouts are twins)."""
 
-    def run_rounds(self, state: TrialState, num_rounds: int) -> tuple[TrialState, Array]:
-        """`num_rounds` rounds of one trial; scores (num_rounds * P,), NaN where no agent
-        submitted (past the cap, or retired): a return can be any number, so NaN marks none."""
-        env_key = trial_env_key(state)
+    host = True
 
-        def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
-            return self.round(s, env_key)
+    def __call__(self, algo: PGCA3C, theta: Array, plans: RoundPlan, group: int
+                 ) -> Trajectory:
+        cfg, each = algo.config, []
+        for k in range(theta.shape[0]):
+            plan = jax.tree_util.tree_map(lambda x, k=k: x[k], plans)
+            policy = partial(algo._act, theta[k], plan.alpha)
+            each.append(algo.task.rollout(plan.params, policy, plan.keys[0],
+                                          cfg.parallel_agents, cfg.max_episode_steps,
+                                          np.asarray(plan.active)))
+        return jax.tree_util.tree_map(lambda *x: np.stack(x), *each)
 
-        state, scores = jax.lax.scan(body, state, None, length=num_rounds)
-        return state, scores.reshape(-1)
 
-    # --- many trials at once -------------------------------------------------------------
-    def round_trials(self, states: TrialState, env_keys: Array, group: int
-                     ) -> tuple[TrialState, Array]:
-        """`round` for a batch of trials (leading axis, a multiple of `group`), each trial's
-        floats the same in any batch: its own run's, when settings run as one program.
-
-        Faster than a vmapped `round` in three ways. The episodes are played by
-        `rollout_trials`: no per-step copy of every trial's buffers, and trials whose agents
-        are done stop costing steps (stages of half the batch, a quarter, ...). The gradients
-        are computed `group` trials at a time (small enough to stay in cache). A trial's floats
-        can depend on the size of the batch XLA computes it in and on what it fuses with, so
-        every piece of the round is computed `group` trials at a time (`in_blocks`), `group`
-        fixed by the run's own configuration, never by how many trials share the program
-        (`trial_group`)."""
-        cfg = self.config
-        blocks = states.submitted.shape[0] // group
-        index, active, round_key, agent_ids = jax.vmap(self.plan)(states)
-        noise_keys = jax.vmap(self.noise_keys)(states.noise, agent_ids, index)
-        keys = jax.vmap(jax.random.split)(round_key)  # (trials, 2): rollout, mechanism
-        params = jax.vmap(self.task.agents_params)(env_keys, agent_ids)
-        theta = states.agg.theta
-        alpha = jax.vmap(self.exploration)(states.submitted)
-        # The named scopes label the pieces in a profile (benchmarks/profile_round.py).
-        with jax.named_scope("rollout"):
-            traj = rollout_trials(
-                self.env, params, lambda a, k, obs: self.act(a[0], a[1], k, obs),
-                (theta, alpha), keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps, active,
-                group, trial_stages(blocks, group))
-        with jax.named_scope("gradients"):
-            grads = in_blocks(jax.vmap(self.episode_grads), group)(theta, traj)
-
-        def settle(state: TrialState, grads: Array, key: Array, noise_keys: Array | None,
-                   scores: Array, active: Array, round_key: Array) -> tuple[TrialState, Array]:
-            with jax.named_scope("mechanism"):
-                reports = self.privatize(grads, key, noise_keys, state.setting)
-            with jax.named_scope("aggregator"):
-                return self.finish_round(state, reports, scores, active, round_key)
-
-        return in_blocks(jax.vmap(settle), group)(
-            states, grads, keys[:, 1], noise_keys, jax.vmap(self.score)(traj), active, round_key)
-
-    def run_rounds_trials(self, states: TrialState, num_rounds: int, group: int
-                          ) -> tuple[TrialState, Array]:
-        """`run_rounds` for a batch of trials (`round_trials`); scores (trials, rounds * P).
-        The batch is padded once to a multiple of `group` with retired copies of its first
-        trial, which take no step and are dropped."""
-        n = states.submitted.shape[0]
-        size = -(-n // group) * group
-        states = jax.tree_util.tree_map(lambda x: pad_rows(x, size), states)
-        states = states._replace(retired=states.retired.at[n:].set(True))
-        env_keys = jax.vmap(trial_env_key)(states)
-
-        def body(s: TrialState, _: Any) -> tuple[TrialState, Array]:
-            return self.round_trials(s, env_keys, group)
-
-        states, scores = jax.lax.scan(body, states, None, length=num_rounds)
-        return (jax.tree_util.tree_map(lambda x: x[:n], states),
-                jnp.swapaxes(scores, 0, 1)[:n].reshape(n, -1))
+JITTED_EPISODES, HOST_EPISODES = JittedEpisodes(), HostEpisodes()
 
 
 def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None,
@@ -680,23 +724,30 @@ def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None
     return alone_or_program(PGCA3C, configs, task, model, one_program_field)
 
 
-# The largest block of trials `PGCA3C.round_trials` computes together: the paper's network over
-# 10 trials' padded episodes (10 × 9 × 200 steps × 16 units) fits in a 2 MiB L2 cache; its
-# gradient measured 2.5× faster than 90 trials at once on the 2-core VM (benchmarks/RESULTS.md).
-TRIAL_BLOCK = 10
+def lone_agent(config: PGCA3CConfig, task: Task | None = None, model: nn.Module | None = None
+               ) -> tuple[PGCA3C, TrialSetting | None]:
+    """The algorithm one agent at a time runs (the Ray agents, `privrl audit pgc-a3c`): a
+    local run's (`settings_algorithm`) with one agent per round, and its setting as data for
+    `agent_reports` (None: the mechanism is compiled in), so that every runtime and the audit
+    release through the code a local run releases with."""
+    algo = settings_algorithm([replace(config, parallel_agents=1, trials=1)], task, model)
+    if not isinstance(algo.mechanism, PerTrialMechanism):
+        return algo, None
+    return algo, jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]), algo.setting_data([0]))
 
 
-def trial_group(trials: int, devices: int) -> int:
+def trial_group(trials: int, devices: int, block: int = PGCA3CConfig.trial_block) -> int:
     """The block of trials a run of `trials` trials on `devices` devices computes together: its
-    trials per device, at most TRIAL_BLOCK. Settings run as one program use their own run's,
-    so every trial is computed in blocks of the size its own run uses."""
-    return max(1, min(TRIAL_BLOCK, math.ceil(trials / devices)))
+    trials per device, at most `block` (the config's `trial_block`). Settings run as one
+    program use their own run's, so every trial is computed in blocks of the size its own run
+    uses."""
+    return max(1, min(block, math.ceil(trials / devices)))
 
 
 def trial_stages(blocks: int, group: int) -> list[int]:
     """`rollout_trials`' stages for `blocks` blocks of `group` trials: half of the blocks,
-    half of that, ... down to one block (a run with one block has no stages). Measured on
-    the paper sweep: halves 4.9 CPU-s per chunk, thirds 5.3, two-thirds 5.2."""
+    half of that, ... down to one block (a run with one block has no stages). Halving was the
+    cheapest of the splits tried on the paper sweep (thirds, two-thirds)."""
     sizes = []
     while blocks > 1:
         blocks = -(-blocks // 2)
@@ -740,6 +791,8 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
     eps = cfg.epsilon_per_report()
+    if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
+        return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "privunit":

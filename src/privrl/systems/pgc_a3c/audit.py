@@ -1,7 +1,8 @@
 """End-to-end audit of PGC-A3C: a canary agent, and an attacker who sees only its report.
 
-The agent runs the real agent-side code (`PGCA3C.agent_reports`: one CartPole episode in its
-private environment from the public θ, the A3C gradient, the mechanism). In world 1 the agent is
+The agent runs the real agent-side code of a local run (`lone_agent`, `PGCA3C.agent_reports`:
+one CartPole episode in its private environment from the public θ, the A3C gradient, the
+mechanism's release with the setting as data, as `privrl run` releases). In world 1 the agent is
 a canary: its gradient is replaced by 2·clip along a public direction u (beyond any clip); in
 world 0 it is the agent's own gradient. The attacker knows θ, u and the mechanism, sees one
 report and thresholds ⟨report, u⟩ (`privrl.audit.audit_mechanism` chooses the threshold on
@@ -11,8 +12,10 @@ held-out data and bounds ε with Clopper–Pearson). The claim audited is the re
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -20,23 +23,38 @@ from jax import Array
 
 from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, lone_agent
 
 __all__ = ["CanaryAgent", "audit_pgc_a3c"]
 
 
 class CanaryAgent(CanaryAgentBase):
-    """`privatize(key, [c])`: one PGC-A3C agent's report; c = 1 makes it the canary."""
+    """`privatize(key, [c])`: one PGC-A3C agent's report; c = 1 makes it the canary. The agent
+    is a local run's (`lone_agent`): its report goes through the release a run uses."""
 
     def __init__(self, config: PGCA3CConfig, theta_key: Array) -> None:
-        system = PGCA3C(replace(config, parallel_agents=1, trials=1))
+        system, self.setting = lone_agent(config)
+        self.own_mechanism = system.settings[0][1]  # the setting's own mechanism and claim
         super().__init__(system, theta_key, f"pgc-a3c {system.config.mechanism} canary agent")
+
+    @property
+    def guarantee(self) -> Any:
+        return self.own_mechanism.guarantee
+
+    def swapped(self, on: Array) -> PGCA3C:
+        """The agent whose gradient is the canary when `on` > 0 (its own otherwise): the swap
+        happens before the mechanism, which is the run's, untouched."""
+        system = copy.copy(self.system)
+        grads = self.system.episode_grads
+        system.episode_grads = lambda theta, traj: jnp.where(  # type: ignore[method-assign]
+            on > 0, self.canary, grads(theta, traj))
+        return system
 
     def privatize(self, key: Array, x: Array) -> Array:
         k_agent, k_env = jax.random.split(key)
         reports, _ = self.swapped(x[0]).agent_reports(
             self.theta, jnp.zeros((), jnp.int32), k_agent, k_env, jnp.zeros((1,), jnp.int32),
-            jnp.ones((1,), bool))
+            jnp.ones((1,), bool), setting=self.setting)
         return reports.value[0]
 
 

@@ -26,6 +26,7 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     flag_names,
+    mechanism_option,
     parse_numbers,
     progress_bar,
     system_apps,
@@ -73,8 +74,10 @@ def run_pgc_a3c_command(
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
-        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), or none (non-private ε = ∞ "
-        "baseline: clipped, no noise; NO privacy guarantee).", case_sensitive=False)
+        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), none (non-private ε = ∞ "
+        "baseline: clipped, no noise; NO privacy guarantee), or your own module:callable "
+        "(its declared guarantee, not verified by privrl; docs/ldp-mechanisms.md).",
+        parser=mechanism_option(MechanismName))
     ] = MechanismName.laplace,
     epsilon: Annotated[float | None, typer.Option(
         help="Each agent's total privacy budget ε (> 0, finite). Default 5. "
@@ -432,8 +435,8 @@ def results_table(summary: dict) -> Table:
 @flag_names(epsilons="--epsilon")
 def audit_pgc_a3c_command(
     mechanism: Annotated[MechanismName, typer.Option(
-        help="The agents' mechanism: laplace, prs, privunit or privunitg.",
-        case_sensitive=False)
+        help="The agents' mechanism: laplace, prs, privunit, privunitg or your own "
+        "module:callable.", parser=mechanism_option(MechanismName))
     ] = MechanismName.laplace,
     epsilon: Annotated[str, typer.Option(
         help="Agent budgets ε to audit (comma-separated; one report per agent).")

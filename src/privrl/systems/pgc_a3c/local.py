@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from privrl.config import ConfigError
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
@@ -42,7 +41,6 @@ from privrl.privacy.shuffle import shuffle_record
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
-    host_scan,
     setting_trial_keys,
     shard_vmap,
     trial_devices,
@@ -100,26 +98,28 @@ def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
 class ShardedTrials:
     """`trials` independent trials of `algo`, vmapped and split over host devices.
 
-    `run_chunk(state, retired)` advances every trial by `chunk` rounds in one jitted call
-    (`PGCA3C.run_rounds_trials`, every piece of a round `group` trials at a time) and
-    returns (state, scores) with scores of shape (trials, chunk * P), NaN where no agent
-    submitted. `retired` (bool per trial, default none) marks trials whose agents no longer run:
-    they cost no environment steps. Trials are padded to a multiple of the device count with
-    retired dummies, which are dropped from the outputs.
+    `run_chunk(state, retired)` advances every trial by `chunk` rounds (`PGCA3C.run_rounds`,
+    every piece of a round `group` trials at a time: default, the run's own, at most the
+    config's `trial_block`) and returns (state, scores) with scores of shape
+    (trials, chunk * P), NaN where no agent submitted. `retired` (bool per trial, default
+    none) marks trials whose agents no longer run: they cost no environment steps. Trials are
+    padded to a multiple of the device count with retired dummies, which are dropped from the
+    outputs. On a task that plays its episodes on the host (a Gymnasium task) the rounds run
+    from Python on one device, their pieces jitted (`PGCA3C.round`).
     """
 
     def __init__(self, algo: PGCA3C, trials: int, chunk: int, devices: int | None = None,
                  group: int | None = None):
-        self.devices = n_dev = trial_devices(trials, devices)
+        host = algo.episodes.host
+        self.devices = n_dev = 1 if host else trial_devices(trials, devices)
         self.trials = trials
         self.padded = math.ceil(trials / n_dev) * n_dev
-        # The block of trials computed together (`PGCA3C.round_trials`): default, this run's.
-        group = group or trial_group(trials, n_dev)
+        group = group or trial_group(trials, n_dev, algo.config.trial_block)
 
         def advance(state: Any, retired: jax.Array) -> Any:
-            return algo.run_rounds_trials(state._replace(retired=retired), chunk, group)
+            return algo.run_rounds(state._replace(retired=retired), chunk, group)
 
-        self._run = jax.jit(shard_vmap(advance, n_dev, batched=True))
+        self._run = advance if host else jax.jit(shard_vmap(advance, n_dev, batched=True))
         self._init = jax.jit(shard_vmap(algo.init, n_dev))
         self._sharding = trial_sharding(n_dev)
 
@@ -138,27 +138,8 @@ class ShardedTrials:
         mask[: self.trials] = False if retired is None else retired
         # Host arrays (a setting's data) placed as the program returns its state: one compile.
         state = jax.device_put(state, self._sharding)
-        state, scores = self._run(state, mask)
+        state, scores = self._run(state, jax.numpy.asarray(mask))
         return state, np.asarray(scores)[: self.trials]
-
-
-class HostTrials:
-    """`ShardedTrials` for a task that rolls out on the host (a Gymnasium task): the trials
-    one after another (`host_scan` of `PGCA3C.host_round`), on one device."""
-
-    def __init__(self, algo: PGCA3C, trials: int, chunk: int):
-        self.trials, self.devices = trials, 1
-        self._init = jax.jit(jax.vmap(algo.init))
-        self._run = host_scan(algo.host_round, chunk)
-
-    def init(self, key: jax.Array, noise: str = "seeded") -> Any:
-        state = self._init(jax.random.split(key, self.trials))
-        return state if noise == "seeded" else state._replace(noise=secret_keys(self.trials))
-
-    def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
-        mask = np.zeros(self.trials, bool) if retired is None else np.asarray(retired, bool)
-        state, scores = self._run(state._replace(retired=jax.numpy.asarray(mask)))
-        return state, scores.reshape(self.trials, -1)
 
 
 def run_pgc_a3c(
@@ -216,20 +197,19 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
-    if algo.task.host:  # about 100 episodes per trial between progress updates
-        if n_set > 1:
-            raise ConfigError("env", "settings run as one program need a gymnax task (a "
-                                     "Gymnasium task plays its trials on the host, in turn)")
+    if algo.episodes.host:  # about 100 episodes per trial between progress updates
         chunk = chunk_rounds or min(total_rounds, max(1, 100 // p))
-        runner: ShardedTrials | HostTrials = HostTrials(algo, k, chunk)
+        runner = ShardedTrials(algo, k, chunk)
         state = runner.init(jax.random.key(cfg.seed), cfg.noise or "seeded")
     else:
         # The chunk of a setting's own run, so retirement is checked where that run checks it.
         chunk = chunk_rounds or _chunk_rounds(total_rounds, p, k)
         # Every trial in blocks of its own run's size, so its floats are that run's.
         own = trial_devices(k, devices)
-        runner = ShardedTrials(algo, n_set * k, chunk, devices, trial_group(k, own))
-        noise = next((c.noise for c, _ in settings if c.mechanism != "none"), cfg.noise)
+        runner = ShardedTrials(algo, n_set * k, chunk, devices,
+                               trial_group(k, own, cfg.trial_block))
+        noise = next((a.config.noise for a in settings if a.config.mechanism != "none"),
+                     cfg.noise)
         keys = setting_trial_keys(cfg.seed, k, n_set, runner.padded, devices)
         state = runner.init_keys(keys, noise or "seeded")
         if isinstance(algo.mechanism, PerTrialMechanism):  # each trial's setting as data
@@ -237,7 +217,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
             state = state._replace(setting=algo.setting_data(index))
 
-    ledgers = [budget_ledger(c) for c, _ in settings]
+    ledgers = [budget_ledger(a.config) for a in settings]
     retired = np.zeros(n_set * k, bool)
     scores = np.full((n_set * k, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
@@ -247,11 +227,11 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         lo, hi = done_rounds * p, min((done_rounds + chunk) * p, n_sub)
         # Charge before release: every agent of a running trial that submits in this chunk.
         agents, counts = np.unique(np.arange(lo, hi) // t_per_agent, return_counts=True)
-        for s, ((_, mechanism), ledger) in enumerate(zip(settings, ledgers, strict=True)):
+        for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
             live = np.flatnonzero(~retired[s * k:(s + 1) * k]).astype(np.int64)
             if live.size:
                 ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
-                ledger.charge(ids, mechanism.guarantee, np.tile(counts, live.size))
+                ledger.charge(ids, setting.mechanism.guarantee, np.tile(counts, live.size))
         t0 = time.perf_counter()
         state, chunk_scores = runner.run_chunk(state, retired)
         if done_rounds == 0:
@@ -275,15 +255,15 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
                                        "episodes": int(submitted.sum())}
     outputs = []
-    for s, ((c, mechanism), ledger) in enumerate(zip(settings, ledgers, strict=True)):
+    for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
         own = slice(s * k, (s + 1) * k)
         if ledger.num_reports != int(submitted[own].sum()):
             raise RuntimeError("internal error: the ledger and the submissions disagree")
         outputs.append(RunOutput(
-            config=c, scores=scores[own, :n_sub], submitted=submitted[own], ledger=ledger,
-            mechanism=mechanism.describe(), wall_seconds=wall, compile_seconds=compile_s,
-            devices=runner.devices, agents_per_trial=agents_per_trial, theta=theta[own],
-            program=program))
+            config=setting.config, scores=scores[own, :n_sub], submitted=submitted[own],
+            ledger=ledger, mechanism=setting.mechanism.describe(), wall_seconds=wall,
+            compile_seconds=compile_s, devices=runner.devices,
+            agents_per_trial=agents_per_trial, theta=theta[own], program=program))
     return outputs
 
 

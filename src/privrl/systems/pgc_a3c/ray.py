@@ -6,8 +6,10 @@ and returns only a `Submission` (agent id, submission index, Report). The aggreg
 `privrl.federation.AggregatorService`: it validates, deduplicates, charges the ledger, logs and
 applies reports as they arrive, and checkpoints. The functions are the local runner's:
 `PGCA3C.agent_reports` on the agent side (with one agent), `BufferedAggregator.submit` on the
-aggregator side; only the transport differs. On a Gymnasium task an agent plays its episode on
-the host (`PGCA3C.host_rollout`) and passes it to the same `agent_reports`.
+aggregator side; only the transport differs. An agent releases through a local run's path
+(`lone_agent`: the mechanism's family with the setting's parameters as data). On a Gymnasium
+task an agent plays its episode on the host (`PGCA3C.host_rollout`) and passes it to the same
+`agent_reports`.
 
 Noise keys: by default (`noise="secret"`) every agent actor draws its noise root from the OS
 CSPRNG in its own process, in memory only; it never returns it, writes it or sends it, so
@@ -48,7 +50,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     PGCA3CConfig,
     agent_noise_key,
     budget_ledger,
+    lone_agent,
     trial_env_key,
 )
 
@@ -153,10 +156,11 @@ class ShufflerActor:
 
 
 class AgentActor:
-    """The agent side: one private environment per episode, randomized inside this process."""
+    """The agent side: one private environment per episode, randomized inside this process
+    through a local run's release (`lone_agent`: the setting's mechanism as data)."""
 
     def __init__(self, config: PGCA3CConfig) -> None:
-        self.algo = PGCA3C(replace(config, parallel_agents=1, trials=1))
+        self.algo, self.setting = lone_agent(config)
         root = self.algo.init(jax.random.key(config.seed))
         self.key = root.key
         self.env_key = trial_env_key(root)
@@ -174,7 +178,7 @@ class AgentActor:
         noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
         reports, scores = self.algo.agent_reports(
             theta, submitted, self._key(agent_id, index), self.env_key, agent_id[None],
-            jnp.ones((1,), bool), noise_keys, traj)
+            jnp.ones((1,), bool), noise_keys, traj, self.setting)
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int

@@ -1,0 +1,149 @@
+"""Your own mechanism: the set of release families is open (docs/ldp-mechanisms.md).
+
+A user's mechanism is a `privrl.privacy.Mechanism` subclass written in the user's own code: its
+release over its parameters (`release_params(d)`, `release(params, key, x)`), its `guarantee`
+(a `Guarantee`: ε, δ, notion, and the unit it protects) and, for `privrl audit`, optionally its
+worst-case neighbouring pair (`audit_pair(d)`). A system asks for one by name, `module:callable`
+or `path/to/file.py:callable` (config field `mechanism`, CLI `--mechanism`): the callable takes a
+`MechanismRequest` (the ε and δ each release may spend, the clip, the input length) and returns
+the mechanism. It is imported only when the system builds its mechanism, after every option
+has been checked.
+
+privrl does not verify a user's guarantee: it is what the user declares. `DeclaredMechanism`
+says so in every guarantee, record and statement that names it ("declared by <module:callable>,
+not verified by privrl"), refuses a declaration that spends more than the request allows, and
+the ledger composes the declared guarantee like any other. `privrl audit` can test it (a lower
+bound on ε, never a proof).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from jax import Array
+
+from privrl.config import ConfigError
+from privrl.privacy.mechanisms import Mechanism
+from privrl.privacy.report import Guarantee
+
+__all__ = ["DeclaredMechanism", "MechanismRequest", "is_user_mechanism", "load_factory",
+           "user_mechanism"]
+
+
+class MechanismRequest(NamedTuple):
+    """What a system asks of a user's mechanism for one release."""
+
+    epsilon: float  # the ε one release may spend (a system's budget split over its releases)
+    delta: float  # the δ one release may spend (0: the system composes pure ε)
+    clip: float  # the system's clip C for its inputs (what it means is the mechanism's choice)
+    dim: int  # the input's length d
+
+
+def is_user_mechanism(name: str) -> bool:
+    """Whether a mechanism name is a user's `module:callable` (built-in names have no colon)."""
+    return ":" in name
+
+
+def load_factory(name: str) -> Callable[[MechanismRequest], Any]:
+    """The callable `module:callable` (or `path/to/file.py:callable`) names; ConfigError
+    ("mechanism") if it cannot be imported or is not callable."""
+    where, _, attr = name.rpartition(":")
+    if not where or not attr:
+        raise ConfigError("mechanism", f"expected module:callable, got {name!r}")
+    try:
+        if where.endswith(".py"):
+            module = _file_module(Path(where))
+        else:
+            module = importlib.import_module(where)
+    except Exception as e:  # any failure of the user's import is one error
+        raise ConfigError("mechanism", f"cannot import {where}: {type(e).__name__}: {e}"
+                          ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError("mechanism", f"{where} has no callable {attr!r}")
+    return factory
+
+
+def _file_module(path: Path) -> Any:
+    """The module of a .py file, loaded once (as `path.stem`, so its dataclasses resolve their
+    own names); later calls reuse it, so a program built twice holds the same classes."""
+    if not path.is_file():
+        raise ImportError(f"no such file {path}")
+    loaded = sys.modules.get(path.stem)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == (
+            path.resolve()):
+        return loaded
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def user_mechanism(name: str, request: MechanismRequest) -> DeclaredMechanism:
+    """The user's mechanism `name` builds for `request`, as a `DeclaredMechanism`; ConfigError
+    ("mechanism") if it is not a Mechanism or declares more than the request allows."""
+    made = load_factory(name)(request)
+    if not isinstance(made, Mechanism) or isinstance(made, DeclaredMechanism):
+        raise ConfigError("mechanism", f"{name} must return a privrl.privacy.Mechanism "
+                                       f"(release_params, release, guarantee), got "
+                                       f"{type(made).__name__}")
+    g = made.guarantee
+    if not isinstance(g, Guarantee):
+        raise ConfigError("mechanism", f"{name}'s guarantee must be a privrl.privacy.Guarantee")
+    if not g.epsilon <= request.epsilon * (1 + 1e-9) or not g.delta <= request.delta:
+        raise ConfigError("mechanism", f"{name} declares (ε, δ) = ({g.epsilon:g}, {g.delta:g}) "
+                                       f"per release, more than the ({request.epsilon:g}, "
+                                       f"{request.delta:g}) the run allows each release")
+    if not math.isfinite(g.epsilon):
+        raise ConfigError("mechanism", f"{name} declares no guarantee (ε = ∞): use none")
+    return DeclaredMechanism(made, name)
+
+
+@dataclass(frozen=True)
+class DeclaredMechanism(Mechanism):
+    """A user's mechanism (`inner`, built by `source`): its release, and its guarantee marked
+    as declared, not verified."""
+
+    inner: Mechanism
+    source: str
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    @property
+    def note(self) -> str:
+        return f"declared by {self.source}, not verified by privrl"
+
+    @property
+    def guarantee(self) -> Guarantee:
+        g = self.inner.guarantee
+        return replace(g, notion=f"{g.notion} ({self.note})")
+
+    def params(self) -> dict[str, Any]:
+        return {**self.inner.params(), "declared_by": self.source,
+                "verified_by_privrl": False}
+
+    def release_params(self, dim: int) -> Any:
+        return self.inner.release_params(dim)
+
+    def release(self, params: Any, key: Array, x: Array) -> Array:
+        return self.inner.release(params, key, x)
+
+    def audit_pair(self, dim: int) -> Any:
+        """The user's worst-case neighbouring pair for `privrl audit` (its `audit_pair`)."""
+        pair = getattr(self.inner, "audit_pair", None)
+        if not callable(pair):
+            raise ConfigError("mechanism", f"{self.source} declares no audit_pair(dim): the "
+                                           "audit needs the mechanism's worst-case pair")
+        return pair(dim)

@@ -1,0 +1,149 @@
+"""FedPG-Cen's round (Algorithm 1; FedPG-BR without its Byzantine filter), read top to bottom.
+
+Round t: the server broadcasts θ₀ᵗ; each of K agents samples B_t ~ U{12..20} episodes with it
+and computes its policy-gradient estimate μ_tᵏ; what it sends passes through the mechanism
+(default: none, as in the paper) and becomes a `Report`. The server averages the reports into
+μ_t, draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...} (mean (B_t+b)/b, as FedPG-BR's code) and takes
+N_t SCSG steps on b episodes it samples itself with θ_n (the server is also a learner, with
+its own environment, as in FedPG-BR): privrl.systems.fedpg.scsg.
+
+The round is `plan` → the agents' episodes → `mu` → the server's SCSG loop → `finish`, each
+episode from the episode source it is given (privrl.systems.fedpg.source): inside one jitted
+program for a gymnax task, piece by piece around a host rollout for a Gymnasium task. The K
+agents (and the episodes of each) are vectorized; under distributed-gaussian only the
+Poisson-sampled agents' lanes are computed (`participant_slots`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from privrl.federation.pushsum import PushSumState
+from privrl.federation.star import average_reports, mean_from_sum
+from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
+from privrl.systems.fedpg.config import participant_slots
+from privrl.systems.fedpg.scsg import Learner
+from privrl.systems.fedpg.source import Episodes, EpisodeSource, mean_return
+from privrl.systems.fedpg.state import FedPGState, RoundInfo, node_noise_key
+
+
+class CenPlan(NamedTuple):
+    """A FedPG-Cen round before any episode is played (`CenRound.plan`)."""
+
+    theta_0: Array  # (1, d) the server's θ₀ᵗ
+    thetas: Array  # (P, d) θ₀ᵗ per agent lane (P = K, or the sampled lanes)
+    env_params: Any  # each lane's private environment
+    live: Array  # (P, batch_max) the episodes each lane plays (its first B_t)
+    k_ep: Array
+    batch: Array  # B_t
+    mech_keys: Array  # (K,) each agent's mechanism key
+    ids: Array  # (P,) the agent of each lane
+    valid: Array | None  # (P,) distributed-gaussian: the lane holds a sampled agent
+    steps: Array  # (1,) N_t (0 for a finished trial)
+    server_env: Any
+    k_inner: Array
+    key: Array  # the round's key
+
+
+class CenRound:
+    """FedPG-Cen's round for one learner `algo` (the server) and its K agents."""
+
+    def __init__(self, algo: Learner) -> None:
+        self.algo = algo
+        # Lanes computed per round: K, or under agent sampling the sampled agents' bound.
+        self.slots = participant_slots(algo.config.agents, algo.config.sampling_rate)
+
+    def round(self, source: EpisodeSource, state: FedPGState, mixing: Array, key: Array,
+              live: Array) -> tuple[FedPGState, RoundInfo]:
+        """One round of one trial from its round key, its episodes from `source` (`mixing`:
+        unused, the star has no graph); a trial with `live` False plays no episode."""
+        del mixing
+        plan = source.piece(self.plan)(state, key, live)
+        ep = source.sample(plan.thetas, plan.env_params, plan.live, plan.k_ep)
+        mu, new_clip = source.piece(self.mu)(state, plan, ep)
+        theta, opt_state = self.algo.scsg(source, plan.theta_0, mu, state.opt_state,
+                                          plan.steps, plan.server_env, plan.k_inner)
+        return source.piece(self.finish)(state, plan, ep, theta, opt_state, new_clip)
+
+    def plan(self, state: FedPGState, key: Array, live: Array) -> CenPlan:
+        """Who plays what in a FedPG-Cen round: B_t, the agents' lanes (all K, or under
+        distributed-gaussian the Poisson-sampled ones), their environments and keys, N_t."""
+        cfg = self.algo.config
+        k, b_max = cfg.agents, cfg.batch_max
+        k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
+        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        theta_0 = state.gossip.x  # (1, d): the server's θ₀ᵗ
+        mech_keys = (jax.random.split(k_mech, k) if state.noise is None else
+                     jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
+                                                              state.rounds))
+        agent_live = (jnp.arange(b_max)[None, :] < batch) & live
+        if isinstance(self.algo.mechanism, DistributedGaussianMechanism):
+            # Only `self.slots` lanes are computed (the first sampled agents by id): see
+            # `mu`.
+            sampled = self.algo.mechanism.sample(mech_keys)  # each agent's own (secret) key
+            (ids,) = jnp.nonzero(sampled, size=self.slots, fill_value=k)
+            valid = ids < k
+            ids = jnp.where(valid, ids, 0)
+            agent_live = agent_live & valid[:, None]
+        else:
+            ids, valid = jnp.arange(k), None
+            agent_live = jnp.broadcast_to(agent_live, (k, b_max))
+        thetas = jnp.broadcast_to(theta_0, (ids.shape[0], self.algo.dim))
+        steps = self.algo.draw_steps(k_n, batch[None]) * live
+        return CenPlan(theta_0, thetas, self.algo.env_params_of(state.key, ids), agent_live, k_ep,
+                       batch, mech_keys, ids, valid, steps,
+                       self.algo.env_params_of(state.key, jnp.array([k])), k_inner, key)
+
+    def mu(self, state: FedPGState, plan: CenPlan, ep: Episodes
+               ) -> tuple[Array, Array | None]:
+        """The agents' μ_tᵏ from their episodes, through the mechanism, as the server's
+        average μ_t (1, d); and the next clip (adaptive clipping; else `state.clip`).
+
+        distributed-gaussian: the sampled agents in a lane have played B_t episodes; all K
+        agents send a Share (unsampled: noise only); the server gets the secure sum and
+        divides it by the public expected count q·K. Adaptive clipping: the shares also carry
+        the clip bits at C_t = state.clip, and the server returns C_{t+1} from their noised
+        fraction (else the clip returned is None). A sampled agent beyond the lanes
+        (probability below 1e-8 per round by the 6-std margin) sends its noise share only:
+        its exclusion is data-independent and can only lower its inclusion probability, so
+        the guarantee holds as stated (it costs utility, not privacy)."""
+        cfg = self.algo.config
+        k = cfg.agents
+        mu_k = self.algo.gradients(plan.thetas, ep)
+        if not isinstance(self.algo.mechanism, DistributedGaussianMechanism):
+            reports = jax.vmap(self.algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
+            if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
+                order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
+                reports = jax.tree_util.tree_map(lambda a: a[order], reports)
+            # Server: average (then N_t SCSG steps on its own episodes).
+            return average_reports(reports)[None], state.clip
+        # Back to the K agents: a sampled agent in a lane holds its μ, every other one 0.
+        ids, valid = plan.ids, plan.valid
+        included = jnp.zeros((k,), bool).at[ids].max(valid)
+        mu_k = jnp.zeros((k, self.algo.dim), mu_k.dtype).at[ids].add(mu_k * valid[:, None])
+        count = cfg.sampling_rate * k
+        if self.algo.mechanism.adaptive is None:
+            shares = jax.vmap(self.algo.mechanism.share)(plan.mech_keys, mu_k, included)
+            return mean_from_sum(secure_aggregate(shares), count)[None], None
+        shares = jax.vmap(self.algo.mechanism.share, (0, 0, 0, None))(plan.mech_keys, mu_k,
+                                                                  included, state.clip)
+        update, bit_fraction = self.algo.mechanism.unpack(secure_aggregate(shares), state.clip,
+                                                     count)
+        new_clip = self.algo.mechanism.adaptive.next_clip(state.clip, bit_fraction)
+        return mean_from_sum(update, count)[None], new_clip
+
+    def finish(self, state: FedPGState, plan: CenPlan, ep: Episodes, theta: Array,
+                   opt_state: Any, new_clip: Array | None) -> tuple[FedPGState, RoundInfo]:
+        """The round's new state and what it reports, from the server's new θ."""
+        used = state.used + plan.batch + self.algo.config.minibatch * plan.steps[0]
+        info = RoundInfo(mean_return(ep), jnp.mean(state.used), plan.batch.astype(jnp.float32),
+                         plan.steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)),
+                         state.clip)
+        new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
+                         state.rounds + 1, state.noise, new_clip, state.setting)
+        return new, info
+

@@ -1,0 +1,437 @@
+"""FedPG's configuration: `FedPGConfig` (every hyperparameter of a run, FedPG-BR's CartPole
+setting by default), its presets, its validation (one small named check per concern), and what
+is derived from a config alone: Dec's graph, the lanes a Cen round computes, and whether
+several settings can run as one program."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from privrl.config import (
+    Config,
+    check_preset,
+    fail,
+    in_range,
+    integer,
+    one_of,
+    other_field,
+    positive,
+)
+from privrl.envs.cartpole import CartPoleSpec
+from privrl.federation.topology import TOPOLOGIES, Topology, TopologyError, make_topology
+from privrl.privacy.accounting import (
+    ACCOUNTANTS,
+    DEFAULT_ACCOUNTANT,
+    CalibrationError,
+    calibrate_noise_multiplier,
+    optimal_composition_admits,
+)
+from privrl.privacy.ledger import COMPOSITIONS
+from privrl.privacy.noise import NOISE_MODES
+
+ALGORITHMS = ("cen", "dec")
+MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
+# Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
+# Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
+ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian")
+# Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
+PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
+# distributed-gaussian's default sampling: this many agents per round in expectation.
+DEFAULT_PARTICIPANTS = 50
+IMPORTANCE = ("step", "trajectory")
+OPTIMIZERS = ("adam", "sgd")
+# "paper": FedPG-BR's CartPole setting (the dataclass defaults). No tuned preset yet.
+PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
+
+
+@dataclass(frozen=True)
+class FedPGConfig(Config):
+    """Every hyperparameter of a FedPG run; defaults: FedPG-BR's CartPole-v1 setting.
+
+    `budget` is the number of episodes each agent samples (B_t plus, for Cen, the server's
+    N_t·b, so that Cen, Dec and a single agent are compared at equal samples per learner).
+    `inner_steps` None draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...}; an integer fixes it (SVRPG).
+    Privacy (what each agent sends, once per round): laplace, privunit, privunitg: `epsilon`
+    per release (pure ε-LDP), composed by the ledger; gaussian: L2 clip `clip` and
+    `noise_multiplier` σ (noise std σ·clip), or instead `epsilon` = each agent's total budget
+    at `delta` over the run, for which σ is calibrated over the most rounds the budget allows,
+    by `accountant` (pld: the exact analytic Gaussian composition; rdp: RDP), the one that also
+    states the run's ε. distributed-gaussian (Cen only): user-level central DP; every agent
+    clips its μ_tᵏ to `clip` and adds a share of the noise, the server sees only the sum,
+    which carries N(0, σ²C²I) (σ = `noise_multiplier`, or calibrated from `epsilon` at
+    `delta` for the most rounds the budget allows); each agent takes part in a round with
+    probability `sampling_rate` (Poisson); shares are sized so that any `min_honest` (default
+    K) of them carry the full noise. See privrl.privacy.distributed.
+    `adaptive_clip` (distributed-gaussian only): the clip follows the `clip_quantile` γ of
+    the sampled agents' update norms (Andrew et al. 2021), starting from `clip`, with
+    learning rate `clip_lr` η_C; the clip bits' sum is noised with std `clip_count_stddev`
+    σ_b (None: q·K/20), and σ (the round's noise multiplier, calibrated as without it) is
+    split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
+    """
+
+    algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
+    preset: str = "paper"
+    topology: str = "ring"  # dec only: ring | exponential | random
+    window: int | None = None  # random topology: strongly connected over every `window` rounds
+    agents: int = 10  # K
+    hidden: tuple[int, ...] = (16, 16)
+    gamma: float = 0.999
+    batch_min: int = 12  # B_t ~ U{batch_min, ..., batch_max}
+    batch_max: int = 20
+    minibatch: int = 4  # b
+    inner_steps: int | None = None
+    learning_rate: float = 1e-3
+    optimizer: str = "adam"
+    importance: str = "step"  # per-step ratio (FedPG-BR's code) | trajectory (paper's ω)
+    importance_clip: float | None = None  # truncate ω at this value
+    max_episode_steps: int = 500
+    gravities: tuple[float, ...] = (9.8,)  # per-agent gravity drawn from these (heterogeneity)
+    # The task (privrl.envs.task): None is FedPG-BR's CartPole-v1 with per-agent `gravities`;
+    # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
+    # `private_params` specs ("field=low:high" uniform or "field=v1,v2" one of; none: all alike).
+    env: str | None = None
+    private_params: tuple[str, ...] = ()
+    budget: int = 5000  # episodes per agent
+    trials: int = 1
+    seed: int = 0
+    mechanism: str = "none"
+    epsilon: float | None = None
+    clip: float | None = None
+    noise_multiplier: float | None = None  # gaussian only
+    delta: float = 1e-5  # gaussian; laplace: δ of the optimal composition (stated, or budget)
+    accountant: str = DEFAULT_ACCOUNTANT  # gaussian only: pld (exact here) | rdp
+    # laplace only: each agent's privacy budget over the run, enforced by the ledger before
+    # every round (a trial whose agents cannot afford the next round ends); None: the episode
+    # budget alone bounds the releases. `budget_composition`: "basic" (pure ε, Σ of the
+    # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
+    epsilon_budget: float | None = None
+    budget_composition: str = "basic"
+    target_return: float = 475.0  # "solved" (CartPole-v1's); set your task's
+    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
+    # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
+    # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
+    noise: str | None = None
+    # Float-safe (discrete, CSPRNG) noise for laplace or gaussian. See privrl.privacy.secure.
+    secure_noise: bool = False
+    # distributed-gaussian only: Poisson sampling rate q of agents per round, and the number
+    # m of agents whose noise shares alone must carry the sum's full noise (None: K).
+    # None: min(1, 50/K), an expected 50 agents per round (a round then costs about as much
+    # as 50 agents, whatever K; at ε = 2 the noise on the mean is within 15% of q = 1's).
+    sampling_rate: float | None = None
+    min_honest: int | None = None
+    # distributed-gaussian with epsilon: σ is calibrated for this many rounds (None: the most
+    # the episode budget allows, max_rounds()); a trial that wants more is ended by the budget.
+    dp_rounds: int | None = None
+    # Shuffle model (fedpg-cen with a pure ε-LDP mechanism: laplace, privunit, privunitg): each
+    # round's K reports reach the server in a random order without identities; privacy.json
+    # adds the central (ε, δ = shuffle_delta) per round after amplification by shuffling
+    # (privrl.privacy.shuffle), composed over an agent's rounds. The local ε is unchanged.
+    shuffle: bool = False
+    shuffle_delta: float = 1e-5
+    # distributed-gaussian only: adaptive clipping (Andrew et al. 2021). clip_quantile γ: the
+    # target fraction of sampled agents whose update norm is within the clip; clip_lr η_C:
+    # C_{t+1} = C_t·exp(−η_C (b̄_t − γ)); clip_count_stddev σ_b: std of the noise on the sum
+    # of the clip bits (None: q·K/20, the paper's choice; it must exceed σ/2).
+    adaptive_clip: bool = False
+    clip_quantile: float = 0.5
+    clip_lr: float = 0.2
+    clip_count_stddev: float | None = None
+
+    presets = PRESETS
+
+    @property
+    def learners(self) -> int:
+        """Parallel SCSG loops: the server (Cen) or every node (Dec)."""
+        return 1 if self.algorithm == "cen" else self.agents
+
+    def max_rounds(self) -> int:
+        """An upper bound on the rounds the budget allows (each costs >= B_min + b·N_min)."""
+        n_min = 1 if self.inner_steps is None else self.inner_steps
+        return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
+
+    def calibration_rounds(self) -> int:
+        """The rounds an accounted mechanism's σ is calibrated for."""
+        return self.max_rounds() if self.dp_rounds is None else self.dp_rounds
+
+    def validate(self) -> None:
+        """Every field, one concern at a time (the first failing check's one-line error)."""
+        self._check_choices()
+        self._check_sizes()
+        self._check_learning()
+        self._check_window()
+        self._check_mechanism()
+        self._check_adaptive_clip()
+        self._check_distributed()
+        self._check_epsilon_budget()
+        self._check_task()
+        self._check_shuffle()
+
+    def _check_choices(self) -> None:
+        """Each field that names one of a fixed set, and float-safe noise's family."""
+        one_of("algorithm", self.algorithm, ALGORITHMS)
+        check_preset(self.preset, PRESETS)
+        one_of("topology", self.topology, TOPOLOGIES)
+        one_of("mechanism", self.mechanism, MECHANISMS)
+        one_of("accountant", self.accountant, ACCOUNTANTS)
+        one_of("importance", self.importance, IMPORTANCE)
+        one_of("optimizer", self.optimizer, OPTIMIZERS)
+        if self.noise is not None:
+            one_of("noise", self.noise, NOISE_MODES, "noise mode")
+        if self.secure_noise and self.mechanism not in ("laplace", "gaussian"):
+            fail("secure_noise", f"float-safe noise is for laplace or gaussian, got "
+                                 f"mechanism={self.mechanism!r}")
+        if self.secure_noise and self.mechanism == "gaussian" and self.accountant != "rdp":
+            fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
+                               "accountant only (choose rdp): CKS20 bound its Rényi "
+                               "divergences, not its privacy-loss distribution")
+
+    def _check_sizes(self) -> None:
+        """The counts: agents, batches, steps, budget, trials, seed, layer widths."""
+        integer("agents", self.agents)
+        integer("batch_min", self.batch_min)
+        integer("batch_max", self.batch_max)
+        if self.batch_max < self.batch_min:
+            fail("batch_max", f"must be >= batch_min = {self.batch_min}, got {self.batch_max}")
+        integer("minibatch", self.minibatch)
+        if self.inner_steps is not None:
+            integer("inner_steps", self.inner_steps, 0)
+        integer("budget", self.budget)
+        integer("trials", self.trials)
+        integer("seed", self.seed, 0)
+        integer("max_episode_steps", self.max_episode_steps)
+        if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 1
+                                  for h in self.hidden):
+            fail("hidden", f"must be positive layer widths, got {self.hidden!r}")
+
+    def _check_learning(self) -> None:
+        """The optimizer's and the estimator's reals."""
+        positive("learning_rate", self.learning_rate)
+        in_range("gamma", self.gamma, 0, 1, low_open=True)
+        if self.importance_clip is not None:
+            positive("importance_clip", self.importance_clip)
+
+    def _check_window(self) -> None:
+        """`window` belongs to fedpg-dec's random topology."""
+        if self.window is not None:
+            if self.topology != "random" or self.algorithm != "dec":
+                fail("window", "only the random topology of fedpg-dec takes it")
+            integer("window", self.window)
+
+    def _check_mechanism(self) -> None:
+        """The mechanism's parameters: none takes no ε; a pure ε-LDP mechanism ε per release
+        and a clip; an accounted one ε (total per agent) or σ, a clip and δ."""
+        if self.mechanism == "none":
+            if self.epsilon is not None:
+                fail("epsilon", "no mechanism (mechanism='none') has no ε; "
+                                "drop epsilon or choose a mechanism")
+        elif self.mechanism in PURE_MECHANISMS:
+            if self.epsilon is None:
+                fail("epsilon", f"required with mechanism={self.mechanism!r} (ε per release, "
+                                "> 0)")
+            if self.noise_multiplier is not None:
+                fail("noise_multiplier", "only the gaussian mechanism takes it")
+            positive("epsilon", self.epsilon)
+            positive("clip", self.clip)
+        else:
+            # σ given: it is used (ε, if also given, was the target it was calibrated for).
+            if self.epsilon is None and self.noise_multiplier is None:
+                fail("epsilon", f"the {self.mechanism} mechanism needs epsilon (total per "
+                                "agent) or noise_multiplier")
+            if self.epsilon is not None:
+                positive("epsilon", self.epsilon)
+            if self.noise_multiplier is not None:
+                positive("noise_multiplier", self.noise_multiplier)
+            positive("clip", self.clip)
+            if not isinstance(self.delta, float):
+                fail("delta", f"must be in (0, 1), got {self.delta!r}")
+            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        if self.mechanism not in ACCOUNTED_MECHANISMS and self.noise_multiplier is not None:
+            fail("noise_multiplier", "only the gaussian and distributed-gaussian mechanisms "
+                                     "take it")
+
+    def _check_epsilon_budget(self) -> None:
+        """The ledger's cap (pure ε-LDP mechanisms only): positive, and it affords a release."""
+        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
+        if self.mechanism not in PURE_MECHANISMS:
+            if self.epsilon_budget is not None:
+                fail("epsilon_budget", "only the pure ε-LDP mechanisms (laplace, privunit, "
+                                       "privunitg) take it (gaussian: epsilon is already each "
+                                       "agent's total, composed by accountant)")
+            if self.budget_composition != "basic":
+                fail("budget_composition", "composes pure ε-LDP releases: laplace, privunit "
+                                           "or privunitg only (gaussian releases compose by "
+                                           "accountant)")
+        if self.epsilon_budget is not None:
+            positive("epsilon_budget", self.epsilon_budget)
+        if self.mechanism in PURE_MECHANISMS and self.budget_composition == "optimal":
+            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        if self.mechanism in PURE_MECHANISMS and self.epsilon_budget is not None and not (
+                optimal_composition_admits(self.epsilon, 1, self.epsilon_budget, self.delta)
+                if self.budget_composition == "optimal"
+                else self.epsilon <= self.epsilon_budget):
+            fail("epsilon_budget", f"{self.epsilon_budget:g} cannot afford one release of "
+                                   f"ε = {self.epsilon:g}: nothing would be released")
+
+    def _check_task(self) -> None:
+        """The default CartPole's gravities, which no other task takes."""
+        try:
+            CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+        except ValueError as e:
+            fail("gravities", str(e))
+        if (self.env is not None or self.private_params) and tuple(self.gravities) != (9.8,):
+            fail("gravities", "sets the default CartPole task's per-agent gravity; on another "
+                              "task or with private parameters make gravity one of them "
+                              "(gravity=v1,v2)")
+
+    def _check_shuffle(self) -> None:
+        """The shuffle model: fedpg-cen with a pure ε-LDP mechanism."""
+        if self.shuffle and self.algorithm != "cen":
+            fail("shuffle", "fedpg-cen only: FedPG-Dec has no server whose view a shuffler "
+                            "could hide identities from (each peer knows its in-neighbours)")
+        if self.shuffle and self.mechanism not in PURE_MECHANISMS:
+            fail("shuffle", f"needs a pure ε-LDP mechanism ({', '.join(PURE_MECHANISMS)}), got "
+                            f"mechanism={self.mechanism!r}: "
+                            + {"none": "no mechanism has no local ε to amplify",
+                               "distributed-gaussian": "the server already sees only the sum",
+                               }.get(self.mechanism, "the amplification bound here (FMT21) "
+                                                     "is for pure ε₀-LDP reports"))
+        in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
+
+    def _check_adaptive_clip(self) -> None:
+        """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""
+        if not isinstance(self.adaptive_clip, bool):
+            fail("adaptive_clip", f"must be true or false, got {self.adaptive_clip!r}")
+        if not self.adaptive_clip:
+            for name, default in (("clip_quantile", 0.5), ("clip_lr", 0.2),
+                                  ("clip_count_stddev", None)):
+                if getattr(self, name) != default:
+                    fail(name, "only adaptive clipping takes it (it is off)")
+            return
+        if self.algorithm != "cen":
+            fail("adaptive_clip", "adaptive clipping adapts the clip of the securely "
+                                  "aggregated sum: fedpg-cen with distributed-gaussian only")
+        if self.mechanism != "distributed-gaussian":
+            fail("adaptive_clip", "adaptive clipping needs mechanism='distributed-gaussian' "
+                                  f"(the clip bits travel in its secure sum), got "
+                                  f"mechanism={self.mechanism!r}")
+        in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
+        positive("clip_lr", self.clip_lr)
+        if self.clip_count_stddev is not None:
+            positive("clip_count_stddev", self.clip_count_stddev)
+
+    def _check_distributed(self) -> None:
+        """distributed-gaussian's own fields and the combinations that make no sense."""
+        if self.dp_rounds is not None:
+            if self.mechanism != "distributed-gaussian" or self.epsilon is None:
+                fail("dp_rounds", "the rounds σ is calibrated for: distributed-gaussian with "
+                                  "epsilon only")
+            integer("dp_rounds", self.dp_rounds)
+        if self.mechanism != "distributed-gaussian":
+            if self.sampling_rate is not None:
+                fail("sampling_rate", "agent sampling is part of the distributed-gaussian "
+                                      f"mechanism only, not of mechanism={self.mechanism!r}")
+            if self.min_honest is not None:
+                fail("min_honest", "noise shares belong to the distributed-gaussian mechanism "
+                                   f"only, not to mechanism={self.mechanism!r}")
+            return
+        if self.algorithm != "cen":
+            fail("mechanism", "distributed-gaussian protects a sum that a server aggregates: "
+                              "fedpg-cen only (fedpg-dec has no aggregate; use gaussian)")
+        if self.agents < 2:
+            fail("agents", "distributed-gaussian needs K >= 2 agents: a secure sum of one "
+                           "agent's message is that message (use --mechanism gaussian)")
+        if self.min_honest is not None:
+            integer("min_honest", self.min_honest)
+            if self.min_honest > self.agents:
+                fail("min_honest", f"{self.min_honest} honest agents' noise shares were "
+                                   f"asked for, but there are only K = {self.agents} agents")
+        if self.sampling_rate is None:
+            return
+        in_range("sampling_rate", self.sampling_rate, 0, 1, low_open=True)
+        if self.sampling_rate * self.agents < 1:
+            fail("sampling_rate", f"q·K = {self.sampling_rate:g}·{self.agents} < 1: fewer "
+                                  "than one agent would take part in a round on average")
+
+    def resolved(self) -> FedPGConfig:
+        """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
+        self.validate()
+        if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
+            return replace(self, sampling_rate=min(1.0, DEFAULT_PARTICIPANTS / self.agents)
+                           ).resolved()
+        if self.adaptive_clip and self.clip_count_stddev is None:
+            return replace(self, clip_count_stddev=self.sampling_rate * self.agents / 20
+                           ).resolved()
+        if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
+            self._check_count_stddev()
+            return self
+        if self.mechanism == "distributed-gaussian":
+            # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
+            try:
+                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.calibration_rounds(),
+                                               self.sampling_rate, kind=self.accountant)
+            except CalibrationError as e:
+                fail("epsilon", str(e))
+            return replace(self, noise_multiplier=z).resolved()
+        try:
+            # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
+            # 2·clip, so the mechanism's σ (std / clip) is twice it.
+            z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
+                                           kind=self.accountant)
+        except CalibrationError as e:
+            fail("epsilon", str(e))
+        return replace(self, noise_multiplier=2.0 * z)
+
+    def _check_count_stddev(self) -> None:
+        """Adaptive clipping splits σ into z_Δ and σ_b: possible only if 2σ_b > σ."""
+        if not self.adaptive_clip:
+            return
+        sigma, sb = self.noise_multiplier, self.clip_count_stddev
+        if not 2 * sb > sigma:
+            fail("clip_count_stddev",
+                 f"σ_b = {sb:g} (its default is q·K/20) is too small for the noise multiplier σ = "
+                 f"{sigma:.4g}: adaptive clipping needs σ_b > σ/2 = {sigma / 2:.4g} "
+                 "(raise it, or sample more agents)")
+
+
+# Settings run as one program (`FedPG.for_settings`) may differ in these fields only: their
+# mechanisms (none, laplace, gaussian) as per-trial data, Dec's graph as each trial's mixing
+# matrix, and what the host decides (ledger budgets, accountant).
+SETTING_FIELDS = ("mechanism", "epsilon", "clip", "noise_multiplier", "delta", "accountant",
+                  "topology", "window", "epsilon_budget", "budget_composition")
+ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
+# The families every program of FedPG settings computes, and every run that could join one:
+# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).
+PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
+
+
+def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
+    """The config field that keeps resolved `configs` from running as one program (None: they
+    can): they must differ only in SETTING_FIELDS and use none, laplace or gaussian without
+    float-safe noise."""
+    for cfg in configs:
+        if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
+            return "mechanism"
+        if cfg.secure_noise:
+            return "secure_noise"
+    return other_field(configs, SETTING_FIELDS)
+
+
+def build_topology(cfg: FedPGConfig) -> Topology:
+    """Dec's communication graph, validated before anything runs."""
+    try:
+        return make_topology(cfg.topology, cfg.agents, cfg.max_rounds(), cfg.seed, cfg.window)
+    except TopologyError as e:
+        fail("topology", str(e))
+
+
+
+def participant_slots(agents: int, q: float | None) -> int:
+    """Lanes computed per round under Poisson sampling: the mean q·K plus 6 standard
+    deviations (P(more sampled) < 1e-8), at most K."""
+    if q is None or q >= 1:
+        return agents
+    return min(agents, math.ceil(q * agents + 6 * math.sqrt(q * (1 - q) * agents)) + 1)
+

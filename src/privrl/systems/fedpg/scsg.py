@@ -1,0 +1,168 @@
+"""The learner FedPG-Cen's server and every FedPG-Dec node are: a policy on a task, its
+policy-gradient estimate and the SCSG loop (shared by privrl.systems.fedpg.cen and .dec).
+
+g(τ|θ) = Σ_h ∇log π_θ(a_h|s_h) Â_h with Â the reward-to-go Σ_{j≥h} γ^{j−h} r_j whitened per
+episode (FedPG-BR's code: its baseline), r_j the task's rewards (CartPole: +1 per step).
+A learner's μ is the mean g over its B_t episodes; then N_t SCSG steps, each on b episodes it
+samples with its current θ_n:
+    v_n = (1/b) Σ_j [g(τ_j|θ_n) − ω(τ_j|θ_n, θ₀) g(τ_j|θ₀)] + μ,   θ_{n+1} = θ_n ⊕ v_n
+where ⊕ is an optimizer step (FedPG-BR: Adam 1e-3) and ω is the importance weight. M learners
+run side by side (leading axis M); learner m stops after its own N_t.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax import Array
+
+from privrl.envs.task import Task, check_module
+from privrl.losses import (
+    action_log_probs,
+    discounted_returns,
+    importance_weights,
+    pg_surrogate,
+    whiten,
+)
+from privrl.nets.flat import FlatModel, mlp
+from privrl.systems.fedpg.config import FedPGConfig
+from privrl.systems.fedpg.source import Episodes, EpisodeSource, episode_source
+
+if TYPE_CHECKING:
+    from flax import linen as nn
+
+    from privrl.privacy.report import Report
+
+
+class Learner(ABC):
+    """A resolved config's policy on its task, what its episodes estimate and the SCSG loop;
+    `source` plays the task's episodes (privrl.systems.fedpg.source). The system (`FedPG`)
+    adds the mechanism an agent's messages pass through (`release`)."""
+
+    mechanism: Any
+
+    def __init__(self, config: FedPGConfig, task: Task, model: nn.Module | None) -> None:
+        """`model`: a flax module mapping one observation to the logits of the task's actions
+        (default: FedPG-BR's MLP, `hidden` units, sized from the task's spaces)."""
+        self.config, self.task = config, task
+        self.env, self.env_params = task.env, task.params
+        if model is None:  # FedPG-BR's policy, PyTorch's default initialization
+            self.model: FlatModel = mlp(tuple(config.hidden), task.num_actions, task.obs_dim,
+                                        "torch_default")
+        else:
+            self.model = FlatModel(check_module(model, task, "logits"),
+                                   jnp.zeros((task.obs_dim,), jnp.float32))
+        self.dim = self.model.dim
+        self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[config.optimizer](
+            config.learning_rate)
+        self.source: EpisodeSource = episode_source(task, self.act, config.max_episode_steps)
+
+    @abstractmethod
+    def release(self, setting: Any, key: Array, x: Array) -> Report:
+        """What an agent sends, through the system's mechanism."""
+
+    def env_params_of(self, key: Array, ids: Array) -> Any:
+        """Each participant's private environment (the task's private parameters, fixed per id;
+        the server is id K). Default task: CartPole with each agent's gravity."""
+        return self.task.agents_params(jax.random.fold_in(key, 0x5EED), ids)
+
+    def act(self, theta_env: Array, key: Array, obs: Array) -> Array:
+        """One action per environment, each from its own θ (P, d): the policy's sample."""
+        logits = jax.vmap(self.model.apply)(theta_env, obs)
+        return jax.random.categorical(key, logits).astype(jnp.int32)
+
+    def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
+        """Each of M learners plays `live.shape[1]` episodes with its own θ (M, d), from the
+        task's own episode source; episodes with `live` False are not played."""
+        return self.source.sample(thetas, env_params, live, key)
+
+    # --- the estimate ---------------------------------------------------------------------
+    def advantages(self, ep: Episodes) -> Array:
+        """Â: reward-to-go of the task's rewards (discount γ) whitened per episode; (M, n, T)."""
+        t = ep.mask.shape[-1]
+        rewards = self.task.rewards(ep.rewards, ep.mask).reshape(-1, t)
+        flat = ep.mask.reshape(-1, t)
+        rtg = lambda r, m: discounted_returns(r, m, jnp.zeros(()), self.config.gamma)  # noqa: E731
+        adv = jax.vmap(lambda r, m: whiten(rtg(r, m), m))(rewards, flat)
+        return adv.reshape(ep.mask.shape)
+
+    def log_probs(self, theta: Array, obs: Array, actions: Array) -> Array:
+        return action_log_probs(self.model.apply(theta, obs), actions)
+
+    def batch_gradient(self, theta: Array, obs: Array, actions: Array, adv: Array, mask: Array,
+                       live: Array, weights: Array | None = None) -> Array:
+        """(1/n) Σ_j g(τ_j|θ) over one learner's n live episodes (with ω: Σ ω g)."""
+
+        def objective(th: Array) -> Array:
+            logp = self.log_probs(th, obs, actions)
+            per_ep = jax.vmap(pg_surrogate)(logp, adv, mask, weights) if weights is not None \
+                else jax.vmap(pg_surrogate)(logp, adv, mask)
+            return jnp.sum(per_ep * live) / jnp.maximum(jnp.sum(live), 1.0)
+
+        return jax.grad(objective)(theta)
+
+    def gradients(self, thetas: Array, ep: Episodes) -> Array:
+        """μ per learner (M, d): the GPOMDP-style estimate at its θ from its episodes."""
+        adv = self.advantages(ep)
+        return jax.vmap(self.batch_gradient)(thetas, ep.obs, ep.actions, adv, ep.mask, ep.live)
+
+    # --- SCSG -----------------------------------------------------------------------------
+    def scsg_direction(self, theta_n: Array, theta_0: Array, mu: Array, obs: Array,
+                       actions: Array, adv: Array, mask: Array, live: Array) -> Array:
+        """v_n = (1/b) Σ_j [g(τ_j|θ_n) − ω_j g(τ_j|θ₀)] + μ for one learner's b episodes,
+        sampled with θ_n. With θ_n = θ₀, ω = 1 and v_n = μ exactly."""
+        cfg = self.config
+        logp_0 = self.log_probs(theta_0, obs, actions)
+        logp_n = self.log_probs(theta_n, obs, actions)
+        omega = jax.vmap(importance_weights, (0, 0, 0, None, None))(
+            logp_0, logp_n, mask, cfg.importance, cfg.importance_clip)
+        g_n = self.batch_gradient(theta_n, obs, actions, adv, mask, live)
+        g_0 = self.batch_gradient(theta_0, obs, actions, adv, mask, live, omega)
+        return g_n - g_0 + mu
+
+    def scsg_step(self, theta: Array, opt: Any, theta_0: Array, mu: Array, going: Array,
+                  ep: Episodes) -> tuple[Array, Any]:
+        """One SCSG step of the M learners from their b episodes `ep` (sampled with θ_n);
+        learners not `going` keep their θ and optimizer state."""
+        adv = self.advantages(ep)
+        v = jax.vmap(self.scsg_direction)(theta, theta_0, mu, ep.obs, ep.actions, adv,
+                                          ep.mask, ep.live)
+        updates, new_opt = jax.vmap(self.optimizer.update)(-v, opt, theta)  # ascent on J
+        new_theta = theta + updates
+        sel = lambda a, o: jnp.where(going.reshape((-1,) + (1,) * (a.ndim - 1)), a, o)  # noqa: E731
+        return sel(new_theta, theta), jax.tree_util.tree_map(sel, new_opt, opt)
+
+    def scsg(self, source: EpisodeSource, theta_0: Array, mu: Array, opt_state: Any,
+             steps: Array, env_params: Any, key: Array) -> tuple[Array, Any]:
+        """N SCSG steps for each of M learners in parallel (learner m stops after steps[m]),
+        each step's b episodes from `source` with the current θ_n."""
+        b = self.config.minibatch
+        scsg_step = source.piece(self.scsg_step)
+
+        def cond(c: tuple) -> Array:
+            return c[0] < jnp.max(steps)
+
+        def body(c: tuple) -> tuple:
+            n, theta, opt, k = c
+            k, k_ep = jax.random.split(k)
+            going = n < steps
+            ep = source.sample(theta, env_params,
+                               jnp.broadcast_to(going[:, None], (going.shape[0], b)), k_ep)
+            theta, opt = scsg_step(theta, opt, theta_0, mu, going, ep)
+            return (n + 1, theta, opt, k)
+
+        _, theta, opt_state, _ = source.while_loop(
+            cond, body, (jnp.zeros((), jnp.int32), theta_0, opt_state, key))
+        return theta, opt_state
+
+    def draw_steps(self, key: Array, batch: Array) -> Array:
+        """N_t ~ Geom(b/(B_t+b)) on {1, 2, ...} (FedPG-BR's code), or the fixed inner_steps."""
+        cfg = self.config
+        if cfg.inner_steps is not None:
+            return jnp.full(batch.shape, cfg.inner_steps, jnp.int32)
+        p = cfg.minibatch / (batch + cfg.minibatch)
+        return jax.random.geometric(key, p, batch.shape).astype(jnp.int32)
