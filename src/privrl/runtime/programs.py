@@ -6,18 +6,20 @@ settings' own algorithms (their configs, mechanisms and privacy records). A syst
 only its facts: which config field keeps settings apart (`refusal`, and `allowed`, what they
 may differ in), and how its algorithm takes the settings as per-trial data (`as_data`).
 `alone_or_program` is what every runner calls: one setting computes through the program's
-path even alone, so it gets the same floats alone and in any program.
+path even alone, so it gets the same floats alone and in any program. `program_groups` is what
+every reproduction calls: its sweep's settings in the groups that run as one program.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from privrl.config import ConfigError
 
 # The config field that keeps resolved configs from running as one program, or None.
 Refusal = Callable[[list[Any]], "str | None"]
+T = TypeVar("T")
 # Makes `algo` (the first setting's config) run settings `each` as per-trial data.
 AsData = Callable[[Any, list[Any]], None]
 
@@ -54,3 +56,18 @@ def alone_or_program(cls: Any, configs: Sequence[Any], task: Any, model: Any,
             return own
         configs = [own.config]
     return cls.for_settings(configs, task, model)
+
+
+def program_groups(items: Sequence[T], refusal: Callable[[list[T]], str | None],
+                   together: bool = True) -> list[list[T]]:
+    """A sweep's `items` (its settings) in the groups that run as one program, in order: each
+    joins the first group it can run with (`refusal` of the group with it is None), or starts
+    its own; each alone if not `together`. A group of one runs as its own run."""
+    groups: list[list[T]] = []
+    for item in items:
+        home = next((g for g in groups if together and refusal([*g, item]) is None), None)
+        if home is None:
+            groups.append([item])
+        else:
+            home.append(item)
+    return groups

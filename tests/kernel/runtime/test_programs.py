@@ -72,3 +72,15 @@ def test_one_setting_joins_the_programs_path_unless_it_cannot() -> None:
     assert alone_or_program(Host, [Cfg(1.0)], None, None, refusal).data is None
     never = alone_or_program(Algo, [Cfg(1.0)], None, None, lambda c: "mechanism")
     assert never.data is None
+
+
+def test_a_sweep_is_grouped_into_programs_in_order() -> None:
+    """Each setting joins the first group it can run with: here settings of one γ share a
+    program, whatever their order; each alone when the sweep asks."""
+    from privrl.runtime.programs import program_groups
+
+    sweep = [Cfg(1.0), Cfg(2.0, gamma=0.9), Cfg(3.0), Cfg(4.0, gamma=0.9), Cfg(5.0, gamma=0.5)]
+    groups = program_groups(sweep, refusal)
+    assert [[c.epsilon for c in g] for g in groups] == [[1.0, 3.0], [2.0, 4.0], [5.0]]
+    assert program_groups(sweep, refusal, together=False) == [[c] for c in sweep]
+    assert program_groups([], refusal) == []

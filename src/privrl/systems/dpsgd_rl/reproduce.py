@@ -28,6 +28,7 @@ import numpy as np
 from privrl.config import Config, fail, integer, one_of
 from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.output import open_sweep, plot_curves
+from privrl.runtime.programs import program_groups
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import (
@@ -112,12 +113,12 @@ def programs(settings: list[Setting], one_program: bool = True) -> list[list[Set
     differ only in numbers), DQN's in two, DP-SGD's and the observation noise's (a DP-SGD DQN
     samples its batches and steps differently from a non-private one); each alone if not
     `one_program`."""
-    if not one_program:
-        return [[s] for s in settings]
-    groups = [[s for s in settings if s.algorithm == "reinforce"],
-              [s for s in settings if s.algorithm == "dqn" and s.kind == "dp"],
-              [s for s in settings if s.algorithm == "dqn" and s.kind == "ldp"]]
-    return [g for g in groups if g]
+    def program(s: Setting) -> tuple[str, str]:
+        return s.algorithm, s.kind if s.algorithm == "dqn" else ""
+
+    return program_groups(
+        settings, lambda g: None if len({program(s) for s in g}) == 1 else "algorithm",
+        one_program)
 
 
 def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,

@@ -72,7 +72,7 @@ class CenRound:
     def plan(self, state: FedPGState, key: Array, live: Array) -> CenPlan:
         """Who plays what in a FedPG-Cen round: B_t, the agents' lanes (all K, or under
         distributed-gaussian the Poisson-sampled ones), their environments and keys, N_t."""
-        cfg = self.algo.config
+        algo, cfg = self.algo, self.algo.config
         k, b_max = cfg.agents, cfg.batch_max
         k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
         batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
@@ -81,10 +81,9 @@ class CenRound:
                      jax.vmap(node_noise_key, (None, 0, None))(state.noise, jnp.arange(k),
                                                               state.rounds))
         agent_live = (jnp.arange(b_max)[None, :] < batch) & live
-        if isinstance(self.algo.mechanism, DistributedGaussianMechanism):
-            # Only `self.slots` lanes are computed (the first sampled agents by id): see
-            # `mu`.
-            sampled = self.algo.mechanism.sample(mech_keys)  # each agent's own (secret) key
+        if isinstance(algo.mechanism, DistributedGaussianMechanism):
+            # Only `self.slots` lanes are computed (the first sampled agents by id): see `mu`.
+            sampled = algo.mechanism.sample(mech_keys)  # each agent's own (secret) key
             (ids,) = jnp.nonzero(sampled, size=self.slots, fill_value=k)
             valid = ids < k
             ids = jnp.where(valid, ids, 0)
@@ -92,14 +91,13 @@ class CenRound:
         else:
             ids, valid = jnp.arange(k), None
             agent_live = jnp.broadcast_to(agent_live, (k, b_max))
-        thetas = jnp.broadcast_to(theta_0, (ids.shape[0], self.algo.dim))
-        steps = self.algo.draw_steps(k_n, batch[None]) * live
-        return CenPlan(theta_0, thetas, self.algo.env_params_of(state.key, ids), agent_live, k_ep,
+        thetas = jnp.broadcast_to(theta_0, (ids.shape[0], algo.dim))
+        steps = algo.draw_steps(k_n, batch[None]) * live
+        return CenPlan(theta_0, thetas, algo.env_params_of(state.key, ids), agent_live, k_ep,
                        batch, mech_keys, ids, valid, steps,
-                       self.algo.env_params_of(state.key, jnp.array([k])), k_inner, key)
+                       algo.env_params_of(state.key, jnp.array([k])), k_inner, key)
 
-    def mu(self, state: FedPGState, plan: CenPlan, ep: Episodes
-               ) -> tuple[Array, Array | None]:
+    def mu(self, state: FedPGState, plan: CenPlan, ep: Episodes) -> tuple[Array, Array | None]:
         """The agents' μ_tᵏ from their episodes, through the mechanism, as the server's
         average μ_t (1, d); and the next clip (adaptive clipping; else `state.clip`).
 
@@ -111,11 +109,11 @@ class CenRound:
         (probability below 1e-8 per round by the 6-std margin) sends its noise share only:
         its exclusion is data-independent and can only lower its inclusion probability, so
         the guarantee holds as stated (it costs utility, not privacy)."""
-        cfg = self.algo.config
-        k = cfg.agents
-        mu_k = self.algo.gradients(plan.thetas, ep)
-        if not isinstance(self.algo.mechanism, DistributedGaussianMechanism):
-            reports = jax.vmap(self.algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
+        algo, cfg = self.algo, self.algo.config
+        mech, k = algo.mechanism, cfg.agents
+        mu_k = algo.gradients(plan.thetas, ep)
+        if not isinstance(mech, DistributedGaussianMechanism):
+            reports = jax.vmap(algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
             if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
                 order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
                 reports = jax.tree_util.tree_map(lambda a: a[order], reports)
@@ -124,20 +122,19 @@ class CenRound:
         # Back to the K agents: a sampled agent in a lane holds its μ, every other one 0.
         ids, valid = plan.ids, plan.valid
         included = jnp.zeros((k,), bool).at[ids].max(valid)
-        mu_k = jnp.zeros((k, self.algo.dim), mu_k.dtype).at[ids].add(mu_k * valid[:, None])
+        mu_k = jnp.zeros((k, algo.dim), mu_k.dtype).at[ids].add(mu_k * valid[:, None])
         count = cfg.sampling_rate * k
-        if self.algo.mechanism.adaptive is None:
-            shares = jax.vmap(self.algo.mechanism.share)(plan.mech_keys, mu_k, included)
+        if mech.adaptive is None:
+            shares = jax.vmap(mech.share)(plan.mech_keys, mu_k, included)
             return mean_from_sum(secure_aggregate(shares), count)[None], None
-        shares = jax.vmap(self.algo.mechanism.share, (0, 0, 0, None))(plan.mech_keys, mu_k,
-                                                                  included, state.clip)
-        update, bit_fraction = self.algo.mechanism.unpack(secure_aggregate(shares), state.clip,
-                                                     count)
-        new_clip = self.algo.mechanism.adaptive.next_clip(state.clip, bit_fraction)
+        shares = jax.vmap(mech.share, (0, 0, 0, None))(plan.mech_keys, mu_k, included,
+                                                       state.clip)
+        update, bit_fraction = mech.unpack(secure_aggregate(shares), state.clip, count)
+        new_clip = mech.adaptive.next_clip(state.clip, bit_fraction)
         return mean_from_sum(update, count)[None], new_clip
 
     def finish(self, state: FedPGState, plan: CenPlan, ep: Episodes, theta: Array,
-                   opt_state: Any, new_clip: Array | None) -> tuple[FedPGState, RoundInfo]:
+               opt_state: Any, new_clip: Array | None) -> tuple[FedPGState, RoundInfo]:
         """The round's new state and what it reports, from the server's new θ."""
         used = state.used + plan.batch + self.algo.config.minibatch * plan.steps[0]
         info = RoundInfo(mean_return(ep), jnp.mean(state.used), plan.batch.astype(jnp.float32),

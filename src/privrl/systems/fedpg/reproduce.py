@@ -22,6 +22,7 @@ import numpy as np
 
 from privrl.config import Config, integer, positive
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
+from privrl.runtime.programs import program_groups
 from privrl.systems.fedpg.algorithm import FedPGConfig
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")
@@ -79,15 +80,8 @@ def programs(configs: dict[str, FedPGConfig], names: list[str], one_program: boo
     graphs and mechanisms; the single agent, K = 1, alone); each alone if not `one_program`."""
     from privrl.systems.fedpg.algorithm import one_program_field
 
-    groups: list[list[str]] = []
-    for name in names:
-        home = next((g for g in groups if one_program and one_program_field(
-            [configs[n] for n in g] + [configs[name]]) is None), None)
-        if home is None:
-            groups.append([name])
-        else:
-            home.append(name)
-    return groups
+    return program_groups(names, lambda g: one_program_field([configs[n] for n in g]),
+                          one_program)
 
 
 def run_sweep(cfg: FedPGSweep, out: Path, log: SweepLog = print,

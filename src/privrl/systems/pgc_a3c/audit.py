@@ -34,7 +34,7 @@ class CanaryAgent(CanaryAgentBase):
 
     def __init__(self, config: PGCA3CConfig, theta_key: Array) -> None:
         system, self.setting = lone_agent(config)
-        self.own_mechanism = system.settings[0][1]  # the setting's own mechanism and claim
+        self.own_mechanism = system.settings[0].mechanism  # the setting's own mechanism and claim
         super().__init__(system, theta_key, f"pgc-a3c {system.config.mechanism} canary agent")
 
     @property

@@ -26,7 +26,8 @@ import numpy as np
 
 from privrl.config import Config, fail, integer, positive
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
-from privrl.systems.pgc_a3c.algorithm import ONE_PROGRAM_MECHANISMS, PGCA3CConfig
+from privrl.runtime.programs import program_groups
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,
     held_moving_average,
@@ -162,10 +163,14 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
         else:
             pending.append(s)
     configs = {s: cfg.run_config(s) for s in pending}
-    group = [s for s in pending if one_program and configs[s].mechanism in ONE_PROGRAM_MECHANISMS]
-    if len(group) < 2 or one_program_field([configs[s] for s in group]) is not None:
-        group = []
-    if group:
+    for group in program_groups(
+            pending, lambda g: one_program_field([configs[s] for s in g]), one_program):
+        if len(group) == 1:
+            save(group[0], local.run_pgc_a3c(configs[group[0]],
+                                             progress=reporter(group[0].name, 1),
+                                             retire_on_success=cfg.retire))
+            finished += 1
+            continue
         name = f"{len(group)} settings as one program"
         results = local.run_pgc_a3c_settings(
             [configs[s] for s in group], progress=reporter(name, len(group)),
@@ -175,11 +180,6 @@ def run_sweep(cfg: SweepConfig, out: Path, progress: SweepProgress | None = None
         finished += len(group)
         log(f"one program for {', '.join(s.name for s in group)}: "
             f"{results[0].wall_seconds:.0f} s")
-    for s in pending:
-        if s not in group:
-            save(s, local.run_pgc_a3c(configs[s], progress=reporter(s.name, 1),
-                                      retire_on_success=cfg.retire))
-            finished += 1
     return write_report(cfg, out)
 
 
