@@ -64,7 +64,7 @@ class Claim:
 
     epsilon, delta: the whole run's (never one release's). notion: "LDP" or "DP".
     scope: what kind of DP, e.g. "local, untrusted aggregator" or "central, user level".
-    unit: what is protected, e.g. "one agent's reports over the run".
+    unit: what is protected, e.g. "all of one agent's reports".
     how: the composition or accountant that gives (ε, δ), in a few words ("basic
     composition", "the pld accountant, 8 rounds"); `detail`: more on it, for the statement only.
     """
@@ -184,7 +184,7 @@ def headline(facts: Facts) -> str:
     c = facts.claim
     if c is None:
         return f"{NO_GUARANTEE}: {facts.no_guarantee}"
-    line = f"{c.text()} ({c.scope}) for {c.unit}, over the whole run ({c.how})"
+    line = f"{c.text()} for {c.unit}, over the whole run ({c.scope}; {c.how})"
     r = facts.releases
     if r is not None and r.epsilon is not None:
         line += f"; per release {_eps(r.epsilon, r.delta, r.notion)}"
@@ -204,7 +204,7 @@ def statement(facts: Facts) -> str:
         out.append(f"{NO_GUARANTEE}: {facts.no_guarantee}.")
     else:
         detail = f" ({c.detail})" if c.detail else ""
-        out.append(f"{c.text()} ({c.scope}) for {c.unit}, over the whole run, by {c.how}"
+        out.append(f"{c.text()} for {c.unit}, over the whole run ({c.scope}), by {c.how}"
                    f"{detail}.")
     r = facts.releases
     if r is not None:

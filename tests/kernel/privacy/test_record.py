@@ -35,7 +35,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.shuffle import shuffle_record
 
-CLAIM = Claim(2.0, 0.0, "LDP", "local, untrusted aggregator", "one agent's reports over the run",
+CLAIM = Claim(2.0, 0.0, "LDP", "local, untrusted aggregator", "all of one agent's reports",
               "basic composition")
 ONE = Releases("each agent", "its clipped gradient", "the laplace mechanism", 4, 0.5)
 
@@ -49,11 +49,12 @@ def _charged(mechanism: LaplaceMechanism | IdentityMechanism, agents: int = 3,
 
 def test_headline_states_the_whole_run_and_labels_the_release() -> None:
     line = headline(Facts(CLAIM, releases=ONE, noise="secret"))
-    assert line == ("2-LDP (local, untrusted aggregator) for one agent's reports over the run, "
-                    "over the whole run (basic composition); per release 0.5-LDP")
+    assert line == ("2-LDP for all of one agent's reports, over the whole run (local, untrusted "
+                    "aggregator; basic composition); per release 0.5-LDP")
     approx = Claim(1.2034, 1e-5, "DP", "central", "one agent's whole data", "the pld accountant")
     assert headline(Facts(approx, noise="seeded")).startswith(
-        "(ε = 1.203, δ = 1e-05)-DP (central) for one agent's whole data")
+        "(ε = 1.203, δ = 1e-05)-DP for one agent's whole data, over the whole run (central; the "
+        "pld accountant)")
     assert headline(Facts(approx, noise="seeded")).endswith("[simulation: seeded noise]")
 
 
@@ -67,8 +68,8 @@ def test_statement_composes_every_part_in_order() -> None:
         condition="the constant C", not_protected="the rewards", noise="seeded")
     text = statement(facts)
     parts = [
-        "2-LDP (local, untrusted aggregator) for one agent's reports over the run, over the "
-        "whole run, by basic composition.",
+        "2-LDP for all of one agent's reports, over the whole run (local, untrusted "
+        "aggregator), by basic composition.",
         "Each agent released its clipped gradient (4 release(s) at most), randomized by the "
         "laplace mechanism. Each release alone is 0.5-LDP (per release).",
         "Also (ε = 1.5, δ = 1e-05)-LDP by the optimal composition theorem.",

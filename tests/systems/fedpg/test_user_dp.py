@@ -110,7 +110,7 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     assert rec["mechanism"]["params"]["min_honest"] == 3
     assert "zero-out" in rec["mechanism"]["neighbouring"]
     assert rec["trust_model"]["by_dropouts"][0]["epsilon"] == rec["accounting"]["epsilon"]
-    assert "(central, user level" in rec["statement"]
+    assert "over the whole run (central, user level" in rec["statement"]
     assert "adaptive_clip" not in rec and "adaptive" not in rec["statement"]
     # The heading states the whole run's ε (the accountant's), never one round's, beside the
     # unit "one agent's whole data"; privacy.json and the summary say the same line.

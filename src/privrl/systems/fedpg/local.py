@@ -458,7 +458,7 @@ def privacy_facts(run: FedPGRun) -> Facts:
                            if cfg.adaptive_clip else "")),
             not_protected=server, noise=noise)
     local = "local: the server and peers are untrusted"
-    unit = "one agent's reports over the run"
+    unit = "all of one agent's reports"
     trust = Trust("nobody but the agent itself (local DP)", computes)
     if cfg.mechanism == "gaussian" and run.accounting is not None:
         return Facts(

@@ -318,7 +318,7 @@ def privacy_facts(out: RunOutput) -> Facts:
     eps0 = cfg.epsilon_per_report()
     composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
     claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
-                                   "one agent's reports over the run",
+                                   "all of one agent's reports",
                                    "the ledger refuses a report beyond it", cfg.epsilon)
     shuffled = shuffle_account(out) if cfg.shuffle else None
     return Facts(
