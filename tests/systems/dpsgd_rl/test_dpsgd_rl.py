@@ -1,5 +1,5 @@
 """Paper 003's learners: ghost clipping equals per-example clipping, privacy.json's ε equals a
-direct dp-accounting computation, --max-epsilon stops in time, LDP observations, bad input,
+direct dp-accounting computation, --epsilon-budget stops in time, LDP observations, bad input,
 and non-private REINFORCE and DQN learn CartPole well above a random policy."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_poisson_sampling_rate() -> None:
 
 def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    rc = main(["run", "dp-dqn", "--sigma", "0.8", "--episodes", "12", "--q", "0.02",
+    rc = main(["run", "dp-dqn", "--noise-multiplier", "0.8", "--episodes", "12", "--q", "0.02",
                "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())["dpsgd"]
@@ -154,7 +154,7 @@ def test_target_epsilon_calibrates_reinforce() -> None:
 
 
 @pytest.mark.parametrize(("args", "option"), [
-    (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
+    (["run", "dp-reinforce", "--noise-multiplier", "-0.1"], "--noise-multiplier"),
     (["run", "dp-reinforce", "--clip", "0"], "--clip"),
     (["run", "dp-reinforce", "--secure-noise", "--accountant", "pld"], "--accountant"),
     (["run", "dp-dqn", "--secure-noise", "--accountant", "rdp"], "--secure-noise"),  # q < 1
@@ -166,14 +166,13 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-dqn", "--lr-final-fraction", "1.5"], "--lr-final-fraction"),
     (["run", "dp-dqn", "--lr-decay-updates", "0"], "--lr-decay-updates"),
     (["run", "dp-dqn", "--pause-at", "0"], "--pause-at"),
-    (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
-     "--target-epsilon"),
-    (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
+    (["run", "dp-reinforce", "--epsilon", "1e-9", "--delta", "1e-12"], "--epsilon"),
+    (["run", "dp-reinforce", "--noise-multiplier", "1", "--epsilon", "2"], "--epsilon"),
     (["run", "dp-reinforce", "--env", "gymnasium:NoSuchEnv-v0"], "--env"),
     (["run", "dp-reinforce", "--env", "gymnasium:CartPole-v1", "--private", "gravty=9:10"],
      "--private"),
     (["run", "dp-reinforce", "--env", "os:getcwd"], "--env"),
-    (["run", "ldp-dqn", "--sigma", "-1"], "--sigma"),
+    (["run", "ldp-dqn", "--iqr-scale", "-1"], "--iqr-scale"),
     (["run", "ldp-reinforce", "--mode", "box", "--box-low", "1,1,1"], "--box-low"),
     (["run", "ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"], "--box"),
 ])
@@ -284,7 +283,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     seen: dict[str, Any] = {}
     monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
                         seen.update(cfg=cfg))
-    assert main(["run", "ldp-dqn", "--mode", "box", "--obs-noise-multiplier", "1.5",
+    assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
     cfg = seen["cfg"]
     assert cfg.accountant == "rdp"
@@ -297,7 +296,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
 
 def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
     out = tmp_path / "ldp"
-    rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",
+    rc = main(["run", "ldp-reinforce", "--mode", "box", "--noise-multiplier", "1.5",
                "--episodes", "3", "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())
@@ -328,7 +327,7 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
 
 def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "ldp"
-    assert main(["run", "ldp-dqn", "--sigma", "0.3", "--episodes", "2", "--out", str(out),
+    assert main(["run", "ldp-dqn", "--iqr-scale", "0.3", "--episodes", "2", "--out", str(out),
                  "--no-progress"]) == 0
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)

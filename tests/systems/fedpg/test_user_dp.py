@@ -88,7 +88,7 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     σ is calibrated for 2 rounds (--dp-rounds) while the episodes allow more: the
     accountant's budget ends the run after 2 rounds, not the episode budget."""
     out = tmp_path / "dg"
-    args = ["run", "fedpg-cen", "--agents", "4", "--budget", "60", "--batch-min", "2",
+    args = ["run", "fedpg-cen", "--agents", "4", "--episodes", "60", "--batch-min", "2",
             "--batch-max", "3", "--minibatch", "1", "--mechanism", "distributed-gaussian",
             "--epsilon", "3", "--sampling-rate", "0.5", "--min-honest", "3", "--seed", "1",
             "--accountant", "rdp", "--dp-rounds", "2",

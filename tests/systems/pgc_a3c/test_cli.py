@@ -50,9 +50,9 @@ def no_compute(monkeypatch):
         (["--env", "gymnasium:CartPole-v1", "--private", "kinematics_integrator=1,2"],
          "--private"),
         (["--env", "os:getcwd"], "--env: os:getcwd() must return"),
-        (["--target-score", "nan"], "--target-score: must be finite"),
-        (["--target-score", "-inf"], "--target-score: must be finite"),
-        (["--target-score", "abc"], "--target-score"),
+        (["--target-return", "nan"], "--target-return: must be finite"),
+        (["--target-return", "-inf"], "--target-return: must be finite"),
+        (["--target-return", "abc"], "--target-return"),
         (["--score-window", "0"], "--score-window"),
         (["--reward", "bonus"], "--reward"),
         (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
@@ -165,10 +165,10 @@ def test_secure_noise_makes_a_float_safe_laplace_with_the_same_epsilon():
 
 
 def test_target_score_and_window_reach_config_summary_and_fst(tmp_path, capsys):
-    """--target-score/--score-window are what the FST counts: a target of 0 is reached by the
+    """--target-return/--score-window are what the FST counts: a target of 0 is reached by the
     first window of CartPole returns (every episode lasts >= 1 step), so FST = 1 (μ_n is the
     forward window from n), and the window reaches metrics.csv's μ."""
-    out = _run(tmp_path, "t", "--target-score", "0", "--score-window", "5", "--epsilon", "10",
+    out = _run(tmp_path, "t", "--target-return", "0", "--score-window", "5", "--epsilon", "10",
                "--preset", "tuned", "--reward", "env")
     printed = capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())["config"]
@@ -191,7 +191,7 @@ def test_target_note_names_the_target_used():
     acro = PGCA3CConfig(env="gymnax:Acrobot-v1", target_score=-100.0, score_window=20)
     note = target_note(acro)
     assert "20 consecutive returns reaching -100" in note and "CartPole's" not in note
-    assert "set --target-score" in target_note(PGCA3CConfig(env="gymnax:Acrobot-v1"))
+    assert "set --target-return" in target_note(PGCA3CConfig(env="gymnax:Acrobot-v1"))
 
 
 def test_non_private_run_says_so(tmp_path, capsys):

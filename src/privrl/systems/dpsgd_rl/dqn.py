@@ -57,6 +57,7 @@ from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
 from privrl.runtime.programs import settings_program
+from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -77,7 +78,6 @@ from privrl.systems.dpsgd_rl.episodic import (
 from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
 
 UNIT = "one transition (s, a, r, s′)"
-OPTIMIZERS = ("adamw", "sgd")
 # What settings run as one program (`DQN.for_settings`) may differ in: DP-SGD's σ and the
 # slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN samples
 # its batches by Poisson sampling and steps without value clipping, a non-private one not.
@@ -212,7 +212,7 @@ class DQNConfig(EpisodicConfig):
         return min(1.0, self.releases_per_unit(updates) * math.exp(-n * kl))
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon (all of them without one)."""
+        """Updates allowed by max_epsilon (all of them without one)."""
         total = self.max_steps()
         if not self.private or self.max_epsilon is None:
             return total

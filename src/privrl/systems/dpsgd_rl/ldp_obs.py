@@ -38,8 +38,8 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.noise import noise_fields, secret_fold
 from privrl.privacy.record import COMPOSED, Claim, Facts, Releases, privacy_record
+from privrl.systems.dpsgd_rl.choices import OBS_MODES as MODES
 
-MODES = ("none", "sigma", "box")
 CARTPOLE_IQR: tuple[float, ...] = (0.55, 0.39, 0.05, 0.32)  # the slides' IQR of each component
 # The default box: CartPole's termination bounds for x and θ (±2.4, ±0.2095 rad); for the
 # velocities, bounds that the states of a 500-step CartPole-v1 episode rarely leave.

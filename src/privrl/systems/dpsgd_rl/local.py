@@ -4,7 +4,7 @@ over host devices, episodes chained by `lax.scan` in jitted chunks, then the res
 An algorithm here is any object with `config` (an EpisodicConfig), `init(key) -> state` and
 `episode(state) -> (state, EpisodeMetrics)`, whose state has a `stopped` flag, `updates` and
 `progress.solved_at`. The host stops as soon as every seed has stopped (solved, episode cap, or
-the --max-epsilon update cap). An algorithm whose `task` rolls out on the host (a Gymnasium
+the max_epsilon update cap). An algorithm whose `task` rolls out on the host (a Gymnasium
 task) has `host_episode(state)` instead, run for each seed in turn (`host_scan`).
 """
 
@@ -46,7 +46,7 @@ class EpisodicOutput:
     eval_returns: np.ndarray  # (seeds, episodes)
     updates: np.ndarray  # (seeds,) model updates made
     solved_at: np.ndarray  # (seeds,) training episodes until solved; -1 if never
-    update_cap: int  # updates --max-epsilon allows
+    update_cap: int  # updates max_epsilon allows
     privacy: dict[str, Any]
     wall_seconds: float
     devices: int

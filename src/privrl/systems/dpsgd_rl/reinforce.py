@@ -101,7 +101,7 @@ class ReinforceConfig(EpisodicConfig):
         return PrivacyEvent("gaussian", self.noise_multiplier)
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon: all of them, or none if one release exceeds it."""
+        """Updates allowed by max_epsilon: all of them, or none if one release exceeds it."""
         if not self.private or self.max_epsilon is None:
             return self.episodes
         acc = Accountant(self.accountant)
