@@ -21,6 +21,7 @@ from privrl.systems.dp_qlearning import local as runner
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
+    describe_privacy,
     privacy_record,
     run_keys,
 )
@@ -74,12 +75,18 @@ def test_epsilon_calibrates_sigma_and_records_the_claim():
     assert (t5["T_over_B"], t5["B"], t5["J"], t5["C"]) == (t_over_b, 128, 100, 1e-4)
     assert rec["delta"] == pytest.approx(1e-5 + 100 * math.exp(-(10 - 8.68 * expected) ** 2 / 2))
     assert "ONLY AS VALID AS" in rec["statement"]
+    # The heading (printed before and after the run) is the whole training's (ε, δ).
+    assert rec["guarantee"]["epsilon"] == 0.5 and rec["guarantee"]["delta"] == rec["delta"]
+    assert describe_privacy(cfg) == rec["headline"]
+    assert rec["headline"].startswith(f"(ε = 0.5, δ = {rec['delta']:.3g})-DP")
+    assert "ONLY AS VALID AS" in rec["headline"]
 
 
 def test_sigma_alone_claims_no_epsilon():
     rec = privacy_record(DPQLearningConfig(sigma=0.4).resolved())
     assert not rec["private"] and rec["epsilon"] == "not claimed"
     assert "NO ε IS CLAIMED" in rec["statement"]
+    assert rec["headline"].startswith("NO PRIVACY GUARANTEE") and rec["guarantee"] is None
     assert "NO PRIVACY" in privacy_record(DPQLearningConfig(sigma=0.0).resolved())["statement"]
 
 

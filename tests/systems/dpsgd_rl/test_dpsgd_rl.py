@@ -117,6 +117,11 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
                                                           rel=1e-12)
     assert rec["epsilon"] < rec["cross_check"]["epsilon"]
     assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
+    # The printed heading (the summary's line) states the run's ε, which privacy.json holds.
+    summary = json.loads((out / "summary.json").read_text())
+    assert rec["guarantee"]["epsilon"] == rec["epsilon"] == summary["dpsgd_epsilon"]
+    assert summary["privacy_model"] == rec["headline"]
+    assert rec["headline"].startswith(f"(ε = {rec['epsilon']:.4g}, δ = ")
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
 
@@ -128,7 +133,7 @@ def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch)
     rec = privacy_record(DQN(DQNConfig(dp=True, noise_multiplier=1.0, episodes=2)), 100)
     dp = rec["dpsgd"]
     assert dp["total_delta"] == pytest.approx(1.2e-5)
-    assert ", 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
+    assert "δ = 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
@@ -311,7 +316,12 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
         "replace one: any two states inside the declared box")
     assert obs["per_step"]["epsilon"] == pytest.approx(
         dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
-    assert "NOT protected" in obs["statement"]
+    assert "Not protected: rewards and episode ends" in obs["statement"]
+    assert obs["guarantee"]["epsilon"] == obs["per_episode"]["epsilon"]
+    assert obs["headline"].startswith(f"(ε = {obs['per_episode']['epsilon']:.4g}, δ = 1e-05)")
+    assert "per release (ε = " in obs["headline"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["privacy_observations"] == obs["headline"]
     assert not rec["dpsgd"]["formal_guarantee"]
 
 
@@ -321,7 +331,7 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
                  "--no-progress"]) == 0
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
-    assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
+    assert "Observations: NO PRIVACY GUARANTEE" in capsys.readouterr().out
 
 
 def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:

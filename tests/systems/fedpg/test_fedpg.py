@@ -282,6 +282,12 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert composed["basic"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
     assert composed["optimal"]["epsilon"] <= composed["basic"]["epsilon"]
     assert composed["optimal"]["delta"] == 1e-5 and "optimal composition" in privacy["statement"]
+    # The headline (summary's privacy line) states the whole run's ε per agent, the ledger's
+    # basic composition, and labels the release's ε as per release.
+    assert privacy["guarantee"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
+    assert summary["privacy"] == privacy["headline"]
+    assert privacy["headline"].startswith(f"{0.5 * summary['rounds']:.4g}-LDP")
+    assert privacy["headline"].endswith("; per release 0.5-LDP [simulation: seeded noise]")
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
 
@@ -394,5 +400,7 @@ def test_privacy_budget_ends_the_run_by_the_optimal_composition(count_releases):
                                                  "composition": "optimal"}
     assert rec["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(
         composed["optimal"]["epsilon"])
-    assert "enforced by the ledger before every round" in rec["statement"]
+    assert "enforced before every release (optimal composition)" in rec["statement"]
     assert "optimal composition" in summary["privacy"]
+    assert rec["guarantee"]["epsilon"] == composed["optimal"]["epsilon"]
+    assert rec["guarantee"]["delta"] == composed["optimal"]["delta"]

@@ -115,6 +115,23 @@ def _run(tmp_path: Path, name: str, *extra: str) -> Path:
     return out
 
 
+def test_heading_states_each_agents_whole_run_epsilon_never_a_reports(tmp_path, capsys):
+    """Two reports per agent of ε = 5 each: the heading printed before the run names the
+    agent's budget over the run (10), the results line and privacy.json's headline the
+    composed whole-run ε, and a report's ε appears only labelled per release."""
+    out = _run(tmp_path, "h", "--epsilon", "10", "--submissions-per-agent", "2")
+    printed = capsys.readouterr()
+    assert "each agent's total ε ≤ 10 over the run" in printed.err
+    assert "ε = 5" not in printed.err and "per agent report" not in printed.err
+    privacy = json.loads((out / "privacy.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert privacy["guarantee"]["epsilon"] == pytest.approx(10.0)
+    assert privacy["epsilon_per_report"] == pytest.approx(5.0)
+    assert summary["privacy"] == privacy["headline"]
+    assert privacy["headline"].startswith("10-LDP for all of one agent's reports, over the")
+    assert "; per release 5-LDP" in privacy["headline"]
+
+
 def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     a = _run(tmp_path, "a", "--epsilon", "10", "--seed", "4")
     printed = capsys.readouterr().out
@@ -197,9 +214,10 @@ def test_target_note_names_the_target_used():
 def test_non_private_run_says_so(tmp_path, capsys):
     out = _run(tmp_path, "np", "--mechanism", "none")
     printed = capsys.readouterr().out
-    assert "NONE" in printed or "no privacy" in printed.lower()
+    assert "NO PRIVACY GUARANTEE" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["epsilon"] == "inf" and "NONE" in summary["privacy"]
+    assert summary["epsilon"] == "inf"
+    assert summary["privacy"].startswith("NO PRIVACY GUARANTEE")
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
     assert privacy["ledger"]["formal_guarantee"] is False

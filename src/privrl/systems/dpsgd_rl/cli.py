@@ -90,9 +90,8 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
-    privacy = result.privacy
-    console.print(f"Model: {privacy['dpsgd']['statement']}")
-    console.print(f"Observations: {privacy['observations']['statement']}")
+    console.print(f"Model: {summary['privacy_model']}")
+    console.print(f"Observations: {summary['privacy_observations']}")
     if "noise" in summary:
         console.print(summary["noise"])
     if summary["stopped_by_max_epsilon"]:

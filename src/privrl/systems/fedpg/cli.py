@@ -350,7 +350,6 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
 
     from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
-    from privrl.systems.fedpg.algorithm import FedPG
 
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
@@ -361,13 +360,15 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
     from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS
 
-    total = ""  # the headline: each agent's whole-run ε, where it is known before the run
+    # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
+    # release's labelled per release) is stated with the results.
+    total = ""
     if cfg.epsilon_budget is not None:
         total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
     elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
         total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
-              f"{FedPG(cfg).mechanism.guarantee.describe()}{total}; {cfg.trials} trial(s) × "
+              f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),

@@ -85,7 +85,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     console.print(t)
     console.print(f"Epochs: {summary['epochs_run']} (best {summary['best_epoch']}); wall time "
                   f"{summary['wall_seconds']:.1f} s")
-    console.print(f"Privacy: {result.privacy['statement']}")
+    console.print(f"Privacy: {result.privacy['headline']}")
     if "noise" in summary:
         console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "

@@ -224,9 +224,13 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console = Console()
     err = Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    mech = PGCA3C(config).mechanism
-    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}, "
-              f"{mech.guarantee.describe()}; "
+    PGCA3C(config)  # its mechanism refuses parameters it cannot release with, before any run
+    # Each agent's whole-run budget; the run's guarantee is stated with the results.
+    total = "" if math.isinf(config.epsilon) else (
+        f", each agent's total ε ≤ {config.epsilon:g}"
+        + (f" at δ = {config.delta:g}" if config.budget_composition == "optimal" else "")
+        + " over the run")
+    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}{total}; "
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
