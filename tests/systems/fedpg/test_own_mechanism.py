@@ -27,6 +27,7 @@ def test_fedpg_runs_and_audits_a_user_mechanism_on_the_same_release(load_example
     assert privacy["ledger"]["reports"] == 2 * rounds
     assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(3.0 * rounds)
     assert f"declared by {NAME}, not verified by privrl" in privacy["mechanism"]["notion"]
+    assert f"ONLY AS VALID AS the guarantee declared by {NAME}" in privacy["statement"]
     released = set(calls)
     calls.clear()
     (r,) = audit_fedpg(cfg, [3.0], samples=40, confidence=0.95)

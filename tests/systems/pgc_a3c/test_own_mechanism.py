@@ -41,7 +41,10 @@ def test_a_user_mechanism_runs_locally_and_is_audited_on_the_same_release(own):
     assert run, "the run did not release through the user's function"
     ledger = out.ledger.summary()  # T = 2 reports per agent of ε/T = 4 each, composed
     assert ledger["reports"] == 6 and ledger["per_agent_epsilon"]["max"] == pytest.approx(8.0)
-    mech = privacy_record(out)["mechanism"]
+    record = privacy_record(out)
+    assert (f"ONLY AS VALID AS the guarantee declared by {NAME}, which privrl does not verify"
+            in record["statement"])
+    mech = record["mechanism"]
     assert mech["mechanism"] == "duchi-coordinates"
     assert f"declared by {NAME}, not verified by privrl" in mech["notion"]
     assert mech["params"]["epsilon"] == pytest.approx(4.0)

@@ -348,9 +348,14 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from privrl.privacy.user import is_user_mechanism
     from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
 
+    if is_user_mechanism(cfg.mechanism):  # imported (or refused) before anything is printed
+        from privrl.systems.fedpg.algorithm import FedPG
+
+        FedPG(cfg)
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")

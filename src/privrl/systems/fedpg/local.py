@@ -41,6 +41,7 @@ from privrl.privacy.record import (
     pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.privacy.user import declared_condition
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
@@ -473,7 +474,8 @@ def privacy_facts(run: FedPGRun) -> Facts:
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
                  shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
-                 not_protected=server, noise=noise)
+                 not_protected=server, condition=declared_condition(cfg.mechanism),
+                 noise=noise)
 
 
 def privacy_record(run: FedPGRun) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
+from privrl.privacy.user import declared_condition
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
@@ -327,7 +328,7 @@ def privacy_facts(out: RunOutput) -> Facts:
         also=also, budget=budget,
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
-        noise=noise)
+        condition=declared_condition(cfg.mechanism), noise=noise)
 
 
 def privacy_record(out: RunOutput) -> dict[str, Any]:
