@@ -256,7 +256,9 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     from privrl.runtime.output import new_run_dir
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c import ray as ray_runner
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
+    PGCA3C(config)  # its mechanism (a user's: imported) refuses bad parameters before the run
     console, err = Console(), Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
