@@ -152,10 +152,14 @@ def gaussian_release(p: GaussianParams, key: Array, x: Array) -> Array:
     return add_gaussian_noise(clip_l2_inverse(x, p.inverse_clip), p.std, key)
 
 
+def clip_box(x: Array, low: Any, high: Any) -> Array:
+    """x clipped into the box [low, high], coordinate by coordinate."""
+    return jnp.clip(x, jnp.asarray(low, x.dtype), jnp.asarray(high, x.dtype))
+
+
 def box_gaussian_release(p: BoxGaussianParams, key: Array, x: Array) -> Array:
     """x clipped into the box [low, high] plus N(0, std² I)."""
-    clipped = jnp.clip(x, jnp.asarray(p.low, x.dtype), jnp.asarray(p.high, x.dtype))
-    return add_gaussian_noise(clipped, p.std, key)
+    return add_gaussian_noise(clip_box(x, p.low, p.high), p.std, key)
 
 
 def unbounded_gaussian_release(p: UnboundedGaussianParams, key: Array, x: Array) -> Array:
@@ -377,6 +381,7 @@ class LaplaceMechanism(Mechanism):
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
+        """The clip step of `laplace_release` (L1 to C/2), on its own."""
         return clip_l1_inverse(x, float32_inverse(self.clip / 2.0))
 
     def release_params(self, dim: int) -> LaplaceParams | SecureParams:
@@ -790,7 +795,7 @@ class BoxGaussianMechanism(Mechanism):
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
-        return jnp.clip(x, jnp.asarray(self.low, x.dtype), jnp.asarray(self.high, x.dtype))
+        return clip_box(x, self.low, self.high)
 
     def release_params(self, dim: int) -> BoxGaussianParams:
         if dim != len(self.low):
