@@ -363,8 +363,9 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
-    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS
+    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
 
+    FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
     # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
     # release's labelled per release) is stated with the results.
     total = ""
