@@ -348,14 +348,11 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from privrl.privacy.user import is_user_mechanism
     from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
+    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
 
-    if is_user_mechanism(cfg.mechanism):  # imported (or refused) before anything is printed
-        from privrl.systems.fedpg.algorithm import FedPG
-
-        FedPG(cfg)
+    FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
@@ -363,9 +360,6 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
-    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
-
-    FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
     # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
     # release's labelled per release) is stated with the results.
     total = ""
