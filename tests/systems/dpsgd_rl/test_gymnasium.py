@@ -34,16 +34,27 @@ def _cfg(**kw: Any) -> DQNConfig:
     return DQNConfig(**{**base, **kw})
 
 
-def _watch(algo: Any, name: str, at: int, seen: list) -> None:
-    """Record the observation argument `at` of the jitted piece `name` on each call."""
-    fn = getattr(algo, name)
+def _watch(algo: Any, names: tuple[str, ...], at: int, seen: list) -> None:
+    """Record the observation argument `at` (of the jitted host pieces `algo.<name>`, e.g.
+    the acting and greedy policies) on each call, as the host episode source runs them."""
+    source = algo.episodes
+    assert source.host
+    watch = [getattr(algo, name) for name in names]
+    piece = source.piece
 
-    def watched(*args: Any) -> Any:
-        if not isinstance(args[at], jax.core.Tracer):  # (the rollout's shape probe)
-            seen.append(np.asarray(args[at]))
-        return fn(*args)
+    def watching(fn: Any) -> Any:
+        jitted = piece(fn)
+        if fn not in watch:
+            return jitted
 
-    setattr(algo, name, watched)
+        def watched(*args: Any) -> Any:
+            if not isinstance(args[at], jax.core.Tracer):  # (the rollout's shape probe)
+                seen.append(np.asarray(args[at]))
+            return jitted(*args)
+
+        return watched
+
+    source.piece = watching
 
 
 @pytest.fixture()
@@ -67,13 +78,13 @@ def test_host_dqn_episode_is_the_jitted_one_with_ldp_observations(walkers) -> No
     cfg = _cfg(obs=WALK_BOX)
     jx, gym = DQN(cfg, task=walkers[0]), DQN(cfg, task=walkers[1])
     seen: list = []  # what the host learner's network is given: acting and evaluating
-    _watch(gym, "_act", 1, seen)
-    _watch(gym, "_greedy", 1, seen)
+    _watch(gym, ("act",), 1, seen)
+    _watch(gym, ("greedy",), 2, seen)
     a = b = jx.init(jax.random.key(5))
     episode = jax.jit(jx.episode)
     for _ in range(cfg.episodes):
         a, ma = episode(a)
-        b, mb = gym.host_episode(b)
+        b, mb = gym.episode(b)
         assert float(mb.train_return) == float(ma.train_return)
         assert int(mb.updates) == int(ma.updates)
         assert -24.0 <= float(mb.eval_return) <= -5.0
@@ -126,11 +137,10 @@ def test_ldp_reinforce_on_a_host_task_never_sees_a_raw_observation() -> None:
     seen: list = []
     algo = Reinforce(ReinforceConfig(obs=obs, hidden=4, max_episode_steps=6, episodes=2,
                                      batch_episodes=2, stop_when_solved=False), task=task)
-    _watch(algo, "_act", 2, seen)
-    _watch(algo, "_greedy", 1, seen)
+    _watch(algo, ("act", "greedy"), 2, seen)
     s = algo.init(jax.random.key(0))
     for _ in range(2):
-        s, m = algo.host_episode(s)
+        s, m = algo.episode(s)
         assert float(m.train_return) == 4.0 == float(m.eval_return)
     values = np.concatenate([v.reshape(-1, 2) for v in seen])
     assert len(values) == 2 * (2 * 4 + 4)  # two episodes: 2 × 4 steps acting, 4 evaluating

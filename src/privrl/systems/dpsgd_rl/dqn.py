@@ -43,7 +43,6 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
@@ -64,9 +63,6 @@ from privrl.systems.dpsgd_rl.episodic import (
     Progress,
     episode_env_key,
     episodic_task,
-    evaluate_greedy,
-    evaluate_greedy_host,
-    host_observer,
     make_env,
     observation_noise,
     program_allows,
@@ -75,6 +71,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     trial_env,
 )
 from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
+from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one transition (s, a, r, s′)"
 OPTIMIZERS = ("adamw", "sgd")
@@ -341,12 +338,8 @@ class DQN:
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private else None)
         self.update_cap = cfg.max_updates()
-        # The jitted pieces of a host-side (Gymnasium) episode, compiled once per run.
-        self._plan, self._act, self._learn, self._finish = (
-            jax.jit(self.plan), jax.jit(self.act), jax.jit(self.learn), jax.jit(self.finish))
-        self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
-        # LDP on each host observation (one at a time; an evaluation rollout's rows), or None
-        self._observe, self._observe_rows = host_observer(cfg, rows=False), host_observer(cfg)
+        # Where the episodes are played: inside the jitted program, or on the host.
+        self.episodes: EpisodeSource = episode_source(cfg, task)
         # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
         # a trial's setting as data. A run that could join others in one program computes
         # through them too (its trials carry their setting), so that it gets the floats it
@@ -490,20 +483,6 @@ class DQN:
         return s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
                           steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
 
-    def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
-        """One environment step and (if the buffer is ready and the cap allows) one update.
-        `params`: the episode's environment parameters (default: the task's); the carry's
-        last entry accumulates the episode's return (the environment's rewards)."""
-        params = self.env_params if params is None else params
-        env_state, obs, key, ret = carry
-        key, action, k_env, k_grad = self.act(s, obs, key)
-        env = self.observed(s)
-        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
-        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
-        reward = jnp.asarray(reward, jnp.float32)
-        s = self.learn(s, obs, action, reward, next_obs, terminal, k_grad)
-        return s, (env_state, next_obs, key, ret + reward), terminal > 0
-
     def plan(self, s: DQNState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, reset, loop, evaluation), its agent's
         environment parameters and whether the seed still runs."""
@@ -511,28 +490,42 @@ class DQN:
         params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
         return (key, k_reset, k_loop, k_eval), params, ~s.stopped
 
-    def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
-        cfg = self.config
-        (key, k_reset, k_loop, k_eval), params, active = self.plan(s)
-        env = self.observed(s)
-        obs, env_state = env.reset_env(k_reset, params)
+    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
+        """The evaluation policy's actions on `obs`: the argmax of the Q-values."""
+        return jnp.argmax(self.model.apply(theta, obs), -1)
+
+    def episode(self, s: DQNState, episodes: EpisodeSource | None = None
+                ) -> tuple[DQNState, EpisodeMetrics]:
+        """One training episode from `episodes` (default: the task's own source): per
+        environment step, the ε-greedy action (`act`), the step, the transition's storage and
+        (if the buffer is ready and the cap allows) one update (`learn`); then the greedy
+        evaluation and the bookkeeping (`finish`). The episode's return is the sum of the
+        environment's rewards."""
+        cfg, src = self.config, self.episodes if episodes is None else episodes
+        (key, k_reset, k_loop, k_eval), params, active = src.piece(self.plan)(s)
+        env = lambda s=s: self.observed(s)  # noqa: E731 - the trial's traced environment
+        env_state, obs = src.start(env, params, k_reset, active, s.obs_noise)
 
         def cond(c: tuple) -> Array:
             t, _, _, done = c
             return active & ~done & (t < cfg.max_episode_steps)
 
         def body(c: tuple) -> tuple:
-            t, st, carry, _ = c
-            st, carry, fell = self.step(st, carry, params)
-            return t + 1, st, carry, fell
+            t, st, (env_state, obs, key, ret), _ = c
+            key, action, k_env, k_grad = src.piece(self.act)(st, obs, key)
+            env_state, next_obs, reward, terminal, ended = src.step(
+                lambda: self.observed(st), env_state, action, k_env, params, st.obs_noise)
+            st = src.piece(self.learn)(st, obs, action, reward, next_obs, terminal, k_grad)
+            ret = ret + reward
+            done = terminal > 0 if ended is None else ended
+            return t + 1, st, (env_state, next_obs, key, ret), done
 
-        _, s, (_, _, _, train_return), _ = jax.lax.while_loop(
+        _, s, (_, _, _, train_return), _ = src.while_loop(
             cond, body, (jnp.int32(0), s, (env_state, obs, k_loop, jnp.float32(0.0)),
                          jnp.bool_(False)))
-        theta = s.theta
-        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
-                                   k_eval, cfg.max_episode_steps, active)
-        return self.finish(s, key, train_return, eval_ret, active)
+        eval_ret = src.evaluate(env, self.env_params, self.greedy, s.theta, k_eval, active,
+                                s.obs_noise)
+        return src.piece(self.finish)(s, key, train_return, eval_ret, active)
 
     def finish(self, s: DQNState, key: Array, train_return: Array, eval_ret: Array,
                active: Array) -> tuple[DQNState, EpisodeMetrics]:
@@ -548,36 +541,3 @@ class DQN:
         metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), s.updates)
         return s._replace(key=key, progress=progress, episodes=episodes, stopped=stopped), metrics
-
-    def host_episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
-        """`episode` for a task stepped on the host (a Gymnasium task): the environment steps
-        in Python; `plan`, each ε-greedy action (`act`), each transition's storage and update
-        (`learn`), the LDP release of each observation and `finish` are the jitted path's,
-        with its keys, so the run is the jitted one step for step. The one difference: a
-        transition is terminal when Gymnasium says `terminated` (a time limit is not), where a
-        gymnax environment's `is_terminated` may include its time limit."""
-        cfg = self.config
-        (key, k_reset, k_loop, k_eval), params, active = self._plan(s)
-        active = bool(active)
-        rows = self._observe_rows
-        observe = None if rows is None else (lambda k, o: rows(s.obs_noise, k, o))
-
-        def seen(k: Array, raw: Any) -> Any:  # PrivateObservations' keys: split(k) = env, noise
-            raw = np.asarray(raw, np.float32)
-            return raw if self._observe is None else np.asarray(
-                self._observe(s.obs_noise, jax.random.split(k)[1], raw))
-
-        ret, t, done = np.float32(0.0), 0, not active
-        if active:
-            env, raw = self.task.start(params, jax.random.split(k_reset)[0])
-            obs, key_t = seen(k_reset, raw), k_loop
-        while not done and t < cfg.max_episode_steps:
-            key_t, action, k_env, k_grad = self._act(s, obs, key_t)
-            raw, reward, fell, cut, _ = env.step(int(action))
-            next_obs, reward = seen(k_env, raw), np.float32(reward)
-            s = self._learn(s, obs, action, reward, next_obs, np.float32(fell), k_grad)
-            obs, ret, t, done = next_obs, ret + reward, t + 1, bool(fell or cut)
-        theta = s.theta
-        eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
-                                        cfg.max_episode_steps, active, observe)
-        return self._finish(s, key, ret, eval_ret, jnp.bool_(active))

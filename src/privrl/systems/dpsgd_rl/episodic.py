@@ -15,7 +15,6 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from privrl.config import (
@@ -29,7 +28,6 @@ from privrl.config import (
     positive,
     within,
 )
-from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
@@ -38,8 +36,6 @@ from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
     PerTrialObservations,
     PrivateObservations,
-    private_observation,
-    private_observations,
 )
 
 
@@ -140,7 +136,7 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
     envs.task.resolve_task) and the config naming it, with the observation mechanism checked
     against the task's observations. `host` False: the learner rolls out inside jit only, and
     refuses a task stepped on the host (Gymnasium). A host task's LDP observations are
-    released by `host_observer` as the rollout returns them."""
+    released by its episode source (dpsgd_rl.source) as the rollout returns them."""
     cfg, task = resolve_task(cfg, task, partial(cartpole_task, cfg.max_episode_steps))
     if task.host and not host:
         fail("env", f"{task.name} is stepped on the host (Gymnasium); this learner steps its "
@@ -156,7 +152,7 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
 
 def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
     """The task's environment, seen through the observation mechanism when LDP is on (a host
-    task's is not wrapped: its rollouts apply `host_observer`)."""
+    task's is not wrapped: its episode source releases them, dpsgd_rl.source)."""
     mech = cfg.obs.mechanism()
     wrap = mech is not None and not task.host
     return (PrivateObservations(task.env, mech) if wrap else task.env), task.params
@@ -244,36 +240,3 @@ def progress_update(p: Progress, eval_return: Array, active: Array, threshold: f
     count = p.count + active.astype(jnp.int32)
     solved = (count >= window) & (jnp.mean(evals) >= threshold) & (p.solved_at < 0) & active
     return Progress(evals, count, jnp.where(solved, count, p.solved_at))
-
-
-def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_steps: int,
-                    active: Array) -> Array:
-    """Return of one greedy episode (argmax of `scores_fn(obs)`: logits or Q-values): the sum
-    of the environment's rewards (CartPole: the episode's length)."""
-    batched = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], env_params)
-    traj = rollout_episodes(env, batched, lambda k, obs: jnp.argmax(scores_fn(obs), -1),
-                            key, 1, max_steps, active[None])
-    return jnp.sum(traj.rewards[:, 0])
-
-
-def evaluate_greedy_host(task: Task, greedy: Any, key: Array, max_steps: int,
-                         active: bool, observe: Any = None) -> Array:
-    """`evaluate_greedy` for a task that rolls out on the host (a Gymnasium task), with the
-    task's default dynamics; `greedy(obs)` gives the actions (jit it); `observe`: what the
-    policy sees of the observations (`host_observer`; None: the raw ones)."""
-    defaults = jax.tree_util.tree_map(lambda x: np.asarray(x)[None], task.params)
-    traj = task.rollout(defaults, lambda k, obs: greedy(obs), key, 1, max_steps,
-                        np.array([active]), observe)
-    return np.sum(traj.rewards[:, 0])
-
-
-def host_observer(cfg: EpisodicConfig, rows: bool = True) -> Any:
-    """For a host task: `observe(noise_root, key, obs)`, the jitted LDP release of the
-    observations a Gymnasium environment returns (the jitted path's mechanism and key
-    discipline, a secret root folded in as there), or None without LDP. `rows`: obs is a
-    rollout's batch (n, obs_dim) (ldp_obs.private_observations); else one observation
-    (ldp_obs.private_observation)."""
-    mech = cfg.obs.mechanism()
-    if mech is None:
-        return None
-    return jax.jit(partial(private_observations if rows else private_observation, mech))
