@@ -1,7 +1,8 @@
-"""DQN and LDP observations on Gymnasium tasks (host-side episodes): the host DQN episode is the
-jitted one step for step on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py),
-LDP observations included; the learner (DQN, REINFORCE) never sees a raw observation of a host
-task; the command line runs dp-dqn on gymnasium:CartPole-v1."""
+"""DQN, REINFORCE and LDP observations on Gymnasium tasks (host-side episodes): each learner's
+one episode, run on the host source, is the jitted one step for step on the twin walkers
+(examples/byo_env.py, examples/byo_gymnasium.py), LDP observations included for DQN; the
+learner (DQN, REINFORCE) never sees a raw observation of a host task; the command line runs
+dp-dqn on gymnasium:CartPole-v1."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 
 import gymnasium
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import linen as nn
 from gymnasium import spaces
 
 from privrl import main as cli
@@ -158,3 +161,37 @@ def test_dp_dqn_on_gymnasium_cartpole_from_the_command_line(tmp_path) -> None:
     assert len(rows) == 1 and float(rows[0].split(",")[2]) >= 8  # CartPole: +1 a step
     privacy = json.loads((out / "privacy.json").read_text())["dpsgd"]
     assert privacy["unit"] == "one transition (s, a, r, s′)" and privacy["updates"] == 0
+
+
+class Sharp(nn.Module):
+    """Logits so steep that sampling is the argmax: the two rollouts draw their actions with
+    their own keys, so only a policy that ignores them plays the same episodes on both (the
+    offset breaks the tie at the walker's first observation, 0)."""
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return 1e3 * (nn.Dense(2)(obs) + jnp.array([0.0, 0.1]))
+
+
+def test_host_reinforce_step_is_the_jitted_one(walkers) -> None:
+    """Same seed, same twin walker, `Reinforce.step` on either source: the host episodes
+    (Gymnasium stepped in Python, the jitted plan/act/update/finish) are the jitted ones, with
+    each episode's private drift, and the same DP-SGD release, so both reach the same θ."""
+    cfg = ReinforceConfig(batch_episodes=3, episodes=4, max_episode_steps=12,
+                          stop_when_solved=False, dp=True, noise_multiplier=0.5)
+    jx, gym = (Reinforce(cfg, task=t, model=Sharp()) for t in walkers)
+    assert not jx.episodes.host and gym.episodes.host
+    a = b = jx.init(jax.random.key(3))
+    step = jax.jit(jx.step)
+    returns = []
+    for _ in range(cfg.episodes):
+        a, ma, ga = step(a)
+        b, mb, gb = gym.step(b)
+        assert float(mb.train_return) == float(ma.train_return)
+        assert float(mb.eval_return) == float(ma.eval_return)
+        assert int(mb.updates) == int(ma.updates)
+        np.testing.assert_allclose(np.asarray(gb), np.asarray(ga), rtol=1e-4, atol=1e-5)
+        returns.append(float(ma.train_return))
+    assert len(set(returns)) > 1  # the drifts and θ differ from episode to episode
+    assert np.abs(np.asarray(a.theta - jx.init(jax.random.key(3)).theta)).max() > 1e-3
+    np.testing.assert_allclose(np.asarray(b.theta), np.asarray(a.theta), rtol=1e-4, atol=1e-5)
