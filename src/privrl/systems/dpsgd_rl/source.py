@@ -106,7 +106,7 @@ class HostEpisodes(HostPieces):
     def __init__(self, task: Task, max_steps: int, observe_rows: Any = None,
                  observe_one: Any = None) -> None:
         """`observe_rows(root, key, obs (n, d))`, `observe_one(root, key, obs (d,))`: the jitted
-        LDP release of a rollout's rows and of one observation (`episodic.host_observer`), or
+        LDP release of a rollout's rows and of one observation (`host_observer`), or
         None without LDP."""
         super().__init__()
         self.task, self.max_steps = task, max_steps
