@@ -48,7 +48,7 @@ def test_each_setting_of_one_program_equals_its_own_run(monkeypatch):
     assert sizes[0] == 12 and sizes[-1] < 12  # the batch was compacted on the way
     widths = set()
     for name, cfg, out in zip(SETTINGS, configs, together, strict=True):
-        alone = run_episodic(Reinforce(cfg), name, devices=1, chunk=10)
+        alone = run_episodic(Reinforce.settings_algorithm([cfg]), name, devices=1, chunk=10)
         np.testing.assert_array_equal(out.train_returns, alone.train_returns)
         np.testing.assert_array_equal(out.eval_returns, alone.eval_returns)
         np.testing.assert_array_equal(out.updates, alone.updates)
@@ -93,7 +93,7 @@ def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
     together = run_episodic_settings(DQN.for_settings(list(settings.values())),
                                      list(settings), devices=1, chunk=4)
     for (name, cfg), out in zip(settings.items(), together, strict=True):
-        alone = run_episodic(DQN(cfg), name, devices=1, chunk=4)
+        alone = run_episodic(DQN.settings_algorithm([cfg]), name, devices=1, chunk=4)
         np.testing.assert_array_equal(out.train_returns, alone.train_returns)
         np.testing.assert_array_equal(out.eval_returns, alone.eval_returns)
         np.testing.assert_array_equal(out.updates, alone.updates)

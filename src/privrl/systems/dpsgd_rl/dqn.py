@@ -55,7 +55,7 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
-from privrl.runtime.programs import settings_program
+from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -341,16 +341,22 @@ class DQN:
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
         # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
-        # a trial's setting as data. A run that could join others in one program computes
-        # through them too (its trials carry their setting), so that it gets the floats it
-        # gets there; others (box observations, float-safe noise, an ε cap, host tasks) leave
-        # them None and use `mechanism` and `env`.
+        # a trial's setting as data (`for_settings` makes them; None: this algorithm's trials
+        # use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[DQN] = [self]
         self.per_trial = False  # True: trials carry their setting (`setting_data`)
         self.sum_mechanism: PerTrialGaussianSum | None = None
         self.obs_mechanism: Any = None
-        if one_program_field([cfg]) is None and not task.host:
-            self._as_data(self.settings)
+
+    @classmethod
+    def settings_algorithm(cls, configs: Sequence[DQNConfig], task: Task | None = None,
+                           model: nn.Module | None = None) -> DQN:
+        """The algorithm that runs `configs` together (`for_settings`), or for one setting
+        that could not join a program (box observations, float-safe noise, an ε cap, a
+        Gymnasium task) its own. A setting that could join one computes through the
+        program's path even alone (runtime.programs.alone_or_program), so it gets the same
+        floats alone and in any program."""
+        return alone_or_program(cls, configs, task, model, one_program_field)
 
     @classmethod
     def for_settings(cls, configs: Sequence[DQNConfig], task: Task | None = None,
