@@ -55,35 +55,24 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
-from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
+    EpisodicLearner,
     EpisodicSetting,
     Progress,
     episode_env_key,
     episodic_task,
     make_env,
     observation_noise,
-    program_allows,
     progress_init,
     progress_update,
-    trial_env,
 )
-from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one transition (s, a, r, s′)"
 OPTIMIZERS = ("adamw", "sgd")
-# What settings run as one program (`DQN.for_settings`) may differ in: DP-SGD's σ and the
-# slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN samples
-# its batches by Poisson sampling and steps without value clipping, a non-private one not.
-SETTING_FIELDS = ("noise_multiplier", "target_epsilon", "obs")
 
-
-def one_program_field(configs: Sequence[DQNConfig]) -> str | None:
-    """The field that keeps `configs` from running as one program (episodic.one_program_field)."""
-    return episodic_one_program_field(configs, SETTING_FIELDS)
 
 
 _DP_SGD: Mapping[str, Any] = {
@@ -306,7 +295,7 @@ def sample_poisson(key: Array, size: Array, capacity: int, q: float, max_batch: 
     return idx, (jnp.arange(max_batch) < m).astype(jnp.float32)
 
 
-class DQN:
+class DQN(EpisodicLearner):
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
@@ -314,6 +303,11 @@ class DQN:
     count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
                          "update per step), so its account is min(updates, buffer_size) "
                          "Poisson-subsampled Gaussian releases")
+    # What settings run as one program (`for_settings`) may differ in: DP-SGD's σ and the
+    # slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN
+    # samples its batches by Poisson sampling and steps without value clipping, a
+    # non-private one not.
+    SETTING_FIELDS = ("noise_multiplier", "target_epsilon", "obs")
 
     def __init__(self, config: DQNConfig, task: Task | None = None,
                  model: nn.Module | None = None) -> None:
@@ -348,27 +342,6 @@ class DQN:
         self.sum_mechanism: PerTrialGaussianSum | None = None
         self.obs_mechanism: Any = None
 
-    @classmethod
-    def settings_algorithm(cls, configs: Sequence[DQNConfig], task: Task | None = None,
-                           model: nn.Module | None = None) -> DQN:
-        """The algorithm that runs `configs` together (`for_settings`), or for one setting
-        that could not join a program (box observations, float-safe noise, an ε cap, a
-        Gymnasium task) its own. A setting that could join one computes through the
-        program's path even alone (runtime.programs.alone_or_program), so it gets the same
-        floats alone and in any program."""
-        return alone_or_program(cls, configs, task, model, one_program_field)
-
-    @classmethod
-    def for_settings(cls, configs: Sequence[DQNConfig], task: Task | None = None,
-                     model: nn.Module | None = None) -> DQN:
-        """One algorithm for several settings that differ only in SETTING_FIELDS (DP-SGD's σ;
-        σ·IQR observation noise): each trial carries its setting as data
-        (`DQNState.setting`, from `setting_data`), so one jitted program runs them all, and
-        a trial's floats are its setting's own run's. ConfigError names the field that keeps
-        them apart."""
-        return settings_program(cls, configs, task, model, one_program_field,
-                                program_allows(SETTING_FIELDS), cls._as_data)
-
     def _as_data(self, each: Sequence[DQN]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip and q, if
         DP-SGD is on; σ·IQR observation noise, None if no setting has any)."""
@@ -384,12 +357,6 @@ class DQN:
         return EpisodicSetting(
             None if self.sum_mechanism is None else self.sum_mechanism.stack(settings),
             None if self.obs_mechanism is None else self.obs_mechanism.stack(settings))
-
-    def observed(self, s: DQNState) -> Any:
-        """The environment a trial's episodes see (its LDP observations, as its setting or the
-        run's config says, keyed by its secret root if any)."""
-        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
-
 
     def init(self, key: Array) -> DQNState:
         cfg = self.config
@@ -495,10 +462,6 @@ class DQN:
         key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
         params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
         return (key, k_reset, k_loop, k_eval), params, ~s.stopped
-
-    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
-        """The evaluation policy's actions on `obs`: the argmax of the Q-values."""
-        return jnp.argmax(self.model.apply(theta, obs), -1)
 
     def episode(self, s: DQNState, episodes: EpisodeSource | None = None
                 ) -> tuple[DQNState, EpisodeMetrics]:

@@ -32,6 +32,7 @@ from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
+from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
     PerTrialObservations,
@@ -225,6 +226,61 @@ def trial_env(env: Any, raw_env: Any, obs_mechanism: PerTrialGaussianNoise | Non
     if setting is not None and setting.obs is not None and obs_mechanism is not None:
         return PerTrialObservations(raw_env, obs_mechanism, setting.obs, obs_noise)
     return observed_env(env, obs_noise)
+
+
+class EpisodicLearner:
+    """What REINFORCE and DQN (each a subclass) share around their own episode: how settings
+    run as one program (`for_settings`) or alone (`settings_algorithm`), the environment a
+    trial's episodes see and the greedy evaluation policy. A subclass sets `SETTING_FIELDS`
+    (what its settings in one program may differ in) and `_as_data`, and has `env`, `task`,
+    `model` and `obs_mechanism`."""
+
+    SETTING_FIELDS: ClassVar[tuple[str, ...]] = ()
+    env: Any
+    task: Task
+    model: Any
+    obs_mechanism: PerTrialGaussianNoise | None
+
+    @classmethod
+    def one_program_field(cls, configs: Sequence[EpisodicConfig]) -> str | None:
+        """The field that keeps resolved `configs` from running as one program (None: they
+        can; `one_program_field` with this learner's SETTING_FIELDS)."""
+        return one_program_field(configs, cls.SETTING_FIELDS)
+
+    @classmethod
+    def settings_algorithm(cls, configs: Sequence[Any], task: Task | None = None,
+                           model: Any = None) -> Any:
+        """The algorithm that runs `configs` together (`for_settings`), or for one setting
+        that could not join a program (box observations, float-safe noise, an ε cap, a
+        Gymnasium task) its own. A setting that could join one computes through the
+        program's path even alone (runtime.programs.alone_or_program), so it gets the same
+        floats alone and in any program. Every run takes its algorithm from here."""
+        return alone_or_program(cls, configs, task, model, cls.one_program_field)
+
+    @classmethod
+    def for_settings(cls, configs: Sequence[Any], task: Task | None = None,
+                     model: Any = None) -> Any:
+        """One algorithm for several settings that differ only in SETTING_FIELDS: each trial
+        carries its setting as data (the state's `setting`, from `setting_data`), so one
+        jitted program runs them all, and a trial's floats are its setting's own run's.
+        ConfigError names the field that keeps them apart."""
+        return settings_program(cls, configs, task, model, cls.one_program_field,
+                                program_allows(cls.SETTING_FIELDS), cls._as_data)
+
+    def _as_data(self, each: Sequence[Any]) -> None:
+        """Make this algorithm carry the settings `each` (their own algorithms) as per-trial
+        data."""
+        raise NotImplementedError
+
+    def observed(self, s: Any) -> Any:
+        """The environment a trial's episodes see: its LDP observations (keyed by its secret
+        root, if any; as its setting says, if settings run as one program)."""
+        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
+
+    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
+        """The evaluation policy's actions on `obs`: the argmax of the network's outputs
+        (logits or Q-values)."""
+        return jnp.argmax(self.model.apply(theta, obs), -1)
 
 
 def progress_init(window: int) -> Progress:

@@ -43,22 +43,19 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
 )
-from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
+    EpisodicLearner,
     EpisodicSetting,
     Progress,
     episode_env_key,
     episodic_task,
     make_env,
     observation_noise,
-    program_allows,
     progress_init,
     progress_update,
-    trial_env,
 )
-from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one episode (all its transitions)"
@@ -116,10 +113,6 @@ class ReinforceConfig(EpisodicConfig):
 SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
 
 
-def one_program_field(configs: Sequence[ReinforceConfig]) -> str | None:
-    """The field that keeps `configs` from running as one program (episodic.one_program_field)."""
-    return episodic_one_program_field(configs, SETTING_FIELDS)
-
 
 class ReinforceState(NamedTuple):
     theta: Array
@@ -140,12 +133,15 @@ class ReinforceState(NamedTuple):
     setting: EpisodicSetting | None = None
 
 
-class Reinforce:
+class Reinforce(EpisodicLearner):
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
     count_explanation = ("each episode enters exactly one update (on-policy, never reused), so "
                          "one episode's account is a single release, whatever the run's length")
+    # What settings run as one program (`for_settings`) may differ in: DP-SGD on or off and
+    # its σ, and the slides' σ·IQR observation noise (mode none or sigma, and σ).
+    SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
 
     def __init__(self, config: ReinforceConfig, task: Task | None = None,
                  model: nn.Module | None = None) -> None:
@@ -179,27 +175,6 @@ class Reinforce:
         self.per_trial = False  # True: trials carry their setting (`setting_data`)
         self.sum_mechanism: PerTrialGaussianSum | None = None
         self.obs_mechanism: PerTrialGaussianNoise | None = None
-
-    @classmethod
-    def settings_algorithm(cls, configs: Sequence[ReinforceConfig], task: Task | None = None,
-                           model: nn.Module | None = None) -> Reinforce:
-        """The algorithm that runs `configs` together (`for_settings`), or for one setting
-        that could not join a program (box observations, float-safe noise, an ε cap, a
-        Gymnasium task) its own. A setting that could join one computes through the
-        program's path even alone (runtime.programs.alone_or_program), so it gets the same
-        floats alone and in any program."""
-        return alone_or_program(cls, configs, task, model, one_program_field)
-
-    @classmethod
-    def for_settings(cls, configs: Sequence[ReinforceConfig], task: Task | None = None,
-                     model: nn.Module | None = None) -> Reinforce:
-        """One algorithm for several settings that differ only in SETTING_FIELDS (DP-SGD's σ,
-        on or off; σ·IQR observation noise): each trial carries its setting as data
-        (`ReinforceState.setting`, from `setting_data`), so one jitted program runs them all,
-        and a trial's floats are its setting's own run's. ConfigError names the field that
-        keeps them apart."""
-        return settings_program(cls, configs, task, model, one_program_field,
-                                program_allows(SETTING_FIELDS), cls._as_data)
 
     def _as_data(self, each: Sequence[Reinforce]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip; σ·IQR
@@ -301,15 +276,6 @@ class Reinforce:
     def act(self, theta: Array, key: Array, obs: Array) -> Any:
         """The training policy's actions (and dropout masks) on `obs` (`policy`)."""
         return self.policy(theta)(key, obs)
-
-    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
-        """The evaluation policy's actions on `obs`: the argmax of the logits."""
-        return jnp.argmax(self.model.apply(theta, obs), -1)
-
-    def observed(self, s: ReinforceState) -> Any:
-        """The environment a trial's episodes see: its LDP observations (keyed by its secret
-        root, if any; as its setting says, if settings run as one program)."""
-        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
 
     def plan(self, s: ReinforceState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, rollout, DP-SGD noise, evaluation), its
