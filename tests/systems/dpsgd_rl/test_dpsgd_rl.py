@@ -1,5 +1,5 @@
 """Paper 003's learners: ghost clipping equals per-example clipping, privacy.json's ε equals a
-direct dp-accounting computation, --max-epsilon stops in time, LDP observations, bad input,
+direct dp-accounting computation, --epsilon-budget stops in time, LDP observations, bad input,
 and non-private REINFORCE and DQN learn CartPole well above a random policy."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_poisson_sampling_rate() -> None:
 
 def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    rc = main(["run", "dp-dqn", "--sigma", "0.8", "--episodes", "12", "--q", "0.02",
+    rc = main(["run", "dp-dqn", "--noise-multiplier", "0.8", "--episodes", "12", "--q", "0.02",
                "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())["dpsgd"]
@@ -117,6 +117,11 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
                                                           rel=1e-12)
     assert rec["epsilon"] < rec["cross_check"]["epsilon"]
     assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
+    # The printed heading (the summary's line) states the run's ε, which privacy.json holds.
+    summary = json.loads((out / "summary.json").read_text())
+    assert rec["guarantee"]["epsilon"] == rec["epsilon"] == summary["dpsgd_epsilon"]
+    assert summary["privacy_model"] == rec["headline"]
+    assert rec["headline"].startswith(f"(ε = {rec['epsilon']:.4g}, δ = ")
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
 
@@ -128,7 +133,7 @@ def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch)
     rec = privacy_record(DQN(DQNConfig(dp=True, noise_multiplier=1.0, episodes=2)), 100)
     dp = rec["dpsgd"]
     assert dp["total_delta"] == pytest.approx(1.2e-5)
-    assert ", 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
+    assert "δ = 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
@@ -149,7 +154,7 @@ def test_target_epsilon_calibrates_reinforce() -> None:
 
 
 @pytest.mark.parametrize(("args", "option"), [
-    (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
+    (["run", "dp-reinforce", "--noise-multiplier", "-0.1"], "--noise-multiplier"),
     (["run", "dp-reinforce", "--clip", "0"], "--clip"),
     (["run", "dp-reinforce", "--secure-noise", "--accountant", "pld"], "--accountant"),
     (["run", "dp-dqn", "--secure-noise", "--accountant", "rdp"], "--secure-noise"),  # q < 1
@@ -161,14 +166,13 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-dqn", "--lr-final-fraction", "1.5"], "--lr-final-fraction"),
     (["run", "dp-dqn", "--lr-decay-updates", "0"], "--lr-decay-updates"),
     (["run", "dp-dqn", "--pause-at", "0"], "--pause-at"),
-    (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
-     "--target-epsilon"),
-    (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
+    (["run", "dp-reinforce", "--epsilon", "1e-9", "--delta", "1e-12"], "--epsilon"),
+    (["run", "dp-reinforce", "--noise-multiplier", "1", "--epsilon", "2"], "--epsilon"),
     (["run", "dp-reinforce", "--env", "gymnasium:NoSuchEnv-v0"], "--env"),
     (["run", "dp-reinforce", "--env", "gymnasium:CartPole-v1", "--private", "gravty=9:10"],
      "--private"),
     (["run", "dp-reinforce", "--env", "os:getcwd"], "--env"),
-    (["run", "ldp-dqn", "--sigma", "-1"], "--sigma"),
+    (["run", "ldp-dqn", "--iqr-scale", "-1"], "--iqr-scale"),
     (["run", "ldp-reinforce", "--mode", "box", "--box-low", "1,1,1"], "--box-low"),
     (["run", "ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"], "--box"),
 ])
@@ -280,7 +284,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     seen: dict[str, Any] = {}
     monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
                         seen.update(cfg=cfg))
-    assert main(["run", "ldp-dqn", "--mode", "box", "--obs-noise-multiplier", "1.5",
+    assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
     cfg = seen["cfg"]
     assert cfg.accountant == "rdp"
@@ -293,7 +297,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
 
 def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
     out = tmp_path / "ldp"
-    rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",
+    rc = main(["run", "ldp-reinforce", "--mode", "box", "--noise-multiplier", "1.5",
                "--episodes", "3", "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())
@@ -313,17 +317,22 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
         "replace one: any two states inside the declared box")
     assert obs["per_step"]["epsilon"] == pytest.approx(
         dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
-    assert "NOT protected" in obs["statement"]
+    assert "Not protected: rewards and episode ends" in obs["statement"]
+    assert obs["guarantee"]["epsilon"] == obs["per_episode"]["epsilon"]
+    assert obs["headline"].startswith(f"(ε = {obs['per_episode']['epsilon']:.4g}, δ = 1e-05)")
+    assert "per release (ε = " in obs["headline"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["privacy_observations"] == obs["headline"]
     assert not rec["dpsgd"]["formal_guarantee"]
 
 
 def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "ldp"
-    assert main(["run", "ldp-dqn", "--sigma", "0.3", "--episodes", "2", "--out", str(out),
+    assert main(["run", "ldp-dqn", "--iqr-scale", "0.3", "--episodes", "2", "--out", str(out),
                  "--no-progress"]) == 0
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
-    assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
+    assert "Observations: NO PRIVACY GUARANTEE" in capsys.readouterr().out
 
 
 def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:

@@ -154,7 +154,7 @@ def test_ldp_reinforce_on_a_host_task_never_sees_a_raw_observation() -> None:
 def test_dp_dqn_on_gymnasium_cartpole_from_the_command_line(tmp_path) -> None:
     out = tmp_path / "run"
     assert cli.main(["run", "dp-dqn", "--env", "gymnasium:CartPole-v1", "--episodes", "1",
-                     "--sigma", "1.0", "--out", str(out), "--no-progress"]) == 0
+                     "--noise-multiplier", "1.0", "--out", str(out), "--no-progress"]) == 0
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert cfg["env"] == "gymnasium:CartPole-v1"
     rows = (out / "metrics.csv").read_text().splitlines()[1:]

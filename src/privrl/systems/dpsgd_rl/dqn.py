@@ -55,6 +55,7 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
+from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
@@ -71,8 +72,6 @@ from privrl.systems.dpsgd_rl.episodic import (
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one transition (s, a, r, s′)"
-OPTIMIZERS = ("adamw", "sgd")
-
 
 
 _DP_SGD: Mapping[str, Any] = {
@@ -198,7 +197,7 @@ class DQNConfig(EpisodicConfig):
         return min(1.0, self.releases_per_unit(updates) * math.exp(-n * kl))
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon (all of them without one)."""
+        """Updates allowed by max_epsilon (all of them without one)."""
         total = self.max_steps()
         if not self.private or self.max_epsilon is None:
             return total

@@ -94,7 +94,7 @@ class ReinforceConfig(EpisodicConfig):
         return PrivacyEvent("gaussian", self.noise_multiplier)
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon: all of them, or none if one release exceeds it."""
+        """Updates allowed by max_epsilon: all of them, or none if one release exceeds it."""
         if not self.private or self.max_epsilon is None:
             return self.episodes
         acc = Accountant(self.accountant)
@@ -106,12 +106,6 @@ class ReinforceConfig(EpisodicConfig):
         if self.private and updates > 0:
             acc.compose(self.event(), 1)
         return acc
-
-
-# What settings run as one program (`Reinforce.for_settings`) may differ in: DP-SGD on or off
-# and its σ, and the slides' σ·IQR observation noise (mode none or sigma, and σ).
-SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
-
 
 
 class ReinforceState(NamedTuple):
