@@ -138,7 +138,7 @@ def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch)
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
     cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=4.0, episodes=40, seeds=1)
-    out = run_episodic(DQN(cfg), "dp-dqn")
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     rec = out.privacy["dpsgd"]
     assert rec["stopped_by_max_epsilon"]
     assert 0 < int(out.updates[0]) == out.update_cap < 40 * 500
@@ -208,7 +208,8 @@ def test_private_observations_hide_the_state_but_not_termination() -> None:
 def test_reinforce_learns_cartpole() -> None:
     """4 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
     well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
-    out = run_episodic(Reinforce(ReinforceConfig(seeds=4, episodes=150)), "reinforce")
+    out = run_episodic(Reinforce.settings_algorithm([ReinforceConfig(seeds=4, episodes=150)]),
+                       "reinforce")
     from privrl.runtime.output import hold_last
 
     final = hold_last(out.eval_returns)[:, -25:].mean()
@@ -223,7 +224,7 @@ def test_dqn_learns_cartpole() -> None:
     from privrl.runtime.output import hold_last
 
     cfg = DQNConfig(seeds=2, episodes=100, learning_rate=1e-3)
-    out = run_episodic(DQN(cfg), "dqn")
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dqn")
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 100.0, out.eval_returns[:, -25:]
 
@@ -395,7 +396,7 @@ def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None
     states = count_releases(BoxGaussianMechanism)
     cfg = ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=3, max_episode_steps=6,
                           hidden=4, obs=ObservationPrivacy(mode="box"), noise="secret")
-    out = run_episodic(Reinforce(cfg), "dp-reinforce")
+    out = run_episodic(Reinforce.settings_algorithm([cfg]), "dp-reinforce")
     assert out.privacy["observations"]["noise_keys"]["mode"] == "secret"
     (dp_event,) = out.privacy["dpsgd"]["events"]
     assert dpsgd.calls == int(out.updates[0]) == 3 and dp_event["count"] == 1
@@ -415,8 +416,8 @@ def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
     counter = count_releases(PerTrialGaussianSum, "privatize_dense_with")
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
-    assert DQN(cfg).sum_mechanism.member(0).noise_multiplier == 1.0
-    out = run_episodic(DQN(cfg), "dp-dqn")
+    assert DQN.settings_algorithm([cfg]).sum_mechanism.member(0).noise_multiplier == 1.0
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
     assert event["count"] == 16 and event["sampling_probability"] == 1 / 16
@@ -462,7 +463,7 @@ def test_secure_dqn_runs_its_host_noise_inside_the_step_loop_for_several_seeds()
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=1, seeds=2, max_episode_steps=6,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=8,
                     sampling_probability=1.0, secure_noise=True, accountant="rdp")
-    out = run_episodic(DQN(cfg), "dp-dqn")
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     assert (out.updates == out.train_returns[:, 0]).all() and out.updates.min() >= 1
     assert out.privacy["noise_keys"]["mode"] == "secure"
 
@@ -508,7 +509,7 @@ def test_pause_at_skips_updates_after_a_good_evaluation() -> None:
     """pause_at = 1: every greedy evaluation reaches it, so only the first episode updates."""
     cfg = DQNConfig(seeds=1, episodes=3, max_episode_steps=20, batch_size=4, buffer_size=64,
                     stop_when_solved=False)
-    paused = run_episodic(DQN(replace(cfg, pause_at=1.0)), "dqn")
+    paused = run_episodic(DQN.settings_algorithm([replace(cfg, pause_at=1.0)]), "dqn")
     first = int(paused.train_returns[0, 0]) - cfg.batch_size + 1  # steps with a full batch
     assert np.isfinite(paused.train_returns[0]).all()  # episodes 2 and 3 were played
     assert int(paused.updates[0]) == first > 0

@@ -61,7 +61,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     from privrl.systems.dpsgd_rl.local import run_episodic, save
 
     check_out_dir(out)
-    algo = algo_cls(config)
+    algo = algo_cls.settings_algorithm([config])
     cfg = algo.config
     err, console = Console(stderr=True), Console()
     if cfg.dp:

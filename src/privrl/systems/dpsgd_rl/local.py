@@ -5,7 +5,8 @@ An algorithm here is any object with `config` (an EpisodicConfig), `init(key) ->
 `episode(state) -> (state, EpisodeMetrics)`, whose state has a `stopped` flag, `updates` and
 `progress.solved_at`. The host stops as soon as every seed has stopped (solved, episode cap, or
 the max_epsilon update cap). An algorithm whose `task` rolls out on the host (a Gymnasium
-task) has `host_episode(state)` instead, run for each seed in turn (`host_scan`).
+task) plays its `episode(state)` there (its episode source, privrl.systems.dpsgd_rl.source),
+for each seed in turn (`host_scan`).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             raise ValueError("settings run as one program need a gymnax task")
         n_dev, padded, chunk = 1, k, max(1, min(chunk, cfg.episodes, 10))
         init = jax.jit(jax.vmap(algo.init))
-        step = host_scan(algo.host_episode, chunk)
+        step = host_scan(algo.episode, chunk)
     else:
         chunk = max(1, min(chunk, cfg.episodes))
         n_dev = trial_devices(n_set * k, devices)
