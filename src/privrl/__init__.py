@@ -77,7 +77,7 @@ _API = {
     "ReinforceConfig": "privrl.systems.dpsgd_rl.reinforce",
     "DQNConfig": "privrl.systems.dpsgd_rl.dqn",
     "run_episodic": "privrl.systems.dpsgd_rl.local",
-    "FedPGConfig": "privrl.systems.fedpg.algorithm",
+    "FedPGConfig": "privrl.systems.fedpg.config",
     "run_fedpg": "privrl.systems.fedpg.local",
 }
 __all__ = sorted(_API)

@@ -121,9 +121,10 @@ def add_gaussian_noise(base: Array, std: Any, key: Array) -> Array:
 
 
 def identity_release(p: ClipL1Params, key: Array, x: Array) -> Array:
-    """No noise: x L1-clipped to C/2 (an inverse radius 0: x as it is)."""
+    """No noise: x L1-clipped to C/2 (an inverse radius 0: x as it is), in x's dtype (a
+    report keeps its input's dtype, which the aggregator checks)."""
     del key
-    return clip_l1_inverse(x, p.inverse_half_clip)
+    return clip_l1_inverse(x, p.inverse_half_clip).astype(x.dtype)
 
 
 def laplace_release(p: LaplaceParams, key: Array, x: Array) -> Array:
