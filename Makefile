@@ -32,8 +32,9 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e ".[dev]"
 	touch $@ $(VENV)/.installed
 
-# The default job: PGC-A3C (tuned preset) with the Laplace mechanism at ε = 5 per agent,
-# 8 trials × 30,000 submissions (its time on 2 cores: benchmarks/RESULTS.md).
+# The default job: PGC-A3C with the Laplace mechanism at ε = 5 per agent, 8 trials × 30,000
+# submissions (its time on 2 cores: benchmarks/RESULTS.md). Every `privrl run` defaults to its
+# paper's preset; this job asks for `--preset tuned`, ours, which learns within these submissions.
 run: $(VENV)/.installed
 	$(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 --submissions 30000
 

@@ -46,7 +46,7 @@ def main() -> None:
     cfg = DQNConfig.from_preset(args.preset, seeds=args.seeds, seed=args.seed,
                                 episodes=args.episodes, **over)
     t = time.time()
-    algo = DQN(cfg)
+    algo = DQN.settings_algorithm([cfg])
     out = run_episodic(algo, "dp-dqn", devices=1, chunk=25, progress=lambda done, total: print(
         f"  {done}/{total} episodes, {time.time() - t:.0f} s", file=sys.stderr, flush=True))
     rows = [window_means(out.eval_returns[s]) for s in range(cfg.seeds)]

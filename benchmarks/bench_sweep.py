@@ -5,7 +5,7 @@ user + system) and peak resident memory (the child's ru_maxrss). `--system` pick
 (default pgc-a3c); other arguments are passed to the command, e.g.
 
     python benchmarks/bench_sweep.py                       # the paper's sweep: 20 trials, 90k
-    python benchmarks/bench_sweep.py --trials 4 --cap 9000  # a quick check
+    python benchmarks/bench_sweep.py --trials 4 --submissions 9000  # a quick check
     python benchmarks/bench_sweep.py --system dpsgd-rl --algorithms reinforce
 """
 

@@ -80,7 +80,7 @@ def main(episodes: int = 150, seed: int = 0) -> dict[str, Any]:
     config = ReinforceConfig(dp=True, noise_multiplier=0.5, clip=1.0, episodes=episodes,
                              max_episode_steps=30, learning_rate=0.003, batch_episodes=8,
                              stop_when_solved=False, seed=seed)
-    result = run_episodic(Reinforce(config, task=task, model=Policy()), "byo-env")
+    result = run_episodic(Reinforce.settings_algorithm([config], task, Policy()), "byo-env")
     train = result.train_returns[0]  # the sampled policy's true (negative) returns
     print(f"mean return, first 10 updates: {train[:10].mean():.1f}; last 10: "
           f"{train[-10:].mean():.1f} (best possible: -5; a random policy: about -30)")

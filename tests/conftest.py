@@ -37,7 +37,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +259,44 @@ def count_releases(monkeypatch: pytest.MonkeyPatch) -> Any:
 
         monkeypatch.setattr(cls, method, counted)
         return counter
+
+    return install
+
+
+def _spying(module: Any, name: str, calls: list[tuple],
+            change: Callable[[Any], Any] | None) -> Callable[..., Any]:
+    """`module.<name>` (a release function `f(params, ...)`) recording every call."""
+    import jax
+    import numpy as np
+
+    original = getattr(module, name)
+
+    def record(*leaves: Any) -> None:
+        calls.append((name, *(tuple(np.unique(np.asarray(v)).tolist()) for v in leaves)))
+
+    def spy(params: Any, *args: Any) -> Any:
+        leaves = jax.tree_util.tree_leaves(params)
+        if any(isinstance(v, jax.core.Tracer) for v in leaves):
+            jax.debug.callback(record, *leaves)  # traced data: its values at run time
+        else:
+            record(*leaves)
+        return original(params if change is None else change(params), *args)
+
+    return spy
+
+
+@pytest.fixture
+def spy_release(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`spy_release(module, *names, change=None)`: wrap each mechanism family's release
+    function `module.<name>` so that every call appends (name, the distinct values of each
+    parameter) to the returned list; `change(params)` (optional) is what it releases with."""
+
+    def install(module: Any, *names: str, change: Callable[[Any], Any] | None = None
+                ) -> list[tuple]:
+        calls: list[tuple] = []
+        for name in names:
+            monkeypatch.setattr(module, name, _spying(module, name, calls, change))
+        return calls
 
     return install
 

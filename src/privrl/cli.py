@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -22,6 +22,7 @@ import typer
 from typer.models import ArgumentInfo, ParameterInfo
 
 from privrl import __version__
+from privrl.choices import ACCOUNTANTS, COMPOSITIONS, NOISE_MODES
 from privrl.config import ConfigError
 
 if TYPE_CHECKING:
@@ -69,22 +70,58 @@ def _root(
     """privrl command line."""
 
 
-class PresetName(StrEnum):
-    paper = "paper"
-    paper_code = "paper-code"
-    tuned = "tuned"
-    tuned_ldp = "tuned-ldp"
+def value_enum(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A typer choice enum over a config's value tuple, so each value set is written once
+    (member names: the values with "-" as "_", e.g. `FedPGMechanism.distributed_gaussian`)."""
+    return StrEnum(name, {v.replace("-", "_"): v for v in values})  # type: ignore[return-value]
 
 
-class Runtime(StrEnum):
-    local = "local"
-    ray = "ray"
+# Old flag -> its new name, per command (issue 38's one vocabulary). `privrl.main` refuses an
+# old flag before anything parses: one line that names the new one, exit 2.
+_DPSGD = {"--seeds": "--trials", "--sigma": "--noise-multiplier",
+          "--target-epsilon": "--epsilon", "--max-epsilon": "--epsilon-budget"}
+_LDP = {"--seeds": "--trials", "--sigma": "--iqr-scale",
+        "--obs-noise-multiplier": "--noise-multiplier"}
+_FEDPG = {"--budget": "--episodes"}
+RENAMED: dict[tuple[str, str], dict[str, str]] = {
+    ("run", "pgc-a3c"): {"--target-score": "--target-return"},
+    ("reproduce", "pgc-a3c"): {"--cap": "--submissions"},
+    ("run", "dp-qlearning"): {"--seeds": "--trials", "--sigma": "--gp-scale"},
+    ("reproduce", "dp-qlearning"): {"--seeds": "--trials"},
+    ("run", "dp-reinforce"): _DPSGD,
+    ("run", "dp-dqn"): _DPSGD,
+    ("run", "ldp-reinforce"): _LDP,
+    ("run", "ldp-dqn"): _LDP,
+    ("reproduce", "dpsgd-rl"): {"--seeds-reinforce": "--trials-reinforce",
+                                "--seeds-dqn": "--trials-dqn"},
+    ("run", "fedpg-cen"): _FEDPG,
+    ("run", "fedpg-dec"): _FEDPG,
+    ("reproduce", "fedpg"): {**_FEDPG, "--laplace-epsilons": "--laplace-epsilons-per-report"},
+    ("audit", "fedpg"): _FEDPG,
+    ("run", "fedrl"): {"--seeds": "--trials", "--noise-sigma": "--noise-std"},
+    ("run", "fedrl-baseline"): {"--seeds": "--trials"},
+    ("reproduce", "fedrl"): {"--runs": "--trials"},
+    ("run", "fedrl-text2action"): {"--runs": "--trials", "--noise-sigma": "--noise-std"},
+    ("reproduce", "fedrl-text2action"): {"--runs": "--trials"},
+}
 
 
-class NoiseMode(StrEnum):
-    seeded = "seeded"
-    secret = "secret"
+def renamed_flag(argv: list[str]) -> str | None:
+    """The one-line error for the first old flag `argv` gives its command ("--seeds was renamed
+    --trials"), or None when it gives none."""
+    table = RENAMED.get(tuple(argv[:2]), {})  # type: ignore[call-overload]
+    for arg in argv[2:]:
+        if arg == "--":
+            break
+        old = arg.split("=", 1)[0]
+        if old in table:
+            return f"{old} was renamed {table[old]}"
+    return None
 
+
+RUNTIMES = ("local", "ray")
+Runtime = value_enum("Runtime", RUNTIMES)
+NoiseMode = value_enum("NoiseMode", NOISE_MODES)
 
 Noise = Annotated[NoiseMode | None, typer.Option(
     help="Mechanism noise keys. seeded: derived from --seed, so runs are reproducible, but "
@@ -100,20 +137,17 @@ SecureNoise = Annotated[bool, typer.Option(
     "docs/secure-noise.md). DP-SGD runs: with --accountant rdp.")]
 
 
-class AccountantName(StrEnum):
-    pld = "pld"
-    rdp = "rdp"
+AccountantName = value_enum("AccountantName", ACCOUNTANTS)
 
 
 AccountantOpt = Annotated[AccountantName, typer.Option(
     "--accountant",
     help="pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD "
     "(a valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
-    "(looser). Calibration (--target-epsilon) uses the same accountant.")]
+    "(looser). Calibrating σ to --epsilon uses the same accountant.")]
 
-class BudgetComposition(StrEnum):
-    basic = "basic"
-    optimal = "optimal"
+
+BudgetComposition = value_enum("BudgetComposition", COMPOSITIONS)
 
 
 BudgetCompositionOpt = Annotated[BudgetComposition, typer.Option(

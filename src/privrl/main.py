@@ -13,7 +13,7 @@ import typer
 from typer.exceptions import TyperException
 
 from privrl.audit.cli import audit_apps
-from privrl.cli import root_apps
+from privrl.cli import renamed_flag, root_apps
 from privrl.config import ConfigError, RayNotInstalledError
 from privrl.runfile import RunFileError
 from privrl.runtime.devices import use_compilation_cache, use_host_devices
@@ -48,6 +48,10 @@ def build_app() -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors (exit 2) for bad options, before any computation."""
+    old = renamed_flag(sys.argv[1:] if argv is None else argv)
+    if old is not None:
+        print(f"privrl: error: {old}", file=sys.stderr)
+        return 2
     use_host_devices()
     use_compilation_cache()
     from privrl.privacy.ledger import BudgetExceededError

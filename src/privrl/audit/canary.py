@@ -30,6 +30,10 @@ class CanarySwap:
     def privatize(self, key: Array, g: Array) -> Any:
         return self.inner.privatize(key, jnp.where(self.on > 0, self.canary, g))
 
+    def privatize_with(self, args: Any, key: Array, g: Array) -> Any:
+        """The same swap for a program of settings' mechanism (`args`: the trial's setting)."""
+        return self.inner.privatize_with(args, key, jnp.where(self.on > 0, self.canary, g))
+
 
 def canary_direction(dim: int, clip: float) -> tuple[Array, Array]:
     """(u, canary): the public direction e₁ and a canary 2·clip along it, beyond any clip (so an

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from privrl.choices import AUDIT_MECHANISMS
 from privrl.cli import (
     Out,
     Seed,
@@ -18,6 +18,7 @@ from privrl.cli import (
     mechanism_option,
     parse_numbers,
     progress_bar,
+    value_enum,
 )
 from privrl.config import ConfigError
 
@@ -32,16 +33,7 @@ def audit_apps() -> typer.Typer:
     return app
 
 
-class AuditMechanism(StrEnum):
-    laplace = "laplace"
-    prs = "prs"
-    privunit = "privunit"
-    privunitg = "privunitg"
-    gaussian = "gaussian"
-    box_gaussian = "box-gaussian"
-    gaussian_sum = "gaussian-sum"
-    functional = "functional"
-    broken_laplace = "broken-laplace"
+AuditMechanism = value_enum("AuditMechanism", AUDIT_MECHANISMS)
 
 
 @flag_names(epsilons="--epsilon")

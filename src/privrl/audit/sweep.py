@@ -12,14 +12,13 @@ import jax
 from scipy.optimize import brentq
 
 from privrl.audit.mechanism import AuditResult, audit_mechanism
+from privrl.choices import AUDIT_MECHANISMS as MECHANISMS
 from privrl.config import ConfigError, positive
 from privrl.privacy.accounting import calibrate_noise_multiplier, gaussian_epsilon
 
 __all__ = ["MECHANISMS", "build_mechanism", "plot_audits", "plot_sweep", "run_audit_sweep",
            "write_sweep"]
 
-MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "gaussian", "box-gaussian",
-              "gaussian-sum", "functional", "broken-laplace")
 
 
 def _analytic_z(epsilon: float, delta: float) -> float:

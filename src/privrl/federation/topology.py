@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from privrl.choices import TOPOLOGIES
+
 __all__ = [
     "TOPOLOGIES",
     "Topology",
@@ -31,7 +33,6 @@ __all__ = [
     "ring",
 ]
 
-TOPOLOGIES = ("ring", "exponential", "random")
 _TOL = 1e-6
 
 

@@ -43,6 +43,8 @@ from dp_accounting.rdp import RdpAccountant
 from scipy import special
 from scipy.special import logsumexp
 
+from privrl.choices import ACCOUNTANTS
+
 __all__ = [
     "ACCOUNTANTS",
     "DEFAULT_ACCOUNTANT",
@@ -58,7 +60,6 @@ __all__ = [
     "pure_composition_record",
 ]
 
-ACCOUNTANTS = ("pld", "rdp")
 DEFAULT_ACCOUNTANT = "pld"
 # dp-accounting's PLDAccountant, as privrl builds it: these values, and the ones its
 # PLD.from_*_mechanism constructors use by default (stated so that a reader can rebuild it).

@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from privrl.choices import COMPOSITIONS
 from privrl.privacy.report import Guarantee
 
 __all__ = ["COMPOSITIONS", "BudgetExceededError", "PrivacyLedger"]
 
-COMPOSITIONS = ("basic", "optimal")
 _DESCRIBE = {
     "basic": "basic sequential composition (Σε, Σδ; paper 000 Theorem 1)",
     "optimal": "optimal composition of pure ε-DP releases (Kairouz, Oh & Viswanath 2015, "

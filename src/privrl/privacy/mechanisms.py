@@ -152,10 +152,14 @@ def gaussian_release(p: GaussianParams, key: Array, x: Array) -> Array:
     return add_gaussian_noise(clip_l2_inverse(x, p.inverse_clip), p.std, key)
 
 
+def clip_box(x: Array, low: Any, high: Any) -> Array:
+    """x clipped into the box [low, high], coordinate by coordinate."""
+    return jnp.clip(x, jnp.asarray(low, x.dtype), jnp.asarray(high, x.dtype))
+
+
 def box_gaussian_release(p: BoxGaussianParams, key: Array, x: Array) -> Array:
     """x clipped into the box [low, high] plus N(0, std² I)."""
-    clipped = jnp.clip(x, jnp.asarray(p.low, x.dtype), jnp.asarray(p.high, x.dtype))
-    return add_gaussian_noise(clipped, p.std, key)
+    return add_gaussian_noise(clip_box(x, p.low, p.high), p.std, key)
 
 
 def unbounded_gaussian_release(p: UnboundedGaussianParams, key: Array, x: Array) -> Array:
@@ -256,6 +260,22 @@ def _ldp_guarantee(epsilon: float, sensitivity: float, norm: str) -> Guarantee:
                      neighbouring=LDP_NEIGHBOURS, sensitivity=sensitivity, norm=norm)
 
 
+def no_guarantee(unit: str, why: str) -> Guarantee:
+    """The guarantee of a release that has none (ε = ∞): the unit it would protect, and why
+    (the `neighbouring` text starts "none: ")."""
+    return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=unit,
+                     neighbouring=f"none: {why}")
+
+
+def noise_scales(name: str, values: Any) -> tuple[float, ...]:
+    """Noise stds (one, or one per coordinate) as floats, each finite and >= 0, else a
+    ValueError naming them."""
+    scales = tuple(float(v) for v in np.atleast_1d(np.asarray(values, np.float64)))
+    if not scales or not all(math.isfinite(v) and v >= 0 for v in scales):
+        raise ValueError(f"{name} must be finite and >= 0 in every coordinate, got {values!r}")
+    return scales
+
+
 def _as_vector(x: Any) -> Array:
     x = jnp.asarray(x)
     if x.ndim != 1:
@@ -317,13 +337,7 @@ class IdentityMechanism(Mechanism):
 
     @property
     def guarantee(self) -> Guarantee:
-        return Guarantee(
-            epsilon=math.inf,
-            delta=0.0,
-            notion="none",
-            unit=LDP_UNIT,
-            neighbouring="none: the (clipped) gradient is released as it is",
-        )
+        return no_guarantee(LDP_UNIT, "the (clipped) gradient is released as it is")
 
     def params(self) -> dict[str, Any]:
         return {"clip": self.clip}
@@ -367,6 +381,7 @@ class LaplaceMechanism(Mechanism):
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
+        """The clip step of `laplace_release` (L1 to C/2), on its own."""
         return clip_l1_inverse(x, float32_inverse(self.clip / 2.0))
 
     def release_params(self, dim: int) -> LaplaceParams | SecureParams:
@@ -780,7 +795,7 @@ class BoxGaussianMechanism(Mechanism):
         return {**p, "secure": SECURE_NOTE} if self.secure else p
 
     def clip_input(self, x: Array) -> Array:
-        return jnp.clip(x, jnp.asarray(self.low, x.dtype), jnp.asarray(self.high, x.dtype))
+        return clip_box(x, self.low, self.high)
 
     def release_params(self, dim: int) -> BoxGaussianParams:
         if dim != len(self.low):
@@ -811,16 +826,12 @@ class UnboundedGaussianNoise(Mechanism):
     name = "unbounded-gaussian"
 
     def __post_init__(self) -> None:
-        scale = tuple(float(v) for v in self.scale)
-        if not scale or not all(math.isfinite(v) and v >= 0 for v in scale):
-            raise ValueError(f"scale must be finite and >= 0 in every coordinate, got {scale}")
-        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "scale", noise_scales("scale", self.scale))
 
     @property
     def guarantee(self) -> Guarantee:
-        return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=STATE_UNIT,
-                         neighbouring="none: the input is unbounded, so no noise level gives a "
-                         "formal guarantee")
+        return no_guarantee(STATE_UNIT, "the input is unbounded, so no noise level gives a "
+                                        "formal guarantee")
 
     def params(self) -> dict[str, Any]:
         return {"scale": list(self.scale)}
@@ -969,9 +980,8 @@ class PerTrialGaussianSum(_PerTrial):
     def guarantee(self) -> Guarantee:
         members = [self.member(i) for i in range(len(self.sigmas))]
         if any(m is None for m in members):
-            return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=self.unit,
-                             neighbouring="none: some trials of this program add no noise; "
-                             "each private trial's guarantee is its own setting's")
+            return no_guarantee(self.unit, "some trials of this program add no noise; each "
+                                           "private trial's guarantee is its own setting's")
         weakest = max((m.guarantee for m in members if m is not None),
                       key=lambda g: g.epsilon)
         return replace(weakest, neighbouring=weakest.neighbouring + "; each report is also "

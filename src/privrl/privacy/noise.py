@@ -21,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from privrl.choices import NOISE_MODES
+
 __all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "record_mode", "secret_fold",
            "secret_keys", "summary_note"]
 
-NOISE_MODES = ("seeded", "secret")
 SEEDED_NOTE = ("noise keys are SEEDED: every noise vector is reproducible from the seed in "
                "config.json, so anyone holding config.json and the reports can subtract the "
                "noise; the stated guarantee is a simulation's, not a deployment's")

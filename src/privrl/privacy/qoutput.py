@@ -15,7 +15,6 @@ observation and its local network parameters (local DP: any two inputs).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +29,12 @@ from privrl.privacy.mechanisms import (
     UnboundedGaussianParams,
     _check_positive,
     _gaussian_ldp_guarantee,
+    no_guarantee,
+    noise_scales,
     unbounded_gaussian_release,
 )
 from privrl.privacy.noise import NOISE_MODES, noise_fields, record_mode
-from privrl.privacy.record import privacy_record
+from privrl.privacy.record import COMPOSED, Claim, Composition, Facts, Releases, privacy_record
 from privrl.privacy.report import Guarantee
 
 Q_UNIT = "one released Q-output vector (one party's Q-network output for one state)"
@@ -71,16 +72,13 @@ class UnboundedQNoise(Mechanism):
     name = "unbounded-q-noise"
 
     def __post_init__(self) -> None:
-        s = float(self.sigma)
-        if not (math.isfinite(s) and s >= 0):
-            raise ValueError(f"sigma must be finite and >= 0, got {self.sigma!r}")
-        object.__setattr__(self, "sigma", s)
+        (sigma,) = noise_scales("sigma", self.sigma)
+        object.__setattr__(self, "sigma", sigma)
 
     @property
     def guarantee(self) -> Guarantee:
-        return Guarantee(epsilon=math.inf, delta=0.0, notion="none", unit=Q_UNIT,
-                         neighbouring="none: Q outputs are unbounded, so Gaussian noise of any "
-                         "σ gives no formal ε (no sensitivity bound)")
+        return no_guarantee(Q_UNIT, "Q outputs are unbounded, so Gaussian noise of any σ gives "
+                                    "no formal ε (no sensitivity bound)")
 
     def params(self) -> dict[str, Any]:
         return {"sigma": self.sigma}
@@ -148,11 +146,12 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
         "test_clean_variant": "test-clean sends Q outputs without noise: NO guarantee "
                               "for those releases",
     }
+    mode = record_mode(cfg.noise, cfg.secure_noise)
     if cfg.bounded is None:
         rest: dict[str, Any] = {"epsilon": "none"}
-        statement = (f"NO formal ε: the paper's Gaussian noise (σ = {cfg.noise_sigma:g}) is "
-                     "added to unbounded Q outputs, so no sensitivity bound exists and no "
-                     "(ε, δ) can be stated.")
+        facts = Facts(None, f"the paper's Gaussian noise (σ = {cfg.noise_sigma:g}) is added to "
+                      "unbounded Q outputs: no sensitivity bound exists, so NO formal ε (or δ) "
+                      "can be stated", noise=mode)
     else:
         assert isinstance(mech, BoundedQGaussian)
         parties = {}
@@ -165,28 +164,33 @@ def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]
                 "one_release_epsilon": mech.guarantee.epsilon,
                 **acc.record(cfg.delta),
             }
-        eps = {k: v["epsilon"] for k, v in parties.items()}
         rest = {"bound_l2": cfg.bounded, "noise_sigma": cfg.noise_sigma, "parties": parties}
         noise = (f"float-safe discrete Gaussian noise of variance ≥ {cfg.noise_sigma:g}² (ε by "
                  "RDP)" if cfg.secure_noise else f"N(0, {cfg.noise_sigma:g}²) noise")
-        statement = (f"Bounded mode: each released Q vector is clipped to L2 norm "
-                     f"{cfg.bounded:g} with {noise}; composed over the "
-                     f"run, α's releases are ({eps['alpha']:.4g}, {cfg.delta:g})-LDP and β's "
-                     f"({eps['beta']:.4g}, {cfg.delta:g})-LDP (accountant {cfg.accountant}). "
-                     "This covers the Q-output releases only: θ_g, Y_j and actions travel "
-                     "without noise, as in the paper, so the protocol as a whole has no "
-                     "end-to-end ε.")
-        if record_mode(cfg.noise, cfg.secure_noise) == "seeded":
-            statement += " SIMULATION ONLY: the noise is reproducible from the seed in config.json."
-    rest.update(noise_fields(record_mode(cfg.noise, cfg.secure_noise)))
+        facts = Facts(
+            Claim(max(p["epsilon"] for p in parties.values()), cfg.delta, "LDP",
+                  "local, the other party untrusted",
+                  "all of one party's observations and local Q-network parameters (every "
+                  "Q-output release of the run composed)",
+                  f"accountant {cfg.accountant}, the larger of the two parties' ε"),
+            releases=Releases("each party", f"Q-output vectors clipped to L2 norm "
+                              f"{cfg.bounded:g}", noise, max(counts.values()),
+                              mech.guarantee.epsilon, mech.guarantee.delta),
+            also=[Composition(p["epsilon"], cfg.delta, f"accountant {cfg.accountant} for "
+                              f"party {name}'s {counts[name]} releases alone")
+                  for name, p in parties.items()],
+            not_protected="θ_g, Y_j and actions travel without noise, as in the paper, so the "
+                          "protocol as a whole has no end-to-end ε",
+            noise=mode)
+    rest.update(noise_fields(mode))
     return privacy_record(
-        statement, mechanism=mech, formal_guarantee=cfg.bounded is not None,
-        fields=common | rest,
-        order=["mechanism", *common, "formal_guarantee", *rest, "statement"])
+        facts, mechanism=mech, formal_key="formal_guarantee", fields=common | rest,
+        order=["mechanism", *common, "formal_guarantee", *rest, *COMPOSED])
 
 
 def baseline_privacy(name: str, trained_on: str) -> dict[str, Any]:
     """privacy.json of a non-private baseline (Grid-World or Text2Action)."""
-    return privacy_record(f"{name}: non-private baseline trained on {trained_on}; no noise, "
-                          "no guarantee.", formal_guarantee=False, fields={"epsilon": "none"},
-                          order=["formal_guarantee", "epsilon", "statement"])
+    return privacy_record(Facts(None, f"{name}: non-private baseline trained on "
+                                      f"{trained_on}; no noise"),
+                          formal_key="formal_guarantee", fields={"epsilon": "none"},
+                          order=["formal_guarantee", "epsilon", *COMPOSED])

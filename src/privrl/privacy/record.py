@@ -1,28 +1,263 @@
-"""One builder for privacy.json, so every system states its guarantee the same way.
+"""The privacy statement, composed once: every system supplies facts, this module writes prose.
 
-A system's privacy record is made of the same few parts — the mechanism's description, the
-ledger's composition, an accountant's account, whether a formal guarantee holds, and a
-sentence that says what is protected — plus fields only that system has. `privacy_record`
-reads those parts from the kernel objects themselves (never from copies a system made), lays
-them out in the order the system's privacy.json has always had, and refuses a record whose
-statement hides that there is no guarantee.
+A run's privacy.json (and the one line the command line and summary.json show) is built from
+the same parts for every system:
+
+- the guarantee (`Claim`): the WHOLE-RUN ε and δ for the unit it names, its notion and the
+  composition or accountant that gives it; or, where there is none, why (`Facts.no_guarantee`);
+- the releases (`Releases`): who released what, how often, through which mechanism, and the ε
+  of one release, always labelled "per release";
+- other valid accounts of the same releases (`Composition`), each labelled by how it composes;
+- the budget the ledger enforces (`Budget`), the shuffle (`CentralShuffle`), the trust model
+  (`Trust`), what is not protected, a condition the guarantee depends on, and the noise keys
+  mode (a seeded run's guarantee is a simulation's).
+
+`statement(facts)` and `headline(facts)` render them; `privacy_record` lays out privacy.json
+from the facts and the kernel objects themselves (mechanism, ledger, accountant), and refuses a
+record whose facts contradict the ledger's verdict on whether a guarantee holds.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
 
-__all__ = ["NO_GUARANTEE", "SPREAD_ACCOUNTING", "privacy_record"]
+__all__ = [
+    "COMPOSED",
+    "NO_GUARANTEE",
+    "SIMULATION_ONLY",
+    "SPREAD_ACCOUNTING",
+    "Budget",
+    "CentralShuffle",
+    "Claim",
+    "Composition",
+    "Facts",
+    "Releases",
+    "Trust",
+    "headline",
+    "privacy_record",
+    "pure_ldp",
+    "statement",
+]
 
 NO_GUARANTEE = "NO PRIVACY GUARANTEE"
+SIMULATION_ONLY = "SIMULATION ONLY: the noise is reproducible from the seed in config.json."
 SPREAD_ACCOUNTING = "**accounting"  # in `order`: the account's keys inline, not under a key
-# A statement of a record without a formal guarantee must say so ("no guarantee", "NO ε ...").
-_DISCLAIMS = re.compile(r"\bno\b[^.]*\b(guarantee|ε)", re.IGNORECASE)
+COMPOSED = ("statement", "headline", "guarantee")  # the keys `privacy_record` composes
+
+
+def _eps(epsilon: float, delta: float, notion: str) -> str:
+    """`(ε = 1.2, δ = 1e-05)-DP`, or `1.2-LDP` for a pure ε."""
+    if delta:
+        return f"(ε = {epsilon:.4g}, δ = {delta:.3g})-{notion}"
+    return f"{epsilon:.4g}-{notion}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The guarantee over the whole run for one unit.
+
+    epsilon, delta: the whole run's (never one release's). notion: "LDP" or "DP".
+    scope: what kind of DP, e.g. "local, untrusted aggregator" or "central, user level".
+    unit: what is protected, e.g. "all of one agent's reports".
+    how: the composition or accountant that gives (ε, δ), in a few words ("basic
+    composition", "the pld accountant, 8 rounds"); `detail`: more on it, for the statement only.
+    """
+
+    epsilon: float
+    delta: float
+    notion: str
+    scope: str
+    unit: str
+    how: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon >= 0):
+            raise ValueError(f"a claim's ε must be finite and >= 0, got {self.epsilon!r}")
+
+    def text(self) -> str:
+        return _eps(self.epsilon, self.delta, self.notion)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "whole_run": True}
+
+
+@dataclass(frozen=True)
+class Releases:
+    """What the ledger counts: `who` released `count` (at most) of `what`, each randomized by
+    `mechanism`; `epsilon`/`delta`: one release's (None where a release has no ε alone)."""
+
+    who: str
+    what: str
+    mechanism: str
+    count: int | None = None
+    epsilon: float | None = None
+    delta: float = 0.0
+    notion: str = "LDP"
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Another valid account of the same releases (looser or of another kind), labelled."""
+
+    epsilon: float
+    delta: float
+    how: str
+    notion: str = "LDP"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The cap enforced per unit before every release, by what (`how`), and what happens at
+    it (`at_cap`)."""
+
+    epsilon: float
+    delta: float
+    how: str
+    at_cap: str
+
+
+@dataclass(frozen=True)
+class CentralShuffle:
+    """The shuffle model's central account against `receiver` (with a trusted shuffler)."""
+
+    receiver: str
+    batch: int
+    batches: int
+    epsilon: float
+    delta: float
+    per_batch_epsilon: float | None = None
+    per_batch_delta: float | None = None
+
+    @classmethod
+    def of(cls, account: Mapping[str, Any], receiver: str) -> CentralShuffle:
+        """The facts of a `privrl.privacy.shuffle.shuffle_record` account."""
+        return cls(receiver, int(account["batch_size"]), int(account["batches_per_user"]),
+                   float(account["central_epsilon"]), float(account["central_delta"]),
+                   float(account["central_epsilon_per_batch"]), float(account["delta"]))
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Who must be honest for the claim, and what is computed from the releases only."""
+
+    honest: str
+    post_processing: str = ""  # what is computed from the releases alone
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything a privacy statement says, as data. `claim` None: no formal guarantee, for
+    the reason `no_guarantee` gives. `noise`: "seeded", "secret", "secure" or None (no noise)."""
+
+    claim: Claim | None
+    no_guarantee: str = ""
+    releases: Releases | None = None
+    also: Sequence[Composition] = field(default_factory=tuple)
+    budget: Budget | None = None
+    shuffle: CentralShuffle | None = None
+    trust: Trust | None = None
+    condition: str = ""
+    not_protected: str = ""
+    noise: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.claim is None and not self.no_guarantee:
+            raise ValueError("facts without a claim must say why there is no guarantee")
+        if self.claim is not None and self.no_guarantee:
+            raise ValueError("facts with a claim cannot also give a reason for none")
+
+    @property
+    def formal(self) -> bool:
+        return self.claim is not None
+
+
+def headline(facts: Facts) -> str:
+    """One line: the whole-run guarantee for its unit (a release's ε labelled per release), or
+    that there is none."""
+    c = facts.claim
+    if c is None:
+        return f"{NO_GUARANTEE}: {facts.no_guarantee}"
+    line = f"{c.text()} for {c.unit}, over the whole run ({c.scope}; {c.how})"
+    r = facts.releases
+    if r is not None and r.epsilon is not None:
+        line += f"; per release {_eps(r.epsilon, r.delta, r.notion)}"
+    if facts.shuffle is not None:
+        s = facts.shuffle
+        line += f"; shuffled: {_eps(s.epsilon, s.delta, 'DP')} against the {s.receiver}"
+    if facts.condition:
+        line += f"; ONLY AS VALID AS {facts.condition}"
+    return line + (" [simulation: seeded noise]" if facts.noise == "seeded" else "")
+
+
+def statement(facts: Facts) -> str:
+    """privacy.json's statement: the parts in a fixed order, each a sentence or two."""
+    c = facts.claim
+    out: list[str] = []
+    if c is None:
+        out.append(f"{NO_GUARANTEE}: {facts.no_guarantee}.")
+    else:
+        detail = f" ({c.detail})" if c.detail else ""
+        out.append(f"{c.text()} for {c.unit}, over the whole run ({c.scope}), by {c.how}"
+                   f"{detail}.")
+    r = facts.releases
+    if r is not None:
+        count = "" if r.count is None else f" ({r.count} release(s) at most)"
+        one = ("" if r.epsilon is None else
+               f" Each release alone is {_eps(r.epsilon, r.delta, r.notion)} (per release).")
+        out.append(f"{r.who[:1].upper()}{r.who[1:]} released {r.what}{count}, randomized by "
+                   f"{r.mechanism}.{one}")
+    for a in facts.also:
+        out.append(f"Also {_eps(a.epsilon, a.delta, a.notion)} by {a.how}.")
+    if facts.budget is not None:
+        b = facts.budget
+        notion = "DP" if c is None else c.notion
+        out.append(f"Budget {_eps(b.epsilon, b.delta, notion)} per unit, enforced before every "
+                   f"release ({b.how}): {b.at_cap}.")
+    if facts.shuffle is not None:
+        s = facts.shuffle
+        batch = ("" if s.per_batch_epsilon is None else
+                 f"each round is {_eps(s.per_batch_epsilon, s.per_batch_delta or 0.0, 'DP')} and ")
+        out.append(f"Shuffled: the {s.receiver} receives each round's reports (at least "
+                   f"{s.batch}) in random order without identities, so against it, with a "
+                   f"trusted shuffler, {batch}an agent's {s.batches} rounds together are "
+                   f"{_eps(s.epsilon, s.delta, 'DP')} (central, amplification by shuffling, "
+                   "basic composition); against the shuffler only the local ε holds.")
+    if facts.trust is not None:
+        t = facts.trust
+        out.append(f"Trust: {t.honest}."
+                   + (f" Post-processing (no privacy cost): {t.post_processing}."
+                      if t.post_processing else ""))
+    if facts.condition:
+        out.append(f"ONLY AS VALID AS {facts.condition}.")
+    if facts.not_protected:
+        out.append(f"Not protected: {facts.not_protected}.")
+    if facts.noise == "seeded" and c is not None:
+        out.append(SIMULATION_ONLY)
+    return " ".join(out)
+
+
+def pure_ldp(composed: Mapping[str, Any], scope: str, unit: str, at_cap: str,
+             budget: float | None) -> tuple[Claim, list[Composition], Budget | None]:
+    """Pure ε-LDP releases of one unit (a `pure_composition_record`): the whole-run claim in
+    the composition the ledger enforces, the other composition beside it, and the ledger's
+    budget per unit (None: no budget)."""
+    optimal = composed["enforced_by_ledger"] == "optimal"
+    opt, basic = composed["optimal"], composed["basic"]
+    tight = (opt["epsilon"], opt["delta"], "the optimal composition theorem")
+    pure = (basic["epsilon"], 0.0, "basic composition (pure)")
+    (e, d, how), other = (tight, pure) if optimal else (pure, tight)
+    claim = Claim(e, d, "LDP", scope, unit, f"{how}, as the ledger enforces")
+    cap = None if budget is None else Budget(
+        budget, opt["delta"] if optimal else 0.0,
+        "optimal composition" if optimal else "pure, basic composition", at_cap)
+    return claim, [Composition(*other)], cap
 
 
 class Describable(Protocol):
@@ -31,86 +266,59 @@ class Describable(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-Statement = str | Callable[[Mapping[str, Any]], str]
-
-
 def privacy_record(
-    statement: Statement | None = None,
+    facts: Facts,
     *,
     mechanism: Describable | Mapping[str, Any] | None = None,
     ledger: PrivacyLedger | None = None,
     accountant: Accountant | Mapping[str, Any] | None = None,
     delta: float = 0.0,
-    formal_guarantee: bool | None = None,
+    formal_key: str | None = None,
     fields: Mapping[str, Any] | None = None,
     order: Sequence[str] | None = None,
     with_accounting: bool | None = None,
-    formal_key: str = "formal_guarantee",
 ) -> dict[str, Any]:
     """The privacy.json dict of a run (or of one part of it).
 
-    Parts, each present only when given: "mechanism" (`mechanism.describe()`), "ledger"
-    (`ledger.summary()`), "accounting" (`accountant.record(delta)`, or an account already
-    taken; `with_accounting=True` writes the key even when there is none, as null),
-    "formal_guarantee" (only when passed explicitly; written under `formal_key`), "statement",
-    and the system's `fields`.
+    Parts, each present only when given: "statement" and "headline" (composed from `facts`),
+    "guarantee" (the claim's fields, null without one), "mechanism" (`mechanism.describe()`),
+    "ledger" (`ledger.summary()`), "accounting" (`accountant.record(delta)`, or an account
+    already taken; `with_accounting=True` writes the key even when there is none, as null),
+    `formal_key` (whether a formal guarantee holds, when a system's layout has that key) and
+    the system's `fields`. A ledger whose verdict on the guarantee differs from the facts'
+    is refused.
 
-    `statement` may be a function of the parts (it sees the ledger summary, the account and
-    the derived "formal_guarantee"); without one, a record with no formal guarantee says
-    NO PRIVACY GUARANTEE. Whether a guarantee holds is, first given, the explicit
-    `formal_guarantee`, else the ledger's verdict, else an account's presence, else the
-    mechanism's; a record without one whose statement does not disclaim it is refused.
-
-    `order` lists the keys as privacy.json lays them out (default: statement, mechanism, the
-    fields, formal_guarantee, ledger, accounting); SPREAD_ACCOUNTING puts the account's own
-    keys inline. It must name every part exactly once.
+    `order` lists the keys as privacy.json lays them out (default: statement, headline,
+    guarantee, mechanism, the fields, formal_key, ledger, accounting); SPREAD_ACCOUNTING puts
+    the account's own keys inline. It must name every part exactly once.
     """
-    parts: dict[str, Any] = {}
+    parts: dict[str, Any] = {"statement": statement(facts), "headline": headline(facts),
+                             "guarantee": None if facts.claim is None else facts.claim.to_dict()}
     if mechanism is not None:
         parts["mechanism"] = (mechanism.describe() if hasattr(mechanism, "describe")
                               else dict(mechanism))  # type: ignore[arg-type]
     if ledger is not None:
         parts["ledger"] = ledger.summary()
+        if bool(parts["ledger"]["formal_guarantee"]) != facts.formal:
+            raise ValueError("the ledger's verdict on a formal guarantee "
+                             f"({parts['ledger']['formal_guarantee']}) contradicts the facts")
     if isinstance(accountant, Accountant):
         parts["accounting"] = accountant.record(delta)
     elif accountant is not None:
         parts["accounting"] = dict(accountant)
     elif with_accounting:
         parts["accounting"] = None
-    formal = _formal(formal_guarantee, parts)
-    if formal_guarantee is not None:
-        parts[formal_key] = formal_guarantee
-    text = statement(parts | {"formal_guarantee": formal}) if callable(statement) else statement
-    if text is None:
-        if formal is not False:
-            raise ValueError("a record with a formal guarantee needs a statement of it")
-        text = f"{NO_GUARANTEE}: non-private run (ε = ∞); nothing is protected."
-    if formal is False and not _DISCLAIMS.search(text):
-        raise ValueError(f"the record has no formal guarantee but its statement does not say "
-                         f"so: {text!r}")
-    parts["statement"] = text
+    if formal_key is not None:
+        parts[formal_key] = facts.formal
     extra = dict(fields or {})
     clash = parts.keys() & extra.keys()
     if clash:
         raise ValueError(f"fields {sorted(clash)} clash with the record's own parts")
     parts |= extra
     if order is None:
-        order = [k for k in ("statement", "mechanism", *extra, formal_key, "ledger",
-                             "accounting") if k in parts]
+        order = [k for k in (*COMPOSED, "mechanism", *extra,
+                             formal_key, "ledger", "accounting") if k in parts]
     return _lay_out(parts, order)
-
-
-def _formal(explicit: bool | None, parts: Mapping[str, Any]) -> bool | None:
-    """Whether a formal guarantee holds; None where nothing given can tell."""
-    if explicit is not None:
-        return explicit
-    if "ledger" in parts:
-        return bool(parts["ledger"]["formal_guarantee"])
-    if parts.get("accounting") is not None:
-        return True
-    if "mechanism" in parts and "private" in parts["mechanism"]:
-        return bool(parts["mechanism"]["private"])
-    return None
 
 
 def _lay_out(parts: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from privrl.config import ConfigError
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.report import Guarantee
 
-__all__ = ["DeclaredMechanism", "MechanismRequest", "is_user_mechanism", "load_factory",
-           "user_mechanism"]
+__all__ = ["DeclaredMechanism", "MechanismRequest", "declared_condition", "is_user_mechanism",
+           "load_factory", "user_mechanism"]
 
 
 class MechanismRequest(NamedTuple):
@@ -49,6 +49,14 @@ class MechanismRequest(NamedTuple):
 def is_user_mechanism(name: str) -> bool:
     """Whether a mechanism name is a user's `module:callable` (built-in names have no colon)."""
     return ":" in name
+
+
+def declared_condition(name: str) -> str:
+    """What a run's guarantee rests on when its mechanism is a user's (privacy.json's
+    condition, `privrl.privacy.record.Facts`); "" for a built-in mechanism."""
+    if not is_user_mechanism(name):
+        return ""
+    return f"the guarantee declared by {name}, which privrl does not verify"
 
 
 def load_factory(name: str) -> Callable[[MechanismRequest], Any]:

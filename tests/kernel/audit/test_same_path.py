@@ -16,7 +16,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from privrl.audit import audit_mechanism
@@ -70,36 +69,15 @@ FAMILIES = {
 }
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch, module: Any, name: str,
-         change: Callable[[Any], Any] = lambda p: p) -> list[tuple]:
-    """Replace module.name by a wrapper that records the parameters of every call (their
-    distinct values, read at run time when traced) and releases with `change(params)`."""
-    original, calls = getattr(module, name), []
-
-    def record(*leaves: Any) -> None:
-        calls.append(tuple(tuple(np.unique(np.asarray(v)).tolist()) for v in leaves))
-
-    def spy(p: Any, *args: Any) -> Any:
-        leaves = jax.tree_util.tree_leaves(p)
-        if any(isinstance(v, jax.core.Tracer) for v in leaves):
-            jax.debug.callback(record, *leaves)
-        else:
-            record(*leaves)
-        return original(change(p), *args)
-
-    monkeypatch.setattr(module, name, spy)
-    return calls
-
-
 def _audit(mech: Any) -> Any:
     return audit_mechanism(mech, key=jax.random.key(0), samples=N, confidence=CONF, dim=D,
                            chunk=N)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_audit_and_run_call_the_same_release_with_the_same_parameters(family, monkeypatch):
+def test_audit_and_run_call_the_same_release_with_the_same_parameters(family, spy_release):
     module, name, mech, run_path = FAMILIES[family]
-    calls = _spy(monkeypatch, module, name)
+    calls = spy_release(module, name)
     x = (jnp.ones((3, D)) if family == "gaussian-sum" else jnp.full((D,), 0.1))
     jax.block_until_ready(jax.jit(run_path(mech))(jax.random.key(1), x))
     run = set(calls)
@@ -111,11 +89,11 @@ def test_audit_and_run_call_the_same_release_with_the_same_parameters(family, mo
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_a_broken_release_is_refuted_through_the_path_a_run_uses(family, monkeypatch):
+def test_a_broken_release_is_refuted_through_the_path_a_run_uses(family, spy_release):
     module, name, mech, _ = FAMILIES[family]
     honest = _audit(mech)
     assert not honest.violated, honest
-    calls = _spy(monkeypatch, module, name, _weaker)
+    calls = spy_release(module, name, change=_weaker)
     broken = _audit(mech)
     assert calls and broken.epsilon_claimed == pytest.approx(1.0, rel=1e-5)
     assert broken.violated, broken

@@ -1,5 +1,6 @@
-"""Tests for the one privacy.json builder: it reads the ledger, mechanism and accountant itself,
-keeps the layout it is given, and never lets a record without a guarantee hide that fact."""
+"""Tests for the one privacy statement: systems give facts, privacy.privacy.record composes the
+statement and its headline from them (the whole run's ε first, a release's labelled per
+release), lays out privacy.json, and never lets a record hide a missing guarantee."""
 
 from __future__ import annotations
 
@@ -14,7 +15,29 @@ from privrl.privacy import (
     PrivacyEvent,
     PrivacyLedger,
 )
-from privrl.privacy.record import NO_GUARANTEE, SPREAD_ACCOUNTING, privacy_record
+from privrl.privacy.accounting import pure_composition_record
+from privrl.privacy.record import (
+    COMPOSED,
+    NO_GUARANTEE,
+    SIMULATION_ONLY,
+    SPREAD_ACCOUNTING,
+    Budget,
+    CentralShuffle,
+    Claim,
+    Composition,
+    Facts,
+    Releases,
+    Trust,
+    headline,
+    privacy_record,
+    pure_ldp,
+    statement,
+)
+from privrl.privacy.shuffle import shuffle_record
+
+CLAIM = Claim(2.0, 0.0, "LDP", "local, untrusted aggregator", "all of one agent's reports",
+              "basic composition")
+ONE = Releases("each agent", "its clipped gradient", "the laplace mechanism", 4, 0.5)
 
 
 def _charged(mechanism: LaplaceMechanism | IdentityMechanism, agents: int = 3,
@@ -24,70 +47,121 @@ def _charged(mechanism: LaplaceMechanism | IdentityMechanism, agents: int = 3,
     return ledger
 
 
-def test_pure_epsilon_ledger_composes_and_keeps_the_default_layout() -> None:
+def test_headline_states_the_whole_run_and_labels_the_release() -> None:
+    line = headline(Facts(CLAIM, releases=ONE, noise="secret"))
+    assert line == ("2-LDP for all of one agent's reports, over the whole run (local, untrusted "
+                    "aggregator; basic composition); per release 0.5-LDP")
+    approx = Claim(1.2034, 1e-5, "DP", "central", "one agent's whole data", "the pld accountant")
+    assert headline(Facts(approx, noise="seeded")).startswith(
+        "(ε = 1.203, δ = 1e-05)-DP for one agent's whole data, over the whole run (central; the "
+        "pld accountant)")
+    assert headline(Facts(approx, noise="seeded")).endswith("[simulation: seeded noise]")
+
+
+def test_statement_composes_every_part_in_order() -> None:
+    account = shuffle_record(0.5, 100, 1e-6, batches=4)
+    facts = Facts(
+        CLAIM, releases=ONE, also=[Composition(1.5, 1e-5, "the optimal composition theorem")],
+        budget=Budget(2.0, 0.0, "basic composition", "the ledger refuses a report beyond it"),
+        shuffle=CentralShuffle.of(account, "aggregator"),
+        trust=Trust("nobody but the agent itself", "the aggregator's updates"),
+        condition="the constant C", not_protected="the rewards", noise="seeded")
+    text = statement(facts)
+    parts = [
+        "2-LDP for all of one agent's reports, over the whole run (local, untrusted "
+        "aggregator), by basic composition.",
+        "Each agent released its clipped gradient (4 release(s) at most), randomized by the "
+        "laplace mechanism. Each release alone is 0.5-LDP (per release).",
+        "Also (ε = 1.5, δ = 1e-05)-LDP by the optimal composition theorem.",
+        "Budget 2-LDP per unit, enforced before every release (basic composition): the ledger "
+        "refuses a report beyond it.",
+        "Shuffled: the aggregator receives each round's reports (at least 100)",
+        f"an agent's 4 rounds together are (ε = {account['central_epsilon']:.4g}, δ = 4e-06)-DP",
+        "Trust: nobody but the agent itself. Post-processing (no privacy cost): the "
+        "aggregator's updates.",
+        "ONLY AS VALID AS the constant C.",
+        "Not protected: the rewards.",
+        SIMULATION_ONLY,
+    ]
+    at = [text.index(p) for p in parts]
+    assert at == sorted(at) and at[0] == 0 and text.endswith(SIMULATION_ONLY)
+    assert "SIMULATION" not in statement(Facts(CLAIM, noise="secret"))
+
+
+def test_no_guarantee_is_said_first_and_never_as_a_simulation() -> None:
+    facts = Facts(None, "no mechanism (as in the paper)", noise="seeded")
+    assert statement(facts) == f"{NO_GUARANTEE}: no mechanism (as in the paper)."
+    assert headline(facts) == f"{NO_GUARANTEE}: no mechanism (as in the paper)"
+    with pytest.raises(ValueError, match="say why"):
+        Facts(None)
+    with pytest.raises(ValueError, match="cannot also"):
+        Facts(CLAIM, "no reason")
+    with pytest.raises(ValueError, match="finite"):
+        Claim(float("inf"), 0.0, "LDP", "local", "unit", "how")
+
+
+def test_record_lays_out_the_composed_parts_and_the_kernel_objects() -> None:
     mech = LaplaceMechanism(epsilon=0.5, clip=1.0)
     ledger = _charged(mech)
-    rec = privacy_record(
-        lambda parts: f"ε = {parts['ledger']['per_agent_epsilon']['max']:g} per agent",
-        mechanism=mech, ledger=ledger, fields={"agent_ids": "index"})
-    assert list(rec) == ["statement", "mechanism", "agent_ids", "ledger"]
-    assert rec["statement"] == "ε = 1 per agent"  # 2 releases of ε = 0.5, basic composition
-    assert rec["mechanism"] == mech.describe()
-    assert rec["ledger"] == ledger.summary()
-    assert rec["ledger"]["formal_guarantee"] is True
-    assert "formal_guarantee" not in rec  # only written when a system states it explicitly
+    facts = Facts(CLAIM, releases=ONE)
+    rec = privacy_record(facts, mechanism=mech, ledger=ledger, fields={"agent_ids": "index"})
+    assert list(rec) == [*COMPOSED, "mechanism", "agent_ids", "ledger"]
+    assert rec["statement"] == statement(facts) and rec["headline"] == headline(facts)
+    assert rec["guarantee"] == {**CLAIM.to_dict(), "whole_run": True}
+    assert rec["guarantee"]["epsilon"] == 2.0
+    assert rec["mechanism"] == mech.describe() and rec["ledger"] == ledger.summary()
+    assert "formal_guarantee" not in rec  # only written when a layout names the key
 
 
-def test_non_private_ledger_says_no_privacy_guarantee() -> None:
-    mech = IdentityMechanism()
-    rec = privacy_record(mechanism=mech, ledger=_charged(mech), formal_guarantee=None)
+def test_a_record_contradicting_the_ledger_is_refused() -> None:
+    none = IdentityMechanism()
+    with pytest.raises(ValueError, match="contradicts"):
+        privacy_record(Facts(CLAIM), mechanism=none, ledger=_charged(none))
+    private = LaplaceMechanism(1.0, 1.0)
+    with pytest.raises(ValueError, match="contradicts"):
+        privacy_record(Facts(None, "none"), ledger=_charged(private))
+    rec = privacy_record(Facts(None, "raw data released"), ledger=_charged(none),
+                         formal_key="private")
+    assert rec["private"] is False and rec["guarantee"] is None
     assert rec["statement"].startswith(NO_GUARANTEE)
-    assert rec["ledger"]["formal_guarantee"] is False
-    explicit = privacy_record(ledger=_charged(mech), formal_guarantee=False)
-    assert explicit["formal_guarantee"] is False
-    assert explicit["statement"].startswith(NO_GUARANTEE)
-
-
-def test_a_statement_that_hides_the_missing_guarantee_is_refused() -> None:
-    mech = IdentityMechanism()
-    with pytest.raises(ValueError, match="does not say so"):
-        privacy_record("each agent is 1-LDP", mechanism=mech, ledger=_charged(mech))
-    with pytest.raises(ValueError, match="needs a statement"):
-        privacy_record(formal_guarantee=True)
+    json.dumps(rec, allow_nan=False)  # ε = ∞ is written as "inf"
 
 
 def test_accountant_record_under_its_key_or_spread_inline() -> None:
     acc = Accountant("rdp")
     acc.compose(PrivacyEvent("gaussian", 1.1), 10)
-    under = privacy_record("gaussian", accountant=acc, delta=1e-5, with_accounting=True)
+    under = privacy_record(Facts(CLAIM), accountant=acc, delta=1e-5, with_accounting=True)
     assert under["accounting"] == acc.record(1e-5)
-    assert under["accounting"]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
     spread = privacy_record(
-        lambda parts: f"ε = {parts['accounting']['epsilon']:.3g}", accountant=acc,
-        delta=1e-5, formal_guarantee=True, fields={"clip": 1.0},
-        order=["formal_guarantee", "clip", SPREAD_ACCOUNTING, "statement"])
+        Facts(CLAIM), accountant=acc, delta=1e-5, formal_key="formal_guarantee",
+        fields={"clip": 1.0}, order=["formal_guarantee", "clip", SPREAD_ACCOUNTING, *COMPOSED])
     assert list(spread)[:2] == ["formal_guarantee", "clip"]
-    assert list(spread)[-1] == "statement"
-    assert spread["epsilon"] == acc.epsilon(1e-5)
-    assert spread["statement"] == f"ε = {acc.epsilon(1e-5):.3g}"
-    assert "accounting" not in spread
-    # No account at all: the key is still written (as null) when asked for.
-    assert privacy_record("x", ledger=_charged(LaplaceMechanism(1.0, 1.0)),
-                          with_accounting=True)["accounting"] is None
+    assert list(spread)[-3:] == list(COMPOSED)
+    assert spread["epsilon"] == acc.epsilon(1e-5) and "accounting" not in spread
+    assert privacy_record(Facts(CLAIM), with_accounting=True)["accounting"] is None
 
 
 def test_layout_must_name_every_part_once() -> None:
+    facts = Facts(CLAIM)
     with pytest.raises(ValueError, match="leaves out"):
-        privacy_record("s", fields={"a": 1, "b": 2}, order=["statement", "a"])
+        privacy_record(facts, fields={"a": 1}, order=[*COMPOSED])
     with pytest.raises(ValueError, match="not a part"):
-        privacy_record("s", order=["statement", "nope"])
+        privacy_record(facts, order=[*COMPOSED, "nope"])
     with pytest.raises(ValueError, match="clash"):
-        privacy_record("s", fields={"statement": "other"})
+        privacy_record(facts, fields={"statement": "other"})
 
 
-def test_formal_key_renames_the_flag_and_the_record_is_strict_json() -> None:
-    rec = privacy_record("NO ε IS CLAIMED", formal_guarantee=False, formal_key="private",
-                         fields={"epsilon": "not claimed"})
-    assert rec == {"statement": "NO ε IS CLAIMED", "epsilon": "not claimed", "private": False}
-    ledger = _charged(IdentityMechanism())
-    json.dumps(privacy_record(ledger=ledger), allow_nan=False)  # ε = ∞ is written as "inf"
+@pytest.mark.parametrize("enforced", ["basic", "optimal"])
+def test_pure_ldp_claims_the_composition_the_ledger_enforces(enforced: str) -> None:
+    composed = pure_composition_record(0.1, 50, 1e-5, enforced)
+    claim, (other,), budget = pure_ldp(composed, "local", "one agent's reports", "refused", 3.0)
+    basic, opt = composed["basic"], composed["optimal"]
+    assert opt["epsilon"] < basic["epsilon"] == pytest.approx(5.0)
+    mine, theirs = (opt, basic) if enforced == "optimal" else (basic, opt)
+    assert (claim.epsilon, claim.delta) == (mine["epsilon"], mine["delta"])
+    assert (other.epsilon, other.delta) == (theirs["epsilon"], theirs["delta"])
+    assert "as the ledger enforces" in claim.how
+    assert budget == Budget(3.0, 1e-5 if enforced == "optimal" else 0.0,
+                            "optimal composition" if enforced == "optimal"
+                            else "pure, basic composition", "refused")
+    assert pure_ldp(composed, "local", "unit", "refused", None)[2] is None

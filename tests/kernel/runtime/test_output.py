@@ -15,6 +15,7 @@ from privrl.runtime.output import (
     OutputDirError,
     RunRecord,
     csv_writer,
+    new_run_dir,
     save,
     save_setting,
     write_json,
@@ -97,3 +98,13 @@ def test_save_setting_writes_the_bare_config(tmp_path: Path) -> None:
         "config.json", "privacy.json", "summary.json"]
     with pytest.raises(OutputDirError):
         save_setting(_record(), tmp_path / "s")
+
+
+def test_a_stem_with_a_module_path_names_one_directory(tmp_path):
+    """A stem holding a user's `path/file.py:callable`: one directory under the root, its
+    name without path separators or colons."""
+    path = new_run_dir(None, "pgc-a3c-tuned-examples/own_mechanism.py:duchi-eps5",
+                       root=str(tmp_path))
+    assert path.parent == tmp_path and path.is_dir()
+    assert path.name.startswith("pgc-a3c-tuned-examples_own_mechanism.py_duchi-eps5-")
+    assert list(tmp_path.iterdir()) == [path]

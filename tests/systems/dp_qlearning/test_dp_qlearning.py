@@ -21,6 +21,7 @@ from privrl.systems.dp_qlearning import local as runner
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
+    describe_privacy,
     privacy_record,
     run_keys,
 )
@@ -74,12 +75,18 @@ def test_epsilon_calibrates_sigma_and_records_the_claim():
     assert (t5["T_over_B"], t5["B"], t5["J"], t5["C"]) == (t_over_b, 128, 100, 1e-4)
     assert rec["delta"] == pytest.approx(1e-5 + 100 * math.exp(-(10 - 8.68 * expected) ** 2 / 2))
     assert "ONLY AS VALID AS" in rec["statement"]
+    # The heading (printed before and after the run) is the whole training's (ε, δ).
+    assert rec["guarantee"]["epsilon"] == 0.5 and rec["guarantee"]["delta"] == rec["delta"]
+    assert describe_privacy(cfg) == rec["headline"]
+    assert rec["headline"].startswith(f"(ε = 0.5, δ = {rec['delta']:.3g})-DP")
+    assert "ONLY AS VALID AS" in rec["headline"]
 
 
 def test_sigma_alone_claims_no_epsilon():
     rec = privacy_record(DPQLearningConfig(sigma=0.4).resolved())
     assert not rec["private"] and rec["epsilon"] == "not claimed"
     assert "NO ε IS CLAIMED" in rec["statement"]
+    assert rec["headline"].startswith("NO PRIVACY GUARANTEE") and rec["guarantee"] is None
     assert "NO PRIVACY" in privacy_record(DPQLearningConfig(sigma=0.0).resolved())["statement"]
 
 
@@ -158,8 +165,8 @@ def no_compute(monkeypatch):
 
 
 @pytest.mark.parametrize("args, option", [
-    (["--sigma", "-1"], "--sigma"),
-    ([], "--sigma"),
+    (["--gp-scale", "-1"], "--gp-scale"),
+    ([], "--gp-scale"),
     (["--epsilon", "0.5", "--delta", "1e-5", "--k", "5"], "--sensitivity-constant"),
     (["--epsilon", "0", "--delta", "1e-5", "--k", "5", "--sensitivity-constant", "1"],
      "--epsilon"),
@@ -169,8 +176,8 @@ def no_compute(monkeypatch):
      "--sensitivity-constant"),
     (["--epsilon", "0.5", "--delta", "1e-5", "--k", "0.1", "--sensitivity-constant", "1e-4"],
      "--k"),
-    (["--sigma", "0.2", "--seeds", "0"], "--seeds"),
-    (["--sigma", "0.2", "--secure-noise"], "--secure-noise: float-safe noise does not apply"),
+    (["--gp-scale", "0.2", "--trials", "0"], "--trials"),
+    (["--gp-scale", "0.2", "--secure-noise"], "--secure-noise: float-safe noise does not apply"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_compute):
     out = tmp_path / "run"
@@ -226,12 +233,12 @@ def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch):
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0] == "seed,episode,return" and len(rows) == 1 + 3
     # results are never overwritten
-    assert cli.main(["run", "dp-qlearning", "--sigma", "0.1", "--out", str(out)]) == 2
+    assert cli.main(["run", "dp-qlearning", "--gp-scale", "0.1", "--out", str(out)]) == 2
 
 
 def test_cli_reproduce_small(tmp_path, capsys):
     out = tmp_path / "rep"
-    rc = cli.main(["reproduce", "dp-qlearning", "--seeds", "2", "--episodes", "3",
+    rc = cli.main(["reproduce", "dp-qlearning", "--trials", "2", "--episodes", "3",
                    "--out", str(out)])
     assert rc == 0
     tables = json.loads((out / "tables.json").read_text())

@@ -1,5 +1,5 @@
 """Paper 003's learners: ghost clipping equals per-example clipping, privacy.json's ε equals a
-direct dp-accounting computation, --max-epsilon stops in time, LDP observations, bad input,
+direct dp-accounting computation, --epsilon-budget stops in time, LDP observations, bad input,
 and non-private REINFORCE and DQN learn CartPole well above a random policy."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_poisson_sampling_rate() -> None:
 
 def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    rc = main(["run", "dp-dqn", "--sigma", "0.8", "--episodes", "12", "--q", "0.02",
+    rc = main(["run", "dp-dqn", "--noise-multiplier", "0.8", "--episodes", "12", "--q", "0.02",
                "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())["dpsgd"]
@@ -117,6 +117,11 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
                                                           rel=1e-12)
     assert rec["epsilon"] < rec["cross_check"]["epsilon"]
     assert rec["total_delta"] < rec["delta"] * (1 + 1e-9)
+    # The printed heading (the summary's line) states the run's ε, which privacy.json holds.
+    summary = json.loads((out / "summary.json").read_text())
+    assert rec["guarantee"]["epsilon"] == rec["epsilon"] == summary["dpsgd_epsilon"]
+    assert summary["privacy_model"] == rec["headline"]
+    assert rec["headline"].startswith(f"(ε = {rec['epsilon']:.4g}, δ = ")
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
 
@@ -128,14 +133,14 @@ def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch)
     rec = privacy_record(DQN(DQNConfig(dp=True, noise_multiplier=1.0, episodes=2)), 100)
     dp = rec["dpsgd"]
     assert dp["total_delta"] == pytest.approx(1.2e-5)
-    assert ", 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
+    assert "δ = 1.2e-05)-DP" in dp["statement"] and "2e-06 for batch truncation" in dp["statement"]
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
     # A small network and batch; q = 16 / 1,250 is the defaults' 128 / 10,000, and so is the cap
     cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=4.0, episodes=40, seeds=1,
                     hidden=(8, 8), batch_size=16, buffer_size=1250)
-    out = run_episodic(DQN(cfg), "dp-dqn")
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     rec = out.privacy["dpsgd"]
     assert rec["stopped_by_max_epsilon"]
     assert 0 < int(out.updates[0]) == out.update_cap < 40 * 500
@@ -151,7 +156,7 @@ def test_target_epsilon_calibrates_reinforce() -> None:
 
 
 @pytest.mark.parametrize(("args", "option"), [
-    (["run", "dp-reinforce", "--sigma", "-0.1"], "--sigma"),
+    (["run", "dp-reinforce", "--noise-multiplier", "-0.1"], "--noise-multiplier"),
     (["run", "dp-reinforce", "--clip", "0"], "--clip"),
     (["run", "dp-reinforce", "--secure-noise", "--accountant", "pld"], "--accountant"),
     (["run", "dp-dqn", "--secure-noise", "--accountant", "rdp"], "--secure-noise"),  # q < 1
@@ -163,14 +168,13 @@ def test_target_epsilon_calibrates_reinforce() -> None:
     (["run", "dp-dqn", "--lr-final-fraction", "1.5"], "--lr-final-fraction"),
     (["run", "dp-dqn", "--lr-decay-updates", "0"], "--lr-decay-updates"),
     (["run", "dp-dqn", "--pause-at", "0"], "--pause-at"),
-    (["run", "dp-reinforce", "--target-epsilon", "1e-9", "--delta", "1e-12"],
-     "--target-epsilon"),
-    (["run", "dp-reinforce", "--sigma", "1", "--target-epsilon", "2"], "--target-epsilon"),
+    (["run", "dp-reinforce", "--epsilon", "1e-9", "--delta", "1e-12"], "--epsilon"),
+    (["run", "dp-reinforce", "--noise-multiplier", "1", "--epsilon", "2"], "--epsilon"),
     (["run", "dp-reinforce", "--env", "gymnasium:NoSuchEnv-v0"], "--env"),
     (["run", "dp-reinforce", "--env", "gymnasium:CartPole-v1", "--private", "gravty=9:10"],
      "--private"),
     (["run", "dp-reinforce", "--env", "os:getcwd"], "--env"),
-    (["run", "ldp-dqn", "--sigma", "-1"], "--sigma"),
+    (["run", "ldp-dqn", "--iqr-scale", "-1"], "--iqr-scale"),
     (["run", "ldp-reinforce", "--mode", "box", "--box-low", "1,1,1"], "--box-low"),
     (["run", "ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"], "--box"),
 ])
@@ -206,7 +210,8 @@ def test_private_observations_hide_the_state_but_not_termination() -> None:
 def test_reinforce_learns_cartpole() -> None:
     """4 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
     well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
-    out = run_episodic(Reinforce(ReinforceConfig(seeds=4, episodes=150)), "reinforce")
+    out = run_episodic(Reinforce.settings_algorithm([ReinforceConfig(seeds=4, episodes=150)]),
+                       "reinforce")
     from privrl.runtime.output import hold_last
 
     final = hold_last(out.eval_returns)[:, -25:].mean()
@@ -221,7 +226,7 @@ def test_dqn_learns_cartpole() -> None:
     from privrl.runtime.output import hold_last
 
     cfg = DQNConfig(seeds=2, episodes=100, learning_rate=1e-3)
-    out = run_episodic(DQN(cfg), "dqn")
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dqn")
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 100.0, out.eval_returns[:, -25:]
 
@@ -281,7 +286,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     seen: dict[str, Any] = {}
     monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
                         seen.update(cfg=cfg))
-    assert main(["run", "ldp-dqn", "--mode", "box", "--obs-noise-multiplier", "1.5",
+    assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
     cfg = seen["cfg"]
     assert cfg.accountant == "rdp"
@@ -294,7 +299,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
 
 def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
     out = tmp_path / "ldp"
-    rc = main(["run", "ldp-reinforce", "--mode", "box", "--obs-noise-multiplier", "1.5",
+    rc = main(["run", "ldp-reinforce", "--mode", "box", "--noise-multiplier", "1.5",
                "--episodes", "3", "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())
@@ -314,17 +319,22 @@ def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> 
         "replace one: any two states inside the declared box")
     assert obs["per_step"]["epsilon"] == pytest.approx(
         dp_accounting.get_epsilon_gaussian(1.5, 1e-5))
-    assert "NOT protected" in obs["statement"]
+    assert "Not protected: rewards and episode ends" in obs["statement"]
+    assert obs["guarantee"]["epsilon"] == obs["per_episode"]["epsilon"]
+    assert obs["headline"].startswith(f"(ε = {obs['per_episode']['epsilon']:.4g}, δ = 1e-05)")
+    assert "per release (ε = " in obs["headline"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["privacy_observations"] == obs["headline"]
     assert not rec["dpsgd"]["formal_guarantee"]
 
 
 def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "ldp"
-    assert main(["run", "ldp-dqn", "--sigma", "0.3", "--episodes", "2", "--out", str(out),
+    assert main(["run", "ldp-dqn", "--iqr-scale", "0.3", "--episodes", "2", "--out", str(out),
                  "--no-progress"]) == 0
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
-    assert "NO FORMAL GUARANTEE" in capsys.readouterr().out
+    assert "Observations: NO PRIVACY GUARANTEE" in capsys.readouterr().out
 
 
 def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:
@@ -388,7 +398,7 @@ def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None
     states = count_releases(BoxGaussianMechanism)
     cfg = ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=3, max_episode_steps=6,
                           hidden=4, obs=ObservationPrivacy(mode="box"), noise="secret")
-    out = run_episodic(Reinforce(cfg), "dp-reinforce")
+    out = run_episodic(Reinforce.settings_algorithm([cfg]), "dp-reinforce")
     assert out.privacy["observations"]["noise_keys"]["mode"] == "secret"
     (dp_event,) = out.privacy["dpsgd"]["events"]
     assert dpsgd.calls == int(out.updates[0]) == 3 and dp_event["count"] == 1
@@ -408,8 +418,8 @@ def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
     counter = count_releases(PerTrialGaussianSum, "privatize_dense_with")
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
-    assert DQN(cfg).sum_mechanism.member(0).noise_multiplier == 1.0
-    out = run_episodic(DQN(cfg), "dp-dqn")
+    assert DQN.settings_algorithm([cfg]).sum_mechanism.member(0).noise_multiplier == 1.0
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
     assert event["count"] == 16 and event["sampling_probability"] == 1 / 16
@@ -455,7 +465,7 @@ def test_secure_dqn_runs_its_host_noise_inside_the_step_loop_for_several_seeds()
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=1, seeds=2, max_episode_steps=6,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=8,
                     sampling_probability=1.0, secure_noise=True, accountant="rdp")
-    out = run_episodic(DQN(cfg), "dp-dqn")
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     assert (out.updates == out.train_returns[:, 0]).all() and out.updates.min() >= 1
     assert out.privacy["noise_keys"]["mode"] == "secure"
 
@@ -501,7 +511,7 @@ def test_pause_at_skips_updates_after_a_good_evaluation() -> None:
     """pause_at = 1: every greedy evaluation reaches it, so only the first episode updates."""
     cfg = DQNConfig(seeds=1, episodes=3, max_episode_steps=20, batch_size=4, buffer_size=64,
                     stop_when_solved=False)
-    paused = run_episodic(DQN(replace(cfg, pause_at=1.0)), "dqn")
+    paused = run_episodic(DQN.settings_algorithm([replace(cfg, pause_at=1.0)]), "dqn")
     first = int(paused.train_returns[0, 0]) - cfg.batch_size + 1  # steps with a full batch
     assert np.isfinite(paused.train_returns[0]).all()  # episodes 2 and 3 were played
     assert int(paused.updates[0]) == first > 0

@@ -1,7 +1,8 @@
-"""DQN and LDP observations on Gymnasium tasks (host-side episodes): the host DQN episode is the
-jitted one step for step on the twin walkers (examples/byo_env.py, examples/byo_gymnasium.py),
-LDP observations included; the learner (DQN, REINFORCE) never sees a raw observation of a host
-task; the command line runs dp-dqn on gymnasium:CartPole-v1."""
+"""DQN, REINFORCE and LDP observations on Gymnasium tasks (host-side episodes): each learner's
+one episode, run on the host source, is the jitted one step for step on the twin walkers
+(examples/byo_env.py, examples/byo_gymnasium.py), LDP observations included for DQN; the
+learner (DQN, REINFORCE) never sees a raw observation of a host task; the command line runs
+dp-dqn on gymnasium:CartPole-v1."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 
 import gymnasium
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import linen as nn
 from gymnasium import spaces
 
 from privrl import main as cli
@@ -34,16 +37,27 @@ def _cfg(**kw: Any) -> DQNConfig:
     return DQNConfig(**{**base, **kw})
 
 
-def _watch(algo: Any, name: str, at: int, seen: list) -> None:
-    """Record the observation argument `at` of the jitted piece `name` on each call."""
-    fn = getattr(algo, name)
+def _watch(algo: Any, names: tuple[str, ...], at: int, seen: list) -> None:
+    """Record the observation argument `at` (of the jitted host pieces `algo.<name>`, e.g.
+    the acting and greedy policies) on each call, as the host episode source runs them."""
+    source = algo.episodes
+    assert source.host
+    watch = [getattr(algo, name) for name in names]
+    piece = source.piece
 
-    def watched(*args: Any) -> Any:
-        if not isinstance(args[at], jax.core.Tracer):  # (the rollout's shape probe)
-            seen.append(np.asarray(args[at]))
-        return fn(*args)
+    def watching(fn: Any) -> Any:
+        jitted = piece(fn)
+        if fn not in watch:
+            return jitted
 
-    setattr(algo, name, watched)
+        def watched(*args: Any) -> Any:
+            if not isinstance(args[at], jax.core.Tracer):  # (the rollout's shape probe)
+                seen.append(np.asarray(args[at]))
+            return jitted(*args)
+
+        return watched
+
+    source.piece = watching
 
 
 @pytest.fixture()
@@ -67,13 +81,13 @@ def test_host_dqn_episode_is_the_jitted_one_with_ldp_observations(walkers) -> No
     cfg = _cfg(obs=WALK_BOX)
     jx, gym = DQN(cfg, task=walkers[0]), DQN(cfg, task=walkers[1])
     seen: list = []  # what the host learner's network is given: acting and evaluating
-    _watch(gym, "_act", 1, seen)
-    _watch(gym, "_greedy", 1, seen)
+    _watch(gym, ("act",), 1, seen)
+    _watch(gym, ("greedy",), 2, seen)
     a = b = jx.init(jax.random.key(5))
     episode = jax.jit(jx.episode)
     for _ in range(cfg.episodes):
         a, ma = episode(a)
-        b, mb = gym.host_episode(b)
+        b, mb = gym.episode(b)
         assert float(mb.train_return) == float(ma.train_return)
         assert int(mb.updates) == int(ma.updates)
         assert -24.0 <= float(mb.eval_return) <= -5.0
@@ -126,11 +140,10 @@ def test_ldp_reinforce_on_a_host_task_never_sees_a_raw_observation() -> None:
     seen: list = []
     algo = Reinforce(ReinforceConfig(obs=obs, hidden=4, max_episode_steps=6, episodes=2,
                                      batch_episodes=2, stop_when_solved=False), task=task)
-    _watch(algo, "_act", 2, seen)
-    _watch(algo, "_greedy", 1, seen)
+    _watch(algo, ("act", "greedy"), 2, seen)
     s = algo.init(jax.random.key(0))
     for _ in range(2):
-        s, m = algo.host_episode(s)
+        s, m = algo.episode(s)
         assert float(m.train_return) == 4.0 == float(m.eval_return)
     values = np.concatenate([v.reshape(-1, 2) for v in seen])
     assert len(values) == 2 * (2 * 4 + 4)  # two episodes: 2 × 4 steps acting, 4 evaluating
@@ -141,10 +154,44 @@ def test_ldp_reinforce_on_a_host_task_never_sees_a_raw_observation() -> None:
 def test_dp_dqn_on_gymnasium_cartpole_from_the_command_line(tmp_path) -> None:
     out = tmp_path / "run"
     assert cli.main(["run", "dp-dqn", "--env", "gymnasium:CartPole-v1", "--episodes", "1",
-                     "--sigma", "1.0", "--out", str(out), "--no-progress"]) == 0
+                     "--noise-multiplier", "1.0", "--out", str(out), "--no-progress"]) == 0
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert cfg["env"] == "gymnasium:CartPole-v1"
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert len(rows) == 1 and float(rows[0].split(",")[2]) >= 8  # CartPole: +1 a step
     privacy = json.loads((out / "privacy.json").read_text())["dpsgd"]
     assert privacy["unit"] == "one transition (s, a, r, s′)" and privacy["updates"] == 0
+
+
+class Sharp(nn.Module):
+    """Logits so steep that sampling is the argmax: the two rollouts draw their actions with
+    their own keys, so only a policy that ignores them plays the same episodes on both (the
+    offset breaks the tie at the walker's first observation, 0)."""
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return 1e3 * (nn.Dense(2)(obs) + jnp.array([0.0, 0.1]))
+
+
+def test_host_reinforce_step_is_the_jitted_one(walkers) -> None:
+    """Same seed, same twin walker, `Reinforce.step` on either source: the host episodes
+    (Gymnasium stepped in Python, the jitted plan/act/update/finish) are the jitted ones, with
+    each episode's private drift, and the same DP-SGD release, so both reach the same θ."""
+    cfg = ReinforceConfig(batch_episodes=3, episodes=4, max_episode_steps=12,
+                          stop_when_solved=False, dp=True, noise_multiplier=0.5)
+    jx, gym = (Reinforce(cfg, task=t, model=Sharp()) for t in walkers)
+    assert not jx.episodes.host and gym.episodes.host
+    a = b = jx.init(jax.random.key(3))
+    step = jax.jit(jx.step)
+    returns = []
+    for _ in range(cfg.episodes):
+        a, ma, ga = step(a)
+        b, mb, gb = gym.step(b)
+        assert float(mb.train_return) == float(ma.train_return)
+        assert float(mb.eval_return) == float(ma.eval_return)
+        assert int(mb.updates) == int(ma.updates)
+        np.testing.assert_allclose(np.asarray(gb), np.asarray(ga), rtol=1e-4, atol=1e-5)
+        returns.append(float(ma.train_return))
+    assert len(set(returns)) > 1  # the drifts and θ differ from episode to episode
+    assert np.abs(np.asarray(a.theta - jx.init(jax.random.key(3)).theta)).max() > 1e-3
+    np.testing.assert_allclose(np.asarray(b.theta), np.asarray(a.theta), rtol=1e-4, atol=1e-5)

@@ -17,11 +17,10 @@ import pytest
 from privrl.config import ConfigError
 from privrl.systems.dpsgd_rl import local
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
-from privrl.systems.dpsgd_rl.dqn import one_program_field as dqn_one_program_field
 from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import _compact as compact
 from privrl.systems.dpsgd_rl.local import run_episodic, run_episodic_settings
-from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig, one_program_field
+from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 BASE = ReinforceConfig(seeds=3, episodes=100, seed=0, solve_threshold=200.0, solve_window=5)
 SETTINGS = {
@@ -48,7 +47,7 @@ def test_each_setting_of_one_program_equals_its_own_run(monkeypatch):
     assert sizes[0] == 12 and sizes[-1] < 12  # the batch was compacted on the way
     widths = set()
     for name, cfg, out in zip(SETTINGS, configs, together, strict=True):
-        alone = run_episodic(Reinforce(cfg), name, devices=1, chunk=10)
+        alone = run_episodic(Reinforce.settings_algorithm([cfg]), name, devices=1, chunk=10)
         np.testing.assert_array_equal(out.train_returns, alone.train_returns)
         np.testing.assert_array_equal(out.eval_returns, alone.eval_returns)
         np.testing.assert_array_equal(out.updates, alone.updates)
@@ -63,12 +62,12 @@ def test_each_setting_of_one_program_equals_its_own_run(monkeypatch):
 
 def test_settings_that_differ_in_more_than_numbers_are_refused():
     configs = list(SETTINGS.values())
-    assert one_program_field(configs) is None
+    assert Reinforce.one_program_field(configs) is None
     for field, other in (("gamma", replace(BASE, gamma=0.9)),
                          ("max_epsilon", replace(BASE, dp=True, noise_multiplier=1.0,
                                                  max_epsilon=5.0)),
                          ("obs.mode", replace(BASE, obs=ObservationPrivacy(mode="box")))):
-        assert one_program_field([*configs, other]) == field
+        assert Reinforce.one_program_field([*configs, other]) == field
         with pytest.raises(ConfigError, match=f"^{field}: "):
             Reinforce.for_settings([*configs, other])
 
@@ -93,7 +92,7 @@ def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
     together = run_episodic_settings(DQN.for_settings(list(settings.values())),
                                      list(settings), devices=1, chunk=4)
     for (name, cfg), out in zip(settings.items(), together, strict=True):
-        alone = run_episodic(DQN(cfg), name, devices=1, chunk=4)
+        alone = run_episodic(DQN.settings_algorithm([cfg]), name, devices=1, chunk=4)
         np.testing.assert_array_equal(out.train_returns, alone.train_returns)
         np.testing.assert_array_equal(out.eval_returns, alone.eval_returns)
         np.testing.assert_array_equal(out.updates, alone.updates)
@@ -103,7 +102,7 @@ def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
 
 def test_dqn_settings_with_and_without_dp_sgd_are_two_programs():
     configs = [*DQN_SETTINGS["dp"].values(), *DQN_SETTINGS["ldp"].values()]
-    assert dqn_one_program_field(configs) == "dp"
+    assert DQN.one_program_field(configs) == "dp"
     with pytest.raises(ConfigError, match=r"^dp: "):
         DQN.for_settings(configs)
 

@@ -61,7 +61,8 @@ def test_gymnasium_task_learner_sees_true_returns(load_example) -> None:
     task = make_task("byo_gymnasium:Walk", [PrivateParam("drift", 0.6, 1.4)])
     cfg = ReinforceConfig(dp=True, noise_multiplier=1.0, episodes=3, batch_episodes=2,
                           max_episode_steps=12, hidden=8, seeds=2, stop_when_solved=False)
-    out = run_episodic(Reinforce(cfg, task=task, model=module.Policy()), "reinforce")
+    out = run_episodic(Reinforce.settings_algorithm([cfg], task, module.Policy()),
+                       "reinforce")
     assert out.config.env == "byo_gymnasium:Walk"
     assert out.train_returns.shape == (2, 3) and np.all(out.updates == 3)
     for returns in (out.train_returns, out.eval_returns):  # 4..12 steps at -1 or -2 each

@@ -15,7 +15,12 @@ from privrl.main import main
 
 
 def test_audit_command_refuses_bad_options(tmp_path, capsys):
-    for args, flag in [(["--epsilon", "0"], "--epsilon"), (["--epsilon", "inf"], "--epsilon"),
+    for args, flag in [(["--epsilon-per-report", "0"], "--epsilon-per-report"),
+                       (["--epsilon-per-report", "inf"], "--epsilon-per-report"),
+                       (["--epsilon", "2"], "--epsilon"),  # laplace audits one release
+                       (["--mechanism", "gaussian", "--epsilon", "1e-9"], "--epsilon"),
+                       (["--mechanism", "gaussian", "--epsilon-per-report", "1"],
+                        "--epsilon-per-report"),
                        (["--samples", "3"], "--samples"), (["--confidence", "1"],
                                                            "--confidence"),
                        (["--clip", "-1"], "--clip"), (["--mechanism", "none"], "--mechanism")]:
@@ -40,7 +45,7 @@ def test_end_to_end_audit_keeps_the_claim_and_sees_the_canary(tmp_path, monkeypa
 
     monkeypatch.setattr(audit.CanaryFedPGAgent, "__init__", short)
     assert main(["audit", "fedpg", "--algorithm", "cen", "--mechanism", "laplace",
-                 "--epsilon", "5", "--samples", "2000", "--confidence", "0.999999",
+                 "--epsilon-per-report", "5", "--samples", "2000", "--confidence", "0.999999",
                  "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     (res,) = json.loads((tmp_path / "r" / "audit.json").read_text())["results"]
     assert res["epsilon_claimed"] == 5.0

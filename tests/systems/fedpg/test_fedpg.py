@@ -205,14 +205,18 @@ def no_compute(monkeypatch):
          "--epsilon-budget"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "5", "--budget-composition",
           "optimal"], "--budget-composition"),
-        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "0"],
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon-per-report", "1",
+          "--epsilon-budget", "0"],
          "--epsilon-budget"),
         # a budget below one release is refused by either composition
-        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "0.5"],
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon-per-report", "1",
+          "--epsilon-budget", "0.5"],
          "--epsilon-budget"),
-        (["fedpg-cen", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "0.5",
+        (["fedpg-cen", "--mechanism", "laplace", "--epsilon-per-report", "1",
+          "--epsilon-budget", "0.5",
           "--budget-composition", "optimal"], "--epsilon-budget"),
-        (["fedpg-dec", "--mechanism", "laplace", "--epsilon", "1", "--epsilon-budget", "5",
+        (["fedpg-dec", "--mechanism", "laplace", "--epsilon-per-report", "1",
+          "--epsilon-budget", "5",
           "--runtime", "ray"], "--epsilon-budget"),
         # user-level DP (distributed-gaussian; tests/systems/fedpg/test_user_dp.py)
         (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
@@ -250,7 +254,7 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     from privrl.privacy.mechanisms import PerTrialMechanism
     # Cen without a mechanism: no guarantee, and privacy.json says so.
     out = tmp_path / "cen"
-    assert cli.main(["run", "fedpg-cen", "--agents", "2", "--budget", "40",
+    assert cli.main(["run", "fedpg-cen", "--agents", "2", "--episodes", "40",
                      "--out", str(out), "--no-progress"]) == 0
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
@@ -262,9 +266,9 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     # through the per-trial mechanism of the programs it could join.
     laplace = count_releases(PerTrialMechanism, "privatize_with")
     out = tmp_path / "dec"
-    assert cli.main(["run", "fedpg-dec", "--topology", "random", "--agents", "2", "--budget",
-                     "40", "--mechanism", "laplace", "--epsilon", "0.5", "--out", str(out),
-                     "--no-progress"]) == 0
+    assert cli.main(["run", "fedpg-dec", "--topology", "random", "--agents", "2", "--episodes",
+                     "40", "--mechanism", "laplace", "--epsilon-per-report", "0.5",
+                     "--out", str(out), "--no-progress"]) == 0
     privacy = json.loads((out / "privacy.json").read_text())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["algorithm"] == "fedpg-dec" and summary["rounds"] >= 1
@@ -278,6 +282,12 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert composed["basic"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
     assert composed["optimal"]["epsilon"] <= composed["basic"]["epsilon"]
     assert composed["optimal"]["delta"] == 1e-5 and "optimal composition" in privacy["statement"]
+    # The headline (summary's privacy line) states the whole run's ε per agent, the ledger's
+    # basic composition, and labels the release's ε as per release.
+    assert privacy["guarantee"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
+    assert summary["privacy"] == privacy["headline"]
+    assert privacy["headline"].startswith(f"{0.5 * summary['rounds']:.4g}-LDP")
+    assert privacy["headline"].endswith("; per release 0.5-LDP [simulation: seeded noise]")
     # Never overwrites: the same --out again is refused.
     assert cli.main(["run", "fedpg-cen", "--out", str(out), "--no-progress"]) == 2
 
@@ -303,9 +313,9 @@ def test_privunit_reports_are_pure_ldp_releases_composed_by_the_ledger(count_rel
     [
         (["--trials", "0"], "--trials"),
         (["--agents", "0"], "--agents"),
-        (["--budget", "0"], "--budget"),
+        (["--episodes", "0"], "--episodes"),
         (["--gaussian-epsilons", "1,x"], "--gaussian-epsilons"),
-        (["--laplace-epsilons", "-1"], "--laplace-epsilons"),
+        (["--laplace-epsilons-per-report", "-1"], "--laplace-epsilons-per-report"),
     ],
 )
 def test_reproduce_bad_input_one_line_exit_2(args, option, capsys, tmp_path, monkeypatch):
@@ -390,5 +400,7 @@ def test_privacy_budget_ends_the_run_by_the_optimal_composition(count_releases):
                                                  "composition": "optimal"}
     assert rec["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(
         composed["optimal"]["epsilon"])
-    assert "enforced by the ledger before every round" in rec["statement"]
+    assert "enforced before every release (optimal composition)" in rec["statement"]
     assert "optimal composition" in summary["privacy"]
+    assert rec["guarantee"]["epsilon"] == composed["optimal"]["epsilon"]
+    assert rec["guarantee"]["delta"] == composed["optimal"]["delta"]

@@ -231,7 +231,7 @@ def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> N
 def test_gymnasium_cartpole_from_the_command_line(cmd, tmp_path) -> None:
     out = tmp_path / "run"
     assert cli.main(["run", cmd, "--env", "gymnasium:CartPole-v1", "--private",
-                     "gravity=9.7,9.9", "--agents", "2", "--budget", "2", "--batch-min", "1",
+                     "gravity=9.7,9.9", "--agents", "2", "--episodes", "2", "--batch-min", "1",
                      "--batch-max", "1", "--minibatch", "1", "--out", str(out),
                      "--no-progress"]) == 0
     cfg = json.loads((out / "config.json").read_text())["config"]

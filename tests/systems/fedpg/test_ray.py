@@ -84,7 +84,7 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
     assert rc == 2 and not (tmp_path / "x").exists()
     out = tmp_path / "gym"
     rc = main(["run", "fedpg-dec", "--runtime", "ray", "--env", "gymnasium:CartPole-v1",
-               "--private", "gravity=9.7,9.9", "--agents", "2", "--budget", "2",
+               "--private", "gravity=9.7,9.9", "--agents", "2", "--episodes", "2",
                "--batch-min", "1", "--batch-max", "1", "--minibatch", "1", "--out", str(out),
                "--no-progress"])
     assert rc == 0

@@ -88,7 +88,7 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     σ is calibrated for 2 rounds (--dp-rounds) while the episodes allow more: the
     accountant's budget ends the run after 2 rounds, not the episode budget."""
     out = tmp_path / "dg"
-    args = ["run", "fedpg-cen", "--agents", "4", "--budget", "60", "--batch-min", "2",
+    args = ["run", "fedpg-cen", "--agents", "4", "--episodes", "60", "--batch-min", "2",
             "--batch-max", "3", "--minibatch", "1", "--mechanism", "distributed-gaussian",
             "--epsilon", "3", "--sampling-rate", "0.5", "--min-honest", "3", "--seed", "1",
             "--accountant", "rdp", "--dp-rounds", "2",
@@ -110,8 +110,19 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     assert rec["mechanism"]["params"]["min_honest"] == 3
     assert "zero-out" in rec["mechanism"]["neighbouring"]
     assert rec["trust_model"]["by_dropouts"][0]["epsilon"] == rec["accounting"]["epsilon"]
-    assert "User-level central DP" in rec["statement"]
+    assert "over the whole run (central, user level" in rec["statement"]
     assert "adaptive_clip" not in rec and "adaptive" not in rec["statement"]
+    # The heading states the whole run's ε (the accountant's), never one round's, beside the
+    # unit "one agent's whole data"; privacy.json and the summary say the same line.
+    assert rec["guarantee"]["epsilon"] == rec["accounting"]["epsilon"]
+    assert rec["guarantee"]["unit"].startswith("one agent's whole data")
+    assert summary["privacy"] == rec["headline"]
+    assert rec["headline"].startswith(f"(ε = {rec['accounting']['epsilon']:.4g}, δ = 1e-05)-DP")
+    one_round = f"{rec['epsilon_per_release']:.4g}"
+    assert one_round not in rec["headline"].split("; per release")[0]
+    printed = capsys.readouterr()
+    assert one_round not in printed.err and "whole data" not in printed.err
+    assert f"ε = {rec['accounting']['epsilon']:.4g}" in printed.out
     assert "final_clip" not in summary
     assert (out / "metrics.csv").read_text().splitlines()[0].endswith(",mean_return")
 
@@ -147,7 +158,8 @@ def test_adaptive_run_is_accounted_with_z_and_writes_its_clip(tmp_path):
         pytest.approx(z, rel=1e-12)
     assert (split["target_quantile_gamma"], split["clip_learning_rate_eta"]) == (0.5, 0.2)
     assert "post-processing" in split["post_processing"]
-    assert "adaptive clipping" in rec["statement"] and "post-processing of the released" \
+    assert "adaptive clipping" in rec["statement"]
+    assert "Post-processing (no privacy cost): the server's optimizer steps and clip updates" \
         in rec["statement"]
     runner.write_metrics(tmp_path / "metrics.csv", run)
     rows = [r.split(",") for r in (tmp_path / "metrics.csv").read_text().splitlines()]

@@ -22,7 +22,7 @@ def no_compute(monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["run", "fedrl", "--size", "12"], "--size: must be one of 8, 16, 32"),
     (["run", "fedrl", "--bounded", "0"], "--bounded"),
-    (["run", "fedrl", "--noise-sigma", "-1"], "--noise-sigma"),
+    (["run", "fedrl", "--noise-std", "-1"], "--noise-std"),
     (["run", "fedrl", "--history", "0"], "--history"),
     (["run", "fedrl", "--beta-view", "4"], "--beta-view"),
     (["run", "fedrl", "--epochs", "0"], "--epochs"),
@@ -109,7 +109,7 @@ def test_accountant_flag_reaches_privacy_json(choice, monkeypatch):
 
     seen = {}
     monkeypatch.setattr(fedrl_cli, "_execute", lambda algo, out, show: seen.update(algo=algo))
-    assert cli.main(["run", "fedrl", "--bounded", "2", "--noise-sigma", "3", "--delta", "1e-6",
+    assert cli.main(["run", "fedrl", "--bounded", "2", "--noise-std", "3", "--delta", "1e-6",
                      "--accountant", choice]) == 0
     algo: FedRL = seen["algo"]
     assert algo.config.accountant == choice

@@ -163,7 +163,8 @@ def test_q_output_mechanisms():
 def test_privacy_json_paper_mode_states_no_epsilon():
     rec = FedRL(FedRLConfig(**TINY)).privacy_record(100, 2, 10, 10)
     assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
-    assert rec["statement"].startswith("NO formal ε")
+    assert rec["statement"].startswith("NO PRIVACY GUARANTEE") and "NO formal ε" in rec["statement"]
+    assert rec["headline"].startswith("NO PRIVACY GUARANTEE") and rec["guarantee"] is None
     assert rec["releases"]["beta"] == 100 * 2 + 2 * 100 * 4 + (2 * 10 + 10) * 38
 
 
@@ -177,6 +178,13 @@ def test_privacy_json_bounded_mode_composes_every_release():
         assert rec["parties"][party]["epsilon"] == pytest.approx(acc.epsilon(1e-5))
         assert rec["parties"][party]["events"][0]["noise_multiplier"] == pytest.approx(0.2)
     assert "no end-to-end ε" in rec["statement"]
+    # The headline's ε is the whole run's, of the party that spent more; each party's own is
+    # stated beside it.
+    most = max(p["epsilon"] for p in rec["parties"].values())
+    assert rec["guarantee"]["epsilon"] == most
+    assert rec["headline"].startswith(f"(ε = {most:.4g}, δ = 1e-05)-LDP")
+    for p in rec["parties"].values():
+        assert f"(ε = {p['epsilon']:.4g}, δ = 1e-05)-LDP by accountant" in rec["statement"]
     assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
     rec = FedRL(FedRLConfig(**TINY, bounded=5.0, noise="secret")).privacy_record(100, 2, 10, 10)
     assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]

@@ -252,6 +252,10 @@ def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(eager):
     seeded = replace(algo.config, bounded=2.0)
     rec = FedRLText(seeded, algo.features).privacy_record(10, 2, 30, 40)
     assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
+    # The headline's ε is the whole run's, of the party that released more (β here).
+    assert rec["guarantee"]["epsilon"] == rec["parties"]["beta"]["epsilon"] > \
+        rec["parties"]["alpha"]["epsilon"]
+    assert rec["headline"].startswith(f"(ε = {rec['parties']['beta']['epsilon']:.4g}, δ = ")
     rec = FedRLText(replace(seeded, noise="secret"), algo.features).privacy_record(10, 2, 30, 40)
     assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
     obs = algo.observe(texts, state.env, "beta")

@@ -29,6 +29,12 @@ def test_laplace_eps10_run_completes_and_reports_eps10_per_agent():
     assert ledger["formal_guarantee"] is True
     record = privacy_record(out)
     assert record["epsilon_per_agent"] == 10.0 and "10-LDP" in record["statement"]
+    # The headline (summary's privacy line) is the whole run's ε per agent, never a report's.
+    assert record["guarantee"]["epsilon"] == pytest.approx(10.0)
+    assert record["guarantee"]["unit"] == "all of one agent's reports"
+    assert summarize(out)["privacy"] == record["headline"]
+    assert record["headline"].startswith("10-LDP for all of one agent's reports, over the ")
+    assert "; per release 10-LDP" in record["headline"]  # one report per agent here
     assert record["mechanism"]["mechanism"] == "laplace"
     assert summarize(out)["epsilon"] == 10.0
 
@@ -180,8 +186,11 @@ def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
     assert composed["basic"]["epsilon"] == pytest.approx(30 * eps0)
     assert rec["ledger"]["budget_per_agent"] == {"epsilon": 3.0, "delta": 1e-5,
                                                  "composition": "optimal"}
-    assert "(ε = 3, δ = 1e-05)-LDP by the optimal composition" in rec["statement"]
-    assert summarize(out)["privacy"].startswith("(ε = 3, δ = 1e-05)-LDP per agent (optimal")
+    assert rec["statement"].startswith("(ε = 3, δ = 1e-05)-LDP for all of one agent's reports")
+    assert "by the optimal composition theorem, as the ledger enforces" in rec["statement"]
+    assert summarize(out)["privacy"].startswith("(ε = 3, δ = 1e-05)-LDP for all of one agent")
+    assert rec["guarantee"]["epsilon"] == composed["optimal"]["epsilon"]
+    assert f"; per release {eps0:.4g}-LDP" in rec["headline"]
     # the default keeps ε/T and the basic ledger
     plain = PGCA3C(PGCA3CConfig(mechanism=mechanism, epsilon=3.0, submissions_per_agent=30))
     assert plain.mechanism.guarantee.epsilon == 3.0 / 30

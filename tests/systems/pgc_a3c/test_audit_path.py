@@ -6,8 +6,6 @@ episodes and a small network keep the tests fast; the code path is the run's).
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,40 +19,15 @@ from privrl.systems.pgc_a3c.local import run_pgc_a3c
 SMALL = {"max_episode_steps": 20, "hidden": 4, "parallel_agents": 3, "submissions": 6}
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...], scale_noise: float = 1.0
-         ) -> list[tuple]:
-    """Record (name, distinct parameter values) for every call of mechanisms.<name>; release
-    with the noise scale multiplied by `scale_noise` (Laplace's family)."""
-    calls: list[tuple] = []
-
-    def spying(name: str) -> Any:
-        original = getattr(mechanisms, name)
-
-        def record(*leaves: Any) -> None:
-            calls.append((name, *(tuple(np.unique(np.asarray(v)).tolist()) for v in leaves)))
-
-        def spy(p: Any, *args: Any) -> Any:
-            jax.debug.callback(record, *jax.tree_util.tree_leaves(p))
-            if scale_noise != 1.0:
-                p = p._replace(scale=p.scale * scale_noise)
-            return original(p, *args)
-
-        return spy
-
-    for name in names:
-        monkeypatch.setattr(mechanisms, name, spying(name))
-    return calls
-
-
 FAMILIES = ("identity_release", "laplace_release", "prs_release")
 
 
 @pytest.mark.parametrize("mechanism", ["laplace", "prs", "none"])
-def test_the_audit_and_a_local_run_release_through_the_same_functions(mechanism, monkeypatch):
+def test_the_audit_and_a_local_run_release_through_the_same_functions(mechanism, spy_release):
     """The same family functions (a run's program computes none, laplace and PRS and selects
     the setting's), called with the same numbers."""
     cfg = PGCA3CConfig.from_preset("tuned", mechanism=mechanism, epsilon=4.0, **SMALL)
-    calls = _spy(monkeypatch, FAMILIES)
+    calls = spy_release(mechanisms, *FAMILIES)
     run_pgc_a3c(cfg)
     run = set(calls)
     assert {c[0] for c in run} == set(FAMILIES)
@@ -67,7 +40,7 @@ def test_the_audit_and_a_local_run_release_through_the_same_functions(mechanism,
 
 
 @pytest.mark.slow  # ~20 s: the agent's episode and gradient compiled twice
-def test_a_broken_laplace_release_is_refuted_end_to_end(monkeypatch):
+def test_a_broken_laplace_release_is_refuted_end_to_end(spy_release):
     """Laplace noise 10× too small in the family function: the run uses it, and the canary
     audit (through the run's path) refutes the claim; the honest one is kept on the same
     draws."""
@@ -75,7 +48,8 @@ def test_a_broken_laplace_release_is_refuted_end_to_end(monkeypatch):
                                    max_episode_steps=20)
     (honest,) = audit_pgc_a3c(cfg, [1.0], samples=4000, confidence=1 - 1e-6)
     assert not honest.violated, honest
-    calls = _spy(monkeypatch, ("laplace_release",), scale_noise=0.1)
+    calls = spy_release(mechanisms, "laplace_release",
+                        change=lambda p: p._replace(scale=p.scale * 0.1))
     (broken,) = audit_pgc_a3c(cfg, [1.0], samples=4000, confidence=1 - 1e-6)
     assert calls and broken.epsilon_claimed == 1.0
     assert broken.violated, broken

@@ -50,9 +50,9 @@ def no_compute(monkeypatch):
         (["--env", "gymnasium:CartPole-v1", "--private", "kinematics_integrator=1,2"],
          "--private"),
         (["--env", "os:getcwd"], "--env: os:getcwd() must return"),
-        (["--target-score", "nan"], "--target-score: must be finite"),
-        (["--target-score", "-inf"], "--target-score: must be finite"),
-        (["--target-score", "abc"], "--target-score"),
+        (["--target-return", "nan"], "--target-return: must be finite"),
+        (["--target-return", "-inf"], "--target-return: must be finite"),
+        (["--target-return", "abc"], "--target-return"),
         (["--score-window", "0"], "--score-window"),
         (["--reward", "bonus"], "--reward"),
         (["--mechanism", "prs", "--secure-noise"], "--secure-noise: float-safe noise is for "
@@ -134,6 +134,23 @@ def _run(tmp_path: Path, name: str, *extra: str) -> Path:
     return out
 
 
+def test_heading_states_each_agents_whole_run_epsilon_never_a_reports(tmp_path, capsys):
+    """Two reports per agent of ε = 5 each: the heading printed before the run names the
+    agent's budget over the run (10), the results line and privacy.json's headline the
+    composed whole-run ε, and a report's ε appears only labelled per release."""
+    out = _run(tmp_path, "h", "--epsilon", "10", "--submissions-per-agent", "2")
+    printed = capsys.readouterr()
+    assert "each agent's total ε ≤ 10 over the run" in printed.err
+    assert "ε = 5" not in printed.err and "per agent report" not in printed.err
+    privacy = json.loads((out / "privacy.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert privacy["guarantee"]["epsilon"] == pytest.approx(10.0)
+    assert privacy["epsilon_per_report"] == pytest.approx(5.0)
+    assert summary["privacy"] == privacy["headline"]
+    assert privacy["headline"].startswith("10-LDP for all of one agent's reports, over the")
+    assert "; per release 5-LDP" in privacy["headline"]
+
+
 def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     a = _run(tmp_path, "a", "--epsilon", "10", "--seed", "4")
     printed = capsys.readouterr().out
@@ -184,10 +201,10 @@ def test_secure_noise_makes_a_float_safe_laplace_with_the_same_epsilon():
 
 
 def test_target_score_and_window_reach_config_summary_and_fst(tmp_path, capsys):
-    """--target-score/--score-window are what the FST counts: a target of 0 is reached by the
+    """--target-return/--score-window are what the FST counts: a target of 0 is reached by the
     first window of CartPole returns (every episode lasts >= 1 step), so FST = 1 (μ_n is the
     forward window from n), and the window reaches metrics.csv's μ."""
-    out = _run(tmp_path, "t", "--target-score", "0", "--score-window", "5", "--epsilon", "10",
+    out = _run(tmp_path, "t", "--target-return", "0", "--score-window", "5", "--epsilon", "10",
                "--preset", "tuned", "--reward", "env")
     printed = capsys.readouterr().out
     config = json.loads((out / "config.json").read_text())["config"]
@@ -210,15 +227,16 @@ def test_target_note_names_the_target_used():
     acro = PGCA3CConfig(env="gymnax:Acrobot-v1", target_score=-100.0, score_window=20)
     note = target_note(acro)
     assert "20 consecutive returns reaching -100" in note and "CartPole's" not in note
-    assert "set --target-score" in target_note(PGCA3CConfig(env="gymnax:Acrobot-v1"))
+    assert "set --target-return" in target_note(PGCA3CConfig(env="gymnax:Acrobot-v1"))
 
 
 def test_non_private_run_says_so(tmp_path, capsys):
     out = _run(tmp_path, "np", "--mechanism", "none")
     printed = capsys.readouterr().out
-    assert "NONE" in printed or "no privacy" in printed.lower()
+    assert "NO PRIVACY GUARANTEE" in printed
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["epsilon"] == "inf" and "NONE" in summary["privacy"]
+    assert summary["epsilon"] == "inf"
+    assert summary["privacy"].startswith("NO PRIVACY GUARANTEE")
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
     assert privacy["ledger"]["formal_guarantee"] is False

@@ -11,7 +11,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from privrl.audit import audit_mechanism
@@ -27,19 +26,10 @@ NAME = "own_mechanism:duchi"
 
 
 @pytest.fixture
-def own(load_example: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[tuple]]:
+def own(load_example: Any, spy_release: Any) -> tuple[Any, list[tuple]]:
     """The example module, its release spied on: the distinct parameter values of each call."""
     module = load_example("own_mechanism")
-    original, calls = module.duchi_release, []
-
-    def record(*leaves: Any) -> None:
-        calls.append(tuple(tuple(np.unique(np.asarray(v)).tolist()) for v in leaves))
-
-    def spy(p: Any, key: Any, x: Any) -> Any:
-        jax.debug.callback(record, *p)
-        return original(p, key, x)
-
-    monkeypatch.setattr(module, "duchi_release", spy)
+    calls = spy_release(module, "duchi_release")
     return module, calls
 
 
@@ -51,7 +41,10 @@ def test_a_user_mechanism_runs_locally_and_is_audited_on_the_same_release(own):
     assert run, "the run did not release through the user's function"
     ledger = out.ledger.summary()  # T = 2 reports per agent of ε/T = 4 each, composed
     assert ledger["reports"] == 6 and ledger["per_agent_epsilon"]["max"] == pytest.approx(8.0)
-    mech = privacy_record(out)["mechanism"]
+    record = privacy_record(out)
+    assert (f"ONLY AS VALID AS the guarantee declared by {NAME}, which privrl does not verify"
+            in record["statement"])
+    mech = record["mechanism"]
     assert mech["mechanism"] == "duchi-coordinates"
     assert f"declared by {NAME}, not verified by privrl" in mech["notion"]
     assert mech["params"]["epsilon"] == pytest.approx(4.0)

@@ -50,6 +50,7 @@ from privrl.privacy.functional import (
     gp_noise_reset,
 )
 from privrl.privacy.noise import NOISE_MODES, noise_fields
+from privrl.privacy.record import COMPOSED, Claim, Facts, Releases, headline
 from privrl.privacy.record import privacy_record as privacy_record_of
 
 # "paper": the authors' settings (the dataclass defaults: their dpql.py). No tuned preset yet.
@@ -180,6 +181,33 @@ class DPQLearningConfig(Config):
         return {**super().to_dict(), "updates_T_over_B": self.updates, "resets_J": self.resets}
 
 
+def privacy_facts(cfg: DPQLearningConfig) -> Facts:
+    """What privacy.json states, as facts (privrl.privacy.record composes the prose): Theorem
+    5's (ε, δ) for the whole training, valid only for the supplied constant C, or why no ε is
+    claimed."""
+    noise = cfg.noise or "seeded"
+    not_protected = ("the transition dynamics and visited states; and the episode returns in "
+                     "metrics.csv, summary.json and the plots, which are computed from the raw "
+                     "rewards (diagnostics, not releases)")
+    if cfg.sigma == 0:
+        return Facts(None, "σ = 0, no noise (non-private baseline)", noise=noise)
+    if not cfg.claims_epsilon:
+        return Facts(None, f"functional noise with σ = {cfg.sigma:g} was added, but NO ε IS "
+                     "CLAIMED because Theorem 5's constant C(α, k, L, B) was not supplied (the "
+                     "poster does not define it); epsilon, delta, sensitivity_constant and k "
+                     "give the Theorem 5 calibration", not_protected=not_protected, noise=noise)
+    t5 = cfg.theorem5().record(cfg.sigma)
+    return Facts(
+        Claim(cfg.epsilon, t5["delta_total"], "DP", "central: the learner is trusted",
+              REWARD_UNIT, "Theorem 5 of paper 001"),
+        releases=Releases("the learner", "the trained Q-function Q_θ", "Gaussian-process "
+                          f"functional noise of scale σ = {cfg.sigma:.4g}"),
+        condition=f"the user-supplied sensitivity constant C(α, k, L, B) = "
+                  f"{cfg.sensitivity_constant:g}: the poster does not define C, and privrl has "
+                  "not verified it",
+        not_protected=not_protected, noise=noise)
+
+
 def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
     """privacy.json: what is protected and the (ε, δ) claimed — or that none is claimed."""
     base = {"unit": REWARD_UNIT, "neighbouring": REWARD_NEIGHBOURS,
@@ -193,41 +221,21 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
             "T": cfg.updates * cfg.batch_size, "J": cfg.resets,
             "noise_reset_episodes": cfg.noise_reset_episodes,
             **noise_fields(cfg.noise or "seeded")}
-    simulation = (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
-                  if (cfg.noise or "seeded") == "seeded" else "")
     if cfg.claims_epsilon:
         t5 = cfg.theorem5().record(cfg.sigma)
         return privacy_record_of(
-            f"(ε = {cfg.epsilon:g}, δ = {t5['delta_total']:.3g})-DP of the reward function by "
-            "Theorem 5 of paper 001, ONLY AS VALID AS the user-supplied sensitivity constant "
-            f"C(α, k, L, B) = {cfg.sensitivity_constant:g}: the poster does not define C, and "
-            "privrl has not verified it." + simulation,
-            formal_guarantee=True, formal_key="private",
+            privacy_facts(cfg), formal_key="private",
             fields={**base, "epsilon": cfg.epsilon, "delta": t5["delta_total"], "theorem5": t5},
-            order=[*base, "private", "epsilon", "delta", "statement", "theorem5"])
-    if cfg.sigma == 0:
-        statement = "NO PRIVACY GUARANTEE: σ = 0, no noise (non-private baseline)."
-    else:
-        statement = (f"NO ε IS CLAIMED: functional noise with σ = {cfg.sigma:g} was added, but "
-                     "no (ε, δ) is stated because Theorem 5's constant C(α, k, L, B) was not "
-                     "supplied (the poster does not define it). Give --epsilon, --delta, "
-                     "--sensitivity-constant and --k for the Theorem 5 calibration.")
+            order=[*base, "private", "epsilon", "delta", *COMPOSED, "theorem5"])
     return privacy_record_of(
-        statement, formal_guarantee=False, formal_key="private",
+        privacy_facts(cfg), formal_key="private",
         fields={**base, "epsilon": "not claimed", "delta": "not claimed"},
-        order=[*base, "private", "epsilon", "delta", "statement"])
+        order=[*base, "private", "epsilon", "delta", *COMPOSED])
 
 
 def describe_privacy(cfg: DPQLearningConfig) -> str:
-    """One line for the command line."""
-    if cfg.claims_epsilon:
-        rec = privacy_record(cfg)
-        return (f"(ε = {cfg.epsilon:g}, δ = {rec['delta']:.3g})-DP of the reward function "
-                f"(Theorem 5, valid only for the supplied C = {cfg.sensitivity_constant:g}), "
-                f"σ = {cfg.sigma:.4g}")
-    if cfg.sigma == 0:
-        return "NO PRIVACY GUARANTEE (σ = 0, non-private baseline)"
-    return f"σ = {cfg.sigma:g} functional noise; NO ε CLAIMED (no sensitivity constant C given)"
+    """One line for the command line: the composed headline."""
+    return headline(privacy_facts(cfg))
 
 
 # --- the training program --------------------------------------------------------------------

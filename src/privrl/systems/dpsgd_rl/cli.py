@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,28 +25,31 @@ from privrl.cli import (
     parse_numbers,
     progress_bar,
     system_apps,
+    value_enum,
 )
+from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS, OBS_MODES
 
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
 
-Seeds = Annotated[int, typer.Option(help="Independent seeds, run vectorized.")]
+Trials = Annotated[int, typer.Option(help="Independent trials, run vectorized.")]
 Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
 Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
 
 
-class ObsMode(StrEnum):
-    sigma = "sigma"
-    box = "box"
+ObsMode = value_enum("ObsMode", [m for m in OBS_MODES if m != "none"])
+# Renamed config fields' flags, shared by every DP-SGD command.
+_FLAGS = {"seeds": "--trials", "target_epsilon": "--epsilon", "max_epsilon": "--epsilon-budget",
+          "private_params": "--private"}
 
 
-def _dp_options(sigma: float | None, target_epsilon: float | None) -> dict[str, Any]:
+def _dp_options(noise_multiplier: float | None, epsilon: float | None) -> dict[str, Any]:
     from privrl.config import ConfigError
 
-    if sigma is not None and target_epsilon is not None:
-        raise ConfigError("--target-epsilon", "give either --sigma or --target-epsilon")
-    return {"dp": True, "noise_multiplier": 1.0 if sigma is None else sigma,
-            "target_epsilon": target_epsilon}
+    if noise_multiplier is not None and epsilon is not None:
+        raise ConfigError("--epsilon", "give either --noise-multiplier or --epsilon")
+    return {"dp": True, "noise_multiplier": 1.0 if noise_multiplier is None else noise_multiplier,
+            "target_epsilon": epsilon}
 
 
 def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
@@ -59,7 +61,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     from privrl.systems.dpsgd_rl.local import run_episodic, save
 
     check_out_dir(out)
-    algo = algo_cls(config)
+    algo = algo_cls.settings_algorithm([config])
     cfg = algo.config
     err, console = Console(stderr=True), Console()
     if cfg.dp:
@@ -68,7 +70,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
             sig += f" (calibrated to ε = {cfg.target_epsilon:g} at δ = {cfg.delta:g})"
     else:
         sig = f"LDP observations: {cfg.obs.mode}"
-    err.print(f"[bold]{algorithm}[/] ({cfg.preset} preset), {sig}; {cfg.seeds} seed(s) × "
+    err.print(f"[bold]{algorithm}[/] ({cfg.preset} preset), {sig}; {cfg.seeds} trial(s) × "
               f"≤ {cfg.episodes} episodes")
     with progress_bar(err, show, "training", unit="episodes") as (bar, task):
         result = run_episodic(algo, algorithm, progress=lambda d, t: bar.update(
@@ -80,7 +82,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     t.add_column("value", justify="right")
     med = summary["median_episodes_to_solve"]
     rows = [
-        ("solved seeds", f"{summary['solved_seeds']}/{summary['seeds']}"),
+        ("solved trials", f"{summary['solved_seeds']}/{summary['seeds']}"),
         ("median episodes to solve", "not solved" if med is None else f"{med:g}"),
         ("updates", ", ".join(map(str, summary["updates"]))),
         ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
@@ -88,34 +90,35 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
-    privacy = result.privacy
-    console.print(f"Model: {privacy['dpsgd']['statement']}")
-    console.print(f"Observations: {privacy['observations']['statement']}")
+    console.print(f"Model: {summary['privacy_model']}")
+    console.print(f"Observations: {summary['privacy_observations']}")
     if "noise" in summary:
         console.print(summary["noise"])
     if summary["stopped_by_max_epsilon"]:
-        console.print(f"[bold]Stopped by --max-epsilon {cfg.max_epsilon:g}[/] after "
+        console.print(f"[bold]Stopped by --epsilon-budget {cfg.max_epsilon:g}[/] after "
                       f"{max(summary['updates'])} updates; results kept.")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, plots/eval_returns.png)")
 
 
 @run_app.command("dp-reinforce")
-@flag_names(noise_multiplier="--sigma", private_params="--private")
+@flag_names(**_FLAGS)
 def run_dp_reinforce(
-    sigma: Annotated[float | None, typer.Option(
+    noise_multiplier: Annotated[float | None, typer.Option(
         help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped episode gradients. "
         "Default 1. 0 clips without noise (no guarantee).")] = None,
-    target_epsilon: Annotated[float | None, typer.Option(
-        help="Calibrate σ so that each episode is (ε, δ)-DP (instead of --sigma).")] = None,
-    max_epsilon: Annotated[float | None, typer.Option(
-        help="Refuse any update that would take an episode's ε above this.")] = None,
+    epsilon: Annotated[float | None, typer.Option(
+        help="Each episode's total ε at --delta over the run (the protected unit: one "
+        "episode, every update that uses it); σ is calibrated to it (instead of "
+        "--noise-multiplier).")] = None,
+    epsilon_budget: Annotated[float | None, typer.Option(
+        help="Refuse any update that would take an episode's ε above this cap.")] = None,
     clip: Annotated[float, typer.Option(help="C: L2 bound of each episode's gradient.")] = 1.0,
     delta: Delta = 1e-5,
     accountant: AccountantOpt = AccountantName.pld,
     batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
     secure_noise: SecureNoise = False, noise: Noise = None,
-    episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+    episodes: Episodes = 1000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True, env: EnvOpt = None, private: PrivateOpt = None,
 ) -> None:
     """DP-SGD REINFORCE on CartPole-v1 (paper 003) or --env: the unit of privacy is one
@@ -123,20 +126,18 @@ def run_dp_reinforce(
     from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
     cfg = ReinforceConfig.from_preset(
-        "paper", **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
-        delta=delta, accountant=accountant.value, batch_episodes=batch_episodes,
+        "paper", **_dp_options(noise_multiplier, epsilon), max_epsilon=epsilon_budget,
+        clip=clip, delta=delta, accountant=accountant.value, batch_episodes=batch_episodes,
         secure_noise=secure_noise, noise=None if noise is None else noise.value,
-        episodes=episodes, seeds=seeds, seed=seed, env=env, private_params=tuple(private or ()))
+        episodes=episodes, seeds=trials, seed=seed, env=env, private_params=tuple(private or ()))
     _execute("dp-reinforce", Reinforce, cfg, out, progress)
 
 
-class DQNOptimizer(StrEnum):
-    adamw = "adamw"
-    sgd = "sgd"
+DQNOptimizer = value_enum("DQNOptimizer", DQN_OPTIMIZERS)
 
 
 @run_app.command("dp-dqn")
-@flag_names(noise_multiplier="--sigma", sampling_probability="--q", private_params="--private")
+@flag_names(sampling_probability="--q", **_FLAGS)
 def run_dp_dqn(
     preset: Annotated[str, typer.Option(
         help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
@@ -144,13 +145,15 @@ def run_dp_dqn(
         "--pause-at 500, which solves CartPole at ε = 8 per transition (docs/dpsgd-rl.md). "
         "Options given explicitly override it.")
     ] = "paper",
-    sigma: Annotated[float | None, typer.Option(
+    noise_multiplier: Annotated[float | None, typer.Option(
         help="Noise multiplier σ: N(0, σ²C²) on the sum of clipped per-transition gradients. "
         "Default 1. 0 clips without noise (no guarantee).")] = None,
-    target_epsilon: Annotated[float | None, typer.Option(
-        help="Calibrate σ so that each transition is (ε, δ)-DP over the run.")] = None,
-    max_epsilon: Annotated[float | None, typer.Option(
-        help="Stop training before an update would take a transition's ε above this.")
+    epsilon: Annotated[float | None, typer.Option(
+        help="Each transition's total ε at --delta over the run (the protected unit: one "
+        "stored transition, every update that samples it); σ is calibrated to it (instead "
+        "of --noise-multiplier).")] = None,
+    epsilon_budget: Annotated[float | None, typer.Option(
+        help="Stop training before an update would take a transition's ε above this cap.")
     ] = None,
     clip: Annotated[float | None, typer.Option(
         help="C: L2 bound of each transition's gradient. Default: the preset's (10).")] = None,
@@ -181,7 +184,7 @@ def run_dp_dqn(
         "--secure-noise", help="Float-safe discrete Gaussian noise from the OS CSPRNG "
         "(docs/secure-noise.md); needs --q 1 (no subsampling) and --accountant rdp.")] = False,
     noise: Noise = None,
-    episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+    episodes: Episodes = 1000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True, env: EnvOpt = None, private: PrivateOpt = None,
 ) -> None:
     """DP-SGD DQN on CartPole-v1 (paper 003) or --env: the unit of privacy is one
@@ -189,32 +192,36 @@ def run_dp_dqn(
     from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 
     cfg = DQNConfig.from_preset(
-        preset, **_dp_options(sigma, target_epsilon), max_epsilon=max_epsilon, clip=clip,
+        preset, **_dp_options(noise_multiplier, epsilon), max_epsilon=epsilon_budget, clip=clip,
         delta=delta, sampling_probability=q, accountant=accountant.value,
         optimizer=None if optimizer is None else optimizer.value, learning_rate=learning_rate,
         momentum=momentum, double_dqn=double_dqn, lr_decay_updates=lr_decay_updates,
         lr_final_fraction=lr_final_fraction, pause_at=pause_at, secure_noise=secure_noise,
-        noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds, seed=seed,
-        env=env, private_params=tuple(private or ()))
+        noise=None if noise is None else noise.value, episodes=episodes, seeds=trials,
+        seed=seed, env=env, private_params=tuple(private or ()))
     _execute("dp-dqn", DQN, cfg, out, progress)
 
 
-def _obs_privacy(mode: ObsMode, sigma: float, noise_multiplier: float, delta: float,
+def _obs_privacy(mode: Any, iqr_scale: float, noise_multiplier: float, delta: float,
                  box_low: str | None, box_high: str | None) -> Any:
     from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy
 
     return ObservationPrivacy(
-        mode=mode.value, sigma=sigma, noise_multiplier=noise_multiplier, delta=delta,
+        mode=mode.value, sigma=iqr_scale, noise_multiplier=noise_multiplier, delta=delta,
         box_low=(parse_numbers(box_low, "--box-low") if box_low else CARTPOLE_BOX[0]),
         box_high=(parse_numbers(box_high, "--box-high") if box_high else CARTPOLE_BOX[1]))
 
 
 LdpMode = Annotated[ObsMode, typer.Option(
-    help="sigma: the slides' N(0, (σ·IQR)²) noise (NO formal guarantee); box: clip to a box, "
-    "Gaussian noise scaled to its diagonal ((ε, δ)-LDP per state).")]
-LdpSigma = Annotated[float, typer.Option(help="sigma mode: noise scale in IQR units (>= 0).")]
+    help="sigma: the slides' N(0, (σ·IQR)²) noise, σ = --iqr-scale (NO formal guarantee); box: "
+    "clip to a box, Gaussian noise of std --noise-multiplier × its diagonal ((ε, δ)-LDP per "
+    "state).")]
+LdpIqrScale = Annotated[float, typer.Option(
+    help="sigma mode: the noise std σ in IQR units (>= 0; the slides' σ, no clip, so not a "
+    "noise multiplier).")]
 LdpMultiplier = Annotated[float, typer.Option(
-    help="box mode: noise std / box diagonal (> 0).")]
+    help="box mode: noise multiplier σ, the noise std / the box diagonal (the L2 bound of a "
+    "clipped state; > 0).")]
 BoxLow = Annotated[str | None, typer.Option(
     help="box mode: comma-separated lower bounds, one per observation component. Default "
     "(CartPole's) -2.4,-3,-0.2095,-3.5.")]
@@ -229,20 +236,20 @@ def _ldp_command(name: str, algorithm: str) -> None:
     @run_app.command(name, help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} "
                      "on CartPole-v1 (or --env, with --mode box and its bounds) seeing only "
                      "locally privatized states (paper 003).")
-    @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--sigma", "obs.delta": "--delta",
-                   "private_params": "--private",
+    @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--iqr-scale", "obs.delta": "--delta",
+                   "private_params": "--private", "seeds": "--trials",
                    "obs.secure": "--secure-noise",
-                   "obs.noise_multiplier": "--obs-noise-multiplier",
+                   "obs.noise_multiplier": "--noise-multiplier",
                    "obs.box_low": "--box-low", "obs.box_high": "--box-high"})
     def command(
-        mode: LdpMode = ObsMode.sigma, sigma: LdpSigma = 0.1,
-        obs_noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
+        mode: LdpMode = ObsMode.sigma, iqr_scale: LdpIqrScale = 0.1,
+        noise_multiplier: LdpMultiplier = 1.0, delta: Delta = 1e-5,
         box_low: BoxLow = None, box_high: BoxHigh = None, noise: Noise = None,
         secure_noise: Annotated[bool, typer.Option(
             "--secure-noise", help="box mode: float-safe discrete Gaussian observation noise "
             "from the OS CSPRNG (docs/secure-noise.md); its ε is RDP's (the RDP accountant "
             "composes each episode's states). Slow: one host call per observation.")] = False,
-        episodes: Episodes = 1000, seeds: Seeds = 1, seed: Seed = 0, out: Out = None,
+        episodes: Episodes = 1000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
         progress: ShowProgress = True, accountant: AccountantOpt = AccountantName.pld,
         env: EnvOpt = None, private: PrivateOpt = None,
     ) -> None:
@@ -253,9 +260,9 @@ def _ldp_command(name: str, algorithm: str) -> None:
                              "dqn": (DQN, DQNConfig)}[algorithm]
         cfg = cfg_cls.from_preset(
             "paper",
-            obs=replace(_obs_privacy(mode, sigma, obs_noise_multiplier, delta, box_low, box_high),
+            obs=replace(_obs_privacy(mode, iqr_scale, noise_multiplier, delta, box_low, box_high),
                         secure=secure_noise),
-            noise=None if noise is None else noise.value, episodes=episodes, seeds=seeds,
+            noise=None if noise is None else noise.value, episodes=episodes, seeds=trials,
             seed=seed, accountant="rdp" if secure_noise else accountant.value, env=env,
             private_params=tuple(private or ()))
         _execute(name, algo_cls, cfg, out, progress)
@@ -266,10 +273,10 @@ _ldp_command("ldp-dqn", "dqn")
 
 
 @reproduce_app.command("dpsgd-rl")
-@flag_names()
+@flag_names(seeds_reinforce="--trials-reinforce", seeds_dqn="--trials-dqn")
 def reproduce_dpsgd_rl(
-    seeds_reinforce: Annotated[int, typer.Option(help="Seeds per REINFORCE setting.")] = 5,
-    seeds_dqn: Annotated[int, typer.Option(help="Seeds per DQN setting.")] = 3,
+    trials_reinforce: Annotated[int, typer.Option(help="Trials per REINFORCE setting.")] = 5,
+    trials_dqn: Annotated[int, typer.Option(help="Trials per DQN setting.")] = 3,
     episodes: Episodes = 1000,
     algorithms: Annotated[str, typer.Option(
         help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
@@ -297,7 +304,7 @@ def reproduce_dpsgd_rl(
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(seeds_reinforce=seeds_reinforce, seeds_dqn=seeds_dqn, episodes=episodes,
+    cfg = SweepConfig(seeds_reinforce=trials_reinforce, seeds_dqn=trials_dqn, episodes=episodes,
                       seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")),
                       noise=None if noise is None else noise.value)
     cfg.validate()

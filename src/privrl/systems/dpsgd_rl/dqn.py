@@ -43,7 +43,6 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
@@ -56,37 +55,23 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
-from privrl.runtime.programs import settings_program
+from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
+    EpisodicLearner,
     EpisodicSetting,
     Progress,
     episode_env_key,
     episodic_task,
-    evaluate_greedy,
-    evaluate_greedy_host,
-    host_observer,
     make_env,
     observation_noise,
-    program_allows,
     progress_init,
     progress_update,
-    trial_env,
 )
-from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
+from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one transition (s, a, r, s′)"
-OPTIMIZERS = ("adamw", "sgd")
-# What settings run as one program (`DQN.for_settings`) may differ in: DP-SGD's σ and the
-# slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN samples
-# its batches by Poisson sampling and steps without value clipping, a non-private one not.
-SETTING_FIELDS = ("noise_multiplier", "target_epsilon", "obs")
-
-
-def one_program_field(configs: Sequence[DQNConfig]) -> str | None:
-    """The field that keeps `configs` from running as one program (episodic.one_program_field)."""
-    return episodic_one_program_field(configs, SETTING_FIELDS)
 
 
 _DP_SGD: Mapping[str, Any] = {
@@ -212,7 +197,7 @@ class DQNConfig(EpisodicConfig):
         return min(1.0, self.releases_per_unit(updates) * math.exp(-n * kl))
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon (all of them without one)."""
+        """Updates allowed by max_epsilon (all of them without one)."""
         total = self.max_steps()
         if not self.private or self.max_epsilon is None:
             return total
@@ -309,7 +294,7 @@ def sample_poisson(key: Array, size: Array, capacity: int, q: float, max_batch: 
     return idx, (jnp.arange(max_batch) < m).astype(jnp.float32)
 
 
-class DQN:
+class DQN(EpisodicLearner):
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
@@ -317,6 +302,11 @@ class DQN:
     count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
                          "update per step), so its account is min(updates, buffer_size) "
                          "Poisson-subsampled Gaussian releases")
+    # What settings run as one program (`for_settings`) may differ in: DP-SGD's σ and the
+    # slides' σ·IQR observation noise. DP-SGD on or off is not a number here: a DP-SGD DQN
+    # samples its batches by Poisson sampling and steps without value clipping, a
+    # non-private one not.
+    SETTING_FIELDS = ("noise_multiplier", "target_epsilon", "obs")
 
     def __init__(self, config: DQNConfig, task: Task | None = None,
                  model: nn.Module | None = None) -> None:
@@ -341,34 +331,15 @@ class DQN:
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private else None)
         self.update_cap = cfg.max_updates()
-        # The jitted pieces of a host-side (Gymnasium) episode, compiled once per run.
-        self._plan, self._act, self._learn, self._finish = (
-            jax.jit(self.plan), jax.jit(self.act), jax.jit(self.learn), jax.jit(self.finish))
-        self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
-        # LDP on each host observation (one at a time; an evaluation rollout's rows), or None
-        self._observe, self._observe_rows = host_observer(cfg, rows=False), host_observer(cfg)
+        # Where the episodes are played: inside the jitted program, or on the host.
+        self.episodes: EpisodeSource = episode_source(cfg, task)
         # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
-        # a trial's setting as data. A run that could join others in one program computes
-        # through them too (its trials carry their setting), so that it gets the floats it
-        # gets there; others (box observations, float-safe noise, an ε cap, host tasks) leave
-        # them None and use `mechanism` and `env`.
+        # a trial's setting as data (`for_settings` makes them; None: this algorithm's trials
+        # use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[DQN] = [self]
         self.per_trial = False  # True: trials carry their setting (`setting_data`)
         self.sum_mechanism: PerTrialGaussianSum | None = None
         self.obs_mechanism: Any = None
-        if one_program_field([cfg]) is None and not task.host:
-            self._as_data(self.settings)
-
-    @classmethod
-    def for_settings(cls, configs: Sequence[DQNConfig], task: Task | None = None,
-                     model: nn.Module | None = None) -> DQN:
-        """One algorithm for several settings that differ only in SETTING_FIELDS (DP-SGD's σ;
-        σ·IQR observation noise): each trial carries its setting as data
-        (`DQNState.setting`, from `setting_data`), so one jitted program runs them all, and
-        a trial's floats are its setting's own run's. ConfigError names the field that keeps
-        them apart."""
-        return settings_program(cls, configs, task, model, one_program_field,
-                                program_allows(SETTING_FIELDS), cls._as_data)
 
     def _as_data(self, each: Sequence[DQN]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip and q, if
@@ -385,12 +356,6 @@ class DQN:
         return EpisodicSetting(
             None if self.sum_mechanism is None else self.sum_mechanism.stack(settings),
             None if self.obs_mechanism is None else self.obs_mechanism.stack(settings))
-
-    def observed(self, s: DQNState) -> Any:
-        """The environment a trial's episodes see (its LDP observations, as its setting or the
-        run's config says, keyed by its secret root if any)."""
-        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
-
 
     def init(self, key: Array) -> DQNState:
         cfg = self.config
@@ -490,20 +455,6 @@ class DQN:
         return s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
                           steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
 
-    def step(self, s: DQNState, carry: tuple, params: Any = None) -> tuple:
-        """One environment step and (if the buffer is ready and the cap allows) one update.
-        `params`: the episode's environment parameters (default: the task's); the carry's
-        last entry accumulates the episode's return (the environment's rewards)."""
-        params = self.env_params if params is None else params
-        env_state, obs, key, ret = carry
-        key, action, k_env, k_grad = self.act(s, obs, key)
-        env = self.observed(s)
-        next_obs, env_state, reward, _, _ = env.step_env(k_env, env_state, action, params)
-        terminal = env.is_terminated(env_state, params).astype(jnp.float32)
-        reward = jnp.asarray(reward, jnp.float32)
-        s = self.learn(s, obs, action, reward, next_obs, terminal, k_grad)
-        return s, (env_state, next_obs, key, ret + reward), terminal > 0
-
     def plan(self, s: DQNState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, reset, loop, evaluation), its agent's
         environment parameters and whether the seed still runs."""
@@ -511,28 +462,38 @@ class DQN:
         params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
         return (key, k_reset, k_loop, k_eval), params, ~s.stopped
 
-    def episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
-        cfg = self.config
-        (key, k_reset, k_loop, k_eval), params, active = self.plan(s)
-        env = self.observed(s)
-        obs, env_state = env.reset_env(k_reset, params)
+    def episode(self, s: DQNState, episodes: EpisodeSource | None = None
+                ) -> tuple[DQNState, EpisodeMetrics]:
+        """One training episode from `episodes` (default: the task's own source): per
+        environment step, the ε-greedy action (`act`), the step, the transition's storage and
+        (if the buffer is ready and the cap allows) one update (`learn`); then the greedy
+        evaluation and the bookkeeping (`finish`). The episode's return is the sum of the
+        environment's rewards."""
+        cfg, src = self.config, self.episodes if episodes is None else episodes
+        (key, k_reset, k_loop, k_eval), params, active = src.piece(self.plan)(s)
+        env = lambda s=s: self.observed(s)  # noqa: E731 - the trial's traced environment
+        env_state, obs = src.start(env, params, k_reset, active, s.obs_noise)
 
         def cond(c: tuple) -> Array:
             t, _, _, done = c
             return active & ~done & (t < cfg.max_episode_steps)
 
         def body(c: tuple) -> tuple:
-            t, st, carry, _ = c
-            st, carry, fell = self.step(st, carry, params)
-            return t + 1, st, carry, fell
+            t, st, (env_state, obs, key, ret), _ = c
+            key, action, k_env, k_grad = src.piece(self.act)(st, obs, key)
+            env_state, next_obs, reward, terminal, ended = src.step(
+                lambda: self.observed(st), env_state, action, k_env, params, st.obs_noise)
+            st = src.piece(self.learn)(st, obs, action, reward, next_obs, terminal, k_grad)
+            ret = ret + reward
+            done = terminal > 0 if ended is None else ended
+            return t + 1, st, (env_state, next_obs, key, ret), done
 
-        _, s, (_, _, _, train_return), _ = jax.lax.while_loop(
+        _, s, (_, _, _, train_return), _ = src.while_loop(
             cond, body, (jnp.int32(0), s, (env_state, obs, k_loop, jnp.float32(0.0)),
                          jnp.bool_(False)))
-        theta = s.theta
-        eval_ret = evaluate_greedy(env, self.env_params, lambda o: self.model.apply(theta, o),
-                                   k_eval, cfg.max_episode_steps, active)
-        return self.finish(s, key, train_return, eval_ret, active)
+        eval_ret = src.evaluate(env, self.env_params, self.greedy, s.theta, k_eval, active,
+                                s.obs_noise)
+        return src.piece(self.finish)(s, key, train_return, eval_ret, active)
 
     def finish(self, s: DQNState, key: Array, train_return: Array, eval_ret: Array,
                active: Array) -> tuple[DQNState, EpisodeMetrics]:
@@ -548,36 +509,3 @@ class DQN:
         metrics = EpisodeMetrics(jnp.where(active, train_return, nan),
                                  jnp.where(active, eval_ret, nan), s.updates)
         return s._replace(key=key, progress=progress, episodes=episodes, stopped=stopped), metrics
-
-    def host_episode(self, s: DQNState) -> tuple[DQNState, EpisodeMetrics]:
-        """`episode` for a task stepped on the host (a Gymnasium task): the environment steps
-        in Python; `plan`, each ε-greedy action (`act`), each transition's storage and update
-        (`learn`), the LDP release of each observation and `finish` are the jitted path's,
-        with its keys, so the run is the jitted one step for step. The one difference: a
-        transition is terminal when Gymnasium says `terminated` (a time limit is not), where a
-        gymnax environment's `is_terminated` may include its time limit."""
-        cfg = self.config
-        (key, k_reset, k_loop, k_eval), params, active = self._plan(s)
-        active = bool(active)
-        rows = self._observe_rows
-        observe = None if rows is None else (lambda k, o: rows(s.obs_noise, k, o))
-
-        def seen(k: Array, raw: Any) -> Any:  # PrivateObservations' keys: split(k) = env, noise
-            raw = np.asarray(raw, np.float32)
-            return raw if self._observe is None else np.asarray(
-                self._observe(s.obs_noise, jax.random.split(k)[1], raw))
-
-        ret, t, done = np.float32(0.0), 0, not active
-        if active:
-            env, raw = self.task.start(params, jax.random.split(k_reset)[0])
-            obs, key_t = seen(k_reset, raw), k_loop
-        while not done and t < cfg.max_episode_steps:
-            key_t, action, k_env, k_grad = self._act(s, obs, key_t)
-            raw, reward, fell, cut, _ = env.step(int(action))
-            next_obs, reward = seen(k_env, raw), np.float32(reward)
-            s = self._learn(s, obs, action, reward, next_obs, np.float32(fell), k_grad)
-            obs, ret, t, done = next_obs, ret + reward, t + 1, bool(fell or cut)
-        theta = s.theta
-        eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
-                                        cfg.max_episode_steps, active, observe)
-        return self._finish(s, key, ret, eval_ret, jnp.bool_(active))

@@ -15,7 +15,6 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from privrl.config import (
@@ -29,17 +28,15 @@ from privrl.config import (
     positive,
     within,
 )
-from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
+from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
     PerTrialObservations,
     PrivateObservations,
-    private_observation,
-    private_observations,
 )
 
 
@@ -140,7 +137,7 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
     envs.task.resolve_task) and the config naming it, with the observation mechanism checked
     against the task's observations. `host` False: the learner rolls out inside jit only, and
     refuses a task stepped on the host (Gymnasium). A host task's LDP observations are
-    released by `host_observer` as the rollout returns them."""
+    released by its episode source (dpsgd_rl.source) as the rollout returns them."""
     cfg, task = resolve_task(cfg, task, partial(cartpole_task, cfg.max_episode_steps))
     if task.host and not host:
         fail("env", f"{task.name} is stepped on the host (Gymnasium); this learner steps its "
@@ -156,7 +153,7 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
 
 def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
     """The task's environment, seen through the observation mechanism when LDP is on (a host
-    task's is not wrapped: its rollouts apply `host_observer`)."""
+    task's is not wrapped: its episode source releases them, dpsgd_rl.source)."""
     mech = cfg.obs.mechanism()
     wrap = mech is not None and not task.host
     return (PrivateObservations(task.env, mech) if wrap else task.env), task.params
@@ -231,6 +228,61 @@ def trial_env(env: Any, raw_env: Any, obs_mechanism: PerTrialGaussianNoise | Non
     return observed_env(env, obs_noise)
 
 
+class EpisodicLearner:
+    """What REINFORCE and DQN (each a subclass) share around their own episode: how settings
+    run as one program (`for_settings`) or alone (`settings_algorithm`), the environment a
+    trial's episodes see and the greedy evaluation policy. A subclass sets `SETTING_FIELDS`
+    (what its settings in one program may differ in) and `_as_data`, and has `env`, `task`,
+    `model` and `obs_mechanism`."""
+
+    SETTING_FIELDS: ClassVar[tuple[str, ...]] = ()
+    env: Any
+    task: Task
+    model: Any
+    obs_mechanism: PerTrialGaussianNoise | None
+
+    @classmethod
+    def one_program_field(cls, configs: Sequence[EpisodicConfig]) -> str | None:
+        """The field that keeps resolved `configs` from running as one program (None: they
+        can; `one_program_field` with this learner's SETTING_FIELDS)."""
+        return one_program_field(configs, cls.SETTING_FIELDS)
+
+    @classmethod
+    def settings_algorithm(cls, configs: Sequence[Any], task: Task | None = None,
+                           model: Any = None) -> Any:
+        """The algorithm that runs `configs` together (`for_settings`), or for one setting
+        that could not join a program (box observations, float-safe noise, an ε cap, a
+        Gymnasium task) its own. A setting that could join one computes through the
+        program's path even alone (runtime.programs.alone_or_program), so it gets the same
+        floats alone and in any program. Every run takes its algorithm from here."""
+        return alone_or_program(cls, configs, task, model, cls.one_program_field)
+
+    @classmethod
+    def for_settings(cls, configs: Sequence[Any], task: Task | None = None,
+                     model: Any = None) -> Any:
+        """One algorithm for several settings that differ only in SETTING_FIELDS: each trial
+        carries its setting as data (the state's `setting`, from `setting_data`), so one
+        jitted program runs them all, and a trial's floats are its setting's own run's.
+        ConfigError names the field that keeps them apart."""
+        return settings_program(cls, configs, task, model, cls.one_program_field,
+                                program_allows(cls.SETTING_FIELDS), cls._as_data)
+
+    def _as_data(self, each: Sequence[Any]) -> None:
+        """Make this algorithm carry the settings `each` (their own algorithms) as per-trial
+        data."""
+        raise NotImplementedError
+
+    def observed(self, s: Any) -> Any:
+        """The environment a trial's episodes see: its LDP observations (keyed by its secret
+        root, if any; as its setting says, if settings run as one program)."""
+        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
+
+    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
+        """The evaluation policy's actions on `obs`: the argmax of the network's outputs
+        (logits or Q-values)."""
+        return jnp.argmax(self.model.apply(theta, obs), -1)
+
+
 def progress_init(window: int) -> Progress:
     return Progress(jnp.zeros((window,), jnp.float32), jnp.int32(0), jnp.int32(-1))
 
@@ -244,36 +296,3 @@ def progress_update(p: Progress, eval_return: Array, active: Array, threshold: f
     count = p.count + active.astype(jnp.int32)
     solved = (count >= window) & (jnp.mean(evals) >= threshold) & (p.solved_at < 0) & active
     return Progress(evals, count, jnp.where(solved, count, p.solved_at))
-
-
-def evaluate_greedy(env: Any, env_params: Any, scores_fn: Any, key: Array, max_steps: int,
-                    active: Array) -> Array:
-    """Return of one greedy episode (argmax of `scores_fn(obs)`: logits or Q-values): the sum
-    of the environment's rewards (CartPole: the episode's length)."""
-    batched = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], env_params)
-    traj = rollout_episodes(env, batched, lambda k, obs: jnp.argmax(scores_fn(obs), -1),
-                            key, 1, max_steps, active[None])
-    return jnp.sum(traj.rewards[:, 0])
-
-
-def evaluate_greedy_host(task: Task, greedy: Any, key: Array, max_steps: int,
-                         active: bool, observe: Any = None) -> Array:
-    """`evaluate_greedy` for a task that rolls out on the host (a Gymnasium task), with the
-    task's default dynamics; `greedy(obs)` gives the actions (jit it); `observe`: what the
-    policy sees of the observations (`host_observer`; None: the raw ones)."""
-    defaults = jax.tree_util.tree_map(lambda x: np.asarray(x)[None], task.params)
-    traj = task.rollout(defaults, lambda k, obs: greedy(obs), key, 1, max_steps,
-                        np.array([active]), observe)
-    return np.sum(traj.rewards[:, 0])
-
-
-def host_observer(cfg: EpisodicConfig, rows: bool = True) -> Any:
-    """For a host task: `observe(noise_root, key, obs)`, the jitted LDP release of the
-    observations a Gymnasium environment returns (the jitted path's mechanism and key
-    discipline, a secret root folded in as there), or None without LDP. `rows`: obs is a
-    rollout's batch (n, obs_dim) (ldp_obs.private_observations); else one observation
-    (ldp_obs.private_observation)."""
-    mech = cfg.obs.mechanism()
-    if mech is None:
-        return None
-    return jax.jit(partial(private_observations if rows else private_observation, mech))

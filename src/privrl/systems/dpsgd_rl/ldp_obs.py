@@ -36,9 +36,10 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     UnboundedGaussianNoise,
 )
-from privrl.privacy.noise import secret_fold
+from privrl.privacy.noise import noise_fields, secret_fold
+from privrl.privacy.record import COMPOSED, Claim, Facts, Releases, privacy_record
+from privrl.systems.dpsgd_rl.choices import OBS_MODES as MODES
 
-MODES = ("none", "sigma", "box")
 CARTPOLE_IQR: tuple[float, ...] = (0.55, 0.39, 0.05, 0.32)  # the slides' IQR of each component
 # The default box: CartPole's termination bounds for x and θ (±2.4, ±0.2095 rad); for the
 # velocities, bounds that the states of a 500-step CartPole-v1 episode rarely leave.
@@ -91,16 +92,21 @@ class ObservationPrivacy(Config):
         """States one episode hands the learner at most: s₀ at reset and one per step."""
         return max_steps + 1
 
-    def record(self, max_steps: int, accountant: str = DEFAULT_ACCOUNTANT) -> dict[str, Any]:
-        """privacy.json's part for observations: per-state and per-episode guarantees."""
+    def record(self, max_steps: int, accountant: str = DEFAULT_ACCOUNTANT,
+               noise: str = "seeded") -> dict[str, Any]:
+        """privacy.json's part for observations: per-state and per-episode guarantees, the
+        statement composed from them (privrl.privacy.record); `noise`: the key mode."""
         mech = self.mechanism()
         if mech is None:
-            return {"mode": self.mode, "statement": "no observation noise: the learner sees the "
-                    "raw states; nothing about them is protected"}
+            return privacy_record(
+                Facts(None, "no observation noise: the learner sees the raw states"),
+                fields={"mode": self.mode}, order=["mode", *COMPOSED])
         if self.mode == "sigma":
-            return {"mode": "sigma", "params": mech.params(), "formal_guarantee": False,
-                    "statement": "NO FORMAL GUARANTEE: Gaussian noise σ·IQR on unbounded states "
-                    "(the slides' method); no ε can be stated for it."}
+            return privacy_record(
+                Facts(None, "Gaussian noise σ·IQR on unbounded states (the slides' method); no "
+                      "ε can be stated for it", noise=noise), formal_key="formal_guarantee",
+                fields={"mode": "sigma", "params": mech.params(), **noise_fields(noise)},
+                order=["mode", "params", "formal_guarantee", *COMPOSED, "noise_keys"])
         assert isinstance(mech, BoxGaussianMechanism)
         if self.secure and accountant != "rdp":
             raise ValueError("secure (discrete Gaussian) observation noise is composed with the "
@@ -109,25 +115,28 @@ class ObservationPrivacy(Config):
         acc = Accountant(accountant, neighbouring=mech.guarantee.neighbouring)
         acc.compose(mech.event, releases)
         episode = acc.record(self.delta)
-        return {
+        unit = f"the states of one episode (up to {releases}: s₀ and one per step of at most " \
+               f"{max_steps})"
+        facts = Facts(
+            Claim(episode["epsilon"], self.delta, "LDP",
+                  "local: the learner sees only noised states", unit,
+                  f"the {accountant} accountant over {releases} states", episode["accountant"]),
+            releases=Releases("each episode", "its states clipped to the box", (
+                "float-safe discrete " if self.secure else "") + f"Gaussian noise of std "
+                f"{mech.std:.4g}", releases, mech.guarantee.epsilon, self.delta),
+            not_protected="rewards and episode ends", noise=noise)
+        return privacy_record(facts, formal_key="formal_guarantee", fields={
             "mode": "box",
             "params": mech.params(),
-            "formal_guarantee": True,
             "per_step": {"epsilon": mech.guarantee.epsilon, "delta": self.delta,
                          "how": ("discrete Gaussian on a grid, float-safe: RDP's ε (its zCDP "
                                  "bound, CKS20), not the analytic Gaussian's" if self.secure else
                                  "analytic Gaussian mechanism (dp_accounting.get_epsilon_gaussian)"
                                  )},
-            "per_episode": {**episode, "unit": f"the states of one episode (up to {releases}: "
-                                               f"s₀ and one per step of at most {max_steps})"},
-            "statement": (
-                f"Each released state is ({mech.guarantee.epsilon:.4g}, {self.delta:g})-LDP "
-                f"(states clipped to the box, {'float-safe discrete ' if self.secure else ''}"
-                f"Gaussian noise std {mech.std:.4g}); all states of "
-                f"one episode together are ({episode['epsilon']:.4g}, {self.delta:g})-LDP "
-                f"({releases} states composed; {episode['accountant']}). Rewards and episode "
-                "ends are NOT protected."),
-        }
+            "per_episode": {**episode, "unit": unit},
+            **noise_fields(noise)},
+            order=["mode", "params", "formal_guarantee", "per_step", "per_episode",
+                   *COMPOSED, "noise_keys"])
 
 
 def private_observation(mechanism: Mechanism, noise_root: Array | None, key: Array,

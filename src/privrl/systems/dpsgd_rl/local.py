@@ -4,8 +4,9 @@ over host devices, episodes chained by `lax.scan` in jitted chunks, then the res
 An algorithm here is any object with `config` (an EpisodicConfig), `init(key) -> state` and
 `episode(state) -> (state, EpisodeMetrics)`, whose state has a `stopped` flag, `updates` and
 `progress.solved_at`. The host stops as soon as every seed has stopped (solved, episode cap, or
-the --max-epsilon update cap). An algorithm whose `task` rolls out on the host (a Gymnasium
-task) has `host_episode(state)` instead, run for each seed in turn (`host_scan`).
+the max_epsilon update cap). An algorithm whose `task` rolls out on the host (a Gymnasium
+task) plays its `episode(state)` there (its episode source, privrl.systems.dpsgd_rl.source),
+for each seed in turn (`host_scan`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
-from privrl.privacy.record import SPREAD_ACCOUNTING
+from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
 from privrl.runtime.output import save as save_run
@@ -46,7 +47,7 @@ class EpisodicOutput:
     eval_returns: np.ndarray  # (seeds, episodes)
     updates: np.ndarray  # (seeds,) model updates made
     solved_at: np.ndarray  # (seeds,) training episodes until solved; -1 if never
-    update_cap: int  # updates --max-epsilon allows
+    update_cap: int  # updates max_epsilon allows
     privacy: dict[str, Any]
     wall_seconds: float
     devices: int
@@ -86,7 +87,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             raise ValueError("settings run as one program need a gymnax task")
         n_dev, padded, chunk = 1, k, max(1, min(chunk, cfg.episodes, 10))
         init = jax.jit(jax.vmap(algo.init))
-        step = host_scan(algo.host_episode, chunk)
+        step = host_scan(algo.episode, chunk)
     else:
         chunk = max(1, min(chunk, cfg.episodes))
         n_dev = trial_devices(n_set * k, devices)
@@ -222,30 +223,31 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
         }
         # The guarantee's δ is the total: the accountant's δ plus, for DQN, the probability
         # that a Poisson batch was truncated.
-        seeded = record_mode(cfg.noise, cfg.secure_noise) == "seeded"
+        account = cfg.accountant_for(updates).record(cfg.delta)
+        trunc = last.get("delta_batch_truncation")
+        facts = Facts(
+            Claim(account["epsilon"], last["total_delta"], "DP",
+                  "central: the learner is trusted", algo.unit,
+                  f"the {cfg.accountant} accountant over {updates} updates",
+                  f"δ = {cfg.delta:g} from the accountant"
+                  + ("" if trunc is None else f" + {trunc:.3g} for batch truncation")),
+            releases=Releases("the learner", "noised sums of per-unit gradients clipped to L2 "
+                              f"norm {cfg.clip:g}", "DP-SGD's Gaussian noise of std "
+                              f"{cfg.noise_multiplier:g}·clip", updates),
+            trust=Trust("the learner, which sees the raw episodes (central DP)",
+                        "the trained model and what is computed from it"),
+            noise=record_mode(cfg.noise, cfg.secure_noise))
         rec["dpsgd"] = build_privacy_record(
-            lambda parts: (f"DP-SGD: ({parts['accounting']['epsilon']:.4g}, "
-                           f"{last['total_delta']:.4g})-DP for {algo.unit}, accountant "
-                           f"{cfg.accountant} (δ = {cfg.delta:g} from the accountant"
-                           + (f" + {last['delta_batch_truncation']:.3g} for batch truncation"
-                              if "delta_batch_truncation" in last else "") + ")."
-                           + (" SIMULATION ONLY: the noise is reproducible from the seed in "
-                              "config.json." if seeded else "")),
-            accountant=cfg.accountant_for(updates), delta=cfg.delta, formal_guarantee=True,
-            fields=first | last,
-            order=["formal_guarantee", *first, SPREAD_ACCOUNTING, *last, "statement"])
+            facts, accountant=account, formal_key="formal_guarantee", fields=first | last,
+            order=["formal_guarantee", *first, SPREAD_ACCOUNTING, *last, *COMPOSED])
     else:
         rec["dpsgd"] = build_privacy_record(
-            "NO PRIVACY GUARANTEE: DP-SGD with noise multiplier 0 (clipping only); no ε can "
-            "be stated." if cfg.dp else "non-private training: no guarantee for the model.",
-            formal_guarantee=False, order=["formal_guarantee", "statement"])
-    rec["observations"] = obs = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)
-    if cfg.obs.mechanism() is not None:  # the observation noise's own key mode
-        obs_mode = record_mode(cfg.noise, cfg.obs.secure)
-        obs.update(noise_fields(obs_mode))
-        if obs_mode == "seeded" and obs.get("formal_guarantee"):
-            obs["statement"] += (" SIMULATION ONLY: the observation noise is reproducible from "
-                                 "the seed in config.json.")
+            Facts(None, "DP-SGD with noise multiplier 0 (clipping only); no ε can be stated"
+                  if cfg.dp else "non-private training, nothing protects the model"),
+            formal_key="formal_guarantee",
+            order=["formal_guarantee", *COMPOSED])
+    obs_mode = record_mode(cfg.noise, cfg.obs.secure)
+    rec["observations"] = cfg.obs.record(cfg.max_episode_steps, cfg.accountant, obs_mode)
     if cfg.private:
         rec.update(noise_fields(record_mode(cfg.noise, cfg.secure_noise)))
     elif cfg.obs.mechanism() is not None:
@@ -275,6 +277,8 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
         "observation_epsilon_per_step": obs.get("per_step", {}).get("epsilon"),
         "observation_epsilon_per_episode": obs.get("per_episode", {}).get("epsilon"),
         "stopped_by_max_epsilon": bool(dp.get("stopped_by_max_epsilon", False)),
+        "privacy_model": dp["headline"],
+        "privacy_observations": obs["headline"],
         "wall_seconds": out.wall_seconds,
         "devices": out.devices,
         **({} if out.program is None else {"one_program": {

@@ -28,13 +28,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
 
 from privrl.config import fail, in_range, integer
-from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import Task, check_module
 from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
 from privrl.nets.flat import FlatModel, mlp
@@ -45,25 +43,20 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
 )
-from privrl.runtime.programs import settings_program
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
+    EpisodicLearner,
     EpisodicSetting,
     Progress,
     episode_env_key,
     episodic_task,
-    evaluate_greedy,
-    evaluate_greedy_host,
-    host_observer,
     make_env,
     observation_noise,
-    program_allows,
     progress_init,
     progress_update,
-    trial_env,
 )
-from privrl.systems.dpsgd_rl.episodic import one_program_field as episodic_one_program_field
+from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one episode (all its transitions)"
 
@@ -101,7 +94,7 @@ class ReinforceConfig(EpisodicConfig):
         return PrivacyEvent("gaussian", self.noise_multiplier)
 
     def max_updates(self) -> int:
-        """Updates allowed by --max-epsilon: all of them, or none if one release exceeds it."""
+        """Updates allowed by max_epsilon: all of them, or none if one release exceeds it."""
         if not self.private or self.max_epsilon is None:
             return self.episodes
         acc = Accountant(self.accountant)
@@ -113,16 +106,6 @@ class ReinforceConfig(EpisodicConfig):
         if self.private and updates > 0:
             acc.compose(self.event(), 1)
         return acc
-
-
-# What settings run as one program (`Reinforce.for_settings`) may differ in: DP-SGD on or off
-# and its σ, and the slides' σ·IQR observation noise (mode none or sigma, and σ).
-SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
-
-
-def one_program_field(configs: Sequence[ReinforceConfig]) -> str | None:
-    """The field that keeps `configs` from running as one program (episodic.one_program_field)."""
-    return episodic_one_program_field(configs, SETTING_FIELDS)
 
 
 class ReinforceState(NamedTuple):
@@ -144,12 +127,15 @@ class ReinforceState(NamedTuple):
     setting: EpisodicSetting | None = None
 
 
-class Reinforce:
+class Reinforce(EpisodicLearner):
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
     count_explanation = ("each episode enters exactly one update (on-policy, never reused), so "
                          "one episode's account is a single release, whatever the run's length")
+    # What settings run as one program (`for_settings`) may differ in: DP-SGD on or off and
+    # its σ, and the slides' σ·IQR observation noise (mode none or sigma, and σ).
+    SETTING_FIELDS = ("dp", "noise_multiplier", "target_epsilon", "obs")
 
     def __init__(self, config: ReinforceConfig, task: Task | None = None,
                  model: nn.Module | None = None) -> None:
@@ -174,34 +160,15 @@ class Reinforce:
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private else None)
         self.update_cap = cfg.max_updates()
-        # The jitted pieces of a host-side (Gymnasium) episode, compiled once per run.
-        self._act = jax.jit(lambda theta, key, obs: self.policy(theta)(key, obs))
-        self._greedy = jax.jit(lambda theta, obs: jnp.argmax(self.model.apply(theta, obs), -1))
-        self._plan, self._update, self._finish = (jax.jit(self.plan), jax.jit(self.update),
-                                                  jax.jit(self.finish))
-        self._observe = host_observer(cfg)  # LDP observations of a host rollout, or None
+        # Where the episodes are played: inside the jitted program, or on the host.
+        self.episodes: EpisodeSource = episode_source(cfg, task)
         # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
-        # a trial's setting as data. A run that could join others in one program computes
-        # through them too (its trials carry their setting), so that it gets the floats it
-        # gets there; others (box observations, float-safe noise, an ε cap, host tasks) leave
-        # them None and use `mechanism` and `env`.
+        # a trial's setting as data (`for_settings` makes them; None: this algorithm's trials
+        # use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[Reinforce] = [self]
         self.per_trial = False  # True: trials carry their setting (`setting_data`)
         self.sum_mechanism: PerTrialGaussianSum | None = None
         self.obs_mechanism: PerTrialGaussianNoise | None = None
-        if one_program_field([cfg]) is None and not task.host:
-            self._as_data(self.settings)
-
-    @classmethod
-    def for_settings(cls, configs: Sequence[ReinforceConfig], task: Task | None = None,
-                     model: nn.Module | None = None) -> Reinforce:
-        """One algorithm for several settings that differ only in SETTING_FIELDS (DP-SGD's σ,
-        on or off; σ·IQR observation noise): each trial carries its setting as data
-        (`ReinforceState.setting`, from `setting_data`), so one jitted program runs them all,
-        and a trial's floats are its setting's own run's. ConfigError names the field that
-        keeps them apart."""
-        return settings_program(cls, configs, task, model, one_program_field,
-                                program_allows(SETTING_FIELDS), cls._as_data)
 
     def _as_data(self, each: Sequence[Reinforce]) -> None:
         """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip; σ·IQR
@@ -276,54 +243,33 @@ class Reinforce:
             return jax.vmap(lambda g: clip_l2(g, cfg.clip))(per_episode).sum(0) / b
         return per_episode.mean(0)
 
-    def episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
-        state, metrics, _ = self.step(s)
+    def episode(self, s: ReinforceState, episodes: EpisodeSource | None = None
+                ) -> tuple[ReinforceState, EpisodeMetrics]:
+        """One training episode (`step`) from `episodes` (default: the task's own source)."""
+        state, metrics, _ = self.step(s, None, episodes)
         return state, metrics
 
-    def step(self, s: ReinforceState, canaries: Array | None = None
+    def step(self, s: ReinforceState, canaries: Array | None = None,
+             episodes: EpisodeSource | None = None
              ) -> tuple[ReinforceState, EpisodeMetrics, Array]:
-        """One training episode; also returns the released update direction (what an auditor
-        who sees every noisy sum observes), and takes an audit's canary rows."""
-        (key, k_roll, k_noise, k_eval), params, active = self.plan(s)
-        traj = self.rollout(s, params, k_roll, active)
-        theta, opt_state, grad = self.update(s, traj, k_noise, canaries)
-        eval_ret = self.evaluate(s, theta, k_eval, active)
-        state, metrics = self.finish(s, key, theta, opt_state, traj, eval_ret)
+        """One training episode: the batch of episodes with π_θ from `episodes` (default: the
+        task's own source), the update, the greedy evaluation and the bookkeeping. Also
+        returns the released update direction (what an auditor who sees every noisy sum
+        observes), and takes an audit's canary rows."""
+        src = self.episodes if episodes is None else episodes
+        env = lambda: self.observed(s)  # noqa: E731 - the trial's traced environment
+        (key, k_roll, k_noise, k_eval), params, active = src.piece(self.plan)(s)
+        traj = src.rollout(env, params, self.act, s.theta, k_roll, self.config.batch_episodes,
+                           active, s.obs_noise)
+        theta, opt_state, grad = src.piece(self.update)(s, traj, k_noise, canaries)
+        eval_ret = src.evaluate(env, self.env_params, self.greedy, theta, k_eval, active,
+                                s.obs_noise)
+        state, metrics = src.piece(self.finish)(s, key, theta, opt_state, traj, eval_ret)
         return state, metrics, grad
 
-    def observed(self, s: ReinforceState) -> Any:
-        """The environment a trial's episodes see: its LDP observations (keyed by its secret
-        root, if any; as its setting says, if settings run as one program)."""
-        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
-
-    def rollout(self, s: ReinforceState, params: Any, key: Array, active: Array) -> Any:
-        """This episode's batch of training episodes with π_θ (none if the seed stopped)."""
-        cfg = self.config
-        return rollout_episodes(self.observed(s), params, self.policy(s.theta), key,
-                                cfg.batch_episodes, cfg.max_episode_steps,
-                                jnp.broadcast_to(active, (cfg.batch_episodes,)))
-
-    def evaluate(self, s: ReinforceState, theta: Array, key: Array, active: Array) -> Array:
-        """The greedy evaluation episode's return with the updated θ."""
-        return evaluate_greedy(self.observed(s), self.env_params,
-                               lambda o: self.model.apply(theta, o), key,
-                               self.config.max_episode_steps, active)
-
-    def host_episode(self, s: ReinforceState) -> tuple[ReinforceState, EpisodeMetrics]:
-        """`episode` for a task that rolls out on the host (a Gymnasium task): the training
-        and evaluation episodes are played on the host, everything else is jitted. With LDP
-        observations, each observation is released (jitted) before the policy sees it."""
-        cfg = self.config
-        (key, k_roll, k_noise, k_eval), params, active = self._plan(s)
-        live = np.full(cfg.batch_episodes, bool(active))
-        observe = (None if self._observe is None
-                   else lambda k, o: self._observe(s.obs_noise, k, o))
-        traj = self.task.rollout(params, lambda k, o: self._act(s.theta, k, o), k_roll,
-                                 cfg.batch_episodes, cfg.max_episode_steps, live, observe)
-        theta, opt_state, _ = self._update(s, traj, k_noise)
-        eval_ret = evaluate_greedy_host(self.task, lambda o: self._greedy(theta, o), k_eval,
-                                        cfg.max_episode_steps, bool(active), observe)
-        return self._finish(s, key, theta, opt_state, traj, eval_ret)
+    def act(self, theta: Array, key: Array, obs: Array) -> Any:
+        """The training policy's actions (and dropout masks) on `obs` (`policy`)."""
+        return self.policy(theta)(key, obs)
 
     def plan(self, s: ReinforceState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, rollout, DP-SGD noise, evaluation), its

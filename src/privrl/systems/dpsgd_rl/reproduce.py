@@ -132,8 +132,7 @@ def run_sweep(cfg: SweepConfig, path: Path, progress: ProgressFn | None = None,
     for group in programs(todo, one_program):
         algos = [cfg.make(s) for s in group]
         names = [f"{s.kind}-{s.algorithm}" for s in group]
-        algo = (algos[0] if len(group) == 1
-                else type(algos[0]).for_settings([a.config for a in algos]))
+        algo = type(algos[0]).settings_algorithm([a.config for a in algos])
         outs = run_episodic_settings(algo, names, progress=_progress(
             progress, group, done, len(settings)))
         done += len(group)

@@ -48,6 +48,7 @@ from privrl.privacy.mechanisms import (
     PerTrialMechanism,
 )
 from privrl.privacy.report import Report
+from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.fedpg.cen import CenPlan, CenRound
 from privrl.systems.fedpg.config import (
@@ -95,7 +96,7 @@ class FedPG(Learner):
         cfg, task = resolve_task(config.resolved(), task, partial(
             cartpole_task, config.max_episode_steps, config.gravities))
         super().__init__(cfg, task, model)
-        self.mechanism = make_mechanism(cfg)
+        self.mechanism = make_mechanism(cfg, self.dim)
         self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None
         self.variant: CenRound | DecRound = (CenRound(self) if cfg.algorithm == "cen"
                                              else DecRound(self))
@@ -183,8 +184,14 @@ def _mechanisms_as_data(algo: FedPG, each: Sequence[FedPG]) -> None:
                                        PROGRAM_FAMILIES)
 
 
-def make_mechanism(cfg: FedPGConfig) -> Mechanism | DistributedGaussianMechanism:
-    """The randomizer applied to what each agent sends (default: none, no guarantee)."""
+def make_mechanism(cfg: FedPGConfig, dim: int | None = None
+                   ) -> Mechanism | DistributedGaussianMechanism:
+    """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
+    own (privrl.privacy.user) is asked for ε per release, δ = 0, on inputs of length `dim`."""
+    if is_user_mechanism(cfg.mechanism):
+        if dim is None:
+            raise ValueError("a user's mechanism needs the input length: FedPG(cfg).mechanism")
+        return user_mechanism(cfg.mechanism, MechanismRequest(cfg.epsilon, 0.0, cfg.clip, dim))
     if cfg.mechanism == "distributed-gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")

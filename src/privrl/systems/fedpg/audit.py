@@ -1,6 +1,8 @@
 """End-to-end audit of FedPG: a canary agent, and an attacker who sees only its report.
 
-The agent runs FedPG's real agent-side code for one round from the public initial θ: in
+The agent runs a local run's agent-side code (`settings_algorithm`: the mechanism's release
+with the setting as data, as `privrl run fedpg-*` releases) for one round from the public
+initial θ: in
 FedPG-Cen it plays B_t episodes in its private CartPole and sends its gradient estimate μ
 through the mechanism (`FedPG.sample`, `FedPG.gradients`); in FedPG-Dec it is a node running
 `FedPG.dec_node_update` (episodes, its own μ, N_t SCSG steps) and releasing its update Δ. In
@@ -24,7 +26,8 @@ from jax import Array
 from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism, check_audit_settings
 from privrl.config import ConfigError, positive
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.privacy.mechanisms import PerTrialMechanism
+from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
 
 __all__ = ["CanaryFedPGAgent", "audit_fedpg"]
 
@@ -35,7 +38,10 @@ class CanaryFedPGAgent(CanaryAgentBase):
     def __init__(self, config: FedPGConfig, theta_key: Array) -> None:
         if config.mechanism == "none":
             raise ConfigError("mechanism", "the non-private run claims no ε; nothing to audit")
-        system = FedPG(replace(config, trials=1))
+        system = settings_algorithm([replace(config, trials=1)])  # a local run's release path
+        self.setting = (jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]),
+                                               system.setting_data([0]))
+                        if isinstance(system.mechanism, PerTrialMechanism) else None)
         super().__init__(system, theta_key,
                          f"fedpg-{system.config.algorithm} {config.mechanism} canary agent")
 
@@ -47,14 +53,14 @@ class CanaryFedPGAgent(CanaryAgentBase):
         if cfg.algorithm == "dec":
             one = jax.tree_util.tree_map(lambda a: a[0], env)
             update = system.dec_node_update(self.theta, system.optimizer.init(self.theta), one,
-                                            k_agent, jnp.bool_(True))
+                                            k_agent, jnp.bool_(True), setting=self.setting)
             return update.report.value
         k_b, k_ep, k_mech = jax.random.split(k_agent, 3)
         batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
         live = (jnp.arange(cfg.batch_max) < batch)[None]
         ep = system.sample(self.theta[None], env, live, k_ep)
         mu = system.gradients(self.theta[None], ep)[0]
-        return system.mechanism.privatize(k_mech, mu).value
+        return system.release(self.setting, k_mech, mu).value
 
 
 def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from privrl.choices import TOPOLOGIES
 from privrl.cli import (
     AccountantName,
     AccountantOpt,
@@ -28,10 +28,13 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     flag_names,
+    mechanism_option,
     parse_numbers,
     progress_bar,
     system_apps,
+    value_enum,
 )
+from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -42,51 +45,78 @@ run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 
 
-class FedPGMechanism(StrEnum):
-    none = "none"
-    laplace = "laplace"
-    gaussian = "gaussian"
-    privunit = "privunit"
-    privunitg = "privunitg"
-    distributed_gaussian = "distributed-gaussian"
-
-
-class FedPGTopology(StrEnum):
-    ring = "ring"
-    exponential = "exponential"
-    random = "random"
+FedPGMechanism = value_enum("FedPGMechanism", MECHANISMS)
+FedPGTopology = value_enum("FedPGTopology", TOPOLOGIES)
+# Config fields whose flag is named otherwise.
+_FLAGS = {"private_params": "--private", "budget": "--episodes"}
 
 
 _FEDPG_MECHANISM_HELP = (
     "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
-    "privacy guarantee), laplace (L1 clip to C/2 + Laplace(C/ε) noise: ε-LDP per release), "
+    "privacy guarantee), laplace (L1 clip to C/2 + Laplace noise: pure ε-LDP per release), "
     "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
     "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per "
     "release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level "
     "central DP; each agent clips to L2 norm C and adds a share of the noise, a simulated "
     "secure aggregation gives the server only the sum, which carries N(0, (σC)²); "
-    "--sampling-rate, --min-honest; docs/fedpg.md).")
+    "--sampling-rate, --min-honest; docs/fedpg.md), or your own module:callable (ε-LDP per "
+    "release as it declares, not verified by privrl; docs/ldp-mechanisms.md).")
 
 
-def _fedpg_config(algorithm: str, **options: object) -> FedPGConfig:
-    from privrl.systems.fedpg.algorithm import FedPGConfig
+def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
+                  enforce_total: bool = True, **options: object) -> FedPGConfig:
+    """The run's config. `epsilon` is each agent's total over the run; a pure ε-LDP mechanism
+    (laplace, privunit, privunitg) releases once per round, so its config's `epsilon` (per
+    release) is split over the most rounds the episode budget allows (`per_release_epsilon`)
+    and, with `enforce_total`, the ledger enforces the total as `epsilon_budget`."""
+    from privrl.config import ConfigError
+    from privrl.privacy.user import is_user_mechanism
+    from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPGConfig
 
     eps = options.get("epsilon")
-    if isinstance(eps, float) and math.isinf(eps):
-        from privrl.config import ConfigError
-
-        raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for no privacy")
+    for flag, value in (("--epsilon", eps), ("--epsilon-per-report", epsilon_per_report)):
+        if isinstance(value, float) and math.isinf(value):
+            raise ConfigError(flag, "ε must be finite; use --mechanism none for no privacy")
     if eps is not None and options.get("noise_multiplier") is not None:
-        from privrl.config import ConfigError
-
         raise ConfigError("--noise-multiplier", "give either --epsilon (σ is calibrated) or "
                                                 "--noise-multiplier, not both")
+    mechanism = str(options.get("mechanism"))
+    pure = mechanism in PURE_MECHANISMS or is_user_mechanism(mechanism)  # ε per release
+    if epsilon_per_report is not None:
+        if not pure:
+            raise ConfigError("--epsilon-per-report", "only laplace, privunit and privunitg "
+                              "release a per-report ε; give --epsilon (each agent's total)")
+        if eps is not None:
+            raise ConfigError("--epsilon-per-report", "give either --epsilon (each agent's "
+                              "total over the run) or --epsilon-per-report, not both")
+        options["epsilon"] = epsilon_per_report
+    elif pure and eps is not None:
+        if options.get("epsilon_budget") is not None:
+            raise ConfigError("--epsilon-budget", "--epsilon is already each agent's total "
+                              "budget; a separate cap goes with --epsilon-per-report")
+        cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
+        options["epsilon"] = per_release_epsilon(cfg)
+        if enforce_total:
+            options["epsilon_budget"] = eps
     cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
     if cfg.env is not None or cfg.private_params:  # a bad --env/--private fails here, first
         from privrl.systems.fedpg.algorithm import FedPG
 
         FedPG(cfg)
     return cfg
+
+
+def per_release_epsilon(cfg: FedPGConfig) -> float:
+    """Each release's ε when `cfg.epsilon` is an agent's total: ε/R over the R rounds the
+    episode budget allows at most, or with budget_composition "optimal" the largest ε_0 whose
+    R-fold optimal composition is (ε, δ)-DP. An agent releases at most once per round, so its
+    releases compose to at most the total."""
+    rounds = cfg.max_rounds()
+    if cfg.budget_composition == "basic":
+        return cfg.epsilon / rounds
+    from privrl.privacy.accounting import calibrate_pure_epsilon
+
+    return calibrate_pure_epsilon(cfg.epsilon, rounds, cfg.delta)
 
 
 def _fedpg_common(
@@ -121,8 +151,9 @@ def _noise(noise: NoiseMode | None) -> str | None:
 
 
 AgentsOpt = Annotated[int, typer.Option(help="K agents (K = 1: a single SVRPG agent).")]
-BudgetOpt = Annotated[int, typer.Option(help="Episodes each agent samples (FedPG-BR: 5000).")]
-TrialsOpt = Annotated[int, typer.Option(help="Independent trials (seeds), run vectorized.")]
+EpisodesOpt = Annotated[int, typer.Option(
+    help="Episodes each agent samples over the run (FedPG-BR: 5000).")]
+TrialsOpt = Annotated[int, typer.Option(help="Independent trials, run vectorized.")]
 BatchMinOpt = Annotated[int, typer.Option(help="B_t is drawn uniformly from "
                                                "[batch-min, batch-max] every round (B > 0).")]
 BatchMaxOpt = Annotated[int, typer.Option(help="Upper end of B_t (FedPG-BR: 20).")]
@@ -134,14 +165,19 @@ ImportanceOpt = Annotated[str, typer.Option(
 IwClipOpt = Annotated[float | None, typer.Option(
     help="Truncate ω at this value (default: no truncation).")]
 MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
-                                                 case_sensitive=False)]
+                                                 parser=mechanism_option(FedPGMechanism))]
 EpsOpt = Annotated[float | None, typer.Option(
-    help="laplace, privunit, privunitg: ε per release (> 0, finite); each agent releases "
-    "once per round and the "
-    "ledger composes its releases. gaussian: each agent's total ε at --delta over the run "
-    "(σ is calibrated for the most rounds the budget allows). distributed-gaussian: each "
-    "agent's user-level ε at --delta over the run (same calibration, Poisson sampling "
-    "included); rounds beyond it are refused. Needs --mechanism.")]
+    help="Each agent's total ε over the run (> 0, finite; the protected unit: one agent, "
+    "every release it sends). laplace, privunit, privunitg: each agent releases once per "
+    "round, so each release gets ε/R for the R rounds the episode budget allows at most (with "
+    "--budget-composition optimal: the largest ε_0 whose R-fold optimal composition is "
+    "(ε, --delta)), and the ledger enforces ε. gaussian: at --delta (σ is calibrated for the "
+    "most rounds the budget allows). distributed-gaussian: user-level, at --delta (same "
+    "calibration, Poisson sampling included); rounds beyond it are refused. Needs "
+    "--mechanism.")]
+EpsPerReportOpt = Annotated[float | None, typer.Option(
+    help="laplace, privunit, privunitg, instead of --epsilon: the ε of each release (> 0, "
+    "finite); the ledger composes an agent's releases (cap them with --epsilon-budget).")]
 SigmaOpt = Annotated[float | None, typer.Option(
     help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon. "
     "distributed-gaussian: the std of the sum's noise is σ·C.")]
@@ -149,8 +185,8 @@ DeltaOpt = Annotated[float, typer.Option(
     help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal composition "
     "stated beside the pure ε (the budget's δ with --budget-composition optimal).")]
 EpsBudgetOpt = Annotated[float | None, typer.Option(
-    help="laplace: each agent's privacy budget over the run; the ledger refuses a round "
-    "beyond it before anything is released, and the trial ends there (by "
+    help="With --epsilon-per-report: a cap on each agent's ε over the run; the ledger refuses "
+    "a round beyond it before anything is released, and the trial ends there (by "
     "--budget-composition). Default: none; the episode budget bounds the releases.")]
 ClipOpt = Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")]
 ShuffleOpt = Annotated[bool, typer.Option(
@@ -173,13 +209,14 @@ TargetOpt = Annotated[float, typer.Option(
 
 
 @run_app.command("fedpg-cen")
-@flag_names(private_params="--private")
+@flag_names(**_FLAGS)
 def run_fedpg_cen_command(
-    agents: AgentsOpt = 10, budget: BudgetOpt = 5000, trials: TrialsOpt = 1,
+    agents: AgentsOpt = 10, episodes: EpisodesOpt = 5000, trials: TrialsOpt = 1,
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
-    epsilon: EpsOpt = None, clip: CenClipOpt = None, noise_multiplier: SigmaOpt = None,
+    epsilon: EpsOpt = None, epsilon_per_report: EpsPerReportOpt = None, clip: CenClipOpt = None,
+    noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
@@ -226,13 +263,13 @@ def run_fedpg_cen_command(
     """
     from privrl.runtime.output import check_out_dir
 
-    cfg = _fedpg_config("cen", noise=_noise(noise), secure_noise=secure_noise,
+    cfg = _fedpg_config("cen", epsilon_per_report, noise=_noise(noise), secure_noise=secure_noise,
                         sampling_rate=sampling_rate, min_honest=min_honest,
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
                         dp_rounds=dp_rounds, adaptive_clip=adaptive_clip,
                         clip_quantile=clip_quantile, clip_lr=clip_lr,
                         clip_count_stddev=clip_count_stddev, **_fedpg_common(
-        agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
+        agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return))
@@ -241,7 +278,7 @@ def run_fedpg_cen_command(
 
 
 @run_app.command("fedpg-dec")
-@flag_names(private_params="--private")
+@flag_names(**_FLAGS)
 def run_fedpg_dec_command(
     topology: Annotated[FedPGTopology, typer.Option(
         help="Directed graph: ring (static k → k+1), exponential (time-varying one-peer "
@@ -251,11 +288,12 @@ def run_fedpg_dec_command(
     window: Annotated[int | None, typer.Option(
         help="Random topology: rounds over which the graph must be strongly connected "
         "(default max(3, ⌈2 log2 K⌉)).")] = None,
-    agents: AgentsOpt = 10, budget: BudgetOpt = 5000, trials: TrialsOpt = 1,
+    agents: AgentsOpt = 10, episodes: EpisodesOpt = 5000, trials: TrialsOpt = 1,
     batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
     learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
-    epsilon: EpsOpt = None, clip: ClipOpt = None, noise_multiplier: SigmaOpt = None,
+    epsilon: EpsOpt = None, epsilon_per_report: EpsPerReportOpt = None, clip: ClipOpt = None,
+    noise_multiplier: SigmaOpt = None,
     delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
@@ -277,10 +315,11 @@ def run_fedpg_dec_command(
     from privrl.config import ConfigError
     from privrl.runtime.output import check_out_dir
 
-    cfg = _fedpg_config("dec", topology=topology.value, window=window, noise=_noise(noise),
+    cfg = _fedpg_config("dec", epsilon_per_report, runtime is Runtime.local,
+                        topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,
                         **_fedpg_common(
-        agents, budget, trials, batch_min, batch_max, minibatch, learning_rate, importance,
+        agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return))
@@ -311,8 +350,9 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
 
     from privrl.runtime.output import new_run_dir
     from privrl.systems.fedpg import local as runner
-    from privrl.systems.fedpg.algorithm import make_mechanism
+    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
 
+    FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
     console, err = Console(), Console(stderr=True)
     label = runner.algorithm_label(cfg)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
@@ -320,8 +360,15 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
+    # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
+    # release's labelled per release) is stated with the results.
+    total = ""
+    if cfg.epsilon_budget is not None:
+        total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
+    elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
+        total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
-              f"{make_mechanism(cfg).guarantee.describe()}; {cfg.trials} trial(s) × "
+              f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),
@@ -377,16 +424,18 @@ def fedpg_table(summary: dict) -> Table:
 
 
 @reproduce_app.command("fedpg")
-@flag_names()
+@flag_names(budget="--episodes", laplace_epsilons="--laplace-epsilons-per-report")
 def reproduce_fedpg_command(
-    trials: Annotated[int, typer.Option(help="Seeds per setting (the issue: 10).")] = 10,
-    budget: Annotated[int, typer.Option(help="Episodes per agent (FedPG-BR: 5000).")] = 5000,
+    trials: Annotated[int, typer.Option(help="Trials per setting (the issue: 10).")] = 10,
+    episodes: Annotated[int, typer.Option(
+        help="Episodes per agent over the run (FedPG-BR: 5000).")] = 5000,
     agents: Annotated[int, typer.Option(help="K agents (FedPG-BR: 10).")] = 10,
     gaussian_epsilons: Annotated[str, typer.Option(
         help="Comma-separated total ε per agent (δ = 1e-5) of the Gaussian variants of "
         "FedPG-Cen and FedPG-Dec (ring); empty: none.")] = "10,100",
-    laplace_epsilons: Annotated[str, typer.Option(
-        help="Comma-separated ε per release of the Laplace variants; empty: none.")] = "100",
+    laplace_epsilons_per_report: Annotated[str, typer.Option(
+        help="Comma-separated ε per release of the Laplace variants (each agent releases once "
+        "per round); empty: none.")] = "100",
     seed: SweepSeed = 0,
     noise: Noise = None,
     out: Out = None,
@@ -401,7 +450,7 @@ def reproduce_fedpg_command(
     """Paper 004: FedPG-Cen vs FedPG-Dec (ring, exponential, random) vs a single agent.
 
     Writes tables.md (episodes to a mean return of 475, final returns, rounds/s, episodes/s),
-    plots/returns.png (mean return vs episodes per agent, band over seeds), plots/private.png
+    plots/returns.png (mean return vs episodes per agent, band over trials), plots/private.png
     (Gaussian and Laplace variants), privacy.json and per-setting results; prints the table.
     """
     from privrl.config import ConfigError
@@ -418,9 +467,10 @@ def reproduce_fedpg_command(
         except ValueError:
             raise ConfigError(option, f"must be comma-separated numbers, got {text!r}") from None
 
-    cfg = FedPGSweep(trials=trials, budget=budget, agents=agents, seed=seed,
+    cfg = FedPGSweep(trials=trials, budget=episodes, agents=agents, seed=seed,
                      gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
-                     laplace_epsilons=numbers(laplace_epsilons, "--laplace-epsilons"),
+                     laplace_epsilons=numbers(laplace_epsilons_per_report,
+                                              "--laplace-epsilons-per-report"),
                      noise=None if noise is None else noise.value)
     cfg.validate()
     check_out_dir(out)
@@ -434,7 +484,7 @@ def reproduce_fedpg_command(
     console, err = Console(), Console(stderr=True)
     path = resume if resume is not None else new_run_dir(out, "reproduce-fedpg")
     err.print(f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {trials} "
-              f"seeds × {budget:,} episodes per agent → {path}")
+              f"trials × {episodes:,} episodes per agent → {path}")
     with progress_bar(err, progress, "sweep") as (bar, task):
         def update(name: str, done: float, total: int) -> None:
             bar.update(task, completed=done, total=total, description=name)
@@ -451,31 +501,31 @@ def reproduce_fedpg_command(
                   "privacy.json, settings/)")
 
 
-class AuditAlgorithm(StrEnum):
-    cen = "cen"
-    dec = "dec"
-
-
-class AuditMechanism(StrEnum):
-    laplace = "laplace"
-    gaussian = "gaussian"
+AuditAlgorithm = value_enum("AuditAlgorithm", ALGORITHMS)
+AuditMechanism = value_enum("AuditMechanism", ("laplace", "gaussian"))
 
 
 @audit_app.command("fedpg")
-@flag_names(epsilons="--epsilon")
+@flag_names(budget="--episodes")
 def audit_fedpg_command(
     algorithm: Annotated[AuditAlgorithm, typer.Option(
         help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
         "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
     mechanism: Annotated[AuditMechanism, typer.Option(
-        help="laplace (ε per release) or gaussian (ε: the agent's budget over the run, σ "
-        "calibrated; the audited claim is one release's (ε, δ)).", case_sensitive=False)
+        help="laplace (audits --epsilon-per-report, one release's ε), gaussian (audits one "
+        "release's (ε, δ) when σ is calibrated to each agent's total --epsilon over the run), "
+        "or your own module:callable (audits --epsilon-per-report, as it declares).",
+        parser=mechanism_option(AuditMechanism))
     ] = AuditMechanism.laplace,
-    epsilon: Annotated[str, typer.Option(help="ε values to audit (comma-separated).")
-                       ] = "0.5,1,2,5,10",
+    epsilon: Annotated[str | None, typer.Option(
+        help="gaussian: each agent's total ε over the run, values to audit (comma-separated). "
+        "Default 0.5,1,2,5,10.")] = None,
+    epsilon_per_report: Annotated[str | None, typer.Option(
+        help="laplace: the ε of one release, values to audit (comma-separated). Default "
+        "0.5,1,2,5,10.")] = None,
     clip: ClipOpt = None,
     delta: DeltaOpt = 1e-5,
-    budget: BudgetOpt = 5000,
+    episodes: EpisodesOpt = 5000,
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
     ] = 20_000,
@@ -491,19 +541,28 @@ def audit_fedpg_command(
 
     from privrl.audit.cli import execute_audit
     from privrl.audit.mechanism import check_audit_settings
-    from privrl.config import positive
+    from privrl.config import ConfigError, positive
     from privrl.runtime.output import check_out_dir
     from privrl.systems.fedpg.algorithm import FedPGConfig
     from privrl.systems.fedpg.audit import audit_fedpg
 
-    epsilons = parse_numbers(epsilon, "--epsilon")
+    flag, given = (("--epsilon-per-report", epsilon_per_report)
+                   if mechanism is not AuditMechanism.gaussian else ("--epsilon", epsilon))
+    other = {"--epsilon": epsilon, "--epsilon-per-report": epsilon_per_report}
+    wrong = next(f for f in other if f != flag)
+    if other[wrong] is not None:
+        raise ConfigError(wrong, f"the {mechanism.value} audit takes {flag}")
+    epsilons = parse_numbers("0.5,1,2,5,10" if given is None else given, flag)
     config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
                                      mechanism=mechanism.value, epsilon=1.0,
                                      clip=1.0 if clip is None else clip, delta=delta,
-                                     budget=budget)
+                                     budget=episodes)
     for e in epsilons:  # every setting validated (σ calibrated) before any draw
-        positive("epsilons", e)
-        replace(config, epsilon=e).resolved()
+        positive(flag, e)
+        try:
+            replace(config, epsilon=e).resolved()
+        except ConfigError as err:
+            raise ConfigError(flag if err.field == "epsilon" else err.field, err.message) from err
     check_audit_settings(samples, confidence)
     check_out_dir(out)
     execute_audit(
@@ -513,5 +572,5 @@ def audit_fedpg_command(
                                         confidence=confidence, progress=progress_fn),
         f"audit-fedpg-{algorithm.value}-{mechanism.value}",
         {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
-         "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": budget,
+         "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": episodes,
          "samples": samples, "confidence": confidence, "seed": seed}, out, progress)

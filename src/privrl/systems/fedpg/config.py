@@ -31,9 +31,9 @@ from privrl.privacy.accounting import (
 )
 from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.user import is_user_mechanism
+from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
 
-ALGORITHMS = ("cen", "dec")
-MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
 # Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
 ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian")
@@ -169,12 +169,19 @@ class FedPGConfig(Config):
         self._check_task()
         self._check_shuffle()
 
+    @property
+    def pure_mechanism(self) -> bool:
+        """A pure ε-LDP mechanism, ε per release: laplace, privunit, privunitg or a user's own
+        (privrl.privacy.user, asked for that ε with δ = 0)."""
+        return self.mechanism in PURE_MECHANISMS or is_user_mechanism(self.mechanism)
+
     def _check_choices(self) -> None:
         """Each field that names one of a fixed set, and float-safe noise's family."""
         one_of("algorithm", self.algorithm, ALGORITHMS)
         check_preset(self.preset, PRESETS)
         one_of("topology", self.topology, TOPOLOGIES)
-        one_of("mechanism", self.mechanism, MECHANISMS)
+        if not is_user_mechanism(self.mechanism):  # a user's module:callable: pure ε-LDP
+            one_of("mechanism", self.mechanism, MECHANISMS)
         one_of("accountant", self.accountant, ACCOUNTANTS)
         one_of("importance", self.importance, IMPORTANCE)
         one_of("optimizer", self.optimizer, OPTIMIZERS)
@@ -227,7 +234,7 @@ class FedPGConfig(Config):
             if self.epsilon is not None:
                 fail("epsilon", "no mechanism (mechanism='none') has no ε; "
                                 "drop epsilon or choose a mechanism")
-        elif self.mechanism in PURE_MECHANISMS:
+        elif self.pure_mechanism:
             if self.epsilon is None:
                 fail("epsilon", f"required with mechanism={self.mechanism!r} (ε per release, "
                                 "> 0)")
@@ -255,7 +262,7 @@ class FedPGConfig(Config):
     def _check_epsilon_budget(self) -> None:
         """The ledger's cap (pure ε-LDP mechanisms only): positive, and it affords a release."""
         one_of("budget_composition", self.budget_composition, COMPOSITIONS)
-        if self.mechanism not in PURE_MECHANISMS:
+        if not self.pure_mechanism:
             if self.epsilon_budget is not None:
                 fail("epsilon_budget", "only the pure ε-LDP mechanisms (laplace, privunit, "
                                        "privunitg) take it (gaussian: epsilon is already each "
@@ -266,9 +273,9 @@ class FedPGConfig(Config):
                                            "accountant)")
         if self.epsilon_budget is not None:
             positive("epsilon_budget", self.epsilon_budget)
-        if self.mechanism in PURE_MECHANISMS and self.budget_composition == "optimal":
+        if self.pure_mechanism and self.budget_composition == "optimal":
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        if self.mechanism in PURE_MECHANISMS and self.epsilon_budget is not None and not (
+        if self.pure_mechanism and self.epsilon_budget is not None and not (
                 optimal_composition_admits(self.epsilon, 1, self.epsilon_budget, self.delta)
                 if self.budget_composition == "optimal"
                 else self.epsilon <= self.epsilon_budget):
@@ -291,7 +298,7 @@ class FedPGConfig(Config):
         if self.shuffle and self.algorithm != "cen":
             fail("shuffle", "fedpg-cen only: FedPG-Dec has no server whose view a shuffler "
                             "could hide identities from (each peer knows its in-neighbours)")
-        if self.shuffle and self.mechanism not in PURE_MECHANISMS:
+        if self.shuffle and not self.pure_mechanism:
             fail("shuffle", f"needs a pure ε-LDP mechanism ({', '.join(PURE_MECHANISMS)}), got "
                             f"mechanism={self.mechanism!r}: "
                             + {"none": "no mechanism has no local ε to amplify",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,19 @@ from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.record import (
+    Budget,
+    CentralShuffle,
+    Claim,
+    Composition,
+    Facts,
+    Releases,
+    Trust,
+    headline,
+    pure_ldp,
+)
 from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.privacy.user import declared_condition
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
@@ -42,7 +54,6 @@ from privrl.runtime.sharding import (
     trial_sharding,
 )
 from privrl.systems.fedpg.algorithm import (
-    PURE_MECHANISMS,
     FedPG,
     FedPGConfig,
     settings_algorithm,
@@ -350,28 +361,7 @@ def algorithm_label(cfg: FedPGConfig) -> str:
 def summarize(run: FedPGRun) -> dict[str, Any]:
     cfg = run.config
     reach = episodes_to_target(run)
-    private = run.ledger.summary()["formal_guarantee"]
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
-    if cfg.mechanism == "distributed-gaussian":
-        privacy = (f"user-level (ε, δ)-DP over the run: ε = {run.accounting['epsilon']:.3g} at "
-                   f"δ = {cfg.delta:g} ({cfg.accountant} accountant), distributed Gaussian σ = "
-                   f"{cfg.noise_multiplier:.3g} on the secure sum, L2 clip {cfg.clip:g}, "
-                   f"sampling q = {cfg.sampling_rate:g}")
-        if cfg.adaptive_clip:
-            privacy += (f"; adaptive clip (γ = {cfg.clip_quantile:g}, η_C = {cfg.clip_lr:g}, "
-                        f"σ_b = {cfg.clip_count_stddev:.3g}) from C_0 = {cfg.clip:g}")
-    elif cfg.mechanism == "gaussian":
-        privacy = (f"(ε, δ)-LDP per agent over the run: ε = {run.accounting['epsilon']:.3g} at "
-                   f"δ = {cfg.delta:g} ({cfg.accountant} accountant), Gaussian σ = "
-                   f"{cfg.noise_multiplier:.3g}, L2 clip {cfg.clip:g}")
-    elif private and cfg.budget_composition == "optimal":
-        privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
-                   f"(ε = {per_agent:.4g}, δ = {cfg.delta:g}) (optimal composition)")
-    elif private:
-        privacy = (f"ε-LDP per release, ε = {cfg.epsilon:g}; per agent over the run "
-                   f"ε = {per_agent:g} (basic composition)")
-    else:
-        privacy = "NONE: no mechanism, no privacy guarantee (as in the paper)"
     steady = max(run.wall_seconds - run.compile_seconds, 1e-9)
     budget = {} if cfg.epsilon_budget is None else {
         "epsilon_budget_per_agent": cfg.epsilon_budget,
@@ -390,7 +380,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "topology": cfg.topology if cfg.algorithm == "dec" else "star",
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
-        "privacy": privacy,
+        "privacy": headline(privacy_facts(run)),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
@@ -417,115 +407,88 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
     }
 
 
-def privacy_record(run: FedPGRun) -> dict[str, Any]:
-    """privacy.json: the mechanism, each agent's releases, the ledger's (basic) composition and,
-    for the Gaussian mechanism, the accountant's account."""
+def privacy_facts(run: FedPGRun) -> Facts:
+    """What privacy.json states, as facts (privrl.privacy.record composes the prose): the
+    whole run's guarantee per agent, one release's ε labelled per release, the other
+    composition beside it, the budget, the shuffle and who must be trusted."""
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
                  "(x_k, w_k) to its out-neighbours")
-    server = ("The server's own SCSG episodes are its own data and are not protected."
-              if cfg.algorithm == "cen" else "")
+    server = "the server's own SCSG episodes (its own data)" if cfg.algorithm == "cen" else ""
+    computes = ("everything the server computes" if cfg.algorithm == "cen"
+                else "everything the peers compute")
+    ledger = run.ledger.summary()
+    most = int(run.releases.max())
+    noise = record_mode(cfg.noise, cfg.secure_noise)
+    if not ledger["formal_guarantee"]:
+        return Facts(None, f"no mechanism (as in paper 004); each agent sends {sent} as it is",
+                     noise=noise)
+    one = Releases("each agent", sent, f"the {cfg.mechanism} mechanism", most,
+                   run.mechanism["epsilon"], run.mechanism["delta"])
+    basic = Composition(ledger["per_agent_epsilon"]["max"], ledger["per_agent_delta_max"] or 0.0,
+                        "the ledger's basic composition of the per-release (ε, δ) (looser)")
+    if cfg.mechanism == "distributed-gaussian" and run.accounting is not None:
+        m = run.mechanism["params"]["min_honest"]
+        event = ("PoissonSampledDpEvent(q, GaussianDpEvent(σ))" if cfg.sampling_rate < 1
+                 else "GaussianDpEvent(σ)")
+        k = cfg.agents
+        return Facts(
+            Claim(run.accounting["epsilon"], cfg.delta, "DP",
+                  "central, user level: the server sees only the secure sum",
+                  "one agent's whole data (every update it sends over the run)",
+                  f"the {cfg.accountant} accountant over {most} rounds",
+                  f"{run.accounting['accountant']}; each round dp_accounting's {event}, "
+                  f"q = {cfg.sampling_rate:g}"),
+            releases=replace(one, who=f"each of the K = {k} agents", notion="DP",
+                             what=distributed_release(run, m), mechanism=(
+                                 "the distributed Gaussian mechanism: one agent (all its data) "
+                                 "added or removed (zero-out) moves the sum by at most the "
+                                 "clip")),
+            also=[replace(basic, notion="DP")],
+            budget=None if cfg.epsilon is None else Budget(
+                cfg.epsilon, cfg.delta, f"the {cfg.accountant} accountant",
+                "a round beyond it is refused, ending the trial"),
+            trust=Trust(f"agents follow the protocol and the server is honest-but-curious; "
+                        f"with t agents dropped out or colluding with the server the guarantee "
+                        f"holds for t <= K − {m} = {k - m}, beyond that only with "
+                        f"σ·sqrt((K − t)/{m}) (see trust_model)",
+                        "the server's optimizer steps"
+                        + (" and clip updates C_(t+1) = C_t·exp(−η_C(b̄_t − γ))"
+                           if cfg.adaptive_clip else "")),
+            not_protected=server, noise=noise)
+    local = "local: the server and peers are untrusted"
+    unit = "all of one agent's reports"
+    trust = Trust("nobody but the agent itself (local DP)", computes)
+    if cfg.mechanism == "gaussian" and run.accounting is not None:
+        return Facts(
+            Claim(run.accounting["epsilon"], cfg.delta, "LDP", local, unit,
+                  f"the {cfg.accountant} accountant over {most} releases",
+                  run.accounting["accountant"]),
+            releases=replace(one, mechanism=f"the Gaussian mechanism (L2 clip {cfg.clip:g}, "
+                                            f"noise std {cfg.noise_multiplier:g}·clip)"),
+            also=[basic], trust=trust, not_protected=server, noise=noise)
+    composed = pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
+    claim, also, budget = pure_ldp(composed, local, unit, "a trial whose agents could not "
+                                   "afford another round ended there", cfg.epsilon_budget)
+    shuffled = shuffle_account(run)
+    return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
+                 shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
+                 not_protected=server, condition=declared_condition(cfg.mechanism),
+                 noise=noise)
+
+
+def privacy_record(run: FedPGRun) -> dict[str, Any]:
+    """privacy.json: the composed statement, the mechanism, each agent's releases, the
+    ledger's composition and, for the Gaussian mechanisms, the accountant's account."""
+    cfg = run.config
     most = int(run.releases.max())
     composed = (pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
-                if cfg.mechanism in PURE_MECHANISMS and most > 0 else None)
-    budget = ("" if cfg.epsilon_budget is None else
-              f" Each agent's budget, ε = {cfg.epsilon_budget:g}"
-              + (f" at δ = {cfg.delta:g} by the optimal composition"
-                 if cfg.budget_composition == "optimal" else " (pure, basic composition)")
-              + ", is enforced by the ledger before every round: a trial whose agents could "
-                "not afford another round ended there.")
-
-    def statement(parts: Mapping[str, Any]) -> str:
-        ledger = parts["ledger"]
-        if cfg.mechanism == "distributed-gaussian" and run.accounting is not None:
-            m = run.mechanism["params"]["min_honest"]
-            return (
-                f"User-level central DP. Every round each of the K = {cfg.agents} agents is "
-                f"sampled with probability q = {cfg.sampling_rate:g}; "
-                + (adaptive_statement(run, m) if cfg.adaptive_clip else
-                   f"a sampled agent sends "
-                   f"its μ_tᵏ clipped to L2 norm {cfg.clip:g} plus a noise share N(0, "
-                   f"σ²C²/{m}), an unsampled one the share alone; a simulated secure "
-                   f"aggregation gives the server only the sum, whose noise N(0, σ²C²), σ = "
-                   f"{cfg.noise_multiplier:.6g}, is carried by any {m} honest shares. One agent "
-                   f"(all its data) added or removed (zero-out) changes the sum by at most C: ")
-                + "each round is dp_accounting's "
-                + ("PoissonSampledDpEvent(q, GaussianDpEvent(σ))" if cfg.sampling_rate < 1
-                   else "GaussianDpEvent(σ)")
-                + f"; {int(run.releases.max())} rounds compose by the "
-                f"{run.accounting['accountant']} to (ε = {run.accounting['epsilon']:.4g}, "
-                f"δ = {cfg.delta:g}) per agent. Trust model: agents follow the protocol, the "
-                f"server is honest-but-curious; if t agents drop out or collude with the "
-                f"server the guarantee holds for t <= K − {m} = {cfg.agents - m} and beyond "
-                f"that only with σ·sqrt((K − t)/{m}) (see trust_model). The server's "
-                f"optimizer steps are post-processing. The ledger below records every agent's "
-                f"per-round releases; its basic composition (Σε) is far looser than the "
-                f"accountant's."
-                + (f" The server's clip updates C_(t+1) = C_t·exp(−{cfg.clip_lr:g}·(b̄_t − "
-                   f"{cfg.clip_quantile:g})) are post-processing of the released sums."
-                   if cfg.adaptive_clip else "")
-                + f" {server}").strip()
-        if cfg.mechanism == "gaussian" and run.accounting is not None:
-            one = run.mechanism["epsilon"]
-            return (
-                f"Every agent releases one report per round ({sent}), randomized by the "
-                f"Gaussian mechanism (L2 clip {cfg.clip:g}, noise std "
-                f"{cfg.noise_multiplier:g}·clip): each release is (ε = {one:.3g}, δ = "
-                f"{cfg.delta:g})-LDP; an agent's {int(run.releases.max())} releases compose "
-                f"by the {run.accounting['accountant']} to (ε = "
-                f"{run.accounting['epsilon']:.4g}, δ = "
-                f"{cfg.delta:g})-LDP. The ledger below adds the per-release (ε, δ) (basic "
-                f"composition, looser). {server}").strip()
-        if ledger["formal_guarantee"] and cfg.budget_composition == "optimal":
-            assert composed is not None
-            opt, basic = composed["optimal"], composed["basic"]
-            return (
-                f"Every agent releases one report per round ({sent}), randomized by the "
-                f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; "
-                f"over the run an agent's releases compose by the optimal composition "
-                f"theorem (the composition the ledger enforces) to (ε = "
-                f"{opt['epsilon']:.4g}, δ = {opt['delta']:g}), and by basic composition to "
-                f"at most ε = {basic['epsilon']:g} (pure).{budget} Everything the "
-                f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
-                "post-processing. " + server
-            ).strip()
-        if ledger["formal_guarantee"]:
-            assert composed is not None
-            opt = composed["optimal"]
-            return (
-                f"Every agent releases one report per round ({sent}), randomized by the "
-                f"{cfg.mechanism} mechanism: each release is ε-LDP with ε = {cfg.epsilon:g}; "
-                f"over the run an agent's releases compose (basic composition, the pure ε "
-                f"the ledger enforces) to at most ε = {ledger['per_agent_epsilon']['max']:g}, "
-                f"and by the optimal composition theorem to (ε = {opt['epsilon']:.4g}, "
-                f"δ = {opt['delta']:g}).{budget} Everything the "
-                f"{'server' if cfg.algorithm == 'cen' else 'peers'} compute is "
-                "post-processing. " + server
-            ).strip()
-        return (f"NO PRIVACY GUARANTEE: no mechanism (as in paper 004); each agent sends "
-                f"{sent} as it is.")
-
+                if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
-
-    def stated(parts: Mapping[str, Any]) -> str:
-        text = statement(parts)
-        if shuffled is not None and parts["formal_guarantee"]:
-            text += (f" Shuffled: the server receives each round's K = {cfg.agents} reports in "
-                     f"random order without identities, so against it, with a trusted "
-                     f"shuffler, each round is (ε = {shuffled['central_epsilon_per_batch']:.4g}, "
-                     f"δ = {cfg.shuffle_delta:g})-DP for an agent (central, amplification by "
-                     f"shuffling) and its {shuffled['batches_per_user']} rounds (ε = "
-                     f"{shuffled['central_epsilon']:.4g}, δ = {shuffled['central_delta']:g})-DP "
-                     "by basic composition; against the shuffler only the local ε holds.")
-        if parts["formal_guarantee"] and record_mode(cfg.noise, cfg.secure_noise) == "seeded":
-            text += (" SIMULATION ONLY: the noise is reproducible from the seed in "
-                     "config.json.")
-        return text
-
     ledger = run.ledger
     return build_privacy_record(
-        stated, mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
+        privacy_facts(run), mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
         with_accounting=True, fields={
             **per_release(run),
             **trust_model(run),
@@ -537,20 +500,26 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
 
-def adaptive_statement(run: FedPGRun, m: int) -> str:
-    """distributed-gaussian with adaptive clipping: the round as privacy.json states it."""
+def distributed_release(run: FedPGRun, m: int) -> str:
+    """distributed-gaussian: what one agent sends in a round (with adaptive clipping, its clip
+    bit too), and the noise the secure sum carries."""
     cfg = run.config
+    if not cfg.adaptive_clip:
+        return (f"its μ_tᵏ clipped to L2 norm C = {cfg.clip:g} plus a noise share "
+                f"N(0, σ²C²/{m}) when sampled (probability q = {cfg.sampling_rate:g}), the "
+                f"share alone otherwise; a simulated secure aggregation gives the server only "
+                f"the sum, whose noise N(0, σ²C²), σ = {cfg.noise_multiplier:.6g}, is carried "
+                f"by any {m} honest shares")
     z_delta = run.mechanism["params"]["adaptive_clip"]["update_noise_multiplier_z_delta"]
-    return (f"a sampled agent sends its μ_tᵏ clipped to L2 norm C_t (adaptive clipping, "
-            f"Andrew et al. 2021; C_0 = {cfg.clip:g}) and its clip bit b = 1[‖μ_tᵏ‖ <= C_t] "
-            f"as one more coordinate (b − ½)·z_Δ·C_t/σ_b, plus a noise share "
-            f"N(0, z_Δ²C_t²/{m}) on every coordinate, an unsampled one the share alone; a "
-            f"simulated secure aggregation gives the server only the sum, whose noise "
+    return (f"its μ_tᵏ clipped to L2 norm C_t (adaptive clipping, Andrew et al. 2021; C_0 = "
+            f"{cfg.clip:g}) and its clip bit b = 1[‖μ_tᵏ‖ <= C_t] as one more coordinate "
+            f"(b − ½)·z_Δ·C_t/σ_b, plus a noise share N(0, z_Δ²C_t²/{m}) on every coordinate "
+            f"when sampled (probability q = {cfg.sampling_rate:g}), the share alone otherwise; "
+            f"a simulated secure aggregation gives the server only the sum, whose noise "
             f"N(0, z_Δ²C_t²), z_Δ = {z_delta:.6g}, is carried by any {m} honest shares (on "
-            f"the bit sum: noise of std σ_b = {cfg.clip_count_stddev:.6g}). One agent (all "
-            f"its data) added or removed (zero-out) changes the sum by at most "
+            f"the bit sum: noise of std σ_b = {cfg.clip_count_stddev:.6g}); the sensitivity is "
             f"C_t·sqrt(1 + (z_Δ/2σ_b)²), so a round is the Gaussian mechanism with σ = "
-            f"(z_Δ⁻² + (2σ_b)⁻²)^(−1/2) = {cfg.noise_multiplier:.6g} whatever C_t is: ")
+            f"(z_Δ⁻² + (2σ_b)⁻²)^(−1/2) = {cfg.noise_multiplier:.6g} whatever C_t is")
 
 
 def adaptive_clip_record(run: FedPGRun) -> dict[str, Any]:

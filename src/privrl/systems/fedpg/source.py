@@ -1,4 +1,5 @@
-"""Where a FedPG round's episodes come from, and how the round's pieces are composed around them.
+"""Where a FedPG round's episodes come from, and how the round's pieces are composed around them
+(the composition: privrl.envs.source, shared with dpsgd-rl).
 
 A round (privrl.systems.fedpg.cen, privrl.systems.fedpg.dec) is written once, as pure pieces
 (plan, μ, the SCSG step, release, finish) around its episode source's `sample`. The source
@@ -21,6 +22,7 @@ import numpy as np
 from jax import Array
 
 from privrl.envs.rollout import Trajectory, rollout_episodes
+from privrl.envs.source import HostPieces, JittedPieces, Pieces
 from privrl.envs.task import Task
 
 Act = Callable[[Array, Array, Array], Array]  # (θ per environment, key, obs) -> actions
@@ -37,7 +39,7 @@ class Episodes(NamedTuple):
     rewards: Array  # (M, n, T) the environment's reward per step (0 on padded steps)
 
 
-class JittedSource:
+class JittedSource(JittedPieces):
     """A gymnax task's episodes, rolled out inside the round's one jitted program."""
 
     def __init__(self, task: Task, act: Act, max_steps: int) -> None:
@@ -58,29 +60,17 @@ class JittedSource:
                                             self.max_steps, live.reshape(-1))
         return episodes_of(traj, live)
 
-    def piece(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A piece of the round as it runs here: traced where it is called."""
-        return fn
 
-    def while_loop(self, cond: Callable[[Any], Any], body: Callable[[Any], Any],
-                   init: Any) -> Any:
-        return jax.lax.while_loop(cond, body, init)
-
-    def map(self, fn: Callable[[Any], Any], xs: Any) -> Any:
-        """`fn` of each member of `xs` (leading axis), one at a time, stacked."""
-        return jax.lax.map(fn, xs)
-
-
-class HostSource:
+class HostSource(HostPieces):
     """A Gymnasium task's episodes, played on the host (each action by the jitted policy);
     the round's pieces are jitted one by one (each compiled once per run) and its loops run
     here. The host's randomness (reset seeds, actions) is its own, drawn from the key it is
     given, not the jitted rollout's."""
 
     def __init__(self, task: Task, act: Act, max_steps: int) -> None:
+        super().__init__()
         self.task, self.max_steps = task, max_steps
         self._act = jax.jit(act)
-        self._pieces: dict[Callable[..., Any], Callable[..., Any]] = {}
 
     def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
         """`JittedSource.sample`'s episodes, played on the host, in the same arrays."""
@@ -92,44 +82,13 @@ class HostSource:
                                  m * n, self.max_steps, np.asarray(live).reshape(-1))
         return episodes_of(jax.tree_util.tree_map(jnp.asarray, traj), jnp.asarray(live))
 
-    def piece(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A piece of the round as it runs here: jitted on its own."""
-        if fn not in self._pieces:
-            self._pieces[fn] = jax.jit(fn)
-        return self._pieces[fn]
 
-    def while_loop(self, cond: Callable[[Any], Any], body: Callable[[Any], Any],
-                   init: Any) -> Any:
-        carry = init
-        while bool(cond(carry)):
-            carry = body(carry)
-        return carry
-
-    def map(self, fn: Callable[[Any], Any], xs: Any) -> Any:
-        """`fn` of each member of `xs` (leading axis), one at a time, stacked."""
-        n = jax.tree_util.tree_leaves(xs)[0].shape[0]
-        outs = [fn(jax.tree_util.tree_map(lambda a, i=i: a[i], xs)) for i in range(n)]
-        return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *outs)
-
-
-class EpisodeSource(Protocol):
-    """What a round needs of its episode source (`JittedSource`, `HostSource`, or your own)."""
+class EpisodeSource(Pieces, Protocol):
+    """What a round needs of its episode source (`JittedSource`, `HostSource`, or your own):
+    its episodes, and the composition of its pieces (privrl.envs.source)."""
 
     def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
         """M learners' episodes: learner m plays live[m].sum() of them with θ_m."""
-        ...
-
-    def piece(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """`fn` (a pure piece of the round) as it runs with this source."""
-        ...
-
-    def while_loop(self, cond: Callable[[Any], Any], body: Callable[[Any], Any],
-                   init: Any) -> Any:
-        """`lax.while_loop`'s meaning: `body` while `cond` holds, from `init`."""
-        ...
-
-    def map(self, fn: Callable[[Any], Any], xs: Any) -> Any:
-        """`lax.map`'s meaning: `fn` of each member of `xs` (leading axis), stacked."""
         ...
 
 

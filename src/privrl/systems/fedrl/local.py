@@ -165,7 +165,7 @@ def summarize(out: GridOutput) -> dict[str, Any]:
                      "avg_reward": float(np.mean(r["avg_reward"])), "per_seed": r}
                  for v, r in out.test.items()},
         "random_policy_test": out.random_test,
-        "privacy": out.privacy.get("statement"),
+        "privacy": out.privacy["headline"],
         **({"noise": summary_note(out.privacy["noise_keys"]["mode"])}
            if "noise_keys" in out.privacy else {}),
         "wall_seconds": out.wall_seconds,

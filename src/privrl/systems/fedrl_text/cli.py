@@ -28,7 +28,7 @@ Data = Annotated[Path, typer.Option(
 Preset = Annotated[str, typer.Option(
     help="paper (the paper's and authors' settings), cpu (fewer, batched updates), "
     "wide-head / cpu-wide-head (improvement: a 64-unit shared MLP).")]
-Runs = Annotated[int | None, typer.Option(help="Runs per fold, vectorized (paper: 5).")]
+Trials = Annotated[int | None, typer.Option(help="Trials per fold, vectorized (paper: 5 runs).")]
 Folds = Annotated[str, typer.Option(help="Comma-separated test folds of the authors' 5.")]
 Epochs = Annotated[int | None, typer.Option(help="Override: epochs at most.")]
 StepsPerEpoch = Annotated[int | None, typer.Option(
@@ -45,16 +45,17 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 
 
 @run_app.command("fedrl-text2action")
-@flag_names(models="--mode", corpora="--corpus")
+@flag_names(models="--mode", corpora="--corpus", runs="--trials", noise_sigma="--noise-std")
 def run_text2action(
     data: Data,
     corpus: Annotated[str, typer.Option(help="win2k (WHS), cooking (CT) or wikihow (WHG).")]
     = "win2k",
     mode: Annotated[str, typer.Option(
         help="fedrl | dqn-alpha | dqn-full | fcn-alpha | fcn-full.")] = "fedrl",
-    preset: Preset = "paper", folds: Folds = "0,1,2,3,4", runs: Runs = None,
-    noise_sigma: Annotated[float | None, typer.Option(
-        help="σ of the Gaussian noise on released Q outputs (paper: 1).")] = None,
+    preset: Preset = "paper", folds: Folds = "0,1,2,3,4", trials: Trials = None,
+    noise_std: Annotated[float | None, typer.Option(
+        help="Std σ of the Gaussian noise on released Q outputs (paper: 1; with --bounded the "
+        "noise multiplier is σ/B).")] = None,
     bounded: Annotated[float | None, typer.Option(
         help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
         "paper's unbounded noise, which has NO formal ε.")] = None,
@@ -79,8 +80,8 @@ def run_text2action(
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
     check_out_dir(out)
-    cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=runs,
-                      noise_sigma=noise_sigma, bounded=bounded, accountant=accountant.value,
+    cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=trials,
+                      noise_sigma=noise_std, bounded=bounded, accountant=accountant.value,
                       epochs=epochs,
                       steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
                       targets=targets, noise=None if noise is None else noise.value,
@@ -90,13 +91,13 @@ def run_text2action(
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
     err, console = Console(stderr=True), Console()
     err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
-              f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} run(s) each")
+              f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
     with progress_bar(err, progress, "training", unit="") as (bar, task):
         outs, refs = run_cv(cfg, text, fold_ids, progress=lambda m: bar.update(
             task, description=m))
     path = new_run_dir(out, f"{mode}-text2action-{corpus}")
     summary = save(cfg, outs, refs, path, command=["privrl", *sys.argv[1:]])
-    t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} run(s))",
+    t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):
         t.add_column(col, justify="right" if col != "variant" else "left")
@@ -116,7 +117,7 @@ def run_text2action(
 
 
 @reproduce_app.command("fedrl-text2action")
-@flag_names(mode="--models", corpus="--corpora")
+@flag_names(mode="--models", corpus="--corpora", runs="--trials")
 def reproduce_text2action(
     data: Data,
     corpora: Annotated[str, typer.Option(help="Comma-separated: win2k,cooking,wikihow.")]
@@ -124,7 +125,7 @@ def reproduce_text2action(
     models: Annotated[str, typer.Option(
         help="Comma-separated: fcn-alpha,dqn-alpha,fedrl,fcn-full,dqn-full.")]
     = "fcn-alpha,dqn-alpha,fedrl,fcn-full,dqn-full",
-    runs: Annotated[int, typer.Option(help="Runs per fold (the paper: 5).")] = 5,
+    trials: Annotated[int, typer.Option(help="Trials per fold (the paper: 5 runs).")] = 5,
     folds: Folds = "0,1,2,3,4", preset: Preset = "paper",
     epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
     num_envs: NumEnvs = None, targets: Targets = None, noise: Noise = None, seed: Seed = 0,
@@ -149,7 +150,7 @@ def reproduce_text2action(
     over = _overrides(epochs=epochs, steps_per_epoch=steps_per_epoch, patience=patience,
                       num_envs=num_envs, targets=targets)
     cfg = ReproConfig(str(data), tuple(c.strip() for c in corpora.split(",")),
-                      tuple(m.strip() for m in models.split(",")), runs,
+                      tuple(m.strip() for m in models.split(",")), trials,
                       parse_numbers(folds, "--folds", int), preset, tuple(over.items()),
                       seed, None if noise is None else noise.value).validate()
     err = Console(stderr=True)

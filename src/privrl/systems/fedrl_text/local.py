@@ -229,7 +229,7 @@ def summarize(cfg: TextConfig, folds: list[FoldOutput], reference: list[dict[str
         "best_epoch": [f.best_epoch.tolist() for f in folds],
         "fold_info": [{k: v for k, v in f.info.items() if not k.endswith("_index")}
                       for f in folds],
-        "privacy": folds[0].privacy.get("statement"),
+        "privacy": folds[0].privacy["headline"],
         **({"noise": summary_note(folds[0].privacy["noise_keys"]["mode"])}
            if "noise_keys" in folds[0].privacy else {}),
         "wall_seconds": float(sum(f.wall_seconds for f in folds)),

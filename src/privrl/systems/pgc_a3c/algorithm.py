@@ -73,9 +73,8 @@ from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.runtime.sharding import in_blocks, pad_rows
+from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
 
-MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
-REWARDS = ("env", "step", "failure", "goal")
 LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,7 +16,6 @@ from privrl.cli import (
     EnvOpt,
     Noise,
     Out,
-    PresetName,
     PrivateOpt,
     Resume,
     Runtime,
@@ -30,8 +28,10 @@ from privrl.cli import (
     parse_numbers,
     progress_bar,
     system_apps,
+    value_enum,
 )
 from privrl.config import ConfigError, positive
+from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -44,33 +44,22 @@ top_app = typer.Typer(rich_markup_mode=None)  # `privrl replay`
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 
 
-class MechanismName(StrEnum):
-    laplace = "laplace"
-    prs = "prs"
-    privunit = "privunit"
-    privunitg = "privunitg"
-    none = "none"
-
-
-class RewardName(StrEnum):
-    env = "env"
-    step = "step"
-    failure = "failure"
-    goal = "goal"
+MechanismName = value_enum("MechanismName", MECHANISMS)
+RewardName = value_enum("RewardName", REWARDS)
 
 
 @run_app.command("pgc-a3c")
-@flag_names(buffer_size="--buffer", private_params="--private")
+@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return")
 def run_pgc_a3c_command(
-    preset: Annotated[PresetName, typer.Option(
-        help="paper: paper 000's settings exactly (default). paper-code: the paper's settings "
-        "with TF1 RMSProp at the aggregator and reward -1 on a fall (the public code the "
+    preset: Annotated[str, typer.Option(
+        help="paper: paper 000's settings exactly (the default, as for every privrl run "
+        "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
+        "settings with TF1 RMSProp at the aggregator and reward -1 on a fall (the public code the "
         "paper's settings match). tuned: our improved settings (failure reward, sampled "
         "actions, biases, normalized advantages, Adam at the aggregator; see "
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
         "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). Options given "
-        "explicitly override it.",
-        case_sensitive=False)] = PresetName.paper,
+        "explicitly override it.")] = "paper",
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
@@ -80,8 +69,9 @@ def run_pgc_a3c_command(
         parser=mechanism_option(MechanismName))
     ] = MechanismName.laplace,
     epsilon: Annotated[float | None, typer.Option(
-        help="Each agent's total privacy budget ε (> 0, finite). Default 5. "
-        "Not allowed with --mechanism none.")] = None,
+        help="Each agent's total privacy budget ε over the run (> 0, finite; the protected "
+        "unit: one agent, every report it submits). Default 5. Not allowed with --mechanism "
+        "none.")] = None,
     trials: Annotated[int, typer.Option(help="Independent trials, run vectorized.")] = 1,
     submissions: Annotated[int, typer.Option(
         help="Stop after N submissions per trial (the paper's cap: 90000).")] = 90_000,
@@ -130,7 +120,7 @@ def run_pgc_a3c_command(
         help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
     env: EnvOpt = None,
     private: PrivateOpt = None,
-    target_score: Annotated[float | None, typer.Option(
+    target_return: Annotated[float | None, typer.Option(
         help="Target Θ of the FST and success ratio: the first submission n where the mean "
         "return of --score-window consecutive episodes reaches Θ (any finite number). "
         "Default 195, CartPole's: set it for another --env, e.g. -100 on Acrobot-v1.")
@@ -141,7 +131,7 @@ def run_pgc_a3c_command(
     reward: Annotated[RewardName | None, typer.Option(
         help="What the agents learn from: env (the environment's reward), step (+1 per step), "
         "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
-        "--target-score, -1 on an earlier termination). failure and goal read termination as "
+        "--target-return, -1 on an earlier termination). failure and goal read termination as "
         "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
         "use env. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: failure). "
         "The score is the true return whatever this is.", case_sensitive=False)] = None,
@@ -162,7 +152,7 @@ def run_pgc_a3c_command(
         raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for the "
                                        "non-private ε = ∞ baseline")
     config = PGCA3CConfig.from_preset(
-        preset.value,
+        preset,
         mechanism=mechanism.value,
         epsilon=5.0 if epsilon is None else epsilon,
         clip=clip,
@@ -181,7 +171,7 @@ def run_pgc_a3c_command(
         shuffle_delta=shuffle_delta,
         env=env,
         private_params=tuple(private or ()),
-        target_score=target_score,
+        target_score=target_return,
         score_window=score_window,
         reward=None if reward is None else reward.value,
     ).resolved()
@@ -220,7 +210,7 @@ def target_note(config: PGCA3CConfig) -> str | None:
     return (f"the score is the episode's return on {config.env}; the FST and success ratio "
             f"count the mean of {config.score_window} consecutive returns reaching "
             f"{config.target_score:g}"
-            + (", CartPole's target: set --target-score for this task" if default_target else "")
+            + (", CartPole's target: set --target-return for this task" if default_target else "")
             + " (docs/environments.md)")
 
 
@@ -234,9 +224,13 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console = Console()
     err = Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    mech = PGCA3C(config).mechanism
-    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}, "
-              f"{mech.guarantee.describe()}; "
+    PGCA3C(config)  # its mechanism refuses parameters it cannot release with, before any run
+    # Each agent's whole-run budget; the run's guarantee is stated with the results.
+    total = "" if math.isinf(config.epsilon) else (
+        f", each agent's total ε ≤ {config.epsilon:g}"
+        + (f" at δ = {config.delta:g}" if config.budget_composition == "optimal" else "")
+        + " over the run")
+    err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}{total}; "
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
@@ -262,7 +256,9 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     from privrl.runtime.output import new_run_dir
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c import ray as ray_runner
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
+    PGCA3C(config)  # its mechanism (a user's: imported) refuses bad parameters before the run
     console, err = Console(), Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
@@ -322,15 +318,15 @@ def replay_command(
 
 
 @reproduce_app.command("pgc-a3c")
-@flag_names(submissions="--cap", epsilons="--epsilon")
+@flag_names(cap="--submissions", epsilons="--epsilon")
 def reproduce_pgc_a3c_command(
     trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
-    cap: Annotated[int, typer.Option(help="Submissions per trial (paper: 90000).")] = 90_000,
-    preset: Annotated[PresetName, typer.Option(
+    submissions: Annotated[int, typer.Option(
+        help="Submissions per trial (paper: 90000).")] = 90_000,
+    preset: Annotated[str, typer.Option(
         help="paper (default): the paper's settings; paper-code: the paper's settings with "
         "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset; "
-        "tuned-ldp: tuned for small ε.",
-        case_sensitive=False)] = PresetName.paper,
+        "tuned-ldp: tuned for small ε.")] = "paper",
     seed: SweepSeed = 0,
     retire: Annotated[bool, typer.Option(
         help="Stop a trial once it reaches the target (its FST is known); later curves hold "
@@ -339,7 +335,8 @@ def reproduce_pgc_a3c_command(
         help="Mechanisms swept (comma-separated): laplace, prs (the paper's), privunit, "
         "privunitg.")] = "laplace,prs",
     epsilon: Annotated[str, typer.Option(
-        help="Agent budgets ε swept (comma-separated; the paper's: 1,2,5,10).")] = "1,2,5,10",
+        help="Agent budgets ε swept: each agent's total ε over the run (comma-separated; the "
+        "paper's: 1,2,5,10).")] = "1,2,5,10",
     noise: Noise = None,
     out: Out = None,
     resume: Resume = None,
@@ -364,7 +361,7 @@ def reproduce_pgc_a3c_command(
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
         raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(preset=preset.value, trials=trials, cap=cap, seed=seed, retire=retire,
+    cfg = SweepConfig(preset=preset, trials=trials, cap=submissions, seed=seed, retire=retire,
                       mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
                       epsilons=parse_numbers(epsilon, "--epsilon"),
                       noise=None if noise is None else noise.value)
@@ -441,10 +438,9 @@ def audit_pgc_a3c_command(
     epsilon: Annotated[str, typer.Option(
         help="Agent budgets ε to audit (comma-separated; one report per agent).")
     ] = "0.5,1,2,5,10",
-    preset: Annotated[PresetName, typer.Option(
+    preset: Annotated[str, typer.Option(
         help="paper (default), paper-code, tuned or tuned-ldp: the clip and network of that "
-        "preset.",
-        case_sensitive=False)] = PresetName.paper,
+        "preset.")] = "paper",
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
     ] = 20_000,
@@ -467,18 +463,18 @@ def audit_pgc_a3c_command(
     check_audit_settings(samples, confidence)
     for e in epsilons:
         positive("epsilons", e)
-        PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value,
+        PGCA3CConfig.from_preset(preset, mechanism=mechanism.value,
                                  epsilon=e).resolved().validate()
     check_out_dir(out)
     from privrl.systems.pgc_a3c.audit import audit_pgc_a3c
 
-    config = PGCA3CConfig.from_preset(preset.value, mechanism=mechanism.value, epsilon=1.0)
+    config = PGCA3CConfig.from_preset(preset, mechanism=mechanism.value, epsilon=1.0)
     execute_audit(
-        f"[bold]audit pgc-a3c[/] {mechanism.value} ({preset.value} preset): "
+        f"[bold]audit pgc-a3c[/] {mechanism.value} ({preset} preset): "
         f"ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world",
         lambda progress_fn: audit_pgc_a3c(config, epsilons, seed=seed, samples=samples,
                                           confidence=confidence, progress=progress_fn),
         f"audit-pgc-a3c-{mechanism.value}",
-        {"system": "pgc-a3c", "mechanism": mechanism.value, "preset": preset.value,
+        {"system": "pgc-a3c", "mechanism": mechanism.value, "preset": preset,
          "epsilons": list(epsilons), "samples": samples, "confidence": confidence,
          "seed": seed}, out, progress)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +28,17 @@ from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.record import (
+    CentralShuffle,
+    Facts,
+    Releases,
+    Trust,
+    headline,
+    pure_ldp,
+)
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
+from privrl.privacy.user import declared_condition
 from privrl.runtime.output import RunRecord
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
@@ -260,16 +269,6 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
 
 
 # --- what a run reports ----------------------------------------------------------------------
-def _privacy_line(cfg: PGCA3CConfig, private: bool) -> str:
-    """summary.json's one line on the guarantee, in the composition the ledger enforces."""
-    if not private:
-        return "NONE: non-private baseline (ε = ∞), no privacy guarantee"
-    if cfg.budget_composition == "basic":
-        return f"ε-LDP per agent, ε = {cfg.epsilon:g}"
-    return (f"(ε = {cfg.epsilon:g}, δ = {cfg.delta:g})-LDP per agent (optimal composition of "
-            f"{cfg.submissions_per_agent} reports of ε = {cfg.epsilon_per_report():.4g})")
-
-
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
     cfg = out.config
@@ -277,14 +276,13 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     fst = first_success_time(scores, cfg.target_score, cfg.score_window)
     curve = success_ratio_curve(fst, cfg.submissions)
     tail = max(1, cfg.submissions // 10)
-    private = out.ledger.summary()["formal_guarantee"]
     episodes = int(out.submitted.sum()) if out.program is None else out.program["episodes"]
     return {
         "algorithm": "pgc-a3c",
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
-        "privacy": _privacy_line(cfg, private),
+        "privacy": headline(privacy_facts(out)),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
@@ -309,49 +307,43 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     }
 
 
+def privacy_facts(out: RunOutput) -> Facts:
+    """What privacy.json states, as facts (privrl.privacy.record composes the prose): each
+    agent's reports over the run in the composition the ledger enforces, the other beside it,
+    one report's ε labelled per release, and the shuffle's central account."""
+    cfg = out.config
+    reports = out.ledger.summary()["reports_per_agent"]["max"]
+    noise = record_mode(cfg.noise, cfg.secure_noise)
+    if not (math.isfinite(cfg.epsilon) and reports > 0):
+        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise)
+    eps0 = cfg.epsilon_per_report()
+    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
+    claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
+                                   "all of one agent's reports",
+                                   "the ledger refuses a report beyond it", cfg.epsilon)
+    shuffled = shuffle_account(out) if cfg.shuffle else None
+    return Facts(
+        claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
+                                 f"{cfg.mechanism} mechanism", reports, eps0),
+        also=also, budget=budget,
+        shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
+        trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
+        condition=declared_condition(cfg.mechanism), noise=noise)
+
+
 def privacy_record(out: RunOutput) -> dict[str, Any]:
-    """privacy.json: the mechanism, its parameters, the ledger's per-agent composition, and
-    both compositions of an agent's reports (basic: pure ε; optimal: (ε, δ) at the config's
-    δ), saying which one the ledger enforces."""
+    """privacy.json: the composed statement, the mechanism, its parameters, the ledger's
+    per-agent composition, and both compositions of an agent's reports (basic: pure ε;
+    optimal: (ε, δ) at the config's δ), saying which one the ledger enforces."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
     eps0 = cfg.epsilon_per_report()
     composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
                 if private else None)
-
     shuffled = shuffle_account(out) if private and cfg.shuffle else None
-
-    def statement(parts: Mapping[str, Any]) -> str:
-        if not parts["formal_guarantee"]:
-            return ("NO PRIVACY GUARANTEE: non-private baseline (ε = ∞); raw gradients "
-                    "released.")
-        assert composed is not None
-        opt, basic = composed["optimal"], composed["basic"]
-        each = f"{cfg.submissions_per_agent} report(s) of ε = {eps0:g} each"
-        if cfg.budget_composition == "optimal":
-            claim = (f"Every agent's reports together satisfy (ε = {opt['epsilon']:.4g}, "
-                     f"δ = {opt['delta']:g})-LDP by the optimal composition theorem ({each}; "
-                     f"the ledger enforces the budget (ε = {cfg.epsilon:g}, δ = "
-                     f"{cfg.delta:g}) this way), and {basic['epsilon']:.4g}-LDP (pure) by "
-                     "basic composition")
-        else:
-            claim = (f"Every agent's reports together satisfy {cfg.epsilon:g}-LDP ({each}, "
-                     "basic composition; the ledger enforces this pure ε), and also (ε = "
-                     f"{opt['epsilon']:.4g}, δ = {opt['delta']:g})-LDP by the optimal "
-                     "composition theorem")
-        central = "" if shuffled is None else (
-            f" Shuffled: the aggregator receives each round's reports (at least "
-            f"{shuffled['batch_size']}) in random order without identities, so against it, "
-            f"with a trusted shuffler, an agent's reports are (ε = "
-            f"{shuffled['central_epsilon']:.4g}, δ = {shuffled['central_delta']:g})-DP "
-            "(central, amplification by shuffling; against the shuffler only the local ε holds).")
-        return (claim + "; the aggregator's updates are post-processing of the reports."
-                + central
-                + (" SIMULATION ONLY: the noise is reproducible from the seed in config.json."
-                   if record_mode(cfg.noise, cfg.secure_noise) == "seeded" else ""))
-
-    return build_privacy_record(statement, mechanism=out.mechanism, ledger=out.ledger, fields={
+    return build_privacy_record(privacy_facts(out), mechanism=out.mechanism, ledger=out.ledger,
+                                fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
         "epsilon_per_report": eps0,

@@ -1,0 +1,16 @@
+"""The value sets of the kernel's options, each written once.
+
+The library validates a config field against its set (`config.one_of`), and the command line
+derives its choices from the same tuple (`privrl.cli.value_enum`). This module imports nothing,
+so the command line can read it before JAX starts.
+"""
+
+from __future__ import annotations
+
+NOISE_MODES = ("seeded", "secret")  # where mechanism noise keys come from (privacy.noise)
+ACCOUNTANTS = ("pld", "rdp")  # how Gaussian releases compose (privacy.accounting)
+COMPOSITIONS = ("basic", "optimal")  # how a ledger composes pure ε-LDP reports (privacy.ledger)
+TOPOLOGIES = ("ring", "exponential", "random")  # directed gossip graphs (federation.topology)
+# The mechanisms `privrl audit mechanism` builds (audit.sweep.build_mechanism).
+AUDIT_MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "gaussian", "box-gaussian",
+                    "gaussian-sum", "functional", "broken-laplace")

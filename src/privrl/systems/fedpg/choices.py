@@ -1,0 +1,8 @@
+"""FedPG's option value sets, each written once: the config validates against them and the
+command line derives its choices from them (this module imports nothing: the CLI reads it
+before JAX starts)."""
+
+from __future__ import annotations
+
+ALGORITHMS = ("cen", "dec")
+MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")

@@ -1,0 +1,8 @@
+"""PGC-A3C's option value sets, each written once: the config validates against them and the
+command line derives its choices from them (this module imports nothing: the CLI reads it
+before JAX starts)."""
+
+from __future__ import annotations
+
+MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "none")
+REWARDS = ("env", "step", "failure", "goal")

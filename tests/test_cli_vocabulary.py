@@ -1,0 +1,155 @@
+"""One vocabulary across commands (issue 38): old flags are refused with their new name, and
+every `privrl ...` command written in README.md, docs/*.md and benchmarks/RESULTS.md parses
+with the real parser.
+
+Nothing here trains: the rename check runs before the app is built, and the documented
+commands are parsed with the command's `make_context`, which converts and checks every value but
+invokes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from privrl.cli import RENAMED, renamed_flag
+from privrl.main import build_app, main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md",
+        *sorted((ROOT / "docs").glob("*.md"))]
+GROUPS = ("run", "reproduce", "audit")
+
+
+@pytest.fixture(scope="module")
+def commands() -> dict[tuple[str, ...], Any]:
+    """Every (click) command of `privrl` by its path: ("run", "pgc-a3c"), ("replay",), ..."""
+    root = typer.main.get_command(build_app())
+    out: dict[tuple[str, ...], Any] = {}
+    for name, cmd in root.commands.items():  # type: ignore[attr-defined]
+        if hasattr(cmd, "commands"):
+            out.update({(name, sub): c for sub, c in cmd.commands.items()})
+        else:
+            out[(name,)] = cmd
+    return out
+
+
+def _flags(cmd: Any) -> set[str]:
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")
+            } | {"--help"}
+
+
+def test_every_renamed_flag_is_refused_naming_its_new_name(commands, capsys):
+    for path, table in RENAMED.items():
+        assert path in commands, path
+        flags = _flags(commands[path])
+        for old, new in table.items():
+            assert new in flags, f"{' '.join(path)}: {new} is not an option"
+            assert old not in flags, f"{' '.join(path)}: {old} is still an option"
+            for arg in ([old, "1"], [f"{old}=1"]):
+                assert main([*path, "--no-progress", *arg]) == 2
+                err = capsys.readouterr().err.strip().splitlines()
+                assert err == [f"privrl: error: {old} was renamed {new}"], err
+
+
+def test_a_renamed_flag_is_refused_only_on_its_own_command():
+    assert renamed_flag(["run", "dp-qlearning", "--sigma", "1"]) == \
+        "--sigma was renamed --gp-scale"
+    assert renamed_flag(["run", "dp-reinforce", "--sigma", "1"]) == \
+        "--sigma was renamed --noise-multiplier"
+    assert renamed_flag(["run", "pgc-a3c", "--trials", "2"]) is None
+    assert renamed_flag(["audit", "mechanism", "--budget", "2"]) is None
+    assert renamed_flag(["run", "fedpg-cen", "--", "--budget"]) is None
+    assert renamed_flag([]) is None
+
+
+def _documented() -> list[tuple[str, int, str, bool]]:
+    """(file, line, command, in a code block) for every `privrl <command> ...` in the docs.
+
+    Code blocks: each line (joined over trailing backslashes) from `privrl`, up to a `#`
+    comment. Prose: each inline `privrl ...` in backticks."""
+    found = []
+    for path in DOCS:
+        lines = path.read_text().splitlines()
+        fenced, i = False, 0
+        while i < len(lines):
+            line, start = lines[i], i + 1
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif fenced:
+                while line.rstrip().endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    line = line.rstrip()[:-1] + " " + lines[i].strip()
+                m = re.match(r"\s*(?:\$ )?(?:\S*/)?(privrl (?:\S+).*)", line)
+                if m:
+                    found.append((path.name, start, m.group(1).split(" #")[0].strip(), True))
+            else:
+                found += [(path.name, start, m, False)
+                          for m in re.findall(r"`(privrl [^`]+)`", line)]
+            i += 1
+    return found
+
+
+DOCUMENTED = _documented()
+PLACEHOLDER = re.compile(r"[<>\[\]|…]|\.\.\.|^[A-Z_]+$|^[A-Z]$")
+
+
+def test_the_docs_are_read():
+    assert len([d for d in DOCUMENTED if d[3]]) > 50
+    assert "privrl run pgc-a3c --mechanism laplace --epsilon 5 --trials 20" in \
+        {c for f, _, c, block in DOCUMENTED if f == "README.md" and block}
+
+
+@pytest.mark.parametrize(("where", "line", "command", "block"), DOCUMENTED,
+                         ids=[f"{f}:{n}" for f, n, _, _ in DOCUMENTED])
+def test_documented_commands_parse(where, line, command, block, commands):
+    """Every flag a documented command names exists on that command; a code-block command
+    without placeholders (<x>, [--opt], a|b, ..., C) parses as written, values included."""
+    try:
+        tokens = shlex.split(command)[1:]
+    except ValueError:
+        tokens = command.split()[1:]
+    path = tuple(tokens[:2]) if tokens[:1] and tokens[0] in GROUPS else tuple(tokens[:1])
+    if path not in commands:
+        assert block is False or len(path) < 2 or PLACEHOLDER.search(path[-1]), \
+            f"{where}:{line}: no command {' '.join(path)}"
+        return  # prose naming a group (`privrl run <name>`) or a list of commands
+    cmd, args = commands[path], tokens[len(path):]
+    flags = _flags(cmd)
+    for arg in args:
+        for name in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", arg):
+            assert name in flags, f"{where}:{line}: {' '.join(path)} has no option {name}"
+    if block and "--help" not in args and not any(PLACEHOLDER.search(a) for a in args):
+        cmd.make_context(" ".join(("privrl", *path)), list(args), resilient_parsing=False)
+
+
+def test_choice_enums_are_derived_from_the_library_value_sets():
+    """A value set is written once (a tuple the library validates against); the CLI's choices
+    come from it through `value_enum`, never from an enum class written out by hand."""
+    import ast
+
+    import privrl
+    from privrl.choices import AUDIT_MECHANISMS, NOISE_MODES
+    from privrl.systems.fedpg import cli as fedpg_cli
+    from privrl.systems.fedpg.choices import MECHANISMS
+    from privrl.systems.pgc_a3c import cli as pgc_cli
+    from privrl.systems.pgc_a3c.choices import MECHANISMS as PGC_MECHANISMS
+
+    src = Path(privrl.__file__).parent
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                assert not bases & {"StrEnum", "Enum"}, f"{path.name}: enum {node.name} by hand"
+    from privrl.audit.cli import AuditMechanism
+    from privrl.cli import NoiseMode
+
+    for enum, values in [(AuditMechanism, AUDIT_MECHANISMS), (NoiseMode, NOISE_MODES),
+                         (fedpg_cli.FedPGMechanism, MECHANISMS),
+                         (pgc_cli.MechanismName, PGC_MECHANISMS)]:
+        assert tuple(e.value for e in enum) == values
