@@ -137,7 +137,9 @@ def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
-    cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=4.0, episodes=40, seeds=1)
+    # A small network and batch; q = 16 / 1,250 is the defaults' 128 / 10,000, and so is the cap
+    cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=4.0, episodes=40, seeds=1,
+                    hidden=(8, 8), batch_size=16, buffer_size=1250)
     out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     rec = out.privacy["dpsgd"]
     assert rec["stopped_by_max_epsilon"]

@@ -72,7 +72,7 @@ def test_settings_that_differ_in_more_than_numbers_are_refused():
             Reinforce.for_settings([*configs, other])
 
 
-DQN_BASE = DQNConfig(seeds=2, episodes=12, seed=1, buffer_size=2000, batch_size=64, hidden=(32, 32),
+DQN_BASE = DQNConfig(seeds=2, episodes=12, seed=1, buffer_size=500, batch_size=16, hidden=(8, 8),
                      solve_threshold=30.0, solve_window=3)
 DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
     "dp": {"dp-sigma0": replace(DQN_BASE, dp=True),

@@ -107,6 +107,25 @@ def test_budget_composition_and_delta_reach_the_config(monkeypatch, tmp_path):
     assert (cfg.budget_composition, cfg.delta, cfg.submissions_per_agent) == ("optimal", 1e-6, 4)
 
 
+def _config_of(monkeypatch, tmp_path: Path, *extra: str):
+    """The config `privrl run pgc-a3c EXTRA` would run, captured where the run would start (the
+    tests of writing it to config.json run the command whole)."""
+    import typer
+
+    seen = []
+
+    def capture(config, *args, **kwargs):
+        seen.append(config)
+        raise typer.Exit(0)
+
+    with monkeypatch.context() as m:
+        m.setattr(local, "run_pgc_a3c", capture)
+        assert cli.main(["run", "pgc-a3c", "--out", str(tmp_path / ("".join(extra) or "default")),
+                         "--no-progress", *extra]) == 0
+    (config,) = seen
+    return config
+
+
 def _run(tmp_path: Path, name: str, *extra: str) -> Path:
     out = tmp_path / name
     args = ["run", "pgc-a3c", "--trials", "2", "--submissions", "50", "--out", str(out),
@@ -231,7 +250,7 @@ def test_default_out_never_overwrites(tmp_path, monkeypatch):
     assert len(runs) == 2 and len(set(runs)) == 2
 
 
-def test_tuned_preset_from_cli(tmp_path):
+def test_tuned_preset_from_cli(tmp_path, monkeypatch):
     out = _run(tmp_path, "tuned", "--preset", "tuned", "--mechanism", "prs", "--epsilon", "5")
     config = json.loads((out / "config.json").read_text())["config"]
     assert config["preset"] == "tuned" and config["server_optimizer"] == "adam"
@@ -239,11 +258,10 @@ def test_tuned_preset_from_cli(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["preset"] == "tuned" and summary["epsilon"] == 5.0
     # Explicit options override the preset.
-    over = _run(tmp_path, "over", "--preset", "tuned", "--buffer", "3")
-    assert json.loads((over / "config.json").read_text())["config"]["buffer_size"] == 3
+    assert _config_of(monkeypatch, tmp_path, "--preset", "tuned", "--buffer", "3").buffer_size == 3
 
 
-def test_tuned_ldp_preset_from_cli(tmp_path):
+def test_tuned_ldp_preset_from_cli(tmp_path, monkeypatch):
     """tuned-ldp is tuned with its own P, network and per-mechanism (clip, |B|); an explicit
     --parallel-agents still wins over the preset's."""
     out = _run(tmp_path, "ldp", "--preset", "tuned-ldp", "--mechanism", "privunit",
@@ -252,10 +270,9 @@ def test_tuned_ldp_preset_from_cli(tmp_path):
     assert config["server_optimizer"] == "adam" and config["reward"] == "failure"
     assert (config["parallel_agents"], config["hidden"]) == (3, 16)
     assert (config["buffer_size"], config["clip"]) == (1, 0.05)
-    over = _run(tmp_path, "ldp-p", "--preset", "tuned-ldp", "--parallel-agents", "9")
-    assert json.loads((over / "config.json").read_text())["config"]["parallel_agents"] == 9
-    paper = _run(tmp_path, "paper-p")  # the paper preset keeps P = 9
-    assert json.loads((paper / "config.json").read_text())["config"]["parallel_agents"] == 9
+    over = _config_of(monkeypatch, tmp_path, "--preset", "tuned-ldp", "--parallel-agents", "9")
+    assert over.parallel_agents == 9
+    assert _config_of(monkeypatch, tmp_path).parallel_agents == 9  # the paper preset keeps P = 9
 
 
 def test_compilation_cache_location(monkeypatch, tmp_path):
