@@ -42,12 +42,18 @@ run: $(VENV)/.installed
 # grouped); test-fast leaves out the tests marked slow (long learning and end-to-end runs).
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
 
-# The Ray tests run last and alone: their actors are processes of their own, and beside a second
-# xdist worker they compete for the 2 cores and run much slower. The second stage collects only
-# the Ray test files (tests/conftest.py marks every test in them `ray`).
+# The Ray tests (tests/conftest.py marks every test in their files `ray`) run in a pytest of
+# their own, beside the rest: their actors are processes of their own and spend much of their
+# time starting, waiting and restarting, which the other stage fills. Their output follows the
+# rest's; either failing fails the target.
+RAY_LOG := .pytest-ray.log
 test: $(VENV)/.installed-dev
-	$(PYTEST) -m "not ray"
-	$(BIN)/python -m pytest -q -m ray tests/systems/*/test_ray.py
+	rm -f $(RAY_LOG) $(RAY_LOG).rc; \
+	( $(BIN)/python -m pytest -q -m ray tests/systems/*/test_ray.py > $(RAY_LOG) 2>&1; \
+	  echo $$? > $(RAY_LOG).rc ) & \
+	$(PYTEST) -m "not ray"; rest=$$?; wait; \
+	cat $(RAY_LOG); ray=$$(cat $(RAY_LOG).rc); rm -f $(RAY_LOG) $(RAY_LOG).rc; \
+	test $$rest -eq 0 && test $$ray -eq 0
 
 test-fast: $(VENV)/.installed-dev
 	$(PYTEST) -m "not slow"
