@@ -16,8 +16,8 @@ DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "frl-text2actio
 @pytest.mark.skipif(not (DATA / "win2k.json.gz").is_file(), reason="Text2Action data not here")
 def test_short_fedrl_training_beats_select_nothing_and_every_verb():
     corpus = t2a.load_corpus(DATA, "win2k")
-    # fold 0 only, texts cut at 64 words, 3 epochs of 250 updates (16 texts stepped together)
-    cfg = text_config("cpu", mode="fedrl", corpus="win2k", max_words=64, epochs=3,
+    # fold 0 only, texts cut at 64 words, 2 epochs of 250 updates (16 texts stepped together)
+    cfg = text_config("cpu", mode="fedrl", corpus="win2k", max_words=64, epochs=2,
                       steps_per_epoch=250, w2v_epochs=5)
     data = fold_data(cfg, corpus, 0)
     ref = baselines(corpus, data, cfg.reward_spec())
