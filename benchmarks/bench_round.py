@@ -67,7 +67,8 @@ def main() -> None:
         for dev in args.devices:
             if dev > trials:
                 continue
-            group = None if args.group is None else min(args.group[n], trials)
+            group = (trial_group(trials, dev, cfg.trial_block) if args.group is None
+                     else min(args.group[n], trials))
             runner = ShardedTrials(algo, trials, rounds, dev, group)
             states = [runner.init(jax.random.key(w)) for w in range(waves)]
             t0 = time.perf_counter()
@@ -79,8 +80,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 total_steps = total_episodes = 0
                 for w in range(waves):
-                    states[w], scores = runner.run_chunk(states[w])
-                    scores = np.asarray(scores)[:trials]
+                    states[w], scores = runner.run_chunk(states[w])  # (trials, ...) on host
                     total_steps += int(scores.sum())
                     total_episodes += scores.size
                 times.append(time.perf_counter() - t0)
@@ -88,8 +88,7 @@ def main() -> None:
                 episodes.append(total_episodes)
             i = int(np.argsort(times)[len(times) // 2])
             med = statistics.median(times)
-            block = group or trial_group(trials, dev)
-            print(f"| {trials * 9 * waves:,} | {dev} | {block:,} | {waves} | {rounds} | "
+            print(f"| {trials * 9 * waves:,} | {dev} | {group:,} | {waves} | {rounds} | "
                   f"{first:.1f} s | {episodes[i] / med:,.0f} | "
                   f"{steps[i] / med:,.0f} | {steps[i] / episodes[i]:.1f} |", flush=True)
 
