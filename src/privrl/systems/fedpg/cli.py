@@ -70,8 +70,7 @@ def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
     release) is split over the most rounds the episode budget allows (`per_release_epsilon`)
     and, with `enforce_total`, the ledger enforces the total as `epsilon_budget`."""
     from privrl.config import ConfigError
-    from privrl.privacy.user import is_user_mechanism
-    from privrl.systems.fedpg.algorithm import PURE_MECHANISMS, FedPGConfig
+    from privrl.systems.fedpg.config import FedPGConfig, is_pure_mechanism
 
     eps = options.get("epsilon")
     for flag, value in (("--epsilon", eps), ("--epsilon-per-report", epsilon_per_report)):
@@ -80,8 +79,7 @@ def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
     if eps is not None and options.get("noise_multiplier") is not None:
         raise ConfigError("--noise-multiplier", "give either --epsilon (σ is calibrated) or "
                                                 "--noise-multiplier, not both")
-    mechanism = str(options.get("mechanism"))
-    pure = mechanism in PURE_MECHANISMS or is_user_mechanism(mechanism)  # ε per release
+    pure = is_pure_mechanism(str(options.get("mechanism")))  # ε per release
     if epsilon_per_report is not None:
         if not pure:
             raise ConfigError("--epsilon-per-report", "only laplace, privunit and privunitg "

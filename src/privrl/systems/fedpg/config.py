@@ -47,6 +47,11 @@ OPTIMIZERS = ("adam", "sgd")
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 
 
+def is_pure_mechanism(mechanism: str) -> bool:
+    """A pure ε-LDP mechanism, ε per release: laplace, privunit, privunitg or a user's own
+    (privrl.privacy.user, asked for that ε with δ = 0)."""
+    return mechanism in PURE_MECHANISMS or is_user_mechanism(mechanism)
+
 @dataclass(frozen=True)
 class FedPGConfig(Config):
     """Every hyperparameter of a FedPG run; defaults: FedPG-BR's CartPole-v1 setting.
@@ -171,9 +176,8 @@ class FedPGConfig(Config):
 
     @property
     def pure_mechanism(self) -> bool:
-        """A pure ε-LDP mechanism, ε per release: laplace, privunit, privunitg or a user's own
-        (privrl.privacy.user, asked for that ε with δ = 0)."""
-        return self.mechanism in PURE_MECHANISMS or is_user_mechanism(self.mechanism)
+        """`is_pure_mechanism` of this config's mechanism."""
+        return is_pure_mechanism(self.mechanism)
 
     def _check_choices(self) -> None:
         """Each field that names one of a fixed set, and float-safe noise's family."""
