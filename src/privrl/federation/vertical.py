@@ -18,12 +18,15 @@ with sender "env". Nothing else: no observation, local parameter or (for β) rew
 
 The parties' methods are pure JAX functions of (their own state, their own observations, the
 messages they received), so a whole training step can be jitted and vmapped; under `jit` the
-channel logs each message once per trace with its shape (its value is abstract). Each party
+channel logs each message once per trace with its shape (its value is abstract), unless the step
+is compiled by `Channel.recorded`, which logs every message with the value the compiled step
+sent, each time it runs. Each party
 updates its own Q-network and θ_g with the other's released output held constant (eq. 4-7).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -65,16 +68,49 @@ class Channel:
 
     log: list[Message] = field(default_factory=list)
     keep_values: bool = True
+    # While `recorded` traces a step: the messages it sends, their payloads still traced.
+    _tracing: list[tuple[str, str, str, Any]] | None = field(default=None, repr=False)
 
     def send(self, sender: str, receiver: str, kind: str, payload: Any) -> Any:
         if kind not in ALLOWED.get((sender, receiver), set()):
             raise ProtocolError(f"{sender} may not send {kind!r} to {receiver}")
+        if self._tracing is not None:
+            self._tracing.append((sender, receiver, kind, payload))
+            return payload
         leaves = jax.tree_util.tree_leaves(payload)
         concrete = not any(isinstance(x, jax.core.Tracer) for x in leaves)
         shape = tuple(getattr(leaves[0], "shape", ())) if leaves else ()
         value = payload if (concrete and self.keep_values) else None
         self.log.append(Message(sender, receiver, kind, shape, value))
         return payload
+
+    def recorded(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        """`step` compiled once, its messages logged as it runs, each with the value it sent:
+        the log an eager run keeps (`keep_values`), at a compiled run's speed. The sent values
+        are outputs of the compiled program, so `step` must send at its own level, not inside a
+        `scan`, `vmap` or `cond` of its own (JAX refuses to return such a value)."""
+        sent: list[tuple[str, str, str]] = []
+
+        def traced(*args: Any) -> tuple[Any, list[Any]]:
+            self._tracing = messages = []
+            try:
+                out = step(*args)
+            finally:
+                self._tracing = None
+            sent[:] = [m[:3] for m in messages]
+            return out, [m[3] for m in messages]
+
+        compiled = jax.jit(traced)
+
+        def run(*args: Any) -> Any:
+            out, values = compiled(*args)
+            for (sender, receiver, kind), value in zip(sent, values, strict=True):
+                leaves = jax.tree_util.tree_leaves(value)
+                shape = tuple(getattr(leaves[0], "shape", ())) if leaves else ()
+                self.log.append(Message(sender, receiver, kind, shape, value))
+            return out
+
+        return run
 
     def kinds(self, receiver: str) -> set[str]:
         return {m.kind for m in self.log if m.receiver == receiver}

@@ -39,6 +39,7 @@ from typing import Any
 import dp_accounting
 import numpy as np
 from dp_accounting.pld import PLDAccountant
+from dp_accounting.pld import privacy_loss_distribution as PLD
 from dp_accounting.rdp import RdpAccountant
 from scipy import special
 from scipy.special import logsumexp
@@ -144,11 +145,39 @@ class PrivacyEvent:
         }
 
 
+@functools.lru_cache(maxsize=64)
+def _subsampled_gaussian_pld(noise_multiplier: float, q: float, relation: Any) -> Any:
+    """One Poisson-subsampled Gaussian release's PLD, exactly as PLDAccountant builds it."""
+    return PLD.from_gaussian_mechanism(
+        standard_deviation=noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION,
+        sampling_prob=q, neighboring_relation=relation)
+
+
+class _PLDAccountant(PLDAccountant):
+    """dp-accounting's PLDAccountant, with each Poisson-subsampled Gaussian release's PLD built
+    once and self-composed for every count asked: the same operations on the same numbers (the
+    same ε to the bit), but the searches over counts and noise (`max_count`, calibration),
+    which compose one release at a dozen counts, no longer rebuild it each time (building it
+    is most of a PLD account's time)."""
+
+    def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
+                       do_compose: bool) -> Any:
+        if (do_compose and isinstance(event, dp_accounting.PoissonSampledDpEvent)
+                and isinstance(event.event, dp_accounting.GaussianDpEvent)
+                and event.sampling_probability > 0 and event.event.noise_multiplier > 0):
+            release = _subsampled_gaussian_pld(event.event.noise_multiplier,
+                                               event.sampling_probability,
+                                               self.neighboring_relation)
+            self._pld = self._pld.compose(release.self_compose(count))
+            return None
+        return super()._maybe_compose(event, count, do_compose)
+
+
 def _fresh(kind: str) -> dp_accounting.PrivacyAccountant:
     if kind == "rdp":
         return RdpAccountant()
     if kind == "pld":
-        return PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+        return _PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
     raise ValueError(f"unknown accountant {kind!r}; choose one of {ACCOUNTANTS}")
 
 

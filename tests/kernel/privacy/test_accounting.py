@@ -51,6 +51,21 @@ def test_accountant_empty_is_zero_and_epsilon_grows_with_count() -> None:
     assert acc.events == []  # epsilon_if records nothing
 
 
+def test_pld_account_is_dp_accountings_pld_accountant_to_the_bit() -> None:
+    """privrl builds a subsampled Gaussian release's PLD once and self-composes it per count;
+    the ε must be the one dp-accounting's own PLDAccountant gives, alone and beside others."""
+    from dp_accounting.pld import PLDAccountant
+
+    laplace = PrivacyEvent("laplace", 3.0, "none", 1.0)
+    for accounts in ([(POISSON, 700)], [(POISSON, 30)], [(POISSON, 30), (laplace, 2)]):
+        theirs = PLDAccountant(value_discretization_interval=1e-4)
+        ours = Accountant("pld")
+        for event, count in accounts:
+            theirs.compose(event.to_dp_event(), count)
+            ours.compose(event, count)
+        assert ours.epsilon(1e-5) == theirs.get_epsilon(1e-5)
+
+
 def test_max_count_is_the_exact_boundary() -> None:
     acc = Accountant()
     acc.compose(POISSON, 50)

@@ -137,16 +137,17 @@ def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_max_epsilon_stops_training_and_keeps_results(tmp_path: Path) -> None:
-    # A small network and batch; q = 16 / 1,250 is the defaults' 128 / 10,000, and so is the cap
-    cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=4.0, episodes=40, seeds=1,
+    # A small network and batch; q = 16 / 1,250 is the defaults' 128 / 10,000; a cap of 2
+    # stops it after a few dozen updates
+    cfg = DQNConfig(dp=True, noise_multiplier=0.7, max_epsilon=2.0, episodes=15, seeds=1,
                     hidden=(8, 8), batch_size=16, buffer_size=1250)
     out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     rec = out.privacy["dpsgd"]
     assert rec["stopped_by_max_epsilon"]
-    assert 0 < int(out.updates[0]) == out.update_cap < 40 * 500
-    assert rec["epsilon"] <= 4.0
+    assert 0 < int(out.updates[0]) == out.update_cap < 15 * 500
+    assert rec["epsilon"] <= 2.0
     acc = DQN(cfg).config.accountant_for(out.update_cap + 1)
-    assert acc.epsilon(cfg.delta) > 4.0  # one more update would have exceeded it
+    assert acc.epsilon(cfg.delta) > 2.0  # one more update would have exceeded it
 
 
 def test_target_epsilon_calibrates_reinforce() -> None:
@@ -269,10 +270,10 @@ def test_dp_sgd_preset_averages_over_the_stored_transitions() -> None:
     obs = jax.random.normal(jax.random.key(1), (10_000, 4)) * 0.1
     replay = s.replay._replace(obs=obs, next_obs=obs[::-1], size=jnp.int32(2_500))
     key = jax.random.key(2)
-    g_paper = a.gradient(s.theta, s.target, replay, key)
-    g_ours = b.gradient(s.theta, s.target, replay, key)
+    g_paper = jax.jit(a.gradient)(s.theta, s.target, replay, key)  # one program, not 116 ops
+    g_ours = jax.jit(b.gradient)(s.theta, s.target, replay, key)
     np.testing.assert_allclose(g_ours, g_paper * 4.0, rtol=1e-5, atol=1e-7)
-    assert ours.accountant_for(20_000).epsilon(1e-5) == paper.accountant_for(20_000).epsilon(1e-5)
+    assert ours.accountant_for(2_000).epsilon(1e-5) == paper.accountant_for(2_000).epsilon(1e-5)
     with pytest.raises(ConfigError, match=r"^learning_starts: "):
         DQNConfig(learning_starts=64).resolved()
 

@@ -19,15 +19,16 @@ from privrl.systems.fedrl.baselines import BaselineConfig, make_baseline
 TINY = dict(num_envs=2, batch_size=4, buffer_size=64, updates_per_epoch=3, generated_maps=20)
 
 
-def _eager_run(steps=4, **kw):
-    """A few FedRL steps without jit: the channel keeps every message's concrete value."""
-    channel = Channel(keep_values=True)
+def _recorded_run(steps=4, **kw):
+    """A few FedRL steps, compiled by `Channel.recorded`: the log has every message's value."""
+    channel = Channel()
     algo = FedRL(FedRLConfig(**{**TINY, **kw}), channel)
     maps = gw.generate_maps(20, 8, seed=0)
-    s = algo.init(jax.random.key(0), maps)
+    s = channel.recorded(algo.init)(jax.random.key(0), maps)
     states = [s]
+    step = channel.recorded(algo.train_step)
     for _ in range(steps):
-        s = algo.train_step(s, maps)
+        s = step(s, maps)
         states.append(s)
     return algo, channel, states
 
@@ -47,12 +48,12 @@ def _contains(haystack, needle):
 
 
 @pytest.fixture(scope="module")
-def eager():
-    return _eager_run()
+def recorded():
+    return _recorded_run()
 
 
-def test_beta_never_receives_a_reward(eager):
-    _, channel, states = eager
+def test_beta_never_receives_a_reward(recorded):
+    _, channel, states = recorded
     to_beta = [m for m in channel.log if m.receiver == "beta"]
     assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
                                          "C_alpha"}
@@ -72,8 +73,8 @@ def test_beta_never_receives_a_reward(eager):
     assert "reward" not in states[-1].beta.memory._fields
 
 
-def test_no_party_receives_the_others_observations_or_parameters(eager):
-    algo, channel, states = eager
+def test_no_party_receives_the_others_observations_or_parameters(recorded):
+    algo, channel, states = recorded
     obs = {p: _arrays(m for m in channel.log if m.sender == "env" and m.receiver == p
                       and m.kind == "obs") for p in ("alpha", "beta")}
     thetas = {"alpha": [np.asarray(s.alpha.theta) for s in states],
@@ -95,8 +96,8 @@ def test_no_party_receives_the_others_observations_or_parameters(eager):
     assert not any(isinstance(v, AlphaParty) for v in vars(algo.beta).values())
 
 
-def test_released_q_outputs_are_noisy_and_shared_theta_g_agrees(eager):
-    algo, channel, states = eager
+def test_released_q_outputs_are_noisy_and_shared_theta_g_agrees(recorded):
+    algo, channel, states = recorded
     # the last exchange's C_alpha: α's Q on the batch rows, plus N(0, 1) noise (not raw)
     ids = [np.asarray(m.value) for m in channel.log if m.kind == "batch_ids"][-1]
     c_alpha = [np.asarray(m.value) for m in channel.log if m.kind == "C_alpha"][-1]
@@ -133,7 +134,7 @@ def test_jitted_training_logs_the_same_protocol():
 
 
 def test_target_networks_are_updated():
-    _, _, states = _eager_run(steps=4, target_period=2)
+    _, _, states = _recorded_run(steps=4, target_period=2)
     sa0, sa2, sa3 = states[0].alpha, states[2].alpha, states[3].alpha
     assert not np.array_equal(sa2.target, sa0.target)
     np.testing.assert_array_equal(sa2.target, sa2.theta)
@@ -228,7 +229,7 @@ def test_bad_options_fail_before_compute():
 
 
 
-def test_secure_q_output_noise_is_differentiable_and_on_the_grid(eager):
+def test_secure_q_output_noise_is_differentiable_and_on_the_grid(recorded):
     """Float-safe Q outputs (bounded mode): a released vector lies on the secure grid, and its
     derivative in the party's parameters is the float mechanism's (that of the clipped Q: the
     noise does not depend on them), so the parties' training steps work unchanged; the record
@@ -237,7 +238,7 @@ def test_secure_q_output_noise_is_differentiable_and_on_the_grid(eager):
 
     algo = FedRL(FedRLConfig(**TINY, bounded=2.0, secure_noise=True, accountant="rdp"))
     mech = algo.mechanism
-    s = eager[2][-1]  # the parties' states after a few (float-noise) steps
+    s = recorded[2][-1]  # the parties' states after a few (float-noise) steps
     obs = s.env.obs_alpha
     gamma = float(secure.gaussian_grid(mech.std, mech.clip)[0])
     c = np.asarray(jax.jit(lambda sb, o: algo.beta.release_q(sb, o)[1])(s.beta, s.env.obs_beta),

@@ -196,22 +196,23 @@ def test_expert_tags_collect_the_full_reward(corpus):
 
 
 @pytest.fixture(scope="module")
-def eager(corpus):
-    """A few FedRL steps without jit: the channel keeps every message's concrete value."""
-    channel = Channel(keep_values=True)
+def recorded(corpus):
+    """A few FedRL steps, compiled by `Channel.recorded`: the log has every message's value."""
+    channel = Channel()
     texts = _texts(corpus)
     cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
                       hidden=8, pos_dim=4, tag_dim=2, word_dim=4)
     algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]), channel)
-    s = algo.init(jax.random.key(0), texts)
+    s = channel.recorded(algo.init)(jax.random.key(0), texts)
+    step = channel.recorded(algo.train_step)
     for _ in range(3):
-        s = algo.train_step(s, texts)
+        s = step(s, texts)
     rewards = [np.asarray(m.value) for m in channel.log if m.kind == "reward"]
     return algo, channel, s, texts, rewards
 
 
-def test_beta_never_receives_a_reward(eager):
-    algo, channel, state, texts, rewards = eager
+def test_beta_never_receives_a_reward(recorded):
+    algo, channel, state, texts, rewards = recorded
     assert rewards and all(m.receiver == "alpha" for m in channel.log if m.kind == "reward")
     to_beta = [m for m in channel.log if m.receiver == "beta"]
     assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
@@ -232,8 +233,8 @@ def test_beta_never_receives_a_reward(eager):
         ("beta", "alpha", "C_beta")}
 
 
-def test_paper_mode_privacy_record_states_no_epsilon(eager):
-    algo = eager[0]
+def test_paper_mode_privacy_record_states_no_epsilon(recorded):
+    algo = recorded[0]
     rec = algo.privacy_record(10, 2, 30, 40)
     assert rec["formal_guarantee"] is False and rec["epsilon"] == "none"
     assert "NO formal ε" in rec["statement"]
@@ -243,12 +244,12 @@ def test_paper_mode_privacy_record_states_no_epsilon(eager):
                                "alpha": 10 * 4 + (2 * 30 + 40) * 8}
 
 
-def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(eager):
+def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(recorded):
     """Seeded records say SIMULATION ONLY; a party's secret root (in its own state) changes its
     released noise, not its Q; baselines, which release nothing, refuse secret keys."""
     from privrl.federation.vertical import with_secret_roots
 
-    algo, _, state, texts, _ = eager
+    algo, _, state, texts, _ = recorded
     seeded = replace(algo.config, bounded=2.0)
     rec = FedRLText(seeded, algo.features).privacy_record(10, 2, 30, 40)
     assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
@@ -276,11 +277,12 @@ def test_fedrl_target_rule(corpus, targets):
     texts = _texts(corpus)
     cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
                       hidden=8, pos_dim=4, tag_dim=2, word_dim=4, target_period=2,
-                      targets=targets)  # the shapes of `eager`: its compiled ops are reused
+                      targets=targets)
     algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
-    s0 = s = algo.init(jax.random.key(0), texts)
-    for _ in range(4):  # eager steps: cheaper here than compiling a scan
-        s = algo.train_step(s, texts)
+    s0 = s = jax.jit(algo.init)(jax.random.key(0), texts)
+    step = jax.jit(algo.train_step)
+    for _ in range(4):
+        s = step(s, texts)
     pairs = {"alpha": (s.alpha.target, s.alpha.theta, s0.alpha.target),
              "beta": (s.beta.target, s.beta.theta, s0.beta.target),
              "theta_g": (s.alpha.target_g, s.alpha.theta_g, s0.alpha.target_g)}
@@ -293,9 +295,10 @@ def test_fedrl_target_rule(corpus, targets):
     from privrl.systems.fedrl_text.algorithm import make_learner
 
     dqn = make_learner(replace(cfg, mode="dqn-alpha"), algo.features)
-    d0 = d = dqn.init(jax.random.key(0), texts)
+    d0 = d = jax.jit(dqn.init)(jax.random.key(0), texts)
+    step = jax.jit(dqn.train_step)
     for _ in range(4):
-        d = dqn.train_step(d, texts)
+        d = step(d, texts)
     expected = d.theta if targets == "copy" else d0.target
     assert np.array_equal(np.asarray(d.target), np.asarray(expected))
 
