@@ -69,7 +69,8 @@ def test_a2c_gradient_matches_finite_differences(terminated):
                       jnp.asarray(mask, jnp.float32), jnp.asarray(final_obs, jnp.float32),
                       jnp.asarray(terminated), jnp.int32(t_len),
                       rewards=jnp.asarray(rewards, jnp.float32))
-    grad = np.asarray(jax.grad(algo.episode_loss)(jnp.asarray(theta, jnp.float32), traj))
+    grad = np.asarray(jax.jit(jax.grad(algo.episode_loss))(jnp.asarray(theta, jnp.float32),
+                                                           traj))
 
     # θ as float64 parameter dicts (same leaf order as the flat vector).
     leaves, treedef = jax.tree_util.tree_flatten(algo.model.unravel(jnp.zeros(algo.dim)))

@@ -69,9 +69,10 @@ def test_right_end_conditions_on_the_last_point_not_the_first():
 def test_jax_store_conditional_law_equals_dense_gp_conditioning(seed):
     rng = np.random.default_rng(seed)
     state = gp_noise_init(64, 2)
+    query = jax.jit(gp_noise_query)  # one program, not a hundred eager ops
     for k in range(3):  # three batches, so points are merged into an existing store
         pts = jnp.asarray(rng.uniform(0.0, 3.0, 7), jnp.float32)
-        state, _ = gp_noise_query(state, jax.random.key(10 * seed + k), pts, 0.8)
+        state, _ = query(state, jax.random.key(10 * seed + k), pts, 0.8)
     n = int(state.count)
     assert n == 21 and not bool(state.overflow)
     xs = np.asarray(state.xs[:n], np.float64)
@@ -90,20 +91,21 @@ def test_same_state_same_value_until_reset_jax():
     state = gp_noise_init(16, 2)
     batch = jnp.array([0.3, 0.7, 0.3, 1.0, 1.0, 0.2], jnp.float32)
     valid = jnp.array([True, True, True, True, True, False])
-    state, v1 = gp_noise_query(state, jax.random.key(0), batch, 1.0, valid)
+    query = jax.jit(gp_noise_query)
+    state, v1 = query(state, jax.random.key(0), batch, 1.0, valid)
     assert int(state.count) == 3  # 0.3, 0.7, 1.0; the invalid 0.2 is not stored
     np.testing.assert_array_equal(v1[0], v1[2])
     np.testing.assert_array_equal(v1[3], v1[4])
     np.testing.assert_array_equal(v1[5], 0.0)
-    state, v2 = gp_noise_query(state, jax.random.key(1),
-                               jnp.array([1.0, 0.5, 0.7, 0.3], jnp.float32), 1.0)
+    state, v2 = query(state, jax.random.key(1), jnp.array([1.0, 0.5, 0.7, 0.3], jnp.float32),
+                      1.0)
     np.testing.assert_array_equal(v2[0], v1[3])
     np.testing.assert_array_equal(v2[2], v1[1])
     np.testing.assert_array_equal(v2[3], v1[0])
     assert int(state.count) == 4
     fresh = gp_noise_reset(state)
     assert int(fresh.count) == 0
-    _, v3 = gp_noise_query(fresh, jax.random.key(2), batch[:2], 1.0)
+    _, v3 = query(fresh, jax.random.key(2), batch[:2], 1.0)
     assert not np.allclose(v3, v1[:2])
 
 

@@ -58,13 +58,14 @@ def test_ghost_clipping_equals_per_example_clipping_and_is_per_example() -> None
     def losses(q: jax.Array) -> jax.Array:
         return huber(jnp.take_along_axis(q, actions[:, None], 1)[:, 0] - y)
 
-    got, norms = clipped_grad_sum(model.unravel(theta), x, losses, 0.5, rows)
+    clipped = jax.jit(clipped_grad_sum, static_argnums=(2, 3))  # one program, not 121 ops
+    got, norms = clipped(model.unravel(theta), x, losses, 0.5, rows)
     ref, per_example = _per_example_reference(model, theta, x, actions, y, 0.5, rows)
     np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(norms, jnp.linalg.norm(per_example, axis=1), rtol=1e-4)
     # Removing the huge example changes the sum by exactly its clipped gradient (norm 0.5):
     # the others are unaffected by it.
-    without, _ = clipped_grad_sum(model.unravel(theta), x, losses, 0.5, rows.at[3].set(0.0))
+    without, _ = clipped(model.unravel(theta), x, losses, 0.5, rows.at[3].set(0.0))
     assert float(jnp.linalg.norm(got - without)) == pytest.approx(0.5, rel=1e-4)
     assert float(norms[3]) > 100.0
 
@@ -485,8 +486,8 @@ def test_double_dqn_targets_choose_by_online_value_by_target() -> None:
     obs = jax.random.normal(jax.random.key(1), (32, 4))
     replay = s.replay._replace(obs=obs, next_obs=obs[::-1], size=jnp.int32(32))
     target_net = s.theta * 0.5
-    g_a = a.gradient(s.theta, target_net, replay, jax.random.key(2))
-    g_b = b.gradient(s.theta, target_net, replay, jax.random.key(2))
+    g_a = jax.jit(a.gradient)(s.theta, target_net, replay, jax.random.key(2))
+    g_b = jax.jit(b.gradient)(s.theta, target_net, replay, jax.random.key(2))
     assert not np.allclose(g_a, g_b)
 
 

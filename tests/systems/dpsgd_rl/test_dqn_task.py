@@ -57,8 +57,8 @@ def test_user_q_network_clipped_per_transition_like_the_dense_path(walk) -> None
     state, _ = jax.jit(dense.episode)(dense.init(jax.random.key(1)))
     theta = dense.model.init(jax.random.key(2))
     key = jax.random.key(3)
-    g_dense = dense.gradient(theta, state.target, state.replay, key)
-    g_user = user.gradient(theta, state.target, state.replay, key)
+    g_dense = jax.jit(dense.gradient)(theta, state.target, state.replay, key)
+    g_user = jax.jit(user.gradient)(theta, state.target, state.replay, key)
     assert float(jnp.linalg.norm(g_dense)) > 1e-4
     np.testing.assert_allclose(np.asarray(g_user), np.asarray(g_dense), rtol=1e-4, atol=1e-7)
 

@@ -85,7 +85,7 @@ def test_pg_surrogate_gradient_is_the_score_function_sum():
 def test_scsg_direction_is_mu_when_theta_n_is_theta_0(cen, episodes):
     """At n = 0 (θ_n = θ₀) ω = 1, the correction cancels and v = μ: a plain PG step."""
     thetas, ep = episodes
-    adv = cen.advantages(ep)
+    adv = jax.jit(cen.advantages)(ep)
     mu = jax.random.normal(jax.random.key(9), (cen.dim,))
     direction = jax.jit(cen.scsg_direction)
     v = direction(thetas[0], thetas[0], mu, ep.obs[0], ep.actions[0], adv[0],
@@ -115,10 +115,10 @@ def test_scsg_with_no_correction_steps_is_plain_policy_gradient(cen, episodes):
 def test_gradient_estimate_ignores_unplayed_episodes(cen, episodes):
     thetas, ep = episodes
     assert int(ep.length[1, 3]) == 0 and float(ep.mask[1, 3].sum()) == 0
-    mu = cen.gradients(thetas, ep)
-    adv = cen.advantages(ep)
-    alone = cen.batch_gradient(thetas[1], ep.obs[1, :3], ep.actions[1, :3], adv[1, :3],
-                               ep.mask[1, :3], ep.live[1, :3])
+    mu = jax.jit(cen.gradients)(thetas, ep)
+    adv = jax.jit(cen.advantages)(ep)
+    alone = jax.jit(cen.batch_gradient)(thetas[1], ep.obs[1, :3], ep.actions[1, :3],
+                                        adv[1, :3], ep.mask[1, :3], ep.live[1, :3])
     np.testing.assert_allclose(mu[1], alone, rtol=1e-5, atol=1e-6)
 
 
