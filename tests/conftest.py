@@ -12,6 +12,8 @@
   fixture is computed once, and the Ray tests share one worker and its Ray cluster (a custom
   xdist scheduler: see `pytest_xdist_make_scheduler`);
 - the long tests are sent out first so that no worker is left with one at the end;
+- the garbage collector leaves alone what exists once the tests are collected, and runs less
+  often (`pytest_collection_finish`);
 - the tests compiled without optimizations also compile without XLA's newer MLIR fusion
   emitters (`xla_cpu_use_fusion_emitters=false`, per compilation: `_fast_unoptimized_compiles`):
   the older emitters compile faster, and compiling is what those tests spend their time on.
@@ -99,6 +101,19 @@ def _fast_unoptimized_compiles() -> None:
         return original(*args, env_options_overrides=env_options_overrides, **kwargs)
 
     compiler.get_compile_options = get_compile_options
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Python's cyclic garbage collector, tuned for this suite: JAX's tracing and lowering
+    allocate container objects by the million, and each full collection walked every object
+    the process holds (every imported module, every collected test). The objects that exist
+    once the tests are collected are frozen (never scanned again), and collections run less
+    often; everything still gets collected. (Measured in benchmarks/RESULTS.md.)"""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 50)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
