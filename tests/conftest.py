@@ -104,16 +104,11 @@ def _fast_unoptimized_compiles() -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Python's cyclic garbage collector, tuned for this suite: JAX's tracing and lowering
-    allocate container objects by the million, and each full collection walked every object
-    the process holds (every imported module, every collected test). The objects that exist
-    once the tests are collected are frozen (never scanned again), and collections run less
-    often; everything still gets collected. (Measured in benchmarks/RESULTS.md.)"""
-    import gc
+    """The garbage collector tuned as the `privrl` command tunes it, once every test module
+    (and so privrl and JAX) is imported: `tune_garbage_collector` says why."""
+    from privrl.runtime.devices import tune_garbage_collector
 
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 50)
+    tune_garbage_collector()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

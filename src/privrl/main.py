@@ -16,7 +16,11 @@ from privrl.audit.cli import audit_apps
 from privrl.cli import renamed_flag, root_apps
 from privrl.config import ConfigError, RayNotInstalledError
 from privrl.runfile import RunFileError
-from privrl.runtime.devices import use_compilation_cache, use_host_devices
+from privrl.runtime.devices import (
+    tune_garbage_collector,
+    use_compilation_cache,
+    use_host_devices,
+)
 from privrl.runtime.output import OutputDirError
 from privrl.systems.dp_qlearning import cli as dp_qlearning
 from privrl.systems.dpsgd_rl import cli as dpsgd_rl
@@ -55,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     use_host_devices()
     use_compilation_cache()
     from privrl.privacy.ledger import BudgetExceededError
+
+    if argv is None:  # the `privrl` process itself; a caller's process keeps its own settings
+        tune_garbage_collector()
 
     try:
         build_app()(args=argv, prog_name="privrl", standalone_mode=False)

@@ -2,7 +2,9 @@
 
 One XLA CPU device computes on one core here, so the runner splits independent trials over
 host devices. The flag must be set before JAX initializes its backend, so `privrl.cli` calls
-`use_host_devices()` before importing anything that imports JAX.
+`use_host_devices()` before importing anything that imports JAX. The same process setup also
+holds the compilation cache (`use_compilation_cache`) and the garbage collector's settings
+(`tune_garbage_collector`).
 """
 
 from __future__ import annotations
@@ -45,3 +47,16 @@ def use_compilation_cache(path: str | None = None) -> str | None:
         return None
     os.environ["JAX_COMPILATION_CACHE_DIR"] = path
     return path
+
+
+def tune_garbage_collector() -> None:
+    """For a process that traces and compiles JAX programs: the objects alive now (the imported
+    modules, above all) are frozen, never scanned again, and collections run less often.
+    JAX's tracing and lowering allocate container objects by the million, and Python's default
+    thresholds made each full collection walk every object the process held; everything is
+    still collected (measured in benchmarks/RESULTS.md). Call it once, after the imports."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 50)
