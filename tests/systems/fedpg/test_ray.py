@@ -22,7 +22,9 @@ from privrl.systems.fedpg.ray import run_fedpg_dec_ray  # noqa: E402
 @pytest.mark.slow
 def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
         ray_cluster: None, tmp_path: Path) -> None:
-    cfg = FedPGConfig.from_preset("paper", algorithm="dec", topology="exponential", agents=4,
+    # K = 3: a mean over 3 nodes is not exact in binary, so the Ray driver must report a round
+    # through the local round's own arithmetic (float32) to equal it
+    cfg = FedPGConfig.from_preset("paper", algorithm="dec", topology="exponential", agents=3,
                                   budget=80, max_episode_steps=100, mechanism="laplace",
                                   epsilon=50.0, clip=1.0, noise="seeded")
     local = run_fedpg(cfg)  # seeded noise: the Ray run must release the very same reports
@@ -56,8 +58,8 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
     np.testing.assert_allclose(run.z, local.z, atol=1e-5)
     # Each node released exactly one report per round (the redone step spent nothing more),
     # and every round mixed each in-neighbour's share exactly once.
-    assert [run.ledger.reports_of(i) for i in range(4)] == [run.rounds_run] * 4
-    assert max(run.ledger.spent(i)[0] for i in range(4)) == pytest.approx(
+    assert [run.ledger.reports_of(i) for i in range(3)] == [run.rounds_run] * 3
+    assert max(run.ledger.spent(i)[0] for i in range(3)) == pytest.approx(
         cfg.epsilon * run.rounds_run)
     for node, rounds in enumerate(extra["gossip"]["senders_per_round"]):
         assert len(rounds) == run.rounds_run

@@ -127,9 +127,15 @@ class DecRound:
         cfg = self.algo.config
         gossip = push_sum_mix(push_sum_apply(state.gossip, upd.report), mixing)
         used = state.used + upd.batch + cfg.minibatch * upd.steps
-        batch = upd.batch.astype(jnp.float32)
-        info = RoundInfo(jnp.sum(upd.mean_return * batch) / jnp.sum(batch), jnp.mean(state.used),
-                         jnp.mean(batch), jnp.mean(upd.steps.astype(jnp.float32)),
-                         jnp.asarray(cfg.agents))
+        info = round_info(upd.mean_return, upd.batch, upd.steps, state.used)
         return (FedPGState(gossip, upd.opt_state, state.key, used, state.rounds + 1,
                            state.noise, state.clip, state.setting), info)
+
+
+def round_info(mean_return: Array, batch: Array, steps: Array, used_before: Array) -> RoundInfo:
+    """What a Dec round reports from its nodes' numbers (each of shape (K,)): the batch-weighted
+    mean return, the means of B_t, N_t and the episodes used before it, in float32. The local
+    round and the Ray driver (from its nodes' answers) both report through it."""
+    b = batch.astype(jnp.float32)
+    return RoundInfo(jnp.sum(mean_return * b) / jnp.sum(b), jnp.mean(used_before), jnp.mean(b),
+                     jnp.mean(steps.astype(jnp.float32)), jnp.asarray(batch.shape[0]))

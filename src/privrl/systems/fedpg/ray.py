@@ -55,6 +55,7 @@ from privrl.systems.fedpg.algorithm import (
     node_noise_key,
     settings_algorithm,
 )
+from privrl.systems.fedpg.dec import round_info
 from privrl.systems.fedpg.local import FedPGRun, account
 
 EventHook = Callable[[str, dict[str, Any]], None]
@@ -309,15 +310,19 @@ def run_fedpg_dec_ray(
     ledger = PrivacyLedger()
     for i, r in enumerate(results):
         ledger.charge(i, algo.mechanism.guarantee, r["ledger"].reports_of(i))
-    batch = np.array([[i["batch"] for i in row] for row in rows], float)
-    ret = np.array([[i["mean_return"] for i in row] for row in rows], float)
-    col = lambda a: a[None, :]  # noqa: E731  (one trial)
+    def of(field: str, dtype: Any) -> list[Any]:  # a field of every node's answer, per round
+        return [jnp.asarray([i[field] for i in row], dtype) for row in rows]
+
+    infos = [round_info(*args) for args in zip(
+        of("mean_return", jnp.float32), of("batch", jnp.int32), of("steps", jnp.int32),
+        of("used_before", jnp.int32), strict=True)]
+
+    def col(field: str) -> np.ndarray:  # one trial's row, as the local run records it
+        return np.array([[float(getattr(i, field)) for i in infos]])
+
     run = FedPGRun(
-        config=cfg,
-        mean_return=col((ret * batch).sum(axis=1) / batch.sum(axis=1)),
-        used_before=col(np.array([np.mean([i["used_before"] for i in row]) for row in rows])),
-        batch=col(batch.mean(axis=1)),
-        inner_steps=col(np.array([np.mean([i["steps"] for i in row]) for row in rows])),
+        config=cfg, mean_return=col("mean_return"), used_before=col("used_before"),
+        batch=col("batch"), inner_steps=col("inner_steps"),
         used=used[None].astype(np.int64), episodes_played=int(used.sum()), ledger=ledger,
         mechanism=algo.mechanism.describe(), topology=algo.topology.describe(),
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
