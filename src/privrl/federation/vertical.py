@@ -77,12 +77,15 @@ class Channel:
         if self._tracing is not None:
             self._tracing.append((sender, receiver, kind, payload))
             return payload
-        leaves = jax.tree_util.tree_leaves(payload)
-        concrete = not any(isinstance(x, jax.core.Tracer) for x in leaves)
-        shape = tuple(getattr(leaves[0], "shape", ())) if leaves else ()
-        value = payload if (concrete and self.keep_values) else None
-        self.log.append(Message(sender, receiver, kind, shape, value))
+        concrete = not any(isinstance(x, jax.core.Tracer)
+                           for x in jax.tree_util.tree_leaves(payload))
+        self._log(sender, receiver, kind, payload, concrete and self.keep_values)
         return payload
+
+    def _log(self, sender: str, receiver: str, kind: str, payload: Any, keep: bool) -> None:
+        leaves = jax.tree_util.tree_leaves(payload)
+        shape = tuple(getattr(leaves[0], "shape", ())) if leaves else ()
+        self.log.append(Message(sender, receiver, kind, shape, payload if keep else None))
 
     def recorded(self, step: Callable[..., Any]) -> Callable[..., Any]:
         """`step` compiled once, its messages logged as it runs, each with the value it sent:
@@ -105,9 +108,7 @@ class Channel:
         def run(*args: Any) -> Any:
             out, values = compiled(*args)
             for (sender, receiver, kind), value in zip(sent, values, strict=True):
-                leaves = jax.tree_util.tree_leaves(value)
-                shape = tuple(getattr(leaves[0], "shape", ())) if leaves else ()
-                self.log.append(Message(sender, receiver, kind, shape, value))
+                self._log(sender, receiver, kind, value, keep=True)
             return out
 
         return run
