@@ -1,0 +1,87 @@
+"""Where the test suite's time goes: a pytest plugin that sums JAX's own monitoring events
+(tracing, lowering to MLIR, XLA's backend compile, persistent-cache hits) per test, and a
+summary of what it recorded.
+
+    PYTHONPATH=benchmarks .venv/bin/python -m pytest -q -n auto --dist loadgroup \\
+        --no-loadscope-reorder -p suite_profile -m "not ray"
+    .venv/bin/python benchmarks/suite_profile.py        # totals and the 25 slowest tests
+
+Each xdist worker writes `suite-profile-<worker>.jsonl` in $SUITE_PROFILE_DIR (default: the
+system's temporary directory); a new run appends, so empty it first.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_DIR = Path(os.environ.get("SUITE_PROFILE_DIR", tempfile.gettempdir()))
+_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+           "/jax/core/compile/backend_compile_duration": "compile"}
+_now: dict[str, Any] = {"test": None, "start": 0.0, "acc": collections.Counter(),
+                        "controller": False}
+
+
+def _duration(event: str, secs: float, **_: Any) -> None:
+    name = _EVENTS.get(event)
+    if name is not None and _now["test"] is not None:
+        _now["acc"][name] += secs
+        if name == "compile":
+            _now["acc"]["programs"] += 1
+
+
+def _event(event: str, **_: Any) -> None:
+    if event == "/jax/compilation_cache/cache_hits" and _now["test"] is not None:
+        _now["acc"]["cache_hits"] += 1
+
+
+def pytest_configure(config: Any) -> None:
+    # xdist's controller hears every worker's test reports too: only where tests run records
+    _now["controller"] = ("PYTEST_XDIST_WORKER" not in os.environ
+                          and getattr(config.option, "numprocesses", None) not in (None, 0))
+    import jax.monitoring
+
+    jax.monitoring.register_event_duration_secs_listener(_duration)
+    jax.monitoring.register_event_listener(_event)
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _now.update(test=nodeid, start=time.perf_counter(), acc=collections.Counter())
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    if _now["controller"]:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    row = {"test": nodeid, "wall": time.perf_counter() - _now["start"], **_now["acc"]}
+    with open(_DIR / f"suite-profile-{worker}.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+    _now["test"] = None
+
+
+def main() -> None:
+    rows = [json.loads(line) for path in sorted(_DIR.glob("suite-profile-*.jsonl"))
+            for line in path.read_text().splitlines()]
+    if not rows:
+        sys.exit(f"no suite-profile-*.jsonl in {_DIR}")
+    total = collections.Counter()
+    for r in rows:
+        total.update({k: v for k, v in r.items() if k != "test"})
+    print(f"{len(rows)} tests; worker-seconds: " + ", ".join(
+        f"{k} {total[k]:.1f}" for k in ("wall", "compile", "lower", "trace")) +
+        f"; programs compiled {total['programs']:.0f}, persistent-cache hits "
+        f"{total['cache_hits']:.0f}")
+    for r in sorted(rows, key=lambda r: -r["wall"])[:25]:
+        print(f"{r['wall']:6.1f} s  compile {r.get('compile', 0):5.1f}  "
+              f"trace+lower {r.get('trace', 0) + r.get('lower', 0):4.1f}  {r['test']}")
+
+
+if __name__ == "__main__":
+    main()
