@@ -173,3 +173,31 @@ def test_replay_command_refuses_a_pickled_run_file(tmp_path: Path, plant_pickle,
     err = capsys.readouterr().err.strip()
     assert "service.npz" in err and "pickle" in err and len(err.splitlines()) == 1
     assert not marker.exists()
+
+
+def test_replay_exit_status_is_the_verdict_of_the_installed_command(tmp_path: Path) -> None:
+    """`privrl replay` exits 0 when θ replays exactly, and non-zero on MISMATCH (a script or a
+    CI job trusts the status): through the installed executable, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    _finished_run(tmp_path / "aggregator")
+    theta = replay(tmp_path / "aggregator")
+    exe = Path(sys.executable).parent / "privrl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # this checkout's privrl
+
+    def status() -> tuple[int, str]:
+        done = subprocess.run([str(exe), "replay", str(tmp_path)], capture_output=True,
+                              text=True, env=env, timeout=120)
+        return done.returncode, done.stdout + done.stderr
+
+    np.save(tmp_path / "theta_final.npy", theta)
+    rc, out = status()
+    assert rc == 0 and "equals the run's final θ exactly" in out
+    np.save(tmp_path / "theta_final.npy", theta + 1.0)
+    rc, out = status()
+    assert rc == 1 and "MISMATCH" in out
+    (tmp_path / "aggregator" / "reports.bin").unlink()  # the issue's reproduction
+    rc, out = status()
+    assert rc != 0, out
