@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,13 +92,24 @@ def read(path: str | os.PathLike, kind: str) -> Any:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes via a temp file, fsync and rename, so readers see the old or the new file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write bytes via a temp file, fsync and rename, so readers see the old or the new file.
+
+    The temp file gets a fresh random name and is created exclusively, never through a
+    symlink (O_EXCL | O_NOFOLLOW): a link planted in the run directory (shared storage, for a
+    Ray run) cannot redirect the write outside it, and the rename replaces a link at `path`
+    itself, not the file it points to. Its mode is what `open` would give (0666 less umask)."""
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @contextmanager

@@ -109,3 +109,22 @@ def test_tree_from_leaves_takes_the_structure_from_code() -> None:
         runfile.tree_from_leaves(template, [np.ones(4, np.float32), np.array(4, np.int32)])
     with pytest.raises(ValueError, match="2 state arrays"):
         runfile.tree_from_leaves(template, [np.ones(3, np.float32)])
+
+
+def test_a_planted_symlink_never_redirects_a_write(tmp_path: Path) -> None:
+    """A link at the old fixed temp name, or at the file itself, pointing outside the run
+    directory: the write lands in the run directory, the outside file is untouched, and the
+    run file is a regular file afterwards (issue 43, item 10)."""
+    from privrl.runfile import atomic_write
+
+    run, outside = tmp_path / "run", tmp_path / "outside.txt"
+    run.mkdir()
+    outside.write_text("precious")
+    (run / "checkpoint.npz.tmp").symlink_to(outside)  # what the old writer followed
+    (run / "theta.npz").symlink_to(outside)
+    for name in ("checkpoint.npz", "theta.npz"):
+        atomic_write(run / name, b"new state")
+        assert (run / name).read_bytes() == b"new state" and not (run / name).is_symlink()
+    assert outside.read_text() == "precious"
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.npz", "checkpoint.npz.tmp",
+                                                     "theta.npz"]  # no temp file left behind
