@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     if old is not None:
         print(f"privrl: error: {old}", file=sys.stderr)
         return 2
-    use_host_devices()
+    try:
+        use_host_devices()
+    except ValueError as e:  # PRIVRL_DEVICES
+        print(f"privrl: error: {e}", file=sys.stderr)
+        return 2
     use_compilation_cache()
     from privrl.privacy.ledger import BudgetExceededError
 

@@ -22,7 +22,12 @@ def use_host_devices(count: int | None = None) -> int:
     Returns the device count requested.
     """
     if count is None:
-        count = int(os.environ.get("PRIVRL_DEVICES", os.cpu_count() or 1))
+        raw = os.environ.get("PRIVRL_DEVICES")
+        count = os.cpu_count() or 1
+        if raw is not None:
+            count = int(raw) if raw.strip().isdigit() else 0
+            if count < 1:
+                raise ValueError(f"PRIVRL_DEVICES must be a whole number >= 1, got {raw!r}")
     flags = os.environ.get("XLA_FLAGS", "")
     if _FLAG in flags:
         m = re.search(_FLAG + r"=(\d+)", flags)

@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -55,6 +56,20 @@ def check_out_dir(out: str | os.PathLike | None) -> None:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise OutputDirError(f"--out: {path} exists and is not an empty directory; "
                              "choose a new path (results are never overwritten)")
+    if path.exists():
+        return
+    # It will be created after the run: check now that it can be (no file on its way, a
+    # writable directory to make it in), by making and removing a probe where it would go.
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputDirError(f"--out: {path} cannot be created: {parent} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".privrl-probe-", dir=parent))
+    except OSError as e:
+        raise OutputDirError(f"--out: {path} cannot be created in {parent} "
+                             f"({e.strerror or e})") from None
 
 
 def versions() -> dict[str, str]:
