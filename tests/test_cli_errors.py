@@ -61,3 +61,35 @@ def test_an_epsilon_privunit_cannot_calibrate_is_one_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("privrl: error: --epsilon:") and len(err.splitlines()) == 1, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["dp-reinforce", "dp-dqn", "ldp-reinforce", "ldp-dqn",
+                                     "fedpg-cen", "fedpg-dec", "pgc-a3c"])
+def test_env_code_is_not_imported_when_out_is_refused(command: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """`--env file.py:make` runs that file's code: not before `--out` is known to be usable."""
+    marker = tmp_path / "imported"
+    (tmp_path / "user_env.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('x')\n"
+        "def make():\n    import gymnax\n    return gymnax.make('CartPole-v1')\n")
+    (tmp_path / "a-file").write_text("")
+    assert main(["run", command, "--env", f"{tmp_path / 'user_env.py'}:make",
+                 "--out", str(tmp_path / "a-file" / "sub"), "--no-progress"]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert not marker.exists()
+
+
+def test_python_m_privrl_does_not_import_from_the_working_directory(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    marker = tmp_path / "imported"
+    (tmp_path / "cwd_env.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('x')\ndef make(): pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-m", "privrl", "run", "dp-reinforce", "--env",
+                           "cwd_env:make", "--out", str(tmp_path / "out"), "--no-progress"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "cannot import cwd_env" in done.stderr, done.stderr
+    assert not marker.exists() and not (tmp_path / "out").exists()

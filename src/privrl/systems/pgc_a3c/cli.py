@@ -145,6 +145,8 @@ def run_pgc_a3c_command(
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
+    check_out_dir(out)  # before the config, which may import --env's code
+
     if mechanism is MechanismName.none and epsilon is not None:
         raise ConfigError("--epsilon", "the non-private baseline (--mechanism none) has no ε; "
                                        "drop --epsilon")
@@ -179,7 +181,6 @@ def run_pgc_a3c_command(
         from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
         PGCA3C(config)
-    check_out_dir(out)
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
@@ -357,6 +358,8 @@ def reproduce_pgc_a3c_command(
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
+    check_out_dir(out)  # before the config, which may import --env's code
+
     if out is not None and resume is not None:
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
@@ -366,7 +369,6 @@ def reproduce_pgc_a3c_command(
                       epsilons=parse_numbers(epsilon, "--epsilon"),
                       noise=None if noise is None else noise.value)
     cfg.validate()
-    check_out_dir(out)
     _execute_sweep(cfg, out, resume, progress, one_program)
 
 
@@ -457,6 +459,8 @@ def audit_pgc_a3c_command(
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
+    check_out_dir(out)  # before the config, which may import --env's code
+
     if mechanism is MechanismName.none:
         raise ConfigError("mechanism", "the non-private baseline claims no ε; nothing to audit")
     epsilons = parse_numbers(epsilon, "--epsilon")
@@ -465,7 +469,6 @@ def audit_pgc_a3c_command(
         positive("epsilons", e)
         PGCA3CConfig.from_preset(preset, mechanism=mechanism.value,
                                  epsilon=e).resolved().validate()
-    check_out_dir(out)
     from privrl.systems.pgc_a3c.audit import audit_pgc_a3c
 
     config = PGCA3CConfig.from_preset(preset, mechanism=mechanism.value, epsilon=1.0)
