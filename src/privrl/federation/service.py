@@ -125,7 +125,11 @@ def read_log(directory: Path, dim: int, name: str = LOG) -> np.ndarray:
     path = Path(directory) / name
     if not path.exists():
         return np.zeros(0, _record_dtype(dim))
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:  # a directory in its place, unreadable...
+        raise RunFileError(path, f"cannot be read ({e.strerror or e}); nothing was loaded"
+                           ) from None
     if not raw:  # created, the header not yet written when the process died
         return np.zeros(0, _record_dtype(dim))
     n = _LOG_HEADER.itemsize
@@ -257,13 +261,20 @@ class AggregatorService:
         if start > len(records):
             raise RunFileError(directory / LOG, f"holds {len(records)} reports, but the "
                                                 f"checkpoint says {start} were accepted")
-        for r in records[:start]:
+        seen: set[tuple[int, int]] = set()
+        for i, r in enumerate(records[:start]):  # each checked as replay checks it
+            check_record(directory / LOG, i, r, svc, seen)
             svc.accepted.add((int(r["agent"]), int(r["index"])))
         svc.logged = start
-        for r in records[start:]:  # accepted after the checkpoint: re-apply, charge again
-            report = restore_report(r["value"], svc.guarantee)
+        for i, r in enumerate(records[start:], start):  # after the checkpoint: re-apply, charge
+            report = check_record(directory / LOG, i, r, svc, seen)
             if svc.ledger is not None:
-                svc.ledger.charge(int(r["agent"]), svc.guarantee)
+                try:
+                    svc.ledger.charge(int(r["agent"]), svc.guarantee)
+                except BudgetExceededError as e:
+                    raise RunFileError(directory / LOG, f"record {i}: charging it again "
+                                       f"exceeds the budget ({e}): the log and the checkpoint "
+                                       "disagree; nothing was restored") from None
             svc._apply(int(r["agent"]), int(r["index"]), report)
         svc._last_checkpoint_updates = int(svc.state.updates)
         svc.directory = directory
@@ -387,10 +398,39 @@ def _from_setup(directory: Path) -> AggregatorService:
 
 
 def replay(directory: str | os.PathLike) -> np.ndarray:
-    """θ rebuilt from θ₀ and the accepted-report log alone, through a fresh aggregator."""
+    """θ rebuilt from θ₀ and the accepted-report log alone, through a fresh aggregator.
+
+    The log is checked as it is replayed, not only its result: every record's agent is one of
+    the run's, at most one record per (agent, index), every value finite and of the run's
+    mechanism (`check_record`); the first record that fails is one RunFileError naming it."""
     directory = Path(directory)
     svc = _from_setup(directory)
     agg, state = svc.aggregator, svc.state
-    for r in read_log(directory, agg.dim):
-        state = agg.submit(state, restore_report(r["value"], svc.guarantee))
+    seen: set[tuple[int, int]] = set()
+    for i, r in enumerate(read_log(directory, agg.dim)):
+        state = agg.submit(state, check_record(directory / LOG, i, r, svc, seen))
     return np.asarray(state.theta)
+
+
+def check_record(path: Path, i: int, record: np.void, svc: AggregatorService,
+                 seen: set[tuple[int, int]]) -> Report:
+    """Log record `i` as the Report it claims to be, or RunFileError naming it: (agent,
+    index) with an agent of the run and an index >= 0 (under a shuffler: (batch >= 0, slot <
+    its batch size)), never seen before, and a finite value that passes the aggregator's
+    check."""
+    first, second = int(record["agent"]), int(record["index"])
+    k = svc.shuffled_batch
+    what = f"(batch {first}, slot {second})" if k else f"(agent {first}, index {second})"
+    valid = (first >= 0 and 0 <= second < k) if k else (0 <= first < svc.num_agents
+                                                       and second >= 0)
+    if not valid or (first, second) in seen:
+        raise RunFileError(path, f"record {i}: {what} is "
+                                 f"{'repeated' if valid else 'outside the run'}; "
+                                 "nothing was replayed")
+    seen.add((first, second))
+    report = restore_report(record["value"], svc.guarantee)
+    try:
+        svc.aggregator.check(report)
+    except InvalidReportError as e:
+        raise RunFileError(path, f"record {i}: {e}; nothing was replayed") from None
+    return report

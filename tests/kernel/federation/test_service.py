@@ -201,3 +201,73 @@ def test_replay_exit_status_is_the_verdict_of_the_installed_command(tmp_path: Pa
     (tmp_path / "aggregator" / "reports.bin").unlink()  # the issue's reproduction
     rc, out = status()
     assert rc != 0, out
+
+
+def _tamper(directory: Path, change) -> None:
+    """Rewrite the accepted-report log's records through `change(records) -> records`."""
+    from privrl.federation.service import _LOG_HEADER, LOG, read_log
+
+    raw = (directory / LOG).read_bytes()
+    n = _LOG_HEADER.itemsize
+    records = read_log(directory, DIM)
+    (directory / LOG).write_bytes(raw[:n] + change(records.copy()).tobytes())
+
+
+def _set(row: int, field: str, value: object):
+    def change(records: np.ndarray) -> np.ndarray:
+        records[field][row] = value
+        return records
+    return change
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: np.concatenate([r, r[:1]]), r"record 5: \(agent 0, index 0\) is repeated"),
+    (_set(2, "agent", 2**40), r"record 2: .* outside the run"),
+    (_set(1, "index", -3), r"record 1: .* outside the run"),
+    (_set(3, "value", np.nan), r"record 3: .*NaN or inf"),
+])
+def test_replay_checks_every_record_it_replays(tmp_path: Path, change, message: str) -> None:
+    """A forged or corrupted log is refused at the record that is wrong, with one line naming
+    the file and the record (issue 43, item 4), and `privrl replay` exits 2."""
+    from privrl.main import main
+
+    _finished_run(tmp_path / "aggregator")
+    np.save(tmp_path / "theta_final.npy", replay(tmp_path / "aggregator"))
+    _tamper(tmp_path / "aggregator", change)
+    with pytest.raises(RunFileError, match=r"reports\.bin: " + message):
+        replay(tmp_path / "aggregator")
+    assert main(["replay", str(tmp_path)]) == 2
+
+
+def test_a_directory_in_place_of_the_log_is_one_error(tmp_path: Path) -> None:
+    from privrl.federation.service import LOG
+
+    _finished_run(tmp_path)
+    (tmp_path / LOG).unlink()
+    (tmp_path / LOG).mkdir()
+    with pytest.raises(RunFileError, match=r"reports\.bin: cannot be read"):
+        replay(tmp_path)
+
+
+@pytest.mark.parametrize("tamper", ["duplicate", "huge agent", "logged 0"])
+def test_restore_names_the_inconsistent_record(tmp_path: Path, tamper: str) -> None:
+    """A duplicated record after the checkpoint, an agent id of 2**40 (once: MemoryError) or a
+    checkpoint claiming no record was logged (once: BudgetExceededError) is one RunFileError
+    naming the log and the record (issue 43, item 5)."""
+    from privrl.runfile import read, write
+
+    svc = _service(tmp_path, budget=4.0, every=3)  # ε = 2 per report: two per agent
+    for n in range(5):
+        assert svc.submit(_sub(n, 0)).accepted
+    assert svc.submit(_sub(0, 1)).accepted  # agent 0 has spent its budget
+    svc.close()
+    if tamper == "duplicate":
+        _tamper(tmp_path, lambda r: np.concatenate([r, r[-1:]]))
+    elif tamper == "huge agent":
+        _tamper(tmp_path, _set(5, "agent", 2**40))
+    else:
+        blob = read(tmp_path / "checkpoint.npz", "aggregator-checkpoint")
+        blob["logged"] = 0
+        write(tmp_path / "checkpoint.npz", "aggregator-checkpoint", blob)
+    with pytest.raises(RunFileError, match=r"reports\.bin: record \d+: "):
+        AggregatorService.restore(tmp_path)
