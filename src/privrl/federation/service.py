@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,10 @@ class Shuffled(NamedTuple):
     report: Report
 
 
+# What a run file's aggregator spec may declare (far above any run privrl makes).
+MAX_DIM, MAX_BUFFER, MAX_BUFFERED, MAX_LEARNING_RATE = 1 << 28, 1 << 20, 1 << 28, 1e3
+
+
 @dataclass(frozen=True)
 class AggregatorSpec:
     """A BufferedAggregator described by value (optax transforms cannot be pickled): what a
@@ -101,6 +106,13 @@ class AggregatorSpec:
               and isinstance(state["learning_rate"], int | float))
         if not ok:
             raise ValueError(f"not an aggregator spec: {state!r}")
+        # Bounds before anything is allocated (a buffer of 2**40 reports was a MemoryError);
+        # a learning rate of NaN or 1e308 would replay into NaN.
+        if not (1 <= state["dim"] <= MAX_DIM and 1 <= state["buffer_size"] <= MAX_BUFFER
+                and state["dim"] * state["buffer_size"] <= MAX_BUFFERED
+                and math.isfinite(state["learning_rate"])
+                and 0 < state["learning_rate"] <= MAX_LEARNING_RATE):
+            raise ValueError(f"aggregator spec out of bounds: {state!r}")
         return cls(**state)
 
 

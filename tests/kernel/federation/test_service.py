@@ -271,3 +271,35 @@ def test_restore_names_the_inconsistent_record(tmp_path: Path, tamper: str) -> N
         write(tmp_path / "checkpoint.npz", "aggregator-checkpoint", blob)
     with pytest.raises(RunFileError, match=r"reports\.bin: record \d+: "):
         AggregatorService.restore(tmp_path)
+
+
+@pytest.mark.parametrize("final", ["shape 2**40", "float64", "spec buffer 2**40", "lr nan"])
+def test_replay_refuses_an_impossible_run_in_one_line(tmp_path: Path, final: str,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """θ_final declaring 2**40 floats (once a MemoryError), saved as float64 (once "equals
+    exactly"), or a spec whose buffer or learning rate no run has (issue 43, items 2 and 4)."""
+    from privrl.federation.service import SETUP
+    from privrl.main import main
+    from privrl.runfile import read, write
+
+    _finished_run(tmp_path / "aggregator")
+    theta = replay(tmp_path / "aggregator")
+    np.save(tmp_path / "theta_final.npy", theta)
+    if final == "shape 2**40":
+        header = np.lib.format.header_data_from_array_1_0(theta)
+        header["shape"] = (2**40,)
+        with open(tmp_path / "theta_final.npy", "wb") as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            f.write(theta.tobytes())
+    elif final == "float64":
+        np.save(tmp_path / "theta_final.npy", theta.astype(np.float64))
+    else:
+        setup = read(tmp_path / "aggregator" / SETUP, "aggregator-setup")
+        if final == "lr nan":
+            setup["spec"]["learning_rate"] = float("nan")
+        else:
+            setup["spec"]["buffer_size"] = 2**40
+        write(tmp_path / "aggregator" / SETUP, "aggregator-setup", setup)
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("privrl: error:") and len(err.splitlines()) == 1, err

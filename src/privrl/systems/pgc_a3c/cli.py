@@ -305,11 +305,16 @@ def replay_command(
         raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
                                      f"aggregator/{SETUP} or theta_final.npy)")
     theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    try:
-        final = np.load(run_dir / "theta_final.npy", allow_pickle=False)
+    final_path = run_dir / "theta_final.npy"
+    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
+        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(run_dir / "theta_final.npy", f"not a float array ({e}); "
-                                                          "nothing was loaded") from None
+        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
+                           ) from None
+    if final.dtype != theta.dtype or final.shape != theta.shape:
+        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
+                                       f"θ is {theta.dtype} of shape {theta.shape}")
+    final = np.array(final)
     diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
     if theta.shape == final.shape and np.array_equal(theta, final):
         typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
