@@ -279,14 +279,7 @@ class AggregatorService:
             svc.accepted.add((int(r["agent"]), int(r["index"])))
         svc.logged = start
         for i, r in enumerate(records[start:], start):  # after the checkpoint: re-apply, charge
-            report = check_record(directory / LOG, i, r, svc, seen)
-            if svc.ledger is not None:
-                try:
-                    svc.ledger.charge(int(r["agent"]), svc.guarantee)
-                except BudgetExceededError as e:
-                    raise RunFileError(directory / LOG, f"record {i}: charging it again "
-                                       f"exceeds the budget ({e}): the log and the checkpoint "
-                                       "disagree; nothing was restored") from None
+            report = check_record(directory / LOG, i, r, svc, seen, charge=True)
             svc._apply(int(r["agent"]), int(r["index"]), report)
         svc._last_checkpoint_updates = int(svc.state.updates)
         svc.directory = directory
@@ -420,16 +413,17 @@ def replay(directory: str | os.PathLike) -> np.ndarray:
     agg, state = svc.aggregator, svc.state
     seen: set[tuple[int, int]] = set()
     for i, r in enumerate(read_log(directory, agg.dim)):
-        state = agg.submit(state, check_record(directory / LOG, i, r, svc, seen))
+        state = agg.submit(state, check_record(directory / LOG, i, r, svc, seen, charge=True))
     return np.asarray(state.theta)
 
 
 def check_record(path: Path, i: int, record: np.void, svc: AggregatorService,
-                 seen: set[tuple[int, int]]) -> Report:
+                 seen: set[tuple[int, int]], charge: bool = False) -> Report:
     """Log record `i` as the Report it claims to be, or RunFileError naming it: (agent,
     index) with an agent of the run and an index >= 0 (under a shuffler: (batch >= 0, slot <
     its batch size)), never seen before, and a finite value that passes the aggregator's
-    check."""
+    check. `charge`: charge it to `svc`'s ledger too, a record over its agent's budget being an
+    error as well (a log can then hold no more records than the budgets allow)."""
     first, second = int(record["agent"]), int(record["index"])
     k = svc.shuffled_batch
     what = f"(batch {first}, slot {second})" if k else f"(agent {first}, index {second})"
@@ -445,4 +439,10 @@ def check_record(path: Path, i: int, record: np.void, svc: AggregatorService,
         svc.aggregator.check(report)
     except InvalidReportError as e:
         raise RunFileError(path, f"record {i}: {e}; nothing was replayed") from None
+    if charge and svc.ledger is not None:
+        try:
+            svc.ledger.charge(first, svc.guarantee)
+        except BudgetExceededError as e:
+            raise RunFileError(path, f"record {i}: over its agent's budget ({e}): the log "
+                                     "disagrees with the run; nothing was replayed") from None
     return report

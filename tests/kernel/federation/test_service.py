@@ -303,3 +303,22 @@ def test_replay_refuses_an_impossible_run_in_one_line(tmp_path: Path, final: str
     assert main(["replay", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("privrl: error:") and len(err.splitlines()) == 1, err
+
+
+def test_replay_refuses_a_log_over_an_agents_budget(tmp_path: Path) -> None:
+    """ε = 2 per report, a budget of 4: a log holding a third report of agent 0 (a new index,
+    a valid value) is not this run's (issue 43, item 4: budget consistency); it also bounds
+    how long a forged log can make replay run."""
+    svc = _service(tmp_path, budget=4.0, every=100)
+    assert svc.submit(_sub(0, 0)).accepted and svc.submit(_sub(0, 1)).accepted
+    svc.close()
+    replay(tmp_path)  # the run's own log replays
+
+    def third(records: np.ndarray) -> np.ndarray:
+        extra = records[-1:].copy()
+        extra["index"] = 2
+        return np.concatenate([records, extra])
+
+    _tamper(tmp_path, third)
+    with pytest.raises(RunFileError, match=r"record 2: over its agent's budget"):
+        replay(tmp_path)
