@@ -9,7 +9,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -46,6 +47,19 @@ def new_run_dir(out: str | os.PathLike | None, stem: str, root: str = "runs") ->
         except FileExistsError:
             i += 1
             path = base.with_name(f"{base.name}-{i}")
+
+
+@contextmanager
+def removed_if_left_empty(path: Path) -> Iterator[Path]:
+    """For a run directory made before its run (a Ray run checkpoints into it): if the run
+    fails before any file was written in it, it is removed again, so a failed run leaves
+    nothing behind (a cluster that cannot be joined, a bad option found late)."""
+    try:
+        yield path
+    except BaseException:
+        if path.is_dir() and not any(p.is_file() or p.is_symlink() for p in path.rglob("*")):
+            shutil.rmtree(path)
+        raise
 
 
 def check_out_dir(out: str | os.PathLike | None) -> None:

@@ -346,7 +346,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from privrl.runtime.output import new_run_dir
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
     from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
 
@@ -357,7 +358,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
-    where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
+    where = (f" on Ray (cluster {ray_address(address) or 'local'}, node checkpoints in {path})"
+             if ray else "")
     # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
     # release's labelled per release) is stated with the results.
     total = ""
@@ -379,7 +381,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         if ray:
             from privrl.systems.fedpg.ray import run_fedpg_dec_ray
 
-            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
+            with removed_if_left_empty(path):
+                run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
         else:
             run = runner.run_fedpg(cfg, progress=update)
     if path is None:

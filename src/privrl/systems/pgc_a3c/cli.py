@@ -254,7 +254,8 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     import numpy as np
     from rich.console import Console
 
-    from privrl.runtime.output import new_run_dir
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.runtime.ray import ray_address
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c import ray as ray_runner
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -264,9 +265,10 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
     err.print(f"[bold]PGC-A3C on Ray[/] ({config.preset} preset) {config.mechanism}, "
-              f"{config.submissions} submissions, cluster {address or 'local'}; "
+              f"{config.submissions} submissions, cluster {ray_address(address) or 'local'}; "
               f"aggregator log and checkpoints in {path / 'aggregator'}")
-    with progress_bar(err, show_progress, "training") as (bar, task):
+    with (removed_if_left_empty(path), progress_bar(err, show_progress, "training")
+          as (bar, task)):
         result = ray_runner.run_pgc_a3c_ray(
             config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
             checkpoint_every=checkpoint_every,
