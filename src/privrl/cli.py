@@ -158,8 +158,11 @@ BudgetCompositionOpt = Annotated[BudgetComposition, typer.Option(
     "larger ε per report, for the same ε. privacy.json states both and which is enforced.",
     case_sensitive=False)]
 
-Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).")]
-SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).")]
+# A seed JAX and NumPy both take (a larger one gave an OverflowError after other checks).
+SEED_RANGE = {"min": 0, "max": 2**63 - 1}
+Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).", **SEED_RANGE)]
+SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).",
+                                        **SEED_RANGE)]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results (never overwritten). Default: a new "

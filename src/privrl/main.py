@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     if old is not None:
         print(f"privrl: error: {old}", file=sys.stderr)
         return 2
-    use_host_devices()
+    try:
+        use_host_devices()
+    except ValueError as e:  # PRIVRL_DEVICES
+        print(f"privrl: error: {e}", file=sys.stderr)
+        return 2
     use_compilation_cache()
     from privrl.privacy.ledger import BudgetExceededError
 
@@ -64,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         tune_garbage_collector()
 
     try:
-        build_app()(args=argv, prog_name="privrl", standalone_mode=False)
+        # Without standalone mode, click returns a command's `typer.Exit(code)` as a value
+        # instead of exiting: it is the command's exit status (`privrl replay`'s MISMATCH: 1).
+        status = build_app()(args=argv, prog_name="privrl", standalone_mode=False)
     except typer.Exit as e:
         return e.exit_code
     except (typer.Abort, KeyboardInterrupt):
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except BudgetExceededError as e:
         print(f"privrl: privacy budget: {e}", file=sys.stderr)
         return 3
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

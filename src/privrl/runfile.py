@@ -15,6 +15,8 @@ import io
 import json
 import math
 import os
+import secrets
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,24 +61,53 @@ def write(path: str | os.PathLike, kind: str, state: Any) -> None:
     atomic_write(Path(path), dumps(kind, state))
 
 
+# The bounds of what `read` accepts: a run file's size, and the nesting of its JSON header.
+MAX_BYTES = 1 << 30
+MAX_DEPTH = 64
+
+
 def read(path: str | os.PathLike, kind: str) -> Any:
-    """The state a run file of this `kind` holds, or RunFileError; never runs code."""
+    """The state a run file of this `kind` holds, or RunFileError; never runs code, and
+    bounded: no symbolic link is followed, no file over MAX_BYTES is read, no compressed
+    member is inflated (privrl writes none: a decompression bomb is refused unread), and the
+    header's nesting is at most MAX_DEPTH."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as e:
-        raise RunFileError(path, f"cannot be read ({e.strerror or e})") from None
+        what = "is a symbolic link, which is not followed" if path.is_symlink() else (
+            f"cannot be read ({e.strerror or e})")
+        raise RunFileError(path, f"{what}; nothing was loaded") from None
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_BYTES:
+            raise RunFileError(path, f"is {size:,} bytes, over the {MAX_BYTES:,} a run file "
+                                     "may have; nothing was loaded")
+        try:
+            raw = f.read(MAX_BYTES + 1)
+        except OSError as e:  # a directory, a device...
+            raise RunFileError(path, f"cannot be read ({e.strerror or e})") from None
     if not raw.startswith(_ZIP_MAGIC):
         what = ("is a Python pickle, which is refused because loading one can run code"
                 if raw[:1] == b"\x80" else "is not a privrl run file")
         raise RunFileError(path, f"{what}; nothing was loaded")
     try:
+        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+            for info in zf.infolist():
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(raw):
+                    raise RunFileError(path, f"member {info.filename!r} is compressed or "
+                                             "larger than the file; nothing was loaded")
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             header = json.loads(z[_HEADER].tobytes().decode())
             arrays = {name: z[name] for name in z.files if name != _HEADER}
+    except RunFileError:
+        raise
     except Exception as e:  # any failure to parse is one kind of error: a bad file
         raise RunFileError(path, f"truncated or corrupt ({type(e).__name__}: {e}); "
                                  "nothing was loaded") from None
+    if _depth(header) > MAX_DEPTH:
+        raise RunFileError(path, f"its header nests deeper than {MAX_DEPTH} levels; nothing "
+                                 "was loaded")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise RunFileError(path, "is not a privrl run file; nothing was loaded")
     if header.get("version") != VERSION:
@@ -91,13 +122,24 @@ def read(path: str | os.PathLike, kind: str) -> Any:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes via a temp file, fsync and rename, so readers see the old or the new file."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write bytes via a temp file, fsync and rename, so readers see the old or the new file.
+
+    The temp file gets a fresh random name and is created exclusively, never through a
+    symlink (O_EXCL | O_NOFOLLOW): a link planted in the run directory (shared storage, for a
+    Ray run) cannot redirect the write outside it, and the rename replaces a link at `path`
+    itself, not the file it points to. Its mode is what `open` would give (0666 less umask)."""
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @contextmanager
@@ -168,3 +210,14 @@ def _decode(obj: Any, arrays: dict[str, np.ndarray]) -> Any:
     if obj is None or isinstance(obj, bool | int | float | str):
         return obj
     raise TypeError(f"unexpected {type(obj).__name__} in the structure")
+
+
+def _depth(obj: Any) -> int:
+    """How deeply lists and dicts nest in a parsed JSON value (without recursion)."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, d)
+            stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return deepest

@@ -3,6 +3,8 @@ foreign, newer or mislabelled file is refused with one line naming it."""
 
 from __future__ import annotations
 
+import io
+import json
 import math
 from pathlib import Path
 
@@ -109,3 +111,69 @@ def test_tree_from_leaves_takes_the_structure_from_code() -> None:
         runfile.tree_from_leaves(template, [np.ones(4, np.float32), np.array(4, np.int32)])
     with pytest.raises(ValueError, match="2 state arrays"):
         runfile.tree_from_leaves(template, [np.ones(3, np.float32)])
+
+
+def test_a_planted_symlink_never_redirects_a_write(tmp_path: Path) -> None:
+    """A link at the old fixed temp name, or at the file itself, pointing outside the run
+    directory: the write lands in the run directory, the outside file is untouched, and the
+    run file is a regular file afterwards (issue 43, item 10)."""
+    from privrl.runfile import atomic_write
+
+    run, outside = tmp_path / "run", tmp_path / "outside.txt"
+    run.mkdir()
+    outside.write_text("precious")
+    (run / "checkpoint.npz.tmp").symlink_to(outside)  # what the old writer followed
+    (run / "theta.npz").symlink_to(outside)
+    for name in ("checkpoint.npz", "theta.npz"):
+        atomic_write(run / name, b"new state")
+        assert (run / name).read_bytes() == b"new state" and not (run / name).is_symlink()
+    assert outside.read_text() == "precious"
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.npz", "checkpoint.npz.tmp",
+                                                     "theta.npz"]  # no temp file left behind
+
+
+def _valid(path: Path) -> Path:
+    runfile.write(path, "probe", {"theta": np.arange(4, dtype=np.float32), "step": 3})
+    return path
+
+
+def test_a_compressed_member_is_refused_unread(tmp_path: Path) -> None:
+    """A deflated member (1 MiB of zeros in a few KB) added to a valid file: refused by its
+    zip entry, before anything is inflated (issue 43, item 3)."""
+    import zipfile
+
+    path = _valid(tmp_path / "service.npz")
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("bomb.npy", b"\0" * (1 << 20))
+    with pytest.raises(RunFileError, match=r"service\.npz: member 'bomb\.npy' is compressed"):
+        runfile.read(path, "probe")
+
+
+def test_a_symlink_is_not_followed_on_read(tmp_path: Path) -> None:
+    target = _valid(tmp_path / "elsewhere.npz")
+    (tmp_path / "run.npz").symlink_to(target)
+    with pytest.raises(RunFileError, match=r"run\.npz: is a symbolic link"):
+        runfile.read(tmp_path / "run.npz", "probe")
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _valid(tmp_path / "run.npz")
+    monkeypatch.setattr(runfile, "MAX_BYTES", path.stat().st_size - 1)
+    with pytest.raises(RunFileError, match=r"run\.npz: is [\d,]+ bytes, over the"):
+        runfile.read(path, "probe")
+
+
+def test_a_deeply_nested_header_is_one_error(tmp_path: Path) -> None:
+    """A header nested 900 levels deep gave ~3,000 lines of RecursionError."""
+    deep: object = 1
+    for _ in range(900):
+        deep = [deep]
+    path = tmp_path / "run.npz"
+    header = json.dumps({"format": runfile.FORMAT, "version": runfile.VERSION, "kind": "probe",
+                         "state": deep}).encode()
+    buf = io.BytesIO()
+    np.savez(buf, __header__=np.frombuffer(header, np.uint8))
+    path.write_bytes(buf.getvalue())
+    with pytest.raises(RunFileError, match="nests deeper than"):
+        runfile.read(path, "probe")

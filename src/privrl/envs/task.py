@@ -16,7 +16,6 @@ Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("gymnasium:CartPole-
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -34,6 +33,7 @@ from privrl.envs.gymnasium_env import (
     set_attributes,
 )
 from privrl.envs.rollout import Trajectory, rollout_host
+from privrl.plugins import call_user, load_callable
 
 # (key, agent_id) -> the agent's value of one parameter field
 ParamFn = Callable[[Array, Array], Any]
@@ -301,21 +301,15 @@ def gymnasium_task(env_id: str, option: str = "env") -> GymnasiumTask:
 def callable_task(spec: str, option: str = "env") -> Task:
     """A task from `module:callable`, a callable returning `(gymnax env, env params)`, a Task or
     a Gymnasium Env (called again for each rollout environment)."""
-    module_name, _, attr = spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(option, f"cannot load {spec!r}: {e}") from None
-    if not callable(fn):
-        raise ConfigError(option, f"{spec!r} is not callable")
-    out = fn()
+    fn = load_callable(spec, option)
+    out = call_user(fn, spec, option)
     if isinstance(out, Task):
         return replace(out, option=option)
     if not (isinstance(out, tuple) and len(out) == 2):
         if not is_gymnasium_env(out):
             raise ConfigError(option, f"{spec}() must return (gymnax_env, env_params), a "
                               f"Gymnasium Env or a Task, got {type(out).__name__}")
-        if fn() is out:  # it is called again for every rollout environment
+        if call_user(fn, spec, option) is out:  # called again for every rollout environment
             raise ConfigError(option, f"{spec}() returned the same Gymnasium environment twice: "
                               "it must make a new one on each call (one per parallel agent)")
         return GymnasiumTask(out, None, spec, make_env=fn, option=option)

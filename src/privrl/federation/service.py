@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,10 @@ class Shuffled(NamedTuple):
     report: Report
 
 
+# What a run file's aggregator spec may declare (far above any run privrl makes).
+MAX_DIM, MAX_BUFFER, MAX_BUFFERED, MAX_LEARNING_RATE = 1 << 28, 1 << 20, 1 << 28, 1e3
+
+
 @dataclass(frozen=True)
 class AggregatorSpec:
     """A BufferedAggregator described by value (optax transforms cannot be pickled): what a
@@ -101,6 +106,13 @@ class AggregatorSpec:
               and isinstance(state["learning_rate"], int | float))
         if not ok:
             raise ValueError(f"not an aggregator spec: {state!r}")
+        # Bounds before anything is allocated (a buffer of 2**40 reports was a MemoryError);
+        # a learning rate of NaN or 1e308 would replay into NaN.
+        if not (1 <= state["dim"] <= MAX_DIM and 1 <= state["buffer_size"] <= MAX_BUFFER
+                and state["dim"] * state["buffer_size"] <= MAX_BUFFERED
+                and math.isfinite(state["learning_rate"])
+                and 0 < state["learning_rate"] <= MAX_LEARNING_RATE):
+            raise ValueError(f"aggregator spec out of bounds: {state!r}")
         return cls(**state)
 
 
@@ -125,7 +137,11 @@ def read_log(directory: Path, dim: int, name: str = LOG) -> np.ndarray:
     path = Path(directory) / name
     if not path.exists():
         return np.zeros(0, _record_dtype(dim))
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:  # a directory in its place, unreadable...
+        raise RunFileError(path, f"cannot be read ({e.strerror or e}); nothing was loaded"
+                           ) from None
     if not raw:  # created, the header not yet written when the process died
         return np.zeros(0, _record_dtype(dim))
     n = _LOG_HEADER.itemsize
@@ -257,13 +273,13 @@ class AggregatorService:
         if start > len(records):
             raise RunFileError(directory / LOG, f"holds {len(records)} reports, but the "
                                                 f"checkpoint says {start} were accepted")
-        for r in records[:start]:
+        seen: set[tuple[int, int]] = set()
+        for i, r in enumerate(records[:start]):  # each checked as replay checks it
+            check_record(directory / LOG, i, r, svc, seen)
             svc.accepted.add((int(r["agent"]), int(r["index"])))
         svc.logged = start
-        for r in records[start:]:  # accepted after the checkpoint: re-apply, charge again
-            report = restore_report(r["value"], svc.guarantee)
-            if svc.ledger is not None:
-                svc.ledger.charge(int(r["agent"]), svc.guarantee)
+        for i, r in enumerate(records[start:], start):  # after the checkpoint: re-apply, charge
+            report = check_record(directory / LOG, i, r, svc, seen, charge=True)
             svc._apply(int(r["agent"]), int(r["index"]), report)
         svc._last_checkpoint_updates = int(svc.state.updates)
         svc.directory = directory
@@ -387,10 +403,46 @@ def _from_setup(directory: Path) -> AggregatorService:
 
 
 def replay(directory: str | os.PathLike) -> np.ndarray:
-    """θ rebuilt from θ₀ and the accepted-report log alone, through a fresh aggregator."""
+    """θ rebuilt from θ₀ and the accepted-report log alone, through a fresh aggregator.
+
+    The log is checked as it is replayed, not only its result: every record's agent is one of
+    the run's, at most one record per (agent, index), every value finite and of the run's
+    mechanism (`check_record`); the first record that fails is one RunFileError naming it."""
     directory = Path(directory)
     svc = _from_setup(directory)
     agg, state = svc.aggregator, svc.state
-    for r in read_log(directory, agg.dim):
-        state = agg.submit(state, restore_report(r["value"], svc.guarantee))
+    seen: set[tuple[int, int]] = set()
+    for i, r in enumerate(read_log(directory, agg.dim)):
+        state = agg.submit(state, check_record(directory / LOG, i, r, svc, seen, charge=True))
     return np.asarray(state.theta)
+
+
+def check_record(path: Path, i: int, record: np.void, svc: AggregatorService,
+                 seen: set[tuple[int, int]], charge: bool = False) -> Report:
+    """Log record `i` as the Report it claims to be, or RunFileError naming it: (agent,
+    index) with an agent of the run and an index >= 0 (under a shuffler: (batch >= 0, slot <
+    its batch size)), never seen before, and a finite value that passes the aggregator's
+    check. `charge`: charge it to `svc`'s ledger too, a record over its agent's budget being an
+    error as well (a log can then hold no more records than the budgets allow)."""
+    first, second = int(record["agent"]), int(record["index"])
+    k = svc.shuffled_batch
+    what = f"(batch {first}, slot {second})" if k else f"(agent {first}, index {second})"
+    valid = (first >= 0 and 0 <= second < k) if k else (0 <= first < svc.num_agents
+                                                       and second >= 0)
+    if not valid or (first, second) in seen:
+        raise RunFileError(path, f"record {i}: {what} is "
+                                 f"{'repeated' if valid else 'outside the run'}; "
+                                 "nothing was replayed")
+    seen.add((first, second))
+    report = restore_report(record["value"], svc.guarantee)
+    try:
+        svc.aggregator.check(report)
+    except InvalidReportError as e:
+        raise RunFileError(path, f"record {i}: {e}; nothing was replayed") from None
+    if charge and svc.ledger is not None:
+        try:
+            svc.ledger.charge(first, svc.guarantee)
+        except BudgetExceededError as e:
+            raise RunFileError(path, f"record {i}: over its agent's budget ({e}): the log "
+                                     "disagrees with the run; nothing was replayed") from None
+    return report

@@ -38,6 +38,7 @@ import numpy as np
 from jax import Array
 from scipy import optimize, special
 
+from privrl.config import ConfigError
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import (
     LDP_NEIGHBOURS,
@@ -48,8 +49,8 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.report import Guarantee
 
-__all__ = ["PrivUnitGMechanism", "PrivUnitMechanism", "UnitCalibration", "UnitParams",
-           "unit_release"]
+__all__ = ["MAX_UNIT_EPSILON", "PrivUnitGMechanism", "PrivUnitMechanism", "UnitCalibration",
+           "UnitParams", "unit_mechanism", "unit_release"]
 
 
 class UnitCalibration(NamedTuple):
@@ -98,6 +99,9 @@ def _gauss_cal(dim: int, eps0: float, eps1: float) -> UnitCalibration:
 
 
 _CALIBRATORS = {"privunit": _unit_cal, "privunitg": _gauss_cal}
+# The largest ε a PrivUnit mechanism accepts: PrivUnitG's calibration divides by a cap
+# probability that underflows in float64 from about ε = 40 (and an ε this large protects little).
+MAX_UNIT_EPSILON = 30.0
 
 
 @lru_cache(maxsize=256)
@@ -177,6 +181,10 @@ class _UnitMechanism(Mechanism):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", _check_epsilon(self.epsilon))
         object.__setattr__(self, "clip", _check_clip(self.clip))
+        if self.epsilon > MAX_UNIT_EPSILON:
+            raise ValueError(f"epsilon must be <= {MAX_UNIT_EPSILON:g} for {self.name}, got "
+                             f"{self.epsilon:g}: beyond, the calibration's cap probabilities "
+                             "underflow in float64")
         if self.cap_epsilon is not None:
             e0 = float(self.cap_epsilon)
             if not 0 <= e0 < self.epsilon:
@@ -241,3 +249,13 @@ class PrivUnitGMechanism(_UnitMechanism):
     truncated above or below γ, scaled to be unbiased. ε-LDP per release, exactly."""
 
     name = "privunitg"
+
+
+def unit_mechanism(name: str, epsilon: float, clip: float) -> _UnitMechanism:
+    """PrivUnit2 ("privunit") or PrivUnitG ("privunitg") for a run's config: an ε it cannot
+    take is one ConfigError on the config's `epsilon`, not a traceback."""
+    cls = PrivUnitMechanism if name == "privunit" else PrivUnitGMechanism
+    try:
+        return cls(epsilon, clip)
+    except ValueError as e:
+        raise ConfigError("epsilon", str(e)) from None

@@ -18,18 +18,15 @@ bound on ε, never a proof).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from jax import Array
 
 from privrl.config import ConfigError
+from privrl.plugins import load_callable
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.report import Guarantee
 
@@ -62,39 +59,7 @@ def declared_condition(name: str) -> str:
 def load_factory(name: str) -> Callable[[MechanismRequest], Any]:
     """The callable `module:callable` (or `path/to/file.py:callable`) names; ConfigError
     ("mechanism") if it cannot be imported or is not callable."""
-    where, _, attr = name.rpartition(":")
-    if not where or not attr:
-        raise ConfigError("mechanism", f"expected module:callable, got {name!r}")
-    try:
-        if where.endswith(".py"):
-            module = _file_module(Path(where))
-        else:
-            module = importlib.import_module(where)
-    except Exception as e:  # any failure of the user's import is one error
-        raise ConfigError("mechanism", f"cannot import {where}: {type(e).__name__}: {e}"
-                          ) from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ConfigError("mechanism", f"{where} has no callable {attr!r}")
-    return factory
-
-
-def _file_module(path: Path) -> Any:
-    """The module of a .py file, loaded once (as `path.stem`, so its dataclasses resolve their
-    own names); later calls reuse it, so a program built twice holds the same classes."""
-    if not path.is_file():
-        raise ImportError(f"no such file {path}")
-    loaded = sys.modules.get(path.stem)
-    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == (
-            path.resolve()):
-        return loaded
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_callable(name, "mechanism")
 
 
 def user_mechanism(name: str, request: MechanismRequest) -> DeclaredMechanism:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 _FLAG = "--xla_force_host_platform_device_count"
 
@@ -22,7 +23,12 @@ def use_host_devices(count: int | None = None) -> int:
     Returns the device count requested.
     """
     if count is None:
-        count = int(os.environ.get("PRIVRL_DEVICES", os.cpu_count() or 1))
+        raw = os.environ.get("PRIVRL_DEVICES")
+        count = os.cpu_count() or 1
+        if raw is not None:
+            count = int(raw) if raw.strip().isdigit() else 0
+            if count < 1:
+                raise ValueError(f"PRIVRL_DEVICES must be a whole number >= 1, got {raw!r}")
     flags = os.environ.get("XLA_FLAGS", "")
     if _FLAG in flags:
         m = re.search(_FLAG + r"=(\d+)", flags)
@@ -45,8 +51,29 @@ def use_compilation_cache(path: str | None = None) -> str | None:
         os.path.expanduser("~"), ".cache", "privrl", "jax")
     if path.lower() in ("off", "0", "none", ""):
         return None
+    problem = _unsafe_cache_dir(path)
+    if problem is not None:
+        print(f"privrl: warning: not using the compilation cache {path}: {problem}",
+              file=sys.stderr)
+        return None
     os.environ["JAX_COMPILATION_CACHE_DIR"] = path
     return path
+
+
+def _unsafe_cache_dir(path: str) -> str | None:
+    """Why the cache at `path` must not be used, or None. A cached program is machine code
+    that runs when loaded: a directory someone else owns or may write into could hold a
+    planted one. The directory is created private (0700) if missing."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot be created ({e.strerror or e})"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return "it belongs to another user"
+    if st.st_mode & 0o022:
+        return "others may write into it (chmod go-w, or set PRIVRL_CACHE_DIR)"
+    return None
 
 
 def tune_garbage_collector() -> None:

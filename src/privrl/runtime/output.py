@@ -7,8 +7,10 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +49,19 @@ def new_run_dir(out: str | os.PathLike | None, stem: str, root: str = "runs") ->
             path = base.with_name(f"{base.name}-{i}")
 
 
+@contextmanager
+def removed_if_left_empty(path: Path) -> Iterator[Path]:
+    """For a run directory made before its run (a Ray run checkpoints into it): if the run
+    fails before any file was written in it, it is removed again, so a failed run leaves
+    nothing behind (a cluster that cannot be joined, a bad option found late)."""
+    try:
+        yield path
+    except BaseException:
+        if path.is_dir() and not any(p.is_file() or p.is_symlink() for p in path.rglob("*")):
+            shutil.rmtree(path)
+        raise
+
+
 def check_out_dir(out: str | os.PathLike | None) -> None:
     """Validate --out before any computation (same rule as `new_run_dir`)."""
     if out is None:
@@ -55,6 +70,20 @@ def check_out_dir(out: str | os.PathLike | None) -> None:
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise OutputDirError(f"--out: {path} exists and is not an empty directory; "
                              "choose a new path (results are never overwritten)")
+    if path.exists():
+        return
+    # It will be created after the run: check now that it can be (no file on its way, a
+    # writable directory to make it in), by making and removing a probe where it would go.
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputDirError(f"--out: {path} cannot be created: {parent} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".privrl-probe-", dir=parent))
+    except OSError as e:
+        raise OutputDirError(f"--out: {path} cannot be created in {parent} "
+                             f"({e.strerror or e})") from None
 
 
 def versions() -> dict[str, str]:

@@ -67,7 +67,7 @@ def test_rollout_records_the_environments_negative_rewards() -> None:
     ("gymnax:Nope-v0", [], "env", "unknown gymnax environment"),
     ("gymnax:Pendulum-v1", [], "env", "continuous"),
     ("gymnax:Breakout-MinAtar", [], "env", "vector"),
-    ("nosuchmodule:make", [], "env", "cannot load"),
+    ("nosuchmodule:make", [], "env", "cannot import nosuchmodule"),
     ("os:getcwd", [], "env", "must return (gymnax_env, env_params)"),
     ("gymnasium:Nope-v1", [], "env", "cannot make Gymnasium environment 'Nope-v1'"),
     ("gymnasium:Pendulum-v1", [], "env", "continuous"),

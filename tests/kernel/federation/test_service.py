@@ -173,3 +173,152 @@ def test_replay_command_refuses_a_pickled_run_file(tmp_path: Path, plant_pickle,
     err = capsys.readouterr().err.strip()
     assert "service.npz" in err and "pickle" in err and len(err.splitlines()) == 1
     assert not marker.exists()
+
+
+def test_replay_exit_status_is_the_verdict_of_the_installed_command(tmp_path: Path) -> None:
+    """`privrl replay` exits 0 when θ replays exactly, and non-zero on MISMATCH (a script or a
+    CI job trusts the status): through the installed executable, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    _finished_run(tmp_path / "aggregator")
+    theta = replay(tmp_path / "aggregator")
+    exe = Path(sys.executable).parent / "privrl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}  # this checkout's privrl
+
+    def status() -> tuple[int, str]:
+        done = subprocess.run([str(exe), "replay", str(tmp_path)], capture_output=True,
+                              text=True, env=env, timeout=120)
+        return done.returncode, done.stdout + done.stderr
+
+    np.save(tmp_path / "theta_final.npy", theta)
+    rc, out = status()
+    assert rc == 0 and "equals the run's final θ exactly" in out
+    np.save(tmp_path / "theta_final.npy", theta + 1.0)
+    rc, out = status()
+    assert rc == 1 and "MISMATCH" in out
+    (tmp_path / "aggregator" / "reports.bin").unlink()  # the issue's reproduction
+    rc, out = status()
+    assert rc != 0, out
+
+
+def _tamper(directory: Path, change) -> None:
+    """Rewrite the accepted-report log's records through `change(records) -> records`."""
+    from privrl.federation.service import _LOG_HEADER, LOG, read_log
+
+    raw = (directory / LOG).read_bytes()
+    n = _LOG_HEADER.itemsize
+    records = read_log(directory, DIM)
+    (directory / LOG).write_bytes(raw[:n] + change(records.copy()).tobytes())
+
+
+def _set(row: int, field: str, value: object):
+    def change(records: np.ndarray) -> np.ndarray:
+        records[field][row] = value
+        return records
+    return change
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda r: np.concatenate([r, r[:1]]), r"record 5: \(agent 0, index 0\) is repeated"),
+    (_set(2, "agent", 2**40), r"record 2: .* outside the run"),
+    (_set(1, "index", -3), r"record 1: .* outside the run"),
+    (_set(3, "value", np.nan), r"record 3: .*NaN or inf"),
+])
+def test_replay_checks_every_record_it_replays(tmp_path: Path, change, message: str) -> None:
+    """A forged or corrupted log is refused at the record that is wrong, with one line naming
+    the file and the record (issue 43, item 4), and `privrl replay` exits 2."""
+    from privrl.main import main
+
+    _finished_run(tmp_path / "aggregator")
+    np.save(tmp_path / "theta_final.npy", replay(tmp_path / "aggregator"))
+    _tamper(tmp_path / "aggregator", change)
+    with pytest.raises(RunFileError, match=r"reports\.bin: " + message):
+        replay(tmp_path / "aggregator")
+    assert main(["replay", str(tmp_path)]) == 2
+
+
+def test_a_directory_in_place_of_the_log_is_one_error(tmp_path: Path) -> None:
+    from privrl.federation.service import LOG
+
+    _finished_run(tmp_path)
+    (tmp_path / LOG).unlink()
+    (tmp_path / LOG).mkdir()
+    with pytest.raises(RunFileError, match=r"reports\.bin: cannot be read"):
+        replay(tmp_path)
+
+
+@pytest.mark.parametrize("tamper", ["duplicate", "huge agent", "logged 0"])
+def test_restore_names_the_inconsistent_record(tmp_path: Path, tamper: str) -> None:
+    """A duplicated record after the checkpoint, an agent id of 2**40 (once: MemoryError) or a
+    checkpoint claiming no record was logged (once: BudgetExceededError) is one RunFileError
+    naming the log and the record (issue 43, item 5)."""
+    from privrl.runfile import read, write
+
+    svc = _service(tmp_path, budget=4.0, every=3)  # ε = 2 per report: two per agent
+    for n in range(5):
+        assert svc.submit(_sub(n, 0)).accepted
+    assert svc.submit(_sub(0, 1)).accepted  # agent 0 has spent its budget
+    svc.close()
+    if tamper == "duplicate":
+        _tamper(tmp_path, lambda r: np.concatenate([r, r[-1:]]))
+    elif tamper == "huge agent":
+        _tamper(tmp_path, _set(5, "agent", 2**40))
+    else:
+        blob = read(tmp_path / "checkpoint.npz", "aggregator-checkpoint")
+        blob["logged"] = 0
+        write(tmp_path / "checkpoint.npz", "aggregator-checkpoint", blob)
+    with pytest.raises(RunFileError, match=r"reports\.bin: record \d+: "):
+        AggregatorService.restore(tmp_path)
+
+
+@pytest.mark.parametrize("final", ["shape 2**40", "float64", "spec buffer 2**40", "lr nan"])
+def test_replay_refuses_an_impossible_run_in_one_line(tmp_path: Path, final: str,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    """θ_final declaring 2**40 floats (once a MemoryError), saved as float64 (once "equals
+    exactly"), or a spec whose buffer or learning rate no run has (issue 43, items 2 and 4)."""
+    from privrl.federation.service import SETUP
+    from privrl.main import main
+    from privrl.runfile import read, write
+
+    _finished_run(tmp_path / "aggregator")
+    theta = replay(tmp_path / "aggregator")
+    np.save(tmp_path / "theta_final.npy", theta)
+    if final == "shape 2**40":
+        header = np.lib.format.header_data_from_array_1_0(theta)
+        header["shape"] = (2**40,)
+        with open(tmp_path / "theta_final.npy", "wb") as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            f.write(theta.tobytes())
+    elif final == "float64":
+        np.save(tmp_path / "theta_final.npy", theta.astype(np.float64))
+    else:
+        setup = read(tmp_path / "aggregator" / SETUP, "aggregator-setup")
+        if final == "lr nan":
+            setup["spec"]["learning_rate"] = float("nan")
+        else:
+            setup["spec"]["buffer_size"] = 2**40
+        write(tmp_path / "aggregator" / SETUP, "aggregator-setup", setup)
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("privrl: error:") and len(err.splitlines()) == 1, err
+
+
+def test_replay_refuses_a_log_over_an_agents_budget(tmp_path: Path) -> None:
+    """ε = 2 per report, a budget of 4: a log holding a third report of agent 0 (a new index,
+    a valid value) is not this run's (issue 43, item 4: budget consistency); it also bounds
+    how long a forged log can make replay run."""
+    svc = _service(tmp_path, budget=4.0, every=100)
+    assert svc.submit(_sub(0, 0)).accepted and svc.submit(_sub(0, 1)).accepted
+    svc.close()
+    replay(tmp_path)  # the run's own log replays
+
+    def third(records: np.ndarray) -> np.ndarray:
+        extra = records[-1:].copy()
+        extra["index"] = 2
+        return np.concatenate([records, extra])
+
+    _tamper(tmp_path, third)
+    with pytest.raises(RunFileError, match=r"record 2: over its agent's budget"):
+        replay(tmp_path)

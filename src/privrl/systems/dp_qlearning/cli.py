@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from privrl.cli import Noise, Out, Seed, flag_names, system_apps
+from privrl.cli import Noise, Out, Seed, SweepSeed, flag_names, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -83,7 +83,7 @@ def run_dp_qlearning_command(
 def reproduce_dp_qlearning_command(
     trials: Annotated[int, typer.Option(help="Trials per σ (authors: 10).")] = 10,
     episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
-    seed: Annotated[int, typer.Option(help="Random seed (shared by all σ).")] = 0,
+    seed: SweepSeed = 0,
     noise: Noise = None,
     out: Out = None,
 ) -> None:

@@ -21,6 +21,7 @@ from privrl.cli import (
     SecureNoise,
     Seed,
     ShowProgress,
+    SweepSeed,
     flag_names,
     parse_numbers,
     progress_bar,
@@ -338,7 +339,7 @@ def audit_dp_reinforce_command(
     delta: Delta = 1e-5,
     accountant: AccountantOpt = AccountantName.pld,
     confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
-    seed: Annotated[int, typer.Option(help="Random seed (shared by all settings).")] = 0,
+    seed: SweepSeed = 0,
     out: Out = None,
     progress: ShowProgress = True,
 ) -> None:

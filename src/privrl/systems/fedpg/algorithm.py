@@ -39,7 +39,7 @@ from jax import Array
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
 from privrl.privacy.distributed import AdaptiveClip, DistributedGaussianMechanism
-from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     IdentityMechanism,
@@ -202,10 +202,8 @@ def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                                             cfg.accountant, adaptive)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
-    if cfg.mechanism == "privunit":
-        return PrivUnitMechanism(cfg.epsilon, cfg.clip)
-    if cfg.mechanism == "privunitg":
-        return PrivUnitGMechanism(cfg.epsilon, cfg.clip)
+    if cfg.mechanism in ("privunit", "privunitg"):
+        return unit_mechanism(cfg.mechanism, cfg.epsilon, cfg.clip)
     if cfg.mechanism == "gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")

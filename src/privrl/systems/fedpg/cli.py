@@ -261,6 +261,7 @@ def run_fedpg_cen_command(
     """
     from privrl.runtime.output import check_out_dir
 
+    check_out_dir(out)  # before the config, which may import --env's code
     cfg = _fedpg_config("cen", epsilon_per_report, noise=_noise(noise), secure_noise=secure_noise,
                         sampling_rate=sampling_rate, min_honest=min_honest,
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
@@ -271,7 +272,6 @@ def run_fedpg_cen_command(
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return))
-    check_out_dir(out)
     _execute_fedpg(cfg, out, progress)
 
 
@@ -313,6 +313,7 @@ def run_fedpg_dec_command(
     from privrl.config import ConfigError
     from privrl.runtime.output import check_out_dir
 
+    check_out_dir(out)  # before the config, which may import --env's code
     cfg = _fedpg_config("dec", epsilon_per_report, runtime is Runtime.local,
                         topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,
@@ -324,7 +325,6 @@ def run_fedpg_dec_command(
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
-    check_out_dir(out)
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
@@ -346,7 +346,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from privrl.runtime.output import new_run_dir
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
     from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
 
@@ -357,7 +358,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is
     # made after the run, so a failed run leaves nothing behind.
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
-    where = f" on Ray (cluster {address or 'local'}, node checkpoints in {path})" if ray else ""
+    where = (f" on Ray (cluster {ray_address(address) or 'local'}, node checkpoints in {path})"
+             if ray else "")
     # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
     # release's labelled per release) is stated with the results.
     total = ""
@@ -379,7 +381,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         if ray:
             from privrl.systems.fedpg.ray import run_fedpg_dec_ray
 
-            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
+            with removed_if_left_empty(path):
+                run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
         else:
             run = runner.run_fedpg(cfg, progress=update)
     if path is None:
@@ -453,6 +456,8 @@ def reproduce_fedpg_command(
     """
     from privrl.config import ConfigError
     from privrl.runtime.output import check_out_dir
+
+    check_out_dir(out)  # before the config, which may import --env's code
     from privrl.systems.fedpg.reproduce import FedPGSweep
 
     if out is not None and resume is not None:
@@ -471,7 +476,6 @@ def reproduce_fedpg_command(
                                               "--laplace-epsilons-per-report"),
                      noise=None if noise is None else noise.value)
     cfg.validate()
-    check_out_dir(out)
 
     from rich.console import Console
     from rich.markdown import Markdown
@@ -541,6 +545,8 @@ def audit_fedpg_command(
     from privrl.audit.mechanism import check_audit_settings
     from privrl.config import ConfigError, positive
     from privrl.runtime.output import check_out_dir
+
+    check_out_dir(out)  # before the config, which may import --env's code
     from privrl.systems.fedpg.algorithm import FedPGConfig
     from privrl.systems.fedpg.audit import audit_fedpg
 
@@ -562,7 +568,6 @@ def audit_fedpg_command(
         except ConfigError as err:
             raise ConfigError(flag if err.field == "epsilon" else err.field, err.message) from err
     check_audit_settings(samples, confidence)
-    check_out_dir(out)
     execute_audit(
         f"[bold]audit fedpg-{algorithm.value}[/] {mechanism.value}: ε ∈ "
         f"{{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world",

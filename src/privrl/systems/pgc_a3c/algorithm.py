@@ -59,7 +59,7 @@ from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
-from privrl.privacy.ldp_vector import PrivUnitGMechanism, PrivUnitMechanism
+from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
 from privrl.privacy.mechanisms import (
     IdentityMechanism,
@@ -794,10 +794,8 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
         return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
-    if cfg.mechanism == "privunit":
-        return PrivUnitMechanism(eps, cfg.clip)
-    if cfg.mechanism == "privunitg":
-        return PrivUnitGMechanism(eps, cfg.clip)
+    if cfg.mechanism in ("privunit", "privunitg"):
+        return unit_mechanism(cfg.mechanism, eps, cfg.clip)
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:

@@ -145,6 +145,8 @@ def run_pgc_a3c_command(
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
+    check_out_dir(out)  # before the config, which may import --env's code
+
     if mechanism is MechanismName.none and epsilon is not None:
         raise ConfigError("--epsilon", "the non-private baseline (--mechanism none) has no ε; "
                                        "drop --epsilon")
@@ -179,7 +181,6 @@ def run_pgc_a3c_command(
         from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
         PGCA3C(config)
-    check_out_dir(out)
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
@@ -253,7 +254,8 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     import numpy as np
     from rich.console import Console
 
-    from privrl.runtime.output import new_run_dir
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.runtime.ray import ray_address
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c import ray as ray_runner
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -263,9 +265,10 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
     err.print(f"[bold]PGC-A3C on Ray[/] ({config.preset} preset) {config.mechanism}, "
-              f"{config.submissions} submissions, cluster {address or 'local'}; "
+              f"{config.submissions} submissions, cluster {ray_address(address) or 'local'}; "
               f"aggregator log and checkpoints in {path / 'aggregator'}")
-    with progress_bar(err, show_progress, "training") as (bar, task):
+    with (removed_if_left_empty(path), progress_bar(err, show_progress, "training")
+          as (bar, task)):
         result = ray_runner.run_pgc_a3c_ray(
             config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
             checkpoint_every=checkpoint_every,
@@ -304,11 +307,16 @@ def replay_command(
         raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
                                      f"aggregator/{SETUP} or theta_final.npy)")
     theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    try:
-        final = np.load(run_dir / "theta_final.npy", allow_pickle=False)
+    final_path = run_dir / "theta_final.npy"
+    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
+        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(run_dir / "theta_final.npy", f"not a float array ({e}); "
-                                                          "nothing was loaded") from None
+        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
+                           ) from None
+    if final.dtype != theta.dtype or final.shape != theta.shape:
+        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
+                                       f"θ is {theta.dtype} of shape {theta.shape}")
+    final = np.array(final)
     diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
     if theta.shape == final.shape and np.array_equal(theta, final):
         typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
@@ -357,6 +365,8 @@ def reproduce_pgc_a3c_command(
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
+    check_out_dir(out)  # before the config, which may import --env's code
+
     if out is not None and resume is not None:
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
     if resume is not None and not (resume / "sweep.json").is_file():
@@ -366,7 +376,6 @@ def reproduce_pgc_a3c_command(
                       epsilons=parse_numbers(epsilon, "--epsilon"),
                       noise=None if noise is None else noise.value)
     cfg.validate()
-    check_out_dir(out)
     _execute_sweep(cfg, out, resume, progress, one_program)
 
 
@@ -457,6 +466,8 @@ def audit_pgc_a3c_command(
     from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
+    check_out_dir(out)  # before the config, which may import --env's code
+
     if mechanism is MechanismName.none:
         raise ConfigError("mechanism", "the non-private baseline claims no ε; nothing to audit")
     epsilons = parse_numbers(epsilon, "--epsilon")
@@ -465,7 +476,6 @@ def audit_pgc_a3c_command(
         positive("epsilons", e)
         PGCA3CConfig.from_preset(preset, mechanism=mechanism.value,
                                  epsilon=e).resolved().validate()
-    check_out_dir(out)
     from privrl.systems.pgc_a3c.audit import audit_pgc_a3c
 
     config = PGCA3CConfig.from_preset(preset, mechanism=mechanism.value, epsilon=1.0)

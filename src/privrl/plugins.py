@@ -1,0 +1,64 @@
+"""A user's code named on the command line or in a config: `module:callable` or
+`path/to/file.py:callable` (`--env`, `--mechanism`). Importing it runs that module's code, with
+the user's rights: it is loaded only after every other option is checked, and any failure of
+the user's import or call is one ConfigError naming the option, never a traceback."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from privrl.config import ConfigError
+
+__all__ = ["call_user", "load_callable"]
+
+
+def load_callable(spec: str, option: str) -> Callable[..., Any]:
+    """The callable `spec` names; ConfigError(option) if it cannot be imported or is not
+    callable."""
+    where, _, attr = spec.rpartition(":")
+    if not where or not attr or where.startswith("."):
+        raise ConfigError(option, f"expected module:callable or file.py:callable, got {spec!r}")
+    try:
+        module = _file_module(Path(where)) if where.endswith(".py") else (
+            importlib.import_module(where))
+    except Exception as e:  # any failure of the user's import is one error
+        raise ConfigError(option, f"cannot import {where}: {type(e).__name__}: {e}") from None
+    except SystemExit as e:
+        raise ConfigError(option, f"importing {where} tried to exit ({e.code!r})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(option, f"{where} has no callable {attr!r}")
+    return fn
+
+
+def call_user(fn: Callable[..., Any], spec: str, option: str, *args: Any) -> Any:
+    """`fn(*args)`, its failure (an exception, or an attempt to exit) one ConfigError."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise ConfigError(option, f"{spec} failed: {type(e).__name__}: {e}") from None
+    except SystemExit as e:
+        raise ConfigError(option, f"{spec} tried to exit ({e.code!r})") from None
+
+
+def _file_module(path: Path) -> Any:
+    """The module of a .py file, loaded once (as `path.stem`, so its dataclasses resolve their
+    own names); later calls reuse it, so a program built twice holds the same classes."""
+    if not path.is_file():
+        raise ImportError(f"no such file {path}")
+    loaded = sys.modules.get(path.stem)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == (
+            path.resolve()):
+        return loaded
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
