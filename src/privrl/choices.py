@@ -12,5 +12,5 @@ ACCOUNTANTS = ("pld", "rdp")  # how Gaussian releases compose (privacy.accountin
 COMPOSITIONS = ("basic", "optimal")  # how a ledger composes pure ε-LDP reports (privacy.ledger)
 TOPOLOGIES = ("ring", "exponential", "random")  # directed gossip graphs (federation.topology)
 # The mechanisms `privrl audit mechanism` builds (audit.sweep.build_mechanism).
-AUDIT_MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "gaussian", "box-gaussian",
-                    "gaussian-sum", "functional", "broken-laplace")
+AUDIT_MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "projunit", "privunitg-seed",
+                    "gaussian", "box-gaussian", "gaussian-sum", "functional", "broken-laplace")

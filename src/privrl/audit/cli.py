@@ -39,7 +39,8 @@ AuditMechanism = value_enum("AuditMechanism", AUDIT_MECHANISMS)
 @flag_names(epsilons="--epsilon")
 def audit_mechanism_command(
     mechanism: Annotated[AuditMechanism, typer.Option(
-        help="laplace, prs, privunit, privunitg (PrivUnit2 / PrivUnitG), gaussian (local, L2 "
+        help="laplace, prs, privunit, privunitg (PrivUnit2 / PrivUnitG), projunit, "
+        "privunitg-seed (ProjUnit, seed-compressed PrivUnitG), gaussian (local, L2 "
         "clip), box-gaussian (LDP states), gaussian-sum "
         "(DP-SGD's noisy sum, add/remove one example), functional (paper 001's GP noise at 4 "
         "fixed states), broken-laplace (a deliberately broken Laplace with half its noise, to "

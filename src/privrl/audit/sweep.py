@@ -50,6 +50,10 @@ def build_mechanism(name: str, epsilon: float, delta: float = 1e-5,
 
         cls = PrivUnitMechanism if name == "privunit" else PrivUnitGMechanism
         return cls(epsilon, 1.0)
+    if name in ("projunit", "privunitg-seed"):
+        from privrl.privacy.ldp_compact import compact_mechanism
+
+        return compact_mechanism(name, epsilon, 1.0)
     if name == "gaussian":
         return m.GaussianMechanism(2.0 * _analytic_z(epsilon, delta), 1.0, delta)
     if name == "box-gaussian":

@@ -174,6 +174,7 @@ def unit_release(p: UnitParams, key: Array, x: Array) -> Array:
 class _UnitMechanism(Mechanism):
     """Shared by PrivUnit2 and PrivUnitG (the module docstring)."""
 
+    family = "privunit"
     epsilon: float
     clip: float
     cap_epsilon: float | None = None  # ε₀; None: the split of least variance
@@ -196,7 +197,7 @@ class _UnitMechanism(Mechanism):
         """The calibration used for inputs of length d (on the sphere of R^{d+1})."""
         if d < 1:
             raise ValueError(f"the input must have length >= 1, got {d}")
-        return calibrate(self.name, self.epsilon, d + 1, self.cap_epsilon)
+        return calibrate(self.family, self.epsilon, d + 1, self.cap_epsilon)
 
     def mse_bound(self, d: int) -> float:
         """E‖x̂ − x‖² ≤ clip²·E‖V/m − u‖² (equal up to the dropped lift coordinate)."""
@@ -225,11 +226,11 @@ class _UnitMechanism(Mechanism):
 
     def sphere(self, key: Array, u: Array) -> Array:
         """`sphere_release` on a unit vector u of R^D, calibrated for this ε."""
-        return sphere_release(self.name, calibrate(self.name, self.epsilon, u.shape[0],
-                                                   self.cap_epsilon), key, u)
+        return sphere_release(self.family, calibrate(self.family, self.epsilon, u.shape[0],
+                                                     self.cap_epsilon), key, u)
 
     def release_params(self, dim: int) -> UnitParams:
-        return UnitParams(self.name, self.clip, self.calibration(dim))
+        return UnitParams(self.family, self.clip, self.calibration(dim))
 
     def release(self, params: UnitParams, key: Array, x: Array) -> Array:
         return unit_release(params, key, x)
@@ -241,6 +242,7 @@ class PrivUnitMechanism(_UnitMechanism):
     input with probability p, scaled to be unbiased. ε-LDP per release, exactly (see module)."""
 
     name = "privunit"
+    family = "privunit"  # the calibration (`calibrate`'s kind)
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,7 @@ class PrivUnitGMechanism(_UnitMechanism):
     truncated above or below γ, scaled to be unbiased. ε-LDP per release, exactly."""
 
     name = "privunitg"
+    family = "privunitg"  # the calibration; ldp_compact's mechanisms build on it too
 
 
 def unit_mechanism(name: str, epsilon: float, clip: float) -> _UnitMechanism:

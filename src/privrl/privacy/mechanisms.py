@@ -312,6 +312,13 @@ class Mechanism:
         value = self._randomize(key, x)
         return Report._mint(_MINT, value, self.guarantee)
 
+    def upload_bytes(self, dim: int) -> int:
+        """Bytes one report uploads for an input of length `dim`: by default the released
+        value as float32 (mechanisms with a compact encoding say less, privacy.ldp_compact)."""
+        out = jax.eval_shape(lambda k, x: self._randomize(k, x), jax.random.key(0),
+                             jax.ShapeDtypeStruct((dim,), jnp.float32))
+        return 4 * math.prod(out.shape)
+
     def params(self) -> dict[str, Any]:
         """The mechanism's parameters, for config and privacy records."""
         return {}

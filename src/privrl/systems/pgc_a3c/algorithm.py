@@ -59,6 +59,7 @@ from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, discounted_returns
 from privrl.nets.flat import FlatModel, actor_critic
+from privrl.privacy.ldp_compact import compact_mechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
 from privrl.privacy.mechanisms import (
@@ -129,6 +130,10 @@ MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
     "tuned-ldp": {"laplace": (0.01, 1), "prs": (1.0, 1), "privunit": (0.05, 1),
                   "privunitg": (0.05, 1), "none": (0.01, 1)},
 }
+# ProjUnit and seed-compressed PrivUnitG (privrl.privacy.ldp_compact) estimate what PrivUnitG
+# does with a few bytes per report: they take PrivUnitG's C and |B|.
+for _defaults in MECHANISM_DEFAULTS.values():
+    _defaults |= {name: _defaults["privunitg"] for name in ("projunit", "privunitg-seed")}
 
 
 @dataclass(frozen=True)
@@ -784,6 +789,12 @@ def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
     return PrivacyLedger(epsilon_budget=cfg.epsilon)
 
 
+def mechanism_record(mechanism: Mechanism, dim: int) -> dict[str, Any]:
+    """privacy.json's "mechanism": its name, parameters, guarantee and the bytes each report
+    uploads (summary.json repeats those)."""
+    return {**mechanism.describe(), "upload_bytes_per_report": mechanism.upload_bytes(dim)}
+
+
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     """The per-report mechanism: the agent's budget ε split over its T submissions (by the
     budget's composition, `PGCA3CConfig.epsilon_per_report`)."""
@@ -796,6 +807,8 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism in ("privunit", "privunitg"):
         return unit_mechanism(cfg.mechanism, eps, cfg.clip)
+    if cfg.mechanism in ("projunit", "privunitg-seed"):
+        return compact_mechanism(cfg.mechanism, eps, cfg.clip)
     try:
         return ProjectedRandomSignMechanism(eps, cfg.clip, cfg.d_hat, dim=dim)
     except ValueError as e:

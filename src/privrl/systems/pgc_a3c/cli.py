@@ -63,7 +63,9 @@ def run_pgc_a3c_command(
     mechanism: Annotated[MechanismName, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
-        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), none (non-private ε = ∞ "
+        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), projunit / privunitg-seed "
+        "(ProjUnit: 72-byte uploads; seed-compressed PrivUnitG: 8-byte uploads, ε with an "
+        "ideal generator; docs/ldp-mechanisms.md), none (non-private ε = ∞ "
         "baseline: clipped, no noise; NO privacy guarantee), or your own module:callable "
         "(its declared guarantee, not verified by privrl; docs/ldp-mechanisms.md).",
         parser=mechanism_option(MechanismName))
@@ -85,7 +87,8 @@ def run_pgc_a3c_command(
     ] = None,
     clip: Annotated[float | None, typer.Option(
         help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs, 0.005 (an L2 "
-        "radius) for privunit and privunitg (tuned-ldp: 0.05).")] = None,
+        "radius) for the PrivUnit family (privunit, privunitg, projunit, privunitg-seed; "
+        "tuned-ldp: 0.05).")] = None,
     d_hat: Annotated[int | None, typer.Option(
         help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
     ] = None,
@@ -441,7 +444,8 @@ def results_table(summary: dict) -> Table:
 @flag_names(epsilons="--epsilon")
 def audit_pgc_a3c_command(
     mechanism: Annotated[MechanismName, typer.Option(
-        help="The agents' mechanism: laplace, prs, privunit, privunitg or your own "
+        help="The agents' mechanism: laplace, prs, privunit, privunitg, projunit, "
+        "privunitg-seed or your own "
         "module:callable.", parser=mechanism_option(MechanismName))
     ] = MechanismName.laplace,
     epsilon: Annotated[str, typer.Option(

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from privrl.privacy.accounting import pure_composition_record
+from privrl.privacy.ldp_compact import generator_condition
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
@@ -51,6 +52,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
     budget_ledger,
+    mechanism_record,
     settings_algorithm,
     trial_group,
 )
@@ -262,7 +264,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             raise RuntimeError("internal error: the ledger and the submissions disagree")
         outputs.append(RunOutput(
             config=setting.config, scores=scores[own, :n_sub], submitted=submitted[own],
-            ledger=ledger, mechanism=setting.mechanism.describe(), wall_seconds=wall,
+            ledger=ledger, mechanism=mechanism_record(setting.mechanism, setting.dim),
+            wall_seconds=wall,
             compile_seconds=compile_s, devices=runner.devices,
             agents_per_trial=agents_per_trial, theta=theta[own], program=program))
     return outputs
@@ -282,6 +285,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
+        "upload_bytes_per_report": out.mechanism["upload_bytes_per_report"],
         "privacy": headline(privacy_facts(out)),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
@@ -328,7 +332,8 @@ def privacy_facts(out: RunOutput) -> Facts:
         also=also, budget=budget,
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
-        condition=declared_condition(cfg.mechanism), noise=noise)
+        condition=declared_condition(cfg.mechanism) or generator_condition(cfg.mechanism),
+        noise=noise)
 
 
 def privacy_record(out: RunOutput) -> dict[str, Any]:

@@ -77,6 +77,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     agent_noise_key,
     budget_ledger,
     lone_agent,
+    mechanism_record,
     trial_env_key,
 )
 
@@ -315,7 +316,8 @@ def as_run_output(out: RayRunOutput) -> Any:
     return RunOutput(config=out.config, scores=out.scores,
                      submitted=np.array([int(np.isfinite(out.scores).sum())]),
                      ledger=out.ledger,
-                     mechanism=algo.mechanism.describe(), wall_seconds=out.wall_seconds,
+                     mechanism=mechanism_record(algo.mechanism, algo.dim),
+                     wall_seconds=out.wall_seconds,
                      compile_seconds=0.0, devices=out.agents_in_flight,
                      agents_per_trial=math.ceil(out.config.submissions
                                                 / out.config.submissions_per_agent))

@@ -58,7 +58,8 @@ TABLE_TITLES = {
     "relative_auc": "Table 3: relative AUC of the success-ratio curve against ε = ∞",
 }
 MECHANISM_LABEL = {"laplace": "Lap", "prs": "PRS", "privunit": "PrivUnit2",
-                   "privunitg": "PrivUnitG"}
+                   "privunitg": "PrivUnitG", "projunit": "ProjUnit",
+                   "privunitg-seed": "PrivUnitG-seed"}
 
 
 @dataclass(frozen=True)
