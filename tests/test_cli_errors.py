@@ -50,8 +50,9 @@ def test_a_bad_privrl_devices_is_one_line(monkeypatch: pytest.MonkeyPatch,
         "privrl: error: PRIVRL_DEVICES must be a whole number >= 1, got 'abc'")
 
 
-@pytest.mark.parametrize("system", ["pgc-a3c", "fedpg-cen"])
-@pytest.mark.parametrize("mechanism", ["privunit", "privunitg"])
+@pytest.mark.parametrize(("system", "mechanism"), [
+    (s, m) for s in ("pgc-a3c", "fedpg-cen") for m in ("privunit", "privunitg")]
+    + [("pgc-a3c", "projunit"), ("pgc-a3c", "privunitg-seed")])
 def test_an_epsilon_privunit_cannot_calibrate_is_one_line(
         system: str, mechanism: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """ε = 10⁶ overflowed PrivUnit's calibration (OverflowError, ZeroDivisionError)."""

@@ -119,9 +119,8 @@ class ProjUnitParams(NamedTuple):
     bias: float  # c, the projection's bias factor
 
 
-def projunit_encode(p: ProjUnitParams, key: Array, x: Array) -> tuple[Array, Array]:
-    """What the agent uploads: (seed, z), z = PrivUnitG(Wu/‖Wu‖) in R^k."""
-    u = lift(x, p.clip)
+def projunit_encode(p: ProjUnitParams, key: Array, u: Array) -> tuple[Array, Array]:
+    """What the agent uploads for the unit vector u: (seed, z), z = PrivUnitG(Wu/‖Wu‖) in R^k."""
     k_seed, k_z = jax.random.split(key)
     seed = _draw_seed(k_seed)
     w = projection(seed, u.shape[0], p.k) @ u
@@ -130,15 +129,15 @@ def projunit_encode(p: ProjUnitParams, key: Array, x: Array) -> tuple[Array, Arr
 
 
 def projunit_decode(p: ProjUnitParams, dim: int, seed: Array, z: Array) -> Array:
-    """The aggregator's unbiased estimate of x (length dim) from an upload: clip·Wᵀz/c."""
-    u_hat = projection(seed, dim + 1, p.k).T @ z / p.bias
-    return p.clip * u_hat[:-1]
+    """The aggregator's unbiased estimate of u (in R^dim) from an upload: Wᵀz/c."""
+    return projection(seed, dim, p.k).T @ z / p.bias
 
 
 def projunit_release(p: ProjUnitParams, key: Array, x: Array) -> Array:
-    """ProjUnit (module docstring): encode at the agent, decode as the aggregator would."""
-    seed, z = projunit_encode(p, key, x)
-    return projunit_decode(p, x.shape[-1], seed, z)
+    """ProjUnit (module docstring): lift x, encode at the agent, decode as the aggregator
+    would, scale back and drop the lift coordinate."""
+    u = lift(x, p.clip)
+    return p.clip * projunit_decode(p, u.shape[0], *projunit_encode(p, key, u))[:-1]
 
 
 @dataclass(frozen=True)
@@ -169,6 +168,18 @@ class ProjUnitMechanism(PrivUnitGMechanism):
 
     def release(self, params: ProjUnitParams, key: Array, x: Array) -> Array:
         return projunit_release(params, key, x)
+
+    def encode(self, key: Array, u: Array) -> tuple[Array, Array]:
+        """The upload for a unit vector u of R^D: (seed, z)."""
+        return projunit_encode(self.release_params(u.shape[0] - 1), key, u)
+
+    def decode(self, dim: int, upload: tuple[Array, Array]) -> Array:
+        """The aggregator's estimate of u ∈ R^dim from an upload."""
+        return projunit_decode(self.release_params(dim - 1), dim, *upload)
+
+    def sphere(self, key: Array, u: Array) -> Array:
+        """Encode and decode a unit vector u of R^D: an unbiased estimate of u."""
+        return self.decode(u.shape[0], self.encode(key, u))
 
     def mse(self, d: int) -> float:
         """E‖û − u‖² on the sphere of R^{d+1} (module docstring), exact."""
@@ -204,9 +215,8 @@ class SeedParams(NamedTuple):
     scale: float  # 1 / ((1 − β)·m)
 
 
-def seed_encode(p: SeedParams, key: Array, x: Array) -> Array:
-    """What the agent uploads: the first accepted candidate seed (module docstring)."""
-    u = lift(x, p.clip)
+def seed_encode(p: SeedParams, key: Array, u: Array) -> Array:
+    """What the agent uploads for the unit vector u: the first accepted candidate seed."""
     dim = u.shape[0]
     k_seed, k_coin = jax.random.split(key)
 
@@ -230,13 +240,15 @@ def seed_encode(p: SeedParams, key: Array, x: Array) -> Array:
 
 
 def seed_decode(p: SeedParams, dim: int, seed: Array) -> Array:
-    """The aggregator's unbiased estimate of x (length dim) from the uploaded seed."""
-    return p.clip * p.scale * _gaussian(seed, dim + 1)[:-1]
+    """The aggregator's unbiased estimate of u (in R^dim) from the uploaded seed."""
+    return p.scale * _gaussian(seed, dim)
 
 
 def seed_release(p: SeedParams, key: Array, x: Array) -> Array:
-    """Seed-compressed PrivUnitG: encode at the agent, decode as the aggregator would."""
-    return seed_decode(p, x.shape[-1], seed_encode(p, key, x))
+    """Seed-compressed PrivUnitG: lift x, encode at the agent, decode as the aggregator would,
+    scale back and drop the lift coordinate."""
+    u = lift(x, p.clip)
+    return p.clip * seed_decode(p, u.shape[0], seed_encode(p, key, u))[:-1]
 
 
 @dataclass(frozen=True)
@@ -286,6 +298,19 @@ class SeedPrivUnitGMechanism(PrivUnitGMechanism):
 
     def release(self, params: SeedParams, key: Array, x: Array) -> Array:
         return seed_release(params, key, x)
+
+    def encode(self, key: Array, u: Array) -> Array:
+        """The upload for a unit vector u of R^D: one seed."""
+        return seed_encode(self.release_params(u.shape[0] - 1), key, u)
+
+    def decode(self, dim: int, upload: Array) -> Array:
+        """The aggregator's estimate of u ∈ R^dim from the seed."""
+        return seed_decode(self.release_params(dim - 1), dim, upload)
+
+    def sphere(self, key: Array, u: Array) -> Array:
+        """Encode and decode a unit vector u of R^D: an unbiased estimate of u (ideal
+        generator)."""
+        return self.decode(u.shape[0], self.encode(key, u))
 
     def mse(self, d: int) -> float:
         """E‖û − u‖² on the sphere of R^D, ideal generator: a fraction 1 − β of outputs are

@@ -13,6 +13,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     ConfigError,
     PGCA3CConfig,
     make_mechanism,
+    mechanism_record,
     trial_group,
     trial_stages,
 )
@@ -81,6 +82,27 @@ def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
             PGCA3CConfig(mechanism=name, secure_noise=True).resolved()
         with pytest.raises(ConfigError, match="d_hat"):
             PGCA3CConfig(mechanism=name, d_hat=2).resolved()
+
+
+def test_compact_mechanisms_run_and_every_run_records_its_upload_bytes():
+    from privrl.privacy.ldp_compact import ProjUnitMechanism, SeedPrivUnitGMechanism
+
+    lap = PGCA3CConfig(mechanism="laplace").resolved()
+    assert mechanism_record(make_mechanism(lap, 112), 112)["upload_bytes_per_report"] == 4 * 112
+    for name, cls, size in [("projunit", ProjUnitMechanism, 8 + 4 * 16),
+                            ("privunitg-seed", SeedPrivUnitGMechanism, 8)]:
+        cfg = PGCA3CConfig.from_preset("tuned-ldp", mechanism=name, epsilon=2.0, trials=1,
+                                       submissions=12, submissions_per_agent=2).resolved()
+        assert (cfg.clip, cfg.buffer_size) == (0.05, 1)  # PrivUnitG's
+        mech = make_mechanism(cfg, 131)
+        assert isinstance(mech, cls) and mech.epsilon == 1.0
+        out = run_pgc_a3c(cfg)
+        record, summary = privacy_record(out), summarize(out)
+        assert record["mechanism"]["upload_bytes_per_report"] == size
+        assert summary["upload_bytes_per_report"] == size
+        # seed compression's ε rests on the generator, and the record says so
+        assert ("ideal seed-to-Gaussian generator" in record["headline"]) == (
+            name == "privunitg-seed")
 
 
 def test_invalid_config_names_the_field():
