@@ -14,6 +14,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     PGCA3CConfig,
     make_mechanism,
     mechanism_record,
+    server_optimizer,
     trial_group,
     trial_stages,
 )
@@ -103,6 +104,25 @@ def test_compact_mechanisms_run_and_every_run_records_its_upload_bytes():
         # seed compression's ε rests on the generator, and the record says so
         assert ("ideal seed-to-Gaussian generator" in record["headline"]) == (
             name == "privunitg-seed")
+
+
+def test_adam_momentum_is_adams_first_moment_decay():
+    import jax.numpy as jnp
+
+    g1, g2, lr = jnp.array([1.0, -2.0]), jnp.array([-3.0, 0.5]), 0.01
+    for b1 in (0.9, 0.5):
+        opt = server_optimizer(PGCA3CConfig(server_optimizer="adam", learning_rate=lr,
+                                            adam_momentum=b1))
+        state = opt.init(jnp.zeros(2))
+        _, state = opt.update(g1, state)
+        step, _ = opt.update(g2, state)
+        m = (b1 * (1 - b1) * g1 + (1 - b1) * g2) / (1 - b1**2)
+        v = (0.999 * 0.001 * g1**2 + 0.001 * g2**2) / (1 - 0.999**2)
+        np.testing.assert_allclose(step, -lr * m / (jnp.sqrt(v) + 1e-8), rtol=1e-4)  # float32
+    for bad in (1.0, -0.1):
+        with pytest.raises(ConfigError) as e:
+            PGCA3CConfig(adam_momentum=bad).resolved()
+        assert e.value.field == "adam_momentum"
 
 
 def test_invalid_config_names_the_field():

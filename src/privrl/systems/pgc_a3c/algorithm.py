@@ -218,6 +218,10 @@ class PGCA3CConfig(Config):
     rmsprop_eps: float = 1e-10
     rmsprop_initial_scale: float = 1.0
     rmsprop_momentum: float = 0.0  # TF1's momentum: mom ← m·mom + η·g/√(ν + eps), θ ← θ − mom
+    # server_optimizer "adam" only: β₁, Adam's first-moment decay (optax's default 0.9). Each
+    # step follows the mean of about 1/(1 − β₁) recent reports: a larger β₁ averages more of
+    # the mechanism's noise away (post-processing: the guarantee is unchanged).
+    adam_momentum: float = 0.9
 
     presets = PRESETS
 
@@ -292,6 +296,7 @@ class PGCA3CConfig(Config):
             positive("rmsprop_eps", self.rmsprop_eps)
             non_negative("rmsprop_initial_scale", self.rmsprop_initial_scale)
             in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
+        in_range("adam_momentum", self.adam_momentum, 0, 1, high_open=True)
         probability("explore_start", self.explore_start)
         CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
 
@@ -778,7 +783,9 @@ def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
         return optax.rmsprop(cfg.learning_rate, decay=cfg.rmsprop_decay, eps=cfg.rmsprop_eps,
                              initial_scale=cfg.rmsprop_initial_scale, eps_in_sqrt=True,
                              momentum=cfg.rmsprop_momentum or None)
-    return {"sgd": optax.sgd, "adam": optax.adam}[cfg.server_optimizer](cfg.learning_rate)
+    if cfg.server_optimizer == "adam":
+        return optax.adam(cfg.learning_rate, b1=cfg.adam_momentum)
+    return optax.sgd(cfg.learning_rate)
 
 
 def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
