@@ -113,6 +113,9 @@ class DeclaredMechanism(Mechanism):
     def release(self, params: Any, key: Array, x: Array) -> Array:
         return self.inner.release(params, key, x)
 
+    def upload_bytes(self, dim: int) -> int:
+        return self.inner.upload_bytes(dim)
+
     def audit_pair(self, dim: int) -> Any:
         """The user's worst-case neighbouring pair for `privrl audit` (its `audit_pair`)."""
         pair = getattr(self.inner, "audit_pair", None)
