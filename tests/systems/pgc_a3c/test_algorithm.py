@@ -220,7 +220,7 @@ def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
     assert basic.can_charge(0, algo.mechanism.guarantee, 21)
     assert not basic.can_charge(0, algo.mechanism.guarantee, 22)
     out = RunOutput(cfg, np.zeros((1, 60), np.int32), np.array([60]), ledger,
-                    algo.mechanism.describe(), 0.0, 0.0, 1, 2)
+                    mechanism_record(algo.mechanism, algo.dim), 0.0, 0.0, 1, 2)
     rec = privacy_record(out)
     composed = rec["per_agent_composition"]
     assert composed["enforced_by_ledger"] == "optimal" and rec["epsilon_per_report"] == eps0
