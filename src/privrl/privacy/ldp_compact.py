@@ -19,8 +19,8 @@ for the projection P onto the subspace). The paper's estimator is Wᵀz (bias fa
 dividing by the public constant c makes it exactly unbiased, with
 E‖û − u‖² = (D/k)(mse_k + 1)/c² − 1, mse_k PrivUnitG's error in R^k (`ProjUnitMechanism.mse`).
 (FastProjUnit replaces Q by a subsampled randomized Hadamard transform for O(d log d) client
-time; its bias then depends on the input, so it is not used here: at d ≈ 130 the QR costs
-microseconds.)
+time; its bias then depends on the input, so it is not used here: at d ≈ 130 Gram–Schmidt is
+cheap enough, benchmarks/RESULTS.md.)
 
 **Seed-compressed PrivUnitG** (Feldman & Talwar 2021, "Lossless compression of efficient
 private local randomizers", Algorithm 1). PrivUnitG's output V ~ N(0, I_D) reweighted: its
@@ -106,8 +106,7 @@ def projection(seed: Array, dim: int, k: int) -> Array:
     """W (k × D) from the seed: √(D/k)·Qᵀ, Q the orthonormal factor of a k × D Gaussian's
     rows (Gram–Schmidt, each row orthogonalized twice for float32 accuracy: the Q of a QR
     with positive diagonal; its span is a uniformly random k-subspace). Not `jnp.linalg.qr`:
-    XLA CPU's QR inside PGC-A3C's sharded program of several trials stopped making progress
-    (measured: 0% CPU after 3 minutes at 10 trials)."""
+    XLA CPU's QR stalled inside PGC-A3C's sharded program of 10 trials."""
     g = jax.random.normal(jax.random.wrap_key_data(seed, impl="threefry2x32"), (k, dim),
                           jnp.float32)
 
