@@ -10,7 +10,11 @@ from __future__ import annotations
 import sys
 
 import typer
-from typer.exceptions import TyperException
+
+try:  # a typer that carries its own click: its usage errors derive from TyperException
+    from typer.exceptions import TyperException as UsageError
+except ImportError:  # typer < 0.21 (the one flwr 1.42 accepts, constraints.txt): click's
+    from click import ClickException as UsageError
 
 from privrl.audit.cli import audit_apps
 from privrl.cli import renamed_flag, root_apps
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         print("privrl: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except TyperException as e:  # usage errors: unknown option, unparsable value, ...
+    except UsageError as e:  # usage errors: unknown option, unparsable value, ...
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
     except (ConfigError, OutputDirError, RayNotInstalledError, RunFileError) as e:
