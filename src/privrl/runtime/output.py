@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from privrl.config import ConfigError, json_safe
+from privrl.privacy.record import trust_domain
 
 T = TypeVar("T")
 PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
@@ -218,7 +219,8 @@ class RunRecord:
 
     metrics writes metrics.csv at the path it is given (None: the run has no metrics table);
     plots maps a file name in plots/ to the function drawing it; run_info holds extra
-    config.json fields (devices, topology, maps, ...); files extra JSON documents by name.
+    config.json fields (devices, topology, maps, ...); files extra JSON documents by name;
+    runtime where the parties ran (privacy.json's `trust_domain`).
     """
 
     algorithm: str
@@ -230,6 +232,14 @@ class RunRecord:
     plots: dict[str, FileWriter] = field(default_factory=dict)
     run_info: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Any] = field(default_factory=dict)
+    runtime: str = "local"
+
+    def __post_init__(self) -> None:
+        # Refused here, before anything is written: an unknown runtime, a second trust domain.
+        trust_domain(self.runtime)
+        if "trust_domain" in self.privacy:
+            raise ValueError("a privacy record names its trust domain only through "
+                             "RunRecord.runtime")
 
     def paths(self) -> list[str]:
         """The files `save` writes, relative to the run directory."""
@@ -247,7 +257,7 @@ def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dic
                      **record.run_info)
     if record.metrics is not None:
         record.metrics(path / "metrics.csv")
-    write_json(path / "privacy.json", record.privacy)
+    write_json(path / "privacy.json", with_trust_domain(record))
     write_json(path / "summary.json", record.summary)
     for name, doc in record.files.items():
         write_json(path / name, doc)
@@ -261,9 +271,14 @@ def save_setting(record: RunRecord, path: Path) -> dict[str, Any]:
     sweep's sweep.json holds the command and versions; tables are drawn from the summaries)."""
     _refuse_existing(path, ["config.json", "privacy.json", "summary.json"])
     write_json(path / "summary.json", record.summary)
-    write_json(path / "privacy.json", record.privacy)
+    write_json(path / "privacy.json", with_trust_domain(record))
     write_json(path / "config.json", record.config)
     return record.summary
+
+
+def with_trust_domain(record: RunRecord) -> dict[str, Any]:
+    """The run's privacy record with the trust domain its runtime gave its parties."""
+    return {**record.privacy, "trust_domain": trust_domain(record.runtime)}
 
 
 def _refuse_existing(path: Path, names: list[str]) -> None:

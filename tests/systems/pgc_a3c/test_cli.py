@@ -167,6 +167,7 @@ def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     assert privacy["ledger"]["per_agent_epsilon"]["max"] == 10.0
     assert privacy["ledger"]["agents"] == 2 * 50
     assert privacy["mechanism"]["mechanism"] == "laplace"
+    assert privacy["trust_domain"]["runtime"] == "local"  # one process: a simulation
     config = json.loads((a / "config.json").read_text())
     assert config["seed"] == 4 and config["versions"]["jax"]
     rows = (a / "metrics.csv").read_text().splitlines()

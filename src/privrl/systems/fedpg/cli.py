@@ -388,7 +388,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     if path is None:
         path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
     summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
-                          files={"ray.json": extra} if ray else None)
+                          files={"ray.json": extra} if ray else None,
+                          runtime="ray" if ray else "local")
     files = "config.json, metrics.csv, privacy.json, summary.json, plots/returns.png"
     if ray:
         files += ", ray.json (cluster, every node's gossip log)"

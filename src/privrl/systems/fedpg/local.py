@@ -666,8 +666,10 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
     plt.close(fig)
 
 
-def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
-    """What a run leaves behind: summary, privacy record, per-round table, return curves."""
+def record(run: FedPGRun, files: dict[str, Any] | None = None,
+           runtime: str = "local") -> RunRecord:
+    """What a run leaves behind: summary, privacy record, per-round table, return curves;
+    `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = run.config
     summary = summarize(run)
     label = summary["label"]
@@ -680,11 +682,11 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
             f"{label}, K = {cfg.agents}, {cfg.mechanism}"
             + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
             (0, 510) if cartpole else None)},
-        run_info={"topology": run.topology}, files=files or {})
+        run_info={"topology": run.topology}, files=files or {}, runtime=runtime)
 
 
 def save(run: FedPGRun, path: Path, command: list[str] | None = None,
-         files: dict[str, Any] | None = None) -> dict[str, Any]:
+         files: dict[str, Any] | None = None, runtime: str = "local") -> dict[str, Any]:
     """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png and any extra
     JSON `files` (a Ray run's ray.json)."""
-    return save_run(record(run, files), path, command)
+    return save_run(record(run, files, runtime), path, command)

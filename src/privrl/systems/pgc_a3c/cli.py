@@ -275,7 +275,7 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
             progress=lambda done, total: bar.update(task, completed=done, total=total))
     np.save(path / "theta_final.npy", result.theta)
     summary = local.save(ray_runner.as_run_output(result), path,
-                         command=["privrl", *sys.argv[1:]],
+                         command=["privrl", *sys.argv[1:]], runtime="ray",
                          files={"ray.json": {"cluster": result.cluster,
                                              "aggregator": result.status,
                                              **({} if result.shuffler is None

@@ -368,8 +368,10 @@ def shuffle_account(out: RunOutput) -> dict[str, Any]:
                           batches=cfg.submissions_per_agent)
 
 
-def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
-    """What a run leaves behind: its summary, privacy record, scores table and score plot."""
+def record(out: RunOutput, files: dict[str, Any] | None = None,
+           runtime: str = "local") -> RunRecord:
+    """What a run leaves behind: its summary, privacy record, scores table and score plot;
+    `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = out.config
     eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
     title = (f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
@@ -379,11 +381,11 @@ def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
                                                    cfg.score_window, title, cfg.target_score)},
-        run_info={"devices": out.devices}, files=files or {})
+        run_info={"devices": out.devices}, files=files or {}, runtime=runtime)
 
 
 def save(out: RunOutput, path: Path, command: list[str] | None = None,
-         files: dict[str, Any] | None = None) -> dict[str, Any]:
+         files: dict[str, Any] | None = None, runtime: str = "local") -> dict[str, Any]:
     """Write config.json, metrics.csv, privacy.json, summary.json, plots/scores.png and any
     extra JSON `files` (a Ray run's ray.json)."""
-    return save_run(record(out, files), path, command)
+    return save_run(record(out, files, runtime), path, command)
