@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from privrl.config import ConfigError, json_safe
-from privrl.privacy.record import trust_domain
 
 T = TypeVar("T")
 PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
@@ -236,6 +235,8 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         # Refused here, before anything is written: an unknown runtime, a second trust domain.
+        from privrl.privacy.record import trust_domain  # JAX-free CLI imports: no JAX here
+
         trust_domain(self.runtime)
         if "trust_domain" in self.privacy:
             raise ValueError("a privacy record names its trust domain only through "
@@ -278,6 +279,8 @@ def save_setting(record: RunRecord, path: Path) -> dict[str, Any]:
 
 def with_trust_domain(record: RunRecord) -> dict[str, Any]:
     """The run's privacy record with the trust domain its runtime gave its parties."""
+    from privrl.privacy.record import trust_domain
+
     return {**record.privacy, "trust_domain": trust_domain(record.runtime)}
 
 
