@@ -119,7 +119,7 @@ def renamed_flag(argv: list[str]) -> str | None:
     return None
 
 
-RUNTIMES = ("local", "ray")
+RUNTIMES = ("local", "ray", "flower")
 Runtime = value_enum("Runtime", RUNTIMES)
 NoiseMode = value_enum("NoiseMode", NOISE_MODES)
 
@@ -128,7 +128,7 @@ Noise = Annotated[NoiseMode | None, typer.Option(
     "anyone with config.json and the reports can subtract the noise (a simulation's "
     "guarantee, not a deployment's). secret: each agent's keys come from the OS CSPRNG in its "
     "own process and are never written or sent (deployable; the noise is not reproducible). "
-    "Default: seeded for the local runtime, secret for --runtime ray.",
+    "Default: seeded for the local runtime, secret for --runtime ray and flower.",
     case_sensitive=False)]
 SecureNoise = Annotated[bool, typer.Option(
     "--secure-noise",

@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
+# flwr 1.42 builds bundles with a pathspec pattern class pathspec deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict  # noqa: E402
-from flwr.proto.node_pb2 import NodeInfo  # noqa: E402
-from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.proto.node_pb2 import NodeInfo
+from flwr.supercore.task_identity import TaskIdentity
 
-from privrl.federation.flower import (  # noqa: E402
+from privrl.federation.flower import (
     RESULTS,
     SLOT,
     WireError,
@@ -28,12 +30,12 @@ from privrl.federation.flower import (  # noqa: E402
     serve_pgc,
     submission_content,
 )
-from privrl.federation.service import AggregatorService, AggregatorSpec, Submission  # noqa: E402
-from privrl.privacy.ledger import BudgetExceededError  # noqa: E402
-from privrl.runtime.sharding import setting_trial_keys  # noqa: E402
-from privrl.systems.pgc_a3c import flower  # noqa: E402
-from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent  # noqa: E402
-from privrl.systems.pgc_a3c.local import run_pgc_a3c  # noqa: E402
+from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
+from privrl.privacy.ledger import BudgetExceededError
+from privrl.runtime.sharding import setting_trial_keys
+from privrl.systems.pgc_a3c import flower
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
+from privrl.systems.pgc_a3c.local import run_pgc_a3c
 
 CFG = PGCA3CConfig(trials=1, submissions=6, parallel_agents=1, epsilon=10, seed=3,
                    server_optimizer="sgd", noise="seeded")
@@ -203,3 +205,62 @@ def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: 
     assert all("privrl's agent executor" in r["reason"] for r in out["refused"])
     assert out["status"]["accepted"] == 3
     assert [s is None for s in out["scores"]] == [True, False] * 3
+
+
+class _Heartbeat:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class _Client:
+    def close(self) -> None:
+        pass
+
+
+def test_the_agent_executor_runs_only_the_bundle_it_pinned(tmp_path: Path, monkeypatch) -> None:
+    """The executor's task: a bundle whose SHA-256 is not the pinned one (here: the same app
+    with another ClientApp named, as a server that ships its own code would send) gets an
+    error and the agent's handler never sees its message; the pinned bundle reaches it."""
+    from flwr.app import Context
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.supercore.fab import Fab
+
+    from privrl.runtime import flower as rt
+
+    def bundle(name: str, clientapp: str) -> bytes:
+        app = rt.write_app(tmp_path / name, "privrl-pgc-a3c", "privrl.federation.flower:server_app",
+                           clientapp, {"nodes": 2})
+        return build_fab_from_disk(app)
+
+    trusted = bundle("ours", "privrl.systems.pgc_a3c.flower:client_app")
+    theirs = bundle("theirs", "evil.module:client_app")
+    assert rt.fab_hash(tmp_path / "ours") == rt.hashlib.sha256(trusted).hexdigest()
+    request = Message(request_content(np.zeros(3, np.float32), 0, 0), dst_node_id=1,
+                      message_type="train")
+    context = Context(1, 1, {}, RecordDict(), {})
+    seen: list[Message] = []
+    pushed: list[tuple[Message, str]] = []
+
+    def handle(m: Message, c: Context) -> Message:
+        seen.append(m)
+        return Message(RecordDict(), reply_to=m)
+
+    monkeypatch.setattr(rt, "_runtime_client", lambda *a: _Client())
+    monkeypatch.setattr(rt, "HeartbeatSender", _Heartbeat)
+    monkeypatch.setattr(rt, "push_message", lambda c, reply, ctx: pushed.append((reply, "")))
+    monkeypatch.setattr(rt, "push_task_output",
+                        lambda c, ctx, status, details: pushed.append((None, status)))
+    for content in (theirs, trusted):
+        fab = Fab(rt.hashlib.sha256(content).hexdigest(), content, {})
+        monkeypatch.setattr(rt, "pull_task_input", lambda c, fab=fab: (request, context, None, fab))
+        rt._run_task("127.0.0.1:1", "token", handle, rt.hashlib.sha256(trusted).hexdigest())
+    (refusal, _), (_, failed), (answer, _), (_, completed) = pushed
+    assert refusal.has_error() and refusal.error.code == rt.UNTRUSTED_BUNDLE
+    assert failed == "failed" and completed == "completed"
+    assert not answer.has_error() and seen == [request]

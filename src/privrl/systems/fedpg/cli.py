@@ -300,7 +300,8 @@ def run_fedpg_dec_command(
     shuffle: ShuffleOpt = False,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
-        "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
+        "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]'). "
+        "flower: refused (no peer-to-peer messages in Flower).",
         case_sensitive=False)] = Runtime.local,
     address: AddressOpt = None,
     env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
@@ -314,6 +315,10 @@ def run_fedpg_dec_command(
     from privrl.runtime.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
+    if runtime is Runtime.flower:
+        raise ConfigError("--runtime", "FedPG-Dec cannot run on Flower: its nodes exchange "
+                          "push-sum shares peer to peer, and Flower carries messages only "
+                          "between the ServerApp and each SuperNode (use local or ray)")
     cfg = _fedpg_config("dec", epsilon_per_report, runtime is Runtime.local,
                         topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,

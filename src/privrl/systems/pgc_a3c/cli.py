@@ -111,8 +111,14 @@ def run_pgc_a3c_command(
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all agents vectorized in this process. ray: agents and the aggregator as "
-        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
+        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]'). "
+        "flower: a local Flower deployment, the aggregator a ServerApp and the agents on "
+        "--supernodes SuperNodes, each a process of its own, with TLS and SuperNode "
+        "authentication (one trial; pip install 'privrl[flower]'; docs/flower.md).",
         case_sensitive=False)] = Runtime.local,
+    supernodes: Annotated[int, typer.Option(
+        help="Flower runtime: SuperNodes (agent processes); agent a lives on SuperNode a mod "
+        "N.", min=1, max=64)] = 2,
     address: AddressOpt = None,
     agents_in_flight: Annotated[int | None, typer.Option(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
@@ -198,6 +204,21 @@ def run_pgc_a3c_command(
         return
     if address is not None or agents_in_flight is not None:
         raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
+    if runtime is Runtime.flower:
+        if trials != 1:
+            raise ConfigError("--trials", "the Flower runtime runs one trial")
+        if config.server_optimizer not in ("sgd", "adam"):
+            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
+                              f"({config.server_optimizer}) runs on the local runtime only")
+        if config.shuffle:
+            raise ConfigError("--shuffle", "the Flower runtime has no shuffler (yet)")
+        try:
+            import flwr  # noqa: F401
+        except ImportError:
+            raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
+                              "pip install 'privrl[flower]'") from None
+        _execute_pgc_flower(config, out, progress, supernodes)
+        return
     _execute_pgc(config, out, progress)
 
 
@@ -284,6 +305,35 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     console.print(results_table(summary))
     if (note := target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
+    console.print(f"Aggregator: {result.status}")
+    console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+
+
+def _execute_pgc_flower(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                        supernodes: int) -> None:
+    import numpy as np
+    from rich.console import Console
+
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.systems.pgc_a3c import flower, local
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+
+    PGCA3C(config)  # its mechanism refuses bad parameters before anything starts
+    console, err = Console(), Console(stderr=True)
+    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
+    path = new_run_dir(out, f"pgc-a3c-flower-{config.preset}-{config.mechanism}-eps{eps_tag}")
+    err.print(f"[bold]PGC-A3C on Flower[/] ({config.preset} preset) {config.mechanism}, "
+              f"{config.submissions} submissions, {supernodes} SuperNodes on localhost (TLS, "
+              f"SuperNode authentication); aggregator files and logs in {path}")
+    with removed_if_left_empty(path):
+        result = flower.run_pgc_a3c_flower(config, path, supernodes)
+    np.save(path / "theta_final.npy", result.theta)
+    summary = local.save(flower.as_run_output(result), path, command=["privrl", *sys.argv[1:]],
+                         runtime="flower",
+                         files={"flower.json": {"supernodes": supernodes,
+                                                "aggregator": result.status,
+                                                "refused": result.refused}})
+    console.print(results_table(summary))
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
 
