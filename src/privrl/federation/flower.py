@@ -198,8 +198,13 @@ server_app = ServerApp()
 @server_app.main()
 def _main(grid: Grid, context: Context) -> None:
     """The ServerApp's entry point: its parameters are the run config the app bundle names
-    (privrl.runtime.flower writes it)."""
+    (privrl.runtime.flower writes it). It leaves RESULTS, or on a failure RESULTS with the
+    error."""
     c = context.run_config
-    serve_pgc(grid, Path(str(c["aggregator-dir"])), int(c["submissions"]),
-              int(c["per-agent"]), int(c["parallel"]), int(c["nodes"]),
-              reply_timeout_s=float(c["reply-timeout"]))
+    directory = Path(str(c["aggregator-dir"]))
+    try:
+        serve_pgc(grid, directory, int(c["submissions"]), int(c["per-agent"]),
+                  int(c["parallel"]), int(c["nodes"]), reply_timeout_s=float(c["reply-timeout"]))
+    except Exception as e:  # whoever waits for RESULTS learns why there are none
+        (directory / RESULTS).write_text(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        raise

@@ -75,10 +75,10 @@ TRUST_DOMAINS: dict[str, dict[str, str]] = {
     },
     "flower": {
         "domains": "one per agent, one for the aggregator",
-        "what": "each agent's SuperNode holds its environment, parameters and noise root in "
-                "its own process and executes only the ClientApp its owner trusts (entity "
-                "verification); the aggregator's ServerApp receives only Reports (or their "
-                "secure sum)",
+        "what": "each agent computes in a process of its own beside its SuperNode (privrl's "
+                "agent executor), holding its environment, parameters and noise root, and "
+                "runs only the app bundle its owner pinned, never a bundle's code; the "
+                "aggregator's ServerApp receives only Reports",
         "guarantee_against": "the aggregator's operator and anyone who sees the Reports, "
                              "provided each agent's SuperNode runs in a domain of its own "
                              "(a local test deployment runs them all on one machine as one "

@@ -268,6 +268,7 @@ class LocalDeployment:
             str(creds.certificate), "--ssl-keyfile", str(creds.key), "--enable-supernode-auth",
             "--disable-runtime-dependency-installation", "--host", host, "--port", port,
             "--database", str(self.work / "superlink.db")])
+        self._wait_for_port(host, int(port))
         for i, (_, public) in enumerate(creds.nodes):
             self._flwr(["supernode", "register", str(public), CONNECTION, "--name",
                         f"{SLOT}{i}"], f"registering SuperNode {i}", retry=True)
@@ -277,6 +278,18 @@ class LocalDeployment:
                 str(creds.ca), "--auth-supernode-private-key", str(private),
                 "--isolation", "process", "--host", "127.0.0.1",
                 "--port", self.runtime_apis[i].split(":")[1]])
+
+    def _wait_for_port(self, host: str, port: int) -> None:
+        """Until the SuperLink accepts connections (a `flwr` call costs a process start)."""
+        deadline = time.monotonic() + self.startup_s
+        while True:
+            with socket.socket() as s:
+                s.settimeout(1.0)
+                if s.connect_ex((host, port)) == 0:
+                    return
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+                raise RuntimeError(f"the SuperLink did not start; logs in {self.logs}")
+            time.sleep(0.2)
 
     def spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen:
         """Start `argv` (a Flower command from this environment, or any program) as a
@@ -304,10 +317,22 @@ class LocalDeployment:
                                    + " ".join((out.stdout + out.stderr).split())[-400:])
             time.sleep(0.5)
 
-    def run(self, app: Path, timeout_s: float) -> str:
-        """Submit the app bundle (`flwr run`) and wait until the run ends; its log."""
-        return self._flwr(["run", str(app), CONNECTION, "--stream"], "flwr run",
-                          timeout_s=timeout_s)
+    def run(self, app: Path, done: Path, timeout_s: float) -> str:
+        """Submit the app bundle (`flwr run`) and wait until the ServerApp has written `done`
+        (its results, or the error that ended it), or RuntimeError after `timeout_s` or when
+        a process of the deployment has died; what `flwr run` said."""
+        said = self._flwr(["run", str(app), CONNECTION], "flwr run")
+        deadline = time.monotonic() + timeout_s
+        while not done.exists():
+            dead = [p.args[0] for p in self.processes if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"{Path(dead[0]).name} exited during the run; logs in "
+                                   f"{self.logs}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the run did not finish in {timeout_s:g} s; logs in "
+                                   f"{self.logs}")
+            time.sleep(0.2)
+        return said
 
 
 def stop_all(processes: list[subprocess.Popen]) -> None:

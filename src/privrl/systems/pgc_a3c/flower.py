@@ -214,11 +214,12 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                 sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
                 str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
                 deployment.runtime_apis[i], "--trusted-fab", trusted])
-        log = deployment.run(app, timeout_s)
+        log = deployment.run(app, agg / RESULTS, timeout_s)
         (directory / "logs" / "run.log").write_text(log)
-    if not (agg / RESULTS).exists():
-        raise RuntimeError(f"the ServerApp left no results; see {directory / 'logs'}")
     results = json.loads((agg / RESULTS).read_text())
+    if "error" in results:
+        raise RuntimeError(f"the ServerApp failed: {results['error']}; logs in "
+                           f"{directory / 'logs'}")
     svc = AggregatorService.restore(agg)
     scores = np.array([np.nan if s is None else s for s in results["scores"]], np.float32)
     return FlowerRunOutput(cfg, scores[None, :], svc.theta(), results["status"], svc.ledger,

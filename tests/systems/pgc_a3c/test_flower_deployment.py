@@ -1,0 +1,63 @@
+"""`privrl run pgc-a3c --runtime flower` through real processes: a SuperLink with TLS and
+SuperNode authentication, two SuperNodes and their agent executors, the ServerApp; the run
+directory, its privacy record and replay; nothing left running afterwards.
+
+Costly (about a minute of CPU on the 2-core VM: eleven Python processes start, two agents
+compile; benchmarks/RESULTS.md), so it is one run that checks everything at once."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+pytest.importorskip("flwr")
+
+from privrl.main import main  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
+    "ignore:GitWildMatchPattern:DeprecationWarning")]
+
+
+def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every process of the deployment compiles as this test does (tests/conftest.py: no
+    # optimizations, no fusion emitters, one code part; the session's cache), as the Ray
+    # tests' actors do: cheaper, and the ServerApp's θ is then bit-equal to this process's
+    # replay of its log.
+    cache = os.environ.get("PRIVRL_TEST_JAX_CACHE", "off")
+    if cache != "off":
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
+        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
+                                    "--xla_cpu_parallel_codegen_split_count=1")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    out = tmp_path / "run"
+    rc = main(["run", "pgc-a3c", "--runtime", "flower", "--preset", "tuned", "--mechanism",
+               "laplace", "--epsilon", "2", "--submissions", "10", "--parallel-agents", "2",
+               "--supernodes", "2", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []
+    results = json.loads((out / "aggregator" / "flower.json").read_text())
+    assert results["refused"] == [] and results["status"]["accepted"] == 10
+    assert len(set(results["nodes"])) == 2
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["trust_domain"]["runtime"] == "flower"
+    assert privacy["noise_keys"]["mode"] == "secret"  # the Flower runtime's default
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(2.0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trials"] == 1 and len(summary["fst"]) == 1
+    # TLS with the run's certificate; each SuperNode registered and authenticated by its key.
+    logs = out / "logs"
+    assert "Uvicorn running on https://127.0.0.1" in (logs / "superlink.log").read_text()
+    for i in range(2):
+        assert "SuperNode ID" in (logs / f"supernode{i}.log").read_text()
+    # The credentials lived in a private temporary directory, removed with the deployment.
+    assert not any(p.suffix in (".key", ".crt") for p in out.rglob("*"))
+    assert main(["replay", str(out)]) == 0
