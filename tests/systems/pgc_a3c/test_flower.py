@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 import pytest
 
@@ -264,3 +265,27 @@ def test_the_agent_executor_runs_only_the_bundle_it_pinned(tmp_path: Path, monke
     assert refusal.has_error() and refusal.error.code == rt.UNTRUSTED_BUNDLE
     assert failed == "failed" and completed == "completed"
     assert not answer.has_error() and seen == [request]
+
+
+def test_a_restarted_agent_resends_its_report_and_keeps_its_ledger(tmp_path: Path) -> None:
+    """Secret noise: a restarted executor draws a new root, yet asked again for a released
+    (agent, index) it sends the report it released before (kept with its ledger in its state
+    file, written before the report left), so one (agent, index) never has two reports and its
+    budget is not spent again; the root itself is never written."""
+    cfg = dataclasses.replace(CFG, noise="secret", submissions_per_agent=2)
+    theta = np.zeros(flower.FlowerAgent(cfg, 0, 1).dim, np.float32)
+    first = flower.FlowerAgent(cfg, 0, 1, tmp_path)
+    sub, score = first.release(theta, 0, 0)
+    again = flower.FlowerAgent(cfg, 0, 1, tmp_path)  # the restart
+    root = np.asarray(jax.random.key_data(first._noise))
+    assert not np.array_equal(np.asarray(jax.random.key_data(again._noise)), root)
+    sub2, score2 = again.release(theta, 0, 0)
+    np.testing.assert_array_equal(sub2.report.value, sub.report.value)
+    assert score2 == score and sub2.report.guarantee == sub.report.guarantee
+    assert again.ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(5.0)
+    again.release(theta, 0, 1)
+    third = flower.FlowerAgent(cfg, 0, 1, tmp_path)
+    assert third.ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(10.0)
+    assert sorted(third.released) == [(0, 0), (0, 1)]
+    raw = (tmp_path / flower.AGENT_STATE).read_bytes()
+    assert root.tobytes() not in raw

@@ -45,6 +45,8 @@ from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.noise import secret_keys
+from privrl.privacy.report import restore_report
+from privrl.runfile import checked, read, write
 from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
@@ -59,12 +61,20 @@ __all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client
            "config_from_dict", "main", "run_pgc_a3c_flower"]
 
 REFUSED = 0x5052  # the Error code of an agent's refusal (the reason says why)
+AGENT_STATE = "agent.npz"  # an agent's ledger and released reports (never its noise root)
+_STATE_KIND = "flower-agent"
 
 
 class FlowerAgent:
-    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc)."""
+    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc).
 
-    def __init__(self, config: PGCA3CConfig, node: int, nodes: int) -> None:
+    `directory`: where the agent keeps its ledger and the reports it released (a privrl run
+    file, written atomically after each release and before it is sent), so that an executor
+    restarted mid-run resumes both: it re-sends a released report instead of drawing new
+    noise, and its budget is not spent again. The noise root is never written."""
+
+    def __init__(self, config: PGCA3CConfig, node: int, nodes: int,
+                 directory: Path | None = None) -> None:
         if not 0 <= node < nodes:
             raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
@@ -80,7 +90,35 @@ class FlowerAgent:
         self.ledger = budget_ledger(cfg)
         self.guarantee = self.algo.mechanism.guarantee
         self.released: dict[tuple[int, int], tuple[Submission, float]] = {}
+        self.path = None if directory is None else Path(directory) / AGENT_STATE
+        if self.path is not None and self.path.exists():
+            self._restore(self.path)
         self._run = jax.jit(self._one)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = sorted(self.released)
+        write(self.path, _STATE_KIND, {
+            "ledger": self.ledger.to_state(),
+            "ids": np.array(keys, np.int64).reshape(-1, 2),
+            "values": np.stack([np.asarray(self.released[k][0].report.value, np.float32)
+                                for k in keys]) if keys else np.zeros((0, self.dim), np.float32),
+            "scores": np.array([self.released[k][1] for k in keys], np.float32)})
+
+    def _restore(self, path: Path) -> None:
+        state = read(path, _STATE_KIND)
+        with checked(path):
+            self.ledger = PrivacyLedger.from_state(state["ledger"])
+            ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))
+            n = ids.shape[0]
+            if ids.shape != (n, 2) or values.shape != (n, self.dim) or scores.shape != (n,):
+                raise ValueError("the released reports do not match this run's model")
+            for (agent, index), value, score in zip(ids, values, scores, strict=True):
+                report = restore_report(value.astype(np.float32), self.guarantee)
+                self.released[(int(agent), int(index))] = (
+                    Submission(int(agent), int(index), report), float(score))
 
     def _one(self, theta: jax.Array, agent_id: jax.Array, n: jax.Array, submitted: jax.Array,
              noise: jax.Array | None, traj: Any = None) -> tuple[Any, jax.Array]:
@@ -117,6 +155,7 @@ class FlowerAgent:
         report, score = self._run(*args, self._noise, traj)
         out = (Submission(agent_id, index, report), float(score))
         self.released[(agent_id, index)] = out
+        self._save()  # before it leaves this process: a restart re-sends this one
         return out
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
@@ -213,7 +252,8 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
             deployment.spawn(f"agent{i}", [
                 sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
                 str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
-                deployment.runtime_apis[i], "--trusted-fab", trusted])
+                deployment.runtime_apis[i], "--trusted-fab", trusted,
+                "--state-dir", str(directory / "agents" / f"node{i}")])
         log = deployment.run(app, agg / RESULTS, timeout_s)
         (directory / "logs" / "run.log").write_text(log)
     results = json.loads((agg / RESULTS).read_text())
@@ -240,7 +280,8 @@ def as_run_output(out: FlowerRunOutput) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """The agent executor: `python -m privrl.systems.pgc_a3c.flower --config FILE --node i
-    --nodes N --runtime-api HOST:PORT --trusted-fab SHA256` beside SuperNode i."""
+    --nodes N --runtime-api HOST:PORT --trusted-fab SHA256 [--state-dir DIR]` beside
+    SuperNode i."""
     from privrl.runtime.flower import serve_tasks
 
     parser = argparse.ArgumentParser(prog="python -m privrl.systems.pgc_a3c.flower")
@@ -249,9 +290,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--runtime-api", required=True)
     parser.add_argument("--trusted-fab", required=True)
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the agent keeps its ledger and released reports")
     args = parser.parse_args(argv)
     agent = FlowerAgent(config_from_dict(json.loads(args.config.read_text())), args.node,
-                        args.nodes)
+                        args.nodes, args.state_dir)
     serve_tasks(args.runtime_api, agent.handle, args.trusted_fab)
 
 
