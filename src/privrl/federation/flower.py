@@ -98,10 +98,13 @@ def _array(content: RecordDict, record: str, name: str, dim: int) -> np.ndarray:
     arrays = content.array_records.get(record)
     if arrays is None or set(arrays) != {name}:
         raise WireError(f"no array record {record!r} holding exactly {name!r}")
-    a = arrays[name]
-    if a.dtype != "float32" or tuple(a.shape) != (dim,):
+    try:  # the bytes themselves, not the dtype and shape the record declares for them
+        a = arrays[name].numpy()  # np.load without pickles (flwr's Array)
+    except (TypeError, ValueError, OSError) as e:
+        raise WireError(f"{name} is not a NumPy array: {e}") from None
+    if a.dtype != np.float32 or a.shape != (dim,):
         raise WireError(f"{name} must be float32 of shape ({dim},), got {a.dtype} {a.shape}")
-    return np.asarray(a.numpy(), np.float32)
+    return a
 
 
 def _config(content: RecordDict, record: str) -> ConfigRecord:

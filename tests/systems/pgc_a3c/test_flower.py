@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
-# flwr 1.42 builds bundles with a pathspec pattern class pathspec deprecates.
-pytestmark = pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.proto.node_pb2 import NodeInfo
@@ -37,6 +35,9 @@ from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c import flower
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
 from privrl.systems.pgc_a3c.local import run_pgc_a3c
+
+# flwr 1.42 builds bundles with a pathspec pattern class pathspec deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
 
 CFG = PGCA3CConfig(trials=1, submissions=6, parallel_agents=1, epsilon=10, seed=3,
                    server_optimizer="sgd", noise="seeded")
@@ -170,6 +171,9 @@ def test_the_server_checks_every_reply_before_using_it(tmp_path: Path) -> None:
         {"report": ArrayRecord({"value": Array(value.astype(np.float64))})},
         {"report": ArrayRecord({"value": Array(value[:-1])})},
         {"report": ArrayRecord({"value": Array(value), "more": Array(value)})},
+        # A record that declares float32 (dim,) over the bytes of another array.
+        {"report": ArrayRecord({"value": Array(dtype="float32", shape=(dim,), stype="numpy.ndarray",
+                                               data=Array(value.astype(np.float64)).data)})},
         {"ids": ConfigRecord({"agent": 0.0, "index": 0})},
         {"guarantee": ConfigRecord({"epsilon": 1.0, "rogue": 1})},
     ):

@@ -12,13 +12,12 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
 
 pytest.importorskip("flwr")
 
-from privrl.main import main  # noqa: E402
+from privrl.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
     "ignore:GitWildMatchPattern:DeprecationWarning")]
