@@ -38,10 +38,11 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
                                     "--xla_cpu_parallel_codegen_split_count=1")
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     out = tmp_path / "run"
-    rc = main(["run", "pgc-a3c", "--runtime", "flower", "--preset", "tuned", "--mechanism",
-               "laplace", "--epsilon", "2", "--submissions", "4", "--score-window", "2",
-               "--parallel-agents", "2",
-               "--supernodes", "1", "--out", str(out), "--no-progress"])
+    args = ["--preset", "tuned", "--mechanism", "laplace", "--epsilon", "2", "--submissions",
+            "4", "--score-window", "2", "--parallel-agents", "1", "--noise", "seeded",
+            "--seed", "7", "--no-progress"]
+    rc = main(["run", "pgc-a3c", "--runtime", "flower", "--supernodes", "1", *args,
+               "--out", str(out)])
     assert rc == 0
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []
@@ -50,7 +51,7 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     assert len(results["nodes"]) == 1
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["trust_domain"]["runtime"] == "flower"
-    assert privacy["noise_keys"]["mode"] == "secret"  # the Flower runtime's default
+    assert privacy["noise_keys"]["mode"] == "seeded"  # (the default, secret: test_flower.py)
     assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(2.0)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trials"] == 1 and len(summary["fst"]) == 1
@@ -61,3 +62,8 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     # The credentials lived in a private temporary directory, removed with the deployment.
     assert not any(p.suffix in (".key", ".crt") for p in out.rglob("*"))
     assert main(["replay", str(out)]) == 0
+    # Seeded, one agent a round: the local runner's run (scores exactly; θ to float32 rounding,
+    # as tests/systems/pgc_a3c/test_flower.py states).
+    assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0
+    assert ((out / "metrics.csv").read_text()
+            == (tmp_path / "local" / "metrics.csv").read_text())
