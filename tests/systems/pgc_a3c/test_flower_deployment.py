@@ -2,8 +2,9 @@
 SuperNode authentication, a SuperNode and its agent executor, the ServerApp; the run
 directory, its privacy record and replay; nothing left running afterwards.
 
-Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so it is one run with
-one SuperNode that checks everything at once; routing between several SuperNodes, refusals and
+Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so each test is one
+run with one SuperNode that checks everything it can at once; the second submits a bundle the
+agent did not pin. routing between several SuperNodes, refusals and
 the server's checks are tests/systems/pgc_a3c/test_flower.py's, in one process."""
 
 from __future__ import annotations
@@ -67,3 +68,33 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0
     assert ((out / "metrics.csv").read_text()
             == (tmp_path / "local" / "metrics.csv").read_text())
+
+
+def test_agents_refuse_a_bundle_other_than_the_one_they_pinned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server side submits another bundle than the agents pinned (here: naming its own
+    ClientApp, as an operator who wanted to run code on the agents would): every agent
+    answers with an error, nothing is released or accepted, and the run says why."""
+    from privrl.runtime import flower as rt
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.flower import run_pgc_a3c_flower
+
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
+    submit = rt.LocalDeployment.run
+
+    def tampered(self: rt.LocalDeployment, app: Path, done: Path, timeout_s: float) -> str:
+        # The bundle now carries code of its own and names it as the ClientApp.
+        (app / "operator_app.py").write_text(
+            "from flwr.clientapp import ClientApp\nclient_app = ClientApp()\n")
+        toml = app / "pyproject.toml"
+        toml.write_text(toml.read_text().replace("privrl.systems.pgc_a3c.flower:client_app",
+                                                  "operator_app:client_app"))
+        return submit(self, app, done, timeout_s)
+
+    monkeypatch.setattr(rt.LocalDeployment, "run", tampered)
+    cfg = PGCA3CConfig.from_preset("tuned", mechanism="laplace", epsilon=2.0, submissions=2,
+                                   parallel_agents=2, score_window=1)
+    out = run_pgc_a3c_flower(cfg, tmp_path, 1, timeout_s=120)
+    assert out.status["accepted"] == 0 and len(out.refused) == 2
+    assert all("runs only the app bundle it trusts" in r["reason"] for r in out.refused)
+    assert not (tmp_path / "agents" / "node0" / "agent.npz").exists()  # nothing released
