@@ -4,8 +4,8 @@ directory, its privacy record and replay; nothing left running afterwards.
 
 Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so each test is one
 run with one SuperNode that checks everything it can at once; the second submits a bundle the
-agent did not pin. routing between several SuperNodes, refusals and
-the server's checks are tests/systems/pgc_a3c/test_flower.py's, in one process."""
+agent did not pin. Routing between several SuperNodes, the agents' refusals and the server's
+checks are tests/systems/pgc_a3c/test_flower.py's, in one process."""
 
 from __future__ import annotations
 
