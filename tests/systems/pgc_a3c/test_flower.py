@@ -293,3 +293,14 @@ def test_a_restarted_agent_resends_its_report_and_keeps_its_ledger(tmp_path: Pat
     assert sorted(third.released) == [(0, 0), (0, 1)]
     raw = (tmp_path / flower.AGENT_STATE).read_bytes()
     assert root.tobytes() not in raw
+
+
+def test_a_run_with_refusals_writes_its_accepted_submissions_in_order() -> None:
+    """metrics.csv's rows are the accepted submissions, in order, without holes."""
+    out = flower.FlowerRunOutput(
+        CFG.resolved(), np.array([[1.0, np.nan, 3.0, np.nan, 5.0, 6.0]], np.float32),
+        np.zeros(3, np.float32), {}, budget_ledger(CFG.resolved()), [], 2, 1.0)
+    run = flower.as_run_output(out)
+    assert run.submitted.tolist() == [4]
+    np.testing.assert_array_equal(run.scores[0, :4], [1, 3, 5, 6])
+    assert np.isnan(run.scores[0, 4:]).all()

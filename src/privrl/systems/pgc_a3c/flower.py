@@ -267,11 +267,15 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
 
 
 def as_run_output(out: FlowerRunOutput) -> Any:
-    """The local runner's RunOutput for the same results, so both write the same files."""
+    """The local runner's RunOutput for the same results, so both write the same files: the
+    accepted submissions' scores in order (a refused one leaves no row; flower.json names
+    it)."""
     from privrl.systems.pgc_a3c.local import RunOutput
 
-    return RunOutput(config=out.config, scores=out.scores,
-                     submitted=np.array([int(np.isfinite(out.scores).sum())]),
+    accepted = out.scores[np.isfinite(out.scores)]
+    scores = np.full_like(out.scores, np.nan)
+    scores[0, :accepted.size] = accepted
+    return RunOutput(config=out.config, scores=scores, submitted=np.array([accepted.size]),
                      ledger=out.ledger, mechanism=PGCA3C(out.config).mechanism.describe(),
                      wall_seconds=out.wall_seconds, compile_seconds=0.0, devices=out.nodes,
                      agents_per_trial=math.ceil(out.config.submissions
