@@ -39,6 +39,7 @@ import contextlib
 import datetime
 import hashlib
 import ipaddress
+import math
 import os
 import shutil
 import signal
@@ -317,12 +318,12 @@ class LocalDeployment:
                                    + " ".join((out.stdout + out.stderr).split())[-400:])
             time.sleep(0.5)
 
-    def run(self, app: Path, done: Path, timeout_s: float) -> str:
+    def run(self, app: Path, done: Path, timeout_s: float | None = None) -> str:
         """Submit the app bundle (`flwr run`) and wait until the ServerApp has written `done`
-        (its results, or the error that ended it), or RuntimeError after `timeout_s` or when
-        a process of the deployment has died; what `flwr run` said."""
+        (its results, or the error that ended it), or RuntimeError after `timeout_s` (None:
+        no limit) or when a process of the deployment has died; what `flwr run` said."""
         said = self._flwr(["run", str(app), CONNECTION], "flwr run")
-        deadline = time.monotonic() + timeout_s
+        deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
         while not done.exists():
             dead = [p.args[0] for p in self.processes if p.poll() is not None]
             if dead:

@@ -82,7 +82,8 @@ def test_agents_refuse_a_bundle_other_than_the_one_they_pinned(
     monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
     submit = rt.LocalDeployment.run
 
-    def tampered(self: rt.LocalDeployment, app: Path, done: Path, timeout_s: float) -> str:
+    def tampered(self: rt.LocalDeployment, app: Path, done: Path,
+                 timeout_s: float | None = None) -> str:
         # The bundle now carries code of its own and names it as the ClientApp.
         (app / "operator_app.py").write_text(
             "from flwr.clientapp import ClientApp\nclient_app = ClientApp()\n")
@@ -94,7 +95,7 @@ def test_agents_refuse_a_bundle_other_than_the_one_they_pinned(
     monkeypatch.setattr(rt.LocalDeployment, "run", tampered)
     cfg = PGCA3CConfig.from_preset("tuned", mechanism="laplace", epsilon=2.0, submissions=2,
                                    parallel_agents=2, score_window=1)
-    out = run_pgc_a3c_flower(cfg, tmp_path, 1, timeout_s=120)
+    out = run_pgc_a3c_flower(cfg, tmp_path, 1, reply_timeout_s=120, timeout_s=300)
     assert out.status["accepted"] == 0 and len(out.refused) == 2
     assert all("runs only the app bundle it trusts" in r["reason"] for r in out.refused)
     assert not (tmp_path / "agents" / "node0" / "agent.npz").exists()  # nothing released

@@ -216,11 +216,13 @@ class FlowerRunOutput:
 
 
 def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
-                       timeout_s: float = 600.0) -> FlowerRunOutput:
+                       reply_timeout_s: float = 300.0,
+                       timeout_s: float | None = None) -> FlowerRunOutput:
     """One PGC-A3C trial as a local Flower deployment (privrl.runtime.flower): the aggregator's
     ServerApp and `nodes` SuperNodes, each with its agent executor, as separate processes;
     the aggregator's files (its log, checkpoints, setup) and every process's log in
-    `directory`."""
+    `directory`. The ServerApp waits `reply_timeout_s` for a round's replies (a submission
+    without one is refused); the whole run, `timeout_s` (None: as long as it runs)."""
     from privrl.federation.flower import RESULTS
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
@@ -243,7 +245,7 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                         "aggregator-dir": str(agg.resolve()), "submissions": cfg.submissions,
                         "per-agent": cfg.submissions_per_agent,
                         "parallel": cfg.parallel_agents, "nodes": nodes,
-                        "reply-timeout": float(timeout_s)})
+                        "reply-timeout": float(reply_timeout_s)})
     trusted = fab_hash(app)
     agent_config = directory / "agent-config.json"
     agent_config.write_text(json.dumps(cfg.to_dict()))
