@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from privrl.config import ConfigError, json_safe
+from privrl.policy import FILE as POLICY_FILE
+from privrl.policy import SavedPolicy
 
 T = TypeVar("T")
 PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
@@ -218,7 +220,8 @@ class RunRecord:
 
     metrics writes metrics.csv at the path it is given (None: the run has no metrics table);
     plots maps a file name in plots/ to the function drawing it; run_info holds extra
-    config.json fields (devices, topology, maps, ...); files extra JSON documents by name.
+    config.json fields (devices, topology, maps, ...); files extra JSON documents by name;
+    policy each trial's trained policy (privrl.policy: policy.npz).
     """
 
     algorithm: str
@@ -230,18 +233,20 @@ class RunRecord:
     plots: dict[str, FileWriter] = field(default_factory=dict)
     run_info: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Any] = field(default_factory=dict)
+    policy: SavedPolicy | None = None
 
     def paths(self) -> list[str]:
         """The files `save` writes, relative to the run directory."""
         return ["config.json", *(["metrics.csv"] if self.metrics is not None else []),
                 "privacy.json", "summary.json", *self.files,
+                *([POLICY_FILE] if self.policy is not None else []),
                 *(f"plots/{name}" for name in self.plots)]
 
 
 def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """Write a run directory: config.json, metrics.csv, privacy.json, summary.json, the extra
-    files and plots/. The directory may hold other things (a Ray run's logs) but none of these
-    files: a run never overwrites results. Returns the summary."""
+    files, the trained policy (policy.npz) and plots/. The directory may hold other things (a
+    Ray run's logs) but none of these files: a run never overwrites results. Returns the summary."""
     _refuse_existing(path, record.paths())
     write_run_config(path, record.algorithm, record.config, record.seed, command,
                      **record.run_info)
@@ -251,6 +256,8 @@ def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dic
     write_json(path / "summary.json", record.summary)
     for name, doc in record.files.items():
         write_json(path / name, doc)
+    if record.policy is not None:
+        record.policy.write(path / POLICY_FILE)
     for name, plot in record.plots.items():
         plot(path / "plots" / name)
     return record.summary

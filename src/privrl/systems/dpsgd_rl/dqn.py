@@ -298,6 +298,7 @@ class DQN(EpisodicLearner):
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
+    head = "q"
     noise_in_loop = True  # its DP-SGD release is made inside the episode's while_loop
     count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
                          "update per step), so its account is min(updates, buffer_size) "

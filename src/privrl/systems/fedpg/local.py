@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.pushsum import push_sum_z
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
@@ -94,6 +95,8 @@ class FedPGRun:
     # Run as one program with other settings (`run_fedpg_settings`): how many settings and
     # trials it ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
+    # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
+    policy: SavedPolicy | None = None
 
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
@@ -206,11 +209,18 @@ class _Setting:
             wall_seconds=wall, compile_seconds=compile_s, rounds_run=len(self.out),
             releases=self.releases, privacy_budget_spent=self.spent,
             accounting=account(algo, int(self.releases.max())),
-            z=mine(jax.vmap(push_sum_z)(state.gossip)),
+            z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
-            program=program,
+            program=program, policy=policy_of(algo, z),
         )
+
+
+def policy_of(algo: FedPG, z: np.ndarray) -> SavedPolicy:
+    """policy.npz of a run: z (trials, learners, d), the final parameters of FedPG-Cen's
+    server or of each FedPG-Dec node."""
+    return saved_policy(f"fedpg-{algo.config.algorithm}", algo.model, algo.task, "logits", z,
+                        algo.config.max_episode_steps)
 
 
 def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
@@ -680,11 +690,11 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
             f"{label}, K = {cfg.agents}, {cfg.mechanism}"
             + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
             (0, 510) if cartpole else None)},
-        run_info={"topology": run.topology}, files=files or {})
+        run_info={"topology": run.topology}, files=files or {}, policy=run.policy)
 
 
 def save(run: FedPGRun, path: Path, command: list[str] | None = None,
          files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png and any extra
-    JSON `files` (a Ray run's ray.json)."""
+    """config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png
+    and any extra JSON `files` (a Ray run's ray.json)."""
     return save_run(record(run, files), path, command)

@@ -56,7 +56,7 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.dec import round_info
-from privrl.systems.fedpg.local import FedPGRun, account
+from privrl.systems.fedpg.local import FedPGRun, account, policy_of
 
 EventHook = Callable[[str, dict[str, Any]], None]
 CHECKPOINT_KIND = "fedpg-node-checkpoint"
@@ -326,7 +326,8 @@ def run_fedpg_dec_ray(
         used=used[None].astype(np.int64), episodes_played=int(used.sum()), ledger=ledger,
         mechanism=algo.mechanism.describe(), topology=algo.topology.describe(),
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
-        accounting=account(algo, t), z=np.stack([r["z"] for r in results])[None])
+        accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
+        policy=policy_of(algo, z))
     gossip = {"nodes": k, "rounds": t,
               "rejected": {i: r["rejections"] for i, r in enumerate(results) if r["rejections"]},
               "senders_per_round": [r["mixed_from"] for r in results]}

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
@@ -84,6 +85,8 @@ class RunOutput:
     devices: int
     agents_per_trial: int
     theta: np.ndarray | None = None  # (trials, d): each trial's final parameters (the policy)
+    # policy.npz: θ with the model's description (None: a run rebuilt without its model)
+    policy: SavedPolicy | None = None
     # Run as one program with other settings (`run_pgc_a3c_settings`): how many settings and
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
@@ -264,7 +267,9 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             config=setting.config, scores=scores[own, :n_sub], submitted=submitted[own],
             ledger=ledger, mechanism=setting.mechanism.describe(), wall_seconds=wall,
             compile_seconds=compile_s, devices=runner.devices,
-            agents_per_trial=agents_per_trial, theta=theta[own], program=program))
+            agents_per_trial=agents_per_trial, theta=theta[own], program=program,
+            policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
+                                theta[own], setting.config.max_episode_steps)))
     return outputs
 
 
@@ -379,11 +384,11 @@ def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
                                                    cfg.score_window, title, cfg.target_score)},
-        run_info={"devices": out.devices}, files=files or {})
+        run_info={"devices": out.devices}, files=files or {}, policy=out.policy)
 
 
 def save(out: RunOutput, path: Path, command: list[str] | None = None,
          files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write config.json, metrics.csv, privacy.json, summary.json, plots/scores.png and any
-    extra JSON `files` (a Ray run's ray.json)."""
+    """Write config.json, metrics.csv, privacy.json, summary.json, policy.npz,
+    plots/scores.png and any extra JSON `files` (a Ray run's ray.json)."""
     return save_run(record(out, files), path, command)

@@ -309,6 +309,7 @@ def run_pgc_a3c_ray(
 
 def as_run_output(out: RayRunOutput) -> Any:
     """The local runner's RunOutput for the same results, so both write the same files."""
+    from privrl.policy import saved_policy
     from privrl.systems.pgc_a3c.local import RunOutput
 
     algo = PGCA3C(out.config)
@@ -318,4 +319,8 @@ def as_run_output(out: RayRunOutput) -> Any:
                      mechanism=algo.mechanism.describe(), wall_seconds=out.wall_seconds,
                      compile_seconds=0.0, devices=out.agents_in_flight,
                      agents_per_trial=math.ceil(out.config.submissions
-                                                / out.config.submissions_per_agent))
+                                                / out.config.submissions_per_agent),
+                     theta=np.asarray(out.theta)[None],
+                     policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
+                                         np.asarray(out.theta)[None],
+                                         algo.config.max_episode_steps))
