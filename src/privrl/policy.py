@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from privrl.runfile import RunFileError, checked, read, write
+from privrl.config import ConfigError
+from privrl.runfile import checked, read, write
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -141,8 +142,9 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
     """The trained policy of trial `trial` (and FedPG-Dec learner `learner`) of a run directory.
 
     `model`: your flax module, for a run trained with one (the file names it but never loads
-    it); its parameter count must match. RunFileError (one line naming the file) for a missing,
-    tampered or truncated policy file; ValueError for a trial or learner the run does not have.
+    it); its parameter count must match (ConfigError on `model` otherwise). RunFileError (one
+    line naming the file) for a missing, tampered or truncated policy file; ValueError for a
+    trial or learner the run does not have.
     """
     path = Path(run_dir) / FILE
     state = read(path, KIND)
@@ -155,7 +157,7 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
         want = (description["trials"], description["learners"], description["model"]["dim"])
         if theta.shape != want:
             raise ValueError(f"theta has shape {theta.shape}, the description says {want}")
-        flat = _model_of(description, model, path)
+    flat = _model_of(description, model, path)
     for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
                                                                 theta.shape[1])):
         if not isinstance(value, int | np.integer) or not 0 <= value < n:
@@ -171,15 +173,24 @@ def _model_of(description: dict[str, Any], model: Any, path: Path) -> FlatModel:
     from privrl.nets.flat import FlatModel, model_from_description
 
     desc = description["model"]
-    if desc["architecture"] == "module":
-        if model is None:
-            raise RunFileError(path, f"the policy is your own network ({desc['module']}); "
-                                     "pass it: load_policy(run_dir, model=YourModule(...))")
+    if desc["architecture"] != "module":
+        with checked(path):
+            flat = model_from_description(desc)
+            if flat.dim != desc["dim"]:
+                raise ValueError(f"the network has {flat.dim} parameters, the description "
+                                 f"says {desc['dim']}")
+        return flat
+    if model is None:
+        raise ConfigError("model", f"{path} holds your own network ({desc['module']}); "
+                          "pass it: load_policy(run_dir, model=YourModule(...))")
+    try:
         flat = FlatModel(model, jnp.zeros((desc["obs_dim"],), jnp.float32))
-    else:
-        flat = model_from_description(desc)
+    except Exception as e:
+        raise ConfigError("model", f"{type(model).__name__} fails on one observation of "
+                          f"shape ({desc['obs_dim']},): {type(e).__name__}: {e}") from None
     if flat.dim != desc["dim"]:
-        raise ValueError(f"the network has {flat.dim} parameters, the policy {desc['dim']}")
+        raise ConfigError("model", f"{type(model).__name__} has {flat.dim} parameters; the "
+                          f"policy in {path} has {desc['dim']}")
     return flat
 
 

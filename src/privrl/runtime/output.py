@@ -98,10 +98,13 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_json(path: Path, obj: Any) -> None:
+def json_text(obj: Any) -> str:
     """Strict JSON (non-finite floats as strings; anything else non-finite is an error)."""
-    path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False)
-                    + "\n")
+    return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json_text(obj))
 
 
 def csv_writer(header: str, rows: Callable[[], Iterable[str]]) -> Callable[[Path], None]:
