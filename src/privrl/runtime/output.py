@@ -282,3 +282,33 @@ def _refuse_existing(path: Path, names: list[str]) -> None:
     if taken:
         raise OutputDirError(f"{path} already holds {', '.join(taken)}; results are never "
                              "overwritten")
+
+
+class SavesRunDir:
+    """A run's result in the Python API: `save(out)` writes the run directory the CLI writes
+    (the same `RunRecord`, the same writer), and `privacy` is its privacy.json (with the
+    statement). A system's result class defines `record()`."""
+
+    def record(self) -> RunRecord:
+        raise NotImplementedError
+
+    @property
+    def privacy_record(self) -> dict[str, Any]:
+        """privacy.json of this run: the statement, the mechanism, the ledger, the account."""
+        return json_safe(self.record().privacy)
+
+    def save(self, out: str | os.PathLike, command: list[str] | None = None) -> Path:
+        """Write config.json, metrics.csv, privacy.json, summary.json, policy.npz and plots/
+        into `out` (a new or empty directory, as --out: results are never overwritten)."""
+        check_out_dir(out)
+        path = new_run_dir(out, "")
+        save(self.record(), path, command)
+        return path
+
+
+def save_if_asked(result: T, out: str | os.PathLike | None) -> T:
+    """A runner's `out=` argument: the result's run directory written into `out` (None:
+    nothing written). The runner checks `out` with `check_out_dir` before it computes."""
+    if out is not None:
+        result.save(out)  # type: ignore[attr-defined]
+    return result

@@ -8,6 +8,7 @@ plots/returns.png into a new directory.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
@@ -34,11 +35,14 @@ FINAL_EPISODES = 10  # "final return": mean over each seed's last 10 episodes
 
 
 @dataclass
-class DPQLOutput:
+class DPQLOutput(SavesRunDir):
     config: DPQLearningConfig
     returns: np.ndarray  # (seeds, episodes)
     wall_seconds: float
     policy: SavedPolicy | None = None  # policy.npz: each seed's final Q-network θ
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 # The environment the paper trains on, as a `module:callable` spec `privrl evaluate` accepts.
@@ -84,10 +88,13 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     return returns, time.perf_counter() - start, theta
 
 
-def run_dp_qlearning(config: DPQLearningConfig) -> DPQLOutput:
+def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = None
+                     ) -> DPQLOutput:
+    """Every seed of `config`; `out`: write the run directory there, as the CLI's --out."""
+    check_out_dir(out)
     cfg = config.resolved()
     returns, wall, theta = train_grid(cfg, [cfg.sigma])
-    return DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]))
+    return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0])), out)
 
 
 def policy_of(cfg: DPQLearningConfig, theta: np.ndarray) -> SavedPolicy:

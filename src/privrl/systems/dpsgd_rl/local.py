@@ -11,6 +11,7 @@ for each seed in turn (`host_scan`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -25,7 +26,15 @@ from privrl.policy import SavedPolicy
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
 from privrl.privacy.record import privacy_record as build_privacy_record
-from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
+from privrl.runtime.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    csv_writer,
+    hold_last,
+    plot_curves,
+    save_if_asked,
+)
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     host_scan,
@@ -41,7 +50,7 @@ ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 
 
 @dataclass
-class EpisodicOutput:
+class EpisodicOutput(SavesRunDir):
     algorithm: str
     config: Any
     train_returns: np.ndarray  # (seeds, episodes) float; NaN after a seed stopped
@@ -57,12 +66,18 @@ class EpisodicOutput:
     program: dict[str, int] | None = None
     policy: SavedPolicy | None = None  # policy.npz: each seed's final θ, the model described
 
+    def record(self) -> RunRecord:
+        return record(self)
+
 
 def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
-                 devices: int | None = None, chunk: int = 50, compact: bool = True
-                 ) -> EpisodicOutput:
-    """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record."""
-    return run_episodic_settings(algo, [name], progress, devices, chunk, compact)[0]
+                 devices: int | None = None, chunk: int = 50, compact: bool = True,
+                 out: str | os.PathLike | None = None) -> EpisodicOutput:
+    """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record.
+    `out`: write the run directory there, as the CLI's --out (`EpisodicOutput.save`)."""
+    check_out_dir(out)
+    return save_if_asked(run_episodic_settings(algo, [name], progress, devices, chunk,
+                                               compact)[0], out)
 
 
 def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn | None = None,

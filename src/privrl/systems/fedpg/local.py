@@ -13,6 +13,7 @@ Finished trials ride along as no-ops (their agents play no episodes).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -43,7 +44,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     host_scan,
@@ -69,7 +70,7 @@ ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, bu
 
 
 @dataclass
-class FedPGRun:
+class FedPGRun(SavesRunDir):
     config: FedPGConfig
     mean_return: np.ndarray  # (trials, rounds): mean return of the round's B_t-batches; NaN: none
     used_before: np.ndarray  # (trials, rounds): mean episodes per agent before the round
@@ -98,6 +99,9 @@ class FedPGRun:
     # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
     policy: SavedPolicy | None = None
 
+    def record(self) -> RunRecord:
+        return record(self)
+
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
     """The ledger of a run: it records every release (charged before it is made) and, with
@@ -113,15 +117,18 @@ def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
               task: Task | None = None, model: nn.Module | None = None,
-              devices: int | None = None) -> FedPGRun:
+              devices: int | None = None, out: str | os.PathLike | None = None
+              ) -> FedPGRun:
     """All trials of `config`; `task` and `model`: your environment and policy (`FedPG`),
-    default: the config's; `devices`: host devices the trials are split over (default: all).
+    default: the config's; `devices`: host devices the trials are split over (default: all);
+    `out`: write the run directory there, as the CLI's --out (`FedPGRun.save`).
 
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
     alone and in any program."""
+    check_out_dir(out)
     algo = settings_algorithm([local_config(config)], task, model)
-    return run_fedpg_settings(algo, progress, devices)[0]
+    return save_if_asked(run_fedpg_settings(algo, progress, devices)[0], out)
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:

@@ -15,6 +15,7 @@ Trials are independent, so they are split over the host's XLA devices with `shar
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -40,7 +41,7 @@ from privrl.privacy.record import (
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     setting_trial_keys,
@@ -72,7 +73,7 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 
 
 @dataclass
-class RunOutput:
+class RunOutput(SavesRunDir):
     config: PGCA3CConfig
     # (trials, submissions) float32: every submission's score (its episode's true return;
     # CartPole: its length); NaN: none made
@@ -91,6 +92,9 @@ class RunOutput:
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
     program: dict[str, int] | None = None
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -154,6 +158,7 @@ def run_pgc_a3c(
     chunk_rounds: int | None = None,
     task: Task | None = None,
     model: nn.Module | None = None,
+    out: str | os.PathLike | None = None,
 ) -> RunOutput:
     """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
 
@@ -161,9 +166,12 @@ def run_pgc_a3c(
     its later agents never run, submit or spend privacy, and their scores are NaN.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
+    `out`: write the run directory there, as the CLI's --out (`RunOutput.save`).
     """
+    check_out_dir(out)
     algo = settings_algorithm([_seeded_by_default(config)], task, model)
-    return _run_trials(algo, progress, devices, retire_on_success, chunk_rounds)[0]
+    return save_if_asked(_run_trials(algo, progress, devices, retire_on_success,
+                                     chunk_rounds)[0], out)
 
 
 def run_pgc_a3c_settings(
