@@ -58,11 +58,12 @@ class Evaluation:
                 "per_trial": per}
 
 
-def evaluate_run(run_dir: str | os.PathLike, env: str | None = None, episodes: int = 10,
+def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, episodes: int = 10,
                  trial: int | None = None, seed: int = 0, max_steps: int | None = None,
                  sample: bool = False, model: Any = None) -> Evaluation:
     """Returns of a run's saved policy: every trial (or `trial`), every learner of it, over
-    `episodes` episodes from `seed`. `env`: the task to play (default: the one trained on);
+    `episodes` episodes from `seed`. `env`: the task to play, a spec or a Task (default: the
+    one trained on);
     `max_steps`: the episode cap (default: the training cap, else the task's own); `model`:
     your flax module, for a policy trained with one. ConfigError names a bad argument;
     RunFileError a missing or tampered policy file."""
@@ -171,9 +172,9 @@ def _load(run_dir: Path, trial: int, learner: int, model: Any) -> Policy:
         raise
 
 
-def _task(env: str | None, policy: Policy) -> Task:
+def _task(env: str | Task | None, policy: Policy) -> Task:
     """The task to evaluate on, checked against the policy's spaces."""
-    from privrl.envs.task import make_task
+    from privrl.envs.task import Task, make_task
 
     if env is None:
         env = policy.env
@@ -181,7 +182,7 @@ def _task(env: str | None, policy: Policy) -> Task:
             raise ConfigError("env", f"the policy was trained on {env!r}, which is not a "
                               "registry id; name the task to evaluate on (a module:callable "
                               f"in {FILE} is never imported)")
-    task = make_task(env)
+    task = env if isinstance(env, Task) else make_task(env)
     if task.obs_dim != policy.obs_dim or task.num_actions != policy.num_actions:
         raise ConfigError("env", f"{task.name} has {task.obs_dim}-dimensional observations "
                           f"and {task.num_actions} actions; the policy takes {policy.obs_dim} "
