@@ -26,7 +26,7 @@ class Policy(nn.Module):
         return nn.Dense(2)(nn.tanh(nn.Dense(16)(obs)))
 
 
-def main(out: str | None = None, agents: int = 1000, episodes: int = 60, epsilon: float = 2.0,
+def main(out: str | None = None, agents: int = 1000, episodes: int = 600, epsilon: float = 2.0,
          seed: int = 0) -> dict[str, Any]:
     import privrl
     from privrl import FedPGConfig, PrivateParam, Task
@@ -51,7 +51,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="a new directory for the run")
     parser.add_argument("--agents", type=int, default=1000)
-    parser.add_argument("--episodes", type=int, default=60, help="episodes per agent")
+    parser.add_argument("--episodes", type=int, default=600, help="episodes per agent")
     parser.add_argument("--epsilon", type=float, default=2.0)
     args = parser.parse_args()
     main(args.out, args.agents, args.episodes, args.epsilon)

@@ -39,9 +39,10 @@ def main(out: str, budget: int = 300, episodes: int = 10, seed: int = 0) -> dict
         total, done = total + float(reward), bool(terminated | truncated)
     print(f"one greedy episode in my own loop: return {total:g}")
 
-    # 4. Evaluate every trial over `episodes` episodes (also written as evaluate-N.json/csv).
+    # 4. Evaluate every trial over `episodes` episodes, as `privrl evaluate DIR` does.
     ev = privrl.evaluate_run(out, episodes=episodes, seed=seed)
     summary = ev.summary()
+    print("written to", *ev.write())  # evaluate-N.json and .csv, never over a file
     print(f"greedy mean return over {episodes} episodes: {summary['mean_return']:.1f} "
           f"(a random policy: about 22)")
     return {"own_loop": total, "summary": summary}

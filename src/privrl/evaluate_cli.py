@@ -35,10 +35,10 @@ def evaluate_command(
     from rich.console import Console
     from rich.table import Table
 
-    from privrl.evaluation import evaluate_run, write_evaluation
+    from privrl.evaluation import evaluate_run
 
     ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample)
-    json_path, csv_path = write_evaluation(ev)
+    json_path, csv_path = ev.write()
     s = ev.summary()
     t = Table(title=f"{s['policy']} policy on {s['env']}, {episodes} episode(s) each, "
               f"cap {s['max_steps']} steps", header_style="bold")

@@ -45,6 +45,10 @@ class Evaluation:
     rows: list[tuple[int, int]]
     returns: np.ndarray  # (len(rows), episodes) float64
 
+    def write(self) -> tuple[Path, Path]:
+        """evaluate-N.json and evaluate-N.csv in the run directory (`write_evaluation`)."""
+        return write_evaluation(self)
+
     def summary(self) -> dict[str, Any]:
         per = [{"trial": t, "learner": m, "mean": float(r.mean()), "std": float(r.std()),
                 "min": float(r.min()), "max": float(r.max())}
