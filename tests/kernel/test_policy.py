@@ -188,3 +188,16 @@ def test_a_module_named_in_the_file_is_never_imported(cartpole_run, tmp_path, ca
         (bad / FILE).write_bytes(dumps("policy", state))
         assert main(["evaluate", str(bad)]) == 2
         assert "never imported" in capsys.readouterr().err
+
+
+def test_a_sweep_setting_keeps_its_policy_too(cartpole_run, tmp_path):
+    from privrl.runtime.output import save_setting
+
+    state = read(cartpole_run / FILE, "policy")
+    policy = load_policy(cartpole_run)
+    record = RunRecord("pgc-a3c", {}, 0, {"n": 1}, {}, policy=saved_policy(
+        "pgc-a3c", policy.model, make_task("gymnax:CartPole-v1"), "logits,value",
+        state["theta"], 200))
+    save_setting(record, tmp_path / "s")
+    np.testing.assert_array_equal(load_policy(tmp_path / "s", trial=1).theta,
+                                  state["theta"][1, 0])

@@ -267,12 +267,16 @@ def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dic
 
 
 def save_setting(record: RunRecord, path: Path) -> dict[str, Any]:
-    """One setting of a sweep: summary.json, privacy.json and the bare config.json (the
-    sweep's sweep.json holds the command and versions; tables are drawn from the summaries)."""
-    _refuse_existing(path, ["config.json", "privacy.json", "summary.json"])
+    """One setting of a sweep: summary.json, privacy.json, the bare config.json (the
+    sweep's sweep.json holds the command and versions; tables are drawn from the summaries)
+    and the trained policy (policy.npz)."""
+    policy = [POLICY_FILE] if record.policy is not None else []
+    _refuse_existing(path, ["config.json", "privacy.json", "summary.json", *policy])
     write_json(path / "summary.json", record.summary)
     write_json(path / "privacy.json", record.privacy)
     write_json(path / "config.json", record.config)
+    if record.policy is not None:
+        record.policy.write(path / POLICY_FILE)
     return record.summary
 
 
