@@ -15,6 +15,7 @@ import io
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,40 +91,39 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
     cap = _cap(task, max_steps, first)
     task = task.with_max_steps(cap)
     rows = [(t, m) for t in trials for m in range(d["learners"])]
-    returns = np.stack([play(_load(run_dir, t, m, model), task, episodes, seed, cap, sample)
-                        for t, m in rows])
+    policies = [_load(run_dir, t, m, model) for t, m in rows]
+    returns = play(policies, task, episodes, seed, cap, sample)
     return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns)
 
 
-def play(policy: Policy, task: Task, episodes: int, seed: int, max_steps: int,
+def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps: int,
          sample: bool = False) -> np.ndarray:
-    """The returns (the environment's own rewards, summed) of `episodes` episodes of
-    `policy` on `task`, each capped at `max_steps`, in batches of at most BATCH."""
+    """(len(policies), episodes): the returns (the environment's own rewards, summed) of
+    each policy (one run's: one network, each its θ) on `task`, episodes capped at
+    `max_steps`, played in batches of at most BATCH; every policy sees the same episodes'
+    keys (and, with private parameters, the same agents)."""
     import jax
     import jax.numpy as jnp
 
     from privrl.envs.rollout import rollout_episodes
 
-    act = policy.jax_policy(sample)
-    out = []
+    act = policies[0].with_theta(sample)
+    rollout = jax.jit(lambda theta, params, key, n: rollout_episodes(
+        task.env, params, lambda k, obs: act(theta, k, obs), key, n, max_steps),
+        static_argnums=3)
+    out = np.zeros((len(policies), episodes))
     for start in range(0, episodes, BATCH):
         n = min(BATCH, episodes - start)
         key = jax.random.fold_in(jax.random.key(seed), start)
         k_params, k_roll = jax.random.split(key)
         params = task.agents_params(k_params, jnp.arange(start, start + n))
-        if task.host:
-            traj = task.rollout(params, act, k_roll, n, max_steps)
-        else:
-            traj = _rollout(task.env, params, act, k_roll, n, max_steps, rollout_episodes)
-        out.append(np.asarray(traj.rewards * traj.mask, np.float64).sum(0))
-    return np.concatenate(out)
-
-
-def _rollout(env: Any, params: Any, act: Any, key: Any, n: int, max_steps: int,
-             rollout: Any) -> Any:
-    import jax
-
-    return jax.jit(lambda p, k: rollout(env, p, act, k, n, max_steps))(params, key)
+        for i, p in enumerate(policies):
+            if task.host:
+                traj = task.rollout(params, partial(act, p.theta), k_roll, n, max_steps)
+            else:
+                traj = rollout(p.theta, params, k_roll, n)
+            out[i, start:start + n] = np.asarray(traj.rewards * traj.mask, np.float64).sum(0)
+    return out
 
 
 def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:

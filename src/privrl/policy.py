@@ -117,24 +117,31 @@ class Policy:
 
     def act(self, obs: Any, key: Any = None) -> np.ndarray:
         """The action for one observation (obs_dim,) or each of a batch (B, obs_dim): greedy
-        (argmax) when `key` is None, else sampled with that JAX key. Returns int32 numpy
-        (0-d for one observation: `int(policy.act(obs))` for a Gymnasium step)."""
+        (argmax) when `key` is None, else sampled with that JAX key (or integer seed).
+        Returns int32 numpy (0-d for one observation: `int(policy.act(obs))` for a Gymnasium
+        step)."""
+        import jax
+
         x = np.asarray(obs, np.float32)
         one = x.ndim == 1
         if x.shape[-1:] != (self.obs_dim,) or x.ndim not in (1, 2):
             raise ValueError(f"observations of shape {x.shape}; this policy takes "
                              f"({self.obs_dim},) or (batch, {self.obs_dim})")
         batch = x[None] if one else x
-        a = self._greedy(self.theta, batch) if key is None else self._sample(self.theta, key,
-                                                                             batch)
+        if key is None:
+            a = self._greedy(self.theta, batch)
+        else:  # a JAX key, or an integer seed
+            key = jax.random.key(key) if isinstance(key, int | np.integer) else key
+            a = self._sample(self.theta, key, batch)
         a = np.asarray(a)
         return a[0] if one else a
 
-    def jax_policy(self, sample: bool = False) -> Any:
-        """(key, obs (P, obs_dim)) -> actions (P,): the rollout's policy function."""
+    def with_theta(self, sample: bool = False) -> Any:
+        """(θ, key, obs (P, obs_dim)) -> actions (P,): this policy's network with any θ of
+        its shape (the trials of one run share one compiled rollout)."""
         if sample:
-            return lambda key, obs: self._sample(self.theta, key, obs)
-        return lambda key, obs: self._greedy(self.theta, obs)
+            return self._sample
+        return lambda theta, key, obs: self._greedy(theta, obs)
 
 
 def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,

@@ -69,6 +69,7 @@ def test_act_is_greedy_without_a_key_and_sampled_with_one(cartpole_run):
     assert not zero.act(obs).any()
     share = zero.act(obs, key=jax.random.key(3)).mean()
     assert abs(share - 0.5) < 0.05  # 2000 Bernoulli(1/2): sd 0.011
+    assert zero.act(obs, key=7).tolist() == zero.act(obs, key=jax.random.key(7)).tolist()
     with pytest.raises(ValueError, match="trial"):
         load_policy(cartpole_run, trial=2)
     with pytest.raises(ValueError, match=r"\(4,\)"):
