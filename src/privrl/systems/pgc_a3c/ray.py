@@ -19,8 +19,9 @@ the noise from the run's seed instead (reproducible; a simulation's guarantee).
 Fault tolerance: actors are created with unlimited restarts and task retries. With seeded
 noise a retried agent task replays the same episode (its keys derive from the seed, agent id
 and index) and recomputes the same report; with secret noise (which also keys the agent's
-dynamics and episodes) a restarted actor has a new root and plays and reports anew (Ray retries a task whose actor died before returning, so the
-first report never left that process). Either way the aggregator accepts at most one report
+dynamics and episodes) a restarted actor has a new root and plays and reports anew (Ray
+retries a task whose actor died before returning, so the first report never left that
+process). Either way the aggregator accepts at most one report
 per (agent, index): retries and duplicates become logged rejections, nothing is applied or
 charged twice, and the log never holds two reports of one (agent, index). A restarted
 aggregator restores its last checkpoint and re-applies the report log after it. An agent that
