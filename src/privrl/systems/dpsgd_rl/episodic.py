@@ -161,6 +161,13 @@ def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
     return (PrivateObservations(task.env, mech) if wrap else task.env), task.params
 
 
+def data_root(state: Any) -> Array | None:
+    """The seed's secret root that also keys its data (training episodes and their private
+    dynamics, through `secret_fold`): the DP-SGD noise root, else the observation noise's;
+    None (seeded): the data derive from the seed. Evaluation episodes stay seeded."""
+    return state.noise if state.noise is not None else state.obs_noise
+
+
 def episode_env_key(cfg: EpisodicConfig) -> Array:
     """The run's key for its training episodes' private dynamics (agent id = episode number)."""
     return jax.random.fold_in(jax.random.key(cfg.seed), 0x5EED)
