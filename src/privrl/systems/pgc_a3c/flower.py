@@ -15,7 +15,8 @@ and its OWN ledger. Asked by the server for submission `index` of agent `agent_i
 4. computes through the local runner's agent-side code (`PGCA3C.agent_reports` of
    `lone_agent`, the release path every runtime and the audit share), with the local runner's
    keys: with `noise="seeded"` and `parallel_agents=1` a Flower run's submissions are the
-   local run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ).
+   local run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ). Under
+   secret noise the root keys the agent's dynamics and episodes too, as everywhere.
 
 Only the Submission (its Report) and the episode's score leave (privrl.federation.flower's
 records). The score is the episode's return, sent for the learning curve as the Ray runtime
@@ -124,9 +125,11 @@ class FlowerAgent:
              noise: jax.Array | None, traj: Any = None) -> tuple[Any, jax.Array]:
         index = n % self.config.submissions_per_agent
         noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
+        # Under secret noise the root also keys the agent's dynamics and episode (the local
+        # runner's and Ray's `agents_plan`), so the seed does not let anyone re-simulate them.
         reports, scores = self.algo.agent_reports(
             theta, submitted, self._round_key(n), self.env_key, agent_id[None],
-            jnp.ones((1,), bool), noise_keys, traj, self.setting)
+            jnp.ones((1,), bool), noise_keys, traj, self.setting, noise)
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def _round_key(self, n: jax.Array) -> jax.Array:
@@ -151,7 +154,8 @@ class FlowerAgent:
         traj = None
         if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
             traj = self.algo.host_rollout(args[0], args[3], self._round_key(args[2]),
-                                          self.env_key, args[1][None], np.ones(1, bool))
+                                          self.env_key, args[1][None], np.ones(1, bool),
+                                          self._noise)
         report, score = self._run(*args, self._noise, traj)
         out = (Submission(agent_id, index, report), float(score))
         self.released[(agent_id, index)] = out
