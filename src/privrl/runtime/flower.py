@@ -8,7 +8,9 @@ one machine, every part a separate operating-system process:
   the SuperNodes whose public keys were registered (`flwr supernode register`) may connect;
 - N SuperNodes (`flower-supernode`), each with its own key pair, checking the SuperLink's
   certificate against the run's CA, in `--isolation process` mode: a SuperNode runs no app
-  code itself; its agent executor (below) does;
+  code itself; its agent executor (below) does, and only an executor holding the run's
+  SuperExec secret (`--superexec-auth-secret-file`, flwr's experimental HMAC) may take its
+  tasks;
 - N agent executors (`serve_tasks`), one beside each SuperNode: the agent's own process;
 - the ServerApp, which the SuperLink starts (`flwr-serverapp`) when `flwr run` submits the
   app bundle.
@@ -66,6 +68,7 @@ from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_htt
 from flwr.supercore.interceptors import (
     RuntimeTokenHttpInterceptor,
     RuntimeVersionHttpInterceptor,
+    SuperExecAuthHttpInterceptor,
 )
 from flwr.supercore.retry import make_simple_http_retry_invoker
 from flwr.supercore.runtime import RuntimeHttpClient
@@ -170,10 +173,13 @@ Handler = Callable[[Message, Context], Message]
 
 
 def serve_tasks(runtime_api: str, handle: Handler, trusted_fab: str,
-                should_stop: Callable[[], bool] = lambda: False, poll_s: float = 0.05) -> None:
+                secret: bytes | None = None, should_stop: Callable[[], bool] = lambda: False,
+                poll_s: float = 0.05) -> None:
     """Take the SuperNode's ClientApp tasks and answer each with `handle` in this process;
-    a task of any other bundle than `trusted_fab` gets an error and runs nothing."""
-    client = _runtime_client(runtime_api, "SuperExec")
+    a task of any other bundle than `trusted_fab` gets an error and runs nothing. `secret`:
+    the SuperNode's SuperExec secret (`--superexec-auth-secret-file`), without which it hands
+    its tasks to no one."""
+    client = _runtime_client(runtime_api, "SuperExec", secret=secret)
     try:
         while not should_stop():
             res = client.AcquireTask(AcquireTaskRequest(
@@ -206,12 +212,17 @@ def _run_task(runtime_api: str, token: str, handle: Handler, trusted_fab: str) -
         client.close()
 
 
-def _runtime_client(address: str, component: str, token: str | None = None) -> Any:
+def _runtime_client(address: str, component: str, token: str | None = None,
+                    secret: bytes | None = None) -> Any:
     # The SuperNode's runtime API listens on the loopback interface only (its --host), so the
-    # executor beside it speaks plain HTTP to it, as Flower's own executor does.
+    # executor beside it speaks plain HTTP to it, as Flower's own executor does; taking a task
+    # is signed with the SuperExec secret (HMAC), using one with the task's token.
     interceptors: list[Any] = [RuntimeVersionHttpInterceptor(component_name=component)]
     if token is not None:
         interceptors.append(RuntimeTokenHttpInterceptor(token))
+    if secret is not None:
+        interceptors.append(SuperExecAuthHttpInterceptor(
+            master_secret=secret, protected_methods={"/flwr.proto.Runtime/AcquireTask"}))
     return RuntimeHttpClient.from_server_address(
         server_address=address, insecure=True, root_certificates=None,
         interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker())
@@ -256,6 +267,9 @@ class LocalDeployment:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="privrl-flower-"))  # 0700
         creds = make_credentials(self.work / "credentials", self.nodes)
+        # The SuperNodes' SuperExec secret: only an executor holding it may take their tasks.
+        self.superexec_secret = self.work / "credentials" / "superexec.secret"
+        _private(self.superexec_secret, os.urandom(32))
         home = self.work / "flwr-home"
         home.mkdir()
         (home / "config.toml").write_text(
@@ -278,7 +292,8 @@ class LocalDeployment:
                 "flower-supernode", "--superlink", self.link, "--root-certificates",
                 str(creds.ca), "--auth-supernode-private-key", str(private),
                 "--isolation", "process", "--host", "127.0.0.1",
-                "--port", self.runtime_apis[i].split(":")[1]])
+                "--port", self.runtime_apis[i].split(":")[1],
+                "--superexec-auth-secret-file", str(self.superexec_secret)])
 
     def _wait_for_port(self, host: str, port: int) -> None:
         """Until the SuperLink accepts connections (a `flwr` call costs a process start)."""

@@ -259,7 +259,8 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                 sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
                 str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
                 deployment.runtime_apis[i], "--trusted-fab", trusted,
-                "--state-dir", str(directory / "agents" / f"node{i}")])
+                "--state-dir", str(directory / "agents" / f"node{i}"),
+                "--superexec-secret-file", str(deployment.superexec_secret)])
         log = deployment.run(app, agg / RESULTS, timeout_s)
         (directory / "logs" / "run.log").write_text(log)
     results = json.loads((agg / RESULTS).read_text())
@@ -290,8 +291,8 @@ def as_run_output(out: FlowerRunOutput) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """The agent executor: `python -m privrl.systems.pgc_a3c.flower --config FILE --node i
-    --nodes N --runtime-api HOST:PORT --trusted-fab SHA256 [--state-dir DIR]` beside
-    SuperNode i."""
+    --nodes N --runtime-api HOST:PORT --trusted-fab SHA256 [--state-dir DIR]
+    [--superexec-secret-file FILE]` beside SuperNode i."""
     from privrl.runtime.flower import serve_tasks
 
     parser = argparse.ArgumentParser(prog="python -m privrl.systems.pgc_a3c.flower")
@@ -302,10 +303,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trusted-fab", required=True)
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="where the agent keeps its ledger and released reports")
+    parser.add_argument("--superexec-secret-file", type=Path, default=None,
+                        help="the SuperNode's --superexec-auth-secret-file")
     args = parser.parse_args(argv)
+    secret = (None if args.superexec_secret_file is None
+              else args.superexec_secret_file.read_bytes())
     agent = FlowerAgent(config_from_dict(json.loads(args.config.read_text())), args.node,
                         args.nodes, args.state_dir)
-    serve_tasks(args.runtime_api, agent.handle, args.trusted_fab)
+    serve_tasks(args.runtime_api, agent.handle, args.trusted_fab, secret)
 
 
 if __name__ == "__main__":
