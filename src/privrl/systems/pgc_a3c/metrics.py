@@ -40,6 +40,8 @@ def first_success_time(scores: np.ndarray, threshold: float = 195.0, m: int = 10
     """FST = min{n : μ_n ≥ Θ} (eq. 26), 1-based; inf where the target is never reached."""
     mu = moving_average(scores, m)
     hit = mu >= threshold
+    if hit.shape[-1] == 0:  # fewer scores than one window: no μ_n, never reached
+        return np.full(hit.shape[:-1], np.inf)
     first = np.argmax(hit, axis=-1).astype(np.float64) + 1.0
     return np.where(hit.any(axis=-1), first, np.inf)
 
