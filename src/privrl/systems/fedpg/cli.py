@@ -162,7 +162,7 @@ ImportanceOpt = Annotated[str, typer.Option(
     "product over the episode, the paper's p(τ|θ₀)/p(τ|θ_n)).")]
 IwClipOpt = Annotated[float | None, typer.Option(
     help="Truncate ω at this value (default: no truncation).")]
-MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
+MechOpt = Annotated[str, typer.Option(help=_FEDPG_MECHANISM_HELP,
                                                  parser=mechanism_option(FedPGMechanism))]
 EpsOpt = Annotated[float | None, typer.Option(
     help="Each agent's total ε over the run (> 0, finite; the protected unit: one agent, "
@@ -519,7 +519,7 @@ def audit_fedpg_command(
     algorithm: Annotated[AuditAlgorithm, typer.Option(
         help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
         "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
-    mechanism: Annotated[AuditMechanism, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="laplace (audits --epsilon-per-report, one release's ε), gaussian (audits one "
         "release's (ε, δ) when σ is calibrated to each agent's total --epsilon over the run), "
         "or your own module:callable (audits --epsilon-per-report, as it declares).",

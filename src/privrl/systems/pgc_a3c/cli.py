@@ -60,7 +60,7 @@ def run_pgc_a3c_command(
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
         "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). Options given "
         "explicitly override it.")] = "paper",
-    mechanism: Annotated[MechanismName, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
         "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), none (non-private ε = ∞ "
@@ -491,7 +491,7 @@ def results_table(summary: dict) -> Table:
 @audit_app.command("pgc-a3c")
 @flag_names(epsilons="--epsilon")
 def audit_pgc_a3c_command(
-    mechanism: Annotated[MechanismName, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="The agents' mechanism: laplace, prs, privunit, privunitg or your own "
         "module:callable.", parser=mechanism_option(MechanismName))
     ] = MechanismName.laplace,
