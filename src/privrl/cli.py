@@ -178,6 +178,10 @@ PrivateOpt = Annotated[list[str] | None, typer.Option(
     "field=v1,v2,... (one of), an environment-parameter field drawn per agent, e.g. "
     "link_mass_1=0.8:1.2 (Gymnasium: a numeric attribute of the unwrapped environment, e.g. "
     "gravity=9.7:9.9).")]
+MaxStepsOpt = Annotated[int | None, typer.Option(
+    "--max-steps", help="Episode cap in steps. Default: the task's own step limit (gymnax's "
+    "max_steps_in_episode, Gymnasium's spec.max_episode_steps; the default CartPole task's: "
+    "200 for PGC-A3C, CartPole-v0's, else 500, CartPole-v1's).")]
 Resume = Annotated[Path | None, typer.Option(
     help="Continue an interrupted sweep in this directory; finished settings are kept.")]
 AddressOpt = Annotated[str | None, typer.Option(

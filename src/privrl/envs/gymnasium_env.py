@@ -111,6 +111,42 @@ def make_registered(env_id: str, max_steps: int | None = None, option: str = "en
                           + " ".join(str(e).split())) from None
 
 
+def time_limit(env: Any) -> int | None:
+    """The environment's own step limit: its spec's `max_episode_steps`, else a `TimeLimit`
+    wrapper's; None where it states none."""
+    import gymnasium
+
+    spec = getattr(env, "spec", None)
+    if spec is not None and spec.max_episode_steps is not None:
+        return int(spec.max_episode_steps)
+    while isinstance(env, gymnasium.Wrapper):
+        if isinstance(env, gymnasium.wrappers.TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
+
+
+def reward_threshold(env: Any) -> float | None:
+    """The return at which the environment counts as solved (its spec's `reward_threshold`);
+    None where it states none."""
+    spec = getattr(env, "spec", None)
+    threshold = None if spec is None else spec.reward_threshold
+    return None if threshold is None else float(threshold)
+
+
+def registry_episode(env_id: str) -> tuple[int | None, float | None]:
+    """(step limit, reward threshold) of Gymnasium's registered `env_id`; (None, None) for an
+    id it does not know. gymnax ports classic-control tasks under Gymnasium's ids."""
+    import gymnasium
+
+    try:
+        spec = gymnasium.spec(env_id)
+    except Exception:  # an id Gymnasium does not register
+        return None, None
+    threshold = None if spec.reward_threshold is None else float(spec.reward_threshold)
+    return spec.max_episode_steps, threshold
+
+
 def is_gymnasium_env(obj: Any) -> bool:
     import gymnasium
 

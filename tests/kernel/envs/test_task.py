@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,12 +21,13 @@ from privrl.envs.task import (
     check_module,
     make_task,
     parse_private,
+    resolve_task,
 )
 
 
 def test_default_cartpole_task_draws_todays_gravities_exactly() -> None:
     key, ids = jax.random.key(7), jnp.arange(64)
-    task = cartpole_task(200, (9.7, 9.8, 9.9))
+    task = cartpole_task("v0", (9.7, 9.8, 9.9))
     old = jax.vmap(agent_gravity, (None, 0, None))(key, ids, (9.7, 9.8, 9.9))
     new = task.agents_params(key, ids).gravity
     np.testing.assert_array_equal(np.asarray(new), np.asarray(old))
@@ -130,3 +134,52 @@ def test_model_output_contract_is_checked() -> None:
 ])
 def test_cli_env_errors_are_one_line(cmd, args, option, fails_in_one_line) -> None:
     fails_in_one_line(cmd, args, option)
+
+
+# --- the task owns its episode (issue 39) -----------------------------------------------------
+@pytest.mark.parametrize("spec, steps, target, shaping", [
+    ("gymnax:CartPole-v1", 500, 475.0, "failure"),
+    ("gymnax:Acrobot-v1", 500, -100.0, None),  # a port of Gymnasium's: its reward_threshold
+    ("gymnax:MountainCar-v0", 200, -110.0, None),
+    ("gymnax:FourRooms-misc", 500, None, None),  # no Gymnasium twin: no target
+    ("gymnasium:CartPole-v1", 500, 475.0, "failure"),
+    ("gymnasium:Acrobot-v1", 500, -100.0, None),
+])
+def test_tasks_state_their_episode_limit_target_and_shaping(spec, steps, target,
+                                                             shaping) -> None:
+    task = make_task(spec)
+    assert (task.episode_steps, task.target, task.shaping) == (steps, target, shaping)
+    assert task.with_max_steps(31).episode_steps == 31
+
+
+def test_the_paper_cartpole_tasks_are_gymnasiums_v0_and_v1() -> None:
+    v0, v1 = cartpole_task("v0"), cartpole_task("v1", (9.8,))
+    assert (v0.episode_steps, v0.target, v0.shaping) == (200, 195.0, "failure")
+    assert (v1.episode_steps, v1.target) == (500, 475.0)
+
+
+@dataclass(frozen=True)
+class _EpisodeConfig:
+    env: str | None = None
+    private_params: tuple[str, ...] = ()
+    max_episode_steps: int | None = None
+    target_return: float | None = None
+
+
+def test_resolve_task_takes_the_tasks_episode_unless_the_config_sets_it(load_example) -> None:
+    cfg, task = resolve_task(_EpisodeConfig("gymnax:Acrobot-v1"), None, cartpole_task)
+    assert (cfg.max_episode_steps, cfg.target_return) == (500, -100.0)
+    cfg, task = resolve_task(_EpisodeConfig("gymnax:Acrobot-v1", (), 50, -300.0), None,
+                             cartpole_task)
+    assert (cfg.max_episode_steps, cfg.target_return, task.episode_steps) == (50, -300.0, 50)
+    assert int(task.params.max_steps_in_episode) == 50
+    # the default task: the system's CartPole
+    cfg, _ = resolve_task(_EpisodeConfig(), None, partial(cartpole_task, "v0"))
+    assert (cfg.max_episode_steps, cfg.target_return) == (200, 195.0)
+    # a Gymnasium environment that states no limit (no spec, no TimeLimit) needs a cap
+    load_example("byo_gymnasium")
+    with pytest.raises(ConfigError) as e:
+        resolve_task(_EpisodeConfig("byo_gymnasium:Walk"), None, cartpole_task)
+    assert e.value.field == "max_episode_steps" and "no step limit" in str(e.value)
+    cfg, task = resolve_task(_EpisodeConfig("byo_gymnasium:Walk", (), 30), None, cartpole_task)
+    assert cfg.max_episode_steps == 30 and cfg.target_return is None

@@ -334,7 +334,9 @@ def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
 # --- what a run reports ----------------------------------------------------------------------
 def episodes_to_target(run: FedPGRun) -> np.ndarray:
     """Per trial: episodes per agent spent before the first round whose batch mean return
-    reached the target (inf: never)."""
+    reached the target (inf: never, or the task has no target)."""
+    if run.config.target_return is None:
+        return np.full(run.mean_return.shape[0], np.inf)
     hit = run.mean_return >= run.config.target_return
     out = np.full(hit.shape[0], np.inf)
     for i, row in enumerate(hit):
@@ -390,7 +392,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_to_target": [None if math.isinf(x) else int(x) for x in reach],
         "median_episodes_to_target": (None if np.isinf(np.median(reach))
                                       else float(np.median(reach))),
-        "reached_target": int(np.isfinite(reach).sum()),
+        "reached_target": None if cfg.target_return is None else int(np.isfinite(reach).sum()),
         "final_mean_return": [float(f"{x:.4g}") for x in final_return(run)],
         "rounds": run.rounds_run,
         "rounds_max": int(run.releases.max()),  # rounds of the longest trial
