@@ -7,10 +7,13 @@ padded arrays the jitted gymnax rollout makes: the loss, the gradient, the mecha
 `Report` are the jitted path's. The gymnax path stays the fast default.
 
 Private dynamics are attributes of the unwrapped environment (`env.unwrapped.gravity` for
-CartPole), set per agent before its episode's reset. An attribute must exist and be numeric
-(an int, a float or a numeric array); it is set as it is, so quantities the environment derives
-from it once in `__init__` are not recomputed (Gymnasium's CartPole computes `total_mass` from
-`masspole` there: a private `masspole` would not change it).
+CartPole), set per agent before its episode's reset. An attribute must exist, on the instance
+or its class (Acrobot's `LINK_MASS_1` and `dt` are class attributes; a name is matched without
+regard to case when one attribute fits, so gymnax's `link_mass_1` names it), and be numeric
+(an int, a float or a numeric array). It is set on the instance (shadowing the class's) as it
+is, so quantities the environment derives from it once in `__init__` are not recomputed
+(Gymnasium's CartPole computes `total_mass` from `masspole` there: a private `masspole` would
+not change it).
 """
 
 from __future__ import annotations
@@ -66,19 +69,46 @@ def _numeric(value: Any) -> bool:
                                               or np.issubdtype(value.dtype, np.floating))
 
 
+def numeric_attributes(env: Any) -> list[str]:
+    """The public numeric attributes of the unwrapped environment, its class's included."""
+    base = env.unwrapped
+    names = {k for k in dir(type(base)) if not k.startswith("_")} | set(vars(base))
+    out = []
+    for k in sorted(names):
+        if k.startswith("_") or isinstance(getattr(type(base), k, None), property):
+            continue
+        try:
+            if _numeric(getattr(base, k)):
+                out.append(k)
+        except Exception:  # an attribute that fails to read is not a parameter
+            continue
+    return out
+
+
+def attribute_name(env: Any, field: str, name: str) -> str:
+    """The attribute `field` names on the unwrapped environment (instance or class): itself if
+    it exists, else the one numeric attribute equal to it without regard to case (Gymnasium's
+    Acrobot: `link_mass_1` is `LINK_MASS_1`); a ConfigError naming `private` otherwise, listing
+    the numeric attributes there are."""
+    base = env.unwrapped
+    if hasattr(base, field):
+        return field
+    numeric = numeric_attributes(env)
+    same = [k for k in numeric if k.lower() == field.lower()]
+    if len(same) == 1:
+        return same[0]
+    raise ConfigError("private", f"{name}'s environment ({type(base).__name__}) has no "
+                      f"attribute {field!r} (its numeric attributes: "
+                      f"{', '.join(numeric) or 'none'})")
+
+
 def attribute_defaults(env: Any, fields: Sequence[str], name: str) -> AttrParams:
-    """Each field's value on the unwrapped environment: it must exist and be numeric (a
-    ConfigError naming `private` otherwise, listing the numeric attributes there are)."""
+    """Each field's value on the unwrapped environment (`attribute_name`'s attribute): it must
+    be numeric (a ConfigError naming `private` otherwise)."""
     base = env.unwrapped
     values = {}
     for f in fields:
-        if not hasattr(base, f):
-            numeric = sorted(k for k, v in vars(base).items()
-                             if not k.startswith("_") and _numeric(v))
-            raise ConfigError("private", f"{name}'s environment ({type(base).__name__}) has no "
-                              f"attribute {f!r} (its numeric attributes: "
-                              f"{', '.join(numeric) or 'none'})")
-        value = getattr(base, f)
+        value = getattr(base, attribute_name(env, f, name))
         if not _numeric(value):
             raise ConfigError("private", f"{name}: attribute {f!r} is {type(value).__name__}, "
                               "not a number or numeric array")

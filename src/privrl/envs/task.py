@@ -34,6 +34,7 @@ from jax import Array
 from privrl.config import ConfigError
 from privrl.envs.gymnasium_env import (
     attribute_defaults,
+    attribute_name,
     is_gymnasium_env,
     make_registered,
     registry_episode,
@@ -222,15 +223,22 @@ class Task:
         if p.values is not None:
             if not p.values:
                 raise ConfigError(opt, f"{p.field}: an empty list of values")
-            candidates = [np.asarray(v, float) for v in p.values]
+            given_values = p.values
         else:
             if not np.issubdtype(ref.dtype, np.floating):
                 raise ConfigError(opt, f"{p.field} is an integer/boolean field: give a list "
                                   "of values, not a range")
-            candidates = [np.asarray(p.low, float), np.asarray(p.high, float)]
-            if np.any(candidates[0] > candidates[1]):
-                raise ConfigError(opt, f"{p.field}: low {_fmt(p.low)} > high {_fmt(p.high)}")
-        for c in candidates:
+            given_values = (p.low, p.high)
+        # Shape, finiteness and order are all we check: a field's domain is the environment's
+        # (a default's sign says nothing of it: a drift of 0 is a valid probability), so the
+        # user's range is respected as given.
+        candidates = []
+        for v in given_values:
+            try:
+                c = np.asarray(v, float)
+            except (TypeError, ValueError):
+                raise ConfigError(opt, f"{p.field}: {v!r} is not a number or numeric "
+                                  "array") from None
             try:
                 np.broadcast_to(c, ref.shape)
             except ValueError:
@@ -238,11 +246,9 @@ class Task:
                                   "broadcast to it") from None
             if not np.all(np.isfinite(c)):
                 raise ConfigError(opt, f"{p.field}: values must be finite, got {_fmt(c)}")
-            # The domain we can know: a field positive by default (a mass, a length, gravity)
-            # must stay positive; a field with a sign of its own keeps no such rule.
-            if np.all(ref > 0) and np.any(c <= 0):
-                raise ConfigError(opt, f"{p.field} is positive (default {_fmt(ref)}); "
-                                  f"{_fmt(c)} is outside its domain")
+            candidates.append(c)
+        if p.values is None and np.any(candidates[0] > candidates[1]):
+            raise ConfigError(opt, f"{p.field}: low {_fmt(p.low)} > high {_fmt(p.high)}")
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,8 @@ class GymnasiumTask(Task):
     host: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "private", tuple(  # each field as the environment spells it
+            replace(p, field=attribute_name(self.env, p.field, self.name)) for p in self.private))
         object.__setattr__(self, "params", attribute_defaults(
             self.env, [p.field for p in self.private], self.name))
         self.obs_dim  # noqa: B018 - validate the spaces now, before any computation

@@ -210,11 +210,16 @@ def run_pgc_a3c_command(
 
 
 def target_note(config: PGCA3CConfig) -> str | None:
-    """The line that says a task has no target (no FST or success ratio); None if it has one."""
-    if config.target_score is not None:
+    """The line that says what the FST counts on a task other than CartPole (None on it), or
+    that the task has no target (no FST or success ratio). `config`: the run's (resolved)."""
+    if config.target_score is None:
+        return (f"{config.env} states no target return: the scores are its returns, with no "
+                "FST or success ratio; set --target-return for them (docs/environments.md)")
+    if config.env is None or config.env.endswith(":CartPole-v1"):
         return None
-    return (f"{config.env} states no target return: the scores are its returns, with no FST "
-            "or success ratio; set --target-return for them (docs/environments.md)")
+    return (f"the score is the episode's return on {config.env}; the FST and success ratio "
+            f"count the mean of {config.score_window} consecutive returns reaching "
+            f"{config.target_score:g} (docs/environments.md)")
 
 
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
