@@ -88,12 +88,12 @@ def test_the_task_states_its_episode(chain: Task, random_return: float) -> None:
 
 
 @pytest.mark.learning(xla_optimize=False)
-def test_pgc_a3c_tuned_learns_the_task_under_its_own_episode(chain: Task,
-                                                              random_return: float) -> None:
+def test_pgc_a3c_tuned_learns_the_task_under_its_own_episode(chain: Task, random_return: float,
+                                                              tmp_path) -> None:
     """The tuned preset's "shaped" reward is the task's own here (CartPole's failure shaping
     taught it to avoid the goal); episodes are the task's 40 steps; no target, no FST."""
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-    from privrl.systems.pgc_a3c.local import run_pgc_a3c, summarize
+    from privrl.systems.pgc_a3c.local import run_pgc_a3c, save
 
     cfg = PGCA3CConfig.from_preset("tuned", mechanism="none", submissions=900, seed=0)
     out = run_pgc_a3c(cfg, task=chain)
@@ -102,15 +102,16 @@ def test_pgc_a3c_tuned_learns_the_task_under_its_own_episode(chain: Task,
     assert out.scores.min() >= STEP * LIMIT - 1e-6  # true returns of ≤ 40-step episodes
     final = float(out.scores[:, -200:].mean())
     assert final > random_return + 0.6 and final <= BEST + 1e-6
-    summary = summarize(out)
+    summary = save(out, tmp_path / "run")  # no target: no FST, no target line on the plot
     assert summary["success_ratio"] is None and summary["median_fst"] is None
+    assert (tmp_path / "run" / "plots" / "scores.png").exists()
 
 
 @pytest.mark.learning(xla_optimize=False)
-def test_fedpg_cen_learns_the_task_under_its_own_episode(chain: Task,
-                                                         random_return: float) -> None:
+def test_fedpg_cen_learns_the_task_under_its_own_episode(chain: Task, random_return: float,
+                                                         tmp_path) -> None:
     from privrl.systems.fedpg.config import FedPGConfig
-    from privrl.systems.fedpg.local import run_fedpg, summarize
+    from privrl.systems.fedpg.local import run_fedpg, save
 
     cfg = FedPGConfig.from_preset("paper", algorithm="cen", agents=4, budget=100,
                                   learning_rate=0.03, seed=0)
@@ -118,15 +119,16 @@ def test_fedpg_cen_learns_the_task_under_its_own_episode(chain: Task,
     assert run.config.max_episode_steps == LIMIT and run.config.target_return is None
     final = float(np.mean(run.mean_return[0, -2:]))
     assert final > random_return + 0.6
-    assert summarize(run)["reached_target"] is None
+    assert save(run, tmp_path / "run")["reached_target"] is None
+    assert (tmp_path / "run" / "plots" / "returns.png").exists()
 
 
 @pytest.mark.learning(xla_optimize=False)
 def test_dp_reinforce_learns_and_evaluates_under_the_tasks_own_episode(
-        chain: Task, random_return: float) -> None:
+        chain: Task, random_return: float, tmp_path) -> None:
     """Greedy evaluation plays the task's 40-step episodes (it played 500 on main, returning
     −10, impossible in this task); no target: nothing is "solved", the run never stops early."""
-    from privrl.systems.dpsgd_rl.local import run_episodic, summarize
+    from privrl.systems.dpsgd_rl.local import run_episodic, save
     from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
     cfg = ReinforceConfig(episodes=100, seed=0)
@@ -135,4 +137,5 @@ def test_dp_reinforce_learns_and_evaluates_under_the_tasks_own_episode(
     assert out.eval_returns.min() >= STEP * LIMIT - 1e-6
     assert np.isfinite(out.train_returns).sum() == 100  # no target: it ran every episode
     assert float(out.eval_returns[0, -20:].mean()) > random_return + 0.6
-    assert summarize(out)["solved_seeds"] is None
+    assert save(out, tmp_path / "run")["solved_seeds"] is None
+    assert (tmp_path / "run" / "plots" / "eval_returns.png").exists()

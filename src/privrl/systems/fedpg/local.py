@@ -639,7 +639,7 @@ def return_curves(runs: Curves, budget: int, points: int = 200
 
 
 def plot_returns(path: Path, runs: Curves, budget: int, title: str,
-                 target: float = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
+                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
     """Mean return vs episodes per agent: mean over trials, shaded min-max over trials;
     `ylim` (default: CartPole-v1's returns) None: fitted to the curves."""
     import matplotlib
@@ -655,7 +655,8 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
         if c.shape[0] > 1:
             lo, hi = np.nanmin(c, axis=0), np.nanmax(c, axis=0)
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.15)
-    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
+    if target is not None:  # a task without a target has no line
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xlabel("episodes per agent")
     ax.set_ylabel("mean return of the round's batch")
     ax.set_title(title)
