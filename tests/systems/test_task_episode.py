@@ -136,6 +136,7 @@ def test_dp_reinforce_learns_and_evaluates_under_the_tasks_own_episode(
     assert out.config.max_episode_steps == LIMIT and out.config.solve_threshold is None
     assert out.eval_returns.min() >= STEP * LIMIT - 1e-6
     assert np.isfinite(out.train_returns).sum() == 100  # no target: it ran every episode
+    assert out.eval_returns[0, 0] < random_return  # the untrained greedy policy fails
     assert float(out.eval_returns[0, -20:].mean()) > random_return + 0.6
     assert save(out, tmp_path / "run")["solved_seeds"] is None
     assert (tmp_path / "run" / "plots" / "eval_returns.png").exists()
