@@ -43,6 +43,7 @@ from privrl.envs.gymnasium_env import (
     time_limit,
 )
 from privrl.envs.rollout import Trajectory, rollout_host
+from privrl.nets.heads import Categorical, Head, head_for
 from privrl.plugins import call_user, load_callable
 
 # (key, agent_id) -> the agent's value of one parameter field
@@ -125,7 +126,7 @@ class Task:
                 raise ConfigError(self.option, f"{self.name}: the environment has no "
                                   f"{attr}(); a task needs a gymnax Environment")
         self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
-        self.num_actions  # noqa: B018
+        self.head  # noqa: B018
         for p in self.private:
             self._check_private(p)
 
@@ -143,15 +144,29 @@ class Task:
         return int(shape[0])
 
     @property
-    def num_actions(self) -> int:
+    def head(self) -> Head:
+        """The policy head the action space takes (privrl.nets.heads): Discrete → categorical,
+        a 1-D bounded Box → Gaussian; anything else is a ConfigError."""
         space = self._spaces()[1]
-        n = getattr(space, "n", None)
-        if n is None or getattr(space, "shape", ()) != ():
-            raise ConfigError(self.option, f"{self.name}: continuous or structured actions "
-                              f"({type(space).__name__}) are not supported: the algorithms here "
-                              "have categorical policies; continuous actions would need a "
-                              "Gaussian policy head and a Box-aware rollout")
-        return int(n)
+        head = head_for(space)
+        if head is None:
+            raise ConfigError(self.option, f"{self.name}: {type(space).__name__} actions of "
+                              f"shape {tuple(getattr(space, 'shape', ()) or ())} are not "
+                              "supported: a Discrete space or a one-dimensional Box with "
+                              "finite bounds")
+        return head
+
+    @property
+    def num_actions(self) -> int:
+        """The number of discrete actions (the categorical learners' networks are sized by
+        it); continuous actions are a ConfigError naming the task's option."""
+        head = self.head
+        if not isinstance(head, Categorical):
+            raise ConfigError(self.option, f"{self.name}: continuous actions (a Box of "
+                              f"{head.dim}) are supported by DP-REINFORCE only (a Gaussian "
+                              "policy head, docs/environments.md); this algorithm's policy is "
+                              "categorical")
+        return head.n
 
     # --- rewards -----------------------------------------------------------------------------
     def rewards(self, rewards: Array, mask: Array) -> Array:
@@ -273,7 +288,7 @@ class GymnasiumTask(Task):
         object.__setattr__(self, "params", attribute_defaults(
             self.env, [p.field for p in self.private], self.name))
         self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
-        self.num_actions  # noqa: B018
+        self.head  # noqa: B018
         for p in self.private:
             self._check_private(p)
 
@@ -456,6 +471,7 @@ def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
 
 def check_module(module: Any, task: Task, outputs: str, option: str = "model") -> Any:
     """Check that a flax module maps one observation to `outputs`: "logits" ((num_actions,)),
+    "policy" (the task's policy head's outputs: logits, or a Gaussian's (μ, log σ), 2d),
     "logits,value" (a pair: (num_actions,) and ()) or "q" ((num_actions,) Q-values); a
     ConfigError naming `option` otherwise. Returns the module."""
     x = jnp.zeros((task.obs_dim,), jnp.float32)
@@ -465,14 +481,15 @@ def check_module(module: Any, task: Task, outputs: str, option: str = "model") -
     except Exception as e:
         raise ConfigError(option, f"{type(module).__name__} fails on one observation of shape "
                           f"({task.obs_dim},): {type(e).__name__}: {e}") from None
-    a = (task.num_actions,)
+    a = (task.head.outputs,) if outputs == "policy" else (task.num_actions,)
     if outputs == "logits,value":
         ok = (isinstance(out, tuple) and len(out) == 2 and tuple(out[0].shape) == a
               and tuple(out[1].shape) == ())
         want = f"a pair (logits of shape {a}, a scalar value)"
     else:
         ok = hasattr(out, "shape") and tuple(out.shape) == a
-        want = f"{'Q-values' if outputs == 'q' else 'logits'} of shape {a}"
+        kind = {"q": "Q-values", "policy": "policy outputs"}.get(outputs, "logits")
+        want = f"{kind} of shape {a}"
     if not ok:
         got = jax.tree_util.tree_map(lambda s: tuple(s.shape), out)
         raise ConfigError(option, f"{type(module).__name__} must return {want} for one "

@@ -287,7 +287,10 @@ class EpisodicLearner:
 
     def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
         """The evaluation policy's actions on `obs`: the argmax of the network's outputs
-        (logits or Q-values)."""
+        (logits or Q-values); a Gaussian head's clipped mean (continuous actions)."""
+        head = getattr(self, "head", None)
+        if head is not None and head.continuous:
+            return head.greedy(self.model.apply(theta, obs))
         return jnp.argmax(self.model.apply(theta, obs), -1)
 
 
