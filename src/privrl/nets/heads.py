@@ -5,14 +5,15 @@ sampled action (training), a greedy action (evaluation) and the log-probability 
 gradient needs. A `Discrete(n)` space takes the `Categorical` head (n logits: the algorithms'
 behaviour before heads existed, unchanged), a `Box` of shape (d,) the `Gaussian` head.
 
-The Gaussian head (issue 39): the network's 2d outputs are the mean μ(s) and the log standard
-deviation log σ(s) of a diagonal Gaussian, so **the log-std depends on the state** (it is the
-network's second half of outputs), clipped to [LOG_STD_MIN, LOG_STD_MAX] so σ stays in
-[e^−5, e^2]. **Actions are clipped, not squashed**: the sample a ~ N(μ, σ²) is clipped to the
-Box's [low, high] before the environment sees it (greedy: clip(μ)); the log-probability is the
-Gaussian's at the unclipped sample, which the rollout records beside the clipped action (as
-Stable-Baselines3 and CleanRL do). Clipping keeps the log-probability exact and cheap; the cost
-is that every sample beyond a bound acts as the bound.
+The Gaussian head (issue 39): the network's 2d outputs are the mean and the log standard
+deviation of a diagonal Gaussian, so **the log-std depends on the state** (it is the network's
+second half of outputs), clipped to [LOG_STD_MIN, LOG_STD_MAX] so σ stays in [e^−5, e^2]. The
+mean is squashed into the Box: μ(s) = (high + low)/2 + (high − low)/2 · tanh(first half), so it
+can never leave the bounds (a mean past a bound, where every sample clips to the same action,
+gets no gradient back: REINFORCE on a clipped mean stalled there). **Samples are clipped, not
+squashed**: a ~ N(μ, σ²) is clipped to [low, high] before the environment sees it (greedy: μ);
+the log-probability is the Gaussian's at the unclipped sample, which the rollout records beside
+the clipped action (as Stable-Baselines3 and CleanRL do), so it stays exact and cheap.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class Gaussian:
         return 2 * self.dim
 
     def _split(self, out: Array) -> tuple[Array, Array]:
-        mean, log_std = jnp.split(out, 2, axis=-1)
+        """(μ, log σ): μ squashed into the Box by tanh, log σ clipped."""
+        raw_mean, log_std = jnp.split(out, 2, axis=-1)
+        low, high = jnp.asarray(self.low, jnp.float32), jnp.asarray(self.high, jnp.float32)
+        mean = (high + low) / 2 + (high - low) / 2 * jnp.tanh(raw_mean)
         return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
     def _clip(self, a: Array) -> Array:
@@ -83,7 +87,7 @@ class Gaussian:
         return self._clip(raw), raw
 
     def greedy(self, out: Array) -> Array:
-        return self._clip(self._split(out)[0])
+        return self._split(out)[0]
 
     def log_prob(self, out: Array, raw: Array) -> Array:
         """log N(raw; μ, σ²), summed over the d components."""

@@ -69,12 +69,10 @@ def test_rollout_records_the_environments_negative_rewards() -> None:
 
 @pytest.mark.parametrize("spec, private, option, words", [
     ("gymnax:Nope-v0", [], "env", "unknown gymnax environment"),
-    ("gymnax:Pendulum-v1", [], "env", "continuous"),
     ("gymnax:Breakout-MinAtar", [], "env", "vector"),
     ("nosuchmodule:make", [], "env", "cannot import nosuchmodule"),
     ("os:getcwd", [], "env", "must return (gymnax_env, env_params)"),
     ("gymnasium:Nope-v1", [], "env", "cannot make Gymnasium environment 'Nope-v1'"),
-    ("gymnasium:Pendulum-v1", [], "env", "continuous"),
     ("gymnasium:CartPole-v1", [PrivateParam("gravty", 1.0, 2.0)], "private",
      "no attribute 'gravty'"),
     ("gymnasium:CartPole-v1", [PrivateParam("kinematics_integrator", values=(1.0,))],
