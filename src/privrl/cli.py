@@ -190,7 +190,8 @@ Out = Annotated[Path | None, typer.Option(
     "runs/<command>-...-<time>/.")]
 EnvOpt = Annotated[str | None, typer.Option(
     "--env", help="The environment: gymnax:<id> (any gymnax registry id with discrete actions, "
-    "e.g. gymnax:Acrobot-v1; jitted, the fast path), gymnasium:<id> (a Gymnasium registry id, "
+    "e.g. gymnax:Acrobot-v1, or for dp-reinforce continuous ones, e.g. gymnax:Pendulum-v1; "
+    "jitted, the fast path), gymnasium:<id> (a Gymnasium registry id, "
     "e.g. gymnasium:CartPole-v1; stepped on the host) or <module>:<callable> (a Python callable "
     "returning (gymnax_env, env_params), a Gymnasium Env or a privrl Task). Default: the "
     "system's CartPole. docs/environments.md")]
