@@ -30,7 +30,8 @@ unroll_threefry()  # the step loops' random draws: privrl/prng.py
 
 
 class Trajectory(NamedTuple):
-    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P)."""
+    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P) (continuous
+    actions: (T, P, d) float32, as the environment got them)."""
 
     obs: Array
     actions: Array
