@@ -15,6 +15,7 @@ from typer.exceptions import TyperException
 from privrl.audit.cli import audit_apps
 from privrl.cli import renamed_flag, root_apps
 from privrl.config import ConfigError, RayNotInstalledError
+from privrl.evaluate_cli import top_app as evaluate_app
 from privrl.runfile import RunFileError
 from privrl.runtime.devices import (
     tune_garbage_collector,
@@ -34,7 +35,8 @@ SYSTEMS = (pgc_a3c, dp_qlearning, dpsgd_rl, fedpg, fedrl, fedrl_text)
 
 
 def build_app() -> typer.Typer:
-    """The `privrl` app with every system's `run` and `reproduce` commands, and `audit`."""
+    """The `privrl` app with every system's `run` and `reproduce` commands, `audit` and
+    `evaluate`."""
     app, run_app, reproduce_app = root_apps()
     audit_app = audit_apps()
     for system in SYSTEMS:
@@ -47,6 +49,7 @@ def build_app() -> typer.Typer:
         if audit is not None:
             audit_app.add_typer(audit)
     app.add_typer(audit_app, name="audit")
+    app.add_typer(evaluate_app)
     return app
 
 

@@ -110,7 +110,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
         console.print(f"[bold]Stopped by --epsilon-budget {cfg.max_epsilon:g}[/] after "
                       f"{max(summary['updates'])} updates; results kept.")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, plots/eval_returns.png)")
+                  "privacy.json, summary.json, policy.npz, plots/eval_returns.png)")
 
 
 @run_app.command("dp-reinforce")

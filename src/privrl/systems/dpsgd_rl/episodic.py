@@ -17,6 +17,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.config import (
@@ -32,6 +33,7 @@ from privrl.config import (
     within,
 )
 from privrl.envs.task import Task, cartpole_task, resolve_task
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
@@ -167,6 +169,13 @@ def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
     return (PrivateObservations(task.env, mech) if wrap else task.env), task.params
 
 
+def data_root(state: Any) -> Array | None:
+    """The seed's secret root that also keys its data (training episodes and their private
+    dynamics, through `secret_fold`): the DP-SGD noise root, else the observation noise's;
+    None (seeded): the data derive from the seed. Evaluation episodes stay seeded."""
+    return state.noise if state.noise is not None else state.obs_noise
+
+
 def episode_env_key(cfg: EpisodicConfig) -> Array:
     """The run's key for its training episodes' private dynamics (agent id = episode number)."""
     return jax.random.fold_in(jax.random.key(cfg.seed), 0x5EED)
@@ -292,6 +301,16 @@ class EpisodicLearner:
         if head is not None and head.continuous:
             return head.greedy(self.model.apply(theta, obs))
         return jnp.argmax(self.model.apply(theta, obs), -1)
+
+    # What the network returns (privrl.policy.HEADS): REINFORCE's logits, DQN's Q-values.
+    head: ClassVar[str] = "logits"
+
+    def saved_policy(self, name: str, theta: np.ndarray) -> SavedPolicy:
+        """policy.npz of a run: each trial's final θ (trials, d) and the model's description
+        (a Q-network's sampled action is ε-greedy at its final exploration rate)."""
+        sampling = {"epsilon": self.config.explore_end} if self.head == "q" else {}
+        return saved_policy(name, self.model, self.task, self.head, theta,
+                            self.config.max_episode_steps, **sampling)
 
 
 def progress_init(window: int) -> Progress:

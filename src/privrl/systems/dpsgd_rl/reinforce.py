@@ -48,12 +48,14 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
 )
+from privrl.privacy.noise import secret_fold
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
     EpisodicLearner,
     EpisodicSetting,
     Progress,
+    data_root,
     episode_env_key,
     episodic_task,
     make_env,
@@ -294,10 +296,13 @@ class Reinforce(EpisodicLearner):
         environment parameters (batch_episodes of them) and whether the seed still runs."""
         b = self.config.batch_episodes
         key, k_roll, k_noise, k_eval = jax.random.split(s.key, 4)
+        root = data_root(s)  # secret: the episodes and their dynamics from the seed's root
+        k_roll = secret_fold(root, k_roll)
         if s.noise is not None:  # secret: one key per update from this seed's own root
             k_noise = jax.random.fold_in(s.noise, s.updates)
         if self.task.private:  # episode i of this update is agent (episodes · b + i)
-            params = self.task.agents_params(self.env_key, s.episodes * b + jnp.arange(b))
+            params = self.task.agents_params(secret_fold(root, self.env_key),
+                                             s.episodes * b + jnp.arange(b))
         else:  # (vector fields keep their shape behind the batch axis)
             params = jax.tree_util.tree_map(
                 lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), self.env_params)

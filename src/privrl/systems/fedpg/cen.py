@@ -25,6 +25,7 @@ from jax import Array
 from privrl.federation.pushsum import PushSumState
 from privrl.federation.star import average_reports, mean_from_sum
 from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
+from privrl.privacy.noise import secret_fold
 from privrl.systems.fedpg.config import participant_slots
 from privrl.systems.fedpg.scsg import Learner
 from privrl.systems.fedpg.source import Episodes, EpisodeSource, mean_return
@@ -93,7 +94,10 @@ class CenRound:
             agent_live = jnp.broadcast_to(agent_live, (k, b_max))
         thetas = jnp.broadcast_to(theta_0, (ids.shape[0], algo.dim))
         steps = algo.draw_steps(k_n, batch[None]) * live
-        return CenPlan(theta_0, thetas, algo.env_params_of(state.key, ids), agent_live, k_ep,
+        # Secret noise: the root also keys the agents' private environments and episodes
+        # (`secret_fold` over the seeded keys); the server's own environment stays seeded.
+        agents_env = algo.env_params_of(secret_fold(state.noise, state.key), ids)
+        return CenPlan(theta_0, thetas, agents_env, agent_live, secret_fold(state.noise, k_ep),
                        batch, mech_keys, ids, valid, steps,
                        algo.env_params_of(state.key, jnp.array([k])), k_inner, key)
 

@@ -395,7 +395,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
     summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
                           files={"ray.json": extra} if ray else None)
-    files = "config.json, metrics.csv, privacy.json, summary.json, plots/returns.png"
+    files = "config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png"
     if ray:
         files += ", ray.json (cluster, every node's gossip log)"
     console.print(fedpg_table(summary))

@@ -13,6 +13,7 @@ Finished trials ride along as no-ops (their agents play no episodes).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.pushsum import push_sum_z
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
@@ -42,7 +44,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     host_scan,
@@ -68,7 +70,7 @@ ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, bu
 
 
 @dataclass
-class FedPGRun:
+class FedPGRun(SavesRunDir):
     config: FedPGConfig
     mean_return: np.ndarray  # (trials, rounds): mean return of the round's B_t-batches; NaN: none
     used_before: np.ndarray  # (trials, rounds): mean episodes per agent before the round
@@ -94,6 +96,11 @@ class FedPGRun:
     # Run as one program with other settings (`run_fedpg_settings`): how many settings and
     # trials it ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
+    # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
+    policy: SavedPolicy | None = None
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
@@ -110,15 +117,18 @@ def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
               task: Task | None = None, model: nn.Module | None = None,
-              devices: int | None = None) -> FedPGRun:
+              devices: int | None = None, out: str | os.PathLike | None = None
+              ) -> FedPGRun:
     """All trials of `config`; `task` and `model`: your environment and policy (`FedPG`),
-    default: the config's; `devices`: host devices the trials are split over (default: all).
+    default: the config's; `devices`: host devices the trials are split over (default: all);
+    `out`: write the run directory there, as the CLI's --out (`FedPGRun.save`).
 
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
     alone and in any program."""
+    check_out_dir(out)
     algo = settings_algorithm([local_config(config)], task, model)
-    return run_fedpg_settings(algo, progress, devices)[0]
+    return save_if_asked(run_fedpg_settings(algo, progress, devices)[0], out)
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:
@@ -206,11 +216,18 @@ class _Setting:
             wall_seconds=wall, compile_seconds=compile_s, rounds_run=len(self.out),
             releases=self.releases, privacy_budget_spent=self.spent,
             accounting=account(algo, int(self.releases.max())),
-            z=mine(jax.vmap(push_sum_z)(state.gossip)),
+            z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
-            program=program,
+            program=program, policy=policy_of(algo, z),
         )
+
+
+def policy_of(algo: FedPG, z: np.ndarray) -> SavedPolicy:
+    """policy.npz of a run: z (trials, learners, d), the final parameters of FedPG-Cen's
+    server or of each FedPG-Dec node."""
+    return saved_policy(f"fedpg-{algo.config.algorithm}", algo.model, algo.task, "logits", z,
+                        algo.config.max_episode_steps)
 
 
 def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
@@ -683,11 +700,11 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
             f"{label}, K = {cfg.agents}, {cfg.mechanism}"
             + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
             (0, 510) if cartpole else None)},
-        run_info={"topology": run.topology}, files=files or {})
+        run_info={"topology": run.topology}, files=files or {}, policy=run.policy)
 
 
 def save(run: FedPGRun, path: Path, command: list[str] | None = None,
          files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png and any extra
-    JSON `files` (a Ray run's ray.json)."""
+    """config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png
+    and any extra JSON `files` (a Ray run's ray.json)."""
     return save_run(record(run, files), path, command)

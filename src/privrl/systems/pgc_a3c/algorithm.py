@@ -69,7 +69,7 @@ from privrl.privacy.mechanisms import (
     PerTrialMechanism,
     ProjectedRandomSignMechanism,
 )
-from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.noise import NOISE_MODES, secret_fold
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.runtime.sharding import in_blocks, pad_rows
@@ -513,15 +513,21 @@ class PGCA3C:
         round_key = jax.random.fold_in(state.key, state.submitted // cfg.parallel_agents)
         agent_ids = index // cfg.submissions_per_agent
         return self.agents_plan(state.submitted, round_key, env_key, agent_ids, active,
-                                self.noise_keys(state.noise, agent_ids, index))
+                                self.noise_keys(state.noise, agent_ids, index), state.noise)
 
     def agents_plan(self, submitted: Array, key: Array, env_key: Array, agent_ids: Array,
-                    active: Array, noise_keys: Array | None = None) -> RoundPlan:
+                    active: Array, noise_keys: Array | None = None, root: Array | None = None
+                    ) -> RoundPlan:
         """The plan of agents `agent_ids` (those `active` play) after `submitted` submissions,
         from the round key `key` (`plan` folds it from the trial's; Ray's agent and the audit's
-        canary choose their own) and the trial's `env_key`."""
-        return RoundPlan(active, key, jax.random.split(key), noise_keys,
-                         self.task.agents_params(env_key, agent_ids),
+        canary choose their own) and the trial's `env_key`.
+
+        `root`: the secret noise root (None: seeded). Under secret noise it also keys the
+        agents' private dynamics and their episodes (`secret_fold` over the seeded keys), so
+        that config.json and the log do not let anyone re-simulate an agent's data; the round
+        key the aggregator folds stays the seeded one."""
+        return RoundPlan(active, key, jax.random.split(secret_fold(root, key)), noise_keys,
+                         self.task.agents_params(secret_fold(root, env_key), agent_ids),
                          self.exploration(submitted))
 
     @staticmethod
@@ -622,14 +628,15 @@ class PGCA3C:
     # --- the agent side alone: Ray's agent, the audit's canary ---------------------------
     def agent_reports(self, theta: Array, submitted: Array, key: Array, env_key: Array,
                       agent_ids: Array, active: Array, noise_keys: Array | None = None,
-                      traj: Trajectory | None = None, setting: TrialSetting | None = None
-                      ) -> tuple[Any, Array]:
+                      traj: Trajectory | None = None, setting: TrialSetting | None = None,
+                      root: Array | None = None) -> tuple[Any, Array]:
         """What a round computes on the agents' side, for one trial's agents (`agents_plan`)
         from θ: their Reports and scores (P,). `noise_keys` (P,): each agent's own mechanism
         keys (secret noise); None: derived from `key` (seeded). `traj`: their episodes, already
         played on the host (`host_rollout`); None: played here by `JITTED_EPISODES`.
-        `setting`: the trial's mechanism as data (`for_settings`)."""
-        plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys)
+        `setting`: the trial's mechanism as data (`for_settings`). `root`: the agent's secret
+        noise root, which also keys its dynamics and episodes (`agents_plan`)."""
+        plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys, root)
         if traj is None:
             traj = self._one_trial(JITTED_EPISODES, theta, plan)
         reports = self.privatize(self.episode_grads(theta, traj), plan.keys[1],
@@ -637,10 +644,10 @@ class PGCA3C:
         return reports, self.score(traj)
 
     def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
-                     agent_ids: Array, active: Array) -> Trajectory:
+                     agent_ids: Array, active: Array, root: Array | None = None) -> Trajectory:
         """The episodes `agent_reports` takes on a Gymnasium task: `HOST_EPISODES` for one
-        trial's agents."""
-        plan = self._agents_plan(submitted, key, env_key, agent_ids, active)
+        trial's agents (`root`: as there)."""
+        plan = self._agents_plan(submitted, key, env_key, agent_ids, active, None, root)
         return self._one_trial(HOST_EPISODES, theta, plan)
 
     def _one_trial(self, episodes: EpisodeSource, theta: Array, plan: RoundPlan

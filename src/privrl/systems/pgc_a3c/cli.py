@@ -252,7 +252,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     if (note := target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
+                  "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/scores.png)")
 
 
 def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,

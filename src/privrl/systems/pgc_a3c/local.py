@@ -15,6 +15,7 @@ Trials are independent, so they are split over the host's XLA devices with `shar
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
@@ -39,7 +41,7 @@ from privrl.privacy.record import (
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     setting_trial_keys,
@@ -71,7 +73,7 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 
 
 @dataclass
-class RunOutput:
+class RunOutput(SavesRunDir):
     config: PGCA3CConfig
     # (trials, submissions) float32: every submission's score (its episode's true return;
     # CartPole: its length); NaN: none made
@@ -84,10 +86,15 @@ class RunOutput:
     devices: int
     agents_per_trial: int
     theta: np.ndarray | None = None  # (trials, d): each trial's final parameters (the policy)
+    # policy.npz: θ with the model's description (None: a run rebuilt without its model)
+    policy: SavedPolicy | None = None
     # Run as one program with other settings (`run_pgc_a3c_settings`): how many settings and
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
     program: dict[str, int] | None = None
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -151,6 +158,7 @@ def run_pgc_a3c(
     chunk_rounds: int | None = None,
     task: Task | None = None,
     model: nn.Module | None = None,
+    out: str | os.PathLike | None = None,
 ) -> RunOutput:
     """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
 
@@ -158,9 +166,12 @@ def run_pgc_a3c(
     its later agents never run, submit or spend privacy, and their scores are NaN.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
+    `out`: write the run directory there, as the CLI's --out (`RunOutput.save`).
     """
+    check_out_dir(out)
     algo = settings_algorithm([_seeded_by_default(config)], task, model)
-    return _run_trials(algo, progress, devices, retire_on_success, chunk_rounds)[0]
+    return save_if_asked(_run_trials(algo, progress, devices, retire_on_success,
+                                     chunk_rounds)[0], out)
 
 
 def run_pgc_a3c_settings(
@@ -265,7 +276,9 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             config=setting.config, scores=scores[own, :n_sub], submitted=submitted[own],
             ledger=ledger, mechanism=setting.mechanism.describe(), wall_seconds=wall,
             compile_seconds=compile_s, devices=runner.devices,
-            agents_per_trial=agents_per_trial, theta=theta[own], program=program))
+            agents_per_trial=agents_per_trial, theta=theta[own], program=program,
+            policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
+                                theta[own], setting.config.max_episode_steps)))
     return outputs
 
 
@@ -384,11 +397,11 @@ def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
                                                    cfg.score_window, title, cfg.target_score)},
-        run_info={"devices": out.devices}, files=files or {})
+        run_info={"devices": out.devices}, files=files or {}, policy=out.policy)
 
 
 def save(out: RunOutput, path: Path, command: list[str] | None = None,
          files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write config.json, metrics.csv, privacy.json, summary.json, plots/scores.png and any
-    extra JSON `files` (a Ray run's ray.json)."""
+    """Write config.json, metrics.csv, privacy.json, summary.json, policy.npz,
+    plots/scores.png and any extra JSON `files` (a Ray run's ray.json)."""
     return save_run(record(out, files), path, command)
