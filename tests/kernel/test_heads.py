@@ -106,12 +106,13 @@ class Aim(environment.Environment[AimState, AimParams]):
 
 
 @pytest.mark.learning(xla_optimize=False)
-def test_dp_reinforce_learns_a_continuous_action() -> None:
+def test_dp_reinforce_learns_a_continuous_action(tmp_path) -> None:
     """The untrained Gaussian (μ ≈ 0, σ ≈ 1, clipped) returns about 5.3 per 10-step episode;
     DP-REINFORCE with clipped per-episode gradients (no baseline, as the slides') moves the
     mean towards 0.5: greedy returns above 8 (10 at best). Actions stay in the Box."""
     from privrl.envs.task import Task
-    from privrl.systems.dpsgd_rl.local import run_episodic
+    from privrl.policy import load_policy
+    from privrl.systems.dpsgd_rl.local import run_episodic, save
     from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
     env = Aim()
@@ -131,3 +132,12 @@ def test_dp_reinforce_learns_a_continuous_action() -> None:
         jax.random.key(2), jnp.arange(4)), algo.act, state.theta, jax.random.key(3), 4,
         jnp.ones(4, bool), None)
     assert traj.actions.shape == (10, 4, 1) and float(jnp.abs(traj.actions).max()) <= 1.0
+    # the saved policy (policy.npz) acts with the same head: its mean, float32, in the Box
+    save(out, tmp_path / "run")
+    policy = load_policy(tmp_path / "run")
+    assert policy.action_head == Gaussian((-1.0,), (1.0,)) and policy.num_actions is None
+    greedy = policy.act(np.ones(1, np.float32))
+    assert greedy.dtype == np.float32 and greedy.shape == (1,)
+    assert 10 * (1 - (float(greedy[0]) - 0.5) ** 2) > 8.0  # the greedy return the run had
+    sampled = policy.act(np.ones((64, 1), np.float32), key=0)
+    assert sampled.shape == (64, 1) and float(np.abs(sampled).max()) <= 1.0

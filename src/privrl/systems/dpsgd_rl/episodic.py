@@ -296,10 +296,7 @@ class EpisodicLearner:
 
     def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
         """The evaluation policy's actions on `obs`: the argmax of the network's outputs
-        (logits or Q-values); a Gaussian head's clipped mean (continuous actions)."""
-        head = getattr(self, "head", None)
-        if head is not None and head.continuous:
-            return head.greedy(self.model.apply(theta, obs))
+        (logits or Q-values)."""
         return jnp.argmax(self.model.apply(theta, obs), -1)
 
     # What the network returns (privrl.policy.HEADS): REINFORCE's logits, DQN's Q-values.

@@ -154,14 +154,14 @@ class Reinforce(EpisodicLearner):
         self.env, self.env_params = make_env(cfg, task)
         # The policy head the action space takes (privrl.nets.heads): categorical (the slides'),
         # or Gaussian for a Box (its network: the MLP without dropout, 2d outputs).
-        self.head = task.head
-        self.continuous = self.head.continuous
+        self.policy_head = task.head
+        self.continuous = self.policy_head.continuous
         if self.continuous and task.host:
             fail("env", f"{task.name}: continuous actions are played on gymnax tasks only "
                         "(the host rollout steps Discrete actions)")
         self.dropout = model is None and not self.continuous
         if model is None:
-            self.model = mlp((cfg.hidden,), self.head.outputs, task.obs_dim,
+            self.model = mlp((cfg.hidden,), self.policy_head.outputs, task.obs_dim,
                              init="glorot_normal")
         else:
             self.model = FlatModel(check_module(model, task, "policy"),
@@ -212,7 +212,7 @@ class Reinforce(EpisodicLearner):
         Continuous actions: (the clipped actions, the unclipped samples the loss needs)."""
         keep = 1.0 - self.config.dropout
         if self.continuous:
-            return lambda key, obs: self.head.sample(key, self.model.apply(theta, obs))
+            return lambda key, obs: self.policy_head.sample(key, self.model.apply(theta, obs))
         if not self.dropout:  # a user's model: no dropout masks to record
             return lambda key, obs: jax.random.categorical(key, self.model.apply(theta, obs))
 
@@ -236,7 +236,7 @@ class Reinforce(EpisodicLearner):
             returns = masked_standardize(returns, mask, ddof=1)
         if self.continuous:  # `masks` holds the rollout's unclipped samples
             out = self.model.apply(theta, obs)
-            return score_function_loss(self.head.log_prob(out, masks), returns, mask)
+            return score_function_loss(self.policy_head.log_prob(out, masks), returns, mask)
         logits = (self.model.apply(theta, obs, (masks,)) if masks is not None
                   else self.model.apply(theta, obs))
         return reinforce_loss(logits, actions, returns, mask)
@@ -286,6 +286,18 @@ class Reinforce(EpisodicLearner):
                                 s.obs_noise)
         state, metrics = src.piece(self.finish)(s, key, theta, opt_state, traj, eval_ret)
         return state, metrics, grad
+
+    @property
+    def head(self) -> str:  # type: ignore[override]
+        """What policy.npz records the network returns (privrl.policy.HEADS)."""
+        return "gaussian" if self.continuous else "logits"
+
+    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
+        """The evaluation policy's actions: the argmax of the logits; a Gaussian head's mean
+        (squashed into the Box)."""
+        if self.continuous:
+            return self.policy_head.greedy(self.model.apply(theta, obs))
+        return super().greedy(theta, key, obs)
 
     def act(self, theta: Array, key: Array, obs: Array) -> Any:
         """The training policy's actions (and dropout masks) on `obs` (`policy`)."""
