@@ -187,10 +187,10 @@ def _task(env: str | Task | None, policy: Policy) -> Task:
                               "registry id; name the task to evaluate on (a module:callable "
                               f"in {FILE} is never imported)")
     task = env if isinstance(env, Task) else make_task(env)
-    if task.obs_dim != policy.obs_dim or task.num_actions != policy.num_actions:
+    if task.obs_dim != policy.obs_dim or task.head != policy.action_head:
         raise ConfigError("env", f"{task.name} has {task.obs_dim}-dimensional observations "
-                          f"and {task.num_actions} actions; the policy takes {policy.obs_dim} "
-                          f"and has {policy.num_actions}")
+                          f"and actions {task.head}; the policy takes {policy.obs_dim} and "
+                          f"acts with {policy.action_head}")
     return task
 
 

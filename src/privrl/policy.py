@@ -12,7 +12,9 @@ name in the file).
 
 `Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
 key; with one, a sample of the policy (categorical over the logits; ε-greedy for a Q-network,
-at its final exploration rate).
+at its final exploration rate). A continuous-action policy (head "gaussian", a Box action
+space: privrl.nets.heads.Gaussian) acts with its squashed mean, or a clipped Gaussian sample,
+as float32 vectors.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ __all__ = ["FILE", "HEADS", "KIND", "Policy", "SavedPolicy", "load_policy", "sav
 FILE = "policy.npz"
 KIND = "policy"
 # What the network returns for one observation, and how an action is read from it.
-HEADS = ("logits", "logits,value", "q")
+HEADS = ("logits", "logits,value", "q", "gaussian")
 MAX_TRIALS = 1 << 16
 
 
@@ -64,16 +66,24 @@ def saved_policy(system: str, model: FlatModel, task: Task, head: str, theta: An
     theta = np.asarray(theta, np.float32)
     if theta.ndim == 2:
         theta = theta[:, None]
+    if head == "gaussian":  # a Box: the network's 2d outputs are (mean, log-std)
+        box = task.head
+        space: dict[str, Any] = {"kind": "box", "low": list(box.low), "high": list(box.high)}
+        outputs, greedy, sample = box.outputs, "mean", "gaussian, clipped to the box"
+    else:
+        space = {"kind": "discrete", "n": task.num_actions}
+        outputs, greedy = task.num_actions, "argmax"
+        sample = "epsilon-greedy" if head == "q" else "categorical"
     return SavedPolicy(theta, {
         "system": system,
         "env": task.name,
         "max_episode_steps": max_episode_steps,
         "observation_space": {"shape": [task.obs_dim]},
-        "action_space": {"kind": "discrete", "n": task.num_actions},
-        "model": describe_model(model, task.num_actions),
+        "action_space": space,
+        "model": describe_model(model, outputs),
         "head": head,
-        "greedy": "argmax",
-        "sample": "epsilon-greedy" if head == "q" else "categorical",
+        "greedy": greedy,
+        "sample": sample,
         **sampling,
         "trials": int(theta.shape[0]),
         "learners": int(theta.shape[1]),
@@ -92,7 +102,8 @@ class Policy:
         self.theta = jnp.asarray(theta)
         self.model = model
         self.obs_dim = int(description["observation_space"]["shape"][0])
-        self.num_actions = int(description["action_space"]["n"])
+        self.action_head = action_head(description)
+        self.num_actions: int | None = getattr(self.action_head, "n", None)  # None: a Box
         self.env: str = description["env"]
         self.max_episode_steps: int | None = description.get("max_episode_steps")
         head, eps = description["head"], float(description.get("epsilon", 0.0))
@@ -102,10 +113,15 @@ class Policy:
             return out[0] if head == "logits,value" else out
 
         def greedy(theta: Any, obs: Any) -> Any:
-            return jnp.argmax(jax.vmap(lambda o: scores(theta, o))(obs), -1).astype(jnp.int32)
+            out = jax.vmap(lambda o: scores(theta, o))(obs)
+            if head == "gaussian":
+                return self.action_head.greedy(out)
+            return jnp.argmax(out, -1).astype(jnp.int32)
 
         def sample(theta: Any, key: Any, obs: Any) -> Any:
             out = jax.vmap(lambda o: scores(theta, o))(obs)
+            if head == "gaussian":
+                return self.action_head.sample(key, out)[0]
             if head != "q":
                 return jax.random.categorical(key, out).astype(jnp.int32)
             k_explore, k_random = jax.random.split(key)
@@ -119,7 +135,7 @@ class Policy:
         """The action for one observation (obs_dim,) or each of a batch (B, obs_dim): greedy
         (argmax) when `key` is None, else sampled with that JAX key (or integer seed).
         Returns int32 numpy (0-d for one observation: `int(policy.act(obs))` for a Gymnasium
-        step)."""
+        step); a continuous policy, float32 action vectors (d,) or (B, d)."""
         import jax
 
         x = np.asarray(obs, np.float32)
@@ -229,6 +245,25 @@ def _checked_description(d: Any) -> dict[str, Any]:
     obs, act = d["observation_space"], d["action_space"]
     if obs.get("shape") != [model["obs_dim"]]:
         raise ValueError(f"observation shape {obs.get('shape')!r} does not match the model")
-    if act.get("kind") != "discrete" or act.get("n") != model["num_actions"]:
-        raise ValueError(f"action space {act!r} does not match the model")
+    if d["head"] == "gaussian":
+        low, high = act.get("low"), act.get("high")
+        ok = (act.get("kind") == "box" and isinstance(low, list) and isinstance(high, list)
+              and 1 <= len(low) == len(high) and 2 * len(low) == model["num_actions"]
+              and all(isinstance(v, int | float) and not isinstance(v, bool)
+                      and np.isfinite(v) for v in low + high)
+              and all(lo < hi for lo, hi in zip(low, high, strict=True)))
+    else:
+        ok = act.get("kind") == "discrete" and act.get("n") == model["num_actions"]
+    if not ok:
+        raise ValueError(f"action space {act!r:.120} does not match the model")
     return d
+
+
+def action_head(description: dict[str, Any]) -> Any:
+    """The policy head (privrl.nets.heads) a checked description's action space takes."""
+    from privrl.nets.heads import Categorical, Gaussian
+
+    act = description["action_space"]
+    if act["kind"] == "box":
+        return Gaussian(tuple(float(v) for v in act["low"]), tuple(float(v) for v in act["high"]))
+    return Categorical(int(act["n"]))

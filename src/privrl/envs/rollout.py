@@ -30,7 +30,8 @@ unroll_threefry()  # the step loops' random draws: privrl/prng.py
 
 
 class Trajectory(NamedTuple):
-    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P)."""
+    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P) (continuous
+    actions: (T, P, d) float32, as the environment got them)."""
 
     obs: Array
     actions: Array
@@ -178,9 +179,13 @@ def _start(env: Any, env_params: Any, policy: PolicyFn, key: Array, num_envs: in
     aux = (jax.tree_util.tree_map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), out[1])
            if isinstance(out, tuple) else None)
     zeros = lambda dtype, *shape: jnp.zeros((max_steps, num_envs, *shape), dtype)  # noqa: E731
+    # Discrete actions: (T, P) int32; continuous ones (a Gaussian head): (T, P, d) float32.
+    act = out[0] if isinstance(out, tuple) else out
+    actions = (zeros(jnp.int32) if jnp.issubdtype(act.dtype, jnp.integer)
+               else zeros(jnp.float32, *act.shape[1:]))
     done = jnp.zeros((num_envs,), bool) if active is None else ~active
     return (_Live(state0, obs0, done, jnp.zeros((num_envs,), bool), k_loop),
-            _Record(zeros(obs0.dtype, obs0.shape[-1]), zeros(jnp.int32), zeros(jnp.float32),
+            _Record(zeros(obs0.dtype, obs0.shape[-1]), actions, zeros(jnp.float32),
                     zeros(jnp.float32), aux))
 
 

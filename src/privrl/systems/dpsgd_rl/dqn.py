@@ -167,7 +167,8 @@ class DQNConfig(EpisodicConfig):
     def resolved(self) -> DQNConfig:
         """Validate; with a target ε, calibrate σ for the releases one transition can see."""
         self.validate()
-        if self.target_epsilon is not None:
+        # σ is calibrated once the task's episode is known (episodic_task resolves again).
+        if self.target_epsilon is not None and self.max_episode_steps is not None:
             try:
                 sigma = calibrate_noise_multiplier(
                     self.target_epsilon, self.delta, self.releases_per_unit(self.max_steps()),

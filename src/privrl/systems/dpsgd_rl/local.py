@@ -285,11 +285,14 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
     solved = out.solved_at[out.solved_at >= 0]
     dp = out.privacy["dpsgd"]
     obs = out.privacy["observations"]
+    target = out.config.solve_threshold  # None: the task has no target, nothing is "solved"
     return {
         "algorithm": out.algorithm,
         "seeds": int(out.solved_at.size),
-        "solved_seeds": int(solved.size),
-        "episodes_to_solve": [int(x) if x >= 0 else None for x in out.solved_at],
+        "solve_threshold": target,
+        "solved_seeds": None if target is None else int(solved.size),
+        "episodes_to_solve": (None if target is None
+                              else [int(x) if x >= 0 else None for x in out.solved_at]),
         "median_episodes_to_solve": float(np.median(solved)) if solved.size else None,
         "final_eval_mean": final_eval_mean(out.eval_returns),
         "updates": out.updates.tolist(),

@@ -94,7 +94,7 @@ class FedPG(Learner):
         to the logits of the task's actions; default: FedPG-BR's MLP, `hidden` units, sized
         from the task's spaces)."""
         cfg, task = resolve_task(config.resolved(), task, partial(
-            cartpole_task, config.max_episode_steps, config.gravities))
+            cartpole_task, "v1", config.gravities))
         super().__init__(cfg, task, model)
         self.mechanism = make_mechanism(cfg, self.dim)
         self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None

@@ -17,6 +17,7 @@ from privrl.cli import (
     BudgetComposition,
     BudgetCompositionOpt,
     EnvOpt,
+    MaxStepsOpt,
     Noise,
     NoiseMode,
     Out,
@@ -48,7 +49,8 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 FedPGMechanism = value_enum("FedPGMechanism", MECHANISMS)
 FedPGTopology = value_enum("FedPGTopology", TOPOLOGIES)
 # Config fields whose flag is named otherwise.
-_FLAGS = {"private_params": "--private", "budget": "--episodes"}
+_FLAGS = {"private_params": "--private", "budget": "--episodes",
+          "max_episode_steps": "--max-steps"}
 
 
 _FEDPG_MECHANISM_HELP = (
@@ -97,11 +99,10 @@ def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
         if enforce_total:
             options["epsilon_budget"] = eps
     cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
-    if cfg.env is not None or cfg.private_params:  # a bad --env/--private fails here, first
-        from privrl.systems.fedpg.algorithm import FedPG
+    from privrl.systems.fedpg.algorithm import FedPG
 
-        FedPG(cfg)
-    return cfg
+    # The task's episode and target filled in; a bad --env/--private fails here, first.
+    return FedPG(cfg).config
 
 
 def per_release_epsilon(cfg: FedPGConfig) -> float:
@@ -123,7 +124,8 @@ def _fedpg_common(
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
     noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
     epsilon_budget: float | None = None, budget_composition: str = "basic",
-    env: str | None = None, private: list[str] | None = None, target_return: float = 475.0,
+    env: str | None = None, private: list[str] | None = None, target_return: float | None = None,
+    max_steps: int | None = None,
 ) -> dict:
     from privrl.config import ConfigError
 
@@ -141,7 +143,8 @@ def _fedpg_common(
                 noise_multiplier=noise_multiplier, delta=delta, gravities=grav,
                 accountant=accountant, epsilon_budget=epsilon_budget,
                 budget_composition=budget_composition, env=env,
-                private_params=tuple(private or ()), target_return=target_return)
+                private_params=tuple(private or ()), target_return=target_return,
+                max_episode_steps=max_steps)
 
 
 def _noise(noise: NoiseMode | None) -> str | None:
@@ -201,9 +204,10 @@ GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all. The default task only (with "
     "--env or --private: --private gravity=...).")]
-TargetOpt = Annotated[float, typer.Option(
+TargetOpt = Annotated[float | None, typer.Option(
     help="The batch mean return that counts as solved (episodes to it are reported). "
-    "Default: CartPole-v1's 475; set your environment's with --env.")]
+    "Default: the task's (CartPole-v1's 475; a Gymnasium reward_threshold); a task without "
+    "one reports returns only.")]
 
 
 @run_app.command("fedpg-cen")
@@ -251,7 +255,8 @@ def run_fedpg_cen_command(
         help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must exceed "
         "σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
         "agents per round / 20).")] = None,
-    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
+    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
+    max_steps: MaxStepsOpt = None,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1
     or --env.
@@ -271,7 +276,7 @@ def run_fedpg_cen_command(
         agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
-        target_return))
+        target_return, max_steps))
     _execute_fedpg(cfg, out, progress)
 
 
@@ -304,7 +309,8 @@ def run_fedpg_dec_command(
         "flower: refused (no peer-to-peer messages in Flower).",
         case_sensitive=False)] = Runtime.local,
     address: AddressOpt = None,
-    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
+    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
+    max_steps: MaxStepsOpt = None,
 ) -> None:
     """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1 or --env.
 
@@ -326,7 +332,7 @@ def run_fedpg_dec_command(
         agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
-        target_return))
+        target_return, max_steps))
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
@@ -415,9 +421,10 @@ def fedpg_table(summary: dict) -> Table:
         ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
         ("trials × episodes/agent",
          f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),
-        (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
-         "not reached" if med is None else f"{med:g}"),
-        ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"),
+        *(() if summary["target_return"] is None else (
+            (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
+             "not reached" if med is None else f"{med:g}"),
+            ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"))),
         ("final mean return (last 10 rounds)",
          ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "

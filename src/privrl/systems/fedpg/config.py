@@ -92,7 +92,7 @@ class FedPGConfig(Config):
     optimizer: str = "adam"
     importance: str = "step"  # per-step ratio (FedPG-BR's code) | trajectory (paper's ω)
     importance_clip: float | None = None  # truncate ω at this value
-    max_episode_steps: int = 500
+    max_episode_steps: int | None = None  # None: the task's step limit (CartPole-v1's 500)
     gravities: tuple[float, ...] = (9.8,)  # per-agent gravity drawn from these (heterogeneity)
     # The task (privrl.envs.task): None is FedPG-BR's CartPole-v1 with per-agent `gravities`;
     # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
@@ -114,7 +114,9 @@ class FedPGConfig(Config):
     # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
     epsilon_budget: float | None = None
     budget_composition: str = "basic"
-    target_return: float = 475.0  # "solved" (CartPole-v1's); set your task's
+    # "Solved": None is the task's target (CartPole-v1's 475, a Gymnasium reward_threshold);
+    # a task without one reports returns and no episodes-to-target.
+    target_return: float | None = None
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
     # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
@@ -212,7 +214,8 @@ class FedPGConfig(Config):
         integer("budget", self.budget)
         integer("trials", self.trials)
         integer("seed", self.seed, 0)
-        integer("max_episode_steps", self.max_episode_steps)
+        if self.max_episode_steps is not None:
+            integer("max_episode_steps", self.max_episode_steps)
         if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 1
                                   for h in self.hidden):
             fail("hidden", f"must be positive layer widths, got {self.hidden!r}")
@@ -289,7 +292,7 @@ class FedPGConfig(Config):
     def _check_task(self) -> None:
         """The default CartPole's gravities, which no other task takes."""
         try:
-            CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+            CartPoleSpec(gravities=tuple(self.gravities))
         except ValueError as e:
             fail("gravities", str(e))
         if (self.env is not None or self.private_params) and tuple(self.gravities) != (9.8,):

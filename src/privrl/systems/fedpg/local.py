@@ -351,7 +351,9 @@ def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
 # --- what a run reports ----------------------------------------------------------------------
 def episodes_to_target(run: FedPGRun) -> np.ndarray:
     """Per trial: episodes per agent spent before the first round whose batch mean return
-    reached the target (inf: never)."""
+    reached the target (inf: never, or the task has no target)."""
+    if run.config.target_return is None:
+        return np.full(run.mean_return.shape[0], np.inf)
     hit = run.mean_return >= run.config.target_return
     out = np.full(hit.shape[0], np.inf)
     for i, row in enumerate(hit):
@@ -407,7 +409,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_to_target": [None if math.isinf(x) else int(x) for x in reach],
         "median_episodes_to_target": (None if np.isinf(np.median(reach))
                                       else float(np.median(reach))),
-        "reached_target": int(np.isfinite(reach).sum()),
+        "reached_target": None if cfg.target_return is None else int(np.isfinite(reach).sum()),
         "final_mean_return": [float(f"{x:.4g}") for x in final_return(run)],
         "rounds": run.rounds_run,
         "rounds_max": int(run.releases.max()),  # rounds of the longest trial
@@ -654,7 +656,7 @@ def return_curves(runs: Curves, budget: int, points: int = 200
 
 
 def plot_returns(path: Path, runs: Curves, budget: int, title: str,
-                 target: float = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
+                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
     """Mean return vs episodes per agent: mean over trials, shaded min-max over trials;
     `ylim` (default: CartPole-v1's returns) None: fitted to the curves."""
     import matplotlib
@@ -670,7 +672,8 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
         if c.shape[0] > 1:
             lo, hi = np.nanmin(c, axis=0), np.nanmax(c, axis=0)
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.15)
-    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
+    if target is not None:  # a task without a target has no line
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xlabel("episodes per agent")
     ax.set_ylabel("mean return of the round's batch")
     ax.set_title(title)

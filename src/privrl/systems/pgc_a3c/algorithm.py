@@ -79,13 +79,15 @@ LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
 # Presets. "paper" follows paper 000 section 4 exactly (the dataclass defaults). "tuned" is
-# our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): a reward the
-# bias-having critic can fit, on-policy sampled actions, standardized advantages, and Adam at
+# our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): the task's
+# shaped reward (CartPole's "failure", which a bias-having critic can fit; a task without one:
+# its own reward), on-policy sampled actions, standardized advantages, and Adam at
 # the aggregator (post-processing, so the guarantee is unchanged). "paper-code" is the paper
 # preset read through the public TF1 A3C CartPole code whose every section-4 setting it shares
 # (docs/pgc-a3c-fidelity.md): the aggregator applies the mean report with TF1's
 # RMSPropOptimizer (decay 0.99, eps 1e-10, squared average starting at 1, lr = η = 0.5) and
-# the reward is 0 per step, -1 on a fall. Both are outside the agents' mechanism: same ε.
+# the task's shaped reward (CartPole: 0 per step, -1 on a fall). Both are outside the agents'
+# mechanism: same ε.
 # "tuned-ldp" is "tuned" for small ε (issue 18; measured in benchmarks/RESULTS.md): every report
 # is its own Adam step (|B| = 1: averaging noisy reports wastes submissions when Adam already
 # normalizes the step), 3 agents per round (less staleness), a wider network, and an L2 clip of
@@ -99,10 +101,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rmsprop_decay": 0.99,
         "rmsprop_eps": 1e-10,
         "rmsprop_initial_scale": 1.0,
-        "reward": "failure",
+        "reward": "shaped",
     },
     "tuned": {
-        "reward": "failure",
+        "reward": "shaped",
         "action_selection": "sample",
         "use_bias": True,
         "normalize_advantage": True,
@@ -181,7 +183,8 @@ class PGCA3CConfig(Config):
     explore_start: float = 0.5  # α = max(0, explore_start - n / explore_decay)
     explore_decay: float = 1800.0
     hidden: int = 16
-    max_episode_steps: int = 200
+    # The episode cap; None: the task's own step limit (paper 000's CartPole-v0: 200).
+    max_episode_steps: int | None = None
     gravities: tuple[float, ...] = (9.7, 9.8, 9.9)  # the default CartPole task's private ψ
     # The task (privrl.envs.task): None is paper 000's CartPole with per-agent `gravities`;
     # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
@@ -189,15 +192,17 @@ class PGCA3CConfig(Config):
     env: str | None = None
     private_params: tuple[str, ...] = ()
     # Success: the FST is the first n where the mean of `score_window` (m) consecutive scores
-    # (episode returns) reaches `target_score` (Θ; 195 is CartPole's). Set Θ for another task.
-    target_score: float = 195.0  # Θ
+    # (episode returns) reaches `target_score` (Θ). None: the task's target (CartPole-v0's 195,
+    # a Gymnasium reward_threshold); a task without one reports scores and no FST.
+    target_score: float | None = None  # Θ
     score_window: int = 10  # m
     # Departures from the paper (all off in the paper preset; see PRESETS):
     # Reward shaping. "env": the environment's own reward (CartPole's +1 per step: the paper's);
     # "step": +1 per step survived, whatever the environment's reward; "failure": 0 per step,
     # -1 on the step the episode terminated (the tuned preset's shaping); "goal": 0 per step,
     # +1 at the end of an episode whose return reaches `target_score`, else -1 on a termination
-    # (CartPole: its length; the return of a task's own rewards elsewhere).
+    # (CartPole: its length; the return of a task's own rewards elsewhere); "shaped": the
+    # task's shaped reward (envs.task: "failure" on CartPole), its own ("env") where it has none.
     # All but "env" replace the environment's reward (a documented option, docs/environments.md).
     reward: str = "env"
     action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
@@ -253,11 +258,13 @@ class PGCA3CConfig(Config):
                 fail("d_hat", "only the prs mechanism takes d_hat")
             integer("d_hat", self.d_hat)
         for name in ("trials", "submissions", "parallel_agents", "buffer_size",
-                     "submissions_per_agent", "max_episode_steps", "score_window",
-                     "trial_block"):
+                     "submissions_per_agent", "score_window", "trial_block"):
             integer(name, getattr(self, name))
+        if self.max_episode_steps is not None:
+            integer("max_episode_steps", self.max_episode_steps)
         integer("seed", self.seed, 0)
-        finite("target_score", self.target_score)
+        if self.target_score is not None:
+            finite("target_score", self.target_score)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
@@ -288,7 +295,7 @@ class PGCA3CConfig(Config):
             non_negative("rmsprop_initial_scale", self.rmsprop_initial_scale)
             in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
         probability("explore_start", self.explore_start)
-        CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+        CartPoleSpec(gravities=tuple(self.gravities))
 
 
 class TrialState(NamedTuple):
@@ -365,8 +372,13 @@ class PGCA3C:
         module mapping one observation to (logits, value); default: the paper's network,
         `hidden` units, sized from the task's spaces)."""
         resolved = config.resolved()  # config.json records the task the run used
-        cfg, task = resolve_task(resolved, task, partial(
-            cartpole_task, resolved.max_episode_steps, resolved.gravities))
+        cfg, task = resolve_task(resolved, task, partial(cartpole_task, "v0", resolved.gravities),
+                                 "target_score")
+        if cfg.reward == "shaped":
+            cfg = replace(cfg, reward=task.shaping or "env")
+        if cfg.reward == "goal" and cfg.target_score is None:
+            fail("reward", f"goal rewards reaching the target return, and {task.name} has none: "
+                           "set the target (--target-return)")
         self.config, self.task = cfg, task
         self.env, self.env_params = task.env, task.params
         if model is None:

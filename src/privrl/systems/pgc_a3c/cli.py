@@ -14,6 +14,7 @@ from privrl.cli import (
     BudgetComposition,
     BudgetCompositionOpt,
     EnvOpt,
+    MaxStepsOpt,
     Noise,
     Out,
     PrivateOpt,
@@ -49,14 +50,15 @@ RewardName = value_enum("RewardName", REWARDS)
 
 
 @run_app.command("pgc-a3c")
-@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return")
+@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return",
+            max_episode_steps="--max-steps")
 def run_pgc_a3c_command(
     preset: Annotated[str, typer.Option(
         help="paper: paper 000's settings exactly (the default, as for every privrl run "
         "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
-        "settings with TF1 RMSProp at the aggregator and reward -1 on a fall (the public code the "
-        "paper's settings match). tuned: our improved settings (failure reward, sampled "
-        "actions, biases, normalized advantages, Adam at the aggregator; see "
+        "settings with TF1 RMSProp at the aggregator and the task's shaped reward (the public "
+        "code the paper's settings match). tuned: our improved settings (the task's shaped "
+        "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
         "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). Options given "
         "explicitly override it.")] = "paper",
@@ -129,8 +131,10 @@ def run_pgc_a3c_command(
     target_return: Annotated[float | None, typer.Option(
         help="Target Θ of the FST and success ratio: the first submission n where the mean "
         "return of --score-window consecutive episodes reaches Θ (any finite number). "
-        "Default 195, CartPole's: set it for another --env, e.g. -100 on Acrobot-v1.")
+        "Default: the task's (CartPole-v0's 195; a Gymnasium reward_threshold, e.g. -100 on "
+        "Acrobot-v1); a task without one reports scores and no FST.")
     ] = None,
+    max_steps: MaxStepsOpt = None,
     score_window: Annotated[int | None, typer.Option(
         help="Window m (>= 1) of the moving average μ_n of the FST. Default 10 "
         "(the paper's).")] = None,
@@ -139,7 +143,9 @@ def run_pgc_a3c_command(
         "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
         "--target-return, -1 on an earlier termination). failure and goal read termination as "
         "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
-        "use env. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: failure). "
+        "use env. shaped: the task's shaped reward (CartPole's failure), env on a task "
+        "without one. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: "
+        "shaped). "
         "The score is the true return whatever this is.", case_sensitive=False)] = None,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
@@ -180,13 +186,15 @@ def run_pgc_a3c_command(
         env=env,
         private_params=tuple(private or ()),
         target_score=target_return,
+        max_episode_steps=max_steps,
         score_window=score_window,
         reward=None if reward is None else reward.value,
     ).resolved()
-    if env is not None or private:  # a bad --env/--private fails here, before anything runs
-        from privrl.systems.pgc_a3c.algorithm import PGCA3C
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
-        PGCA3C(config)
+    # The task's episode, target and shaping filled in; a bad --env/--private fails here,
+    # before anything runs.
+    config = PGCA3C(config).config
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
@@ -223,17 +231,16 @@ def run_pgc_a3c_command(
 
 
 def target_note(config: PGCA3CConfig) -> str | None:
-    """The line that says what the FST counts on a task other than CartPole (None on it)."""
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-
+    """The line that says what the FST counts on a task other than CartPole (None on it), or
+    that the task has no target (no FST or success ratio). `config`: the run's (resolved)."""
+    if config.target_score is None:
+        return (f"{config.env} states no target return: the scores are its returns, with no "
+                "FST or success ratio; set --target-return for them (docs/environments.md)")
     if config.env is None or config.env.endswith(":CartPole-v1"):
         return None
-    default_target = config.target_score == PGCA3CConfig.target_score
     return (f"the score is the episode's return on {config.env}; the FST and success ratio "
             f"count the mean of {config.score_window} consecutive returns reaching "
-            f"{config.target_score:g}"
-            + (", CartPole's target: set --target-return for this task" if default_target else "")
-            + " (docs/environments.md)")
+            f"{config.target_score:g} (docs/environments.md)")
 
 
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
@@ -471,10 +478,11 @@ def results_table(summary: dict) -> Table:
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
-        (f"median FST (μ ≥ {summary['target_score']:g})",
-         "not reached" if fst is None else f"{fst:g}"),
-        ("success ratio", f"{summary['success_ratio']:.2f}"),
-        ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
+        *(() if summary["target_score"] is None else (
+            (f"median FST (μ ≥ {summary['target_score']:g})",
+             "not reached" if fst is None else f"{fst:g}"),
+            ("success ratio", f"{summary['success_ratio']:.2f}"),
+            ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
         ("wall time", f"{summary['wall_seconds']:.1f} s" + (

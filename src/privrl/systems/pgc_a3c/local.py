@@ -251,7 +251,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         width = min(chunk, total_rounds - done_rounds) * p
         scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
-        if retire_on_success:  # only windows that end in this chunk can be new successes
+        if retire_on_success and cfg.target_score is not None:  # only windows that end in
+            # this chunk can be new successes
             filled = min(done_rounds * p, n_sub)
             since = max(0, lo - cfg.score_window + 1)
             fst = first_success_time(scores[:, since:filled], cfg.target_score,
@@ -283,11 +284,18 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
 
 # --- what a run reports ----------------------------------------------------------------------
 def summarize(out: RunOutput) -> dict[str, Any]:
-    """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
+    """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;
+    None on a task without a target, which reports its scores only)."""
     cfg = out.config
     scores = out.scores.astype(np.float64)  # means in float64 (CartPole: as of integers)
-    fst = first_success_time(scores, cfg.target_score, cfg.score_window)
-    curve = success_ratio_curve(fst, cfg.submissions)
+    success: dict[str, Any] = {"median_fst": None, "success_ratio": None, "fst": None,
+                               "success_ratio_auc": None}
+    if cfg.target_score is not None:
+        fst = first_success_time(scores, cfg.target_score, cfg.score_window)
+        success = {"median_fst": median_fst(fst),
+                   "success_ratio": float(np.mean(np.isfinite(fst))),
+                   "fst": [int(f) if np.isfinite(f) else None for f in fst],
+                   "success_ratio_auc": float(success_ratio_curve(fst, cfg.submissions).mean())}
     tail = max(1, cfg.submissions // 10)
     episodes = int(out.submitted.sum()) if out.program is None else out.program["episodes"]
     return {
@@ -301,10 +309,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "submissions": cfg.submissions,
         "target_score": cfg.target_score,
         "score_window": cfg.score_window,
-        "median_fst": median_fst(fst),
-        "success_ratio": float(np.mean(np.isfinite(fst))),
-        "fst": [int(f) if np.isfinite(f) else None for f in fst],
-        "success_ratio_auc": float(curve.mean()),
+        **success,
         "mean_score": float(scores[np.isfinite(scores)].mean()),
         "final_mean_score": float(np.mean([scores[k, max(0, n - tail):n].mean()
                                            for k, n in enumerate(out.submitted)])),

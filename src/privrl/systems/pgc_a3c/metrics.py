@@ -98,7 +98,8 @@ def held_moving_average(scores: np.ndarray, submitted: np.ndarray, window: int) 
 
 
 def plot_scores(
-    path: Path, scores: np.ndarray, submitted: np.ndarray, window: int, title: str, target: float
+    path: Path, scores: np.ndarray, submitted: np.ndarray, window: int, title: str,
+    target: float | None,
 ) -> None:
     """Average score μ_n against submissions (paper Figure 2): mean over trials, IQR band."""
     import matplotlib
@@ -117,7 +118,8 @@ def plot_scores(
     if scores.shape[0] > 1:
         lo, hi = np.percentile(mu, [25, 75], axis=0)
         ax.fill_between(n[::step], lo[::step], hi[::step], alpha=0.25, label="interquartile range")
-    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target Θ = {target:g}")
+    if target is not None:  # a task without a target has no line
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target Θ = {target:g}")
     ax.set_xlabel("submissions")
     ax.set_ylabel(f"average score μ_n (window {window})")
     ax.set_title(title)
