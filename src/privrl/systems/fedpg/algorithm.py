@@ -131,8 +131,12 @@ class FedPG(Learner):
         opt_state = jax.vmap(self.optimizer.init)(theta)
         zero = jnp.zeros((), jnp.int32)
         clip = jnp.asarray(cfg.clip, jnp.float32) if cfg.adaptive_clip else None
+        # FedPG-BR's filter: σ's scale before the server has played (the longest episode: the
+        # widest threshold, so round 0 keeps rather than drops)
+        length = (jnp.asarray(cfg.max_episode_steps, jnp.float32) if cfg.robust == "fedpg-br"
+                  else None)
         return FedPGState(push_sum_init(theta), opt_state, k_run,
-                          jnp.zeros((cfg.agents,), jnp.int32), zero, clip=clip)
+                          jnp.zeros((cfg.agents,), jnp.int32), zero, clip=clip, length=length)
 
     # --- one round -----------------------------------------------------------------------
     def round(self, state: FedPGState, mixing: Array, live: Array,

@@ -35,7 +35,7 @@ from privrl.cli import (
     system_apps,
     value_enum,
 )
-from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
+from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -48,6 +48,8 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 
 FedPGMechanism = value_enum("FedPGMechanism", MECHANISMS)
 FedPGTopology = value_enum("FedPGTopology", TOPOLOGIES)
+FedPGAttack = value_enum("FedPGAttack", ATTACKS)
+FedPGRobust = value_enum("FedPGRobust", ROBUST)
 # Config fields whose flag is named otherwise.
 _FLAGS = {"private_params": "--private", "budget": "--episodes",
           "max_episode_steps": "--max-steps"}
@@ -255,14 +257,36 @@ def run_fedpg_cen_command(
         help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must exceed "
         "σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
         "agents per round / 20).")] = None,
+    byzantine: Annotated[int, typer.Option(
+        help="N of the K agents are Byzantine (which: drawn from --seed, fixed for the run, "
+        "recorded in summary.json); they send what --attack says (docs/byzantine.md).")] = 0,
+    attack: Annotated[FedPGAttack | None, typer.Option(
+        help="What a Byzantine agent does: random-noise, random-action, sign-flip (−2.5× its "
+        "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
+        "slack) or fedscspg (FedPG-BR's adaptive attack). Its message still passes through "
+        "--mechanism.")] = None,
+    robust: Annotated[FedPGRobust, typer.Option(
+        help="The server's rule over the K reports: none (the mean), fedpg-br (FedPG-BR's "
+        "filter, its threshold widened by the mechanism's noise), median or trimmed-mean "
+        "(coordinate-wise). Post-processing: the privacy guarantee is unchanged.")
+    ] = FedPGRobust.none,
+    filter_sigma: Annotated[float, typer.Option(
+        help="fedpg-br: σ, the per-step spread of an honest estimate (FedPG-BR's CartPole: "
+        "0.06), scaled by the server's mean episode length.")] = 0.06,
+    filter_delta: Annotated[float, typer.Option(
+        help="fedpg-br: δ in V = 2 log(2K/δ) (FedPG-BR's CartPole: 0.6).")] = 0.6,
+    byzantine_alpha: Annotated[float, typer.Option(
+        help="α < 1/2, the assumed Byzantine fraction: fedpg-br falls back to R2 when R1 keeps "
+        "fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end (FedPG-BR: 0.4).")] = 0.4,
     env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
     max_steps: MaxStepsOpt = None,
 ) -> None:
-    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1
-    or --env.
+    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR, its Byzantine filter with --robust
+    fedpg-br) on CartPole-v1 or --env.
 
-    K agents send policy-gradient estimates to a server, which averages them and takes SCSG
-    steps with importance weights. Defaults: FedPG-BR's CartPole setting.
+    K agents send policy-gradient estimates to a server, which averages them (or applies
+    --robust) and takes SCSG steps with importance weights. Defaults: FedPG-BR's CartPole
+    setting.
     """
     from privrl.runtime.output import check_out_dir
 
@@ -272,7 +296,10 @@ def run_fedpg_cen_command(
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
                         dp_rounds=dp_rounds, adaptive_clip=adaptive_clip,
                         clip_quantile=clip_quantile, clip_lr=clip_lr,
-                        clip_count_stddev=clip_count_stddev, **_fedpg_common(
+                        clip_count_stddev=clip_count_stddev, byzantine=byzantine,
+                        attack=None if attack is None else attack.value, robust=robust.value,
+                        filter_sigma=filter_sigma, filter_delta=filter_delta,
+                        byzantine_alpha=byzantine_alpha, **_fedpg_common(
         agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,

@@ -32,7 +32,7 @@ from privrl.privacy.accounting import (
 from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.user import is_user_mechanism
-from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
+from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 
 # Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
@@ -146,6 +146,18 @@ class FedPGConfig(Config):
     clip_quantile: float = 0.5
     clip_lr: float = 0.2
     clip_count_stddev: float | None = None
+    # Byzantine agents (fedpg-cen; privrl.systems.fedpg.byzantine, docs/byzantine.md): how many
+    # of the K agents misbehave (which: drawn from the seed, fixed for the run) and how
+    # (`attack`); the server's rule over the K reports (`robust`, privrl.federation.robust).
+    # FedPG-BR's filter: σ (`filter_sigma`), δ (`filter_delta`) in V = 2 log(2K/δ), and the
+    # assumed Byzantine fraction α (`byzantine_alpha`: R2 runs if R1 keeps fewer than
+    # (1 − α)K; trimmed-mean drops ⌊αK⌋ at each end). Defaults: FedPG-BR's CartPole code.
+    byzantine: int = 0
+    attack: str | None = None
+    robust: str = "none"
+    filter_sigma: float = 0.06
+    filter_delta: float = 0.6
+    byzantine_alpha: float = 0.4
 
     presets = PRESETS
 
@@ -175,6 +187,7 @@ class FedPGConfig(Config):
         self._check_epsilon_budget()
         self._check_task()
         self._check_shuffle()
+        self._check_byzantine()
 
     @property
     def pure_mechanism(self) -> bool:
@@ -314,6 +327,38 @@ class FedPGConfig(Config):
                                                      "is for pure ε₀-LDP reports"))
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
 
+    def _check_byzantine(self) -> None:
+        """Byzantine agents and the robust rule: fedpg-cen only; no per-report rule where the
+        server sees only a sum."""
+        integer("byzantine", self.byzantine, 0)
+        if self.byzantine >= self.agents:
+            fail("byzantine", f"must be < K = {self.agents} agents, got {self.byzantine}")
+        if self.byzantine and self.attack is None:
+            fail("attack", f"required with byzantine = {self.byzantine} (one of "
+                           f"{', '.join(ATTACKS)})")
+        if self.attack is not None:
+            one_of("attack", self.attack, ATTACKS)
+            if not self.byzantine:
+                fail("attack", "needs byzantine >= 1 (no agent would attack)")
+        one_of("robust", self.robust, ROBUST, "robust rule")
+        positive("filter_sigma", self.filter_sigma)
+        in_range("filter_delta", self.filter_delta, 0, 1, low_open=True, high_open=True)
+        in_range("byzantine_alpha", self.byzantine_alpha, 0, 0.5, low_open=True,
+                 high_open=True)
+        if (self.byzantine or self.robust != "none") and self.algorithm != "cen":
+            fail("robust" if self.robust != "none" else "byzantine",
+                 "fedpg-cen only: FedPG-Dec has no server to filter reports (Byzantine-robust "
+                 "gossip is not implemented)")
+        if self.robust != "none" and self.mechanism == "distributed-gaussian":
+            fail("robust", "distributed-gaussian: the server sees only the secure sum of the "
+                           "agents' updates, so no per-agent filter or robust rule can run "
+                           "(use a per-agent LDP mechanism, or robust none)")
+        if self.robust == "fedpg-br" and self.mechanism not in ("none", "gaussian", "laplace",
+                                                                "privunit"):
+            fail("robust", f"fedpg-br's threshold needs a bound on the mechanism's noise; none "
+                           f"is derived for mechanism={self.mechanism!r} (use median or "
+                           "trimmed-mean)")
+
     def _check_adaptive_clip(self) -> None:
         """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""
         if not isinstance(self.adaptive_clip, bool):
@@ -426,6 +471,8 @@ def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
     can): they must differ only in SETTING_FIELDS and use none, laplace or gaussian without
     float-safe noise."""
     for cfg in configs:
+        if len(configs) > 1 and cfg.robust == "fedpg-br":  # its threshold is the mechanism's
+            return "robust"
         if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
             return "mechanism"
         if cfg.secure_noise:

@@ -96,6 +96,8 @@ class FedPGRun(SavesRunDir):
     # Run as one program with other settings (`run_fedpg_settings`): how many settings and
     # trials it ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
+    # A robust rule: (trials, K) how many rounds each agent's report was kept; None: no rule.
+    kept: np.ndarray | None = None
     # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
     policy: SavedPolicy | None = None
 
@@ -149,6 +151,7 @@ class _Setting:
     spent: np.ndarray
     out: list[tuple[np.ndarray, ...]]
     played: int = 0
+    kept: np.ndarray | None = None  # a robust rule: (trials, K) rounds each report was kept
 
     @classmethod
     def of(cls, algo: FedPG, rows: np.ndarray) -> _Setting:
@@ -198,6 +201,9 @@ class _Setting:
             self.played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
             # unsampled agents (distributed-gaussian) played no episode
             self.played -= int(((k - info.participants[live]) * info.batch[live]).sum())
+        if info.kept is not None:
+            kept = np.asarray(info.kept) & live[:, None]
+            self.kept = kept.astype(np.int64) + (0 if self.kept is None else self.kept)
         nan = np.where(live, 1.0, np.nan)
         self.out.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
                          info.inner_steps * nan)
@@ -219,7 +225,7 @@ class _Setting:
             z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
-            program=program, policy=policy_of(algo, z),
+            program=program, policy=policy_of(algo, z), kept=self.kept,
         )
 
 
@@ -421,9 +427,31 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_played": run.episodes_played,
         **budget,
         **adaptive,
+        **byzantine_summary(run),
         # run as one program with other settings: the wall time and rates are the program's
         **({} if run.program is None else {"program": run.program}),
     }
+
+
+def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
+    """Byzantine agents and the robust rule (nothing when there are neither): who attacked
+    (fixed per run, from the seed), how, and how often the rule kept honest and Byzantine
+    reports (per round, mean over trials)."""
+    cfg = run.config
+    if not cfg.byzantine and cfg.robust == "none":
+        return {}
+    from privrl.systems.fedpg.byzantine import byzantine_agents, byzantine_mask
+
+    out: dict[str, Any] = {"byzantine_agents": list(byzantine_agents(cfg)),
+                           "attack": cfg.attack, "robust": cfg.robust}
+    if run.kept is not None:
+        rounds = np.maximum(run.releases, 1)[:, None]
+        share = run.kept / rounds  # (trials, K): fraction of its rounds each report was kept
+        byz = byzantine_mask(cfg)
+        out["honest_reports_kept"] = round(float(share[:, ~byz].mean()), 4)
+        out["byzantine_reports_kept"] = (round(float(share[:, byz].mean()), 4)
+                                         if byz.any() else None)
+    return out
 
 
 def privacy_facts(run: FedPGRun) -> Facts:
@@ -512,11 +540,28 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             **per_release(run),
             **trust_model(run),
             **adaptive_clip_record(run),
+            **robust_record(run),
             "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **({} if shuffled is None else {"shuffle": shuffled}),
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def robust_record(run: FedPGRun) -> dict[str, Any]:
+    """A robust rule's place in the guarantee: post-processing of the released reports."""
+    cfg = run.config
+    if cfg.robust == "none":
+        return {}
+    return {"robust_aggregation": {
+        "rule": cfg.robust,
+        "guarantee": "unchanged: the rule reads only the released reports and public numbers "
+                     "(its thresholds, α), so it is post-processing of each agent's release",
+        **({"threshold": "min(2σ√(V/B_t), D) + 2r, V = 2 log(2K/δ), r the mechanism's noise "
+                         "radius at δ/(2K) (docs/byzantine.md)",
+            "filter_sigma": cfg.filter_sigma, "filter_delta": cfg.filter_delta}
+           if cfg.robust == "fedpg-br" else {}),
+        "byzantine_alpha": cfg.byzantine_alpha}}
 
 
 def distributed_release(run: FedPGRun, m: int) -> str:
