@@ -1,5 +1,6 @@
 """FedPG-Cen and FedPG-Dec: federated variance-reduced policy gradient (paper 004), read top to
-bottom. FedPG-Cen is FedPG-BR (Fan et al., NeurIPS 2021) without its Byzantine filter; FedPG-Dec
+bottom. FedPG-Cen is FedPG-BR (Fan et al., NeurIPS 2021), its Byzantine filter optional
+(`robust`; Byzantine agents: `byzantine`, `attack`, privrl.systems.fedpg.byzantine); FedPG-Dec
 is the same local update over a time-varying directed graph with (correct) push-sum.
 
 The system is split so that each part reads on its own:

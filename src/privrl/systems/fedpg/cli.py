@@ -388,6 +388,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
     from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
+    from privrl.systems.fedpg.byzantine import byzantine_agents
 
     FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
     console, err = Console(), Console(stderr=True)
@@ -405,7 +406,10 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
     elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
         total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
-    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
+    byz = (f", {cfg.byzantine} Byzantine ({cfg.attack}: agents "
+           f"{', '.join(map(str, byzantine_agents(cfg)))})" if cfg.byzantine else "")
+    byz += f", robust rule {cfg.robust}" if cfg.robust != "none" else ""
+    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}{byz}, "
               f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
