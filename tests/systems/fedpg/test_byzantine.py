@@ -167,3 +167,17 @@ def test_short_run_records_who_attacked_and_what_was_kept(tmp_path):
     assert s["byzantine_agents"] == list(byzantine_agents(cfg))
     assert s["honest_reports_kept"] > 0.85 and s["byzantine_reports_kept"] < 0.5
     assert json.dumps(s)
+
+
+def test_ldp_run_keeps_every_honest_report_and_states_the_rule(tmp_path):
+    """The whole path under ε-LDP (Laplace, ε = 4 per report): the filter, its threshold
+    widened by the noise radius, keeps all ten honest agents' reports in every round, and
+    privacy.json states the rule as post-processing beside an unchanged per-release ε."""
+    from privrl.systems.fedpg.local import privacy_record
+
+    cfg = FedPGConfig(mechanism="laplace", epsilon=4.0, clip=1.0, robust="fedpg-br", budget=50)
+    run = run_fedpg(cfg)
+    assert summarize(run)["honest_reports_kept"] == 1.0
+    rec = privacy_record(run)
+    assert "post-processing" in rec["robust_aggregation"]["guarantee"]
+    assert rec["epsilon_per_release"] == 4.0
