@@ -406,8 +406,10 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
     elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
         total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
-    byz = (f", {cfg.byzantine} Byzantine ({cfg.attack}: agents "
-           f"{', '.join(map(str, byzantine_agents(cfg)))})" if cfg.byzantine else "")
+    ids = byzantine_agents(cfg)
+    who = (f"agents {', '.join(map(str, ids))}" if len(ids) <= 10
+           else "their ids in summary.json")
+    byz = f", {cfg.byzantine} Byzantine ({cfg.attack}: {who})" if cfg.byzantine else ""
     byz += f", robust rule {cfg.robust}" if cfg.robust != "none" else ""
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}{byz}, "
               f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
