@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import linen as nn
 
 from privrl import main as cli
 from privrl.config import ConfigError
@@ -181,3 +182,29 @@ def test_ldp_run_keeps_every_honest_report_and_states_the_rule(tmp_path):
     rec = privacy_record(run)
     assert "post-processing" in rec["robust_aggregation"]["guarantee"]
     assert rec["epsilon_per_release"] == 4.0
+
+
+class AlwaysLeft(nn.Module):
+    """A policy that pushes left (action 0) whatever it sees: logits (50, 0)."""
+
+    @nn.compact
+    def __call__(self, obs):
+        return self.param("b", lambda k: jnp.array([50.0, 0.0])) + 0.0 * jnp.sum(obs)
+
+
+def test_random_action_attackers_play_uniformly_and_the_honest_follow_the_policy():
+    """With a policy that always pushes left, the honest agents' episodes are all action 0;
+    the three random-action attackers' lanes hold uniformly random actions."""
+    from privrl.systems.fedpg.algorithm import FedPG
+
+    algo = FedPG(_cfg(attack="random-action"), model=AlwaysLeft())
+    state = algo.init(jax.random.key(0))
+    cen = algo.variant
+    plan = cen.plan(state, jax.random.key(1), jnp.asarray(True))
+    ep = cen.episodes(algo.source, plan)
+    byz = np.asarray(cen.byzantine_lanes(plan))
+    played = np.asarray(ep.mask) > 0
+    actions = np.asarray(ep.actions)
+    assert np.all(actions[~byz][played[~byz]] == 0)
+    share = actions[byz][played[byz]].mean()
+    assert played[byz].sum() > 300 and 0.4 < share < 0.6

@@ -78,17 +78,23 @@ class CenRound:
         unused, the star has no graph); a trial with `live` False plays no episode."""
         del mixing
         plan = source.piece(self.plan)(state, key, live)
-        ep = source.sample(plan.thetas, plan.env_params, plan.live, plan.k_ep)
-        if self.uniform is not None:  # random-action attackers replay their lanes at random
-            byz = source.piece(self.byzantine_lanes)(plan)
-            rand = self.uniform.sample(plan.thetas, plan.env_params,
-                                       source.piece(jnp.logical_and)(plan.live, byz[:, None]),
-                                       source.piece(jax.random.fold_in)(plan.k_ep, 0xAC7))
-            ep = source.piece(_lanes_from)(byz, rand, ep)
+        ep = self.episodes(source, plan)
         mu, new_clip, kept = source.piece(self.mu)(state, plan, ep)
         out = self.algo.scsg(source, plan.theta_0, mu, state.opt_state, plan.steps,
                              plan.server_env, plan.k_inner, lengths=state.length is not None)
         return source.piece(self.finish)(state, plan, ep, *out[:2], new_clip, kept, *out[2:])
+
+    def episodes(self, source: EpisodeSource, plan: CenPlan) -> Episodes:
+        """The agents' B_t episodes each with θ₀ᵗ; random-action attackers' lanes are played
+        instead with uniformly random actions (their own private environments)."""
+        ep = source.sample(plan.thetas, plan.env_params, plan.live, plan.k_ep)
+        if self.uniform is None:
+            return ep
+        byz = source.piece(self.byzantine_lanes)(plan)
+        rand = self.uniform.sample(plan.thetas, plan.env_params,
+                                   source.piece(jnp.logical_and)(plan.live, byz[:, None]),
+                                   source.piece(jax.random.fold_in)(plan.k_ep, 0xAC7))
+        return source.piece(_lanes_from)(byz, rand, ep)
 
     def byzantine_lanes(self, plan: CenPlan) -> Array:
         """(P,) bool: the lane holds a (sampled) Byzantine agent."""
