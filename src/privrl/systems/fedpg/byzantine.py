@@ -32,6 +32,7 @@ import numpy as np
 from jax import Array
 
 from privrl.config import fail
+from privrl.privacy.ldp_vector import unit_mechanism
 
 if TYPE_CHECKING:
     from privrl.systems.fedpg.config import FedPGConfig
@@ -132,8 +133,6 @@ def noise_radius(cfg: FedPGConfig, dim: int) -> float:
         b = cfg.clip / cfg.epsilon
         return b * math.sqrt(2 * dim + math.sqrt(20 * dim * (2 * k / delta - 1)))
     if mech == "privunit":
-        from privrl.privacy.ldp_vector import unit_mechanism
-
         m = unit_mechanism("privunit", cfg.epsilon, cfg.clip).calibration(dim).scale
         return cfg.clip * (1.0 / m + 1.0)
     fail("robust", f"fedpg-br's threshold needs a bound on the mechanism's noise; none is "
