@@ -208,3 +208,31 @@ def test_random_action_attackers_play_uniformly_and_the_honest_follow_the_policy
     assert np.all(actions[~byz][played[~byz]] == 0)
     share = actions[byz][played[byz]].mean()
     assert played[byz].sum() > 300 and 0.4 < share < 0.6
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"robust": "fedpg-br"}, "robust"),
+    ({"algorithm": "dec", "robust": "none"}, "mechanism"),
+])
+def test_central_dp_refusals(kw, field):
+    with pytest.raises(ConfigError) as e:
+        FedPGConfig(mechanism="central-gaussian", epsilon=4.0, clip=1.0, **kw).resolved()
+    assert e.value.field == field
+
+
+def test_central_dp_with_a_trimmed_mean_states_a_trusted_server():
+    """central-gaussian + trimmed mean (α = 0.3: 4 of 10 values kept per coordinate): the
+    server's noise std is σ·C/4, the run's ε (PLD over its rounds) is within the target, and
+    privacy.json says the server is trusted with the clipped updates."""
+    from privrl.systems.fedpg.algorithm import FedPG
+    from privrl.systems.fedpg.local import privacy_record
+
+    cfg = FedPGConfig(mechanism="central-gaussian", epsilon=4.0, clip=1.0, robust="trimmed-mean",
+                      byzantine=3, attack="sign-flip", byzantine_alpha=0.3, budget=60)
+    algo = FedPG(cfg)
+    assert algo.central.sensitivity == pytest.approx(0.25)
+    assert algo.central.std == pytest.approx(algo.config.noise_multiplier * 0.25)
+    rec = privacy_record(run_fedpg(cfg))
+    g = rec["guarantee"]
+    assert g["notion"] == "DP" and "TRUSTED" in g["scope"] and 0 < g["epsilon"] <= 4.0
+    assert rec["agents_releases_to_the_trusted_server"]["formal_guarantee"] is False

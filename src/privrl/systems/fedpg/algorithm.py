@@ -39,6 +39,7 @@ from jax import Array
 
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
+from privrl.privacy.central import CentralGaussian, kept_per_coordinate
 from privrl.privacy.distributed import AdaptiveClip, DistributedGaussianMechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.mechanisms import (
@@ -98,6 +99,8 @@ class FedPG(Learner):
             cartpole_task, "v1", config.gravities))
         super().__init__(cfg, task, model)
         self.mechanism = make_mechanism(cfg, self.dim)
+        # central-gaussian: the noise the trusted server adds to its (robust) aggregate
+        self.central = central_noise(cfg)
         self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None
         self.variant: CenRound | DecRound = (CenRound(self) if cfg.algorithm == "cen"
                                              else DecRound(self))
@@ -189,6 +192,17 @@ def _mechanisms_as_data(algo: FedPG, each: Sequence[FedPG]) -> None:
                                        PROGRAM_FAMILIES)
 
 
+def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:
+    """central-gaussian: the server's noise on its aggregate, scaled to the rule's
+    sensitivity (the agents' L1 clip to C/2 puts any two updates within C in L2)."""
+    if cfg.mechanism != "central-gaussian":
+        return None
+    if cfg.noise_multiplier is None:
+        raise ValueError("resolve the config first (FedPGConfig.resolved)")
+    return CentralGaussian(cfg.noise_multiplier, cfg.clip, kept_per_coordinate(
+        cfg.robust, cfg.agents, int(cfg.byzantine_alpha * cfg.agents)))
+
+
 def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                    ) -> Mechanism | DistributedGaussianMechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
@@ -207,6 +221,8 @@ def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                                             cfg.accountant, adaptive)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
+    if cfg.mechanism == "central-gaussian":  # the agents clip (L1, to C/2); the server noises
+        return IdentityMechanism(cfg.clip)
     if cfg.mechanism in ("privunit", "privunitg"):
         return unit_mechanism(cfg.mechanism, cfg.epsilon, cfg.clip)
     if cfg.mechanism == "gaussian":

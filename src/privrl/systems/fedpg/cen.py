@@ -161,14 +161,16 @@ class CenRound:
                 reports = jax.tree_util.tree_map(lambda a: a[order], reports)
             if cfg.robust == "none":
                 # Server: average (then N_t SCSG steps on its own episodes).
-                return average_reports(reports)[None], state.clip, None
+                return self.noised(average_reports(reports), plan)[None], state.clip, None
             # Server: the robust rule over the reports (post-processing of the reports only);
             # `kept` back in agent order is the simulation's bookkeeping, not the server's.
             mu, kept = robust_mean(reports, cfg.robust,
-                                   *filter_radii(cfg, algo.dim, plan.batch,
-                                                 self.length_scale(state)),
+                                   *(filter_radii(cfg, algo.dim, plan.batch,
+                                                  self.length_scale(state))
+                                     if cfg.robust == "fedpg-br" else ()),
                                    alpha=cfg.byzantine_alpha)
-            return mu[None], state.clip, jnp.zeros((k,), bool).at[order].set(kept)
+            return (self.noised(mu, plan)[None], state.clip,
+                    jnp.zeros((k,), bool).at[order].set(kept))
         # Back to the K agents: a sampled agent in a lane holds its μ, every other one 0.
         ids, valid = plan.ids, plan.valid
         included = jnp.zeros((k,), bool).at[ids].max(valid)
@@ -182,6 +184,12 @@ class CenRound:
         update, bit_fraction = mech.unpack(secure_aggregate(shares), state.clip, count)
         new_clip = mech.adaptive.next_clip(state.clip, bit_fraction)
         return mean_from_sum(update, count)[None], new_clip, None
+
+    def noised(self, mu: Array, plan: CenPlan) -> Array:
+        """central-gaussian: the trusted server's noise on its aggregate (its own key)."""
+        central = self.algo.central
+        return mu if central is None else central.release(jax.random.fold_in(plan.key, 0xCE17),
+                                                          mu)
 
     def length_scale(self, state: FedPGState) -> Array:
         """L̄: the scale of FedPG-BR's σ (the mean length of the server's own episodes last

@@ -63,7 +63,10 @@ _FEDPG_MECHANISM_HELP = (
     "release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level "
     "central DP; each agent clips to L2 norm C and adds a share of the noise, a simulated "
     "secure aggregation gives the server only the sum, which carries N(0, (σC)²); "
-    "--sampling-rate, --min-honest; docs/fedpg.md), or your own module:callable (ε-LDP per "
+    "--sampling-rate, --min-honest; docs/fedpg.md), or central-gaussian (fedpg-cen only: the "
+    "server is TRUSTED with every agent's clipped update and adds Gaussian noise to its "
+    "--robust none|trimmed-mean|median aggregate, scaled to the rule's sensitivity; central "
+    "DP; docs/byzantine.md), or your own module:callable (ε-LDP per "
     "release as it declares, not verified by privrl; docs/ldp-mechanisms.md).")
 
 

@@ -36,7 +36,9 @@ from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 
 # Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
-ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian")
+# central-gaussian: a server trusted with the clipped updates adds the noise to its robust
+# aggregate (privrl.privacy.central; docs/byzantine.md).
+ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian", "central-gaussian")
 # Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
 PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
 # distributed-gaussian's default sampling: this many agents per round in expectation.
@@ -349,6 +351,14 @@ class FedPGConfig(Config):
             fail("robust" if self.robust != "none" else "byzantine",
                  "fedpg-cen only: FedPG-Dec has no server to filter reports (Byzantine-robust "
                  "gossip is not implemented)")
+        if self.mechanism == "central-gaussian":
+            if self.algorithm != "cen":
+                fail("mechanism", "central-gaussian: a trusted server aggregates the clipped "
+                                  "updates: fedpg-cen only")
+            if self.robust == "fedpg-br":
+                fail("robust", "with central-gaussian the filter's mean has sensitivity C, the "
+                               "diameter of the clipped updates' ball (any kept subset), K times "
+                               "the mean's; use none, trimmed-mean or median")
         if self.robust != "none" and self.mechanism == "distributed-gaussian":
             fail("robust", "distributed-gaussian: the server sees only the secure sum of the "
                            "agents' updates, so no per-agent filter or robust rule can run "
@@ -426,6 +436,14 @@ class FedPGConfig(Config):
         if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
             self._check_count_stddev()
             return self
+        if self.mechanism == "central-gaussian":
+            # The noise is z·S with S the rule's own sensitivity: σ is the accountant's z.
+            try:
+                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
+                                               kind=self.accountant)
+            except CalibrationError as e:
+                fail("epsilon", str(e))
+            return replace(self, noise_multiplier=z).resolved()
         if self.mechanism == "distributed-gaussian":
             # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
             try:

@@ -347,6 +347,16 @@ def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
             "(Poisson-sampled) Gaussian mechanism of sensitivity C, dp_accounting's "
             "ADD_OR_REMOVE_ONE events")
         return rec
+    if algo.central is not None:  # one Gaussian event per round, at the rule's sensitivity
+        from privrl.privacy.central import CENTRAL_NEIGHBOURS
+
+        acc = Accountant(algo.config.accountant, neighbouring=CENTRAL_NEIGHBOURS)
+        acc.compose(algo.central.event, releases)
+        rec = acc.record(algo.config.delta)
+        rec["neighbouring_relation"] = CENTRAL_NEIGHBOURS
+        rec["sensitivity"] = {"l2": algo.central.sensitivity, "rule": algo.config.robust,
+                              "values_kept_per_coordinate": algo.central.kept}
+        return rec
     if algo.config.mechanism != "gaussian":
         return None
     acc = Accountant(algo.config.accountant, neighbouring=algo.mechanism.guarantee.neighbouring)
@@ -468,6 +478,23 @@ def privacy_facts(run: FedPGRun) -> Facts:
     ledger = run.ledger.summary()
     most = int(run.releases.max())
     noise = record_mode(cfg.noise, cfg.secure_noise)
+    if cfg.mechanism == "central-gaussian" and run.accounting is not None:
+        sens = run.accounting["sensitivity"]
+        return Facts(
+            Claim(run.accounting["epsilon"], cfg.delta, "DP",
+                  "central: the server is TRUSTED with every agent's clipped update",
+                  "one agent's whole data (every update it sends over the run)",
+                  f"the {cfg.accountant} accountant over {most} rounds",
+                  f"{run.accounting['accountant']}; each round one Gaussian event, noise std "
+                  f"σ·S, S = C/{sens['values_kept_per_coordinate']} = {sens['l2']:.4g} (the "
+                  f"{cfg.robust} rule's L2 sensitivity, docs/byzantine.md)"),
+            releases=Releases("the server", f"its {cfg.robust} aggregate of the K agents' "
+                              "updates, each L1-clipped to C/2", "the central Gaussian "
+                              "mechanism on the aggregate", most, None, cfg.delta, "DP"),
+            trust=Trust("the server: it sees every agent's clipped update in the clear and is "
+                        "trusted to apply the rule and add the noise; nobody else",
+                        "the server's optimizer steps"),
+            not_protected=server, noise=noise)
     if not ledger["formal_guarantee"]:
         return Facts(None, f"no mechanism (as in paper 004); each agent sends {sent} as it is",
                      noise=noise)
@@ -534,9 +561,13 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
     ledger = run.ledger
+    # central-gaussian: each agent's own release (to the trusted server) has no guarantee;
+    # the guarantee is the server's noised aggregate's, so the ledger is not its verdict.
+    central = cfg.mechanism == "central-gaussian"
     return build_privacy_record(
-        privacy_facts(run), mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
-        with_accounting=True, fields={
+        privacy_facts(run), mechanism=run.mechanism, ledger=None if central else ledger,
+        accountant=run.accounting, with_accounting=True, fields={
+            **({"agents_releases_to_the_trusted_server": ledger.summary()} if central else {}),
             **per_release(run),
             **trust_model(run),
             **adaptive_clip_record(run),
@@ -549,9 +580,10 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
 
 
 def robust_record(run: FedPGRun) -> dict[str, Any]:
-    """A robust rule's place in the guarantee: post-processing of the released reports."""
+    """A robust rule's place in the guarantee: post-processing of the released reports (under
+    central-gaussian the rule runs before the noise, and its sensitivity sets the noise)."""
     cfg = run.config
-    if cfg.robust == "none":
+    if cfg.robust == "none" or cfg.mechanism == "central-gaussian":
         return {}
     return {"robust_aggregation": {
         "rule": cfg.robust,

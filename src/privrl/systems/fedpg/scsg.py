@@ -44,6 +44,7 @@ class Learner(ABC):
     adds the mechanism an agent's messages pass through (`release`)."""
 
     mechanism: Any
+    central: Any = None  # central-gaussian: the server's noise on its aggregate
 
     def __init__(self, config: FedPGConfig, task: Task, model: nn.Module | None) -> None:
         """`model`: a flax module mapping one observation to the logits of the task's actions
