@@ -42,16 +42,17 @@ run: $(VENV)/.installed
 # grouped); test-fast leaves out the tests marked slow (long learning and end-to-end runs).
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
 
-# The Ray tests (tests/conftest.py marks every test in their files `ray`) run in a pytest of
-# their own, beside the rest: their actors are processes of their own and spend much of their
-# time starting, waiting and restarting, which the other stage fills. Their output follows the
-# rest's; either failing fails the target.
+# The tests that start OS processes of their own (tests/conftest.py marks them `processes`: the
+# Ray tests' actors, a Flower deployment's SuperLink, SuperNodes and apps) run in a pytest of
+# their own, beside the rest: they spend much of their time starting, waiting and restarting,
+# which the other stage fills. Their output follows the rest's; either failing fails the target.
 RAY_LOG := .pytest-ray.log
 test: $(VENV)/.installed-dev
 	rm -f $(RAY_LOG) $(RAY_LOG).rc; \
-	( $(BIN)/python -m pytest -q -m ray tests/systems/*/test_ray.py > $(RAY_LOG) 2>&1; \
+	( $(BIN)/python -m pytest -q -m processes tests/systems/*/test_ray.py \
+	  tests/systems/*/test_*_deployment.py > $(RAY_LOG) 2>&1; \
 	  echo $$? > $(RAY_LOG).rc ) & \
-	$(PYTEST) -m "not ray"; rest=$$?; wait; \
+	$(PYTEST) -m "not processes"; rest=$$?; wait; \
 	cat $(RAY_LOG); ray=$$(cat $(RAY_LOG).rc); rm -f $(RAY_LOG) $(RAY_LOG).rc; \
 	test $$rest -eq 0 && test $$ray -eq 0
 

@@ -33,6 +33,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="panel|label|run directory")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--columns", type=int, default=None,
+                        help="panels per row (default: all in one row)")
     args = parser.parse_args()
 
     import matplotlib
@@ -44,8 +46,12 @@ def main() -> None:
     for spec in args.runs:
         panel, label, run = spec.split("|", 2)
         panels[panel].append((label, Path(run)))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
-    for ax, (panel, runs) in zip(axes[0], panels.items(), strict=True):
+    cols = args.columns or len(panels)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (panel, runs) in zip(axes.flat[:len(panels)], panels.items(), strict=True):
         for i, (label, run) in enumerate(runs):
             color = f"C{i}"
             for trial, (x, y) in sorted(curves(run).items()):

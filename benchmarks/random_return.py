@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    task = configured_task(a.env, a.private, a.max_steps, lambda: cartpole_task(a.max_steps))
+    task = configured_task(a.env, a.private, cartpole_task).with_max_steps(a.max_steps)
     k_params, k_roll = jax.random.split(jax.random.PRNGKey(a.seed))
     params = task.agents_params(k_params, jax.numpy.arange(a.episodes))
     n = task.num_actions

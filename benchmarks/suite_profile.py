@@ -3,7 +3,7 @@
 summary of what it recorded.
 
     PYTHONPATH=benchmarks .venv/bin/python -m pytest -q -n auto --dist loadgroup \\
-        --no-loadscope-reorder -p suite_profile -m "not ray"
+        --no-loadscope-reorder -p suite_profile -m "not processes"
     .venv/bin/python benchmarks/suite_profile.py        # totals and the 25 slowest tests
 
 Each xdist worker writes `suite-profile-<worker>.jsonl` in $SUITE_PROFILE_DIR (default: the

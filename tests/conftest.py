@@ -173,6 +173,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _scope(item.nodeid) == "ray-cluster":
             item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.processes)
+        if item.nodeid.split("::")[0].endswith("_deployment.py"):  # a Flower deployment
+            item.add_marker(pytest.mark.processes)
         if item.get_closest_marker("learning"):
             item.add_marker(pytest.mark.slow)
     items.sort(key=_weight)  # stable: collection order within one weight

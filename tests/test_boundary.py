@@ -20,8 +20,10 @@ AGENT_SIDE = ("privrl.envs", "privrl.systems", "privrl.runtime", "gymnax", "gymn
 
 
 def test_every_federation_module_is_checked():
+    # privrl.federation.flower: the Flower ServerApp, which runs in the aggregator operator's
+    # process and must load no agent code either.
     assert {"privrl.federation.aggregator", "privrl.federation.vertical",
-            "privrl.federation.gossip"} <= set(AGGREGATOR_SIDE)
+            "privrl.federation.gossip", "privrl.federation.flower"} <= set(AGGREGATOR_SIDE)
 
 
 def test_importing_aggregator_side_loads_no_agent_code():

@@ -94,3 +94,22 @@ def test_python_m_privrl_does_not_import_from_the_working_directory(tmp_path: Pa
                           cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2 and "cannot import cwd_env" in done.stderr, done.stderr
     assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (["pgc-a3c", "--runtime", "flower", "--trials", "2"], "--trials"),
+    (["pgc-a3c", "--runtime", "flower", "--shuffle"], "--shuffle"),
+    (["pgc-a3c", "--runtime", "flower", "--supernodes", "0"], "--supernodes"),
+    (["pgc-a3c", "--runtime", "flower", "--address", "auto"], "--address"),
+    # FedPG-Dec's peers talk to each other; Flower carries only server <-> SuperNode messages.
+    (["fedpg-dec", "--runtime", "flower"], "--runtime"),
+])
+def test_the_flower_runtime_refuses_what_it_cannot_run(args: list[str], names: str,
+                                                       tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """Refused in one line before any process starts."""
+    out = tmp_path / "out"
+    assert main(["run", *args, "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("privrl: error:") and names in err and len(err.splitlines()) == 1, err
+    assert not out.exists()

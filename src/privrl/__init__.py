@@ -33,6 +33,10 @@ The systems (config dataclass, then the local runner that runs every trial of it
                                            paper 003: DP-SGD REINFORCE and DQN
     FedPGConfig, run_fedpg                 paper 004: FedPG-Cen and FedPG-Dec
 
+A trained policy (docs/policies.md)
+    load_policy, Policy        a run's saved policy (policy.npz): `act(obs, key=None)`
+    evaluate_run               its returns on a task (what `privrl evaluate` reports)
+
 Everything else is importable from its module (`privrl.systems.<name>.<module>`,
 `privrl.privacy.<module>`, ...); docs/architecture.md maps them.
 """
@@ -79,6 +83,9 @@ _API = {
     "run_episodic": "privrl.systems.dpsgd_rl.local",
     "FedPGConfig": "privrl.systems.fedpg.config",
     "run_fedpg": "privrl.systems.fedpg.local",
+    "load_policy": "privrl.policy",
+    "Policy": "privrl.policy",
+    "evaluate_run": "privrl.evaluation",
 }
 __all__ = sorted(_API)
 

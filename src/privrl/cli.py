@@ -106,20 +106,41 @@ RENAMED: dict[tuple[str, str], dict[str, str]] = {
 }
 
 
+# Flags other run commands take that these systems refuse, and why (one line, exit 2, instead
+# of the parser's "No such option"). docs/environments.md says the same.
+_TASK_BOUND = "its task is fixed; --env/--private are not supported"
+REFUSED: dict[tuple[str, str], dict[str, str]] = {
+    ("run", "dp-qlearning"): dict.fromkeys(("--env", "--private"), (
+        f"dp-qlearning: {_TASK_BOUND}: its functional noise is a Gaussian process over paper "
+        "001's 1-D state, sampled exactly only because exp(-|x - y|) is Markov in one "
+        "dimension (each new state conditions on its two stored neighbours), and Theorem 5's "
+        "calibration is for that kernel on [0, 1]; a d-dimensional state would need another "
+        "sampler and another calibration")),
+    ("run", "fedrl"): dict.fromkeys(("--env", "--private"), (
+        f"fedrl: {_TASK_BOUND}: its two parties each see their own half of paper 002's "
+        "Grid-World (their own window history), and the protocol (privrl.federation.vertical) "
+        "is built for that split; splitting another environment's observation between two "
+        "parties is not built yet")),
+}
+
+
 def renamed_flag(argv: list[str]) -> str | None:
     """The one-line error for the first old flag `argv` gives its command ("--seeds was renamed
-    --trials"), or None when it gives none."""
+    --trials") or a flag it refuses (`REFUSED`), or None when it gives none."""
     table = RENAMED.get(tuple(argv[:2]), {})  # type: ignore[call-overload]
+    refused = REFUSED.get(tuple(argv[:2]), {})  # type: ignore[call-overload]
     for arg in argv[2:]:
         if arg == "--":
             break
         old = arg.split("=", 1)[0]
         if old in table:
             return f"{old} was renamed {table[old]}"
+        if old in refused:
+            return f"{old}: {refused[old]}"
     return None
 
 
-RUNTIMES = ("local", "ray")
+RUNTIMES = ("local", "ray", "flower")
 Runtime = value_enum("Runtime", RUNTIMES)
 NoiseMode = value_enum("NoiseMode", NOISE_MODES)
 
@@ -128,7 +149,7 @@ Noise = Annotated[NoiseMode | None, typer.Option(
     "anyone with config.json and the reports can subtract the noise (a simulation's "
     "guarantee, not a deployment's). secret: each agent's keys come from the OS CSPRNG in its "
     "own process and are never written or sent (deployable; the noise is not reproducible). "
-    "Default: seeded for the local runtime, secret for --runtime ray.",
+    "Default: seeded for the local runtime, secret for --runtime ray and flower.",
     case_sensitive=False)]
 SecureNoise = Annotated[bool, typer.Option(
     "--secure-noise",
@@ -169,7 +190,8 @@ Out = Annotated[Path | None, typer.Option(
     "runs/<command>-...-<time>/.")]
 EnvOpt = Annotated[str | None, typer.Option(
     "--env", help="The environment: gymnax:<id> (any gymnax registry id with discrete actions, "
-    "e.g. gymnax:Acrobot-v1; jitted, the fast path), gymnasium:<id> (a Gymnasium registry id, "
+    "e.g. gymnax:Acrobot-v1, or for dp-reinforce continuous ones, e.g. gymnax:Pendulum-v1; "
+    "jitted, the fast path), gymnasium:<id> (a Gymnasium registry id, "
     "e.g. gymnasium:CartPole-v1; stepped on the host) or <module>:<callable> (a Python callable "
     "returning (gymnax_env, env_params), a Gymnasium Env or a privrl Task). Default: the "
     "system's CartPole. docs/environments.md")]
@@ -178,6 +200,10 @@ PrivateOpt = Annotated[list[str] | None, typer.Option(
     "field=v1,v2,... (one of), an environment-parameter field drawn per agent, e.g. "
     "link_mass_1=0.8:1.2 (Gymnasium: a numeric attribute of the unwrapped environment, e.g. "
     "gravity=9.7:9.9).")]
+MaxStepsOpt = Annotated[int | None, typer.Option(
+    "--max-steps", help="Episode cap in steps. Default: the task's own step limit (gymnax's "
+    "max_steps_in_episode, Gymnasium's spec.max_episode_steps; the default CartPole task's: "
+    "200 for PGC-A3C, CartPole-v0's, else 500, CartPole-v1's).")]
 Resume = Annotated[Path | None, typer.Option(
     help="Continue an interrupted sweep in this directory; finished settings are kept.")]
 AddressOpt = Annotated[str | None, typer.Option(

@@ -33,12 +33,18 @@ def masked_standardize(x: Array, mask: Array, ddof: int = 0, eps: float = 1e-8) 
 
 
 def reinforce_loss(logits: Array, actions: Array, returns: Array, mask: Array) -> Array:
-    """REINFORCE for one episode: L = −Σ_t R_t log π(a_t|s_t) over its valid steps.
+    """REINFORCE for one episode of a categorical policy (`score_function_loss`)."""
+    logp_a = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
+    return score_function_loss(logp_a, returns, mask)
+
+
+def score_function_loss(logp_a: Array, returns: Array, mask: Array) -> Array:
+    """REINFORCE for one episode: L = −Σ_t R_t log π(a_t|s_t) over its valid steps, from the
+    log-probabilities of its actions (any policy head: privrl.nets.heads).
 
     `returns` (already normalized if wanted) are held constant; ∇L is the episode's
     policy-gradient estimate, the unit DP-SGD REINFORCE clips.
     """
-    logp_a = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], axis=-1)[..., 0]
     return -jnp.sum(mask * jax.lax.stop_gradient(returns) * logp_a)
 
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 import sys
 
 import typer
-from typer.exceptions import TyperException
+
+try:  # a typer that carries its own click: its usage errors derive from TyperException
+    from typer.exceptions import TyperException as UsageError
+except ImportError:  # typer < 0.21 (the one flwr 1.42 accepts, constraints.txt): click's
+    from click import ClickException as UsageError
 
 from privrl.audit.cli import audit_apps
 from privrl.cli import renamed_flag, root_apps
 from privrl.config import ConfigError, RayNotInstalledError
+from privrl.evaluate_cli import top_app as evaluate_app
 from privrl.runfile import RunFileError
 from privrl.runtime.devices import (
     tune_garbage_collector,
@@ -34,7 +39,8 @@ SYSTEMS = (pgc_a3c, dp_qlearning, dpsgd_rl, fedpg, fedrl, fedrl_text)
 
 
 def build_app() -> typer.Typer:
-    """The `privrl` app with every system's `run` and `reproduce` commands, and `audit`."""
+    """The `privrl` app with every system's `run` and `reproduce` commands, `audit` and
+    `evaluate`."""
     app, run_app, reproduce_app = root_apps()
     audit_app = audit_apps()
     for system in SYSTEMS:
@@ -47,6 +53,7 @@ def build_app() -> typer.Typer:
         if audit is not None:
             audit_app.add_typer(audit)
     app.add_typer(audit_app, name="audit")
+    app.add_typer(evaluate_app)
     return app
 
 
@@ -76,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         print("privrl: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except TyperException as e:  # usage errors: unknown option, unparsable value, ...
+    except UsageError as e:  # usage errors: unknown option, unparsable value, ...
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
     except (ConfigError, OutputDirError, RayNotInstalledError, RunFileError) as e:

@@ -58,3 +58,26 @@ def test_every_mutation_loads_or_is_one_run_file_error(tmp_path: Path, name: str
             assert "\n" not in message and str(run) in message, (i, message)
             outcomes["refused"] += 1
     assert outcomes["refused"] > CASES // 4, outcomes  # the mutations do hit the checks
+
+
+def test_every_mutation_of_a_policy_loads_or_is_one_run_file_error(tmp_path: Path) -> None:
+    """policy.npz (issue 39): the same mutations, read by `load_policy`."""
+    from privrl.envs.task import make_task
+    from privrl.nets.flat import mlp
+    from privrl.policy import FILE, load_policy, saved_policy
+
+    model = mlp((8,), 2, 4)
+    theta = np.random.default_rng(0).normal(size=(2, model.dim)).astype(np.float32)
+    saved_policy("fedpg-cen", model, make_task("gymnax:CartPole-v1"), "logits", theta, 500
+                 ).write(tmp_path / FILE)
+    original = (tmp_path / FILE).read_bytes()
+    outcomes = {"loaded": 0, "refused": 0}
+    for i, mutated in enumerate(_mutations(original, np.random.default_rng(39))):
+        (tmp_path / FILE).write_bytes(mutated)
+        try:
+            load_policy(tmp_path)
+            outcomes["loaded"] += 1
+        except RunFileError as e:
+            assert "\n" not in str(e) and str(tmp_path / FILE) in str(e), (i, str(e))
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > CASES // 4, outcomes

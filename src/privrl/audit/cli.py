@@ -38,7 +38,7 @@ AuditMechanism = value_enum("AuditMechanism", AUDIT_MECHANISMS)
 
 @flag_names(epsilons="--epsilon")
 def audit_mechanism_command(
-    mechanism: Annotated[AuditMechanism, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="laplace, prs, privunit, privunitg (PrivUnit2 / PrivUnitG), projunit, "
         "privunitg-seed (ProjUnit, seed-compressed PrivUnitG), gaussian (local, L2 "
         "clip), box-gaussian (LDP states), gaussian-sum "

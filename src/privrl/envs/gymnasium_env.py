@@ -7,10 +7,13 @@ padded arrays the jitted gymnax rollout makes: the loss, the gradient, the mecha
 `Report` are the jitted path's. The gymnax path stays the fast default.
 
 Private dynamics are attributes of the unwrapped environment (`env.unwrapped.gravity` for
-CartPole), set per agent before its episode's reset. An attribute must exist and be numeric
-(an int, a float or a numeric array); it is set as it is, so quantities the environment derives
-from it once in `__init__` are not recomputed (Gymnasium's CartPole computes `total_mass` from
-`masspole` there: a private `masspole` would not change it).
+CartPole), set per agent before its episode's reset. An attribute must exist, on the instance
+or its class (Acrobot's `LINK_MASS_1` and `dt` are class attributes; a name is matched without
+regard to case when one attribute fits, so gymnax's `link_mass_1` names it), and be numeric
+(an int, a float or a numeric array). It is set on the instance (shadowing the class's) as it
+is, so quantities the environment derives from it once in `__init__` are not recomputed
+(Gymnasium's CartPole computes `total_mass` from `masspole` there: a private `masspole` would
+not change it).
 """
 
 from __future__ import annotations
@@ -66,19 +69,46 @@ def _numeric(value: Any) -> bool:
                                               or np.issubdtype(value.dtype, np.floating))
 
 
+def numeric_attributes(env: Any) -> list[str]:
+    """The public numeric attributes of the unwrapped environment, its class's included."""
+    base = env.unwrapped
+    names = {k for k in dir(type(base)) if not k.startswith("_")} | set(vars(base))
+    out = []
+    for k in sorted(names):
+        if k.startswith("_") or isinstance(getattr(type(base), k, None), property):
+            continue
+        try:
+            if _numeric(getattr(base, k)):
+                out.append(k)
+        except Exception:  # an attribute that fails to read is not a parameter
+            continue
+    return out
+
+
+def attribute_name(env: Any, field: str, name: str) -> str:
+    """The attribute `field` names on the unwrapped environment (instance or class): itself if
+    it exists, else the one numeric attribute equal to it without regard to case (Gymnasium's
+    Acrobot: `link_mass_1` is `LINK_MASS_1`); a ConfigError naming `private` otherwise, listing
+    the numeric attributes there are."""
+    base = env.unwrapped
+    if hasattr(base, field):
+        return field
+    numeric = numeric_attributes(env)
+    same = [k for k in numeric if k.lower() == field.lower()]
+    if len(same) == 1:
+        return same[0]
+    raise ConfigError("private", f"{name}'s environment ({type(base).__name__}) has no "
+                      f"attribute {field!r} (its numeric attributes: "
+                      f"{', '.join(numeric) or 'none'})")
+
+
 def attribute_defaults(env: Any, fields: Sequence[str], name: str) -> AttrParams:
-    """Each field's value on the unwrapped environment: it must exist and be numeric (a
-    ConfigError naming `private` otherwise, listing the numeric attributes there are)."""
+    """Each field's value on the unwrapped environment (`attribute_name`'s attribute): it must
+    be numeric (a ConfigError naming `private` otherwise)."""
     base = env.unwrapped
     values = {}
     for f in fields:
-        if not hasattr(base, f):
-            numeric = sorted(k for k, v in vars(base).items()
-                             if not k.startswith("_") and _numeric(v))
-            raise ConfigError("private", f"{name}'s environment ({type(base).__name__}) has no "
-                              f"attribute {f!r} (its numeric attributes: "
-                              f"{', '.join(numeric) or 'none'})")
-        value = getattr(base, f)
+        value = getattr(base, attribute_name(env, f, name))
         if not _numeric(value):
             raise ConfigError("private", f"{name}: attribute {f!r} is {type(value).__name__}, "
                               "not a number or numeric array")
@@ -109,6 +139,42 @@ def make_registered(env_id: str, max_steps: int | None = None, option: str = "en
     except Exception as e:  # unknown ids, missing extras (Box2D, MuJoCo), bad kwargs
         raise ConfigError(option, f"cannot make Gymnasium environment {env_id!r}: "
                           + " ".join(str(e).split())) from None
+
+
+def time_limit(env: Any) -> int | None:
+    """The environment's own step limit: its spec's `max_episode_steps`, else a `TimeLimit`
+    wrapper's; None where it states none."""
+    import gymnasium
+
+    spec = getattr(env, "spec", None)
+    if spec is not None and spec.max_episode_steps is not None:
+        return int(spec.max_episode_steps)
+    while isinstance(env, gymnasium.Wrapper):
+        if isinstance(env, gymnasium.wrappers.TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
+
+
+def reward_threshold(env: Any) -> float | None:
+    """The return at which the environment counts as solved (its spec's `reward_threshold`);
+    None where it states none."""
+    spec = getattr(env, "spec", None)
+    threshold = None if spec is None else spec.reward_threshold
+    return None if threshold is None else float(threshold)
+
+
+def registry_episode(env_id: str) -> tuple[int | None, float | None]:
+    """(step limit, reward threshold) of Gymnasium's registered `env_id`; (None, None) for an
+    id it does not know. gymnax ports classic-control tasks under Gymnasium's ids."""
+    import gymnasium
+
+    try:
+        spec = gymnasium.spec(env_id)
+    except Exception:  # an id Gymnasium does not register
+        return None, None
+    threshold = None if spec.reward_threshold is None else float(spec.reward_threshold)
+    return spec.max_episode_steps, threshold
 
 
 def is_gymnasium_env(obj: Any) -> bool:

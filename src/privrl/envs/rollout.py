@@ -30,7 +30,8 @@ unroll_threefry()  # the step loops' random draws: privrl/prng.py
 
 
 class Trajectory(NamedTuple):
-    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P)."""
+    """P padded episodes, time-major: obs (T, P, obs_dim), actions/mask (T, P) (continuous
+    actions: (T, P, d) float32, as the environment got them)."""
 
     obs: Array
     actions: Array
@@ -178,9 +179,13 @@ def _start(env: Any, env_params: Any, policy: PolicyFn, key: Array, num_envs: in
     aux = (jax.tree_util.tree_map(lambda s: jnp.zeros((max_steps, *s.shape), s.dtype), out[1])
            if isinstance(out, tuple) else None)
     zeros = lambda dtype, *shape: jnp.zeros((max_steps, num_envs, *shape), dtype)  # noqa: E731
+    # Discrete actions: (T, P) int32; continuous ones (a Gaussian head): (T, P, d) float32.
+    act = out[0] if isinstance(out, tuple) else out
+    actions = (zeros(jnp.int32) if jnp.issubdtype(act.dtype, jnp.integer)
+               else zeros(jnp.float32, *act.shape[1:]))
     done = jnp.zeros((num_envs,), bool) if active is None else ~active
     return (_Live(state0, obs0, done, jnp.zeros((num_envs,), bool), k_loop),
-            _Record(zeros(obs0.dtype, obs0.shape[-1]), zeros(jnp.int32), zeros(jnp.float32),
+            _Record(zeros(obs0.dtype, obs0.shape[-1]), actions, zeros(jnp.float32),
                     zeros(jnp.float32), aux))
 
 
@@ -212,6 +217,21 @@ def _finish(live: _Live, bufs: _Record) -> Trajectory:
                       bufs.reward)
 
 
+@partial(jax.jit, static_argnums=(1, 2, 3))
+def host_keys(key: Array, n: int, max_steps: int, observed: bool
+              ) -> tuple[Array, Array, Array | None]:
+    """`rollout_host`'s draws from its key, in one program (each eager op costs a dispatch per
+    rollout): the n reset seeds, the policy's key per step and, `observed`, the observation
+    release's key per release time. Integer draws: the same bits as computed op by op."""
+    obs_keys = None
+    if observed:
+        key, k_obs = jax.random.split(key)
+        obs_keys = jax.random.split(k_obs, max_steps + 1)
+    k_reset, k_loop = jax.random.split(key)
+    seeds = jax.random.randint(k_reset, (n,), 0, np.iinfo(np.int32).max)
+    return seeds, jax.random.split(k_loop, max_steps), obs_keys
+
+
 def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,
                  active: Any = None, observe: ObserveFn | None = None) -> Trajectory:
     """One episode in each Gymnasium environment (`reset(seed=...)`, `step(action)` returning
@@ -230,11 +250,8 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     apart from the rest; None: the raw observations, and the keys of a rollout without it.
     """
     n = len(envs)
-    if observe is not None:
-        key, k_obs = jax.random.split(key)
-        obs_keys = jax.random.split(k_obs, max_steps + 1)
-    k_reset, k_loop = jax.random.split(key)
-    seeds = np.asarray(jax.random.randint(k_reset, (n,), 0, np.iinfo(np.int32).max))
+    seeds, step_keys, obs_keys = host_keys(key, n, max_steps, observe is not None)
+    seeds = np.asarray(seeds)
     live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
     obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
     raw = obs.copy() if observe is not None else obs  # the environments' own observations
@@ -251,7 +268,6 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     mask_b = np.zeros((max_steps, n), np.float32)
     rew_b = np.zeros((max_steps, n), np.float32)
     term = np.zeros(n, bool)
-    step_keys = jax.random.split(k_loop, max_steps)
     out = jax.eval_shape(policy, step_keys[0], obs)
     with_aux = isinstance(out, tuple)
     aux_b = (jax.tree_util.tree_map(lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1])

@@ -8,6 +8,12 @@ none). Private dynamics generalise paper 000's per-agent gravity: each `PrivateP
 environment-parameter field per agent, fixed for that agent (a uniform range, a list of values or
 a user function of (key, agent id)); `agent_params(key, agent_id)` is that agent's parameters.
 
+The task owns its episode: its step limit (`episode_steps`: gymnax's `max_steps_in_episode`,
+Gymnasium's `spec.max_episode_steps`), the return that counts as success (`target`: Gymnasium's
+`reward_threshold`, None where the task states none) and a shaped reward it recommends to
+learners that want one (`shaping`: "failure" for CartPole's survival task, None elsewhere).
+A run's config leaves them None to take the task's (`resolve_task`); the user overrides them.
+
 Build one with `make_task("gymnax:Acrobot-v1")`, `make_task("gymnasium:CartPole-v1")`,
 `make_task("mypkg.envs:make")` (a callable returning `(env, params)` or a Gymnasium `Env`), or
 `Task(env, params, name)` directly. A `GymnasiumTask` (`host` True) rolls out on the host
@@ -28,11 +34,16 @@ from jax import Array
 from privrl.config import ConfigError
 from privrl.envs.gymnasium_env import (
     attribute_defaults,
+    attribute_name,
     is_gymnasium_env,
     make_registered,
+    registry_episode,
+    reward_threshold,
     set_attributes,
+    time_limit,
 )
 from privrl.envs.rollout import Trajectory, rollout_host
+from privrl.nets.heads import Categorical, Head, head_for
 from privrl.plugins import call_user, load_callable
 
 # (key, agent_id) -> the agent's value of one parameter field
@@ -91,6 +102,9 @@ class Task:
 
     `reward_transform` (rewards (T, ...) -> rewards) is applied to the environment's rewards
     before the learner sees them; None (default) is the environment's own reward.
+    `max_steps` caps episodes where the parameters hold no cap (`with_max_steps`); `target` is
+    the return that counts as success (None: the task states none, so runs report returns and
+    no success ratio); `shaping` the shaped reward the task recommends (module docstring).
     """
 
     env: Any
@@ -99,6 +113,9 @@ class Task:
     private: tuple[PrivateParam, ...] = ()
     reward_transform: Callable[[Array], Array] | None = None
     option: str = field(default="env", compare=False)  # the option errors name (CLI: --env)
+    max_steps: int | None = None
+    target: float | None = None
+    shaping: str | None = None
     # Rollouts run on the host (a Gymnasium environment: `rollout(...)`), not inside jit.
     host: ClassVar[bool] = False
 
@@ -109,7 +126,7 @@ class Task:
                 raise ConfigError(self.option, f"{self.name}: the environment has no "
                                   f"{attr}(); a task needs a gymnax Environment")
         self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
-        self.num_actions  # noqa: B018
+        self.head  # noqa: B018
         for p in self.private:
             self._check_private(p)
 
@@ -127,15 +144,29 @@ class Task:
         return int(shape[0])
 
     @property
-    def num_actions(self) -> int:
+    def head(self) -> Head:
+        """The policy head the action space takes (privrl.nets.heads): Discrete → categorical,
+        a 1-D bounded Box → Gaussian; anything else is a ConfigError."""
         space = self._spaces()[1]
-        n = getattr(space, "n", None)
-        if n is None or getattr(space, "shape", ()) != ():
-            raise ConfigError(self.option, f"{self.name}: continuous or structured actions "
-                              f"({type(space).__name__}) are not supported: the algorithms here "
-                              "have categorical policies; continuous actions would need a "
-                              "Gaussian policy head and a Box-aware rollout")
-        return int(n)
+        head = head_for(space)
+        if head is None:
+            raise ConfigError(self.option, f"{self.name}: {type(space).__name__} actions of "
+                              f"shape {tuple(getattr(space, 'shape', ()) or ())} are not "
+                              "supported: a Discrete space or a one-dimensional Box with "
+                              "finite bounds")
+        return head
+
+    @property
+    def num_actions(self) -> int:
+        """The number of discrete actions (the categorical learners' networks are sized by
+        it); continuous actions are a ConfigError naming the task's option."""
+        head = self.head
+        if not isinstance(head, Categorical):
+            raise ConfigError(self.option, f"{self.name}: continuous actions (a Box of "
+                              f"{head.dim}) are supported by DP-REINFORCE only (a Gaussian "
+                              "policy head, docs/environments.md); this algorithm's policy is "
+                              "categorical")
+        return head.n
 
     # --- rewards -----------------------------------------------------------------------------
     def rewards(self, rewards: Array, mask: Array) -> Array:
@@ -150,10 +181,21 @@ class Task:
         return replace(self, private=tuple(private))
 
     def with_max_steps(self, max_steps: int) -> Task:
-        """The same task with episodes capped at `max_steps` (if the parameters have a cap)."""
+        """The same task with episodes capped at `max_steps` (the parameters' cap too, if they
+        have one)."""
         if hasattr(self.params, "max_steps_in_episode"):
-            return replace(self, params=self.params.replace(max_steps_in_episode=max_steps))
-        return self
+            return replace(self, params=self.params.replace(max_steps_in_episode=max_steps),
+                           max_steps=max_steps)
+        return replace(self, max_steps=max_steps)
+
+    @property
+    def episode_steps(self) -> int | None:
+        """The task's step limit: `max_steps` if set, else the parameters'
+        `max_steps_in_episode` (gymnax's), else None (the task states none)."""
+        if self.max_steps is not None:
+            return self.max_steps
+        cap = getattr(self.params, "max_steps_in_episode", None)
+        return None if cap is None else int(cap)
 
     def agent_params(self, key: Array, agent_id: Array) -> Any:
         """Agent `agent_id`'s environment parameters: each private field drawn from
@@ -196,15 +238,22 @@ class Task:
         if p.values is not None:
             if not p.values:
                 raise ConfigError(opt, f"{p.field}: an empty list of values")
-            candidates = [np.asarray(v, float) for v in p.values]
+            given_values = p.values
         else:
             if not np.issubdtype(ref.dtype, np.floating):
                 raise ConfigError(opt, f"{p.field} is an integer/boolean field: give a list "
                                   "of values, not a range")
-            candidates = [np.asarray(p.low, float), np.asarray(p.high, float)]
-            if np.any(candidates[0] > candidates[1]):
-                raise ConfigError(opt, f"{p.field}: low {_fmt(p.low)} > high {_fmt(p.high)}")
-        for c in candidates:
+            given_values = (p.low, p.high)
+        # Shape, finiteness and order are all we check: a field's domain is the environment's
+        # (a default's sign says nothing of it: a drift of 0 is a valid probability), so the
+        # user's range is respected as given.
+        candidates = []
+        for v in given_values:
+            try:
+                c = np.asarray(v, float)
+            except (TypeError, ValueError):
+                raise ConfigError(opt, f"{p.field}: {v!r} is not a number or numeric "
+                                  "array") from None
             try:
                 np.broadcast_to(c, ref.shape)
             except ValueError:
@@ -212,11 +261,9 @@ class Task:
                                   "broadcast to it") from None
             if not np.all(np.isfinite(c)):
                 raise ConfigError(opt, f"{p.field}: values must be finite, got {_fmt(c)}")
-            # The domain we can know: a field positive by default (a mass, a length, gravity)
-            # must stay positive; a field with a sign of its own keeps no such rule.
-            if np.all(ref > 0) and np.any(c <= 0):
-                raise ConfigError(opt, f"{p.field} is positive (default {_fmt(ref)}); "
-                                  f"{_fmt(c)} is outside its domain")
+            candidates.append(c)
+        if p.values is None and np.any(candidates[0] > candidates[1]):
+            raise ConfigError(opt, f"{p.field}: low {_fmt(p.low)} > high {_fmt(p.high)}")
 
 
 @dataclass(frozen=True)
@@ -231,16 +278,17 @@ class GymnasiumTask(Task):
 
     make_env: Callable[[], Any] | None = None
     env_id: str | None = None  # a Gymnasium registry id (None: a user callable's environment)
-    max_steps: int | None = None
     _pool: list = field(default_factory=list, init=False, compare=False, repr=False)
 
     host: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "private", tuple(  # each field as the environment spells it
+            replace(p, field=attribute_name(self.env, p.field, self.name)) for p in self.private))
         object.__setattr__(self, "params", attribute_defaults(
             self.env, [p.field for p in self.private], self.name))
         self.obs_dim  # noqa: B018 - validate the spaces now, before any computation
-        self.num_actions  # noqa: B018
+        self.head  # noqa: B018
         for p in self.private:
             self._check_private(p)
 
@@ -251,6 +299,11 @@ class GymnasiumTask(Task):
         """Episodes capped at `max_steps` (a registry id's time limit is set to it; a user's
         environment keeps its own, and the rollout stops at the cap)."""
         return replace(self, max_steps=max_steps)
+
+    @property
+    def episode_steps(self) -> int | None:
+        """`max_steps` if set, else the environment's own time limit (None: it states none)."""
+        return self.max_steps if self.max_steps is not None else time_limit(self.env)
 
     def envs(self, n: int) -> list[Any]:
         """`n` rollout environments, made once and reused (each rollout resets them)."""
@@ -281,21 +334,39 @@ class GymnasiumTask(Task):
 
 
 # --- making tasks ----------------------------------------------------------------------------
+# Survival tasks: +1 per step until the episode ends in failure (CartPole's pole falls), so the
+# end is the only news. Their shaped reward, "failure" (−1 on the fall, 0 otherwise), has the
+# same best policy and is what a critic without bias can fit (docs/pgc-a3c-fidelity.md).
+SURVIVAL_TASKS = ("CartPole-v0", "CartPole-v1")
+
+
+def _shaping(env_id: str) -> str | None:
+    return "failure" if env_id in SURVIVAL_TASKS else None
+
+
 def gymnax_task(env_id: str, option: str = "env") -> Task:
-    """A task from the gymnax registry (`gymnax.registered_envs`)."""
+    """A task from the gymnax registry (`gymnax.registered_envs`). A port of a Gymnasium task
+    (the same id and step limit: CartPole, Acrobot, MountainCar, ...) takes Gymnasium's
+    reward threshold as its target."""
     import gymnax
 
     if env_id not in gymnax.registered_envs:
         raise ConfigError(option, f"unknown gymnax environment {env_id!r}; known: "
                           f"{', '.join(gymnax.registered_envs)}")
     env, params = gymnax.make(env_id)
-    return Task(env, params, f"gymnax:{env_id}", option=option)
+    steps, threshold = registry_episode(env_id)
+    own = getattr(params, "max_steps_in_episode", None)
+    target = threshold if steps is not None and own is not None and int(own) == steps else None
+    return Task(env, params, f"gymnax:{env_id}", option=option, target=target,
+                shaping=_shaping(env_id))
 
 
 def gymnasium_task(env_id: str, option: str = "env") -> GymnasiumTask:
-    """A task from the Gymnasium registry (`gymnasium:<id>`)."""
-    return GymnasiumTask(make_registered(env_id, option=option), None, f"gymnasium:{env_id}",
-                         env_id=env_id, option=option)
+    """A task from the Gymnasium registry (`gymnasium:<id>`): its time limit and reward
+    threshold are the spec's."""
+    env = make_registered(env_id, option=option)
+    return GymnasiumTask(env, None, f"gymnasium:{env_id}", env_id=env_id, option=option,
+                         target=reward_threshold(env), shaping=_shaping(env_id))
 
 
 def callable_task(spec: str, option: str = "env") -> Task:
@@ -312,7 +383,8 @@ def callable_task(spec: str, option: str = "env") -> Task:
         if call_user(fn, spec, option) is out:  # called again for every rollout environment
             raise ConfigError(option, f"{spec}() returned the same Gymnasium environment twice: "
                               "it must make a new one on each call (one per parallel agent)")
-        return GymnasiumTask(out, None, spec, make_env=fn, option=option)
+        return GymnasiumTask(out, None, spec, make_env=fn, option=option,
+                             target=reward_threshold(out))
     return Task(out[0], out[1], spec, option=option)
 
 
@@ -346,41 +418,60 @@ def parse_private(text: str, option: str = "private") -> PrivateParam:
         raise ConfigError(option, f"{text!r}: the values must be numbers") from None
 
 
-def cartpole_task(max_steps: int, gravities: tuple[float, ...] | None = None) -> Task:
-    """The CartPole family of the paper systems: gymnax CartPole capped at `max_steps`; with
-    `gravities`, each agent's gravity is one of them (the exact draw of
-    `envs.cartpole.agent_gravity`), without, gymnax's default gravity for everyone."""
+def cartpole_task(version: str = "v1", gravities: tuple[float, ...] | None = None) -> Task:
+    """The CartPole task of the paper systems: gymnax CartPole with Gymnasium's CartPole-`version`
+    episode (v0: 200 steps, solved at 195, paper 000's; v1: 500 steps, solved at 475) and
+    CartPole's shaping; with `gravities`, each agent's gravity is one of them (the exact draw
+    of `envs.cartpole.agent_gravity`), without, gymnax's default gravity for everyone."""
     from privrl.envs.cartpole import PAPER_GRAVITIES, CartPoleSpec, make_cartpole
 
-    env, params = make_cartpole(CartPoleSpec(max_steps, tuple(gravities or PAPER_GRAVITIES)))
+    steps, target = registry_episode(f"CartPole-{version}")
+    if steps is None:
+        raise ValueError(f"unknown CartPole version {version!r} (v0 or v1)")
+    env, params = make_cartpole(CartPoleSpec(steps, tuple(gravities or PAPER_GRAVITIES)))
     private = () if gravities is None else (PrivateParam("gravity", values=tuple(gravities)),)
-    return Task(env, params, "gymnax:CartPole-v1", private)
+    return Task(env, params, "gymnax:CartPole-v1", private, target=target,
+                shaping=_shaping(f"CartPole-{version}"))
 
 
-def configured_task(env: str | None, private: Sequence[str], max_steps: int,
-                    default: Callable[[], Task]) -> Task:
+def configured_task(env: str | None, private: Sequence[str], default: Callable[[], Task]
+                    ) -> Task:
     """The task a config names: `default()` (the system's paper task) when `env` is None and no
     `private` spec is given, else `make_task(env or "gymnax:CartPole-v1")` with the parsed
-    `private` specs; episodes capped at `max_steps` either way."""
+    `private` specs."""
     if env is None and not private:
         return default()
     specs = tuple(parse_private(p) for p in private)
-    return make_task(env or "gymnax:CartPole-v1", specs).with_max_steps(max_steps)
+    return make_task(env or "gymnax:CartPole-v1", specs)
 
 
-def resolve_task(config: Any, task: Task | None, default: Callable[[], Task]) -> tuple[Any, Task]:
+def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
+                 target: str = "target_return") -> tuple[Any, Task]:
     """The task a run uses and its config as config.json records it. With `task` (Python API)
     the config is made to name it (`env`, `private_params`); without, the task is the one
-    `config.env`/`config.private_params` name (`configured_task`, episodes capped at
-    `config.max_episode_steps`), `default()` when neither is set."""
+    `config.env`/`config.private_params` name (`configured_task`), `default()` when neither is
+    set. The task owns its episode: `config.max_episode_steps` None takes the task's step
+    limit (set, the task is capped at it), and the config field `target` None the task's
+    success target (None where the task has none: the run reports returns only)."""
     if task is None:
-        return config, configured_task(config.env, config.private_params,
-                                       config.max_episode_steps, default)
-    return replace(config, env=task.name, private_params=tuple(task.private_spec())), task
+        task = configured_task(config.env, config.private_params, default)
+    else:
+        config = replace(config, env=task.name, private_params=tuple(task.private_spec()))
+    if config.max_episode_steps is not None:
+        task = task.with_max_steps(config.max_episode_steps)
+    elif task.episode_steps is None:
+        raise ConfigError("max_episode_steps", f"{task.name} states no step limit (no "
+                          "max_steps_in_episode parameter, no spec.max_episode_steps or "
+                          "TimeLimit): set the episode cap")
+    updates = {"max_episode_steps": task.episode_steps}
+    if getattr(config, target) is None:
+        updates[target] = task.target
+    return replace(config, **updates), task
 
 
 def check_module(module: Any, task: Task, outputs: str, option: str = "model") -> Any:
     """Check that a flax module maps one observation to `outputs`: "logits" ((num_actions,)),
+    "policy" (the task's policy head's outputs: logits, or a Gaussian's (μ, log σ), 2d),
     "logits,value" (a pair: (num_actions,) and ()) or "q" ((num_actions,) Q-values); a
     ConfigError naming `option` otherwise. Returns the module."""
     x = jnp.zeros((task.obs_dim,), jnp.float32)
@@ -390,14 +481,15 @@ def check_module(module: Any, task: Task, outputs: str, option: str = "model") -
     except Exception as e:
         raise ConfigError(option, f"{type(module).__name__} fails on one observation of shape "
                           f"({task.obs_dim},): {type(e).__name__}: {e}") from None
-    a = (task.num_actions,)
+    a = (task.head.outputs,) if outputs == "policy" else (task.num_actions,)
     if outputs == "logits,value":
         ok = (isinstance(out, tuple) and len(out) == 2 and tuple(out[0].shape) == a
               and tuple(out[1].shape) == ())
         want = f"a pair (logits of shape {a}, a scalar value)"
     else:
         ok = hasattr(out, "shape") and tuple(out.shape) == a
-        want = f"{'Q-values' if outputs == 'q' else 'logits'} of shape {a}"
+        kind = {"q": "Q-values", "policy": "policy outputs"}.get(outputs, "logits")
+        want = f"{kind} of shape {a}"
     if not ok:
         got = jax.tree_util.tree_map(lambda s: tuple(s.shape), out)
         raise ConfigError(option, f"{type(module).__name__} must return {want} for one "

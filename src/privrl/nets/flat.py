@@ -120,3 +120,58 @@ def mlp(hidden: tuple[int, ...], num_outputs: int, obs_dim: int,
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
     return FlatModel(MLP(tuple(hidden), num_outputs, init), jnp.zeros((obs_dim,), jnp.float32))
+
+
+# --- a saved policy's model: described in JSON, rebuilt from the description alone ----------
+ARCHITECTURES = ("actor-critic", "mlp", "module")
+MAX_WIDTH, MAX_LAYERS, MAX_INPUT = 1 << 16, 32, 1 << 20
+
+
+def describe_model(model: FlatModel, num_actions: int) -> dict[str, Any]:
+    """The JSON description a saved policy records: architecture, sizes, activation; a user's
+    module is named (for the reader), never rebuilt from the name."""
+    m, obs_dim = model.module, int(model._example.shape[-1])
+    common = {"obs_dim": obs_dim, "num_actions": int(num_actions), "dim": model.dim}
+    if isinstance(m, ActorCritic):
+        return {"architecture": "actor-critic", "hidden": [m.hidden], "activation": "relu",
+                "use_bias": m.use_bias, **common}
+    if isinstance(m, MLP):
+        return {"architecture": "mlp", "hidden": list(m.hidden), "activation": "relu",
+                "use_bias": True, **common}
+    return {"architecture": "module",
+            "module": f"{type(m).__module__}.{type(m).__qualname__}", **common}
+
+
+def check_description(d: Any) -> dict[str, Any]:
+    """A model description's fields, each of the type and range `describe_model` writes;
+    ValueError otherwise (a tampered file must not build a huge or odd network)."""
+    def count(v: Any, hi: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= hi
+
+    if not isinstance(d, dict) or d.get("architecture") not in ARCHITECTURES:
+        raise ValueError(f"unknown model architecture in {d!r:.80}")
+    if not (count(d.get("obs_dim"), MAX_INPUT) and count(d.get("num_actions"), MAX_WIDTH)
+            and count(d.get("dim"), 1 << 28)):
+        raise ValueError("model sizes (obs_dim, num_actions, dim) missing or out of range")
+    if d["architecture"] == "module":
+        if not isinstance(d.get("module"), str):
+            raise ValueError("a user module's description needs its name")
+        return d
+    hidden = d.get("hidden")
+    if (not isinstance(hidden, list) or not 1 <= len(hidden) <= MAX_LAYERS
+            or not all(count(h, MAX_WIDTH) for h in hidden)):
+        raise ValueError(f"hidden sizes {hidden!r:.80} out of range")
+    if d["architecture"] == "actor-critic" and len(hidden) != 1:
+        raise ValueError("an actor-critic network has one hidden layer")
+    if d.get("activation") != "relu" or not isinstance(d.get("use_bias"), bool):
+        raise ValueError("activation must be relu and use_bias a boolean")
+    if d["architecture"] == "mlp" and not d["use_bias"]:
+        raise ValueError("privrl's MLP has biases")
+    return d
+
+
+def model_from_description(d: dict[str, Any]) -> FlatModel:
+    """The network a (checked) description names, built from its sizes."""
+    if d["architecture"] == "actor-critic":
+        return actor_critic(d["hidden"][0], d["num_actions"], d["obs_dim"], d["use_bias"])
+    return mlp(tuple(d["hidden"]), d["num_actions"], d["obs_dim"])

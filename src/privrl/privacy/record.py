@@ -32,6 +32,7 @@ __all__ = [
     "NO_GUARANTEE",
     "SIMULATION_ONLY",
     "SPREAD_ACCOUNTING",
+    "TRUST_DOMAINS",
     "Budget",
     "CentralShuffle",
     "Claim",
@@ -43,12 +44,54 @@ __all__ = [
     "privacy_record",
     "pure_ldp",
     "statement",
+    "trust_domain",
 ]
 
 NO_GUARANTEE = "NO PRIVACY GUARANTEE"
 SIMULATION_ONLY = "SIMULATION ONLY: the noise is reproducible from the seed in config.json."
 SPREAD_ACCOUNTING = "**accounting"  # in `order`: the account's keys inline, not under a key
 COMPOSED = ("statement", "headline", "guarantee")  # the keys `privacy_record` composes
+
+
+# Where a run's parties live, by runtime: what separates an agent's secrets (its environment, raw
+# data, noise root) from the aggregator's operator. privacy.json names it (`trust_domain`): the
+# same (ε, δ) means something else when whoever runs the aggregator can read an agent's memory.
+TRUST_DOMAINS: dict[str, dict[str, str]] = {
+    "local": {
+        "domains": "one process",
+        "what": "every agent, the aggregator and the driver share one operating-system "
+                "process: a simulation of a deployment, not one",
+        "guarantee_against": "whoever sees only the released reports (the run's files); "
+                             "no party of the run is separated from another",
+    },
+    "ray": {
+        "domains": "one Ray cluster",
+        "what": "scale-out inside one organization: anyone who can connect to the cluster "
+                "(the driver, the aggregator's operator, any other job) can run code on any "
+                "node, including reading an agent's secret noise root and raw gradients",
+        "guarantee_against": "whoever sees only the released reports and cannot connect to "
+                             "the cluster; NOT the operator of the aggregator or anyone else "
+                             "who can connect",
+    },
+    "flower": {
+        "domains": "one per agent, one for the aggregator",
+        "what": "each agent computes in a process of its own beside its SuperNode (privrl's "
+                "agent executor), holding its environment, parameters and noise root, and "
+                "runs only the app bundle its owner pinned, never a bundle's code; the "
+                "aggregator's ServerApp receives only Reports",
+        "guarantee_against": "the aggregator's operator and anyone who sees the Reports, "
+                             "provided each agent's SuperNode runs in a domain of its own "
+                             "(a local test deployment runs them all on one machine as one "
+                             "user: docs/flower.md)",
+    },
+}
+
+
+def trust_domain(runtime: str) -> dict[str, str]:
+    """privacy.json's `trust_domain` for a run on `runtime` (docs/threat-model.md)."""
+    if runtime not in TRUST_DOMAINS:
+        raise ValueError(f"unknown runtime {runtime!r}; one of {sorted(TRUST_DOMAINS)}")
+    return {"runtime": runtime, **TRUST_DOMAINS[runtime]}
 
 
 def _eps(epsilon: float, delta: float, notion: str) -> str:

@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from privrl.config import ConfigError, json_safe
+from privrl.policy import FILE as POLICY_FILE
+from privrl.policy import SavedPolicy
 
 T = TypeVar("T")
 PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
@@ -96,10 +98,13 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_json(path: Path, obj: Any) -> None:
+def json_text(obj: Any) -> str:
     """Strict JSON (non-finite floats as strings; anything else non-finite is an error)."""
-    path.write_text(json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False)
-                    + "\n")
+    return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json_text(obj))
 
 
 def csv_writer(header: str, rows: Callable[[], Iterable[str]]) -> Callable[[Path], None]:
@@ -218,7 +223,9 @@ class RunRecord:
 
     metrics writes metrics.csv at the path it is given (None: the run has no metrics table);
     plots maps a file name in plots/ to the function drawing it; run_info holds extra
-    config.json fields (devices, topology, maps, ...); files extra JSON documents by name.
+    config.json fields (devices, topology, maps, ...); files extra JSON documents by name;
+    policy each trial's trained policy (privrl.policy: policy.npz); runtime where the
+    parties ran (privacy.json's `trust_domain`).
     """
 
     algorithm: str
@@ -230,40 +237,65 @@ class RunRecord:
     plots: dict[str, FileWriter] = field(default_factory=dict)
     run_info: dict[str, Any] = field(default_factory=dict)
     files: dict[str, Any] = field(default_factory=dict)
+    policy: SavedPolicy | None = None
+    runtime: str = "local"
+
+    def __post_init__(self) -> None:
+        # Refused here, before anything is written: an unknown runtime, a second trust domain.
+        from privrl.privacy.record import trust_domain  # JAX-free CLI imports: no JAX here
+
+        trust_domain(self.runtime)
+        if "trust_domain" in self.privacy:
+            raise ValueError("a privacy record names its trust domain only through "
+                             "RunRecord.runtime")
 
     def paths(self) -> list[str]:
         """The files `save` writes, relative to the run directory."""
         return ["config.json", *(["metrics.csv"] if self.metrics is not None else []),
                 "privacy.json", "summary.json", *self.files,
+                *([POLICY_FILE] if self.policy is not None else []),
                 *(f"plots/{name}" for name in self.plots)]
 
 
 def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """Write a run directory: config.json, metrics.csv, privacy.json, summary.json, the extra
-    files and plots/. The directory may hold other things (a Ray run's logs) but none of these
-    files: a run never overwrites results. Returns the summary."""
+    files, the trained policy (policy.npz) and plots/. The directory may hold other things (a
+    Ray run's logs) but none of these files: a run never overwrites results. Returns the summary."""
     _refuse_existing(path, record.paths())
     write_run_config(path, record.algorithm, record.config, record.seed, command,
                      **record.run_info)
     if record.metrics is not None:
         record.metrics(path / "metrics.csv")
-    write_json(path / "privacy.json", record.privacy)
+    write_json(path / "privacy.json", with_trust_domain(record))
     write_json(path / "summary.json", record.summary)
     for name, doc in record.files.items():
         write_json(path / name, doc)
+    if record.policy is not None:
+        record.policy.write(path / POLICY_FILE)
     for name, plot in record.plots.items():
         plot(path / "plots" / name)
     return record.summary
 
 
 def save_setting(record: RunRecord, path: Path) -> dict[str, Any]:
-    """One setting of a sweep: summary.json, privacy.json and the bare config.json (the
-    sweep's sweep.json holds the command and versions; tables are drawn from the summaries)."""
-    _refuse_existing(path, ["config.json", "privacy.json", "summary.json"])
+    """One setting of a sweep: summary.json, privacy.json, the bare config.json (the
+    sweep's sweep.json holds the command and versions; tables are drawn from the summaries)
+    and the trained policy (policy.npz)."""
+    policy = [POLICY_FILE] if record.policy is not None else []
+    _refuse_existing(path, ["config.json", "privacy.json", "summary.json", *policy])
     write_json(path / "summary.json", record.summary)
-    write_json(path / "privacy.json", record.privacy)
+    write_json(path / "privacy.json", with_trust_domain(record))
     write_json(path / "config.json", record.config)
+    if record.policy is not None:
+        record.policy.write(path / POLICY_FILE)
     return record.summary
+
+
+def with_trust_domain(record: RunRecord) -> dict[str, Any]:
+    """The run's privacy record with the trust domain its runtime gave its parties."""
+    from privrl.privacy.record import trust_domain
+
+    return {**record.privacy, "trust_domain": trust_domain(record.runtime)}
 
 
 def _refuse_existing(path: Path, names: list[str]) -> None:
@@ -272,3 +304,33 @@ def _refuse_existing(path: Path, names: list[str]) -> None:
     if taken:
         raise OutputDirError(f"{path} already holds {', '.join(taken)}; results are never "
                              "overwritten")
+
+
+class SavesRunDir:
+    """A run's result in the Python API: `save(out)` writes the run directory the CLI writes
+    (the same `RunRecord`, the same writer), and `privacy` is its privacy.json (with the
+    statement). A system's result class defines `record()`."""
+
+    def record(self) -> RunRecord:
+        raise NotImplementedError
+
+    @property
+    def privacy_record(self) -> dict[str, Any]:
+        """privacy.json of this run: the statement, the mechanism, the ledger, the account."""
+        return json_safe(self.record().privacy)
+
+    def save(self, out: str | os.PathLike, command: list[str] | None = None) -> Path:
+        """Write config.json, metrics.csv, privacy.json, summary.json, policy.npz and plots/
+        into `out` (a new or empty directory, as --out: results are never overwritten)."""
+        check_out_dir(out)
+        path = new_run_dir(out, "")
+        save(self.record(), path, command)
+        return path
+
+
+def save_if_asked(result: T, out: str | os.PathLike | None) -> T:
+    """A runner's `out=` argument: the result's run directory written into `out` (None:
+    nothing written). The runner checks `out` with `check_out_dir` before it computes."""
+    if out is not None:
+        result.save(out)  # type: ignore[attr-defined]
+    return result

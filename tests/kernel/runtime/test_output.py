@@ -108,3 +108,28 @@ def test_a_stem_with_a_module_path_names_one_directory(tmp_path):
     assert path.parent == tmp_path and path.is_dir()
     assert path.name.startswith("pgc-a3c-tuned-examples_own_mechanism.py_duchi-eps5-")
     assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("runtime", ["local", "ray", "flower"])
+def test_privacy_json_names_the_runtimes_trust_domain(tmp_path: Path, runtime: str) -> None:
+    """privacy.json says where the run's parties lived: one process, one Ray cluster whose
+    users can read any agent's memory, or one domain per agent (docs/threat-model.md)."""
+    save(_record(runtime=runtime), tmp_path / "r")
+    save_setting(_record(runtime=runtime), tmp_path / "s")
+    for where in ("r", "s"):
+        domain = _strict(tmp_path / where / "privacy.json")["trust_domain"]
+        assert domain["runtime"] == runtime
+        assert set(domain) == {"runtime", "domains", "what", "guarantee_against"}
+    domain = _strict(tmp_path / "r" / "privacy.json")["trust_domain"]
+    if runtime == "ray":  # anyone who can connect reads an agent's noise root: not protected
+        assert "NOT the operator of the aggregator" in domain["guarantee_against"]
+        assert "noise root" in domain["what"]
+    if runtime == "local":
+        assert domain["domains"] == "one process" and "simulation" in domain["what"]
+
+
+def test_an_unknown_runtime_or_a_second_trust_domain_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown runtime 'cloud'"):
+        _record(runtime="cloud")
+    with pytest.raises(ValueError, match="trust domain"):
+        _record(privacy={"statement": "x", "trust_domain": "anything"})

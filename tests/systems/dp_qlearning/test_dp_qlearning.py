@@ -116,6 +116,7 @@ def test_noise_keys_are_recorded():
     ({"sigma": 0.3, "delta": 1e-5}, "delta"),  # δ without ε
     ({"sigma": 0.3, "beta": 2.0}, "beta"),  # β without ε
     ({"sigma": 0.3, "episodes": 0}, "episodes"),
+    ({"sigma": 0.5, "episodes": 2}, "episodes"),  # 100 transitions < one batch of 128
 ])
 def test_bad_configuration_names_the_field(overrides, field):
     with pytest.raises(ConfigError) as e:

@@ -34,6 +34,7 @@ from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, make_optimizer, sample_poisson
+from privrl.systems.dpsgd_rl.episodic import episodic_task
 from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy, PrivateObservations
 from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -290,8 +291,8 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
                         seen.update(cfg=cfg))
     assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
-    cfg = seen["cfg"]
-    assert cfg.accountant == "rdp"
+    cfg = episodic_task(seen["cfg"].resolved(), None)[0]  # the run's: CartPole-v1's episode
+    assert cfg.accountant == "rdp" and cfg.max_episode_steps == 500
     episode = cfg.obs.record(cfg.max_episode_steps, cfg.accountant)["per_episode"]
     direct = RdpAccountant()
     direct.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 501))
@@ -523,9 +524,12 @@ def test_new_dqn_options_are_post_processing_and_leave_sigma_at_target_epsilon_8
     """Double DQN, lr decay and pause-at change no release: at target ε = 8 (δ = 1e-5) dp-sgd
     calibrates the same σ with them, and a direct dp-accounting PLD over the 10,000 releases a
     transition can see gives ε ≤ 8 at that σ."""
+    def resolved(c: DQNConfig) -> DQNConfig:  # as the run resolves it: on its task's episode
+        return episodic_task(c.resolved(), None)[0]
+
     base = DQNConfig.from_preset("dp-sgd", dp=True, target_epsilon=8.0, episodes=600)
-    cfg = replace(base, double_dqn=True, lr_decay_updates=50_000, pause_at=500.0).resolved()
-    assert cfg.noise_multiplier == base.resolved().noise_multiplier and cfg.q == 0.0512
+    cfg = resolved(replace(base, double_dqn=True, lr_decay_updates=50_000, pause_at=500.0))
+    assert cfg.noise_multiplier == resolved(base).noise_multiplier and cfg.q == 0.0512
     event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
         cfg.q, dp_accounting.GaussianDpEvent(cfg.noise_multiplier)), 10_000)
     direct = PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
@@ -538,9 +542,10 @@ def test_new_dqn_options_are_post_processing_and_leave_sigma_at_target_epsilon_8
 def test_dp_solve_preset_is_dp_sgd_with_a_small_network_and_the_same_account() -> None:
     """dp-solve changes the network (16-16), double DQN and pause-at only: same q, same σ at
     target ε = 8, and every other field equal to dp-sgd's, so its guarantee is dp-sgd's."""
-    sgd = DQNConfig.from_preset("dp-sgd", dp=True, target_epsilon=8.0, episodes=800).resolved()
-    solve = DQNConfig.from_preset("dp-solve", dp=True, target_epsilon=8.0,
-                                  episodes=800).resolved()
+    sgd, solve = (episodic_task(DQNConfig.from_preset(p, dp=True, target_epsilon=8.0,
+                                                      episodes=800).resolved(), None)[0]
+                  for p in ("dp-sgd", "dp-solve"))
+    assert sgd.noise_multiplier != 1.0  # calibrated on the task's 500-step episodes
     assert (solve.hidden, solve.double_dqn, solve.pause_at) == ((16, 16), True, 500.0)
     a, b = sgd.to_dict(), solve.to_dict()
     changed = {f for f in a if a[f] != b[f]}

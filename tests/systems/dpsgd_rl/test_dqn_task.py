@@ -87,7 +87,7 @@ def test_acrobot_episode_and_config_json(tmp_path) -> None:
     ("dp-dqn", ["--env", "gymnax:Acrobot-v1", "--private", "nope=1:2"], "--private"),
     ("ldp-dqn", ["--env", "gymnax:Acrobot-v1"], "--mode"),  # sigma mode is CartPole's
     ("ldp-reinforce", ["--env", "gymnax:Acrobot-v1", "--mode", "box"], "--box-low"),
-    ("ldp-reinforce", ["--private", "gravity=0:1"], "--private"),
+    ("ldp-reinforce", ["--private", "gravity=0:inf"], "--private"),
 ])
 def test_cli_env_errors_are_one_line(cmd, args, option, fails_in_one_line) -> None:
     fails_in_one_line(cmd, args, option)

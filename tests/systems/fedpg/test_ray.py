@@ -95,6 +95,7 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
         assert (out / name).exists(), name
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["noise_keys"]["mode"] == "secret"  # the Ray runtime's default
+    assert privacy["trust_domain"]["domains"] == "one Ray cluster"  # not one per agent
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert cfg["env"] == "gymnasium:CartPole-v1"
     rows = (out / "metrics.csv").read_text().splitlines()[1:]

@@ -167,6 +167,7 @@ def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     assert privacy["ledger"]["per_agent_epsilon"]["max"] == 10.0
     assert privacy["ledger"]["agents"] == 2 * 50
     assert privacy["mechanism"]["mechanism"] == "laplace"
+    assert privacy["trust_domain"]["runtime"] == "local"  # one process: a simulation
     config = json.loads((a / "config.json").read_text())
     assert config["seed"] == 4 and config["versions"]["jax"]
     rows = (a / "metrics.csv").read_text().splitlines()
@@ -220,14 +221,18 @@ def test_target_score_and_window_reach_config_summary_and_fst(tmp_path, capsys):
 
 
 def test_target_note_names_the_target_used():
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
     from privrl.systems.pgc_a3c.cli import target_note
 
-    assert target_note(PGCA3CConfig()) is None  # CartPole: 195 is its target
-    acro = PGCA3CConfig(env="gymnax:Acrobot-v1", target_score=-100.0, score_window=20)
-    note = target_note(acro)
-    assert "20 consecutive returns reaching -100" in note and "CartPole's" not in note
-    assert "set --target-return" in target_note(PGCA3CConfig(env="gymnax:Acrobot-v1"))
+    def resolved(**kw):
+        return PGCA3C(PGCA3CConfig(**kw)).config
+
+    assert target_note(resolved()) is None  # CartPole: 195 is its target
+    note = target_note(resolved(env="gymnax:Acrobot-v1", target_score=-90.0, score_window=20))
+    assert "20 consecutive returns reaching -90" in note
+    # Acrobot's own target (Gymnasium's reward_threshold); FourRooms states none
+    assert "reaching -100" in target_note(resolved(env="gymnax:Acrobot-v1"))
+    assert "set --target-return" in target_note(resolved(env="gymnax:FourRooms-misc"))
 
 
 def test_non_private_run_says_so(tmp_path, capsys):

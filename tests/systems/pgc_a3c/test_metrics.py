@@ -32,6 +32,12 @@ def test_fst_first_n_with_mean_at_threshold():
     assert math.isinf(first_success_time(scores, 195.0, 10)[()])
 
 
+def test_fewer_scores_than_one_window_never_succeed():
+    """A run shorter than the window (`--submissions 8`, m = 10) has no μ_n: FST ∞ per trial
+    (it was an argmax over nothing, a traceback at the end of the run)."""
+    np.testing.assert_array_equal(first_success_time(np.full((2, 8), 500.0)), [np.inf, np.inf])
+
+
 def test_fst_per_trial_and_median_counts_failures_as_infinite():
     scores = np.full((5, 30), 10.0)
     scores[0, 0:10] = 200  # FST 1

@@ -94,3 +94,16 @@ def test_secret_noise_leaves_the_same_attack_with_nothing(tmp_path: Path,
     # report's own; over d = 112 coordinates the ratio's spread is small and 0.9 leaves a
     # wide margin.
     assert np.all(attack > 0.9 * baseline), (attack, baseline)
+
+
+def test_secret_noise_keeps_the_agents_data_from_being_resimulated(
+        tmp_path: Path, truth: np.ndarray) -> None:
+    """Issue 43, item 8: the same aggregator re-simulates every agent's clipped gradient from
+    config.json (its private dynamics and episode keys from the seed: `truth`). Under secret
+    noise the agents' dynamics and episodes come from their secret roots, so what they
+    actually clipped (released here without noise, mechanism "none") is none of those."""
+    actual = _run(_config("secret", "none"), tmp_path)["value"]
+    distance = np.abs(actual - truth).sum(axis=1)
+    # Each gradient is clipped to L1 C/2 = 0.005; re-simulated ones would be equal to float
+    # rounding (1e-6). Two independent episodes' clipped gradients differ by far more.
+    assert np.all(distance > 1e-4), distance

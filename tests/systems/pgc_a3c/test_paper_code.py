@@ -33,7 +33,9 @@ def test_paper_code_preset_is_the_paper_preset_plus_rmsprop_and_fall_reward():
         code = PGCA3CConfig.from_preset("paper-code", mechanism=mech, epsilon=5.0).resolved()
         paper = PGCA3CConfig.from_preset("paper", mechanism=mech, epsilon=5.0).resolved()
         assert (code.clip, code.buffer_size) == (clip, buffer)
-        assert (code.server_optimizer, code.reward) == ("rmsprop", "failure")
+        # the task's shaped reward: on the paper's CartPole task, −1 on a fall
+        assert (code.server_optimizer, code.reward) == ("rmsprop", "shaped")
+        assert PGCA3C(code).config.reward == "failure"
         assert (code.learning_rate, code.rmsprop_decay, code.rmsprop_eps,
                 code.rmsprop_initial_scale) == (0.5, 0.99, 1e-10, 1.0)
         a, b = code.to_dict(), paper.to_dict()

@@ -168,6 +168,10 @@ class DPQLearningConfig(Config):
         integer("hidden", self.hidden)
         integer("batch_size", self.batch_size)
         integer("replay_capacity", self.replay_capacity, self.batch_size)
+        if self.total_steps < self.batch_size:  # no update would run (and no batch be drawn)
+            fail("episodes", f"{self.episodes} episodes of {self.episode_steps} steps are "
+                             f"{self.total_steps} transitions, fewer than one batch "
+                             f"({self.batch_size}): the Q-network would never be updated")
         integer("target_update_episodes", self.target_update_episodes)
         integer("noise_reset_episodes", self.noise_reset_episodes)
         for name in ("learning_rate", "rms_eps", "grad_clamp", "eps_decay"):

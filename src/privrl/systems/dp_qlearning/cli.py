@@ -48,7 +48,8 @@ def run_dp_qlearning_command(
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
 
     Protects the reward function (neighbours: ‖r − r′‖∞ ≤ 1); the released object is the
-    Q-function. Writes config.json, metrics.csv, privacy.json, summary.json, plots/returns.png.
+    Q-function. Writes config.json, metrics.csv, privacy.json, summary.json, policy.npz,
+    plots/returns.png.
     """
     from rich.console import Console
 
@@ -75,7 +76,8 @@ def run_dp_qlearning_command(
                   f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "
                   f"trial(s)); wall {summary['wall_seconds']:.1f} s")
     console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, plots/returns.png)")
+                  "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/returns.png)")
 
 
 @reproduce_app.command("dp-qlearning")

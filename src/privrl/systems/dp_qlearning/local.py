@@ -8,6 +8,7 @@ plots/returns.png into a new directory.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
@@ -33,10 +35,18 @@ FINAL_EPISODES = 10  # "final return": mean over each seed's last 10 episodes
 
 
 @dataclass
-class DPQLOutput:
+class DPQLOutput(SavesRunDir):
     config: DPQLearningConfig
     returns: np.ndarray  # (seeds, episodes)
     wall_seconds: float
+    policy: SavedPolicy | None = None  # policy.npz: each seed's final Q-network θ
+
+    def record(self) -> RunRecord:
+        return record(self)
+
+
+# The environment the paper trains on, as a `module:callable` spec `privrl evaluate` accepts.
+LINE1D = "privrl.envs.line1d:make_line1d"
 
 
 def sharded_train(algo: DPQLearning, devices: int) -> Any:
@@ -49,8 +59,9 @@ def sharded_train(algo: DPQLearning, devices: int) -> Any:
 
 
 def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | None = None
-               ) -> tuple[np.ndarray, float]:
-    """Returns (len(sigmas), seeds, episodes) for every σ with the config's seeds; wall time.
+               ) -> tuple[np.ndarray, float, np.ndarray]:
+    """Returns (len(sigmas), seeds, episodes) for every σ with the config's seeds; wall time;
+    each run's final θ (len(sigmas), seeds, d).
 
     The (σ, seed) runs are independent, so they are flattened, vmapped and split over the host's
     XLA devices (one per core; privrl.runtime.devices), padded to a multiple of the device count
@@ -69,17 +80,33 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     # secret keys: one root per run from os.urandom, in memory only, passed as an argument
     secret = () if (config.noise or "seeded") == "seeded" else (secret_keys(padded),)
     start = time.perf_counter()
-    returns, _, overflow = sharded_train(algo, n_dev)(keys, sig, *secret)
+    returns, theta, overflow = sharded_train(algo, n_dev)(keys, sig, *secret)
     returns = np.asarray(returns)[:runs].reshape(n_sigma, n_seed, -1)
     if np.asarray(overflow).any():
         raise RuntimeError("internal error: a noise store overflowed its capacity")
-    return returns, time.perf_counter() - start
+    theta = np.asarray(theta)[:runs].reshape(n_sigma, n_seed, -1)
+    return returns, time.perf_counter() - start, theta
 
 
-def run_dp_qlearning(config: DPQLearningConfig) -> DPQLOutput:
+def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = None
+                     ) -> DPQLOutput:
+    """Every seed of `config`; `out`: write the run directory there, as the CLI's --out."""
+    check_out_dir(out)
     cfg = config.resolved()
-    returns, wall = train_grid(cfg, [cfg.sigma])
-    return DPQLOutput(cfg, returns[0], wall)
+    returns, wall, theta = train_grid(cfg, [cfg.sigma])
+    return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0])), out)
+
+
+def policy_of(cfg: DPQLearningConfig, theta: np.ndarray) -> SavedPolicy:
+    """The released Q-function Q_θ of each seed (its acting adds the GP noise ĝ only while
+    training; the saved policy is Q_θ's argmax, ε-greedy at the final exploration rate)."""
+    from privrl.envs.line1d import make_line1d
+    from privrl.envs.task import Task
+
+    algo = DPQLearning(cfg)
+    task = Task(*make_line1d(cfg.episode_steps), LINE1D)
+    return saved_policy("dp-qlearning", algo.model, task, "q", theta, cfg.episode_steps,
+                        epsilon=cfg.eps_end)
 
 
 def final_returns(returns: np.ndarray) -> np.ndarray:
@@ -149,9 +176,10 @@ def record(out: DPQLOutput) -> RunRecord:
         metrics=lambda p: write_returns_csv(p, out.returns),
         plots={"returns.png": lambda p: plot_returns(
             p, {f"σ = {cfg.sigma:.4g}": out.returns},
-            f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean, IQR band")})
+            f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean, IQR band")},
+        policy=out.policy)
 
 
 def save(out: DPQLOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png."""
+    """config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png."""
     return save_run(record(out), path, command)

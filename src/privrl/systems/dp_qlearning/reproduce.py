@@ -75,7 +75,7 @@ def run_sweep(cfg: DPQLSweepConfig, out: Path, log: Any = print) -> dict[str, An
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "sweep.json", {"sweep": cfg.to_dict(), "versions": versions(),
                                     "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    returns, wall = train_grid(cfg.run_config(cfg.sigmas[0]), list(cfg.sigmas))
+    returns, wall, _ = train_grid(cfg.run_config(cfg.sigmas[0]), list(cfg.sigmas))
     log(f"{len(cfg.sigmas)} σ × {cfg.seeds} seeds × {cfg.episodes} episodes: {wall:.0f} s "
         "(one jitted program, including compilation)")
     refs = reference_returns(cfg.seed)

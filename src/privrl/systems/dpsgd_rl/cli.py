@@ -14,6 +14,7 @@ from privrl.cli import (
     AccountantName,
     AccountantOpt,
     EnvOpt,
+    MaxStepsOpt,
     Noise,
     Out,
     PrivateOpt,
@@ -38,9 +39,14 @@ Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops wh
 Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
 
 
+SolveTargetOpt = Annotated[float | None, typer.Option(
+    "--target-return", help="Solved when the mean of 25 consecutive greedy evaluation returns "
+    "reaches this (training stops there). Default: the task's (CartPole-v1's 475; a Gymnasium "
+    "reward_threshold); a task without one is never solved and reports returns.")]
 ObsMode = value_enum("ObsMode", [m for m in OBS_MODES if m != "none"])
 # Renamed config fields' flags, shared by every DP-SGD command.
 _FLAGS = {"seeds": "--trials", "target_epsilon": "--epsilon", "max_epsilon": "--epsilon-budget",
+          "max_episode_steps": "--max-steps", "solve_threshold": "--target-return",
           "private_params": "--private"}
 
 
@@ -82,9 +88,14 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     t.add_column("metric")
     t.add_column("value", justify="right")
     med = summary["median_episodes_to_solve"]
+    target = summary["solve_threshold"]
     rows = [
-        ("solved trials", f"{summary['solved_seeds']}/{summary['seeds']}"),
-        ("median episodes to solve", "not solved" if med is None else f"{med:g}"),
+        *(() if target is None else (
+            (f"solved trials (mean of {cfg.solve_window} evaluations ≥ {target:g})",
+             f"{summary['solved_seeds']}/{summary['seeds']}"),
+            ("median episodes to solve", "not solved" if med is None else f"{med:g}"))),
+        ("final evaluation return (mean of the last 25)",
+         "none" if summary["final_eval_mean"] is None else f"{summary['final_eval_mean']:.4g}"),
         ("updates", ", ".join(map(str, summary["updates"]))),
         ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
     ]
@@ -99,7 +110,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
         console.print(f"[bold]Stopped by --epsilon-budget {cfg.max_epsilon:g}[/] after "
                       f"{max(summary['updates'])} updates; results kept.")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, plots/eval_returns.png)")
+                  "privacy.json, summary.json, policy.npz, plots/eval_returns.png)")
 
 
 @run_app.command("dp-reinforce")
@@ -121,6 +132,7 @@ def run_dp_reinforce(
     secure_noise: SecureNoise = False, noise: Noise = None,
     episodes: Episodes = 1000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True, env: EnvOpt = None, private: PrivateOpt = None,
+    max_steps: MaxStepsOpt = None, target_return: SolveTargetOpt = None,
 ) -> None:
     """DP-SGD REINFORCE on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     episode."""
@@ -130,7 +142,8 @@ def run_dp_reinforce(
         "paper", **_dp_options(noise_multiplier, epsilon), max_epsilon=epsilon_budget,
         clip=clip, delta=delta, accountant=accountant.value, batch_episodes=batch_episodes,
         secure_noise=secure_noise, noise=None if noise is None else noise.value,
-        episodes=episodes, seeds=trials, seed=seed, env=env, private_params=tuple(private or ()))
+        episodes=episodes, seeds=trials, seed=seed, env=env, private_params=tuple(private or ()),
+        max_episode_steps=max_steps, solve_threshold=target_return)
     _execute("dp-reinforce", Reinforce, cfg, out, progress)
 
 
@@ -187,6 +200,7 @@ def run_dp_dqn(
     noise: Noise = None,
     episodes: Episodes = 1000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
     progress: ShowProgress = True, env: EnvOpt = None, private: PrivateOpt = None,
+    max_steps: MaxStepsOpt = None, target_return: SolveTargetOpt = None,
 ) -> None:
     """DP-SGD DQN on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     transition."""
@@ -199,7 +213,8 @@ def run_dp_dqn(
         momentum=momentum, double_dqn=double_dqn, lr_decay_updates=lr_decay_updates,
         lr_final_fraction=lr_final_fraction, pause_at=pause_at, secure_noise=secure_noise,
         noise=None if noise is None else noise.value, episodes=episodes, seeds=trials,
-        seed=seed, env=env, private_params=tuple(private or ()))
+        seed=seed, env=env, private_params=tuple(private or ()), max_episode_steps=max_steps,
+        solve_threshold=target_return)
     _execute("dp-dqn", DQN, cfg, out, progress)
 
 
@@ -239,6 +254,7 @@ def _ldp_command(name: str, algorithm: str) -> None:
                      "locally privatized states (paper 003).")
     @flag_names(**{"obs.mode": "--mode", "obs.sigma": "--iqr-scale", "obs.delta": "--delta",
                    "private_params": "--private", "seeds": "--trials",
+                   "max_episode_steps": "--max-steps", "solve_threshold": "--target-return",
                    "obs.secure": "--secure-noise",
                    "obs.noise_multiplier": "--noise-multiplier",
                    "obs.box_low": "--box-low", "obs.box_high": "--box-high"})
@@ -252,7 +268,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
             "composes each episode's states). Slow: one host call per observation.")] = False,
         episodes: Episodes = 1000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
         progress: ShowProgress = True, accountant: AccountantOpt = AccountantName.pld,
-        env: EnvOpt = None, private: PrivateOpt = None,
+        env: EnvOpt = None, private: PrivateOpt = None, max_steps: MaxStepsOpt = None,
+        target_return: SolveTargetOpt = None,
     ) -> None:
         from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
         from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -265,7 +282,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
                         secure=secure_noise),
             noise=None if noise is None else noise.value, episodes=episodes, seeds=trials,
             seed=seed, accountant="rdp" if secure_noise else accountant.value, env=env,
-            private_params=tuple(private or ()))
+            private_params=tuple(private or ()), max_episode_steps=max_steps,
+            solve_threshold=target_return)
         _execute(name, algo_cls, cfg, out, progress)
 
 

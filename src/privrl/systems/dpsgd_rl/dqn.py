@@ -55,6 +55,7 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
+from privrl.privacy.noise import secret_fold
 from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
@@ -62,6 +63,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     EpisodicLearner,
     EpisodicSetting,
     Progress,
+    data_root,
     episode_env_key,
     episodic_task,
     make_env,
@@ -165,7 +167,8 @@ class DQNConfig(EpisodicConfig):
     def resolved(self) -> DQNConfig:
         """Validate; with a target ε, calibrate σ for the releases one transition can see."""
         self.validate()
-        if self.target_epsilon is not None:
+        # σ is calibrated once the task's episode is known (episodic_task resolves again).
+        if self.target_epsilon is not None and self.max_episode_steps is not None:
             try:
                 sigma = calibrate_noise_multiplier(
                     self.target_epsilon, self.delta, self.releases_per_unit(self.max_steps()),
@@ -298,6 +301,7 @@ class DQN(EpisodicLearner):
     """init(key) -> state; episode(state) -> (state, EpisodeMetrics). Pure; vmap over seeds."""
 
     unit = UNIT
+    head = "q"
     noise_in_loop = True  # its DP-SGD release is made inside the episode's while_loop
     count_explanation = ("a transition is in the FIFO buffer for `buffer_size` steps (one "
                          "update per step), so its account is min(updates, buffer_size) "
@@ -459,8 +463,12 @@ class DQN(EpisodicLearner):
         """This episode's keys (next state's, reset, loop, evaluation), its agent's
         environment parameters and whether the seed still runs."""
         key, k_reset, k_loop, k_eval = jax.random.split(s.key, 4)
-        params = self.task.agent_params(self.env_key, s.episodes)  # this episode's agent
-        return (key, k_reset, k_loop, k_eval), params, ~s.stopped
+        # Secret: the episode (its reset, actions, steps, minibatches) and its agent's dynamics
+        # from the seed's own root; evaluation stays seeded.
+        root = data_root(s)
+        params = self.task.agent_params(secret_fold(root, self.env_key), s.episodes)
+        return ((key, secret_fold(root, k_reset), secret_fold(root, k_loop), k_eval), params,
+                ~s.stopped)
 
     def episode(self, s: DQNState, episodes: EpisodeSource | None = None
                 ) -> tuple[DQNState, EpisodeMetrics]:

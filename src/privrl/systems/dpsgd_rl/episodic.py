@@ -2,7 +2,9 @@
 of LDP observations, the environment, greedy evaluation and the "solved" rule.
 
 The slides: CartPole-v1, 500-step episodes, reward 1 per step; solved when the mean return of
-25 consecutive evaluation episodes is >= 475. As in the code the slides follow, one greedy
+25 consecutive evaluation episodes is >= 475. Those are the CartPole-v1 task's (envs.task): on
+another task the episode cap and the target are its own (a task without a target is never
+"solved": its runs report returns). As in the code the slides follow, one greedy
 evaluation episode is played after every training episode and training stops once solved.
 """
 
@@ -15,11 +17,13 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.config import (
     Config,
     fail,
+    finite,
     in_range,
     integer,
     non_negative,
@@ -29,6 +33,7 @@ from privrl.config import (
     within,
 )
 from privrl.envs.task import Task, cartpole_task, resolve_task
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
@@ -51,8 +56,8 @@ class EpisodicConfig(Config):
     seeds: int = 1
     seed: int = 0
     episodes: int = 1000  # training episodes at most (the issue's cap)
-    max_episode_steps: int = 500
-    solve_threshold: float = 475.0
+    max_episode_steps: int | None = None  # None: the task's step limit (CartPole-v1's 500)
+    solve_threshold: float | None = None  # None: the task's target (CartPole-v1's 475)
     solve_window: int = 25
     stop_when_solved: bool = True
     gamma: float = 0.99
@@ -80,8 +85,12 @@ class EpisodicConfig(Config):
 
     def validate(self) -> None:
         """The rules both algorithms share (each config's validate() adds its own)."""
-        for name in ("seeds", "episodes", "max_episode_steps", "solve_window"):
+        for name in ("seeds", "episodes", "solve_window"):
             integer(name, getattr(self, name))
+        if self.max_episode_steps is not None:
+            integer("max_episode_steps", self.max_episode_steps)
+        if self.solve_threshold is not None:
+            finite("solve_threshold", self.solve_threshold)
         non_negative("noise_multiplier", self.noise_multiplier)
         positive("clip", self.clip)
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
@@ -138,7 +147,8 @@ def episodic_task(cfg: C, task: Task | None, host: bool = True) -> tuple[C, Task
     against the task's observations. `host` False: the learner rolls out inside jit only, and
     refuses a task stepped on the host (Gymnasium). A host task's LDP observations are
     released by its episode source (dpsgd_rl.source) as the rollout returns them."""
-    cfg, task = resolve_task(cfg, task, partial(cartpole_task, cfg.max_episode_steps))
+    cfg, task = resolve_task(cfg, task, partial(cartpole_task, "v1"), "solve_threshold")
+    cfg = cfg.resolved()  # what depends on the episode (DQN's σ for the run's steps)
     if task.host and not host:
         fail("env", f"{task.name} is stepped on the host (Gymnasium); this learner steps its "
              "environment inside its jitted update loop: use a gymnax task")
@@ -157,6 +167,13 @@ def make_env(cfg: EpisodicConfig, task: Task) -> tuple[Any, Any]:
     mech = cfg.obs.mechanism()
     wrap = mech is not None and not task.host
     return (PrivateObservations(task.env, mech) if wrap else task.env), task.params
+
+
+def data_root(state: Any) -> Array | None:
+    """The seed's secret root that also keys its data (training episodes and their private
+    dynamics, through `secret_fold`): the DP-SGD noise root, else the observation noise's;
+    None (seeded): the data derive from the seed. Evaluation episodes stay seeded."""
+    return state.noise if state.noise is not None else state.obs_noise
 
 
 def episode_env_key(cfg: EpisodicConfig) -> Array:
@@ -282,15 +299,26 @@ class EpisodicLearner:
         (logits or Q-values)."""
         return jnp.argmax(self.model.apply(theta, obs), -1)
 
+    # What the network returns (privrl.policy.HEADS): REINFORCE's logits, DQN's Q-values.
+    head: ClassVar[str] = "logits"
+
+    def saved_policy(self, name: str, theta: np.ndarray) -> SavedPolicy:
+        """policy.npz of a run: each trial's final θ (trials, d) and the model's description
+        (a Q-network's sampled action is ε-greedy at its final exploration rate)."""
+        sampling = {"epsilon": self.config.explore_end} if self.head == "q" else {}
+        return saved_policy(name, self.model, self.task, self.head, theta,
+                            self.config.max_episode_steps, **sampling)
+
 
 def progress_init(window: int) -> Progress:
     return Progress(jnp.zeros((window,), jnp.float32), jnp.int32(0), jnp.int32(-1))
 
 
-def progress_update(p: Progress, eval_return: Array, active: Array, threshold: float
+def progress_update(p: Progress, eval_return: Array, active: Array, threshold: float | None
                     ) -> Progress:
     """Record one evaluation return (if `active`) and mark the episode where the mean of the
-    last `window` evaluations first reaches the threshold."""
+    last `window` evaluations first reaches the threshold (None: never; no target)."""
+    threshold = jnp.inf if threshold is None else threshold
     window = p.evals.shape[0]
     evals = jnp.where(active, p.evals.at[p.count % window].set(eval_return), p.evals)
     count = p.count + active.astype(jnp.int32)

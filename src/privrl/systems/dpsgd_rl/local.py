@@ -11,6 +11,7 @@ for each seed in turn (`host_scan`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -21,10 +22,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privrl.policy import SavedPolicy
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
 from privrl.privacy.record import privacy_record as build_privacy_record
-from privrl.runtime.output import RunRecord, csv_writer, hold_last, plot_curves
+from privrl.runtime.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    csv_writer,
+    hold_last,
+    plot_curves,
+    save_if_asked,
+)
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     host_scan,
@@ -40,7 +50,7 @@ ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 
 
 @dataclass
-class EpisodicOutput:
+class EpisodicOutput(SavesRunDir):
     algorithm: str
     config: Any
     train_returns: np.ndarray  # (seeds, episodes) float; NaN after a seed stopped
@@ -54,13 +64,20 @@ class EpisodicOutput:
     # Run as one program with other settings (`run_episodic_settings`): how many settings and
     # seeds that program ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
+    policy: SavedPolicy | None = None  # policy.npz: each seed's final θ, the model described
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
-                 devices: int | None = None, chunk: int = 50, compact: bool = True
-                 ) -> EpisodicOutput:
-    """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record."""
-    return run_episodic_settings(algo, [name], progress, devices, chunk, compact)[0]
+                 devices: int | None = None, chunk: int = 50, compact: bool = True,
+                 out: str | os.PathLike | None = None) -> EpisodicOutput:
+    """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record.
+    `out`: write the run directory there, as the CLI's --out (`EpisodicOutput.save`)."""
+    check_out_dir(out)
+    return save_if_asked(run_episodic_settings(algo, [name], progress, devices, chunk,
+                                               compact)[0], out)
 
 
 def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn | None = None,
@@ -133,6 +150,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
     train = np.full((n, width), np.nan, np.float32)  # NaN: the seed had stopped
     evals = np.full((n, width), np.nan, np.float32)
     updates_all, solved_all = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    thetas = np.zeros((n, settings[0].model.dim), np.float32)  # each trial's latest θ
     stopped = np.zeros(n, bool)
     trial = np.arange(padded)  # the trial each row of the batch holds (>= n: padding)
     done = 0
@@ -146,6 +164,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         updates_all[ours] = np.asarray(state.updates)[real]
         solved_all[ours] = np.asarray(state.progress.solved_at)[real]
         stopped[ours] = np.asarray(state.stopped)[real]
+        thetas[ours] = np.asarray(state.theta)[real]  # before compaction drops stopped rows
         done += chunk
         by_setting = stopped.reshape(n_set, k)
         ends[(ends == 0) & by_setting.all(1)] = done
@@ -167,7 +186,8 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             update_cap=int(own.update_cap),
             privacy=privacy_record(own, int(updates.max(initial=0))), wall_seconds=wall,
             devices=n_dev,
-            program=None if n_set == 1 else {"settings": n_set, "seeds": n_set * k}))
+            program=None if n_set == 1 else {"settings": n_set, "seeds": n_set * k},
+            policy=own.saved_policy(name, thetas[rows])))
     return outputs
 
 
@@ -265,11 +285,14 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
     solved = out.solved_at[out.solved_at >= 0]
     dp = out.privacy["dpsgd"]
     obs = out.privacy["observations"]
+    target = out.config.solve_threshold  # None: the task has no target, nothing is "solved"
     return {
         "algorithm": out.algorithm,
         "seeds": int(out.solved_at.size),
-        "solved_seeds": int(solved.size),
-        "episodes_to_solve": [int(x) if x >= 0 else None for x in out.solved_at],
+        "solve_threshold": target,
+        "solved_seeds": None if target is None else int(solved.size),
+        "episodes_to_solve": (None if target is None
+                              else [int(x) if x >= 0 else None for x in out.solved_at]),
         "median_episodes_to_solve": float(np.median(solved)) if solved.size else None,
         "final_eval_mean": final_eval_mean(out.eval_returns),
         "updates": out.updates.tolist(),
@@ -308,9 +331,10 @@ def record(out: EpisodicOutput) -> RunRecord:
             p, {out.algorithm: out.eval_returns},
             f"{out.algorithm}: greedy evaluation return per training episode",
             "training episode", "evaluation return", cfg.solve_threshold)},
-        run_info={"devices": out.devices})
+        run_info={"devices": out.devices}, policy=out.policy)
 
 
 def save(out: EpisodicOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv (per seed and episode), privacy.json, summary.json, plots/."""
+    """config.json, metrics.csv (per seed and episode), privacy.json, summary.json,
+    policy.npz, plots/."""
     return save_run(record(out), path, command)

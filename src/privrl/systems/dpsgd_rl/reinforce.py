@@ -34,7 +34,12 @@ from jax import Array
 
 from privrl.config import fail, in_range, integer
 from privrl.envs.task import Task, check_module
-from privrl.losses import discounted_returns, masked_standardize, reinforce_loss
+from privrl.losses import (
+    discounted_returns,
+    masked_standardize,
+    reinforce_loss,
+    score_function_loss,
+)
 from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.clipping import clip_l2
@@ -43,12 +48,14 @@ from privrl.privacy.mechanisms import (
     PerTrialGaussianNoise,
     PerTrialGaussianSum,
 )
+from privrl.privacy.noise import secret_fold
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicConfig,
     EpisodicLearner,
     EpisodicSetting,
     Progress,
+    data_root,
     episode_env_key,
     episodic_task,
     make_env,
@@ -145,12 +152,19 @@ class Reinforce(EpisodicLearner):
         cfg, task = episodic_task(config.resolved(), task)
         self.config, self.task = cfg, task
         self.env, self.env_params = make_env(cfg, task)
-        self.dropout = model is None
+        # The policy head the action space takes (privrl.nets.heads): categorical (the slides'),
+        # or Gaussian for a Box (its network: the MLP without dropout, 2d outputs).
+        self.policy_head = task.head
+        self.continuous = self.policy_head.continuous
+        if self.continuous and task.host:
+            fail("env", f"{task.name}: continuous actions are played on gymnax tasks only "
+                        "(the host rollout steps Discrete actions)")
+        self.dropout = model is None and not self.continuous
         if model is None:
-            self.model = mlp((cfg.hidden,), task.num_actions, task.obs_dim,
+            self.model = mlp((cfg.hidden,), self.policy_head.outputs, task.obs_dim,
                              init="glorot_normal")
         else:
-            self.model = FlatModel(check_module(model, task, "logits"),
+            self.model = FlatModel(check_module(model, task, "policy"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
         # Each training episode's private dynamics (with `private_params` specs): agent id = episode
         # number, drawn from one key for the run.
@@ -194,8 +208,11 @@ class Reinforce(EpisodicLearner):
                               jnp.int32(0), jnp.bool_(self.update_cap == 0))
 
     def policy(self, theta: Array) -> Any:
-        """Sample actions with fresh dropout masks; return the masks to reuse in the loss."""
+        """Sample actions with fresh dropout masks; return the masks to reuse in the loss.
+        Continuous actions: (the clipped actions, the unclipped samples the loss needs)."""
         keep = 1.0 - self.config.dropout
+        if self.continuous:
+            return lambda key, obs: self.policy_head.sample(key, self.model.apply(theta, obs))
         if not self.dropout:  # a user's model: no dropout masks to record
             return lambda key, obs: jax.random.categorical(key, self.model.apply(theta, obs))
 
@@ -217,6 +234,9 @@ class Reinforce(EpisodicLearner):
         returns = discounted_returns(rewards, mask, jnp.float32(0.0), cfg.gamma)
         if cfg.normalize_returns:
             returns = masked_standardize(returns, mask, ddof=1)
+        if self.continuous:  # `masks` holds the rollout's unclipped samples
+            out = self.model.apply(theta, obs)
+            return score_function_loss(self.policy_head.log_prob(out, masks), returns, mask)
         logits = (self.model.apply(theta, obs, (masks,)) if masks is not None
                   else self.model.apply(theta, obs))
         return reinforce_loss(logits, actions, returns, mask)
@@ -267,6 +287,18 @@ class Reinforce(EpisodicLearner):
         state, metrics = src.piece(self.finish)(s, key, theta, opt_state, traj, eval_ret)
         return state, metrics, grad
 
+    @property
+    def head(self) -> str:  # type: ignore[override]
+        """What policy.npz records the network returns (privrl.policy.HEADS)."""
+        return "gaussian" if self.continuous else "logits"
+
+    def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
+        """The evaluation policy's actions: the argmax of the logits; a Gaussian head's mean
+        (squashed into the Box)."""
+        if self.continuous:
+            return self.policy_head.greedy(self.model.apply(theta, obs))
+        return super().greedy(theta, key, obs)
+
     def act(self, theta: Array, key: Array, obs: Array) -> Any:
         """The training policy's actions (and dropout masks) on `obs` (`policy`)."""
         return self.policy(theta)(key, obs)
@@ -276,10 +308,13 @@ class Reinforce(EpisodicLearner):
         environment parameters (batch_episodes of them) and whether the seed still runs."""
         b = self.config.batch_episodes
         key, k_roll, k_noise, k_eval = jax.random.split(s.key, 4)
+        root = data_root(s)  # secret: the episodes and their dynamics from the seed's root
+        k_roll = secret_fold(root, k_roll)
         if s.noise is not None:  # secret: one key per update from this seed's own root
             k_noise = jax.random.fold_in(s.noise, s.updates)
         if self.task.private:  # episode i of this update is agent (episodes · b + i)
-            params = self.task.agents_params(self.env_key, s.episodes * b + jnp.arange(b))
+            params = self.task.agents_params(secret_fold(root, self.env_key),
+                                             s.episodes * b + jnp.arange(b))
         else:  # (vector fields keep their shape behind the batch axis)
             params = jax.tree_util.tree_map(
                 lambda x: jnp.broadcast_to(x, (b, *jnp.shape(x))), self.env_params)

@@ -1,5 +1,6 @@
 """FedPG-Cen and FedPG-Dec: federated variance-reduced policy gradient (paper 004), read top to
-bottom. FedPG-Cen is FedPG-BR (Fan et al., NeurIPS 2021) without its Byzantine filter; FedPG-Dec
+bottom. FedPG-Cen is FedPG-BR (Fan et al., NeurIPS 2021), its Byzantine filter optional
+(`robust`; Byzantine agents: `byzantine`, `attack`, privrl.systems.fedpg.byzantine); FedPG-Dec
 is the same local update over a time-varying directed graph with (correct) push-sum.
 
 The system is split so that each part reads on its own:
@@ -38,6 +39,7 @@ from jax import Array
 
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
+from privrl.privacy.central import CentralGaussian, kept_per_coordinate
 from privrl.privacy.distributed import AdaptiveClip, DistributedGaussianMechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.mechanisms import (
@@ -94,9 +96,11 @@ class FedPG(Learner):
         to the logits of the task's actions; default: FedPG-BR's MLP, `hidden` units, sized
         from the task's spaces)."""
         cfg, task = resolve_task(config.resolved(), task, partial(
-            cartpole_task, config.max_episode_steps, config.gravities))
+            cartpole_task, "v1", config.gravities))
         super().__init__(cfg, task, model)
         self.mechanism = make_mechanism(cfg, self.dim)
+        # central-gaussian: the noise the trusted server adds to its (robust) aggregate
+        self.central = central_noise(cfg)
         self.topology = build_topology(cfg) if cfg.algorithm == "dec" else None
         self.variant: CenRound | DecRound = (CenRound(self) if cfg.algorithm == "cen"
                                              else DecRound(self))
@@ -131,8 +135,12 @@ class FedPG(Learner):
         opt_state = jax.vmap(self.optimizer.init)(theta)
         zero = jnp.zeros((), jnp.int32)
         clip = jnp.asarray(cfg.clip, jnp.float32) if cfg.adaptive_clip else None
+        # FedPG-BR's filter: σ's scale before the server has played (the longest episode: the
+        # widest threshold, so round 0 keeps rather than drops)
+        length = (jnp.asarray(cfg.max_episode_steps, jnp.float32) if cfg.robust == "fedpg-br"
+                  else None)
         return FedPGState(push_sum_init(theta), opt_state, k_run,
-                          jnp.zeros((cfg.agents,), jnp.int32), zero, clip=clip)
+                          jnp.zeros((cfg.agents,), jnp.int32), zero, clip=clip, length=length)
 
     # --- one round -----------------------------------------------------------------------
     def round(self, state: FedPGState, mixing: Array, live: Array,
@@ -184,6 +192,17 @@ def _mechanisms_as_data(algo: FedPG, each: Sequence[FedPG]) -> None:
                                        PROGRAM_FAMILIES)
 
 
+def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:
+    """central-gaussian: the server's noise on its aggregate, scaled to the rule's
+    sensitivity (the agents' L1 clip to C/2 puts any two updates within C in L2)."""
+    if cfg.mechanism != "central-gaussian":
+        return None
+    if cfg.noise_multiplier is None:
+        raise ValueError("resolve the config first (FedPGConfig.resolved)")
+    return CentralGaussian(cfg.noise_multiplier, cfg.clip, kept_per_coordinate(
+        cfg.robust, cfg.agents, int(cfg.byzantine_alpha * cfg.agents)))
+
+
 def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                    ) -> Mechanism | DistributedGaussianMechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
@@ -202,6 +221,8 @@ def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                                             cfg.accountant, adaptive)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
+    if cfg.mechanism == "central-gaussian":  # the agents clip (L1, to C/2); the server noises
+        return IdentityMechanism(cfg.clip)
     if cfg.mechanism in ("privunit", "privunitg"):
         return unit_mechanism(cfg.mechanism, cfg.epsilon, cfg.clip)
     if cfg.mechanism == "gaussian":

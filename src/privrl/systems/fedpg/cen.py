@@ -1,4 +1,4 @@
-"""FedPG-Cen's round (Algorithm 1; FedPG-BR without its Byzantine filter), read top to bottom.
+"""FedPG-Cen's round (Algorithm 1; FedPG-BR, its Byzantine filter optional), read top to bottom.
 
 Round t: the server broadcasts θ₀ᵗ; each of K agents samples B_t ~ U{12..20} episodes with it
 and computes its policy-gradient estimate μ_tᵏ; what it sends passes through the mechanism
@@ -12,6 +12,12 @@ episode from the episode source it is given (privrl.systems.fedpg.source): insid
 program for a gymnax task, piece by piece around a host rollout for a Gymnasium task. The K
 agents (and the episodes of each) are vectorized; under distributed-gaussian only the
 Poisson-sampled agents' lanes are computed (`participant_slots`).
+
+Byzantine agents (`byzantine`, `attack`; privrl.systems.fedpg.byzantine) choose what enters
+their mechanism (random-action ones also play uniformly random actions); the server replaces
+the plain average by a robust rule over the K reports (`robust`; privrl.federation.robust),
+FedPG-BR's filter with its threshold widened by the mechanism's noise. With Byzantine agents
+the round's return is the honest agents'.
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.federation.pushsum import PushSumState
+from privrl.federation.robust import robust_mean
 from privrl.federation.star import average_reports, mean_from_sum
 from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
+from privrl.privacy.noise import secret_fold
+from privrl.systems.fedpg.byzantine import attack, byzantine_mask, filter_radii, uniform_act
 from privrl.systems.fedpg.config import participant_slots
 from privrl.systems.fedpg.scsg import Learner
-from privrl.systems.fedpg.source import Episodes, EpisodeSource, mean_return
+from privrl.systems.fedpg.source import Episodes, EpisodeSource, episode_source, mean_return
 from privrl.systems.fedpg.state import FedPGState, RoundInfo, node_noise_key
 
 
@@ -56,6 +65,12 @@ class CenRound:
         self.algo = algo
         # Lanes computed per round: K, or under agent sampling the sampled agents' bound.
         self.slots = participant_slots(algo.config.agents, algo.config.sampling_rate)
+        cfg = algo.config
+        self.byzantine = jnp.asarray(byzantine_mask(cfg)) if cfg.byzantine else None
+        # random-action attackers' episodes: the task's own source with a uniform policy
+        self.uniform = (episode_source(algo.task, uniform_act(algo.task.num_actions),
+                                       cfg.max_episode_steps)
+                        if cfg.attack == "random-action" else None)
 
     def round(self, source: EpisodeSource, state: FedPGState, mixing: Array, key: Array,
               live: Array) -> tuple[FedPGState, RoundInfo]:
@@ -63,11 +78,28 @@ class CenRound:
         unused, the star has no graph); a trial with `live` False plays no episode."""
         del mixing
         plan = source.piece(self.plan)(state, key, live)
+        ep = self.episodes(source, plan)
+        mu, new_clip, kept = source.piece(self.mu)(state, plan, ep)
+        out = self.algo.scsg(source, plan.theta_0, mu, state.opt_state, plan.steps,
+                             plan.server_env, plan.k_inner, lengths=state.length is not None)
+        return source.piece(self.finish)(state, plan, ep, *out[:2], new_clip, kept, *out[2:])
+
+    def episodes(self, source: EpisodeSource, plan: CenPlan) -> Episodes:
+        """The agents' B_t episodes each with θ₀ᵗ; random-action attackers' lanes are played
+        instead with uniformly random actions (their own private environments)."""
         ep = source.sample(plan.thetas, plan.env_params, plan.live, plan.k_ep)
-        mu, new_clip = source.piece(self.mu)(state, plan, ep)
-        theta, opt_state = self.algo.scsg(source, plan.theta_0, mu, state.opt_state,
-                                          plan.steps, plan.server_env, plan.k_inner)
-        return source.piece(self.finish)(state, plan, ep, theta, opt_state, new_clip)
+        if self.uniform is None:
+            return ep
+        byz = source.piece(self.byzantine_lanes)(plan)
+        rand = self.uniform.sample(plan.thetas, plan.env_params,
+                                   source.piece(jnp.logical_and)(plan.live, byz[:, None]),
+                                   source.piece(jax.random.fold_in)(plan.k_ep, 0xAC7))
+        return source.piece(_lanes_from)(byz, rand, ep)
+
+    def byzantine_lanes(self, plan: CenPlan) -> Array:
+        """(P,) bool: the lane holds a (sampled) Byzantine agent."""
+        byz = self.byzantine[plan.ids]
+        return byz if plan.valid is None else byz & plan.valid
 
     def plan(self, state: FedPGState, key: Array, live: Array) -> CenPlan:
         """Who plays what in a FedPG-Cen round: B_t, the agents' lanes (all K, or under
@@ -93,13 +125,19 @@ class CenRound:
             agent_live = jnp.broadcast_to(agent_live, (k, b_max))
         thetas = jnp.broadcast_to(theta_0, (ids.shape[0], algo.dim))
         steps = algo.draw_steps(k_n, batch[None]) * live
-        return CenPlan(theta_0, thetas, algo.env_params_of(state.key, ids), agent_live, k_ep,
+        # Secret noise: the root also keys the agents' private environments and episodes
+        # (`secret_fold` over the seeded keys); the server's own environment stays seeded.
+        agents_env = algo.env_params_of(secret_fold(state.noise, state.key), ids)
+        return CenPlan(theta_0, thetas, agents_env, agent_live, secret_fold(state.noise, k_ep),
                        batch, mech_keys, ids, valid, steps,
                        algo.env_params_of(state.key, jnp.array([k])), k_inner, key)
 
-    def mu(self, state: FedPGState, plan: CenPlan, ep: Episodes) -> tuple[Array, Array | None]:
-        """The agents' μ_tᵏ from their episodes, through the mechanism, as the server's
-        average μ_t (1, d); and the next clip (adaptive clipping; else `state.clip`).
+    def mu(self, state: FedPGState, plan: CenPlan, ep: Episodes
+           ) -> tuple[Array, Array | None, Array | None]:
+        """The agents' μ_tᵏ from their episodes (a Byzantine agent's: its attack), through the
+        mechanism, as the server's μ_t (1, d): their average or the robust rule's; the next
+        clip (adaptive clipping; else `state.clip`); and which agents' reports the robust
+        rule kept ((K,) bool; None without a rule).
 
         distributed-gaussian: the sampled agents in a lane have played B_t episodes; all K
         agents send a Share (unsampled: noise only); the server gets the secure sum and
@@ -112,13 +150,27 @@ class CenRound:
         algo, cfg = self.algo, self.algo.config
         mech, k = algo.mechanism, cfg.agents
         mu_k = algo.gradients(plan.thetas, ep)
+        if self.byzantine is not None:
+            mu_k = attack(cfg, mu_k, self.byzantine_lanes(plan), plan.batch,
+                          self.length_scale(state), jax.random.fold_in(plan.key, 0xA77))
         if not isinstance(mech, DistributedGaussianMechanism):
             reports = jax.vmap(algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
+            order = jnp.arange(k)
             if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
                 order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
                 reports = jax.tree_util.tree_map(lambda a: a[order], reports)
-            # Server: average (then N_t SCSG steps on its own episodes).
-            return average_reports(reports)[None], state.clip
+            if cfg.robust == "none":
+                # Server: average (then N_t SCSG steps on its own episodes).
+                return self.noised(average_reports(reports), plan)[None], state.clip, None
+            # Server: the robust rule over the reports (post-processing of the reports only);
+            # `kept` back in agent order is the simulation's bookkeeping, not the server's.
+            mu, kept = robust_mean(reports, cfg.robust,
+                                   *(filter_radii(cfg, algo.dim, plan.batch,
+                                                  self.length_scale(state))
+                                     if cfg.robust == "fedpg-br" else ()),
+                                   alpha=cfg.byzantine_alpha)
+            return (self.noised(mu, plan)[None], state.clip,
+                    jnp.zeros((k,), bool).at[order].set(kept))
         # Back to the K agents: a sampled agent in a lane holds its μ, every other one 0.
         ids, valid = plan.ids, plan.valid
         included = jnp.zeros((k,), bool).at[ids].max(valid)
@@ -126,21 +178,45 @@ class CenRound:
         count = cfg.sampling_rate * k
         if mech.adaptive is None:
             shares = jax.vmap(mech.share)(plan.mech_keys, mu_k, included)
-            return mean_from_sum(secure_aggregate(shares), count)[None], None
+            return mean_from_sum(secure_aggregate(shares), count)[None], None, None
         shares = jax.vmap(mech.share, (0, 0, 0, None))(plan.mech_keys, mu_k, included,
                                                        state.clip)
         update, bit_fraction = mech.unpack(secure_aggregate(shares), state.clip, count)
         new_clip = mech.adaptive.next_clip(state.clip, bit_fraction)
-        return mean_from_sum(update, count)[None], new_clip
+        return mean_from_sum(update, count)[None], new_clip, None
+
+    def noised(self, mu: Array, plan: CenPlan) -> Array:
+        """central-gaussian: the trusted server's noise on its aggregate (its own key)."""
+        central = self.algo.central
+        return mu if central is None else central.release(jax.random.fold_in(plan.key, 0xCE17),
+                                                          mu)
+
+    def length_scale(self, state: FedPGState) -> Array:
+        """L̄: the scale of FedPG-BR's σ (the mean length of the server's own episodes last
+        round; 1 without the filter, for the adaptive attack against another rule)."""
+        return jnp.ones(()) if state.length is None else state.length
 
     def finish(self, state: FedPGState, plan: CenPlan, ep: Episodes, theta: Array,
-               opt_state: Any, new_clip: Array | None) -> tuple[FedPGState, RoundInfo]:
-        """The round's new state and what it reports, from the server's new θ."""
+               opt_state: Any, new_clip: Array | None, kept: Array | None = None,
+               length: Array | None = None) -> tuple[FedPGState, RoundInfo]:
+        """The round's new state and what it reports, from the server's new θ (with Byzantine
+        agents, the return of the honest agents' episodes)."""
         used = state.used + plan.batch + self.algo.config.minibatch * plan.steps[0]
-        info = RoundInfo(mean_return(ep), jnp.mean(state.used), plan.batch.astype(jnp.float32),
-                         plan.steps[0].astype(jnp.float32), jnp.sum(jnp.any(ep.live, axis=1)),
-                         state.clip)
+        honest = ep if self.byzantine is None else ep._replace(
+            live=ep.live & ~self.byzantine_lanes(plan)[:, None])
+        info = RoundInfo(mean_return(honest), jnp.mean(state.used),
+                         plan.batch.astype(jnp.float32), plan.steps[0].astype(jnp.float32),
+                         jnp.sum(jnp.any(ep.live, axis=1)), state.clip, kept)
         new = FedPGState(PushSumState(theta, state.gossip.w), opt_state, state.key, used,
-                         state.rounds + 1, state.noise, new_clip, state.setting)
+                         state.rounds + 1, state.noise, new_clip, state.setting,
+                         # no server episode this round (inner_steps = 0): keep the last
+                         None if length is None else jnp.where(length[0] > 0, length[0],
+                                                               state.length))
         return new, info
 
+
+
+def _lanes_from(which: Array, a: Episodes, b: Episodes) -> Episodes:
+    """Episodes of lane p from `a` where which[p], else from `b`."""
+    return jax.tree_util.tree_map(
+        lambda x, y: jnp.where(which.reshape((-1,) + (1,) * (x.ndim - 1)), x, y), a, b)

@@ -5,4 +5,9 @@ before JAX starts)."""
 from __future__ import annotations
 
 ALGORITHMS = ("cen", "dec")
-MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian")
+MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian",
+              "central-gaussian")
+# Byzantine agents' behaviours (privrl.systems.fedpg.byzantine) and the server's robust rules
+# (privrl.federation.robust).
+ATTACKS = ("random-noise", "random-action", "sign-flip", "zero-gradient", "adaptive", "fedscspg")
+ROBUST = ("none", "fedpg-br", "median", "trimmed-mean")

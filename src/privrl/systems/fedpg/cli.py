@@ -17,6 +17,7 @@ from privrl.cli import (
     BudgetComposition,
     BudgetCompositionOpt,
     EnvOpt,
+    MaxStepsOpt,
     Noise,
     NoiseMode,
     Out,
@@ -34,7 +35,7 @@ from privrl.cli import (
     system_apps,
     value_enum,
 )
-from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
+from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -47,8 +48,11 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 
 FedPGMechanism = value_enum("FedPGMechanism", MECHANISMS)
 FedPGTopology = value_enum("FedPGTopology", TOPOLOGIES)
+FedPGAttack = value_enum("FedPGAttack", ATTACKS)
+FedPGRobust = value_enum("FedPGRobust", ROBUST)
 # Config fields whose flag is named otherwise.
-_FLAGS = {"private_params": "--private", "budget": "--episodes"}
+_FLAGS = {"private_params": "--private", "budget": "--episodes",
+          "max_episode_steps": "--max-steps"}
 
 
 _FEDPG_MECHANISM_HELP = (
@@ -59,7 +63,10 @@ _FEDPG_MECHANISM_HELP = (
     "release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level "
     "central DP; each agent clips to L2 norm C and adds a share of the noise, a simulated "
     "secure aggregation gives the server only the sum, which carries N(0, (σC)²); "
-    "--sampling-rate, --min-honest; docs/fedpg.md), or your own module:callable (ε-LDP per "
+    "--sampling-rate, --min-honest; docs/fedpg.md), or central-gaussian (fedpg-cen only: the "
+    "server is TRUSTED with every agent's clipped update and adds Gaussian noise to its "
+    "--robust none|trimmed-mean|median aggregate, scaled to the rule's sensitivity; central "
+    "DP; docs/byzantine.md), or your own module:callable (ε-LDP per "
     "release as it declares, not verified by privrl; docs/ldp-mechanisms.md).")
 
 
@@ -97,11 +104,10 @@ def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
         if enforce_total:
             options["epsilon_budget"] = eps
     cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
-    if cfg.env is not None or cfg.private_params:  # a bad --env/--private fails here, first
-        from privrl.systems.fedpg.algorithm import FedPG
+    from privrl.systems.fedpg.algorithm import FedPG
 
-        FedPG(cfg)
-    return cfg
+    # The task's episode and target filled in; a bad --env/--private fails here, first.
+    return FedPG(cfg).config
 
 
 def per_release_epsilon(cfg: FedPGConfig) -> float:
@@ -123,7 +129,8 @@ def _fedpg_common(
     mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
     noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
     epsilon_budget: float | None = None, budget_composition: str = "basic",
-    env: str | None = None, private: list[str] | None = None, target_return: float = 475.0,
+    env: str | None = None, private: list[str] | None = None, target_return: float | None = None,
+    max_steps: int | None = None,
 ) -> dict:
     from privrl.config import ConfigError
 
@@ -141,7 +148,8 @@ def _fedpg_common(
                 noise_multiplier=noise_multiplier, delta=delta, gravities=grav,
                 accountant=accountant, epsilon_budget=epsilon_budget,
                 budget_composition=budget_composition, env=env,
-                private_params=tuple(private or ()), target_return=target_return)
+                private_params=tuple(private or ()), target_return=target_return,
+                max_episode_steps=max_steps)
 
 
 def _noise(noise: NoiseMode | None) -> str | None:
@@ -162,7 +170,7 @@ ImportanceOpt = Annotated[str, typer.Option(
     "product over the episode, the paper's p(τ|θ₀)/p(τ|θ_n)).")]
 IwClipOpt = Annotated[float | None, typer.Option(
     help="Truncate ω at this value (default: no truncation).")]
-MechOpt = Annotated[FedPGMechanism, typer.Option(help=_FEDPG_MECHANISM_HELP,
+MechOpt = Annotated[str, typer.Option(help=_FEDPG_MECHANISM_HELP,
                                                  parser=mechanism_option(FedPGMechanism))]
 EpsOpt = Annotated[float | None, typer.Option(
     help="Each agent's total ε over the run (> 0, finite; the protected unit: one agent, "
@@ -201,9 +209,10 @@ GravOpt = Annotated[str, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all. The default task only (with "
     "--env or --private: --private gravity=...).")]
-TargetOpt = Annotated[float, typer.Option(
+TargetOpt = Annotated[float | None, typer.Option(
     help="The batch mean return that counts as solved (episodes to it are reported). "
-    "Default: CartPole-v1's 475; set your environment's with --env.")]
+    "Default: the task's (CartPole-v1's 475; a Gymnasium reward_threshold); a task without "
+    "one reports returns only.")]
 
 
 @run_app.command("fedpg-cen")
@@ -251,13 +260,36 @@ def run_fedpg_cen_command(
         help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must exceed "
         "σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
         "agents per round / 20).")] = None,
-    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
+    byzantine: Annotated[int, typer.Option(
+        help="N of the K agents are Byzantine (which: drawn from --seed, fixed for the run, "
+        "recorded in summary.json); they send what --attack says (docs/byzantine.md).")] = 0,
+    attack: Annotated[FedPGAttack | None, typer.Option(
+        help="What a Byzantine agent does: random-noise, random-action, sign-flip (−2.5× its "
+        "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
+        "slack) or fedscspg (FedPG-BR's adaptive attack). Its message still passes through "
+        "--mechanism.")] = None,
+    robust: Annotated[FedPGRobust, typer.Option(
+        help="The server's rule over the K reports: none (the mean), fedpg-br (FedPG-BR's "
+        "filter, its threshold widened by the mechanism's noise), median or trimmed-mean "
+        "(coordinate-wise). Post-processing: the privacy guarantee is unchanged.")
+    ] = FedPGRobust.none,
+    filter_sigma: Annotated[float, typer.Option(
+        help="fedpg-br: σ, the per-step spread of an honest estimate (FedPG-BR's CartPole: "
+        "0.06), scaled by the server's mean episode length.")] = 0.06,
+    filter_delta: Annotated[float, typer.Option(
+        help="fedpg-br: δ in V = 2 log(2K/δ) (FedPG-BR's CartPole: 0.6).")] = 0.6,
+    byzantine_alpha: Annotated[float, typer.Option(
+        help="α < 1/2, the assumed Byzantine fraction: fedpg-br falls back to R2 when R1 keeps "
+        "fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end (FedPG-BR: 0.4).")] = 0.4,
+    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
+    max_steps: MaxStepsOpt = None,
 ) -> None:
-    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR without its Byzantine filter) on CartPole-v1
-    or --env.
+    """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR, its Byzantine filter with --robust
+    fedpg-br) on CartPole-v1 or --env.
 
-    K agents send policy-gradient estimates to a server, which averages them and takes SCSG
-    steps with importance weights. Defaults: FedPG-BR's CartPole setting.
+    K agents send policy-gradient estimates to a server, which averages them (or applies
+    --robust) and takes SCSG steps with importance weights. Defaults: FedPG-BR's CartPole
+    setting.
     """
     from privrl.runtime.output import check_out_dir
 
@@ -267,11 +299,14 @@ def run_fedpg_cen_command(
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
                         dp_rounds=dp_rounds, adaptive_clip=adaptive_clip,
                         clip_quantile=clip_quantile, clip_lr=clip_lr,
-                        clip_count_stddev=clip_count_stddev, **_fedpg_common(
+                        clip_count_stddev=clip_count_stddev, byzantine=byzantine,
+                        attack=None if attack is None else attack.value, robust=robust.value,
+                        filter_sigma=filter_sigma, filter_delta=filter_delta,
+                        byzantine_alpha=byzantine_alpha, **_fedpg_common(
         agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
-        target_return))
+        target_return, max_steps))
     _execute_fedpg(cfg, out, progress)
 
 
@@ -300,10 +335,12 @@ def run_fedpg_dec_command(
     shuffle: ShuffleOpt = False,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
-        "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]').",
+        "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]'). "
+        "flower: refused (no peer-to-peer messages in Flower).",
         case_sensitive=False)] = Runtime.local,
     address: AddressOpt = None,
-    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = 475.0,
+    env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
+    max_steps: MaxStepsOpt = None,
 ) -> None:
     """FedPG-Dec (paper 004, Algorithm 2 with correct push-sum) on CartPole-v1 or --env.
 
@@ -314,6 +351,10 @@ def run_fedpg_dec_command(
     from privrl.runtime.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
+    if runtime is Runtime.flower:
+        raise ConfigError("--runtime", "FedPG-Dec cannot run on Flower: its nodes exchange "
+                          "push-sum shares peer to peer, and Flower carries messages only "
+                          "between the ServerApp and each SuperNode (use local or ray)")
     cfg = _fedpg_config("dec", epsilon_per_report, runtime is Runtime.local,
                         topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,
@@ -321,7 +362,7 @@ def run_fedpg_dec_command(
         agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
-        target_return))
+        target_return, max_steps))
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
@@ -350,6 +391,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
     from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
+    from privrl.systems.fedpg.byzantine import byzantine_agents
 
     FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
     console, err = Console(), Console(stderr=True)
@@ -367,7 +409,12 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
     elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
         total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
-    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}, "
+    ids = byzantine_agents(cfg)
+    who = (f"agents {', '.join(map(str, ids))}" if len(ids) <= 10
+           else "their ids in summary.json")
+    byz = f", {cfg.byzantine} Byzantine ({cfg.attack}: {who})" if cfg.byzantine else ""
+    byz += f", robust rule {cfg.robust}" if cfg.robust != "none" else ""
+    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}{byz}, "
               f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
     with Progress(TextColumn("{task.description}"), BarColumn(),
@@ -388,8 +435,9 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     if path is None:
         path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
     summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
-                          files={"ray.json": extra} if ray else None)
-    files = "config.json, metrics.csv, privacy.json, summary.json, plots/returns.png"
+                          files={"ray.json": extra} if ray else None,
+                          runtime="ray" if ray else "local")
+    files = "config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png"
     if ray:
         files += ", ray.json (cluster, every node's gossip log)"
     console.print(fedpg_table(summary))
@@ -409,9 +457,10 @@ def fedpg_table(summary: dict) -> Table:
         ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
         ("trials × episodes/agent",
          f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),
-        (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
-         "not reached" if med is None else f"{med:g}"),
-        ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"),
+        *(() if summary["target_return"] is None else (
+            (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
+             "not reached" if med is None else f"{med:g}"),
+            ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"))),
         ("final mean return (last 10 rounds)",
          ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
         ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
@@ -513,7 +562,7 @@ def audit_fedpg_command(
     algorithm: Annotated[AuditAlgorithm, typer.Option(
         help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
         "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
-    mechanism: Annotated[AuditMechanism, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="laplace (audits --epsilon-per-report, one release's ε), gaussian (audits one "
         "release's (ε, δ) when σ is calibrated to each agent's total --epsilon over the run), "
         "or your own module:callable (audits --epsilon-per-report, as it declares).",

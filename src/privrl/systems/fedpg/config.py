@@ -32,11 +32,13 @@ from privrl.privacy.accounting import (
 from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.user import is_user_mechanism
-from privrl.systems.fedpg.choices import ALGORITHMS, MECHANISMS
+from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 
 # Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
-ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian")
+# central-gaussian: a server trusted with the clipped updates adds the noise to its robust
+# aggregate (privrl.privacy.central; docs/byzantine.md).
+ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian", "central-gaussian")
 # Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
 PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
 # distributed-gaussian's default sampling: this many agents per round in expectation.
@@ -92,7 +94,7 @@ class FedPGConfig(Config):
     optimizer: str = "adam"
     importance: str = "step"  # per-step ratio (FedPG-BR's code) | trajectory (paper's ω)
     importance_clip: float | None = None  # truncate ω at this value
-    max_episode_steps: int = 500
+    max_episode_steps: int | None = None  # None: the task's step limit (CartPole-v1's 500)
     gravities: tuple[float, ...] = (9.8,)  # per-agent gravity drawn from these (heterogeneity)
     # The task (privrl.envs.task): None is FedPG-BR's CartPole-v1 with per-agent `gravities`;
     # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
@@ -114,7 +116,9 @@ class FedPGConfig(Config):
     # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
     epsilon_budget: float | None = None
     budget_composition: str = "basic"
-    target_return: float = 475.0  # "solved" (CartPole-v1's); set your task's
+    # "Solved": None is the task's target (CartPole-v1's 475, a Gymnasium reward_threshold);
+    # a task without one reports returns and no episodes-to-target.
+    target_return: float | None = None
     # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
     # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
     # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
@@ -144,6 +148,18 @@ class FedPGConfig(Config):
     clip_quantile: float = 0.5
     clip_lr: float = 0.2
     clip_count_stddev: float | None = None
+    # Byzantine agents (fedpg-cen; privrl.systems.fedpg.byzantine, docs/byzantine.md): how many
+    # of the K agents misbehave (which: drawn from the seed, fixed for the run) and how
+    # (`attack`); the server's rule over the K reports (`robust`, privrl.federation.robust).
+    # FedPG-BR's filter: σ (`filter_sigma`), δ (`filter_delta`) in V = 2 log(2K/δ), and the
+    # assumed Byzantine fraction α (`byzantine_alpha`: R2 runs if R1 keeps fewer than
+    # (1 − α)K; trimmed-mean drops ⌊αK⌋ at each end). Defaults: FedPG-BR's CartPole code.
+    byzantine: int = 0
+    attack: str | None = None
+    robust: str = "none"
+    filter_sigma: float = 0.06
+    filter_delta: float = 0.6
+    byzantine_alpha: float = 0.4
 
     presets = PRESETS
 
@@ -173,6 +189,7 @@ class FedPGConfig(Config):
         self._check_epsilon_budget()
         self._check_task()
         self._check_shuffle()
+        self._check_byzantine()
 
     @property
     def pure_mechanism(self) -> bool:
@@ -212,7 +229,8 @@ class FedPGConfig(Config):
         integer("budget", self.budget)
         integer("trials", self.trials)
         integer("seed", self.seed, 0)
-        integer("max_episode_steps", self.max_episode_steps)
+        if self.max_episode_steps is not None:
+            integer("max_episode_steps", self.max_episode_steps)
         if not self.hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 1
                                   for h in self.hidden):
             fail("hidden", f"must be positive layer widths, got {self.hidden!r}")
@@ -289,7 +307,7 @@ class FedPGConfig(Config):
     def _check_task(self) -> None:
         """The default CartPole's gravities, which no other task takes."""
         try:
-            CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+            CartPoleSpec(gravities=tuple(self.gravities))
         except ValueError as e:
             fail("gravities", str(e))
         if (self.env is not None or self.private_params) and tuple(self.gravities) != (9.8,):
@@ -310,6 +328,46 @@ class FedPGConfig(Config):
                                }.get(self.mechanism, "the amplification bound here (FMT21) "
                                                      "is for pure ε₀-LDP reports"))
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
+
+    def _check_byzantine(self) -> None:
+        """Byzantine agents and the robust rule: fedpg-cen only; no per-report rule where the
+        server sees only a sum."""
+        integer("byzantine", self.byzantine, 0)
+        if self.byzantine >= self.agents:
+            fail("byzantine", f"must be < K = {self.agents} agents, got {self.byzantine}")
+        if self.byzantine and self.attack is None:
+            fail("attack", f"required with byzantine = {self.byzantine} (one of "
+                           f"{', '.join(ATTACKS)})")
+        if self.attack is not None:
+            one_of("attack", self.attack, ATTACKS)
+            if not self.byzantine:
+                fail("attack", "needs byzantine >= 1 (no agent would attack)")
+        one_of("robust", self.robust, ROBUST, "robust rule")
+        positive("filter_sigma", self.filter_sigma)
+        in_range("filter_delta", self.filter_delta, 0, 1, low_open=True, high_open=True)
+        in_range("byzantine_alpha", self.byzantine_alpha, 0, 0.5, low_open=True,
+                 high_open=True)
+        if (self.byzantine or self.robust != "none") and self.algorithm != "cen":
+            fail("robust" if self.robust != "none" else "byzantine",
+                 "fedpg-cen only: FedPG-Dec has no server to filter reports (Byzantine-robust "
+                 "gossip is not implemented)")
+        if self.mechanism == "central-gaussian":
+            if self.algorithm != "cen":
+                fail("mechanism", "central-gaussian: a trusted server aggregates the clipped "
+                                  "updates: fedpg-cen only")
+            if self.robust == "fedpg-br":
+                fail("robust", "with central-gaussian the filter's mean has sensitivity C, the "
+                               "diameter of the clipped updates' ball (any kept subset), K times "
+                               "the mean's; use none, trimmed-mean or median")
+        if self.robust != "none" and self.mechanism == "distributed-gaussian":
+            fail("robust", "distributed-gaussian: the server sees only the secure sum of the "
+                           "agents' updates, so no per-agent filter or robust rule can run "
+                           "(use a per-agent LDP mechanism, or robust none)")
+        if self.robust == "fedpg-br" and self.mechanism not in ("none", "gaussian", "laplace",
+                                                                "privunit"):
+            fail("robust", f"fedpg-br's threshold needs a bound on the mechanism's noise; none "
+                           f"is derived for mechanism={self.mechanism!r} (use median or "
+                           "trimmed-mean)")
 
     def _check_adaptive_clip(self) -> None:
         """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""
@@ -378,6 +436,14 @@ class FedPGConfig(Config):
         if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
             self._check_count_stddev()
             return self
+        if self.mechanism == "central-gaussian":
+            # The noise is z·S with S the rule's own sensitivity: σ is the accountant's z.
+            try:
+                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
+                                               kind=self.accountant)
+            except CalibrationError as e:
+                fail("epsilon", str(e))
+            return replace(self, noise_multiplier=z).resolved()
         if self.mechanism == "distributed-gaussian":
             # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
             try:
@@ -423,6 +489,8 @@ def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
     can): they must differ only in SETTING_FIELDS and use none, laplace or gaussian without
     float-safe noise."""
     for cfg in configs:
+        if len(configs) > 1 and cfg.robust == "fedpg-br":  # its threshold is the mechanism's
+            return "robust"
         if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
             return "mechanism"
         if cfg.secure_noise:

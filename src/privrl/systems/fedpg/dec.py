@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.federation.pushsum import push_sum_apply, push_sum_mix, push_sum_z
+from privrl.privacy.noise import secret_fold
 from privrl.privacy.report import Report
 from privrl.systems.fedpg.scsg import Learner
 from privrl.systems.fedpg.source import Episodes, EpisodeSource, mean_return
@@ -76,14 +77,20 @@ class DecRound:
         return source.piece(self.finish)(state, upd, mixing)
 
     def inputs(self, state: FedPGState, key: Array) -> tuple[Array, Any, Array, Array | None]:
-        """Every node's z_k, private environment, round key and (secret noise) noise key."""
+        """Every node's z_k, private environment, round key and (secret noise) noise key.
+
+        Under secret noise the root also keys each node's private environment and its round
+        (episodes, B_t, N_t, SCSG draws: `secret_fold` over the seeded keys), so config.json
+        and the messages do not let anyone re-simulate a node's data."""
         nodes = jnp.arange(self.algo.config.agents)
         z = push_sum_z(state.gossip)  # θ_{t,0}ᵏ
-        env = self.algo.env_params_of(state.key, nodes)
+        root = state.noise
+        env = self.algo.env_params_of(secret_fold(root, state.key), nodes)
         keys = jax.vmap(jax.random.fold_in, (None, 0))(key, nodes)
-        noise = (None if state.noise is None else
-                 jax.vmap(node_noise_key, (None, 0, None))(state.noise, nodes, state.rounds))
-        return z, env, keys, noise
+        if root is None:
+            return z, env, keys, None
+        keys = jax.vmap(secret_fold, (None, 0))(root, keys)
+        return z, env, keys, jax.vmap(node_noise_key, (None, 0, None))(root, nodes, state.rounds)
 
     def node_update(self, source: EpisodeSource, z: Array, opt_state: Any, env_params: Any,
                     key: Array, live: Array, noise_key: Array | None = None,

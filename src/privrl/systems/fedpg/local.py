@@ -13,6 +13,7 @@ Finished trials ride along as no-ops (their agents play no episodes).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.pushsum import push_sum_z
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
@@ -42,7 +44,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     host_scan,
@@ -68,7 +70,7 @@ ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, bu
 
 
 @dataclass
-class FedPGRun:
+class FedPGRun(SavesRunDir):
     config: FedPGConfig
     mean_return: np.ndarray  # (trials, rounds): mean return of the round's B_t-batches; NaN: none
     used_before: np.ndarray  # (trials, rounds): mean episodes per agent before the round
@@ -94,6 +96,13 @@ class FedPGRun:
     # Run as one program with other settings (`run_fedpg_settings`): how many settings and
     # trials it ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
+    # A robust rule: (trials, K) how many rounds each agent's report was kept; None: no rule.
+    kept: np.ndarray | None = None
+    # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
+    policy: SavedPolicy | None = None
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
@@ -110,15 +119,18 @@ def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
               task: Task | None = None, model: nn.Module | None = None,
-              devices: int | None = None) -> FedPGRun:
+              devices: int | None = None, out: str | os.PathLike | None = None
+              ) -> FedPGRun:
     """All trials of `config`; `task` and `model`: your environment and policy (`FedPG`),
-    default: the config's; `devices`: host devices the trials are split over (default: all).
+    default: the config's; `devices`: host devices the trials are split over (default: all);
+    `out`: write the run directory there, as the CLI's --out (`FedPGRun.save`).
 
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
     alone and in any program."""
+    check_out_dir(out)
     algo = settings_algorithm([local_config(config)], task, model)
-    return run_fedpg_settings(algo, progress, devices)[0]
+    return save_if_asked(run_fedpg_settings(algo, progress, devices)[0], out)
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:
@@ -139,6 +151,7 @@ class _Setting:
     spent: np.ndarray
     out: list[tuple[np.ndarray, ...]]
     played: int = 0
+    kept: np.ndarray | None = None  # a robust rule: (trials, K) rounds each report was kept
 
     @classmethod
     def of(cls, algo: FedPG, rows: np.ndarray) -> _Setting:
@@ -188,6 +201,9 @@ class _Setting:
             self.played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
             # unsampled agents (distributed-gaussian) played no episode
             self.played -= int(((k - info.participants[live]) * info.batch[live]).sum())
+        if info.kept is not None:
+            kept = np.asarray(info.kept) & live[:, None]
+            self.kept = kept.astype(np.int64) + (0 if self.kept is None else self.kept)
         nan = np.where(live, 1.0, np.nan)
         self.out.append((info.mean_return * nan, info.used_before * nan, info.batch * nan,
                          info.inner_steps * nan)
@@ -206,11 +222,18 @@ class _Setting:
             wall_seconds=wall, compile_seconds=compile_s, rounds_run=len(self.out),
             releases=self.releases, privacy_budget_spent=self.spent,
             accounting=account(algo, int(self.releases.max())),
-            z=mine(jax.vmap(push_sum_z)(state.gossip)),
+            z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
-            program=program,
+            program=program, policy=policy_of(algo, z), kept=self.kept,
         )
+
+
+def policy_of(algo: FedPG, z: np.ndarray) -> SavedPolicy:
+    """policy.npz of a run: z (trials, learners, d), the final parameters of FedPG-Cen's
+    server or of each FedPG-Dec node."""
+    return saved_policy(f"fedpg-{algo.config.algorithm}", algo.model, algo.task, "logits", z,
+                        algo.config.max_episode_steps)
 
 
 def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
@@ -324,6 +347,16 @@ def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
             "(Poisson-sampled) Gaussian mechanism of sensitivity C, dp_accounting's "
             "ADD_OR_REMOVE_ONE events")
         return rec
+    if algo.central is not None:  # one Gaussian event per round, at the rule's sensitivity
+        from privrl.privacy.central import CENTRAL_NEIGHBOURS
+
+        acc = Accountant(algo.config.accountant, neighbouring=CENTRAL_NEIGHBOURS)
+        acc.compose(algo.central.event, releases)
+        rec = acc.record(algo.config.delta)
+        rec["neighbouring_relation"] = CENTRAL_NEIGHBOURS
+        rec["sensitivity"] = {"l2": algo.central.sensitivity, "rule": algo.config.robust,
+                              "values_kept_per_coordinate": algo.central.kept}
+        return rec
     if algo.config.mechanism != "gaussian":
         return None
     acc = Accountant(algo.config.accountant, neighbouring=algo.mechanism.guarantee.neighbouring)
@@ -334,7 +367,9 @@ def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
 # --- what a run reports ----------------------------------------------------------------------
 def episodes_to_target(run: FedPGRun) -> np.ndarray:
     """Per trial: episodes per agent spent before the first round whose batch mean return
-    reached the target (inf: never)."""
+    reached the target (inf: never, or the task has no target)."""
+    if run.config.target_return is None:
+        return np.full(run.mean_return.shape[0], np.inf)
     hit = run.mean_return >= run.config.target_return
     out = np.full(hit.shape[0], np.inf)
     for i, row in enumerate(hit):
@@ -390,7 +425,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_to_target": [None if math.isinf(x) else int(x) for x in reach],
         "median_episodes_to_target": (None if np.isinf(np.median(reach))
                                       else float(np.median(reach))),
-        "reached_target": int(np.isfinite(reach).sum()),
+        "reached_target": None if cfg.target_return is None else int(np.isfinite(reach).sum()),
         "final_mean_return": [float(f"{x:.4g}") for x in final_return(run)],
         "rounds": run.rounds_run,
         "rounds_max": int(run.releases.max()),  # rounds of the longest trial
@@ -402,9 +437,31 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "episodes_played": run.episodes_played,
         **budget,
         **adaptive,
+        **byzantine_summary(run),
         # run as one program with other settings: the wall time and rates are the program's
         **({} if run.program is None else {"program": run.program}),
     }
+
+
+def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
+    """Byzantine agents and the robust rule (nothing when there are neither): who attacked
+    (fixed per run, from the seed), how, and how often the rule kept honest and Byzantine
+    reports (per round, mean over trials)."""
+    cfg = run.config
+    if not cfg.byzantine and cfg.robust == "none":
+        return {}
+    from privrl.systems.fedpg.byzantine import byzantine_agents, byzantine_mask
+
+    out: dict[str, Any] = {"byzantine_agents": list(byzantine_agents(cfg)),
+                           "attack": cfg.attack, "robust": cfg.robust}
+    if run.kept is not None:
+        rounds = np.maximum(run.releases, 1)[:, None]
+        share = run.kept / rounds  # (trials, K): fraction of its rounds each report was kept
+        byz = byzantine_mask(cfg)
+        out["honest_reports_kept"] = round(float(share[:, ~byz].mean()), 4)
+        out["byzantine_reports_kept"] = (round(float(share[:, byz].mean()), 4)
+                                         if byz.any() else None)
+    return out
 
 
 def privacy_facts(run: FedPGRun) -> Facts:
@@ -421,6 +478,23 @@ def privacy_facts(run: FedPGRun) -> Facts:
     ledger = run.ledger.summary()
     most = int(run.releases.max())
     noise = record_mode(cfg.noise, cfg.secure_noise)
+    if cfg.mechanism == "central-gaussian" and run.accounting is not None:
+        sens = run.accounting["sensitivity"]
+        return Facts(
+            Claim(run.accounting["epsilon"], cfg.delta, "DP",
+                  "central: the server is TRUSTED with every agent's clipped update",
+                  "one agent's whole data (every update it sends over the run)",
+                  f"the {cfg.accountant} accountant over {most} rounds",
+                  f"{run.accounting['accountant']}; each round one Gaussian event, noise std "
+                  f"σ·S, S = C/{sens['values_kept_per_coordinate']} = {sens['l2']:.4g} (the "
+                  f"{cfg.robust} rule's L2 sensitivity, docs/byzantine.md)"),
+            releases=Releases("the server", f"its {cfg.robust} aggregate of the K agents' "
+                              "updates, each L1-clipped to C/2", "the central Gaussian "
+                              "mechanism on the aggregate", most, None, cfg.delta, "DP"),
+            trust=Trust("the server: it sees every agent's clipped update in the clear and is "
+                        "trusted to apply the rule and add the noise; nobody else",
+                        "the server's optimizer steps"),
+            not_protected=server, noise=noise)
     if not ledger["formal_guarantee"]:
         return Facts(None, f"no mechanism (as in paper 004); each agent sends {sent} as it is",
                      noise=noise)
@@ -487,17 +561,39 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
                 if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
     ledger = run.ledger
+    # central-gaussian: each agent's own release (to the trusted server) has no guarantee;
+    # the guarantee is the server's noised aggregate's, so the ledger is not its verdict.
+    central = cfg.mechanism == "central-gaussian"
     return build_privacy_record(
-        privacy_facts(run), mechanism=run.mechanism, ledger=ledger, accountant=run.accounting,
-        with_accounting=True, fields={
+        privacy_facts(run), mechanism=run.mechanism, ledger=None if central else ledger,
+        accountant=run.accounting, with_accounting=True, fields={
+            **({"agents_releases_to_the_trusted_server": ledger.summary()} if central else {}),
             **per_release(run),
             **trust_model(run),
             **adaptive_clip_record(run),
+            **robust_record(run),
             "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **({} if shuffled is None else {"shuffle": shuffled}),
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+
+
+def robust_record(run: FedPGRun) -> dict[str, Any]:
+    """A robust rule's place in the guarantee: post-processing of the released reports (under
+    central-gaussian the rule runs before the noise, and its sensitivity sets the noise)."""
+    cfg = run.config
+    if cfg.robust == "none" or cfg.mechanism == "central-gaussian":
+        return {}
+    return {"robust_aggregation": {
+        "rule": cfg.robust,
+        "guarantee": "unchanged: the rule reads only the released reports and public numbers "
+                     "(its thresholds, α), so it is post-processing of each agent's release",
+        **({"threshold": "min(2σ√(V/B_t), D) + 2r, V = 2 log(2K/δ), r the mechanism's noise "
+                         "radius at δ/(2K) (docs/byzantine.md)",
+            "filter_sigma": cfg.filter_sigma, "filter_delta": cfg.filter_delta}
+           if cfg.robust == "fedpg-br" else {}),
+        "byzantine_alpha": cfg.byzantine_alpha}}
 
 
 def distributed_release(run: FedPGRun, m: int) -> str:
@@ -637,7 +733,7 @@ def return_curves(runs: Curves, budget: int, points: int = 200
 
 
 def plot_returns(path: Path, runs: Curves, budget: int, title: str,
-                 target: float = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
+                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
     """Mean return vs episodes per agent: mean over trials, shaded min-max over trials;
     `ylim` (default: CartPole-v1's returns) None: fitted to the curves."""
     import matplotlib
@@ -653,7 +749,8 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
         if c.shape[0] > 1:
             lo, hi = np.nanmin(c, axis=0), np.nanmax(c, axis=0)
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.15)
-    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
+    if target is not None:  # a task without a target has no line
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xlabel("episodes per agent")
     ax.set_ylabel("mean return of the round's batch")
     ax.set_title(title)
@@ -666,8 +763,10 @@ def plot_returns(path: Path, runs: Curves, budget: int, title: str,
     plt.close(fig)
 
 
-def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
-    """What a run leaves behind: summary, privacy record, per-round table, return curves."""
+def record(run: FedPGRun, files: dict[str, Any] | None = None,
+           runtime: str = "local") -> RunRecord:
+    """What a run leaves behind: summary, privacy record, per-round table, return curves;
+    `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = run.config
     summary = summarize(run)
     label = summary["label"]
@@ -680,11 +779,12 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None) -> RunRecord:
             f"{label}, K = {cfg.agents}, {cfg.mechanism}"
             + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
             (0, 510) if cartpole else None)},
-        run_info={"topology": run.topology}, files=files or {})
+        run_info={"topology": run.topology}, files=files or {}, policy=run.policy,
+        runtime=runtime)
 
 
 def save(run: FedPGRun, path: Path, command: list[str] | None = None,
-         files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv, privacy.json, summary.json, plots/returns.png and any extra
-    JSON `files` (a Ray run's ray.json)."""
-    return save_run(record(run, files), path, command)
+         files: dict[str, Any] | None = None, runtime: str = "local") -> dict[str, Any]:
+    """config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png
+    and any extra JSON `files` (a Ray run's ray.json)."""
+    return save_run(record(run, files, runtime), path, command)

@@ -45,7 +45,7 @@ import numpy as np
 
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import secret_keys
+from privrl.privacy.noise import secret_fold, secret_keys
 from privrl.privacy.report import restore_report
 from privrl.runfile import checked, read, tree_from_leaves, write
 from privrl.runtime.ray import require_ray, start_ray
@@ -56,7 +56,7 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.dec import round_info
-from privrl.systems.fedpg.local import FedPGRun, account
+from privrl.systems.fedpg.local import FedPGRun, account, policy_of
 
 EventHook = Callable[[str, dict[str, Any]], None]
 CHECKPOINT_KIND = "fedpg-node-checkpoint"
@@ -86,15 +86,17 @@ class NodeActor:
         self.path = Path(directory) / f"node{node}.npz"
         state = self.algo.init(_trial_key(self.algo.config.seed))
         self.key = state.key
-        env = self.algo.env_params_of(state.key, jnp.array([node]))
+        # Secret noise: this process's own root from os.urandom, in memory only, passed to the
+        # jitted program as an argument (never a constant a compilation cache could store).
+        # It also keys the node's private environment and its rounds (`DecRound.inputs`); a
+        # restarted node draws a new root, so its simulated environment is drawn anew.
+        self._noise = secret_keys() if config.noise == "secret" else None
+        env = self.algo.env_params_of(secret_fold(self._noise, state.key), jnp.array([node]))
         self.env = jax.tree_util.tree_map(lambda a: a[0], env)
         # A Gymnasium task: the round on the host (episodes here, the rest jitted piece by
         # piece: the task's episode source); else one jitted function.
         self._update = (self.algo.dec_node_update if self.algo.task.host
                         else jax.jit(self.algo.dec_node_update))
-        # Secret noise: this process's own root from os.urandom, in memory only, passed to the
-        # jitted program as an argument (never a constant a compilation cache could store).
-        self._noise = secret_keys() if config.noise == "secret" else None
         # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
         self.pending: tuple[Any, dict[str, float]] | None = None
         # What this node released in the round it is in (round, report value, optimizer
@@ -137,7 +139,8 @@ class NodeActor:
             _, value, opt_state, info = self.released
             report = restore_report(value, self.guarantee)
         else:
-            key = jax.random.fold_in(jax.random.fold_in(self.key, t), self.node)
+            key = secret_fold(self._noise,
+                              jax.random.fold_in(jax.random.fold_in(self.key, t), self.node))
             upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key,
                                jnp.bool_(True), self._noise_key(t), *self._setting)
             # Charge before release: the Report has not left this process yet.
@@ -326,7 +329,8 @@ def run_fedpg_dec_ray(
         used=used[None].astype(np.int64), episodes_played=int(used.sum()), ledger=ledger,
         mechanism=algo.mechanism.describe(), topology=algo.topology.describe(),
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
-        accounting=account(algo, t), z=np.stack([r["z"] for r in results])[None])
+        accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
+        policy=policy_of(algo, z))
     gossip = {"nodes": k, "rounds": t,
               "rejected": {i: r["rejections"] for i, r in enumerate(results) if r["rejections"]},
               "senders_per_round": [r["mixed_from"] for r in results]}

@@ -44,6 +44,7 @@ class Learner(ABC):
     adds the mechanism an agent's messages pass through (`release`)."""
 
     mechanism: Any
+    central: Any = None  # central-gaussian: the server's noise on its aggregate
 
     def __init__(self, config: FedPGConfig, task: Task, model: nn.Module | None) -> None:
         """`model`: a flax module mapping one observation to the logits of the task's actions
@@ -137,9 +138,11 @@ class Learner(ABC):
         return sel(new_theta, theta), jax.tree_util.tree_map(sel, new_opt, opt)
 
     def scsg(self, source: EpisodeSource, theta_0: Array, mu: Array, opt_state: Any,
-             steps: Array, env_params: Any, key: Array) -> tuple[Array, Any]:
+             steps: Array, env_params: Any, key: Array, lengths: bool = False
+             ) -> tuple[Array, Any] | tuple[Array, Any, Array]:
         """N SCSG steps for each of M learners in parallel (learner m stops after steps[m]),
-        each step's b episodes from `source` with the current θ_n."""
+        each step's b episodes from `source` with the current θ_n. With `lengths`, also the
+        mean length of each learner's episodes (M,) (FedPG-BR's filter scales its σ by it)."""
         b = self.config.minibatch
         scsg_step = source.piece(self.scsg_step)
 
@@ -147,17 +150,22 @@ class Learner(ABC):
             return c[0] < jnp.max(steps)
 
         def body(c: tuple) -> tuple:
-            n, theta, opt, k = c
+            n, theta, opt, k, *tally = c
             k, k_ep = jax.random.split(k)
             going = n < steps
             ep = source.sample(theta, env_params,
                                jnp.broadcast_to(going[:, None], (going.shape[0], b)), k_ep)
             theta, opt = scsg_step(theta, opt, theta_0, mu, going, ep)
-            return (n + 1, theta, opt, k)
+            if lengths:
+                tally = source.piece(_tally)(tally, ep)
+            return (n + 1, theta, opt, k, *tally)
 
-        _, theta, opt_state, _ = source.while_loop(
-            cond, body, (jnp.zeros((), jnp.int32), theta_0, opt_state, key))
-        return theta, opt_state
+        tally = ((jnp.zeros(steps.shape), jnp.zeros(steps.shape)) if lengths else ())
+        _, theta, opt_state, _, *tally = source.while_loop(
+            cond, body, (jnp.zeros((), jnp.int32), theta_0, opt_state, key, *tally))
+        if not lengths:
+            return theta, opt_state
+        return theta, opt_state, tally[0] / jnp.maximum(tally[1], 1.0)
 
     def draw_steps(self, key: Array, batch: Array) -> Array:
         """N_t ~ Geom(b/(B_t+b)) on {1, 2, ...} (FedPG-BR's code), or the fixed inner_steps."""
@@ -166,3 +174,9 @@ class Learner(ABC):
             return jnp.full(batch.shape, cfg.inner_steps, jnp.int32)
         p = cfg.minibatch / (batch + cfg.minibatch)
         return jax.random.geometric(key, p, batch.shape).astype(jnp.int32)
+
+
+def _tally(tally: list, ep: Episodes) -> list:
+    """Running (Σ length, count) of each learner's live episodes."""
+    live = ep.live.astype(jnp.float32)
+    return [tally[0] + jnp.sum(ep.length * live, axis=1), tally[1] + jnp.sum(live, axis=1)]

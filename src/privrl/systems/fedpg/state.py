@@ -27,6 +27,9 @@ class FedPGState(NamedTuple):
     # Run as a member of a program of settings (`FedPG.for_settings`): the trial's mechanism
     # as data (MechanismArgs); None: the config's mechanism, compiled in.
     setting: Any = None
+    # FedPG-BR's filter: the mean length of the server's own episodes last round (its σ's
+    # scale, privrl.systems.fedpg.byzantine); None without the filter.
+    length: Array | None = None
 
 
 class RoundInfo(NamedTuple):
@@ -38,6 +41,7 @@ class RoundInfo(NamedTuple):
     inner_steps: Array  # N_t (mean over nodes for Dec)
     participants: Array  # agents that played B_t episodes (K; fewer under agent sampling)
     clip: Array | None = None  # adaptive clipping: the clip C_t this round's shares used
+    kept: Array | None = None  # a robust rule: (K,) the agents whose reports it kept
 
 
 def keep(live: Array, new: FedPGState, old: FedPGState) -> FedPGState:

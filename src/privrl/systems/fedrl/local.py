@@ -9,6 +9,7 @@ stops once no seed improved for `patience` epochs. The kept parameters then play
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,14 @@ import numpy as np
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import with_secret_roots
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.runtime.output import RunRecord, csv_writer, plot_curves
+from privrl.runtime.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    csv_writer,
+    plot_curves,
+    save_if_asked,
+)
 from privrl.runtime.output import save as save_run
 from privrl.runtime.selection import Selection
 from privrl.systems.fedrl.algorithm import SPLIT
@@ -64,7 +72,7 @@ def load_splits(cfg: Any) -> Splits:
 
 
 @dataclass
-class GridOutput:
+class GridOutput(SavesRunDir):
     name: str
     config: Any
     splits: dict[str, Any]
@@ -79,9 +87,16 @@ class GridOutput:
     compile_seconds: float
     throughput: dict[str, float] = field(default_factory=dict)
 
+    def record(self) -> RunRecord:
+        return record(self)
+
 
 def run_grid(algo: Any, progress: ProgressFn | None = None,
-             splits: Splits | None = None) -> GridOutput:
+             splits: Splits | None = None, out: str | os.PathLike | None = None
+             ) -> GridOutput:
+    """Every seed of `algo` on the Grid-World maps; `out`: write the run directory there, as
+    the CLI's --out (`GridOutput.save`)."""
+    check_out_dir(out)
     cfg = algo.config
     start = time.perf_counter()
     splits = splits or load_splits(cfg)
@@ -145,9 +160,10 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         t = float(np.median(chunk_times))
         throughput = {"median_epoch_seconds": t,
                       "updates_per_s": cfg.updates_per_epoch * seeds / t}
-    return GridOutput(algo.name, cfg, splits.info, np.stack(tr_s, 1), np.stack(tr_r, 1),
-                      np.stack(va, 1), best_epoch, test, random_test, privacy,
-                      time.perf_counter() - start, compile_seconds, throughput)
+    return save_if_asked(GridOutput(
+        algo.name, cfg, splits.info, np.stack(tr_s, 1), np.stack(tr_r, 1), np.stack(va, 1),
+        best_epoch, test, random_test, privacy, time.perf_counter() - start, compile_seconds,
+        throughput), out)
 
 
 def summarize(out: GridOutput) -> dict[str, Any]:

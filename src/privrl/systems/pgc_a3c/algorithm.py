@@ -70,7 +70,7 @@ from privrl.privacy.mechanisms import (
     PerTrialMechanism,
     ProjectedRandomSignMechanism,
 )
-from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.noise import NOISE_MODES, secret_fold
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.runtime.sharding import in_blocks, pad_rows
@@ -80,13 +80,15 @@ LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
 # Presets. "paper" follows paper 000 section 4 exactly (the dataclass defaults). "tuned" is
-# our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): a reward the
-# bias-having critic can fit, on-policy sampled actions, standardized advantages, and Adam at
+# our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): the task's
+# shaped reward (CartPole's "failure", which a bias-having critic can fit; a task without one:
+# its own reward), on-policy sampled actions, standardized advantages, and Adam at
 # the aggregator (post-processing, so the guarantee is unchanged). "paper-code" is the paper
 # preset read through the public TF1 A3C CartPole code whose every section-4 setting it shares
 # (docs/pgc-a3c-fidelity.md): the aggregator applies the mean report with TF1's
 # RMSPropOptimizer (decay 0.99, eps 1e-10, squared average starting at 1, lr = η = 0.5) and
-# the reward is 0 per step, -1 on a fall. Both are outside the agents' mechanism: same ε.
+# the task's shaped reward (CartPole: 0 per step, -1 on a fall). Both are outside the agents'
+# mechanism: same ε.
 # "tuned-ldp" is "tuned" for small ε (issue 18; measured in benchmarks/RESULTS.md): every report
 # is its own Adam step (|B| = 1: averaging noisy reports wastes submissions when Adam already
 # normalizes the step), 3 agents per round (less staleness), a wider network, and an L2 clip of
@@ -100,10 +102,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "rmsprop_decay": 0.99,
         "rmsprop_eps": 1e-10,
         "rmsprop_initial_scale": 1.0,
-        "reward": "failure",
+        "reward": "shaped",
     },
     "tuned": {
-        "reward": "failure",
+        "reward": "shaped",
         "action_selection": "sample",
         "use_bias": True,
         "normalize_advantage": True,
@@ -186,7 +188,8 @@ class PGCA3CConfig(Config):
     explore_start: float = 0.5  # α = max(0, explore_start - n / explore_decay)
     explore_decay: float = 1800.0
     hidden: int = 16
-    max_episode_steps: int = 200
+    # The episode cap; None: the task's own step limit (paper 000's CartPole-v0: 200).
+    max_episode_steps: int | None = None
     gravities: tuple[float, ...] = (9.7, 9.8, 9.9)  # the default CartPole task's private ψ
     # The task (privrl.envs.task): None is paper 000's CartPole with per-agent `gravities`;
     # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
@@ -194,15 +197,17 @@ class PGCA3CConfig(Config):
     env: str | None = None
     private_params: tuple[str, ...] = ()
     # Success: the FST is the first n where the mean of `score_window` (m) consecutive scores
-    # (episode returns) reaches `target_score` (Θ; 195 is CartPole's). Set Θ for another task.
-    target_score: float = 195.0  # Θ
+    # (episode returns) reaches `target_score` (Θ). None: the task's target (CartPole-v0's 195,
+    # a Gymnasium reward_threshold); a task without one reports scores and no FST.
+    target_score: float | None = None  # Θ
     score_window: int = 10  # m
     # Departures from the paper (all off in the paper preset; see PRESETS):
     # Reward shaping. "env": the environment's own reward (CartPole's +1 per step: the paper's);
     # "step": +1 per step survived, whatever the environment's reward; "failure": 0 per step,
     # -1 on the step the episode terminated (the tuned preset's shaping); "goal": 0 per step,
     # +1 at the end of an episode whose return reaches `target_score`, else -1 on a termination
-    # (CartPole: its length; the return of a task's own rewards elsewhere).
+    # (CartPole: its length; the return of a task's own rewards elsewhere); "shaped": the
+    # task's shaped reward (envs.task: "failure" on CartPole), its own ("env") where it has none.
     # All but "env" replace the environment's reward (a documented option, docs/environments.md).
     reward: str = "env"
     action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
@@ -262,11 +267,13 @@ class PGCA3CConfig(Config):
                 fail("d_hat", "only the prs mechanism takes d_hat")
             integer("d_hat", self.d_hat)
         for name in ("trials", "submissions", "parallel_agents", "buffer_size",
-                     "submissions_per_agent", "max_episode_steps", "score_window",
-                     "trial_block"):
+                     "submissions_per_agent", "score_window", "trial_block"):
             integer(name, getattr(self, name))
+        if self.max_episode_steps is not None:
+            integer("max_episode_steps", self.max_episode_steps)
         integer("seed", self.seed, 0)
-        finite("target_score", self.target_score)
+        if self.target_score is not None:
+            finite("target_score", self.target_score)
         if self.noise is not None:
             one_of("noise", self.noise, NOISE_MODES, "noise mode")
         if self.secure_noise and self.mechanism != "laplace":
@@ -298,7 +305,7 @@ class PGCA3CConfig(Config):
             in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
         in_range("adam_momentum", self.adam_momentum, 0, 1, high_open=True)
         probability("explore_start", self.explore_start)
-        CartPoleSpec(self.max_episode_steps, tuple(self.gravities))
+        CartPoleSpec(gravities=tuple(self.gravities))
 
 
 class TrialState(NamedTuple):
@@ -375,8 +382,13 @@ class PGCA3C:
         module mapping one observation to (logits, value); default: the paper's network,
         `hidden` units, sized from the task's spaces)."""
         resolved = config.resolved()  # config.json records the task the run used
-        cfg, task = resolve_task(resolved, task, partial(
-            cartpole_task, resolved.max_episode_steps, resolved.gravities))
+        cfg, task = resolve_task(resolved, task, partial(cartpole_task, "v0", resolved.gravities),
+                                 "target_score")
+        if cfg.reward == "shaped":
+            cfg = replace(cfg, reward=task.shaping or "env")
+        if cfg.reward == "goal" and cfg.target_score is None:
+            fail("reward", f"goal rewards reaching the target return, and {task.name} has none: "
+                           "set the target (--target-return)")
         self.config, self.task = cfg, task
         self.env, self.env_params = task.env, task.params
         if model is None:
@@ -511,15 +523,21 @@ class PGCA3C:
         round_key = jax.random.fold_in(state.key, state.submitted // cfg.parallel_agents)
         agent_ids = index // cfg.submissions_per_agent
         return self.agents_plan(state.submitted, round_key, env_key, agent_ids, active,
-                                self.noise_keys(state.noise, agent_ids, index))
+                                self.noise_keys(state.noise, agent_ids, index), state.noise)
 
     def agents_plan(self, submitted: Array, key: Array, env_key: Array, agent_ids: Array,
-                    active: Array, noise_keys: Array | None = None) -> RoundPlan:
+                    active: Array, noise_keys: Array | None = None, root: Array | None = None
+                    ) -> RoundPlan:
         """The plan of agents `agent_ids` (those `active` play) after `submitted` submissions,
         from the round key `key` (`plan` folds it from the trial's; Ray's agent and the audit's
-        canary choose their own) and the trial's `env_key`."""
-        return RoundPlan(active, key, jax.random.split(key), noise_keys,
-                         self.task.agents_params(env_key, agent_ids),
+        canary choose their own) and the trial's `env_key`.
+
+        `root`: the secret noise root (None: seeded). Under secret noise it also keys the
+        agents' private dynamics and their episodes (`secret_fold` over the seeded keys), so
+        that config.json and the log do not let anyone re-simulate an agent's data; the round
+        key the aggregator folds stays the seeded one."""
+        return RoundPlan(active, key, jax.random.split(secret_fold(root, key)), noise_keys,
+                         self.task.agents_params(secret_fold(root, env_key), agent_ids),
                          self.exploration(submitted))
 
     @staticmethod
@@ -620,14 +638,15 @@ class PGCA3C:
     # --- the agent side alone: Ray's agent, the audit's canary ---------------------------
     def agent_reports(self, theta: Array, submitted: Array, key: Array, env_key: Array,
                       agent_ids: Array, active: Array, noise_keys: Array | None = None,
-                      traj: Trajectory | None = None, setting: TrialSetting | None = None
-                      ) -> tuple[Any, Array]:
+                      traj: Trajectory | None = None, setting: TrialSetting | None = None,
+                      root: Array | None = None) -> tuple[Any, Array]:
         """What a round computes on the agents' side, for one trial's agents (`agents_plan`)
         from θ: their Reports and scores (P,). `noise_keys` (P,): each agent's own mechanism
         keys (secret noise); None: derived from `key` (seeded). `traj`: their episodes, already
         played on the host (`host_rollout`); None: played here by `JITTED_EPISODES`.
-        `setting`: the trial's mechanism as data (`for_settings`)."""
-        plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys)
+        `setting`: the trial's mechanism as data (`for_settings`). `root`: the agent's secret
+        noise root, which also keys its dynamics and episodes (`agents_plan`)."""
+        plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys, root)
         if traj is None:
             traj = self._one_trial(JITTED_EPISODES, theta, plan)
         reports = self.privatize(self.episode_grads(theta, traj), plan.keys[1],
@@ -635,10 +654,10 @@ class PGCA3C:
         return reports, self.score(traj)
 
     def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
-                     agent_ids: Array, active: Array) -> Trajectory:
+                     agent_ids: Array, active: Array, root: Array | None = None) -> Trajectory:
         """The episodes `agent_reports` takes on a Gymnasium task: `HOST_EPISODES` for one
-        trial's agents."""
-        plan = self._agents_plan(submitted, key, env_key, agent_ids, active)
+        trial's agents (`root`: as there)."""
+        plan = self._agents_plan(submitted, key, env_key, agent_ids, active, None, root)
         return self._one_trial(HOST_EPISODES, theta, plan)
 
     def _one_trial(self, episodes: EpisodeSource, theta: Array, plan: RoundPlan

@@ -5,4 +5,4 @@ before JAX starts)."""
 from __future__ import annotations
 
 MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "projunit", "privunitg-seed", "none")
-REWARDS = ("env", "step", "failure", "goal")
+REWARDS = ("env", "step", "failure", "goal", "shaped")

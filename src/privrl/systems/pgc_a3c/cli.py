@@ -14,6 +14,7 @@ from privrl.cli import (
     BudgetComposition,
     BudgetCompositionOpt,
     EnvOpt,
+    MaxStepsOpt,
     Noise,
     Out,
     PrivateOpt,
@@ -49,18 +50,19 @@ RewardName = value_enum("RewardName", REWARDS)
 
 
 @run_app.command("pgc-a3c")
-@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return")
+@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return",
+            max_episode_steps="--max-steps")
 def run_pgc_a3c_command(
     preset: Annotated[str, typer.Option(
         help="paper: paper 000's settings exactly (the default, as for every privrl run "
         "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
-        "settings with TF1 RMSProp at the aggregator and reward -1 on a fall (the public code the "
-        "paper's settings match). tuned: our improved settings (failure reward, sampled "
-        "actions, biases, normalized advantages, Adam at the aggregator; see "
+        "settings with TF1 RMSProp at the aggregator and the task's shaped reward (the public "
+        "code the paper's settings match). tuned: our improved settings (the task's shaped "
+        "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
         "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). Options given "
         "explicitly override it.")] = "paper",
-    mechanism: Annotated[MechanismName, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
         "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), projunit / privunitg-seed "
@@ -114,8 +116,14 @@ def run_pgc_a3c_command(
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all agents vectorized in this process. ray: agents and the aggregator as "
-        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]').",
+        "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]'). "
+        "flower: a local Flower deployment, the aggregator a ServerApp and the agents on "
+        "--supernodes SuperNodes, each a process of its own, with TLS and SuperNode "
+        "authentication (one trial; pip install 'privrl[flower]'; docs/flower.md).",
         case_sensitive=False)] = Runtime.local,
+    supernodes: Annotated[int, typer.Option(
+        help="Flower runtime: SuperNodes (agent processes); agent a lives on SuperNode a mod "
+        "N.", min=1, max=64)] = 2,
     address: AddressOpt = None,
     agents_in_flight: Annotated[int | None, typer.Option(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
@@ -126,8 +134,10 @@ def run_pgc_a3c_command(
     target_return: Annotated[float | None, typer.Option(
         help="Target Θ of the FST and success ratio: the first submission n where the mean "
         "return of --score-window consecutive episodes reaches Θ (any finite number). "
-        "Default 195, CartPole's: set it for another --env, e.g. -100 on Acrobot-v1.")
+        "Default: the task's (CartPole-v0's 195; a Gymnasium reward_threshold, e.g. -100 on "
+        "Acrobot-v1); a task without one reports scores and no FST.")
     ] = None,
+    max_steps: MaxStepsOpt = None,
     score_window: Annotated[int | None, typer.Option(
         help="Window m (>= 1) of the moving average μ_n of the FST. Default 10 "
         "(the paper's).")] = None,
@@ -136,7 +146,9 @@ def run_pgc_a3c_command(
         "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
         "--target-return, -1 on an earlier termination). failure and goal read termination as "
         "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
-        "use env. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: failure). "
+        "use env. shaped: the task's shaped reward (CartPole's failure), env on a task "
+        "without one. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: "
+        "shaped). "
         "The score is the true return whatever this is.", case_sensitive=False)] = None,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
@@ -177,13 +189,15 @@ def run_pgc_a3c_command(
         env=env,
         private_params=tuple(private or ()),
         target_score=target_return,
+        max_episode_steps=max_steps,
         score_window=score_window,
         reward=None if reward is None else reward.value,
     ).resolved()
-    if env is not None or private:  # a bad --env/--private fails here, before anything runs
-        from privrl.systems.pgc_a3c.algorithm import PGCA3C
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
-        PGCA3C(config)
+    # The task's episode, target and shaping filled in; a bad --env/--private fails here,
+    # before anything runs.
+    config = PGCA3C(config).config
     if runtime is Runtime.ray:
         if trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
@@ -201,21 +215,35 @@ def run_pgc_a3c_command(
         return
     if address is not None or agents_in_flight is not None:
         raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
+    if runtime is Runtime.flower:
+        if trials != 1:
+            raise ConfigError("--trials", "the Flower runtime runs one trial")
+        if config.server_optimizer not in ("sgd", "adam"):
+            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
+                              f"({config.server_optimizer}) runs on the local runtime only")
+        if config.shuffle:
+            raise ConfigError("--shuffle", "the Flower runtime has no shuffler (yet)")
+        try:
+            import flwr  # noqa: F401
+        except ImportError:
+            raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
+                              "pip install 'privrl[flower]'") from None
+        _execute_pgc_flower(config, out, progress, supernodes)
+        return
     _execute_pgc(config, out, progress)
 
 
 def target_note(config: PGCA3CConfig) -> str | None:
-    """The line that says what the FST counts on a task other than CartPole (None on it)."""
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-
+    """The line that says what the FST counts on a task other than CartPole (None on it), or
+    that the task has no target (no FST or success ratio). `config`: the run's (resolved)."""
+    if config.target_score is None:
+        return (f"{config.env} states no target return: the scores are its returns, with no "
+                "FST or success ratio; set --target-return for them (docs/environments.md)")
     if config.env is None or config.env.endswith(":CartPole-v1"):
         return None
-    default_target = config.target_score == PGCA3CConfig.target_score
     return (f"the score is the episode's return on {config.env}; the FST and success ratio "
             f"count the mean of {config.score_window} consecutive returns reaching "
-            f"{config.target_score:g}"
-            + (", CartPole's target: set --target-return for this task" if default_target else "")
-            + " (docs/environments.md)")
+            f"{config.target_score:g} (docs/environments.md)")
 
 
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
@@ -248,7 +276,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     if (note := target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, plots/scores.png)")
+                  "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/scores.png)")
 
 
 def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
@@ -278,7 +307,7 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
             progress=lambda done, total: bar.update(task, completed=done, total=total))
     np.save(path / "theta_final.npy", result.theta)
     summary = local.save(ray_runner.as_run_output(result), path,
-                         command=["privrl", *sys.argv[1:]],
+                         command=["privrl", *sys.argv[1:]], runtime="ray",
                          files={"ray.json": {"cluster": result.cluster,
                                              "aggregator": result.status,
                                              **({} if result.shuffler is None
@@ -287,6 +316,35 @@ def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool
     console.print(results_table(summary))
     if (note := target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
+    console.print(f"Aggregator: {result.status}")
+    console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+
+
+def _execute_pgc_flower(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                        supernodes: int) -> None:
+    import numpy as np
+    from rich.console import Console
+
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.systems.pgc_a3c import flower, local
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+
+    PGCA3C(config)  # its mechanism refuses bad parameters before anything starts
+    console, err = Console(), Console(stderr=True)
+    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
+    path = new_run_dir(out, f"pgc-a3c-flower-{config.preset}-{config.mechanism}-eps{eps_tag}")
+    err.print(f"[bold]PGC-A3C on Flower[/] ({config.preset} preset) {config.mechanism}, "
+              f"{config.submissions} submissions, {supernodes} SuperNodes on localhost (TLS, "
+              f"SuperNode authentication); aggregator files and logs in {path}")
+    with removed_if_left_empty(path):
+        result = flower.run_pgc_a3c_flower(config, path, supernodes)
+    np.save(path / "theta_final.npy", result.theta)
+    summary = local.save(flower.as_run_output(result), path, command=["privrl", *sys.argv[1:]],
+                         runtime="flower",
+                         files={"flower.json": {"supernodes": supernodes,
+                                                "aggregator": result.status,
+                                                "refused": result.refused}})
+    console.print(results_table(summary))
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
 
@@ -423,10 +481,11 @@ def results_table(summary: dict) -> Table:
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
-        (f"median FST (μ ≥ {summary['target_score']:g})",
-         "not reached" if fst is None else f"{fst:g}"),
-        ("success ratio", f"{summary['success_ratio']:.2f}"),
-        ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"),
+        *(() if summary["target_score"] is None else (
+            (f"median FST (μ ≥ {summary['target_score']:g})",
+             "not reached" if fst is None else f"{fst:g}"),
+            ("success ratio", f"{summary['success_ratio']:.2f}"),
+            ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
         ("wall time", f"{summary['wall_seconds']:.1f} s" + (
@@ -443,7 +502,7 @@ def results_table(summary: dict) -> Table:
 @audit_app.command("pgc-a3c")
 @flag_names(epsilons="--epsilon")
 def audit_pgc_a3c_command(
-    mechanism: Annotated[MechanismName, typer.Option(
+    mechanism: Annotated[str, typer.Option(
         help="The agents' mechanism: laplace, prs, privunit, privunitg, projunit, "
         "privunitg-seed or your own "
         "module:callable.", parser=mechanism_option(MechanismName))

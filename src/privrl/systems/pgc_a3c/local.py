@@ -15,6 +15,7 @@ Trials are independent, so they are split over the host's XLA devices with `shar
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ldp_compact import generator_condition
 from privrl.privacy.ledger import PrivacyLedger
@@ -40,7 +42,7 @@ from privrl.privacy.record import (
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord
+from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.runtime.output import save as save_run
 from privrl.runtime.sharding import (
     setting_trial_keys,
@@ -73,7 +75,7 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 
 
 @dataclass
-class RunOutput:
+class RunOutput(SavesRunDir):
     config: PGCA3CConfig
     # (trials, submissions) float32: every submission's score (its episode's true return;
     # CartPole: its length); NaN: none made
@@ -86,10 +88,15 @@ class RunOutput:
     devices: int
     agents_per_trial: int
     theta: np.ndarray | None = None  # (trials, d): each trial's final parameters (the policy)
+    # policy.npz: θ with the model's description (None: a run rebuilt without its model)
+    policy: SavedPolicy | None = None
     # Run as one program with other settings (`run_pgc_a3c_settings`): how many settings and
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
     program: dict[str, int] | None = None
+
+    def record(self) -> RunRecord:
+        return record(self)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -153,6 +160,7 @@ def run_pgc_a3c(
     chunk_rounds: int | None = None,
     task: Task | None = None,
     model: nn.Module | None = None,
+    out: str | os.PathLike | None = None,
 ) -> RunOutput:
     """Run `config.trials` independent PGC-A3C trials; returns every score and the ledger.
 
@@ -160,9 +168,12 @@ def run_pgc_a3c(
     its later agents never run, submit or spend privacy, and their scores are NaN.
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
+    `out`: write the run directory there, as the CLI's --out (`RunOutput.save`).
     """
+    check_out_dir(out)
     algo = settings_algorithm([_seeded_by_default(config)], task, model)
-    return _run_trials(algo, progress, devices, retire_on_success, chunk_rounds)[0]
+    return save_if_asked(_run_trials(algo, progress, devices, retire_on_success,
+                                     chunk_rounds)[0], out)
 
 
 def run_pgc_a3c_settings(
@@ -242,7 +253,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         width = min(chunk, total_rounds - done_rounds) * p
         scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
-        if retire_on_success:  # only windows that end in this chunk can be new successes
+        if retire_on_success and cfg.target_score is not None:  # only windows that end in
+            # this chunk can be new successes
             filled = min(done_rounds * p, n_sub)
             since = max(0, lo - cfg.score_window + 1)
             fst = first_success_time(scores[:, since:filled], cfg.target_score,
@@ -267,17 +279,26 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             ledger=ledger, mechanism=mechanism_record(setting.mechanism, setting.dim),
             wall_seconds=wall,
             compile_seconds=compile_s, devices=runner.devices,
-            agents_per_trial=agents_per_trial, theta=theta[own], program=program))
+            agents_per_trial=agents_per_trial, theta=theta[own], program=program,
+            policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
+                                theta[own], setting.config.max_episode_steps)))
     return outputs
 
 
 # --- what a run reports ----------------------------------------------------------------------
 def summarize(out: RunOutput) -> dict[str, Any]:
-    """summary.json: the paper's metrics for this run (FST per trial, median, success ratio)."""
+    """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;
+    None on a task without a target, which reports its scores only)."""
     cfg = out.config
     scores = out.scores.astype(np.float64)  # means in float64 (CartPole: as of integers)
-    fst = first_success_time(scores, cfg.target_score, cfg.score_window)
-    curve = success_ratio_curve(fst, cfg.submissions)
+    success: dict[str, Any] = {"median_fst": None, "success_ratio": None, "fst": None,
+                               "success_ratio_auc": None}
+    if cfg.target_score is not None:
+        fst = first_success_time(scores, cfg.target_score, cfg.score_window)
+        success = {"median_fst": median_fst(fst),
+                   "success_ratio": float(np.mean(np.isfinite(fst))),
+                   "fst": [int(f) if np.isfinite(f) else None for f in fst],
+                   "success_ratio_auc": float(success_ratio_curve(fst, cfg.submissions).mean())}
     tail = max(1, cfg.submissions // 10)
     episodes = int(out.submitted.sum()) if out.program is None else out.program["episodes"]
     return {
@@ -292,10 +313,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "submissions": cfg.submissions,
         "target_score": cfg.target_score,
         "score_window": cfg.score_window,
-        "median_fst": median_fst(fst),
-        "success_ratio": float(np.mean(np.isfinite(fst))),
-        "fst": [int(f) if np.isfinite(f) else None for f in fst],
-        "success_ratio_auc": float(curve.mean()),
+        **success,
         "mean_score": float(scores[np.isfinite(scores)].mean()),
         "final_mean_score": float(np.mean([scores[k, max(0, n - tail):n].mean()
                                            for k, n in enumerate(out.submitted)])),
@@ -373,8 +391,10 @@ def shuffle_account(out: RunOutput) -> dict[str, Any]:
                           batches=cfg.submissions_per_agent)
 
 
-def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
-    """What a run leaves behind: its summary, privacy record, scores table and score plot."""
+def record(out: RunOutput, files: dict[str, Any] | None = None,
+           runtime: str = "local") -> RunRecord:
+    """What a run leaves behind: its summary, privacy record, scores table and score plot;
+    `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = out.config
     eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
     title = (f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
@@ -384,11 +404,12 @@ def record(out: RunOutput, files: dict[str, Any] | None = None) -> RunRecord:
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
                                                    cfg.score_window, title, cfg.target_score)},
-        run_info={"devices": out.devices}, files=files or {})
+        run_info={"devices": out.devices}, files=files or {}, policy=out.policy,
+        runtime=runtime)
 
 
 def save(out: RunOutput, path: Path, command: list[str] | None = None,
-         files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write config.json, metrics.csv, privacy.json, summary.json, plots/scores.png and any
-    extra JSON `files` (a Ray run's ray.json)."""
-    return save_run(record(out, files), path, command)
+         files: dict[str, Any] | None = None, runtime: str = "local") -> dict[str, Any]:
+    """Write config.json, metrics.csv, privacy.json, summary.json, policy.npz,
+    plots/scores.png and any extra JSON `files` (a Ray run's ray.json)."""
+    return save_run(record(out, files, runtime), path, command)

@@ -40,6 +40,8 @@ def first_success_time(scores: np.ndarray, threshold: float = 195.0, m: int = 10
     """FST = min{n : μ_n ≥ Θ} (eq. 26), 1-based; inf where the target is never reached."""
     mu = moving_average(scores, m)
     hit = mu >= threshold
+    if hit.shape[-1] == 0:  # fewer scores than one window: no μ_n, never reached
+        return np.full(hit.shape[:-1], np.inf)
     first = np.argmax(hit, axis=-1).astype(np.float64) + 1.0
     return np.where(hit.any(axis=-1), first, np.inf)
 
@@ -96,7 +98,8 @@ def held_moving_average(scores: np.ndarray, submitted: np.ndarray, window: int) 
 
 
 def plot_scores(
-    path: Path, scores: np.ndarray, submitted: np.ndarray, window: int, title: str, target: float
+    path: Path, scores: np.ndarray, submitted: np.ndarray, window: int, title: str,
+    target: float | None,
 ) -> None:
     """Average score μ_n against submissions (paper Figure 2): mean over trials, IQR band."""
     import matplotlib
@@ -115,7 +118,8 @@ def plot_scores(
     if scores.shape[0] > 1:
         lo, hi = np.percentile(mu, [25, 75], axis=0)
         ax.fill_between(n[::step], lo[::step], hi[::step], alpha=0.25, label="interquartile range")
-    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target Θ = {target:g}")
+    if target is not None:  # a task without a target has no line
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target Θ = {target:g}")
     ax.set_xlabel("submissions")
     ax.set_ylabel(f"average score μ_n (window {window})")
     ax.set_title(title)

@@ -16,11 +16,12 @@ CSPRNG in its own process, in memory only; it never returns it, writes it or sen
 neither the driver nor the aggregator can recompute a report's noise. `noise="seeded"` derives
 the noise from the run's seed instead (reproducible; a simulation's guarantee).
 
-Fault tolerance: actors are created with unlimited restarts and task retries. A retried agent
-task replays the same episode (environment keys derive from the seed, agent id and index);
-with seeded noise it recomputes the same report, with secret noise a restarted actor has a new
-root and makes a different one (Ray retries a task whose actor died before returning, so the
-first report never left that process). Either way the aggregator accepts at most one report
+Fault tolerance: actors are created with unlimited restarts and task retries. With seeded
+noise a retried agent task replays the same episode (its keys derive from the seed, agent id
+and index) and recomputes the same report; with secret noise (which also keys the agent's
+dynamics and episodes) a restarted actor has a new root and plays and reports anew (Ray
+retries a task whose actor died before returning, so the first report never left that
+process). Either way the aggregator accepts at most one report
 per (agent, index): retries and duplicates become logged rejections, nothing is applied or
 charged twice, and the log never holds two reports of one (agent, index). A restarted
 aggregator restores its last checkpoint and re-applies the report log after it. An agent that
@@ -179,7 +180,7 @@ class AgentActor:
         noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
         reports, scores = self.algo.agent_reports(
             theta, submitted, self._key(agent_id, index), self.env_key, agent_id[None],
-            jnp.ones((1,), bool), noise_keys, traj, self.setting)
+            jnp.ones((1,), bool), noise_keys, traj, self.setting, noise)
         return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
 
     def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
@@ -188,7 +189,8 @@ class AgentActor:
         traj = None
         if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
             traj = self.algo.host_rollout(args[0], args[3], self._key(args[1], args[2]),
-                                          self.env_key, args[1][None], np.ones(1, bool))
+                                          self.env_key, args[1][None], np.ones(1, bool),
+                                          self._noise)
         report, score = self._run(*args, self._noise, traj)
         return Submission(int(agent_id), int(index), report), float(score)
 
@@ -310,6 +312,7 @@ def run_pgc_a3c_ray(
 
 def as_run_output(out: RayRunOutput) -> Any:
     """The local runner's RunOutput for the same results, so both write the same files."""
+    from privrl.policy import saved_policy
     from privrl.systems.pgc_a3c.local import RunOutput
 
     algo = PGCA3C(out.config)
@@ -320,4 +323,8 @@ def as_run_output(out: RayRunOutput) -> Any:
                      wall_seconds=out.wall_seconds,
                      compile_seconds=0.0, devices=out.agents_in_flight,
                      agents_per_trial=math.ceil(out.config.submissions
-                                                / out.config.submissions_per_agent))
+                                                / out.config.submissions_per_agent),
+                     theta=np.asarray(out.theta)[None],
+                     policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
+                                         np.asarray(out.theta)[None],
+                                         algo.config.max_episode_steps))

@@ -1,0 +1,111 @@
+"""Gymnasium at speed: privrl's host stepping against a plain random-policy vector-env loop.
+
+Issue 39's goal: on CartPole-v1 with the same number of environments N, privrl's Gymnasium
+path steps at least half as many environment steps per second as a random-policy loop over
+`gymnasium.make_vec(..., vectorization_mode="sync")`. Three readings per N (median of repeats):
+
+- `vector`: the random loop (`action_space.sample()`, `step`; the vector env resets finished
+  episodes itself), env steps per second;
+- `rollout`: `envs.rollout.rollout_host` (what every system's Gymnasium episodes go through)
+  with a PGC-A3C policy network called once per step on all N observations (jitted), episodes
+  of up to 500 steps, env steps per second of live episodes;
+- `pgc-a3c`: the whole training run, `privrl run pgc-a3c --env gymnasium:CartPole-v1 --preset
+  tuned --mechanism none` with N = `--parallel-agents` (rollouts, gradients, aggregator): env
+  steps (the sum of the episodes' lengths) per second of training after the first chunk's
+  compile (wall − the summary's compile seconds, which include the first chunk's steps: a
+  lower bound on the time, so this reading errs high by at most that chunk's share).
+
+    python benchmarks/bench_gymnasium.py [--envs 9 64] [--repeats 5] [--seconds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+
+def vector_loop(n: int, seconds: float) -> float:
+    """Env steps per second of a random policy over a synchronous vector env of n."""
+    import gymnasium
+
+    venv = gymnasium.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
+    venv.reset(seed=0)
+    venv.action_space.seed(0)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(100):
+            venv.step(venv.action_space.sample())
+        steps += 100 * n
+    return steps / (time.perf_counter() - start)
+
+
+def rollout_loop(n: int, seconds: float) -> float:
+    """Env steps per second of `rollout_host` with PGC-A3C's jitted policy on n envs."""
+    from functools import partial
+
+    from privrl.envs.rollout import rollout_host
+    from privrl.envs.task import gymnasium_task
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+
+    task = gymnasium_task("CartPole-v1")
+    algo = PGCA3C(PGCA3CConfig.from_preset("tuned", mechanism="none").resolved(), task)
+    theta = algo.init(jax.random.key(0)).agg.theta
+    policy = partial(algo._act, theta, np.float32(0.0))
+    envs = task.envs(n)
+    rollout_host(envs, policy, jax.random.key(0), 500)  # compile the policy
+    steps, start, i = 0, time.perf_counter(), 1
+    while time.perf_counter() - start < seconds:
+        traj = rollout_host(envs, policy, jax.random.key(i), 500)
+        steps, i = steps + int(traj.mask.sum()), i + 1
+    return steps / (time.perf_counter() - start)
+
+
+def training(n: int, submissions: int) -> float:
+    """Env steps per second of a non-private PGC-A3C training run with n parallel agents."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        subprocess.run([sys.executable, "-m", "privrl", "run", "pgc-a3c", "--env",
+                        "gymnasium:CartPole-v1", "--preset", "tuned", "--mechanism", "none",
+                        "--parallel-agents", str(n), "--trials", "1", "--submissions",
+                        str(submissions), "--seed", "0", "--no-progress", "--out", str(out)],
+                       check=True, capture_output=True)
+        summary = json.loads((out / "summary.json").read_text())
+        steps = float(np.loadtxt(out / "metrics.csv", delimiter=",", skiprows=1,
+                                 usecols=2).sum())  # CartPole's return is its length
+        return steps / (summary["wall_seconds"] - summary["compile_seconds"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--envs", type=int, nargs="+", default=[9, 64])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2.0, help="per loop reading")
+    ap.add_argument("--submissions", type=int, default=3000, help="per training reading")
+    args = ap.parse_args()
+    import gymnasium
+
+    print(f"# {platform.node()} {platform.machine()} python {platform.python_version()} "
+          f"jax {jax.__version__} gymnasium {gymnasium.__version__}; median of {args.repeats}")
+    print("| N envs | vector (random) steps/s | rollout_host steps/s | ratio | pgc-a3c training "
+          "steps/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    for n in args.envs:
+        vec = statistics.median(vector_loop(n, args.seconds) for _ in range(args.repeats))
+        roll = statistics.median(rollout_loop(n, args.seconds) for _ in range(args.repeats))
+        train = statistics.median(training(n, args.submissions) for _ in range(args.repeats))
+        print(f"| {n} | {vec:,.0f} | {roll:,.0f} | {roll / vec:.2f} | {train:,.0f} | "
+              f"{train / vec:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

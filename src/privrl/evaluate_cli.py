@@ -1,0 +1,53 @@
+"""`privrl evaluate RUN_DIR`: a run's saved policy played on a task (privrl.evaluation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from privrl.cli import flag_names
+
+top_app = typer.Typer(rich_markup_mode=None)  # `privrl evaluate`
+
+
+@top_app.command("evaluate")
+@flag_names(run_dir="RUN_DIR")
+def evaluate_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run's results directory (its policy.npz).")],
+    env: Annotated[str | None, typer.Option(
+        help="The task to evaluate on: gymnax:<id>, gymnasium:<id> or module:callable "
+        "(default: the one the policy was trained on, if it is a registry id). Its "
+        "observation and action spaces must be the policy's.")] = None,
+    episodes: Annotated[int, typer.Option(help="Episodes per trial.")] = 10,
+    trial: Annotated[int | None, typer.Option(
+        help="Evaluate this trial only (default: every trial of the run).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the episodes' randomness.")] = 0,
+    max_steps: Annotated[int | None, typer.Option(
+        help="Episode cap (default: the training run's, else the task's own).")] = None,
+    sample: Annotated[bool, typer.Option(
+        "--sample", help="Sample actions from the policy instead of taking the argmax.")
+    ] = False,
+) -> None:
+    """Play a run's trained policy and report its returns (mean, std, per trial); write them
+    into the run directory as evaluate-N.json and evaluate-N.csv (never overwriting)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from privrl.evaluation import evaluate_run
+
+    ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample)
+    json_path, csv_path = ev.write()
+    s = ev.summary()
+    t = Table(title=f"{s['policy']} policy on {s['env']}, {episodes} episode(s) each, "
+              f"cap {s['max_steps']} steps", header_style="bold")
+    for name in ("trial", "learner", "mean return", "std", "min", "max"):
+        t.add_column(name, justify="right")
+    for row in s["per_trial"]:
+        t.add_row(str(row["trial"]), str(row["learner"]), f"{row['mean']:.3f}",
+                  f"{row['std']:.3f}", f"{row['min']:.3f}", f"{row['max']:.3f}")
+    console = Console()
+    console.print(t)
+    console.print(f"mean return {s['mean_return']:.3f} (std over trials "
+                  f"{s['std_over_trials']:.3f}); written to {json_path} and {csv_path}")

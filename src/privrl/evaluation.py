@@ -1,0 +1,229 @@
+"""Evaluating a run's saved policy (`privrl evaluate`, `evaluate_run`): returns on a task.
+
+The policy (privrl.policy) plays `episodes` episodes per trial, greedy by default, on the
+environment it was trained on or on the one the caller names. The recorded environment is used
+only when it is a registry id (gymnax or Gymnasium, no module in it) or privrl's own: a
+`module:callable` written in a run file is never imported, since a tampered file would choose
+what code runs; the caller names such a task with `env`. Results are written beside the run's
+own files under fresh names (evaluate-N.json, evaluate-N.csv); nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from privrl.config import ConfigError
+from privrl.policy import FILE, Policy, load_policy
+
+if TYPE_CHECKING:
+    from privrl.envs.task import Task
+
+# privrl's own environments a run file may name (their modules are privrl's).
+BUILTIN_ENVS = ("privrl.envs.line1d:make_line1d",)
+MAX_EPISODES = 100_000
+BATCH = 256  # episodes rolled out at once
+
+
+@dataclass
+class Evaluation:
+    """Returns of each evaluated policy: rows (trial, learner) and their (episodes,) returns."""
+
+    run_dir: Path
+    env: str
+    episodes: int
+    seed: int
+    max_steps: int
+    sample: bool
+    rows: list[tuple[int, int]]
+    returns: np.ndarray  # (len(rows), episodes) float64
+
+    def write(self) -> tuple[Path, Path]:
+        """evaluate-N.json and evaluate-N.csv in the run directory (`write_evaluation`)."""
+        return write_evaluation(self)
+
+    def summary(self) -> dict[str, Any]:
+        per = [{"trial": t, "learner": m, "mean": float(r.mean()), "std": float(r.std()),
+                "min": float(r.min()), "max": float(r.max())}
+               for (t, m), r in zip(self.rows, self.returns, strict=True)]
+        means = self.returns.mean(1)
+        return {"run": str(self.run_dir), "env": self.env, "episodes": self.episodes,
+                "seed": self.seed, "max_steps": self.max_steps,
+                "policy": "sampled" if self.sample else "greedy (argmax)",
+                "mean_return": float(self.returns.mean()),
+                "std_over_trials": float(means.std(ddof=1)) if means.size > 1 else 0.0,
+                "per_trial": per}
+
+
+def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, episodes: int = 10,
+                 trial: int | None = None, seed: int = 0, max_steps: int | None = None,
+                 sample: bool = False, model: Any = None) -> Evaluation:
+    """Returns of a run's saved policy: every trial (or `trial`), every learner of it, over
+    `episodes` episodes from `seed`. `env`: the task to play, a spec or a Task (default: the
+    one trained on);
+    `max_steps`: the episode cap (default: the training cap, else the task's own); `model`:
+    your flax module, for a policy trained with one. ConfigError names a bad argument;
+    RunFileError a missing or tampered policy file."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError("run_dir", f"{run_dir} is not a run directory")
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or not (
+            1 <= episodes <= MAX_EPISODES):
+        raise ConfigError("episodes", f"must be an integer in [1, {MAX_EPISODES:,}], "
+                          f"got {episodes!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
+    first = _load(run_dir, 0, 0, model)
+    d = first.description
+    trials = range(d["trials"]) if trial is None else [trial]
+    if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int)
+                              or not 0 <= trial < d["trials"]):
+        raise ConfigError("trial", f"the run has trials 0..{d['trials'] - 1}, got {trial!r}")
+    task = _task(env, first)
+    cap = _cap(task, max_steps, first)
+    task = task.with_max_steps(cap)
+    rows = [(t, m) for t in trials for m in range(d["learners"])]
+    policies = [_load(run_dir, t, m, model) for t, m in rows]
+    returns = play(policies, task, episodes, seed, cap, sample)
+    return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns)
+
+
+def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps: int,
+         sample: bool = False) -> np.ndarray:
+    """(len(policies), episodes): the returns (the environment's own rewards, summed) of
+    each policy (one run's: one network, each its θ) on `task`, episodes capped at
+    `max_steps`, played in batches of at most BATCH; every policy sees the same episodes'
+    keys (and, with private parameters, the same agents)."""
+    import jax
+    import jax.numpy as jnp
+
+    from privrl.envs.rollout import rollout_episodes
+
+    act = policies[0].with_theta(sample)
+    rollout = jax.jit(lambda theta, params, key, n: rollout_episodes(
+        task.env, params, lambda k, obs: act(theta, k, obs), key, n, max_steps),
+        static_argnums=3)
+    out = np.zeros((len(policies), episodes))
+    for start in range(0, episodes, BATCH):
+        n = min(BATCH, episodes - start)
+        key = jax.random.fold_in(jax.random.key(seed), start)
+        k_params, k_roll = jax.random.split(key)
+        params = task.agents_params(k_params, jnp.arange(start, start + n))
+        for i, p in enumerate(policies):
+            if task.host:
+                traj = task.rollout(params, partial(act, p.theta), k_roll, n, max_steps)
+            else:
+                traj = rollout(p.theta, params, k_roll, n)
+            out[i, start:start + n] = np.asarray(traj.rewards * traj.mask, np.float64).sum(0)
+    return out
+
+
+def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:
+    """evaluate-N.json (the summary) and evaluate-N.csv (trial, learner, episode, return) in
+    the run directory, N the first number for which neither exists (each file created
+    exclusively, never through a link: nothing is overwritten)."""
+    from privrl.runtime.output import json_text, versions
+
+    summary = json_text({**ev.summary(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         "versions": versions()}).encode()
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["trial", "learner", "episode", "return"])
+    for (t, m), r in zip(ev.rows, ev.returns, strict=True):
+        w.writerows([t, m, e, f"{x:.6g}"] for e, x in enumerate(r))
+    n = 0
+    while True:
+        n += 1
+        paths = (ev.run_dir / f"evaluate-{n}.json", ev.run_dir / f"evaluate-{n}.csv")
+        if any(p.exists() or p.is_symlink() for p in paths):
+            continue
+        try:
+            _exclusive(paths[0], summary)
+        except FileExistsError:
+            continue
+        try:
+            _exclusive(paths[1], buf.getvalue().encode())
+        except FileExistsError:
+            paths[0].unlink()
+            continue
+        return paths
+
+
+def _exclusive(path: Path, data: bytes) -> None:
+    """Create `path` (never through a link, never over a file) and write `data`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o666)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _load(run_dir: Path, trial: int, learner: int, model: Any) -> Policy:
+    try:
+        return load_policy(run_dir, trial, learner, model)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        if type(e) is ValueError:  # a trial the run lacks; RunFileError passes through
+            raise ConfigError("trial", str(e)) from None
+        raise
+
+
+def _task(env: str | Task | None, policy: Policy) -> Task:
+    """The task to evaluate on, checked against the policy's spaces."""
+    from privrl.envs.task import Task, make_task
+
+    if env is None:
+        env = policy.env
+        if not _registry_id(env):
+            raise ConfigError("env", f"the policy was trained on {env!r}, which is not a "
+                              "registry id; name the task to evaluate on (a module:callable "
+                              f"in {FILE} is never imported)")
+    task = env if isinstance(env, Task) else make_task(env)
+    if task.obs_dim != policy.obs_dim or task.head != policy.action_head:
+        raise ConfigError("env", f"{task.name} has {task.obs_dim}-dimensional observations "
+                          f"and actions {task.head}; the policy takes {policy.obs_dim} and "
+                          f"acts with {policy.action_head}")
+    return task
+
+
+def _registry_id(env: str) -> bool:
+    """A gymnax or Gymnasium registry id (making it imports no module the id names), or one
+    of privrl's own environments."""
+    if env in BUILTIN_ENVS:
+        return True
+    kind, _, name = env.partition(":")
+    if kind == "gymnax":
+        import gymnax
+
+        return name in gymnax.registered_envs
+    if kind == "gymnasium" and ":" not in name:  # "module:Env-v0" would import module
+        import gymnasium
+
+        return name in gymnasium.registry
+    return False
+
+
+def _cap(task: Task, max_steps: int | None, policy: Policy) -> int:
+    """The episode cap: `max_steps`, else the training run's, else the task's own."""
+    if max_steps is not None:
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or not (
+                1 <= max_steps <= 10**6):
+            raise ConfigError("max_steps", f"must be an integer in [1, 10^6], got {max_steps!r}")
+        return max_steps
+    if policy.max_episode_steps is not None:
+        return policy.max_episode_steps
+    own = getattr(task.params, "max_steps_in_episode", None)
+    if own is None and task.host:
+        spec = getattr(task.env, "spec", None)
+        own = getattr(spec, "max_episode_steps", None)
+    if own is None:
+        raise ConfigError("max_steps", f"{task.name} has no episode cap of its own; give one")
+    return int(own)

@@ -1,0 +1,213 @@
+"""The aggregator side on Flower: Reports as Flower records, and PGC-A3C's ServerApp.
+
+Agents run in SuperNodes of their own (privrl.systems.pgc_a3c.flower is the agent side;
+privrl.runtime.flower starts a local deployment). Between them and this ServerApp travel only:
+
+- to an agent: θ, the agent id and the submission index it is asked for (`request_content`);
+- from an agent: a `Submission` (agent id, index, the Report's value and the guarantee it
+  carries) and the episode's score (`submission_content`), or a Flower error saying why it
+  refused (its budget is spent, the agent is not its own, ...).
+
+The server checks every reply before any of it is used (`read_submission`: the records and
+their types, a 1-D float32 value of the model's dimension, the guarantee's fields), then hands
+the Submission to the same `AggregatorService` the Ray runtime uses, which refuses a
+non-finite or misshaped value, another mechanism's guarantee, an unknown agent and a second
+report for one (agent, index), charges the ledger, logs and applies. Nothing here imports
+environment, rollout or system code (tests/test_boundary.py).
+
+flwr is the optional `flower` extra; it is imported when this module is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from privrl.federation.service import AggregatorService, Submission
+from privrl.privacy.report import Guarantee, Report, restore_report
+
+__all__ = ["RESULTS", "SLOT", "WireError", "read_request", "read_submission", "request_content",
+           "serve_pgc", "server_app", "submission_content"]
+
+RESULTS = "flower.json"  # what the ServerApp leaves beside the aggregator's files
+SLOT = "privrl-slot-"  # a SuperNode's registered name: SLOT + its index (hosts agents ≡ index)
+_GUARANTEE_FIELDS = ("epsilon", "delta", "notion", "unit", "neighbouring", "sensitivity", "norm")
+
+
+class WireError(ValueError):
+    """A message whose records are not what the protocol sends; the reason, in one line."""
+
+
+# --- the wire format -----------------------------------------------------------------------
+def request_content(theta: np.ndarray, agent_id: int, index: int) -> RecordDict:
+    """What the server asks of an agent: submission `index` of agent `agent_id`, from θ."""
+    return RecordDict({"theta": ArrayRecord({"theta": Array(np.asarray(theta, np.float32))}),
+                       "ask": ConfigRecord({"agent": int(agent_id), "index": int(index)})})
+
+
+def read_request(content: RecordDict, dim: int) -> tuple[np.ndarray, int, int]:
+    """θ (float32, shape (dim,), finite), agent id and index of a request, or WireError."""
+    theta = _array(content, "theta", "theta", dim)
+    if not np.all(np.isfinite(theta)):
+        raise WireError("θ holds NaN or inf")
+    ask = _config(content, "ask")
+    return theta, _int(ask, "agent"), _int(ask, "index")
+
+
+def submission_content(sub: Submission, score: float) -> RecordDict:
+    """An agent's reply: its Submission (the Report's value and guarantee) and its score."""
+    g = sub.report.guarantee.to_state()
+    guarantee = {k: ("inf" if isinstance(v, float) and math.isinf(v) else v)
+                 for k, v in g.items() if v is not None}
+    return RecordDict({
+        "report": ArrayRecord({"value": Array(np.asarray(sub.report.value, np.float32))}),
+        "ids": ConfigRecord({"agent": int(sub.agent_id), "index": int(sub.index)}),
+        "guarantee": ConfigRecord(guarantee),
+        "score": MetricRecord({"score": float(score)})})
+
+
+def read_submission(content: RecordDict, dim: int) -> tuple[Submission, float]:
+    """The Submission and score a reply holds, or WireError. Only the form is checked here;
+    the aggregator service checks the rest (finite, its mechanism, a new (agent, index))."""
+    value = _array(content, "report", "value", dim)
+    ids = _config(content, "ids")
+    state: dict[str, Any] = dict.fromkeys(("sensitivity", "norm"))
+    for k, v in _config(content, "guarantee").items():
+        if k not in _GUARANTEE_FIELDS:
+            raise WireError(f"the guarantee has no field {k!r}")
+        state[k] = math.inf if (k == "epsilon" and v == "inf") else v
+    try:
+        guarantee = Guarantee.from_state(state)
+    except ValueError as e:
+        raise WireError(f"not a guarantee: {e}") from None
+    score = content.metric_records.get("score")
+    if score is None or not isinstance(score.get("score"), float):
+        raise WireError("no score")
+    report: Report = restore_report(value, guarantee)
+    return Submission(_int(ids, "agent"), _int(ids, "index"), report), float(score["score"])
+
+
+def _array(content: RecordDict, record: str, name: str, dim: int) -> np.ndarray:
+    arrays = content.array_records.get(record)
+    if arrays is None or set(arrays) != {name}:
+        raise WireError(f"no array record {record!r} holding exactly {name!r}")
+    try:  # the bytes themselves, not the dtype and shape the record declares for them
+        a = arrays[name].numpy()  # np.load without pickles (flwr's Array)
+    except (TypeError, ValueError, OSError) as e:
+        raise WireError(f"{name} is not a NumPy array: {e}") from None
+    if a.dtype != np.float32 or a.shape != (dim,):
+        raise WireError(f"{name} must be float32 of shape ({dim},), got {a.dtype} {a.shape}")
+    return a
+
+
+def _config(content: RecordDict, record: str) -> ConfigRecord:
+    config = content.config_records.get(record)
+    if config is None:
+        raise WireError(f"no config record {record!r}")
+    return config
+
+
+def _int(config: ConfigRecord, key: str) -> int:
+    v = config.get(key)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise WireError(f"{key} must be an integer, got {v!r}")
+    return v
+
+
+# --- PGC-A3C's ServerApp ---------------------------------------------------------------------
+def serve_pgc(grid: Grid, directory: Path, submissions: int, per_agent: int, parallel: int,
+              nodes: int, wait_s: float = 60.0, reply_timeout_s: float = 300.0) -> dict:
+    """PGC-A3C's aggregator over Flower: `submissions` reports in rounds of `parallel`, each
+    from θ as the round starts (the local runner's rounds), applied in submission order.
+
+    The service is restored from `directory` (its setup written by whoever started the run:
+    θ₀, the model's dimension, the agents, the ledger, the mechanism's guarantee), so this
+    process holds nothing the setup does not say. Agent a lives on the SuperNode registered
+    as slot a mod `nodes` (`SLOT`). Returns what it writes to RESULTS: each
+    submission's score (null where none was accepted) and the refusals."""
+    svc = AggregatorService.restore(directory)
+    ids = _wait_for_nodes(grid, nodes, wait_s)
+    dim = svc.aggregator.dim
+    scores: list[float | None] = [None] * submissions
+    refused: list[dict[str, Any]] = []
+    for start in range(0, submissions, parallel):
+        theta = svc.theta()
+        asked = list(range(start, min(start + parallel, submissions)))
+        messages = []
+        for n in asked:
+            agent, index = divmod(n, per_agent)
+            messages.append(Message(request_content(theta, agent, index),
+                                    dst_node_id=ids[agent % nodes], message_type="train"))
+        replies = {r.metadata.reply_to_message_id: r
+                   for r in grid.send_and_receive(messages, timeout=reply_timeout_s)}
+        for n, sent in zip(asked, messages, strict=True):
+            reply = replies.get(sent.metadata.message_id)
+            reason = _refusal(reply)
+            if reason is None:
+                try:
+                    sub, score = read_submission(reply.content, dim)
+                except WireError as e:
+                    reason = f"malformed: {e}"
+                else:
+                    if (sub.agent_id, sub.index) != divmod(n, per_agent):
+                        reason = f"not the submission asked for: {sub.agent_id, sub.index}"
+                    else:
+                        verdict = svc.submit(sub)
+                        reason = verdict.reason
+                        if verdict.accepted:
+                            scores[n] = score
+            if reason is not None:
+                refused.append({"submission": n, "reason": reason})
+    svc.close()
+    out = {"nodes": ids, "scores": scores, "refused": refused, "status": svc.status()}
+    (directory / RESULTS).write_text(json.dumps(out))
+    return out
+
+
+def _refusal(reply: Message | None) -> str | None:
+    if reply is None:
+        return "no reply before the timeout"
+    if reply.has_error():
+        return f"the agent refused: {reply.error.reason}"
+    return None
+
+
+def _wait_for_nodes(grid: Grid, nodes: int, wait_s: float) -> list[int]:
+    """The SuperNode ids of slots 0..nodes-1: the nodes registered as f"{SLOT}{i}" that are
+    online. A wrong mapping would only bring refusals: each agent refuses agents not its own."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        online = set(grid.get_node_ids())
+        slots = {n.name: n.node_id for n in grid.get_nodes() if n.node_id in online}
+        ids = [slots.get(f"{SLOT}{i}") for i in range(nodes)]
+        if None not in ids:
+            return [int(i) for i in ids if i is not None]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{sum(i is not None for i in ids)} of {nodes} SuperNodes "
+                               f"connected in {wait_s:g} s")
+        time.sleep(0.2)
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    """The ServerApp's entry point: its parameters are the run config the app bundle names
+    (privrl.runtime.flower writes it). It leaves RESULTS, or on a failure RESULTS with the
+    error."""
+    c = context.run_config
+    directory = Path(str(c["aggregator-dir"]))
+    try:
+        serve_pgc(grid, directory, int(c["submissions"]), int(c["per-agent"]),
+                  int(c["parallel"]), int(c["nodes"]), reply_timeout_s=float(c["reply-timeout"]))
+    except Exception as e:  # whoever waits for RESULTS learns why there are none
+        (directory / RESULTS).write_text(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        raise

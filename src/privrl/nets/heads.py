@@ -1,0 +1,114 @@
+"""Policy heads: how a network's output becomes actions, chosen from the task's action space.
+
+A policy network maps one observation to `head.outputs` numbers; the head turns them into a
+sampled action (training), a greedy action (evaluation) and the log-probability the policy
+gradient needs. A `Discrete(n)` space takes the `Categorical` head (n logits: the algorithms'
+behaviour before heads existed, unchanged), a `Box` of shape (d,) the `Gaussian` head.
+
+The Gaussian head (issue 39): the network's 2d outputs are the mean and the log standard
+deviation of a diagonal Gaussian, so **the log-std depends on the state** (it is the network's
+second half of outputs), clipped to [LOG_STD_MIN, LOG_STD_MAX] so σ stays in [e^−5, e^2]. The
+mean is squashed into the Box: μ(s) = (high + low)/2 + (high − low)/2 · tanh(first half), so it
+can never leave the bounds (a mean past a bound, where every sample clips to the same action,
+gets no gradient back: REINFORCE on a clipped mean stalled there). **Samples are clipped, not
+squashed**: a ~ N(μ, σ²) is clipped to [low, high] before the environment sees it (greedy: μ);
+the log-probability is the Gaussian's at the unclipped sample, which the rollout records beside
+the clipped action (as Stable-Baselines3 and CleanRL do), so it stays exact and cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """`n` logits; actions are int32 indices."""
+
+    n: int
+    continuous = False
+
+    @property
+    def outputs(self) -> int:
+        return self.n
+
+    def sample(self, key: Array, out: Array) -> tuple[Array, Array]:
+        """(the action the environment gets, the action the log-probability is of)."""
+        a = jax.random.categorical(key, out)
+        return a, a
+
+    def greedy(self, out: Array) -> Array:
+        return jnp.argmax(out, axis=-1)
+
+    def log_prob(self, out: Array, action: Array) -> Array:
+        return jnp.take_along_axis(jax.nn.log_softmax(out), action[..., None], axis=-1)[..., 0]
+
+
+@dataclass(frozen=True)
+class Gaussian:
+    """A diagonal Gaussian over a Box of shape (d,): 2d outputs (μ, log σ); see the module
+    docstring for the bounds and the log-std."""
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    continuous = True
+
+    @property
+    def dim(self) -> int:
+        return len(self.low)
+
+    @property
+    def outputs(self) -> int:
+        return 2 * self.dim
+
+    def _split(self, out: Array) -> tuple[Array, Array]:
+        """(μ, log σ): μ squashed into the Box by tanh, log σ clipped."""
+        raw_mean, log_std = jnp.split(out, 2, axis=-1)
+        low, high = jnp.asarray(self.low, jnp.float32), jnp.asarray(self.high, jnp.float32)
+        mean = (high + low) / 2 + (high - low) / 2 * jnp.tanh(raw_mean)
+        return mean, jnp.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
+
+    def _clip(self, a: Array) -> Array:
+        return jnp.clip(a, jnp.asarray(self.low, jnp.float32), jnp.asarray(self.high, jnp.float32))
+
+    def sample(self, key: Array, out: Array) -> tuple[Array, Array]:
+        """(the clipped action the environment gets, the unclipped sample)."""
+        mean, log_std = self._split(out)
+        raw = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+        return self._clip(raw), raw
+
+    def greedy(self, out: Array) -> Array:
+        return self._split(out)[0]
+
+    def log_prob(self, out: Array, raw: Array) -> Array:
+        """log N(raw; μ, σ²), summed over the d components."""
+        mean, log_std = self._split(out)
+        z = (raw - mean) * jnp.exp(-log_std)
+        return jnp.sum(-0.5 * z * z - log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+
+
+Head = Categorical | Gaussian
+
+
+def head_for(space: Any) -> Head | None:
+    """The head for a gymnax or Gymnasium action space: `Discrete(n)` → Categorical, a
+    one-dimensional `Box` with finite bounds → Gaussian; None for anything else."""
+    n = getattr(space, "n", None)
+    if n is not None and tuple(getattr(space, "shape", ())) == ():
+        return Categorical(int(n))
+    shape = tuple(getattr(space, "shape", ()) or ())
+    if type(space).__name__ == "Box" and len(shape) == 1:
+        low = np.broadcast_to(np.asarray(space.low, np.float64), shape)
+        high = np.broadcast_to(np.asarray(space.high, np.float64), shape)
+        if np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high):
+            return Gaussian(tuple(low.tolist()), tuple(high.tolist()))
+    return None

@@ -1,0 +1,269 @@
+"""A run's trained policy: written into its run directory, loaded back without running code.
+
+Every run writes `policy.npz`, a privrl run file (privrl.runfile: numeric arrays and a JSON
+header, read with `allow_pickle=False`, bounded, no symbolic link followed). It holds each
+trial's final flat parameters θ, shape (trials, learners, d) (learners: FedPG-Dec's nodes, one
+elsewhere), and the model's description: its architecture and sizes, its activation, the
+observation and action spaces and the environment it was trained on. `load_policy` rebuilds
+the network from that description alone; a description, a shape or a dtype that does not
+match is one RunFileError naming the file, and nothing from the file is ever imported or
+executed (a user's own network is rebuilt from the module the caller passes, never from a
+name in the file).
+
+`Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
+key; with one, a sample of the policy (categorical over the logits; ε-greedy for a Q-network,
+at its final exploration rate). A continuous-action policy (head "gaussian", a Box action
+space: privrl.nets.heads.Gaussian) acts with its squashed mean, or a clipped Gaussian sample,
+as float32 vectors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from privrl.config import ConfigError
+from privrl.runfile import checked, read, write
+
+if TYPE_CHECKING:
+    from privrl.envs.task import Task
+    from privrl.nets.flat import FlatModel
+
+__all__ = ["FILE", "HEADS", "KIND", "Policy", "SavedPolicy", "load_policy", "saved_policy"]
+
+FILE = "policy.npz"
+KIND = "policy"
+# What the network returns for one observation, and how an action is read from it.
+HEADS = ("logits", "logits,value", "q", "gaussian")
+MAX_TRIALS = 1 << 16
+
+
+@dataclass
+class SavedPolicy:
+    """What a run's policy.npz holds: each trial's final θ and the model's description."""
+
+    theta: np.ndarray  # (trials, learners, d) float32
+    description: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, path: Path) -> None:
+        write(path, KIND, {"description": self.description,
+                           "theta": np.asarray(self.theta, np.float32)})
+
+
+def saved_policy(system: str, model: FlatModel, task: Task, head: str, theta: Any,
+                 max_episode_steps: int | None, **sampling: Any) -> SavedPolicy:
+    """A run's SavedPolicy: `theta` (trials, d) or (trials, learners, d) from `model` on
+    `task`; `head` one of HEADS; `sampling` how a sampled action is drawn beyond the head's
+    default (a Q-network's `epsilon`)."""
+    from privrl.nets.flat import describe_model
+
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+    theta = np.asarray(theta, np.float32)
+    if theta.ndim == 2:
+        theta = theta[:, None]
+    if head == "gaussian":  # a Box: the network's 2d outputs are (mean, log-std)
+        box = task.head
+        space: dict[str, Any] = {"kind": "box", "low": list(box.low), "high": list(box.high)}
+        outputs, greedy, sample = box.outputs, "mean", "gaussian, clipped to the box"
+    else:
+        space = {"kind": "discrete", "n": task.num_actions}
+        outputs, greedy = task.num_actions, "argmax"
+        sample = "epsilon-greedy" if head == "q" else "categorical"
+    return SavedPolicy(theta, {
+        "system": system,
+        "env": task.name,
+        "max_episode_steps": max_episode_steps,
+        "observation_space": {"shape": [task.obs_dim]},
+        "action_space": space,
+        "model": describe_model(model, outputs),
+        "head": head,
+        "greedy": greedy,
+        "sample": sample,
+        **sampling,
+        "trials": int(theta.shape[0]),
+        "learners": int(theta.shape[1]),
+    })
+
+
+class Policy:
+    """One trained policy (one trial's, one learner's θ): `act(obs, key=None)`."""
+
+    def __init__(self, description: dict[str, Any], theta: np.ndarray, model: FlatModel,
+                 trial: int = 0, learner: int = 0) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        self.description, self.trial, self.learner = description, trial, learner
+        self.theta = jnp.asarray(theta)
+        self.model = model
+        self.obs_dim = int(description["observation_space"]["shape"][0])
+        self.action_head = action_head(description)
+        self.num_actions: int | None = getattr(self.action_head, "n", None)  # None: a Box
+        self.env: str = description["env"]
+        self.max_episode_steps: int | None = description.get("max_episode_steps")
+        head, eps = description["head"], float(description.get("epsilon", 0.0))
+
+        def scores(theta: Any, obs: Any) -> Any:
+            out = model.apply(theta, obs)
+            return out[0] if head == "logits,value" else out
+
+        def greedy(theta: Any, obs: Any) -> Any:
+            out = jax.vmap(lambda o: scores(theta, o))(obs)
+            if head == "gaussian":
+                return self.action_head.greedy(out)
+            return jnp.argmax(out, -1).astype(jnp.int32)
+
+        def sample(theta: Any, key: Any, obs: Any) -> Any:
+            out = jax.vmap(lambda o: scores(theta, o))(obs)
+            if head == "gaussian":
+                return self.action_head.sample(key, out)[0]
+            if head != "q":
+                return jax.random.categorical(key, out).astype(jnp.int32)
+            k_explore, k_random = jax.random.split(key)
+            explore = jax.random.uniform(k_explore, out.shape[:1]) < eps
+            random = jax.random.randint(k_random, out.shape[:1], 0, out.shape[-1])
+            return jnp.where(explore, random, jnp.argmax(out, -1)).astype(jnp.int32)
+
+        self._greedy, self._sample = jax.jit(greedy), jax.jit(sample)
+
+    def act(self, obs: Any, key: Any = None) -> np.ndarray:
+        """The action for one observation (obs_dim,) or each of a batch (B, obs_dim): greedy
+        (argmax) when `key` is None, else sampled with that JAX key (or integer seed).
+        Returns int32 numpy (0-d for one observation: `int(policy.act(obs))` for a Gymnasium
+        step); a continuous policy, float32 action vectors (d,) or (B, d)."""
+        import jax
+
+        x = np.asarray(obs, np.float32)
+        one = x.ndim == 1
+        if x.shape[-1:] != (self.obs_dim,) or x.ndim not in (1, 2):
+            raise ValueError(f"observations of shape {x.shape}; this policy takes "
+                             f"({self.obs_dim},) or (batch, {self.obs_dim})")
+        batch = x[None] if one else x
+        if key is None:
+            a = self._greedy(self.theta, batch)
+        else:  # a JAX key, or an integer seed
+            key = jax.random.key(key) if isinstance(key, int | np.integer) else key
+            a = self._sample(self.theta, key, batch)
+        a = np.asarray(a)
+        return a[0] if one else a
+
+    def with_theta(self, sample: bool = False) -> Any:
+        """(θ, key, obs (P, obs_dim)) -> actions (P,): this policy's network with any θ of
+        its shape (the trials of one run share one compiled rollout)."""
+        if sample:
+            return self._sample
+        return lambda theta, key, obs: self._greedy(theta, obs)
+
+
+def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
+                model: Any = None) -> Policy:
+    """The trained policy of trial `trial` (and FedPG-Dec learner `learner`) of a run directory.
+
+    `model`: your flax module, for a run trained with one (the file names it but never loads
+    it); its parameter count must match (ConfigError on `model` otherwise). RunFileError (one
+    line naming the file) for a missing, tampered or truncated policy file; ValueError for a
+    trial or learner the run does not have.
+    """
+    path = Path(run_dir) / FILE
+    state = read(path, KIND)
+    with checked(path):
+        if not isinstance(state, dict) or set(state) != {"description", "theta"}:
+            raise ValueError("expected a description and theta")
+        description, theta = _checked_description(state["description"]), state["theta"]
+        if not isinstance(theta, np.ndarray) or theta.dtype != np.float32 or theta.ndim != 3:
+            raise ValueError("theta must be a float32 array (trials, learners, d)")
+        want = (description["trials"], description["learners"], description["model"]["dim"])
+        if theta.shape != want:
+            raise ValueError(f"theta has shape {theta.shape}, the description says {want}")
+    flat = _model_of(description, model, path)
+    for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
+                                                                theta.shape[1])):
+        if not isinstance(value, int | np.integer) or not 0 <= value < n:
+            raise ValueError(f"{name} must be an integer in [0, {n}), got {value!r}")
+    return Policy(description, theta[trial, learner], flat, int(trial), int(learner))
+
+
+def _model_of(description: dict[str, Any], model: Any, path: Path) -> FlatModel:
+    """The network the description names (built here from its sizes), or the caller's
+    `model` for a user's module: checked against the description's sizes either way."""
+    import jax.numpy as jnp
+
+    from privrl.nets.flat import FlatModel, model_from_description
+
+    desc = description["model"]
+    if desc["architecture"] != "module":
+        with checked(path):
+            flat = model_from_description(desc)
+            if flat.dim != desc["dim"]:
+                raise ValueError(f"the network has {flat.dim} parameters, the description "
+                                 f"says {desc['dim']}")
+        return flat
+    if model is None:
+        raise ConfigError("model", f"{path} holds your own network ({desc['module']}); "
+                          "pass it: load_policy(run_dir, model=YourModule(...))")
+    try:
+        flat = FlatModel(model, jnp.zeros((desc["obs_dim"],), jnp.float32))
+    except Exception as e:
+        raise ConfigError("model", f"{type(model).__name__} fails on one observation of "
+                          f"shape ({desc['obs_dim']},): {type(e).__name__}: {e}") from None
+    if flat.dim != desc["dim"]:
+        raise ConfigError("model", f"{type(model).__name__} has {flat.dim} parameters; the "
+                          f"policy in {path} has {desc['dim']}")
+    return flat
+
+
+def _checked_description(d: Any) -> dict[str, Any]:
+    """The description's fields, each of the type and range a privrl run writes (anything
+    else: ValueError, turned into RunFileError by the caller)."""
+    from privrl.nets.flat import check_description
+
+    if not isinstance(d, dict):
+        raise ValueError("the description is not a mapping")
+    for key, kind in (("system", str), ("env", str), ("head", str), ("trials", int),
+                      ("learners", int), ("model", dict), ("observation_space", dict),
+                      ("action_space", dict)):
+        if not isinstance(d.get(key), kind) or isinstance(d.get(key), bool):
+            raise ValueError(f"description field {key!r} is missing or not a {kind.__name__}")
+    if d["head"] not in HEADS:
+        raise ValueError(f"unknown head {d['head']!r}")
+    for key in ("trials", "learners"):
+        if not 1 <= d[key] <= MAX_TRIALS:
+            raise ValueError(f"{key} {d[key]} is out of range")
+    steps = d.get("max_episode_steps")
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)
+                              or not 1 <= steps <= 10**7):
+        raise ValueError(f"max_episode_steps {steps!r} is out of range")
+    eps = d.get("epsilon", 0.0)
+    if not isinstance(eps, int | float) or isinstance(eps, bool) or not 0.0 <= eps <= 1.0:
+        raise ValueError(f"epsilon {eps!r} is not a probability")
+    model = check_description(d["model"])
+    obs, act = d["observation_space"], d["action_space"]
+    if obs.get("shape") != [model["obs_dim"]]:
+        raise ValueError(f"observation shape {obs.get('shape')!r} does not match the model")
+    if d["head"] == "gaussian":
+        low, high = act.get("low"), act.get("high")
+        ok = (act.get("kind") == "box" and isinstance(low, list) and isinstance(high, list)
+              and 1 <= len(low) == len(high) and 2 * len(low) == model["num_actions"]
+              and all(isinstance(v, int | float) and not isinstance(v, bool)
+                      and np.isfinite(v) for v in low + high)
+              and all(lo < hi for lo, hi in zip(low, high, strict=True)))
+    else:
+        ok = act.get("kind") == "discrete" and act.get("n") == model["num_actions"]
+    if not ok:
+        raise ValueError(f"action space {act!r:.120} does not match the model")
+    return d
+
+
+def action_head(description: dict[str, Any]) -> Any:
+    """The policy head (privrl.nets.heads) a checked description's action space takes."""
+    from privrl.nets.heads import Categorical, Gaussian
+
+    act = description["action_space"]
+    if act["kind"] == "box":
+        return Gaussian(tuple(float(v) for v in act["low"]), tuple(float(v) for v in act["high"]))
+    return Categorical(int(act["n"]))

@@ -1,0 +1,317 @@
+"""PGC-A3C's agent side on Flower: what one SuperNode's agents compute and release.
+
+A `FlowerAgent` lives in the agent's own process (privrl.runtime.flower's agent executor,
+beside its SuperNode) for the whole run. It holds what never leaves that process: the
+environment and its private dynamics, the agent's parameters while it computes, its secret
+noise root (`os.urandom` in this process, `noise="secret"`, the default here), the mechanism
+and its OWN ledger. Asked by the server for submission `index` of agent `agent_id` from θ, it:
+
+1. refuses an agent that is not its own, an index outside the run, or θ that is not finite
+   float32 of the model's shape (`read_request`);
+2. re-sends, unchanged, a report it already released for that (agent, index) (a retried
+   request spends nothing and never yields a second, different report);
+3. charges its own ledger before releasing anything, and refuses past the agent's budget,
+   whatever the server asks;
+4. computes through the local runner's agent-side code (`PGCA3C.agent_reports` of
+   `lone_agent`, the release path every runtime and the audit share), with the local runner's
+   keys: with `noise="seeded"` and `parallel_agents=1` a Flower run's submissions are the
+   local run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ). Under
+   secret noise the root keys the agent's dynamics and episodes too, as everywhere.
+
+Only the Submission (its Report) and the episode's score leave (privrl.federation.flower's
+records). The score is the episode's return, sent for the learning curve as the Ray runtime
+sends it; it is not protected by the mechanism (docs/flower.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flwr.app import Context, Error, Message
+from flwr.clientapp import ClientApp
+
+from privrl.config import ConfigError
+from privrl.federation.flower import WireError, read_request, submission_content
+from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
+from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
+from privrl.privacy.noise import secret_keys
+from privrl.privacy.report import restore_report
+from privrl.runfile import checked, read, write
+from privrl.runtime.sharding import setting_trial_keys
+from privrl.systems.pgc_a3c.algorithm import (
+    PGCA3C,
+    PGCA3CConfig,
+    agent_noise_key,
+    budget_ledger,
+    lone_agent,
+    trial_env_key,
+)
+
+__all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client_app",
+           "config_from_dict", "main", "run_pgc_a3c_flower"]
+
+REFUSED = 0x5052  # the Error code of an agent's refusal (the reason says why)
+AGENT_STATE = "agent.npz"  # an agent's ledger and released reports (never its noise root)
+_STATE_KIND = "flower-agent"
+
+
+class FlowerAgent:
+    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc).
+
+    `directory`: where the agent keeps its ledger and the reports it released (a privrl run
+    file, written atomically after each release and before it is sent), so that an executor
+    restarted mid-run resumes both: it re-sends a released report instead of drawing new
+    noise, and its budget is not spent again. The noise root is never written."""
+
+    def __init__(self, config: PGCA3CConfig, node: int, nodes: int,
+                 directory: Path | None = None) -> None:
+        if not 0 <= node < nodes:
+            raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
+        cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+        self.config, self.node, self.nodes = cfg, node, nodes
+        self.num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)
+        self.algo, self.setting = lone_agent(cfg)
+        root = self.algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0])  # the local trial's
+        self.key, self.env_key = root.key, trial_env_key(root)
+        self.dim = self.algo.dim
+        # Secret noise: this process's own root from os.urandom, in memory only, passed to the
+        # jitted program as an argument (a constant would reach the compilation cache).
+        self._noise = secret_keys() if cfg.noise == "secret" else None
+        self.ledger = budget_ledger(cfg)
+        self.guarantee = self.algo.mechanism.guarantee
+        self.released: dict[tuple[int, int], tuple[Submission, float]] = {}
+        self.path = None if directory is None else Path(directory) / AGENT_STATE
+        if self.path is not None and self.path.exists():
+            self._restore(self.path)
+        self._run = jax.jit(self._one)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = sorted(self.released)
+        write(self.path, _STATE_KIND, {
+            "ledger": self.ledger.to_state(),
+            "ids": np.array(keys, np.int64).reshape(-1, 2),
+            "values": np.stack([np.asarray(self.released[k][0].report.value, np.float32)
+                                for k in keys]) if keys else np.zeros((0, self.dim), np.float32),
+            "scores": np.array([self.released[k][1] for k in keys], np.float32)})
+
+    def _restore(self, path: Path) -> None:
+        state = read(path, _STATE_KIND)
+        with checked(path):
+            self.ledger = PrivacyLedger.from_state(state["ledger"])
+            ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))
+            n = ids.shape[0]
+            if ids.shape != (n, 2) or values.shape != (n, self.dim) or scores.shape != (n,):
+                raise ValueError("the released reports do not match this run's model")
+            for (agent, index), value, score in zip(ids, values, scores, strict=True):
+                report = restore_report(value.astype(np.float32), self.guarantee)
+                self.released[(int(agent), int(index))] = (
+                    Submission(int(agent), int(index), report), float(score))
+
+    def _one(self, theta: jax.Array, agent_id: jax.Array, n: jax.Array, submitted: jax.Array,
+             noise: jax.Array | None, traj: Any = None) -> tuple[Any, jax.Array]:
+        index = n % self.config.submissions_per_agent
+        noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
+        # Under secret noise the root also keys the agent's dynamics and episode (the local
+        # runner's and Ray's `agents_plan`), so the seed does not let anyone re-simulate them.
+        reports, scores = self.algo.agent_reports(
+            theta, submitted, self._round_key(n), self.env_key, agent_id[None],
+            jnp.ones((1,), bool), noise_keys, traj, self.setting, noise)
+        return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
+
+    def _round_key(self, n: jax.Array) -> jax.Array:
+        """The local runner's round key of submission n with one agent per round."""
+        return jax.random.fold_in(self.key, n)
+
+    def release(self, theta: np.ndarray, agent_id: int, index: int) -> tuple[Submission, float]:
+        """Submission `index` of agent `agent_id` from θ; ValueError or BudgetExceededError
+        (nothing released) when it must refuse."""
+        if not 0 <= agent_id < self.num_agents or agent_id % self.nodes != self.node:
+            raise ValueError(f"agent {agent_id} is not one of this SuperNode's")
+        if not 0 <= index < self.config.submissions_per_agent:
+            raise ValueError(f"submission index {index} is outside 0.."
+                             f"{self.config.submissions_per_agent - 1}")
+        done = self.released.get((agent_id, index))
+        if done is not None:  # already public: the same report again, nothing new spent
+            return done
+        self.ledger.charge(agent_id, self.guarantee)  # refuses past the agent's budget
+        n = agent_id * self.config.submissions_per_agent + index
+        args = (jnp.asarray(theta, jnp.float32), jnp.int32(agent_id), jnp.int32(n),
+                jnp.int32(n))
+        traj = None
+        if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
+            traj = self.algo.host_rollout(args[0], args[3], self._round_key(args[2]),
+                                          self.env_key, args[1][None], np.ones(1, bool),
+                                          self._noise)
+        report, score = self._run(*args, self._noise, traj)
+        out = (Submission(agent_id, index, report), float(score))
+        self.released[(agent_id, index)] = out
+        self._save()  # before it leaves this process: a restart re-sends this one
+        return out
+
+    def handle(self, message: Message, context: Context | None = None) -> Message:
+        """A server request in, a Submission or a refusal (a Flower Error) out."""
+        del context
+        try:
+            theta, agent_id, index = read_request(message.content, self.dim)
+            sub, score = self.release(theta, agent_id, index)
+        except (WireError, ValueError, BudgetExceededError) as e:
+            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
+        return Message(submission_content(sub, score), reply_to=message)
+
+
+def config_from_dict(data: dict[str, Any]) -> PGCA3CConfig:
+    """The config a run's config.json-style dict describes (its "inf" strings as floats,
+    its lists as the tuples the dataclass holds)."""
+    fields = {f.name: f for f in dataclasses.fields(PGCA3CConfig)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ValueError(f"not PGC-A3C config fields: {sorted(unknown)}")
+    out = {}
+    for k, v in data.items():
+        if v in ("inf", "-inf", "nan"):
+            v = float(v)
+        elif isinstance(v, list):
+            v = tuple(v)
+        out[k] = v
+    return PGCA3CConfig(**out)
+
+
+# --- the ClientApp the bundle names ----------------------------------------------------------
+client_app = ClientApp()
+
+
+@client_app.train()
+def _refuse(message: Message, context: Context) -> Message:
+    """A SuperNode that runs bundles itself (Flower's default executor) gets this: it releases
+    nothing. An agent computes only in privrl's agent executor (`main`), which keeps its noise
+    root, ledger and released reports for the whole run and runs no code from a bundle."""
+    del context
+    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
+                                              "executor (python -m "
+                                              "privrl.systems.pgc_a3c.flower)"),
+                   reply_to=message)
+
+
+# --- the run: a local deployment -------------------------------------------------------------
+@dataclass
+class FlowerRunOutput:
+    config: PGCA3CConfig
+    scores: np.ndarray  # (1, submissions) float32: each accepted submission's score; NaN: none
+    theta: np.ndarray
+    status: dict[str, Any]
+    ledger: PrivacyLedger
+    refused: list[dict[str, Any]]
+    nodes: int
+    wall_seconds: float
+
+
+def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
+                       reply_timeout_s: float = 300.0,
+                       timeout_s: float | None = None) -> FlowerRunOutput:
+    """One PGC-A3C trial as a local Flower deployment (privrl.runtime.flower): the aggregator's
+    ServerApp and `nodes` SuperNodes, each with its agent executor, as separate processes;
+    the aggregator's files (its log, checkpoints, setup) and every process's log in
+    `directory`. The ServerApp waits `reply_timeout_s` for a round's replies (a submission
+    without one is refused); the whole run, `timeout_s` (None: as long as it runs)."""
+    from privrl.federation.flower import RESULTS
+    from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
+
+    start = time.perf_counter()
+    cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+    if cfg.server_optimizer not in ("sgd", "adam"):
+        raise ConfigError("server_optimizer", "the Flower runtime's aggregator runs sgd or "
+                          f"adam, got {cfg.server_optimizer} (run it with the local runtime)")
+    algo, _ = lone_agent(cfg)
+    theta0 = np.asarray(algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0]).agg.theta)
+    num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)
+    agg = directory / "aggregator"
+    # The aggregator's setup, as a run file the ServerApp restores (θ₀, the ledger, the
+    # mechanism's guarantee): nothing else tells it what to accept.
+    AggregatorService(AggregatorSpec(algo.dim, cfg.buffer_size, cfg.server_optimizer,
+                                     cfg.learning_rate), theta0, num_agents, budget_ledger(cfg),
+                      algo.mechanism.guarantee, agg).close()
+    app = write_app(directory / "app", "privrl-pgc-a3c", "privrl.federation.flower:server_app",
+                    "privrl.systems.pgc_a3c.flower:client_app", {
+                        "aggregator-dir": str(agg.resolve()), "submissions": cfg.submissions,
+                        "per-agent": cfg.submissions_per_agent,
+                        "parallel": cfg.parallel_agents, "nodes": nodes,
+                        "reply-timeout": float(reply_timeout_s)})
+    trusted = fab_hash(app)
+    agent_config = directory / "agent-config.json"
+    agent_config.write_text(json.dumps(cfg.to_dict()))
+    with LocalDeployment(nodes, directory / "logs") as deployment:
+        for i in range(nodes):
+            deployment.spawn(f"agent{i}", [
+                sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
+                str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
+                deployment.runtime_apis[i], "--trusted-fab", trusted,
+                "--state-dir", str(directory / "agents" / f"node{i}"),
+                "--superexec-secret-file", str(deployment.superexec_secret)])
+        log = deployment.run(app, agg / RESULTS, timeout_s)
+        (directory / "logs" / "run.log").write_text(log)
+    results = json.loads((agg / RESULTS).read_text())
+    if "error" in results:
+        raise RuntimeError(f"the ServerApp failed: {results['error']}; logs in "
+                           f"{directory / 'logs'}")
+    svc = AggregatorService.restore(agg)
+    scores = np.array([np.nan if s is None else s for s in results["scores"]], np.float32)
+    return FlowerRunOutput(cfg, scores[None, :], svc.theta(), results["status"], svc.ledger,
+                           results["refused"], nodes, time.perf_counter() - start)
+
+
+def as_run_output(out: FlowerRunOutput) -> Any:
+    """The local runner's RunOutput for the same results, so both write the same files: the
+    accepted submissions' scores in order (a refused one leaves no row; flower.json names
+    it)."""
+    from privrl.systems.pgc_a3c.local import RunOutput
+
+    accepted = out.scores[np.isfinite(out.scores)]
+    scores = np.full_like(out.scores, np.nan)
+    scores[0, :accepted.size] = accepted
+    return RunOutput(config=out.config, scores=scores, submitted=np.array([accepted.size]),
+                     ledger=out.ledger, mechanism=PGCA3C(out.config).mechanism.describe(),
+                     wall_seconds=out.wall_seconds, compile_seconds=0.0, devices=out.nodes,
+                     agents_per_trial=math.ceil(out.config.submissions
+                                                / out.config.submissions_per_agent))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The agent executor: `python -m privrl.systems.pgc_a3c.flower --config FILE --node i
+    --nodes N --runtime-api HOST:PORT --trusted-fab SHA256 [--state-dir DIR]
+    [--superexec-secret-file FILE]` beside SuperNode i."""
+    from privrl.runtime.flower import serve_tasks
+
+    parser = argparse.ArgumentParser(prog="python -m privrl.systems.pgc_a3c.flower")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--node", type=int, required=True)
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--runtime-api", required=True)
+    parser.add_argument("--trusted-fab", required=True)
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the agent keeps its ledger and released reports")
+    parser.add_argument("--superexec-secret-file", type=Path, default=None,
+                        help="the SuperNode's --superexec-auth-secret-file")
+    args = parser.parse_args(argv)
+    secret = (None if args.superexec_secret_file is None
+              else args.superexec_secret_file.read_bytes())
+    agent = FlowerAgent(config_from_dict(json.loads(args.config.read_text())), args.node,
+                        args.nodes, args.state_dir)
+    serve_tasks(args.runtime_api, agent.handle, args.trusted_fab, secret)
+
+
+if __name__ == "__main__":
+    main()

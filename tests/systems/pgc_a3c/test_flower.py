@@ -1,0 +1,306 @@
+"""PGC-A3C as Flower apps, in one process: the ServerApp's loop (`serve_pgc`) against the
+agents' handlers through a grid that delivers Flower messages by calling them. What travels is
+what a deployment sends (Flower records, checked on arrival); the processes, TLS and node
+authentication are tests/systems/pgc_a3c/test_flower_deployment.py's."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.proto.node_pb2 import NodeInfo
+from flwr.supercore.task_identity import TaskIdentity
+
+from privrl.federation.flower import (
+    RESULTS,
+    SLOT,
+    WireError,
+    read_submission,
+    request_content,
+    serve_pgc,
+    submission_content,
+)
+from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
+from privrl.privacy.ledger import BudgetExceededError
+from privrl.runtime.sharding import setting_trial_keys
+from privrl.systems.pgc_a3c import flower
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
+from privrl.systems.pgc_a3c.local import run_pgc_a3c
+
+# flwr 1.42 builds bundles with a pathspec pattern class pathspec deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
+
+CFG = PGCA3CConfig(trials=1, submissions=6, parallel_agents=1, epsilon=10, seed=3,
+                   server_optimizer="sgd", noise="seeded")
+
+
+@pytest.fixture(autouse=True)
+def _run_identity() -> Any:
+    """A message names its run: Flower sets the run id in the ServerApp's process."""
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = None
+
+
+class Grid:
+    """Delivers each message to its SuperNode's handler at once (ids as Flower's grid sets
+    them: a message's id is its object id)."""
+
+    def __init__(self, handlers: dict[int, Any]) -> None:
+        self.handlers = handlers
+        self.sent: list[Message] = []
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.handlers)
+
+    def get_nodes(self) -> list[NodeInfo]:
+        return [NodeInfo(node_id=n, name=f"{SLOT}{i}") for i, n in enumerate(self.handlers)]
+
+    def send_and_receive(self, messages: list[Message], timeout: float | None = None
+                         ) -> list[Message]:
+        out = []
+        for m in messages:
+            m.metadata.__dict__["_message_id"] = m.object_id
+            self.sent.append(m)
+            out.append(self.handlers[m.metadata.dst_node_id](m))
+        return out
+
+
+def _setup(cfg: PGCA3CConfig, directory: Path) -> None:
+    """The aggregator's setup as run_pgc_a3c_flower writes it."""
+    cfg = cfg.resolved()
+    algo, _ = lone_agent(cfg)
+    theta0 = np.asarray(algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0]).agg.theta)
+    AggregatorService(AggregatorSpec(algo.dim, cfg.buffer_size, cfg.server_optimizer,
+                                     cfg.learning_rate), theta0, cfg.submissions,
+                      budget_ledger(cfg), algo.mechanism.guarantee, directory).close()
+
+
+def test_seeded_flower_run_is_the_local_run(tmp_path: Path) -> None:
+    """Two SuperNodes' agents (0, 2, 4 and 1, 3, 5), one submission per round: the scores are
+    the local runner's and θ equals its θ to float32 rounding. The local runner computes a
+    round inside one compiled scan, a Flower agent one submission per compiled call: XLA may
+    fuse the two differently, so θ agrees to 1e-6 (it measured 5e-10 on θ of size ~0.5), not
+    bit for bit."""
+    local = run_pgc_a3c(dataclasses.replace(CFG))
+    _setup(CFG, tmp_path)
+    agents = [flower.FlowerAgent(CFG, i, 2) for i in range(2)]
+    grid = Grid({101: agents[0].handle, 202: agents[1].handle})
+    out = serve_pgc(grid, tmp_path, CFG.submissions, 1, 1, 2)  # type: ignore[arg-type]
+    assert out["refused"] == [] and out["status"]["accepted"] == 6
+    np.testing.assert_array_equal(np.array(out["scores"], np.float32), local.scores[0])
+    theta = AggregatorService.restore(tmp_path).theta()
+    np.testing.assert_allclose(theta, local.theta[0], rtol=0, atol=1e-6)
+    assert json.loads((tmp_path / RESULTS).read_text())["scores"] == out["scores"]
+    # Every message to a node asked for one of its own agents; each agent charged its own.
+    for m in grid.sent:
+        agent = m.content.config_records["ask"]["agent"]
+        assert [101, 202][agent % 2] == m.metadata.dst_node_id
+    assert agents[0].ledger.summary()["agents"] == 3 == agents[1].ledger.summary()["agents"]
+
+
+def test_secret_noise_is_the_default_and_differs_from_the_seeded_run(tmp_path: Path) -> None:
+    """Without `noise`, an agent draws its root from os.urandom in its own process: the same
+    request gives another report than a seeded agent (and than another secret agent)."""
+    cfg = dataclasses.replace(CFG, noise=None)
+    a, b = flower.FlowerAgent(cfg, 0, 1), flower.FlowerAgent(cfg, 0, 1)
+    seeded = flower.FlowerAgent(CFG, 0, 1)
+    assert a.config.noise == "secret"
+    theta = np.zeros(a.dim, np.float32)
+    ra, rb, rs = (x.release(theta, 0, 0)[0].report.value for x in (a, b, seeded))
+    assert not np.array_equal(ra, rb) and not np.array_equal(ra, rs)
+
+
+def test_an_agent_refuses_past_its_budget_and_resends_what_it_released() -> None:
+    """Each agent's own ledger: submissions_per_agent = 2 at ε = 10 (5 a report). Asked again
+    for a released (agent, index), the agent re-sends the same report and spends nothing; asked
+    for an index past its budget, a foreign agent or a bad θ, it releases nothing."""
+    cfg = dataclasses.replace(CFG, submissions_per_agent=2)
+    agent = flower.FlowerAgent(cfg, 0, 2)
+    theta = np.zeros(agent.dim, np.float32)
+    first, _ = agent.release(theta, 2, 0)
+    again, _ = agent.release(theta + 1, 2, 0)
+    assert again is first
+    assert agent.ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(5.0)
+    agent.release(theta, 2, 1)
+    assert agent.ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(10.0)
+    # A server that asks past the budget: the ledger refuses before anything is computed.
+    agent.released.clear()
+    with pytest.raises(BudgetExceededError):
+        agent.release(theta, 2, 0)
+    for bad in ({"agent_id": 1, "index": 0}, {"agent_id": 2, "index": 2},
+                {"agent_id": 99, "index": 0}):
+        reply = agent.handle(Message(request_content(theta, **bad), dst_node_id=1,
+                                     message_type="train"))
+        assert reply.has_error() and reply.error.code == flower.REFUSED
+    nan = np.full(agent.dim, np.nan, np.float32)
+    reply = agent.handle(Message(request_content(nan, 0, 0), dst_node_id=1,
+                                 message_type="train"))
+    assert reply.has_error() and "NaN" in reply.error.reason
+    assert (0, 0) not in agent.released
+
+
+def _reply(sub: Submission, **change: Any) -> RecordDict:
+    content = submission_content(sub, 3.0)
+    for record, value in change.items():
+        content[record] = value
+    return content
+
+
+def test_the_server_checks_every_reply_before_using_it(tmp_path: Path) -> None:
+    """What a reply must be: a float32 value of the model's shape, integer ids, a guarantee's
+    fields; then the service refuses a non-finite value, another mechanism, a second report for
+    one (agent, index) and an agent outside the run, and changes nothing."""
+    agent = flower.FlowerAgent(CFG, 0, 1)
+    sub, _ = agent.release(np.zeros(agent.dim, np.float32), 0, 0)
+    dim = agent.dim
+    good = read_submission(submission_content(sub, 3.0), dim)[0]
+    np.testing.assert_array_equal(good.report.value, sub.report.value)
+    assert good.report.guarantee == sub.report.guarantee
+    value = np.asarray(sub.report.value)
+    for bad in (
+        {"report": ArrayRecord({"value": Array(value.astype(np.float64))})},
+        {"report": ArrayRecord({"value": Array(value[:-1])})},
+        {"report": ArrayRecord({"value": Array(value), "more": Array(value)})},
+        # A record that declares float32 (dim,) over the bytes of another array.
+        {"report": ArrayRecord({"value": Array(dtype="float32", shape=(dim,), stype="numpy.ndarray",
+                                               data=Array(value.astype(np.float64)).data)})},
+        {"ids": ConfigRecord({"agent": 0.0, "index": 0})},
+        {"guarantee": ConfigRecord({"epsilon": 1.0, "rogue": 1})},
+    ):
+        with pytest.raises(WireError):
+            read_submission(_reply(sub, **bad), dim)
+    _setup(CFG, tmp_path)
+    svc = AggregatorService.restore(tmp_path)
+    theta = svc.theta()
+    nan = _reply(sub, report=ArrayRecord({"value": Array(np.full(dim, np.nan, np.float32))}))
+    other = _reply(sub, guarantee=ConfigRecord({**dict(_reply(sub)["guarantee"]),
+                                                "epsilon": 1.0}))
+    outside = _reply(sub, ids=ConfigRecord({"agent": 6, "index": 0}))
+    for content, reason in ((nan, "malformed"), (other, "wrong mechanism"),
+                            (outside, "unknown agent")):
+        verdict = svc.submit(read_submission(content, dim)[0])
+        assert not verdict.accepted and verdict.reason.startswith(reason)
+    assert svc.submit(good).accepted
+    assert svc.submit(read_submission(submission_content(sub, 3.0), dim)[0]).reason.startswith(
+        "duplicate")
+    assert svc.status()["accepted"] == 1 and not np.array_equal(svc.theta(), theta)
+
+
+def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: Path) -> None:
+    """One SuperNode refuses everything (as the bundle's own ClientApp does), the other
+    answers: the run goes on, its refusals named per submission, nothing applied for them."""
+    _setup(CFG, tmp_path)
+    agent = flower.FlowerAgent(CFG, 1, 2)
+
+    def refuse(m: Message) -> Message:
+        return flower._refuse(m, None)  # type: ignore[arg-type]
+
+    out = serve_pgc(Grid({7: refuse, 8: agent.handle}), tmp_path, 6, 1, 1, 2)  # type: ignore[arg-type]
+    assert [r["submission"] for r in out["refused"]] == [0, 2, 4]
+    assert all("privrl's agent executor" in r["reason"] for r in out["refused"])
+    assert out["status"]["accepted"] == 3
+    assert [s is None for s in out["scores"]] == [True, False] * 3
+
+
+class _Heartbeat:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class _Client:
+    def close(self) -> None:
+        pass
+
+
+def test_the_agent_executor_runs_only_the_bundle_it_pinned(tmp_path: Path, monkeypatch) -> None:
+    """The executor's task: a bundle whose SHA-256 is not the pinned one (here: the same app
+    with another ClientApp named, as a server that ships its own code would send) gets an
+    error and the agent's handler never sees its message; the pinned bundle reaches it."""
+    from flwr.app import Context
+    from flwr.cli.build import build_fab_from_disk
+    from flwr.supercore.fab import Fab
+
+    from privrl.runtime import flower as rt
+
+    def bundle(name: str, clientapp: str) -> bytes:
+        app = rt.write_app(tmp_path / name, "privrl-pgc-a3c", "privrl.federation.flower:server_app",
+                           clientapp, {"nodes": 2})
+        return build_fab_from_disk(app)
+
+    trusted = bundle("ours", "privrl.systems.pgc_a3c.flower:client_app")
+    theirs = bundle("theirs", "evil.module:client_app")
+    assert rt.fab_hash(tmp_path / "ours") == rt.hashlib.sha256(trusted).hexdigest()
+    request = Message(request_content(np.zeros(3, np.float32), 0, 0), dst_node_id=1,
+                      message_type="train")
+    context = Context(1, 1, {}, RecordDict(), {})
+    seen: list[Message] = []
+    pushed: list[tuple[Message, str]] = []
+
+    def handle(m: Message, c: Context) -> Message:
+        seen.append(m)
+        return Message(RecordDict(), reply_to=m)
+
+    monkeypatch.setattr(rt, "_runtime_client", lambda *a: _Client())
+    monkeypatch.setattr(rt, "HeartbeatSender", _Heartbeat)
+    monkeypatch.setattr(rt, "push_message", lambda c, reply, ctx: pushed.append((reply, "")))
+    monkeypatch.setattr(rt, "push_task_output",
+                        lambda c, ctx, status, details: pushed.append((None, status)))
+    for content in (theirs, trusted):
+        fab = Fab(rt.hashlib.sha256(content).hexdigest(), content, {})
+        monkeypatch.setattr(rt, "pull_task_input", lambda c, fab=fab: (request, context, None, fab))
+        rt._run_task("127.0.0.1:1", "token", handle, rt.hashlib.sha256(trusted).hexdigest())
+    (refusal, _), (_, failed), (answer, _), (_, completed) = pushed
+    assert refusal.has_error() and refusal.error.code == rt.UNTRUSTED_BUNDLE
+    assert failed == "failed" and completed == "completed"
+    assert not answer.has_error() and seen == [request]
+
+
+def test_a_restarted_agent_resends_its_report_and_keeps_its_ledger(tmp_path: Path) -> None:
+    """Secret noise: a restarted executor draws a new root, yet asked again for a released
+    (agent, index) it sends the report it released before (kept with its ledger in its state
+    file, written before the report left), so one (agent, index) never has two reports and its
+    budget is not spent again; the root itself is never written."""
+    cfg = dataclasses.replace(CFG, noise="secret", submissions_per_agent=2)
+    theta = np.zeros(flower.FlowerAgent(cfg, 0, 1).dim, np.float32)
+    first = flower.FlowerAgent(cfg, 0, 1, tmp_path)
+    sub, score = first.release(theta, 0, 0)
+    again = flower.FlowerAgent(cfg, 0, 1, tmp_path)  # the restart
+    root = np.asarray(jax.random.key_data(first._noise))
+    assert not np.array_equal(np.asarray(jax.random.key_data(again._noise)), root)
+    sub2, score2 = again.release(theta, 0, 0)
+    np.testing.assert_array_equal(sub2.report.value, sub.report.value)
+    assert score2 == score and sub2.report.guarantee == sub.report.guarantee
+    assert again.ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(5.0)
+    again.release(theta, 0, 1)
+    third = flower.FlowerAgent(cfg, 0, 1, tmp_path)
+    assert third.ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(10.0)
+    assert sorted(third.released) == [(0, 0), (0, 1)]
+    raw = (tmp_path / flower.AGENT_STATE).read_bytes()
+    assert root.tobytes() not in raw
+
+
+def test_a_run_with_refusals_writes_its_accepted_submissions_in_order() -> None:
+    """metrics.csv's rows are the accepted submissions, in order, without holes."""
+    out = flower.FlowerRunOutput(
+        CFG.resolved(), np.array([[1.0, np.nan, 3.0, np.nan, 5.0, 6.0]], np.float32),
+        np.zeros(3, np.float32), {}, budget_ledger(CFG.resolved()), [], 2, 1.0)
+    run = flower.as_run_output(out)
+    assert run.submitted.tolist() == [4]
+    np.testing.assert_array_equal(run.scores[0, :4], [1, 3, 5, 6])
+    assert np.isnan(run.scores[0, 4:]).all()

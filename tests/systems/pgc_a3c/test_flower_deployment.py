@@ -1,0 +1,101 @@
+"""`privrl run pgc-a3c --runtime flower` through real processes: a SuperLink with TLS and
+SuperNode authentication, a SuperNode and its agent executor, the ServerApp; the run
+directory, its privacy record and replay; nothing left running afterwards.
+
+Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so each test is one
+run with one SuperNode that checks everything it can at once; the second submits a bundle the
+agent did not pin. Routing between several SuperNodes, the agents' refusals and the server's
+checks are tests/systems/pgc_a3c/test_flower.py's, in one process."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytest.importorskip("flwr")
+
+from privrl.main import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
+    "ignore:GitWildMatchPattern:DeprecationWarning")]
+
+
+def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every process of the deployment compiles as this test does (tests/conftest.py: no
+    # optimizations, no fusion emitters, one code part; the session's cache), as the Ray
+    # tests' actors do: cheaper, and the ServerApp's θ is then bit-equal to this process's
+    # replay of its log.
+    cache = os.environ.get("PRIVRL_TEST_JAX_CACHE", "off")
+    if cache != "off":
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
+        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
+                                    "--xla_cpu_parallel_codegen_split_count=1")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    out = tmp_path / "run"
+    args = ["--preset", "tuned", "--mechanism", "laplace", "--epsilon", "2", "--submissions",
+            "4", "--score-window", "2", "--parallel-agents", "1", "--noise", "seeded",
+            "--seed", "7", "--no-progress"]
+    rc = main(["run", "pgc-a3c", "--runtime", "flower", "--supernodes", "1", *args,
+               "--out", str(out)])
+    assert rc == 0
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []
+    results = json.loads((out / "aggregator" / "flower.json").read_text())
+    assert results["refused"] == [] and results["status"]["accepted"] == 4
+    assert len(results["nodes"]) == 1
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["trust_domain"]["runtime"] == "flower"
+    assert privacy["noise_keys"]["mode"] == "seeded"  # (the default, secret: test_flower.py)
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(2.0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trials"] == 1 and len(summary["fst"]) == 1
+    # TLS with the run's certificate; each SuperNode registered and authenticated by its key.
+    logs = out / "logs"
+    assert "Uvicorn running on https://127.0.0.1" in (logs / "superlink.log").read_text()
+    assert "SuperNode ID" in (logs / "supernode0.log").read_text()
+    # The credentials lived in a private temporary directory, removed with the deployment.
+    assert not any(p.suffix in (".key", ".crt") for p in out.rglob("*"))
+    assert main(["replay", str(out)]) == 0
+    # Seeded, one agent a round: the local runner's run (scores exactly; θ to float32 rounding,
+    # as tests/systems/pgc_a3c/test_flower.py states).
+    assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0
+    assert ((out / "metrics.csv").read_text()
+            == (tmp_path / "local" / "metrics.csv").read_text())
+
+
+def test_agents_refuse_a_bundle_other_than_the_one_they_pinned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server side submits another bundle than the agents pinned (here: naming its own
+    ClientApp, as an operator who wanted to run code on the agents would): every agent
+    answers with an error, nothing is released or accepted, and the run says why."""
+    from privrl.runtime import flower as rt
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.flower import run_pgc_a3c_flower
+
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
+    submit = rt.LocalDeployment.run
+
+    def tampered(self: rt.LocalDeployment, app: Path, done: Path,
+                 timeout_s: float | None = None) -> str:
+        # The bundle now carries code of its own and names it as the ClientApp.
+        (app / "operator_app.py").write_text(
+            "from flwr.clientapp import ClientApp\nclient_app = ClientApp()\n")
+        toml = app / "pyproject.toml"
+        toml.write_text(toml.read_text().replace("privrl.systems.pgc_a3c.flower:client_app",
+                                                  "operator_app:client_app"))
+        return submit(self, app, done, timeout_s)
+
+    monkeypatch.setattr(rt.LocalDeployment, "run", tampered)
+    cfg = PGCA3CConfig.from_preset("tuned", mechanism="laplace", epsilon=2.0, submissions=2,
+                                   parallel_agents=2, score_window=1)
+    out = run_pgc_a3c_flower(cfg, tmp_path, 1, reply_timeout_s=120, timeout_s=300)
+    assert out.status["accepted"] == 0 and len(out.refused) == 2
+    assert all("runs only the app bundle it trusts" in r["reason"] for r in out.refused)
+    assert not (tmp_path / "agents" / "node0" / "agent.npz").exists()  # nothing released
