@@ -55,6 +55,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     agent_noise_key,
     budget_ledger,
     lone_agent,
+    mechanism_record,
     trial_env_key,
 )
 
@@ -280,10 +281,11 @@ def as_run_output(out: FlowerRunOutput) -> Any:
     from privrl.systems.pgc_a3c.local import RunOutput
 
     accepted = out.scores[np.isfinite(out.scores)]
+    algo = PGCA3C(out.config)
     scores = np.full_like(out.scores, np.nan)
     scores[0, :accepted.size] = accepted
     return RunOutput(config=out.config, scores=scores, submitted=np.array([accepted.size]),
-                     ledger=out.ledger, mechanism=PGCA3C(out.config).mechanism.describe(),
+                     ledger=out.ledger, mechanism=mechanism_record(algo.mechanism, algo.dim),
                      wall_seconds=out.wall_seconds, compile_seconds=0.0, devices=out.nodes,
                      agents_per_trial=math.ceil(out.config.submissions
                                                 / out.config.submissions_per_agent))
