@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -283,68 +284,68 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
 def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
                      address: str | None, agents_in_flight: int | None,
                      checkpoint_every: int) -> None:
+    from privrl.runtime.ray import ray_address
+    from privrl.systems.pgc_a3c import ray as ray_runner
+
+    def run(path: Path, bar: Any, task: Any) -> tuple[Any, Any, dict[str, Any]]:
+        result = ray_runner.run_pgc_a3c_ray(
+            config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
+            checkpoint_every=checkpoint_every,
+            progress=lambda done, total: bar.update(task, completed=done, total=total))
+        files = {"cluster": result.cluster, "aggregator": result.status,
+                 **({} if result.shuffler is None else {"shuffler": result.shuffler}),
+                 "agents_in_flight": result.agents_in_flight}
+        return result, ray_runner.as_run_output(result), files
+
+    _execute_distributed(config, out, show_progress, "ray", "Ray",
+                         f"cluster {ray_address(address) or 'local'}; aggregator log and "
+                         "checkpoints in {path}/aggregator", run)
+
+
+def _execute_pgc_flower(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                        supernodes: int) -> None:
+    from privrl.systems.pgc_a3c import flower
+
+    def run(path: Path, bar: Any, task: Any) -> tuple[Any, Any, dict[str, Any]]:
+        result = flower.run_pgc_a3c_flower(config, path, supernodes)
+        files = {"supernodes": supernodes, "aggregator": result.status,
+                 "refused": result.refused}
+        return result, flower.as_run_output(result), files
+
+    _execute_distributed(config, out, False, "flower", "Flower",
+                         f"{supernodes} SuperNodes on localhost (TLS, SuperNode "
+                         "authentication); aggregator files and logs in {path}", run)
+
+
+def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                         runtime: str, label: str, where: str,
+                         run: Callable[[Path, Any, Any], tuple[Any, Any, dict[str, Any]]]
+                         ) -> None:
+    """A PGC-A3C run on `runtime` (ray, flower): its run directory, `run(path, bar, task)` ->
+    (result, its local RunOutput, `<runtime>.json`'s contents), θ_final for replay, the files
+    the local runner writes, and the printed results; an empty directory is removed."""
     import numpy as np
     from rich.console import Console
 
     from privrl.runtime.output import new_run_dir, removed_if_left_empty
-    from privrl.runtime.ray import ray_address
     from privrl.systems.pgc_a3c import local
-    from privrl.systems.pgc_a3c import ray as ray_runner
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
     PGCA3C(config)  # its mechanism (a user's: imported) refuses bad parameters before the run
     console, err = Console(), Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    path = new_run_dir(out, f"pgc-a3c-ray-{config.preset}-{config.mechanism}-eps{eps_tag}")
-    err.print(f"[bold]PGC-A3C on Ray[/] ({config.preset} preset) {config.mechanism}, "
-              f"{config.submissions} submissions, cluster {ray_address(address) or 'local'}; "
-              f"aggregator log and checkpoints in {path / 'aggregator'}")
+    path = new_run_dir(out, f"pgc-a3c-{runtime}-{config.preset}-{config.mechanism}-eps{eps_tag}")
+    err.print(f"[bold]PGC-A3C on {label}[/] ({config.preset} preset) {config.mechanism}, "
+              f"{config.submissions} submissions, {where.format(path=path)}")
     with (removed_if_left_empty(path), progress_bar(err, show_progress, "training")
           as (bar, task)):
-        result = ray_runner.run_pgc_a3c_ray(
-            config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
-            checkpoint_every=checkpoint_every,
-            progress=lambda done, total: bar.update(task, completed=done, total=total))
+        result, output, files = run(path, bar, task)
     np.save(path / "theta_final.npy", result.theta)
-    summary = local.save(ray_runner.as_run_output(result), path,
-                         command=["privrl", *sys.argv[1:]], runtime="ray",
-                         files={"ray.json": {"cluster": result.cluster,
-                                             "aggregator": result.status,
-                                             **({} if result.shuffler is None
-                                                else {"shuffler": result.shuffler}),
-                                             "agents_in_flight": result.agents_in_flight}})
+    summary = local.save(output, path, command=["privrl", *sys.argv[1:]], runtime=runtime,
+                         files={f"{runtime}.json": files})
     console.print(results_table(summary))
     if (note := target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
-    console.print(f"Aggregator: {result.status}")
-    console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
-
-
-def _execute_pgc_flower(config: PGCA3CConfig, out: Path | None, show_progress: bool,
-                        supernodes: int) -> None:
-    import numpy as np
-    from rich.console import Console
-
-    from privrl.runtime.output import new_run_dir, removed_if_left_empty
-    from privrl.systems.pgc_a3c import flower, local
-    from privrl.systems.pgc_a3c.algorithm import PGCA3C
-
-    PGCA3C(config)  # its mechanism refuses bad parameters before anything starts
-    console, err = Console(), Console(stderr=True)
-    eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
-    path = new_run_dir(out, f"pgc-a3c-flower-{config.preset}-{config.mechanism}-eps{eps_tag}")
-    err.print(f"[bold]PGC-A3C on Flower[/] ({config.preset} preset) {config.mechanism}, "
-              f"{config.submissions} submissions, {supernodes} SuperNodes on localhost (TLS, "
-              f"SuperNode authentication); aggregator files and logs in {path}")
-    with removed_if_left_empty(path):
-        result = flower.run_pgc_a3c_flower(config, path, supernodes)
-    np.save(path / "theta_final.npy", result.theta)
-    summary = local.save(flower.as_run_output(result), path, command=["privrl", *sys.argv[1:]],
-                         runtime="flower",
-                         files={"flower.json": {"supernodes": supernodes,
-                                                "aggregator": result.status,
-                                                "refused": result.refused}})
-    console.print(results_table(summary))
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
 
