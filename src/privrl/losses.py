@@ -79,18 +79,36 @@ def a2c_loss(
     entropy_coef: float,
     normalize_advantage: bool = False,
 ) -> tuple[Array, dict[str, Array]]:
-    """Paper 000 eq. 15-17 for one episode (sums over time, not means):
+    """Paper 000 eq. 15-17 for one episode of a categorical policy (`actor_critic_loss`)."""
+    logp = jax.nn.log_softmax(logits)
+    logp_a = jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    return actor_critic_loss(logp_a, entropy, values, returns, mask, value_coef, entropy_coef,
+                             normalize_advantage)
+
+
+def actor_critic_loss(
+    logp_a: Array,
+    entropy: Array,
+    values: Array,
+    returns: Array,
+    mask: Array,
+    value_coef: float,
+    entropy_coef: float,
+    normalize_advantage: bool = False,
+    advantage: Array | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """Paper 000 eq. 15-17 for one episode (sums over time, not means), from the policy's
+    log-probabilities of its actions and its entropies (any head: privrl.nets.heads):
 
     L = -Σ_t [log π(a_t|s_t) A_t + β H(π(·|s_t))] + λ Σ_t (Ĝ_t - V(s_t))²,  A_t = Ĝ_t - V(s_t).
     The advantage in the policy term and the return target are held constant (stop_gradient),
     as in A3C: the value head learns only through the λ-weighted squared error.
     `normalize_advantage` standardizes A over the episode's valid steps (not in paper 000).
+    `advantage`: another estimate of A (GAE, `gae`) in place of Ĝ − V.
     """
-    logp = jax.nn.log_softmax(logits)
-    logp_a = jnp.take_along_axis(logp, actions[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
     returns = jax.lax.stop_gradient(returns)
-    advantage = jax.lax.stop_gradient(returns - values)
+    advantage = jax.lax.stop_gradient(returns - values if advantage is None else advantage)
     if normalize_advantage:
         advantage = masked_standardize(advantage, mask)
     policy_loss = -jnp.sum(mask * (logp_a * advantage + entropy_coef * entropy))
@@ -98,6 +116,26 @@ def a2c_loss(
     loss = policy_loss + value_coef * value_loss
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
                   "entropy": jnp.sum(mask * entropy)}
+
+
+def gae(rewards: Array, values: Array, mask: Array, bootstrap: Array, gamma: float,
+        lam: float) -> Array:
+    """Generalized advantage estimates (Schulman et al. 2016) of one episode's valid prefix:
+    Â_t = Σ_{j≥t} (γλ)^{j−t} δ_j, δ_j = r_j + γ V(s_{j+1}) − V(s_j), with V(s_T) = `bootstrap`
+    after the last step (0 at a terminal state). λ = 1 is Ĝ_t − V(s_t); padded steps get 0."""
+
+    def step(carry: tuple[Array, Array], inp: tuple[Array, Array, Array]
+             ) -> tuple[tuple[Array, Array], Array]:
+        adv_next, v_next = carry
+        r, v, m = inp
+        adv = r + gamma * v_next - v + gamma * lam * adv_next
+        keep = m > 0
+        return (jnp.where(keep, adv, adv_next), jnp.where(keep, v, v_next)), \
+            jnp.where(keep, adv, 0.0)
+
+    _, adv = jax.lax.scan(step, (jnp.zeros_like(bootstrap), bootstrap), (rewards, values, mask),
+                          reverse=True)
+    return adv
 
 
 # --- policy gradient (paper 004 / FedPG-BR): GPOMDP-style estimator with importance weights --

@@ -38,7 +38,7 @@ __all__ = ["FILE", "HEADS", "KIND", "Policy", "SavedPolicy", "load_policy", "sav
 FILE = "policy.npz"
 KIND = "policy"
 # What the network returns for one observation, and how an action is read from it.
-HEADS = ("logits", "logits,value", "q", "gaussian")
+HEADS = ("logits", "logits,value", "q", "gaussian", "gaussian,value")
 MAX_TRIALS = 1 << 16
 
 
@@ -57,8 +57,9 @@ class SavedPolicy:
 def saved_policy(system: str, model: FlatModel, task: Task, head: str, theta: Any,
                  max_episode_steps: int | None, **sampling: Any) -> SavedPolicy:
     """A run's SavedPolicy: `theta` (trials, d) or (trials, learners, d) from `model` on
-    `task`; `head` one of HEADS; `sampling` how a sampled action is drawn beyond the head's
-    default (a Q-network's `epsilon`)."""
+    `task`; `head` one of HEADS (on a Box task, "logits" are a Gaussian's (μ, log σ): recorded
+    as "gaussian"); `sampling` how a sampled action is drawn beyond the head's default (a
+    Q-network's `epsilon`)."""
     from privrl.nets.flat import describe_model
 
     if head not in HEADS:
@@ -66,7 +67,9 @@ def saved_policy(system: str, model: FlatModel, task: Task, head: str, theta: An
     theta = np.asarray(theta, np.float32)
     if theta.ndim == 2:
         theta = theta[:, None]
-    if head == "gaussian":  # a Box: the network's 2d outputs are (mean, log-std)
+    if task.head.continuous:
+        head = head.replace("logits", "gaussian")
+    if head.startswith("gaussian"):  # a Box: the network's 2d outputs are (mean, log-std)
         box = task.head
         space: dict[str, Any] = {"kind": "box", "low": list(box.low), "high": list(box.high)}
         outputs, greedy, sample = box.outputs, "mean", "gaussian, clipped to the box"
@@ -110,17 +113,17 @@ class Policy:
 
         def scores(theta: Any, obs: Any) -> Any:
             out = model.apply(theta, obs)
-            return out[0] if head == "logits,value" else out
+            return out[0] if head.endswith(",value") else out
 
         def greedy(theta: Any, obs: Any) -> Any:
             out = jax.vmap(lambda o: scores(theta, o))(obs)
-            if head == "gaussian":
+            if head.startswith("gaussian"):
                 return self.action_head.greedy(out)
             return jnp.argmax(out, -1).astype(jnp.int32)
 
         def sample(theta: Any, key: Any, obs: Any) -> Any:
             out = jax.vmap(lambda o: scores(theta, o))(obs)
-            if head == "gaussian":
+            if head.startswith("gaussian"):
                 return self.action_head.sample(key, out)[0]
             if head != "q":
                 return jax.random.categorical(key, out).astype(jnp.int32)
@@ -245,7 +248,7 @@ def _checked_description(d: Any) -> dict[str, Any]:
     obs, act = d["observation_space"], d["action_space"]
     if obs.get("shape") != [model["obs_dim"]]:
         raise ValueError(f"observation shape {obs.get('shape')!r} does not match the model")
-    if d["head"] == "gaussian":
+    if d["head"].startswith("gaussian"):
         low, high = act.get("low"), act.get("high")
         ok = (act.get("kind") == "box" and isinstance(low, list) and isinstance(high, list)
               and 1 <= len(low) == len(high) and 2 * len(low) == model["num_actions"]

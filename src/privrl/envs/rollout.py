@@ -264,12 +264,17 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
         raw[i] = envs[i].reset(seed=int(seeds[i]))[0]
     seen(0, np.flatnonzero(live))
     obs_b = np.zeros((max_steps, *obs.shape), np.float32)
-    act_b = np.zeros((max_steps, n), np.int32)
     mask_b = np.zeros((max_steps, n), np.float32)
     rew_b = np.zeros((max_steps, n), np.float32)
     term = np.zeros(n, bool)
     out = jax.eval_shape(policy, step_keys[0], obs)
     with_aux = isinstance(out, tuple)
+    # Discrete actions: (T, n) int32, stepped as ints; continuous ones: (T, n, d) float32
+    # vectors, as the jitted rollout records them.
+    spec = out[0] if with_aux else out
+    discrete = bool(jnp.issubdtype(spec.dtype, jnp.integer))
+    act_b = (np.zeros((max_steps, n), np.int32) if discrete
+             else np.zeros((max_steps, n, *spec.shape[1:]), np.float32))
     aux_b = (jax.tree_util.tree_map(lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1])
              if with_aux else None)
     for t, k in zip(range(max_steps), step_keys, strict=False):
@@ -285,7 +290,8 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
         obs_b[t], act_b[t], mask_b[t] = obs, action, live
         stepped = np.flatnonzero(live)
         for i in stepped:
-            raw[i], reward, fell, cut, _ = envs[i].step(int(action[i]))
+            raw[i], reward, fell, cut, _ = envs[i].step(int(action[i]) if discrete
+                                                        else action[i])
             rew_b[t, i] = reward
             term[i] = bool(fell)
             live[i] = not (fell or cut)

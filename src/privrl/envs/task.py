@@ -163,9 +163,9 @@ class Task:
         head = self.head
         if not isinstance(head, Categorical):
             raise ConfigError(self.option, f"{self.name}: continuous actions (a Box of "
-                              f"{head.dim}) are supported by DP-REINFORCE only (a Gaussian "
-                              "policy head, docs/environments.md); this algorithm's policy is "
-                              "categorical")
+                              f"{head.dim}) are not supported here (it needs a discrete "
+                              "action space); DP-REINFORCE, PGC-A3C and FedPG take them (a "
+                              "Gaussian policy head, docs/environments.md)")
         return head.n
 
     # --- rewards -----------------------------------------------------------------------------
@@ -470,9 +470,9 @@ def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
 
 
 def check_module(module: Any, task: Task, outputs: str, option: str = "model") -> Any:
-    """Check that a flax module maps one observation to `outputs`: "logits" ((num_actions,)),
-    "policy" (the task's policy head's outputs: logits, or a Gaussian's (μ, log σ), 2d),
-    "logits,value" (a pair: (num_actions,) and ()) or "q" ((num_actions,) Q-values); a
+    """Check that a flax module maps one observation to `outputs`: "logits" or "policy" (the
+    task's policy head's outputs: (num_actions,) logits, or on a Box a Gaussian's (μ, log σ),
+    2d), "logits,value" (a pair: those and ()) or "q" ((num_actions,) Q-values); a
     ConfigError naming `option` otherwise. Returns the module."""
     x = jnp.zeros((task.obs_dim,), jnp.float32)
     try:
@@ -481,14 +481,16 @@ def check_module(module: Any, task: Task, outputs: str, option: str = "model") -
     except Exception as e:
         raise ConfigError(option, f"{type(module).__name__} fails on one observation of shape "
                           f"({task.obs_dim},): {type(e).__name__}: {e}") from None
-    a = (task.head.outputs,) if outputs == "policy" else (task.num_actions,)
+    # a policy's outputs: logits, or on a Box task a Gaussian's (μ, log σ)
+    a = (task.num_actions,) if outputs == "q" else (task.head.outputs,)
     if outputs == "logits,value":
         ok = (isinstance(out, tuple) and len(out) == 2 and tuple(out[0].shape) == a
               and tuple(out[1].shape) == ())
         want = f"a pair (logits of shape {a}, a scalar value)"
     else:
         ok = hasattr(out, "shape") and tuple(out.shape) == a
-        kind = {"q": "Q-values", "policy": "policy outputs"}.get(outputs, "logits")
+        kind = ("Q-values" if outputs == "q" else "policy outputs (μ, log σ)"
+                if task.head.continuous else "logits")
         want = f"{kind} of shape {a}"
     if not ok:
         got = jax.tree_util.tree_map(lambda s: tuple(s.shape), out)

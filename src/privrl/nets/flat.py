@@ -12,6 +12,8 @@ import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
+from privrl.nets.heads import LOG_STDS, StateFreeLogStd
+
 
 class ActorCritic(nn.Module):
     """Paper 000's A3C network: shared ReLU layer θ(c), policy head θ(p), value head θ(v).
@@ -109,17 +111,28 @@ class FlatModel:
 
 
 def actor_critic(
-    hidden: int = 16, num_actions: int = 2, obs_dim: int = 4, use_bias: bool = False
+    hidden: int = 16, num_actions: int = 2, obs_dim: int = 4, use_bias: bool = False,
+    log_std: str = "state",
 ) -> FlatModel:
-    module = ActorCritic(hidden, num_actions, use_bias)
+    """Paper 000's network with `num_actions` policy outputs. log_std "parameter": a Gaussian
+    head's network whose num_actions = 2d outputs end in a learned, state-free log-std
+    (`StateFreeLogStd`); "state": every output is the network's."""
+    module: nn.Module = ActorCritic(hidden, num_actions, use_bias)
+    if log_std == "parameter":
+        module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias),
+                                 num_actions // 2)
     return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
 
 
 def mlp(hidden: tuple[int, ...], num_outputs: int, obs_dim: int,
-        init: str = "torch_default") -> FlatModel:
+        init: str = "torch_default", log_std: str = "state") -> FlatModel:
+    """The MLP with `num_outputs` outputs (log_std: as `actor_critic`'s)."""
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    return FlatModel(MLP(tuple(hidden), num_outputs, init), jnp.zeros((obs_dim,), jnp.float32))
+    module: nn.Module = MLP(tuple(hidden), num_outputs, init)
+    if log_std == "parameter":
+        module = StateFreeLogStd(MLP(tuple(hidden), num_outputs // 2, init), num_outputs // 2)
+    return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
 
 
 # --- a saved policy's model: described in JSON, rebuilt from the description alone ----------
@@ -132,6 +145,9 @@ def describe_model(model: FlatModel, num_actions: int) -> dict[str, Any]:
     module is named (for the reader), never rebuilt from the name."""
     m, obs_dim = model.module, int(model._example.shape[-1])
     common = {"obs_dim": obs_dim, "num_actions": int(num_actions), "dim": model.dim}
+    if isinstance(m, StateFreeLogStd) and isinstance(m.inner, ActorCritic | MLP):
+        inner = describe_model(FlatModel(m.inner, model._example), num_actions)
+        return {**inner, "dim": model.dim, "log_std": "parameter"}
     if isinstance(m, ActorCritic):
         return {"architecture": "actor-critic", "hidden": [m.hidden], "activation": "relu",
                 "use_bias": m.use_bias, **common}
@@ -167,11 +183,17 @@ def check_description(d: Any) -> dict[str, Any]:
         raise ValueError("activation must be relu and use_bias a boolean")
     if d["architecture"] == "mlp" and not d["use_bias"]:
         raise ValueError("privrl's MLP has biases")
+    if d.get("log_std", "state") not in LOG_STDS or (
+            d.get("log_std") == "parameter" and d["num_actions"] % 2):
+        raise ValueError(f"log_std {d.get('log_std')!r:.20} is not one of {LOG_STDS} (with "
+                         "an even number of outputs)")
     return d
 
 
 def model_from_description(d: dict[str, Any]) -> FlatModel:
     """The network a (checked) description names, built from its sizes."""
+    log_std = d.get("log_std", "state")
     if d["architecture"] == "actor-critic":
-        return actor_critic(d["hidden"][0], d["num_actions"], d["obs_dim"], d["use_bias"])
-    return mlp(tuple(d["hidden"]), d["num_actions"], d["obs_dim"])
+        return actor_critic(d["hidden"][0], d["num_actions"], d["obs_dim"], d["use_bias"],
+                            log_std)
+    return mlp(tuple(d["hidden"]), d["num_actions"], d["obs_dim"], log_std=log_std)

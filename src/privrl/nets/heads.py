@@ -6,8 +6,12 @@ gradient needs. A `Discrete(n)` space takes the `Categorical` head (n logits: th
 behaviour before heads existed, unchanged), a `Box` of shape (d,) the `Gaussian` head.
 
 The Gaussian head (issue 39): the network's 2d outputs are the mean and the log standard
-deviation of a diagonal Gaussian, so **the log-std depends on the state** (it is the network's
-second half of outputs), clipped to [LOG_STD_MIN, LOG_STD_MAX] so σ stays in [e^−5, e^2]. The
+deviation of a diagonal Gaussian, the log-std clipped to [LOG_STD_MIN, LOG_STD_MAX] so σ stays
+in [e^−5, e^2]. **What the log-std depends on is the network's choice**: privrl's networks
+compute it from the state by default (the second half of their outputs), or, with
+`log_std="parameter"` (`StateFreeLogStd`, the `continuous` presets), it is a learned vector
+that does not depend on the state (PPO's and A2C's usual choice: a state-dependent σ
+collapsed on Pendulum). The
 mean is squashed into the Box: μ(s) = (high + low)/2 + (high − low)/2 · tanh(first half), so it
 can never leave the bounds (a mean past a bound, where every sample clips to the same action,
 gets no gradient back: REINFORCE on a clipped mean stalled there). **Samples are clipped, not
@@ -25,9 +29,30 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 from jax import Array
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+LOG_STDS = ("state", "parameter")  # what a privrl network's log-std depends on
+
+
+class StateFreeLogStd(nn.Module):
+    """A Gaussian policy network whose log-std does not depend on the state: `inner` maps an
+    observation to the d means (or to (means, value), an actor-critic), and a learned vector
+    `log_std` (d,), starting at `log_std_init`, completes the head's 2d outputs."""
+
+    inner: nn.Module
+    dim: int
+    log_std_init: float = 0.0
+
+    @nn.compact
+    def __call__(self, obs: Array, *args: Any) -> Any:
+        out = self.inner(obs, *args)
+        means = out[0] if isinstance(out, tuple) else out
+        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init),
+                             (self.dim,))
+        both = jnp.concatenate([means, jnp.broadcast_to(log_std, means.shape)], axis=-1)
+        return (both, *out[1:]) if isinstance(out, tuple) else both
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,14 @@ class Categorical:
 
     def log_prob(self, out: Array, action: Array) -> Array:
         return jnp.take_along_axis(jax.nn.log_softmax(out), action[..., None], axis=-1)[..., 0]
+
+    def entropy(self, out: Array) -> Array:
+        logp = jax.nn.log_softmax(out)
+        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+    def uniform(self, key: Array, n: int) -> Array:
+        """`n` actions drawn uniformly (exploration, random-action attackers)."""
+        return jax.random.randint(key, (n,), 0, self.n, jnp.int32)
 
 
 @dataclass(frozen=True)
@@ -94,6 +127,18 @@ class Gaussian:
         mean, log_std = self._split(out)
         z = (raw - mean) * jnp.exp(-log_std)
         return jnp.sum(-0.5 * z * z - log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+
+    def entropy(self, out: Array) -> Array:
+        """The Gaussian's differential entropy, Σ_i (log σ_i + ½ log 2πe) (of the unclipped
+        sample, as the log-probability)."""
+        _, log_std = self._split(out)
+        return jnp.sum(log_std + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
+
+    def uniform(self, key: Array, n: int) -> Array:
+        """`n` actions drawn uniformly from the Box, (n, d)."""
+        return jax.random.uniform(key, (n, self.dim), jnp.float32,
+                                  jnp.asarray(self.low, jnp.float32),
+                                  jnp.asarray(self.high, jnp.float32))
 
 
 Head = Categorical | Gaussian

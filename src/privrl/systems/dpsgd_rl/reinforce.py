@@ -156,9 +156,6 @@ class Reinforce(EpisodicLearner):
         # or Gaussian for a Box (its network: the MLP without dropout, 2d outputs).
         self.policy_head = task.head
         self.continuous = self.policy_head.continuous
-        if self.continuous and task.host:
-            fail("env", f"{task.name}: continuous actions are played on gymnax tasks only "
-                        "(the host rollout steps Discrete actions)")
         self.dropout = model is None and not self.continuous
         if model is None:
             self.model = mlp((cfg.hidden,), self.policy_head.outputs, task.obs_dim,

@@ -22,6 +22,7 @@ from privrl.config import (
 )
 from privrl.envs.cartpole import CartPoleSpec
 from privrl.federation.topology import TOPOLOGIES, Topology, TopologyError, make_topology
+from privrl.nets.heads import LOG_STDS
 from privrl.privacy.accounting import (
     ACCOUNTANTS,
     DEFAULT_ACCOUNTANT,
@@ -45,8 +46,16 @@ PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
 DEFAULT_PARTICIPANTS = 50
 IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
-# "paper": FedPG-BR's CartPole setting (the dataclass defaults). No tuned preset yet.
-PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
+# "paper": FedPG-BR's CartPole setting (the dataclass defaults). "continuous" (issue 39): for a
+# continuous-action task (a Gaussian head), measured on gymnax Pendulum-v1 in
+# benchmarks/RESULTS.md: a learned, state-free log-std, γ = 0.9 (Pendulum's reward is dense:
+# a short horizon's reward-to-go, whitened per episode, says which actions helped), a wider
+# network and a larger step.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {},
+    "continuous": {"log_std": "parameter", "gamma": 0.9, "hidden": (64, 64),
+                   "learning_rate": 3e-3},
+}
 
 
 def is_pure_mechanism(mechanism: str) -> bool:
@@ -160,6 +169,9 @@ class FedPGConfig(Config):
     filter_sigma: float = 0.06
     filter_delta: float = 0.6
     byzantine_alpha: float = 0.4
+    # A continuous-action task's Gaussian head: what its log-std depends on ("state": the
+    # network's outputs; "parameter": a learned vector, the same in every state).
+    log_std: str = "state"
 
     presets = PRESETS
 
@@ -200,6 +212,7 @@ class FedPGConfig(Config):
         """Each field that names one of a fixed set, and float-safe noise's family."""
         one_of("algorithm", self.algorithm, ALGORITHMS)
         check_preset(self.preset, PRESETS)
+        one_of("log_std", self.log_std, LOG_STDS)
         one_of("topology", self.topology, TOPOLOGIES)
         if not is_user_mechanism(self.mechanism):  # a user's module:callable: pure ε-LDP
             one_of("mechanism", self.mechanism, MECHANISMS)

@@ -51,9 +51,12 @@ class Learner(ABC):
         (default: FedPG-BR's MLP, `hidden` units, sized from the task's spaces)."""
         self.config, self.task = config, task
         self.env, self.env_params = task.env, task.params
+        # The policy head the action space takes (privrl.nets.heads): categorical (FedPG-BR's)
+        # or, for a Box, a Gaussian; its episodes' `actions` are then the unclipped samples.
+        self.head = task.head
         if model is None:  # FedPG-BR's policy, PyTorch's default initialization
-            self.model: FlatModel = mlp(tuple(config.hidden), task.num_actions, task.obs_dim,
-                                        "torch_default")
+            self.model: FlatModel = mlp(tuple(config.hidden), self.head.outputs, task.obs_dim,
+                                        "torch_default", config.log_std)
         else:
             self.model = FlatModel(check_module(model, task, "logits"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
@@ -71,9 +74,12 @@ class Learner(ABC):
         the server is id K). Default task: CartPole with each agent's gravity."""
         return self.task.agents_params(jax.random.fold_in(key, 0x5EED), ids)
 
-    def act(self, theta_env: Array, key: Array, obs: Array) -> Array:
-        """One action per environment, each from its own θ (P, d): the policy's sample."""
+    def act(self, theta_env: Array, key: Array, obs: Array) -> Any:
+        """One action per environment, each from its own θ (P, d): the policy's sample (a
+        Gaussian head's: (the clipped actions, the unclipped samples the estimate uses))."""
         logits = jax.vmap(self.model.apply)(theta_env, obs)
+        if self.head.continuous:
+            return self.head.sample(key, logits)
         return jax.random.categorical(key, logits).astype(jnp.int32)
 
     def sample(self, thetas: Array, env_params: Any, live: Array, key: Array) -> Episodes:
@@ -92,6 +98,9 @@ class Learner(ABC):
         return adv.reshape(ep.mask.shape)
 
     def log_probs(self, theta: Array, obs: Array, actions: Array) -> Array:
+        """log π_θ(a|s) per step (a Gaussian head's `actions`: its unclipped samples)."""
+        if self.head.continuous:
+            return self.head.log_prob(self.model.apply(theta, obs), actions)
         return action_log_probs(self.model.apply(theta, obs), actions)
 
     def batch_gradient(self, theta: Array, obs: Array, actions: Array, adv: Array, mask: Array,

@@ -32,7 +32,9 @@ class Episodes(NamedTuple):
     """M learners × n episodes each, learner-major and padded to T steps."""
 
     obs: Array  # (M, n, T, obs_dim)
-    actions: Array  # (M, n, T)
+    # (M, n, T): the actions; a Gaussian head's (M, n, T, d): its unclipped samples (what the
+    # log-probability is of; the environment got them clipped to the Box)
+    actions: Array
     mask: Array  # (M, n, T)
     live: Array  # (M, n) the episode was sampled
     length: Array  # (M, n) its length (CartPole: its return)
@@ -98,10 +100,13 @@ def episode_source(task: Task, act: Act, max_steps: int) -> EpisodeSource:
 
 
 def episodes_of(traj: Trajectory, live: Array) -> Episodes:
-    """A rollout of M·n episodes (time-major, learner-major order) as `Episodes` (M, n, ...)."""
+    """A rollout of M·n episodes (time-major, learner-major order) as `Episodes` (M, n, ...);
+    a rollout whose policy recorded the unclipped samples of a Gaussian head (`aux`) gives
+    those as the actions."""
     m, n = live.shape
     per = lambda a: jnp.swapaxes(a, 0, 1).reshape((m, n, *a.shape[:1], *a.shape[2:]))  # noqa: E731
-    return Episodes(per(traj.obs), per(traj.actions), per(traj.mask), live,
+    actions = traj.actions if traj.aux is None else traj.aux
+    return Episodes(per(traj.obs), per(actions), per(traj.mask), live,
                     traj.length.reshape(m, n), per(traj.rewards))
 
 

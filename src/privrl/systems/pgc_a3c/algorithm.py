@@ -57,8 +57,9 @@ from privrl.envs.cartpole import CartPoleSpec
 from privrl.envs.rollout import Trajectory, rollout_trials
 from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
-from privrl.losses import a2c_loss, discounted_returns
+from privrl.losses import a2c_loss, actor_critic_loss, discounted_returns, gae
 from privrl.nets.flat import FlatModel, actor_critic
+from privrl.nets.heads import LOG_STDS
 from privrl.privacy.ldp_compact import compact_mechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
@@ -118,6 +119,28 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 PRESETS["tuned-ldp"] = {**PRESETS["tuned"], "parallel_agents": 3, "hidden": 16}
+# "continuous" (issue 39) is for a continuous-action task (a Gaussian head, privrl.nets.heads),
+# measured on gymnax Pendulum-v1 in benchmarks/RESULTS.md: a learned, state-free log-std (a
+# state-dependent one collapsed), the task's own reward scaled by 0.1 so the shared network's
+# value error does not drown the policy's gradient, γ = 0.9 with GAE λ = 0.9 (a short horizon:
+# Pendulum's reward is dense and immediate), a wider network, no entropy bonus and Adam.
+# Each report is its own Adam step (|B| = 1).
+PRESETS["continuous"] = {
+    "reward": "env",
+    "action_selection": "sample",
+    "use_bias": True,
+    "normalize_advantage": True,
+    "server_optimizer": "adam",
+    "learning_rate": 0.001,
+    "explore_start": 0.0,
+    "gamma": 0.9,
+    "gae_lambda": 0.9,
+    "reward_scale": 0.1,
+    "hidden": 64,
+    "value_coef": 0.5,
+    "entropy_coef": 0.0,
+    "log_std": "parameter",
+}
 # Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
 # Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
 # PrivUnit2/PrivUnitG (not in the paper; privrl.privacy.ldp_vector) clip the L2 norm to C: the
@@ -131,6 +154,8 @@ MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
               "privunitg": (0.005, 10), "none": (0.01, 10)},
     "tuned-ldp": {"laplace": (0.01, 1), "prs": (1.0, 1), "privunit": (0.05, 1),
                   "privunitg": (0.05, 1), "none": (0.01, 1)},
+    "continuous": {"laplace": (0.01, 1), "prs": (1.0, 1), "privunit": (0.05, 1),
+                   "privunitg": (0.05, 1), "none": (0.01, 1)},
 }
 # ProjUnit and seed-compressed PrivUnitG (privrl.privacy.ldp_compact) estimate what PrivUnitG
 # does with a few bytes per report: they take PrivUnitG's C and |B|.
@@ -227,6 +252,13 @@ class PGCA3CConfig(Config):
     # step follows the mean of about 1/(1 − β₁) recent reports: a larger β₁ averages more of
     # the mechanism's noise away (post-processing: the guarantee is unchanged).
     adam_momentum: float = 0.9
+    # Advantages: None is the paper's Ĝ − V (Monte-Carlo returns); λ ∈ [0, 1] GAE(λ), whose
+    # λ-returns are also the critic's targets (privrl.losses.gae).
+    gae_lambda: float | None = None
+    reward_scale: float = 1.0  # the learner's rewards are multiplied by it (not the score)
+    # A continuous-action task's Gaussian head: what its log-std depends on ("state": the
+    # network's outputs; "parameter": a learned vector, the same in every state).
+    log_std: str = "state"
 
     presets = PRESETS
 
@@ -304,6 +336,11 @@ class PGCA3CConfig(Config):
             non_negative("rmsprop_initial_scale", self.rmsprop_initial_scale)
             in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
         in_range("adam_momentum", self.adam_momentum, 0, 1, high_open=True)
+        if self.gae_lambda is not None:
+            probability("gae_lambda", self.gae_lambda)
+        positive("reward_scale", self.reward_scale)
+        finite("reward_scale", self.reward_scale)
+        one_of("log_std", self.log_std, LOG_STDS)
         probability("explore_start", self.explore_start)
         CartPoleSpec(gravities=tuple(self.gravities))
 
@@ -391,9 +428,12 @@ class PGCA3C:
                            "set the target (--target-return)")
         self.config, self.task = cfg, task
         self.env, self.env_params = task.env, task.params
+        # The policy head the action space takes (privrl.nets.heads): categorical (the
+        # paper's) or, for a Box, a Gaussian whose unclipped samples the rollout records.
+        self.head = task.head
         if model is None:
-            self.model: FlatModel = actor_critic(cfg.hidden, task.num_actions, task.obs_dim,
-                                                 cfg.use_bias)
+            self.model: FlatModel = actor_critic(cfg.hidden, self.head.outputs, task.obs_dim,
+                                                 cfg.use_bias, cfg.log_std)
         else:
             self.model = FlatModel(check_module(model, task, "logits,value"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
@@ -466,11 +506,21 @@ class PGCA3C:
         cfg = self.config
         return jnp.maximum(0.0, cfg.explore_start - submitted / cfg.explore_decay)
 
-    def act(self, theta: Array, alpha: Array, key: Array, obs: Array) -> Array:
-        """argmax π(·|s; θ) (or a sample of π) with probability 1 − α, else a random action."""
+    def act(self, theta: Array, alpha: Array, key: Array, obs: Array) -> Any:
+        """argmax π(·|s; θ) (or a sample of π) with probability 1 − α, else a random action.
+        A Gaussian head: (the actions, clipped to the Box, and what their log-probability is
+        of: the unclipped samples; argmax is the mean, a random action uniform in the Box)."""
         logits, _ = self.model.apply(theta, obs)
         k_explore, k_random, k_pi = jax.random.split(key, 3)
         explore = jax.random.uniform(k_explore, obs.shape[:1]) < alpha
+        if self.head.continuous:
+            random_action = self.head.uniform(k_random, obs.shape[0])
+            if self.config.action_selection == "sample":
+                action, raw = self.head.sample(k_pi, logits)
+            else:
+                action = raw = self.head.greedy(logits)
+            return (jnp.where(explore[:, None], random_action, action),
+                    jnp.where(explore[:, None], random_action, raw))
         random_action = jax.random.randint(k_random, obs.shape[:1], 0, logits.shape[-1])
         if self.config.action_selection == "sample":
             policy_action = jax.random.categorical(k_pi, logits)
@@ -484,9 +534,27 @@ class PGCA3C:
         logits, values = self.model.apply(theta, traj.obs)
         _, final_value = self.model.apply(theta, traj.final_obs)
         bootstrap = jnp.where(traj.terminated, 0.0, jax.lax.stop_gradient(final_value))
-        returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
-        loss, _ = a2c_loss(logits, values, traj.actions, returns, traj.mask,
-                           cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage)
+        if cfg.gae_lambda is None:
+            returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
+            advantage = None
+        else:  # GAE(λ); the critic's targets are the λ-returns Â + V
+            fixed = jax.lax.stop_gradient(values)
+            advantage = gae(self.rewards(traj), fixed, traj.mask, bootstrap, cfg.gamma,
+                            cfg.gae_lambda)
+            returns = advantage + fixed
+        if self.head.continuous:  # traj.aux: the rollout's unclipped samples
+            loss, _ = actor_critic_loss(
+                self.head.log_prob(logits, traj.aux), self.head.entropy(logits), values,
+                returns, traj.mask, cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage,
+                advantage)
+        elif advantage is None:
+            loss, _ = a2c_loss(logits, values, traj.actions, returns, traj.mask,
+                               cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage)
+        else:
+            loss, _ = actor_critic_loss(
+                self.head.log_prob(logits, traj.actions), self.head.entropy(logits), values,
+                returns, traj.mask, cfg.value_coef, cfg.entropy_coef, cfg.normalize_advantage,
+                advantage)
         if cfg.loss_reduction == "mean":
             loss = loss / jnp.maximum(jnp.sum(traj.mask), 1.0)
         return loss
@@ -501,7 +569,12 @@ class PGCA3C:
         "goal" (the public TF1 example's): 0 per step; on an episode's last step +1 if its
         true return (`score`) reached `target_score`, else −1 if it terminated. On CartPole the
         return is the length: +1 for lasting `target_score` steps, −1 for a fall before.
+        Each is multiplied by `reward_scale` (when not 1).
         """
+        scale = self.config.reward_scale
+        return self._rewards(traj) if scale == 1.0 else scale * self._rewards(traj)
+
+    def _rewards(self, traj: Trajectory) -> Array:
         if self.config.reward == "env":
             return self.task.rewards(traj.rewards, traj.mask)
         if self.config.reward == "step":
@@ -670,8 +743,9 @@ class PGCA3C:
     def episode_grads(self, theta: Array, traj: Trajectory) -> Array:
         """∇θ of each agent's episode loss (P, d), from the round's episodes (time-major)."""
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
-            obs=jnp.swapaxes(traj.obs, 0, 1), actions=traj.actions.T, mask=traj.mask.T,
-            rewards=traj.rewards.T)
+            obs=jnp.swapaxes(traj.obs, 0, 1), actions=jnp.swapaxes(traj.actions, 0, 1),
+            mask=traj.mask.T, rewards=traj.rewards.T,
+            aux=None if traj.aux is None else jnp.swapaxes(traj.aux, 0, 1))
         return jax.vmap(jax.grad(self.episode_loss), (None, 0))(theta, per_agent)
 
     def privatize(self, grads: Array, key: Array, noise_keys: Array | None,
