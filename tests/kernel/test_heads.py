@@ -47,23 +47,51 @@ def test_gaussian_samples_are_clipped_and_the_log_prob_is_the_unclipped_samples(
     assert 0.99 < far <= 1.0  # the mean never leaves the Box
 
 
+def test_gaussian_entropy_is_the_closed_form() -> None:
+    """H = Σ_i (log σ_i + ½ log 2πe), as jax.scipy's normal entropy for each component."""
+    head = Gaussian((-1.0, -1.0), (1.0, 1.0))
+    out = jnp.array([[0.3, -0.2, -1.0, 0.5], [0.0, 0.0, LOG_STD_MIN - 3.0, 0.0]])
+    sigma = np.exp(np.clip(np.asarray(out[:, 2:]), LOG_STD_MIN, LOG_STD_MAX))
+    want = np.sum(0.5 * np.log(2 * np.pi * np.e * sigma ** 2), axis=-1)
+    np.testing.assert_allclose(np.asarray(head.entropy(out)), want, rtol=1e-6)
+    u = head.uniform(jax.random.key(0), 500)
+    assert u.shape == (500, 2) and float(u.min()) >= -1.0 and float(u.max()) <= 1.0
+
+
+def test_a_state_free_log_std_is_one_learned_vector() -> None:
+    """log_std "parameter": the network's log-std half is a parameter (starting at 0), the same
+    for every observation, and the saved description rebuilds the same network."""
+    from privrl.nets.flat import actor_critic, describe_model, mlp, model_from_description
+
+    for model in (actor_critic(8, 4, 3, True, "parameter"),
+                  mlp((8,), 4, 3, log_std="parameter")):
+        theta = model.init(jax.random.key(0))
+        obs = jax.random.normal(jax.random.key(1), (5, 3))
+        out = model.apply(theta, obs)
+        out = out[0] if isinstance(out, tuple) else out
+        assert out.shape == (5, 4)
+        np.testing.assert_array_equal(np.asarray(out[:, 2:]), 0.0)  # the same in every state
+        assert float(jnp.std(out[:, :2])) > 0  # the means depend on the state
+        desc = describe_model(model, 4)
+        assert desc["log_std"] == "parameter" and desc["num_actions"] == 4
+        again = model_from_description(desc)
+        assert again.dim == model.dim
+        np.testing.assert_array_equal(np.asarray(jax.tree_util.tree_leaves(
+            again.apply(theta, obs))[0]), np.asarray(jax.tree_util.tree_leaves(
+                model.apply(theta, obs))[0]))
+    # the state-dependent default: the log-std half moves with the state
+    out = mlp((8,), 4, 3).apply(mlp((8,), 4, 3).init(jax.random.key(0)), obs)
+    assert float(jnp.std(out[:, 2:])) > 0
+
+
 def test_categorical_learners_still_refuse_continuous_actions() -> None:
     from privrl.config import ConfigError
-    from privrl.systems.fedpg.algorithm import FedPG
-    from privrl.systems.fedpg.config import FedPGConfig
+    from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
 
-    with pytest.raises(ConfigError, match="DP-REINFORCE only"):
-        FedPG(FedPGConfig(env="gymnax:Pendulum-v1", max_episode_steps=10, budget=12))
-    with pytest.raises(ConfigError, match="DP-REINFORCE only"):
+    with pytest.raises(ConfigError, match="not supported here"):
+        DQN(DQNConfig(env="gymnax:Pendulum-v1"))
+    with pytest.raises(ConfigError, match="not supported here"):
         make_task("gymnasium:Pendulum-v1").num_actions  # noqa: B018
-
-
-def test_dp_reinforce_refuses_continuous_actions_on_the_host() -> None:
-    from privrl.config import ConfigError
-    from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
-
-    with pytest.raises(ConfigError, match="gymnax tasks only"):
-        Reinforce(ReinforceConfig(env="gymnasium:Pendulum-v1"))
 
 
 @struct.dataclass
@@ -141,3 +169,27 @@ def test_dp_reinforce_learns_a_continuous_action(tmp_path) -> None:
     assert 10 * (1 - (float(greedy[0]) - 0.5) ** 2) > 8.0  # the greedy return the run had
     sampled = policy.act(np.ones((64, 1), np.float32), key=0)
     assert sampled.shape == (64, 1) and float(np.abs(sampled).max()) <= 1.0
+
+
+@pytest.mark.learning(xla_optimize=False)
+def test_pgc_a3c_learns_a_continuous_action(tmp_path) -> None:
+    """PGC-A3C's continuous preset (a state-free log-std starting at σ = 1, GAE, Adam) on the
+    same task: the untrained policy returns about 5.3 per episode; 600 one-episode reports
+    later the sampled and the greedy returns exceed 8."""
+    from privrl.envs.task import Task
+    from privrl.policy import load_policy
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.local import run_pgc_a3c
+
+    env = Aim()
+    cfg = PGCA3CConfig.from_preset("continuous", mechanism="none", submissions=600,
+                                   learning_rate=0.01, seed=0)
+    out = run_pgc_a3c(cfg, task=Task(env, env.default_params, "aim"))
+    scores = out.scores[0]
+    assert float(scores[:20].mean()) < 6.5
+    assert float(scores[-50:].mean()) > 8.0
+    out.save(tmp_path / "run")  # policy.npz: the actor-critic's Gaussian, loaded back
+    policy = load_policy(tmp_path / "run")
+    assert policy.description["head"] == "gaussian,value"
+    assert policy.description["model"]["log_std"] == "parameter"
+    assert 10 * (1 - (float(policy.act(np.ones(1, np.float32))[0]) - 0.5) ** 2) > 8.0

@@ -101,3 +101,26 @@ def test_a2c_gradient_matches_finite_differences(terminated):
                                cfg, const, rewards)) / (2 * h)
     np.testing.assert_allclose(grad, fd, rtol=2e-3, atol=2e-3 * np.abs(fd).max())
     assert np.abs(fd).max() > 1e-3  # the check is not vacuous
+
+
+def test_gae_is_the_sum_of_discounted_td_errors():
+    """GAE(λ) against its definition, Â_t = Σ_j (γλ)^{j−t} δ_j over the valid prefix (the
+    bootstrap after the last step); λ = 1 is Ĝ − V, λ = 0 the one-step TD error."""
+    from privrl.losses import gae
+
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=6).astype(np.float32), rng.normal(size=6).astype(np.float32)
+    mask = np.float32([1, 1, 1, 1, 0, 0])  # four steps happened
+    boot, gamma = np.float32(0.7), 0.9
+    v_next = np.append(v[1:4], boot)
+    delta = r[:4] + gamma * v_next - v[:4]
+    for lam in (0.0, 0.5, 1.0):
+        want = [sum((gamma * lam) ** (j - t) * delta[j] for j in range(t, 4)) for t in range(4)]
+        got = np.asarray(gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(mask), jnp.asarray(boot),
+                             gamma, lam))
+        np.testing.assert_allclose(got[:4], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got[4:], 0.0)
+    g = discounted_returns(jnp.asarray(r), jnp.asarray(mask), jnp.asarray(boot), gamma)
+    np.testing.assert_allclose(np.asarray(gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(mask),
+                                              jnp.asarray(boot), gamma, 1.0))[:4],
+                               np.asarray(g)[:4] - v[:4], rtol=1e-5, atol=1e-6)

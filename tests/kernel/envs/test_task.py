@@ -134,7 +134,7 @@ def test_model_output_contract_is_checked() -> None:
     ("dp-reinforce", ["--env", "gymnax:Acrobot-v1", "--private", "nope=1:2"], "--private"),
     ("dp-reinforce", ["--private", "gravity=nan:2"], "--private"),
     ("dp-reinforce", ["--private", "gravity=2:1"], "--private"),
-    ("pgc-a3c", ["--env", "gymnax:MountainCarContinuous-v0"], "--env"),
+    ("dp-dqn", ["--env", "gymnax:MountainCarContinuous-v0"], "--env"),  # Q needs Discrete
     ("pgc-a3c", ["--env", "gymnax:Acrobot-v1", "--private", "link_mass_1=x"], "--private"),
 ])
 def test_cli_env_errors_are_one_line(cmd, args, option, fails_in_one_line) -> None:
