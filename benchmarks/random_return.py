@@ -31,10 +31,10 @@ def main() -> None:
     task = configured_task(a.env, a.private, cartpole_task).with_max_steps(a.max_steps)
     k_params, k_roll = jax.random.split(jax.random.PRNGKey(a.seed))
     params = task.agents_params(k_params, jax.numpy.arange(a.episodes))
-    n = task.num_actions
+    head = task.head  # uniform over the actions, or over a Box (continuous actions)
 
     def policy(key: jax.Array, obs: jax.Array) -> jax.Array:
-        return jax.random.randint(key, obs.shape[:1], 0, n)
+        return head.uniform(key, obs.shape[0])
 
     if task.host:  # a Gymnasium task: stepped on the host
         traj = task.rollout(params, policy, k_roll, a.episodes, a.max_steps,

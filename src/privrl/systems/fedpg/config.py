@@ -48,13 +48,15 @@ IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
 # "paper": FedPG-BR's CartPole setting (the dataclass defaults). "continuous" (issue 39): for a
 # continuous-action task (a Gaussian head), measured on gymnax Pendulum-v1 in
-# benchmarks/RESULTS.md: a learned, state-free log-std, γ = 0.9 (Pendulum's reward is dense:
-# a short horizon's reward-to-go, whitened per episode, says which actions helped), a wider
-# network and a larger step.
+# benchmarks/RESULTS.md (it does not reach PGC-A3C's returns there): a learned, state-free
+# log-std, γ = 0.9 (Pendulum's reward is dense: a short horizon's reward-to-go, whitened per
+# episode, says which actions helped), a wider network, smaller batches (B_t ~ U{4..8}: more
+# rounds for the same episodes) and importance weights truncated at 2 (a Gaussian's per-step
+# ratios are unbounded).
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
     "continuous": {"log_std": "parameter", "gamma": 0.9, "hidden": (64, 64),
-                   "learning_rate": 3e-3},
+                   "batch_min": 4, "batch_max": 8, "importance_clip": 2.0},
 }
 
 
