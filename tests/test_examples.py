@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-NEW = ("saved_policy", "pgc_a3c_privunit", "fedpg_user_dp")
+NEW = ("saved_policy", "pgc_a3c_privunit", "fedpg_user_dp", "continuous_pendulum")
 
 
 @pytest.mark.parametrize("name", NEW)
@@ -35,4 +35,11 @@ def test_fedpg_user_dp_example_states_user_level_dp(load_example, tmp_path):
     out = load_example("fedpg_user_dp").main(str(tmp_path / "run"), agents=4, episodes=20)
     statement = out["privacy"]["statement"]
     assert "DP for one agent's whole data" in statement and "user level" in statement
+    assert (tmp_path / "run" / "policy.npz").is_file()
+
+
+def test_continuous_pendulum_example_trains_saves_and_acts_in_the_box(load_example, tmp_path):
+    out = load_example("continuous_pendulum").main(str(tmp_path / "run"), submissions=18,
+                                                   max_episode_steps=20)
+    assert out["own_loop"] is not None and -16.3 * 200 <= out["own_loop"] <= 0.0
     assert (tmp_path / "run" / "policy.npz").is_file()
