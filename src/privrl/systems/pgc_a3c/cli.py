@@ -61,8 +61,9 @@ def run_pgc_a3c_command(
         "code the paper's settings match). tuned: our improved settings (the task's shaped "
         "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
-        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). Options given "
-        "explicitly override it.")] = "paper",
+        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). continuous: for a "
+        "continuous-action (Box) task: a state-free log-std, GAE, γ = 0.9, scaled reward "
+        "(docs/environments.md). Options given explicitly override it.")] = "paper",
     mechanism: Annotated[str, typer.Option(
         help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
         "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
