@@ -76,8 +76,14 @@ def test_byzantine_agents_fixed_per_seed():
 
 
 def test_uniform_actions():
-    acts = uniform_act(2)(None, jax.random.key(0), jnp.zeros((4000, 4)))
+    from privrl.nets.heads import Categorical, Gaussian
+
+    acts = uniform_act(Categorical(2))(None, jax.random.key(0), jnp.zeros((4000, 4)))
+    assert acts.dtype == jnp.int32
     assert set(np.unique(acts)) == {0, 1} and abs(float(acts.mean()) - 0.5) < 0.03
+    box = uniform_act(Gaussian((-2.0,), (2.0,)))(None, jax.random.key(0), jnp.zeros((4000, 3)))
+    assert box.shape == (4000, 1) and float(box.min()) >= -2.0 and float(box.max()) <= 2.0
+    assert abs(float(box.mean())) < 0.1 and abs(float(box.std()) - 4 / 12 ** 0.5) < 0.05
 
 
 def _honest_reports(cfg, key, rho):

@@ -102,7 +102,6 @@ def test_wrong_model_contract_is_refused_at_construction() -> None:
 
 @pytest.mark.parametrize("cmd, args, option", [
     ("fedpg-cen", ["--env", "gymnax:Nope"], "--env"),
-    ("fedpg-cen", ["--env", "gymnax:Pendulum-v1"], "--env"),  # continuous actions
     # a Gymnasium task runs on Ray (tests/systems/fedpg/test_ray.py); a bad one fails first,
     # before any cluster starts or any directory is made
     ("fedpg-dec", ["--env", "gymnasium:CartPole-v1", "--private", "nope=1:2", "--runtime",

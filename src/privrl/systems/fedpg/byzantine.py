@@ -32,6 +32,7 @@ import numpy as np
 from jax import Array
 
 from privrl.config import fail
+from privrl.nets.heads import Head
 from privrl.privacy.ldp_vector import unit_mechanism
 
 if TYPE_CHECKING:
@@ -100,12 +101,13 @@ def attack(cfg: FedPGConfig, mu: Array, byz: Array, batch: Array, scale: Array, 
     return jnp.where(byz[:, None], bad, mu)
 
 
-def uniform_act(num_actions: int) -> Callable[[Array, Array, Array], Array]:
-    """The random-action attacker's policy: uniform over the task's actions, θ ignored."""
+def uniform_act(head: Head) -> Callable[[Array, Array, Array], Array]:
+    """The random-action attacker's policy: uniform over the task's actions (the head's: the
+    discrete actions, or the Box), θ ignored."""
 
     def act(theta_env: Array, key: Array, obs: Array) -> Array:
         del theta_env
-        return jax.random.randint(key, (obs.shape[0],), 0, num_actions, jnp.int32)
+        return head.uniform(key, obs.shape[0])
 
     return act
 

@@ -68,7 +68,7 @@ class CenRound:
         cfg = algo.config
         self.byzantine = jnp.asarray(byzantine_mask(cfg)) if cfg.byzantine else None
         # random-action attackers' episodes: the task's own source with a uniform policy
-        self.uniform = (episode_source(algo.task, uniform_act(algo.task.num_actions),
+        self.uniform = (episode_source(algo.task, uniform_act(algo.head),
                                        cfg.max_episode_steps)
                         if cfg.attack == "random-action" else None)
 
