@@ -1,0 +1,191 @@
+"""A real secure sum over Flower: SecAgg+ carrying the distributed discrete Gaussian's integers.
+
+Flower's SecAgg+ (`SecAggPlusWorkflow` on the server, `secaggplus_mod` on each SuperNode) masks
+every node's vector with pairwise and private masks modulo M = `modulus_range` and reveals only
+the sum of the vectors of the nodes that survive, recovering the masks of nodes that drop out
+from the Shamir shares the survivors hold, provided at least `reconstruction_threshold` do.
+It quantizes floats itself; privrl's messages are already integers modulo T = 2^b
+(`privrl.privacy.discrete_sum`), and SecAgg+ carries them exactly when:
+
+- quantization_range = T, clipping_range = T/2, max_weight = 1 and every node reports
+  num_examples = 1: a node sends the float y − T/2 of its integer y ∈ [0, T), which Flower's
+  quantizer maps back to y exactly (an integer in float64, scale 1, no rounding) as int32
+  (T <= 2^31);
+- n·T < M = 2^32 for the n nodes: the masked sum of the y's never wraps modulo M, so the
+  server's dequantized mean v gives Σ y = n·(v + T/2) exactly (`payload_sum`), and
+  Σ y mod T is the modular sum of the agents' messages.
+
+A node hosting several agents sends the sum of their messages modulo T (they share a trust
+domain: the node). The server sees the sum over surviving nodes and which nodes survived,
+never one node's vector. `secure_sum_round` runs one round; `node_payload` and `payload_sum`
+are the two conversions. flwr is the optional `flower` extra.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.common import (
+    Code,
+    FitIns,
+    FitRes,
+    Parameters,
+    Status,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+from flwr.serverapp import Grid
+
+__all__ = ["MODULUS_RANGE", "SumRound", "node_payload", "payload_bits", "payload_sum",
+           "read_fit", "secure_sum_round", "sum_reply"]
+
+MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
+
+
+def payload_bits(nodes: int) -> int:
+    """The largest b with nodes·2^b < M (SecAgg+ also sums the nodes' weights T modulo M,
+    and a total of M would read as 0): the agents' modulus T = 2^b."""
+    if nodes < 1:
+        raise ValueError(f"nodes must be >= 1, got {nodes}")
+    return 31 - math.floor(math.log2(nodes))
+
+
+def node_payload(total: np.ndarray, bits: int) -> np.ndarray:
+    """A node's integer vector y ∈ [0, 2^b) as the floats y − 2^(b−1) it hands to SecAgg+."""
+    y = np.asarray(total, np.int64)
+    if y.min(initial=0) < 0 or y.max(initial=0) >= 1 << bits:
+        raise ValueError(f"a node's vector must lie in [0, 2^{bits})")
+    return y.astype(np.float64) - float(1 << (bits - 1))
+
+
+def payload_sum(mean: np.ndarray, nodes: int, bits: int) -> np.ndarray:
+    """Σ y mod 2^b from what SecAgg+ returns for `nodes` surviving nodes: the dequantized mean
+    v = Σ y / n − 2^(b−1) (module doc)."""
+    v = np.asarray(mean, np.float64)
+    total = np.rint(nodes * (v + float(1 << (bits - 1))))
+    if not np.all(np.isfinite(total)) or total.min(initial=0) < 0 \
+            or total.max(initial=0) >= nodes * float(1 << bits):
+        raise ValueError("the secure sum is not a sum of node vectors in range")
+    return np.mod(total.astype(np.int64), 1 << bits)
+
+
+# --- the agent side's reply ------------------------------------------------------------------
+def read_fit(content: RecordDict) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """What the server asks of a node in a round: its broadcast arrays and config."""
+    fitins = compat.recorddict_to_fitins(content, keep_input=True)
+    return parameters_to_ndarrays(fitins.parameters), dict(fitins.config)
+
+
+def sum_reply(payload: np.ndarray) -> RecordDict:
+    """A node's answer to the collect stage: its payload as the FitRes that secaggplus_mod
+    masks (num_examples = 1, so SecAgg+'s weight is exactly 1; no metrics)."""
+    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([payload]), 1, {})
+    return compat.fitres_to_recorddict(res, keep_input=True)
+
+
+# --- the server side -------------------------------------------------------------------------
+class _Node(ClientProxy):
+    """A SuperNode as the legacy Strategy API names it; only its id is used."""
+
+    def __init__(self, node_id: int) -> None:
+        super().__init__(str(node_id))
+        self.node_id = node_id
+
+    def get_properties(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def get_parameters(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def fit(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def evaluate(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def reconnect(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+
+class _SumStrategy(Strategy):
+    """Asks every node of the round, and keeps what SecAgg+ hands to `aggregate_fit`: the
+    dequantized mean of the surviving nodes' vectors and which nodes those are."""
+
+    def __init__(self, nodes: list[int], config: dict[str, Any]) -> None:
+        self.nodes, self.config = nodes, config
+        self.mean: np.ndarray | None = None
+        self.survivors: list[int] = []
+
+    def initialize_parameters(self, client_manager: Any) -> Parameters | None:
+        return None
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any
+                      ) -> list[tuple[ClientProxy, FitIns]]:
+        return [(_Node(n), FitIns(parameters, dict(self.config))) for n in self.nodes]
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[Any]) -> tuple[Parameters | None, dict[str, Any]]:
+        if results:
+            # SecAgg+ sets every result's parameters to the one aggregate
+            (self.mean,) = parameters_to_ndarrays(results[0][1].parameters)
+            self.survivors = sorted(int(p.node_id) for p, _ in results)
+        return None, {}
+
+    def configure_evaluate(self, *a: Any, **k: Any) -> list[Any]:
+        return []
+
+    def aggregate_evaluate(self, *a: Any, **k: Any) -> tuple[None, dict[str, Any]]:
+        return None, {}
+
+    def evaluate(self, *a: Any, **k: Any) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class SumRound:
+    """What one secure-sum round revealed: Σ y mod 2^b over the surviving nodes (None if the
+    protocol halted: fewer than the threshold survived), and which nodes those are."""
+
+    total: np.ndarray | None
+    survivors: list[int]
+
+
+def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
+                     config: dict[str, Any], round_: int, bits: int, threshold: int,
+                     timeout_s: float | None) -> SumRound:
+    """One SecAgg+ round over `nodes` (every node its own neighbour group: SecAgg+ with the
+    complete graph): each receives `broadcast` and `config`, answers the collect stage with its
+    payload (`sum_reply`), and the sum is revealed only if >= `threshold` nodes survive;
+    `timeout_s` bounds each stage's wait for replies (a node silent past it is dropped)."""
+    n = len(nodes)
+    if n < 3 or not 2 <= threshold < n:
+        raise ValueError(f"SecAgg+ over {n} nodes needs n >= 3 and a threshold in [2, {n})")
+    if n * (1 << bits) >= MODULUS_RANGE:
+        raise ValueError(f"{n} nodes × 2^{bits} exceed SecAgg+'s modulus 2^32")
+    strategy = _SumStrategy(nodes, config)
+    legacy = LegacyContext(context, strategy=strategy)
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+        {WorkflowKey.CURRENT_ROUND: int(round_)})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
+        ndarrays_to_parameters(broadcast), keep_input=True)
+    workflow = SecAggPlusWorkflow(
+        num_shares=n, reconstruction_threshold=threshold, max_weight=1.0,
+        clipping_range=float(1 << (bits - 1)), quantization_range=1 << bits,
+        modulus_range=MODULUS_RANGE, timeout=timeout_s)
+    workflow(grid, legacy)
+    if strategy.mean is None:
+        return SumRound(None, [])
+    return SumRound(payload_sum(strategy.mean, len(strategy.survivors), bits),
+                    strategy.survivors)
+
