@@ -23,8 +23,13 @@ are the two conversions. flwr is the optional `flower` extra.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,10 +50,11 @@ from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
-from flwr.serverapp import Grid
+from flwr.serverapp import Grid, ServerApp
 
-__all__ = ["MODULUS_RANGE", "SumRound", "node_payload", "payload_bits", "payload_sum",
-           "read_fit", "secure_sum_round", "sum_reply"]
+__all__ = ["MODULUS_RANGE", "SETUP", "STOP", "SUM_RESULTS", "SumRound", "cen_server_app",
+           "fewest_at_threshold", "node_payload", "payload_bits", "payload_sum", "read_fit",
+           "secure_sum_round", "serve_cen", "sum_reply", "wait_for", "write_atomic"]
 
 MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
 
@@ -189,3 +195,100 @@ def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: 
     return SumRound(payload_sum(strategy.mean, len(strategy.survivors), bits),
                     strategy.survivors)
 
+
+
+# --- FedPG-Cen's ServerApp: the secure sum of every round --------------------------------------
+# The ServerApp and the server's learner (privrl.systems.fedpg.flower, in the process that
+# started the run: the server operator's trust domain) exchange files in one directory:
+#   SETUP         written once by whoever starts the run: the mechanism's parameters, the
+#                 nodes, each node's agent count, the threshold and each stage's timeout;
+#   ask-<t>.npz   the learner: θ₀ᵗ and B_t of round t (or STOP: no more rounds);
+#   sum-<t>.npz   the ServerApp: μ_t = (revealed sum)/(agents in it), or no μ when the
+#                 protocol halted, with the surviving slots.
+# Each file is written whole and renamed into place, so the reader never sees half of one.
+SETUP = "secure-sum.json"
+STOP = "stop"
+SUM_RESULTS = "flower.json"
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """`write(tmp)` then rename tmp to `path` (tmp keeps the suffix: np.savez adds one)."""
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def wait_for(paths: list[Path], wait_s: float, poll_s: float = 0.05) -> Path:
+    """The first of `paths` that exists; TimeoutError after wait_s."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for p in paths:
+            if p.exists():
+                return p
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"none of {[p.name for p in paths]} appeared in {wait_s:g} s")
+        time.sleep(poll_s)
+
+
+def surviving_agents(agents_per_node: list[int], slots: list[int]) -> int:
+    return sum(agents_per_node[s] for s in slots)
+
+
+def fewest_at_threshold(agents_per_node: list[int], threshold: int) -> int:
+    """The fewest agents that `threshold` surviving nodes can hold."""
+    return sum(sorted(agents_per_node)[:threshold])
+
+
+def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.0,
+              learner_wait_s: float = 3600.0) -> dict[str, Any]:
+    """FedPG-Cen's aggregator: for each round the learner asks for, one SecAgg+ round over
+    every node with θ₀ᵗ and B_t broadcast, and μ_t back to the learner. Returns (and writes to
+    SUM_RESULTS) what each round revealed about who took part."""
+    from privrl.federation.flower import _wait_for_nodes
+    from privrl.privacy.discrete_sum import DiscreteGaussianSum
+
+    setup = json.loads((directory / SETUP).read_text())
+    mech = DiscreteGaussianSum(**setup["mechanism"])
+    per_node = [int(a) for a in setup["agents_per_node"]]
+    threshold, timeout = int(setup["threshold"]), setup["stage_timeout"]
+    # refuse before anything is asked: a sum of fewer shares than the ε statement counts on
+    mech.check_threshold(fewest_at_threshold(per_node, threshold))
+    ids = _wait_for_nodes(grid, len(per_node), wait_s)
+    rounds: list[dict[str, Any]] = []
+    t = 0
+    while True:
+        got = wait_for([directory / f"ask-{t}.npz", directory / STOP], learner_wait_s)
+        if got.name == STOP:
+            break
+        with np.load(got) as ask:
+            theta, batch = np.asarray(ask["theta"], np.float32), int(ask["batch"])
+        res = secure_sum_round(grid, context, ids, [theta], {"round": t, "batch": batch}, t,
+                               mech.bits, threshold, timeout)
+        slots = sorted(ids.index(n) for n in res.survivors)
+        count = surviving_agents(per_node, slots)
+        out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count}
+        if res.total is None:
+            mu = np.zeros(0, np.float32)
+            out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"
+        else:
+            mu = np.asarray(mech.decode(res.total).value, np.float32) / np.float32(count)
+        write_atomic(directory / f"sum-{t}.npz",
+                     lambda p, mu=mu, out=out: np.savez(p, mu=mu, info=json.dumps(out)))
+        rounds.append(out)
+        t += 1
+    results = {"nodes": ids, "rounds": rounds}
+    (directory / SUM_RESULTS).write_text(json.dumps(results))
+    return results
+
+
+cen_server_app = ServerApp()
+
+
+@cen_server_app.main()
+def _cen_main(grid: Grid, context: Context) -> None:
+    directory = Path(str(context.run_config["aggregator-dir"]))
+    try:
+        serve_cen(grid, context, directory)
+    except Exception as e:  # whoever waits for SUM_RESULTS learns why there are none
+        (directory / SUM_RESULTS).write_text(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        raise
