@@ -283,6 +283,21 @@ def run_fedpg_cen_command(
         "fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end (FedPG-BR: 0.4).")] = 0.4,
     env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
     max_steps: MaxStepsOpt = None,
+    runtime: Annotated[Runtime, typer.Option(
+        help="local: all agents vectorized in this process. flower: a local Flower "
+        "deployment (--supernodes SuperNodes, each hosting agents a ≡ i mod N, TLS and "
+        "SuperNode authentication) with a real secure sum (SecAgg+) of discrete Gaussian "
+        "noise shares; --mechanism distributed-gaussian with --epsilon only, one trial "
+        "(docs/flower.md).", case_sensitive=False)] = Runtime.local,
+    supernodes: Annotated[int, typer.Option(
+        help="Flower runtime: SuperNodes (>= 3, <= --agents).", min=3, max=64)] = 4,
+    threshold: Annotated[int | None, typer.Option(
+        help="Flower runtime: SuperNodes that must survive a round for SecAgg+ to reveal its "
+        "sum (a strict majority, < N; default N − 1); the ε statement counts the agents they "
+        "hold as the honest shares.")] = None,
+    stage_timeout: Annotated[float, typer.Option(
+        help="Flower runtime: seconds each SecAgg+ stage waits for replies; a SuperNode "
+        "silent past it is dropped from the round.", min=1.0)] = 120.0,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR, its Byzantine filter with --robust
     fedpg-br) on CartPole-v1 or --env.
@@ -294,6 +309,13 @@ def run_fedpg_cen_command(
     from privrl.runtime.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
+    if runtime is Runtime.flower:
+        from privrl.config import ConfigError
+
+        if sampling_rate not in (None, 1.0):
+            raise ConfigError("--sampling-rate", "the Flower runtime's secure sum takes every "
+                              "agent in every round (no amplification by sampling is claimed)")
+        sampling_rate = 1.0
     cfg = _fedpg_config("cen", epsilon_per_report, noise=_noise(noise), secure_noise=secure_noise,
                         sampling_rate=sampling_rate, min_honest=min_honest,
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
@@ -307,7 +329,55 @@ def run_fedpg_cen_command(
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return, max_steps))
+    if runtime is Runtime.flower:
+        _execute_cen_flower(cfg, out, supernodes, threshold, stage_timeout)
+        return
     _execute_fedpg(cfg, out, progress)
+
+
+def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
+                        threshold: int | None, stage_timeout: float) -> None:
+    """FedPG-Cen on a local Flower deployment with a real secure sum (docs/flower.md)."""
+    from rich.console import Console
+
+    from privrl.config import ConfigError
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty, save
+
+    if cfg.mechanism != "distributed-gaussian" or cfg.epsilon is None:
+        raise ConfigError("--mechanism", "the Flower runtime runs FedPG-Cen with "
+                          "distributed-gaussian and --epsilon (a secure sum of discrete noise "
+                          "shares); run other mechanisms with the local runtime")
+    if cfg.trials != 1:
+        raise ConfigError("--trials", "the Flower runtime runs one trial")
+    if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
+        raise ConfigError("--runtime", "the Flower runtime runs plain FedPG-Cen (no adaptive "
+                          "clip, Byzantine agents, robust rule or shuffler)")
+    if supernodes > cfg.agents:
+        raise ConfigError("--supernodes", f"{supernodes} SuperNodes for {cfg.agents} agents: "
+                          "a SuperNode hosts at least one agent")
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
+                          "pip install 'privrl[flower]'") from None
+    from privrl.systems.fedpg.flower import record, run_fedpg_cen_flower
+
+    console, err = Console(), Console(stderr=True)
+    path = new_run_dir(out, "fedpg-cen-flower-distributed-gaussian")
+    err.print(f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} "
+              f"SuperNodes (TLS, SuperNode authentication), SecAgg+ threshold "
+              f"{threshold or supernodes - 1}; each agent's total ε ≤ {cfg.epsilon:g} at "
+              f"δ = {cfg.delta:g}; logs in {path}/logs")
+    with removed_if_left_empty(path):
+        run = run_fedpg_cen_flower(cfg, path, supernodes, threshold, stage_timeout)
+    summary = save(record(run), path, command=["privrl", *sys.argv[1:]])
+    console.print(f"{summary['rounds']} rounds, {summary['episodes_per_agent']} episodes per "
+                  f"agent; server's last mean episode length "
+                  f"{summary['final_server_mean_length']:.1f}; user-level "
+                  f"(ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g}) with >= "
+                  f"{summary['min_honest_surviving_agents']} honest surviving agents")
+    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
+                  "privacy.json, summary.json, flower.json)")
 
 
 @run_app.command("fedpg-dec")

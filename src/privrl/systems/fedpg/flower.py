@@ -63,7 +63,7 @@ from privrl.privacy.noise import secret_fold, secret_keys
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
 __all__ = ["CenNode", "FlowerCenRun", "ServerLearner", "client_app", "flower_mechanism",
-           "main", "run_fedpg_cen_flower"]
+           "main", "record", "run_fedpg_cen_flower"]
 
 REFUSED = 0x5052  # the Error code of an agent's refusal
 
@@ -253,9 +253,9 @@ class FlowerCenRun:
         fewest = min((r["agents_in_sum"] for r in self.rounds if "halted" not in r),
                      default=None)
         return {
-            "trust_domain": "flower: each SuperNode (its agents) in a domain of its own; the "
-                            "aggregator's ServerApp and the server's learner in the server "
-                            "operator's",
+            "parties": "each SuperNode (its agents) in a trust domain of its own; the "
+                       "aggregator's ServerApp and the server's learner in the server "
+                       "operator's",
             "guarantee": {"epsilon": m.epsilon(len(self.rounds)), "delta": m.delta,
                           "notion": "(ε, δ)-DP, central, user level (an agent's whole data), "
                                     "zero-out neighbours",
@@ -272,6 +272,37 @@ class FlowerCenRun:
         }
 
 
+def record(run: FlowerCenRun) -> Any:
+    """The run directory's contents (privrl.runtime.output.save): config.json, metrics.csv
+    (one row per round), privacy.json (the statement, trust domain "flower"), summary.json
+    and flower.json (who took part in each round's sum)."""
+    from privrl.runtime.output import RunRecord, csv_writer
+
+    cfg, rounds = run.config, run.rounds
+    privacy = run.privacy()
+    summary = {
+        "label": "FedPG-Cen on Flower (secure sum)", "agents": cfg.agents,
+        "supernodes": run.nodes, "threshold": run.threshold, "rounds": len(rounds),
+        "episodes_per_agent": rounds[-1]["used"] if rounds else 0,
+        "final_server_mean_length": rounds[-1]["server_mean_length"] if rounds else None,
+        "epsilon": privacy["guarantee"]["epsilon"], "delta": privacy["guarantee"]["delta"],
+        "min_honest_surviving_agents": run.mechanism.min_honest,
+        "wall_seconds": run.wall_seconds}
+
+    def rows() -> Any:
+        for r in rounds:
+            yield (f"{r['round']},{r['used']},{r['batch']},{r['inner_steps']},"
+                   f"{r['agents_in_sum']},{r['server_mean_length']:.4f}")
+
+    return RunRecord(
+        "fedpg-cen", cfg.to_dict(), cfg.seed, summary, privacy,
+        metrics=csv_writer("round,episodes_used,batch,inner_steps,agents_in_sum,"
+                           "server_mean_length", rows),
+        files={"flower.json": {"supernodes": run.nodes, "threshold": run.threshold,
+                               "rounds": rounds}},
+        run_info={"runtime": "flower", "supernodes": run.nodes}, runtime="flower")
+
+
 def run_fedpg_cen_flower(config: FedPGConfig, directory: Path, nodes: int,
                          threshold: int | None = None, stage_timeout_s: float = 120.0,
                          timeout_s: float | None = None,
@@ -280,7 +311,7 @@ def run_fedpg_cen_flower(config: FedPGConfig, directory: Path, nodes: int,
     SuperNodes (privrl.runtime.flower.LocalDeployment); `threshold`: the SuperNodes that must
     survive a round for its sum to be revealed (default N − 1); `stage_timeout_s`: how long
     each SecAgg+ stage waits for replies (a node silent past it counts as dropped);
-    `on_round(t, deployment)` is called after each round (tests inject faults there)."""
+    `on_round(t, deployment)` is called as each round begins (tests inject faults there)."""
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
     start = time.perf_counter()
@@ -322,9 +353,9 @@ def run_fedpg_cen_flower(config: FedPGConfig, directory: Path, nodes: int,
         wait = math.inf if timeout_s is None else timeout_s
         t = 0
         while learner.used < cfg.budget and t < cfg.calibration_rounds():
-            rounds.append(learner.round(t, agg, wait))
             if on_round is not None:
                 on_round(t, deployment)
+            rounds.append(learner.round(t, agg, wait))
             t += 1
         write_atomic(agg / STOP, lambda p: p.write_text("done"))
         wait_for([agg / SUM_RESULTS], 60.0)
