@@ -21,7 +21,11 @@ from privrl.systems.fedpg.flower import record, run_fedpg_cen_flower
 pytestmark = pytest.mark.processes
 
 
-def test_a_supernode_killed_mid_round(tmp_path: Path):
+def test_a_supernode_killed_mid_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # the agents load the suite's compiled programs (tests/conftest.py's cache), as the CLI's
+    cache = os.environ.get("PRIVRL_TEST_JAX_CACHE", "off")
+    if cache != "off":
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
     cfg = FedPGConfig(algorithm="cen", agents=6, budget=40, mechanism="distributed-gaussian",
                       epsilon=2.0, delta=1e-5, sampling_rate=1.0, clip=1.0, hidden=(8,))
     killed: list[int] = []

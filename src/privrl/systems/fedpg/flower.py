@@ -27,7 +27,6 @@ return; on another task, its length).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -305,13 +304,14 @@ def record(run: FlowerCenRun) -> Any:
 
 def run_fedpg_cen_flower(config: FedPGConfig, directory: Path, nodes: int,
                          threshold: int | None = None, stage_timeout_s: float = 120.0,
-                         timeout_s: float | None = None,
-                         on_round: Any = None) -> FlowerCenRun:
+                         timeout_s: float | None = None, on_round: Any = None,
+                         startup_s: float = 900.0) -> FlowerCenRun:
     """One FedPG-Cen trial with a real secure sum on a local Flower deployment of `nodes`
     SuperNodes (privrl.runtime.flower.LocalDeployment); `threshold`: the SuperNodes that must
     survive a round for its sum to be revealed (default N − 1); `stage_timeout_s`: how long
     each SecAgg+ stage waits for replies (a node silent past it counts as dropped);
-    `on_round(t, deployment)` is called as each round begins (tests inject faults there)."""
+    `on_round(t, deployment)` is called as each round begins (tests inject faults there);
+    `startup_s`: how long the agents may take to start and compile."""
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
     start = time.perf_counter()
@@ -342,14 +342,22 @@ def run_fedpg_cen_flower(config: FedPGConfig, directory: Path, nodes: int,
                                         "allowed_rounds": cfg.calibration_rounds()}))
     rounds: list[dict[str, Any]] = []
     with LocalDeployment(nodes, directory / "logs") as deployment:
+        ready = [directory / "agents" / f"node{i}.ready" for i in range(nodes)]
+        ready[0].parent.mkdir(parents=True, exist_ok=True)
         for i in range(nodes):
+            # Agent 0 compiles first; the others wait for it, so that with JAX's persistent
+            # cache on (the CLI's) they load its program instead of all compiling at once.
             deployment.spawn(f"agent{i}", [
                 sys.executable, "-m", "privrl.systems.fedpg.flower", "--config",
                 str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
                 deployment.runtime_apis[i], "--trusted-fab", trusted,
-                "--superexec-secret-file", str(deployment.superexec_secret)])
-        said = deployment._flwr(["run", str(app), "privrl"], "flwr run")
-        (directory / "logs" / "run.log").write_text(said)
+                "--superexec-secret-file", str(deployment.superexec_secret),
+                "--ready-file", str(ready[i]), *(["--after", str(ready[0])] if i else [])])
+        # No round before every agent serves: a SecAgg+ stage waits only its timeout.
+        for r in ready:
+            wait_for([r], startup_s)
+        # No `deployment.run`: a SuperNode may die mid-run (the secure sum drops it).
+        (directory / "logs" / "run.log").write_text(deployment.submit(app))
         wait = math.inf if timeout_s is None else timeout_s
         t = 0
         while learner.used < cfg.budget and t < cfg.calibration_rounds():
@@ -367,24 +375,25 @@ def main(argv: list[str] | None = None) -> None:
     """The agent executor beside SuperNode i: `python -m privrl.systems.fedpg.flower --config
     FILE --node i --nodes N --runtime-api HOST:PORT --trusted-fab SHA256
     [--superexec-secret-file FILE]`."""
-    from privrl.runtime.flower import serve_tasks
+    from privrl.runtime.flower import executor_parser, serve_tasks, superexec_secret
     from privrl.systems.fedpg.config import FedPGConfig as Config
 
-    parser = argparse.ArgumentParser(prog="python -m privrl.systems.fedpg.flower")
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--node", type=int, required=True)
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--runtime-api", required=True)
-    parser.add_argument("--trusted-fab", required=True)
-    parser.add_argument("--superexec-secret-file", type=Path, default=None)
+    parser = executor_parser("privrl.systems.fedpg.flower")
+    parser.add_argument("--ready-file", type=Path, default=None,
+                        help="written once the agents are compiled and serve")
+    parser.add_argument("--after", type=Path, default=None,
+                        help="compile only once this file exists (another agent's ready file)")
     args = parser.parse_args(argv)
     data = json.loads(args.config.read_text())
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
     node = CenNode(Config(**fields), args.node, args.nodes,
                    DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]))
+    if args.after is not None:
+        wait_for([args.after], 3600.0, poll_s=0.2)
     node.warm_up()
-    secret = (None if args.superexec_secret_file is None
-              else args.superexec_secret_file.read_bytes())
+    secret = superexec_secret(args.superexec_secret_file)
+    if args.ready_file is not None:
+        args.ready_file.write_text("ready")
     serve_tasks(args.runtime_api, node.handle, args.trusted_fab, secret)
 
 
