@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
 from flwr.common import (
     Code,
     FitIns,
@@ -43,6 +44,7 @@ from flwr.common import (
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
 from flwr.compat.common import recorddict_compat as compat
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.legacy_context import LegacyContext
@@ -52,9 +54,10 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid, ServerApp
 
-__all__ = ["MODULUS_RANGE", "SETUP", "STOP", "SUM_RESULTS", "SumRound", "cen_server_app",
-           "fewest_at_threshold", "node_payload", "payload_bits", "payload_sum", "read_fit",
-           "secure_sum_round", "serve_cen", "sum_reply", "wait_for", "write_atomic"]
+__all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "SumRound",
+           "cen_server_app", "fewest_at_threshold", "node_payload", "payload_bits",
+           "payload_sum", "read_fit", "secagg_node", "secure_sum", "secure_sum_round",
+           "serve_cen", "sum_reply", "wait_for", "write_atomic"]
 
 MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
 
@@ -98,6 +101,26 @@ def sum_reply(payload: np.ndarray) -> RecordDict:
     masks (num_examples = 1, so SecAgg+'s weight is exactly 1; no metrics)."""
     res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([payload]), 1, {})
     return compat.fitres_to_recorddict(res, keep_input=True)
+
+
+REFUSED = 0x5052  # the Error code of a node's refusal (the reason says why)
+Handler = Callable[[Message, Context], Message]
+
+
+def secagg_node(release: Handler) -> Handler:
+    """A SuperNode's task handler: Flower's SecAgg+ client mod around `release` (the node's
+    answer to the collect stage, `sum_reply`). Whatever the mod or `release` refuses (a
+    malformed or out-of-order stage, a key share it does not hold, a budget spent) becomes a
+    Flower error reply: the node drops out of that protocol run, nothing else happens."""
+
+    def handle(message: Message, context: Context) -> Message:
+        try:
+            return secaggplus_mod(message, context, release)
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            return Message(Error(code=REFUSED, reason=f"{type(e).__name__}: {e}"),
+                           reply_to=message)
+
+    return handle
 
 
 # --- the server side -------------------------------------------------------------------------
@@ -167,16 +190,52 @@ class SumRound:
     survivors: list[int]
 
 
+class _Watched(Grid):
+    """A grid that notes which nodes answered each SecAgg+ stage without an error."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+        self.answered: dict[str, set[int]] = {}
+
+    def set_run(self, run: Any) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self.grid.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        return self.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Any:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Any) -> Any:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Any) -> Any:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> Any:
+        messages = list(messages)
+        stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE)
+                    if messages else "")
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
+        return replies
+
+
 def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
                      config: dict[str, Any], round_: int, bits: int, threshold: int,
                      timeout_s: float | None) -> SumRound:
-    """One SecAgg+ round over `nodes` (every node its own neighbour group: SecAgg+ with the
-    complete graph): each receives `broadcast` and `config`, answers the collect stage with its
-    payload (`sum_reply`), and the sum is revealed only if >= `threshold` nodes survive;
+    """One SecAgg+ run over `nodes` (every node a neighbour of every other: SecAgg+ on the
+    complete graph): each receives `broadcast` and `config`, answers the collect stage with
+    its payload (`sum_reply`), and the sum is revealed only if >= `threshold` nodes survive;
     `timeout_s` bounds each stage's wait for replies (a node silent past it is dropped)."""
     n = len(nodes)
-    if n < 3 or not 2 <= threshold < n:
-        raise ValueError(f"SecAgg+ over {n} nodes needs n >= 3 and a threshold in [2, {n})")
+    if not 2 <= threshold <= n:
+        raise ValueError(f"SecAgg+ over {n} nodes needs a threshold in [2, {n}], got "
+                         f"{threshold}")
     if n * (1 << bits) >= MODULUS_RANGE:
         raise ValueError(f"{n} nodes × 2^{bits} exceed SecAgg+'s modulus 2^32")
     strategy = _SumStrategy(nodes, config)
@@ -186,7 +245,7 @@ def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: 
     legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters(broadcast), keep_input=True)
     workflow = SecAggPlusWorkflow(
-        num_shares=n, reconstruction_threshold=threshold, max_weight=1.0,
+        num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0,
         clipping_range=float(1 << (bits - 1)), quantization_range=1 << bits,
         modulus_range=MODULUS_RANGE, timeout=timeout_s)
     workflow(grid, legacy)
@@ -195,6 +254,28 @@ def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: 
     return SumRound(payload_sum(strategy.mean, len(strategy.survivors), bits),
                     strategy.survivors)
 
+
+def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
+               config: dict[str, Any], round_: int, bits: int, threshold: int,
+               timeout_s: float | None, attempts: int = 3) -> tuple[SumRound, int, list[int]]:
+    """`secure_sum_round`, run again without the nodes that stopped answering while it halts
+    (at most `attempts` runs). Flower 1.42's SecAgg+ halts whenever a node dies before the
+    masked-vector stage: at unmasking it asks the survivors for that node's key shares, which
+    they never received. A halted run reveals nothing, and every agent answers a repeated
+    round with the same message (nothing spent twice), so each round reveals at most one sum,
+    of messages each released once. Returns the round, the runs used, and the nodes that
+    answered the last run's first two stages (ask only those next round)."""
+    alive = list(nodes)
+    out = SumRound(None, [])
+    for attempt in range(1, attempts + 1):
+        watched = _Watched(grid)
+        out = secure_sum_round(watched, context, alive, broadcast, config, round_, bits,
+                               threshold, timeout_s)
+        early = [watched.answered.get(s) for s in (Stage.SETUP, Stage.SHARE_KEYS)]
+        alive = [n for n in alive if all(a is None or n in a for a in early)]
+        if out.total is not None or len(alive) < threshold:
+            return out, attempt, alive
+    return out, attempts, alive
 
 
 # --- FedPG-Cen's ServerApp: the secure sum of every round --------------------------------------
@@ -254,6 +335,7 @@ def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.
     # refuse before anything is asked: a sum of fewer shares than the ε statement counts on
     mech.check_threshold(fewest_at_threshold(per_node, threshold))
     ids = _wait_for_nodes(grid, len(per_node), wait_s)
+    alive = list(ids)  # the nodes that answered last round's key exchange
     rounds: list[dict[str, Any]] = []
     t = 0
     while True:
@@ -262,11 +344,13 @@ def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.
             break
         with np.load(got) as ask:
             theta, batch = np.asarray(ask["theta"], np.float32), int(ask["batch"])
-        res = secure_sum_round(grid, context, ids, [theta], {"round": t, "batch": batch}, t,
-                               mech.bits, threshold, timeout)
+        res, tries, alive = secure_sum(grid, context, alive, [theta],
+                                       {"round": t, "batch": batch}, t, mech.bits, threshold,
+                                       timeout)
         slots = sorted(ids.index(n) for n in res.survivors)
         count = surviving_agents(per_node, slots)
-        out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count}
+        out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count,
+                               "secagg_runs": tries}
         if res.total is None:
             mu = np.zeros(0, np.float32)
             out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"

@@ -40,11 +40,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flwr.app import Context, Error, Message
-from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
 
 from privrl.config import ConfigError
 from privrl.federation.flower_sum import (
+    REFUSED,
     SETUP,
     STOP,
     SUM_RESULTS,
@@ -52,6 +52,7 @@ from privrl.federation.flower_sum import (
     node_payload,
     payload_bits,
     read_fit,
+    secagg_node,
     sum_reply,
     wait_for,
     write_atomic,
@@ -63,9 +64,6 @@ from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
 __all__ = ["CenNode", "FlowerCenRun", "ServerLearner", "client_app", "flower_mechanism",
            "main", "record", "run_fedpg_cen_flower"]
-
-REFUSED = 0x5052  # the Error code of an agent's refusal
-
 
 def _trial_key(seed: int) -> jax.Array:
     """The local runner's first trial key, so that θ₀ and the server's draws are the same."""
@@ -166,12 +164,9 @@ class CenNode:
         total = self.release(arrays[0], int(config["batch"]), int(config["round"]))
         return Message(sum_reply(node_payload(total, self.mech.bits)), reply_to=msg)
 
-    def handle(self, message: Message, context: Context) -> Message:
+    def handler(self) -> Any:
         """A task in, SecAgg+'s reply (or a refusal) out."""
-        try:
-            return secaggplus_mod(message, context, self._on_fit)
-        except (ValueError, KeyError, TypeError, BudgetExceededError) as e:
-            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
+        return secagg_node(self._on_fit)
 
 
 client_app = ClientApp()
@@ -394,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     secret = superexec_secret(args.superexec_secret_file)
     if args.ready_file is not None:
         args.ready_file.write_text("ready")
-    serve_tasks(args.runtime_api, node.handle, args.trusted_fab, secret)
+    serve_tasks(args.runtime_api, node.handler(), args.trusted_fab, secret)
 
 
 if __name__ == "__main__":
