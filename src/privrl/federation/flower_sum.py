@@ -342,7 +342,7 @@ def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.
         got = wait_for([directory / f"ask-{t}.npz", directory / STOP], learner_wait_s)
         if got.name == STOP:
             break
-        with np.load(got) as ask:
+        with np.load(got, allow_pickle=False) as ask:
             theta, batch = np.asarray(ask["theta"], np.float32), int(ask["batch"])
         res, tries, alive = secure_sum(grid, context, alive, [theta],
                                        {"round": t, "batch": batch}, t, mech.bits, threshold,

@@ -217,7 +217,7 @@ class ServerLearner:
         got = wait_for([exchange / f"sum-{t}.npz", exchange / SUM_RESULTS], wait_s)
         if got.name == SUM_RESULTS:
             raise RuntimeError(f"the ServerApp stopped: {got.read_text()[:400]}")
-        with np.load(got) as s:
+        with np.load(got, allow_pickle=False) as s:
             mu, info = np.asarray(s["mu"]), json.loads(str(s["info"]))
         length = float("nan")
         if mu.size:  # a halted round revealed nothing: θ stays
