@@ -293,7 +293,7 @@ def run_fedpg_cen_command(
         help="Flower runtime: SuperNodes (>= 3, <= --agents).", min=3, max=64)] = 4,
     threshold: Annotated[int | None, typer.Option(
         help="Flower runtime: SuperNodes that must survive a round for SecAgg+ to reveal its "
-        "sum (a strict majority, < N; default N − 1); the ε statement counts the agents they "
+        "sum (a strict majority, <= N; default N − 1); the ε statement counts the agents they "
         "hold as the honest shares.")] = None,
     stage_timeout: Annotated[float, typer.Option(
         help="Flower runtime: seconds each SecAgg+ stage waits for replies; a SuperNode "
@@ -309,7 +309,7 @@ def run_fedpg_cen_command(
     from privrl.runtime.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
-    if runtime is Runtime.flower:
+    if runtime is Runtime.flower and str(mechanism) == "distributed-gaussian":
         from privrl.config import ConfigError
 
         if sampling_rate not in (None, 1.0):
@@ -352,24 +352,23 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
         raise ConfigError("--runtime", "the Flower runtime runs plain FedPG-Cen (no adaptive "
                           "clip, Byzantine agents, robust rule or shuffler)")
-    if supernodes > cfg.agents:
-        raise ConfigError("--supernodes", f"{supernodes} SuperNodes for {cfg.agents} agents: "
-                          "a SuperNode hosts at least one agent")
     try:
         import flwr  # noqa: F401
     except ImportError:
         raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
                           "pip install 'privrl[flower]'") from None
-    from privrl.systems.fedpg.flower import record, run_fedpg_cen_flower
+    from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 
+    plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
     console, err = Console(), Console(stderr=True)
     path = new_run_dir(out, "fedpg-cen-flower-distributed-gaussian")
     err.print(f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} "
               f"SuperNodes (TLS, SuperNode authentication), SecAgg+ threshold "
-              f"{threshold or supernodes - 1}; each agent's total ε ≤ {cfg.epsilon:g} at "
-              f"δ = {cfg.delta:g}; logs in {path}/logs")
+              f"{plan.threshold}; each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} "
+              f"with >= {plan.mechanism.min_honest} honest surviving agents; logs in "
+              f"{path}/logs")
     with removed_if_left_empty(path):
-        run = run_fedpg_cen_flower(cfg, path, supernodes, threshold, stage_timeout)
+        run = run_fedpg_cen_flower(plan, path, stage_timeout)
     summary = save(record(run), path, command=["privrl", *sys.argv[1:]])
     console.print(f"{summary['rounds']} rounds, {summary['episodes_per_agent']} episodes per "
                   f"agent; server's last mean episode length "

@@ -62,8 +62,8 @@ from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_fold, secret_keys
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
-__all__ = ["CenNode", "FlowerCenRun", "ServerLearner", "client_app", "flower_mechanism",
-           "main", "record", "run_fedpg_cen_flower"]
+__all__ = ["CenNode", "FlowerCenRun", "FlowerPlan", "ServerLearner", "client_app",
+           "flower_mechanism", "main", "plan_run", "record", "run_fedpg_cen_flower"]
 
 def _trial_key(seed: int) -> jax.Array:
     """The local runner's first trial key, so that θ₀ and the server's draws are the same."""
@@ -297,28 +297,48 @@ def record(run: FlowerCenRun) -> Any:
         run_info={"runtime": "flower", "supernodes": run.nodes}, runtime="flower")
 
 
-def run_fedpg_cen_flower(config: FedPGConfig, directory: Path, nodes: int,
-                         threshold: int | None = None, stage_timeout_s: float = 120.0,
+@dataclass(frozen=True)
+class FlowerPlan:
+    """A checked Flower run: the resolved config, the SuperNodes, the SecAgg+ threshold and
+    the mechanism calibrated for them (`plan_run`)."""
+
+    config: FedPGConfig
+    nodes: int
+    threshold: int
+    mechanism: DiscreteGaussianSum
+
+
+def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> FlowerPlan:
+    """Everything a Flower run needs checked before anything starts or is written (ConfigError
+    naming the option otherwise): >= 3 SuperNodes, each hosting an agent; a threshold
+    (default N − 1) that is a strict majority; the mechanism calibrated for it."""
+    cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+    if not 3 <= nodes <= cfg.agents:
+        raise ConfigError("--supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
+                          f"(each hosts at least one agent), got {nodes}")
+    threshold = nodes - 1 if threshold is None else threshold
+    if not nodes // 2 < threshold <= nodes:
+        raise ConfigError("--threshold", f"must be in ({nodes // 2}, {nodes}]: a strict "
+                          f"majority of the SuperNodes, got {threshold}")
+    algo = FedPG(cfg)
+    if algo.task.host:
+        raise ConfigError("--env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+    return FlowerPlan(cfg, nodes, threshold, flower_mechanism(cfg, algo.dim, nodes, threshold))
+
+
+def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: float = 120.0,
                          timeout_s: float | None = None, on_round: Any = None,
                          startup_s: float = 900.0) -> FlowerCenRun:
-    """One FedPG-Cen trial with a real secure sum on a local Flower deployment of `nodes`
-    SuperNodes (privrl.runtime.flower.LocalDeployment); `threshold`: the SuperNodes that must
-    survive a round for its sum to be revealed (default N − 1); `stage_timeout_s`: how long
-    each SecAgg+ stage waits for replies (a node silent past it counts as dropped);
+    """One FedPG-Cen trial with a real secure sum on a local Flower deployment of
+    `plan.nodes` SuperNodes (privrl.runtime.flower.LocalDeployment); `stage_timeout_s`: how
+    long each SecAgg+ stage waits for replies (a node silent past it counts as dropped);
     `on_round(t, deployment)` is called as each round begins (tests inject faults there);
     `startup_s`: how long the agents may take to start and compile."""
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
     start = time.perf_counter()
-    cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if nodes < 3:
-        raise ConfigError("--supernodes", "SecAgg+ needs at least 3 SuperNodes")
-    threshold = nodes - 1 if threshold is None else threshold
-    if not nodes // 2 < threshold < nodes:
-        raise ConfigError("--threshold", f"must be in ({nodes // 2}, {nodes}): a strict "
-                          f"majority of the SuperNodes, and below N (SecAgg+), got {threshold}")
+    cfg, nodes, threshold, mech = plan.config, plan.nodes, plan.threshold, plan.mechanism
     learner = ServerLearner(cfg)
-    mech = flower_mechanism(cfg, learner.algo.dim, nodes, threshold)
     agg = directory / "aggregator"
     agg.mkdir(parents=True, exist_ok=True)
     per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
