@@ -28,10 +28,10 @@ def test_the_mechanism_counts_the_agents_the_threshold_guarantees():
         flower_mechanism(cfg.__class__(**{**cfg.to_dict(), "min_honest": 5}), dim, 3, 2)
 
 
-def test_a_node_releases_once_per_round_and_refuses_past_its_budget():
+def test_a_node_releases_once_per_round_and_refuses_past_its_budget(tmp_path):
     learner = ServerLearner(CFG)
     mech = flower_mechanism(learner.config, learner.algo.dim, 3, 2)
-    node = CenNode(CFG, 1, 3, mech, allowed_rounds=2)
+    node = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
     assert node.ids == [1, 4]
     theta = np.asarray(learner.theta[0], np.float32)
     first = node.release(theta, 15, 0)
@@ -46,6 +46,11 @@ def test_a_node_releases_once_per_round_and_refuses_past_its_budget():
     with pytest.raises(ValueError, match="finite"):
         node.release(np.full_like(theta, np.nan), 15, 1)
     assert node.rounds_charged == 1  # refusals spend nothing
+    # a restarted executor (a new process: a new secret root) resumes from its state file:
+    # round 0 again is the message already released, and it is not charged again
+    again = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
+    assert again.rounds_charged == 1 and np.array_equal(again.release(theta, 15, 0), first)
+    node = again
     node.release(theta, 12, 1)
     with pytest.raises(BudgetExceededError):
         node.release(theta, 12, 2)

@@ -60,7 +60,11 @@ from privrl.federation.flower_sum import (
 from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_fold, secret_keys
+from privrl.runfile import checked, read, write
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+
+NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
+_STATE_KIND = "flower-cen-node"
 
 __all__ = ["CenNode", "FlowerCenRun", "FlowerPlan", "ServerLearner", "client_app",
            "flower_mechanism", "main", "plan_run", "record", "run_fedpg_cen_flower"]
@@ -103,7 +107,7 @@ class CenNode:
     """The agents SuperNode `node` of `nodes` hosts (module doc)."""
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int, mech: DiscreteGaussianSum,
-                 allowed_rounds: int) -> None:
+                 allowed_rounds: int, directory: Path | None = None) -> None:
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
         self.config, self.mech, self.allowed = cfg, mech, allowed_rounds
         self.algo = FedPG(cfg)
@@ -119,6 +123,38 @@ class CenNode:
         self._grads = jax.jit(self._gradients)
         self.rounds_charged = 0  # every agent of the node releases in every round
         self.released: dict[int, np.ndarray] = {}  # round -> the node's sum of messages
+        # `directory`: the node's state file (its round count and the messages it released,
+        # never its noise root), written atomically before a message leaves, so that a
+        # restarted executor re-sends a released round and never charges it again.
+        self.path = None if directory is None else Path(directory) / NODE_STATE
+        if self.path is not None and self.path.exists():
+            self._restore(self.path)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rounds = sorted(self.released)
+        write(self.path, _STATE_KIND, {
+            "rounds_charged": self.rounds_charged,
+            "rounds": np.array(rounds, np.int64),
+            "messages": (np.stack([self.released[t] for t in rounds]) if rounds
+                         else np.zeros((0, self.algo.dim), np.int64))})
+
+    def _restore(self, path: Path) -> None:
+        state = read(path, _STATE_KIND)
+        with checked(path):
+            charged, rounds = state["rounds_charged"], np.asarray(state["rounds"])
+            messages = np.asarray(state["messages"])
+            n = rounds.shape[0]
+            if not (isinstance(charged, int) and 0 <= charged == n
+                    and messages.shape == (n, self.algo.dim) and messages.dtype == np.int64
+                    and np.array_equal(rounds, np.arange(n))
+                    and (n == 0 or (messages.min() >= 0
+                                    and messages.max() < self.mech.modulus))):
+                raise ValueError("the released messages do not match this node's run")
+            self.rounds_charged = charged
+            self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
 
     def _gradients(self, theta: jax.Array, batch: jax.Array, t: jax.Array,
                    noise: jax.Array | None) -> jax.Array:
@@ -154,9 +190,10 @@ class CenNode:
                                       f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
         mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(batch), jnp.int32(t),
                                     self._noise))
-        self.rounds_charged += 1  # charged before anything leaves this process
         total = self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))
+        self.rounds_charged += 1  # charged, and saved, before anything leaves this process
         self.released[t] = total
+        self._save()
         return total
 
     def _on_fit(self, msg: Message, ctx: Context) -> Message:
@@ -367,6 +404,7 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
                 str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
                 deployment.runtime_apis[i], "--trusted-fab", trusted,
                 "--superexec-secret-file", str(deployment.superexec_secret),
+                "--state-dir", str(directory / "agents" / f"node{i}"),
                 "--ready-file", str(ready[i]), *(["--after", str(ready[0])] if i else [])])
         # No round before every agent serves: a SecAgg+ stage waits only its timeout.
         for r in ready:
@@ -394,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
     from privrl.systems.fedpg.config import FedPGConfig as Config
 
     parser = executor_parser("privrl.systems.fedpg.flower")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the node keeps its round count and released messages")
     parser.add_argument("--ready-file", type=Path, default=None,
                         help="written once the agents are compiled and serve")
     parser.add_argument("--after", type=Path, default=None,
@@ -402,7 +442,8 @@ def main(argv: list[str] | None = None) -> None:
     data = json.loads(args.config.read_text())
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
     node = CenNode(Config(**fields), args.node, args.nodes,
-                   DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]))
+                   DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]),
+                   args.state_dir)
     if args.after is not None:
         wait_for([args.after], 3600.0, poll_s=0.2)
     node.warm_up()
