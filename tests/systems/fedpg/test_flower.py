@@ -39,8 +39,8 @@ def test_a_node_releases_once_per_round_and_refuses_past_its_budget(tmp_path):
     assert first.max() < 1 << mech.bits
     # asked again (a retried round): the same message, nothing new spent
     assert np.array_equal(node.release(theta, 15, 0), first) and node.rounds_charged == 1
-    with pytest.raises(ValueError, match="not this node's next round"):
-        node.release(theta, 15, 5)
+    with pytest.raises(ValueError, match="before this node's last round"):
+        node.release(theta, 15, -1)
     with pytest.raises(ValueError, match="B_t"):
         node.release(theta, 99, 1)
     with pytest.raises(ValueError, match="finite"):
@@ -51,7 +51,9 @@ def test_a_node_releases_once_per_round_and_refuses_past_its_budget(tmp_path):
     again = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
     assert again.rounds_charged == 1 and np.array_equal(again.release(theta, 15, 0), first)
     node = again
-    node.release(theta, 12, 1)
+    node.release(theta, 12, 2)  # round 1 never asked of it (left out): nothing spent on it
+    with pytest.raises(ValueError, match="before this node's last round"):
+        node.release(theta, 12, 1)
     with pytest.raises(BudgetExceededError):
-        node.release(theta, 12, 2)
-    assert node.rounds_charged == 2
+        node.release(theta, 12, 3)
+    assert node.rounds_charged == 2 and sorted(node.released) == [0, 2]
