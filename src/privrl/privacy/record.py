@@ -78,7 +78,8 @@ TRUST_DOMAINS: dict[str, dict[str, str]] = {
         "what": "each agent computes in a process of its own beside its SuperNode (privrl's "
                 "agent executor), holding its environment, parameters and noise root, and "
                 "runs only the app bundle its owner pinned, never a bundle's code; the "
-                "aggregator's ServerApp receives only Reports",
+                "aggregator's ServerApp receives only Reports, or (FedPG-Cen's secure sum) "
+                "SecAgg+-masked vectors and their one revealed sum",
         "guarantee_against": "the aggregator's operator and anyone who sees the Reports, "
                              "provided each agent's SuperNode runs in a domain of its own "
                              "(a local test deployment runs them all on one machine as one "
