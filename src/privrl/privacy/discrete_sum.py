@@ -292,7 +292,8 @@ class DiscreteGaussianSum:
             epsilon=self.epsilon(1), delta=self.delta,
             notion="(ε, δ)-DP (central, user level, one round; distributed discrete Gaussian "
                    f"over a secure sum mod 2^{self.bits}, >= {self.min_honest} honest shares)",
-            unit=USER_UNIT, neighbouring=USER_NEIGHBOURS, sensitivity=self.clip, norm="L2")
+            unit=USER_UNIT, neighbouring=USER_NEIGHBOURS,
+            sensitivity=self.radius * self.gamma, norm="L2")  # C after rounding: R·γ
 
     def record(self, rounds: int) -> dict[str, Any]:
         """What privacy.json states: every number needed to recompute ε."""

@@ -92,9 +92,12 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
                           f"{fewest} agents, fewer than the {m} honest shares asked for")
     if cfg.epsilon is None:
         raise ConfigError("epsilon", "distributed-gaussian on Flower is calibrated from ε")
-    mech = calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(), clip=cfg.clip,
-                              dim=dim, agents=cfg.agents, min_honest=m,
-                              bits=payload_bits(nodes))
+    try:
+        mech = calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(),
+                                  clip=cfg.clip, dim=dim, agents=cfg.agents, min_honest=m,
+                                  bits=payload_bits(nodes))
+    except ValueError as e:  # the grid cannot carry the noise this ε needs
+        raise ConfigError("epsilon", f"no discrete mechanism reaches it: {e}") from None
     try:
         mech.check_threshold(fewest)
     except ValueError as e:
