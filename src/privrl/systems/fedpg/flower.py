@@ -121,6 +121,8 @@ class CenNode:
         self.key = self.algo.init(key).key
         # Secret noise: this process's own root, in memory only, passed as an argument.
         self._noise = secret_keys() if cfg.noise == "secret" else None
+        # The agents' private environments: an argument of the jitted program too (never a
+        # constant, which would reach the compilation cache on disk).
         self.env = self.algo.env_params_of(secret_fold(self._noise, self.key),
                                            jnp.asarray(self.ids))
         self._grads = jax.jit(self._gradients)
@@ -160,20 +162,20 @@ class CenNode:
             self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
 
     def _gradients(self, theta: jax.Array, batch: jax.Array, t: jax.Array,
-                   noise: jax.Array | None) -> jax.Array:
+                   noise: jax.Array | None, env: Any) -> jax.Array:
         """μ_tᵏ of each of this node's agents: B_t episodes with θ₀ᵗ on its own environment."""
         cfg, p = self.config, len(self.ids)
         k_ep = jax.random.fold_in(jax.random.fold_in(self.key, t), 0xE9)
         k_ep = jax.random.fold_in(secret_fold(noise, k_ep), self.ids[0])
         thetas = jnp.broadcast_to(theta, (p, theta.shape[0]))
         live = jnp.broadcast_to(jnp.arange(cfg.batch_max)[None, :] < batch, (p, cfg.batch_max))
-        ep = self.algo.source.sample(thetas, self.env, live, k_ep)
+        ep = self.algo.source.sample(thetas, env, live, k_ep)
         return self.algo.gradients(thetas, ep)
 
     def warm_up(self) -> None:
         """Compile before serving: a SecAgg+ stage has a timeout."""
         self._grads(jnp.zeros(self.algo.dim, jnp.float32), jnp.int32(self.config.batch_min),
-                    jnp.int32(0), self._noise).block_until_ready()
+                    jnp.int32(0), self._noise, self.env).block_until_ready()
 
     def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
         """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
@@ -194,7 +196,7 @@ class CenNode:
             raise BudgetExceededError(f"round {t + 1} would exceed each agent's budget ε = "
                                       f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
         mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(batch), jnp.int32(t),
-                                    self._noise))
+                                    self._noise, self.env))
         total = self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))
         self.rounds_charged += 1  # charged, and saved, before anything leaves this process
         self.released[t] = total
