@@ -17,8 +17,12 @@ CFG = FedPGConfig(algorithm="cen", agents=6, budget=100, mechanism="distributed-
                   epsilon=2.0, delta=1e-5, sampling_rate=1.0, clip=1.0, hidden=(8,))
 
 
-def test_the_mechanism_counts_the_agents_the_threshold_guarantees():
-    learner = ServerLearner(CFG)
+@pytest.fixture(scope="module")
+def learner() -> ServerLearner:
+    return ServerLearner(CFG)
+
+
+def test_the_mechanism_counts_the_agents_the_threshold_guarantees(learner: ServerLearner):
     cfg, dim = learner.config, learner.algo.dim
     mech = flower_mechanism(cfg, dim, 3, 2)  # 2 of 3 nodes survive: >= 4 of the 6 agents
     assert mech.min_honest == 4 and mech.agents == 6
@@ -28,8 +32,8 @@ def test_the_mechanism_counts_the_agents_the_threshold_guarantees():
         flower_mechanism(cfg.__class__(**{**cfg.to_dict(), "min_honest": 5}), dim, 3, 2)
 
 
-def test_a_node_releases_once_per_round_and_refuses_past_its_budget(tmp_path):
-    learner = ServerLearner(CFG)
+def test_a_node_releases_once_per_round_and_refuses_past_its_budget(learner: ServerLearner,
+                                                                    tmp_path):
     mech = flower_mechanism(learner.config, learner.algo.dim, 3, 2)
     node = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
     assert node.ids == [1, 4]
