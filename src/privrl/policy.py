@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from privrl.envs.task import Task
     from privrl.nets.flat import FlatModel
 
-__all__ = ["FILE", "HEADS", "KIND", "Policy", "SavedPolicy", "load_policy", "saved_policy"]
+__all__ = ["FILE", "HEADS", "KIND", "Policy", "SavedPolicy", "load_policy", "read_saved",
+           "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
@@ -169,6 +170,18 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
     line naming the file) for a missing, tampered or truncated policy file; ValueError for a
     trial or learner the run does not have.
     """
+    description, theta, path = read_saved(run_dir)
+    flat = _model_of(description, model, path)
+    for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
+                                                                theta.shape[1])):
+        if not isinstance(value, int | np.integer) or not 0 <= value < n:
+            raise ValueError(f"{name} must be an integer in [0, {n}), got {value!r}")
+    return Policy(description, theta[trial, learner], flat, int(trial), int(learner))
+
+
+def read_saved(run_dir: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, Path]:
+    """A run directory's policy.npz checked, nothing built: (description, θ (trials,
+    learners, d), the file's path). RunFileError (one line naming the file) otherwise."""
     path = Path(run_dir) / FILE
     state = read(path, KIND)
     with checked(path):
@@ -180,12 +193,7 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
         want = (description["trials"], description["learners"], description["model"]["dim"])
         if theta.shape != want:
             raise ValueError(f"theta has shape {theta.shape}, the description says {want}")
-    flat = _model_of(description, model, path)
-    for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
-                                                                theta.shape[1])):
-        if not isinstance(value, int | np.integer) or not 0 <= value < n:
-            raise ValueError(f"{name} must be an integer in [0, {n}), got {value!r}")
-    return Policy(description, theta[trial, learner], flat, int(trial), int(learner))
+    return description, theta, path
 
 
 def _model_of(description: dict[str, Any], model: Any, path: Path) -> FlatModel:
@@ -204,8 +212,10 @@ def _model_of(description: dict[str, Any], model: Any, path: Path) -> FlatModel:
                                  f"says {desc['dim']}")
         return flat
     if model is None:
-        raise ConfigError("model", f"{path} holds your own network ({desc['module']}); "
-                          "pass it: load_policy(run_dir, model=YourModule(...))")
+        raise ConfigError("model", f"{path} holds your own network ({desc['module']}), which "
+                          "is never imported from the file; pass it (Python: load_policy("
+                          "run_dir, model=YourModule()); privrl evaluate: --model "
+                          "module:YourModule)")
     try:
         flat = FlatModel(model, jnp.zeros((desc["obs_dim"],), jnp.float32))
     except Exception as e:
