@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import ConfigError
-from privrl.policy import FILE, Policy, load_policy, read_saved
+from privrl.policy import FILE, Policy, load_policy, one_network, read_saved
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -82,7 +82,9 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
                           f"got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
-    desc = read_saved(run_dir)[0]["model"]
+    description, _, path = read_saved(run_dir)
+    one_network(description, path)
+    desc = description["model"]
     if model is not None and desc["architecture"] != "module":
         raise ConfigError("model", f"the policy's network is privrl's own ({desc['architecture']}"
                           "), rebuilt from the file; a model is only for a run trained with "
