@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from privrl.envs.task import Task
     from privrl.nets.flat import FlatModel
 
-__all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "Policy", "SavedPolicy", "load_policy",
-           "networks_policy", "one_network", "read_saved", "saved_policy"]
+__all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "Policy", "SavedPolicy",
+           "load_policy", "networks_policy", "one_network", "read_saved", "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
@@ -50,6 +50,10 @@ HEADS = ("logits", "logits,value", "q", "gaussian")
 MAX_TRIALS = 1 << 16
 NETWORKS = "networks"  # the description's `kind` for FedRL's networks (`networks_policy`)
 MAX_NETWORKS = 8
+# What a file of FedRL's networks reveals: each party's own state, beyond any accounting.
+NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
+                 "holds every party; privacy.json accounts for the releases on the channel, "
+                 "not for these networks: share a party's network only as that party would")
 
 
 @dataclass

@@ -21,7 +21,7 @@ import numpy as np
 
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import with_secret_roots
-from privrl.policy import SavedPolicy, networks_policy
+from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
 from privrl.runtime.output import (
     RunRecord,
@@ -166,12 +166,6 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         algo.name, cfg, splits.info, np.stack(tr_s, 1), np.stack(tr_r, 1), np.stack(va, 1),
         best_epoch, test, random_test, privacy, time.perf_counter() - start, compile_seconds,
         throughput, grid_policy(algo, best)), out)
-
-
-# What a file of the parties' networks reveals: their own state, beyond any accounting.
-NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
-                 "holds every party; privacy.json accounts for the releases on the channel, "
-                 "not for these networks: share a party's network only as that party would")
 
 
 def grid_policy(algo: Any, best: Any) -> SavedPolicy:
