@@ -257,6 +257,54 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     """
     n = len(envs)
     seeds, step_keys, obs_keys = jax.device_get(host_keys(key, n, max_steps, observe is not None))
+    traj = _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys)
+    if not traj.mask.any():  # no step taken: what the policy would return beside, as zeros
+        out = jax.eval_shape(policy, step_keys[0], traj.final_obs)
+        if isinstance(out, tuple):
+            traj = traj._replace(aux=jax.tree_util.tree_map(
+                lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1]))
+    return traj
+
+
+def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Array],
+                        max_steps: int, active: Any = None) -> Trajectory:
+    """`rollout_host` for T trials at once, with one policy call per step for all of them:
+    trial k's P agents are `envs[k·P:(k+1)·P]`, `keys` the T trials' rollout keys, `active`
+    (T, P). The policy gets the step keys (T, 2) (raw, as `rollout_host`'s) and observations
+    (T, P, obs_dim), and returns actions (T, P) (vmap one trial's policy over trials). Each
+    trial's episodes are `rollout_host`'s from its key, padding included: the same seeds, step
+    keys and arrays. Returns the arrays with a leading trial axis (T, ...)."""
+    t_n, n = len(keys), len(envs)
+    p = n // t_n
+    drawn = [jax.device_get(host_keys(k, p, max_steps, False)) for k in keys]
+    seeds = np.concatenate([d[0] for d in drawn])
+    step_keys = np.stack([d[1] for d in drawn], 1)  # (max_steps, T, 2)
+
+    def flat(keys_t: Any, obs: np.ndarray) -> np.ndarray:  # trials' actions as n rows
+        out = np.asarray(policy(keys_t, obs.reshape(t_n, p, *obs.shape[1:])))
+        return out.reshape(n, *out.shape[2:])
+
+    traj = _host_loop(envs, flat, seeds, step_keys, max_steps,
+                      None if active is None else np.asarray(active, bool).reshape(n))
+    length = traj.length.reshape(t_n, p)
+    for k, end in enumerate(length.max(1)):  # `rollout_host` stops each trial at its end
+        rows = slice(k * p, (k + 1) * p)
+        traj.obs[end:, rows], traj.actions[end:, rows] = 0.0, 0
+
+    def per_trial(x: np.ndarray) -> np.ndarray:  # (T_max, n, ...) -> (T, T_max, P, ...)
+        return np.ascontiguousarray(np.moveaxis(x.reshape(x.shape[0], t_n, p, *x.shape[2:]),
+                                                1, 0))
+
+    return Trajectory(per_trial(traj.obs), per_trial(traj.actions), per_trial(traj.mask),
+                      traj.final_obs.reshape(t_n, p, *traj.final_obs.shape[1:]),
+                      traj.terminated.reshape(t_n, p), length, None, per_trial(traj.rewards))
+
+
+def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_keys: np.ndarray,
+               max_steps: int, active: Any = None, observe: ObserveFn | None = None,
+               obs_keys: np.ndarray | None = None) -> Trajectory:
+    """`rollout_host`'s episodes from its draws (`host_keys`): the policy gets `step_keys[t]`."""
+    n = len(envs)
     live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
     obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
     raw = obs.copy() if observe is not None else obs  # the environments' own observations
@@ -274,11 +322,10 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     rew_b = np.zeros((max_steps, n), np.float32)
     term = np.zeros(n, bool)
     aux_b: Any = None  # made at the first step, from what the policy returns
-    stepped_any = False
     for t in range(max_steps):
         if not live.any():
             break
-        action, stepped_any = policy(step_keys[t], obs), True
+        action = policy(step_keys[t], obs)
         if isinstance(action, tuple):
             action, aux = jax.device_get(action)
             if aux_b is None:
@@ -296,10 +343,5 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
             term[i] = fell
             live[i] = not (fell or cut)
         seen(t + 1, stepped)
-    if not stepped_any:  # no step taken: what the policy would return, as zeros
-        out = jax.eval_shape(policy, step_keys[0], obs)
-        if isinstance(out, tuple):
-            aux_b = jax.tree_util.tree_map(
-                lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1])
     length = mask_b.sum(0).astype(np.int32)
     return Trajectory(obs_b, act_b, mask_b, obs, term, length, aux_b, rew_b)
