@@ -266,7 +266,8 @@ def run_fedpg_cen_command(
     attack: Annotated[FedPGAttack | None, typer.Option(
         help="What a Byzantine agent does: random-noise, random-action, sign-flip (−2.5× its "
         "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
-        "slack) or fedscspg (FedPG-BR's adaptive attack). Its message still passes through "
+        "slack), fedscspg (FedPG-BR's adaptive attack) or normalized (against the gradient at an "
+        "honest norm, after Fang et al. 2025). Its message still passes through "
         "--mechanism.")] = None,
     robust: Annotated[FedPGRobust, typer.Option(
         help="The server's rule over the K reports: none (the mean), fedpg-br (FedPG-BR's "
