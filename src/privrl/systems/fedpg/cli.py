@@ -578,6 +578,11 @@ def audit_fedpg_command(
     clip: ClipOpt = None,
     delta: DeltaOpt = 1e-5,
     episodes: EpisodesOpt = 5000,
+    robust: Annotated[FedPGRobust, typer.Option(
+        help="cen: the server's robust rule (fedpg-br, median, trimmed-mean); the attacker "
+        "then sees its μ_t over all K agents' reports (the canary is one of them), to confirm "
+        "the rule is post-processing. Default none: the attacker sees the one report.")
+    ] = FedPGRobust.none,
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
     ] = 20_000,
@@ -610,7 +615,7 @@ def audit_fedpg_command(
     config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
                                      mechanism=mechanism.value, epsilon=1.0,
                                      clip=1.0 if clip is None else clip, delta=delta,
-                                     budget=episodes)
+                                     budget=episodes, robust=robust.value)
     for e in epsilons:  # every setting validated (σ calibrated) before any draw
         positive(flag, e)
         try:
@@ -626,4 +631,5 @@ def audit_fedpg_command(
         f"audit-fedpg-{algorithm.value}-{mechanism.value}",
         {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
          "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": episodes,
-         "samples": samples, "confidence": confidence, "seed": seed}, out, progress)
+         "robust": robust.value, "samples": samples, "confidence": confidence, "seed": seed},
+        out, progress)
