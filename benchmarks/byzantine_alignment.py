@@ -28,14 +28,15 @@ import numpy as np
 
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
+from privrl.systems.fedpg.byzantine import attack
 
 
 def alignment(cfg: FedPGConfig, theta: np.ndarray | None, rounds: int, seed: int
-              ) -> tuple[list[float], float]:
+              ) -> tuple[list[float], list[float], float]:
     """cos(μ_t, g) over `rounds` rounds at θ (None: the initial policy), g the honest agents'
-    mean estimate over `rounds` other rounds (independent of the rounds compared with it),
-    and L̄, their mean episode length (the filter's σ scale: the server's own episodes at θ
-    have the same law)."""
+    mean estimate over `rounds` other rounds (independent of the rounds compared with it);
+    cos(E[μ_t of none], g) per round (the clipped inputs' mean); and L̄, their mean episode
+    length (the filter's σ scale: the server's own episodes at θ have the same law)."""
     algo = settings_algorithm([cfg.resolved()])
     state = algo.init(jax.random.key(seed))
     if isinstance(algo.mechanism, PerTrialMechanism):  # the setting as data, as a run's
@@ -51,22 +52,31 @@ def alignment(cfg: FedPGConfig, theta: np.ndarray | None, rounds: int, seed: int
         ep = cen.episodes(algo.source, plan)
         mu = cen.mu(state, plan, ep)[0][0]
         length = jnp.sum(ep.length * ep.live) / jnp.maximum(jnp.sum(ep.live), 1)
-        return mu, algo.gradients(plan.thetas, ep), cen.byzantine_lanes(plan), length
+        grads, byz = algo.gradients(plan.thetas, ep), cen.byzantine_lanes(plan)
+        # the mean of what enters the mechanism after the L2 clip: E[μ_t] of `none` under an
+        # unbiased mechanism (PrivUnit, Gaussian), free of its noise
+        sent = attack(algo.config, grads, byz, plan.batch, cen.length_scale(state),
+                      jax.random.fold_in(plan.key, 0xA77))
+        norms = jnp.linalg.norm(sent, axis=1, keepdims=True)
+        clipped = sent * jnp.minimum(1.0, algo.config.clip / jnp.maximum(norms, 1e-12))
+        return mu, grads, byz, length, jnp.mean(clipped, axis=0)
 
     keys = jax.random.split(jax.random.key(seed), 2 * rounds)
     ref, lengths = [], []
     for key in keys[rounds:]:
-        _, grads, byz, length = (np.asarray(a) for a in one(state, key))
+        _, grads, byz, length, _ = (np.asarray(a) for a in one(state, key))
         ref.append(grads[~byz])
         lengths.append(float(length))
     g = np.concatenate(ref).mean(axis=0)
     if state.length is not None:
         state = state._replace(length=jnp.float32(np.mean(lengths)))
-    out = []
+    cos = lambda v: float(v @ g / (np.linalg.norm(v) * np.linalg.norm(g) + 1e-12))  # noqa: E731
+    out, expected = [], []
     for key in keys[:rounds]:
-        mu = np.asarray(one(state, key)[0])
-        out.append(float(mu @ g / (np.linalg.norm(mu) * np.linalg.norm(g) + 1e-12)))
-    return out, float(np.mean(lengths))
+        mu, *_, clipped = (np.asarray(a) for a in one(state, key))
+        out.append(cos(mu))
+        expected.append(cos(clipped))
+    return out, expected, float(np.mean(lengths))
 
 
 def main() -> None:
@@ -91,10 +101,14 @@ def main() -> None:
                        byzantine_alpha=0.3 if args.byzantine / args.agents >= 0.3 else 0.4,
                        seed=args.seed)
     for rule in args.rules.split(","):
-        cos, length = alignment(replace(base, robust=rule), theta, args.rounds, args.seed)
+        cos, expected, length = alignment(replace(base, robust=rule), theta, args.rounds,
+                                          args.seed)
         print(f"{rule:13s} cos(μ_t, g) mean {np.mean(cos):+.3f}  per round "
               + " ".join(f"{c:+.3f}" for c in cos) + f"  (mean episode length {length:.0f})",
               flush=True)
+        if rule == "none" and args.mechanism != "none":
+            print(f"{'none, E[μ_t]':13s} cos(mean clipped input, g) mean {np.mean(expected):+.3f}"
+                  "  per round " + " ".join(f"{c:+.3f}" for c in expected), flush=True)
 
 
 if __name__ == "__main__":
