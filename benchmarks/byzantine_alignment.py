@@ -34,9 +34,10 @@ from privrl.systems.fedpg.byzantine import attack
 def alignment(cfg: FedPGConfig, theta: np.ndarray | None, rounds: int, seed: int
               ) -> tuple[list[float], list[float], float]:
     """cos(μ_t, g) over `rounds` rounds at θ (None: the initial policy), g the honest agents'
-    mean estimate over `rounds` other rounds (independent of the rounds compared with it);
-    cos(E[μ_t of none], g) per round (the clipped inputs' mean); and L̄, their mean episode
-    length (the filter's σ scale: the server's own episodes at θ have the same law)."""
+    mean estimate over `rounds` other rounds (independent of the rounds compared with it),
+    then that of the rounds' summed μ_t (less of the mechanism's noise); cos(E[μ_t of none],
+    g) per round (the clipped inputs' mean); and L̄, their mean episode length (the filter's
+    σ scale: the server's own episodes at θ have the same law)."""
     algo = settings_algorithm([cfg.resolved()])
     state = algo.init(jax.random.key(seed))
     if isinstance(algo.mechanism, PerTrialMechanism):  # the setting as data, as a run's
@@ -71,12 +72,13 @@ def alignment(cfg: FedPGConfig, theta: np.ndarray | None, rounds: int, seed: int
     if state.length is not None:
         state = state._replace(length=jnp.float32(np.mean(lengths)))
     cos = lambda v: float(v @ g / (np.linalg.norm(v) * np.linalg.norm(g) + 1e-12))  # noqa: E731
-    out, expected = [], []
+    out, expected, total = [], [], 0.0
     for key in keys[:rounds]:
         mu, *_, clipped = (np.asarray(a) for a in one(state, key))
         out.append(cos(mu))
         expected.append(cos(clipped))
-    return out, expected, float(np.mean(lengths))
+        total = total + mu
+    return [*out, cos(total)], expected, float(np.mean(lengths))
 
 
 def main() -> None:
@@ -103,9 +105,9 @@ def main() -> None:
     for rule in args.rules.split(","):
         cos, expected, length = alignment(replace(base, robust=rule), theta, args.rounds,
                                           args.seed)
-        print(f"{rule:13s} cos(μ_t, g) mean {np.mean(cos):+.3f}  per round "
-              + " ".join(f"{c:+.3f}" for c in cos) + f"  (mean episode length {length:.0f})",
-              flush=True)
+        print(f"{rule:13s} cos(μ_t, g) mean {np.mean(cos[:-1]):+.3f}, of the summed μ_t "
+              f"{cos[-1]:+.3f}; per round " + " ".join(f"{c:+.3f}" for c in cos[:-1])
+              + f"  (mean episode length {length:.0f})", flush=True)
         if rule == "none" and args.mechanism != "none":
             print(f"{'none, E[μ_t]':13s} cos(mean clipped input, g) mean {np.mean(expected):+.3f}"
                   "  per round " + " ".join(f"{c:+.3f}" for c in expected), flush=True)
