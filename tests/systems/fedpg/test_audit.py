@@ -55,7 +55,6 @@ def test_end_to_end_audit_keeps_the_claim_and_sees_the_canary(tmp_path, monkeypa
     assert (tmp_path / "r" / "plots" / "audit.png").is_file()
 
 
-@pytest.mark.slow  # compiles three agents' episodes, the mechanism and the rule (~10 s)
 @pytest.mark.parametrize("rule", ["fedpg-br", "median"])
 def test_audit_under_a_robust_rule_keeps_the_claim_and_sees_the_canary(rule):
     """The attacker sees the server's μ_t under the rule, over K = 3 agents' reports (the
