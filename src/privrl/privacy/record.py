@@ -41,6 +41,7 @@ __all__ = [
     "Releases",
     "Trust",
     "headline",
+    "mechanism_record",
     "privacy_record",
     "pure_ldp",
     "statement",
@@ -308,6 +309,18 @@ class Describable(Protocol):
     """A mechanism: anything whose `describe()` gives its name, parameters and guarantee."""
 
     def describe(self) -> dict[str, Any]: ...
+
+
+class Uploading(Describable, Protocol):
+    """A per-report mechanism that also says how many bytes one report uploads."""
+
+    def upload_bytes(self, dim: int) -> int: ...
+
+
+def mechanism_record(mechanism: Uploading, dim: int) -> dict[str, Any]:
+    """privacy.json's "mechanism" for reports of `dim` inputs: its name, parameters, guarantee
+    and the bytes each report uploads (summary.json repeats those)."""
+    return {**mechanism.describe(), "upload_bytes_per_report": mechanism.upload_bytes(dim)}
 
 
 def privacy_record(

@@ -266,7 +266,8 @@ def run_fedpg_cen_command(
     attack: Annotated[FedPGAttack | None, typer.Option(
         help="What a Byzantine agent does: random-noise, random-action, sign-flip (−2.5× its "
         "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
-        "slack) or fedscspg (FedPG-BR's adaptive attack). Its message still passes through "
+        "slack), fedscspg (FedPG-BR's adaptive attack) or normalized (against the gradient at an "
+        "honest norm, after Fang et al. 2025). Its message still passes through "
         "--mechanism.")] = None,
     robust: Annotated[FedPGRobust, typer.Option(
         help="The server's rule over the K reports: none (the mean), fedpg-br (FedPG-BR's "
@@ -646,6 +647,11 @@ def audit_fedpg_command(
     clip: ClipOpt = None,
     delta: DeltaOpt = 1e-5,
     episodes: EpisodesOpt = 5000,
+    robust: Annotated[FedPGRobust, typer.Option(
+        help="cen: the server's robust rule (fedpg-br, median, trimmed-mean); the attacker "
+        "then sees its μ_t over all K agents' reports (the canary is one of them), to confirm "
+        "the rule is post-processing. Default none: the attacker sees the one report.")
+    ] = FedPGRobust.none,
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
     ] = 20_000,
@@ -678,7 +684,7 @@ def audit_fedpg_command(
     config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
                                      mechanism=mechanism.value, epsilon=1.0,
                                      clip=1.0 if clip is None else clip, delta=delta,
-                                     budget=episodes)
+                                     budget=episodes, robust=robust.value)
     for e in epsilons:  # every setting validated (σ calibrated) before any draw
         positive(flag, e)
         try:
@@ -694,4 +700,5 @@ def audit_fedpg_command(
         f"audit-fedpg-{algorithm.value}-{mechanism.value}",
         {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
          "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": episodes,
-         "samples": samples, "confidence": confidence, "seed": seed}, out, progress)
+         "robust": robust.value, "samples": samples, "confidence": confidence, "seed": seed},
+        out, progress)

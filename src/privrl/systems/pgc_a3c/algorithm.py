@@ -814,12 +814,6 @@ def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
     return PrivacyLedger(epsilon_budget=cfg.epsilon)
 
 
-def mechanism_record(mechanism: Mechanism, dim: int) -> dict[str, Any]:
-    """privacy.json's "mechanism": its name, parameters, guarantee and the bytes each report
-    uploads (summary.json repeats those)."""
-    return {**mechanism.describe(), "upload_bytes_per_report": mechanism.upload_bytes(dim)}
-
-
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     """The per-report mechanism: the agent's budget ε split over its T submissions (by the
     budget's composition, `PGCA3CConfig.epsilon_per_report`)."""

@@ -45,6 +45,7 @@ from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.noise import secret_keys
+from privrl.privacy.record import mechanism_record
 from privrl.privacy.report import restore_report
 from privrl.runfile import checked, read, write
 from privrl.runtime.sharding import setting_trial_keys
@@ -54,7 +55,6 @@ from privrl.systems.pgc_a3c.algorithm import (
     agent_noise_key,
     budget_ledger,
     lone_agent,
-    mechanism_record,
     trial_env_key,
 )
 
