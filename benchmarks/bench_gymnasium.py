@@ -13,15 +13,17 @@ path steps at least half as many environment steps per second as a random-policy
   tuned --mechanism none` with N = `--parallel-agents` (rollouts, gradients, aggregator): env
   steps (the sum of the episodes' lengths) per second of training after the first chunk's
   compile (wall − the summary's compile seconds, which include the first chunk's steps: a
-  lower bound on the time, so this reading errs high by at most that chunk's share).
+  lower bound on the time, so this reading errs high by at most that chunk's share). With
+  `--trials T`, N = T trials × N/T agents, every trial's agents acting in one policy call.
 
-    python benchmarks/bench_gymnasium.py [--envs 9 64] [--repeats 5] [--seconds 2]
+    python benchmarks/bench_gymnasium.py [--envs 9 64] [--repeats 5] [--seconds 2] [--trials 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -70,13 +72,15 @@ def rollout_loop(n: int, seconds: float) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def training(n: int, submissions: int) -> float:
-    """Env steps per second of a non-private PGC-A3C training run with n parallel agents."""
+def training(n: int, submissions: int, trials: int = 1) -> float:
+    """Env steps per second of a non-private PGC-A3C training run with n environments:
+    `trials` trials of n / trials parallel agents."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
         subprocess.run([sys.executable, "-m", "privrl", "run", "pgc-a3c", "--env",
                         "gymnasium:CartPole-v1", "--preset", "tuned", "--mechanism", "none",
-                        "--parallel-agents", str(n), "--trials", "1", "--submissions",
+                        "--parallel-agents", str(n // trials), "--trials", str(trials),
+                        "--submissions",
                         str(submissions), "--seed", "0", "--no-progress", "--out", str(out)],
                        check=True, capture_output=True)
         summary = json.loads((out / "summary.json").read_text())
@@ -91,18 +95,21 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0, help="per loop reading")
     ap.add_argument("--submissions", type=int, default=3000, help="per training reading")
+    ap.add_argument("--trials", type=int, default=1, help="training: N = trials × agents")
     args = ap.parse_args()
     import gymnasium
 
     print(f"# {platform.node()} {platform.machine()} python {platform.python_version()} "
-          f"jax {jax.__version__} gymnasium {gymnasium.__version__}; median of {args.repeats}")
+          f"jax {jax.__version__} gymnasium {gymnasium.__version__}; median of {args.repeats}; "
+          f"training: {args.trials} trial(s); load average {os.getloadavg()[0]:.1f}")
     print("| N envs | vector (random) steps/s | rollout_host steps/s | ratio | pgc-a3c training "
           "steps/s | ratio |")
     print("|---|---|---|---|---|---|")
     for n in args.envs:
         vec = statistics.median(vector_loop(n, args.seconds) for _ in range(args.repeats))
         roll = statistics.median(rollout_loop(n, args.seconds) for _ in range(args.repeats))
-        train = statistics.median(training(n, args.submissions) for _ in range(args.repeats))
+        train = statistics.median(training(n, args.submissions, args.trials)
+                                  for _ in range(args.repeats))
         print(f"| {n} | {vec:,.0f} | {roll:,.0f} | {roll / vec:.2f} | {train:,.0f} | "
               f"{train / vec:.2f} |", flush=True)
 

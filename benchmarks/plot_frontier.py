@@ -1,14 +1,27 @@
-"""The privacy-utility frontier of PGC-A3C from one `privrl reproduce pgc-a3c` directory:
-median FST and success ratio vs ε, one line per mechanism, the paper's points beside them.
+"""The LDP frontier of PGC-A3C: median FST against ε per mechanism, the success ratio as the
+marker's size, from recorded runs, in one command (issue 42):
 
-    python benchmarks/plot_frontier.py SWEEP_DIR OUT.png
+    python benchmarks/plot_frontier.py --out benchmarks/figures/frontier_ldp.png
+
+Rows come from benchmarks/frontier_pgc_a3c.csv (`--csv`: one row per recorded `privrl run
+pgc-a3c` or sweep cell, with its seed, trials, successes, median FST, commit and the RESULTS
+section that recorded it) and from any `privrl run pgc-a3c` run directories given with `--runs`
+(their config.json and summary.json). Each (mechanism, ε, seed) is one marker: filled at its
+median FST, hollow at the cap when the median trial never succeeded; area ∝ success ratio. The
+line joins the median over seeds per ε; ε = ∞ (no mechanism) is the dotted line, and the paper's
+points (cap 90,000) are crosses.
+
+`--sweep SWEEP_DIR` draws the older two-panel figure of one `privrl reproduce pgc-a3c` directory
+(median FST and success ratio vs ε; formerly `plot_frontier.py SWEEP_DIR OUT.png`).
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import math
-import sys
+import statistics
 from pathlib import Path
 
 import matplotlib
@@ -18,8 +31,82 @@ import matplotlib.pyplot as plt
 
 from privrl.systems.pgc_a3c.reproduce import MECHANISM_LABEL, PAPER_TABLES
 
+RECORDED = Path(__file__).with_name("frontier_pgc_a3c.csv")
+ORDER = ("laplace", "prs", "privunit", "privunitg", "privunitg-seed", "projunit")
 
-def main(sweep: str, out: str) -> None:
+
+def read_csv(path: Path) -> list[dict]:
+    """The recorded rows: mechanism, ε, seed, trials, successes, median FST (None: the median
+    trial never succeeded) and cap."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append({"mechanism": r["mechanism"], "epsilon": float(r["epsilon"]),
+                         "seed": int(r["seed"]), "trials": int(r["trials"]),
+                         "success": int(r["successes"]) / int(r["trials"]),
+                         "median_fst": float(r["median_fst"]) if r["median_fst"] else None,
+                         "cap": int(r["cap"])})
+    return rows
+
+
+def read_run(run: Path) -> dict:
+    """One `privrl run pgc-a3c` directory as a row."""
+    cfg = json.loads((run / "config.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    eps = summary["epsilon"]
+    return {"mechanism": summary["mechanism"], "epsilon": math.inf if eps is None else eps,
+            "seed": cfg["seed"], "trials": summary["trials"],
+            "success": summary["success_ratio"], "median_fst": summary["median_fst"],
+            "cap": summary["submissions"]}
+
+
+def plot_frontier(rows: list[dict], out: str) -> None:
+    cap = max(r["cap"] for r in rows)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    mechs = sorted({r["mechanism"] for r in rows if math.isfinite(r["epsilon"])},
+                   key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER))
+    for i, mech in enumerate(mechs):
+        color, label = f"C{i}", MECHANISM_LABEL.get(mech, mech)
+        mine = [r for r in rows if r["mechanism"] == mech and math.isfinite(r["epsilon"])]
+        # a small offset per mechanism so that points at the same ε stay apart
+        shift = 1 + 0.04 * (i - (len(mechs) - 1) / 2)
+        for r in mine:
+            y = cap if r["median_fst"] is None else r["median_fst"]
+            ax.scatter([r["epsilon"] * shift], [y], s=15 + 285 * r["success"],
+                       facecolors="none" if r["median_fst"] is None else color,
+                       edgecolors=color, alpha=0.75, linewidths=1.2)
+        eps = sorted({r["epsilon"] for r in mine})
+        med = [statistics.median(cap if r["median_fst"] is None else r["median_fst"]
+                                 for r in mine if r["epsilon"] == e) for e in eps]
+        ax.plot([e * shift for e in eps], med, "-", color=color, alpha=0.6, label=label)
+        paper = PAPER_TABLES["median_fst"].get(mech)
+        if paper:
+            pe = sorted(e for e in paper if math.isfinite(e))
+            ax.plot(pe, [paper[e] for e in pe], "x--", color=color, alpha=0.5,
+                    label=f"{label} (paper, cap 90k)")
+    for r in rows:
+        if not math.isfinite(r["epsilon"]) and r["median_fst"] is not None:
+            ax.axhline(r["median_fst"], color="grey", ls=":", lw=1)
+            ax.annotate(f"ε = ∞: {r['median_fst']:,.0f}", (0.01, r["median_fst"]),
+                        xycoords=("axes fraction", "data"), va="bottom", fontsize=7)
+            break
+    ax.axhline(cap, color="grey", ls="--", lw=0.8)
+    for sr in (0.25, 0.5, 1.0):  # the size legend
+        ax.scatter([], [], s=15 + 285 * sr, facecolors="none", edgecolors="k",
+                   label=f"success {sr:g}")
+    ax.set(xscale="log", yscale="log", xlabel="ε per agent (pure ε-LDP over the run)",
+           ylabel="median FST (submissions)",
+           title=f"PGC-A3C LDP frontier: one marker per seed × 20 trials, area ∝ success "
+                 f"(hollow at the cap {cap:,}: median trial never succeeded)")
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=7, ncol=2, loc="lower left", bbox_to_anchor=(0.0, 0.08))
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+
+
+def plot_sweep(sweep: str, out: str) -> None:
+    """One reproduce sweep: median FST and success ratio vs ε, one line per mechanism."""
     record = json.loads((Path(sweep) / "tables.json").read_text())["ours"]
     cap = json.loads((Path(sweep) / "sweep.json").read_text())["sweep"]["cap"]
     fig, (ax_fst, ax_sr) = plt.subplots(1, 2, figsize=(10, 4))
@@ -52,5 +139,20 @@ def main(sweep: str, out: str) -> None:
     fig.savefig(out, dpi=120)
 
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="the PNG to write")
+    ap.add_argument("--csv", type=Path, default=RECORDED,
+                    help="recorded rows (default: %(default)s)")
+    ap.add_argument("--runs", type=Path, nargs="*", default=[],
+                    help="privrl run pgc-a3c directories to add")
+    ap.add_argument("--sweep", help="one reproduce sweep directory: the older two-panel figure")
+    args = ap.parse_args()
+    if args.sweep:
+        plot_sweep(args.sweep, args.out)
+        return
+    plot_frontier(read_csv(args.csv) + [read_run(r) for r in args.runs], args.out)
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()

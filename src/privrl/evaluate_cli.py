@@ -29,6 +29,10 @@ def evaluate_command(
     sample: Annotated[bool, typer.Option(
         "--sample", help="Sample actions from the policy instead of taking the argmax.")
     ] = False,
+    model: Annotated[str | None, typer.Option(
+        help="Your own network, for a run trained with it: module:callable or "
+        "path/to/file.py:callable, a flax module or a callable returning one (the policy "
+        "file names it but is never allowed to import it; this option is).")] = None,
 ) -> None:
     """Play a run's trained policy and report its returns (mean, std, per trial); write them
     into the run directory as evaluate-N.json and evaluate-N.csv (never overwriting)."""
@@ -37,7 +41,7 @@ def evaluate_command(
 
     from privrl.evaluation import evaluate_run
 
-    ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample)
+    ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample, model)
     json_path, csv_path = ev.write()
     s = ev.summary()
     t = Table(title=f"{s['policy']} policy on {s['env']}, {episodes} episode(s) each, "

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import ConfigError
-from privrl.policy import FILE, Policy, load_policy
+from privrl.policy import FILE, Policy, load_policy, one_network, read_saved
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -68,10 +68,11 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
                  sample: bool = False, model: Any = None) -> Evaluation:
     """Returns of a run's saved policy: every trial (or `trial`), every learner of it, over
     `episodes` episodes from `seed`. `env`: the task to play, a spec or a Task (default: the
-    one trained on);
-    `max_steps`: the episode cap (default: the training cap, else the task's own); `model`:
-    your flax module, for a policy trained with one. ConfigError names a bad argument;
-    RunFileError a missing or tampered policy file."""
+    one trained on); `max_steps`: the episode cap (default: the training cap, else the
+    task's own); `model`: your flax module, or `module:callable` naming it (imported only
+    after the other arguments and the policy file are checked), for a policy trained with
+    one, and only then. ConfigError names a bad argument; RunFileError a missing or tampered
+    policy file."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError("run_dir", f"{run_dir} is not a run directory")
@@ -81,6 +82,17 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
                           f"got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
+    description, _, path = read_saved(run_dir)
+    one_network(description, path)
+    desc = description["model"]
+    if model is not None and desc["architecture"] != "module":
+        raise ConfigError("model", f"the policy's network is privrl's own ({desc['architecture']}"
+                          "), rebuilt from the file; a model is only for a run trained with "
+                          "your own")
+    if isinstance(model, str):
+        from privrl.plugins import load_module
+
+        model = load_module(model, "model")
     first = _load(run_dir, 0, 0, model)
     d = first.description
     trials = range(d["trials"]) if trial is None else [trial]

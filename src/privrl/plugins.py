@@ -1,7 +1,8 @@
 """A user's code named on the command line or in a config: `module:callable` or
-`path/to/file.py:callable` (`--env`, `--mechanism`). Importing it runs that module's code, with
-the user's rights: it is loaded only after every other option is checked, and any failure of
-the user's import or call is one ConfigError naming the option, never a traceback."""
+`path/to/file.py:callable` (`--env`, `--mechanism`, `privrl evaluate --model`). Importing it
+runs that module's code, with the user's rights: it is loaded only after every other option
+is checked, and any failure of the user's import or call is one ConfigError naming the option,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from privrl.config import ConfigError
 
-__all__ = ["call_user", "load_callable"]
+__all__ = ["call_user", "load_callable", "load_module"]
 
 
 def load_callable(spec: str, option: str) -> Callable[..., Any]:
@@ -34,6 +35,19 @@ def load_callable(spec: str, option: str) -> Callable[..., Any]:
     if not callable(fn):
         raise ConfigError(option, f"{where} has no callable {attr!r}")
     return fn
+
+
+def load_module(spec: str, option: str) -> Any:
+    """The flax module `spec` names: a module instance, or a callable (a Module class, a
+    factory) called with no arguments that returns one; ConfigError(option) otherwise."""
+    import flax.linen as nn
+
+    obj = load_callable(spec, option)
+    module = obj if isinstance(obj, nn.Module) else call_user(obj, spec, option)
+    if not isinstance(module, nn.Module):
+        raise ConfigError(option, f"{spec} must be a flax module, or a callable returning one "
+                          f"with no arguments; got {type(module).__name__}")
+    return module
 
 
 def call_user(fn: Callable[..., Any], spec: str, option: str, *args: Any) -> Any:

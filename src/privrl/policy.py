@@ -10,6 +10,13 @@ match is one RunFileError naming the file, and nothing from the file is ever imp
 executed (a user's own network is rebuilt from the module the caller passes, never from a
 name in the file).
 
+FedRL (Grid-World, Text2Action) and its baselines write the same file with `kind: networks`
+(`networks_policy`): θ is each trial's networks end to end, and the description lists each
+network's slice, the parties holding it and its module's settings. Those networks act
+together on the system's own episodes (window histories, texts), not as one network on a
+task's observation: `load_policy` and `privrl evaluate` refuse them in one line
+(`one_network`); `read_saved` reads them.
+
 `Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
 key; with one, a sample of the policy (categorical over the logits; ε-greedy for a Q-network,
 at its final exploration rate). A continuous-action policy (head "gaussian", a Box action
@@ -33,13 +40,20 @@ if TYPE_CHECKING:
     from privrl.envs.task import Task
     from privrl.nets.flat import FlatModel
 
-__all__ = ["FILE", "HEADS", "KIND", "Policy", "SavedPolicy", "load_policy", "saved_policy"]
+__all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "Policy", "SavedPolicy",
+           "load_policy", "networks_policy", "one_network", "read_saved", "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
 # What the network returns for one observation, and how an action is read from it.
 HEADS = ("logits", "logits,value", "q", "gaussian", "gaussian,value")
 MAX_TRIALS = 1 << 16
+NETWORKS = "networks"  # the description's `kind` for FedRL's networks (`networks_policy`)
+MAX_NETWORKS = 8
+# What a file of FedRL's networks reveals: each party's own state, beyond any accounting.
+NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
+                 "holds every party; privacy.json accounts for the releases on the channel, "
+                 "not for these networks: share a party's network only as that party would")
 
 
 @dataclass
@@ -91,6 +105,33 @@ def saved_policy(system: str, model: FlatModel, task: Task, head: str, theta: An
         "trials": int(theta.shape[0]),
         "learners": int(theta.shape[1]),
     })
+
+
+def networks_policy(system: str, env: str, acts_on: str,
+                    networks: list[tuple[str, list[str], FlatModel, Any]],
+                    **info: Any) -> SavedPolicy:
+    """A SavedPolicy of networks that act together on `system`'s own episodes (`acts_on`
+    says on what), not on a task's observation: `networks` (name, the parties holding it, its
+    FlatModel, θ (trials, d)); θ of a trial is theirs end to end, in this order. `info`: more
+    JSON fields (what each trial is, a note on what the file reveals)."""
+    import jax
+
+    thetas = [np.asarray(theta, np.float32) for *_, theta in networks]
+    listed, offset = [], 0
+    for (name, held_by, model, _), theta in zip(networks, thetas, strict=True):
+        m = model.module
+        settings = {f: getattr(m, f) for f in m.__dataclass_fields__
+                    if f not in ("parent", "name") and isinstance(
+                        getattr(m, f), int | float | str | bool | tuple)}
+        listed.append({
+            "name": name, "held_by": list(held_by), "offset": offset, "dim": int(theta.shape[1]),
+            "module": f"{type(m).__module__}.{type(m).__qualname__}", "settings": settings,
+            "input_shapes": [list(x.shape) for x in jax.tree_util.tree_leaves(model._example)]})
+        offset += int(theta.shape[1])
+    theta = np.concatenate(thetas, axis=1)[:, None]
+    return SavedPolicy(theta, {"system": system, "env": env, "kind": NETWORKS,
+                               "acts_on": acts_on, "networks": listed, **info,
+                               "trials": int(theta.shape[0]), "learners": 1})
 
 
 class Policy:
@@ -172,23 +213,73 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
     line naming the file) for a missing, tampered or truncated policy file; ValueError for a
     trial or learner the run does not have.
     """
-    path = Path(run_dir) / FILE
-    state = read(path, KIND)
-    with checked(path):
-        if not isinstance(state, dict) or set(state) != {"description", "theta"}:
-            raise ValueError("expected a description and theta")
-        description, theta = _checked_description(state["description"]), state["theta"]
-        if not isinstance(theta, np.ndarray) or theta.dtype != np.float32 or theta.ndim != 3:
-            raise ValueError("theta must be a float32 array (trials, learners, d)")
-        want = (description["trials"], description["learners"], description["model"]["dim"])
-        if theta.shape != want:
-            raise ValueError(f"theta has shape {theta.shape}, the description says {want}")
+    description, theta, path = read_saved(run_dir)
+    one_network(description, path)
     flat = _model_of(description, model, path)
     for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
                                                                 theta.shape[1])):
         if not isinstance(value, int | np.integer) or not 0 <= value < n:
             raise ValueError(f"{name} must be an integer in [0, {n}), got {value!r}")
     return Policy(description, theta[trial, learner], flat, int(trial), int(learner))
+
+
+def read_saved(run_dir: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, Path]:
+    """A run directory's policy.npz checked, nothing built: (description, θ (trials,
+    learners, d), the file's path). RunFileError (one line naming the file) otherwise."""
+    path = Path(run_dir) / FILE
+    state = read(path, KIND)
+    with checked(path):
+        if not isinstance(state, dict) or set(state) != {"description", "theta"}:
+            raise ValueError("expected a description and theta")
+        description, theta = state["description"], state["theta"]
+        networks = isinstance(description, dict) and description.get("kind") == NETWORKS
+        description = (_checked_networks if networks else _checked_description)(description)
+        if not isinstance(theta, np.ndarray) or theta.dtype != np.float32 or theta.ndim != 3:
+            raise ValueError("theta must be a float32 array (trials, learners, d)")
+        dim = (sum(n["dim"] for n in description["networks"]) if networks
+               else description["model"]["dim"])
+        want = (description["trials"], description["learners"], dim)
+        if theta.shape != want:
+            raise ValueError(f"theta has shape {theta.shape}, the description says {want}")
+    return description, theta, path
+
+
+def one_network(description: dict[str, Any], path: Path) -> None:
+    """ConfigError("run_dir") in one line, saying why, for a file of networks that act
+    together on a system's own episodes (`networks_policy`): nothing here can play them."""
+    if description.get("kind") != NETWORKS:
+        return
+    held = "; ".join(f"{n['name']} (held by {' and '.join(n['held_by'])})"
+                     for n in description["networks"])
+    raise ConfigError("run_dir", f"{path} holds {description['system']}'s networks {held}, "
+                      f"which act together on {description['acts_on']}, not as one network "
+                      "on a task's observations: load_policy and privrl evaluate play one "
+                      "such network; read the file with privrl.policy.read_saved")
+
+
+def _checked_networks(d: Any) -> dict[str, Any]:
+    """A `networks_policy` description's fields, each of the type and range one writes
+    (ValueError otherwise): the networks' slices tile θ from 0."""
+    def count(v: Any, lo: int, hi: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+    for key in ("system", "env", "acts_on"):
+        if not isinstance(d.get(key), str):
+            raise ValueError(f"description field {key!r} is missing or not a str")
+    if not count(d.get("trials"), 1, MAX_TRIALS) or d.get("learners") != 1:
+        raise ValueError("trials out of range or learners not 1")
+    nets = d.get("networks")
+    if not isinstance(nets, list) or not 1 <= len(nets) <= MAX_NETWORKS:
+        raise ValueError("the networks are missing or too many")
+    offset = 0
+    for n in nets:
+        if not (isinstance(n, dict) and isinstance(n.get("name"), str)
+                and isinstance(n.get("module"), str) and isinstance(n.get("held_by"), list)
+                and n["held_by"] and all(isinstance(h, str) for h in n["held_by"])
+                and n.get("offset") == offset and count(n.get("dim"), 1, 1 << 28)):
+            raise ValueError(f"network {n!r:.80} is malformed")
+        offset += n["dim"]
+    return d
 
 
 def _model_of(description: dict[str, Any], model: Any, path: Path) -> FlatModel:
@@ -207,8 +298,10 @@ def _model_of(description: dict[str, Any], model: Any, path: Path) -> FlatModel:
                                  f"says {desc['dim']}")
         return flat
     if model is None:
-        raise ConfigError("model", f"{path} holds your own network ({desc['module']}); "
-                          "pass it: load_policy(run_dir, model=YourModule(...))")
+        raise ConfigError("model", f"{path} holds your own network ({desc['module']}), which "
+                          "is never imported from the file; pass it (Python: load_policy("
+                          "run_dir, model=YourModule()); privrl evaluate: --model "
+                          "module:YourModule)")
     try:
         flat = FlatModel(model, jnp.zeros((desc["obs_dim"],), jnp.float32))
     except Exception as e:

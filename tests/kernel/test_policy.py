@@ -202,3 +202,61 @@ def test_a_sweep_setting_keeps_its_policy_too(cartpole_run, tmp_path):
     save_setting(record, tmp_path / "s")
     np.testing.assert_array_equal(load_policy(tmp_path / "s", trial=1).theta,
                                   state["theta"][1, 0])
+
+
+NET_PY = '''
+import flax.linen as nn
+
+
+class Net(nn.Module):
+    """One observation -> the logits of CartPole's two actions."""
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(x)
+
+
+def not_a_module():
+    return 3
+'''
+
+
+def test_privrl_evaluate_takes_a_users_network_with_model(tmp_path, capsys):
+    """A run trained with the user's own network is evaluated with `--model file.py:Net` (the
+    option, never the file, allows the import); without it, or with something other than a
+    flax module, one line naming --model and nothing written."""
+    from privrl.plugins import load_module
+
+    (tmp_path / "usernet.py").write_text(NET_PY)
+    net = load_module(f"{tmp_path / 'usernet.py'}:Net", "model")
+    model = FlatModel(net, jnp.zeros((4,), jnp.float32))
+    w = np.array([0.0, 0.0, 1.0, 1.0], np.float32)  # push right iff angle + ang. velocity > 0
+    theta = jax.flatten_util.ravel_pytree(
+        {"params": {"Dense_0": {"bias": np.zeros(2, np.float32),
+                                "kernel": np.stack([-w, w], 1)}}})[0]
+    assert theta.size == model.dim
+    run = tmp_path / "run"
+    run.mkdir()
+    saved_policy("fedpg-cen", model, make_task("gymnax:CartPole-v1"), "logits",
+                 np.asarray(theta)[None], 200).write(run / FILE)
+    capsys.readouterr()
+    for args in ([], ["--model", f"{tmp_path / 'usernet.py'}:not_a_module"],
+                 ["--model", f"{tmp_path / 'nope.py'}:Net"]):
+        assert main(["evaluate", str(run), "--episodes", "2", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "error: --model:" in err[0], err
+    assert not list(run.glob("evaluate-*"))
+    assert main(["evaluate", str(run), "--episodes", "4", "--model",
+                 f"{tmp_path / 'usernet.py'}:Net"]) == 0
+    summary = json.loads((run / "evaluate-1.json").read_text())
+    assert summary["mean_return"] > 100  # the heuristic balances; random ≈ 22
+
+
+def test_model_is_refused_for_privrls_own_network(cartpole_run, tmp_path, capsys):
+    """--model on a run whose network privrl rebuilds itself is refused before any import."""
+    marker = tmp_path / "imported"
+    (tmp_path / "loud.py").write_text(f"open({str(marker)!r}, 'w').close()\nNet = 1\n")
+    assert main(["evaluate", str(cartpole_run), "--model", f"{tmp_path / 'loud.py'}:Net"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--model" in err[0] and "privrl's own" in err[0], err
+    assert not marker.exists()

@@ -222,14 +222,16 @@ def host_keys(key: Array, n: int, max_steps: int, observed: bool
               ) -> tuple[Array, Array, Array | None]:
     """`rollout_host`'s draws from its key, in one program (each eager op costs a dispatch per
     rollout): the n reset seeds, the policy's key per step and, `observed`, the observation
-    release's key per release time. Integer draws: the same bits as computed op by op."""
+    release's key per release time, the keys as their raw data (uint32, one row per key: taking
+    a typed key out of an array costs an eager op per step). Integer draws: the same bits as
+    computed op by op."""
     obs_keys = None
     if observed:
         key, k_obs = jax.random.split(key)
-        obs_keys = jax.random.split(k_obs, max_steps + 1)
+        obs_keys = jax.random.key_data(jax.random.split(k_obs, max_steps + 1))
     k_reset, k_loop = jax.random.split(key)
     seeds = jax.random.randint(k_reset, (n,), 0, np.iinfo(np.int32).max)
-    return seeds, jax.random.split(k_loop, max_steps), obs_keys
+    return seeds, jax.random.key_data(jax.random.split(k_loop, max_steps)), obs_keys
 
 
 def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,
@@ -238,20 +240,78 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     (obs, reward, terminated, truncated, info)), stepped on the host: `rollout_episodes`'s arrays.
 
     Each step the policy (jit it: one call per step) sees every environment's observation, as in
-    the jitted rollout; only environments whose episode is still running step, so an episode
-    that ended costs nothing (Gymnasium's vector envs would reset and replay it). An episode
-    ends when the environment terminates or truncates (its own time limit) or at `max_steps`;
-    `terminated` is the environment's flag alone. Reset seeds come from `key`, so a rollout is
-    reproducible. Returns numpy arrays (float32 observations and rewards).
+    the jitted rollout, and its key as raw key data (uint32, what `jax.random.key_data` gives:
+    every `jax.random` function takes it and draws what the typed key draws); only environments
+    whose episode is still running step, so an episode that ended costs nothing (Gymnasium's
+    vector envs would reset and replay it). An episode ends when the environment terminates or
+    truncates (its own time limit) or at `max_steps`; `terminated` is the environment's flag
+    alone. Reset seeds come from `key`, so a rollout is reproducible. Returns numpy arrays
+    (float32 observations and rewards). Per step, the host does no more than the policy call
+    and the environments' steps: the keys are drawn before the loop, the buffers kept in numpy.
 
     `observe` (jit it): what the policy and the arrays see of each observation the
     environments return, e.g. an LDP mechanism's release; the raw observations never leave
-    this function. Its keys (one per release time: reset, then each step) are split from `key`
-    apart from the rest; None: the raw observations, and the keys of a rollout without it.
+    this function. Its keys (one per release time: reset, then each step; raw key data, as the
+    policy's) are split from `key` apart from the rest; None: the raw observations, and the
+    keys of a rollout without it.
     """
     n = len(envs)
-    seeds, step_keys, obs_keys = host_keys(key, n, max_steps, observe is not None)
-    seeds = np.asarray(seeds)
+    seeds, step_keys, obs_keys = jax.device_get(host_keys(key, n, max_steps, observe is not None))
+    traj = _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys)
+    if not traj.mask.any():  # no step taken: the actions' and what the policy would return
+        out = jax.eval_shape(policy, step_keys[0], traj.final_obs)  # beside, as zeros
+        act = out[0] if isinstance(out, tuple) else out
+        if not jnp.issubdtype(act.dtype, jnp.integer):  # a Box's (T, n, d) float32
+            traj = traj._replace(actions=np.zeros((max_steps, *act.shape), np.float32))
+        if isinstance(out, tuple):
+            traj = traj._replace(aux=jax.tree_util.tree_map(
+                lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1]))
+    return traj
+
+
+def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Array],
+                        max_steps: int, active: Any = None) -> Trajectory:
+    """`rollout_host` for T trials at once, with one policy call per step for all of them:
+    trial k's P agents are `envs[k·P:(k+1)·P]`, `keys` the T trials' rollout keys, `active`
+    (T, P). The policy gets the step keys (T, 2) (raw, as `rollout_host`'s) and observations
+    (T, P, obs_dim), and returns actions (T, P) or (T, P, d), or (actions, aux) (vmap one
+    trial's policy over trials). Each
+    trial's episodes are `rollout_host`'s from its key, padding included: the same seeds, step
+    keys and arrays. Returns the arrays with a leading trial axis (T, ...)."""
+    t_n, n = len(keys), len(envs)
+    p = n // t_n
+    drawn = [jax.device_get(host_keys(k, p, max_steps, False)) for k in keys]
+    seeds = np.concatenate([d[0] for d in drawn])
+    step_keys = np.stack([d[1] for d in drawn], 1)  # (max_steps, T, 2)
+
+    def flat(keys_t: Any, obs: np.ndarray) -> Any:  # trials' actions (and aux) as n rows
+        out = jax.device_get(policy(keys_t, obs.reshape(t_n, p, *obs.shape[1:])))
+        return jax.tree_util.tree_map(lambda a: np.asarray(a).reshape(n, *np.shape(a)[2:]), out)
+
+    traj = _host_loop(envs, flat, seeds, step_keys, max_steps,
+                      None if active is None else np.asarray(active, bool).reshape(n))
+    length = traj.length.reshape(t_n, p)
+    for k, end in enumerate(length.max(1)):  # `rollout_host` stops each trial at its end
+        rows = slice(k * p, (k + 1) * p)
+        traj.obs[end:, rows], traj.actions[end:, rows] = 0.0, 0
+        for b in jax.tree_util.tree_leaves(traj.aux):
+            b[end:, rows] = 0
+
+    def per_trial(x: np.ndarray) -> np.ndarray:  # (T_max, n, ...) -> (T, T_max, P, ...)
+        return np.ascontiguousarray(np.moveaxis(x.reshape(x.shape[0], t_n, p, *x.shape[2:]),
+                                                1, 0))
+
+    return Trajectory(per_trial(traj.obs), per_trial(traj.actions), per_trial(traj.mask),
+                      traj.final_obs.reshape(t_n, p, *traj.final_obs.shape[1:]),
+                      traj.terminated.reshape(t_n, p), length,
+                      jax.tree_util.tree_map(per_trial, traj.aux), per_trial(traj.rewards))
+
+
+def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_keys: np.ndarray,
+               max_steps: int, active: Any = None, observe: ObserveFn | None = None,
+               obs_keys: np.ndarray | None = None) -> Trajectory:
+    """`rollout_host`'s episodes from its draws (`host_keys`): the policy gets `step_keys[t]`."""
+    n = len(envs)
     live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
     obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
     raw = obs.copy() if observe is not None else obs  # the environments' own observations
@@ -267,34 +327,37 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     mask_b = np.zeros((max_steps, n), np.float32)
     rew_b = np.zeros((max_steps, n), np.float32)
     term = np.zeros(n, bool)
-    out = jax.eval_shape(policy, step_keys[0], obs)
-    with_aux = isinstance(out, tuple)
-    # Discrete actions: (T, n) int32, stepped as ints; continuous ones: (T, n, d) float32
-    # vectors, as the jitted rollout records them.
-    spec = out[0] if with_aux else out
-    discrete = bool(jnp.issubdtype(spec.dtype, jnp.integer))
-    act_b = (np.zeros((max_steps, n), np.int32) if discrete
-             else np.zeros((max_steps, n, *spec.shape[1:]), np.float32))
-    aux_b = (jax.tree_util.tree_map(lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1])
-             if with_aux else None)
-    for t, k in zip(range(max_steps), step_keys, strict=False):
+    aux_b: Any = None  # made at the first step, from what the policy returns
+    # Made at the first step too: discrete actions (T, n) int32, stepped as ints; continuous
+    # ones (a Box) (T, n, d) float32 vectors, as the jitted rollout records them.
+    act_b: Any = None
+    discrete = True
+    for t in range(max_steps):
         if not live.any():
             break
-        action = policy(k, obs)
-        if with_aux:
-            action, aux = action
+        action = policy(step_keys[t], obs)
+        if isinstance(action, tuple):
+            action, aux = jax.device_get(action)
+            if aux_b is None:
+                aux_b = jax.tree_util.tree_map(
+                    lambda a: np.zeros((max_steps, *np.shape(a)), np.asarray(a).dtype), aux)
             for b, a in zip(jax.tree_util.tree_leaves(aux_b), jax.tree_util.tree_leaves(aux),
                             strict=True):
-                b[t] = np.asarray(a)
+                b[t] = a
         action = np.asarray(action)
+        if act_b is None:
+            discrete = bool(np.issubdtype(action.dtype, np.integer))
+            act_b = np.zeros((max_steps, *action.shape), np.int32 if discrete else np.float32)
         obs_b[t], act_b[t], mask_b[t] = obs, action, live
         stepped = np.flatnonzero(live)
-        for i in stepped:
-            raw[i], reward, fell, cut, _ = envs[i].step(int(action[i]) if discrete
-                                                        else action[i])
+        steps = action[stepped].tolist() if discrete else list(action[stepped])
+        for i, a in zip(stepped, steps, strict=True):
+            raw[i], reward, fell, cut, _ = envs[i].step(a)
             rew_b[t, i] = reward
-            term[i] = bool(fell)
+            term[i] = fell
             live[i] = not (fell or cut)
         seen(t + 1, stepped)
     length = mask_b.sum(0).astype(np.int32)
+    if act_b is None:  # no step taken (`rollout_host` shapes them from the policy)
+        act_b = np.zeros((max_steps, n), np.int32)
     return Trajectory(obs_b, act_b, mask_b, obs, term, length, aux_b, rew_b)

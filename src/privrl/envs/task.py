@@ -42,7 +42,7 @@ from privrl.envs.gymnasium_env import (
     set_attributes,
     time_limit,
 )
-from privrl.envs.rollout import Trajectory, rollout_host
+from privrl.envs.rollout import Trajectory, rollout_host, rollout_host_trials
 from privrl.nets.heads import Categorical, Head, head_for
 from privrl.plugins import call_user, load_callable
 
@@ -322,6 +322,20 @@ class GymnasiumTask(Task):
         envs = self.envs(num_envs)
         set_attributes(envs, params)
         return rollout_host(envs, policy, key, max_steps, active, observe)
+
+    def rollout_trials(self, params: Any, policy: Callable[[Any, Any], Any], keys: Any,
+                       num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
+        """`rollout` for T trials at once, one policy call per step for all of them
+        (`rollout_host_trials`: policy(step keys (T, 2), obs (T, num_envs, obs_dim)) -> (T,
+        num_envs)): `params` leaves (T, num_envs, ...), `keys` the T rollout keys, `active` (T,
+        num_envs). Trial k's episodes are `rollout`'s from keys[k]; arrays (T, ...)."""
+        keys = list(keys)
+        envs = self.envs(len(keys) * num_envs)
+        params = jax.device_get(params)
+        for k in range(len(keys)):
+            set_attributes(envs[k * num_envs:(k + 1) * num_envs],
+                           jax.tree_util.tree_map(lambda x, k=k: x[k], params))
+        return rollout_host_trials(envs, policy, keys, max_steps, active)
 
     def start(self, params: Any, key: Array) -> tuple[Any, np.ndarray]:
         """One agent's environment for a learner that steps it itself (`env.step(action)`):

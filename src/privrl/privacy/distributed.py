@@ -295,6 +295,12 @@ class DistributedGaussianMechanism:
     def describe(self) -> dict[str, Any]:
         return {"mechanism": self.name, "params": self.params(), **self.guarantee.to_dict()}
 
+    def upload_bytes(self, dim: int) -> int:
+        """Bytes one agent's share uploads for an update of length `dim`: its d float32 (d + 1
+        with adaptive clipping's bit), as simulated here; a real secure aggregation adds its
+        own masking and key-exchange traffic, not counted."""
+        return 4 * (dim + (self.adaptive is not None))
+
     def sample(self, keys: Array) -> Array:
         """Which agents take part in a round: each decides with its own key (K keys, the ones
         its share is drawn with, or secret ones), Bernoulli(q) independently; (K,) bool.

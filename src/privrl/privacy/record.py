@@ -41,6 +41,7 @@ __all__ = [
     "Releases",
     "Trust",
     "headline",
+    "mechanism_record",
     "privacy_record",
     "pure_ldp",
     "statement",
@@ -78,7 +79,8 @@ TRUST_DOMAINS: dict[str, dict[str, str]] = {
         "what": "each agent computes in a process of its own beside its SuperNode (privrl's "
                 "agent executor), holding its environment, parameters and noise root, and "
                 "runs only the app bundle its owner pinned, never a bundle's code; the "
-                "aggregator's ServerApp receives only Reports",
+                "aggregator's ServerApp receives only Reports, or (FedPG-Cen's secure sum) "
+                "SecAgg+-masked vectors and their one revealed sum",
         "guarantee_against": "the aggregator's operator and anyone who sees the Reports, "
                              "provided each agent's SuperNode runs in a domain of its own "
                              "(a local test deployment runs them all on one machine as one "
@@ -307,6 +309,18 @@ class Describable(Protocol):
     """A mechanism: anything whose `describe()` gives its name, parameters and guarantee."""
 
     def describe(self) -> dict[str, Any]: ...
+
+
+class Uploading(Describable, Protocol):
+    """A per-report mechanism that also says how many bytes one report uploads."""
+
+    def upload_bytes(self, dim: int) -> int: ...
+
+
+def mechanism_record(mechanism: Uploading, dim: int) -> dict[str, Any]:
+    """privacy.json's "mechanism" for reports of `dim` inputs: its name, parameters, guarantee
+    and the bytes each report uploads (summary.json repeats those)."""
+    return {**mechanism.describe(), "upload_bytes_per_report": mechanism.upload_bytes(dim)}
 
 
 def privacy_record(

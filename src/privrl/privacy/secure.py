@@ -134,10 +134,11 @@ def discrete_laplace(t: int, size: int) -> np.ndarray:
 def discrete_gaussian(sigma2: int, size: int) -> np.ndarray:
     """`size` draws of the discrete Gaussian P(y) ∝ exp(−y²/(2σ²)), y ∈ ℤ, for an integer
     σ² >= 1 (CKS20 Algorithm 3: discrete Laplace proposals with t = ⌊σ⌋ + 1, accepted with
-    probability exp(−(|y| − σ²/t)²/(2σ²)), computed as a ratio of integers)."""
+    probability exp(−(|y| − σ²/t)²/(2σ²)), computed as a ratio of integers). σ² < 2^26: the
+    ratio's denominator 2σ²t² (times the trial count) must fit int64."""
     s2 = int(sigma2)
-    if s2 < 1 or s2 >= 1 << 40:
-        raise ValueError(f"discrete_gaussian needs an integer variance 1 <= σ² < 2^40, got {s2}")
+    if s2 < 1 or s2 >= 1 << 26:
+        raise ValueError(f"discrete_gaussian needs an integer variance 1 <= σ² < 2^26, got {s2}")
     t = math.isqrt(s2) + 1
     den = 2 * s2 * t * t
     out = np.empty(size, np.int64)

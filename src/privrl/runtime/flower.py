@@ -80,8 +80,8 @@ from flwr.supernode.runtime.run_clientapp import (
 
 from privrl.federation.flower import SLOT
 
-__all__ = ["UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "fab_hash", "make_credentials",
-           "serve_tasks", "write_app"]
+__all__ = ["UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "executor_parser", "fab_hash",
+           "make_credentials", "serve_tasks", "superexec_secret", "write_app"]
 
 UNTRUSTED_BUNDLE = 0x5055  # the Error code an agent executor answers another bundle with
 CONNECTION = "privrl"  # the SuperLink connection's name in the run's Flower config
@@ -190,6 +190,27 @@ def serve_tasks(runtime_api: str, handle: Handler, trusted_fab: str,
                 time.sleep(poll_s)
     finally:
         client.close()
+
+
+def executor_parser(module: str) -> Any:
+    """The command line every agent executor takes (`python -m <module> ...`): its config
+    file, its SuperNode's index, the SuperNodes, the SuperNode's runtime API, the pinned
+    bundle hash and the SuperExec secret file."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m {module}")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--node", type=int, required=True)
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--runtime-api", required=True)
+    parser.add_argument("--trusted-fab", required=True)
+    parser.add_argument("--superexec-secret-file", type=Path, default=None,
+                        help="the SuperNode's --superexec-auth-secret-file")
+    return parser
+
+
+def superexec_secret(path: Path | None) -> bytes | None:
+    return None if path is None else path.read_bytes()
 
 
 def _run_task(runtime_api: str, token: str, handle: Handler, trusted_fab: str) -> None:
@@ -333,11 +354,15 @@ class LocalDeployment:
                                    + " ".join((out.stdout + out.stderr).split())[-400:])
             time.sleep(0.5)
 
+    def submit(self, app: Path) -> str:
+        """Submit the app bundle (`flwr run`); what it said."""
+        return self._flwr(["run", str(app), CONNECTION], "flwr run")
+
     def run(self, app: Path, done: Path, timeout_s: float | None = None) -> str:
         """Submit the app bundle (`flwr run`) and wait until the ServerApp has written `done`
         (its results, or the error that ended it), or RuntimeError after `timeout_s` (None:
         no limit) or when a process of the deployment has died; what `flwr run` said."""
-        said = self._flwr(["run", str(app), CONNECTION], "flwr run")
+        said = self.submit(app)
         deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
         while not done.exists():
             dead = [p.args[0] for p in self.processes if p.poll() is not None]

@@ -55,6 +55,27 @@ def test_host_rollout_is_the_jitted_rollouts_twin(load_example) -> None:
     assert float(np.sum(b.rewards)) < -6 * 4
 
 
+def test_trials_rolled_out_together_are_each_trials_own_rollout(load_example) -> None:
+    """`rollout_trials` (one policy call per step for every trial, PGC-A3C's host episodes)
+    gives each trial exactly the arrays of its own `rollout`, padding included: trials that
+    end at different steps, one with an inactive agent, one with none active."""
+    load_example("byo_gymnasium")
+    task = make_task("byo_gymnasium:Walk", [PrivateParam("drift", 0.6, 1.4)]).with_max_steps(12)
+    t_n, p = 3, 2
+    params = jax.vmap(lambda k: task.agents_params(k, jnp.arange(p)))(
+        jax.random.split(jax.random.key(0), t_n))
+    keys = jax.random.split(jax.random.key(1), t_n)
+    active = np.array([[True, True], [True, False], [False, False]])
+    both = task.rollout_trials(params, jax.jit(jax.vmap(_walk_policy)), keys, p, 12, active)
+    for k in range(t_n):
+        own = task.rollout(jax.tree_util.tree_map(lambda x, k=k: x[k], params),
+                           jax.jit(_walk_policy), keys[k], p, 12, active[k])
+        for name, x in own._asdict().items():
+            if x is not None:
+                np.testing.assert_array_equal(getattr(both, name)[k], x, err_msg=name)
+    assert len(set(both.length.max(1).tolist())) == t_n  # the trials end at different steps
+
+
 def test_cartpole_rollout_replays_in_the_environment_with_each_agents_gravity() -> None:
     gravity = PrivateParam("gravity", fn=lambda key, i: 5.0 + 15.0 * (i % 2))
     task = make_task("gymnasium:CartPole-v1", [gravity]).with_max_steps(40)

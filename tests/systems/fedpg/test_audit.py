@@ -23,7 +23,8 @@ def test_audit_command_refuses_bad_options(tmp_path, capsys):
                         "--epsilon-per-report"),
                        (["--samples", "3"], "--samples"), (["--confidence", "1"],
                                                            "--confidence"),
-                       (["--clip", "-1"], "--clip"), (["--mechanism", "none"], "--mechanism")]:
+                       (["--clip", "-1"], "--clip"), (["--mechanism", "none"], "--mechanism"),
+                       (["--algorithm", "dec", "--robust", "median"], "--robust")]:
         assert main(["audit", "fedpg", *args, "--out", str(tmp_path / "r"),
                      "--no-progress"]) == 2
         err = capsys.readouterr().err
@@ -52,3 +53,19 @@ def test_end_to_end_audit_keeps_the_claim_and_sees_the_canary(tmp_path, monkeypa
     # the canary moves the report by about half the sensitivity: the bound sees it
     assert 0.5 < res["epsilon_lower"] <= res["epsilon_claimed"], res
     assert (tmp_path / "r" / "plots" / "audit.png").is_file()
+
+
+@pytest.mark.parametrize("rule", ["fedpg-br", "median"])
+def test_audit_under_a_robust_rule_keeps_the_claim_and_sees_the_canary(rule):
+    """The attacker sees the server's μ_t under the rule, over K = 3 agents' reports (the
+    canary one of them): the rule only post-processes reports, so one report's claim still
+    holds, and the canary still moves μ_t (fedpg-br keeps every report here: its threshold is
+    widened by Laplace's noise radius; the median of three moves with the canary's report)."""
+    from privrl.systems.fedpg.algorithm import FedPGConfig
+    from privrl.systems.fedpg.audit import audit_fedpg
+
+    cfg = FedPGConfig(mechanism="laplace", epsilon=5.0, clip=1.0, agents=3, robust=rule,
+                      hidden=(4,), batch_min=2, batch_max=3, max_episode_steps=20)
+    (res,) = audit_fedpg(cfg, [5.0], samples=2000, confidence=0.999999)
+    assert "robust " + rule in res.mechanism
+    assert 0.2 < res.epsilon_lower <= res.epsilon_claimed, res

@@ -65,6 +65,12 @@ def test_attacks_as_defined():
     b = mu[np.asarray(byz)]
     widest = max(np.linalg.norm(b[i] - b[j]) for i in range(3) for j in range(3))
     assert np.allclose(np.linalg.norm(sent("fedscspg")[0] - mean_b), 1.5 * widest, rtol=1e-5)
+    # normalized: all send the direction opposite to μ̄_B at the Byzantine agents' mean norm
+    norm = sent("normalized")
+    assert np.allclose(norm, norm[0])
+    assert np.allclose(np.linalg.norm(norm[0]), np.linalg.norm(b, axis=1).mean(), rtol=1e-5)
+    cos = np.dot(norm[0], mean_b) / (np.linalg.norm(norm[0]) * np.linalg.norm(mean_b))
+    assert cos == pytest.approx(-1.0, abs=1e-5)
 
 
 def test_byzantine_agents_fixed_per_seed():

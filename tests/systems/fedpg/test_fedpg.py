@@ -278,6 +278,9 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     # The releases the run made (counted on the mechanism) are the ones the ledger composed.
     assert laplace.calls == privacy["ledger"]["reports"] == 2 * summary["rounds"]
     assert privacy["epsilon_per_release"] == 0.5
+    # Each report uploads the 386-parameter update as float32 (privacy.json and the summary).
+    assert privacy["mechanism"]["upload_bytes_per_report"] == 4 * 386
+    assert summary["upload_bytes_per_report"] == 4 * 386
     composed = privacy["per_agent_composition"]
     assert composed["basic"]["epsilon"] == pytest.approx(0.5 * summary["rounds"])
     assert composed["optimal"]["epsilon"] <= composed["basic"]["epsilon"]

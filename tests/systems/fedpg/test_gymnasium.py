@@ -243,7 +243,6 @@ def test_gymnasium_cartpole_from_the_command_line(cmd, tmp_path) -> None:
 
 @pytest.mark.parametrize("cmd, args, option", [
     ("fedpg-cen", ["--env", "gymnasium:Nope-v9"], "--env"),
-    ("fedpg-cen", ["--env", "gymnasium:Pendulum-v1"], "--env"),  # continuous actions
     ("fedpg-cen", ["--env", "gymnasium:CartPole-v1", "--private", "nope=1:2"], "--private"),
 ])
 def test_gymnasium_cli_errors_are_one_line(cmd, args, option, fails_in_one_line) -> None:

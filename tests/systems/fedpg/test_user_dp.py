@@ -108,6 +108,9 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     assert rec["accounting"]["epsilon"] <= 3.0
     assert rec["ledger"]["reports"] == 4 * rounds
     assert rec["mechanism"]["params"]["min_honest"] == 3
+    # each agent's share: the 386-parameter update as float32
+    assert rec["mechanism"]["upload_bytes_per_report"] == summary["upload_bytes_per_report"]
+    assert summary["upload_bytes_per_report"] == 4 * 386
     assert "zero-out" in rec["mechanism"]["neighbouring"]
     assert rec["trust_model"]["by_dropouts"][0]["epsilon"] == rec["accounting"]["epsilon"]
     assert "over the whole run (central, user level" in rec["statement"]

@@ -6,9 +6,12 @@ import json
 import numpy as np
 import pytest
 
+import privrl
 from privrl import main as cli
+from privrl.config import ConfigError
+from privrl.policy import read_saved
 from privrl.systems.fedrl import local as grid
-from privrl.systems.fedrl.algorithm import FedRLConfig
+from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
 
 
 @pytest.fixture
@@ -48,6 +51,8 @@ def test_bad_maps_file_names_the_file(tmp_path, capsys, no_compute):
 
 
 def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
+    """A tiny FedRL run writes its directory (policy.npz: the parties' networks), and
+    privacy.json composes exactly the releases it made."""
     import jax
 
     from privrl.federation.vertical import Channel
@@ -70,7 +75,7 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
                      "--updates-per-epoch", "20", "--generated-maps", "40", "--buffer-size",
                      "500", "--noise", "secret", "--out", str(out), "--no-progress"])
     assert code == 0
-    for f in ("config.json", "metrics.csv", "privacy.json", "summary.json",
+    for f in ("config.json", "metrics.csv", "privacy.json", "summary.json", "policy.npz",
               "plots/valid_success.png"):
         assert (out / f).exists(), f
     privacy = json.loads((out / "privacy.json").read_text())
@@ -91,6 +96,25 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "LDP" in printed and "noise: secret" in printed
     assert privacy["noise_keys"]["mode"] == "secret"  # (the counts above hold for any keys)
+    # policy.npz: the kept networks (α's, β's, the shared head), each named with the party
+    # holding it; played from the file (test-clean: no noise), they score what the run did;
+    # load_policy and privrl evaluate refuse them in one line saying why
+    description, theta, _ = read_saved(out)
+    assert description["kind"] == "networks" and theta.shape[:2] == (1, 1)
+    assert [(n["name"], n["held_by"]) for n in description["networks"]] == [
+        ("q_alpha", ["alpha"]), ("q_beta", ["beta"]), ("federated_head", ["alpha", "beta"])]
+    params = tuple(theta[:, 0, n["offset"]:n["offset"] + n["dim"]]
+                   for n in description["networks"])
+    test = grid.load_splits(cfg).test
+    clean = jax.vmap(lambda p: FedRL(FedRLConfig(generated_maps=40, bounded=2.0)).evaluate(
+        p, test, jax.random.key(0), "test-clean"))(params)
+    np.testing.assert_allclose(np.asarray(clean.success).mean(-1),
+                               summary["test"]["test-clean"]["per_seed"]["success"])
+    with pytest.raises(ConfigError, match="act together on Grid-World window histories"):
+        privrl.load_policy(out)
+    assert cli.main(["evaluate", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "RUN_DIR" in err[0] and "held by beta" in err[0], err
     # never overwrites
     assert cli.main(["run", "fedrl", "--epochs", "1", "--out", str(out)]) == 2
 
@@ -134,3 +158,4 @@ def test_accountant_without_bounded_is_refused(capsys, no_compute):
     assert cli.main(["run", "fedrl", "--accountant", "rdp"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--accountant" in err and "bounded" in err, err
+

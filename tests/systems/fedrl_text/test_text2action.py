@@ -523,3 +523,39 @@ def test_releases_made_equal_privacy_json(corpus, monkeypatch):
     clean = data.test.count * data.shapes.width
     assert sent["beta"] - clean == releases["beta"]
     assert sent["alpha"] == 2 * cfg.batch_size <= releases["alpha"]
+
+
+def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, capsys):
+    """policy.npz holds every fold's runs' kept networks (α's tagger, β's with the fold's word
+    vectors, the shared head), each named with the party holding it; played from the file,
+    they tag the test texts as the run's test-clean did; load_policy and privrl evaluate
+    refuse the file in one line saying why."""
+    import privrl
+    from privrl import main as cli
+    from privrl.policy import read_saved
+    from privrl.systems.fedrl_text import local as rt
+    from privrl.systems.fedrl_text.algorithm import make_learner
+
+    cfg = text_config(mode="fedrl", runs=2, epochs=1, steps_per_epoch=2, num_envs=2,
+                      batch_size=4, buffer_size=16, filters=4, hidden=8, pos_dim=4, tag_dim=2,
+                      word_dim=4, w2v_epochs=1)
+    folds, refs = rt.run_cv(cfg, corpus, (0, 1))
+    out = tmp_path / "run"
+    rt.save(cfg, folds, refs, out)
+    description, theta, _ = read_saved(out)
+    assert description["kind"] == "networks" and theta.shape[:2] == (4, 1)
+    assert description["trial_is"] == [{"fold": f, "run": r} for f in (0, 1) for r in (0, 1)]
+    assert [(n["name"], n["held_by"]) for n in description["networks"]] == [
+        ("q_alpha", ["alpha"]), ("q_beta", ["beta"]), ("federated_head", ["alpha", "beta"])]
+    fd = fold_data(cfg, corpus, 1)  # the last trial: fold 1's run 1
+    params = tuple(jnp.asarray(theta[3, 0, n["offset"]:n["offset"] + n["dim"]])
+                   for n in description["networks"])
+    tags, total = make_learner(cfg, fd.shapes).evaluate(params, fd.test, jax.random.key(0),
+                                                        "test-clean")
+    assert t2a.scores(fd.test, np.asarray(tags), float(total)) == folds[1].test["test-clean"][1]
+    with pytest.raises(ConfigError, match="act together on Text2Action texts"):
+        privrl.load_policy(out)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "RUN_DIR" in err[0] and "held by beta" in err[0], err

@@ -8,12 +8,12 @@ import pytest
 
 from privrl.privacy import LaplaceMechanism, ProjectedRandomSignMechanism
 from privrl.privacy.mechanisms import PerTrialMechanism
+from privrl.privacy.record import mechanism_record
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     ConfigError,
     PGCA3CConfig,
     make_mechanism,
-    mechanism_record,
     server_optimizer,
     trial_group,
     trial_stages,

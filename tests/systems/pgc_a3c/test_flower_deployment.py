@@ -2,15 +2,16 @@
 SuperNode authentication, a SuperNode and its agent executor, the ServerApp; the run
 directory, its privacy record and replay; nothing left running afterwards.
 
-Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so each test is one
-run with one SuperNode that checks everything it can at once; the second submits a bundle the
-agent did not pin. Routing between several SuperNodes, the agents' refusals and the server's
-checks are tests/systems/pgc_a3c/test_flower.py's, in one process."""
+Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so one deployment with
+one SuperNode checks everything it can at once, a bundle the agent did not pin included.
+Routing between several SuperNodes, the agents' refusals and the server's checks are
+tests/systems/pgc_a3c/test_flower.py's, in one process."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import psutil
@@ -26,6 +27,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
 
 def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run through `privrl run`; then, on the same deployment (its processes cost more
+    than the runs), the server side submits another bundle than the agents pinned (here:
+    naming its own ClientApp, as an operator who wanted to run code on the agents would):
+    every agent answers with an error, nothing is released or accepted, and the run says
+    why."""
+    from privrl.federation.flower import RESULTS
+    from privrl.runtime import flower as rt
+
     # Every process of the deployment compiles as this test does (tests/conftest.py: no
     # optimizations, no fusion emitters, one code part; the session's cache), as the Ray
     # tests' actors do: cheaper, and the ServerApp's θ is then bit-equal to this process's
@@ -37,6 +46,32 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
                                     "--xla_cpu_parallel_codegen_split_count=1")
+    submit = rt.LocalDeployment.run
+    foreign: dict = {}
+
+    def and_a_foreign_bundle(self: rt.LocalDeployment, app: Path, done: Path,
+                             timeout_s: float | None = None) -> str:
+        setup = tmp_path / "foreign-aggregator"  # the aggregator's setup, still unused
+        shutil.copytree(done.parent, setup)
+        said = submit(self, app, done, timeout_s)
+        state = app.parent / "agents" / "node0" / "agent.npz"
+        released = state.read_bytes()
+        evil = tmp_path / "foreign-app"
+        shutil.copytree(app, evil)
+        # The bundle now carries code of its own and names it as the ClientApp.
+        (evil / "operator_app.py").write_text(
+            "from flwr.clientapp import ClientApp\nclient_app = ClientApp()\n")
+        toml = evil / "pyproject.toml"
+        toml.write_text(toml.read_text()
+                        .replace("privrl.systems.pgc_a3c.flower:client_app",
+                                 "operator_app:client_app")
+                        .replace(str(done.parent.resolve()), str(setup.resolve())))
+        submit(self, evil, setup / RESULTS, 300)
+        foreign.update(json.loads((setup / RESULTS).read_text()),
+                       state_unchanged=state.read_bytes() == released)
+        return said
+
+    monkeypatch.setattr(rt.LocalDeployment, "run", and_a_foreign_bundle)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     out = tmp_path / "run"
     args = ["--preset", "tuned", "--mechanism", "laplace", "--epsilon", "2", "--submissions",
@@ -63,39 +98,13 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     # The credentials lived in a private temporary directory, removed with the deployment.
     assert not any(p.suffix in (".key", ".crt") for p in out.rglob("*"))
     assert main(["replay", str(out)]) == 0
+    # The foreign bundle: refused by the agent, nothing accepted, the agent's state untouched.
+    assert foreign["status"]["accepted"] == 0 and len(foreign["refused"]) == 4
+    assert all("runs only the app bundle it trusts" in r["reason"]
+               for r in foreign["refused"])
+    assert foreign["state_unchanged"]
     # Seeded, one agent a round: the local runner's run (scores exactly; θ to float32 rounding,
     # as tests/systems/pgc_a3c/test_flower.py states).
     assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0
     assert ((out / "metrics.csv").read_text()
             == (tmp_path / "local" / "metrics.csv").read_text())
-
-
-def test_agents_refuse_a_bundle_other_than_the_one_they_pinned(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The server side submits another bundle than the agents pinned (here: naming its own
-    ClientApp, as an operator who wanted to run code on the agents would): every agent
-    answers with an error, nothing is released or accepted, and the run says why."""
-    from privrl.runtime import flower as rt
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-    from privrl.systems.pgc_a3c.flower import run_pgc_a3c_flower
-
-    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
-    submit = rt.LocalDeployment.run
-
-    def tampered(self: rt.LocalDeployment, app: Path, done: Path,
-                 timeout_s: float | None = None) -> str:
-        # The bundle now carries code of its own and names it as the ClientApp.
-        (app / "operator_app.py").write_text(
-            "from flwr.clientapp import ClientApp\nclient_app = ClientApp()\n")
-        toml = app / "pyproject.toml"
-        toml.write_text(toml.read_text().replace("privrl.systems.pgc_a3c.flower:client_app",
-                                                  "operator_app:client_app"))
-        return submit(self, app, done, timeout_s)
-
-    monkeypatch.setattr(rt.LocalDeployment, "run", tampered)
-    cfg = PGCA3CConfig.from_preset("tuned", mechanism="laplace", epsilon=2.0, submissions=2,
-                                   parallel_agents=2, score_window=1)
-    out = run_pgc_a3c_flower(cfg, tmp_path, 1, reply_timeout_s=120, timeout_s=300)
-    assert out.status["accepted"] == 0 and len(out.refused) == 2
-    assert all("runs only the app bundle it trusts" in r["reason"] for r in out.refused)
-    assert not (tmp_path / "agents" / "node0" / "agent.npz").exists()  # nothing released

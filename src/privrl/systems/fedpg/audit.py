@@ -12,6 +12,12 @@ receives the report) knows θ, u and the mechanism and thresholds ⟨report, u�
 `privrl.audit.audit_mechanism` chooses the threshold on held-out draws and bounds ε with
 Clopper–Pearson. The claim audited is one report's guarantee (Laplace: ε per release; Gaussian:
 the per-release (ε, δ) of the calibrated σ); composition over rounds is the accountant's job.
+
+Under a robust rule (`robust`, FedPG-Cen): all K agents play the round (the canary is agent 0,
+the other K − 1 honest agents play their own private CartPole), release through the mechanism,
+and the server's rule (`privrl.federation.robust.robust_mean`, FedPG-BR's filter at its first
+round's thresholds) turns the K reports into μ_t; the attacker sees μ_t. The filter only reads
+reports, so the claim audited is unchanged: one report's ε bounds what μ_t reveals.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from jax import Array
 from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism, check_audit_settings
 from privrl.config import ConfigError, positive
+from privrl.federation.robust import robust_mean
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
+from privrl.systems.fedpg.byzantine import filter_radii
 
 __all__ = ["CanaryFedPGAgent", "audit_fedpg"]
 
@@ -42,8 +50,9 @@ class CanaryFedPGAgent(CanaryAgentBase):
         self.setting = (jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]),
                                                system.setting_data([0]))
                         if isinstance(system.mechanism, PerTrialMechanism) else None)
+        rule = "" if config.robust == "none" else f" under robust {config.robust}"
         super().__init__(system, theta_key,
-                         f"fedpg-{system.config.algorithm} {config.mechanism} canary agent")
+                         f"fedpg-{system.config.algorithm} {config.mechanism} canary agent{rule}")
 
     def privatize(self, key: Array, x: Array) -> Array:
         system = self.swapped(x[0])
@@ -58,16 +67,36 @@ class CanaryFedPGAgent(CanaryAgentBase):
         k_b, k_ep, k_mech = jax.random.split(k_agent, 3)
         batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
         live = (jnp.arange(cfg.batch_max) < batch)[None]
+        if cfg.robust != "none":
+            return self.robust_mu(x[0], k_env, k_ep, k_mech, batch, live)
         ep = system.sample(self.theta[None], env, live, k_ep)
         mu = system.gradients(self.theta[None], ep)[0]
         return system.release(self.setting, k_mech, mu).value
+
+    def robust_mu(self, on: Array, k_env: Array, k_ep: Array, k_mech: Array, batch: Array,
+                  live: Array) -> Array:
+        """The server's μ_t under the robust rule from K reports: agent 0 the canary (when
+        `on`), agents 1..K−1 honest, each with its own private environment and key. The
+        filter's σ scale is the first round's (the longest episode, as `FedPG.init`)."""
+        cfg, k = self.system.config, self.system.config.agents
+        env = self.system.env_params_of(k_env, jnp.arange(k))
+        thetas = jnp.broadcast_to(self.theta, (k, self.system.dim))
+        ep = self.system.sample(thetas, env, jnp.broadcast_to(live, (k, cfg.batch_max)), k_ep)
+        mu_k = self.system.gradients(thetas, ep)
+        lanes = on * (jnp.arange(k) == 0)  # only agent 0's report can carry the canary
+        reports = jax.vmap(lambda c, key, m: self.swapped(c).release(self.setting, key, m))(
+            lanes, jax.random.split(k_mech, k), mu_k)
+        radii = (filter_radii(cfg, self.system.dim, batch, jnp.float32(cfg.max_episode_steps))
+                 if cfg.robust == "fedpg-br" else ())
+        return robust_mean(reports, cfg.robust, *radii, alpha=cfg.byzantine_alpha)[0]
 
 
 def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0,
                 samples: int = 20_000, confidence: float = 0.95,
                 progress: Callable[[int, int], None] | None = None) -> list[AuditResult]:
     """One end-to-end audit per ε (`config.epsilon` set to each: Laplace's per-release ε, or
-    Gaussian's per-agent budget over the run, for which σ is calibrated)."""
+    Gaussian's per-agent budget over the run, for which σ is calibrated); with
+    `config.robust` the attacker sees the robust rule's μ_t over K agents' reports."""
     check_audit_settings(samples, confidence)
     agents = []
     keys = jax.random.split(jax.random.key(seed), 2 * len(epsilons))

@@ -17,7 +17,14 @@ mechanism an attack is bounded by the clip like any honest message. The attacks
   to know it): it pulls against the gradient by the honest reports' own radius, to stay
   inside R1;
 - fedscspg: FedPG-BR's own adaptive attack (its code's "FedScsPG-attack"): every Byzantine
-  agent sends μ̄_B + u·(3/2)·max_{i,j∈B} ‖μ_i − μ_j‖, u a uniform random unit direction.
+  agent sends μ̄_B + u·(3/2)·max_{i,j∈B} ‖μ_i − μ_j‖, u a uniform random unit direction;
+- normalized: after Fang, Wang and Gong's "Normalized" attack (WWW 2025), which maximizes the
+  *angle* between the aggregate before and after the attack rather than their distance. Every
+  Byzantine agent sends −n̄_B·μ̄_B/‖μ̄_B‖, n̄_B the Byzantine agents' mean honest norm: the
+  direction opposite to their estimate of the aggregate (180°, the largest angle), at an
+  honest report's length, so that no norm check can tell it apart. The paper's own
+  optimisation was not available here; this is our reading of its stated objective
+  (docs/byzantine.md).
 """
 
 from __future__ import annotations
@@ -96,6 +103,10 @@ def attack(cfg: FedPGConfig, mu: Array, byz: Array, batch: Array, scale: Array, 
         u = jax.random.uniform(key, mean_b.shape, mu.dtype, -1.0, 1.0)
         u = u / jnp.maximum(jnp.linalg.norm(u), 1e-12)
         bad = jnp.broadcast_to(mean_b + u * 1.5 * jnp.max(pair), mu.shape)
+    elif name == "normalized":
+        norm_b = jnp.sum(jnp.linalg.norm(mu, axis=1) * w[:, 0]) / jnp.maximum(jnp.sum(w), 1.0)
+        unit = mean_b / jnp.maximum(jnp.linalg.norm(mean_b), 1e-12)
+        bad = jnp.broadcast_to(-norm_b * unit, mu.shape)
     else:
         raise ValueError(f"unknown attack {name!r}")
     return jnp.where(byz[:, None], bad, mu)

@@ -9,5 +9,6 @@ MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distribut
               "central-gaussian")
 # Byzantine agents' behaviours (privrl.systems.fedpg.byzantine) and the server's robust rules
 # (privrl.federation.robust).
-ATTACKS = ("random-noise", "random-action", "sign-flip", "zero-gradient", "adaptive", "fedscspg")
+ATTACKS = ("random-noise", "random-action", "sign-flip", "zero-gradient", "adaptive", "fedscspg",
+           "normalized")
 ROBUST = ("none", "fedpg-br", "median", "trimmed-mean")

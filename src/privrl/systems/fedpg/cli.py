@@ -266,7 +266,8 @@ def run_fedpg_cen_command(
     attack: Annotated[FedPGAttack | None, typer.Option(
         help="What a Byzantine agent does: random-noise, random-action, sign-flip (−2.5× its "
         "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
-        "slack) or fedscspg (FedPG-BR's adaptive attack). Its message still passes through "
+        "slack), fedscspg (FedPG-BR's adaptive attack) or normalized (against the gradient at an "
+        "honest norm, after Fang et al. 2025). Its message still passes through "
         "--mechanism.")] = None,
     robust: Annotated[FedPGRobust, typer.Option(
         help="The server's rule over the K reports: none (the mean), fedpg-br (FedPG-BR's "
@@ -283,6 +284,21 @@ def run_fedpg_cen_command(
         "fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end (FedPG-BR: 0.4).")] = 0.4,
     env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
     max_steps: MaxStepsOpt = None,
+    runtime: Annotated[Runtime, typer.Option(
+        help="local: all agents vectorized in this process. flower: a local Flower "
+        "deployment (--supernodes SuperNodes, each hosting agents a ≡ i mod N, TLS and "
+        "SuperNode authentication) with a real secure sum (SecAgg+) of discrete Gaussian "
+        "noise shares; --mechanism distributed-gaussian with --epsilon only, one trial "
+        "(docs/flower.md).", case_sensitive=False)] = Runtime.local,
+    supernodes: Annotated[int, typer.Option(
+        help="Flower runtime: SuperNodes (>= 3, <= --agents).", min=3, max=64)] = 4,
+    threshold: Annotated[int | None, typer.Option(
+        help="Flower runtime: SuperNodes that must survive a round for SecAgg+ to reveal its "
+        "sum (a strict majority, <= N; default N − 1); the ε statement counts the agents they "
+        "hold as the honest shares.")] = None,
+    stage_timeout: Annotated[float, typer.Option(
+        help="Flower runtime: seconds each SecAgg+ stage waits for replies; a SuperNode "
+        "silent past it is dropped from the round.", min=1.0)] = 120.0,
 ) -> None:
     """FedPG-Cen (paper 004, Algorithm 1; FedPG-BR, its Byzantine filter with --robust
     fedpg-br) on CartPole-v1 or --env.
@@ -294,6 +310,13 @@ def run_fedpg_cen_command(
     from privrl.runtime.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
+    if runtime is Runtime.flower and str(mechanism) == "distributed-gaussian":
+        from privrl.config import ConfigError
+
+        if sampling_rate not in (None, 1.0):
+            raise ConfigError("--sampling-rate", "the Flower runtime's secure sum takes every "
+                              "agent in every round (no amplification by sampling is claimed)")
+        sampling_rate = 1.0
     cfg = _fedpg_config("cen", epsilon_per_report, noise=_noise(noise), secure_noise=secure_noise,
                         sampling_rate=sampling_rate, min_honest=min_honest,
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
@@ -307,7 +330,54 @@ def run_fedpg_cen_command(
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return, max_steps))
+    if runtime is Runtime.flower:
+        _execute_cen_flower(cfg, out, supernodes, threshold, stage_timeout)
+        return
     _execute_fedpg(cfg, out, progress)
+
+
+def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
+                        threshold: int | None, stage_timeout: float) -> None:
+    """FedPG-Cen on a local Flower deployment with a real secure sum (docs/flower.md)."""
+    from rich.console import Console
+
+    from privrl.config import ConfigError
+    from privrl.runtime.output import new_run_dir, removed_if_left_empty, save
+
+    if cfg.mechanism != "distributed-gaussian" or cfg.epsilon is None:
+        raise ConfigError("--mechanism", "the Flower runtime runs FedPG-Cen with "
+                          "distributed-gaussian and --epsilon (a secure sum of discrete noise "
+                          "shares); run other mechanisms with the local runtime")
+    if cfg.trials != 1:
+        raise ConfigError("--trials", "the Flower runtime runs one trial")
+    if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
+        raise ConfigError("--runtime", "the Flower runtime runs plain FedPG-Cen (no adaptive "
+                          "clip, Byzantine agents, robust rule or shuffler)")
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
+                          "pip install 'privrl[flower]'") from None
+    from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
+
+    plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
+    console, err = Console(), Console(stderr=True)
+    path = new_run_dir(out, "fedpg-cen-flower-distributed-gaussian")
+    err.print(f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} "
+              f"SuperNodes (TLS, SuperNode authentication), SecAgg+ threshold "
+              f"{plan.threshold}; each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} "
+              f"with >= {plan.mechanism.min_honest} honest surviving agents; logs in "
+              f"{path}/logs")
+    with removed_if_left_empty(path):
+        run = run_fedpg_cen_flower(plan, path, stage_timeout)
+    summary = save(record(run), path, command=["privrl", *sys.argv[1:]])
+    console.print(f"{summary['rounds']} rounds, {summary['episodes_per_agent']} episodes per "
+                  f"agent; server's last mean episode length "
+                  f"{summary['final_server_mean_length']:.1f}; user-level "
+                  f"(ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g}) with >= "
+                  f"{summary['min_honest_surviving_agents']} honest surviving agents")
+    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
+                  "privacy.json, summary.json, flower.json)")
 
 
 @run_app.command("fedpg-dec")
@@ -577,6 +647,11 @@ def audit_fedpg_command(
     clip: ClipOpt = None,
     delta: DeltaOpt = 1e-5,
     episodes: EpisodesOpt = 5000,
+    robust: Annotated[FedPGRobust, typer.Option(
+        help="cen: the server's robust rule (fedpg-br, median, trimmed-mean); the attacker "
+        "then sees its μ_t over all K agents' reports (the canary is one of them), to confirm "
+        "the rule is post-processing. Default none: the attacker sees the one report.")
+    ] = FedPGRobust.none,
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
     ] = 20_000,
@@ -609,7 +684,7 @@ def audit_fedpg_command(
     config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
                                      mechanism=mechanism.value, epsilon=1.0,
                                      clip=1.0 if clip is None else clip, delta=delta,
-                                     budget=episodes)
+                                     budget=episodes, robust=robust.value)
     for e in epsilons:  # every setting validated (σ calibrated) before any draw
         positive(flag, e)
         try:
@@ -625,4 +700,5 @@ def audit_fedpg_command(
         f"audit-fedpg-{algorithm.value}-{mechanism.value}",
         {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
          "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": episodes,
-         "samples": samples, "confidence": confidence, "seed": seed}, out, progress)
+         "robust": robust.value, "samples": samples, "confidence": confidence, "seed": seed},
+        out, progress)

@@ -40,6 +40,7 @@ from privrl.privacy.record import (
     Releases,
     Trust,
     headline,
+    mechanism_record,
     pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
@@ -217,7 +218,7 @@ class _Setting:
         return FedPGRun(
             config=cfg, mean_return=cols[0], used_before=cols[1], batch=cols[2],
             inner_steps=cols[3], used=mine(state.used), episodes_played=self.played,
-            ledger=self.ledger, mechanism=algo.mechanism.describe(),
+            ledger=self.ledger, mechanism=mechanism_record(algo.mechanism, algo.dim),
             topology=algo.topology.describe() if algo.topology is not None else None,
             wall_seconds=wall, compile_seconds=compile_s, rounds_run=len(self.out),
             releases=self.releases, privacy_budget_spent=self.spent,
@@ -415,6 +416,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "topology": cfg.topology if cfg.algorithm == "dec" else "star",
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
+        "upload_bytes_per_report": run.mechanism["upload_bytes_per_report"],
         "privacy": headline(privacy_facts(run)),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None

@@ -46,6 +46,7 @@ import numpy as np
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_fold, secret_keys
+from privrl.privacy.record import mechanism_record
 from privrl.privacy.report import restore_report
 from privrl.runfile import checked, read, tree_from_leaves, write
 from privrl.runtime.ray import require_ray, start_ray
@@ -327,7 +328,7 @@ def run_fedpg_dec_ray(
         config=cfg, mean_return=col("mean_return"), used_before=col("used_before"),
         batch=col("batch"), inner_steps=col("inner_steps"),
         used=used[None].astype(np.int64), episodes_played=int(used.sum()), ledger=ledger,
-        mechanism=algo.mechanism.describe(), topology=algo.topology.describe(),
+        mechanism=mechanism_record(algo.mechanism, algo.dim), topology=algo.topology.describe(),
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
         accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
         policy=policy_of(algo, z))

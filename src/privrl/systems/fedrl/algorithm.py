@@ -199,6 +199,13 @@ class FedRL:
     def params(s: FedRLState) -> tuple[Array, Array, Array]:
         return s.alpha.theta, s.beta.theta, s.alpha.theta_g
 
+    def policy_networks(self) -> list[tuple[str, list[str], Any]]:
+        """`params`' networks in order: (name, the parties holding it, FlatModel); θ_g is
+        α's copy (β holds the same after each update)."""
+        return [("q_alpha", ["alpha"], self.alpha.spec.q_net),
+                ("q_beta", ["beta"], self.beta.spec.q_net),
+                ("federated_head", ["alpha", "beta"], self.alpha.spec.head)]
+
     def evaluate(self, params: tuple[Array, Array, Array], maps: gw.GridMaps, key: Array,
                  variant: str = "test-noise") -> gw.EvalResult:
         """Greedy play on every map: test-noise releases through the training mechanism (the

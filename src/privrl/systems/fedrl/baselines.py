@@ -121,6 +121,11 @@ class GridDQN:
     def params(s: Any) -> Array:
         return s.theta
 
+    def policy_networks(self) -> list[tuple[str, list[str], Any]]:
+        """`params`' network: (name, who holds it, FlatModel); a -full model is a central
+        learner's, over both parties' views."""
+        return [(self.name, ["central"] if self.config.full else ["alpha"], self.net)]
+
     def evaluate(self, theta: Array, maps: gw.GridMaps, key: Array,
                  variant: str = "greedy") -> gw.EvalResult:
         full, net = self.config.full, self.net
@@ -208,6 +213,7 @@ class GridFCN:
         return jax.lax.scan(step, s, None, length=cfg.updates_per_epoch)[0]
 
     params = staticmethod(GridDQN.params)
+    policy_networks = GridDQN.policy_networks
     evaluate = GridDQN.evaluate
     releases = GridDQN.releases
     privacy_record = GridDQN.privacy_record

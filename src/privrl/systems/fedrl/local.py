@@ -21,6 +21,7 @@ import numpy as np
 
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import with_secret_roots
+from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
 from privrl.runtime.output import (
     RunRecord,
@@ -86,6 +87,7 @@ class GridOutput(SavesRunDir):
     wall_seconds: float
     compile_seconds: float
     throughput: dict[str, float] = field(default_factory=dict)
+    policy: SavedPolicy | None = None  # each seed's kept networks (policy.npz)
 
     def record(self) -> RunRecord:
         return record(self)
@@ -163,7 +165,20 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
     return save_if_asked(GridOutput(
         algo.name, cfg, splits.info, np.stack(tr_s, 1), np.stack(tr_r, 1), np.stack(va, 1),
         best_epoch, test, random_test, privacy, time.perf_counter() - start, compile_seconds,
-        throughput), out)
+        throughput, grid_policy(algo, best)), out)
+
+
+def grid_policy(algo: Any, best: Any) -> SavedPolicy:
+    """policy.npz of a Grid-World run: each seed's kept networks (`algo.policy_networks`)."""
+    cfg = algo.config
+    spec = algo.spec
+    return networks_policy(
+        algo.name, f"gridworld-{cfg.size}",
+        f"Grid-World window histories (the last {spec.history} of α's {spec.alpha_view}×"
+        f"{spec.alpha_view} and β's {spec.beta_view}×{spec.beta_view} windows)",
+        [(*net, theta) for net, theta in zip(algo.policy_networks(),
+                                              jax.tree_util.tree_leaves(best), strict=True)],
+        note=NETWORKS_NOTE)
 
 
 def summarize(out: GridOutput) -> dict[str, Any]:
@@ -209,9 +224,10 @@ def record(out: GridOutput) -> RunRecord:
             p, {out.name: out.valid_success},
             f"{out.name} (Grid-World {cfg.size}×{cfg.size}): validation SuccRate per epoch",
             "epoch", "validation SuccRate", window=1)},
-        run_info={"maps": out.splits})
+        run_info={"maps": out.splits}, policy=out.policy)
 
 
 def save(out: GridOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv (per seed and epoch), privacy.json, summary.json, plots/."""
+    """config.json, metrics.csv (per seed and epoch), privacy.json, summary.json,
+    policy.npz, plots/."""
     return save_run(record(out), path, command)

@@ -329,6 +329,13 @@ class FedRLText(_Learner):
     def params(s: FedRLState) -> tuple[Array, Array, Array]:
         return s.alpha.theta, s.beta.theta, s.alpha.theta_g
 
+    def policy_networks(self) -> list[tuple[str, list[str], Any]]:
+        """`params`' networks in order: (name, the parties holding it, FlatModel); β's
+        carries the fold's word vectors; θ_g is α's copy (β holds the same)."""
+        return [("q_alpha", ["alpha"], self.nets["alpha"]),
+                ("q_beta", ["beta"], self.nets["beta"]),
+                ("federated_head", ["alpha", "beta"], self.alpha.spec.head)]
+
     def evaluate(self, params: tuple[Array, Array, Array], texts: t2a.Texts, key: Array,
                  variant: str = "test-noise") -> tuple[Array, Array]:
         """Greedy tagging of every text. test-noise (FedRL-1): both parties' outputs go through
@@ -416,6 +423,11 @@ class TextDQN(_Learner):
     @staticmethod
     def params(s: Any) -> Array:
         return s.theta
+
+    def policy_networks(self) -> list[tuple[str, list[str], Any]]:
+        """`params`' network: (name, who holds it, FlatModel); a -full model is a central
+        learner's, over both parties' views (the word vectors in it)."""
+        return [(self.name, ["central"] if self.view == "full" else ["alpha"], self.model)]
 
     def evaluate(self, theta: Array, texts: t2a.Texts, key: Array,
                  variant: str = "greedy") -> tuple[Array, Array]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import with_secret_roots
+from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
 from privrl.runtime.output import RunRecord, csv_writer
 from privrl.runtime.output import save as save_run
@@ -98,6 +99,7 @@ class FoldOutput:
     wall_seconds: float
     compile_seconds: float
     throughput: dict[str, float] = field(default_factory=dict)
+    policy: SavedPolicy | None = None  # each run's kept networks on this fold
 
 
 def steps_per_epoch(cfg: TextConfig, train: t2a.Texts) -> int:
@@ -185,9 +187,27 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
                       "env_steps_per_s": length * runs * (
                           cfg.batch_size if cfg.mode.startswith("fcn") else cfg.num_envs) / t}
     info = {**data.info, "steps_per_epoch": length, "replay_capacity": cfg.buffer_size}
+    policy = networks_policy(
+        algo.name, f"text2action:{cfg.corpus}",
+        "Text2Action texts, word by word (α: part-of-speech ids and the tags so far; β: the "
+        "words through the fold's word vectors, which β's network holds)",
+        [(*net, theta) for net, theta in zip(algo.policy_networks(),
+                                              jax.tree_util.tree_leaves(best), strict=True)],
+        note=NETWORKS_NOTE)
     return FoldOutput(algo.name, data.fold, info, np.stack(va, 1), np.stack(tr, 1), best_epoch,
                       test, privacy, time.perf_counter() - start, sel.compile_seconds,
-                      throughput)
+                      throughput, policy)
+
+
+def folds_policy(folds: list[FoldOutput]) -> SavedPolicy | None:
+    """One policy.npz for a cross-validation: every fold's runs as trials, fold by fold (the
+    networks' sizes are the corpus's, the same in every fold)."""
+    if any(f.policy is None for f in folds):
+        return None
+    first = folds[0].policy.description
+    theta = np.concatenate([f.policy.theta for f in folds])
+    runs = [{"fold": f.fold, "run": r} for f in folds for r in range(f.policy.theta.shape[0])]
+    return SavedPolicy(theta, {**first, "trial_is": runs, "trials": int(theta.shape[0])})
 
 
 def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[str, Any]:
@@ -271,10 +291,11 @@ def record(cfg: TextConfig, folds: list[FoldOutput], refs: list[dict[str, Any]]
         {f"fold{fo.fold}": fo.privacy for fo in folds},
         metrics=csv_writer("fold,run,epoch,train_avg_return,valid_f1",
                            lambda: metrics_rows(folds)),
-        run_info={"folds": [dict(f.info) for f in folds]})
+        run_info={"folds": [dict(f.info) for f in folds]}, policy=folds_policy(folds))
 
 
 def save(cfg: TextConfig, folds: list[FoldOutput], refs: list[dict[str, Any]], path: Path,
          command: list[str] | None = None) -> dict[str, Any]:
-    """config.json, metrics.csv (per fold, run and epoch), privacy.json, summary.json."""
+    """config.json, metrics.csv (per fold, run and epoch), privacy.json, summary.json,
+    policy.npz."""
     return save_run(record(cfg, folds, refs), path, command)

@@ -447,6 +447,7 @@ class PGCA3C:
         # the host (Gymnasium), between the round's jitted pieces (compiled once per run).
         self.episodes: EpisodeSource = HOST_EPISODES if task.host else JITTED_EPISODES
         self._act, self._plan = jax.jit(self.act), jax.jit(jax.vmap(self.plan))
+        self._act_trials = jax.jit(jax.vmap(self.act))  # every trial's agents in one call
         self._settle = jax.jit(self.settle, static_argnums=3)
         self._agents_plan = jax.jit(self.agents_plan)
         # Each setting's own algorithm (several: `for_settings`), and the aggregator for each
@@ -796,22 +797,20 @@ class JittedEpisodes:
 
 
 class HostEpisodes:
-    """A Gymnasium task's episodes, played on the host (`Task.rollout`) one trial after
-    another, the jitted network choosing each action: the same keys and private dynamics as
-    `JittedEpisodes` (tests/kernel/envs/test_gymnasium_task.py: the rollouts are twins)."""
+    """A Gymnasium task's episodes, played on the host (`Task.rollout_trials`), every trial at
+    once: each step, one call of the jitted network chooses the actions of every trial's
+    agents (a call per trial cost as much as the steps of ~9 CartPoles). The same keys and
+    private dynamics as `JittedEpisodes` (tests/kernel/envs/test_gymnasium_task.py: the
+    rollouts are twins)."""
 
     host = True
 
     def __call__(self, algo: PGCA3C, theta: Array, plans: RoundPlan, group: int
                  ) -> Trajectory:
-        cfg, each = algo.config, []
-        for k in range(theta.shape[0]):
-            plan = jax.tree_util.tree_map(lambda x, k=k: x[k], plans)
-            policy = partial(algo._act, theta[k], plan.alpha)
-            each.append(algo.task.rollout(plan.params, policy, plan.keys[0],
-                                          cfg.parallel_agents, cfg.max_episode_steps,
-                                          np.asarray(plan.active)))
-        return jax.tree_util.tree_map(lambda *x: np.stack(x), *each)
+        cfg = algo.config
+        return algo.task.rollout_trials(
+            plans.params, partial(algo._act_trials, theta, plans.alpha), plans.keys[:, 0],
+            cfg.parallel_agents, cfg.max_episode_steps, np.asarray(plans.active))
 
 
 JITTED_EPISODES, HOST_EPISODES = JittedEpisodes(), HostEpisodes()
@@ -888,12 +887,6 @@ def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
     if cfg.budget_composition == "optimal":
         return PrivacyLedger(cfg.epsilon, cfg.delta, "optimal")
     return PrivacyLedger(epsilon_budget=cfg.epsilon)
-
-
-def mechanism_record(mechanism: Mechanism, dim: int) -> dict[str, Any]:
-    """privacy.json's "mechanism": its name, parameters, guarantee and the bytes each report
-    uploads (summary.json repeats those)."""
-    return {**mechanism.describe(), "upload_bytes_per_report": mechanism.upload_bytes(dim)}
 
 
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:

@@ -25,7 +25,6 @@ sends it; it is not protected by the mechanism (docs/flower.md).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -46,6 +45,7 @@ from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.noise import secret_keys
+from privrl.privacy.record import mechanism_record
 from privrl.privacy.report import restore_report
 from privrl.runfile import checked, read, write
 from privrl.runtime.sharding import setting_trial_keys
@@ -55,7 +55,6 @@ from privrl.systems.pgc_a3c.algorithm import (
     agent_noise_key,
     budget_ledger,
     lone_agent,
-    mechanism_record,
     trial_env_key,
 )
 
@@ -295,21 +294,13 @@ def main(argv: list[str] | None = None) -> None:
     """The agent executor: `python -m privrl.systems.pgc_a3c.flower --config FILE --node i
     --nodes N --runtime-api HOST:PORT --trusted-fab SHA256 [--state-dir DIR]
     [--superexec-secret-file FILE]` beside SuperNode i."""
-    from privrl.runtime.flower import serve_tasks
+    from privrl.runtime.flower import executor_parser, serve_tasks, superexec_secret
 
-    parser = argparse.ArgumentParser(prog="python -m privrl.systems.pgc_a3c.flower")
-    parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--node", type=int, required=True)
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--runtime-api", required=True)
-    parser.add_argument("--trusted-fab", required=True)
+    parser = executor_parser("privrl.systems.pgc_a3c.flower")
     parser.add_argument("--state-dir", type=Path, default=None,
                         help="where the agent keeps its ledger and released reports")
-    parser.add_argument("--superexec-secret-file", type=Path, default=None,
-                        help="the SuperNode's --superexec-auth-secret-file")
     args = parser.parse_args(argv)
-    secret = (None if args.superexec_secret_file is None
-              else args.superexec_secret_file.read_bytes())
+    secret = superexec_secret(args.superexec_secret_file)
     agent = FlowerAgent(config_from_dict(json.loads(args.config.read_text())), args.node,
                         args.nodes, args.state_dir)
     serve_tasks(args.runtime_api, agent.handle, args.trusted_fab, secret)

@@ -37,6 +37,7 @@ from privrl.privacy.record import (
     Releases,
     Trust,
     headline,
+    mechanism_record,
     pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
@@ -54,7 +55,6 @@ from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
     budget_ledger,
-    mechanism_record,
     settings_algorithm,
     trial_group,
 )

@@ -71,6 +71,7 @@ from privrl.federation.service import (
 from privrl.federation.shuffler import SHUFFLER_SETUP, Shuffler
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
+from privrl.privacy.record import mechanism_record
 from privrl.runtime.ray import require_ray, start_ray
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
@@ -78,7 +79,6 @@ from privrl.systems.pgc_a3c.algorithm import (
     agent_noise_key,
     budget_ledger,
     lone_agent,
-    mechanism_record,
     trial_env_key,
 )
 

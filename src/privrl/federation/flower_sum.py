@@ -1,0 +1,378 @@
+"""A real secure sum over Flower: SecAgg+ carrying the distributed discrete Gaussian's integers.
+
+Flower's SecAgg+ (`SecAggPlusWorkflow` on the server, `secaggplus_mod` on each SuperNode) masks
+every node's vector with pairwise and private masks modulo M = `modulus_range` and reveals only
+the sum of the vectors of the nodes that survive, recovering the masks of nodes that drop out
+from the Shamir shares the survivors hold, provided at least `reconstruction_threshold` do.
+It quantizes floats itself; privrl's messages are already integers modulo T = 2^b
+(`privrl.privacy.discrete_sum`), and SecAgg+ carries them exactly when:
+
+- quantization_range = T, clipping_range = T/2, max_weight = 1 and every node reports
+  num_examples = 1: a node sends the float y − T/2 of its integer y ∈ [0, T), which Flower's
+  quantizer maps back to y exactly (an integer in float64, scale 1, no rounding) as int32
+  (T <= 2^31);
+- n·T < M = 2^32 for the n nodes: the masked sum of the y's never wraps modulo M, so the
+  server's dequantized mean v gives Σ y = n·(v + T/2) exactly (`payload_sum`), and
+  Σ y mod T is the modular sum of the agents' messages.
+
+A node hosting several agents sends the sum of their messages modulo T (they share a trust
+domain: the node). The server sees the sum over surviving nodes and which nodes survived,
+never one node's vector. `secure_sum_round` runs one round; `node_payload` and `payload_sum`
+are the two conversions. flwr is the optional `flower` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.client.mod import secaggplus_mod
+from flwr.common import (
+    Code,
+    FitIns,
+    FitRes,
+    Parameters,
+    Status,
+    ndarrays_to_parameters,
+    parameters_to_ndarrays,
+)
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+from flwr.compat.common import recorddict_compat as compat
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+from flwr.serverapp import Grid, ServerApp
+
+__all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "SumRound",
+           "cen_server_app", "fewest_at_threshold", "node_payload", "payload_bits",
+           "payload_sum", "read_fit", "secagg_node", "secure_sum", "secure_sum_round",
+           "serve_cen", "sum_reply", "wait_for", "write_atomic"]
+
+MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
+
+
+def payload_bits(nodes: int) -> int:
+    """The largest b with nodes·2^b < M (SecAgg+ also sums the nodes' weights T modulo M,
+    and a total of M would read as 0): the agents' modulus T = 2^b."""
+    if nodes < 1:
+        raise ValueError(f"nodes must be >= 1, got {nodes}")
+    return 31 - math.floor(math.log2(nodes))
+
+
+def node_payload(total: np.ndarray, bits: int) -> np.ndarray:
+    """A node's integer vector y ∈ [0, 2^b) as the floats y − 2^(b−1) it hands to SecAgg+."""
+    y = np.asarray(total, np.int64)
+    if y.min(initial=0) < 0 or y.max(initial=0) >= 1 << bits:
+        raise ValueError(f"a node's vector must lie in [0, 2^{bits})")
+    return y.astype(np.float64) - float(1 << (bits - 1))
+
+
+def payload_sum(mean: np.ndarray, nodes: int, bits: int) -> np.ndarray:
+    """Σ y mod 2^b from what SecAgg+ returns for `nodes` surviving nodes: the dequantized mean
+    v = Σ y / n − 2^(b−1) (module doc)."""
+    v = np.asarray(mean, np.float64)
+    total = np.rint(nodes * (v + float(1 << (bits - 1))))
+    if not np.all(np.isfinite(total)) or total.min(initial=0) < 0 \
+            or total.max(initial=0) >= nodes * float(1 << bits):
+        raise ValueError("the secure sum is not a sum of node vectors in range")
+    return np.mod(total.astype(np.int64), 1 << bits)
+
+
+# --- the agent side's reply ------------------------------------------------------------------
+def read_fit(content: RecordDict) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """What the server asks of a node in a round: its broadcast arrays and config."""
+    fitins = compat.recorddict_to_fitins(content, keep_input=True)
+    return parameters_to_ndarrays(fitins.parameters), dict(fitins.config)
+
+
+def sum_reply(payload: np.ndarray) -> RecordDict:
+    """A node's answer to the collect stage: its payload as the FitRes that secaggplus_mod
+    masks (num_examples = 1, so SecAgg+'s weight is exactly 1; no metrics)."""
+    res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([payload]), 1, {})
+    return compat.fitres_to_recorddict(res, keep_input=True)
+
+
+REFUSED = 0x5052  # the Error code of a node's refusal (the reason says why)
+Handler = Callable[[Message, Context], Message]
+
+
+def secagg_node(release: Handler) -> Handler:
+    """A SuperNode's task handler: Flower's SecAgg+ client mod around `release` (the node's
+    answer to the collect stage, `sum_reply`). Whatever the mod or `release` refuses (a
+    malformed or out-of-order stage, a key share it does not hold, a budget spent) becomes a
+    Flower error reply: the node drops out of that protocol run, nothing else happens."""
+
+    def handle(message: Message, context: Context) -> Message:
+        try:
+            return secaggplus_mod(message, context, release)
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            return Message(Error(code=REFUSED, reason=f"{type(e).__name__}: {e}"),
+                           reply_to=message)
+
+    return handle
+
+
+# --- the server side -------------------------------------------------------------------------
+class _Node(ClientProxy):
+    """A SuperNode as the legacy Strategy API names it; only its id is used."""
+
+    def __init__(self, node_id: int) -> None:
+        super().__init__(str(node_id))
+        self.node_id = node_id
+
+    def get_properties(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def get_parameters(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def fit(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def evaluate(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+    def reconnect(self, *a: Any, **k: Any) -> Any:
+        raise NotImplementedError
+
+
+class _SumStrategy(Strategy):
+    """Asks every node of the round, and keeps what SecAgg+ hands to `aggregate_fit`: the
+    dequantized mean of the surviving nodes' vectors and which nodes those are."""
+
+    def __init__(self, nodes: list[int], config: dict[str, Any]) -> None:
+        self.nodes, self.config = nodes, config
+        self.mean: np.ndarray | None = None
+        self.survivors: list[int] = []
+
+    def initialize_parameters(self, client_manager: Any) -> Parameters | None:
+        return None
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any
+                      ) -> list[tuple[ClientProxy, FitIns]]:
+        return [(_Node(n), FitIns(parameters, dict(self.config))) for n in self.nodes]
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]],
+                      failures: list[Any]) -> tuple[Parameters | None, dict[str, Any]]:
+        if results:
+            # SecAgg+ sets every result's parameters to the one aggregate
+            (self.mean,) = parameters_to_ndarrays(results[0][1].parameters)
+            self.survivors = sorted(int(p.node_id) for p, _ in results)
+        return None, {}
+
+    def configure_evaluate(self, *a: Any, **k: Any) -> list[Any]:
+        return []
+
+    def aggregate_evaluate(self, *a: Any, **k: Any) -> tuple[None, dict[str, Any]]:
+        return None, {}
+
+    def evaluate(self, *a: Any, **k: Any) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class SumRound:
+    """What one secure-sum round revealed: Σ y mod 2^b over the surviving nodes (None if the
+    protocol halted: fewer than the threshold survived), and which nodes those are."""
+
+    total: np.ndarray | None
+    survivors: list[int]
+
+
+class _Watched(Grid):
+    """A grid that notes which nodes answered each SecAgg+ stage without an error."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+        self.answered: dict[str, set[int]] = {}
+
+    def set_run(self, run: Any) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self.grid.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:
+        return self.grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Any:
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages: Any) -> Any:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Any) -> Any:
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Any, *, timeout: float | None = None) -> Any:
+        messages = list(messages)
+        stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE)
+                    if messages else "")
+        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
+        return replies
+
+
+def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
+                     config: dict[str, Any], round_: int, bits: int, threshold: int,
+                     timeout_s: float | None) -> SumRound:
+    """One SecAgg+ run over `nodes` (every node a neighbour of every other: SecAgg+ on the
+    complete graph): each receives `broadcast` and `config`, answers the collect stage with
+    its payload (`sum_reply`), and the sum is revealed only if >= `threshold` nodes survive;
+    `timeout_s` bounds each stage's wait for replies (a node silent past it is dropped)."""
+    n = len(nodes)
+    if not 2 <= threshold <= n:
+        raise ValueError(f"SecAgg+ over {n} nodes needs a threshold in [2, {n}], got "
+                         f"{threshold}")
+    if n * (1 << bits) >= MODULUS_RANGE:
+        raise ValueError(f"{n} nodes × 2^{bits} exceed SecAgg+'s modulus 2^32")
+    strategy = _SumStrategy(nodes, config)
+    legacy = LegacyContext(context, strategy=strategy)
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+        {WorkflowKey.CURRENT_ROUND: int(round_)})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
+        ndarrays_to_parameters(broadcast), keep_input=True)
+    workflow = SecAggPlusWorkflow(
+        num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0,
+        clipping_range=float(1 << (bits - 1)), quantization_range=1 << bits,
+        modulus_range=MODULUS_RANGE, timeout=timeout_s)
+    workflow(grid, legacy)
+    if strategy.mean is None:
+        return SumRound(None, [])
+    return SumRound(payload_sum(strategy.mean, len(strategy.survivors), bits),
+                    strategy.survivors)
+
+
+def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
+               config: dict[str, Any], round_: int, bits: int, threshold: int,
+               timeout_s: float | None, attempts: int = 3) -> tuple[SumRound, int, list[int]]:
+    """`secure_sum_round`, run again without the nodes that stopped answering while it halts
+    (at most `attempts` runs). Flower 1.42's SecAgg+ halts whenever a node dies before the
+    masked-vector stage: at unmasking it asks the survivors for that node's key shares, which
+    they never received. A halted run reveals nothing, and every agent answers a repeated
+    round with the same message (nothing spent twice), so each round reveals at most one sum,
+    of messages each released once. Returns the round, the runs used, and the nodes that
+    answered the last run's first two stages (ask only those next round)."""
+    alive = list(nodes)
+    out = SumRound(None, [])
+    for attempt in range(1, attempts + 1):
+        watched = _Watched(grid)
+        out = secure_sum_round(watched, context, alive, broadcast, config, round_, bits,
+                               threshold, timeout_s)
+        early = [watched.answered.get(s) for s in (Stage.SETUP, Stage.SHARE_KEYS)]
+        alive = [n for n in alive if all(a is None or n in a for a in early)]
+        if out.total is not None or len(alive) < threshold:
+            return out, attempt, alive
+    return out, attempts, alive
+
+
+# --- FedPG-Cen's ServerApp: the secure sum of every round --------------------------------------
+# The ServerApp and the server's learner (privrl.systems.fedpg.flower, in the process that
+# started the run: the server operator's trust domain) exchange files in one directory:
+#   SETUP         written once by whoever starts the run: the mechanism's parameters, the
+#                 nodes, each node's agent count, the threshold and each stage's timeout;
+#   ask-<t>.npz   the learner: θ₀ᵗ and B_t of round t (or STOP: no more rounds);
+#   sum-<t>.npz   the ServerApp: μ_t = (revealed sum)/(agents in it), or no μ when the
+#                 protocol halted, with the surviving slots.
+# Each file is written whole and renamed into place, so the reader never sees half of one.
+SETUP = "secure-sum.json"
+STOP = "stop"
+SUM_RESULTS = "flower.json"
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """`write(tmp)` then rename tmp to `path` (tmp keeps the suffix: np.savez adds one)."""
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def wait_for(paths: list[Path], wait_s: float, poll_s: float = 0.05) -> Path:
+    """The first of `paths` that exists; TimeoutError after wait_s."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for p in paths:
+            if p.exists():
+                return p
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"none of {[p.name for p in paths]} appeared in {wait_s:g} s")
+        time.sleep(poll_s)
+
+
+def surviving_agents(agents_per_node: list[int], slots: list[int]) -> int:
+    return sum(agents_per_node[s] for s in slots)
+
+
+def fewest_at_threshold(agents_per_node: list[int], threshold: int) -> int:
+    """The fewest agents that `threshold` surviving nodes can hold."""
+    return sum(sorted(agents_per_node)[:threshold])
+
+
+def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.0,
+              learner_wait_s: float = 3600.0) -> dict[str, Any]:
+    """FedPG-Cen's aggregator: for each round the learner asks for, one SecAgg+ round over
+    every node with θ₀ᵗ and B_t broadcast, and μ_t back to the learner. Returns (and writes to
+    SUM_RESULTS) what each round revealed about who took part."""
+    from privrl.federation.flower import _wait_for_nodes
+    from privrl.privacy.discrete_sum import DiscreteGaussianSum
+
+    setup = json.loads((directory / SETUP).read_text())
+    mech = DiscreteGaussianSum(**setup["mechanism"])
+    per_node = [int(a) for a in setup["agents_per_node"]]
+    threshold, timeout = int(setup["threshold"]), setup["stage_timeout"]
+    # refuse before anything is asked: a sum of fewer shares than the ε statement counts on
+    mech.check_threshold(fewest_at_threshold(per_node, threshold))
+    ids = _wait_for_nodes(grid, len(per_node), wait_s)
+    alive = list(ids)  # the nodes that answered last round's key exchange
+    rounds: list[dict[str, Any]] = []
+    t = 0
+    while True:
+        got = wait_for([directory / f"ask-{t}.npz", directory / STOP], learner_wait_s)
+        if got.name == STOP:
+            break
+        with np.load(got, allow_pickle=False) as ask:
+            theta, batch = np.asarray(ask["theta"], np.float32), int(ask["batch"])
+        res, tries, alive = secure_sum(grid, context, alive, [theta],
+                                       {"round": t, "batch": batch}, t, mech.bits, threshold,
+                                       timeout)
+        slots = sorted(ids.index(n) for n in res.survivors)
+        count = surviving_agents(per_node, slots)
+        out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count,
+                               "secagg_runs": tries}
+        if res.total is None:
+            mu = np.zeros(0, np.float32)
+            out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"
+        else:
+            mu = np.asarray(mech.decode(res.total).value, np.float32) / np.float32(count)
+        write_atomic(directory / f"sum-{t}.npz",
+                     lambda p, mu=mu, out=out: np.savez(p, mu=mu, info=json.dumps(out)))
+        rounds.append(out)
+        t += 1
+    results = {"nodes": ids, "rounds": rounds}
+    (directory / SUM_RESULTS).write_text(json.dumps(results))
+    return results
+
+
+cen_server_app = ServerApp()
+
+
+@cen_server_app.main()
+def _cen_main(grid: Grid, context: Context) -> None:
+    directory = Path(str(context.run_config["aggregator-dir"]))
+    try:
+        serve_cen(grid, context, directory)
+    except Exception as e:  # whoever waits for SUM_RESULTS learns why there are none
+        (directory / SUM_RESULTS).write_text(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        raise

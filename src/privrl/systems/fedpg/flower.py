@@ -1,0 +1,464 @@
+"""FedPG-Cen on Flower: agents on SuperNodes, a real secure sum, the server's learner apart.
+
+Three parts, each in its own trust domain or process:
+
+- **the agents** (`CenNode`, in privrl's agent executor beside each SuperNode,
+  privrl.runtime.flower.serve_tasks): SuperNode i hosts agents a ≡ i (mod N). Each holds its
+  private environment (keyed, under the default secret noise, by a root from os.urandom in
+  this process), plays B_t episodes with the broadcast θ₀ᵗ, computes its policy-gradient
+  estimate μ_tᵏ, and releases it only as a message of the distributed discrete Gaussian
+  (privrl.privacy.discrete_sum: clipped, rounded, its noise share added, modulo 2^b). The
+  node adds its agents' messages modulo 2^b and hands the sum to Flower's SecAgg+ client mod,
+  which masks it. Each agent charges its own round budget before its message leaves, refuses
+  past it whatever the server asks, and re-sends the same message if asked for a round again.
+- **the aggregator** (privrl.federation.flower_sum.cen_server_app, a ServerApp running only
+  privrl.federation code): one SecAgg+ round per FedPG round; it sees the sum of the
+  surviving nodes' messages and which nodes survived, and passes μ_t = sum / (agents in it)
+  on.
+- **the server's learner** (`ServerLearner`, in the process that started the run: the server
+  operator's own trust domain, as the aggregator): draws B_t and N_t, asks the aggregator for
+  μ_t, and runs the N_t SCSG steps on its own environment (FedPG-BR's server is a learner).
+
+The aggregator and the learner exchange files in the aggregator's directory
+(privrl.federation.flower_sum's module comment). The agents' episode returns never leave
+them: the learning curve is the mean length of the server's own SCSG episodes (CartPole's
+return; on another task, its length).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flwr.app import Context, Error, Message
+from flwr.clientapp import ClientApp
+
+from privrl.config import ConfigError
+from privrl.federation.flower_sum import (
+    REFUSED,
+    SETUP,
+    STOP,
+    SUM_RESULTS,
+    fewest_at_threshold,
+    node_payload,
+    payload_bits,
+    read_fit,
+    secagg_node,
+    sum_reply,
+    wait_for,
+    write_atomic,
+)
+from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete
+from privrl.privacy.ledger import BudgetExceededError
+from privrl.privacy.noise import secret_fold, secret_keys
+from privrl.runfile import checked, read, write
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+
+NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
+_STATE_KIND = "flower-cen-node"
+
+__all__ = ["CenNode", "FlowerCenRun", "FlowerPlan", "ServerLearner", "client_app",
+           "flower_mechanism", "main", "plan_run", "record", "run_fedpg_cen_flower"]
+
+def _trial_key(seed: int) -> jax.Array:
+    """The local runner's first trial key, so that θ₀ and the server's draws are the same."""
+    return jax.random.split(jax.random.key(seed), 1)[0]
+
+
+def agents_of(node: int, nodes: int, agents: int) -> list[int]:
+    return list(range(node, agents, nodes))
+
+
+def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
+                     ) -> DiscreteGaussianSum:
+    """The distributed discrete Gaussian a Flower run uses: calibrated to the config's ε at δ
+    over its calibration rounds, counting the fewest agents `threshold` surviving nodes hold
+    as the honest shares (or the config's min_honest, if smaller), modulo the 2^b SecAgg+
+    can carry for `nodes` nodes. ConfigError if the secure sum could reveal fewer."""
+    per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
+    fewest = fewest_at_threshold(per_node, threshold)
+    m = fewest if cfg.min_honest is None else cfg.min_honest
+    if m > fewest:
+        raise ConfigError("min_honest", f"{threshold} surviving SuperNodes may hold only "
+                          f"{fewest} agents, fewer than the {m} honest shares asked for")
+    if cfg.epsilon is None:
+        raise ConfigError("epsilon", "distributed-gaussian on Flower is calibrated from ε")
+    try:
+        mech = calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(),
+                                  clip=cfg.clip, dim=dim, agents=cfg.agents, min_honest=m,
+                                  bits=payload_bits(nodes))
+    except ValueError as e:  # the grid cannot carry the noise this ε needs
+        raise ConfigError("epsilon", f"no discrete mechanism reaches it: {e}") from None
+    try:
+        mech.check_threshold(fewest)
+    except ValueError as e:
+        raise ConfigError("--threshold", str(e)) from None
+    return mech
+
+
+# --- the agents' side ---------------------------------------------------------------------------
+class CenNode:
+    """The agents SuperNode `node` of `nodes` hosts (module doc)."""
+
+    def __init__(self, config: FedPGConfig, node: int, nodes: int, mech: DiscreteGaussianSum,
+                 allowed_rounds: int, directory: Path | None = None) -> None:
+        cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+        self.config, self.mech, self.allowed = cfg, mech, allowed_rounds
+        self.algo = FedPG(cfg)
+        if self.algo.task.host:
+            raise ConfigError("--env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+        self.ids = agents_of(node, nodes, cfg.agents)
+        key = _trial_key(cfg.seed)
+        self.key = self.algo.init(key).key
+        # Secret noise: this process's own root, in memory only, passed as an argument.
+        self._noise = secret_keys() if cfg.noise == "secret" else None
+        # The agents' private environments: an argument of the jitted program too (never a
+        # constant, which would reach the compilation cache on disk).
+        self.env = self.algo.env_params_of(secret_fold(self._noise, self.key),
+                                           jnp.asarray(self.ids))
+        self._grads = jax.jit(self._gradients)
+        self.rounds_charged = 0  # every agent of the node releases in every round
+        self.released: dict[int, np.ndarray] = {}  # round -> the node's sum of messages
+        # `directory`: the node's state file (its round count and the messages it released,
+        # never its noise root), written atomically before a message leaves, so that a
+        # restarted executor re-sends a released round and never charges it again.
+        self.path = None if directory is None else Path(directory) / NODE_STATE
+        if self.path is not None and self.path.exists():
+            self._restore(self.path)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        rounds = sorted(self.released)
+        write(self.path, _STATE_KIND, {
+            "rounds_charged": self.rounds_charged,
+            "rounds": np.array(rounds, np.int64),
+            "messages": (np.stack([self.released[t] for t in rounds]) if rounds
+                         else np.zeros((0, self.algo.dim), np.int64))})
+
+    def _restore(self, path: Path) -> None:
+        state = read(path, _STATE_KIND)
+        with checked(path):
+            charged, rounds = state["rounds_charged"], np.asarray(state["rounds"])
+            messages = np.asarray(state["messages"])
+            n = rounds.shape[0]
+            if not (isinstance(charged, int) and 0 <= charged == n
+                    and messages.shape == (n, self.algo.dim) and messages.dtype == np.int64
+                    and np.all(np.diff(rounds) > 0) and (n == 0 or rounds[0] >= 0)
+                    and (n == 0 or (messages.min() >= 0
+                                    and messages.max() < self.mech.modulus))):
+                raise ValueError("the released messages do not match this node's run")
+            self.rounds_charged = charged
+            self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
+
+    def _gradients(self, theta: jax.Array, batch: jax.Array, t: jax.Array,
+                   noise: jax.Array | None, env: Any) -> jax.Array:
+        """μ_tᵏ of each of this node's agents: B_t episodes with θ₀ᵗ on its own environment."""
+        cfg, p = self.config, len(self.ids)
+        k_ep = jax.random.fold_in(jax.random.fold_in(self.key, t), 0xE9)
+        k_ep = jax.random.fold_in(secret_fold(noise, k_ep), self.ids[0])
+        thetas = jnp.broadcast_to(theta, (p, theta.shape[0]))
+        live = jnp.broadcast_to(jnp.arange(cfg.batch_max)[None, :] < batch, (p, cfg.batch_max))
+        ep = self.algo.source.sample(thetas, env, live, k_ep)
+        return self.algo.gradients(thetas, ep)
+
+    def warm_up(self) -> None:
+        """Compile before serving: a SecAgg+ stage has a timeout."""
+        self._grads(jnp.zeros(self.algo.dim, jnp.float32), jnp.int32(self.config.batch_min),
+                    jnp.int32(0), self._noise, self.env).block_until_ready()
+
+    def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
+        """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
+        BudgetExceededError (nothing released) when it must refuse."""
+        if t in self.released:  # already sent once: the same again, nothing new spent
+            return self.released[t]
+        last = max(self.released, default=-1)
+        if not (isinstance(t, int) and t > last):
+            # a round it was not asked for in time stays unreleased: one message per round
+            raise ValueError(f"round {t} is before this node's last round {last}")
+        cfg = self.config
+        if not cfg.batch_min <= batch <= cfg.batch_max:
+            raise ValueError(f"B_t = {batch} is outside [{cfg.batch_min}, {cfg.batch_max}]")
+        theta = np.asarray(theta, np.float32)
+        if theta.shape != (self.algo.dim,) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"θ must be {self.algo.dim} finite floats")
+        if self.rounds_charged >= self.allowed:
+            raise BudgetExceededError(f"round {t + 1} would exceed each agent's budget ε = "
+                                      f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
+        mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(batch), jnp.int32(t),
+                                    self._noise, self.env))
+        total = self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))
+        self.rounds_charged += 1  # charged, and saved, before anything leaves this process
+        self.released[t] = total
+        self._save()
+        return total
+
+    def _on_fit(self, msg: Message, ctx: Context) -> Message:
+        arrays, config = read_fit(msg.content)
+        total = self.release(arrays[0], int(config["batch"]), int(config["round"]))
+        return Message(sum_reply(node_payload(total, self.mech.bits)), reply_to=msg)
+
+    def handler(self) -> Any:
+        """A task in, SecAgg+'s reply (or a refusal) out."""
+        return secagg_node(self._on_fit)
+
+
+client_app = ClientApp()
+
+
+@client_app.train()
+def _refuse(message: Message, context: Context) -> Message:
+    """What Flower's default executor would run: nothing is released outside privrl's own."""
+    del context
+    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
+                                              "executor (python -m privrl.systems.fedpg.flower)"),
+                   reply_to=message)
+
+
+# --- the server's learner ---------------------------------------------------------------------
+class ServerLearner:
+    """FedPG-Cen's server as a learner (module doc): the local runner's θ₀, B_t, N_t and
+    server environment from the seed; μ_t from the aggregator."""
+
+    def __init__(self, config: FedPGConfig) -> None:
+        cfg = dataclasses.replace(config, trials=1).resolved()
+        self.config, self.algo = cfg, FedPG(cfg)
+        state = self.algo.init(_trial_key(cfg.seed))
+        self.key, self.theta, self.opt_state = state.key, state.gossip.x, state.opt_state
+        self.server_env = self.algo.env_params_of(state.key, jnp.array([cfg.agents]))
+        self._draw = jax.jit(self._draws)
+        self._step = jax.jit(self._scsg)
+        self.used = 0
+
+    def _draws(self, t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """B_t, N_t and the inner loop's key: CenRound.plan's draws from the round key."""
+        cfg = self.config
+        k_b, _, _, k_n, k_inner = jax.random.split(jax.random.fold_in(self.key, t), 5)
+        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
+        return batch, self.algo.draw_steps(k_n, batch[None]), k_inner
+
+    def _scsg(self, theta: jax.Array, opt_state: Any, mu: jax.Array, steps: jax.Array,
+              key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
+        return self.algo.scsg(self.algo.source, theta, mu[None], opt_state, steps,
+                              self.server_env, key, lengths=True)
+
+    def round(self, t: int, exchange: Path, wait_s: float) -> dict[str, Any]:
+        """Round t: ask the aggregator for μ_t with θ₀ᵗ and B_t, then N_t SCSG steps."""
+        batch, steps, k_inner = self._draw(jnp.int32(t))
+        theta = np.asarray(self.theta[0], np.float32)
+        write_atomic(exchange / f"ask-{t}.npz",
+                     lambda p: np.savez(p, theta=theta, batch=np.int64(batch)))
+        got = wait_for([exchange / f"sum-{t}.npz", exchange / SUM_RESULTS], wait_s)
+        if got.name == SUM_RESULTS:
+            raise RuntimeError(f"the ServerApp stopped: {got.read_text()[:400]}")
+        with np.load(got, allow_pickle=False) as s:
+            mu, info = np.asarray(s["mu"]), json.loads(str(s["info"]))
+        length = float("nan")
+        if mu.size:  # a halted round revealed nothing: θ stays
+            theta_new, self.opt_state, length_arr = self._step(
+                self.theta, self.opt_state, jnp.asarray(mu), steps, k_inner)
+            self.theta, length = theta_new, float(length_arr[0])
+        self.used += int(batch) + self.config.minibatch * int(steps[0])
+        return {**info, "batch": int(batch), "inner_steps": int(steps[0]),
+                "server_mean_length": length, "used": self.used}
+
+
+# --- the run: a local deployment -----------------------------------------------------------------
+@dataclass
+class FlowerCenRun:
+    config: FedPGConfig
+    mechanism: DiscreteGaussianSum
+    rounds: list[dict[str, Any]]
+    theta: np.ndarray
+    nodes: int
+    threshold: int
+    wall_seconds: float
+
+    def privacy(self) -> dict[str, Any]:
+        """privacy.json's statement: the user-level (ε, δ) of the rounds run, and the
+        assumptions it rests on."""
+        m = self.mechanism
+        fewest = min((r["agents_in_sum"] for r in self.rounds if "halted" not in r),
+                     default=None)
+        return {
+            "parties": "each SuperNode (its agents) in a trust domain of its own; the "
+                       "aggregator's ServerApp and the server's learner in the server "
+                       "operator's",
+            "guarantee": {"epsilon": m.epsilon(len(self.rounds)), "delta": m.delta,
+                          "notion": "(ε, δ)-DP, central, user level (an agent's whole data), "
+                                    "zero-out neighbours",
+                          "rounds": len(self.rounds),
+                          "min_honest_surviving_agents": m.min_honest},
+            "assumptions": (
+                f"SecAgg+ reveals a round's sum only when >= {self.threshold} of the "
+                f"{self.nodes} SuperNodes survive, which hold >= {m.min_honest} agents; at "
+                f"least {m.min_honest} of the agents in every revealed sum are honest (do not "
+                "collude with the server); the server follows the protocol (honest but "
+                "curious)."),
+            "fewest_agents_in_a_revealed_sum": fewest,
+            "mechanism": m.record(len(self.rounds)),
+        }
+
+
+def record(run: FlowerCenRun) -> Any:
+    """The run directory's contents (privrl.runtime.output.save): config.json, metrics.csv
+    (one row per round), privacy.json (the statement, trust domain "flower"), summary.json
+    and flower.json (who took part in each round's sum)."""
+    from privrl.runtime.output import RunRecord, csv_writer
+
+    cfg, rounds = run.config, run.rounds
+    privacy = run.privacy()
+    summary = {
+        "label": "FedPG-Cen on Flower (secure sum)", "agents": cfg.agents,
+        "supernodes": run.nodes, "threshold": run.threshold, "rounds": len(rounds),
+        "episodes_per_agent": rounds[-1]["used"] if rounds else 0,
+        "final_server_mean_length": rounds[-1]["server_mean_length"] if rounds else None,
+        "epsilon": privacy["guarantee"]["epsilon"], "delta": privacy["guarantee"]["delta"],
+        "min_honest_surviving_agents": run.mechanism.min_honest,
+        "wall_seconds": run.wall_seconds}
+
+    def rows() -> Any:
+        for r in rounds:
+            yield (f"{r['round']},{r['used']},{r['batch']},{r['inner_steps']},"
+                   f"{r['agents_in_sum']},{r['server_mean_length']:.4f}")
+
+    return RunRecord(
+        "fedpg-cen", cfg.to_dict(), cfg.seed, summary, privacy,
+        metrics=csv_writer("round,episodes_used,batch,inner_steps,agents_in_sum,"
+                           "server_mean_length", rows),
+        files={"flower.json": {"supernodes": run.nodes, "threshold": run.threshold,
+                               "rounds": rounds}},
+        run_info={"runtime": "flower", "supernodes": run.nodes}, runtime="flower")
+
+
+@dataclass(frozen=True)
+class FlowerPlan:
+    """A checked Flower run: the resolved config, the SuperNodes, the SecAgg+ threshold and
+    the mechanism calibrated for them (`plan_run`)."""
+
+    config: FedPGConfig
+    nodes: int
+    threshold: int
+    mechanism: DiscreteGaussianSum
+
+
+def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> FlowerPlan:
+    """Everything a Flower run needs checked before anything starts or is written (ConfigError
+    naming the option otherwise): >= 3 SuperNodes, each hosting an agent; a threshold
+    (default N − 1) that is a strict majority; the mechanism calibrated for it."""
+    cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+    if not 3 <= nodes <= cfg.agents:
+        raise ConfigError("--supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
+                          f"(each hosts at least one agent), got {nodes}")
+    threshold = nodes - 1 if threshold is None else threshold
+    if not nodes // 2 < threshold <= nodes:
+        raise ConfigError("--threshold", f"must be in ({nodes // 2}, {nodes}]: a strict "
+                          f"majority of the SuperNodes, got {threshold}")
+    algo = FedPG(cfg)
+    if algo.task.host:
+        raise ConfigError("--env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+    return FlowerPlan(cfg, nodes, threshold, flower_mechanism(cfg, algo.dim, nodes, threshold))
+
+
+def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: float = 120.0,
+                         timeout_s: float | None = None, on_round: Any = None,
+                         startup_s: float = 900.0) -> FlowerCenRun:
+    """One FedPG-Cen trial with a real secure sum on a local Flower deployment of
+    `plan.nodes` SuperNodes (privrl.runtime.flower.LocalDeployment); `stage_timeout_s`: how
+    long each SecAgg+ stage waits for replies (a node silent past it counts as dropped);
+    `on_round(t, deployment)` is called as each round begins (tests inject faults there);
+    `startup_s`: how long the agents may take to start and compile."""
+    from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
+
+    start = time.perf_counter()
+    cfg, nodes, threshold, mech = plan.config, plan.nodes, plan.threshold, plan.mechanism
+    learner = ServerLearner(cfg)
+    agg = directory / "aggregator"
+    agg.mkdir(parents=True, exist_ok=True)
+    per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
+    (agg / SETUP).write_text(json.dumps({
+        "mechanism": {f.name: getattr(mech, f.name) for f in dataclasses.fields(mech)},
+        "agents_per_node": per_node, "threshold": threshold, "stage_timeout": stage_timeout_s}))
+    app = write_app(directory / "app", "privrl-fedpg-cen",
+                    "privrl.federation.flower_sum:cen_server_app",
+                    "privrl.systems.fedpg.flower:client_app",
+                    {"aggregator-dir": str(agg.resolve())})
+    trusted = fab_hash(app)
+    agent_config = directory / "agent-config.json"
+    agent_config.write_text(json.dumps({"config": dataclasses.asdict(cfg),
+                                        "mechanism": json.loads((agg / SETUP).read_text())
+                                        ["mechanism"],
+                                        "allowed_rounds": cfg.calibration_rounds()}))
+    rounds: list[dict[str, Any]] = []
+    with LocalDeployment(nodes, directory / "logs") as deployment:
+        ready = [directory / "agents" / f"node{i}.ready" for i in range(nodes)]
+        ready[0].parent.mkdir(parents=True, exist_ok=True)
+        for i in range(nodes):
+            # Agent 0 compiles first; the others wait for it, so that with JAX's persistent
+            # cache on (the CLI's) they load its program instead of all compiling at once.
+            deployment.spawn(f"agent{i}", [
+                sys.executable, "-m", "privrl.systems.fedpg.flower", "--config",
+                str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
+                deployment.runtime_apis[i], "--trusted-fab", trusted,
+                "--superexec-secret-file", str(deployment.superexec_secret),
+                "--state-dir", str(directory / "agents" / f"node{i}"),
+                "--ready-file", str(ready[i]), *(["--after", str(ready[0])] if i else [])])
+        # No round before every agent serves: a SecAgg+ stage waits only its timeout.
+        for r in ready:
+            wait_for([r], startup_s)
+        # No `deployment.run`: a SuperNode may die mid-run (the secure sum drops it).
+        (directory / "logs" / "run.log").write_text(deployment.submit(app))
+        wait = math.inf if timeout_s is None else timeout_s
+        t = 0
+        while learner.used < cfg.budget and t < cfg.calibration_rounds():
+            if on_round is not None:
+                on_round(t, deployment)
+            rounds.append(learner.round(t, agg, wait))
+            t += 1
+        write_atomic(agg / STOP, lambda p: p.write_text("done"))
+        wait_for([agg / SUM_RESULTS], 60.0)
+    return FlowerCenRun(cfg, mech, rounds, np.asarray(learner.theta[0]), nodes, threshold,
+                        time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The agent executor beside SuperNode i: `python -m privrl.systems.fedpg.flower --config
+    FILE --node i --nodes N --runtime-api HOST:PORT --trusted-fab SHA256
+    [--superexec-secret-file FILE]`."""
+    from privrl.runtime.flower import executor_parser, serve_tasks, superexec_secret
+    from privrl.systems.fedpg.config import FedPGConfig as Config
+
+    parser = executor_parser("privrl.systems.fedpg.flower")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the node keeps its round count and released messages")
+    parser.add_argument("--ready-file", type=Path, default=None,
+                        help="written once the agents are compiled and serve")
+    parser.add_argument("--after", type=Path, default=None,
+                        help="compile only once this file exists (another agent's ready file)")
+    args = parser.parse_args(argv)
+    data = json.loads(args.config.read_text())
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
+    node = CenNode(Config(**fields), args.node, args.nodes,
+                   DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]),
+                   args.state_dir)
+    if args.after is not None:
+        wait_for([args.after], 3600.0, poll_s=0.2)
+    node.warm_up()
+    secret = superexec_secret(args.superexec_secret_file)
+    if args.ready_file is not None:
+        args.ready_file.write_text("ready")
+    serve_tasks(args.runtime_api, node.handler(), args.trusted_fab, secret)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""FedPG-Cen on a real local Flower deployment (separate processes, TLS, SuperNode
+authentication, SecAgg+), with a SuperNode killed during a round: the round completes with the
+survivors, and the ε statement counts only the shares the threshold guarantees."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from privrl.runtime.output import save
+from privrl.systems.fedpg.config import FedPGConfig
+from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
+
+pytestmark = pytest.mark.processes
+
+
+def test_a_supernode_killed_mid_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The agents compile as this test does (tests/conftest.py: no optimizations, one code
+    # part; the session's cache), as the PGC-A3C deployment test's processes: cheaper.
+    cache = os.environ.get("PRIVRL_TEST_JAX_CACHE", "off")
+    if cache != "off":
+        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
+        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
+                                    "--xla_cpu_parallel_codegen_split_count=1")
+    cfg = FedPGConfig(algorithm="cen", agents=6, budget=40, mechanism="distributed-gaussian",
+                      epsilon=2.0, delta=1e-5, sampling_rate=1.0, clip=1.0, hidden=(8,))
+    killed: list[int] = []
+    procs: list = []
+
+    def kill_node_2(deployment) -> None:
+        """SuperNode 2 and its agent executor, at once (SIGKILL to their process groups)."""
+        port = deployment.runtime_apis[2].split(":")[1]
+        for proc in list(deployment.processes):
+            argv = [str(a) for a in proc.args]
+            agent = "privrl.systems.fedpg.flower" in argv and argv[argv.index("--node") + 1] == "2"
+            node = (Path(argv[0]).name == "flower-supernode"
+                    and argv[argv.index("--port") + 1] == port)
+            if agent or node:
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed.append(proc.pid)
+
+    def on_round(t: int, deployment) -> None:
+        procs[:] = deployment.processes
+        if t == 1:  # round 1 begins: kill node 2 while its SecAgg+ stages run
+            threading.Timer(4.0, kill_node_2, (deployment,)).start()
+
+    run = run_fedpg_cen_flower(plan_run(cfg, 3, 2), tmp_path, stage_timeout_s=8.0,
+                               timeout_s=240.0, on_round=on_round)
+    assert len(killed) == 2
+    assert len(run.rounds) >= 2
+    # a node dead before its key shares makes Flower's SecAgg+ halt; the rerun leaves it out
+    assert run.rounds[1]["secagg_runs"] in (1, 2)
+    first, second = run.rounds[0], run.rounds[1]
+    assert first["surviving_nodes"] == [0, 1, 2] and first["agents_in_sum"] == 6
+    # the round completed without node 2 (agents 2 and 5): the sum of the other four
+    assert second["surviving_nodes"] == [0, 1] and second["agents_in_sum"] == 4
+    assert "halted" not in second
+    privacy = run.privacy()
+    m = run.mechanism
+    assert m.min_honest == 4  # the fewest agents 2 surviving nodes hold
+    assert privacy["fewest_agents_in_a_revealed_sum"] == 4
+    # each round counted once: ε of exactly the rounds run, within the budget
+    assert privacy["guarantee"]["epsilon"] == m.epsilon(len(run.rounds)) <= 2.0
+    assert privacy["guarantee"]["epsilon"] < m.epsilon(len(run.rounds) + 1)
+    # every process the deployment started has been stopped
+    assert procs and all(p.poll() is not None for p in procs)
+    save(record(run), tmp_path)
+    stated = json.loads((tmp_path / "privacy.json").read_text())
+    assert stated["trust_domain"]["runtime"] == "flower"
+    assert stated["guarantee"]["min_honest_surviving_agents"] == 4
