@@ -101,7 +101,7 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
     try:
         mech.check_threshold(fewest)
     except ValueError as e:
-        raise ConfigError("--threshold", str(e)) from None
+        raise ConfigError("threshold", str(e)) from None
     return mech
 
 
@@ -115,7 +115,7 @@ class CenNode:
         self.config, self.mech, self.allowed = cfg, mech, allowed_rounds
         self.algo = FedPG(cfg)
         if self.algo.task.host:
-            raise ConfigError("--env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+            raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
         self.ids = agents_of(node, nodes, cfg.agents)
         key = _trial_key(cfg.seed)
         self.key = self.algo.init(key).key
@@ -358,15 +358,15 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
     (default N − 1) that is a strict majority; the mechanism calibrated for it."""
     cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
     if not 3 <= nodes <= cfg.agents:
-        raise ConfigError("--supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
+        raise ConfigError("supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
                           f"(each hosts at least one agent), got {nodes}")
     threshold = nodes - 1 if threshold is None else threshold
     if not nodes // 2 < threshold <= nodes:
-        raise ConfigError("--threshold", f"must be in ({nodes // 2}, {nodes}]: a strict "
+        raise ConfigError("threshold", f"must be in ({nodes // 2}, {nodes}]: a strict "
                           f"majority of the SuperNodes, got {threshold}")
     algo = FedPG(cfg)
     if algo.task.host:
-        raise ConfigError("--env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+        raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
     return FlowerPlan(cfg, nodes, threshold, flower_mechanism(cfg, algo.dim, nodes, threshold))
 
 
