@@ -70,12 +70,13 @@ _FEDPG_MECHANISM_HELP = (
     "release as it declares, not verified by privrl; docs/ldp-mechanisms.md).")
 
 
-def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
+def _fedpg_config(algorithm: str, preset: str, epsilon_per_report: float | None = None,
                   enforce_total: bool = True, **options: object) -> FedPGConfig:
     """The run's config. `epsilon` is each agent's total over the run; a pure ε-LDP mechanism
     (laplace, privunit, privunitg) releases once per round, so its config's `epsilon` (per
     release) is split over the most rounds the episode budget allows (`per_release_epsilon`)
-    and, with `enforce_total`, the ledger enforces the total as `epsilon_budget`."""
+    and, with `enforce_total`, the ledger enforces the total as `epsilon_budget`. `preset`'s
+    fields are overridden only by the options given (not None)."""
     from privrl.config import ConfigError
     from privrl.systems.fedpg.config import FedPGConfig, is_pure_mechanism
 
@@ -99,11 +100,11 @@ def _fedpg_config(algorithm: str, epsilon_per_report: float | None = None,
         if options.get("epsilon_budget") is not None:
             raise ConfigError("--epsilon-budget", "--epsilon is already each agent's total "
                               "budget; a separate cap goes with --epsilon-per-report")
-        cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
+        cfg = FedPGConfig.from_preset(preset, algorithm=algorithm, **options).resolved()
         options["epsilon"] = per_release_epsilon(cfg)
         if enforce_total:
             options["epsilon_budget"] = eps
-    cfg = FedPGConfig.from_preset("paper", algorithm=algorithm, **options).resolved()
+    cfg = FedPGConfig.from_preset(preset, algorithm=algorithm, **options).resolved()
     from privrl.systems.fedpg.algorithm import FedPG
 
     # The task's episode and target filled in; a bad --env/--private fails here, first.
@@ -124,18 +125,21 @@ def per_release_epsilon(cfg: FedPGConfig) -> float:
 
 
 def _fedpg_common(
-    agents: int, budget: int, trials: int, batch_min: int, batch_max: int, minibatch: int,
-    learning_rate: float, importance: str, importance_clip: float | None,
-    mechanism: FedPGMechanism, epsilon: float | None, clip: float | None, seed: int,
-    noise_multiplier: float | None, delta: float, gravities: str, accountant: str = "pld",
+    agents: int | None, budget: int | None, trials: int | None, batch_min: int | None,
+    batch_max: int | None, minibatch: int | None, learning_rate: float | None,
+    importance: str | None, importance_clip: float | None, mechanism: FedPGMechanism,
+    epsilon: float | None, clip: float | None, seed: int, noise_multiplier: float | None,
+    delta: float | None, gravities: str | None, accountant: str = "pld",
     epsilon_budget: float | None = None, budget_composition: str = "basic",
     env: str | None = None, private: list[str] | None = None, target_return: float | None = None,
     max_steps: int | None = None,
 ) -> dict:
+    """The options both commands share, as config fields; None (an option not given) leaves
+    the preset's value."""
     from privrl.config import ConfigError
 
     try:
-        grav = tuple(float(g) for g in gravities.split(","))
+        grav = None if gravities is None else tuple(float(g) for g in gravities.split(","))
     except ValueError:
         raise ConfigError("--gravities", f"must be comma-separated numbers, got {gravities!r}"
                           ) from None
@@ -156,20 +160,36 @@ def _noise(noise: NoiseMode | None) -> str | None:
     return None if noise is None else noise.value
 
 
-AgentsOpt = Annotated[int, typer.Option(help="K agents (K = 1: a single SVRPG agent).")]
-EpisodesOpt = Annotated[int, typer.Option(
-    help="Episodes each agent samples over the run (FedPG-BR: 5000).")]
-TrialsOpt = Annotated[int, typer.Option(help="Independent trials, run vectorized.")]
-BatchMinOpt = Annotated[int, typer.Option(help="B_t is drawn uniformly from "
-                                               "[batch-min, batch-max] every round (B > 0).")]
-BatchMaxOpt = Annotated[int, typer.Option(help="Upper end of B_t (FedPG-BR: 20).")]
-MinibatchOpt = Annotated[int, typer.Option(help="b: episodes per SCSG step (b > 0).")]
-LrOpt = Annotated[float, typer.Option(help="Adam step size (FedPG-BR: 1e-3).")]
-ImportanceOpt = Annotated[str, typer.Option(
-    help="Importance weight ω: step (per-step ratio, FedPG-BR's code) or trajectory (the "
-    "product over the episode, the paper's p(τ|θ₀)/p(τ|θ_n)).")]
+# Every option that sets a config field defaults to None: only a flag given overrides the
+# --preset's field (FedPGConfig.from_preset). Each help states the effective default.
+PresetOpt = Annotated[str, typer.Option(
+    help="paper: FedPG-BR's CartPole setting exactly (the default). continuous: for a "
+    "continuous-action (Box) task, e.g. --env gymnax:Pendulum-v1: a state-free learned "
+    "log-std, γ = 0.9, hidden (64, 64), B_t ~ U{4..8}, ω truncated at 2, Adam 3e-4 "
+    "(benchmarks/RESULTS.md). Options given explicitly override it.")]
+AgentsOpt = Annotated[int | None, typer.Option(
+    help="K agents (K = 1: a single SVRPG agent). Default 10.")]
+EpisodesOpt = Annotated[int | None, typer.Option(
+    help="Episodes each agent samples over the run. Default 5000 (FedPG-BR's).")]
+TrialsOpt = Annotated[int | None, typer.Option(
+    help="Independent trials, run vectorized. Default 1.")]
+BatchMinOpt = Annotated[int | None, typer.Option(
+    help="B_t is drawn uniformly from [batch-min, batch-max] every round (B > 0). Default: "
+    "from the preset, 12 for paper, 4 for continuous.")]
+BatchMaxOpt = Annotated[int | None, typer.Option(
+    help="Upper end of B_t. Default: from the preset, 20 for paper (FedPG-BR's), 8 for "
+    "continuous.")]
+MinibatchOpt = Annotated[int | None, typer.Option(
+    help="b: episodes per SCSG step (b > 0). Default 4.")]
+LrOpt = Annotated[float | None, typer.Option(
+    help="Adam step size. Default: from the preset, 1e-3 for paper (FedPG-BR's), 3e-4 for "
+    "continuous.")]
+ImportanceOpt = Annotated[str | None, typer.Option(
+    help="Importance weight ω: step (per-step ratio, FedPG-BR's code; the default) or "
+    "trajectory (the product over the episode, the paper's p(τ|θ₀)/p(τ|θ_n)).")]
 IwClipOpt = Annotated[float | None, typer.Option(
-    help="Truncate ω at this value (default: no truncation).")]
+    help="Truncate ω at this value. Default: from the preset, no truncation for paper, 2 for "
+    "continuous.")]
 MechOpt = Annotated[str, typer.Option(help=_FEDPG_MECHANISM_HELP,
                                                  parser=mechanism_option(FedPGMechanism))]
 EpsOpt = Annotated[float | None, typer.Option(
@@ -187,9 +207,10 @@ EpsPerReportOpt = Annotated[float | None, typer.Option(
 SigmaOpt = Annotated[float | None, typer.Option(
     help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon. "
     "distributed-gaussian: the std of the sum's noise is σ·C.")]
-DeltaOpt = Annotated[float, typer.Option(
+DeltaOpt = Annotated[float | None, typer.Option(
     help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal composition "
-    "stated beside the pure ε (the budget's δ with --budget-composition optimal).")]
+    "stated beside the pure ε (the budget's δ with --budget-composition optimal). Default "
+    "1e-5.")]
 EpsBudgetOpt = Annotated[float | None, typer.Option(
     help="With --epsilon-per-report: a cap on each agent's ε over the run; the ledger refuses "
     "a round beyond it before anything is released, and the trial ends there (by "
@@ -201,11 +222,11 @@ ShuffleOpt = Annotated[bool, typer.Option(
     "its order seeded), and privacy.json adds the central (ε, δ) per round after "
     "amplification by shuffling (FMT21) and over the rounds (basic composition). "
     "Amplification grows with --agents.")]
-ShuffleDeltaOpt = Annotated[float, typer.Option(
-    help="δ of the per-round central (ε, δ) stated under --shuffle.")]
+ShuffleDeltaOpt = Annotated[float | None, typer.Option(
+    help="δ of the per-round central (ε, δ) stated under --shuffle. Default 1e-5.")]
 CenClipOpt = Annotated[float | None, typer.Option(
     help="Clip C of the mechanism (default 1; with --adaptive-clip the initial clip C_0).")]
-GravOpt = Annotated[str, typer.Option(
+GravOpt = Annotated[str | None, typer.Option(
     help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed per agent) "
     "from these comma-separated values. Default 9.8 for all. The default task only (with "
     "--env or --private: --private gravity=...).")]
@@ -218,18 +239,20 @@ TargetOpt = Annotated[float | None, typer.Option(
 @run_app.command("fedpg-cen")
 @flag_names(**_FLAGS)
 def run_fedpg_cen_command(
-    agents: AgentsOpt = 10, episodes: EpisodesOpt = 5000, trials: TrialsOpt = 1,
-    batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
-    learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
+    preset: PresetOpt = "paper",
+    agents: AgentsOpt = None, episodes: EpisodesOpt = None, trials: TrialsOpt = None,
+    batch_min: BatchMinOpt = None, batch_max: BatchMaxOpt = None,
+    minibatch: MinibatchOpt = None, learning_rate: LrOpt = None,
+    importance: ImportanceOpt = None,
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, epsilon_per_report: EpsPerReportOpt = None, clip: CenClipOpt = None,
     noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
+    delta: DeltaOpt = None, gravities: GravOpt = None, seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
     epsilon_budget: EpsBudgetOpt = None,
     budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
-    shuffle: ShuffleOpt = False, shuffle_delta: ShuffleDeltaOpt = 1e-5,
+    shuffle: ShuffleOpt = False, shuffle_delta: ShuffleDeltaOpt = None,
     sampling_rate: Annotated[float | None, typer.Option(
         help="distributed-gaussian: each agent takes part in a round with probability q "
         "(Poisson sampling, q in (0, 1]; amplifies privacy); unsampled agents play no "
@@ -250,19 +273,20 @@ def run_fedpg_cen_command(
         "also sends the bit ‖μ‖ <= C_t through the secure sum (noised with std "
         "--clip-count-stddev), and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same "
         "ε: σ is split between the update and the bits (docs/fedpg.md).")] = False,
-    clip_quantile: Annotated[float, typer.Option(
+    clip_quantile: Annotated[float | None, typer.Option(
         help="--adaptive-clip: target fraction γ of sampled agents whose update norm is "
-        "within the clip, in (0, 1) (paper default 0.5: the median).")] = 0.5,
-    clip_lr: Annotated[float, typer.Option(
-        help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update (paper "
-        "default 0.2).")] = 0.2,
+        "within the clip, in (0, 1). Default 0.5 (the paper's: the median).")] = None,
+    clip_lr: Annotated[float | None, typer.Option(
+        help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update. Default "
+        "0.2 (the paper's).")] = None,
     clip_count_stddev: Annotated[float | None, typer.Option(
         help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must exceed "
         "σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
         "agents per round / 20).")] = None,
-    byzantine: Annotated[int, typer.Option(
+    byzantine: Annotated[int | None, typer.Option(
         help="N of the K agents are Byzantine (which: drawn from --seed, fixed for the run, "
-        "recorded in summary.json); they send what --attack says (docs/byzantine.md).")] = 0,
+        "recorded in summary.json); they send what --attack says (docs/byzantine.md). "
+        "Default 0.")] = None,
     attack: Annotated[FedPGAttack | None, typer.Option(
         help="What a Byzantine agent does: random-noise, random-action, sign-flip (−2.5× its "
         "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
@@ -274,14 +298,15 @@ def run_fedpg_cen_command(
         "filter, its threshold widened by the mechanism's noise), median or trimmed-mean "
         "(coordinate-wise). Post-processing: the privacy guarantee is unchanged.")
     ] = FedPGRobust.none,
-    filter_sigma: Annotated[float, typer.Option(
-        help="fedpg-br: σ, the per-step spread of an honest estimate (FedPG-BR's CartPole: "
-        "0.06), scaled by the server's mean episode length.")] = 0.06,
-    filter_delta: Annotated[float, typer.Option(
-        help="fedpg-br: δ in V = 2 log(2K/δ) (FedPG-BR's CartPole: 0.6).")] = 0.6,
-    byzantine_alpha: Annotated[float, typer.Option(
+    filter_sigma: Annotated[float | None, typer.Option(
+        help="fedpg-br: σ, the per-step spread of an honest estimate, scaled by the server's "
+        "mean episode length. Default 0.06 (FedPG-BR's CartPole).")] = None,
+    filter_delta: Annotated[float | None, typer.Option(
+        help="fedpg-br: δ in V = 2 log(2K/δ). Default 0.6 (FedPG-BR's CartPole).")] = None,
+    byzantine_alpha: Annotated[float | None, typer.Option(
         help="α < 1/2, the assumed Byzantine fraction: fedpg-br falls back to R2 when R1 keeps "
-        "fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end (FedPG-BR: 0.4).")] = 0.4,
+        "fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end. Default 0.4 (FedPG-BR's).")
+    ] = None,
     env: EnvOpt = None, private: PrivateOpt = None, target_return: TargetOpt = None,
     max_steps: MaxStepsOpt = None,
     runtime: Annotated[Runtime, typer.Option(
@@ -304,8 +329,8 @@ def run_fedpg_cen_command(
     fedpg-br) on CartPole-v1 or --env.
 
     K agents send policy-gradient estimates to a server, which averages them (or applies
-    --robust) and takes SCSG steps with importance weights. Defaults: FedPG-BR's CartPole
-    setting.
+    --robust) and takes SCSG steps with importance weights. Defaults (--preset paper):
+    FedPG-BR's CartPole setting.
     """
     from privrl.runtime.output import check_out_dir
 
@@ -317,8 +342,9 @@ def run_fedpg_cen_command(
             raise ConfigError("--sampling-rate", "the Flower runtime's secure sum takes every "
                               "agent in every round (no amplification by sampling is claimed)")
         sampling_rate = 1.0
-    cfg = _fedpg_config("cen", epsilon_per_report, noise=_noise(noise), secure_noise=secure_noise,
-                        sampling_rate=sampling_rate, min_honest=min_honest,
+    cfg = _fedpg_config("cen", preset, epsilon_per_report, noise=_noise(noise),
+                        secure_noise=secure_noise, sampling_rate=sampling_rate,
+                        min_honest=min_honest,
                         shuffle=shuffle, shuffle_delta=shuffle_delta,
                         dp_rounds=dp_rounds, adaptive_clip=adaptive_clip,
                         clip_quantile=clip_quantile, clip_lr=clip_lr,
@@ -391,13 +417,15 @@ def run_fedpg_dec_command(
     window: Annotated[int | None, typer.Option(
         help="Random topology: rounds over which the graph must be strongly connected "
         "(default max(3, ⌈2 log2 K⌉)).")] = None,
-    agents: AgentsOpt = 10, episodes: EpisodesOpt = 5000, trials: TrialsOpt = 1,
-    batch_min: BatchMinOpt = 12, batch_max: BatchMaxOpt = 20, minibatch: MinibatchOpt = 4,
-    learning_rate: LrOpt = 1e-3, importance: ImportanceOpt = "step",
+    preset: PresetOpt = "paper",
+    agents: AgentsOpt = None, episodes: EpisodesOpt = None, trials: TrialsOpt = None,
+    batch_min: BatchMinOpt = None, batch_max: BatchMaxOpt = None,
+    minibatch: MinibatchOpt = None, learning_rate: LrOpt = None,
+    importance: ImportanceOpt = None,
     importance_clip: IwClipOpt = None, mechanism: MechOpt = FedPGMechanism.none,
     epsilon: EpsOpt = None, epsilon_per_report: EpsPerReportOpt = None, clip: ClipOpt = None,
     noise_multiplier: SigmaOpt = None,
-    delta: DeltaOpt = 1e-5, gravities: GravOpt = "9.8", seed: Seed = 0, noise: Noise = None,
+    delta: DeltaOpt = None, gravities: GravOpt = None, seed: Seed = 0, noise: Noise = None,
     secure_noise: SecureNoise = False, out: Out = None, progress: ShowProgress = True,
     accountant: AccountantOpt = AccountantName.pld,
     epsilon_budget: EpsBudgetOpt = None,
@@ -425,7 +453,7 @@ def run_fedpg_dec_command(
         raise ConfigError("--runtime", "FedPG-Dec cannot run on Flower: its nodes exchange "
                           "push-sum shares peer to peer, and Flower carries messages only "
                           "between the ServerApp and each SuperNode (use local or ray)")
-    cfg = _fedpg_config("dec", epsilon_per_report, runtime is Runtime.local,
+    cfg = _fedpg_config("dec", preset, epsilon_per_report, runtime is Runtime.local,
                         topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,
                         **_fedpg_common(
@@ -437,7 +465,7 @@ def run_fedpg_dec_command(
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
     if runtime is Runtime.ray:
-        if trials != 1:
+        if cfg.trials != 1:
             raise ConfigError("--trials", "the Ray runtime runs one trial")
         if epsilon_budget is not None or budget_composition is not BudgetComposition.basic:
             raise ConfigError("--epsilon-budget", "a privacy budget (and its composition) is "
