@@ -1,5 +1,7 @@
-"""FedPG-Cen with the `continuous` preset on a continuous-action task (issue 39): the Python
-API's run (the CLI's fedpg commands have no --preset), one JSON line per call.
+"""FedPG-Cen with the `continuous` preset on a continuous-action task (issue 39) through the
+Python API, one JSON line per call. The same run (same seed, same returns) from the CLI:
+`privrl run fedpg-cen --env gymnax:Pendulum-v1 --preset continuous --episodes 10000
+--agents 10 --trials 3`.
 
     PYTHONPATH=src python benchmarks/fedpg_continuous.py [--env gymnax:Pendulum-v1]
         [--episodes 10000] [--agents 10] [--trials 3] [--mechanism none] [--epsilon E]

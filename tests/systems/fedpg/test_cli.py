@@ -5,6 +5,7 @@ enforces it; `--epsilon-per-report` is the per-release value under its own name.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -78,3 +79,66 @@ def test_the_heading_states_each_agents_total_epsilon(mechanism, monkeypatch, ca
                   "--out", str(tmp_path / "r")])
     err = " ".join(capsys.readouterr().err.split())
     assert "each agent's total ε ≤ 3 at δ = 1e-05 over the run" in err, err
+
+
+# `--preset` (issue 39): the preset's fields hold unless a flag is given.
+CONTINUOUS = {"preset": "continuous", "log_std": "parameter", "gamma": 0.9, "hidden": [64, 64],
+              "batch_min": 4, "batch_max": 8, "importance_clip": 2.0, "learning_rate": 3e-4}
+
+
+def test_preset_continuous_runs_on_a_box_task(tmp_path):
+    out = tmp_path / "run"
+    assert cli.main(["run", "fedpg-cen", "--preset", "continuous", "--env", "gymnax:Pendulum-v1",
+                     "--agents", "2", "--episodes", "16", "--max-steps", "20", "--no-progress",
+                     "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert {k: config[k] for k in CONTINUOUS} == CONTINUOUS
+    assert (config["agents"], config["budget"], config["max_episode_steps"]) == (2, 16, 20)
+
+
+@pytest.fixture
+def captured_config(monkeypatch):
+    """The config a run command hands the runner (the run itself is stopped)."""
+    class Stop(Exception):
+        pass
+
+    seen: list[FedPGConfig] = []
+
+    def stop(cfg, **kwargs):
+        seen.append(cfg)
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_fedpg", stop)
+
+    def run(args: list[str], tmp_path) -> FedPGConfig:
+        with pytest.raises(Stop):
+            cli.main(["run", *args, "--no-progress", "--out", str(tmp_path / "r")])
+        return seen[-1]
+    return run
+
+
+@pytest.mark.parametrize("command", ["fedpg-cen", "fedpg-dec"])
+def test_a_flag_given_overrides_the_preset_and_only_it(command, captured_config, tmp_path):
+    cfg = captured_config([command, "--preset", "continuous", "--batch-min", "5",
+                           "--learning-rate", "1e-3", "--env", "gymnax:Pendulum-v1"], tmp_path)
+    assert (cfg.preset, cfg.batch_min, cfg.learning_rate) == ("continuous", 5, 1e-3)
+    assert (cfg.batch_max, cfg.importance_clip, cfg.gamma, cfg.log_std) == (8, 2.0, 0.9,
+                                                                           "parameter")
+
+
+@pytest.mark.parametrize("command", ["fedpg-cen", "fedpg-dec"])
+def test_no_flag_is_the_paper_preset_exactly(command, captured_config, tmp_path):
+    """Every option left out is the dataclass's (FedPG-BR's) value, as before --preset."""
+    cfg = captured_config([command], tmp_path)
+    # The task fills in its own target and step limit (CartPole-v1's 475 and 500).
+    assert replace(cfg, target_return=None, max_episode_steps=None) == FedPGConfig(
+        algorithm=cfg.algorithm)
+
+
+@pytest.mark.parametrize("command", ["fedpg-cen", "fedpg-dec"])
+def test_an_unknown_preset_is_refused(command, capsys, tmp_path, no_compute):
+    assert cli.main(["run", command, "--preset", "tuned", *SMALL,
+                     "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--preset" in err[0] and "continuous" in err[0], err
+    assert not (tmp_path / "r").exists()
