@@ -45,11 +45,13 @@ PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reo
 # The tests that start OS processes of their own (tests/conftest.py marks them `processes`: the
 # Ray tests' actors, a Flower deployment's SuperLink, SuperNodes and apps) run in a pytest of
 # their own, beside the rest: they spend much of their time starting, waiting and restarting,
-# which the other stage fills. Their output follows the rest's; either failing fails the target.
+# which the other stage fills; for the same reason two of them run at once (the Ray tests share
+# one worker and its cluster: tests/conftest.py). Their output follows the rest's; either
+# failing fails the target.
 RAY_LOG := .pytest-ray.log
 test: $(VENV)/.installed-dev
 	rm -f $(RAY_LOG) $(RAY_LOG).rc; \
-	( $(BIN)/python -m pytest -q -m processes tests/systems/*/test_ray.py \
+	( $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m processes tests/systems/*/test_ray.py \
 	  tests/systems/*/test_*_deployment.py > $(RAY_LOG) 2>&1; \
 	  echo $$? > $(RAY_LOG).rc ) & \
 	$(PYTEST) -m "not processes"; rest=$$?; wait; \
