@@ -181,6 +181,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=_weight)  # stable: collection order within one weight
 
 
+def _child_compile_env(cache: str | None) -> dict[str, str]:
+    """The environment under which a process a test starts (a Ray actor, a Flower app or
+    agent executor) compiles as the tests do: without optimizations, without the MLIR fusion
+    emitters, code generation in one part, every program in the session's cache (None: none).
+    Cheaper, and a driver replaying the process's arithmetic gets the same floats."""
+    env = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
+           "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false "
+                        "--xla_cpu_parallel_codegen_split_count=1"}
+    if cache is not None:
+        env |= {"JAX_COMPILATION_CACHE_DIR": cache,
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    return env
+
+
+@pytest.fixture
+def children_compile_as_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes this test starts compile as the tests do (`_child_compile_env`), with the
+    session's cache when there is one."""
+    cache = os.environ.get(_CACHE_ENV, "off")
+    for name, value in _child_compile_env(None if cache == "off" else cache).items():
+        monkeypatch.setenv(name, value)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One real local Ray cluster (2 CPUs) for every Ray test of the session; its actors share
@@ -194,11 +217,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # with code generation in one part; every program they compile goes to the cache, so that a
     # restarted actor does not compile its programs again.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"JAX_COMPILATION_CACHE_DIR": cache,
-                                       "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                                       "JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
-                                       "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false "
-                                                    "--xla_cpu_parallel_codegen_split_count=1"}})
+             runtime_env={"env_vars": _child_compile_env(cache)})
     yield
     ray.shutdown()
 

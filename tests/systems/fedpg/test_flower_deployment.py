@@ -21,16 +21,7 @@ from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 pytestmark = pytest.mark.processes
 
 
-def test_a_supernode_killed_mid_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    # The agents compile as this test does (tests/conftest.py: no optimizations, one code
-    # part; the session's cache), as the PGC-A3C deployment test's processes: cheaper.
-    cache = os.environ.get("PRIVRL_TEST_JAX_CACHE", "off")
-    if cache != "off":
-        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
-        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
-                                    "--xla_cpu_parallel_codegen_split_count=1")
+def test_a_supernode_killed_mid_round(tmp_path: Path, children_compile_as_tests: None):
     cfg = FedPGConfig(algorithm="cen", agents=6, budget=40, mechanism="distributed-gaussian",
                       epsilon=2.0, delta=1e-5, sampling_rate=1.0, clip=1.0, hidden=(8,))
     killed: list[int] = []

@@ -10,7 +10,6 @@ tests/systems/pgc_a3c/test_flower.py's, in one process."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -26,26 +25,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
 
 
 def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_compile_as_tests: None) -> None:
     """The run through `privrl run`; then, on the same deployment (its processes cost more
     than the runs), the server side submits another bundle than the agents pinned (here:
     naming its own ClientApp, as an operator who wanted to run code on the agents would):
     every agent answers with an error, nothing is released or accepted, and the run says
-    why."""
+    why. Every process of the deployment compiles as this test does
+    (`children_compile_as_tests`), so the ServerApp's θ is bit-equal to this process's replay
+    of its log."""
     from privrl.federation.flower import RESULTS
     from privrl.runtime import flower as rt
 
-    # Every process of the deployment compiles as this test does (tests/conftest.py: no
-    # optimizations, no fusion emitters, one code part; the session's cache), as the Ray
-    # tests' actors do: cheaper, and the ServerApp's θ is then bit-equal to this process's
-    # replay of its log.
-    cache = os.environ.get("PRIVRL_TEST_JAX_CACHE", "off")
-    if cache != "off":
-        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
-        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "true")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
-                                    "--xla_cpu_parallel_codegen_split_count=1")
     submit = rt.LocalDeployment.run
     foreign: dict = {}
 
