@@ -375,3 +375,39 @@ def fails_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Any
         assert not out.exists()
 
     return check
+
+
+@pytest.fixture
+def call_grid() -> Iterator[Any]:
+    """A Flower grid that delivers each message to its SuperNode's handler at once, in this
+    process (no SuperLink): `call_grid({node_id: handler})`, nodes named as privrl's slots
+    (privrl.federation.flower.SLOT + index). Messages name their run, as in a ServerApp's
+    process. The tests of the Flower apps' message paths use it."""
+    from flwr.proto.node_pb2 import NodeInfo
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from privrl.federation.flower import SLOT
+
+    class CallGrid:
+        def __init__(self, handlers: dict[int, Any]) -> None:
+            self.handlers = handlers
+            self.sent: list[Any] = []
+
+        def get_node_ids(self) -> list[int]:
+            return list(self.handlers)
+
+        def get_nodes(self) -> list[Any]:
+            return [NodeInfo(node_id=n, name=f"{SLOT}{i}") for i, n in enumerate(self.handlers)]
+
+        def send_and_receive(self, messages: list[Any], timeout: float | None = None
+                             ) -> list[Any]:
+            out = []
+            for m in messages:  # a message's id is its object id, as Flower's grid sets it
+                m.metadata.__dict__["_message_id"] = m.object_id
+                self.sent.append(m)
+                out.append(self.handlers[m.metadata.dst_node_id](m))
+            return out
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield CallGrid
+    TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = None

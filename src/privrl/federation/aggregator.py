@@ -78,21 +78,7 @@ class BufferedAggregator:
     # --- host side -----------------------------------------------------------------------
     def check(self, report: Any) -> None:
         """Raise InvalidReportError unless `report` is a well-formed Report for this model."""
-        if not isinstance(report, Report):
-            raise InvalidReportError(
-                f"expected a privrl Report (made by a privacy mechanism), got "
-                f"{type(report).__name__}"
-            )
-        value = report.value
-        shape = getattr(value, "shape", None)
-        if shape != (self.dim,):
-            raise InvalidReportError(f"report has shape {shape}, expected ({self.dim},)")
-        if value.dtype != jnp.dtype(self.dtype):
-            raise InvalidReportError(
-                f"report has dtype {value.dtype}, expected {jnp.dtype(self.dtype)}"
-            )
-        if not bool(jnp.all(jnp.isfinite(value))):
-            raise InvalidReportError("report contains NaN or inf values")
+        check_report(report, self.dim, self.dtype)
 
     def submit(self, state: AggregatorState, report: Any) -> AggregatorState:
         """Validate, then accept: returns the new state or raises (old state untouched)."""
@@ -135,3 +121,21 @@ def _receive_jit(
     agg: BufferedAggregator, state: AggregatorState, report: Report
 ) -> AggregatorState:
     return agg.receive(state, report)
+
+
+def check_report(report: Any, dim: int, dtype: Any = jnp.float32) -> None:
+    """Raise InvalidReportError unless `report` is a Report whose value is finite, of shape
+    (dim,) and of `dtype`: what every aggregator checks before it uses a report."""
+    if not isinstance(report, Report):
+        raise InvalidReportError(
+            f"expected a privrl Report (made by a privacy mechanism), got "
+            f"{type(report).__name__}"
+        )
+    value = report.value
+    shape = getattr(value, "shape", None)
+    if shape != (dim,):
+        raise InvalidReportError(f"report has shape {shape}, expected ({dim},)")
+    if value.dtype != jnp.dtype(dtype):
+        raise InvalidReportError(f"report has dtype {value.dtype}, expected {jnp.dtype(dtype)}")
+    if not bool(jnp.all(jnp.isfinite(value))):
+        raise InvalidReportError("report contains NaN or inf values")

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
 from flwr.client.mod import secaggplus_mod
@@ -53,6 +55,18 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid, ServerApp
+
+from privrl.federation.aggregator import check_report
+from privrl.federation.flower import (
+    WireError,
+    _refusal,
+    _wait_for_nodes,
+    read_submission,
+    request_content,
+)
+from privrl.federation.service import submission_problem
+from privrl.federation.star import average_reports
+from privrl.privacy.report import Guarantee
 
 __all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "SumRound",
            "cen_server_app", "fewest_at_threshold", "node_payload", "payload_bits",
@@ -320,22 +334,24 @@ def fewest_at_threshold(agents_per_node: list[int], threshold: int) -> int:
     return sum(sorted(agents_per_node)[:threshold])
 
 
+RoundFn = Callable[[int, np.ndarray, int], tuple[np.ndarray, dict[str, Any]]]
+
+
 def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.0,
               learner_wait_s: float = 3600.0) -> dict[str, Any]:
-    """FedPG-Cen's aggregator: for each round the learner asks for, one SecAgg+ round over
-    every node with θ₀ᵗ and B_t broadcast, and μ_t back to the learner. Returns (and writes to
-    SUM_RESULTS) what each round revealed about who took part."""
-    from privrl.federation.flower import _wait_for_nodes
-    from privrl.privacy.discrete_sum import DiscreteGaussianSum
-
+    """FedPG-Cen's aggregator: for each round the learner asks for, μ_t from the agents with
+    θ₀ᵗ broadcast, back to the learner: the secure sum of the distributed discrete Gaussian
+    (`_sum_rounds`), or under a local mechanism the mean of the agents' checked Reports
+    (`_report_rounds`; SETUP says which). Returns (and writes to SUM_RESULTS) what each
+    round revealed about who took part."""
     setup = json.loads((directory / SETUP).read_text())
-    mech = DiscreteGaussianSum(**setup["mechanism"])
-    per_node = [int(a) for a in setup["agents_per_node"]]
-    threshold, timeout = int(setup["threshold"]), setup["stage_timeout"]
-    # refuse before anything is asked: a sum of fewer shares than the ε statement counts on
-    mech.check_threshold(fewest_at_threshold(per_node, threshold))
-    ids = _wait_for_nodes(grid, len(per_node), wait_s)
-    alive = list(ids)  # the nodes that answered last round's key exchange
+    reports = setup.get("reports")
+    # each refuses a setup it cannot serve before anything is asked
+    rounds_of = (_sum_rounds(grid, context, setup) if reports is None
+                 else _report_rounds(grid, reports))
+    ids = _wait_for_nodes(grid, len(setup["agents_per_node"]) if reports is None
+                          else int(reports["nodes"]), wait_s)
+    one_round = rounds_of(ids)
     rounds: list[dict[str, Any]] = []
     t = 0
     while True:
@@ -344,6 +360,32 @@ def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.
             break
         with np.load(got, allow_pickle=False) as ask:
             theta, batch = np.asarray(ask["theta"], np.float32), int(ask["batch"])
+        mu, out = one_round(t, theta, batch)
+        write_atomic(directory / f"sum-{t}.npz",
+                     lambda p, mu=mu, out=out: np.savez(p, mu=mu, info=json.dumps(out)))
+        rounds.append(out)
+        t += 1
+    results = {"nodes": ids, "rounds": rounds}
+    (directory / SUM_RESULTS).write_text(json.dumps(results))
+    return results
+
+
+def _sum_rounds(grid: Grid, context: Context, setup: dict[str, Any]
+                ) -> Callable[[list[int]], RoundFn]:
+    """distributed-gaussian: round t is one secure sum over the nodes that answered last
+    round's key exchange; μ_t = (revealed sum) / (agents in it). Refuses at once (ValueError)
+    a threshold that could reveal a sum of fewer shares than the ε statement counts on."""
+    from privrl.privacy.discrete_sum import DiscreteGaussianSum
+
+    mech = DiscreteGaussianSum(**setup["mechanism"])
+    per_node = [int(a) for a in setup["agents_per_node"]]
+    threshold, timeout = int(setup["threshold"]), setup["stage_timeout"]
+    mech.check_threshold(fewest_at_threshold(per_node, threshold))
+    ids: list[int] = []
+    alive: list[int] = []  # the nodes that answered last round's key exchange
+
+    def one_round(t: int, theta: np.ndarray, batch: int) -> tuple[np.ndarray, dict[str, Any]]:
+        nonlocal alive
         res, tries, alive = secure_sum(grid, context, alive, [theta],
                                        {"round": t, "batch": batch}, t, mech.bits, threshold,
                                        timeout)
@@ -352,17 +394,84 @@ def serve_cen(grid: Grid, context: Context, directory: Path, wait_s: float = 60.
         out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count,
                                "secagg_runs": tries}
         if res.total is None:
-            mu = np.zeros(0, np.float32)
             out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"
+            return np.zeros(0, np.float32), out
+        return np.asarray(mech.decode(res.total).value, np.float32) / np.float32(count), out
+
+    def on(nodes: list[int]) -> RoundFn:
+        ids[:], alive[:] = nodes, nodes
+        return one_round
+
+    return on
+
+
+def _report_rounds(grid: Grid, setup: dict[str, Any]) -> Callable[[list[int]], RoundFn]:
+    """A local mechanism: round t asks every agent a for its Report (agent a, index t) from
+    θ₀ᵗ on the node of slot a mod N, checks each reply as the aggregator service does
+    (`collect_reports`) and hands back μ_t, the mean of the accepted Reports
+    (privrl.federation.star.average_reports, the local runner's average)."""
+    agents, dim = int(setup["agents"]), int(setup["dim"])
+    guarantee = Guarantee.from_state(setup["guarantee"])
+    timeout = float(setup["reply_timeout"])
+    accepted: set[tuple[int, int]] = set()
+    ids: list[int] = []
+
+    def one_round(t: int, theta: np.ndarray, batch: int) -> tuple[np.ndarray, dict[str, Any]]:
+        del batch  # each agent draws B_t from the run's seed itself
+        good, refused = collect_reports(grid, ids, theta, t, agents, dim, guarantee, accepted,
+                                        timeout)
+        out: dict[str, Any] = {"round": t, "agents_in_mean": len(good),
+                               "accepted_agents": [s.agent_id for s in good],
+                               "refused": refused}
+        if not good:
+            out["halted"] = "no agent's report was accepted: θ stays"
+            return np.zeros(0, np.float32), out
+        batch_of = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *[s.report for s in good])
+        return np.asarray(average_reports(batch_of), np.float32), out
+
+    def on(nodes: list[int]) -> RoundFn:
+        ids[:] = nodes
+        return one_round
+
+    return on
+
+
+def collect_reports(grid: Grid, ids: list[int], theta: np.ndarray, round_: int, agents: int,
+                    dim: int, guarantee: Any, accepted: set[tuple[int, int]],
+                    timeout_s: float | None) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Round `round_`'s Reports: agent a (on node ids[a mod N]) is asked for its submission
+    (a, round_) from θ; a reply is used only if it is a well-formed Submission
+    (privrl.federation.flower.read_submission), the one asked for, and passes the aggregator
+    service's checks (`submission_problem`: a finite float32 value of length `dim`, the run's
+    mechanism's guarantee, an agent of the run, a first report for its (agent, index), which
+    `accepted` then records). Returns the accepted Submissions in agent order and the
+    refusals ({"agent", "reason"}): a refusal costs the round that agent's report only."""
+    def check(report: Any) -> None:
+        check_report(report, dim)
+
+    messages = [Message(request_content(theta, a, round_), dst_node_id=ids[a % len(ids)],
+                        message_type="train") for a in range(agents)]
+    replies = {r.metadata.reply_to_message_id: r
+               for r in grid.send_and_receive(messages, timeout=timeout_s)}
+    good, refused = [], []
+    for a, sent in enumerate(messages):
+        reply = replies.get(sent.metadata.message_id)
+        reason = _refusal(reply)
+        if reason is None:
+            try:
+                sub, _ = read_submission(reply.content, dim)
+            except WireError as e:
+                reason = f"malformed: {e}"
+            else:
+                reason = (f"not the submission asked for: {sub.agent_id, sub.index}"
+                          if (sub.agent_id, sub.index) != (a, round_) else
+                          submission_problem(sub, agents, accepted, check, guarantee))
+        if reason is None:
+            accepted.add((a, round_))
+            good.append(sub)
         else:
-            mu = np.asarray(mech.decode(res.total).value, np.float32) / np.float32(count)
-        write_atomic(directory / f"sum-{t}.npz",
-                     lambda p, mu=mu, out=out: np.savez(p, mu=mu, info=json.dumps(out)))
-        rounds.append(out)
-        t += 1
-    results = {"nodes": ids, "rounds": rounds}
-    (directory / SUM_RESULTS).write_text(json.dumps(results))
-    return results
+            refused.append({"agent": a, "reason": reason})
+    return good, refused
 
 
 cen_server_app = ServerApp()

@@ -17,12 +17,9 @@ import pytest
 pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
-from flwr.proto.node_pb2 import NodeInfo
-from flwr.supercore.task_identity import TaskIdentity
 
 from privrl.federation.flower import (
     RESULTS,
-    SLOT,
     WireError,
     read_submission,
     request_content,
@@ -44,35 +41,8 @@ CFG = PGCA3CConfig(trials=1, submissions=6, parallel_agents=1, epsilon=10, seed=
 
 
 @pytest.fixture(autouse=True)
-def _run_identity() -> Any:
-    """A message names its run: Flower sets the run id in the ServerApp's process."""
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
-    yield
-    TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = None
-
-
-class Grid:
-    """Delivers each message to its SuperNode's handler at once (ids as Flower's grid sets
-    them: a message's id is its object id)."""
-
-    def __init__(self, handlers: dict[int, Any]) -> None:
-        self.handlers = handlers
-        self.sent: list[Message] = []
-
-    def get_node_ids(self) -> list[int]:
-        return list(self.handlers)
-
-    def get_nodes(self) -> list[NodeInfo]:
-        return [NodeInfo(node_id=n, name=f"{SLOT}{i}") for i, n in enumerate(self.handlers)]
-
-    def send_and_receive(self, messages: list[Message], timeout: float | None = None
-                         ) -> list[Message]:
-        out = []
-        for m in messages:
-            m.metadata.__dict__["_message_id"] = m.object_id
-            self.sent.append(m)
-            out.append(self.handlers[m.metadata.dst_node_id](m))
-        return out
+def _run_identity(call_grid: Any) -> None:
+    """A message names its run, as in a ServerApp's process (`call_grid` sets it)."""
 
 
 def _setup(cfg: PGCA3CConfig, directory: Path) -> None:
@@ -85,7 +55,7 @@ def _setup(cfg: PGCA3CConfig, directory: Path) -> None:
                       budget_ledger(cfg), algo.mechanism.guarantee, directory).close()
 
 
-def test_seeded_flower_run_is_the_local_run(tmp_path: Path) -> None:
+def test_seeded_flower_run_is_the_local_run(tmp_path: Path, call_grid: Any) -> None:
     """Two SuperNodes' agents (0, 2, 4 and 1, 3, 5), one submission per round: the scores are
     the local runner's and θ equals its θ to float32 rounding. The local runner computes a
     round inside one compiled scan, a Flower agent one submission per compiled call: XLA may
@@ -94,7 +64,7 @@ def test_seeded_flower_run_is_the_local_run(tmp_path: Path) -> None:
     local = run_pgc_a3c(dataclasses.replace(CFG))
     _setup(CFG, tmp_path)
     agents = [flower.FlowerAgent(CFG, i, 2) for i in range(2)]
-    grid = Grid({101: agents[0].handle, 202: agents[1].handle})
+    grid = call_grid({101: agents[0].handle, 202: agents[1].handle})
     out = serve_pgc(grid, tmp_path, CFG.submissions, 1, 1, 2)  # type: ignore[arg-type]
     assert out["refused"] == [] and out["status"]["accepted"] == 6
     np.testing.assert_array_equal(np.array(out["scores"], np.float32), local.scores[0])
@@ -196,7 +166,8 @@ def test_the_server_checks_every_reply_before_using_it(tmp_path: Path) -> None:
     assert svc.status()["accepted"] == 1 and not np.array_equal(svc.theta(), theta)
 
 
-def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: Path) -> None:
+def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: Path,
+                                                                     call_grid: Any) -> None:
     """One SuperNode refuses everything (as the bundle's own ClientApp does), the other
     answers: the run goes on, its refusals named per submission, nothing applied for them."""
     _setup(CFG, tmp_path)
@@ -205,7 +176,7 @@ def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: 
     def refuse(m: Message) -> Message:
         return flower._refuse(m, None)  # type: ignore[arg-type]
 
-    out = serve_pgc(Grid({7: refuse, 8: agent.handle}), tmp_path, 6, 1, 1, 2)  # type: ignore[arg-type]
+    out = serve_pgc(call_grid({7: refuse, 8: agent.handle}), tmp_path, 6, 1, 1, 2)  # type: ignore[arg-type]
     assert [r["submission"] for r in out["refused"]] == [0, 2, 4]
     assert all("privrl's agent executor" in r["reason"] for r in out["refused"])
     assert out["status"]["accepted"] == 3

@@ -33,6 +33,7 @@ from privrl.federation.robust import robust_mean
 from privrl.federation.star import average_reports, mean_from_sum
 from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
 from privrl.privacy.noise import secret_fold
+from privrl.privacy.report import Report
 from privrl.systems.fedpg.byzantine import attack, byzantine_mask, filter_radii, uniform_act
 from privrl.systems.fedpg.config import participant_slots
 from privrl.systems.fedpg.scsg import Learner
@@ -149,12 +150,8 @@ class CenRound:
         the guarantee holds as stated (it costs utility, not privacy)."""
         algo, cfg = self.algo, self.algo.config
         mech, k = algo.mechanism, cfg.agents
-        mu_k = algo.gradients(plan.thetas, ep)
-        if self.byzantine is not None:
-            mu_k = attack(cfg, mu_k, self.byzantine_lanes(plan), plan.batch,
-                          self.length_scale(state), jax.random.fold_in(plan.key, 0xA77))
         if not isinstance(mech, DistributedGaussianMechanism):
-            reports = jax.vmap(algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
+            reports = self.reports(state, plan, ep)
             order = jnp.arange(k)
             if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
                 order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
@@ -172,6 +169,7 @@ class CenRound:
             return (self.noised(mu, plan)[None], state.clip,
                     jnp.zeros((k,), bool).at[order].set(kept))
         # Back to the K agents: a sampled agent in a lane holds its μ, every other one 0.
+        mu_k = self.estimates(state, plan, ep)
         ids, valid = plan.ids, plan.valid
         included = jnp.zeros((k,), bool).at[ids].max(valid)
         mu_k = jnp.zeros((k, algo.dim), mu_k.dtype).at[ids].add(mu_k * valid[:, None])
@@ -184,6 +182,23 @@ class CenRound:
         update, bit_fraction = mech.unpack(secure_aggregate(shares), state.clip, count)
         new_clip = mech.adaptive.next_clip(state.clip, bit_fraction)
         return mean_from_sum(update, count)[None], new_clip, None
+
+    def estimates(self, state: FedPGState, plan: CenPlan, ep: Episodes) -> Array:
+        """Each lane's μ_tᵏ (P, d) from its episodes (a Byzantine agent's: its attack)."""
+        cfg = self.algo.config
+        mu_k = self.algo.gradients(plan.thetas, ep)
+        if self.byzantine is None:
+            return mu_k
+        return attack(cfg, mu_k, self.byzantine_lanes(plan), plan.batch,
+                      self.length_scale(state), jax.random.fold_in(plan.key, 0xA77))
+
+    def reports(self, state: FedPGState, plan: CenPlan, ep: Episodes) -> Report:
+        """The agents' side of a round under a local mechanism: each lane's μ_tᵏ released
+        through the mechanism with its agent's key, a batch of P Reports. The local runner
+        computes every lane here; an agent on Flower computes its own (`own_lanes`), and the
+        server averages what arrives (privrl.federation.star.average_reports)."""
+        return jax.vmap(self.algo.release, (None, 0, 0))(state.setting, plan.mech_keys,
+                                                         self.estimates(state, plan, ep))
 
     def noised(self, mu: Array, plan: CenPlan) -> Array:
         """central-gaussian: the trusted server's noise on its aggregate (its own key)."""
@@ -220,3 +235,13 @@ def _lanes_from(which: Array, a: Episodes, b: Episodes) -> Episodes:
     """Episodes of lane p from `a` where which[p], else from `b`."""
     return jax.tree_util.tree_map(
         lambda x, y: jnp.where(which.reshape((-1,) + (1,) * (x.ndim - 1)), x, y), a, b)
+
+
+def own_lanes(plan: CenPlan, lanes: Array) -> CenPlan:
+    """The plan of `lanes` only (a local mechanism's plan: lane k holds agent k): what the
+    agents of one Flower SuperNode play and release under secret noise."""
+    pick = lambda a: a[lanes]  # noqa: E731
+    return plan._replace(thetas=pick(plan.thetas),
+                         env_params=jax.tree_util.tree_map(pick, plan.env_params),
+                         live=pick(plan.live), mech_keys=pick(plan.mech_keys),
+                         ids=pick(plan.ids))

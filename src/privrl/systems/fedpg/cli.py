@@ -312,11 +312,13 @@ def run_fedpg_cen_command(
     runtime: Annotated[Runtime, typer.Option(
         help="local: all agents vectorized in this process. flower: a local Flower "
         "deployment (--supernodes SuperNodes, each hosting agents a ≡ i mod N, TLS and "
-        "SuperNode authentication) with a real secure sum (SecAgg+) of discrete Gaussian "
-        "noise shares; --mechanism distributed-gaussian with --epsilon only, one trial "
-        "(docs/flower.md).", case_sensitive=False)] = Runtime.local,
+        "SuperNode authentication), one trial: --mechanism none, gaussian, laplace, privunit "
+        "or privunitg sends each agent's Report; distributed-gaussian (with --epsilon) runs "
+        "a real secure sum (SecAgg+) of discrete Gaussian noise shares (docs/flower.md).",
+        case_sensitive=False)] = Runtime.local,
     supernodes: Annotated[int, typer.Option(
-        help="Flower runtime: SuperNodes (>= 3, <= --agents).", min=3, max=64)] = 4,
+        help="Flower runtime: SuperNodes (<= --agents; >= 3 for distributed-gaussian).",
+        min=1, max=64)] = 4,
     threshold: Annotated[int | None, typer.Option(
         help="Flower runtime: SuperNodes that must survive a round for SecAgg+ to reveal its "
         "sum (a strict majority, <= N; default N − 1); the ε statement counts the agents they "
@@ -370,10 +372,9 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     from privrl.config import ConfigError
     from privrl.runtime.output import new_run_dir, removed_if_left_empty, save
 
-    if cfg.mechanism != "distributed-gaussian" or cfg.epsilon is None:
-        raise ConfigError("--mechanism", "the Flower runtime runs FedPG-Cen with "
-                          "distributed-gaussian and --epsilon (a secure sum of discrete noise "
-                          "shares); run other mechanisms with the local runtime")
+    if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is None:
+        raise ConfigError("--epsilon", "the Flower runtime's secure sum is calibrated from "
+                          "--epsilon (a secure sum of discrete noise shares)")
     if cfg.trials != 1:
         raise ConfigError("--trials", "the Flower runtime runs one trial")
     if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
@@ -384,24 +385,36 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     except ImportError:
         raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
                           "pip install 'privrl[flower]'") from None
-    from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
+    from privrl.systems.fedpg.flower import (
+        LOCAL_MECHANISMS,
+        plan_run,
+        record,
+        run_fedpg_cen_flower,
+    )
 
+    if cfg.mechanism not in (*LOCAL_MECHANISMS, "distributed-gaussian"):
+        raise ConfigError("--mechanism", f"the Flower runtime runs {', '.join(LOCAL_MECHANISMS)}"
+                          " or distributed-gaussian; run other mechanisms with the local runtime")
     plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
     console, err = Console(), Console(stderr=True)
-    path = new_run_dir(out, "fedpg-cen-flower-distributed-gaussian")
+    path = new_run_dir(out, f"fedpg-cen-flower-{cfg.mechanism}")
+    summed = plan.mechanism is not None
     err.print(f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} "
-              f"SuperNodes (TLS, SuperNode authentication), SecAgg+ threshold "
-              f"{plan.threshold}; each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} "
-              f"with >= {plan.mechanism.min_honest} honest surviving agents; logs in "
-              f"{path}/logs")
+              f"SuperNodes (TLS, SuperNode authentication), " + (
+                  f"SecAgg+ threshold {plan.threshold}; each agent's total ε ≤ "
+                  f"{cfg.epsilon:g} at δ = {cfg.delta:g} with >= {plan.mechanism.min_honest} "
+                  "honest surviving agents" if summed else
+                  f"each agent's {cfg.mechanism} Report") + f"; logs in {path}/logs")
     with removed_if_left_empty(path):
         run = run_fedpg_cen_flower(plan, path, stage_timeout)
     summary = save(record(run), path, command=["privrl", *sys.argv[1:]])
+    said = (f"user-level (ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g}) with >= "
+            f"{summary['min_honest_surviving_agents']} honest surviving agents" if summed else
+            "no privacy guarantee" if summary["epsilon"] is None else
+            f"each agent (ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g})-LDP")
     console.print(f"{summary['rounds']} rounds, {summary['episodes_per_agent']} episodes per "
                   f"agent; server's last mean episode length "
-                  f"{summary['final_server_mean_length']:.1f}; user-level "
-                  f"(ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g}) with >= "
-                  f"{summary['min_honest_surviving_agents']} honest surviving agents")
+                  f"{summary['final_server_mean_length']:.1f}; {said}")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, flower.json)")
 

@@ -19,6 +19,14 @@ Three parts, each in its own trust domain or process:
   operator's own trust domain, as the aggregator): draws B_t and N_t, asks the aggregator for
   μ_t, and runs the N_t SCSG steps on its own environment (FedPG-BR's server is a learner).
 
+Under a local mechanism (none, gaussian, laplace, privunit, privunitg) the agents are
+`ReportNode`s instead: each agent releases its μ_tᵏ as a Report through the mechanism,
+charged to its own ledger, the ServerApp checks every Report as the aggregator service does
+and hands the learner their mean (privrl.federation.flower_sum.collect_reports). The round is
+the local runner's own code (`round_plan`, `CenRound.reports`, `average_reports`, the SCSG
+loop): with `noise="seeded"` a Flower run is the local run (tests/systems/fedpg/test_flower.py
+states the tolerance).
+
 The aggregator and the learner exchange files in the aggregator's directory
 (privrl.federation.flower_sum's module comment). The agents' episode returns never leave
 them: the learning curve is the mean length of the server's own SCSG episodes (CartPole's
@@ -43,6 +51,7 @@ from flwr.app import Context, Error, Message
 from flwr.clientapp import ClientApp
 
 from privrl.config import ConfigError
+from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.flower_sum import (
     REFUSED,
     SETUP,
@@ -57,21 +66,41 @@ from privrl.federation.flower_sum import (
     wait_for,
     write_atomic,
 )
+from privrl.federation.pushsum import PushSumState
+from privrl.federation.service import Submission
 from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_fold, secret_keys
 from privrl.runfile import checked, read, write
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, settings_algorithm
+from privrl.systems.fedpg.cen import CenPlan, own_lanes
+from privrl.systems.fedpg.state import FedPGState
 
 NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
 _STATE_KIND = "flower-cen-node"
+REPORT_STATE = "agents.npz"  # a ReportNode's ledger and released reports (never its noise root)
+_REPORT_KIND = "flower-cen-reports"
+# The mechanisms whose Reports travel one per agent (the secure sum is distributed-gaussian's)
+LOCAL_MECHANISMS = ("none", "gaussian", "laplace", "privunit", "privunitg")
 
-__all__ = ["CenNode", "FlowerCenRun", "FlowerPlan", "ServerLearner", "client_app",
-           "flower_mechanism", "main", "plan_run", "record", "run_fedpg_cen_flower"]
+__all__ = ["LOCAL_MECHANISMS", "CenNode", "FlowerCenRun", "FlowerPlan", "ReportNode",
+           "ServerLearner", "client_app", "flower_mechanism", "main", "plan_run", "record",
+           "round_plan", "run_fedpg_cen_flower"]
 
 def _trial_key(seed: int) -> jax.Array:
     """The local runner's first trial key, so that θ₀ and the server's draws are the same."""
     return jax.random.split(jax.random.key(seed), 1)[0]
+
+
+def round_plan(algo: FedPG, state: FedPGState, theta: jax.Array, t: jax.Array,
+               noise: jax.Array | None = None, setting: Any = None
+               ) -> tuple[CenPlan, FedPGState]:
+    """The local runner's plan of round t (`CenRound.plan` from the trial's round key, as
+    `FedPG.round` draws it) with θ₀ᵗ = θ, and the trial's state it was drawn from: B_t, N_t,
+    the server's inner-loop key, the agents' lanes and mechanism keys."""
+    state = state._replace(gossip=PushSumState(theta[None], state.gossip.w), rounds=t,
+                           noise=noise, setting=setting)
+    return algo.variant.plan(state, jax.random.fold_in(state.key, t), jnp.bool_(True)), state
 
 
 def agents_of(node: int, nodes: int, agents: int) -> list[int]:
@@ -213,6 +242,129 @@ class CenNode:
         return secagg_node(self._on_fit)
 
 
+class ReportNode:
+    """The agents SuperNode `node` of `nodes` hosts under a local mechanism (a ≡ node mod N).
+
+    Asked for agent a's report of round t from θ₀ᵗ, the node plays round t through the local
+    runner's code (`round_plan`, `CenRound.episodes`, `CenRound.reports`) and releases each of
+    its agents' μ_tᵏ through the mechanism as a Report (submission index t), after charging
+    each agent's own ledger (`budget_ledger`: it refuses past `epsilon_budget` whatever the
+    server asks). It also refuses an agent not its own, a round before the last it released,
+    and a round past the episode budget (B_t and N_t follow the seed, so the node counts the
+    episodes an agent has played as the local runner does). Asked again for a released
+    (agent, t), it re-sends that report and spends nothing; its state file (`directory`) keeps
+    the ledger and the released reports across a restart, never the noise root.
+
+    Noise: secret by default (a root from os.urandom in this process, also keying the agents'
+    private environments and episodes), and the node plays only its own agents' lanes. With
+    `noise="seeded"` (a simulation: anyone with the seed can recompute everything) the node
+    plays the whole round as the local runner does, whose rollout draws every lane's steps
+    from one key, and releases its own agents' reports from it: the local run's reports."""
+
+    def __init__(self, config: FedPGConfig, node: int, nodes: int,
+                 directory: Path | None = None) -> None:
+        from privrl.runtime.flower import load_released
+        from privrl.systems.fedpg.local import budget_ledger
+
+        if not 0 <= node < nodes:
+            raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
+        cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+        self.config, self.node, self.nodes = cfg, node, nodes
+        # The local runner's algorithm: a mechanism that could run in a program of settings
+        # releases through the program's path (its parameters as data), as a local run does.
+        self.algo = settings_algorithm([cfg])
+        if self.algo.task.host:
+            raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+        self.setting = (None if self.algo.settings[0] is self.algo else jax.tree_util.tree_map(
+            lambda a: a[0], self.algo.setting_data([0])))
+        self.guarantee = self.algo.settings[0].mechanism.guarantee
+        self.ids = agents_of(node, nodes, cfg.agents)
+        self.dim = self.algo.dim
+        self.state = self.algo.init(_trial_key(cfg.seed))
+        # Secret noise: this process's own root, in memory only, passed as an argument.
+        self._noise = secret_keys() if cfg.noise == "secret" else None
+        self.lanes = None if self._noise is None else jnp.asarray(self.ids)
+        self.ledger = budget_ledger(cfg)
+        self.released: dict[tuple[int, int], tuple[Submission, float]] = {}
+        self.path = None if directory is None else Path(directory) / REPORT_STATE
+        if self.path is not None and self.path.exists():
+            self.ledger, self.released = load_released(self.path, _REPORT_KIND, self.guarantee,
+                                                       self.dim)
+        self._round = jax.jit(self._reports)
+        self._cost = jax.jit(self._costs)
+        self.costs: list[int] = []  # episodes per agent of rounds 0, 1, ... (from the seed)
+
+    def _reports(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None,
+                 setting: Any) -> Any:
+        """Round t's Reports of the lanes this node plays (all K when seeded)."""
+        variant = self.algo.variant
+        plan, state = round_plan(self.algo, self.state, theta, t, noise, setting)
+        if self.lanes is not None:
+            plan = own_lanes(plan, self.lanes)
+        return variant.reports(state, plan, variant.episodes(self.algo.source, plan))
+
+    def _costs(self, t: jax.Array) -> jax.Array:
+        plan, _ = round_plan(self.algo, self.state, self.state.gossip.x[0], t)
+        return plan.batch + self.config.minibatch * plan.steps[0]
+
+    def used_before(self, t: int) -> int:
+        """Episodes each agent has played before round t (the local runner's `used`)."""
+        while len(self.costs) < t:
+            self.costs.append(int(self._cost(jnp.int32(len(self.costs)))))
+        return sum(self.costs[:t])
+
+    def warm_up(self) -> None:
+        """Compile before serving (the server waits only so long for a reply)."""
+        jax.block_until_ready(self._round(jnp.zeros(self.dim, jnp.float32), jnp.int32(0),
+                                          self._noise, self.setting))
+        self.used_before(1)
+
+    def release(self, theta: np.ndarray, agent: int, t: int) -> tuple[Submission, float]:
+        """Agent `agent`'s Submission of round t from θ (its score: NaN, an agent's returns
+        stay with it); ValueError or BudgetExceededError (nothing released) to refuse."""
+        cfg = self.config
+        if not 0 <= agent < cfg.agents or agent % self.nodes != self.node:
+            raise ValueError(f"agent {agent} is not one of this SuperNode's")
+        done = self.released.get((agent, t))
+        if done is not None:  # already public: the same report again, nothing new spent
+            return done
+        # its agents release a round together: a round not after the last one stays unreleased
+        last = max((i for _, i in self.released), default=-1)
+        if not last < t <= cfg.max_rounds():
+            raise ValueError(f"round {t} is outside {last + 1}..{cfg.max_rounds()}")
+        if self.used_before(t) >= cfg.budget:
+            raise ValueError(f"round {t} is past the episode budget ({cfg.budget} per agent)")
+        theta = np.asarray(theta, np.float32)
+        if theta.shape != (self.dim,) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"θ must be {self.dim} finite floats")
+        ids = np.asarray(self.ids)
+        self.ledger.charge(ids, self.guarantee)  # before anything is computed or leaves
+        reports = self._round(jnp.asarray(theta), jnp.int32(t), self._noise, self.setting)
+        rows = range(len(ids)) if self.lanes is not None else ids
+        for a, row in zip(ids, rows, strict=True):
+            report = jax.tree_util.tree_map(lambda v, row=row: v[row], reports)
+            self.released[(int(a), t)] = (Submission(int(a), t, report), math.nan)
+        self._save()  # before anything leaves this process: a restart re-sends these
+        return self.released[(agent, t)]
+
+    def _save(self) -> None:
+        from privrl.runtime.flower import save_released
+
+        if self.path is not None:
+            save_released(self.path, _REPORT_KIND, self.ledger, self.released, self.dim)
+
+    def handle(self, message: Message, context: Context | None = None) -> Message:
+        """A request in (privrl.federation.flower.request_content), the agent's Submission or
+        a refusal (a Flower Error) out."""
+        del context
+        try:
+            theta, agent, index = read_request(message.content, self.dim)
+            sub, score = self.release(theta, agent, index)
+        except (WireError, ValueError, BudgetExceededError) as e:
+            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
+        return Message(submission_content(sub, score), reply_to=message)
+
+
 client_app = ClientApp()
 
 
@@ -233,19 +385,17 @@ class ServerLearner:
     def __init__(self, config: FedPGConfig) -> None:
         cfg = dataclasses.replace(config, trials=1).resolved()
         self.config, self.algo = cfg, FedPG(cfg)
-        state = self.algo.init(_trial_key(cfg.seed))
-        self.key, self.theta, self.opt_state = state.key, state.gossip.x, state.opt_state
-        self.server_env = self.algo.env_params_of(state.key, jnp.array([cfg.agents]))
+        self.state = self.algo.init(_trial_key(cfg.seed))
+        self.theta, self.opt_state = self.state.gossip.x, self.state.opt_state
+        self.server_env = self.algo.env_params_of(self.state.key, jnp.array([cfg.agents]))
         self._draw = jax.jit(self._draws)
         self._step = jax.jit(self._scsg)
         self.used = 0
 
     def _draws(self, t: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """B_t, N_t and the inner loop's key: CenRound.plan's draws from the round key."""
-        cfg = self.config
-        k_b, _, _, k_n, k_inner = jax.random.split(jax.random.fold_in(self.key, t), 5)
-        batch = jax.random.randint(k_b, (), cfg.batch_min, cfg.batch_max + 1)
-        return batch, self.algo.draw_steps(k_n, batch[None]), k_inner
+        """B_t, N_t and the inner loop's key: the local runner's plan of round t."""
+        plan, _ = round_plan(self.algo, self.state, self.theta[0], t)
+        return plan.batch, plan.steps, plan.k_inner
 
     def _scsg(self, theta: jax.Array, opt_state: Any, mu: jax.Array, steps: jax.Array,
               key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
@@ -277,17 +427,20 @@ class ServerLearner:
 @dataclass
 class FlowerCenRun:
     config: FedPGConfig
-    mechanism: DiscreteGaussianSum
+    mechanism: DiscreteGaussianSum | None  # None: a local mechanism, one Report per agent
     rounds: list[dict[str, Any]]
     theta: np.ndarray
     nodes: int
-    threshold: int
+    threshold: int | None
     wall_seconds: float
 
     def privacy(self) -> dict[str, Any]:
         """privacy.json's statement: the user-level (ε, δ) of the rounds run, and the
-        assumptions it rests on."""
+        assumptions it rests on; under a local mechanism, the local runner's statement of the
+        Reports the server accepted (`report_privacy`)."""
         m = self.mechanism
+        if m is None:
+            return report_privacy(self)
         fewest = min((r["agents_in_sum"] for r in self.rounds if "halted" not in r),
                      default=None)
         return {
@@ -310,6 +463,34 @@ class FlowerCenRun:
         }
 
 
+def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
+    """privacy.json of a run under a local mechanism: the local runner's record
+    (privrl.systems.fedpg.local.privacy_record: the per-agent LDP guarantee composed over the
+    Reports each agent released, by its ledger or accountant) of the Reports the server
+    accepted, each charged to a ledger as the agents charged theirs."""
+    from privrl.privacy.record import mechanism_record
+    from privrl.systems.fedpg.local import FedPGRun, account, budget_ledger, privacy_record
+
+    cfg = run.config
+    algo = settings_algorithm([cfg]).settings[0]
+    ledger = budget_ledger(cfg)
+    for r in run.rounds:
+        if r["accepted_agents"]:
+            ledger.charge(np.asarray(r["accepted_agents"]), algo.mechanism.guarantee)
+    most = max((ledger.reports_of(a) for a in range(cfg.agents)), default=0)
+    col = lambda k: np.array([[float(r[k]) for r in run.rounds]])  # noqa: E731
+    used = run.rounds[-1]["used"] if run.rounds else 0
+    return privacy_record(FedPGRun(
+        config=cfg, mean_return=np.full((1, len(run.rounds)), np.nan),
+        used_before=col("used") - col("batch") - cfg.minibatch * col("inner_steps"),
+        batch=col("batch"), inner_steps=col("inner_steps"),
+        used=np.full((1, cfg.agents), used, np.int64), episodes_played=0, ledger=ledger,
+        mechanism=mechanism_record(algo.mechanism, algo.dim), topology=None,
+        wall_seconds=run.wall_seconds, compile_seconds=0.0, rounds_run=len(run.rounds),
+        releases=np.array([most]), accounting=account(algo, most),
+        z=np.asarray(run.theta)[None, None]))
+
+
 def record(run: FlowerCenRun) -> Any:
     """The run directory's contents (privrl.runtime.output.save): config.json, metrics.csv
     (one row per round), privacy.json (the statement, trust domain "flower"), summary.json
@@ -318,23 +499,26 @@ def record(run: FlowerCenRun) -> Any:
 
     cfg, rounds = run.config, run.rounds
     privacy = run.privacy()
+    summed = run.mechanism is not None
+    guarantee = privacy["guarantee"] or {"epsilon": None, "delta": None}  # none: no guarantee
     summary = {
-        "label": "FedPG-Cen on Flower (secure sum)", "agents": cfg.agents,
-        "supernodes": run.nodes, "threshold": run.threshold, "rounds": len(rounds),
-        "episodes_per_agent": rounds[-1]["used"] if rounds else 0,
+        "label": f"FedPG-Cen on Flower ({'secure sum' if summed else cfg.mechanism})",
+        "agents": cfg.agents, "supernodes": run.nodes, "threshold": run.threshold,
+        "rounds": len(rounds), "episodes_per_agent": rounds[-1]["used"] if rounds else 0,
         "final_server_mean_length": rounds[-1]["server_mean_length"] if rounds else None,
-        "epsilon": privacy["guarantee"]["epsilon"], "delta": privacy["guarantee"]["delta"],
-        "min_honest_surviving_agents": run.mechanism.min_honest,
+        "epsilon": guarantee["epsilon"], "delta": guarantee["delta"],
+        **({"min_honest_surviving_agents": run.mechanism.min_honest} if summed else {}),
         "wall_seconds": run.wall_seconds}
+    counted = "agents_in_sum" if summed else "agents_in_mean"
 
     def rows() -> Any:
         for r in rounds:
             yield (f"{r['round']},{r['used']},{r['batch']},{r['inner_steps']},"
-                   f"{r['agents_in_sum']},{r['server_mean_length']:.4f}")
+                   f"{r[counted]},{r['server_mean_length']:.4f}")
 
     return RunRecord(
         "fedpg-cen", cfg.to_dict(), cfg.seed, summary, privacy,
-        metrics=csv_writer("round,episodes_used,batch,inner_steps,agents_in_sum,"
+        metrics=csv_writer(f"round,episodes_used,batch,inner_steps,{counted},"
                            "server_mean_length", rows),
         files={"flower.json": {"supernodes": run.nodes, "threshold": run.threshold,
                                "rounds": rounds}},
@@ -348,15 +532,38 @@ class FlowerPlan:
 
     config: FedPGConfig
     nodes: int
-    threshold: int
-    mechanism: DiscreteGaussianSum
+    threshold: int | None  # SecAgg+'s; None under a local mechanism
+    mechanism: DiscreteGaussianSum | None  # None: a local mechanism (`ReportNode`)
 
 
 def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> FlowerPlan:
     """Everything a Flower run needs checked before anything starts or is written (ConfigError
-    naming the option otherwise): >= 3 SuperNodes, each hosting an agent; a threshold
-    (default N − 1) that is a strict majority; the mechanism calibrated for it."""
+    naming the option otherwise). distributed-gaussian: >= 3 SuperNodes, each hosting an
+    agent; a threshold (default N − 1) that is a strict majority; the mechanism calibrated for
+    it. A local mechanism (LOCAL_MECHANISMS): 1 to K SuperNodes, no threshold. Either: plain
+    FedPG-Cen (no adaptive clip, Byzantine agents, robust rule or shuffler) on a gymnax task."""
     cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+    if cfg.algorithm != "cen":
+        raise ConfigError("algorithm", "FedPG-Dec cannot run on Flower (its nodes gossip peer "
+                          "to peer; Flower carries messages between the ServerApp and each "
+                          "SuperNode only)")
+    if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
+        raise ConfigError("robust", "the Flower runtime runs plain FedPG-Cen (no adaptive "
+                          "clip, Byzantine agents, robust rule or shuffler)")
+    if cfg.mechanism in LOCAL_MECHANISMS:
+        if not 1 <= nodes <= cfg.agents:
+            raise ConfigError("supernodes", f"must be in 1..{cfg.agents} (each hosts at least "
+                              f"one agent), got {nodes}")
+        if threshold is not None:
+            raise ConfigError("threshold", "a SecAgg+ threshold belongs to distributed-gaussian;"
+                              f" {cfg.mechanism} sends each agent's Report")
+        if FedPG(cfg).task.host:
+            raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
+        return FlowerPlan(cfg, nodes, None, None)
+    if cfg.mechanism != "distributed-gaussian":
+        raise ConfigError("mechanism", f"the Flower runtime runs {', '.join(LOCAL_MECHANISMS)} "
+                          f"(each agent's Report) or distributed-gaussian (a secure sum), not "
+                          f"{cfg.mechanism}")
     if not 3 <= nodes <= cfg.agents:
         raise ConfigError("supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
                           f"(each hosts at least one agent), got {nodes}")
@@ -373,11 +580,12 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
 def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: float = 120.0,
                          timeout_s: float | None = None, on_round: Any = None,
                          startup_s: float = 900.0) -> FlowerCenRun:
-    """One FedPG-Cen trial with a real secure sum on a local Flower deployment of
-    `plan.nodes` SuperNodes (privrl.runtime.flower.LocalDeployment); `stage_timeout_s`: how
-    long each SecAgg+ stage waits for replies (a node silent past it counts as dropped);
-    `on_round(t, deployment)` is called as each round begins (tests inject faults there);
-    `startup_s`: how long the agents may take to start and compile."""
+    """One FedPG-Cen trial on a local Flower deployment of `plan.nodes` SuperNodes
+    (privrl.runtime.flower.LocalDeployment): a real secure sum (distributed-gaussian) or each
+    agent's Report (a local mechanism). `stage_timeout_s`: how long each SecAgg+ stage, or a
+    round's requests for Reports, waits for replies (a node silent past it counts as dropped
+    from that round); `on_round(t, deployment)` is called as each round begins (tests inject
+    faults there); `startup_s`: how long the agents may take to start and compile."""
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
     start = time.perf_counter()
@@ -385,10 +593,7 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
     learner = ServerLearner(cfg)
     agg = directory / "aggregator"
     agg.mkdir(parents=True, exist_ok=True)
-    per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
-    (agg / SETUP).write_text(json.dumps({
-        "mechanism": {f.name: getattr(mech, f.name) for f in dataclasses.fields(mech)},
-        "agents_per_node": per_node, "threshold": threshold, "stage_timeout": stage_timeout_s}))
+    (agg / SETUP).write_text(json.dumps(_setup(plan, learner, stage_timeout_s)))
     app = write_app(directory / "app", "privrl-fedpg-cen",
                     "privrl.federation.flower_sum:cen_server_app",
                     "privrl.systems.fedpg.flower:client_app",
@@ -397,7 +602,7 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
     agent_config = directory / "agent-config.json"
     agent_config.write_text(json.dumps({"config": dataclasses.asdict(cfg),
                                         "mechanism": json.loads((agg / SETUP).read_text())
-                                        ["mechanism"],
+                                        .get("mechanism"),
                                         "allowed_rounds": cfg.calibration_rounds()}))
     rounds: list[dict[str, Any]] = []
     with LocalDeployment(nodes, directory / "logs") as deployment:
@@ -420,15 +625,33 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
         (directory / "logs" / "run.log").write_text(deployment.submit(app))
         wait = math.inf if timeout_s is None else timeout_s
         t = 0
-        while learner.used < cfg.budget and t < cfg.calibration_rounds():
+        most = cfg.max_rounds() if mech is None else cfg.calibration_rounds()
+        while learner.used < cfg.budget and t < most:
             if on_round is not None:
                 on_round(t, deployment)
             rounds.append(learner.round(t, agg, wait))
             t += 1
+            if mech is None and "halted" in rounds[-1]:
+                break  # no agent answered with a Report (their budgets are spent): the end
         write_atomic(agg / STOP, lambda p: p.write_text("done"))
         wait_for([agg / SUM_RESULTS], 60.0)
     return FlowerCenRun(cfg, mech, rounds, np.asarray(learner.theta[0]), nodes, threshold,
                         time.perf_counter() - start)
+
+
+def _setup(plan: FlowerPlan, learner: ServerLearner, timeout_s: float) -> dict[str, Any]:
+    """The ServerApp's SETUP: the secure sum's mechanism, nodes and threshold; or, under a
+    local mechanism, what a Report must be (its guarantee and length) and who sends it."""
+    cfg, mech = plan.config, plan.mechanism
+    if mech is None:
+        guarantee = settings_algorithm([cfg]).settings[0].mechanism.guarantee
+        return {"reports": {"guarantee": guarantee.to_state(), "agents": cfg.agents,
+                            "dim": learner.algo.dim, "nodes": plan.nodes,
+                            "reply_timeout": timeout_s}}
+    return {"mechanism": {f.name: getattr(mech, f.name) for f in dataclasses.fields(mech)},
+            "agents_per_node": [len(agents_of(i, plan.nodes, cfg.agents))
+                                for i in range(plan.nodes)],
+            "threshold": plan.threshold, "stage_timeout": timeout_s}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -448,16 +671,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     data = json.loads(args.config.read_text())
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
-    node = CenNode(Config(**fields), args.node, args.nodes,
-                   DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]),
-                   args.state_dir)
+    node: CenNode | ReportNode
+    if data["mechanism"] is None:  # a local mechanism: each agent's Report
+        node = ReportNode(Config(**fields), args.node, args.nodes, args.state_dir)
+    else:
+        node = CenNode(Config(**fields), args.node, args.nodes,
+                       DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]),
+                       args.state_dir)
     if args.after is not None:
         wait_for([args.after], 3600.0, poll_s=0.2)
     node.warm_up()
     secret = superexec_secret(args.superexec_secret_file)
     if args.ready_file is not None:
         args.ready_file.write_text("ready")
-    serve_tasks(args.runtime_api, node.handler(), args.trusted_fab, secret)
+    handler = node.handle if isinstance(node, ReportNode) else node.handler()
+    serve_tasks(args.runtime_api, handler, args.trusted_fab, secret)
 
 
 if __name__ == "__main__":

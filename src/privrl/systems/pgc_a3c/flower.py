@@ -46,8 +46,7 @@ from privrl.federation.service import AggregatorService, AggregatorSpec, Submiss
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
-from privrl.privacy.report import restore_report
-from privrl.runfile import checked, read, write
+from privrl.runtime.flower import Released, load_released, save_released
 from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
@@ -90,36 +89,16 @@ class FlowerAgent:
         self._noise = secret_keys() if cfg.noise == "secret" else None
         self.ledger = budget_ledger(cfg)
         self.guarantee = self.algo.mechanism.guarantee
-        self.released: dict[tuple[int, int], tuple[Submission, float]] = {}
+        self.released: Released = {}
         self.path = None if directory is None else Path(directory) / AGENT_STATE
         if self.path is not None and self.path.exists():
-            self._restore(self.path)
+            self.ledger, self.released = load_released(self.path, _STATE_KIND, self.guarantee,
+                                                       self.dim)
         self._run = jax.jit(self._one)
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        keys = sorted(self.released)
-        write(self.path, _STATE_KIND, {
-            "ledger": self.ledger.to_state(),
-            "ids": np.array(keys, np.int64).reshape(-1, 2),
-            "values": np.stack([np.asarray(self.released[k][0].report.value, np.float32)
-                                for k in keys]) if keys else np.zeros((0, self.dim), np.float32),
-            "scores": np.array([self.released[k][1] for k in keys], np.float32)})
-
-    def _restore(self, path: Path) -> None:
-        state = read(path, _STATE_KIND)
-        with checked(path):
-            self.ledger = PrivacyLedger.from_state(state["ledger"])
-            ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))
-            n = ids.shape[0]
-            if ids.shape != (n, 2) or values.shape != (n, self.dim) or scores.shape != (n,):
-                raise ValueError("the released reports do not match this run's model")
-            for (agent, index), value, score in zip(ids, values, scores, strict=True):
-                report = restore_report(value.astype(np.float32), self.guarantee)
-                self.released[(int(agent), int(index))] = (
-                    Submission(int(agent), int(index), report), float(score))
+        if self.path is not None:
+            save_released(self.path, _STATE_KIND, self.ledger, self.released, self.dim)
 
     def _one(self, theta: jax.Array, agent_id: jax.Array, n: jax.Array, submitted: jax.Array,
              noise: jax.Array | None, traj: Any = None) -> tuple[Any, jax.Array]:
