@@ -1,8 +1,11 @@
-"""FedPG-Cen's agents on Flower, in process (privrl.systems.fedpg.flower.CenNode): what a
-SuperNode releases, and what it refuses whatever the server asks."""
+"""FedPG-Cen's agents on Flower, in process (privrl.systems.fedpg.flower): what a SuperNode
+releases (CenNode: its share of the secure sum; ReportNode: each agent's Report under a local
+mechanism), what it refuses whatever the server asks, what the ServerApp checks, and a seeded
+run through the ServerApp's loop equal to the local run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -14,18 +17,24 @@ import pytest
 pytest.importorskip("flwr")
 
 from privrl.config import ConfigError
-from privrl.federation.flower_sum import SETUP, STOP, SUM_RESULTS, serve_cen
+from privrl.federation.flower_sum import STOP, SUM_RESULTS, serve_cen
 from privrl.privacy.ledger import BudgetExceededError
-from privrl.systems.fedpg import flower
+from privrl.runtime.output import save
 from privrl.systems.fedpg.config import FedPGConfig
 from privrl.systems.fedpg.flower import (
     CenNode,
     ReportNode,
     ServerLearner,
     flower_mechanism,
+    learn,
     plan_run,
+    prepare_run,
+    record,
 )
-from privrl.systems.fedpg.local import run_fedpg
+from privrl.systems.fedpg.local import privacy_record, run_fedpg
+
+# flwr 1.42 builds bundles with a pathspec pattern class pathspec deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore:GitWildMatchPattern:DeprecationWarning")
 
 CFG = FedPGConfig(algorithm="cen", agents=6, budget=100, mechanism="distributed-gaussian",
                   epsilon=2.0, delta=1e-5, sampling_rate=1.0, clip=1.0, hidden=(8,))
@@ -83,26 +92,21 @@ REPORTS = FedPGConfig(algorithm="cen", agents=4, budget=45, mechanism="gaussian"
 
 
 def _serve_reports(cfg: FedPGConfig, nodes: list[ReportNode], directory: Path, grid_of: Any
-                   ) -> tuple[ServerLearner, list[dict], Any]:
-    """The Flower run in one process: the ServerApp's loop (serve_cen, in a thread, its nodes
-    reached through `grid_of`) and the server's learner exchanging files in `directory`, as a
-    deployment does."""
-    learner = ServerLearner(cfg)
+                   ) -> tuple[Any, Any]:
+    """The Flower run in one process: the run prepared as for a deployment (`prepare_run`),
+    the ServerApp's loop (serve_cen, in a thread, its nodes reached through `grid_of`) and the
+    server's learner (`learn`) exchanging files in `directory/aggregator`."""
     plan = plan_run(cfg, len(nodes))
-    (directory / SETUP).write_text(json.dumps(flower._setup(plan, learner, 30.0)))
+    learner, *_ = prepare_run(plan, directory, 30.0)
     grid = grid_of({101 * (i + 1): n.handle for i, n in enumerate(nodes)})
-    served: dict = {}
-    server = threading.Thread(target=lambda: served.update(serve_cen(grid, None, directory)))
+    server = threading.Thread(target=serve_cen, args=(grid, None, directory / "aggregator"))
     server.start()
-    rounds, t = [], 0
     try:
-        while learner.used < cfg.budget:
-            rounds.append(learner.round(t, directory, 60.0))
-            t += 1
+        run = learn(plan, learner, directory, 120.0)
     finally:
-        (directory / STOP).write_text("done")
+        (directory / "aggregator" / STOP).write_text("done")
         server.join(60.0)
-    return learner, rounds, grid
+    return run, grid
 
 
 def test_seeded_report_run_on_flower_is_the_local_run(tmp_path: Path, call_grid: Any) -> None:
@@ -114,16 +118,106 @@ def test_seeded_report_run_on_flower_is_the_local_run(tmp_path: Path, call_grid:
     1.2e-10 over its 2 rounds), not bit for bit."""
     local = run_fedpg(REPORTS)
     nodes = [ReportNode(REPORTS, i, 2) for i in range(2)]
-    learner, rounds, grid = _serve_reports(REPORTS, nodes, tmp_path, call_grid)
+    run, grid = _serve_reports(REPORTS, nodes, tmp_path, call_grid)
+    rounds = run.rounds
     assert [r["batch"] for r in rounds] == local.batch[0].astype(int).tolist()
     assert [r["inner_steps"] for r in rounds] == local.inner_steps[0].astype(int).tolist()
     assert all(r["agents_in_mean"] == 4 and r["refused"] == [] for r in rounds)
-    theta = np.asarray(learner.theta[0])
-    gap = float(np.max(np.abs(theta - local.z[0, 0])))
+    gap = float(np.max(np.abs(run.theta - local.z[0, 0])))
     assert gap <= 1e-6, f"θ differs from the local run's by {gap:.3g}"
     # every request went to the node of its agent; each agent charged its own ledger once a round
     for m in grid.sent:
         assert [101, 202][m.content.config_records["ask"]["agent"] % 2] == m.metadata.dst_node_id
     assert all(n.ledger.reports_of(a) == len(rounds) for n in nodes for a in n.ids)
-    results = json.loads((tmp_path / SUM_RESULTS).read_text())
+    results = json.loads((tmp_path / "aggregator" / SUM_RESULTS).read_text())
     assert [r["accepted_agents"] for r in results["rounds"]] == [[0, 1, 2, 3]] * len(rounds)
+    # the statement is the local runner's, of the Reports the server accepted; the run
+    # directory names the runtime's trust domain
+    assert run.privacy()["guarantee"] == privacy_record(local)["guarantee"]
+    assert run.privacy()["guarantee"]["epsilon"] > 0
+    save(record(run), tmp_path / "out")
+    stated = json.loads((tmp_path / "out" / "privacy.json").read_text())
+    assert stated["trust_domain"]["runtime"] == "flower"
+    # B_t and N_t follow the seed: a node counts its agents' episodes as the local runner does
+    # and refuses the round past the episode budget, whatever the server asks
+    n = len(rounds)
+    assert nodes[0].used_before(n - 1) < REPORTS.budget <= nodes[0].used_before(n)
+    with pytest.raises(ValueError, match="episode budget"):
+        nodes[0].release(run.theta, 0, n)
+
+
+LAPLACE = FedPGConfig(algorithm="cen", agents=4, budget=200, mechanism="laplace", epsilon=1.0,
+                      epsilon_budget=2.0, clip=1.0, hidden=(8,), seed=5, noise="seeded")
+
+
+def test_a_report_node_refuses_past_its_budget_and_resends_what_it_released(tmp_path: Path):
+    """Node 1 of 2 (agents 1 and 3), Laplace at ε = 1 a report, each agent's budget ε = 2."""
+    node = ReportNode(LAPLACE, 1, 2, tmp_path)
+    theta = np.zeros(node.dim, np.float32)
+    with pytest.raises(ValueError, match="not one of this SuperNode's"):
+        node.release(theta, 0, 0)
+    sub, score = node.release(theta, 1, 0)
+    assert (sub.agent_id, sub.index) == (1, 0) and np.isnan(score)  # returns stay home
+    assert sub.report.guarantee == node.guarantee
+    # its agents release a round together; asked again (any θ) it re-sends, spending nothing
+    assert node.release(theta + 1, 3, 0)[0].index == 0
+    assert np.array_equal(node.release(theta + 1, 1, 0)[0].report.value, sub.report.value)
+    assert node.ledger.reports_of(1) == 1 == node.ledger.reports_of(3)
+    for bad, match in ((np.full_like(theta, np.nan), "finite"),
+                       (theta[:-1], "finite")):
+        with pytest.raises(ValueError, match=match):
+            node.release(bad, 1, 1)
+    with pytest.raises(ValueError, match="outside"):
+        node.release(theta, 1, LAPLACE.max_rounds() + 1)
+    assert node.ledger.reports_of(1) == 1  # refusals spend nothing
+    # a restarted executor resumes its ledger and re-sends the released round
+    node = ReportNode(LAPLACE, 1, 2, tmp_path)
+    assert node.ledger.reports_of(1) == 1
+    assert np.array_equal(node.release(theta, 1, 0)[0].report.value, sub.report.value)
+    node.release(theta, 1, 2)  # round 1 never asked of it: nothing spent on it
+    with pytest.raises(ValueError, match="outside"):
+        node.release(theta, 1, 1)
+    with pytest.raises(BudgetExceededError):
+        node.release(theta, 1, 3)  # a third report would be ε = 3 > 2
+    assert node.ledger.reports_of(1) == 2 == node.ledger.reports_of(3)
+    assert sorted(node.released) == [(1, 0), (1, 2), (3, 0), (3, 2)]
+
+
+def test_the_server_checks_every_report_before_using_it(tmp_path: Path, call_grid: Any):
+    """One node hosting the 4 agents answers round 0; what reaches the server is altered per
+    agent: agent 1's value holds NaN, agent 2's report claims another mechanism, agent 3's
+    reply is agent 0's submission. Only agent 0's is accepted, each refusal says why, and
+    agent 0 asked for round 0 again is a duplicate."""
+    from privrl.federation.flower import submission_content
+    from privrl.federation.flower_sum import collect_reports
+    from privrl.federation.service import Submission
+    from privrl.privacy.report import restore_report
+
+    node = ReportNode(LAPLACE, 0, 1)
+    other = dataclasses.replace(node.guarantee, epsilon=0.5)
+
+    def tamper(message: Any) -> Any:
+        reply = node.handle(message)
+        sub, _ = node.released[(message.content.config_records["ask"]["agent"], 0)]
+        value = np.asarray(sub.report.value)
+        forged = {1: Submission(1, 0, restore_report(np.full_like(value, np.nan),
+                                                     node.guarantee)),
+                  2: Submission(2, 0, restore_report(value, other)),
+                  3: node.released[(0, 0)][0]}.get(sub.agent_id)
+        if forged is not None:
+            reply.content = submission_content(forged, 0.0)
+        return reply
+
+    theta = np.zeros(node.dim, np.float32)
+    accepted: set = set()
+    good, refused = collect_reports(call_grid({7: tamper}), [7], theta, 0, 4, node.dim,
+                                    node.guarantee, accepted, None)
+    assert [s.agent_id for s in good] == [0] and accepted == {(0, 0)}
+    reasons = {r["agent"]: r["reason"] for r in refused}
+    assert reasons[1].startswith("malformed") and "NaN" in reasons[1]
+    assert reasons[2].startswith("wrong mechanism")
+    assert reasons[3].startswith("not the submission asked for")
+    good, refused = collect_reports(call_grid({7: node.handle}), [7], theta, 0, 4, node.dim,
+                                    node.guarantee, accepted, None)
+    assert [s.agent_id for s in good] == [1, 2, 3]
+    assert refused[0]["agent"] == 0 and refused[0]["reason"].startswith("duplicate")

@@ -84,8 +84,8 @@ _REPORT_KIND = "flower-cen-reports"
 LOCAL_MECHANISMS = ("none", "gaussian", "laplace", "privunit", "privunitg")
 
 __all__ = ["LOCAL_MECHANISMS", "CenNode", "FlowerCenRun", "FlowerPlan", "ReportNode",
-           "ServerLearner", "client_app", "flower_mechanism", "main", "plan_run", "record",
-           "round_plan", "run_fedpg_cen_flower"]
+           "ServerLearner", "client_app", "flower_mechanism", "learn", "main", "plan_run",
+           "prepare_run", "record", "round_plan", "run_fedpg_cen_flower"]
 
 def _trial_key(seed: int) -> jax.Array:
     """The local runner's first trial key, so that θ₀ and the server's draws are the same."""
@@ -577,34 +577,74 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
     return FlowerPlan(cfg, nodes, threshold, flower_mechanism(cfg, algo.dim, nodes, threshold))
 
 
+def prepare_run(plan: FlowerPlan, directory: Path, stage_timeout_s: float = 120.0
+                ) -> tuple[ServerLearner, Path, str, Path]:
+    """The server operator's side of a run before any process starts, in `directory`: the
+    ServerApp's SETUP (in `aggregator/`), the app bundle (`app/`, naming privrl's installed
+    apps only) and the agents' config (`agent-config.json`: the run's FedPG config and
+    mechanism, which each agent reviews). Returns the server's learner, the app directory,
+    the bundle's SHA-256 (what each agent's executor pins) and the agents' config file.
+    `stage_timeout_s`: how long each SecAgg+ stage, or a round's requests for Reports, waits
+    for replies (a node silent past it counts as dropped from that round)."""
+    from privrl.runtime.flower import fab_hash, write_app
+
+    cfg = plan.config
+    learner = ServerLearner(cfg)
+    agg = directory / "aggregator"
+    agg.mkdir(parents=True, exist_ok=True)
+    setup = _setup(plan, learner, stage_timeout_s)
+    (agg / SETUP).write_text(json.dumps(setup))
+    app = write_app(directory / "app", "privrl-fedpg-cen",
+                    "privrl.federation.flower_sum:cen_server_app",
+                    "privrl.systems.fedpg.flower:client_app",
+                    {"aggregator-dir": str(agg.resolve())})
+    agent_config = directory / "agent-config.json"
+    agent_config.write_text(json.dumps({"config": dataclasses.asdict(cfg),
+                                        "mechanism": setup.get("mechanism"),
+                                        "allowed_rounds": cfg.calibration_rounds()}))
+    return learner, app, fab_hash(app), agent_config
+
+
+def learn(plan: FlowerPlan, learner: ServerLearner, directory: Path,
+          timeout_s: float | None = None, on_round: Any = None) -> FlowerCenRun:
+    """The server's learner against the ServerApp `flwr run` started with the bundle of
+    `prepare_run(plan, directory)`: round after round until the episode budget is spent
+    (or, under a local mechanism, until a round in which no agent answered with a Report:
+    their budgets are spent), then it tells the ServerApp to stop. `timeout_s`: how long to
+    wait for one round's μ_t (None: as long as it takes); `on_round(t)` as each round
+    begins."""
+    start = time.perf_counter()
+    cfg, mech, agg = plan.config, plan.mechanism, directory / "aggregator"
+    wait = math.inf if timeout_s is None else timeout_s
+    rounds: list[dict[str, Any]] = []
+    most = cfg.max_rounds() if mech is None else cfg.calibration_rounds()
+    t = 0
+    while learner.used < cfg.budget and t < most:
+        if on_round is not None:
+            on_round(t)
+        rounds.append(learner.round(t, agg, wait))
+        t += 1
+        if mech is None and "halted" in rounds[-1]:
+            break
+    write_atomic(agg / STOP, lambda p: p.write_text("done"))
+    wait_for([agg / SUM_RESULTS], 60.0)
+    return FlowerCenRun(cfg, mech, rounds, np.asarray(learner.theta[0]), plan.nodes,
+                        plan.threshold, time.perf_counter() - start)
+
+
 def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: float = 120.0,
                          timeout_s: float | None = None, on_round: Any = None,
                          startup_s: float = 900.0) -> FlowerCenRun:
     """One FedPG-Cen trial on a local Flower deployment of `plan.nodes` SuperNodes
     (privrl.runtime.flower.LocalDeployment): a real secure sum (distributed-gaussian) or each
-    agent's Report (a local mechanism). `stage_timeout_s`: how long each SecAgg+ stage, or a
-    round's requests for Reports, waits for replies (a node silent past it counts as dropped
-    from that round); `on_round(t, deployment)` is called as each round begins (tests inject
-    faults there); `startup_s`: how long the agents may take to start and compile."""
-    from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
+    agent's Report (a local mechanism); `prepare_run`, every agent executor, `flwr run`,
+    `learn`. `on_round(t, deployment)` is called as each round begins (tests inject faults
+    there); `startup_s`: how long the agents may take to start and compile."""
+    from privrl.runtime.flower import LocalDeployment
 
     start = time.perf_counter()
-    cfg, nodes, threshold, mech = plan.config, plan.nodes, plan.threshold, plan.mechanism
-    learner = ServerLearner(cfg)
-    agg = directory / "aggregator"
-    agg.mkdir(parents=True, exist_ok=True)
-    (agg / SETUP).write_text(json.dumps(_setup(plan, learner, stage_timeout_s)))
-    app = write_app(directory / "app", "privrl-fedpg-cen",
-                    "privrl.federation.flower_sum:cen_server_app",
-                    "privrl.systems.fedpg.flower:client_app",
-                    {"aggregator-dir": str(agg.resolve())})
-    trusted = fab_hash(app)
-    agent_config = directory / "agent-config.json"
-    agent_config.write_text(json.dumps({"config": dataclasses.asdict(cfg),
-                                        "mechanism": json.loads((agg / SETUP).read_text())
-                                        .get("mechanism"),
-                                        "allowed_rounds": cfg.calibration_rounds()}))
-    rounds: list[dict[str, Any]] = []
+    nodes = plan.nodes
+    learner, app, trusted, agent_config = prepare_run(plan, directory, stage_timeout_s)
     with LocalDeployment(nodes, directory / "logs") as deployment:
         ready = [directory / "agents" / f"node{i}.ready" for i in range(nodes)]
         ready[0].parent.mkdir(parents=True, exist_ok=True)
@@ -623,20 +663,9 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
             wait_for([r], startup_s)
         # No `deployment.run`: a SuperNode may die mid-run (the secure sum drops it).
         (directory / "logs" / "run.log").write_text(deployment.submit(app))
-        wait = math.inf if timeout_s is None else timeout_s
-        t = 0
-        most = cfg.max_rounds() if mech is None else cfg.calibration_rounds()
-        while learner.used < cfg.budget and t < most:
-            if on_round is not None:
-                on_round(t, deployment)
-            rounds.append(learner.round(t, agg, wait))
-            t += 1
-            if mech is None and "halted" in rounds[-1]:
-                break  # no agent answered with a Report (their budgets are spent): the end
-        write_atomic(agg / STOP, lambda p: p.write_text("done"))
-        wait_for([agg / SUM_RESULTS], 60.0)
-    return FlowerCenRun(cfg, mech, rounds, np.asarray(learner.theta[0]), nodes, threshold,
-                        time.perf_counter() - start)
+        run = learn(plan, learner, directory, timeout_s, None if on_round is None else
+                    lambda t: on_round(t, deployment))
+    return dataclasses.replace(run, wall_seconds=time.perf_counter() - start)
 
 
 def _setup(plan: FlowerPlan, learner: ServerLearner, timeout_s: float) -> dict[str, Any]:
