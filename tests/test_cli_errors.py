@@ -103,9 +103,17 @@ def test_python_m_privrl_does_not_import_from_the_working_directory(tmp_path: Pa
     (["pgc-a3c", "--runtime", "flower", "--address", "auto"], "--address"),
     # FedPG-Dec's peers talk to each other; Flower carries only server <-> SuperNode messages.
     (["fedpg-dec", "--runtime", "flower"], "--runtime"),
-    # FedPG-Cen on Flower: the secure sum of discrete noise shares only, every agent each round
-    (["fedpg-cen", "--runtime", "flower", "--mechanism", "gaussian", "--epsilon", "2"],
+    # FedPG-Cen on Flower: each agent's Report (a local mechanism) or the secure sum of
+    # discrete noise shares, every agent each round; no trusted server's noise, no threshold
+    # without a secure sum
+    (["fedpg-cen", "--runtime", "flower", "--mechanism", "central-gaussian", "--epsilon", "2"],
      "--mechanism"),
+    (["fedpg-cen", "--runtime", "flower", "--mechanism", "gaussian", "--epsilon", "2",
+      "--threshold", "2"], "--threshold"),
+    (["fedpg-cen", "--runtime", "flower", "--mechanism", "gaussian", "--epsilon", "2",
+      "--agents", "4", "--supernodes", "5"], "--supernodes"),
+    (["fedpg-cen", "--runtime", "flower", "--mechanism", "distributed-gaussian",
+      "--epsilon", "2", "--supernodes", "2"], "--supernodes"),
     (["fedpg-cen", "--runtime", "flower", "--mechanism", "distributed-gaussian",
       "--epsilon", "2", "--sampling-rate", "0.5"], "--sampling-rate"),
     (["fedpg-cen", "--runtime", "flower", "--mechanism", "distributed-gaussian",

@@ -18,6 +18,7 @@ pytest.importorskip("flwr")
 
 from privrl.config import ConfigError
 from privrl.federation.flower_sum import STOP, SUM_RESULTS, serve_cen
+from privrl.policy import read_saved
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.runtime.output import save
 from privrl.systems.fedpg.config import FedPGConfig
@@ -138,6 +139,8 @@ def test_seeded_report_run_on_flower_is_the_local_run(tmp_path: Path, call_grid:
     save(record(run), tmp_path / "out")
     stated = json.loads((tmp_path / "out" / "privacy.json").read_text())
     assert stated["trust_domain"]["runtime"] == "flower"
+    _, saved, _ = read_saved(tmp_path / "out")  # policy.npz: the server's θ, as locally
+    assert np.array_equal(saved.reshape(-1), run.theta)
     # B_t and N_t follow the seed: a node counts its agents' episodes as the local runner does
     # and refuses the round past the episode budget, whatever the server asks
     n = len(rounds)

@@ -1,6 +1,7 @@
 """FedPG-Cen on a real local Flower deployment (separate processes, TLS, SuperNode
 authentication, SecAgg+), with a SuperNode killed during a round: the round completes with the
-survivors, and the ε statement counts only the shares the threshold guarantees."""
+survivors, and the ε statement counts only the shares the threshold guarantees; its rounds'
+B_t and N_t are the local runner's."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytest.importorskip("flwr")
 from privrl.runtime.output import save
 from privrl.systems.fedpg.config import FedPGConfig
 from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
+from privrl.systems.fedpg.local import run_fedpg
 
 pytestmark = pytest.mark.processes
 
@@ -66,6 +68,13 @@ def test_a_supernode_killed_mid_round(tmp_path: Path, children_compile_as_tests:
     assert privacy["guarantee"]["epsilon"] < m.epsilon(len(run.rounds) + 1)
     # every process the deployment started has been stopped
     assert procs and all(p.poll() is not None for p in procs)
+    # θ₀, B_t and N_t follow the seed as in the local runner (the noise cannot: docs/flower.md)
+    local = run_fedpg(cfg)
+    n = min(len(run.rounds), local.batch.shape[1])
+    assert n >= 2
+    assert [r["batch"] for r in run.rounds[:n]] == local.batch[0, :n].astype(int).tolist()
+    assert ([r["inner_steps"] for r in run.rounds[:n]]
+            == local.inner_steps[0, :n].astype(int).tolist())
     save(record(run), tmp_path)
     stated = json.loads((tmp_path / "privacy.json").read_text())
     assert stated["trust_domain"]["runtime"] == "flower"

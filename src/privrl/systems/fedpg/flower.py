@@ -493,9 +493,11 @@ def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
 
 def record(run: FlowerCenRun) -> Any:
     """The run directory's contents (privrl.runtime.output.save): config.json, metrics.csv
-    (one row per round), privacy.json (the statement, trust domain "flower"), summary.json
-    and flower.json (who took part in each round's sum)."""
+    (one row per round), privacy.json (the statement, trust domain "flower"), summary.json,
+    policy.npz (the server's final θ, as the local runner's) and flower.json (who took part
+    in each round)."""
     from privrl.runtime.output import RunRecord, csv_writer
+    from privrl.systems.fedpg.local import policy_of
 
     cfg, rounds = run.config, run.rounds
     privacy = run.privacy()
@@ -522,7 +524,8 @@ def record(run: FlowerCenRun) -> Any:
                            "server_mean_length", rows),
         files={"flower.json": {"supernodes": run.nodes, "threshold": run.threshold,
                                "rounds": rounds}},
-        run_info={"runtime": "flower", "supernodes": run.nodes}, runtime="flower")
+        run_info={"runtime": "flower", "supernodes": run.nodes}, runtime="flower",
+        policy=policy_of(FedPG(cfg), np.asarray(run.theta, np.float32)[None, None]))
 
 
 @dataclass(frozen=True)
