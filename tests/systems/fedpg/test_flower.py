@@ -184,6 +184,14 @@ def test_a_report_node_refuses_past_its_budget_and_resends_what_it_released(tmp_
         node.release(theta, 1, 3)  # a third report would be ε = 3 > 2
     assert node.ledger.reports_of(1) == 2 == node.ledger.reports_of(3)
     assert sorted(node.released) == [(1, 0), (1, 2), (3, 0), (3, 2)]
+    # Without `noise`, the node draws its root from os.urandom and plays its own agents'
+    # lanes only: another report than the seeded node's, and than another secret node's
+    secret = [ReportNode(dataclasses.replace(LAPLACE, noise=None), 1, 2) for _ in range(2)]
+    assert secret[0].config.noise == "secret" and secret[0].lanes is not None
+    values = [n.release(theta, 1, 0)[0].report.value for n in secret]
+    assert all(np.all(np.isfinite(v)) for v in values)
+    assert not np.array_equal(values[0], values[1])
+    assert not np.array_equal(values[0], sub.report.value)
 
 
 def test_the_server_checks_every_report_before_using_it(tmp_path: Path, call_grid: Any):
