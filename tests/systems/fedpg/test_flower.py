@@ -19,6 +19,7 @@ pytest.importorskip("flwr")
 from privrl.config import ConfigError
 from privrl.federation.flower_sum import STOP, SUM_RESULTS, serve_cen
 from privrl.policy import read_saved
+from privrl.privacy.discrete_sum import DiscreteGaussianSum
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.runtime.output import save
 from privrl.systems.fedpg.config import FedPGConfig
@@ -61,30 +62,55 @@ def test_a_node_releases_once_per_round_and_refuses_past_its_budget(learner: Ser
     mech = flower_mechanism(learner.config, learner.algo.dim, 3, 2)
     node = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
     assert node.ids == [1, 4]
+    b = [node.batch(t) for t in range(4)]  # B_t: the seed's, as the learner draws it
+    assert b[:2] == [int(learner._draw(t)[0]) for t in range(2)]
     theta = np.asarray(learner.theta[0], np.float32)
-    first = node.release(theta, 15, 0)
+    first = node.release(theta, b[0], 0)
     assert first.shape == (learner.algo.dim,) and first.min() >= 0
     assert first.max() < 1 << mech.bits
     # asked again (a retried round): the same message, nothing new spent
-    assert np.array_equal(node.release(theta, 15, 0), first) and node.rounds_charged == 1
+    assert np.array_equal(node.release(theta, b[0], 0), first) and node.rounds_charged == 1
     with pytest.raises(ValueError, match="before this node's last round"):
-        node.release(theta, 15, -1)
-    with pytest.raises(ValueError, match="B_t"):
-        node.release(theta, 99, 1)
+        node.release(theta, b[0], -1)
+    with pytest.raises(ValueError, match="B_t"):  # the server cannot choose B_t
+        node.release(theta, b[1] + 1, 1)
     with pytest.raises(ValueError, match="finite"):
-        node.release(np.full_like(theta, np.nan), 15, 1)
+        node.release(np.full_like(theta, np.nan), b[1], 1)
     assert node.rounds_charged == 1  # refusals spend nothing
     # a restarted executor (a new process: a new secret root) resumes from its state file:
     # round 0 again is the message already released, and it is not charged again
     again = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
-    assert again.rounds_charged == 1 and np.array_equal(again.release(theta, 15, 0), first)
+    assert again.rounds_charged == 1 and np.array_equal(again.release(theta, b[0], 0), first)
     node = again
-    node.release(theta, 12, 2)  # round 1 never asked of it (left out): nothing spent on it
+    node.release(theta, b[2], 2)  # round 1 never asked of it (left out): nothing spent on it
     with pytest.raises(ValueError, match="before this node's last round"):
-        node.release(theta, 12, 1)
+        node.release(theta, b[1], 1)
     with pytest.raises(BudgetExceededError):
-        node.release(theta, 12, 3)
+        node.release(theta, b[3], 3)
     assert node.rounds_charged == 2 and sorted(node.released) == [0, 2]
+
+
+def test_a_seeded_node_sums_the_local_runners_gradients(learner: ServerLearner):
+    """Seeded, a node plays the local runner's round (its episodes, `CenRound.estimates`) and
+    sends the sum of its agents' messages of those μ_tᵏ: decoded, it differs from the sum of
+    the clipped μ_tᵏ only by each agent's rounding (< γ a coordinate) and noise share (here
+    with little noise, to see the signal: each coordinate within 6 standard deviations of the
+    2 shares' sum, γ·6·sqrt(2 s²))."""
+    seeded = dataclasses.replace(CFG, noise="seeded")
+    mech = DiscreteGaussianSum(clip=1.0, dim=learner.algo.dim, agents=6, min_honest=4,
+                               noise_multiplier=0.005, bits=30)
+    node = CenNode(seeded, 1, 3, mech, allowed_rounds=2)
+    theta = np.asarray(learner.theta[0], np.float32)
+    # the agents' μ_tᵏ without a mechanism, from a node releasing each agent's raw Report
+    # (the local run's reports: test_seeded_report_run_on_flower_is_the_local_run)
+    raw = ReportNode(dataclasses.replace(seeded, mechanism="none", epsilon=None,
+                                         sampling_rate=None), 1, 3)
+    mu = np.stack([raw.release(theta, a, 0)[0].report.value for a in node.ids])
+    clipped = mu * np.minimum(1.0, CFG.clip / np.linalg.norm(mu, axis=1, keepdims=True))
+    got = np.asarray(mech.decode(node.release(theta, node.batch(0), 0)).value)
+    bound = mech.gamma * (2 + 6 * np.sqrt(2 * mech.share_variance))
+    assert np.max(np.abs(got - clipped.sum(axis=0))) <= bound
+    assert np.max(np.abs(clipped.sum(axis=0))) > 10 * bound  # the check can tell
 
 
 # --- a local mechanism: each agent's Report -----------------------------------------------------

@@ -238,10 +238,12 @@ def _lanes_from(which: Array, a: Episodes, b: Episodes) -> Episodes:
 
 
 def own_lanes(plan: CenPlan, lanes: Array) -> CenPlan:
-    """The plan of `lanes` only (a local mechanism's plan: lane k holds agent k): what the
-    agents of one Flower SuperNode play and release under secret noise."""
+    """The plan of `lanes` only (lane k holds agent k: a local mechanism's plan, or
+    distributed-gaussian's when every agent takes part): what the agents of one Flower
+    SuperNode play under secret noise."""
     pick = lambda a: a[lanes]  # noqa: E731
     return plan._replace(thetas=pick(plan.thetas),
                          env_params=jax.tree_util.tree_map(pick, plan.env_params),
                          live=pick(plan.live), mech_keys=pick(plan.mech_keys),
-                         ids=pick(plan.ids))
+                         ids=pick(plan.ids),
+                         valid=None if plan.valid is None else pick(plan.valid))

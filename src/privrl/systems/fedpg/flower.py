@@ -5,12 +5,14 @@ Three parts, each in its own trust domain or process:
 - **the agents** (`CenNode`, in privrl's agent executor beside each SuperNode,
   privrl.runtime.flower.serve_tasks): SuperNode i hosts agents a ≡ i (mod N). Each holds its
   private environment (keyed, under the default secret noise, by a root from os.urandom in
-  this process), plays B_t episodes with the broadcast θ₀ᵗ, computes its policy-gradient
-  estimate μ_tᵏ, and releases it only as a message of the distributed discrete Gaussian
-  (privrl.privacy.discrete_sum: clipped, rounded, its noise share added, modulo 2^b). The
-  node adds its agents' messages modulo 2^b and hands the sum to Flower's SecAgg+ client mod,
-  which masks it. Each agent charges its own round budget before its message leaves, refuses
-  past it whatever the server asks, and re-sends the same message if asked for a round again.
+  this process), plays B_t episodes with the broadcast θ₀ᵗ (B_t: the seed's; it refuses
+  another), computes its policy-gradient estimate μ_tᵏ with the local runner's round code
+  (`round_plan`, `CenRound.estimates`), and releases it only as a message of the distributed
+  discrete Gaussian (privrl.privacy.discrete_sum: clipped, rounded, its noise share added,
+  modulo 2^b). The node adds its agents' messages modulo 2^b and hands the sum to Flower's
+  SecAgg+ client mod, which masks it. Each agent charges its own round budget before its
+  message leaves, refuses past it whatever the server asks, and re-sends the same message if
+  asked for a round again.
 - **the aggregator** (privrl.federation.flower_sum.cen_server_app, a ServerApp running only
   privrl.federation code): one SecAgg+ round per FedPG round; it sees the sum of the
   surviving nodes' messages and which nodes survived, and passes μ_t = sum / (agents in it)
@@ -70,7 +72,7 @@ from privrl.federation.pushsum import PushSumState
 from privrl.federation.service import Submission
 from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete
 from privrl.privacy.ledger import BudgetExceededError
-from privrl.privacy.noise import secret_fold, secret_keys
+from privrl.privacy.noise import secret_keys
 from privrl.runfile import checked, read, write
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
@@ -146,15 +148,15 @@ class CenNode:
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
         self.ids = agents_of(node, nodes, cfg.agents)
-        key = _trial_key(cfg.seed)
-        self.key = self.algo.init(key).key
-        # Secret noise: this process's own root, in memory only, passed as an argument.
+        self.state = self.algo.init(_trial_key(cfg.seed))
+        # Secret noise: this process's own root, in memory only, passed as an argument (it
+        # keys the agents' private environments and episodes too); the node plays its own
+        # agents' lanes. Seeded: the whole round, as the local runner (`ReportNode`).
         self._noise = secret_keys() if cfg.noise == "secret" else None
-        # The agents' private environments: an argument of the jitted program too (never a
-        # constant, which would reach the compilation cache on disk).
-        self.env = self.algo.env_params_of(secret_fold(self._noise, self.key),
-                                           jnp.asarray(self.ids))
+        self.lanes = None if self._noise is None else jnp.asarray(self.ids)
         self._grads = jax.jit(self._gradients)
+        self._batch = jax.jit(lambda t: round_plan(self.algo, self.state,
+                                                   self.state.gossip.x[0], t)[0].batch)
         self.rounds_charged = 0  # every agent of the node releases in every round
         self.released: dict[int, np.ndarray] = {}  # round -> the node's sum of messages
         # `directory`: the node's state file (its round count and the messages it released,
@@ -190,21 +192,26 @@ class CenNode:
             self.rounds_charged = charged
             self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
 
-    def _gradients(self, theta: jax.Array, batch: jax.Array, t: jax.Array,
-                   noise: jax.Array | None, env: Any) -> jax.Array:
-        """μ_tᵏ of each of this node's agents: B_t episodes with θ₀ᵗ on its own environment."""
-        cfg, p = self.config, len(self.ids)
-        k_ep = jax.random.fold_in(jax.random.fold_in(self.key, t), 0xE9)
-        k_ep = jax.random.fold_in(secret_fold(noise, k_ep), self.ids[0])
-        thetas = jnp.broadcast_to(theta, (p, theta.shape[0]))
-        live = jnp.broadcast_to(jnp.arange(cfg.batch_max)[None, :] < batch, (p, cfg.batch_max))
-        ep = self.algo.source.sample(thetas, env, live, k_ep)
-        return self.algo.gradients(thetas, ep)
+    def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
+                   ) -> jax.Array:
+        """μ_tᵏ of each of this node's agents: the local runner's round t (its plan: B_t
+        episodes with θ₀ᵗ on each agent's private environment; `CenRound.estimates`)."""
+        variant = self.algo.variant
+        plan, state = round_plan(self.algo, self.state, theta, t, noise)
+        if self.lanes is not None:
+            plan = own_lanes(plan, self.lanes)
+        mu = variant.estimates(state, plan, variant.episodes(self.algo.source, plan))
+        return mu if self.lanes is not None else mu[jnp.asarray(self.ids)]
 
     def warm_up(self) -> None:
         """Compile before serving: a SecAgg+ stage has a timeout."""
-        self._grads(jnp.zeros(self.algo.dim, jnp.float32), jnp.int32(self.config.batch_min),
-                    jnp.int32(0), self._noise, self.env).block_until_ready()
+        self._grads(jnp.zeros(self.algo.dim, jnp.float32), jnp.int32(0),
+                    self._noise).block_until_ready()
+        self._batch(jnp.int32(0))
+
+    def batch(self, t: int) -> int:
+        """B_t of round t: the seed's, as the local runner and the server's learner draw it."""
+        return int(self._batch(jnp.int32(t)))
 
     def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
         """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
@@ -216,16 +223,15 @@ class CenNode:
             # a round it was not asked for in time stays unreleased: one message per round
             raise ValueError(f"round {t} is before this node's last round {last}")
         cfg = self.config
-        if not cfg.batch_min <= batch <= cfg.batch_max:
-            raise ValueError(f"B_t = {batch} is outside [{cfg.batch_min}, {cfg.batch_max}]")
+        if batch != self.batch(t):  # the server cannot choose how many episodes an agent plays
+            raise ValueError(f"B_t = {batch} is not round {t}'s ({self.batch(t)}, the seed's)")
         theta = np.asarray(theta, np.float32)
         if theta.shape != (self.algo.dim,) or not np.all(np.isfinite(theta)):
             raise ValueError(f"θ must be {self.algo.dim} finite floats")
         if self.rounds_charged >= self.allowed:
             raise BudgetExceededError(f"round {t + 1} would exceed each agent's budget ε = "
                                       f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
-        mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(batch), jnp.int32(t),
-                                    self._noise, self.env))
+        mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(t), self._noise))
         total = self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))
         self.rounds_charged += 1  # charged, and saved, before anything leaves this process
         self.released[t] = total
