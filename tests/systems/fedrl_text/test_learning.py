@@ -2,8 +2,8 @@
 packing, the reward and F1 (skipped without data).
 
 Learning on the real corpora is a reproduction (`privrl reproduce fedrl-text2action --data DIR`,
-RESULTS' FedRL on Text2Action section), not a test: a short training on real texts cost 34
-CPU-s of the suite. That FedRL learns is tested on a synthetic corpus (test_text2action.py)."""
+RESULTS' FedRL on Text2Action section), not a test: a short training on real texts was the suite's
+costliest test. That FedRL learns is tested on a synthetic corpus (test_text2action.py)."""
 
 from pathlib import Path
 
