@@ -16,6 +16,10 @@ path steps at least half as many environment steps per second as a random-policy
   lower bound on the time, so this reading errs high by at most that chunk's share). With
   `--trials T`, N = T trials × N/T agents, every trial's agents acting in one policy call.
 
+This process runs JAX's CPU computations in the calling thread (`run_cpu_inline`), as the
+`privrl` process does; `--queued` keeps JAX's default in both (each call queued onto a worker
+thread, as before; PRIVRL_CPU_DISPATCH=queued for the training runs), for an A/B.
+
     python benchmarks/bench_gymnasium.py [--envs 9 64] [--repeats 5] [--seconds 2] [--trials 1]
 """
 
@@ -96,12 +100,22 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="per loop reading")
     ap.add_argument("--submissions", type=int, default=3000, help="per training reading")
     ap.add_argument("--trials", type=int, default=1, help="training: N = trials × agents")
+    ap.add_argument("--queued", action="store_true",
+                    help="JAX's default queued CPU dispatch (not `run_cpu_inline`)")
     args = ap.parse_args()
+    from privrl.runtime.devices import run_cpu_inline
+
+    if args.queued:
+        os.environ["PRIVRL_CPU_DISPATCH"] = "queued"  # this process and the training runs
+    elif not run_cpu_inline():
+        raise SystemExit("JAX's backend started before run_cpu_inline")
     import gymnasium
 
     print(f"# {platform.node()} {platform.machine()} python {platform.python_version()} "
           f"jax {jax.__version__} gymnasium {gymnasium.__version__}; median of {args.repeats}; "
-          f"training: {args.trials} trial(s); load average {os.getloadavg()[0]:.1f}")
+          f"training: {args.trials} trial(s); "
+          f"{'queued' if args.queued else 'inline'} CPU dispatch; "
+          f"load average {os.getloadavg()[0]:.1f}")
     print("| N envs | vector (random) steps/s | rollout_host steps/s | ratio | pgc-a3c training "
           "steps/s | ratio |")
     print("|---|---|---|---|---|---|")

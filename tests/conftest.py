@@ -62,6 +62,9 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="privrl-test-jax-cache-")
         config._privrl_cache_owner = True  # type: ignore[attr-defined]
     _fast_unoptimized_compiles()
+    from privrl.runtime.devices import run_cpu_inline
+
+    run_cpu_inline()  # as the `privrl` process runs (before any test starts JAX's backend)
     if os.environ[_CACHE_ENV] == "off":  # PRIVRL_TEST_JAX_CACHE=off: compile everything
         return
     import jax

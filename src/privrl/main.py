@@ -22,6 +22,7 @@ from privrl.config import ConfigError, RayNotInstalledError
 from privrl.evaluate_cli import top_app as evaluate_app
 from privrl.runfile import RunFileError
 from privrl.runtime.devices import (
+    run_cpu_inline,
     tune_garbage_collector,
     use_compilation_cache,
     use_host_devices,
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from privrl.privacy.ledger import BudgetExceededError
 
     if argv is None:  # the `privrl` process itself; a caller's process keeps its own settings
+        run_cpu_inline()  # imports JAX: before the collector freezes what is imported
         tune_garbage_collector()
 
     try:

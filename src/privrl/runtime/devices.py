@@ -3,8 +3,8 @@
 One XLA CPU device computes on one core here, so the runner splits independent trials over
 host devices. The flag must be set before JAX initializes its backend, so `privrl.cli` calls
 `use_host_devices()` before importing anything that imports JAX. The same process setup also
-holds the compilation cache (`use_compilation_cache`) and the garbage collector's settings
-(`tune_garbage_collector`).
+holds the compilation cache (`use_compilation_cache`), the garbage collector's settings
+(`tune_garbage_collector`) and where a CPU computation runs (`run_cpu_inline`).
 """
 
 from __future__ import annotations
@@ -87,3 +87,27 @@ def tune_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 50)
+
+
+def run_cpu_inline() -> bool:
+    """JAX's CPU client runs each single-device computation in the calling thread instead of
+    queueing it onto a worker thread; True if it now does.
+
+    Why: a task stepped on the host (a Gymnasium environment) calls a tiny jitted policy once
+    per step. Queued, each call costs two thread hand-offs (the launch and the wait for its
+    result): about 30 µs of CPU on top of the program's 13 µs, and on a busy machine a wait
+    for a free core at each hand-off (benchmarks/log/16-gymnasium-at-speed.md). The programs,
+    and so every result, are the same; a computation over several devices (the local runner's
+    sharded trials) is queued as before. JAX reads the setting when it creates its CPU
+    client: after that (the backend initialized) this does nothing and returns False, as it
+    does with PRIVRL_CPU_DISPATCH=queued (JAX's default, for comparison)."""
+    import jax
+    from jax._src import xla_bridge
+
+    if not jax.config.read("jax_cpu_enable_async_dispatch"):
+        return True
+    if (os.environ.get("PRIVRL_CPU_DISPATCH", "").lower() == "queued"
+            or xla_bridge.backends_are_initialized()):
+        return False
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+    return True

@@ -20,3 +20,49 @@ def test_a_cache_others_may_write_is_not_used(tmp_path, monkeypatch, capsys) -> 
     fresh = tmp_path / "mine" / "jax"
     assert use_compilation_cache(str(fresh)) == str(fresh)
     assert (fresh.stat().st_mode & 0o777) == 0o700
+
+
+def test_cpu_computations_run_inline_only_if_asked_before_the_backend() -> None:
+    """`run_cpu_inline` (issue 39: a Gymnasium step's policy call queued onto a worker thread
+    cost ~3× its CPU) turns JAX's queued CPU dispatch off only before the backend exists, and
+    not at all under PRIVRL_CPU_DISPATCH=queued; a fresh process (the setting is read once).
+    About 2 CPU-s (a JAX import)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import jax, jax.numpy as jnp\n"
+        "from privrl.runtime.devices import run_cpu_inline\n"
+        "flag = lambda: jax.config.read('jax_cpu_enable_async_dispatch')\n"
+        "assert flag()\n"
+        "first = run_cpu_inline()\n"
+        "print(first, flag())\n"
+        "jnp.zeros(1).block_until_ready()  # the backend exists from here on\n"
+        "jax.config.update('jax_cpu_enable_async_dispatch', True)\n"
+        "print(run_cpu_inline(), flag())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PRIVRL_CPU_DISPATCH"}
+    run = lambda e: subprocess.run([sys.executable, "-c", script], env=e, check=True,  # noqa: E731
+                                   capture_output=True, text=True).stdout.split()
+    assert run(env) == ["True", "False", "False", "True"]
+    queued = run({**env, "PRIVRL_CPU_DISPATCH": "queued"})
+    assert queued[:2] == ["False", "True"]
+
+
+def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch) -> None:
+    """The `privrl` command's process setup asks for inline CPU dispatch (a caller of
+    `main(argv)` keeps its own settings, as for the garbage collector)."""
+    import sys
+
+    import privrl.main as entry
+
+    calls: list[str] = []
+    monkeypatch.setattr(entry, "run_cpu_inline", lambda: calls.append("inline"))
+    monkeypatch.setattr(entry, "tune_garbage_collector", lambda: calls.append("gc"))
+    monkeypatch.setattr(sys, "argv", ["privrl", "--help"])
+    assert entry.main() == 0
+    assert calls == ["inline", "gc"]
+    calls.clear()
+    assert entry.main(["--help"]) == 0
+    assert calls == []
