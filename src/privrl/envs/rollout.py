@@ -351,7 +351,7 @@ def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_ke
         obs_b[t], act_b[t], mask_b[t] = obs, action, live
         stepped = np.flatnonzero(live)
         steps = action[stepped].tolist() if discrete else list(action[stepped])
-        for i, a in zip(stepped, steps, strict=True):
+        for i, a in zip(stepped.tolist(), steps, strict=True):  # Python ints index faster
             raw[i], reward, fell, cut, _ = envs[i].step(a)
             rew_b[t, i] = reward
             term[i] = fell
