@@ -285,8 +285,12 @@ def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Ar
     step_keys = np.stack([d[1] for d in drawn], 1)  # (max_steps, T, 2)
 
     def flat(keys_t: Any, obs: np.ndarray) -> Any:  # trials' actions (and aux) as n rows
-        out = jax.device_get(policy(keys_t, obs.reshape(t_n, p, *obs.shape[1:])))
-        return jax.tree_util.tree_map(lambda a: np.asarray(a).reshape(n, *np.shape(a)[2:]), out)
+        out = policy(keys_t, obs.reshape(t_n, p, *obs.shape[1:]))
+        if not isinstance(out, tuple):  # actions alone: no pytree walk per step
+            out = np.asarray(out)
+            return out.reshape(n, *out.shape[2:])
+        return jax.tree_util.tree_map(lambda a: np.asarray(a).reshape(n, *np.shape(a)[2:]),
+                                      jax.device_get(out))
 
     traj = _host_loop(envs, flat, seeds, step_keys, max_steps,
                       None if active is None else np.asarray(active, bool).reshape(n))
