@@ -5,7 +5,9 @@ path steps at least half as many environment steps per second as a random-policy
 `gymnasium.make_vec(..., vectorization_mode="sync")`. Three readings per N (median of repeats):
 
 - `vector`: the random loop (`action_space.sample()`, `step`; the vector env resets finished
-  episodes itself), env steps per second;
+  episodes itself), env steps per second (also per CPU-second of the process: on a shared
+  machine the load varies between readings, so the readings are interleaved, and the rollout's
+  ratio is given per CPU-second too);
 - `rollout`: `envs.rollout.rollout_host` (what every system's Gymnasium episodes go through)
   with a PGC-A3C policy network called once per step on all N observations (jitted), episodes
   of up to 500 steps, env steps per second of live episodes;
@@ -40,23 +42,25 @@ import jax
 import numpy as np
 
 
-def vector_loop(n: int, seconds: float) -> float:
-    """Env steps per second of a random policy over a synchronous vector env of n."""
+def vector_loop(n: int, seconds: float) -> tuple[float, float]:
+    """Env steps per second (wall, and per CPU-second of this process) of a random policy
+    over a synchronous vector env of n."""
     import gymnasium
 
     venv = gymnasium.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync")
     venv.reset(seed=0)
     venv.action_space.seed(0)
-    steps, start = 0, time.perf_counter()
+    steps, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         for _ in range(100):
             venv.step(venv.action_space.sample())
         steps += 100 * n
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), steps / (time.process_time() - cpu)
 
 
-def rollout_loop(n: int, seconds: float) -> float:
-    """Env steps per second of `rollout_host` with PGC-A3C's jitted policy on n envs."""
+def rollout_loop(n: int, seconds: float) -> tuple[float, float]:
+    """Env steps per second (wall, per CPU-second) of `rollout_host` with PGC-A3C's jitted
+    policy on n envs."""
     from functools import partial
 
     from privrl.envs.rollout import rollout_host
@@ -69,11 +73,11 @@ def rollout_loop(n: int, seconds: float) -> float:
     policy = partial(algo._act, theta, np.float32(0.0))
     envs = task.envs(n)
     rollout_host(envs, policy, jax.random.key(0), 500)  # compile the policy
-    steps, start, i = 0, time.perf_counter(), 1
+    steps, start, cpu, i = 0, time.perf_counter(), time.process_time(), 1
     while time.perf_counter() - start < seconds:
         traj = rollout_host(envs, policy, jax.random.key(i), 500)
         steps, i = steps + int(traj.mask.sum()), i + 1
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), steps / (time.process_time() - cpu)
 
 
 def training(n: int, submissions: int, trials: int = 1) -> float:
@@ -116,16 +120,20 @@ def main() -> None:
           f"training: {args.trials} trial(s); "
           f"{'queued' if args.queued else 'inline'} CPU dispatch; "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("| N envs | vector (random) steps/s | rollout_host steps/s | ratio | pgc-a3c training "
-          "steps/s | ratio |")
-    print("|---|---|---|---|---|---|")
-    for n in args.envs:
-        vec = statistics.median(vector_loop(n, args.seconds) for _ in range(args.repeats))
-        roll = statistics.median(rollout_loop(n, args.seconds) for _ in range(args.repeats))
-        train = statistics.median(training(n, args.submissions, args.trials)
-                                  for _ in range(args.repeats))
-        print(f"| {n} | {vec:,.0f} | {roll:,.0f} | {roll / vec:.2f} | {train:,.0f} | "
-              f"{train / vec:.2f} |", flush=True)
+    print("| N envs | vector (random) steps/s | rollout_host steps/s | ratio | ratio per CPU-s | "
+          "pgc-a3c training steps/s | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for n in args.envs:  # the readings interleaved, so that a shared machine's load hits all
+        vec, roll, train = [], [], []
+        for _ in range(args.repeats):
+            vec.append(vector_loop(n, args.seconds))
+            roll.append(rollout_loop(n, args.seconds))
+            train.append(training(n, args.submissions, args.trials))
+        med = statistics.median
+        v, r, t = med(x[0] for x in vec), med(x[0] for x in roll), med(train)
+        cpu = med(x[1] for x in roll) / med(x[1] for x in vec)
+        print(f"| {n} | {v:,.0f} | {r:,.0f} | {r / v:.2f} | {cpu:.2f} | {t:,.0f} | {t / v:.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":
