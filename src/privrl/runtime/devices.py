@@ -96,7 +96,7 @@ def run_cpu_inline() -> bool:
     Why: a task stepped on the host (a Gymnasium environment) calls a tiny jitted policy once
     per step. Queued, each call costs two thread hand-offs (the launch and the wait for its
     result): about 30 µs of CPU on top of the program's 13 µs, and on a busy machine a wait
-    for a free core at each hand-off (benchmarks/log/18-gymnasium-at-speed.md). The programs,
+    for a free core at each hand-off (benchmarks/log/19-gymnasium-at-speed.md). The programs,
     and so every result, are the same; a computation over several devices (the local runner's
     sharded trials) is queued as before. JAX reads the setting when it creates its CPU
     client: after that (the backend initialized) this does nothing and returns False, as it
