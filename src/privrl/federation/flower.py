@@ -140,34 +140,48 @@ def serve_pgc(grid: Grid, directory: Path, submissions: int, per_agent: int, par
     for start in range(0, submissions, parallel):
         theta = svc.theta()
         asked = list(range(start, min(start + parallel, submissions)))
-        messages = []
-        for n in asked:
-            agent, index = divmod(n, per_agent)
-            messages.append(Message(request_content(theta, agent, index),
-                                    dst_node_id=ids[agent % nodes], message_type="train"))
-        replies = {r.metadata.reply_to_message_id: r
-                   for r in grid.send_and_receive(messages, timeout=reply_timeout_s)}
-        for n, sent in zip(asked, messages, strict=True):
-            reply = replies.get(sent.metadata.message_id)
-            reason = _refusal(reply)
+        asks = [divmod(n, per_agent) for n in asked]
+        for n, (sub, score, reason) in zip(asked, ask_for_submissions(
+                grid, ids, theta, asks, dim, reply_timeout_s), strict=True):
             if reason is None:
-                try:
-                    sub, score = read_submission(reply.content, dim)
-                except WireError as e:
-                    reason = f"malformed: {e}"
-                else:
-                    if (sub.agent_id, sub.index) != divmod(n, per_agent):
-                        reason = f"not the submission asked for: {sub.agent_id, sub.index}"
-                    else:
-                        verdict = svc.submit(sub)
-                        reason = verdict.reason
-                        if verdict.accepted:
-                            scores[n] = score
+                verdict = svc.submit(sub)
+                reason = verdict.reason
+                if verdict.accepted:
+                    scores[n] = score
             if reason is not None:
                 refused.append({"submission": n, "reason": reason})
     svc.close()
     out = {"nodes": ids, "scores": scores, "refused": refused, "status": svc.status()}
     (directory / RESULTS).write_text(json.dumps(out))
+    return out
+
+
+def ask_for_submissions(grid: Grid, ids: list[int], theta: np.ndarray,
+                        asks: list[tuple[int, int]], dim: int, timeout_s: float | None
+                        ) -> list[tuple[Submission | None, float | None, str | None]]:
+    """Ask agent a (on the SuperNode ids[a mod len(ids)]) for its submission (a, index) from θ,
+    for each (a, index) in `asks`, all at once. Per ask, in order: (submission, score, None)
+    for a reply that is a well-formed Submission (`read_submission`) and the one asked for,
+    else (None, None, why not). What the aggregator then accepts is its own check."""
+    messages = [Message(request_content(theta, a, index), dst_node_id=ids[a % len(ids)],
+                        message_type="train") for a, index in asks]
+    replies = {r.metadata.reply_to_message_id: r
+               for r in grid.send_and_receive(messages, timeout=timeout_s)}
+    out: list[tuple[Submission | None, float | None, str | None]] = []
+    for ask, sent in zip(asks, messages, strict=True):
+        reply = replies.get(sent.metadata.message_id)
+        reason = _refusal(reply)
+        if reason is None:
+            try:
+                sub, score = read_submission(reply.content, dim)
+            except WireError as e:
+                reason = f"malformed: {e}"
+            else:
+                if (sub.agent_id, sub.index) == ask:
+                    out.append((sub, score, None))
+                    continue
+                reason = f"not the submission asked for: {sub.agent_id, sub.index}"
+        out.append((None, None, reason))
     return out
 
 

@@ -58,11 +58,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from privrl.federation.aggregator import check_report
 from privrl.federation.flower import (
-    WireError,
-    _refusal,
     _wait_for_nodes,
-    read_submission,
-    request_content,
+    ask_for_submissions,
 )
 from privrl.federation.service import submission_problem
 from privrl.federation.star import average_reports
@@ -449,23 +446,12 @@ def collect_reports(grid: Grid, ids: list[int], theta: np.ndarray, round_: int, 
     def check(report: Any) -> None:
         check_report(report, dim)
 
-    messages = [Message(request_content(theta, a, round_), dst_node_id=ids[a % len(ids)],
-                        message_type="train") for a in range(agents)]
-    replies = {r.metadata.reply_to_message_id: r
-               for r in grid.send_and_receive(messages, timeout=timeout_s)}
+    asks = [(a, round_) for a in range(agents)]
     good, refused = [], []
-    for a, sent in enumerate(messages):
-        reply = replies.get(sent.metadata.message_id)
-        reason = _refusal(reply)
+    for (a, _), (sub, _, reason) in zip(asks, ask_for_submissions(grid, ids, theta, asks, dim,
+                                                                  timeout_s), strict=True):
         if reason is None:
-            try:
-                sub, _ = read_submission(reply.content, dim)
-            except WireError as e:
-                reason = f"malformed: {e}"
-            else:
-                reason = (f"not the submission asked for: {sub.agent_id, sub.index}"
-                          if (sub.agent_id, sub.index) != (a, round_) else
-                          submission_problem(sub, agents, accepted, check, guarantee))
+            reason = submission_problem(sub, agents, accepted, check, guarantee)
         if reason is None:
             accepted.add((a, round_))
             good.append(sub)
