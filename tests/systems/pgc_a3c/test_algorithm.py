@@ -125,6 +125,25 @@ def test_adam_momentum_is_adams_first_moment_decay():
         assert e.value.field == "adam_momentum"
 
 
+def test_lr_decay_updates_shrinks_the_step_as_one_over_root_of_updates():
+    import jax.numpy as jnp
+
+    g, lr, tau = jnp.array([1.0, -2.0]), 0.1, 4.0
+    for name in ("sgd", "adam"):
+        opt = server_optimizer(PGCA3CConfig(server_optimizer=name, learning_rate=lr,
+                                            lr_decay_updates=tau))
+        const = server_optimizer(PGCA3CConfig(server_optimizer=name, learning_rate=lr))
+        state, fixed = opt.init(jnp.zeros(2)), const.init(jnp.zeros(2))
+        for n in range(6):  # the n-th step (n updates before it) is η/√(1 + n/τ) of constant η's
+            step, state = opt.update(g, state)
+            ref, fixed = const.update(g, fixed)
+            np.testing.assert_allclose(step, ref / math.sqrt(1 + n / tau), rtol=1e-6)
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(ConfigError) as e:
+            PGCA3CConfig(lr_decay_updates=bad).resolved()
+        assert e.value.field == "lr_decay_updates"
+
+
 def test_invalid_config_names_the_field():
     with pytest.raises(ConfigError, match=r"^epsilon: must be finite and > 0") as e:
         PGCA3CConfig(epsilon=float("nan")).resolved()

@@ -253,6 +253,10 @@ class PGCA3CConfig(Config):
     # step follows the mean of about 1/(1 − β₁) recent reports: a larger β₁ averages more of
     # the mechanism's noise away (post-processing: the guarantee is unchanged).
     adam_momentum: float = 0.9
+    # The aggregator's step size decays with its update count n (public, so post-processing):
+    # learning_rate / √(1 + n / lr_decay_updates); None: constant. Late in a trial each step
+    # then follows a smaller share of the mechanism's noise.
+    lr_decay_updates: float | None = None
     # Advantages: None is the paper's Ĝ − V (Monte-Carlo returns); λ ∈ [0, 1] GAE(λ), whose
     # λ-returns are also the critic's targets (privrl.losses.gae).
     gae_lambda: float | None = None
@@ -337,6 +341,8 @@ class PGCA3CConfig(Config):
             non_negative("rmsprop_initial_scale", self.rmsprop_initial_scale)
             in_range("rmsprop_momentum", self.rmsprop_momentum, 0, 1, high_open=True)
         in_range("adam_momentum", self.adam_momentum, 0, 1, high_open=True)
+        if self.lr_decay_updates is not None:
+            positive("lr_decay_updates", self.lr_decay_updates)
         if self.gae_lambda is not None:
             probability("gae_lambda", self.gae_lambda)
         positive("reward_scale", self.reward_scale)
@@ -871,14 +877,23 @@ def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:
 def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
     """The aggregator's optax optimizer. "rmsprop" is TF1's RMSPropOptimizer without momentum:
     optax's rmsprop with eps inside the square root and ν initialised to `initial_scale` (TF1:
-    ones), which makes the first steps ≈ η·g rather than ≈ η·sign(g)·10."""
+    ones), which makes the first steps ≈ η·g rather than ≈ η·sign(g)·10. With
+    `lr_decay_updates` τ the step size after n updates is η/√(1 + n/τ)."""
+    lr: float | optax.Schedule = cfg.learning_rate
+    if cfg.lr_decay_updates is not None:
+        lr = partial(_decayed, cfg.learning_rate, cfg.lr_decay_updates)
     if cfg.server_optimizer == "rmsprop":
-        return optax.rmsprop(cfg.learning_rate, decay=cfg.rmsprop_decay, eps=cfg.rmsprop_eps,
+        return optax.rmsprop(lr, decay=cfg.rmsprop_decay, eps=cfg.rmsprop_eps,
                              initial_scale=cfg.rmsprop_initial_scale, eps_in_sqrt=True,
                              momentum=cfg.rmsprop_momentum or None)
     if cfg.server_optimizer == "adam":
-        return optax.adam(cfg.learning_rate, b1=cfg.adam_momentum)
-    return optax.sgd(cfg.learning_rate)
+        return optax.adam(lr, b1=cfg.adam_momentum)
+    return optax.sgd(lr)
+
+
+def _decayed(lr: float, tau: float, count: Array) -> Array:
+    """η/√(1 + n/τ) after n = `count` updates (`server_optimizer`'s schedule)."""
+    return lr / jnp.sqrt(1.0 + count / tau)
 
 
 def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
