@@ -144,6 +144,29 @@ def test_lr_decay_updates_shrinks_the_step_as_one_over_root_of_updates():
         assert e.value.field == "lr_decay_updates"
 
 
+def test_theta_ema_hands_out_the_moving_average_of_the_fast_weights():
+    import jax.numpy as jnp
+    import optax
+
+    lr, beta = 0.1, 0.75
+    opt = server_optimizer(PGCA3CConfig(server_optimizer="sgd", learning_rate=lr,
+                                        theta_ema=beta))
+    theta = jnp.array([1.0, -1.0])
+    state = opt.init(theta)
+    fast, avg = np.array([1.0, -1.0]), np.array([1.0, -1.0])
+    for g in ([1.0, 2.0], [-3.0, 0.5], [0.5, 0.5]):  # SGD on φ, θ ← β·θ + (1 − β)·φ
+        step, state = opt.update(jnp.array(g), state, theta)
+        theta = optax.apply_updates(theta, step)
+        fast = fast - lr * np.array(g)
+        avg = beta * avg + (1 - beta) * fast
+        np.testing.assert_allclose(theta, avg, rtol=1e-6)
+        np.testing.assert_allclose(state.fast, fast, rtol=1e-6)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ConfigError) as e:
+            PGCA3CConfig(theta_ema=bad).resolved()
+        assert e.value.field == "theta_ema"
+
+
 def test_invalid_config_names_the_field():
     with pytest.raises(ConfigError, match=r"^epsilon: must be finite and > 0") as e:
         PGCA3CConfig(epsilon=float("nan")).resolved()

@@ -257,6 +257,10 @@ class PGCA3CConfig(Config):
     # learning_rate / √(1 + n / lr_decay_updates); None: constant. Late in a trial each step
     # then follows a smaller share of the mechanism's noise.
     lr_decay_updates: float | None = None
+    # Polyak averaging (post-processing): the optimizer steps "fast" weights φ, and the θ the
+    # agents get is their exponential moving average θ ← β·θ + (1 − β)·φ, β = `theta_ema`
+    # (None: θ = φ). The played policy then averages ~1/(1 − β) steps' noise away.
+    theta_ema: float | None = None
     # Advantages: None is the paper's Ĝ − V (Monte-Carlo returns); λ ∈ [0, 1] GAE(λ), whose
     # λ-returns are also the critic's targets (privrl.losses.gae).
     gae_lambda: float | None = None
@@ -343,6 +347,8 @@ class PGCA3CConfig(Config):
         in_range("adam_momentum", self.adam_momentum, 0, 1, high_open=True)
         if self.lr_decay_updates is not None:
             positive("lr_decay_updates", self.lr_decay_updates)
+        if self.theta_ema is not None:
+            in_range("theta_ema", self.theta_ema, 0, 1, high_open=True)
         if self.gae_lambda is not None:
             probability("gae_lambda", self.gae_lambda)
         positive("reward_scale", self.reward_scale)
@@ -882,6 +888,12 @@ def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
     lr: float | optax.Schedule = cfg.learning_rate
     if cfg.lr_decay_updates is not None:
         lr = partial(_decayed, cfg.learning_rate, cfg.lr_decay_updates)
+    opt = _inner_optimizer(cfg, lr)
+    return opt if cfg.theta_ema is None else polyak(opt, cfg.theta_ema)
+
+
+def _inner_optimizer(cfg: PGCA3CConfig, lr: float | optax.Schedule
+                     ) -> optax.GradientTransformation:
     if cfg.server_optimizer == "rmsprop":
         return optax.rmsprop(lr, decay=cfg.rmsprop_decay, eps=cfg.rmsprop_eps,
                              initial_scale=cfg.rmsprop_initial_scale, eps_in_sqrt=True,
@@ -889,6 +901,28 @@ def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
     if cfg.server_optimizer == "adam":
         return optax.adam(lr, b1=cfg.adam_momentum)
     return optax.sgd(lr)
+
+
+class PolyakState(NamedTuple):
+    fast: Array  # φ, the weights the inner optimizer steps
+    inner: Any  # the inner optimizer's state
+
+
+def polyak(inner: optax.GradientTransformation, beta: float) -> optax.GradientTransformation:
+    """`inner` stepping fast weights φ (in the state), with params θ their moving average:
+    φ ← φ + inner's update, θ ← β·θ + (1 − β)·φ; the update returned is the change of θ. The
+    gradient is taken at θ (what the agents play)."""
+
+    def init(params: Array) -> PolyakState:
+        return PolyakState(params, inner.init(params))
+
+    def update(grads: Array, state: PolyakState, params: Array | None = None
+               ) -> tuple[Array, PolyakState]:
+        step, inner_state = inner.update(grads, state.inner, state.fast)
+        fast = optax.apply_updates(state.fast, step)
+        return (1.0 - beta) * (fast - params), PolyakState(fast, inner_state)
+
+    return optax.GradientTransformation(init, update)
 
 
 def _decayed(lr: float, tau: float, count: Array) -> Array:
