@@ -1,6 +1,7 @@
 """PGC-A3C end to end: the guarantee a run reports, multi-submission composition, asynchrony."""
 
 import math
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -83,6 +84,20 @@ def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
             PGCA3CConfig(mechanism=name, secure_noise=True).resolved()
         with pytest.raises(ConfigError, match="d_hat"):
             PGCA3CConfig(mechanism=name, d_hat=2).resolved()
+
+
+def test_tuned_ldp2_is_tuned_ldp_with_a_smaller_network():
+    """tuned-ldp2 (issue 42) changes only the hidden units (d = 67, not 131): the same P,
+    clip, |B| and ε for every mechanism; tuned-ldp itself is untouched."""
+    for name in ("privunit", "privunitg", "projunit", "privunitg-seed", "laplace"):
+        old = PGCA3CConfig.from_preset("tuned-ldp", mechanism=name, epsilon=1.0).resolved()
+        new = PGCA3CConfig.from_preset("tuned-ldp2", mechanism=name, epsilon=1.0).resolved()
+        assert (old.hidden, new.hidden) == (16, 8)
+        assert new == replace(old, preset="tuned-ldp2", hidden=8)
+    assert PGCA3C(PGCA3CConfig.from_preset("tuned-ldp2", mechanism="privunit")).dim == 67
+    with pytest.raises(ConfigError, match="tuned-ldp2") as e:
+        PGCA3CConfig(preset="tuned-ldp3").resolved()
+    assert e.value.field == "preset"
 
 
 def test_compact_mechanisms_run_and_every_run_records_its_upload_bytes():
