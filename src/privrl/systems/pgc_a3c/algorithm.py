@@ -120,7 +120,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 PRESETS["tuned-ldp"] = {**PRESETS["tuned"], "parallel_agents": 3, "hidden": 16}
 # "tuned-ldp2" (issue 42; benchmarks/log/16-ldp-variance-reduction.md) is "tuned-ldp" with 8
-# hidden units (d = 67 instead of 131): every report's clip binds (‖∇‖ is 100-2,500× C), so a
+# hidden units (d = 67 instead of 131): every report's clip binds (‖∇‖ is 90-2,500× C), so a
 # report carries a unit of signal whatever the network, while the mechanism's error grows with
 # d; on the tuning seeds fewer trials stalled (29/30 against 23/30). Same ε.
 PRESETS["tuned-ldp2"] = {**PRESETS["tuned-ldp"], "hidden": 8}
