@@ -924,6 +924,8 @@ def polyak(inner: optax.GradientTransformation, beta: float) -> optax.GradientTr
 
     def update(grads: Array, state: PolyakState, params: Array | None = None
                ) -> tuple[Array, PolyakState]:
+        if params is None:
+            raise ValueError("polyak needs the params θ (the aggregator passes them)")
         step, inner_state = inner.update(grads, state.inner, state.fast)
         fast = optax.apply_updates(state.fast, step)
         return (1.0 - beta) * (fast - params), PolyakState(fast, inner_state)
