@@ -9,7 +9,8 @@ section that recorded it) and from any `privrl run pgc-a3c` run directories give
 (their config.json and summary.json). Each (mechanism, ε, seed) is one marker: filled at its
 median FST, hollow at the cap when the median trial never succeeded; area ∝ success ratio. The
 line joins the median over seeds per ε; ε = ∞ (no mechanism) is the dotted line, and the paper's
-points (cap 90,000) are crosses.
+points (cap 90,000) are crosses. Runs of a preset other than `tuned-ldp` (e.g. `tuned-ldp2`) are
+their own series, labelled with the preset.
 
 `--sweep SWEEP_DIR` draws the older two-panel figure of one `privrl reproduce pgc-a3c` directory
 (median FST and success ratio vs ε; formerly `plot_frontier.py SWEEP_DIR OUT.png`).
@@ -33,6 +34,12 @@ from privrl.systems.pgc_a3c.reproduce import MECHANISM_LABEL, PAPER_TABLES
 
 RECORDED = Path(__file__).with_name("frontier_pgc_a3c.csv")
 ORDER = ("laplace", "prs", "privunit", "privunitg", "privunitg-seed", "projunit")
+BASE_PRESET = "tuned-ldp"  # the frontier's own preset: its series are named by mechanism alone
+
+
+def series(mechanism: str, preset: str) -> str:
+    """A marker series: the mechanism, with the preset when it is not the frontier's own."""
+    return mechanism if preset == BASE_PRESET else f"{mechanism} ({preset})"
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -41,7 +48,8 @@ def read_csv(path: Path) -> list[dict]:
     rows = []
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            rows.append({"mechanism": r["mechanism"], "epsilon": float(r["epsilon"]),
+            rows.append({"mechanism": series(r["mechanism"], r["preset"]),
+                         "epsilon": float(r["epsilon"]),
                          "seed": int(r["seed"]), "trials": int(r["trials"]),
                          "success": int(r["successes"]) / int(r["trials"]),
                          "median_fst": float(r["median_fst"]) if r["median_fst"] else None,
@@ -54,7 +62,8 @@ def read_run(run: Path) -> dict:
     cfg = json.loads((run / "config.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
     eps = summary["epsilon"]
-    return {"mechanism": summary["mechanism"], "epsilon": math.inf if eps is None else eps,
+    return {"mechanism": series(summary["mechanism"], cfg["config"]["preset"]),
+            "epsilon": math.inf if eps is None else eps,
             "seed": cfg["seed"], "trials": summary["trials"],
             "success": summary["success_ratio"], "median_fst": summary["median_fst"],
             "cap": summary["submissions"]}
@@ -64,9 +73,11 @@ def plot_frontier(rows: list[dict], out: str) -> None:
     cap = max(r["cap"] for r in rows)
     fig, ax = plt.subplots(figsize=(8, 5))
     mechs = sorted({r["mechanism"] for r in rows if math.isfinite(r["epsilon"])},
-                   key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER))
+                   key=lambda m: (ORDER.index(m.split()[0]) if m.split()[0] in ORDER
+                                  else len(ORDER), m))
     for i, mech in enumerate(mechs):
-        color, label = f"C{i}", MECHANISM_LABEL.get(mech, mech)
+        name, _, preset = mech.partition(" ")
+        color, label = f"C{i}", f"{MECHANISM_LABEL.get(name, name)} {preset}".strip()
         mine = [r for r in rows if r["mechanism"] == mech and math.isfinite(r["epsilon"])]
         # a small offset per mechanism so that points at the same ε stay apart
         shift = 1 + 0.04 * (i - (len(mechs) - 1) / 2)
@@ -79,7 +90,7 @@ def plot_frontier(rows: list[dict], out: str) -> None:
         med = [statistics.median(cap if r["median_fst"] is None else r["median_fst"]
                                  for r in mine if r["epsilon"] == e) for e in eps]
         ax.plot([e * shift for e in eps], med, "-", color=color, alpha=0.6, label=label)
-        paper = PAPER_TABLES["median_fst"].get(mech)
+        paper = None if preset else PAPER_TABLES["median_fst"].get(mech)
         if paper:
             pe = sorted(e for e in paper if math.isfinite(e))
             ax.plot(pe, [paper[e] for e in pe], "x--", color=color, alpha=0.5,

@@ -1,6 +1,7 @@
 """PGC-A3C end to end: the guarantee a run reports, multi-submission composition, asynchrony."""
 
 import math
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -85,6 +86,20 @@ def test_privunit_mechanisms_are_selectable_and_split_the_budget_over_t():
             PGCA3CConfig(mechanism=name, d_hat=2).resolved()
 
 
+def test_tuned_ldp2_is_tuned_ldp_with_a_smaller_network():
+    """tuned-ldp2 (issue 42) changes only the hidden units (d = 67, not 131): the same P,
+    clip, |B| and ε for every mechanism; tuned-ldp itself is untouched."""
+    for name in ("privunit", "privunitg", "projunit", "privunitg-seed", "laplace"):
+        old = PGCA3CConfig.from_preset("tuned-ldp", mechanism=name, epsilon=1.0).resolved()
+        new = PGCA3CConfig.from_preset("tuned-ldp2", mechanism=name, epsilon=1.0).resolved()
+        assert (old.hidden, new.hidden) == (16, 8)
+        assert new == replace(old, preset="tuned-ldp2", hidden=8)
+    assert PGCA3C(PGCA3CConfig.from_preset("tuned-ldp2", mechanism="privunit")).dim == 67
+    with pytest.raises(ConfigError, match="tuned-ldp2") as e:
+        PGCA3CConfig(preset="tuned-ldp3").resolved()
+    assert e.value.field == "preset"
+
+
 def test_compact_mechanisms_run_and_every_run_records_its_upload_bytes():
     from privrl.privacy.ldp_compact import ProjUnitMechanism, SeedPrivUnitGMechanism
 
@@ -123,6 +138,48 @@ def test_adam_momentum_is_adams_first_moment_decay():
         with pytest.raises(ConfigError) as e:
             PGCA3CConfig(adam_momentum=bad).resolved()
         assert e.value.field == "adam_momentum"
+
+
+def test_lr_decay_updates_shrinks_the_step_as_one_over_root_of_updates():
+    import jax.numpy as jnp
+
+    g, lr, tau = jnp.array([1.0, -2.0]), 0.1, 4.0
+    for name in ("sgd", "adam"):
+        opt = server_optimizer(PGCA3CConfig(server_optimizer=name, learning_rate=lr,
+                                            lr_decay_updates=tau))
+        const = server_optimizer(PGCA3CConfig(server_optimizer=name, learning_rate=lr))
+        state, fixed = opt.init(jnp.zeros(2)), const.init(jnp.zeros(2))
+        for n in range(6):  # the n-th step (n updates before it) is η/√(1 + n/τ) of constant η's
+            step, state = opt.update(g, state)
+            ref, fixed = const.update(g, fixed)
+            np.testing.assert_allclose(step, ref / math.sqrt(1 + n / tau), rtol=1e-6)
+    for bad in (0.0, -1.0, math.inf):
+        with pytest.raises(ConfigError) as e:
+            PGCA3CConfig(lr_decay_updates=bad).resolved()
+        assert e.value.field == "lr_decay_updates"
+
+
+def test_theta_ema_hands_out_the_moving_average_of_the_fast_weights():
+    import jax.numpy as jnp
+    import optax
+
+    lr, beta = 0.1, 0.75
+    opt = server_optimizer(PGCA3CConfig(server_optimizer="sgd", learning_rate=lr,
+                                        theta_ema=beta))
+    theta = jnp.array([1.0, -1.0])
+    state = opt.init(theta)
+    fast, avg = np.array([1.0, -1.0]), np.array([1.0, -1.0])
+    for g in ([1.0, 2.0], [-3.0, 0.5], [0.5, 0.5]):  # SGD on φ, θ ← β·θ + (1 − β)·φ
+        step, state = opt.update(jnp.array(g), state, theta)
+        theta = optax.apply_updates(theta, step)
+        fast = fast - lr * np.array(g)
+        avg = beta * avg + (1 - beta) * fast
+        np.testing.assert_allclose(theta, avg, rtol=1e-6)
+        np.testing.assert_allclose(state.fast, fast, rtol=1e-6)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ConfigError) as e:
+            PGCA3CConfig(theta_ema=bad).resolved()
+        assert e.value.field == "theta_ema"
 
 
 def test_invalid_config_names_the_field():

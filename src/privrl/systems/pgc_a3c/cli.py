@@ -61,7 +61,8 @@ def run_pgc_a3c_command(
         "code the paper's settings match). tuned: our improved settings (the task's shaped "
         "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
-        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md). continuous: for a "
+        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md); tuned-ldp2: "
+        "tuned-ldp with 8 hidden units. continuous: for a "
         "continuous-action (Box) task: a state-free log-std, GAE, γ = 0.9, scaled reward "
         "(docs/environments.md). Options given explicitly override it.")] = "paper",
     mechanism: Annotated[str, typer.Option(
@@ -397,7 +398,7 @@ def reproduce_pgc_a3c_command(
     preset: Annotated[str, typer.Option(
         help="paper (default): the paper's settings; paper-code: the paper's settings with "
         "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset; "
-        "tuned-ldp: tuned for small ε.")] = "paper",
+        "tuned-ldp, tuned-ldp2: tuned for small ε.")] = "paper",
     seed: SweepSeed = 0,
     retire: Annotated[bool, typer.Option(
         help="Stop a trial once it reaches the target (its FST is known); later curves hold "
@@ -513,7 +514,8 @@ def audit_pgc_a3c_command(
         help="Agent budgets ε to audit (comma-separated; one report per agent).")
     ] = "0.5,1,2,5,10",
     preset: Annotated[str, typer.Option(
-        help="paper (default), paper-code, tuned or tuned-ldp: the clip and network of that "
+        help="paper (default), paper-code, tuned, tuned-ldp or tuned-ldp2: the clip and "
+        "network of that "
         "preset.")] = "paper",
     samples: Annotated[int, typer.Option(
         help="Reports per world (half choose the attack's threshold, half bound ε).")
