@@ -33,7 +33,13 @@ from privrl.federation.robust import robust_mean
 from privrl.federation.star import average_reports, mean_from_sum
 from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
 from privrl.privacy.noise import secret_fold
-from privrl.systems.fedpg.byzantine import attack, byzantine_mask, filter_radii, uniform_act
+from privrl.systems.fedpg.byzantine import (
+    attack,
+    byzantine_mask,
+    filter_radii,
+    forge,
+    uniform_act,
+)
 from privrl.systems.fedpg.config import participant_slots
 from privrl.systems.fedpg.scsg import Learner
 from privrl.systems.fedpg.source import Episodes, EpisodeSource, episode_source, mean_return
@@ -155,6 +161,8 @@ class CenRound:
                           self.length_scale(state), jax.random.fold_in(plan.key, 0xA77))
         if not isinstance(mech, DistributedGaussianMechanism):
             reports = jax.vmap(algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
+            if cfg.bypass_mechanism:  # the attackers' reports are their messages themselves
+                reports = forge(reports, self.byzantine_lanes(plan), mu_k)
             order = jnp.arange(k)
             if cfg.shuffle:  # the shuffler (simulated, seeded): a random order, no identities
                 order = jax.random.permutation(jax.random.fold_in(plan.key, 0x5F1E), k)
