@@ -358,3 +358,15 @@ def test_short_off_mechanism_run_records_the_forgery_and_drops_it(tmp_path):
     s = summarize(run_fedpg(cfg))
     assert s["bypass_mechanism"] is True and s["attack_norm"] == 100.0
     assert s["honest_reports_kept"] == 1.0 and s["byzantine_reports_kept"] == 0.0
+
+
+def test_cli_refuses_attack_norm_through_the_mechanism_and_writes_nothing(tmp_path, capsys):
+    """--attack-norm under a mechanism without --bypass-mechanism: the clip would undo it, so
+    the command refuses in one line naming the option, exit 2, nothing written."""
+    out = tmp_path / "runs"
+    assert cli.main(["run", "fedpg-cen", "--mechanism", "privunit", "--epsilon-per-report", "4",
+                     "--byzantine", "3", "--attack", "sign-flip", "--attack-norm", "100",
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--attack-norm" in err[0] and "bypass" in err[0]
+    assert not out.exists()
