@@ -4,7 +4,7 @@ rule can learn at all, from whether its μ_t points along the gradient.
 
     python benchmarks/byzantine_alignment.py [--agents 1000] [--byzantine 300] \
         [--attack normalized] [--mechanism privunit] [--epsilon-per-report 4] [--rounds 5] \
-        [--policy RUN_DIR/policy.npz:TRIAL]
+        [--policy RUN_DIR/policy.npz:TRIAL] [--bypass-mechanism --attack-norm X]
 
 Per rule (none, median, trimmed-mean, fedpg-br) and round: the server's μ_t, computed by the run's
 own code (`CenRound.plan` → `episodes` → `mu`: the attack, the mechanism and the rule), and the
@@ -92,6 +92,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policy", help="NPZ:TRIAL, a run's policy.npz and the trial's θ to use")
+    ap.add_argument("--bypass-mechanism", action="store_true",
+                    help="the attackers' reports are their messages (docs/byzantine.md)")
+    ap.add_argument("--attack-norm", type=float, help="rescale each attacker's message")
     args = ap.parse_args()
     theta = None
     if args.policy:
@@ -101,6 +104,7 @@ def main() -> None:
                        mechanism=args.mechanism, clip=1.0,
                        epsilon=None if args.mechanism == "none" else args.epsilon_per_report,
                        byzantine_alpha=0.3 if args.byzantine / args.agents >= 0.3 else 0.4,
+                       bypass_mechanism=args.bypass_mechanism, attack_norm=args.attack_norm,
                        seed=args.seed)
     for rule in args.rules.split(","):
         cos, expected, length = alignment(replace(base, robust=rule), theta, args.rounds,
@@ -108,7 +112,7 @@ def main() -> None:
         print(f"{rule:13s} cos(μ_t, g) mean {np.mean(cos[:-1]):+.3f}, of the summed μ_t "
               f"{cos[-1]:+.3f}; per round " + " ".join(f"{c:+.3f}" for c in cos[:-1])
               + f"  (mean episode length {length:.0f})", flush=True)
-        if rule == "none" and args.mechanism != "none":
+        if rule == "none" and args.mechanism != "none" and not args.bypass_mechanism:
             print(f"{'none, E[μ_t]':13s} cos(mean clipped input, g) mean {np.mean(expected):+.3f}"
                   "  per round " + " ".join(f"{c:+.3f}" for c in expected), flush=True)
 

@@ -19,6 +19,7 @@ from privrl.systems.fedpg.byzantine import (
     attack,
     byzantine_agents,
     filter_radii,
+    forge,
     honest_radius,
     noise_radius,
     uniform_act,
@@ -163,6 +164,19 @@ def test_cli_refuses_distributed_robust_and_writes_nothing(tmp_path, capsys):
     ({"algorithm": "dec", "robust": "median"}, "robust"),
     ({"robust": "fedpg-br", "mechanism": "privunitg", "epsilon": 1.0, "clip": 1.0}, "robust"),
     ({"byzantine_alpha": 0.5}, "byzantine_alpha"),
+    ({"bypass_mechanism": True, "mechanism": "privunit", "epsilon": 4.0, "clip": 1.0},
+     "bypass_mechanism"),  # no Byzantine agent
+    ({"byzantine": 3, "attack": "sign-flip", "bypass_mechanism": True}, "bypass_mechanism"),
+    ({"byzantine": 3, "attack": "sign-flip", "bypass_mechanism": True,
+      "mechanism": "distributed-gaussian", "epsilon": 1.0, "clip": 1.0}, "bypass_mechanism"),
+    ({"byzantine": 3, "attack": "sign-flip", "bypass_mechanism": 1, "mechanism": "privunit",
+      "epsilon": 4.0, "clip": 1.0}, "bypass_mechanism"),
+    ({"byzantine": 3, "attack": "sign-flip", "attack_norm": 10.0, "mechanism": "privunit",
+      "epsilon": 4.0, "clip": 1.0}, "attack_norm"),  # the clip would undo it
+    ({"byzantine": 3, "attack": "zero-gradient", "attack_norm": 10.0}, "attack_norm"),
+    ({"byzantine": 3, "attack": "sign-flip", "attack_norm": -1.0}, "attack_norm"),
+    ({"byzantine": 3, "attack": "sign-flip", "attack_norm": math.inf}, "attack_norm"),
+    ({"attack_norm": 1.0}, "attack_norm"),
 ])
 def test_bad_byzantine_configs(kw, field):
     with pytest.raises(ConfigError) as e:
@@ -248,3 +262,111 @@ def test_central_dp_with_a_trimmed_mean_states_a_trusted_server():
     g = rec["guarantee"]
     assert g["notion"] == "DP" and "TRUSTED" in g["scope"] and 0 < g["epsilon"] <= 4.0
     assert rec["agents_releases_to_the_trusted_server"]["formal_guarantee"] is False
+
+
+def test_attack_norm_keeps_the_direction_at_the_chosen_length():
+    """attack_norm rescales each Byzantine message (sign-flip: each its own −μ_k; normalized:
+    one shared direction) to the given L2 norm; honest lanes are untouched."""
+    mu = _mu()
+    byz = jnp.zeros(K, bool).at[jnp.array([1, 4, 8])].set(True)
+    b = np.asarray(byz)
+    for name in ("sign-flip", "normalized", "random-noise"):
+        plain = attack(_cfg(attack=name), mu, byz, BATCH, SCALE, jax.random.key(1))
+        loud = attack(_cfg(attack=name, attack_norm=100.0), mu, byz, BATCH, SCALE,
+                      jax.random.key(1))
+        assert np.array_equal(loud[~b], mu[~b])
+        assert np.allclose(np.linalg.norm(loud[b], axis=1), 100.0, rtol=1e-5)
+        cos = np.sum(loud[b] * plain[b], axis=1) / (
+            np.linalg.norm(loud[b], axis=1) * np.linalg.norm(plain[b], axis=1))
+        assert np.allclose(cos, 1.0, atol=1e-5)
+
+
+def _privunit(**kw):
+    return FedPGConfig(mechanism="privunit", epsilon=4.0, clip=1.0, robust="fedpg-br",
+                       byzantine=3, attack="sign-flip", **kw).resolved()
+
+
+def test_forged_reports_are_the_attackers_messages():
+    """Bypassing the mechanism, a Byzantine lane's report is its message exactly (no clip, no
+    noise); an honest lane's is its mechanism's release, unchanged."""
+    cfg = _privunit(bypass_mechanism=True, attack_norm=100.0)
+    mech = make_mechanism(cfg, D)
+    msg = jax.random.normal(jax.random.key(0), (K, D))
+    keys = jax.random.split(jax.random.key(1), K)
+    released = jax.vmap(mech.privatize)(keys, msg)
+    byz = jnp.zeros(K, bool).at[jnp.array([0, 5])].set(True)
+    sent = forge(released, byz, msg)
+    b = np.asarray(byz)
+    assert type(sent) is type(released) and sent.guarantee == released.guarantee
+    assert np.array_equal(sent.value[b], msg[b])
+    assert np.array_equal(sent.value[~b], released.value[~b])
+    assert np.all(np.linalg.norm(released.value, axis=1) <= 1.0 / _m(cfg) * (1 + 1e-5))
+
+
+def _m(cfg):
+    from privrl.privacy.ldp_vector import unit_mechanism
+
+    return unit_mechanism("privunit", cfg.epsilon, cfg.clip).calibration(D).scale
+
+
+def test_privunit_radius_is_the_span_of_two_releases():
+    """Every PrivUnit release has norm at most C/m, so two honest releases are at most 2C/m
+    apart: both radii are at most that (tighter than D + 2r = 4C + 2C/m), and honest releases
+    of opposite inputs still sit within it."""
+    cfg = _privunit()
+    span = 2.0 / _m(cfg)
+    thr, wide = filter_radii(cfg, D, BATCH, SCALE)
+    assert float(thr) <= span * (1 + 1e-6) and float(wide) <= span * (1 + 1e-6)
+    assert span < 2.0 + 2 * noise_radius(cfg, D)  # tighter than the generic radius
+    mech = make_mechanism(cfg, D)
+    u = jax.random.normal(jax.random.key(0), (D,))
+    u = u / jnp.linalg.norm(u)
+    x = jnp.concatenate([jnp.broadcast_to(u, (200, D)), jnp.broadcast_to(-u, (200, D))])
+    v = jax.vmap(mech.privatize)(jax.random.split(jax.random.key(2), 400), x).value
+    assert float(jnp.max(jnp.linalg.norm(v[:200, None] - v[None, 200:], axis=-1))) <= thr
+
+
+def test_filter_drops_loud_off_mechanism_attackers_and_keeps_honest_privunit_reports():
+    """K = 20 agents at PrivUnit ε = 4, 6 of them Byzantine and bypassing the mechanism with
+    −g rescaled to norm 100 (7.7 × an honest release's): in each of 20 rounds the filter keeps
+    all 14 honest releases and drops all 6 forgeries, so its mean is the honest releases'
+    mean; the plain mean is pulled against g by 0.3·100 = 30, far beyond the honest signal
+    (≤ C = 1)."""
+    k, n_byz = 20, 6
+    cfg = FedPGConfig(agents=k, mechanism="privunit", epsilon=4.0, clip=1.0,
+                      robust="fedpg-br", byzantine=n_byz, attack="sign-flip",
+                      bypass_mechanism=True, attack_norm=100.0).resolved()
+    mech = make_mechanism(cfg, D)
+    thr, wide = filter_radii(cfg, D, BATCH, SCALE)
+    byz = jnp.arange(k) < n_byz
+    g = jax.random.normal(jax.random.key(7), (D,))
+    g = 0.5 * g / jnp.linalg.norm(g)
+    for r in range(20):
+        k_u, k_m = jax.random.split(jax.random.key(r))
+        mu = g + 0.3 * jax.random.normal(k_u, (k, D)) / math.sqrt(D)
+        msg = attack(cfg, mu, byz, BATCH, SCALE, k_u)
+        sent = forge(jax.vmap(mech.privatize)(jax.random.split(k_m, k), msg), byz, msg)
+        keep = np.asarray(fedpg_br_keep(sent.value, thr, wide, cfg.byzantine_alpha))
+        assert keep[n_byz:].all() and not keep[:n_byz].any(), r
+        assert float(jnp.dot(jnp.mean(sent.value, axis=0), g)) < -0.4 * 30 * 0.5
+
+
+def test_short_off_mechanism_run_records_the_forgery_and_drops_it(tmp_path):
+    """The whole path: 3 of 10 agents bypass PrivUnit (ε = 4) with 100-norm sign-flips;
+    fedpg-br keeps every honest report and no forged one, and summary.json records it."""
+    cfg = _privunit(bypass_mechanism=True, attack_norm=100.0, budget=50)
+    s = summarize(run_fedpg(cfg))
+    assert s["bypass_mechanism"] is True and s["attack_norm"] == 100.0
+    assert s["honest_reports_kept"] == 1.0 and s["byzantine_reports_kept"] == 0.0
+
+
+def test_cli_refuses_attack_norm_through_the_mechanism_and_writes_nothing(tmp_path, capsys):
+    """--attack-norm under a mechanism without --bypass-mechanism: the clip would undo it, so
+    the command refuses in one line naming the option, exit 2, nothing written."""
+    out = tmp_path / "runs"
+    assert cli.main(["run", "fedpg-cen", "--mechanism", "privunit", "--epsilon-per-report", "4",
+                     "--byzantine", "3", "--attack", "sign-flip", "--attack-norm", "100",
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--attack-norm" in err[0] and "bypass" in err[0]
+    assert not out.exists()

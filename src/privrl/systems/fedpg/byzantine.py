@@ -25,6 +25,12 @@ mechanism an attack is bounded by the clip like any honest message. The attacks
   honest report's length, so that no norm check can tell it apart. The paper's own
   optimisation was not available here; this is our reading of its stated objective
   (docs/byzantine.md).
+
+An attacker is not bound by the mechanism: with `bypass_mechanism` a Byzantine agent's report
+is its message itself (`forge`), unclipped and without noise, and `attack_norm` rescales every
+message to one L2 norm (a loud attacker far outside the honest reports, or one at an honest
+report's own norm). The privacy guarantee is each honest agent's: the forged reports carry no
+honest agent's data.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from jax import Array
 from privrl.config import fail
 from privrl.nets.heads import Head
 from privrl.privacy.ldp_vector import unit_mechanism
+from privrl.privacy.report import Report
 
 if TYPE_CHECKING:
     from privrl.systems.fedpg.config import FedPGConfig
@@ -109,7 +116,20 @@ def attack(cfg: FedPGConfig, mu: Array, byz: Array, batch: Array, scale: Array, 
         bad = jnp.broadcast_to(-norm_b * unit, mu.shape)
     else:
         raise ValueError(f"unknown attack {name!r}")
+    if cfg.attack_norm is not None:  # the same direction at the chosen length
+        norm = jnp.linalg.norm(bad, axis=1, keepdims=True)
+        bad = bad * (cfg.attack_norm / jnp.maximum(norm, 1e-12))
     return jnp.where(byz[:, None], bad, mu)
+
+
+def forge(reports: Report, byz: Array, message: Array) -> Report:
+    """The reports as the server receives them when Byzantine agents bypass the mechanism:
+    lane p's report is `message[p]` itself where `byz[p]` (an attacker can put any finite
+    vector of the right shape on the wire, and the server checks only that), else the
+    mechanism's release. A forged report carries the honest reports' guarantee label only
+    because the server cannot tell it apart; it holds no honest agent's data."""
+    return jax.tree_util.tree_map(
+        lambda v: jnp.where(byz[:, None], message.astype(v.dtype), v), reports)
 
 
 def uniform_act(head: Head) -> Callable[[Array, Array, Array], Array]:
@@ -146,8 +166,7 @@ def noise_radius(cfg: FedPGConfig, dim: int) -> float:
         b = cfg.clip / cfg.epsilon
         return b * math.sqrt(2 * dim + math.sqrt(20 * dim * (2 * k / delta - 1)))
     if mech == "privunit":
-        m = unit_mechanism("privunit", cfg.epsilon, cfg.clip).calibration(dim).scale
-        return cfg.clip * (1.0 / m + 1.0)
+        return cfg.clip * (1.0 / _privunit_scale(cfg, dim) + 1.0)
     fail("robust", f"fedpg-br's threshold needs a bound on the mechanism's noise; none is "
                    f"derived for mechanism={cfg.mechanism!r} (use median or trimmed-mean)")
 
@@ -173,4 +192,15 @@ def filter_radii(cfg: FedPGConfig, dim: int, batch: Array, scale: Array
     wide = 2.0 * cfg.filter_sigma * jnp.asarray(scale, jnp.float32)
     if cfg.mechanism == "laplace":
         honest = wide = jnp.asarray(diam, jnp.float32)
-    return jnp.minimum(honest, diam) + 2 * r, jnp.minimum(wide, diam) + 2 * r
+    thr, fallback = jnp.minimum(honest, diam) + 2 * r, jnp.minimum(wide, diam) + 2 * r
+    if cfg.mechanism == "privunit":
+        # Every PrivUnit release has norm at most C/m, so two honest releases are at most
+        # 2C/m apart whatever their inputs: a tighter radius than D + 2r = 2C/m + 4C.
+        span = 2.0 * cfg.clip / _privunit_scale(cfg, dim)
+        thr, fallback = jnp.minimum(thr, span), jnp.minimum(fallback, span)
+    return thr, fallback
+
+
+def _privunit_scale(cfg: FedPGConfig, dim: int) -> float:
+    """m, PrivUnit's calibration scale at ε in d = `dim` (a release's norm is at most C/m)."""
+    return unit_mechanism("privunit", cfg.epsilon, cfg.clip).calibration(dim).scale

@@ -34,7 +34,13 @@ from privrl.federation.star import average_reports, mean_from_sum
 from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
 from privrl.privacy.noise import secret_fold
 from privrl.privacy.report import Report
-from privrl.systems.fedpg.byzantine import attack, byzantine_mask, filter_radii, uniform_act
+from privrl.systems.fedpg.byzantine import (
+    attack,
+    byzantine_mask,
+    filter_radii,
+    forge,
+    uniform_act,
+)
 from privrl.systems.fedpg.config import participant_slots
 from privrl.systems.fedpg.scsg import Learner
 from privrl.systems.fedpg.source import Episodes, EpisodeSource, episode_source, mean_return
@@ -196,9 +202,14 @@ class CenRound:
         """The agents' side of a round under a local mechanism: each lane's μ_tᵏ released
         through the mechanism with its agent's key, a batch of P Reports. The local runner
         computes every lane here; an agent on Flower computes its own (`own_lanes`), and the
-        server averages what arrives (privrl.federation.star.average_reports)."""
-        return jax.vmap(self.algo.release, (None, 0, 0))(state.setting, plan.mech_keys,
-                                                         self.estimates(state, plan, ep))
+        server averages what arrives (privrl.federation.star.average_reports). A simulated
+        attacker that bypasses the mechanism (`bypass_mechanism`) sends its attack vector
+        itself (`byzantine.forge`)."""
+        mu_k = self.estimates(state, plan, ep)
+        reports = jax.vmap(self.algo.release, (None, 0, 0))(state.setting, plan.mech_keys, mu_k)
+        if self.algo.config.bypass_mechanism:
+            reports = forge(reports, self.byzantine_lanes(plan), mu_k)
+        return reports
 
     def noised(self, mu: Array, plan: CenPlan) -> Array:
         """central-gaussian: the trusted server's noise on its aggregate (its own key)."""

@@ -292,7 +292,14 @@ def run_fedpg_cen_command(
         "gradient), zero-gradient, adaptive (pulls against the gradient by the filter's own "
         "slack), fedscspg (FedPG-BR's adaptive attack) or normalized (against the gradient at an "
         "honest norm, after Fang et al. 2025). Its message still passes through "
-        "--mechanism.")] = None,
+        "--mechanism unless --bypass-mechanism.")] = None,
+    bypass_mechanism: Annotated[bool | None, typer.Option(
+        "--bypass-mechanism", help="Byzantine agents skip their mechanism: each report is the "
+        "attack's message itself, unclipped and without noise (the server checks only shape, "
+        "dtype, finiteness). The guarantee stays each honest agent's.")] = None,
+    attack_norm: Annotated[float | None, typer.Option(
+        help="Rescale every Byzantine message to this L2 norm (needs --bypass-mechanism, or "
+        "--mechanism none).")] = None,
     robust: Annotated[FedPGRobust, typer.Option(
         help="The server's rule over the K reports: none (the mean), fedpg-br (FedPG-BR's "
         "filter, its threshold widened by the mechanism's noise), median or trimmed-mean "
@@ -353,7 +360,8 @@ def run_fedpg_cen_command(
                         clip_count_stddev=clip_count_stddev, byzantine=byzantine,
                         attack=None if attack is None else attack.value, robust=robust.value,
                         filter_sigma=filter_sigma, filter_delta=filter_delta,
-                        byzantine_alpha=byzantine_alpha, **_fedpg_common(
+                        byzantine_alpha=byzantine_alpha, bypass_mechanism=bypass_mechanism,
+                        attack_norm=attack_norm, **_fedpg_common(
         agents, episodes, trials, batch_min, batch_max, minibatch, learning_rate, importance,
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,

@@ -172,6 +172,12 @@ class FedPGConfig(Config):
     filter_sigma: float = 0.06
     filter_delta: float = 0.6
     byzantine_alpha: float = 0.4
+    # An attacker not bound by the mechanism (docs/byzantine.md): with `bypass_mechanism` a
+    # Byzantine agent's report is its attack message itself, never clipped or randomized (the
+    # server checks only shape, dtype and finiteness); `attack_norm` rescales every Byzantine
+    # message to this L2 norm (only where nothing clips it: bypass, or mechanism none).
+    bypass_mechanism: bool = False
+    attack_norm: float | None = None
     # A continuous-action task's Gaussian head: what its log-std depends on ("state": the
     # network's outputs; "parameter": a learned vector, the same in every state).
     log_std: str = "state"
@@ -363,6 +369,7 @@ class FedPGConfig(Config):
         in_range("filter_delta", self.filter_delta, 0, 1, low_open=True, high_open=True)
         in_range("byzantine_alpha", self.byzantine_alpha, 0, 0.5, low_open=True,
                  high_open=True)
+        self._check_off_mechanism()
         if (self.byzantine or self.robust != "none") and self.algorithm != "cen":
             fail("robust" if self.robust != "none" else "byzantine",
                  "fedpg-cen only: FedPG-Dec has no server to filter reports (Byzantine-robust "
@@ -384,6 +391,28 @@ class FedPGConfig(Config):
             fail("robust", f"fedpg-br's threshold needs a bound on the mechanism's noise; none "
                            f"is derived for mechanism={self.mechanism!r} (use median or "
                            "trimmed-mean)")
+
+    def _check_off_mechanism(self) -> None:
+        """bypass_mechanism and attack_norm: an attacker's report that no mechanism bounds."""
+        if not isinstance(self.bypass_mechanism, bool):
+            fail("bypass_mechanism", f"must be true or false, got {self.bypass_mechanism!r}")
+        if self.bypass_mechanism:
+            if not self.byzantine:
+                fail("bypass_mechanism", "needs byzantine >= 1 (no agent would bypass it)")
+            if self.mechanism in ("none", "distributed-gaussian", "central-gaussian"):
+                fail("bypass_mechanism", "only a per-agent LDP mechanism (laplace, gaussian, "
+                                         "privunit, privunitg or a user's) can be bypassed; "
+                                         f"mechanism={self.mechanism!r} has no per-agent "
+                                         "report to forge")
+        if self.attack_norm is not None:
+            positive("attack_norm", self.attack_norm)
+            if not self.byzantine:
+                fail("attack_norm", "needs byzantine >= 1 (no agent would attack)")
+            if self.mechanism != "none" and not self.bypass_mechanism:
+                fail("attack_norm", "the mechanism's clip would undo it: give bypass_mechanism "
+                                    "(or mechanism none)")
+            if self.attack == "zero-gradient":
+                fail("attack_norm", "zero-gradient sends 0, which has no direction to rescale")
 
     def _check_adaptive_clip(self) -> None:
         """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""

@@ -456,6 +456,9 @@ def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
 
     out: dict[str, Any] = {"byzantine_agents": list(byzantine_agents(cfg)),
                            "attack": cfg.attack, "robust": cfg.robust}
+    if cfg.bypass_mechanism or cfg.attack_norm is not None:
+        out["bypass_mechanism"] = cfg.bypass_mechanism  # forged reports: no mechanism ran
+        out["attack_norm"] = cfg.attack_norm
     if run.kept is not None:
         rounds = np.maximum(run.releases, 1)[:, None]
         share = run.kept / rounds  # (trials, K): fraction of its rounds each report was kept
