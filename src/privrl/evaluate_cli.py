@@ -20,7 +20,9 @@ def evaluate_command(
         help="The task to evaluate on: gymnax:<id>, gymnasium:<id> or module:callable "
         "(default: the one the policy was trained on, if it is a registry id). Its "
         "observation and action spaces must be the policy's.")] = None,
-    episodes: Annotated[int, typer.Option(help="Episodes per trial.")] = 10,
+    episodes: Annotated[int | None, typer.Option(
+        help="Episodes per trial (default 10; a Grid-World run of FedRL or a baseline: one "
+        "per test map of the run, all of them, or this many drawn with --seed).")] = None,
     trial: Annotated[int | None, typer.Option(
         help="Evaluate this trial only (default: every trial of the run).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the episodes' randomness.")] = 0,
@@ -44,14 +46,19 @@ def evaluate_command(
     ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample, model)
     json_path, csv_path = ev.write()
     s = ev.summary()
-    t = Table(title=f"{s['policy']} policy on {s['env']}, {episodes} episode(s) each, "
+    success = "success_rate" in s  # Grid-World: whether each episode met
+    t = Table(title=f"{s['policy']} policy on {s['env']}, {s['episodes']} episode(s) each, "
               f"cap {s['max_steps']} steps", header_style="bold")
-    for name in ("trial", "learner", "mean return", "std", "min", "max"):
+    for name in ("trial", "learner", *(("SuccRate %",) if success else ()), "mean return",
+                 "std", "min", "max"):
         t.add_column(name, justify="right")
     for row in s["per_trial"]:
-        t.add_row(str(row["trial"]), str(row["learner"]), f"{row['mean']:.3f}",
-                  f"{row['std']:.3f}", f"{row['min']:.3f}", f"{row['max']:.3f}")
+        t.add_row(str(row["trial"]), str(row["learner"]),
+                  *((f"{100 * row['success_rate']:.2f}",) if success else ()),
+                  f"{row['mean']:.3f}", f"{row['std']:.3f}", f"{row['min']:.3f}",
+                  f"{row['max']:.3f}")
     console = Console()
     console.print(t)
-    console.print(f"mean return {s['mean_return']:.3f} (std over trials "
+    rate = f"success rate {100 * s['success_rate']:.2f}%, " if success else ""
+    console.print(f"{rate}mean return {s['mean_return']:.3f} (std over trials "
                   f"{s['std_over_trials']:.3f}); written to {json_path} and {csv_path}")

@@ -6,6 +6,10 @@ only when it is a registry id (gymnax or Gymnasium, no module in it) or privrl's
 `module:callable` written in a run file is never imported, since a tampered file would choose
 what code runs; the caller names such a task with `env`. Results are written beside the run's
 own files under fresh names (evaluate-N.json, evaluate-N.csv); nothing is ever overwritten.
+
+A Grid-World run of FedRL or a baseline (its networks acting together) is played by its system
+(privrl.systems.fedrl.played): greedily, without noise, one episode per test map of the run's
+own maps, its success and return per map; what its summary.json reports for that variant.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import ConfigError
-from privrl.policy import FILE, Policy, load_policy, one_network, read_saved
+from privrl.policy import FILE, NETWORKS, Policy, grid_world, load_policy, one_network, read_saved
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 # privrl's own environments a run file may name (their modules are privrl's).
 BUILTIN_ENVS = ("privrl.envs.line1d:make_line1d",)
 MAX_EPISODES = 100_000
+EPISODES = 10  # per trial, by default
 BATCH = 256  # episodes rolled out at once
 
 
@@ -45,6 +50,7 @@ class Evaluation:
     sample: bool
     rows: list[tuple[int, int]]
     returns: np.ndarray  # (len(rows), episodes) float64
+    success: np.ndarray | None = None  # (len(rows), episodes) bool: Grid-World's goal met
 
     def write(self) -> tuple[Path, Path]:
         """evaluate-N.json and evaluate-N.csv in the run directory (`write_evaluation`)."""
@@ -54,21 +60,28 @@ class Evaluation:
         per = [{"trial": t, "learner": m, "mean": float(r.mean()), "std": float(r.std()),
                 "min": float(r.min()), "max": float(r.max())}
                for (t, m), r in zip(self.rows, self.returns, strict=True)]
+        success = {}
+        if self.success is not None:
+            for row, s in zip(per, self.success, strict=True):
+                row["success_rate"] = float(s.mean())
+            success = {"success_rate": float(self.success.mean())}
         means = self.returns.mean(1)
         return {"run": str(self.run_dir), "env": self.env, "episodes": self.episodes,
                 "seed": self.seed, "max_steps": self.max_steps,
                 "policy": "sampled" if self.sample else "greedy (argmax)",
-                "mean_return": float(self.returns.mean()),
+                "mean_return": float(self.returns.mean()), **success,
                 "std_over_trials": float(means.std(ddof=1)) if means.size > 1 else 0.0,
                 "per_trial": per}
 
 
-def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, episodes: int = 10,
-                 trial: int | None = None, seed: int = 0, max_steps: int | None = None,
-                 sample: bool = False, model: Any = None) -> Evaluation:
+def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
+                 episodes: int | None = None, trial: int | None = None, seed: int = 0,
+                 max_steps: int | None = None, sample: bool = False, model: Any = None
+                 ) -> Evaluation:
     """Returns of a run's saved policy: every trial (or `trial`), every learner of it, over
-    `episodes` episodes from `seed`. `env`: the task to play, a spec or a Task (default: the
-    one trained on); `max_steps`: the episode cap (default: the training cap, else the
+    `episodes` episodes (default EPISODES; a Grid-World run: each of its test maps once) from
+    `seed`. `env`: the task to play, a spec or a Task (default: the one trained on);
+    `max_steps`: the episode cap (default: the training cap, else the
     task's own); `model`: your flax module, or `module:callable` naming it (imported only
     after the other arguments and the policy file are checked), for a policy trained with
     one, and only then. ConfigError names a bad argument; RunFileError a missing or tampered
@@ -76,14 +89,18 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError("run_dir", f"{run_dir} is not a run directory")
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or not (
-            1 <= episodes <= MAX_EPISODES):
+    if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int)
+                                 or not 1 <= episodes <= MAX_EPISODES):
         raise ConfigError("episodes", f"must be an integer in [1, {MAX_EPISODES:,}], "
                           f"got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
-    description, _, path = read_saved(run_dir)
+    description, theta, path = read_saved(run_dir)
+    if description.get("kind") == NETWORKS and grid_world(description):
+        return _evaluate_grid(run_dir, description, theta, path, env, episodes, trial, seed,
+                              max_steps, sample, model)
     one_network(description, path)
+    episodes = EPISODES if episodes is None else episodes
     desc = description["model"]
     if model is not None and desc["architecture"] != "module":
         raise ConfigError("model", f"the policy's network is privrl's own ({desc['architecture']}"
@@ -95,10 +112,7 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
         model = load_module(model, "model")
     first = _load(run_dir, 0, 0, model)
     d = first.description
-    trials = range(d["trials"]) if trial is None else [trial]
-    if trial is not None and (isinstance(trial, bool) or not isinstance(trial, int)
-                              or not 0 <= trial < d["trials"]):
-        raise ConfigError("trial", f"the run has trials 0..{d['trials'] - 1}, got {trial!r}")
+    trials = _trials(trial, d["trials"])
     task = _task(env, first)
     cap = _cap(task, max_steps, first)
     task = task.with_max_steps(cap)
@@ -106,6 +120,37 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None, epis
     policies = [_load(run_dir, t, m, model) for t, m in rows]
     returns = play(policies, task, episodes, seed, cap, sample)
     return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns)
+
+
+def _trials(trial: int | None, n: int) -> list[int]:
+    """The trials to evaluate: all `n`, or `trial` (ConfigError if the run lacks it)."""
+    if trial is None:
+        return list(range(n))
+    if isinstance(trial, bool) or not isinstance(trial, int) or not 0 <= trial < n:
+        raise ConfigError("trial", f"the run has trials 0..{n - 1}, got {trial!r}")
+    return [trial]
+
+
+def _evaluate_grid(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path: Path,
+                   env: Any, episodes: int | None, trial: int | None, seed: int,
+                   max_steps: int | None, sample: bool, model: Any) -> Evaluation:
+    """A Grid-World run's networks on its own test maps (privrl.systems.fedrl.played)."""
+    from privrl.systems.fedrl.played import evaluate_grid
+
+    own = "a Grid-World run's networks play its own test maps"
+    for name, value, why in (("env", env, "on its own maps"),
+                             ("max_steps", max_steps, "for the maps' own Tm steps"),
+                             ("model", model, "with privrl's own networks")):
+        if value is not None:
+            raise ConfigError(name, f"{own} {why}; leave it out")
+    if sample:
+        raise ConfigError("sample", f"{own} greedily (the run's noise-free test evaluation); "
+                          "leave it out")
+    trials = _trials(trial, theta.shape[0])
+    what, cap, success, returns = evaluate_grid(run_dir, description, theta, path, trials,
+                                                episodes, seed)
+    return Evaluation(run_dir, what, returns.shape[1], seed, cap, False,
+                      [(t, 0) for t in trials], returns, success)
 
 
 def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps: int,
@@ -148,9 +193,15 @@ def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:
                          "versions": versions()}).encode()
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["trial", "learner", "episode", "return"])
-    for (t, m), r in zip(ev.rows, ev.returns, strict=True):
-        w.writerows([t, m, e, f"{x:.6g}"] for e, x in enumerate(r))
+    if ev.success is None:
+        w.writerow(["trial", "learner", "episode", "return"])
+        for (t, m), r in zip(ev.rows, ev.returns, strict=True):
+            w.writerows([t, m, e, f"{x:.6g}"] for e, x in enumerate(r))
+    else:  # Grid-World: an episode per test map, and whether it met
+        w.writerow(["trial", "learner", "episode", "return", "success"])
+        for (t, m), r, ok in zip(ev.rows, ev.returns, ev.success, strict=True):
+            w.writerows([t, m, e, f"{x:.6g}", int(o)] for e, (x, o) in enumerate(zip(r, ok,
+                                                                                  strict=True)))
     n = 0
     while True:
         n += 1

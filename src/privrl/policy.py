@@ -14,8 +14,10 @@ FedRL (Grid-World, Text2Action) and its baselines write the same file with `kind
 (`networks_policy`): θ is each trial's networks end to end, and the description lists each
 network's slice, the parties holding it and its module's settings. Those networks act
 together on the system's own episodes (window histories, texts), not as one network on a
-task's observation: `load_policy` and `privrl evaluate` refuse them in one line
-(`one_network`); `read_saved` reads them.
+task's observation. Grid-World's are played together by their system
+(privrl.systems.fedrl.played: `load_policy` gives a GridPolicy, whose `act` takes both parties'
+observations; `privrl evaluate` plays the run's own test maps); Text2Action's are refused in
+one line by both (`one_network`); `read_saved` reads any.
 
 `Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
 key; with one, a sample of the policy (categorical over the logits; ε-greedy for a Q-network,
@@ -39,9 +41,11 @@ from privrl.runfile import checked, read, write
 if TYPE_CHECKING:
     from privrl.envs.task import Task
     from privrl.nets.flat import FlatModel
+    from privrl.systems.fedrl.played import GridPolicy
 
 __all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "Policy", "SavedPolicy",
-           "load_policy", "networks_policy", "one_network", "read_saved", "saved_policy"]
+           "grid_world", "load_policy", "networks_policy", "one_network", "read_saved",
+           "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
@@ -205,8 +209,9 @@ class Policy:
 
 
 def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
-                model: Any = None) -> Policy:
-    """The trained policy of trial `trial` (and FedPG-Dec learner `learner`) of a run directory.
+                model: Any = None) -> Policy | GridPolicy:
+    """The trained policy of trial `trial` (and FedPG-Dec learner `learner`) of a run directory
+    (a Grid-World run's: its networks playing together, privrl.systems.fedrl.played).
 
     `model`: your flax module, for a run trained with one (the file names it but never loads
     it); its parameter count must match (ConfigError on `model` otherwise). RunFileError (one
@@ -214,6 +219,16 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
     trial or learner the run does not have.
     """
     description, theta, path = read_saved(run_dir)
+    if description.get("kind") == NETWORKS and grid_world(description):
+        from privrl.systems.fedrl.played import GridPolicy
+
+        if model is not None:
+            raise ConfigError("model", f"{path} holds privrl's own networks of "
+                              f"{description['system']}; a model is only for a run trained "
+                              "with your own")
+        if learner != 0:
+            raise ValueError(f"learner must be an integer in [0, 1), got {learner!r}")
+        return GridPolicy(run_dir, description, theta, path, trial)
     one_network(description, path)
     flat = _model_of(description, model, path)
     for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
@@ -244,10 +259,16 @@ def read_saved(run_dir: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, 
     return description, theta, path
 
 
+def grid_world(description: dict[str, Any]) -> bool:
+    """Networks of FedRL or a baseline on Grid-World, which privrl.systems.fedrl.played plays."""
+    return description["env"].startswith("gridworld-")
+
+
 def one_network(description: dict[str, Any], path: Path) -> None:
     """ConfigError("run_dir") in one line, saying why, for a file of networks that act
-    together on a system's own episodes (`networks_policy`): nothing here can play them."""
-    if description.get("kind") != NETWORKS:
+    together on a system's own episodes (`networks_policy`) and that nothing here can play
+    (FedRL-Text2Action's: Grid-World's are played by privrl.systems.fedrl.played)."""
+    if description.get("kind") != NETWORKS or grid_world(description):
         return
     held = "; ".join(f"{n['name']} (held by {' and '.join(n['held_by'])})"
                      for n in description["networks"])

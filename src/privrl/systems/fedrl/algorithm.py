@@ -26,14 +26,17 @@ every choice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.config import (
+    ConfigError,
     check_preset,
     fail,
 )
@@ -94,6 +97,39 @@ class FedRLConfig(GridConfig, QNoiseConfig):
         self.validate_noise()
 
 
+@dataclass
+class Splits:
+    train: gw.GridMaps
+    valid: gw.GridMaps
+    test: gw.GridMaps
+    info: dict[str, Any]
+
+
+def load_splits(cfg: GridConfig) -> Splits:
+    """The paper's split of the data set (by domain index), or an 8:1:1 split of generated maps
+    (a run's and its saved policy's: privrl.systems.fedrl.played)."""
+    if cfg.maps is not None:
+        maps, keep = gw.load_maps(cfg.maps, cfg.size)
+        parts = [(keep >= lo) & (keep < hi) for lo, hi in
+                 ((0, SPLIT[0]), (SPLIT[0], SPLIT[1]), (SPLIT[1], SPLIT[2]))]
+        source = str(gw._maps_file(cfg.maps, cfg.size))
+        dropped = int(max(SPLIT[2], len(keep)) - len(keep))
+    else:
+        maps = gw.generate_maps(cfg.generated_maps, cfg.size, seed=cfg.seed)
+        n = cfg.generated_maps
+        idx = np.arange(n)
+        a, b = int(0.8 * n), int(0.9 * n)
+        parts = [idx < a, (idx >= a) & (idx < b), idx >= b]
+        source, dropped = f"generated (seed {cfg.seed}, {n} maps, split 8:1:1)", 0
+    train, valid, test = (maps.take(np.flatnonzero(p)) for p in parts)
+    if min(train.count, valid.count, test.count) == 0:
+        raise ConfigError("maps", f"{source}: the train/validation/test split left a part "
+                                  "empty")
+    return Splits(train, valid, test, {
+        "source": source, "train": train.count, "valid": valid.count, "test": test.count,
+        "domains_without_usable_path": dropped})
+
+
 class Stats(NamedTuple):
     """Training episodes finished in the current chunk, and how they went."""
 
@@ -142,6 +178,7 @@ class FedRL:
 
     name = "fedrl"
     variants = ("test-noise", "test-clean")
+    noise_free = "test-clean"  # the variant a saved policy plays (privrl.systems.fedrl.played)
 
     def __init__(self, config: FedRLConfig, channel: Channel | None = None) -> None:
         self.config = cfg = config.resolved()
@@ -206,10 +243,12 @@ class FedRL:
                 ("q_beta", ["beta"], self.beta.spec.q_net),
                 ("federated_head", ["alpha", "beta"], self.alpha.spec.head)]
 
-    def evaluate(self, params: tuple[Array, Array, Array], maps: gw.GridMaps, key: Array,
-                 variant: str = "test-noise") -> gw.EvalResult:
-        """Greedy play on every map: test-noise releases through the training mechanism (the
-        paper's FedRL with noise at test time), test-clean sends outputs without noise."""
+    def greedy(self, params: tuple[Array, Array, Array], variant: str = "test-noise"
+               ) -> Callable[[Array, Array, Array], Array]:
+        """The greedy joint policy (key, α's observations (M, ...), β's (M, ...)) -> joint
+        actions (M,) that `evaluate` plays: test-noise releases through the training
+        mechanism (the paper's FedRL with noise at test time), test-clean sends outputs
+        without noise (the key then changes nothing)."""
         theta_a, theta_b, theta_g = params
         mech = self.mechanism if variant == "test-noise" else self.clean
         alpha, beta = self.alpha, self.beta
@@ -221,7 +260,12 @@ class FedRL:
             qf = alpha.federated_q(theta_g, alpha.released(k2, theta_a, oa, mech), c_beta)
             return jnp.argmax(qf, -1)
 
-        return gw.evaluate(self.spec, maps, policy, key)
+        return policy
+
+    def evaluate(self, params: tuple[Array, Array, Array], maps: gw.GridMaps, key: Array,
+                 variant: str = "test-noise") -> gw.EvalResult:
+        """Greedy play (`greedy`) on every map."""
+        return gw.evaluate(self.spec, maps, self.greedy(params, variant), key)
 
     # --- privacy ---------------------------------------------------------------------------
     def releases(self, steps: int, evaluations: int, valid_maps: int, test_maps: int

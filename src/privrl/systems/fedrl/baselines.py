@@ -13,6 +13,7 @@ networks copied every `target_period` updates, epochs with validation-based mode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -73,6 +74,7 @@ class GridDQN:
     """DQN-alpha / DQN-full: same interface as FedRL (init, train_chunk, params, evaluate)."""
 
     variants = ("greedy",)
+    noise_free = "greedy"
 
     def __init__(self, config: BaselineConfig) -> None:
         self.config = cfg = config.resolved()
@@ -126,11 +128,16 @@ class GridDQN:
         learner's, over both parties' views."""
         return [(self.name, ["central"] if self.config.full else ["alpha"], self.net)]
 
+    def greedy(self, theta: Array, variant: str = "greedy"
+               ) -> Callable[[Array, Array, Array], Array]:
+        """(key, α's observations (M, ...), β's (M, ...)) -> greedy actions (M,): what
+        `evaluate` plays (a -alpha model never looks at β's)."""
+        full, net = self.config.full, self.net
+        return lambda k, oa, ob: jnp.argmax(net.apply(theta, _inputs(full, oa, ob)), -1)
+
     def evaluate(self, theta: Array, maps: gw.GridMaps, key: Array,
                  variant: str = "greedy") -> gw.EvalResult:
-        full, net = self.config.full, self.net
-        return gw.evaluate(self.spec, maps, lambda k, oa, ob: jnp.argmax(
-            net.apply(theta, _inputs(full, oa, ob)), -1), key)
+        return gw.evaluate(self.spec, maps, self.greedy(theta, variant), key)
 
     def releases(self, *args: Any) -> dict[str, int]:
         return {}
@@ -180,6 +187,7 @@ class GridFCN:
     """FCN-alpha / FCN-full: supervised imitation of the optimal path, then greedy play."""
 
     variants = ("greedy",)
+    noise_free = "greedy"
 
     def __init__(self, config: BaselineConfig) -> None:
         self.config = cfg = config.resolved()
@@ -214,6 +222,7 @@ class GridFCN:
 
     params = staticmethod(GridDQN.params)
     policy_networks = GridDQN.policy_networks
+    greedy = GridDQN.greedy
     evaluate = GridDQN.evaluate
     releases = GridDQN.releases
     privacy_record = GridDQN.privacy_record

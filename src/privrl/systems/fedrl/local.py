@@ -33,43 +33,9 @@ from privrl.runtime.output import (
 )
 from privrl.runtime.output import save as save_run
 from privrl.runtime.selection import Selection
-from privrl.systems.fedrl.algorithm import SPLIT
+from privrl.systems.fedrl.algorithm import Splits, load_splits
 
 ProgressFn = Callable[[int, int], None]
-
-
-@dataclass
-class Splits:
-    train: gw.GridMaps
-    valid: gw.GridMaps
-    test: gw.GridMaps
-    info: dict[str, Any]
-
-
-def load_splits(cfg: Any) -> Splits:
-    """The paper's split of the data set (by domain index), or an 8:1:1 split of generated maps."""
-    if cfg.maps is not None:
-        maps, keep = gw.load_maps(cfg.maps, cfg.size)
-        parts = [(keep >= lo) & (keep < hi) for lo, hi in
-                 ((0, SPLIT[0]), (SPLIT[0], SPLIT[1]), (SPLIT[1], SPLIT[2]))]
-        source = str(gw._maps_file(cfg.maps, cfg.size))
-        dropped = int(max(SPLIT[2], len(keep)) - len(keep))
-    else:
-        maps = gw.generate_maps(cfg.generated_maps, cfg.size, seed=cfg.seed)
-        n = cfg.generated_maps
-        idx = np.arange(n)
-        a, b = int(0.8 * n), int(0.9 * n)
-        parts = [idx < a, (idx >= a) & (idx < b), idx >= b]
-        source, dropped = f"generated (seed {cfg.seed}, {n} maps, split 8:1:1)", 0
-    train, valid, test = (maps.take(np.flatnonzero(p)) for p in parts)
-    if min(train.count, valid.count, test.count) == 0:
-        from privrl.config import ConfigError
-
-        raise ConfigError("maps", f"{source}: the train/validation/test split left a part "
-                                  "empty")
-    return Splits(train, valid, test, {
-        "source": source, "train": train.count, "valid": valid.count, "test": test.count,
-        "domains_without_usable_path": dropped})
 
 
 @dataclass
