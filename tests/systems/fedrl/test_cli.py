@@ -8,10 +8,9 @@ import pytest
 
 import privrl
 from privrl import main as cli
-from privrl.config import ConfigError
 from privrl.policy import read_saved
 from privrl.systems.fedrl import local as grid
-from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
+from privrl.systems.fedrl.algorithm import FedRLConfig
 
 
 @pytest.fixture
@@ -97,24 +96,60 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     assert "LDP" in printed and "noise: secret" in printed
     assert privacy["noise_keys"]["mode"] == "secret"  # (the counts above hold for any keys)
     # policy.npz: the kept networks (α's, β's, the shared head), each named with the party
-    # holding it; played from the file (test-clean: no noise), they score what the run did;
-    # load_policy and privrl evaluate refuse them in one line saying why
+    # holding it; load_policy plays them together (test-clean: no noise) as the run's own test
+    # evaluation did, and privrl evaluate reproduces what it reported, map by map
     description, theta, _ = read_saved(out)
     assert description["kind"] == "networks" and theta.shape[:2] == (1, 1)
     assert [(n["name"], n["held_by"]) for n in description["networks"]] == [
         ("q_alpha", ["alpha"]), ("q_beta", ["beta"]), ("federated_head", ["alpha", "beta"])]
-    params = tuple(theta[:, 0, n["offset"]:n["offset"] + n["dim"]]
-                   for n in description["networks"])
+    _plays_the_runs_test_evaluation(out, summary["test"]["test-clean"], capsys)
+
+
+def _plays_the_runs_test_evaluation(out, reported, capsys):
+    """The run's policy (load_policy) acts as its greedy noise-free play; privrl evaluate
+    plays each test map once and reports the run's test-clean success rate and mean return;
+    a subset of the maps (--episodes, --seed) scores a subset of those episodes; options
+    that have no meaning for a Grid-World run are one-line errors."""
+    import jax
+    import jax.numpy as jnp
+
+    from privrl.envs import gridworld as gw
+
+    cfg = FedRLConfig(generated_maps=40, bounded=2.0)
     test = grid.load_splits(cfg).test
-    clean = jax.vmap(lambda p: FedRL(FedRLConfig(generated_maps=40, bounded=2.0)).evaluate(
-        p, test, jax.random.key(0), "test-clean"))(params)
-    np.testing.assert_allclose(np.asarray(clean.success).mean(-1),
-                               summary["test"]["test-clean"]["per_seed"]["success"])
-    with pytest.raises(ConfigError, match="act together on Grid-World window histories"):
-        privrl.load_policy(out)
-    assert cli.main(["evaluate", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "RUN_DIR" in err[0] and "held by beta" in err[0], err
+    policy = privrl.load_policy(out)
+    s0 = jax.vmap(lambda i: gw.reset(cfg.spec(), test, i))(jnp.arange(test.count))
+    actions = policy.act((s0.obs_alpha, s0.obs_beta))
+    assert actions.shape == (test.count,) and actions.dtype == np.int32
+    assert set(actions.tolist()) <= set(range(gw.NUM_JOINT_ACTIONS))
+    assert policy.act((s0.obs_alpha[1], s0.obs_beta[1])) == actions[1]
+    with pytest.raises(ValueError, match="greedily"):
+        policy.act((s0.obs_alpha, s0.obs_beta), key=0)
+    with pytest.raises(ValueError, match="shapes"):
+        policy.act((s0.obs_beta, s0.obs_alpha))
+
+    assert cli.main(["evaluate", str(out)]) == 0
+    capsys.readouterr()
+    ev = json.loads((out / "evaluate-1.json").read_text())
+    assert ev["episodes"] == test.count and ev["max_steps"] == cfg.spec().horizon
+    assert [r["success_rate"] for r in ev["per_trial"]] == reported["per_seed"]["success"]
+    assert ev["success_rate"] == pytest.approx(reported["success_rate"], abs=1e-12)
+    assert ev["mean_return"] == pytest.approx(reported["avg_reward"], rel=1e-6)
+    rows = (out / "evaluate-1.csv").read_text().splitlines()
+    assert rows[0] == "trial,learner,episode,return,success" and len(rows) == 1 + test.count
+    every = sorted(r.split(",", 3)[3] for r in rows[1:])
+    assert cli.main(["evaluate", str(out), "--episodes", "2", "--seed", "3"]) == 0
+    some = [r.split(",", 3)[3] for r in (out / "evaluate-2.csv").read_text().splitlines()[1:]]
+    assert len(some) == 2 and all(r in every for r in some)
+    for args, option in ((["--episodes", str(test.count + 1)], "--episodes"),
+                         (["--sample"], "--sample"), (["--max-steps", "5"], "--max-steps"),
+                         (["--env", "gymnax:CartPole-v1"], "--env")):
+        capsys.readouterr()
+        assert cli.main(["evaluate", str(out), *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"privrl: error: {option}:"), err
+    assert not (out / "evaluate-3.json").exists()
+
     # never overwrites
     assert cli.main(["run", "fedrl", "--epochs", "1", "--out", str(out)]) == 2
 
