@@ -90,8 +90,16 @@ _API = {
 __all__ = sorted(_API)
 
 
+# Systems that play their own saved networks (privrl.policy.register_player, on importing
+# their package): imported before the API's policy functions are handed out.
+_PLAYERS = ("privrl.systems.fedrl",)
+
+
 def __getattr__(name: str) -> Any:
     if name in _API:
+        if name in ("load_policy", "evaluate_run"):
+            for package in _PLAYERS:
+                import_module(package)
         value = getattr(import_module(_API[name]), name)
         globals()[name] = value  # later look-ups skip this function
         return value

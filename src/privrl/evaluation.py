@@ -8,8 +8,9 @@ what code runs; the caller names such a task with `env`. Results are written bes
 own files under fresh names (evaluate-N.json, evaluate-N.csv); nothing is ever overwritten.
 
 A Grid-World run of FedRL or a baseline (its networks acting together) is played by its system
-(privrl.systems.fedrl.played): greedily, without noise, one episode per test map of the run's
-own maps, its success and return per map; what its summary.json reports for that variant.
+(privrl.policy.player: privrl.systems.fedrl.played): greedily, without noise, one episode per
+test map of the run's own maps, its success and return per map; what its summary.json reports
+for that variant.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import ConfigError
-from privrl.policy import FILE, NETWORKS, Policy, grid_world, load_policy, one_network, read_saved
+from privrl.policy import FILE, Policy, load_policy, one_network, player, read_saved
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -96,9 +97,10 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
     description, theta, path = read_saved(run_dir)
-    if description.get("kind") == NETWORKS and grid_world(description):
-        return _evaluate_grid(run_dir, description, theta, path, env, episodes, trial, seed,
-                              max_steps, sample, model)
+    played = player(description)
+    if played is not None:
+        return _evaluate_networks(played, run_dir, description, theta, path, env, episodes,
+                                  trial, seed, max_steps, sample, model)
     one_network(description, path)
     episodes = EPISODES if episodes is None else episodes
     desc = description["model"]
@@ -131,13 +133,13 @@ def _trials(trial: int | None, n: int) -> list[int]:
     return [trial]
 
 
-def _evaluate_grid(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path: Path,
-                   env: Any, episodes: int | None, trial: int | None, seed: int,
-                   max_steps: int | None, sample: bool, model: Any) -> Evaluation:
-    """A Grid-World run's networks on its own test maps (privrl.systems.fedrl.played)."""
-    from privrl.systems.fedrl.played import evaluate_grid
-
-    own = "a Grid-World run's networks play its own test maps"
+def _evaluate_networks(played: Any, run_dir: Path, description: dict[str, Any],
+                       theta: np.ndarray, path: Path, env: Any, episodes: int | None,
+                       trial: int | None, seed: int, max_steps: int | None, sample: bool,
+                       model: Any) -> Evaluation:
+    """A run's networks acting together, played by their system (`played`: Grid-World's,
+    privrl.systems.fedrl.played) on the run's own test maps."""
+    own = f"{description['system']}'s networks play the run's own test maps"
     for name, value, why in (("env", env, "on its own maps"),
                              ("max_steps", max_steps, "for the maps' own Tm steps"),
                              ("model", model, "with privrl's own networks")):
@@ -147,8 +149,8 @@ def _evaluate_grid(run_dir: Path, description: dict[str, Any], theta: np.ndarray
         raise ConfigError("sample", f"{own} greedily (the run's noise-free test evaluation); "
                           "leave it out")
     trials = _trials(trial, theta.shape[0])
-    what, cap, success, returns = evaluate_grid(run_dir, description, theta, path, trials,
-                                                episodes, seed)
+    what, cap, success, returns = played.evaluate(run_dir, description, theta, path, trials,
+                                                  episodes, seed)
     return Evaluation(run_dir, what, returns.shape[1], seed, cap, False,
                       [(t, 0) for t in trials], returns, success)
 

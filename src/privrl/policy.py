@@ -14,9 +14,10 @@ FedRL (Grid-World, Text2Action) and its baselines write the same file with `kind
 (`networks_policy`): θ is each trial's networks end to end, and the description lists each
 network's slice, the parties holding it and its module's settings. Those networks act
 together on the system's own episodes (window histories, texts), not as one network on a
-task's observation. Grid-World's are played together by their system
+task's observation. A system that can play them together registers
+its player (`register_player`; the kernel imports no system): Grid-World's FedRL and baselines
 (privrl.systems.fedrl.played: `load_policy` gives a GridPolicy, whose `act` takes both parties'
-observations; `privrl evaluate` plays the run's own test maps); Text2Action's are refused in
+observations; `privrl evaluate` plays the run's own test maps). Text2Action's are refused in
 one line by both (`one_network`); `read_saved` reads any.
 
 `Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
@@ -29,6 +30,7 @@ as float32 vectors.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,11 +43,10 @@ from privrl.runfile import checked, read, write
 if TYPE_CHECKING:
     from privrl.envs.task import Task
     from privrl.nets.flat import FlatModel
-    from privrl.systems.fedrl.played import GridPolicy
 
-__all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "Policy", "SavedPolicy",
-           "grid_world", "load_policy", "networks_policy", "one_network", "read_saved",
-           "saved_policy"]
+__all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "PLAYERS", "Policy",
+           "SavedPolicy", "load_policy", "networks_policy", "one_network", "player",
+           "read_saved", "register_player", "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
@@ -54,6 +55,7 @@ HEADS = ("logits", "logits,value", "q", "gaussian", "gaussian,value")
 MAX_TRIALS = 1 << 16
 NETWORKS = "networks"  # the description's `kind` for FedRL's networks (`networks_policy`)
 MAX_NETWORKS = 8
+PLAYERS: dict[str, Callable[[], Any]] = {}  # env prefix -> a system's player (register_player)
 # What a file of FedRL's networks reveals: each party's own state, beyond any accounting.
 NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
                  "holds every party; privacy.json accounts for the releases on the channel, "
@@ -209,9 +211,10 @@ class Policy:
 
 
 def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
-                model: Any = None) -> Policy | GridPolicy:
+                model: Any = None) -> Any:
     """The trained policy of trial `trial` (and FedPG-Dec learner `learner`) of a run directory
-    (a Grid-World run's: its networks playing together, privrl.systems.fedrl.played).
+    (a run of networks acting together: its system's player, `register_player`; Grid-World's:
+    privrl.systems.fedrl.played.GridPolicy).
 
     `model`: your flax module, for a run trained with one (the file names it but never loads
     it); its parameter count must match (ConfigError on `model` otherwise). RunFileError (one
@@ -219,16 +222,15 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
     trial or learner the run does not have.
     """
     description, theta, path = read_saved(run_dir)
-    if description.get("kind") == NETWORKS and grid_world(description):
-        from privrl.systems.fedrl.played import GridPolicy
-
+    played = player(description)
+    if played is not None:
         if model is not None:
             raise ConfigError("model", f"{path} holds privrl's own networks of "
                               f"{description['system']}; a model is only for a run trained "
                               "with your own")
         if learner != 0:
             raise ValueError(f"learner must be an integer in [0, 1), got {learner!r}")
-        return GridPolicy(run_dir, description, theta, path, trial)
+        return played.load(run_dir, description, theta, path, trial)
     one_network(description, path)
     flat = _model_of(description, model, path)
     for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
@@ -259,23 +261,39 @@ def read_saved(run_dir: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, 
     return description, theta, path
 
 
-def grid_world(description: dict[str, Any]) -> bool:
-    """Networks of FedRL or a baseline on Grid-World, which privrl.systems.fedrl.played plays."""
-    return description["env"].startswith("gridworld-")
+def register_player(env_prefix: str, played: Callable[[], Any]) -> None:
+    """Let a system play its own networks (`networks_policy`) on environments named
+    `env_prefix`...: `played()` returns its module, with `load(run_dir, description, θ, path,
+    trial)` (what load_policy returns) and `evaluate(run_dir, description, θ, path, trials,
+    episodes, seed)` (privrl.evaluation). The system registers it when its package is
+    imported (privrl's API and CLI import it first): the kernel imports no system."""
+    PLAYERS[env_prefix] = played
+
+
+def player(description: dict[str, Any]) -> Any:
+    """The module that plays a file's networks (`register_player`), or None (one network, or
+    networks nothing plays)."""
+    if description.get("kind") != NETWORKS:
+        return None
+    for prefix, played in PLAYERS.items():
+        if description["env"].startswith(prefix):
+            return played()
+    return None
 
 
 def one_network(description: dict[str, Any], path: Path) -> None:
     """ConfigError("run_dir") in one line, saying why, for a file of networks that act
-    together on a system's own episodes (`networks_policy`) and that nothing here can play
-    (FedRL-Text2Action's: Grid-World's are played by privrl.systems.fedrl.played)."""
-    if description.get("kind") != NETWORKS or grid_world(description):
+    together on a system's own episodes (`networks_policy`) and that no system plays
+    (`player`: FedRL-Text2Action's)."""
+    if description.get("kind") != NETWORKS or player(description) is not None:
         return
     held = "; ".join(f"{n['name']} (held by {' and '.join(n['held_by'])})"
                      for n in description["networks"])
     raise ConfigError("run_dir", f"{path} holds {description['system']}'s networks {held}, "
                       f"which act together on {description['acts_on']}, not as one network "
-                      "on a task's observations: load_policy and privrl evaluate play one "
-                      "such network; read the file with privrl.policy.read_saved")
+                      "on a task's observations, and no system's player of them is "
+                      "registered (privrl.load_policy and privrl evaluate load every system "
+                      "that has one); read the file with privrl.policy.read_saved")
 
 
 def _checked_networks(d: Any) -> dict[str, Any]:

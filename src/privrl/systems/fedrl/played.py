@@ -8,7 +8,7 @@ generated ones from their seed, or the data set file the config names, split as 
 them. The policy is the learner's own greedy play (`greedy`, the function its test evaluation
 called) in its noise-free variant: FedRL's "test-clean" (both parties' Q outputs exchanged
 without noise, so no privacy is claimed for them), a baseline's "greedy". A run's
-summary.json reports that variant on the test maps; `evaluate_grid` reproduces it.
+summary.json reports that variant on the test maps; `evaluate` reproduces it.
 """
 
 from __future__ import annotations
@@ -111,7 +111,13 @@ class GridPolicy:
         return a[0] if single else a
 
 
-def evaluate_grid(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path: Path,
+def load(run_dir: str | os.PathLike, description: dict[str, Any], theta: np.ndarray,
+         path: Path, trial: int = 0) -> GridPolicy:
+    """What privrl.load_policy gives for a Grid-World run (privrl.policy.register_player)."""
+    return GridPolicy(run_dir, description, theta, path, trial)
+
+
+def evaluate(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path: Path,
                   trials: list[int], episodes: int | None, seed: int
                   ) -> tuple[str, int, np.ndarray, np.ndarray]:
     """Each trial's greedy noise-free play, one episode per test map of the run: all of them
