@@ -149,6 +149,21 @@ def _plays_the_runs_test_evaluation(out, reported, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"privrl: error: {option}:"), err
     assert not (out / "evaluate-3.json").exists()
+    # the learner is rebuilt from config.json: one whose networks are not the file's, or
+    # that is not a run's config, is one line naming the file, nothing written
+    import shutil
+
+    for change, named in (({"alpha_view": 5}, "policy.npz"), ({"unknown": 1}, "config.json")):
+        bad = out.parent / f"bad-{named}"
+        shutil.copytree(out, bad)
+        doc = json.loads((bad / "config.json").read_text())
+        doc["config"].update(change)
+        (bad / "config.json").write_text(json.dumps(doc))
+        capsys.readouterr()
+        assert cli.main(["evaluate", str(bad)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{bad}/{named}" in err[0], err
+        assert not (bad / "evaluate-3.json").exists()
 
     # never overwrites
     assert cli.main(["run", "fedrl", "--epochs", "1", "--out", str(out)]) == 2
