@@ -424,7 +424,7 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
                   f"agent; server's last mean episode length "
                   f"{summary['final_server_mean_length']:.1f}; {said}")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, flower.json)")
+                  "privacy.json, summary.json, policy.npz, flower.json)")
 
 
 @run_app.command("fedpg-dec")

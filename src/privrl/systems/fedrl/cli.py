@@ -89,7 +89,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     if "noise" in summary:
         console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, plots/valid_success.png)")
+                  "privacy.json, summary.json, policy.npz, plots/valid_success.png)")
 
 
 @run_app.command("fedrl")

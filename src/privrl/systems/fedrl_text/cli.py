@@ -113,7 +113,7 @@ def run_text2action(
     if "noise" in summary:
         console.print(summary["noise"])
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json)")
+                  "privacy.json, summary.json, policy.npz)")
 
 
 @reproduce_app.command("fedrl-text2action")
