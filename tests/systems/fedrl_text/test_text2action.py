@@ -557,7 +557,7 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     with pytest.raises(ConfigError, match="evaluate RUN_DIR --data DIR"):
         privrl.load_policy(out)
     data = write_corpus(tmp_path / "data")
-    other = write_corpus(tmp_path / "other", TEXTS[:4] + [TEXTS[0]])  # other words, sizes
+    other = write_corpus(tmp_path / "other", [*TEXTS[:4], TEXTS[0]])  # other words, sizes
     capsys.readouterr()
     for args, flag in (([], "--data"), (["--data", str(tmp_path / "none")], "--data"),
                        (["--data", str(tmp_path)], "--data"),  # no win2k.json.gz in it
