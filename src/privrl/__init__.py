@@ -92,7 +92,7 @@ __all__ = sorted(_API)
 
 # Systems that play their own saved networks (privrl.policy.register_player, on importing
 # their package): imported before the API's policy functions are handed out.
-_PLAYERS = ("privrl.systems.fedrl",)
+_PLAYERS = ("privrl.systems.fedrl", "privrl.systems.fedrl_text")
 
 
 def __getattr__(name: str) -> Any:

@@ -35,6 +35,9 @@ def evaluate_command(
         help="Your own network, for a run trained with it: module:callable or "
         "path/to/file.py:callable, a flax module or a callable returning one (the policy "
         "file names it but is never allowed to import it; this option is).")] = None,
+    data: Annotated[Path | None, typer.Option(
+        help="A Text2Action run's corpus directory (required for one, refused otherwise): "
+        "each trial tags its fold's test texts.")] = None,
 ) -> None:
     """Play a run's trained policy and report its returns (mean, std, per trial); write them
     into the run directory as evaluate-N.json and evaluate-N.csv (never overwriting)."""
@@ -43,9 +46,21 @@ def evaluate_command(
 
     from privrl.evaluation import evaluate_run
 
-    ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample, model)
+    ev = evaluate_run(run_dir, env, episodes, trial, seed, max_steps, sample, model, data)
     json_path, csv_path = ev.write()
     s = ev.summary()
+    console = Console()
+    if "f1" in s:  # Text2Action: each trial's fold's test texts
+        t = Table(title=f"{s['env']}", header_style="bold")
+        for name in ("trial", "fold", "run", "texts", "F1 %", "AvgRwd"):
+            t.add_column(name, justify="right")
+        for row in s["per_trial"]:
+            t.add_row(*(str(row[k]) for k in ("trial", "fold", "run", "texts")),
+                      f"{100 * row['f1']:.2f}", f"{row['avg_reward']:.4f}")
+        console.print(t)
+        console.print(f"F1 {100 * s['f1']:.2f}% (mean over trials), average reward per step "
+                      f"{s['mean_return']:.4f}; written to {json_path} and {csv_path}")
+        return
     success = "success_rate" in s  # Grid-World: whether each episode met
     t = Table(title=f"{s['policy']} policy on {s['env']}, {s['episodes']} episode(s) each, "
               f"cap {s['max_steps']} steps", header_style="bold")
@@ -57,7 +72,6 @@ def evaluate_command(
                   *((f"{100 * row['success_rate']:.2f}",) if success else ()),
                   f"{row['mean']:.3f}", f"{row['std']:.3f}", f"{row['min']:.3f}",
                   f"{row['max']:.3f}")
-    console = Console()
     console.print(t)
     rate = f"success rate {100 * s['success_rate']:.2f}%, " if success else ""
     console.print(f"{rate}mean return {s['mean_return']:.3f} (std over trials "

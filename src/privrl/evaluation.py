@@ -10,7 +10,9 @@ own files under fresh names (evaluate-N.json, evaluate-N.csv); nothing is ever o
 A Grid-World run of FedRL or a baseline (its networks acting together) is played by its system
 (privrl.policy.player: privrl.systems.fedrl.played): greedily, without noise, one episode per
 test map of the run's own maps, its success and return per map; what its summary.json reports
-for that variant.
+for that variant. A Text2Action run's (privrl.systems.fedrl_text.played) tags each trial's
+fold's test texts, from the corpus the caller names (`data`): its F1 and average reward per
+step, what the run reports for test-clean (greedy).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class Evaluation:
     rows: list[tuple[int, int]]
     returns: np.ndarray  # (len(rows), episodes) float64
     success: np.ndarray | None = None  # (len(rows), episodes) bool: Grid-World's goal met
+    # Text2Action: per row, its fold's test-text scores (t2a.scores: F1, AvgRwd, fold, run);
+    # returns is then (len(rows), 1), each row's average reward per step
+    scores: list[dict[str, Any]] | None = None
 
     def write(self) -> tuple[Path, Path]:
         """evaluate-N.json and evaluate-N.csv in the run directory (`write_evaluation`)."""
@@ -66,6 +71,10 @@ class Evaluation:
             for row, s in zip(per, self.success, strict=True):
                 row["success_rate"] = float(s.mean())
             success = {"success_rate": float(self.success.mean())}
+        if self.scores is not None:
+            for row, sc in zip(per, self.scores, strict=True):
+                row.update(sc)
+            success = {"f1": float(np.mean([sc["f1"] for sc in self.scores]))}
         means = self.returns.mean(1)
         return {"run": str(self.run_dir), "env": self.env, "episodes": self.episodes,
                 "seed": self.seed, "max_steps": self.max_steps,
@@ -77,15 +86,17 @@ class Evaluation:
 
 def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
                  episodes: int | None = None, trial: int | None = None, seed: int = 0,
-                 max_steps: int | None = None, sample: bool = False, model: Any = None
-                 ) -> Evaluation:
+                 max_steps: int | None = None, sample: bool = False, model: Any = None,
+                 data: str | os.PathLike | None = None) -> Evaluation:
     """Returns of a run's saved policy: every trial (or `trial`), every learner of it, over
     `episodes` episodes (default EPISODES; a Grid-World run: each of its test maps once) from
     `seed`. `env`: the task to play, a spec or a Task (default: the one trained on);
     `max_steps`: the episode cap (default: the training cap, else the
     task's own); `model`: your flax module, or `module:callable` naming it (imported only
     after the other arguments and the policy file are checked), for a policy trained with
-    one, and only then. ConfigError names a bad argument; RunFileError a missing or tampered
+    one, and only then; `data`: the corpus directory a Text2Action run was trained on (its
+    networks tag that corpus's texts), required for such a run and refused for any other.
+    ConfigError names a bad argument; RunFileError a missing or tampered
     policy file."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -96,11 +107,19 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
                           f"got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
+    if data is not None and not Path(data).is_dir():
+        raise ConfigError("data", f"{data} is not a directory")
     description, theta, path = read_saved(run_dir)
     played = player(description)
+    takes = getattr(played, "DATA", None)  # what a player's `data` is, if it takes one
+    if data is not None and takes is None:
+        raise ConfigError("data", f"{description['system']}'s policy plays without a data "
+                          "directory (only a Text2Action run's takes its corpus); leave it out")
+    if data is None and takes is not None:
+        raise ConfigError("data", f"{description['system']}'s networks need {takes}; give it")
     if played is not None:
         return _evaluate_networks(played, run_dir, description, theta, path, env, episodes,
-                                  trial, seed, max_steps, sample, model)
+                                  trial, seed, max_steps, sample, model, data)
     one_network(description, path)
     episodes = EPISODES if episodes is None else episodes
     desc = description["model"]
@@ -136,12 +155,13 @@ def _trials(trial: int | None, n: int) -> list[int]:
 def _evaluate_networks(played: Any, run_dir: Path, description: dict[str, Any],
                        theta: np.ndarray, path: Path, env: Any, episodes: int | None,
                        trial: int | None, seed: int, max_steps: int | None, sample: bool,
-                       model: Any) -> Evaluation:
+                       model: Any, data: Any) -> Evaluation:
     """A run's networks acting together, played by their system (`played`: Grid-World's,
-    privrl.systems.fedrl.played) on the run's own test maps."""
-    own = f"{description['system']}'s networks play the run's own test maps"
-    for name, value, why in (("env", env, "on its own maps"),
-                             ("max_steps", max_steps, "for the maps' own Tm steps"),
+    privrl.systems.fedrl.played, on the run's own test maps; Text2Action's,
+    privrl.systems.fedrl_text.played, on each fold's test texts of the corpus `data`)."""
+    own = f"{description['system']}'s networks play the run's own test episodes"
+    for name, value, why in (("env", env, "on its own maps or texts"),
+                             ("max_steps", max_steps, "for their own lengths"),
                              ("model", model, "with privrl's own networks")):
         if value is not None:
             raise ConfigError(name, f"{own} {why}; leave it out")
@@ -149,10 +169,11 @@ def _evaluate_networks(played: Any, run_dir: Path, description: dict[str, Any],
         raise ConfigError("sample", f"{own} greedily (the run's noise-free test evaluation); "
                           "leave it out")
     trials = _trials(trial, theta.shape[0])
-    what, cap, success, returns = played.evaluate(run_dir, description, theta, path, trials,
-                                                  episodes, seed)
+    more = {} if data is None else {"data": Path(data)}
+    what, cap, returns, extra = played.evaluate(run_dir, description, theta, path, trials,
+                                                episodes, seed, **more)
     return Evaluation(run_dir, what, returns.shape[1], seed, cap, False,
-                      [(t, 0) for t in trials], returns, success)
+                      [(t, 0) for t in trials], returns, **extra)
 
 
 def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps: int,
@@ -195,7 +216,12 @@ def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:
                          "versions": versions()}).encode()
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    if ev.success is None:
+    if ev.scores is not None:  # Text2Action: a trial's fold's test texts scored together
+        keys = ("fold", "run", "texts", "f1", "precision", "recall", "avg_reward")
+        w.writerow(["trial", "learner", *keys])
+        for (t, m), sc in zip(ev.rows, ev.scores, strict=True):
+            w.writerow([t, m, *(f"{sc[k]:.6g}" for k in keys)])
+    elif ev.success is None:
         w.writerow(["trial", "learner", "episode", "return"])
         for (t, m), r in zip(ev.rows, ev.returns, strict=True):
             w.writerows([t, m, e, f"{x:.6g}"] for e, x in enumerate(r))

@@ -17,8 +17,9 @@ together on the system's own episodes (window histories, texts), not as one netw
 task's observation. A system that can play them together registers
 its player (`register_player`; the kernel imports no system): Grid-World's FedRL and baselines
 (privrl.systems.fedrl.played: `load_policy` gives a GridPolicy, whose `act` takes both parties'
-observations; `privrl evaluate` plays the run's own test maps). Text2Action's are refused in
-one line by both (`one_network`); `read_saved` reads any.
+observations; `privrl evaluate` plays the run's own test maps) and Text2Action's
+(privrl.systems.fedrl_text.played: `privrl evaluate --data DIR` tags each fold's test texts of
+the corpus; `load_policy` refuses them in one line, saying why); `read_saved` reads any.
 
 `Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
 key; with one, a sample of the policy (categorical over the logits; ε-greedy for a Q-network,
@@ -29,6 +30,7 @@ as float32 vectors.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "PLAYERS", "Policy",
            "SavedPolicy", "load_policy", "networks_policy", "one_network", "player",
-           "read_saved", "register_player", "saved_policy"]
+           "read_saved", "register_player", "run_config", "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
@@ -55,6 +57,8 @@ HEADS = ("logits", "logits,value", "q", "gaussian", "gaussian,value")
 MAX_TRIALS = 1 << 16
 NETWORKS = "networks"  # the description's `kind` for FedRL's networks (`networks_policy`)
 MAX_NETWORKS = 8
+CONFIG = "config.json"  # a run's config, from which a player rebuilds its learner
+MAX_CONFIG_BYTES = 1 << 20
 PLAYERS: dict[str, Callable[[], Any]] = {}  # env prefix -> a system's player (register_player)
 # What a file of FedRL's networks reveals: each party's own state, beyond any accounting.
 NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
@@ -265,9 +269,30 @@ def register_player(env_prefix: str, played: Callable[[], Any]) -> None:
     """Let a system play its own networks (`networks_policy`) on environments named
     `env_prefix`...: `played()` returns its module, with `load(run_dir, description, θ, path,
     trial)` (what load_policy returns) and `evaluate(run_dir, description, θ, path, trials,
-    episodes, seed)` (privrl.evaluation). The system registers it when its package is
+    episodes, seed[, data])` (privrl.evaluation; `data` only for a module whose `DATA` says
+    what that directory is). The system registers it when its package is
     imported (privrl's API and CLI import it first): the kernel imports no system."""
     PLAYERS[env_prefix] = played
+
+
+def run_config(run_dir: Path, description: dict[str, Any], why: str,
+               build: Callable[[str, dict[str, Any]], Any]) -> Any:
+    """A player's learner (or config) rebuilt from the run's config.json by `build(algorithm,
+    fields)`, which checks the fields as the CLI does (nothing named in the file is imported):
+    ConfigError("run_dir") if the file is missing (`why` says what it is needed for); a file
+    that is not one a run writes, of another algorithm than the policy's, or fields `build`
+    refuses, one RunFileError naming it."""
+    cfg_path = run_dir / CONFIG
+    if cfg_path.is_symlink() or not cfg_path.is_file():
+        raise ConfigError("run_dir", f"{cfg_path} is missing: {why}")
+    if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError("run_dir", f"{cfg_path} is larger than a run's config")
+    with checked(cfg_path):
+        doc = json.loads(cfg_path.read_text())
+        name, fields = doc["algorithm"], doc["config"]
+        if name != description["system"] or not isinstance(fields, dict):
+            raise ValueError(f"the algorithm is {name!r}, the policy's {description['system']!r}")
+        return build(name, fields)
 
 
 def player(description: dict[str, Any]) -> Any:

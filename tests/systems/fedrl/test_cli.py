@@ -143,7 +143,8 @@ def _plays_the_runs_test_evaluation(out, reported, capsys):
     assert len(some) == 2 and all(r in every for r in some)
     for args, option in ((["--episodes", str(test.count + 1)], "--episodes"),
                          (["--sample"], "--sample"), (["--max-steps", "5"], "--max-steps"),
-                         (["--env", "gymnax:CartPole-v1"], "--env")):
+                         (["--env", "gymnax:CartPole-v1"], "--env"),
+                         (["--data", str(out.parent)], "--data")):  # only Text2Action's takes it
         capsys.readouterr()
         assert cli.main(["evaluate", str(out), *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -528,8 +528,9 @@ def test_releases_made_equal_privacy_json(corpus, monkeypatch):
 def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, capsys):
     """policy.npz holds every fold's runs' kept networks (α's tagger, β's with the fold's word
     vectors, the shared head), each named with the party holding it; played from the file,
-    they tag the test texts as the run's test-clean did; load_policy and privrl evaluate
-    refuse the file in one line saying why."""
+    they tag the test texts as the run's test-clean did, and so does `privrl evaluate RUN
+    --data DIR` for every trial; load_policy refuses the file in one line saying why, and a
+    missing, bad or foreign --data is one line, exit 2, nothing written."""
     import privrl
     from privrl import main as cli
     from privrl.policy import read_saved
@@ -553,9 +554,23 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     tags, total = make_learner(cfg, fd.shapes).evaluate(params, fd.test, jax.random.key(0),
                                                         "test-clean")
     assert t2a.scores(fd.test, np.asarray(tags), float(total)) == folds[1].test["test-clean"][1]
-    with pytest.raises(ConfigError, match="act together on Text2Action texts"):
+    with pytest.raises(ConfigError, match="evaluate RUN_DIR --data DIR"):
         privrl.load_policy(out)
+    data = write_corpus(tmp_path / "data")
+    other = write_corpus(tmp_path / "other", [*TEXTS[:4], TEXTS[0]])  # other words, sizes
     capsys.readouterr()
-    assert cli.main(["evaluate", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "RUN_DIR" in err[0] and "held by beta" in err[0], err
+    for args, flag in (([], "--data"), (["--data", str(tmp_path / "none")], "--data"),
+                       (["--data", str(tmp_path)], "--data"),  # no win2k.json.gz in it
+                       (["--data", str(other)], "--data"),  # not the run's corpus
+                       (["--data", str(data), "--episodes", "1"], "--episodes")):
+        assert cli.main(["evaluate", str(out), *args]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and flag in err[0], (args, err)
+    assert not list(out.glob("evaluate-*"))
+    assert cli.main(["evaluate", str(out), "--data", str(data)]) == 0
+    got = json.loads((out / "evaluate-1.json").read_text())["per_trial"]
+    assert [(r["fold"], r["run"]) for r in got] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for r in got:  # each trial: its fold's run's test-clean F1 and AvgRwd, as the run had them
+        want = folds[r["fold"]].test["test-clean"][r["run"]]
+        assert (r["f1"], r["avg_reward"], r["selected"]) == (
+            want["f1"], want["avg_reward"], want["selected"]), (r, want)

@@ -13,7 +13,6 @@ summary.json reports that variant on the test maps; `evaluate` reproduces it.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,10 @@ import numpy as np
 
 from privrl.config import ConfigError
 from privrl.envs import gridworld as gw
+from privrl.policy import run_config
 from privrl.runfile import checked
 from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig, Splits, load_splits
 from privrl.systems.fedrl.baselines import MODELS, BaselineConfig, make_baseline
-
-CONFIG = "config.json"
-MAX_CONFIG_BYTES = 1 << 20
 
 
 def learner(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path: Path
@@ -36,28 +33,21 @@ def learner(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path:
     """The run's learner rebuilt from its config.json, and each trial's params (as its
     `evaluate` takes them) cut from θ (trials, 1, d). A config that is not one a run writes,
     or networks that are not the learner's, is one RunFileError naming the file."""
-    cfg_path = run_dir / CONFIG
-    if cfg_path.is_symlink() or not cfg_path.is_file():
-        raise ConfigError("run_dir", f"{cfg_path} is missing: a Grid-World policy plays on "
-                          "the run's own maps, which its config names")
-    if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError("run_dir", f"{cfg_path} is larger than a run's config")
-    with checked(cfg_path):
-        doc = json.loads(cfg_path.read_text())
-        name, fields = doc["algorithm"], doc["config"]
-        if name != description["system"] or not isinstance(fields, dict):
-            raise ValueError(f"the algorithm is {name!r}, the policy's {description['system']!r}")
+    def build(name: str, fields: dict[str, Any]) -> Any:
         if name == "fedrl":
-            algo = FedRL(FedRLConfig(**fields))
-        elif name in MODELS:
-            algo = make_baseline(BaselineConfig(**fields))
-        else:
-            raise ValueError(f"{name!r} is not a Grid-World learner")
+            return FedRL(FedRLConfig(**fields))
+        if name in MODELS:
+            return make_baseline(BaselineConfig(**fields))
+        raise ValueError(f"{name!r} is not a Grid-World learner")
+
+    algo = run_config(run_dir, description, "a Grid-World policy plays on the run's own maps, "
+                      "which its config names", build)
     with checked(path):
         want = [(n, held, model.dim) for n, held, model in algo.policy_networks()]
         have = [(n["name"], n["held_by"], n["dim"]) for n in description["networks"]]
         if have != want:
-            raise ValueError(f"the networks {have} are not {name}'s {want} (config.json)")
+            raise ValueError(f"the networks {have} are not {description['system']}'s {want} "
+                             "(config.json)")
         cuts = [np.asarray(theta[:, 0, n["offset"]:n["offset"] + n["dim"]])
                 for n in description["networks"]]
     params = [tuple(c[t] for c in cuts) if len(cuts) > 1 else cuts[0][t]
@@ -119,11 +109,11 @@ def load(run_dir: str | os.PathLike, description: dict[str, Any], theta: np.ndar
 
 def evaluate(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path: Path,
                   trials: list[int], episodes: int | None, seed: int
-                  ) -> tuple[str, int, np.ndarray, np.ndarray]:
+                  ) -> tuple[str, int, np.ndarray, dict[str, Any]]:
     """Each trial's greedy noise-free play, one episode per test map of the run: all of them
     (`episodes` None: what summary.json reports) or `episodes` of them drawn with `seed`.
-    Returns (what was played, the episode cap Tm, success (trials, episodes) bool, returns
-    (trials, episodes))."""
+    Returns (what was played, the episode cap Tm, returns (trials, episodes), {"success":
+    (trials, episodes) bool})."""
     algo, params = learner(run_dir, description, theta, path)
     splits = run_splits(algo)
     maps = splits.test
@@ -139,4 +129,4 @@ def evaluate(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path
     returns = np.stack([np.asarray(r.total_reward, np.float64) for r in results])
     what = (f"{description['env']}: {maps.count} test map(s) of the run "
             f"({splits.info['source']}), {algo.noise_free} play")
-    return what, algo.spec.horizon, success, returns
+    return what, algo.spec.horizon, returns, {"success": success}
