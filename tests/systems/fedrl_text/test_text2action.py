@@ -569,8 +569,18 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     want = folds[1].test["test-clean"][1]
     mine = t2a.scores(fd.test, np.pad(got, (0, fd.shapes.width - got.size))[None], 0.0)
     assert (mine["f1"], mine["selected"]) == (want["f1"], want["selected"])
+    # random networks, whose tags follow the words (the trained ones select every word):
+    # the raw text through act and the fold's packed text through evaluate, tagged alike
+    rng = np.random.default_rng(2)
+    policy.params = mixed = tuple(rng.normal(size=p.shape).astype(np.float32)
+                                  for p in policy.params)
+    ref, _ = make_learner(cfg, fd.shapes).evaluate(mixed, fd.test, jax.random.key(0),
+                                                   "test-clean")
+    tagged = policy.act(text)
+    assert set(tagged.tolist()) == {t2a.NEGLECTED, t2a.SELECTED}
+    assert tagged.tolist() == np.asarray(ref)[0, :len(text[0])].tolist()
     longer = policy.act((text[0] + ["and", "fry"], text[1] + ["CC", "VB"]))  # past the width
-    assert longer.tolist() == got.tolist() + [t2a.UNTAGGED] * 2
+    assert longer.tolist() == tagged.tolist() + [t2a.UNTAGGED] * 2
     for bad, match in ((text[0], "a text"), ((text[0], text[1][:-1]), "POS tags")):
         with pytest.raises(ValueError, match=match):
             policy.act(bad)
