@@ -331,7 +331,7 @@ def player(description: dict[str, Any]) -> Any:
 def one_network(description: dict[str, Any], path: Path) -> None:
     """ConfigError("run_dir") in one line, saying why, for a file of networks that act
     together on a system's own episodes (`networks_policy`) and that no system plays
-    (`player`: FedRL-Text2Action's)."""
+    (`player`: none registered for its environment)."""
     if description.get("kind") != NETWORKS or player(description) is not None:
         return
     held = "; ".join(f"{n['name']} (held by {' and '.join(n['held_by'])})"
