@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import ConfigError
-from privrl.policy import FILE, Policy, load_policy, one_network, player, read_saved
+from privrl.policy import FILE, Policy, data_argument, load_policy, one_network, player, read_saved
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -107,19 +107,12 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
                           f"got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
-    if data is not None and not Path(data).is_dir():
-        raise ConfigError("data", f"{data} is not a directory")
     description, theta, path = read_saved(run_dir)
     played = player(description)
-    takes = getattr(played, "DATA", None)  # what a player's `data` is, if it takes one
-    if data is not None and takes is None:
-        raise ConfigError("data", f"{description['system']}'s policy plays without a data "
-                          "directory (only a Text2Action run's takes its corpus); leave it out")
-    if data is None and takes is not None:
-        raise ConfigError("data", f"{description['system']}'s networks need {takes}; give it")
+    more = data_argument(played, description, data)
     if played is not None:
         return _evaluate_networks(played, run_dir, description, theta, path, env, episodes,
-                                  trial, seed, max_steps, sample, model, data)
+                                  trial, seed, max_steps, sample, model, more)
     one_network(description, path)
     episodes = EPISODES if episodes is None else episodes
     desc = description["model"]
@@ -155,10 +148,10 @@ def _trials(trial: int | None, n: int) -> list[int]:
 def _evaluate_networks(played: Any, run_dir: Path, description: dict[str, Any],
                        theta: np.ndarray, path: Path, env: Any, episodes: int | None,
                        trial: int | None, seed: int, max_steps: int | None, sample: bool,
-                       model: Any, data: Any) -> Evaluation:
+                       model: Any, more: dict[str, Any]) -> Evaluation:
     """A run's networks acting together, played by their system (`played`: Grid-World's,
     privrl.systems.fedrl.played, on the run's own test maps; Text2Action's,
-    privrl.systems.fedrl_text.played, on each fold's test texts of the corpus `data`)."""
+    privrl.systems.fedrl_text.played, on each fold's test texts of the corpus `more["data"]`)."""
     own = f"{description['system']}'s networks play the run's own test episodes"
     for name, value, why in (("env", env, "on its own maps or texts"),
                              ("max_steps", max_steps, "for their own lengths"),
@@ -169,7 +162,6 @@ def _evaluate_networks(played: Any, run_dir: Path, description: dict[str, Any],
         raise ConfigError("sample", f"{own} greedily (the run's noise-free test evaluation); "
                           "leave it out")
     trials = _trials(trial, theta.shape[0])
-    more = {} if data is None else {"data": Path(data)}
     what, cap, returns, extra = played.evaluate(run_dir, description, theta, path, trials,
                                                 episodes, seed, **more)
     return Evaluation(run_dir, what, returns.shape[1], seed, cap, False,

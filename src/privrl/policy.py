@@ -19,7 +19,8 @@ its player (`register_player`; the kernel imports no system): Grid-World's FedRL
 (privrl.systems.fedrl.played: `load_policy` gives a GridPolicy, whose `act` takes both parties'
 observations; `privrl evaluate` plays the run's own test maps) and Text2Action's
 (privrl.systems.fedrl_text.played: `privrl evaluate --data DIR` tags each fold's test texts of
-the corpus; `load_policy` refuses them in one line, saying why); `read_saved` reads any.
+the corpus; `load_policy(run_dir, trial, data=DIR)` gives a TextPolicy, whose `act` tags raw
+texts with the trial's fold's vocabulary); `read_saved` reads any.
 
 `Policy.act(obs, key=None)`: the greedy action (argmax of the logits or Q-values) without a
 key; with one, a sample of the policy (categorical over the logits; ε-greedy for a Q-network,
@@ -47,8 +48,8 @@ if TYPE_CHECKING:
     from privrl.nets.flat import FlatModel
 
 __all__ = ["FILE", "HEADS", "KIND", "NETWORKS", "NETWORKS_NOTE", "PLAYERS", "Policy",
-           "SavedPolicy", "load_policy", "networks_policy", "one_network", "player",
-           "read_saved", "register_player", "run_config", "saved_policy"]
+           "SavedPolicy", "data_argument", "load_policy", "networks_policy", "one_network",
+           "player", "read_saved", "register_player", "run_config", "saved_policy"]
 
 FILE = "policy.npz"
 KIND = "policy"
@@ -215,18 +216,22 @@ class Policy:
 
 
 def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
-                model: Any = None) -> Any:
+                model: Any = None, data: str | os.PathLike | None = None) -> Any:
     """The trained policy of trial `trial` (and FedPG-Dec learner `learner`) of a run directory
     (a run of networks acting together: its system's player, `register_player`; Grid-World's:
-    privrl.systems.fedrl.played.GridPolicy).
+    privrl.systems.fedrl.played.GridPolicy; Text2Action's: privrl.systems.fedrl_text.played.
+    TextPolicy, whose `act` tags raw texts).
 
     `model`: your flax module, for a run trained with one (the file names it but never loads
-    it); its parameter count must match (ConfigError on `model` otherwise). RunFileError (one
-    line naming the file) for a missing, tampered or truncated policy file; ValueError for a
-    trial or learner the run does not have.
+    it); its parameter count must match (ConfigError on `model` otherwise). `data`: the corpus
+    directory a Text2Action run was trained on (its networks read that fold's vocabulary),
+    required for such a run and refused for any other (ConfigError on `data`). RunFileError
+    (one line naming the file) for a missing, tampered or truncated policy file; ValueError
+    for a trial or learner the run does not have.
     """
     description, theta, path = read_saved(run_dir)
     played = player(description)
+    more = data_argument(played, description, data)
     if played is not None:
         if model is not None:
             raise ConfigError("model", f"{path} holds privrl's own networks of "
@@ -234,7 +239,7 @@ def load_policy(run_dir: str | os.PathLike, trial: int = 0, learner: int = 0,
                               "with your own")
         if learner != 0:
             raise ValueError(f"learner must be an integer in [0, 1), got {learner!r}")
-        return played.load(run_dir, description, theta, path, trial)
+        return played.load(run_dir, description, theta, path, trial, **more)
     one_network(description, path)
     flat = _model_of(description, model, path)
     for name, value, n in (("trial", trial, theta.shape[0]), ("learner", learner,
@@ -268,11 +273,28 @@ def read_saved(run_dir: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, 
 def register_player(env_prefix: str, played: Callable[[], Any]) -> None:
     """Let a system play its own networks (`networks_policy`) on environments named
     `env_prefix`...: `played()` returns its module, with `load(run_dir, description, θ, path,
-    trial)` (what load_policy returns) and `evaluate(run_dir, description, θ, path, trials,
-    episodes, seed[, data])` (privrl.evaluation; `data` only for a module whose `DATA` says
-    what that directory is). The system registers it when its package is
+    trial[, data])` (what load_policy returns) and `evaluate(run_dir, description, θ, path,
+    trials, episodes, seed[, data])` (privrl.evaluation; `data` only for a module whose `DATA`
+    says what that directory is: `data_argument`). The system registers it when its package is
     imported (privrl's API and CLI import it first): the kernel imports no system."""
     PLAYERS[env_prefix] = played
+
+
+def data_argument(played: Any, description: dict[str, Any],
+                  data: str | os.PathLike | None) -> dict[str, Path]:
+    """`data` as a player takes it ({"data": the directory}, or {} for a player, or a
+    single network, that takes none): ConfigError("data") in one line if it is not a
+    directory, if the policy's player takes none (its module's `DATA` says what it takes),
+    or if it takes one and `data` is None."""
+    if data is not None and not Path(data).is_dir():
+        raise ConfigError("data", f"{data} is not a directory")
+    takes = getattr(played, "DATA", None)
+    if data is not None and takes is None:
+        raise ConfigError("data", f"{description['system']}'s policy plays without a data "
+                          "directory (only a Text2Action run's takes its corpus); leave it out")
+    if data is None and takes is not None:
+        raise ConfigError("data", f"{description['system']}'s networks need {takes}; give it")
+    return {} if data is None else {"data": Path(data)}
 
 
 def run_config(run_dir: Path, description: dict[str, Any], why: str,
@@ -309,7 +331,7 @@ def player(description: dict[str, Any]) -> Any:
 def one_network(description: dict[str, Any], path: Path) -> None:
     """ConfigError("run_dir") in one line, saying why, for a file of networks that act
     together on a system's own episodes (`networks_policy`) and that no system plays
-    (`player`: FedRL-Text2Action's)."""
+    (`player`: none registered for its environment)."""
     if description.get("kind") != NETWORKS or player(description) is not None:
         return
     held = "; ".join(f"{n['name']} (held by {' and '.join(n['held_by'])})"

@@ -58,8 +58,11 @@ def test_policy_file_is_a_run_file_with_the_models_description(cartpole_run):
     assert state["theta"].shape == (2, 1, 14) and state["theta"].dtype == np.float32
 
 
-def test_act_is_greedy_without_a_key_and_sampled_with_one(cartpole_run):
+def test_act_is_greedy_without_a_key_and_sampled_with_one(cartpole_run, tmp_path):
     p = privrl.load_policy(cartpole_run, trial=0)
+    with pytest.raises(ConfigError, match="only a Text2Action run") as e:  # a corpus: refused
+        privrl.load_policy(cartpole_run, data=tmp_path)
+    assert e.value.field == "data"
     assert int(p.act([0, 0, 0.1, 0.0])) == 1 and int(p.act([0, 0, -0.1, 0.0])) == 0
     batch = np.array([[0, 0, 0.1, 0], [0, 0, -0.1, 0]], np.float32)
     assert p.act(batch).tolist() == [1, 0]

@@ -528,9 +528,9 @@ def test_releases_made_equal_privacy_json(corpus, monkeypatch):
 def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, capsys):
     """policy.npz holds every fold's runs' kept networks (α's tagger, β's with the fold's word
     vectors, the shared head), each named with the party holding it; played from the file,
-    they tag the test texts as the run's test-clean did, and so does `privrl evaluate RUN
-    --data DIR` for every trial; load_policy refuses the file in one line saying why, and a
-    missing, bad or foreign --data is one line, exit 2, nothing written."""
+    they tag the test texts as the run's test-clean did, and so do `privrl evaluate RUN
+    --data DIR` for every trial and load_policy(RUN, trial, data=DIR)'s act on the raw texts;
+    a missing, bad or foreign --data is one line, exit 2, nothing written."""
     import privrl
     from privrl import main as cli
     from privrl.policy import read_saved
@@ -554,9 +554,38 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     tags, total = make_learner(cfg, fd.shapes).evaluate(params, fd.test, jax.random.key(0),
                                                         "test-clean")
     assert t2a.scores(fd.test, np.asarray(tags), float(total)) == folds[1].test["test-clean"][1]
-    with pytest.raises(ConfigError, match="evaluate RUN_DIR --data DIR"):
-        privrl.load_policy(out)
     data = write_corpus(tmp_path / "data")
+    with pytest.raises(ConfigError, match="corpus directory") as e:
+        privrl.load_policy(out)
+    assert e.value.field == "data"
+    policy = privrl.load_policy(out, trial=3, data=data)
+    text = (corpus.words[1], corpus.pos[1])  # fold 1's test text, raw
+    assert (policy.fold, policy.run) == (1, 1)
+    packed = policy.fold_data.pack([text])  # the fold's word ids, rebuilt from the corpus
+    assert np.asarray(packed.word[0]).tolist() == np.asarray(fd.test.word[0]).tolist()
+    got = policy.act(text)
+    assert got.tolist() == np.asarray(tags)[0, :len(text[0])].tolist()
+    assert [g.tolist() for g in policy.act([text])] == [got.tolist()]
+    want = folds[1].test["test-clean"][1]
+    mine = t2a.scores(fd.test, np.pad(got, (0, fd.shapes.width - got.size))[None], 0.0)
+    assert (mine["f1"], mine["selected"]) == (want["f1"], want["selected"])
+    # random networks, whose tags follow the words (the trained ones select every word):
+    # the raw text through act and the fold's packed text through evaluate, tagged alike
+    rng = np.random.default_rng(2)
+    policy.params = mixed = tuple(rng.normal(size=p.shape).astype(np.float32)
+                                  for p in policy.params)
+    ref, _ = make_learner(cfg, fd.shapes).evaluate(mixed, fd.test, jax.random.key(0),
+                                                   "test-clean")
+    tagged = policy.act(text)
+    assert set(tagged.tolist()) == {t2a.NEGLECTED, t2a.SELECTED}
+    assert tagged.tolist() == np.asarray(ref)[0, :len(text[0])].tolist()
+    longer = policy.act((text[0] + ["and", "fry"], text[1] + ["CC", "VB"]))  # past the width
+    assert longer.tolist() == tagged.tolist() + [t2a.UNTAGGED] * 2
+    for bad, match in ((text[0], "a text"), ((text[0], text[1][:-1]), "POS tags")):
+        with pytest.raises(ValueError, match=match):
+            policy.act(bad)
+    with pytest.raises(ValueError, match="no key"):
+        policy.act(text, key=0)
     other = write_corpus(tmp_path / "other", [*TEXTS[:4], TEXTS[0]])  # other words, sizes
     capsys.readouterr()
     for args, flag in (([], "--data"), (["--data", str(tmp_path / "none")], "--data"),

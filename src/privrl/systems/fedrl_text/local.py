@@ -41,6 +41,20 @@ class FoldData:
     test: t2a.Texts
     shapes: Shapes
     info: dict[str, Any]
+    pos_vocab: t2a.Vocab  # the corpus's POS tags (the same for every fold)
+    word_vocab: t2a.Vocab  # the fold's training words: the ids of its word vectors
+
+    def pack(self, texts: list[tuple[list[str], list[str]]], count: int | None = None
+             ) -> t2a.Texts:
+        """Raw texts, (words, POS tags) each, packed as this fold's own texts are (its word
+        ids and vectors, cut at its width; `count`: padded with empty texts to that many).
+        They carry no labels (all non-action): the tags a network chooses on them mean
+        something, rewards and scores on them do not."""
+        raw = t2a.Corpus("texts", "", [list(w) for w, _ in texts], [list(p) for _, p in texts],
+                         [np.full(len(w), t2a.NON_ACTION, np.int32) for w, _ in texts],
+                         [{} for _ in texts], [])
+        return t2a.fold_texts(raw, list(range(len(texts))), self.pos_vocab, self.word_vocab,
+                              self.shapes.width, self.test.vectors, count)
 
 
 def _n_valid(cfg: TextConfig, rest: int) -> int:
@@ -83,7 +97,7 @@ def fold_data(cfg: TextConfig, corpus: t2a.Corpus, fold: int) -> FoldData:
             "test_texts": len(test_idx), "width": width, "pos_vocab": len(pos_vocab),
             "word_vocab": len(word_vocab), "test_oov_rate": oov,
             "words_cut_beyond_width": cut, "test_index": test_idx, "valid_index": valid_idx}
-    return FoldData(fold, *parts, shapes, info)
+    return FoldData(fold, *parts, shapes, info, pos_vocab, word_vocab)
 
 
 @dataclass
