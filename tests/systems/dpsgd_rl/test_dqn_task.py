@@ -6,6 +6,7 @@ refused before anything runs, config.json naming the task."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,9 +34,17 @@ class QNet(nn.Module):
         return nn.Dense(2)(h)
 
 
-def test_true_rewards_and_private_dynamics_reach_the_replay_buffer(walk) -> None:
+@pytest.fixture(scope="module")
+def walk_episode(walk) -> tuple[DQN, Any, Any]:
+    """One DP-DQN episode on the walker (compiled once): its algorithm, state and metrics,
+    which the replay-buffer test inspects and the clipping test takes its transitions from."""
     algo = DQN(_cfg(dp=True, noise_multiplier=1.0), task=walk)
-    state, metrics = jax.jit(algo.episode)(algo.init(jax.random.key(0)))
+    state, metrics = jax.jit(algo.episode)(algo.init(jax.random.key(1)))
+    return algo, state, metrics
+
+
+def test_true_rewards_and_private_dynamics_reach_the_replay_buffer(walk, walk_episode) -> None:
+    algo, state, metrics = walk_episode
     r = state.replay
     n = int(r.size)
     assert n >= 4
@@ -48,17 +57,19 @@ def test_true_rewards_and_private_dynamics_reach_the_replay_buffer(walk) -> None
     assert moved == pytest.approx(drift, rel=1e-5) and 0.6 <= drift <= 1.4 and drift != 1.0
 
 
-def test_user_q_network_clipped_per_transition_like_the_dense_path(walk) -> None:
+def test_user_q_network_clipped_per_transition_like_the_dense_path(walk, walk_episode) -> None:
     """σ = 0 (clip only): the user module's materialized per-transition clipping gives the
-    gradient the one-pass clipping gives for the same network (clip small enough to bind)."""
+    gradient the one-pass clipping gives for the same network (clip small enough to bind), on
+    the transitions of a walker episode."""
     cfg = _cfg(dp=True, noise_multiplier=0.0, clip=0.01)
     dense, user = DQN(cfg, task=walk), DQN(cfg, task=walk, model=QNet())
     assert dense.dense and not user.dense and user.model.dim == dense.model.dim
-    state, _ = jax.jit(dense.episode)(dense.init(jax.random.key(1)))
+    state = walk_episode[1]
+    assert int(state.replay.size) >= cfg.batch_size
     theta = dense.model.init(jax.random.key(2))
     key = jax.random.key(3)
-    g_dense = jax.jit(dense.gradient)(theta, state.target, state.replay, key)
-    g_user = jax.jit(user.gradient)(theta, state.target, state.replay, key)
+    both = jax.jit(lambda *args: (dense.gradient(*args), user.gradient(*args)))  # one program
+    g_dense, g_user = both(theta, state.target, state.replay, key)
     assert float(jnp.linalg.norm(g_dense)) > 1e-4
     np.testing.assert_allclose(np.asarray(g_user), np.asarray(g_dense), rtol=1e-4, atol=1e-7)
 
