@@ -61,7 +61,8 @@ def test_ghost_clipping_equals_per_example_clipping_and_is_per_example() -> None
 
     clipped = jax.jit(clipped_grad_sum, static_argnums=(2, 3))  # one program, not 121 ops
     got, norms = clipped(model.unravel(theta), x, losses, 0.5, rows)
-    ref, per_example = _per_example_reference(model, theta, x, actions, y, 0.5, rows)
+    reference = jax.jit(lambda *args: _per_example_reference(model, *args))  # one program
+    ref, per_example = reference(theta, x, actions, y, 0.5, rows)
     np.testing.assert_allclose(got, ref, rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(norms, jnp.linalg.norm(per_example, axis=1), rtol=1e-4)
     # Removing the huge example changes the sum by exactly its clipped gradient (norm 0.5):
