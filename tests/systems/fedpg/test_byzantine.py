@@ -45,7 +45,7 @@ def test_attacks_as_defined():
     honest = ~np.asarray(byz)
 
     def sent(name):
-        out = attack(_cfg(attack=name), mu, byz, BATCH, SCALE, key)
+        out = jax.jit(attack, static_argnums=0)(_cfg(attack=name), mu, byz, BATCH, SCALE, key)
         assert np.array_equal(out[honest], mu[honest])  # honest lanes untouched
         return out[np.asarray(byz)]
 
@@ -324,7 +324,7 @@ def test_privunit_radius_is_the_span_of_two_releases():
     u = jax.random.normal(jax.random.key(0), (D,))
     u = u / jnp.linalg.norm(u)
     x = jnp.concatenate([jnp.broadcast_to(u, (200, D)), jnp.broadcast_to(-u, (200, D))])
-    v = jax.vmap(mech.privatize)(jax.random.split(jax.random.key(2), 400), x).value
+    v = jax.jit(jax.vmap(mech.privatize))(jax.random.split(jax.random.key(2), 400), x).value
     assert float(jnp.max(jnp.linalg.norm(v[:200, None] - v[None, 200:], axis=-1))) <= thr
 
 
