@@ -45,7 +45,7 @@ def test_attacks_as_defined():
     honest = ~np.asarray(byz)
 
     def sent(name):
-        out = attack(_cfg(attack=name), mu, byz, BATCH, SCALE, key)
+        out = jax.jit(attack, static_argnums=0)(_cfg(attack=name), mu, byz, BATCH, SCALE, key)
         assert np.array_equal(out[honest], mu[honest])  # honest lanes untouched
         return out[np.asarray(byz)]
 
@@ -118,11 +118,13 @@ def test_filter_keeps_honest_noisy_agents_at_the_stated_epsilon(mechanism, epsil
     bare = FedPGConfig(robust="fedpg-br")
     thr, wide = filter_radii(cfg, D, BATCH, SCALE)
     thr0, wide0 = filter_radii(bare, D, BATCH, SCALE)
+    reports = jax.jit(lambda key: _honest_reports(cfg, key, rho))  # one program, 30 rounds
+    keep = jax.jit(fedpg_br_keep, static_argnums=3)
     dropped_bare = 0
     for r in range(30):
-        values = _honest_reports(cfg, jax.random.key(r), rho)
-        assert bool(fedpg_br_keep(values, thr, wide, cfg.byzantine_alpha).all()), r
-        dropped_bare += K - int(fedpg_br_keep(values, thr0, wide0, cfg.byzantine_alpha).sum())
+        values = reports(jax.random.key(r))
+        assert bool(keep(values, thr, wide, cfg.byzantine_alpha).all()), r
+        dropped_bare += K - int(keep(values, thr0, wide0, cfg.byzantine_alpha).sum())
     assert dropped_bare > 0
 
 
@@ -226,8 +228,8 @@ def test_random_action_attackers_play_uniformly_and_the_honest_follow_the_policy
     algo = FedPG(_cfg(attack="random-action"), model=AlwaysLeft())
     state = algo.init(jax.random.key(0))
     cen = algo.variant
-    plan = cen.plan(state, jax.random.key(1), jnp.asarray(True))
-    ep = cen.episodes(algo.source, plan)
+    plan = jax.jit(cen.plan)(state, jax.random.key(1), jnp.asarray(True))
+    ep = jax.jit(lambda p: cen.episodes(algo.source, p))(plan)
     byz = np.asarray(cen.byzantine_lanes(plan))
     played = np.asarray(ep.mask) > 0
     actions = np.asarray(ep.actions)
@@ -322,7 +324,7 @@ def test_privunit_radius_is_the_span_of_two_releases():
     u = jax.random.normal(jax.random.key(0), (D,))
     u = u / jnp.linalg.norm(u)
     x = jnp.concatenate([jnp.broadcast_to(u, (200, D)), jnp.broadcast_to(-u, (200, D))])
-    v = jax.vmap(mech.privatize)(jax.random.split(jax.random.key(2), 400), x).value
+    v = jax.jit(jax.vmap(mech.privatize))(jax.random.split(jax.random.key(2), 400), x).value
     assert float(jnp.max(jnp.linalg.norm(v[:200, None] - v[None, 200:], axis=-1))) <= thr
 
 
@@ -341,14 +343,19 @@ def test_filter_drops_loud_off_mechanism_attackers_and_keeps_honest_privunit_rep
     byz = jnp.arange(k) < n_byz
     g = jax.random.normal(jax.random.key(7), (D,))
     g = 0.5 * g / jnp.linalg.norm(g)
-    for r in range(20):
-        k_u, k_m = jax.random.split(jax.random.key(r))
+    @jax.jit  # one program for the 20 rounds
+    def round_of(key):
+        k_u, k_m = jax.random.split(key)
         mu = g + 0.3 * jax.random.normal(k_u, (k, D)) / math.sqrt(D)
         msg = attack(cfg, mu, byz, BATCH, SCALE, k_u)
         sent = forge(jax.vmap(mech.privatize)(jax.random.split(k_m, k), msg), byz, msg)
-        keep = np.asarray(fedpg_br_keep(sent.value, thr, wide, cfg.byzantine_alpha))
+        return sent.value, fedpg_br_keep(sent.value, thr, wide, cfg.byzantine_alpha)
+
+    for r in range(20):
+        value, keep = round_of(jax.random.key(r))
+        keep = np.asarray(keep)
         assert keep[n_byz:].all() and not keep[:n_byz].any(), r
-        assert float(jnp.dot(jnp.mean(sent.value, axis=0), g)) < -0.4 * 30 * 0.5
+        assert float(jnp.dot(jnp.mean(value, axis=0), g)) < -0.4 * 30 * 0.5
 
 
 def test_short_off_mechanism_run_records_the_forgery_and_drops_it(tmp_path):

@@ -7,8 +7,12 @@ tests/systems/fedpg/test_ray.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -47,13 +51,26 @@ class Forced(nn.Module):
         return nn.Dense(2)(obs) + 50.0 * jax.nn.one_hot((t % 3 != 2).astype(jnp.int32), 2)
 
 
-@pytest.fixture()
-def walkers(load_example) -> tuple[Task, Task]:
-    gx = load_example("byo_env")
-    load_example("byo_gymnasium")
-    env = gx.Walk()
-    return (Task(env, env.default_params, "byo_env:Walk", (DRIFT,)),
-            make_task("byo_gymnasium:Walk", [DRIFT]))
+@pytest.fixture(scope="module")
+def walkers(walk) -> Iterator[tuple[Task, Task]]:
+    """The twin walkers (conftest's `walk`, and examples/byo_gymnasium.py's, registered as its
+    module while this module runs), shared by the module's tests (read only)."""
+    spec = importlib.util.spec_from_file_location(
+        "byo_gymnasium", Path(__file__).parents[3] / "examples" / "byo_gymnasium.py")
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "byo_gymnasium", module)
+        spec.loader.exec_module(module)
+        yield walk, make_task("byo_gymnasium:Walk", [DRIFT])
+
+
+@pytest.fixture(scope="module")
+def dec(walkers) -> tuple[FedPGConfig, FedPG, FedPG, HostSource]:
+    """FedPG-Dec (Gaussian) on the gymnax and the Gymnasium walker, and the gymnax one's host
+    twin: shared by the Dec tests (read only), so that the pieces each jits compile once."""
+    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
+    jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
+    return cfg, jx, gym, _host_twin(jx)
 
 
 def _host_twin(algo: FedPG) -> HostSource:
@@ -119,15 +136,13 @@ def test_cen_round_on_the_host_is_the_jitted_round(walkers) -> None:
     _same(same, got, exact=True)
 
 
-def test_dec_round_on_the_host_is_the_jitted_round(walkers) -> None:
+def test_dec_round_on_the_host_is_the_jitted_round(dec) -> None:
     """FedPG-Dec's one round composed on the host (every node in turn: its draws, B_t
     episodes, μ_tᵏ, its own N_t SCSG steps, Gaussian release; then the push-sum step and
     mixing), with the jitted sampler's episodes, is its jitted program: the same state to
     float32 rounding. A finished trial (live False) is left unchanged; on the Gymnasium
     walker itself, the walker's true (negative) rewards are the round's returns."""
-    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
-    jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
-    host = _host_twin(jx)
+    _, jx, gym, host = dec
     state = jx.init(jax.random.key(1))
     mixing = jnp.asarray(jx.topology.matrix(0), jnp.float32)
     live = jnp.asarray(True)
@@ -150,15 +165,13 @@ def test_dec_round_on_the_host_is_the_jitted_round(walkers) -> None:
     assert np.abs(np.asarray(new.gossip.x - got.gossip.x)).max() > 1e-3
 
 
-def test_dec_node_update_on_the_host_is_the_jitted_node_update(walkers) -> None:
+def test_dec_node_update_on_the_host_is_the_jitted_node_update(dec) -> None:
     """A Ray node's round (`DecRound.node_update`: one node) composed on the host, with the
     jitted sampler's episodes, is the jitted `dec_node_update` (a Ray node's round on a
     gymnax task): the same draws, B_t episodes, μ_tᵏ, N_t SCSG steps and Gaussian release,
     for each node, with and without a secret noise key. On the Gymnasium walker itself
     (`dec_node_update` with its host source) the walker's rewards come back."""
-    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
-    jx, gym = FedPG(cfg, task=walkers[0]), FedPG(cfg, task=walkers[1])
-    host = _host_twin(jx)
+    cfg, jx, gym, host = dec
     state = jx.init(jax.random.key(1))
     z, env, keys, _ = jx.variant.inputs(state, jax.random.key(2))
     at = lambda tree, i: jax.tree_util.tree_map(lambda a: a[i], tree)  # noqa: E731
@@ -180,13 +193,12 @@ def test_dec_node_update_on_the_host_is_the_jitted_node_update(walkers) -> None:
     assert -24.0 <= float(upd.mean_return) <= -1.0
 
 
-def test_a_ray_nodes_host_update_is_its_part_of_the_local_host_round(walkers) -> None:
+def test_a_ray_nodes_host_update_is_its_part_of_the_local_host_round(dec) -> None:
     """On the Gymnasium walker, what a Ray node computes for round t (`dec_node_update` from
     its own z_k, optimizer state, private environment and key fold_in(fold_in(trial key, t),
     k), as privrl.systems.fedpg.ray does) is node k's part of the local round: the local round
     is those updates, then the push-sum step and mixing."""
-    cfg = _cfg(algorithm="dec", mechanism="gaussian", noise_multiplier=1.0, clip=1.0)
-    gym = FedPG(cfg, task=walkers[1])
+    cfg, _, gym, _ = dec
     state = gym.init(jax.random.key(1))
     mixing = jnp.asarray(gym.topology.matrix(0), jnp.float32)
     live = jnp.asarray(True)

@@ -40,8 +40,8 @@ def test_true_rewards_reach_the_episodes_and_the_gradient(walk) -> None:
     theta = algo.model.init(jax.random.key(0))
     thetas = jnp.stack([theta, theta])
     live = jnp.ones((2, 3), bool)
-    ep = algo.sample(thetas, algo.env_params_of(jax.random.key(1), jnp.arange(2)), live,
-                     jax.random.key(2))
+    ep = jax.jit(algo.sample)(thetas, algo.env_params_of(jax.random.key(1), jnp.arange(2)),
+                              live, jax.random.key(2))
     want = jnp.where(ep.actions == 1, -1.0, -2.0) * ep.mask  # the walker's rewards
     np.testing.assert_array_equal(np.asarray(ep.rewards), np.asarray(want))
     g, g_neg = jax.jit(algo.gradients)(thetas, ep), jax.jit(neg.gradients)(thetas, ep)
