@@ -91,11 +91,13 @@ def test_sweep_runs_its_settings_as_one_program_by_default(one_program_sweep):
 
 
 def test_resume_refuses_a_different_sweep(one_program_sweep, tmp_path):
-    """A finished sweep of 2 trials (a copy: the refusal must not touch it) resumed with 3."""
+    """A finished sweep of 2 trials (a copy: the refusal must not touch it) resumed with 3, every
+    other option TINY's."""
     path = tmp_path / "sweep"
     shutil.copytree(one_program_sweep[0], path)
-    rc = cli.main(["reproduce", "pgc-a3c", "--resume", str(path), "--trials", "3",
-                   "--no-progress"])
+    rc = cli.main(["reproduce", "pgc-a3c", "--resume", str(path), "--preset", "tuned",
+                   "--submissions", "300", "--mechanisms", "laplace", "--epsilon", "10",
+                   "--trials", "3", "--no-progress"])
     assert rc == 2
 
 
