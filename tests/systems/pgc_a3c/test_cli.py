@@ -1,5 +1,7 @@
 """The command line: one-line errors before any computation, run directories, reproducibility."""
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -201,13 +203,26 @@ def test_secure_noise_makes_a_float_safe_laplace_with_the_same_epsilon():
     assert noise_fields(record_mode(cfg.noise, cfg.secure_noise))["noise_keys"]["mode"] == "secure"
 
 
-def test_target_score_and_window_reach_config_summary_and_fst(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def tuned_prs_run(tmp_path_factory):
+    """One tuned-preset PRS run (ε = 5) with --reward env, --target-return 0 and
+    --score-window 5 (flags over the preset): the tests of the tuned preset's defaults and of the
+    target options both inspect it (one program compiled, not two). Returns (out, stdout)."""
+    out = tmp_path_factory.mktemp("tuned") / "tuned"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main(["run", "pgc-a3c", "--trials", "2", "--submissions", "50", "--out",
+                         str(out), "--no-progress", "--preset", "tuned", "--mechanism", "prs",
+                         "--epsilon", "5", "--reward", "env", "--target-return", "0",
+                         "--score-window", "5"]) == 0
+    return out, printed.getvalue()
+
+
+def test_target_score_and_window_reach_config_summary_and_fst(tuned_prs_run):
     """--target-return/--score-window are what the FST counts: a target of 0 is reached by the
     first window of CartPole returns (every episode lasts >= 1 step), so FST = 1 (μ_n is the
     forward window from n), and the window reaches metrics.csv's μ."""
-    out = _run(tmp_path, "t", "--target-return", "0", "--score-window", "5", "--epsilon", "10",
-               "--preset", "tuned", "--reward", "env")
-    printed = capsys.readouterr().out
+    out, printed = tuned_prs_run
     config = json.loads((out / "config.json").read_text())["config"]
     assert (config["target_score"], config["score_window"]) == (0.0, 5)
     assert (config["reward"], config["server_optimizer"]) == ("env", "adam")  # flag over preset
@@ -250,13 +265,15 @@ def test_non_private_run_says_so(tmp_path, capsys):
 def test_default_out_never_overwrites(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
-        assert cli.main(["run", "pgc-a3c", "--submissions", "18", "--no-progress"]) == 0
+        # the shape of `_run`'s runs: their program, compiled once in this module
+        assert cli.main(["run", "pgc-a3c", "--trials", "2", "--submissions", "50",
+                         "--no-progress"]) == 0
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert len(runs) == 2 and len(set(runs)) == 2
 
 
-def test_tuned_preset_from_cli(tmp_path, monkeypatch):
-    out = _run(tmp_path, "tuned", "--preset", "tuned", "--mechanism", "prs", "--epsilon", "5")
+def test_tuned_preset_from_cli(tuned_prs_run, tmp_path, monkeypatch):
+    out, _ = tuned_prs_run
     config = json.loads((out / "config.json").read_text())["config"]
     assert config["preset"] == "tuned" and config["server_optimizer"] == "adam"
     assert config["buffer_size"] == 10 and config["clip"] == 1.0  # tuned defaults for prs

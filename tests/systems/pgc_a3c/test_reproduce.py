@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -62,28 +63,41 @@ def test_sweep_writes_tables_plots_raw_and_resumes(tmp_path, monkeypatch):
     assert set(tables["success_ratio"]["laplace"]) == {10.0, math.inf}
 
 
-def test_sweep_runs_its_settings_as_one_program_by_default(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def one_program_sweep(tmp_path_factory):
+    """TINY swept by default (its settings as one program), recording which runner ran which
+    settings: one sweep that the tests below inspect (each compiles and runs the same program)."""
+    path = tmp_path_factory.mktemp("one-program-sweep")
     calls = []
     real = local.run_pgc_a3c_settings
-    monkeypatch.setattr(local, "run_pgc_a3c", lambda *a, **k: pytest.fail("ran alone"))
-    monkeypatch.setattr(local, "run_pgc_a3c_settings", lambda configs, **kw: (calls.append(
-        [c.mechanism for c in configs]), real(configs, **kw))[1])
-    rep.run_sweep(TINY, tmp_path, log=lambda m: None)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(local, "run_pgc_a3c", lambda *a, **k: pytest.fail("ran alone"))
+        m.setattr(local, "run_pgc_a3c_settings", lambda configs, **kw: (calls.append(
+            [c.mechanism for c in configs]), real(configs, **kw))[1])
+        rep.run_sweep(TINY, path, log=lambda m: None)
+    return path, calls
+
+
+def test_sweep_runs_its_settings_as_one_program_by_default(one_program_sweep):
+    path, calls = one_program_sweep
     assert calls == [["none", "laplace"]]
     for name in ("none-epsinf", "laplace-eps10"):
-        summary = json.loads((tmp_path / "settings" / name / "summary.json").read_text())
+        summary = json.loads((path / "settings" / name / "summary.json").read_text())
         assert summary["one_program"]["settings"] == 2 and summary["trials"] == 2
-        assert (tmp_path / "settings" / name / "scores.npz").is_file()
-    privacy = json.loads((tmp_path / "privacy.json").read_text())
+        assert (path / "settings" / name / "scores.npz").is_file()
+    privacy = json.loads((path / "privacy.json").read_text())
     assert privacy["laplace-eps10"]["ledger"]["per_agent_epsilon"]["max"] == 10.0
     assert privacy["none-epsinf"]["statement"].startswith("NO PRIVACY GUARANTEE")
 
 
-def test_resume_refuses_a_different_sweep(tmp_path):
-    rep.run_sweep(SweepConfig(preset="tuned", trials=1, cap=20, epsilons=(10.0,),
-                              mechanisms=("laplace",)), tmp_path, log=lambda m: None)
-    rc = cli.main(["reproduce", "pgc-a3c", "--resume", str(tmp_path), "--trials", "3",
-                   "--no-progress"])
+def test_resume_refuses_a_different_sweep(one_program_sweep, tmp_path):
+    """A finished sweep of 2 trials (a copy: the refusal must not touch it) resumed with 3, every
+    other option TINY's."""
+    path = tmp_path / "sweep"
+    shutil.copytree(one_program_sweep[0], path)
+    rc = cli.main(["reproduce", "pgc-a3c", "--resume", str(path), "--preset", "tuned",
+                   "--submissions", "300", "--mechanisms", "laplace", "--epsilon", "10",
+                   "--trials", "3", "--no-progress"])
     assert rc == 2
 
 
