@@ -122,6 +122,28 @@ def within(prefix: str) -> Iterator[None]:
         raise ConfigError(f"{prefix}.{e.field}", e.message) from None
 
 
+# --- fields declared once ----------------------------------------------------------------------
+
+def option(default: Any = dataclasses.MISSING, *, help: str, unit: str | None = None,
+           flag: str | None = None, cli: bool = True,
+           default_factory: Any = dataclasses.MISSING) -> Any:
+    """A config field declared once: its default, its help (what it is, in the user's words),
+    its unit, and the flag a command line gives it (None: the field's name, `_` as `-`;
+    `cli=False`: no flag, e.g. a probe's field). The CLI generates its options from these, so
+    a field's help is written here and nowhere else."""
+    meta = {"help": help, "unit": unit, "flag": flag, "cli": cli}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def field_flag(f: dataclasses.Field) -> str | None:
+    """The flag of a config field (`--learning-rate`), or None when it has none."""
+    if not f.metadata.get("cli", True):
+        return None
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
 # --- the Config base ---------------------------------------------------------------------------
 
 class Config:
