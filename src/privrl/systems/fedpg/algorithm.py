@@ -203,6 +203,13 @@ def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:
         cfg.robust, cfg.agents, int(cfg.byzantine_alpha * cfg.agents)))
 
 
+def _per_report(cfg: FedPGConfig) -> float:
+    """A pure mechanism's ε per release, as the resolved config's plan set it."""
+    if cfg.epsilon_per_report is None:
+        raise ValueError("resolve the config first (FedPGConfig.resolved)")
+    return cfg.epsilon_per_report
+
+
 def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                    ) -> Mechanism | DistributedGaussianMechanism:
     """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
@@ -210,7 +217,8 @@ def make_mechanism(cfg: FedPGConfig, dim: int | None = None
     if is_user_mechanism(cfg.mechanism):
         if dim is None:
             raise ValueError("a user's mechanism needs the input length: FedPG(cfg).mechanism")
-        return user_mechanism(cfg.mechanism, MechanismRequest(cfg.epsilon, 0.0, cfg.clip, dim))
+        return user_mechanism(cfg.mechanism, MechanismRequest(_per_report(cfg), 0.0, cfg.clip,
+                                                              dim))
     if cfg.mechanism == "distributed-gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")
@@ -220,11 +228,11 @@ def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                                             cfg.min_honest, cfg.sampling_rate, cfg.delta,
                                             cfg.accountant, adaptive)
     if cfg.mechanism == "laplace":
-        return LaplaceMechanism(cfg.epsilon, cfg.clip, secure=cfg.secure_noise)
+        return LaplaceMechanism(_per_report(cfg), cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism == "central-gaussian":  # the agents clip (L1, to C/2); the server noises
         return IdentityMechanism(cfg.clip)
     if cfg.mechanism in ("privunit", "privunitg"):
-        return unit_mechanism(cfg.mechanism, cfg.epsilon, cfg.clip)
+        return unit_mechanism(cfg.mechanism, _per_report(cfg), cfg.clip)
     if cfg.mechanism == "gaussian":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")

@@ -94,16 +94,18 @@ class CanaryFedPGAgent(CanaryAgentBase):
 def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0,
                 samples: int = 20_000, confidence: float = 0.95,
                 progress: Callable[[int, int], None] | None = None) -> list[AuditResult]:
-    """One end-to-end audit per ε (`config.epsilon` set to each: Laplace's per-release ε, or
-    Gaussian's per-agent budget over the run, for which σ is calibrated); with
+    """One end-to-end audit per ε (a pure mechanism's `epsilon_per_report`, one release's ε;
+    or Gaussian's `epsilon`, the per-agent total over the run, for which σ is calibrated); with
     `config.robust` the attacker sees the robust rule's μ_t over K agents' reports."""
     check_audit_settings(samples, confidence)
     agents = []
     keys = jax.random.split(jax.random.key(seed), 2 * len(epsilons))
+    field = "epsilon_per_report" if config.pure_mechanism else "epsilon"
     for i, e in enumerate(epsilons):  # every setting validated before any draw
         positive("epsilons", e)
-        agents.append(CanaryFedPGAgent(replace(config, epsilon=float(e),
-                                               noise_multiplier=None), keys[2 * i]))
+        agents.append(CanaryFedPGAgent(replace(config, epsilon=None, epsilon_per_report=None,
+                                               noise_multiplier=None, **{field: float(e)}),
+                                       keys[2 * i]))
     results = []
     for i, agent in enumerate(agents):
         results.append(audit_mechanism(agent, key=keys[2 * i + 1], samples=samples,

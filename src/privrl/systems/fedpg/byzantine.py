@@ -163,7 +163,7 @@ def noise_radius(cfg: FedPGConfig, dim: int) -> float:
     if mech == "gaussian":
         return cfg.noise_multiplier * cfg.clip * (math.sqrt(dim) + math.sqrt(v))
     if mech == "laplace":
-        b = cfg.clip / cfg.epsilon
+        b = cfg.clip / cfg.epsilon_per_report
         return b * math.sqrt(2 * dim + math.sqrt(20 * dim * (2 * k / delta - 1)))
     if mech == "privunit":
         return cfg.clip * (1.0 / _privunit_scale(cfg, dim) + 1.0)
@@ -203,4 +203,4 @@ def filter_radii(cfg: FedPGConfig, dim: int, batch: Array, scale: Array
 
 def _privunit_scale(cfg: FedPGConfig, dim: int) -> float:
     """m, PrivUnit's calibration scale at ε in d = `dim` (a release's norm is at most C/m)."""
-    return unit_mechanism("privunit", cfg.epsilon, cfg.clip).calibration(dim).scale
+    return unit_mechanism("privunit", cfg.epsilon_per_report, cfg.clip).calibration(dim).scale

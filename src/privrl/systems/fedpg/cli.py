@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -71,57 +70,27 @@ _FEDPG_MECHANISM_HELP = (
 
 
 def _fedpg_config(algorithm: str, preset: str, epsilon_per_report: float | None = None,
-                  enforce_total: bool = True, **options: object) -> FedPGConfig:
-    """The run's config. `epsilon` is each agent's total over the run; a pure ε-LDP mechanism
-    (laplace, privunit, privunitg) releases once per round, so its config's `epsilon` (per
-    release) is split over the most rounds the episode budget allows (`per_release_epsilon`)
-    and, with `enforce_total`, the ledger enforces the total as `epsilon_budget`. `preset`'s
+                  **options: object) -> FedPGConfig:
+    """The run's config: --epsilon is each agent's total over the run (the config's
+    `epsilon`), --epsilon-per-report a pure mechanism's ε per release (its
+    `epsilon_per_report`); the privacy plan (`FedPGConfig.privacy_plan`) reads them. `preset`'s
     fields are overridden only by the options given (not None)."""
     from privrl.config import ConfigError
-    from privrl.systems.fedpg.config import FedPGConfig, is_pure_mechanism
+    from privrl.systems.fedpg.config import FedPGConfig
 
     eps = options.get("epsilon")
-    for flag, value in (("--epsilon", eps), ("--epsilon-per-report", epsilon_per_report)):
-        if isinstance(value, float) and math.isinf(value):
-            raise ConfigError(flag, "ε must be finite; use --mechanism none for no privacy")
     if eps is not None and options.get("noise_multiplier") is not None:
         raise ConfigError("--noise-multiplier", "give either --epsilon (σ is calibrated) or "
                                                 "--noise-multiplier, not both")
-    pure = is_pure_mechanism(str(options.get("mechanism")))  # ε per release
-    if epsilon_per_report is not None:
-        if not pure:
-            raise ConfigError("--epsilon-per-report", "only laplace, privunit and privunitg "
-                              "release a per-report ε; give --epsilon (each agent's total)")
-        if eps is not None:
-            raise ConfigError("--epsilon-per-report", "give either --epsilon (each agent's "
-                              "total over the run) or --epsilon-per-report, not both")
-        options["epsilon"] = epsilon_per_report
-    elif pure and eps is not None:
-        if options.get("epsilon_budget") is not None:
-            raise ConfigError("--epsilon-budget", "--epsilon is already each agent's total "
-                              "budget; a separate cap goes with --epsilon-per-report")
-        cfg = FedPGConfig.from_preset(preset, algorithm=algorithm, **options).resolved()
-        options["epsilon"] = per_release_epsilon(cfg)
-        if enforce_total:
-            options["epsilon_budget"] = eps
-    cfg = FedPGConfig.from_preset(preset, algorithm=algorithm, **options).resolved()
+    if epsilon_per_report is not None and eps is not None:
+        raise ConfigError("--epsilon-per-report", "give either --epsilon (each agent's "
+                          "total over the run) or --epsilon-per-report, not both")
+    cfg = FedPGConfig.from_preset(preset, algorithm=algorithm,
+                                  epsilon_per_report=epsilon_per_report, **options).resolved()
     from privrl.systems.fedpg.algorithm import FedPG
 
     # The task's episode and target filled in; a bad --env/--private fails here, first.
     return FedPG(cfg).config
-
-
-def per_release_epsilon(cfg: FedPGConfig) -> float:
-    """Each release's ε when `cfg.epsilon` is an agent's total: ε/R over the R rounds the
-    episode budget allows at most, or with budget_composition "optimal" the largest ε_0 whose
-    R-fold optimal composition is (ε, δ)-DP. An agent releases at most once per round, so its
-    releases compose to at most the total."""
-    rounds = cfg.max_rounds()
-    if cfg.budget_composition == "basic":
-        return cfg.epsilon / rounds
-    from privrl.privacy.accounting import calibrate_pure_epsilon
-
-    return calibrate_pure_epsilon(cfg.epsilon, rounds, cfg.delta)
 
 
 def _fedpg_common(
@@ -474,7 +443,7 @@ def run_fedpg_dec_command(
         raise ConfigError("--runtime", "FedPG-Dec cannot run on Flower: its nodes exchange "
                           "push-sum shares peer to peer, and Flower carries messages only "
                           "between the ServerApp and each SuperNode (use local or ray)")
-    cfg = _fedpg_config("dec", preset, epsilon_per_report, runtime is Runtime.local,
+    cfg = _fedpg_config("dec", preset, epsilon_per_report,
                         topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,
                         **_fedpg_common(

@@ -17,21 +17,24 @@ from privrl.config import (
     in_range,
     integer,
     one_of,
+    option,
     other_field,
     positive,
 )
 from privrl.envs.cartpole import CartPoleSpec
 from privrl.federation.topology import TOPOLOGIES, Topology, TopologyError, make_topology
 from privrl.nets.heads import LOG_STDS
-from privrl.privacy.accounting import (
-    ACCOUNTANTS,
-    DEFAULT_ACCOUNTANT,
-    CalibrationError,
-    calibrate_noise_multiplier,
-    optimal_composition_admits,
-)
+from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.ledger import COMPOSITIONS
 from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.plan import (
+    PlanError,
+    PrivacyPlan,
+    PrivacyRequest,
+    no_privacy,
+    plan_gaussian,
+    plan_pure,
+)
 from privrl.privacy.user import is_user_mechanism
 from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 
@@ -73,12 +76,17 @@ class FedPGConfig(Config):
     `budget` is the number of episodes each agent samples (B_t plus, for Cen, the server's
     N_t·b, so that Cen, Dec and a single agent are compared at equal samples per learner).
     `inner_steps` None draws N_t ~ Geom(b/(B_t+b)) on {1, 2, ...}; an integer fixes it (SVRPG).
-    Privacy (what each agent sends, once per round): laplace, privunit, privunitg: `epsilon`
-    per release (pure ε-LDP), composed by the ledger; gaussian: L2 clip `clip` and
-    `noise_multiplier` σ (noise std σ·clip), or instead `epsilon` = each agent's total budget
-    at `delta` over the run, for which σ is calibrated over the most rounds the budget allows,
-    by `accountant` (pld: the exact analytic Gaussian composition; rdp: RDP), the one that also
-    states the run's ε. distributed-gaussian (Cen only): user-level central DP; every agent
+    Privacy (what each agent sends, once per round; the request is read by
+    privrl.privacy.plan, `privacy_plan()`): `epsilon` is always each agent's TOTAL ε over the
+    run. laplace, privunit, privunitg (pure ε-LDP per release, composed by the ledger): the
+    total is split over the most rounds the episode budget allows (ε/R, or by the optimal
+    composition with `budget_composition` "optimal"; `resolved()` fills in
+    `epsilon_per_report`) and the ledger enforces it; or give `epsilon_per_report` (one
+    release's ε) instead, capped by `epsilon_budget` if given. gaussian: L2 clip `clip` and
+    `noise_multiplier` σ (noise std σ·clip), or instead `epsilon` at `delta`, for which σ is
+    calibrated over the most rounds the budget allows, by `accountant` (pld: the exact
+    analytic Gaussian composition; rdp: RDP), the one that also states the run's ε.
+    distributed-gaussian (Cen only): user-level central DP; every agent
     clips its μ_tᵏ to `clip` and adds a share of the noise, the server sees only the sum,
     which carries N(0, σ²C²I) (σ = `noise_multiplier`, or calibrated from `epsilon` at
     `delta` for the most rounds the budget allows); each agent takes part in a round with
@@ -117,7 +125,11 @@ class FedPGConfig(Config):
     trials: int = 1
     seed: int = 0
     mechanism: str = "none"
-    epsilon: float | None = None
+    epsilon: float | None = None  # each agent's total over the run, for every mechanism
+    epsilon_per_report: float | None = option(
+        None, help="laplace, privunit, privunitg, instead of --epsilon: the ε of each release "
+        "(> 0, finite); the ledger composes an agent's releases (cap them with "
+        "--epsilon-budget).", unit="ε")
     clip: float | None = None
     noise_multiplier: float | None = None  # gaussian only
     delta: float = 1e-5  # gaussian; laplace: δ of the optimal composition (stated, or budget)
@@ -272,59 +284,54 @@ class FedPGConfig(Config):
             integer("window", self.window)
 
     def _check_mechanism(self) -> None:
-        """The mechanism's parameters: none takes no ε; a pure ε-LDP mechanism ε per release
-        and a clip; an accounted one ε (total per agent) or σ, a clip and δ."""
-        if self.mechanism == "none":
-            if self.epsilon is not None:
-                fail("epsilon", "no mechanism (mechanism='none') has no ε; "
-                                "drop epsilon or choose a mechanism")
-        elif self.pure_mechanism:
-            if self.epsilon is None:
-                fail("epsilon", f"required with mechanism={self.mechanism!r} (ε per release, "
-                                "> 0)")
-            if self.noise_multiplier is not None:
-                fail("noise_multiplier", "only the gaussian mechanism takes it")
-            positive("epsilon", self.epsilon)
+        """The mechanism's parameters: the privacy request, as the plan reads it (none takes
+        no ε; a pure ε-LDP mechanism a total or per-report ε; an accounted one a total ε or
+        σ, and δ), and the clip."""
+        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
+        self.privacy_plan(calibrate=False)
+        if self.mechanism != "none":
             positive("clip", self.clip)
-        else:
-            # σ given: it is used (ε, if also given, was the target it was calibrated for).
-            if self.epsilon is None and self.noise_multiplier is None:
-                fail("epsilon", f"the {self.mechanism} mechanism needs epsilon (total per "
-                                "agent) or noise_multiplier")
-            if self.epsilon is not None:
-                positive("epsilon", self.epsilon)
-            if self.noise_multiplier is not None:
-                positive("noise_multiplier", self.noise_multiplier)
-            positive("clip", self.clip)
-            if not isinstance(self.delta, float):
-                fail("delta", f"must be in (0, 1), got {self.delta!r}")
-            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        if self.mechanism not in ACCOUNTED_MECHANISMS and self.noise_multiplier is not None:
-            fail("noise_multiplier", "only the gaussian and distributed-gaussian mechanisms "
-                                     "take it")
+            if self.pure_mechanism and self.budget_composition == "optimal":
+                in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+
+    def privacy_request(self) -> PrivacyRequest:
+        """The user's privacy request in this config (privrl.privacy.plan)."""
+        return PrivacyRequest(self.epsilon, self.epsilon_per_report, self.noise_multiplier,
+                              self.delta, self.epsilon_budget, self.budget_composition,
+                              self.accountant)
+
+    def privacy_plan(self, calibrate: bool = True) -> PrivacyPlan:
+        """What the request means for this run (privrl.privacy.plan): each release's ε or σ
+        (`calibrate` False: σ only if given), and each agent's ledger on every runtime. An
+        agent releases at most once per round, at most `max_rounds()` rounds."""
+        req, rounds = self.privacy_request(), self.max_rounds()
+        try:
+            if self.mechanism == "none":
+                return no_privacy(req, rounds)
+            if self.pure_mechanism:
+                return plan_pure(req, rounds)
+            if not calibrate and self.noise_multiplier is None:
+                req = replace(req, noise_multiplier=1.0)  # checks the request only
+            if self.mechanism == "distributed-gaussian":
+                # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
+                return plan_gaussian(req, self.calibration_rounds(), self.sampling_rate)
+            if self.mechanism == "central-gaussian":
+                # The noise is z·S with S the rule's own sensitivity: σ is the accountant's z.
+                return plan_gaussian(req, rounds)
+            # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
+            # 2·clip, so the mechanism's σ (std / clip) is twice it.
+            return plan_gaussian(req, rounds, sensitivity=2.0)
+        except PlanError as e:
+            fail(e.field, e.message)
 
     def _check_epsilon_budget(self) -> None:
-        """The ledger's cap (pure ε-LDP mechanisms only): positive, and it affords a release."""
-        one_of("budget_composition", self.budget_composition, COMPOSITIONS)
-        if not self.pure_mechanism:
-            if self.epsilon_budget is not None:
-                fail("epsilon_budget", "only the pure ε-LDP mechanisms (laplace, privunit, "
-                                       "privunitg) take it (gaussian: epsilon is already each "
-                                       "agent's total, composed by accountant)")
-            if self.budget_composition != "basic":
-                fail("budget_composition", "composes pure ε-LDP releases: laplace, privunit "
-                                           "or privunitg only (gaussian releases compose by "
-                                           "accountant)")
-        if self.epsilon_budget is not None:
-            positive("epsilon_budget", self.epsilon_budget)
-        if self.pure_mechanism and self.budget_composition == "optimal":
-            in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        if self.pure_mechanism and self.epsilon_budget is not None and not (
-                optimal_composition_admits(self.epsilon, 1, self.epsilon_budget, self.delta)
-                if self.budget_composition == "optimal"
-                else self.epsilon <= self.epsilon_budget):
-            fail("epsilon_budget", f"{self.epsilon_budget:g} cannot afford one release of "
-                                   f"ε = {self.epsilon:g}: nothing would be released")
+        """The ledger's cap (pure ε-LDP mechanisms only; the plan checks it affords a
+        release)."""
+        if not self.pure_mechanism and self.mechanism != "none":
+            return  # the plan refused a cap or a composition for the Gaussian mechanisms
+        if self.mechanism == "none" and self.budget_composition != "basic":
+            fail("budget_composition", "composes pure ε-LDP releases: laplace, privunit or "
+                                       "privunitg only")
 
     def _check_task(self) -> None:
         """The default CartPole's gravities, which no other task takes."""
@@ -470,7 +477,9 @@ class FedPGConfig(Config):
                                   "than one agent would take part in a round on average")
 
     def resolved(self) -> FedPGConfig:
-        """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
+        """Validated, with the plan's per-release parameter filled in: a pure mechanism's
+        `epsilon_per_report` (split from the total), an accounted one's `noise_multiplier`
+        (calibrated from ε)."""
         self.validate()
         if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
             return replace(self, sampling_rate=min(1.0, DEFAULT_PARTICIPANTS / self.agents)
@@ -478,33 +487,15 @@ class FedPGConfig(Config):
         if self.adaptive_clip and self.clip_count_stddev is None:
             return replace(self, clip_count_stddev=self.sampling_rate * self.agents / 20
                            ).resolved()
+        if self.pure_mechanism and self.epsilon_per_report is None:
+            return replace(self, epsilon_per_report=self.privacy_plan().epsilon_per_report)
         if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
             self._check_count_stddev()
             return self
-        if self.mechanism == "central-gaussian":
-            # The noise is z·S with S the rule's own sensitivity: σ is the accountant's z.
-            try:
-                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
-                                               kind=self.accountant)
-            except CalibrationError as e:
-                fail("epsilon", str(e))
-            return replace(self, noise_multiplier=z).resolved()
-        if self.mechanism == "distributed-gaussian":
-            # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
-            try:
-                z = calibrate_noise_multiplier(self.epsilon, self.delta, self.calibration_rounds(),
-                                               self.sampling_rate, kind=self.accountant)
-            except CalibrationError as e:
-                fail("epsilon", str(e))
-            return replace(self, noise_multiplier=z).resolved()
-        try:
-            # The accountant's multiplier is std / sensitivity; the L2 ball's sensitivity is
-            # 2·clip, so the mechanism's σ (std / clip) is twice it.
-            z = calibrate_noise_multiplier(self.epsilon, self.delta, self.max_rounds(),
-                                           kind=self.accountant)
-        except CalibrationError as e:
-            fail("epsilon", str(e))
-        return replace(self, noise_multiplier=2.0 * z)
+        sigma = self.privacy_plan().noise_multiplier
+        if self.mechanism == "gaussian":
+            return replace(self, noise_multiplier=sigma)
+        return replace(self, noise_multiplier=sigma).resolved()
 
     def _check_count_stddev(self) -> None:
         """Adaptive clipping splits σ into z_Δ and σ_b: possible only if 2σ_b > σ."""
@@ -521,8 +512,9 @@ class FedPGConfig(Config):
 # Settings run as one program (`FedPG.for_settings`) may differ in these fields only: their
 # mechanisms (none, laplace, gaussian) as per-trial data, Dec's graph as each trial's mixing
 # matrix, and what the host decides (ledger budgets, accountant).
-SETTING_FIELDS = ("mechanism", "epsilon", "clip", "noise_multiplier", "delta", "accountant",
-                  "topology", "window", "epsilon_budget", "budget_composition")
+SETTING_FIELDS = ("mechanism", "epsilon", "epsilon_per_report", "clip", "noise_multiplier",
+                  "delta", "accountant", "topology", "window", "epsilon_budget",
+                  "budget_composition")
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
 # The families every program of FedPG settings computes, and every run that could join one:
 # the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).

@@ -441,60 +441,62 @@ class FlowerCenRun:
     wall_seconds: float
 
     def privacy(self) -> dict[str, Any]:
-        """privacy.json's statement: the user-level (ε, δ) of the rounds run, and the
-        assumptions it rests on; under a local mechanism, the local runner's statement of the
-        Reports the server accepted (`report_privacy`)."""
+        """privacy.json, written by the record code every runtime uses: under the secure sum
+        the facts of the user-level (ε, δ) of the rounds run (`secure_sum_facts`); under a
+        local mechanism, the local runner's record of the Reports the server accepted
+        (`report_privacy`)."""
         m = self.mechanism
         if m is None:
             return report_privacy(self)
+        from privrl.privacy.noise import noise_fields, record_mode
+        from privrl.privacy.record import privacy_record
+
         fewest = min((r["agents_in_sum"] for r in self.rounds if "halted" not in r),
                      default=None)
-        return {
-            "parties": "each SuperNode (its agents) in a trust domain of its own; the "
-                       "aggregator's ServerApp and the server's learner in the server "
-                       "operator's",
-            "guarantee": {"epsilon": m.epsilon(len(self.rounds)), "delta": m.delta,
-                          "notion": "(ε, δ)-DP, central, user level (an agent's whole data), "
-                                    "zero-out neighbours",
-                          "rounds": len(self.rounds),
-                          "min_honest_surviving_agents": m.min_honest},
-            "assumptions": (
-                f"SecAgg+ reveals a round's sum only when >= {self.threshold} of the "
-                f"{self.nodes} SuperNodes survive, which hold >= {m.min_honest} agents; at "
-                f"least {m.min_honest} of the agents in every revealed sum are honest (do not "
-                "collude with the server); the server follows the protocol (honest but "
-                "curious)."),
-            "fewest_agents_in_a_revealed_sum": fewest,
-            "mechanism": m.record(len(self.rounds)),
-        }
+        cfg = self.config
+        return privacy_record(
+            secure_sum_facts(self), mechanism=m.record(len(self.rounds)), fields={
+                "min_honest_surviving_agents": m.min_honest,
+                "fewest_agents_in_a_revealed_sum": fewest,
+                **noise_fields(record_mode(cfg.noise, cfg.secure_noise, "secret"))})
+
+
+def secure_sum_facts(run: FlowerCenRun) -> Any:
+    """The facts of a secure-sum run's privacy.json: each agent's user-level (ε, δ) over the
+    rounds run, its round budget, and whom it trusts."""
+    from privrl.privacy.noise import record_mode
+    from privrl.privacy.record import Budget, Claim, Facts, Releases, Trust
+
+    cfg, m, n = run.config, run.mechanism, len(run.rounds)
+    return Facts(
+        Claim(m.epsilon(n), m.delta, "DP", "central, user level: the aggregator sees only the "
+              "secure sum", "one agent's whole data (every update it sends over the run)",
+              f"two zCDP bounds over {n} rounds", m.record(n)["accounting"]),
+        releases=Releases(f"each of the K = {cfg.agents} agents", "its μ_tᵏ clipped to L2 norm "
+                          f"C = {cfg.clip:g}, rounded to the grid, plus its discrete Gaussian "
+                          f"noise share, modulo 2^{m.bits}, masked by SecAgg+",
+                          "the distributed discrete Gaussian mechanism (Kairouz, Liu & Steinke "
+                          "2021)", n, None, m.delta, "DP"),
+        budget=Budget(cfg.epsilon, cfg.delta, f"each agent counts its rounds: at most the "
+                      f"{cfg.calibration_rounds()} σ is calibrated for", "an agent refuses a "
+                      "round beyond it, whatever the server asks"),
+        trust=Trust(f"SecAgg+ reveals a round's sum only when >= {run.threshold} of the "
+                    f"{run.nodes} SuperNodes survive, which hold >= {m.min_honest} agents; at "
+                    f"least {m.min_honest} of the agents in every revealed sum are honest (do "
+                    "not collude with the server); the server follows the protocol (honest but "
+                    "curious)", "the server's optimizer steps"),
+        not_protected="the server's own SCSG episodes (its own data)",
+        noise=record_mode(cfg.noise, cfg.secure_noise, "secret"))
 
 
 def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
     """privacy.json of a run under a local mechanism: the local runner's record
-    (privrl.systems.fedpg.local.privacy_record: the per-agent LDP guarantee composed over the
-    Reports each agent released, by its ledger or accountant) of the Reports the server
-    accepted, each charged to a ledger as the agents charged theirs."""
-    from privrl.privacy.record import mechanism_record
-    from privrl.systems.fedpg.local import FedPGRun, account, budget_ledger, privacy_record
+    (privrl.systems.fedpg.local.privacy_record) of the Reports the server accepted, each
+    charged to the plan's ledger as the agents charged theirs."""
+    from privrl.systems.fedpg.local import Released, privacy_record
 
-    cfg = run.config
-    algo = settings_algorithm([cfg]).settings[0]
-    ledger = budget_ledger(cfg)
-    for r in run.rounds:
-        if r["accepted_agents"]:
-            ledger.charge(np.asarray(r["accepted_agents"]), algo.mechanism.guarantee)
-    most = max((ledger.reports_of(a) for a in range(cfg.agents)), default=0)
-    col = lambda k: np.array([[float(r[k]) for r in run.rounds]])  # noqa: E731
-    used = run.rounds[-1]["used"] if run.rounds else 0
-    return privacy_record(FedPGRun(
-        config=cfg, mean_return=np.full((1, len(run.rounds)), np.nan),
-        used_before=col("used") - col("batch") - cfg.minibatch * col("inner_steps"),
-        batch=col("batch"), inner_steps=col("inner_steps"),
-        used=np.full((1, cfg.agents), used, np.int64), episodes_played=0, ledger=ledger,
-        mechanism=mechanism_record(algo.mechanism, algo.dim), topology=None,
-        wall_seconds=run.wall_seconds, compile_seconds=0.0, rounds_run=len(run.rounds),
-        releases=np.array([most]), accounting=account(algo, most),
-        z=np.asarray(run.theta)[None, None]))
+    algo = settings_algorithm([run.config]).settings[0]
+    return privacy_record(Released.charged(algo, [r["accepted_agents"] for r in run.rounds]))
 
 
 def record(run: FlowerCenRun) -> Any:
@@ -511,6 +513,7 @@ def record(run: FlowerCenRun) -> Any:
     guarantee = privacy["guarantee"] or {"epsilon": None, "delta": None}  # none: no guarantee
     summary = {
         "label": f"FedPG-Cen on Flower ({'secure sum' if summed else cfg.mechanism})",
+        "privacy": privacy["headline"],
         "agents": cfg.agents, "supernodes": run.nodes, "threshold": run.threshold,
         "rounds": len(rounds), "episodes_per_agent": rounds[-1]["used"] if rounds else 0,
         "final_server_mean_length": rounds[-1]["server_mean_length"] if rounds else None,

@@ -105,17 +105,43 @@ class FedPGRun(SavesRunDir):
     def record(self) -> RunRecord:
         return record(self)
 
+    def released(self) -> Released:
+        """What its agents released (privacy.json's facts)."""
+        return Released(self.config, self.mechanism, self.ledger, self.releases,
+                        self.accounting, self.final_clip)
+
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
-    """The ledger of a run: it records every release (charged before it is made) and, with
-    `epsilon_budget`, refuses a round beyond it, by basic composition (pure ε) or the optimal
-    one ((ε, δ) at `delta`). Without a budget the episode budget bounds the releases."""
-    budget = math.inf if cfg.epsilon_budget is None else cfg.epsilon_budget
-    if cfg.budget_composition == "optimal":
-        return PrivacyLedger(budget, cfg.delta, "optimal")
-    if cfg.epsilon_budget is not None:
-        return PrivacyLedger(budget)
-    return PrivacyLedger(math.inf, 1.0)  # records only
+    """Each agent's ledger, on every runtime: the privacy plan's (`FedPGConfig.privacy_plan`);
+    it records every release (charged before it is made) and refuses one beyond the cap."""
+    return cfg.privacy_plan().ledger()
+
+
+@dataclass(frozen=True)
+class Released:
+    """What the agents of a FedPG run released, on whichever runtime ran it: all privacy.json
+    is written from (`privacy_record`). `releases`: (trials,) the reports each agent of a trial
+    released; `accounting`: the Gaussian mechanisms' account of the most releases."""
+
+    config: FedPGConfig
+    mechanism: dict[str, Any]
+    ledger: PrivacyLedger
+    releases: np.ndarray
+    accounting: dict[str, Any] | None
+    final_clip: np.ndarray | None = None
+
+    @classmethod
+    def charged(cls, algo: FedPG, accepted: list[list[int]]) -> Released:
+        """Released by one trial's agents whose reports were accepted as `accepted` lists
+        (agent ids, one list per round), charged to the plan's ledger as the agents charged
+        theirs."""
+        ledger = budget_ledger(algo.config)
+        for ids in accepted:
+            if ids:
+                ledger.charge(np.asarray(ids), algo.mechanism.guarantee)
+        most = max((ledger.reports_of(a) for a in range(algo.config.agents)), default=0)
+        return cls(algo.config, mechanism_record(algo.mechanism, algo.dim), ledger,
+                   np.array([most]), account(algo, most))
 
 
 def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
@@ -399,10 +425,12 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
     reach = episodes_to_target(run)
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
     steady = max(run.wall_seconds - run.compile_seconds, 1e-9)
-    budget = {} if cfg.epsilon_budget is None else {
-        "epsilon_budget_per_agent": cfg.epsilon_budget,
+    cap = cfg.privacy_plan().cap
+    budget = {} if cap is None else {
+        "epsilon_budget_per_agent": cap,
         "budget_composition": cfg.budget_composition,
-        "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
+        "trials_ended_by_privacy_budget": (None if run.privacy_budget_spent is None
+                                           else int(np.sum(run.privacy_budget_spent)))}
     adaptive = {} if run.final_clip is None else {
         "initial_clip": cfg.clip, "final_clip": [round(float(c), 4) for c in run.final_clip]}
     if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None:
@@ -469,10 +497,11 @@ def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
     return out
 
 
-def privacy_facts(run: FedPGRun) -> Facts:
+def privacy_facts(run: Released | FedPGRun) -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): the
     whole run's guarantee per agent, one release's ε labelled per release, the other
     composition beside it, the budget, the shuffle and who must be trusted."""
+    run = run.released() if isinstance(run, FedPGRun) else run
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
@@ -547,9 +576,11 @@ def privacy_facts(run: FedPGRun) -> Facts:
             releases=replace(one, mechanism=f"the Gaussian mechanism (L2 clip {cfg.clip:g}, "
                                             f"noise std {cfg.noise_multiplier:g}·clip)"),
             also=[basic], trust=trust, not_protected=server, noise=noise)
-    composed = pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
+    plan = cfg.privacy_plan()
+    composed = pure_composition_record(plan.epsilon_per_report, most, cfg.delta,
+                                       cfg.budget_composition)
     claim, also, budget = pure_ldp(composed, local, unit, "a trial whose agents could not "
-                                   "afford another round ended there", cfg.epsilon_budget)
+                                   "afford another round ended there", plan.cap)
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
                  shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
@@ -557,12 +588,15 @@ def privacy_facts(run: FedPGRun) -> Facts:
                  noise=noise)
 
 
-def privacy_record(run: FedPGRun) -> dict[str, Any]:
-    """privacy.json: the composed statement, the mechanism, each agent's releases, the
-    ledger's composition and, for the Gaussian mechanisms, the accountant's account."""
+def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
+    """privacy.json, for a run on any runtime (what its agents released): the composed
+    statement, the mechanism, each agent's releases, the ledger's composition and, for the
+    Gaussian mechanisms, the accountant's account."""
+    run = run.released() if isinstance(run, FedPGRun) else run
     cfg = run.config
     most = int(run.releases.max())
-    composed = (pure_composition_record(cfg.epsilon, most, cfg.delta, cfg.budget_composition)
+    composed = (pure_composition_record(cfg.epsilon_per_report, most, cfg.delta,
+                                        cfg.budget_composition)
                 if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
     ledger = run.ledger
@@ -584,7 +618,7 @@ def privacy_record(run: FedPGRun) -> dict[str, Any]:
             **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
 
-def robust_record(run: FedPGRun) -> dict[str, Any]:
+def robust_record(run: Released) -> dict[str, Any]:
     """A robust rule's place in the guarantee: post-processing of the released reports (under
     central-gaussian the rule runs before the noise, and its sensitivity sets the noise)."""
     cfg = run.config
@@ -601,7 +635,7 @@ def robust_record(run: FedPGRun) -> dict[str, Any]:
         "byzantine_alpha": cfg.byzantine_alpha}}
 
 
-def distributed_release(run: FedPGRun, m: int) -> str:
+def distributed_release(run: Released, m: int) -> str:
     """distributed-gaussian: what one agent sends in a round (with adaptive clipping, its clip
     bit too), and the noise the secure sum carries."""
     cfg = run.config
@@ -623,7 +657,7 @@ def distributed_release(run: FedPGRun, m: int) -> str:
             f"(z_Δ⁻² + (2σ_b)⁻²)^(−1/2) = {cfg.noise_multiplier:.6g} whatever C_t is")
 
 
-def adaptive_clip_record(run: FedPGRun) -> dict[str, Any]:
+def adaptive_clip_record(run: Released) -> dict[str, Any]:
     """privacy.json's `adaptive_clip`: the split of σ and the clip rule (or nothing)."""
     cfg = run.config
     if not cfg.adaptive_clip:
@@ -648,7 +682,7 @@ def adaptive_clip_record(run: FedPGRun) -> dict[str, Any]:
                            "privacy cost"}}
 
 
-def trust_model(run: FedPGRun) -> dict[str, Any]:
+def trust_model(run: Released) -> dict[str, Any]:
     """distributed-gaussian: how the guarantee degrades as agents drop out or collude (the
     noise multiplier that the honest agents' shares alone carry, and its ε over the run)."""
     cfg = run.config
@@ -680,7 +714,7 @@ def trust_model(run: FedPGRun) -> dict[str, Any]:
         "by_dropouts": rows}}
 
 
-def shuffle_account(run: FedPGRun) -> dict[str, Any] | None:
+def shuffle_account(run: Released) -> dict[str, Any] | None:
     """The shuffle model's central account (`shuffle`, fedpg-cen with a pure mechanism): every
     round's batch is the K agents' reports (all K release in every round a trial runs), each
     agent one report per round; an agent's rounds compose basically (privrl.privacy.shuffle).
@@ -695,7 +729,7 @@ def shuffle_account(run: FedPGRun) -> dict[str, Any] | None:
                           batches=most)
 
 
-def per_release(run: FedPGRun) -> dict[str, Any]:
+def per_release(run: Released) -> dict[str, Any]:
     """The (ε, δ) of ONE release, read off the mechanism (for the Gaussian mechanism the
     configured ε is the whole run's target, not a release's)."""
     if not run.mechanism.get("private", False):
@@ -777,7 +811,8 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None,
     label = summary["label"]
     cartpole = cfg.env in (None, "gymnax:CartPole-v1")
     return RunRecord(
-        f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary, privacy_record(run),
+        f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary,
+        privacy_record(run),
         metrics=lambda p: write_metrics(p, run),
         plots={"returns.png": lambda p: plot_returns(
             p, {label: (run.used_before, run.mean_return)}, cfg.budget,

@@ -111,7 +111,7 @@ class NodeActor:
             self._restore()
         else:
             self.used = 0
-            self.ledger = PrivacyLedger()  # the run length is the budget, as locally
+            self.ledger = self.algo.config.privacy_plan().ledger()  # every runtime's ledger
             self.history: list[dict[str, float]] = []
 
     def warmup(self) -> None:
@@ -311,7 +311,7 @@ def run_fedpg_dec_ray(
         if started_here:
             ray.shutdown()
     wall = time.perf_counter() - start
-    ledger = PrivacyLedger()
+    ledger = cfg.privacy_plan().ledger()
     for i, r in enumerate(results):
         ledger.charge(i, algo.mechanism.guarantee, r["ledger"].reports_of(i))
     def of(field: str, dtype: Any) -> list[Any]:  # a field of every node's answer, per round

@@ -49,6 +49,7 @@ from privrl.config import (
     integer,
     non_negative,
     one_of,
+    option,
     other_field,
     positive,
     probability,
@@ -72,6 +73,7 @@ from privrl.privacy.mechanisms import (
     ProjectedRandomSignMechanism,
 )
 from privrl.privacy.noise import NOISE_MODES, secret_fold
+from privrl.privacy.plan import PlanError, PrivacyPlan, PrivacyRequest, plan_pure
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.runtime.sharding import in_blocks, pad_rows
@@ -186,7 +188,11 @@ class PGCA3CConfig(Config):
 
     preset: str = "paper"
     mechanism: str = "laplace"
-    epsilon: float | None = 5.0
+    epsilon: float | None = 5.0  # each agent's total over the run
+    epsilon_per_report: float | None = option(
+        None, help="Instead of splitting --epsilon over an agent's submissions: the ε of each "
+        "report (> 0, finite); --epsilon is then the cap the ledger enforces, and must afford "
+        "every report.", unit="ε", cli=False)
     clip: float | None = None
     buffer_size: int | None = None
     d_hat: int | None = None
@@ -292,18 +298,27 @@ class PGCA3CConfig(Config):
         cfg.validate()
         return cfg
 
-    def epsilon_per_report(self) -> float:
-        """Each report's ε: ε/T (basic composition), or, with budget_composition "optimal",
-        the largest ε_0 whose T-fold optimal composition is (ε, δ)-DP."""
-        if self.budget_composition == "basic" or math.isinf(self.epsilon):
-            return self.epsilon / self.submissions_per_agent
-        from privrl.privacy.accounting import calibrate_pure_epsilon
-
-        return calibrate_pure_epsilon(self.epsilon, self.submissions_per_agent, self.delta)
+    def privacy_plan(self) -> PrivacyPlan:
+        """What the request means (privrl.privacy.plan): each report's ε (ε/T by basic
+        composition, or the largest ε_0 whose T-fold optimal composition is (ε, δ)-DP; or
+        `epsilon_per_report` as given) and each agent's ledger, which enforces ε."""
+        t = self.submissions_per_agent
+        if self.mechanism == "none" or self.epsilon is None or math.isinf(self.epsilon):
+            eps = math.inf if self.epsilon is None else self.epsilon
+            return PrivacyPlan("none", t, self.delta, eps, eps / t, cap=eps,
+                               composition=self.budget_composition)
+        try:
+            return plan_pure(PrivacyRequest(self.epsilon, self.epsilon_per_report, None,
+                                            self.delta, None, self.budget_composition), t,
+                             afford_all=True)
+        except PlanError as e:
+            fail(e.field, e.message)
 
     def validate(self) -> None:
         if self.mechanism != "none":
             positive("epsilon", self.epsilon)
+        elif self.epsilon_per_report is not None:
+            fail("epsilon_per_report", "the non-private baseline has no ε")
         one_of("budget_composition", self.budget_composition, COMPOSITIONS)
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         if self.budget_composition == "optimal" and self.mechanism == "none":
@@ -400,8 +415,8 @@ class RoundPlan(NamedTuple):
 
 # Config fields that settings run as one program may differ in (they become per-trial data).
 # `noise` may differ only for non-private settings, whose mechanism takes no key.
-SETTING_FIELDS = ("mechanism", "epsilon", "clip", "buffer_size", "d_hat", "budget_composition",
-                  "noise")
+SETTING_FIELDS = ("mechanism", "epsilon", "epsilon_per_report", "clip", "buffer_size", "d_hat",
+                  "budget_composition", "noise")
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "prs")
 # The families every program of PGC-A3C settings computes, and every run that could join one:
 # the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism). XLA CPU
@@ -939,19 +954,17 @@ def _decayed(lr: float, tau: float, count: Array) -> Array:
 
 
 def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
-    """The ledger that enforces each agent's budget: pure ε by basic composition (default),
-    or (ε, δ) by the optimal composition (budget_composition "optimal")."""
-    if cfg.budget_composition == "optimal":
-        return PrivacyLedger(cfg.epsilon, cfg.delta, "optimal")
-    return PrivacyLedger(epsilon_budget=cfg.epsilon)
+    """Each agent's ledger on every runtime: the privacy plan's (`PGCA3CConfig.privacy_plan`),
+    enforcing ε by the budget's composition."""
+    return cfg.privacy_plan().ledger()
 
 
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
-    """The per-report mechanism: the agent's budget ε split over its T submissions (by the
-    budget's composition, `PGCA3CConfig.epsilon_per_report`)."""
+    """The per-report mechanism at the plan's ε per report (the agent's budget ε split over
+    its T submissions by the budget's composition, `PGCA3CConfig.privacy_plan`)."""
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
-    eps = cfg.epsilon_per_report()
+    eps = cfg.privacy_plan().epsilon_per_report
     if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
         return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
     if cfg.mechanism == "laplace":

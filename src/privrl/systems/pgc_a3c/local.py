@@ -338,7 +338,7 @@ def privacy_facts(out: RunOutput) -> Facts:
     noise = record_mode(cfg.noise, cfg.secure_noise)
     if not (math.isfinite(cfg.epsilon) and reports > 0):
         return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise)
-    eps0 = cfg.epsilon_per_report()
+    eps0 = cfg.privacy_plan().epsilon_per_report
     composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
     claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
                                    "all of one agent's reports",
@@ -361,7 +361,7 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
-    eps0 = cfg.epsilon_per_report()
+    eps0 = cfg.privacy_plan().epsilon_per_report
     composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
                 if private else None)
     shuffled = shuffle_account(out) if private and cfg.shuffle else None
