@@ -102,7 +102,8 @@ def main() -> None:
         theta = np.load(path)["a0"][int(trial), 0]
     base = FedPGConfig(agents=args.agents, byzantine=args.byzantine, attack=args.attack,
                        mechanism=args.mechanism, clip=1.0,
-                       epsilon=None if args.mechanism == "none" else args.epsilon_per_report,
+                       epsilon_per_report=(None if args.mechanism == "none"
+                                           else args.epsilon_per_report),
                        byzantine_alpha=0.3 if args.byzantine / args.agents >= 0.3 else 0.4,
                        bypass_mechanism=args.bypass_mechanism, attack_norm=args.attack_norm,
                        seed=args.seed)

@@ -12,8 +12,8 @@ import privrl
 from privrl.main import main
 from privrl.runtime.output import OutputDirError
 
-FEDPG = dict(agents=2, budget=40, batch_min=2, batch_max=3, mechanism="laplace", epsilon=0.5,
-             clip=1.0)
+FEDPG = dict(agents=2, budget=40, batch_min=2, batch_max=3, mechanism="laplace",
+             epsilon_per_report=0.5, clip=1.0)
 FEDPG_FLAGS = ["--agents", "2", "--episodes", "40", "--batch-min", "2", "--batch-max", "3",
                "--mechanism", "laplace", "--epsilon-per-report", "0.5", "--clip", "1",
                "--no-progress"]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from privrl.privacy.accounting import Accountant
 from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.plan import PrivacyPlan
 
 __all__ = [
     "COMPOSED",
@@ -42,6 +43,7 @@ __all__ = [
     "Trust",
     "headline",
     "mechanism_record",
+    "planned",
     "privacy_record",
     "pure_ldp",
     "statement",
@@ -239,6 +241,18 @@ def headline(facts: Facts) -> str:
     if facts.condition:
         line += f"; ONLY AS VALID AS {facts.condition}"
     return line + (" [simulation: seeded noise]" if facts.noise == "seeded" else "")
+
+
+def planned(plan: PrivacyPlan, who: str = "each agent") -> str:
+    """Before a run, what its plan bounds: `who`'s whole-run ε (at δ where a composition or
+    accountant needs one), or "" where nothing bounds it before the run (no mechanism, σ given,
+    or per-report ε without a cap): the run's ε is then stated with its results."""
+    if plan.kind == "pure" and plan.cap is not None and math.isfinite(plan.cap):
+        at = f" at δ = {plan.delta:g}" if plan.composition == "optimal" else ""
+        return f"{who}'s total ε ≤ {plan.cap:g}{at} over the run"
+    if plan.kind == "gaussian" and plan.epsilon is not None:
+        return f"{who}'s total ε ≤ {plan.epsilon:g} at δ = {plan.delta:g} over the run"
+    return ""
 
 
 def statement(facts: Facts) -> str:

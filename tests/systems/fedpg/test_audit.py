@@ -64,7 +64,7 @@ def test_audit_under_a_robust_rule_keeps_the_claim_and_sees_the_canary(rule):
     from privrl.systems.fedpg.algorithm import FedPGConfig
     from privrl.systems.fedpg.audit import audit_fedpg
 
-    cfg = FedPGConfig(mechanism="laplace", epsilon=5.0, clip=1.0, agents=3, robust=rule,
+    cfg = FedPGConfig(mechanism="laplace", epsilon_per_report=5.0, clip=1.0, agents=3, robust=rule,
                       hidden=(4,), batch_min=2, batch_max=3, max_episode_steps=20)
     (res,) = audit_fedpg(cfg, [5.0], samples=2000, confidence=0.999999)
     assert "robust " + rule in res.mechanism

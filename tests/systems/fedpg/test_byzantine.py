@@ -112,7 +112,8 @@ def test_filter_keeps_honest_noisy_agents_at_the_stated_epsilon(mechanism, epsil
     laplace, privunit: ε = 4 per report). With the threshold widened by the mechanism's noise
     radius the filter keeps all ten in every one of 30 rounds; with FedPG-BR's noise-free
     threshold it drops honest agents."""
-    cfg = FedPGConfig(mechanism=mechanism, epsilon=epsilon, clip=1.0, robust="fedpg-br"
+    field = "epsilon" if mechanism == "gaussian" else "epsilon_per_report"
+    cfg = FedPGConfig(mechanism=mechanism, clip=1.0, robust="fedpg-br", **{field: epsilon}
                       ).resolved()
     rho = float(honest_radius(cfg, BATCH, SCALE))
     bare = FedPGConfig(robust="fedpg-br")
@@ -133,7 +134,7 @@ def test_noise_radius_formulas():
     v = 2 * math.log(2 * K / 0.6)
     g = FedPGConfig(mechanism="gaussian", noise_multiplier=2.0, clip=0.5).resolved()
     assert noise_radius(g, D) == pytest.approx(1.0 * (math.sqrt(D) + math.sqrt(v)))
-    lap = FedPGConfig(mechanism="laplace", epsilon=2.0, clip=1.0)
+    lap = FedPGConfig(mechanism="laplace", epsilon_per_report=2.0, clip=1.0)
     b = 0.5
     assert noise_radius(lap, D) == pytest.approx(
         b * math.sqrt(2 * D + math.sqrt(20 * D * (2 * K / 0.6 - 1))))
@@ -204,7 +205,8 @@ def test_ldp_run_keeps_every_honest_report_and_states_the_rule(tmp_path):
     privacy.json states the rule as post-processing beside an unchanged per-release ε."""
     from privrl.systems.fedpg.local import privacy_record
 
-    cfg = FedPGConfig(mechanism="laplace", epsilon=4.0, clip=1.0, robust="fedpg-br", budget=50)
+    cfg = FedPGConfig(mechanism="laplace", epsilon_per_report=4.0, clip=1.0, robust="fedpg-br",
+                      budget=50)
     run = run_fedpg(cfg)
     assert summarize(run)["honest_reports_kept"] == 1.0
     rec = privacy_record(run)
@@ -284,7 +286,7 @@ def test_attack_norm_keeps_the_direction_at_the_chosen_length():
 
 
 def _privunit(**kw):
-    return FedPGConfig(mechanism="privunit", epsilon=4.0, clip=1.0, robust="fedpg-br",
+    return FedPGConfig(mechanism="privunit", epsilon_per_report=4.0, clip=1.0, robust="fedpg-br",
                        byzantine=3, attack="sign-flip", **kw).resolved()
 
 
@@ -308,7 +310,7 @@ def test_forged_reports_are_the_attackers_messages():
 def _m(cfg):
     from privrl.privacy.ldp_vector import unit_mechanism
 
-    return unit_mechanism("privunit", cfg.epsilon, cfg.clip).calibration(D).scale
+    return unit_mechanism("privunit", cfg.epsilon_per_report, cfg.clip).calibration(D).scale
 
 
 def test_privunit_radius_is_the_span_of_two_releases():
@@ -335,7 +337,7 @@ def test_filter_drops_loud_off_mechanism_attackers_and_keeps_honest_privunit_rep
     mean; the plain mean is pulled against g by 0.3·100 = 30, far beyond the honest signal
     (≤ C = 1)."""
     k, n_byz = 20, 6
-    cfg = FedPGConfig(agents=k, mechanism="privunit", epsilon=4.0, clip=1.0,
+    cfg = FedPGConfig(agents=k, mechanism="privunit", epsilon_per_report=4.0, clip=1.0,
                       robust="fedpg-br", byzantine=n_byz, attack="sign-flip",
                       bypass_mechanism=True, attack_norm=100.0).resolved()
     mech = make_mechanism(cfg, D)

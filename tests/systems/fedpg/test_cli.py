@@ -12,7 +12,6 @@ import pytest
 from privrl import main as cli
 from privrl.systems.fedpg import local as runner
 from privrl.systems.fedpg.algorithm import FedPGConfig
-from privrl.systems.fedpg.cli import per_release_epsilon
 
 SMALL = ["--agents", "2", "--episodes", "40", "--batch-min", "2", "--batch-max", "3",
          "--no-progress"]
@@ -27,18 +26,23 @@ def test_epsilon_is_each_agents_total_over_the_run(tmp_path, capsys):
     config = json.loads((out / "config.json").read_text())["config"]
     privacy = json.loads((out / "privacy.json").read_text())
     rounds = FedPGConfig(agents=2, budget=40, batch_min=2, batch_max=3).max_rounds()
-    assert config["epsilon"] == pytest.approx(2 / rounds) and config["epsilon_budget"] == 2
+    # the config states the request (the total) and the plan's split of it
+    assert config["epsilon"] == 2 and config["epsilon_budget"] is None
+    assert config["epsilon_per_report"] == pytest.approx(2 / rounds)
     spent = privacy["ledger"]["per_agent_epsilon"]["max"]
     summary = json.loads((out / "summary.json").read_text())
     assert spent == pytest.approx(2 / rounds * summary["rounds"]) and spent <= 2
 
 
 def test_optimal_composition_gives_each_release_more_of_the_total():
-    basic = FedPGConfig(mechanism="laplace", epsilon=2.0, clip=1.0, budget=400)
+    basic = FedPGConfig(mechanism="laplace", epsilon=2.0, clip=1.0, budget=400).resolved()
     optimal = FedPGConfig(mechanism="laplace", epsilon=2.0, clip=1.0, budget=400,
-                          budget_composition="optimal", delta=1e-5)
-    assert per_release_epsilon(basic) == pytest.approx(2 / basic.max_rounds())
-    assert per_release_epsilon(optimal) > per_release_epsilon(basic)
+                          budget_composition="optimal", delta=1e-5).resolved()
+    assert basic.epsilon_per_report == pytest.approx(2 / basic.max_rounds())
+    assert optimal.epsilon_per_report > basic.epsilon_per_report
+    # the ledger of every runtime enforces the total, by the budget's composition
+    assert basic.privacy_plan().ledger().epsilon_budget == 2.0
+    assert optimal.privacy_plan().ledger().mode == "optimal"
 
 
 @pytest.fixture

@@ -300,7 +300,7 @@ def test_privunit_reports_are_pure_ldp_releases_composed_by_the_ledger(count_rel
     from privrl.systems.fedpg.local import privacy_record, run_fedpg
 
     counter = count_releases(PrivUnitMechanism)
-    run = run_fedpg(FedPGConfig(mechanism="privunit", epsilon=0.5, clip=1.0, agents=2,
+    run = run_fedpg(FedPGConfig(mechanism="privunit", epsilon_per_report=0.5, clip=1.0, agents=2,
                                 budget=40).resolved())
     privacy = privacy_record(run)
     rounds = int(run.releases.max())
@@ -383,7 +383,7 @@ def test_privacy_budget_ends_the_run_by_the_optimal_composition(count_releases):
     assert optimal_composition_admits(0.3, 9, 2.0, 0.01)
     assert not optimal_composition_admits(0.3, 10, 2.0, 0.01)
     counter = count_releases(PerTrialMechanism, "privatize_with")
-    cfg = FedPGConfig(algorithm="cen", mechanism="laplace", epsilon=0.3, clip=1.0,
+    cfg = FedPGConfig(algorithm="cen", mechanism="laplace", epsilon_per_report=0.3, clip=1.0,
                       epsilon_budget=2.0, budget_composition="optimal", delta=0.01,
                       **{**TINY, "budget": 60}).resolved()
     run = runner.run_fedpg(cfg)

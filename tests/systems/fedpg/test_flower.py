@@ -175,7 +175,8 @@ def test_seeded_report_run_on_flower_is_the_local_run(tmp_path: Path, call_grid:
         nodes[0].release(run.theta, 0, n)
 
 
-LAPLACE = FedPGConfig(algorithm="cen", agents=4, budget=200, mechanism="laplace", epsilon=1.0,
+LAPLACE = FedPGConfig(algorithm="cen", agents=4, budget=200, mechanism="laplace",
+                      epsilon_per_report=1.0,
                       epsilon_budget=2.0, clip=1.0, hidden=(8,), seed=5, noise="seeded")
 
 

@@ -19,7 +19,7 @@ TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_
 def test_fedpg_runs_and_audits_a_user_mechanism_on_the_same_release(load_example, spy_release):
     module = load_example("own_mechanism")
     calls = spy_release(module, "duchi_release")
-    cfg = FedPGConfig(mechanism=NAME, epsilon=3.0, clip=1.0, **TINY)
+    cfg = FedPGConfig(mechanism=NAME, epsilon_per_report=3.0, clip=1.0, **TINY)
     run = run_fedpg(cfg.resolved())
     privacy = privacy_record(run)
     rounds = int(run.releases.max())

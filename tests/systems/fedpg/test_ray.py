@@ -26,7 +26,7 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
     # through the local round's own arithmetic (float32) to equal it
     cfg = FedPGConfig.from_preset("paper", algorithm="dec", topology="exponential", agents=3,
                                   budget=80, max_episode_steps=100, mechanism="laplace",
-                                  epsilon=50.0, clip=1.0, noise="seeded")
+                                  epsilon_per_report=50.0, clip=1.0, noise="seeded")
     local = run_fedpg(cfg)  # seeded noise: the Ray run must release the very same reports
     killed: list[tuple[str, int]] = []
 

@@ -45,7 +45,7 @@ def test_cen_settings_in_one_program_equal_their_own_runs():
     runs = _equal_runs({
         "none": TINY,
         "gaussian": replace(TINY, mechanism="gaussian", epsilon=20.0, clip=1.0),
-        "laplace": replace(TINY, mechanism="laplace", epsilon=1.0, clip=1.0,
+        "laplace": replace(TINY, mechanism="laplace", epsilon_per_report=1.0, clip=1.0,
                            epsilon_budget=3.0),
     })
     assert runs[2].releases.tolist() == [3, 3] and runs[2].privacy_budget_spent.all()

@@ -65,7 +65,7 @@ def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monke
 
     monkeypatch.setattr(PerTrialMechanism, "privatize_with", releasing)
     monkeypatch.setattr(cen, "average_reports", receiving)
-    cfg = FedPGConfig(mechanism="laplace", epsilon=1.0, clip=1.0, agents=4, budget=12,
+    cfg = FedPGConfig(mechanism="laplace", epsilon_per_report=1.0, clip=1.0, agents=4, budget=12,
                       batch_min=2, batch_max=3, minibatch=2, inner_steps=1,
                       max_episode_steps=30, shuffle=True).resolved()  # small: ~3 rounds
     run = runner.run_fedpg(cfg)

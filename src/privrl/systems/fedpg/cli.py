@@ -376,22 +376,20 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     console, err = Console(), Console(stderr=True)
     path = new_run_dir(out, f"fedpg-cen-flower-{cfg.mechanism}")
     summed = plan.mechanism is not None
+    from privrl.privacy.record import planned
+
+    bound = planned(cfg.privacy_plan())
     err.print(f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} "
               f"SuperNodes (TLS, SuperNode authentication), " + (
-                  f"SecAgg+ threshold {plan.threshold}; each agent's total ε ≤ "
-                  f"{cfg.epsilon:g} at δ = {cfg.delta:g} with >= {plan.mechanism.min_honest} "
-                  "honest surviving agents" if summed else
-                  f"each agent's {cfg.mechanism} Report") + f"; logs in {path}/logs")
+                  f"SecAgg+ threshold {plan.threshold}" if summed else
+                  f"each agent's {cfg.mechanism} Report") + (f"; {bound}" if bound else "")
+              + f"; logs in {path}/logs")
     with removed_if_left_empty(path):
         run = run_fedpg_cen_flower(plan, path, stage_timeout)
     summary = save(record(run), path, command=["privrl", *sys.argv[1:]])
-    said = (f"user-level (ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g}) with >= "
-            f"{summary['min_honest_surviving_agents']} honest surviving agents" if summed else
-            "no privacy guarantee" if summary["epsilon"] is None else
-            f"each agent (ε = {summary['epsilon']:.4g}, δ = {summary['delta']:g})-LDP")
     console.print(f"{summary['rounds']} rounds, {summary['episodes_per_agent']} episodes per "
                   f"agent; server's last mean episode length "
-                  f"{summary['final_server_mean_length']:.1f}; {said}")
+                  f"{summary['final_server_mean_length']:.1f}; {summary['privacy']}")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, policy.npz, flower.json)")
 
@@ -475,10 +473,11 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from privrl.privacy.record import planned
     from privrl.runtime.output import new_run_dir, removed_if_left_empty
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
-    from privrl.systems.fedpg.algorithm import ACCOUNTED_MECHANISMS, FedPG
+    from privrl.systems.fedpg.algorithm import FedPG
     from privrl.systems.fedpg.byzantine import byzantine_agents
 
     FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
@@ -490,13 +489,10 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     path = new_run_dir(out, f"{stem}-ray-{cfg.mechanism}") if ray else None
     where = (f" on Ray (cluster {ray_address(address) or 'local'}, node checkpoints in {path})"
              if ray else "")
-    # Each agent's whole-run ε where a cap bounds it before the run; the run's own ε (a
+    # Each agent's whole-run ε where the plan bounds it before the run; the run's own ε (a
     # release's labelled per release) is stated with the results.
-    total = ""
-    if cfg.epsilon_budget is not None:
-        total = f", each agent's total ε ≤ {cfg.epsilon_budget:g} over the run"
-    elif cfg.mechanism in ACCOUNTED_MECHANISMS and cfg.epsilon is not None:
-        total = f", each agent's total ε ≤ {cfg.epsilon:g} at δ = {cfg.delta:g} over the run"
+    bound = planned(cfg.privacy_plan())
+    total = f", {bound}" if bound else ""
     ids = byzantine_agents(cfg)
     who = (f"agents {', '.join(map(str, ids))}" if len(ids) <= 10
            else "their ids in summary.json")

@@ -54,8 +54,10 @@ class FedPGSweep(Config):
         private = [("gaussian", e) for e in self.gaussian_epsilons]
         private += [("laplace", e) for e in self.laplace_epsilons]
         for mech, eps in private:
-            opts = dict(mechanism=mech, epsilon=eps, clip=self.clip, agents=self.agents,
-                        noise=self.noise)
+            # laplace_epsilons are per release; gaussian_epsilons each agent's total
+            field = "epsilon" if mech == "gaussian" else "epsilon_per_report"
+            opts = dict(mechanism=mech, clip=self.clip, agents=self.agents, noise=self.noise,
+                        **{field: eps})
             out[f"cen-{mech}-eps{eps:g}"] = FedPGConfig(algorithm="cen", **opts, **base)
             out[f"dec-ring-{mech}-eps{eps:g}"] = FedPGConfig(algorithm="dec", topology="ring",
                                                               **opts, **base)

@@ -252,6 +252,7 @@ def target_note(config: PGCA3CConfig) -> str | None:
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
+    from privrl.privacy.record import planned
     from privrl.runtime.output import new_run_dir
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -261,10 +262,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     PGCA3C(config)  # its mechanism refuses parameters it cannot release with, before any run
     # Each agent's whole-run budget; the run's guarantee is stated with the results.
-    total = "" if math.isinf(config.epsilon) else (
-        f", each agent's total ε ≤ {config.epsilon:g}"
-        + (f" at δ = {config.delta:g}" if config.budget_composition == "optimal" else "")
-        + " over the run")
+    bound = planned(config.privacy_plan())
+    total = f", {bound}" if bound else ""
     err.print(f"[bold]PGC-A3C[/] ({config.preset} preset) {config.mechanism}{total}; "
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
