@@ -310,7 +310,7 @@ class FedPGConfig(Config):
                 return no_privacy(req, rounds)
             if self.pure_mechanism:
                 return plan_pure(req, rounds)
-            if not calibrate and self.noise_multiplier is None:
+            if not calibrate and self.noise_multiplier is None and self.epsilon is not None:
                 req = replace(req, noise_multiplier=1.0)  # checks the request only
             if self.mechanism == "distributed-gaussian":
                 # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
