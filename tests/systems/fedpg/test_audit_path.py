@@ -21,7 +21,8 @@ FAMILIES = ("identity_release", "laplace_release", "gaussian_release")  # FedPG'
 def test_the_audit_and_a_local_run_release_through_the_same_functions(algorithm, mechanism,
                                                                       spy_release):
     calls = spy_release(mechanisms, *FAMILIES)
-    cfg = FedPGConfig(algorithm=algorithm, mechanism=mechanism, epsilon=3.0, **TINY)
+    field = "epsilon" if mechanism == "gaussian" else "epsilon_per_report"  # what it audits
+    cfg = FedPGConfig(algorithm=algorithm, mechanism=mechanism, **{field: 3.0}, **TINY)
     run_fedpg(cfg.resolved())
     run = set(calls)
     assert {c[0] for c in run} == set(FAMILIES)

@@ -103,8 +103,8 @@ def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0
     field = "epsilon_per_report" if config.pure_mechanism else "epsilon"
     for i, e in enumerate(epsilons):  # every setting validated before any draw
         positive("epsilons", e)
-        agents.append(CanaryFedPGAgent(replace(config, epsilon=None, epsilon_per_report=None,
-                                               noise_multiplier=None, **{field: float(e)}),
+        request = {"epsilon": None, "epsilon_per_report": None, field: float(e)}
+        agents.append(CanaryFedPGAgent(replace(config, noise_multiplier=None, **request),
                                        keys[2 * i]))
     results = []
     for i, agent in enumerate(agents):
