@@ -1,0 +1,61 @@
+"""privacy.json is written by one record path for every FedPG runtime: the Flower runtime's
+statement of the Reports its server accepted is the local runner's for the same request, and
+the secure sum's is composed by privrl.privacy.record from facts (statement and headline)."""
+
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from privrl.privacy.discrete_sum import DiscreteGaussianSum  # noqa: E402
+from privrl.privacy.record import privacy_record as compose  # noqa: E402
+from privrl.systems.fedpg.config import FedPGConfig  # noqa: E402
+from privrl.systems.fedpg.flower import FlowerCenRun, secure_sum_facts  # noqa: E402
+from privrl.systems.fedpg.local import privacy_record, run_fedpg  # noqa: E402
+
+TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
+            max_episode_steps=20, budget=12, clip=1.0, noise="seeded")
+
+
+def _flower(cfg: FedPGConfig, rounds: list[dict], mechanism=None) -> FlowerCenRun:
+    return FlowerCenRun(cfg, mechanism, rounds, np.zeros(3, np.float32), 2, None, 0.0)
+
+
+@pytest.mark.parametrize("request_", [{"mechanism": "laplace", "epsilon": 2.0},
+                                      {"mechanism": "none"}])
+def test_local_and_flower_state_the_same_record_for_the_same_request(request_):
+    """A local FedPG-Cen run and a Flower run whose server accepted every agent's Report in as
+    many rounds: the same privacy.json, statement and headline included (ε the agents' total,
+    split by the plan and enforced by the same ledger)."""
+    cfg = FedPGConfig(**TINY, **request_).resolved()
+    local = run_fedpg(cfg)
+    rounds = int(local.releases.max())
+    assert rounds >= 2
+    flower = _flower(cfg, [{"accepted_agents": [0, 1]}] * rounds).privacy()
+    stated = privacy_record(local)
+    assert flower == stated
+    if cfg.mechanism == "laplace":
+        assert stated["ledger"]["budget_per_agent"]["epsilon"] == 2.0  # the total, enforced
+        assert stated["epsilon_per_release"] == pytest.approx(2.0 / cfg.max_rounds())
+        assert stated["headline"].startswith(f"{rounds * 2.0 / cfg.max_rounds():.4g}-LDP")
+    else:
+        assert stated["headline"].startswith("NO PRIVACY GUARANTEE")
+
+
+def test_the_secure_sum_statement_is_composed_from_facts():
+    cfg = FedPGConfig(algorithm="cen", mechanism="distributed-gaussian", epsilon=3.0,
+                      sampling_rate=1.0, **TINY).resolved()
+    m = DiscreteGaussianSum(clip=1.0, dim=6, agents=2, min_honest=2, noise_multiplier=2.0,
+                            bits=24)
+    run = _flower(cfg, [{"agents_in_sum": 2}] * 3, m)
+    stated = run.privacy()
+    facts = secure_sum_facts(run)
+    assert {k: stated[k] for k in ("statement", "headline", "guarantee")} == {
+        k: v for k, v in compose(facts).items() if k in ("statement", "headline", "guarantee")}
+    assert stated["guarantee"]["epsilon"] == m.epsilon(3) and math.isfinite(m.epsilon(3))
+    assert stated["headline"].startswith(f"(ε = {m.epsilon(3):.4g}, δ = 1e-05)-DP")
+    assert "Budget (ε = 3, δ = 1e-05)-DP" in stated["statement"]
+    assert stated["fewest_agents_in_a_revealed_sum"] == 2
+    assert stated["mechanism"] == m.record(3)
