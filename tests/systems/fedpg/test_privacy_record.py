@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from privrl.privacy.discrete_sum import DiscreteGaussianSum  # noqa: E402
-from privrl.privacy.record import privacy_record as compose  # noqa: E402
-from privrl.systems.fedpg.config import FedPGConfig  # noqa: E402
-from privrl.systems.fedpg.flower import FlowerCenRun, secure_sum_facts  # noqa: E402
-from privrl.systems.fedpg.local import privacy_record, run_fedpg  # noqa: E402
+from privrl.privacy.discrete_sum import DiscreteGaussianSum
+from privrl.privacy.record import privacy_record as compose
+from privrl.systems.fedpg.config import FedPGConfig
+from privrl.systems.fedpg.flower import FlowerCenRun, secure_sum_facts
+from privrl.systems.fedpg.local import privacy_record, run_fedpg
 
 TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
             max_episode_steps=20, budget=12, clip=1.0, noise="seeded")

@@ -51,7 +51,7 @@ from privrl.config import fail, in_range, integer, non_negative, one_of, positiv
 from privrl.envs.task import Task, check_module
 from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
+from privrl.privacy.accounting import Accountant, PrivacyEvent
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
@@ -63,6 +63,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     EpisodicLearner,
     EpisodicSetting,
     Progress,
+    calibrated_sigma,
     data_root,
     episode_env_key,
     episodic_task,
@@ -169,13 +170,8 @@ class DQNConfig(EpisodicConfig):
         self.validate()
         # σ is calibrated once the task's episode is known (episodic_task resolves again).
         if self.target_epsilon is not None and self.max_episode_steps is not None:
-            try:
-                sigma = calibrate_noise_multiplier(
-                    self.target_epsilon, self.delta, self.releases_per_unit(self.max_steps()),
-                    self.q, kind=self.accountant)
-            except ValueError as e:
-                fail("target_epsilon", str(e))
-            return replace(self, noise_multiplier=sigma)
+            return replace(self, noise_multiplier=calibrated_sigma(
+                self, self.releases_per_unit(self.max_steps()), self.q))
         return self
 
     # --- privacy -----------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
 from privrl.privacy.noise import NOISE_MODES
+from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
@@ -122,6 +123,18 @@ class EpisodicConfig(Config):
     def private(self) -> bool:
         """True when the DP-SGD run states an ε (a noise multiplier > 0)."""
         return self.dp and self.noise_multiplier > 0
+
+
+def calibrated_sigma(cfg: EpisodicConfig, releases: int, sampling_rate: float | None = None
+                     ) -> float:
+    """DP-SGD's σ for `target_epsilon` (the protected unit's total at δ over the `releases` it
+    takes part in, Poisson-sampled at `sampling_rate`), by the privacy plan
+    (privrl.privacy.plan) and the config's accountant."""
+    request = PrivacyRequest(cfg.target_epsilon, delta=cfg.delta, accountant=cfg.accountant)
+    try:
+        return plan_gaussian(request, releases, sampling_rate).noise_multiplier
+    except PlanError as e:
+        fail("target_epsilon" if e.field == "epsilon" else e.field, e.message)
 
 
 C = TypeVar("C", bound=EpisodicConfig)

@@ -32,7 +32,7 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer
+from privrl.config import in_range, integer
 from privrl.envs.task import Task, check_module
 from privrl.losses import (
     discounted_returns,
@@ -41,7 +41,7 @@ from privrl.losses import (
     score_function_loss,
 )
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
+from privrl.privacy.accounting import Accountant, PrivacyEvent
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import (
     GaussianSumMechanism,
@@ -55,6 +55,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     EpisodicLearner,
     EpisodicSetting,
     Progress,
+    calibrated_sigma,
     data_root,
     episode_env_key,
     episodic_task,
@@ -88,12 +89,7 @@ class ReinforceConfig(EpisodicConfig):
         """Validate; with a target ε, calibrate σ for one release per episode."""
         self.validate()
         if self.target_epsilon is not None:
-            try:
-                sigma = calibrate_noise_multiplier(self.target_epsilon, self.delta, 1,
-                                                   kind=self.accountant)
-            except ValueError as e:
-                fail("target_epsilon", str(e))
-            return replace(self, noise_multiplier=sigma)
+            return replace(self, noise_multiplier=calibrated_sigma(self, 1))
         return self
 
     # --- privacy -----------------------------------------------------------------------------
