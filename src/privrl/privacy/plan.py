@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from privrl.privacy.accounting import (
     ACCOUNTANTS,
     DEFAULT_ACCOUNTANT,
+    Accountant,
     CalibrationError,
+    PrivacyEvent,
     calibrate_noise_multiplier,
     calibrate_pure_epsilon,
     optimal_composition_admits,
@@ -42,6 +44,7 @@ __all__ = [
     "PlanError",
     "PrivacyPlan",
     "PrivacyRequest",
+    "gaussian_spent",
     "ledger_for",
     "no_privacy",
     "plan_gaussian",
@@ -223,3 +226,17 @@ def plan_gaussian(request: PrivacyRequest, releases: int, sampling_rate: float |
         sigma = sensitivity * z
     return PrivacyPlan("gaussian", int(releases), r.delta, r.epsilon, None, sigma, None,
                        "basic", r.accountant)
+
+
+def gaussian_spent(noise_multiplier: float, releases: int, delta: float,
+                   accountant: str = DEFAULT_ACCOUNTANT, sampling_rate: float | None = None
+                   ) -> float:
+    """The inverse of `plan_gaussian`: the ε at δ of `releases` Gaussian releases of noise
+    multiplier σ (Poisson-sampled at `sampling_rate` < 1), by `accountant` (0 for none)."""
+    if releases == 0:
+        return 0.0
+    q = 1.0 if sampling_rate is None else sampling_rate
+    acc = Accountant(accountant)
+    acc.compose(PrivacyEvent("gaussian", noise_multiplier, "poisson" if q < 1 else "none", q),
+                releases)
+    return acc.epsilon(delta)

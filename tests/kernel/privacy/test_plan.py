@@ -15,6 +15,7 @@ from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.plan import (
     PlanError,
     PrivacyRequest,
+    gaussian_spent,
     ledger_for,
     no_privacy,
     plan_gaussian,
@@ -91,6 +92,9 @@ def test_sigma_is_calibrated_so_the_releases_cost_the_total():
     acc = Accountant("rdp")
     acc.compose(PrivacyEvent("gaussian", z), 20)
     assert acc.epsilon(1e-5) <= 2.0 * (1 + 1e-4)
+    # gaussian_spent is its inverse: the plan's σ spends the total over the releases
+    assert gaussian_spent(z, 20, 1e-5, "rdp") == pytest.approx(2.0, rel=1e-3)
+    assert gaussian_spent(z, 0, 1e-5, "rdp") == 0.0
     given = plan_gaussian(PrivacyRequest(epsilon=2.0, noise_multiplier=3.0), 20)
     assert given.noise_multiplier == 3.0  # σ given wins: ε was the target it came from
 

@@ -219,7 +219,6 @@ class FedPGConfig(Config):
         self._check_mechanism()
         self._check_adaptive_clip()
         self._check_distributed()
-        self._check_epsilon_budget()
         self._check_task()
         self._check_shuffle()
         self._check_byzantine()
@@ -291,8 +290,6 @@ class FedPGConfig(Config):
         self.privacy_plan(calibrate=False)
         if self.mechanism != "none":
             positive("clip", self.clip)
-            if self.pure_mechanism and self.budget_composition == "optimal":
-                in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
 
     def privacy_request(self) -> PrivacyRequest:
         """The user's privacy request in this config (privrl.privacy.plan)."""
@@ -323,15 +320,6 @@ class FedPGConfig(Config):
             return plan_gaussian(req, rounds, sensitivity=2.0)
         except PlanError as e:
             fail(e.field, e.message)
-
-    def _check_epsilon_budget(self) -> None:
-        """The ledger's cap (pure ε-LDP mechanisms only; the plan checks it affords a
-        release)."""
-        if not self.pure_mechanism and self.mechanism != "none":
-            return  # the plan refused a cap or a composition for the Gaussian mechanisms
-        if self.mechanism == "none" and self.budget_composition != "basic":
-            fail("budget_composition", "composes pure ε-LDP releases: laplace, privunit or "
-                                       "privunitg only")
 
     def _check_task(self) -> None:
         """The default CartPole's gravities, which no other task takes."""

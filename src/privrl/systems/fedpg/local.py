@@ -31,6 +31,7 @@ from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.plan import gaussian_spent
 from privrl.privacy.record import (
     Budget,
     CentralShuffle,
@@ -688,8 +689,6 @@ def trust_model(run: Released) -> dict[str, Any]:
     cfg = run.config
     if cfg.mechanism != "distributed-gaussian" or run.accounting is None:
         return {}
-    from privrl.privacy.accounting import Accountant, PrivacyEvent
-
     k, m = cfg.agents, run.mechanism["params"]["min_honest"]
     rounds = int(run.releases.max())
     rows = []
@@ -697,12 +696,9 @@ def trust_model(run: Released) -> dict[str, Any]:
         if t >= k:
             continue
         sigma = cfg.noise_multiplier * math.sqrt(min(k - t, m) / m)
-        event = PrivacyEvent("gaussian", sigma, "poisson" if cfg.sampling_rate < 1 else "none",
-                             cfg.sampling_rate)
-        acc = Accountant(cfg.accountant)
-        acc.compose(event, rounds)
         rows.append({"dropped_or_colluding": t, "noise_multiplier": sigma,
-                     "epsilon": acc.epsilon(cfg.delta) if rounds else 0.0})
+                     "epsilon": gaussian_spent(sigma, rounds, cfg.delta, cfg.accountant,
+                                               cfg.sampling_rate)})
     return {"trust_model": {
         "secure_aggregation": "simulated: one function sums the K messages and returns the sum "
                               "only (privrl.privacy.distributed.secure_aggregate)",

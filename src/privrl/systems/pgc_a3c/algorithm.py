@@ -192,7 +192,7 @@ class PGCA3CConfig(Config):
     epsilon_per_report: float | None = option(
         None, help="Instead of splitting --epsilon over an agent's submissions: the ε of each "
         "report (> 0, finite); --epsilon is then the cap the ledger enforces, and must afford "
-        "every report.", unit="ε", cli=False)
+        "every report.", unit="ε")
     clip: float | None = None
     buffer_size: int | None = None
     d_hat: int | None = None
