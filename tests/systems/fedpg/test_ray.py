@@ -60,7 +60,7 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
     # and every round mixed each in-neighbour's share exactly once.
     assert [run.ledger.reports_of(i) for i in range(3)] == [run.rounds_run] * 3
     assert max(run.ledger.spent(i)[0] for i in range(3)) == pytest.approx(
-        cfg.epsilon * run.rounds_run)
+        cfg.epsilon_per_report * run.rounds_run)
     for node, rounds in enumerate(extra["gossip"]["senders_per_round"]):
         assert len(rounds) == run.rounds_run
         for t, senders in enumerate(rounds):
