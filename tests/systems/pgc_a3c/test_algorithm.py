@@ -308,6 +308,18 @@ def test_optimal_budget_composition_buys_a_larger_epsilon_per_report(mechanism):
         PGCA3CConfig(delta=0.0).resolved()
 
 
+def test_a_per_report_epsilon_overrides_the_split_within_the_total():
+    """`epsilon` stays each agent's total (the ledger's cap); `epsilon_per_report` replaces the
+    split ε/T, and the total must afford all T reports (an agent's reports are not cut)."""
+    cfg = PGCA3CConfig(epsilon=5.0, epsilon_per_report=2.0, submissions_per_agent=2).resolved()
+    assert PGCA3C(cfg).mechanism.guarantee.epsilon == 2.0
+    assert cfg.privacy_plan().ledger().epsilon_budget == 5.0
+    with pytest.raises(ConfigError, match=r"^epsilon: 5 cannot afford 2 releases"):
+        PGCA3CConfig(epsilon=5.0, epsilon_per_report=3.0, submissions_per_agent=2).resolved()
+    with pytest.raises(ConfigError, match=r"^epsilon_per_report"):
+        PGCA3CConfig(mechanism="none", epsilon_per_report=1.0).resolved()
+
+
 def test_shuffling_reorders_the_reports_and_states_the_central_epsilon():
     from privrl.privacy.shuffle import shuffle_epsilon
 
