@@ -34,6 +34,7 @@ from privrl.privacy.mechanisms import (
     UnboundedGaussianNoise,
     default_d_hat,
 )
+from privrl.privacy.plan import PlanError, PrivacyPlan, PrivacyRequest, plan_gaussian, plan_pure
 from privrl.privacy.report import Guarantee, Report
 
 __all__ = [
@@ -50,8 +51,11 @@ __all__ = [
     "IdentityMechanism",
     "LaplaceMechanism",
     "Mechanism",
+    "PlanError",
     "PrivacyEvent",
     "PrivacyLedger",
+    "PrivacyPlan",
+    "PrivacyRequest",
     "ProjectedRandomSignMechanism",
     "Report",
     "RoundBudget",
@@ -67,5 +71,7 @@ __all__ = [
     "gp_noise_init",
     "gp_noise_query",
     "gp_noise_reset",
+    "plan_gaussian",
+    "plan_pure",
     "secure_aggregate",
 ]
