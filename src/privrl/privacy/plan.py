@@ -169,7 +169,8 @@ def plan_pure(request: PrivacyRequest, releases: int, afford_all: bool = False) 
         raise PlanError("epsilon_budget", "epsilon is already the unit's total budget; a "
                                           "separate cap goes with epsilon_per_report")
     if isinstance(releases, bool) or int(releases) != releases or releases < 1:
-        raise PlanError("budget", f"the mechanism must release at least once, got {releases}")
+        raise PlanError("releases", f"the mechanism must release at least once, got "
+                                    f"{releases}")
     if r.epsilon_per_report is not None:
         each = float(r.epsilon_per_report)
         cap = r.epsilon_budget if r.epsilon is None else r.epsilon

@@ -323,7 +323,6 @@ class PGCA3CConfig(Config):
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         if self.budget_composition == "optimal" and self.mechanism == "none":
             fail("budget_composition", "the non-private baseline has no budget to compose")
-        self.privacy_plan()  # the request as the plan reads it (refusals name their field)
         positive("clip", self.clip)
         if self.d_hat is not None:
             if self.mechanism != "prs":
@@ -378,6 +377,7 @@ class PGCA3CConfig(Config):
         one_of("log_std", self.log_std, LOG_STDS)
         probability("explore_start", self.explore_start)
         CartPoleSpec(gravities=tuple(self.gravities))
+        self.privacy_plan()  # the request as the plan reads it (refusals name their field)
 
 
 class TrialState(NamedTuple):
