@@ -13,7 +13,8 @@ from privrl.privacy.discrete_sum import DiscreteGaussianSum
 from privrl.privacy.record import privacy_record as compose
 from privrl.systems.fedpg.config import FedPGConfig
 from privrl.systems.fedpg.flower import FlowerCenRun, secure_sum_facts
-from privrl.systems.fedpg.local import privacy_record, run_fedpg
+from privrl.systems.fedpg.local import privacy_record, run_fedpg, summarize
+from privrl.systems.fedpg.reproduce import short_privacy
 
 TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
             max_episode_steps=20, budget=12, clip=1.0, noise="seeded")
@@ -39,9 +40,13 @@ def test_local_and_flower_state_the_same_record_for_the_same_request(request_):
     if cfg.mechanism == "laplace":
         assert stated["ledger"]["budget_per_agent"]["epsilon"] == 2.0  # the total, enforced
         assert stated["epsilon_per_release"] == pytest.approx(2.0 / cfg.max_rounds())
-        assert stated["headline"].startswith(f"{rounds * 2.0 / cfg.max_rounds():.4g}-LDP")
+        total, each = rounds * 2.0 / cfg.max_rounds(), 2.0 / cfg.max_rounds()
+        assert stated["headline"].startswith(f"{total:.4g}-LDP")
+        # a sweep's table cell is cut from the same headline
+        assert short_privacy(summarize(local)) == f"{total:.4g}-LDP, per release {each:.4g}-LDP"
     else:
         assert stated["headline"].startswith("NO PRIVACY GUARANTEE")
+        assert short_privacy(summarize(local)) == "none"
 
 
 def test_the_secure_sum_statement_is_composed_from_facts():

@@ -133,6 +133,17 @@ def _load(out: Path, name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return {k: z[k] for k in z.files}, json.loads((d / "summary.json").read_text())
 
 
+def short_privacy(summary: dict[str, Any]) -> str:
+    """A table cell from the run's own headline (privrl.privacy.record): its whole-run claim and
+    its release's ε labelled per release."""
+    line = summary["privacy"]
+    if summary["mechanism"] == "none" or line.startswith("NO PRIVACY GUARANTEE"):
+        return "none"
+    claim = line.split(" for ", 1)[0]
+    per = line.partition("; per release ")[2].split(";")[0].split(" [")[0]
+    return claim + (f", per release {per}" if per else "")
+
+
 def table_markdown(cfg: FedPGSweep, summaries: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| setting | K | privacy (per agent, whole run) | seeds reaching 475 | "
@@ -143,15 +154,8 @@ def table_markdown(cfg: FedPGSweep, summaries: dict[str, dict[str, Any]]) -> str
     for name, s in summaries.items():
         med = s["median_episodes_to_target"]
         final = np.asarray(s["final_mean_return"], float)
-        if s["mechanism"] == "none":
-            privacy = "none"
-        elif s["mechanism"] == "gaussian":
-            privacy = f"Gaussian, ε = {s['epsilon_per_agent']:.3g} at δ = 1e-5"
-        else:
-            privacy = (f"Laplace, ε = {s['epsilon_per_agent'] / s['rounds_max']:g} per release, "
-                       f"{s['epsilon_per_agent']:,.0f} composed")
         lines.append(
-            f"| {name} ({s['label']}) | {s['agents']} | {privacy} | "
+            f"| {name} ({s['label']}) | {s['agents']} | {short_privacy(s)} | "
             f"{s['reached_target']}/{s['trials']} | "
             f"{'never' if med is None else f'{med:,.0f}'} | "
             f"{final.mean():.0f} ± {final.std():.0f} | {s['rounds_per_second']:.1f} | "
