@@ -37,9 +37,11 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import Array
 
+from privrl.config import ConfigError
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
 from privrl.privacy.central import CentralGaussian, kept_per_coordinate
+from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete, secure_sum_bits
 from privrl.privacy.distributed import AdaptiveClip, DistributedGaussianMechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.mechanisms import (
@@ -80,7 +82,8 @@ __all__ = [
     "ONE_PROGRAM_MECHANISMS", "OPTIMIZERS", "PRESETS", "PROGRAM_FAMILIES", "PURE_MECHANISMS",
     "SETTING_FIELDS", "CenPlan", "Episodes", "FedPG", "FedPGConfig", "FedPGState",
     "HostSource", "JittedSource", "NodePlan", "NodeUpdate", "RoundInfo", "build_topology",
-    "make_mechanism", "node_noise_key", "one_program_field", "participant_slots",
+    "discrete_sum_mechanism", "make_mechanism", "node_noise_key", "one_program_field",
+    "participant_slots",
     "settings_algorithm",
 ]
 
@@ -203,15 +206,41 @@ def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:
         cfg.robust, cfg.agents, int(cfg.byzantine_alpha * cfg.agents)))
 
 
+def discrete_sum_mechanism(cfg: FedPGConfig, dim: int, min_honest: int | None = None,
+                           bits: int | None = None) -> DiscreteGaussianSum:
+    """distributed-gaussian's mechanism, for a local run and a Flower deployment alike (one
+    calibration, so both state the same ε for the same request): the distributed discrete
+    Gaussian on updates of length `dim`, its noise calibrated to the config's ε at δ over its
+    calibration rounds (or σ = noise_multiplier given), counting `min_honest` honest shares
+    (default: the config's, else K), over a sum modulo 2^`bits` (default: what SecAgg+ carries
+    with one agent per SuperNode, the local run's). ConfigError if no grid carries it."""
+    m = (cfg.agents if cfg.min_honest is None else cfg.min_honest) if min_honest is None \
+        else min_honest
+    b = secure_sum_bits(cfg.agents) if bits is None else bits
+    try:
+        if cfg.noise_multiplier is not None:
+            return DiscreteGaussianSum(cfg.clip, dim, cfg.agents, m, cfg.noise_multiplier, b,
+                                       delta=cfg.delta)
+        return calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(),
+                                  clip=cfg.clip, dim=dim, agents=cfg.agents, min_honest=m,
+                                  bits=b)
+    except ValueError as e:  # the grid cannot carry the noise asked for
+        field = "epsilon" if cfg.noise_multiplier is None else "noise_multiplier"
+        raise ConfigError(field, f"no discrete mechanism reaches it: {e}") from None
+
+
 def make_mechanism(cfg: FedPGConfig, dim: int | None = None
-                   ) -> Mechanism | DistributedGaussianMechanism:
+                   ) -> Mechanism | DistributedGaussianMechanism | DiscreteGaussianSum:
     """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
     own (privrl.privacy.user) is asked for ε per release, δ = 0, on inputs of length `dim`."""
+    needs_dim = is_user_mechanism(cfg.mechanism) or cfg.mechanism == "distributed-gaussian"
+    if needs_dim and dim is None:
+        raise ValueError(f"{cfg.mechanism} needs the input length: FedPG(cfg).mechanism")
     if is_user_mechanism(cfg.mechanism):
-        if dim is None:
-            raise ValueError("a user's mechanism needs the input length: FedPG(cfg).mechanism")
         return user_mechanism(cfg.mechanism, MechanismRequest(cfg.epsilon, 0.0, cfg.clip, dim))
     if cfg.mechanism == "distributed-gaussian":
+        return discrete_sum_mechanism(cfg, dim)
+    if cfg.mechanism == "distributed-gaussian-continuous":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")
         adaptive = (AdaptiveClip(cfg.clip_count_stddev, cfg.clip_quantile, cfg.clip_lr)
