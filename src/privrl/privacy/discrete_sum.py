@@ -342,14 +342,16 @@ class DiscreteGaussianSum:
         return SumParams(float(self.clip), float(self.gamma), int(self.radius),
                          int(self.share_variance), int(self.bits))
 
-    def message(self, key: Array, x: Any) -> np.ndarray:
-        """A deployed agent's message (`share`), its noise share drawn by the exact sampler
-        from os.urandom (`secure_noise_share`) and its rounding keyed by `key`: int64 in
-        [0, 2^b)."""
+    def message(self, key: Array, x: Any, secure: bool = True) -> np.ndarray:
+        """An agent's message (`share`) outside a jitted round, its rounding keyed by `key`
+        and its noise share drawn by the exact sampler from os.urandom (`secure_noise_share`:
+        a deployment's) or, with secure=False (a seeded simulation), from `key` as in the
+        local runner's round: int64 in [0, 2^b)."""
         x = jnp.asarray(x, jnp.float32).reshape(-1)
         if x.shape != (self.dim,):
             raise ValueError(f"an update of dimension {self.dim} is needed, got {x.shape}")
-        return np.asarray(_share(self.sum_params, key, x, self.secure_noise_share()), np.int64)
+        noise = self.secure_noise_share() if secure else None
+        return np.asarray(_share(self.sum_params, key, x, noise), np.int64)
 
     def secure_noise_share(self) -> np.ndarray:
         """One agent's noise share N_ℤ(0, s²)^d (the exact sampler of privrl.privacy.secure,
