@@ -218,8 +218,10 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--mechanism", "laplace", "--epsilon-per-report", "1",
           "--epsilon-budget", "5",
           "--runtime", "ray"], "--epsilon-budget"),
-        # user-level DP (distributed-gaussian; tests/systems/fedpg/test_user_dp.py)
+        # user-level DP (distributed-gaussian(-continuous); tests/systems/fedpg/test_user_dp.py)
         (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
+          "--sampling-rate", "0.5"], "--sampling-rate"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous", "--epsilon", "2",
           "--sampling-rate", "0"], "--sampling-rate"),
         (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
           "--min-honest", "11"], "--min-honest"),
@@ -228,16 +230,20 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--mechanism", "distributed-gaussian", "--epsilon", "2"], "--mechanism"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "2", "--sampling-rate", "0.5"],
          "--sampling-rate"),
-        # adaptive clipping (distributed-gaussian, fedpg-cen only)
+        # adaptive clipping (distributed-gaussian-continuous, fedpg-cen only)
         (["fedpg-cen", "--adaptive-clip"], "--adaptive-clip"),
         (["fedpg-dec", "--adaptive-clip"], "--adaptive-clip"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "1",
           "--adaptive-clip", "--clip-quantile", "1"], "--clip-quantile"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "1",
           "--adaptive-clip", "--clip-lr", "0"], "--clip-lr"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "5",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "5",
           "--adaptive-clip", "--clip-count-stddev", "2.5"], "--clip-count-stddev"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "1",
           "--clip-quantile", "0.9"], "--clip-quantile"),  # without --adaptive-clip
     ],
 )
