@@ -164,7 +164,7 @@ def _fits(draws: np.ndarray, s2: float) -> tuple[float, float, float]:
             abs(draws.var() - var) / math.sqrt((kurt - var ** 2) / n))
 
 
-@pytest.mark.parametrize("s2", [1, 7, 400, 67_107_393])
+@pytest.mark.parametrize("s2", [1, 400, 67_107_393])
 def test_jax_discrete_gaussian_has_the_right_law(s2):
     """The JAX sampler (fixed seed, 100k draws) against N_ℤ(0, s²): a χ² test on the pmf's
     bins at p >= 1e-4, the mean and the variance within 5 standard errors. A correct sampler

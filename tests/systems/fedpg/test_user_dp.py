@@ -35,6 +35,7 @@ TINY = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
     # the discrete mechanism takes every agent in every round, and has no adaptive clip
     ({**DD, "sampling_rate": 0.5}, "sampling_rate"),
     ({**DD, "adaptive_clip": True}, "adaptive_clip"),
+    ({**DD, "secure_noise": True}, "secure_noise"),
     ({**DD, "algorithm": "dec"}, "mechanism"),
     ({**DD, "min_honest": 11, "agents": 10}, "min_honest"),
     ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "sampling_rate": 0.5},
