@@ -33,7 +33,6 @@ from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism, check_audit_settings
 from privrl.config import ConfigError, positive
 from privrl.federation.robust import robust_mean
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.byzantine import filter_radii
 
@@ -49,7 +48,7 @@ class CanaryFedPGAgent(CanaryAgentBase):
         system = settings_algorithm([replace(config, trials=1)])  # a local run's release path
         self.setting = (jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]),
                                                system.setting_data([0]))
-                        if isinstance(system.mechanism, PerTrialMechanism) else None)
+                        if system.setting_mechanisms is not None else None)
         rule = "" if config.robust == "none" else f" under robust {config.robust}"
         super().__init__(system, theta_key,
                          f"fedpg-{system.config.algorithm} {config.mechanism} canary agent{rule}")
