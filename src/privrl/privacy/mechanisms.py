@@ -58,7 +58,7 @@ def _secure_gaussian_epsilon(z: float, delta: float) -> float:
     same Rényi curve, so RDP's conversion (not the analytic Gaussian's exact ε) is stated."""
     return Accountant("rdp").epsilon_if(PrivacyEvent("gaussian", z), 1, delta)
 
-# --- the release families: one pure function each, over its parameters as data -------------
+# --- one pure release function per family, over its parameters as data ---------------------
 class ClipL1Params(NamedTuple):
     """`identity_release`'s numbers."""
 

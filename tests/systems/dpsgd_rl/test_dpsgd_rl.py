@@ -417,14 +417,16 @@ def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None
 def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
     """A batch of one from the first step on: every step makes one DP-SGD release (counted on
     the mechanism), and a transition's account composes min(updates, buffer_size) of them."""
-    from privrl.privacy.mechanisms import PerTrialGaussianSum
+    from privrl.privacy.mechanisms import GaussianSumMechanism
+    from privrl.systems.dpsgd_rl import dqn
 
     # the run's release: its setting as data (a run that could join a program computes as
-    # there, `DQN.for_settings`), member σ = 1.0 of a one-member PerTrialGaussianSum
-    counter = count_releases(PerTrialGaussianSum, "privatize_dense_with")
+    # there, `DQN.for_settings`): σ = 1.0's parameters, through the dense sum's release
+    counter = count_releases(dqn, "gaussian_sum_dense_release")
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
-    assert DQN.settings_algorithm([cfg]).sum_mechanism.member(0).noise_multiplier == 1.0
+    (setting,) = DQN.settings_algorithm([cfg]).setting_params
+    assert setting.grad == GaussianSumMechanism(1.0, cfg.clip).release_params(0)
     out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
