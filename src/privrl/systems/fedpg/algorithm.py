@@ -117,9 +117,9 @@ class FedPG(Learner):
                      model: nn.Module | None = None) -> FedPG:
         """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
         family and its parameters, Dec's graph): every trial carries its setting's mechanism
-        as data (`SettingParams`) (`FedPGState.setting`, from `setting_data`) and
-        the runner passes each trial its setting's mixing matrix, so one jitted round runs
-        them all. ConfigError names the field that keeps them apart."""
+        as a parameter pytree (`FedPGState.setting`, from `setting_data`) and the runner
+        passes each trial its setting's mixing matrix, so one jitted round runs them all.
+        ConfigError names the field that keeps them apart."""
         algo = settings_program(cls, configs, task, model, one_program_field,
                                 f"{', '.join(SETTING_FIELDS)} (mechanisms "
                                 f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "

@@ -482,7 +482,7 @@ class PGCA3C:
                      model: nn.Module | None = None) -> PGCA3C:
         """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
         family, ε, clip, |B|, d̂): every trial carries its setting as data (its mechanism's
-        parameters, `SettingParams`) (`TrialState.setting`, from `setting_data`), so one jitted
+        parameter pytree and |B|: `TrialState.setting`, from `setting_data`), so one jitted
         program runs them all. A trial's releases and updates are the floats its setting's own
         program computes. ConfigError names the field that keeps them apart."""
         return settings_program(cls, configs, task, model, one_program_field,
