@@ -173,9 +173,9 @@ class Reinforce(EpisodicLearner):
         self.update_cap = cfg.max_updates()
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
-        # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
-        # a trial's setting as data (`for_settings` makes them; None: this algorithm's trials
-        # use `mechanism` and `env`). A run goes through `settings_algorithm`.
+        # Each setting's own algorithm (several: `for_settings`), and each setting's parameters
+        # as data, which the trials carry (`for_settings` makes them; empty: this algorithm's
+        # trials use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[Reinforce] = [self]
         self.setting_params: list[EpisodicSetting] = []
 
