@@ -192,6 +192,26 @@ def test_bad_input_fails_before_training(args: list[str], option: str, tmp_path:
     assert not (tmp_path / "never").exists()
 
 
+def test_a_trials_observation_setting_off_sees_the_unwrapped_environment() -> None:
+    """Settings as data: a trial whose σ·IQR noise is off steps with the keys and sees the raw
+    states of the unwrapped environment (its own run's floats); the wrapper takes a mechanism
+    or a setting, not both."""
+    from privrl.privacy.mechanisms import UnboundedGaussianNoise
+    from privrl.systems.dpsgd_rl.ldp_obs import observation_setting
+
+    env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
+    off = PrivateObservations(env, None, setting=observation_setting(None, 4))
+    key = jax.random.key(3)
+    raw, _ = env.reset_env(key, params)
+    np.testing.assert_array_equal(off.reset_env(key, params)[0], raw)
+    noise = UnboundedGaussianNoise((0.5, 0.1, 0.02, 0.3))
+    on = PrivateObservations(env, None, setting=observation_setting(noise, 4))
+    np.testing.assert_array_equal(on.reset_env(key, params)[0],
+                                  PrivateObservations(env, noise).reset_env(key, params)[0])
+    with pytest.raises(ValueError, match="a mechanism or a trial's setting"):
+        PrivateObservations(env, noise, setting=observation_setting(noise, 4))
+
+
 def test_private_observations_hide_the_state_but_not_termination() -> None:
     env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
     mech = BoxGaussianMechanism((-0.01,) * 4, (0.01,) * 4, noise_multiplier=1e-6)
