@@ -22,8 +22,10 @@ reports, so the claim audited is unchanged: one report's ε bounds what μ_t rev
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +54,15 @@ class CanaryFedPGAgent(CanaryAgentBase):
         rule = "" if config.robust == "none" else f" under robust {config.robust}"
         super().__init__(system, theta_key,
                          f"fedpg-{system.config.algorithm} {config.mechanism} canary agent{rule}")
+
+    def swapped(self, on: Array) -> Any:
+        """The base swap (`release`'s input), reached by Dec's node update too: Dec's round
+        object calls its own algorithm's `release`, so the copy gets a round of its own."""
+        system = super().swapped(on)
+        variant = copy.copy(system.variant)
+        variant.algo = system
+        system.variant = variant
+        return system
 
     def privatize(self, key: Array, x: Array) -> Array:
         system = self.swapped(x[0])
