@@ -49,7 +49,9 @@ from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
     Mechanism,
-    PerTrialMechanism,
+    privatize_setting,
+    setting_params,
+    stack_params,
 )
 from privrl.privacy.report import Report
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
@@ -64,7 +66,6 @@ from privrl.systems.fedpg.config import (
     ONE_PROGRAM_MECHANISMS,
     OPTIMIZERS,
     PRESETS,
-    PROGRAM_FAMILIES,
     PURE_MECHANISMS,
     SETTING_FIELDS,
     FedPGConfig,
@@ -79,7 +80,7 @@ from privrl.systems.fedpg.state import FedPGState, RoundInfo, keep, node_noise_k
 
 __all__ = [
     "ACCOUNTED_MECHANISMS", "ALGORITHMS", "DEFAULT_PARTICIPANTS", "IMPORTANCE", "MECHANISMS",
-    "ONE_PROGRAM_MECHANISMS", "OPTIMIZERS", "PRESETS", "PROGRAM_FAMILIES", "PURE_MECHANISMS",
+    "ONE_PROGRAM_MECHANISMS", "OPTIMIZERS", "PRESETS", "PURE_MECHANISMS",
     "SETTING_FIELDS", "CenPlan", "Episodes", "FedPG", "FedPGConfig", "FedPGState",
     "HostSource", "JittedSource", "NodePlan", "NodeUpdate", "RoundInfo", "build_topology",
     "discrete_sum_mechanism", "make_mechanism", "node_noise_key", "one_program_field",
@@ -110,15 +111,18 @@ class FedPG(Learner):
         # The settings this algorithm runs, each as its own FedPG (its config, mechanism and
         # graph): itself, or those of `for_settings`.
         self.settings: list[FedPG] = [self]
+        # The settings' mechanisms, whose parameters the trials carry as data (`for_settings`);
+        # None: `mechanism`, the config's, compiled in.
+        self.setting_mechanisms: tuple[Mechanism, ...] | None = None
 
     @classmethod
     def for_settings(cls, configs: Sequence[FedPGConfig], task: Task | None = None,
                      model: nn.Module | None = None) -> FedPG:
         """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
-        family and its parameters, Dec's graph): its mechanism is a `PerTrialMechanism`, every
-        trial carries its setting's as data (`FedPGState.setting`, from `setting_data`) and
-        the runner passes each trial its setting's mixing matrix, so one jitted round runs
-        them all. ConfigError names the field that keeps them apart."""
+        family and its parameters, Dec's graph): every trial carries its setting's mechanism
+        as a parameter pytree (`FedPGState.setting`, from `setting_data`) and the runner
+        passes each trial its setting's mixing matrix, so one jitted round runs them all.
+        ConfigError names the field that keeps them apart."""
         algo = settings_program(cls, configs, task, model, one_program_field,
                                 f"{', '.join(SETTING_FIELDS)} (mechanisms "
                                 f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "
@@ -127,8 +131,9 @@ class FedPG(Learner):
 
     def setting_data(self, settings: Sequence[int]) -> Any:
         """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
-        assert isinstance(self.mechanism, PerTrialMechanism)
-        return self.mechanism.stack(settings)
+        assert self.setting_mechanisms is not None
+        return stack_params([setting_params(self.setting_mechanisms[i], self.dim)
+                             for i in settings])
 
     def init(self, key: Array) -> FedPGState:
         """All Dec nodes start from the same θ (FedPG-BR initializes one policy)."""
@@ -169,10 +174,12 @@ class FedPG(Learner):
 
     def release(self, setting: Any, key: Array, x: Array) -> Report:
         """What an agent sends, through the mechanism: the config's, or in a program of
-        settings the trial's member (`setting`, its MechanismArgs)."""
+        settings the trial's own (`setting`, its SettingParams)."""
         if setting is None:
             return self.mechanism.privatize(key, x)
-        return self.mechanism.privatize_with(setting, key, x)
+        assert self.setting_mechanisms is not None
+        return privatize_setting(self.setting_mechanisms, ONE_PROGRAM_MECHANISMS, setting,
+                                 key, x)
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""
@@ -189,10 +196,9 @@ def settings_algorithm(configs: Sequence[FedPGConfig], task: Task | None = None,
 
 
 def _mechanisms_as_data(algo: FedPG, each: Sequence[FedPG]) -> None:
-    """Settings `each` as per-trial data of `algo`: their mechanisms as one `PerTrialMechanism`
-    (a trial's mixing matrix is the runner's)."""
-    algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
-                                       PROGRAM_FAMILIES)
+    """Settings `each` as per-trial data of `algo`: their mechanisms, whose parameters the
+    trials carry (a trial's mixing matrix is the runner's)."""
+    algo.setting_mechanisms = tuple(a.mechanism for a in each)
 
 
 def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:

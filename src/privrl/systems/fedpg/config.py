@@ -553,10 +553,9 @@ class FedPGConfig(Config):
 # matrix, and what the host decides (ledger budgets, accountant).
 SETTING_FIELDS = ("mechanism", "epsilon", "clip", "noise_multiplier", "delta", "accountant",
                   "topology", "window", "epsilon_budget", "budget_composition")
+# They are also the releases every program of FedPG settings computes, and every run that
+# could join one (`privacy.mechanisms.setting_release`): the same compiled arithmetic in both.
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
-# The families every program of FedPG settings computes, and every run that could join one:
-# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).
-PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
 
 
 def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:

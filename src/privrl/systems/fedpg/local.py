@@ -29,7 +29,6 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import (
     Budget,
@@ -268,7 +267,7 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
     state = jax.jit(jax.vmap(algo.init))(pad_rows(jnp.repeat(own_keys, n_set, axis=0), padded))
     if cfg.noise == "secret":  # one root per trial from os.urandom, in memory only
         state = state._replace(noise=secret_keys(padded))
-    if isinstance(algo.mechanism, PerTrialMechanism):
+    if algo.setting_mechanisms is not None:
         which = np.arange(padded) % n_set
         state = state._replace(setting=algo.setting_data(which))
     if not algo.task.host:
