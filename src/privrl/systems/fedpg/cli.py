@@ -60,9 +60,11 @@ _FEDPG_MECHANISM_HELP = (
     "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
     "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per "
     "release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level "
-    "central DP; each agent clips to L2 norm C and adds a share of the noise, a simulated "
-    "secure aggregation gives the server only the sum, which carries N(0, (σC)²); "
-    "--sampling-rate, --min-honest; docs/fedpg.md), or central-gaussian (fedpg-cen only: the "
+    "central DP, the Flower deployment's mechanism, simulated exactly: each agent clips to L2 "
+    "norm C, rounds to integers and adds a discrete Gaussian share of the noise, modulo 2^b; "
+    "the secure sum gives the server only their sum; --min-honest; docs/fedpg.md), or "
+    "distributed-gaussian-continuous (a simulation: continuous shares over a real sum, "
+    "--sampling-rate, --adaptive-clip), or central-gaussian (fedpg-cen only: the "
     "server is TRUSTED with every agent's clipped update and adds Gaussian noise to its "
     "--robust none|trimmed-mean|median aggregate, scaled to the rule's sensitivity; central "
     "DP; docs/byzantine.md), or your own module:callable (ε-LDP per "
@@ -167,15 +169,16 @@ EpsOpt = Annotated[float | None, typer.Option(
     "round, so each release gets ε/R for the R rounds the episode budget allows at most (with "
     "--budget-composition optimal: the largest ε_0 whose R-fold optimal composition is "
     "(ε, --delta)), and the ledger enforces ε. gaussian: at --delta (σ is calibrated for the "
-    "most rounds the budget allows). distributed-gaussian: user-level, at --delta (same "
-    "calibration, Poisson sampling included); rounds beyond it are refused. Needs "
+    "most rounds the budget allows). distributed-gaussian: user-level, at --delta, by the "
+    "mechanism's own bound (the Flower run's); distributed-gaussian-continuous: by "
+    "--accountant, Poisson sampling included; rounds beyond it are refused. Needs "
     "--mechanism.")]
 EpsPerReportOpt = Annotated[float | None, typer.Option(
     help="laplace, privunit, privunitg, instead of --epsilon: the ε of each release (> 0, "
     "finite); the ledger composes an agent's releases (cap them with --epsilon-budget).")]
 SigmaOpt = Annotated[float | None, typer.Option(
     help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon. "
-    "distributed-gaussian: the std of the sum's noise is σ·C.")]
+    "distributed-gaussian(-continuous): the std of the sum's noise over its sensitivity.")]
 DeltaOpt = Annotated[float | None, typer.Option(
     help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal composition "
     "stated beside the pure ε (the budget's δ with --budget-composition optimal). Default "
@@ -223,21 +226,24 @@ def run_fedpg_cen_command(
     budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
     shuffle: ShuffleOpt = False, shuffle_delta: ShuffleDeltaOpt = None,
     sampling_rate: Annotated[float | None, typer.Option(
-        help="distributed-gaussian: each agent takes part in a round with probability q "
+        help="distributed-gaussian-continuous: each agent takes part in a round with "
+        "probability q "
         "(Poisson sampling, q in (0, 1]; amplifies privacy); unsampled agents play no "
         "episode and send their noise share only. Default: min(1, 50/K), an expected 50 "
         "agents per round.")] = None,
     min_honest: Annotated[int | None, typer.Option(
-        help="distributed-gaussian: noise shares are sized N(0, (σC)²/m) so that any m honest "
+        help="distributed-gaussian(-continuous): noise shares are sized so that any m honest "
         "agents' shares carry the full noise; up to K − m agents may drop out or collude with "
         "the server at the stated ε (default m = K: none).")] = None,
     dp_rounds: Annotated[int | None, typer.Option(
-        help="distributed-gaussian with --epsilon: calibrate σ for this many rounds instead of "
+        help="distributed-gaussian(-continuous) with --epsilon: calibrate σ for this many "
+        "rounds instead of "
         "the most the episode budget allows (less noise); the privacy budget ends a trial "
         "that would run more.")] = None,
     adaptive_clip: Annotated[bool, typer.Option(
         "--adaptive-clip",
-        help="distributed-gaussian: adaptive clipping (Andrew et al. 2021). The clip starts "
+        help="distributed-gaussian-continuous: adaptive clipping (Andrew et al. 2021). The "
+        "clip starts "
         "at --clip and follows the --clip-quantile of the sampled agents' update norms: each "
         "also sends the bit ‖μ‖ <= C_t through the secure sum (noised with std "
         "--clip-count-stddev), and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same "

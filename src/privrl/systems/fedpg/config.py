@@ -42,10 +42,17 @@ from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
 # central-gaussian: a server trusted with the clipped updates adds the noise to its robust
 # aggregate (privrl.privacy.central; docs/byzantine.md).
-ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian", "central-gaussian")
+ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian", "distributed-gaussian-continuous",
+                        "central-gaussian")
+# The secure sums of noise shares (fedpg-cen): distributed-gaussian, the deployment's distributed
+# discrete Gaussian over a sum modulo 2^b (privrl.privacy.discrete_sum: every agent in every
+# round, calibrated by its own zCDP bound), simulated exactly in a local run; and
+# distributed-gaussian-continuous, a simulation only: continuous Gaussian shares over a real
+# sum (privrl.privacy.distributed), with Poisson sampling of agents and adaptive clipping.
+DISTRIBUTED_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continuous")
 # Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
 PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
-# distributed-gaussian's default sampling: this many agents per round in expectation.
+# distributed-gaussian-continuous's default sampling: this many agents per round in expectation.
 DEFAULT_PARTICIPANTS = 50
 IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
@@ -87,16 +94,20 @@ class FedPGConfig(Config):
     calibrated over the most rounds the budget allows, by `accountant` (pld: the exact
     analytic Gaussian composition; rdp: RDP), the one that also states the run's ε.
     distributed-gaussian (Cen only): user-level central DP; every agent
-    clips its μ_tᵏ to `clip` and adds a share of the noise, the server sees only the sum,
-    which carries N(0, σ²C²I) (σ = `noise_multiplier`, or calibrated from `epsilon` at
-    `delta` for the most rounds the budget allows); each agent takes part in a round with
-    probability `sampling_rate` (Poisson); shares are sized so that any `min_honest` (default
-    K) of them carry the full noise. See privrl.privacy.distributed.
-    `adaptive_clip` (distributed-gaussian only): the clip follows the `clip_quantile` γ of
-    the sampled agents' update norms (Andrew et al. 2021), starting from `clip`, with
-    learning rate `clip_lr` η_C; the clip bits' sum is noised with std `clip_count_stddev`
-    σ_b (None: q·K/20), and σ (the round's noise multiplier, calibrated as without it) is
-    split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
+    clips its μ_tᵏ to `clip`, rounds it to integers and adds a discrete Gaussian share of the
+    noise, the server sees only the sum modulo 2^b, whose noise over the sensitivity is σ
+    (`noise_multiplier`, or calibrated from `epsilon` at `delta` for `dp_rounds`, default the
+    most rounds the budget allows, by the mechanism's own bound); every agent takes part in
+    every round; shares are sized so that any `min_honest` (default K) of them carry the
+    full noise. The same mechanism as a Flower deployment's: privrl.privacy.discrete_sum.
+    distributed-gaussian-continuous (a simulation): the same with continuous Gaussian shares
+    over a real sum, each agent taking part with probability `sampling_rate` (Poisson), by
+    `accountant`. See privrl.privacy.distributed.
+    `adaptive_clip` (distributed-gaussian-continuous only): the clip follows the
+    `clip_quantile` γ of the sampled agents' update norms (Andrew et al. 2021), starting from
+    `clip`, with learning rate `clip_lr` η_C; the clip bits' sum is noised with std
+    `clip_count_stddev` σ_b (None: q·K/20), and σ (the round's noise multiplier, calibrated
+    as without it) is split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
     """
 
     algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
@@ -149,14 +160,16 @@ class FedPGConfig(Config):
     noise: str | None = None
     # Float-safe (discrete, CSPRNG) noise for laplace or gaussian. See privrl.privacy.secure.
     secure_noise: bool = False
-    # distributed-gaussian only: Poisson sampling rate q of agents per round, and the number
-    # m of agents whose noise shares alone must carry the sum's full noise (None: K).
+    # distributed-gaussian-continuous: Poisson sampling rate q of agents per round
+    # (distributed-gaussian: 1, every agent in every round); either: the number m of agents
+    # whose noise shares alone must carry the sum's full noise (None: K).
     # None: min(1, 50/K), an expected 50 agents per round (a round then costs about as much
     # as 50 agents, whatever K; at ε = 2 the noise on the mean is within 15% of q = 1's).
     sampling_rate: float | None = None
     min_honest: int | None = None
-    # distributed-gaussian with epsilon: σ is calibrated for this many rounds (None: the most
-    # the episode budget allows, max_rounds()); a trial that wants more is ended by the budget.
+    # distributed-gaussian(-continuous) with epsilon: σ is calibrated for this many rounds
+    # (None: the most the episode budget allows, max_rounds()); a trial that wants more is
+    # ended by the budget.
     dp_rounds: int | None = None
     # Shuffle model (fedpg-cen with a pure ε-LDP mechanism: laplace, privunit, privunitg): each
     # round's K reports reach the server in a random order without identities; privacy.json
@@ -164,10 +177,10 @@ class FedPGConfig(Config):
     # (privrl.privacy.shuffle), composed over an agent's rounds. The local ε is unchanged.
     shuffle: bool = False
     shuffle_delta: float = 1e-5
-    # distributed-gaussian only: adaptive clipping (Andrew et al. 2021). clip_quantile γ: the
-    # target fraction of sampled agents whose update norm is within the clip; clip_lr η_C:
-    # C_{t+1} = C_t·exp(−η_C (b̄_t − γ)); clip_count_stddev σ_b: std of the noise on the sum
-    # of the clip bits (None: q·K/20, the paper's choice; it must exceed σ/2).
+    # distributed-gaussian-continuous only: adaptive clipping (Andrew et al. 2021).
+    # clip_quantile γ: the target fraction of sampled agents whose update norm is within the
+    # clip; clip_lr η_C: C_{t+1} = C_t·exp(−η_C (b̄_t − γ)); clip_count_stddev σ_b: std of
+    # the noise on the sum of the clip bits (None: q·K/20, the paper's choice; it must exceed σ/2).
     adaptive_clip: bool = False
     clip_quantile: float = 0.5
     clip_lr: float = 0.2
@@ -307,9 +320,17 @@ class FedPGConfig(Config):
                 return no_privacy(req, rounds)
             if self.pure_mechanism:
                 return plan_pure(req, rounds)
-            if not calibrate and self.noise_multiplier is None and self.epsilon is not None:
+            # distributed-gaussian: the discrete mechanism calibrates σ by its own bound, with
+            # the update's length (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); the
+            # plan checks its request and gives its ledger.
+            discrete = self.mechanism == "distributed-gaussian"
+            if ((not calibrate or discrete) and self.noise_multiplier is None
+                    and self.epsilon is not None):
                 req = replace(req, noise_multiplier=1.0)  # checks the request only
-            if self.mechanism == "distributed-gaussian":
+            if discrete:
+                return replace(plan_gaussian(req, self.calibration_rounds()),
+                               noise_multiplier=self.noise_multiplier)
+            if self.mechanism == "distributed-gaussian-continuous":
                 # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
                 return plan_gaussian(req, self.calibration_rounds(), self.sampling_rate)
             if self.mechanism == "central-gaussian":
@@ -342,6 +363,8 @@ class FedPGConfig(Config):
                             f"mechanism={self.mechanism!r}: "
                             + {"none": "no mechanism has no local ε to amplify",
                                "distributed-gaussian": "the server already sees only the sum",
+                               "distributed-gaussian-continuous": "the server already sees "
+                                                                  "only the sum",
                                }.get(self.mechanism, "the amplification bound here (FMT21) "
                                                      "is for pure ε₀-LDP reports"))
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
@@ -377,8 +400,8 @@ class FedPGConfig(Config):
                 fail("robust", "with central-gaussian the filter's mean has sensitivity C, the "
                                "diameter of the clipped updates' ball (any kept subset), K times "
                                "the mean's; use none, trimmed-mean or median")
-        if self.robust != "none" and self.mechanism == "distributed-gaussian":
-            fail("robust", "distributed-gaussian: the server sees only the secure sum of the "
+        if self.robust != "none" and self.mechanism in DISTRIBUTED_MECHANISMS:
+            fail("robust", f"{self.mechanism}: the server sees only the secure sum of the "
                            "agents' updates, so no per-agent filter or robust rule can run "
                            "(use a per-agent LDP mechanism, or robust none)")
         if self.robust == "fedpg-br" and self.mechanism not in ("none", "gaussian", "laplace",
@@ -394,7 +417,7 @@ class FedPGConfig(Config):
         if self.bypass_mechanism:
             if not self.byzantine:
                 fail("bypass_mechanism", "needs byzantine >= 1 (no agent would bypass it)")
-            if self.mechanism in ("none", "distributed-gaussian", "central-gaussian"):
+            if self.mechanism in ("none", *DISTRIBUTED_MECHANISMS, "central-gaussian"):
                 fail("bypass_mechanism", "only a per-agent LDP mechanism (laplace, gaussian, "
                                          "privunit, privunitg or a user's) can be bypassed; "
                                          f"mechanism={self.mechanism!r} has no per-agent "
@@ -410,7 +433,8 @@ class FedPGConfig(Config):
                 fail("attack_norm", "zero-gradient sends 0, which has no direction to rescale")
 
     def _check_adaptive_clip(self) -> None:
-        """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""
+        """adaptive_clip's own fields; it belongs to distributed-gaussian-continuous on
+        fedpg-cen."""
         if not isinstance(self.adaptive_clip, bool):
             fail("adaptive_clip", f"must be true or false, got {self.adaptive_clip!r}")
         if not self.adaptive_clip:
@@ -421,9 +445,11 @@ class FedPGConfig(Config):
             return
         if self.algorithm != "cen":
             fail("adaptive_clip", "adaptive clipping adapts the clip of the securely "
-                                  "aggregated sum: fedpg-cen with distributed-gaussian only")
-        if self.mechanism != "distributed-gaussian":
-            fail("adaptive_clip", "adaptive clipping needs mechanism='distributed-gaussian' "
+                                  "aggregated sum: fedpg-cen with "
+                                  "distributed-gaussian-continuous only")
+        if self.mechanism != "distributed-gaussian-continuous":
+            fail("adaptive_clip", "adaptive clipping needs "
+                                  "mechanism='distributed-gaussian-continuous' "
                                   f"(the clip bits travel in its secure sum), got "
                                   f"mechanism={self.mechanism!r}")
         in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
@@ -432,26 +458,33 @@ class FedPGConfig(Config):
             positive("clip_count_stddev", self.clip_count_stddev)
 
     def _check_distributed(self) -> None:
-        """distributed-gaussian's own fields and the combinations that make no sense."""
+        """The distributed mechanisms' own fields and the combinations that make no sense."""
+        mech = self.mechanism
         if self.dp_rounds is not None:
-            if self.mechanism != "distributed-gaussian" or self.epsilon is None:
-                fail("dp_rounds", "the rounds σ is calibrated for: distributed-gaussian with "
-                                  "epsilon only")
+            if mech not in DISTRIBUTED_MECHANISMS or self.epsilon is None:
+                fail("dp_rounds", "the rounds σ is calibrated for: "
+                                  "distributed-gaussian(-continuous) with epsilon only")
             integer("dp_rounds", self.dp_rounds)
-        if self.mechanism != "distributed-gaussian":
+        if mech not in DISTRIBUTED_MECHANISMS:
             if self.sampling_rate is not None:
-                fail("sampling_rate", "agent sampling is part of the distributed-gaussian "
-                                      f"mechanism only, not of mechanism={self.mechanism!r}")
+                fail("sampling_rate", "agent sampling is part of the "
+                                      "distributed-gaussian-continuous mechanism only, not of "
+                                      f"mechanism={mech!r}")
             if self.min_honest is not None:
-                fail("min_honest", "noise shares belong to the distributed-gaussian mechanism "
-                                   f"only, not to mechanism={self.mechanism!r}")
+                fail("min_honest", "noise shares belong to the distributed-gaussian(-continuous)"
+                                   f" mechanisms only, not to mechanism={mech!r}")
             return
         if self.algorithm != "cen":
-            fail("mechanism", "distributed-gaussian protects a sum that a server aggregates: "
+            fail("mechanism", f"{mech} protects a sum that a server aggregates: "
                               "fedpg-cen only (fedpg-dec has no aggregate; use gaussian)")
         if self.agents < 2:
-            fail("agents", "distributed-gaussian needs K >= 2 agents: a secure sum of one "
+            fail("agents", f"{mech} needs K >= 2 agents: a secure sum of one "
                            "agent's message is that message (use --mechanism gaussian)")
+        if mech == "distributed-gaussian" and self.sampling_rate not in (None, 1.0):
+            fail("sampling_rate", "distributed-gaussian takes every agent in every round (its "
+                                  "deployment's secure sum claims no amplification by "
+                                  "sampling); Poisson sampling is "
+                                  "distributed-gaussian-continuous's")
         if self.min_honest is not None:
             integer("min_honest", self.min_honest)
             if self.min_honest > self.agents:
@@ -470,6 +503,8 @@ class FedPGConfig(Config):
         (calibrated from ε)."""
         self.validate()
         if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
+            return replace(self, sampling_rate=1.0).resolved()
+        if self.mechanism == "distributed-gaussian-continuous" and self.sampling_rate is None:
             return replace(self, sampling_rate=min(1.0, DEFAULT_PARTICIPANTS / self.agents)
                            ).resolved()
         if self.adaptive_clip and self.clip_count_stddev is None:
@@ -477,7 +512,10 @@ class FedPGConfig(Config):
                            ).resolved()
         if self.pure_mechanism and self.epsilon_per_report is None:
             return replace(self, epsilon_per_report=self.privacy_plan().epsilon_per_report)
-        if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
+        if (self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None
+                or self.mechanism == "distributed-gaussian"):
+            # distributed-gaussian's ε is calibrated with the update's length, by the
+            # mechanism (privrl.systems.fedpg.algorithm.discrete_sum_mechanism)
             self._check_count_stddev()
             return self
         sigma = self.privacy_plan().noise_multiplier
@@ -503,10 +541,9 @@ class FedPGConfig(Config):
 SETTING_FIELDS = ("mechanism", "epsilon", "epsilon_per_report", "clip", "noise_multiplier",
                   "delta", "accountant", "topology", "window", "epsilon_budget",
                   "budget_composition")
+# They are also the releases every program of FedPG settings computes, and every run that
+# could join one (`privacy.mechanisms.setting_release`): the same compiled arithmetic in both.
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
-# The families every program of FedPG settings computes, and every run that could join one:
-# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).
-PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
 
 
 def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
