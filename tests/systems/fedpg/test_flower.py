@@ -137,6 +137,9 @@ def test_a_local_and_a_flower_run_state_the_same_epsilon():
     assert rounds >= 2
     assert flower["guarantee"]["epsilon"] == local["guarantee"]["epsilon"] == \
         mech.epsilon(rounds) <= 2.0
+    # one record path: the same guarantee, account and trust model, word for word
+    for part in ("guarantee", "accounting", "trust_model"):  # (its modulus may differ)
+        assert flower[part] == local[part], part
     # the same noise too (the local modulus 2^29 for one agent per SuperNode is wider than
     # this grid needs, so the grid is the deployment's): the local run predicts its learning
     p = local["mechanism"]["params"]

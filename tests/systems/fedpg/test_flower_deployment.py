@@ -78,5 +78,5 @@ def test_a_supernode_killed_mid_round(tmp_path: Path, children_compile_as_tests:
     save(record(run), tmp_path)
     stated = json.loads((tmp_path / "privacy.json").read_text())
     assert stated["trust_domain"]["runtime"] == "flower"
-    assert stated["min_honest_surviving_agents"] == 4
+    assert stated["secure_sum"]["min_honest_surviving_agents"] == 4
     assert stated["headline"] == privacy["headline"]

@@ -1,6 +1,6 @@
 """privacy.json is written by one record path for every FedPG runtime: the Flower runtime's
-statement of the Reports its server accepted is the local runner's for the same request, and
-the secure sum's is composed by privrl.privacy.record from facts (statement and headline)."""
+statement of the Reports its server accepted, and of its secure sums, is the local runner's
+record (privrl.systems.fedpg.local.privacy_record) of what its agents released."""
 
 import math
 
@@ -10,10 +10,9 @@ import pytest
 pytest.importorskip("flwr")
 
 from privrl.privacy.discrete_sum import DiscreteGaussianSum
-from privrl.privacy.record import privacy_record as compose
 from privrl.systems.fedpg.config import FedPGConfig
-from privrl.systems.fedpg.flower import FlowerCenRun, secure_sum_facts
-from privrl.systems.fedpg.local import privacy_record, run_fedpg, summarize
+from privrl.systems.fedpg.flower import FlowerCenRun
+from privrl.systems.fedpg.local import Released, privacy_record, run_fedpg, summarize
 from privrl.systems.fedpg.reproduce import short_privacy
 
 TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
@@ -49,18 +48,21 @@ def test_local_and_flower_state_the_same_record_for_the_same_request(request_):
         assert short_privacy(summarize(local)) == "none"
 
 
-def test_the_secure_sum_statement_is_composed_from_facts():
+def test_the_secure_sum_record_is_the_local_runners_of_its_releases():
+    """A Flower secure-sum run's privacy.json is the local runner's record of K agents each in
+    every one of its rounds through the deployment's mechanism, plus the SecAgg+ threshold."""
     cfg = FedPGConfig(algorithm="cen", mechanism="distributed-gaussian", epsilon=3.0,
-                      sampling_rate=1.0, **TINY).resolved()
+                      **TINY).resolved()
     m = DiscreteGaussianSum(clip=1.0, dim=6, agents=2, min_honest=2, noise_multiplier=2.0,
                             bits=24)
     run = _flower(cfg, [{"agents_in_sum": 2}] * 3, m)
     stated = run.privacy()
-    facts = secure_sum_facts(run)
-    assert {k: stated[k] for k in ("statement", "headline", "guarantee")} == {
-        k: v for k, v in compose(facts).items() if k in ("statement", "headline", "guarantee")}
+    assert {k: v for k, v in stated.items()
+            if k not in ("secure_sum", "fewest_agents_in_a_revealed_sum")} == \
+        privacy_record(Released.summed(cfg, m, 3))
     assert stated["guarantee"]["epsilon"] == m.epsilon(3) and math.isfinite(m.epsilon(3))
     assert stated["headline"].startswith(f"(ε = {m.epsilon(3):.4g}, δ = 1e-05)-DP")
-    assert "Budget (ε = 3, δ = 1e-05)-DP" in stated["statement"]
+    assert stated["ledger"]["reports"] == 2 * 3  # each agent charged once a round
+    assert stated["trust_model"]["by_dropouts"][0]["epsilon"] == m.epsilon(3)
+    assert stated["secure_sum"]["min_honest_surviving_agents"] == 2
     assert stated["fewest_agents_in_a_revealed_sum"] == 2
-    assert stated["mechanism"] == m.record(3)

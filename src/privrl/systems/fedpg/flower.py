@@ -451,52 +451,26 @@ class FlowerCenRun:
     wall_seconds: float
 
     def privacy(self) -> dict[str, Any]:
-        """privacy.json, written by the record code every runtime uses: under the secure sum
-        the facts of the user-level (ε, δ) of the rounds run (`secure_sum_facts`); under a
-        local mechanism, the local runner's record of the Reports the server accepted
+        """privacy.json, by the local runner's record code (privrl.systems.fedpg.local
+        .privacy_record) of what the agents released: under the secure sum, every agent in
+        each of the rounds run, through this deployment's mechanism, plus the SuperNodes'
+        threshold; under a local mechanism, the Reports the server accepted
         (`report_privacy`)."""
         m = self.mechanism
         if m is None:
             return report_privacy(self)
-        from privrl.privacy.noise import noise_fields, record_mode
-        from privrl.privacy.record import privacy_record
+        from privrl.systems.fedpg.local import Released, privacy_record
 
         fewest = min((r["agents_in_sum"] for r in self.rounds if "halted" not in r),
                      default=None)
-        cfg = self.config
-        return privacy_record(
-            secure_sum_facts(self), mechanism=m.record(len(self.rounds)), fields={
-                "min_honest_surviving_agents": m.min_honest,
-                "fewest_agents_in_a_revealed_sum": fewest,
-                **noise_fields(record_mode(cfg.noise, cfg.secure_noise, "secret"))})
-
-
-def secure_sum_facts(run: FlowerCenRun) -> Any:
-    """The facts of a secure-sum run's privacy.json: each agent's user-level (ε, δ) over the
-    rounds run, its round budget, and whom it trusts."""
-    from privrl.privacy.noise import record_mode
-    from privrl.privacy.record import Budget, Claim, Facts, Releases, Trust
-
-    cfg, m, n = run.config, run.mechanism, len(run.rounds)
-    return Facts(
-        Claim(m.epsilon(n), m.delta, "DP", "central, user level: the aggregator sees only the "
-              "secure sum", "one agent's whole data (every update it sends over the run)",
-              f"two zCDP bounds over {n} rounds", m.record(n)["accounting"]),
-        releases=Releases(f"each of the K = {cfg.agents} agents", "its μ_tᵏ clipped to L2 norm "
-                          f"C = {cfg.clip:g}, rounded to the grid, plus its discrete Gaussian "
-                          f"noise share, modulo 2^{m.bits}, masked by SecAgg+",
-                          "the distributed discrete Gaussian mechanism (Kairouz, Liu & Steinke "
-                          "2021)", n, None, m.delta, "DP"),
-        budget=Budget(cfg.epsilon, cfg.delta, f"each agent counts its rounds: at most the "
-                      f"{cfg.calibration_rounds()} σ is calibrated for", "an agent refuses a "
-                      "round beyond it, whatever the server asks"),
-        trust=Trust(f"SecAgg+ reveals a round's sum only when >= {run.threshold} of the "
-                    f"{run.nodes} SuperNodes survive, which hold >= {m.min_honest} agents; at "
-                    f"least {m.min_honest} of the agents in every revealed sum are honest (do "
-                    "not collude with the server); the server follows the protocol (honest but "
-                    "curious)", "the server's optimizer steps"),
-        not_protected="the server's own SCSG episodes (its own data)",
-        noise=record_mode(cfg.noise, cfg.secure_noise, "secret"))
+        return {**privacy_record(Released.summed(self.config, m, len(self.rounds))),
+                "secure_sum": {
+                    "supernodes": self.nodes, "threshold": self.threshold,
+                    "min_honest_surviving_agents": m.min_honest,
+                    "reveals": f"SecAgg+ reveals a round's sum only when >= {self.threshold} "
+                               f"of the {self.nodes} SuperNodes survive, which hold >= "
+                               f"{m.min_honest} agents"},
+                "fewest_agents_in_a_revealed_sum": fewest}
 
 
 def report_privacy(run: FlowerCenRun) -> dict[str, Any]:

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from flax import linen as nn
 
     from privrl.envs.task import Task
+    from privrl.privacy.discrete_sum import DiscreteGaussianSum
 
 ProgressFn = Callable[[float, int], None]  # (mean episodes per agent so far, budget)
 
@@ -131,6 +132,20 @@ class Released:
     releases: np.ndarray
     accounting: dict[str, Any] | None
     final_clip: np.ndarray | None = None
+    # distributed-gaussian: the secure sum's mechanism when it is not the config's own (a
+    # Flower deployment's, calibrated for its SuperNodes' threshold and modulus)
+    secure_sum: DiscreteGaussianSum | None = None
+
+    @classmethod
+    def summed(cls, config: FedPGConfig, mech: DiscreteGaussianSum, rounds: int) -> Released:
+        """Released by K agents, each in every one of `rounds` secure sums of `mech`, charged
+        to the plan's ledger as each agent charges its own round budget (a Flower
+        deployment's distributed-gaussian run)."""
+        ledger = budget_ledger(config)
+        if rounds:
+            ledger.charge(np.arange(config.agents), mech.guarantee, rounds)
+        return cls(config, mechanism_record(mech, mech.dim), ledger, np.array([rounds]),
+                   mech.account(rounds), secure_sum=mech)
 
     @classmethod
     def charged(cls, algo: FedPG, accepted: list[list[int]]) -> Released:
@@ -759,7 +774,8 @@ def trust_model(run: Released) -> dict[str, Any]:
 def discrete_trust_model(run: Released) -> dict[str, Any]:
     """distributed-gaussian's `trust_model`: ε over the run with fewer honest shares."""
     cfg = run.config
-    mech = discrete_sum_mechanism(run.config, run.mechanism["params"]["dim"])
+    mech = (run.secure_sum if run.secure_sum is not None
+            else discrete_sum_mechanism(run.config, run.mechanism["params"]["dim"]))
     k, m, rounds = cfg.agents, mech.min_honest, int(run.releases.max())
     rows = [{"dropped_or_colluding": t, "honest_shares": min(k - t, m),
              "epsilon": mech.epsilon(rounds, min(k - t, m))}
