@@ -55,7 +55,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -80,14 +79,9 @@ from flwr.supernode.runtime.run_clientapp import (
 )
 
 from privrl.federation.flower import SLOT
-from privrl.federation.service import Submission
-from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.report import Guarantee, restore_report
-from privrl.runfile import checked, read, write
 
-__all__ = ["UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "Released", "executor_parser",
-           "fab_hash", "load_released", "make_credentials", "save_released", "serve_tasks",
-           "superexec_secret", "write_app"]
+__all__ = ["UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "executor_parser", "fab_hash",
+           "make_credentials", "serve_tasks", "superexec_secret", "write_app"]
 
 UNTRUSTED_BUNDLE = 0x5055  # the Error code an agent executor answers another bundle with
 CONNECTION = "privrl"  # the SuperLink connection's name in the run's Flower config
@@ -253,46 +247,6 @@ def _runtime_client(address: str, component: str, token: str | None = None,
     return RuntimeHttpClient.from_server_address(
         server_address=address, insecure=True, root_certificates=None,
         interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker())
-
-
-# --- what an agent released, across restarts ---------------------------------------------------
-Released = dict[tuple[int, int], tuple[Submission, float]]  # (agent, index) -> (it, its score)
-
-
-def save_released(path: Path, kind: str, ledger: PrivacyLedger, released: Released,
-                  dim: int) -> None:
-    """An agent executor's state as a privrl run file (atomic): its agents' ledger and every
-    report it released with its score, never its noise root. Written after a release and
-    before the report leaves the process, so that a restarted executor re-sends a released
-    report instead of drawing new noise, and charges nothing twice."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keys = sorted(released)
-    write(path, kind, {
-        "ledger": ledger.to_state(),
-        "ids": np.array(keys, np.int64).reshape(-1, 2),
-        "values": (np.stack([np.asarray(released[k][0].report.value, np.float32) for k in keys])
-                   if keys else np.zeros((0, dim), np.float32)),
-        "scores": np.array([released[k][1] for k in keys], np.float32)})
-
-
-def load_released(path: Path, kind: str, guarantee: Guarantee, dim: int
-                  ) -> tuple[PrivacyLedger, Released]:
-    """What `save_released` wrote: the ledger and the released reports (as Reports of
-    `guarantee`); RunFileError naming the file if it is not such a state for reports of
-    length `dim`."""
-    state = read(path, kind)
-    with checked(path):
-        ledger = PrivacyLedger.from_state(state["ledger"])
-        ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))
-        n = ids.shape[0]
-        if ids.shape != (n, 2) or values.shape != (n, dim) or scores.shape != (n,):
-            raise ValueError("the released reports do not match this run's model")
-        released: Released = {}
-        for (agent, index), value, score in zip(ids, values, scores, strict=True):
-            report = restore_report(value.astype(np.float32), guarantee)
-            released[(int(agent), int(index))] = (Submission(int(agent), int(index), report),
-                                                  float(score))
-        return ledger, released
 
 
 # --- the local deployment ----------------------------------------------------------------------

@@ -4,19 +4,15 @@ A `FlowerAgent` lives in the agent's own process (privrl.runtime.flower's agent 
 beside its SuperNode) for the whole run. It holds what never leaves that process: the
 environment and its private dynamics, the agent's parameters while it computes, its secret
 noise root (`os.urandom` in this process, `noise="secret"`, the default here), the mechanism
-and its OWN ledger. Asked by the server for submission `index` of agent `agent_id` from θ, it:
-
-1. refuses an agent that is not its own, an index outside the run, or θ that is not finite
-   float32 of the model's shape (`read_request`);
-2. re-sends, unchanged, a report it already released for that (agent, index) (a retried
-   request spends nothing and never yields a second, different report);
-3. charges its own ledger before releasing anything, and refuses past the agent's budget,
-   whatever the server asks;
-4. computes through the local runner's agent-side code (`PGCA3C.agent_reports` of
-   `lone_agent`, the release path every runtime and the audit share), with the local runner's
-   keys: with `noise="seeded"` and `parallel_agents=1` a Flower run's submissions are the
-   local run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ). Under
-   secret noise the root keys the agent's dynamics and episodes too, as everywhere.
+and its OWN ledger. Asked by the server for submission `index` of agent `agent_id` from θ, it
+follows the one agent-node protocol (privrl.runtime.node.AgentNode: check the request, re-send
+a released report, charge its own ledger before releasing and refuse past the agent's budget
+whatever the server asks, keep its state in a run file before the report leaves) around
+PGC-A3C's `AgentStep`: the local runner's agent-side code (`PGCA3C.agent_reports` of
+`lone_agent`, the release path every runtime and the audit share) with the local runner's
+keys: with `noise="seeded"` and `parallel_agents=1` a Flower run's submissions are the local
+run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ). Under secret noise
+the root keys the agent's dynamics and episodes too, as everywhere.
 
 Only the Submission (its Report) and the episode's score leave (privrl.federation.flower's
 records). The score is the episode's return, sent for the learning curve as the Ray runtime
@@ -46,7 +42,7 @@ from privrl.federation.service import AggregatorService, AggregatorSpec, Submiss
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
-from privrl.runtime.flower import Released, load_released, save_released
+from privrl.runtime.node import AgentNode, Released, ReleasedFile
 from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
@@ -65,40 +61,28 @@ AGENT_STATE = "agent.npz"  # an agent's ledger and released reports (never its n
 _STATE_KIND = "flower-agent"
 
 
-class FlowerAgent:
-    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc).
+class AgentStep:
+    """PGC-A3C's pure agent step (privrl.runtime.node.AgentStep): submission `index` of agent
+    a from θ through the local runner's agent-side code (`PGCA3C.agent_reports` of
+    `lone_agent`), with the local runner's keys (its trial key, submission n = a·T + index
+    its round with one agent per round); `noise`: the secret root, or None (seeded)."""
 
-    `directory`: where the agent keeps its ledger and the reports it released (a privrl run
-    file, written atomically after each release and before it is sent), so that an executor
-    restarted mid-run resumes both: it re-sends a released report instead of drawing new
-    noise, and its budget is not spent again. The noise root is never written."""
-
-    def __init__(self, config: PGCA3CConfig, node: int, nodes: int,
-                 directory: Path | None = None) -> None:
-        if not 0 <= node < nodes:
-            raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
-        cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-        self.config, self.node, self.nodes = cfg, node, nodes
-        self.num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)
+    def __init__(self, cfg: PGCA3CConfig, noise: jax.Array | None) -> None:
+        self.config, self._noise = cfg, noise
         self.algo, self.setting = lone_agent(cfg)
         root = self.algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0])  # the local trial's
         self.key, self.env_key = root.key, trial_env_key(root)
         self.dim = self.algo.dim
-        # Secret noise: this process's own root from os.urandom, in memory only, passed to the
-        # jitted program as an argument (a constant would reach the compilation cache).
-        self._noise = secret_keys() if cfg.noise == "secret" else None
-        self.ledger = budget_ledger(cfg)
         self.guarantee = self.algo.mechanism.guarantee
-        self.released: Released = {}
-        self.path = None if directory is None else Path(directory) / AGENT_STATE
-        if self.path is not None and self.path.exists():
-            self.ledger, self.released = load_released(self.path, _STATE_KIND, self.guarantee,
-                                                       self.dim)
         self._run = jax.jit(self._one)
 
-    def _save(self) -> None:
-        if self.path is not None:
-            save_released(self.path, _STATE_KIND, self.ledger, self.released, self.dim)
+    def check(self, agent: int, index: int) -> None:
+        per = self.config.submissions_per_agent
+        if not 0 <= index < per:
+            raise ValueError(f"submission index {index} is outside 0..{per - 1}")
+
+    def together(self, agent: int) -> list[int]:
+        return [agent]
 
     def _one(self, theta: jax.Array, agent_id: jax.Array, n: jax.Array, submitted: jax.Array,
              noise: jax.Array | None, traj: Any = None) -> tuple[Any, jax.Array]:
@@ -115,31 +99,59 @@ class FlowerAgent:
         """The local runner's round key of submission n with one agent per round."""
         return jax.random.fold_in(self.key, n)
 
-    def release(self, theta: np.ndarray, agent_id: int, index: int) -> tuple[Submission, float]:
-        """Submission `index` of agent `agent_id` from θ; ValueError or BudgetExceededError
-        (nothing released) when it must refuse."""
-        if not 0 <= agent_id < self.num_agents or agent_id % self.nodes != self.node:
-            raise ValueError(f"agent {agent_id} is not one of this SuperNode's")
-        if not 0 <= index < self.config.submissions_per_agent:
-            raise ValueError(f"submission index {index} is outside 0.."
-                             f"{self.config.submissions_per_agent - 1}")
-        done = self.released.get((agent_id, index))
-        if done is not None:  # already public: the same report again, nothing new spent
-            return done
-        self.ledger.charge(agent_id, self.guarantee)  # refuses past the agent's budget
-        n = agent_id * self.config.submissions_per_agent + index
-        args = (jnp.asarray(theta, jnp.float32), jnp.int32(agent_id), jnp.int32(n),
-                jnp.int32(n))
+    def __call__(self, theta: np.ndarray | None, agent: int, index: int
+                 ) -> dict[tuple[int, int], tuple[Submission, float]]:
+        n = agent * self.config.submissions_per_agent + index
+        args = (jnp.asarray(theta, jnp.float32), jnp.int32(agent), jnp.int32(n), jnp.int32(n))
         traj = None
         if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
             traj = self.algo.host_rollout(args[0], args[3], self._round_key(args[2]),
                                           self.env_key, args[1][None], np.ones(1, bool),
                                           self._noise)
         report, score = self._run(*args, self._noise, traj)
-        out = (Submission(agent_id, index, report), float(score))
-        self.released[(agent_id, index)] = out
-        self._save()  # before it leaves this process: a restart re-sends this one
-        return out
+        return {(agent, index): (Submission(agent, index, report), float(score))}
+
+
+class FlowerAgent:
+    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc), an
+    `AgentNode` running PGC-A3C's `AgentStep`.
+
+    `directory`: where the agent keeps its ledger and the reports it released (a privrl run
+    file, written atomically after each release and before it is sent), so that an executor
+    restarted mid-run resumes both: it re-sends a released report instead of drawing new
+    noise, and its budget is not spent again. The noise root is never written."""
+
+    def __init__(self, config: PGCA3CConfig, node: int, nodes: int,
+                 directory: Path | None = None) -> None:
+        if not 0 <= node < nodes:
+            raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
+        cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
+        self.config, self.node, self.nodes = cfg, node, nodes
+        self.num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)
+        # Secret noise: this process's own root from os.urandom, in memory only, passed to the
+        # jitted program as an argument (a constant would reach the compilation cache).
+        self._noise = secret_keys() if cfg.noise == "secret" else None
+        self.step = AgentStep(cfg, self._noise)
+        self.dim, self.guarantee = self.step.dim, self.step.guarantee
+        store = (None if directory is None else
+                 ReleasedFile(Path(directory) / AGENT_STATE, _STATE_KIND, self.guarantee,
+                              self.dim))
+        ledger, released = (store and store.load()) or (budget_ledger(cfg), {})
+        self.agent = AgentNode(self.step, range(node, self.num_agents, nodes), ledger,
+                               self.dim, store, released, where="SuperNode")
+
+    @property
+    def ledger(self) -> PrivacyLedger:
+        return self.agent.ledger
+
+    @property
+    def released(self) -> Released:
+        return self.agent.released
+
+    def release(self, theta: np.ndarray, agent_id: int, index: int) -> tuple[Submission, float]:
+        """Submission `index` of agent `agent_id` from θ; ValueError or BudgetExceededError
+        (nothing released) when it must refuse."""
+        return self.agent.release(agent_id, index, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
         """A server request in, a Submission or a refusal (a Flower Error) out."""
