@@ -269,7 +269,7 @@ class ReportNode:
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int,
                  directory: Path | None = None) -> None:
-        from privrl.runtime.flower import load_released
+        from privrl.runtime.node import AgentNode, ReleasedFile
         from privrl.systems.fedpg.local import budget_ledger
 
         if not 0 <= node < nodes:
@@ -290,15 +290,24 @@ class ReportNode:
         # Secret noise: this process's own root, in memory only, passed as an argument.
         self._noise = secret_keys() if cfg.noise == "secret" else None
         self.lanes = None if self._noise is None else jnp.asarray(self.ids)
-        self.ledger = budget_ledger(cfg)
-        self.released: dict[tuple[int, int], tuple[Submission, float]] = {}
-        self.path = None if directory is None else Path(directory) / REPORT_STATE
-        if self.path is not None and self.path.exists():
-            self.ledger, self.released = load_released(self.path, _REPORT_KIND, self.guarantee,
-                                                       self.dim)
         self._round = jax.jit(self._reports)
         self._cost = jax.jit(self._costs)
         self.costs: list[int] = []  # episodes per agent of rounds 0, 1, ... (from the seed)
+        store = (None if directory is None else
+                 ReleasedFile(Path(directory) / REPORT_STATE, _REPORT_KIND, self.guarantee,
+                              self.dim))
+        ledger, released = (store and store.load()) or (budget_ledger(cfg), {})
+        # its agents release a round together, rounds in order (privrl.runtime.node)
+        self.agents = AgentNode(self, self.ids, ledger, self.dim, store, released,
+                                ordered=True, where="SuperNode")
+
+    @property
+    def ledger(self) -> Any:
+        return self.agents.ledger
+
+    @property
+    def released(self) -> dict[tuple[int, int], tuple[Submission, float]]:
+        return self.agents.released
 
     def _reports(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None,
                  setting: Any) -> Any:
@@ -325,39 +334,31 @@ class ReportNode:
                                           self._noise, self.setting))
         self.used_before(1)
 
+    # --- the node's agent step (privrl.runtime.node.AgentStep) ---
+    def check(self, agent: int, t: int) -> None:
+        """A round inside the run whose episodes the agents can still play."""
+        cfg = self.config
+        if not 0 <= t <= cfg.max_rounds():
+            raise ValueError(f"round {t} is outside 0..{cfg.max_rounds()}")
+        if self.used_before(t) >= cfg.budget:
+            raise ValueError(f"round {t} is past the episode budget ({cfg.budget} per agent)")
+
+    def together(self, agent: int) -> list[int]:
+        return self.ids
+
+    def __call__(self, theta: np.ndarray | None, agent: int, t: int
+                 ) -> dict[tuple[int, int], tuple[Submission, float]]:
+        """Round t's Submissions of every agent of the node (scores NaN: an agent's returns
+        stay with it)."""
+        reports = self._round(jnp.asarray(theta), jnp.int32(t), self._noise, self.setting)
+        rows = range(len(self.ids)) if self.lanes is not None else self.ids
+        return {(a, t): (Submission(a, t, jax.tree_util.tree_map(lambda v, r=r: v[r], reports)),
+                         math.nan) for a, r in zip(self.ids, rows, strict=True)}
+
     def release(self, theta: np.ndarray, agent: int, t: int) -> tuple[Submission, float]:
         """Agent `agent`'s Submission of round t from θ (its score: NaN, an agent's returns
         stay with it); ValueError or BudgetExceededError (nothing released) to refuse."""
-        cfg = self.config
-        if not 0 <= agent < cfg.agents or agent % self.nodes != self.node:
-            raise ValueError(f"agent {agent} is not one of this SuperNode's")
-        done = self.released.get((agent, t))
-        if done is not None:  # already public: the same report again, nothing new spent
-            return done
-        # its agents release a round together: a round not after the last one stays unreleased
-        last = max((i for _, i in self.released), default=-1)
-        if not last < t <= cfg.max_rounds():
-            raise ValueError(f"round {t} is outside {last + 1}..{cfg.max_rounds()}")
-        if self.used_before(t) >= cfg.budget:
-            raise ValueError(f"round {t} is past the episode budget ({cfg.budget} per agent)")
-        theta = np.asarray(theta, np.float32)
-        if theta.shape != (self.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"θ must be {self.dim} finite floats")
-        ids = np.asarray(self.ids)
-        self.ledger.charge(ids, self.guarantee)  # before anything is computed or leaves
-        reports = self._round(jnp.asarray(theta), jnp.int32(t), self._noise, self.setting)
-        rows = range(len(ids)) if self.lanes is not None else ids
-        for a, row in zip(ids, rows, strict=True):
-            report = jax.tree_util.tree_map(lambda v, row=row: v[row], reports)
-            self.released[(int(a), t)] = (Submission(int(a), t, report), math.nan)
-        self._save()  # before anything leaves this process: a restart re-sends these
-        return self.released[(agent, t)]
-
-    def _save(self) -> None:
-        from privrl.runtime.flower import save_released
-
-        if self.path is not None:
-            save_released(self.path, _REPORT_KIND, self.ledger, self.released, self.dim)
+        return self.agents.release(agent, t, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
         """A request in (privrl.federation.flower.request_content), the agent's Submission or
