@@ -76,14 +76,13 @@ from privrl.privacy.noise import secret_keys
 from privrl.runfile import checked, read, write
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
+from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
 from privrl.systems.fedpg.state import FedPGState
 
 NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
 _STATE_KIND = "flower-cen-node"
 REPORT_STATE = "agents.npz"  # a ReportNode's ledger and released reports (never its noise root)
 _REPORT_KIND = "flower-cen-reports"
-# The mechanisms whose Reports travel one per agent (the secure sum is distributed-gaussian's)
-LOCAL_MECHANISMS = ("none", "gaussian", "laplace", "privunit", "privunitg")
 
 __all__ = ["LOCAL_MECHANISMS", "CenNode", "FlowerCenRun", "FlowerPlan", "ReportNode",
            "ServerLearner", "client_app", "flower_mechanism", "learn", "main", "plan_run",
@@ -552,14 +551,8 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
     agent; a threshold (default N − 1) that is a strict majority; the mechanism calibrated for
     it. A local mechanism (LOCAL_MECHANISMS): 1 to K SuperNodes, no threshold. Either: plain
     FedPG-Cen (no adaptive clip, Byzantine agents, robust rule or shuffler) on a gymnax task."""
+    check_runtime(config, "flower")  # the library's rules, as the CLI's (ConfigError)
     cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if cfg.algorithm != "cen":
-        raise ConfigError("algorithm", "FedPG-Dec cannot run on Flower (its nodes gossip peer "
-                          "to peer; Flower carries messages between the ServerApp and each "
-                          "SuperNode only)")
-    if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
-        raise ConfigError("robust", "the Flower runtime runs plain FedPG-Cen (no adaptive "
-                          "clip, Byzantine agents, robust rule or shuffler)")
     if cfg.mechanism in LOCAL_MECHANISMS:
         if not 1 <= nodes <= cfg.agents:
             raise ConfigError("supernodes", f"must be in 1..{cfg.agents} (each hosts at least "
@@ -570,10 +563,6 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
         if FedPG(cfg).task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
         return FlowerPlan(cfg, nodes, None, None)
-    if cfg.mechanism != "distributed-gaussian":
-        raise ConfigError("mechanism", f"the Flower runtime runs {', '.join(LOCAL_MECHANISMS)} "
-                          f"(each agent's Report) or distributed-gaussian (a secure sum), not "
-                          f"{cfg.mechanism}")
     if not 3 <= nodes <= cfg.agents:
         raise ConfigError("supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
                           f"(each hosts at least one agent), got {nodes}")

@@ -9,10 +9,10 @@ and a `privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
    its own ledger (the one agent-node protocol, privrl.runtime.node). The ledger is the run's
    (`budget_ledger`): past `epsilon_budget` a node refuses the round before computing it, and
    the driver, which asks every node whether it affords the next round, ends the run there as
-   the local runner ends a trial. On a Gymnasium task (`task.host`) the same function plays its episodes on
-   the host in the node's own process (the task's episode source,
-   privrl.systems.fedpg.source), the rest jitted piece by piece, as the local runner does for
-   each node. It applies the Report to x_k and calls `receive` on each out-neighbour's actor
+   the local runner ends a trial. On a Gymnasium task (`task.host`) the same function plays
+   its episodes on the host in the node's own process (the task's episode source,
+   privrl.systems.fedpg.source), the rest jitted piece by piece, as the local runner does
+   for each node. It applies the Report to x_k and calls `receive` on each out-neighbour's actor
    directly with that neighbour's share. Only push-sum shares (post-processing of Reports)
    ever leave a node.
 2. **mix** — once a node holds the round-t share of each in-neighbour it sums them.
@@ -62,6 +62,7 @@ from privrl.systems.fedpg.algorithm import (
 )
 from privrl.systems.fedpg.dec import round_info
 from privrl.systems.fedpg.local import FedPGRun, account, budget_ledger, policy_of
+from privrl.systems.fedpg.runtimes import check_runtime
 
 EventHook = Callable[[str, dict[str, Any]], None]
 CHECKPOINT_KIND = "fedpg-node-checkpoint"
@@ -288,15 +289,15 @@ def run_fedpg_dec_ray(
     progress: Callable[[float, int], None] | None = None,
     on_event: EventHook | None = None,
 ) -> tuple[FedPGRun, dict[str, Any]]:
-    """One FedPG-Dec trial with every node a Ray actor. Without `address` a local Ray cluster
+    """One FedPG-Dec trial with every node a Ray actor (`check_runtime`: ConfigError before
+    anything starts for a run the Ray runtime does not carry). Without `address` a local Ray cluster
     is started; with one ("auto" or "HOST:PORT") the run joins it. `on_event(kind, info)` is
     called after each round's step ("stepped") and mix ("mixed") with the node handles (tests
     inject faults there). Returns the run (as the local runner's) and a description of the
     cluster and of every node's gossip log."""
+    check_runtime(config, "ray")  # the library's rules, as the CLI's (ConfigError)
     ray = require_ray()
-    cfg = replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if cfg.algorithm != "dec":
-        raise ValueError("the Ray runtime runs FedPG-Dec (nodes exchanging push-sum messages)")
+    cfg = replace(config, noise=config.noise or "secret").resolved()
     algo = FedPG(cfg)
     k = cfg.agents
     directory.mkdir(parents=True, exist_ok=True)

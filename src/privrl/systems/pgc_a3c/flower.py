@@ -36,7 +36,6 @@ import numpy as np
 from flwr.app import Context, Error, Message
 from flwr.clientapp import ClientApp
 
-from privrl.config import ConfigError
 from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
@@ -52,6 +51,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     lone_agent,
     trial_env_key,
 )
+from privrl.systems.pgc_a3c.runtimes import check_runtime
 
 __all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client_app",
            "config_from_dict", "main", "run_pgc_a3c_flower"]
@@ -221,11 +221,9 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
     from privrl.federation.flower import RESULTS
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
+    check_runtime(config, "flower")  # the library's rules, as the CLI's (ConfigError)
     start = time.perf_counter()
-    cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if cfg.server_optimizer not in ("sgd", "adam"):
-        raise ConfigError("server_optimizer", "the Flower runtime's aggregator runs sgd or "
-                          f"adam, got {cfg.server_optimizer} (run it with the local runtime)")
+    cfg = dataclasses.replace(config, noise=config.noise or "secret").resolved()
     algo, _ = lone_agent(cfg)
     theta0 = np.asarray(algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0]).agg.theta)
     num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)

@@ -59,7 +59,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privrl.config import ConfigError
 from privrl.federation.service import (
     SETUP,
     AggregatorService,
@@ -81,9 +80,10 @@ from privrl.systems.pgc_a3c.algorithm import (
     lone_agent,
     trial_env_key,
 )
+from privrl.systems.pgc_a3c.runtimes import DISTRIBUTED_OPTIMIZERS, check_runtime
 
 # The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
-RAY_OPTIMIZERS = ("sgd", "adam")
+RAY_OPTIMIZERS = DISTRIBUTED_OPTIMIZERS
 
 
 # --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
@@ -233,13 +233,9 @@ def run_pgc_a3c_ray(
     "auto" or "HOST:PORT") the run joins that cluster. `on_event("accepted", info)` is called
     after each accepted submission with the actor handles (tests use it to inject faults).
     """
-    if config.server_optimizer not in RAY_OPTIMIZERS:
-        raise ConfigError("server_optimizer", f"the Ray runtime's aggregator runs "
-                          f"{' or '.join(RAY_OPTIMIZERS)}, got {config.server_optimizer} "
-                          "(run it with the local runtime)")
+    check_runtime(config, "ray")  # the library's rules, as the CLI's (ConfigError)
     ray = require_ray()
-    cfg = PGCA3CConfig(**{**config.__dict__, "trials": 1,
-                          "noise": config.noise or "secret"}).resolved()
+    cfg = PGCA3CConfig(**{**config.__dict__, "noise": config.noise or "secret"}).resolved()
     algo = PGCA3C(cfg)
     p = agents_in_flight or cfg.parallel_agents
     total, per_agent = cfg.submissions, cfg.submissions_per_agent
