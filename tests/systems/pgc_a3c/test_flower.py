@@ -78,6 +78,20 @@ def test_seeded_flower_run_is_the_local_run(tmp_path: Path, call_grid: Any) -> N
     assert agents[0].ledger.summary()["agents"] == 3 == agents[1].ledger.summary()["agents"]
 
 
+def test_a_ray_agent_actor_releases_what_a_flower_agent_does() -> None:
+    """Both runtimes' agents release through PGC-A3C's one agent step with the local runner's
+    keys (privrl.systems.pgc_a3c.agent): seeded, the same request gives the same Submission
+    and score (so a Ray run with one agent in flight is the local run, as Flower's is above)."""
+    from privrl.systems.pgc_a3c.ray import AgentActor
+
+    agent, actor = flower.FlowerAgent(CFG, 0, 1), AgentActor(CFG.resolved())
+    theta = np.full(agent.dim, 0.01, np.float32)
+    for a, i in ((0, 0), (3, 0)):
+        (sub, score), (ray_sub, ray_score) = agent.release(theta, a, i), actor.run(theta, a, i)
+        assert (ray_sub.agent_id, ray_sub.index, ray_score) == (a, i, score)
+        np.testing.assert_array_equal(ray_sub.report.value, sub.report.value)
+
+
 def test_secret_noise_is_the_default_and_differs_from_the_seeded_run(tmp_path: Path) -> None:
     """Without `noise`, an agent draws its root from os.urandom in its own process: the same
     request gives another report than a seeded agent (and than another secret agent)."""
