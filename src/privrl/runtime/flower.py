@@ -55,12 +55,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from flwr.app import Context, Error, Message
 from flwr.cli.build import build_fab_from_disk
+from flwr.clientapp import ClientApp
 from flwr.common.constant import SubStatus
 from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
 from flwr.supercore.constant import TaskType
@@ -78,10 +80,14 @@ from flwr.supernode.runtime.run_clientapp import (
     push_task_output,
 )
 
-from privrl.federation.flower import SLOT
+from privrl.federation.flower import SLOT, WireError, read_request, submission_content
+from privrl.federation.flower_sum import REFUSED
+from privrl.federation.service import Submission
+from privrl.privacy.ledger import BudgetExceededError
 
-__all__ = ["UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "executor_parser", "fab_hash",
-           "make_credentials", "serve_tasks", "superexec_secret", "write_app"]
+__all__ = ["REFUSED", "UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "answer_request",
+           "executor_parser", "fab_hash", "make_credentials", "refusal", "refusing_client_app",
+           "serve_tasks", "superexec_secret", "write_app"]
 
 UNTRUSTED_BUNDLE = 0x5055  # the Error code an agent executor answers another bundle with
 CONNECTION = "privrl"  # the SuperLink connection's name in the run's Flower config
@@ -170,6 +176,42 @@ def fab_hash(app: Path) -> str:
 
 # --- the agent executor ----------------------------------------------------------------------
 Handler = Callable[[Message, Context], Message]
+Release = Callable[[np.ndarray, int, int], tuple[Submission, float]]
+
+
+def answer_request(message: Message, dim: int, release: Release) -> Message:
+    """An agent node's Flower transport: a server request in (privrl.federation.flower's
+    `request_content`: θ, agent, index), `release(θ, agent, index)`'s Submission and score out,
+    or, for a malformed request or a refusal (ValueError, BudgetExceededError), an Error
+    REFUSED with the reason: nothing released."""
+    try:
+        theta, agent, index = read_request(message.content, dim)
+        sub, score = release(theta, agent, index)
+    except (WireError, ValueError, BudgetExceededError) as e:
+        return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
+    return Message(submission_content(sub, score), reply_to=message)
+
+
+def refusal(message: Message, module: str) -> Message:
+    """What the bundle's ClientApp answers every task with (`refusing_client_app`)."""
+    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
+                                              f"executor (python -m {module})"),
+                   reply_to=message)
+
+
+def refusing_client_app(module: str) -> ClientApp:
+    """The ClientApp a bundle names. A SuperNode that runs bundles itself (Flower's default
+    executor) gets this: it releases nothing. An agent computes only in privrl's agent
+    executor (`python -m <module>`), which keeps its noise root, ledger and released reports
+    for the whole run and runs no code from a bundle."""
+    app = ClientApp()
+
+    @app.train()
+    def _refuse(message: Message, context: Context) -> Message:
+        del context
+        return refusal(message, module)
+
+    return app
 
 
 def serve_tasks(runtime_api: str, handle: Handler, trusted_fab: str,

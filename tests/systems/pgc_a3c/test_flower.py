@@ -28,6 +28,7 @@ from privrl.federation.flower import (
 )
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError
+from privrl.runtime.flower import refusal
 from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c import flower
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
@@ -188,7 +189,7 @@ def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: 
     agent = flower.FlowerAgent(CFG, 1, 2)
 
     def refuse(m: Message) -> Message:
-        return flower._refuse(m, None)  # type: ignore[arg-type]
+        return refusal(m, "privrl.systems.pgc_a3c.flower")
 
     out = serve_pgc(call_grid({7: refuse, 8: agent.handle}), tmp_path, 6, 1, 1, 2)  # type: ignore[arg-type]
     assert [r["submission"] for r in out["refused"]] == [0, 2, 4]

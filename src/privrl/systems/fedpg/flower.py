@@ -49,13 +49,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flwr.app import Context, Error, Message
-from flwr.clientapp import ClientApp
+from flwr.app import Context, Message
 
 from privrl.config import ConfigError
-from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.flower_sum import (
-    REFUSED,
     SETUP,
     STOP,
     SUM_RESULTS,
@@ -74,6 +71,7 @@ from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_keys
 from privrl.runfile import checked, read, write
+from privrl.runtime.flower import answer_request, refusing_client_app
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
 from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
@@ -360,27 +358,11 @@ class ReportNode:
         return self.agents.release(agent, t, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
-        """A request in (privrl.federation.flower.request_content), the agent's Submission or
-        a refusal (a Flower Error) out."""
-        del context
-        try:
-            theta, agent, index = read_request(message.content, self.dim)
-            sub, score = self.release(theta, agent, index)
-        except (WireError, ValueError, BudgetExceededError) as e:
-            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
-        return Message(submission_content(sub, score), reply_to=message)
+        """A server request in, the Submission or a refusal (a Flower Error) out."""
+        return answer_request(message, self.dim, self.release)
 
 
-client_app = ClientApp()
-
-
-@client_app.train()
-def _refuse(message: Message, context: Context) -> Message:
-    """What Flower's default executor would run: nothing is released outside privrl's own."""
-    del context
-    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
-                                              "executor (python -m privrl.systems.fedpg.flower)"),
-                   reply_to=message)
+client_app = refusing_client_app("privrl.systems.fedpg.flower")
 
 
 # --- the server's learner ---------------------------------------------------------------------

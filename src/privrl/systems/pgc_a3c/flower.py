@@ -31,14 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import Context, Error, Message
-from flwr.clientapp import ClientApp
+from flwr.app import Context, Message
 
-from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
-from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
+from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
+from privrl.runtime.flower import REFUSED, answer_request, refusing_client_app
 from privrl.runtime.node import AgentNode, Released, ReleasedFile
 from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.agent import AgentStep
@@ -48,7 +47,6 @@ from privrl.systems.pgc_a3c.runtimes import check_runtime
 __all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client_app",
            "config_from_dict", "main", "run_pgc_a3c_flower"]
 
-REFUSED = 0x5052  # the Error code of an agent's refusal (the reason says why)
 AGENT_STATE = "agent.npz"  # an agent's ledger and released reports (never its noise root)
 _STATE_KIND = "flower-agent"
 
@@ -95,14 +93,8 @@ class FlowerAgent:
         return self.agent.release(agent_id, index, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
-        """A server request in, a Submission or a refusal (a Flower Error) out."""
-        del context
-        try:
-            theta, agent_id, index = read_request(message.content, self.dim)
-            sub, score = self.release(theta, agent_id, index)
-        except (WireError, ValueError, BudgetExceededError) as e:
-            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
-        return Message(submission_content(sub, score), reply_to=message)
+        """A server request in, the Submission or a refusal (a Flower Error) out."""
+        return answer_request(message, self.dim, self.release)
 
 
 def config_from_dict(data: dict[str, Any]) -> PGCA3CConfig:
@@ -123,19 +115,7 @@ def config_from_dict(data: dict[str, Any]) -> PGCA3CConfig:
 
 
 # --- the ClientApp the bundle names ----------------------------------------------------------
-client_app = ClientApp()
-
-
-@client_app.train()
-def _refuse(message: Message, context: Context) -> Message:
-    """A SuperNode that runs bundles itself (Flower's default executor) gets this: it releases
-    nothing. An agent computes only in privrl's agent executor (`main`), which keeps its noise
-    root, ledger and released reports for the whole run and runs no code from a bundle."""
-    del context
-    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
-                                              "executor (python -m "
-                                              "privrl.systems.pgc_a3c.flower)"),
-                   reply_to=message)
+client_app = refusing_client_app("privrl.systems.pgc_a3c.flower")
 
 
 # --- the run: a local deployment -------------------------------------------------------------
