@@ -52,7 +52,7 @@ RewardName = value_enum("RewardName", REWARDS)
 
 @run_app.command("pgc-a3c")
 @flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return",
-            max_episode_steps="--max-steps")
+            max_episode_steps="--max-steps", server_optimizer="--preset")
 def run_pgc_a3c_command(
     preset: Annotated[str, typer.Option(
         help="paper: paper 000's settings exactly (the default, as for every privrl run "
