@@ -5,15 +5,15 @@ the node runs its system's pure agent step (`AgentStep`: the local runner's own 
 seeded remote run is the local run) under the one protocol that keeps an agent's guarantee
 whatever the server or the driver asks:
 
-1. **check the request**: an agent that is the node's own; the step's rules (an index inside
-   the run, an episode budget not yet spent, ...); with `ordered`, an index after the last one
-   the node released (a round it was not asked for in time stays unreleased); a θ of the
+1. **check the request**: an agent that is the node's own; with `ordered`, an index after the
+   last one the node released (a round it was not asked for in time stays unreleased); the
+   step's rules (an index inside the run, an episode budget not yet spent, ...); a θ of the
    model's length with finite entries (ValueError, nothing spent);
 2. **re-send what it released**: asked again for a released (agent, index), the same output,
    no new noise, nothing charged (a retried request never yields a second, different report);
 3. **charge before releasing**: every agent the step releases together is charged to the
-   node's ledger before anything is computed; past an agent's budget the ledger raises
-   BudgetExceededError and nothing is recorded or released;
+   node's budget (its `PrivacyLedger`, or any `Budget`) before anything is computed; past an
+   agent's budget it raises BudgetExceededError and nothing is recorded or released;
 4. **durable state**: what it released and its ledger go to its `NodeStore` (a privrl run
    file, never a pickle, and never the noise root) before the output is returned, so that
    a node restarted mid-run re-sends instead of drawing new noise, and spends nothing twice.
@@ -35,7 +35,8 @@ from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.report import Guarantee, restore_report
 from privrl.runfile import checked, read, write
 
-__all__ = ["AgentNode", "AgentStep", "NodeStore", "Released", "ReleasedFile", "check_theta"]
+__all__ = ["AgentNode", "AgentStep", "Budget", "NodeStore", "Released", "ReleasedFile",
+           "check_theta"]
 
 Out = TypeVar("Out")
 Key = tuple[int, int]  # (agent, index): one release
@@ -57,10 +58,22 @@ class AgentStep(Protocol[Out]):
         """The outputs of `together(agent)` for `index` (keyed by (agent, index))."""
 
 
+class Budget(Protocol):
+    """What a node charges before it releases: a `PrivacyLedger` (built by the system's ledger
+    factory with the run's budget), or another account with the same two calls (the secure
+    sum's rounds its mechanism was calibrated for)."""
+
+    def can_charge(self, agents: Any, guarantee: Any) -> bool:
+        """Whether charging would pass (nothing is charged)."""
+
+    def charge(self, agents: Any, guarantee: Any) -> None:
+        """Record the release for `agents`, or raise BudgetExceededError recording nothing."""
+
+
 class NodeStore(Protocol):
     """Where a node keeps what it must not lose across a restart."""
 
-    def save(self, ledger: PrivacyLedger, released: Mapping[Key, Any]) -> None:
+    def save(self, ledger: Budget, released: Mapping[Key, Any]) -> None:
         """Write the ledger and the released outputs (atomically)."""
 
 
@@ -75,12 +88,12 @@ def check_theta(theta: Any, dim: int) -> np.ndarray:
 class AgentNode(Generic[Out]):
     """The agents `agents` one process hosts, releasing through `step` (module doc).
 
-    `ledger`: the agents' ledger (built with the run's budget); `released`, restored by the
-    caller with the ledger after a restart; `store`: None keeps the state in memory only;
-    `dim`: θ's length, checked when a request carries θ; `ordered`: indices (rounds) only
-    increase; `where`: how refusals name the node ("SuperNode")."""
+    `ledger`: the agents' ledger (built with the run's budget; or another `Budget`);
+    `released`: restored by the caller with the ledger after a restart; `store`: None keeps
+    the state in memory only; `dim`: θ's length, checked when a request carries θ; `ordered`:
+    indices (rounds) only increase; `where`: how refusals name the node ("SuperNode")."""
 
-    def __init__(self, step: AgentStep[Out], agents: Collection[int], ledger: PrivacyLedger,
+    def __init__(self, step: AgentStep[Out], agents: Collection[int], ledger: Budget,
                  dim: int, store: NodeStore | None = None,
                  released: Mapping[Key, Out] | None = None, ordered: bool = False,
                  where: str = "node") -> None:
@@ -97,12 +110,12 @@ class AgentNode(Generic[Out]):
         done = self.released.get((agent, index))
         if done is not None:  # already public: the same output again, nothing new spent
             return done
-        self.step.check(agent, index)
         if self.ordered:
             last = self.last()
             if index <= last:
-                raise ValueError(f"round {index} is outside {last + 1}.. (this {self.where} "
-                                 f"released round {last})")
+                raise ValueError(f"round {index} is outside {last + 1}..: before this "
+                                 f"{self.where}'s last round {last}")
+        self.step.check(agent, index)
         if theta is not None:
             theta = check_theta(theta, self.dim)
         ids = np.asarray(self.step.together(agent), np.int64)

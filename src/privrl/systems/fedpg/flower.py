@@ -72,6 +72,7 @@ from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_keys
 from privrl.runfile import checked, read, write
 from privrl.runtime.flower import answer_request, refusing_client_app
+from privrl.runtime.node import AgentNode, ReleasedFile
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
 from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
@@ -134,13 +135,33 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
 
 
 # --- the agents' side ---------------------------------------------------------------------------
+class RoundAllowance:
+    """The secure sum's budget at a node (privrl.runtime.node.Budget): the rounds its discrete
+    mechanism was calibrated for, within which each agent's total is (ε, δ); every agent of
+    the node releases in every round, so a round is counted once for all of them."""
+
+    def __init__(self, allowed: int, epsilon: float | None, delta: float) -> None:
+        self.allowed, self.epsilon, self.delta, self.charged = allowed, epsilon, delta, 0
+
+    def can_charge(self, agents: Any = None, guarantee: Any = None) -> bool:
+        return self.charged < self.allowed
+
+    def charge(self, agents: Any = None, guarantee: Any = None) -> None:
+        if not self.can_charge():
+            raise BudgetExceededError(
+                f"round {self.charged + 1} would exceed each agent's budget ε = "
+                f"{self.epsilon:g} at δ = {self.delta:g} (the {self.allowed} rounds the "
+                "mechanism was calibrated for)")
+        self.charged += 1
+
+
 class CenNode:
     """The agents SuperNode `node` of `nodes` hosts (module doc)."""
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int, mech: DiscreteGaussianSum,
                  allowed_rounds: int, directory: Path | None = None) -> None:
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-        self.config, self.mech, self.allowed = cfg, mech, allowed_rounds
+        self.config, self.mech = cfg, mech
         self.algo = FedPG(cfg)
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
@@ -154,27 +175,44 @@ class CenNode:
         self._grads = jax.jit(self._gradients)
         self._batch = jax.jit(lambda t: round_plan(self.algo, self.state,
                                                    self.state.gossip.x[0], t)[0].batch)
-        self.rounds_charged = 0  # every agent of the node releases in every round
-        self.released: dict[int, np.ndarray] = {}  # round -> the node's sum of messages
-        # `directory`: the node's state file (its round count and the messages it released,
-        # never its noise root), written atomically before a message leaves, so that a
-        # restarted executor re-sends a released round and never charges it again.
+        # The one agent-node protocol (privrl.runtime.node): a round's message is released
+        # once, in order, after the round is counted against the rounds the mechanism was
+        # calibrated for (`RoundAllowance`: each agent's ε at δ), and kept, with that count,
+        # in the node's state file (`directory`; never its noise root), written atomically
+        # before the message leaves: a restarted executor re-sends a released round and
+        # never counts it again.
         self.path = None if directory is None else Path(directory) / NODE_STATE
+        allowance, released = RoundAllowance(allowed_rounds, cfg.epsilon, cfg.delta), {}
         if self.path is not None and self.path.exists():
-            self._restore(self.path)
+            allowance.charged, released = self._restore(self.path)
+        self._asked: int | None = None  # B_t of the request in hand (`check`)
+        self.agents = AgentNode(self, self.ids, allowance, self.algo.dim, store=self,
+                                released={(self.ids[0], t): m for t, m in released.items()},
+                                ordered=True)
 
-    def _save(self) -> None:
+    @property
+    def rounds_charged(self) -> int:
+        return self.agents.ledger.charged
+
+    @property
+    def released(self) -> dict[int, np.ndarray]:
+        """round -> the node's sum of messages it released."""
+        return {t: m for (_, t), m in self.agents.released.items()}
+
+    def save(self, allowance: RoundAllowance, released: Any) -> None:
+        """The node's `NodeStore`: its round count and released messages."""
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        rounds = sorted(self.released)
+        mine = self.released
+        rounds = sorted(mine)
         write(self.path, _STATE_KIND, {
-            "rounds_charged": self.rounds_charged,
+            "rounds_charged": allowance.charged,
             "rounds": np.array(rounds, np.int64),
-            "messages": (np.stack([self.released[t] for t in rounds]) if rounds
+            "messages": (np.stack([mine[t] for t in rounds]) if rounds
                          else np.zeros((0, self.algo.dim), np.int64))})
 
-    def _restore(self, path: Path) -> None:
+    def _restore(self, path: Path) -> tuple[int, dict[int, np.ndarray]]:
         state = read(path, _STATE_KIND)
         with checked(path):
             charged, rounds = state["rounds_charged"], np.asarray(state["rounds"])
@@ -186,8 +224,7 @@ class CenNode:
                     and (n == 0 or (messages.min() >= 0
                                     and messages.max() < self.mech.modulus))):
                 raise ValueError("the released messages do not match this node's run")
-            self.rounds_charged = charged
-            self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
+            return charged, {int(t): m for t, m in zip(rounds, messages, strict=True)}
 
     def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
                    ) -> jax.Array:
@@ -210,30 +247,34 @@ class CenNode:
         """B_t of round t: the seed's, as the local runner and the server's learner draw it."""
         return int(self._batch(jnp.int32(t)))
 
+    # --- the node's agent step (privrl.runtime.node.AgentStep): all its agents together ---
+    guarantee = None  # the secure sum's account is `RoundAllowance`, not a per-release ε
+
+    def check(self, agent: int, t: int) -> None:
+        """Round t as asked: B_t the seed's (the server cannot choose how many episodes an
+        agent plays)."""
+        if not isinstance(t, int):
+            raise ValueError(f"round {t!r} is not an integer")
+        if self._asked != self.batch(t):
+            raise ValueError(f"B_t = {self._asked} is not round {t}'s ({self.batch(t)}, the "
+                             "seed's)")
+
+    def together(self, agent: int) -> list[int]:
+        return self.ids
+
+    def __call__(self, theta: np.ndarray | None, agent: int, t: int
+                 ) -> dict[tuple[int, int], np.ndarray]:
+        mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(t), self._noise))
+        return {(agent, t): self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))}
+
     def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
         """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
         BudgetExceededError (nothing released) when it must refuse."""
-        if t in self.released:  # already sent once: the same again, nothing new spent
-            return self.released[t]
-        last = max(self.released, default=-1)
-        if not (isinstance(t, int) and t > last):
-            # a round it was not asked for in time stays unreleased: one message per round
-            raise ValueError(f"round {t} is before this node's last round {last}")
-        cfg = self.config
-        if batch != self.batch(t):  # the server cannot choose how many episodes an agent plays
-            raise ValueError(f"B_t = {batch} is not round {t}'s ({self.batch(t)}, the seed's)")
-        theta = np.asarray(theta, np.float32)
-        if theta.shape != (self.algo.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"θ must be {self.algo.dim} finite floats")
-        if self.rounds_charged >= self.allowed:
-            raise BudgetExceededError(f"round {t + 1} would exceed each agent's budget ε = "
-                                      f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
-        mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(t), self._noise))
-        total = self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))
-        self.rounds_charged += 1  # charged, and saved, before anything leaves this process
-        self.released[t] = total
-        self._save()
-        return total
+        self._asked = batch
+        try:
+            return self.agents.release(self.ids[0], t, theta)
+        finally:
+            self._asked = None
 
     def _on_fit(self, msg: Message, ctx: Context) -> Message:
         arrays, config = read_fit(msg.content)
@@ -266,7 +307,6 @@ class ReportNode:
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int,
                  directory: Path | None = None) -> None:
-        from privrl.runtime.node import AgentNode, ReleasedFile
         from privrl.systems.fedpg.local import budget_ledger
 
         if not 0 <= node < nodes:
