@@ -62,6 +62,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from flwr.app import Context, Error, Message
 from flwr.cli.build import build_fab_from_disk
+from flwr.clientapp import ClientApp
 from flwr.common.constant import SubStatus
 from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
 from flwr.supercore.constant import TaskType
@@ -79,15 +80,14 @@ from flwr.supernode.runtime.run_clientapp import (
     push_task_output,
 )
 
-from privrl.federation.flower import SLOT
+from privrl.federation.flower import SLOT, WireError, read_request, submission_content
+from privrl.federation.flower_sum import REFUSED
 from privrl.federation.service import Submission
-from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.report import Guarantee, restore_report
-from privrl.runfile import checked, read, write
+from privrl.privacy.ledger import BudgetExceededError
 
-__all__ = ["UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "Released", "executor_parser",
-           "fab_hash", "load_released", "make_credentials", "save_released", "serve_tasks",
-           "superexec_secret", "write_app"]
+__all__ = ["REFUSED", "UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "answer_request",
+           "executor_parser", "fab_hash", "make_credentials", "refusal", "refusing_client_app",
+           "serve_tasks", "superexec_secret", "write_app"]
 
 UNTRUSTED_BUNDLE = 0x5055  # the Error code an agent executor answers another bundle with
 CONNECTION = "privrl"  # the SuperLink connection's name in the run's Flower config
@@ -176,6 +176,42 @@ def fab_hash(app: Path) -> str:
 
 # --- the agent executor ----------------------------------------------------------------------
 Handler = Callable[[Message, Context], Message]
+Release = Callable[[np.ndarray, int, int], tuple[Submission, float]]
+
+
+def answer_request(message: Message, dim: int, release: Release) -> Message:
+    """An agent node's Flower transport: a server request in (privrl.federation.flower's
+    `request_content`: θ, agent, index), `release(θ, agent, index)`'s Submission and score out,
+    or, for a malformed request or a refusal (ValueError, BudgetExceededError), an Error
+    REFUSED with the reason: nothing released."""
+    try:
+        theta, agent, index = read_request(message.content, dim)
+        sub, score = release(theta, agent, index)
+    except (WireError, ValueError, BudgetExceededError) as e:
+        return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
+    return Message(submission_content(sub, score), reply_to=message)
+
+
+def refusal(message: Message, module: str) -> Message:
+    """What the bundle's ClientApp answers every task with (`refusing_client_app`)."""
+    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
+                                              f"executor (python -m {module})"),
+                   reply_to=message)
+
+
+def refusing_client_app(module: str) -> ClientApp:
+    """The ClientApp a bundle names. A SuperNode that runs bundles itself (Flower's default
+    executor) gets this: it releases nothing. An agent computes only in privrl's agent
+    executor (`python -m <module>`), which keeps its noise root, ledger and released reports
+    for the whole run and runs no code from a bundle."""
+    app = ClientApp()
+
+    @app.train()
+    def _refuse(message: Message, context: Context) -> Message:
+        del context
+        return refusal(message, module)
+
+    return app
 
 
 def serve_tasks(runtime_api: str, handle: Handler, trusted_fab: str,
@@ -253,46 +289,6 @@ def _runtime_client(address: str, component: str, token: str | None = None,
     return RuntimeHttpClient.from_server_address(
         server_address=address, insecure=True, root_certificates=None,
         interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker())
-
-
-# --- what an agent released, across restarts ---------------------------------------------------
-Released = dict[tuple[int, int], tuple[Submission, float]]  # (agent, index) -> (it, its score)
-
-
-def save_released(path: Path, kind: str, ledger: PrivacyLedger, released: Released,
-                  dim: int) -> None:
-    """An agent executor's state as a privrl run file (atomic): its agents' ledger and every
-    report it released with its score, never its noise root. Written after a release and
-    before the report leaves the process, so that a restarted executor re-sends a released
-    report instead of drawing new noise, and charges nothing twice."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    keys = sorted(released)
-    write(path, kind, {
-        "ledger": ledger.to_state(),
-        "ids": np.array(keys, np.int64).reshape(-1, 2),
-        "values": (np.stack([np.asarray(released[k][0].report.value, np.float32) for k in keys])
-                   if keys else np.zeros((0, dim), np.float32)),
-        "scores": np.array([released[k][1] for k in keys], np.float32)})
-
-
-def load_released(path: Path, kind: str, guarantee: Guarantee, dim: int
-                  ) -> tuple[PrivacyLedger, Released]:
-    """What `save_released` wrote: the ledger and the released reports (as Reports of
-    `guarantee`); RunFileError naming the file if it is not such a state for reports of
-    length `dim`."""
-    state = read(path, kind)
-    with checked(path):
-        ledger = PrivacyLedger.from_state(state["ledger"])
-        ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))
-        n = ids.shape[0]
-        if ids.shape != (n, 2) or values.shape != (n, dim) or scores.shape != (n,):
-            raise ValueError("the released reports do not match this run's model")
-        released: Released = {}
-        for (agent, index), value, score in zip(ids, values, scores, strict=True):
-            report = restore_report(value.astype(np.float32), guarantee)
-            released[(int(agent), int(index))] = (Submission(int(agent), int(index), report),
-                                                  float(score))
-        return ledger, released
 
 
 # --- the local deployment ----------------------------------------------------------------------

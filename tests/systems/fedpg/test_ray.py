@@ -1,6 +1,7 @@
 """FedPG-Dec on Ray with a real local Ray cluster (2 CPUs): nodes gossiping peer to peer
-reproduce the local runner even when nodes are killed mid-round; the CLI runs it, on a gymnax
-task and on a Gymnasium task (each node's episodes played on the host in its actor)."""
+reproduce the local runner even when nodes are killed mid-round, the privacy budget included;
+the CLI runs it, on a gymnax task and on a Gymnasium task (each node's episodes played on the
+host in its actor)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from privrl.main import main
 from privrl.systems.fedpg.algorithm import FedPGConfig
 
 ray = pytest.importorskip("ray")
-from privrl.systems.fedpg.local import run_fedpg  # noqa: E402
+from privrl.systems.fedpg.local import run_fedpg, summarize  # noqa: E402
 from privrl.systems.fedpg.ray import run_fedpg_dec_ray  # noqa: E402
 
 
@@ -24,9 +25,13 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
         ray_cluster: None, tmp_path: Path) -> None:
     # K = 3: a mean over 3 nodes is not exact in binary, so the Ray driver must report a round
     # through the local round's own arithmetic (float32) to equal it
+    # Each node's budget ε = 100 affords 2 of the 3 rounds the episodes allow: the nodes
+    # enforce it (a library call states no budget no node enforced), and the run ends there
+    # as the local run does (tests/systems/fedpg/test_ray_budget.py: a node's refusal).
     cfg = FedPGConfig.from_preset("paper", algorithm="dec", topology="exponential", agents=3,
                                   budget=80, max_episode_steps=100, mechanism="laplace",
-                                  epsilon_per_report=50.0, clip=1.0, noise="seeded")
+                                  epsilon_per_report=50.0, epsilon_budget=100.0, clip=1.0,
+                                  noise="seeded")
     local = run_fedpg(cfg)  # seeded noise: the Ray run must release the very same reports
     killed: list[tuple[str, int]] = []
 
@@ -50,7 +55,10 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
 
     run, extra = run_fedpg_dec_ray(cfg, tmp_path / "nodes", on_event=inject)
     assert killed == [("mixed", 2), ("stepped", 1)]
-    assert run.rounds_run == local.rounds_run >= 3
+    assert run.rounds_run == local.rounds_run == 2
+    assert run.privacy_budget_spent.tolist() == local.privacy_budget_spent.tolist() == [True]
+    budget = ("epsilon_budget_per_agent", "trials_ended_by_privacy_budget")
+    assert [summarize(run)[k] for k in budget] == [summarize(local)[k] for k in budget]
     np.testing.assert_array_equal(run.batch, local.batch)
     np.testing.assert_array_equal(run.inner_steps, local.inner_steps)
     np.testing.assert_allclose(run.mean_return, local.mean_return, rtol=1e-5)

@@ -28,6 +28,7 @@ from privrl.federation.flower import (
 )
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError
+from privrl.runtime.flower import refusal
 from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c import flower
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
@@ -76,6 +77,20 @@ def test_seeded_flower_run_is_the_local_run(tmp_path: Path, call_grid: Any) -> N
         agent = m.content.config_records["ask"]["agent"]
         assert [101, 202][agent % 2] == m.metadata.dst_node_id
     assert agents[0].ledger.summary()["agents"] == 3 == agents[1].ledger.summary()["agents"]
+
+
+def test_a_ray_agent_actor_releases_what_a_flower_agent_does() -> None:
+    """Both runtimes' agents release through PGC-A3C's one agent step with the local runner's
+    keys (privrl.systems.pgc_a3c.agent): seeded, the same request gives the same Submission
+    and score (so a Ray run with one agent in flight is the local run, as Flower's is above)."""
+    from privrl.systems.pgc_a3c.ray import AgentActor
+
+    agent, actor = flower.FlowerAgent(CFG, 0, 1), AgentActor(CFG.resolved())
+    theta = np.full(agent.dim, 0.01, np.float32)
+    for a, i in ((0, 0), (3, 0)):
+        (sub, score), (ray_sub, ray_score) = agent.release(theta, a, i), actor.run(theta, a, i)
+        assert (ray_sub.agent_id, ray_sub.index, ray_score) == (a, i, score)
+        np.testing.assert_array_equal(ray_sub.report.value, sub.report.value)
 
 
 def test_secret_noise_is_the_default_and_differs_from_the_seeded_run(tmp_path: Path) -> None:
@@ -174,7 +189,7 @@ def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: 
     agent = flower.FlowerAgent(CFG, 1, 2)
 
     def refuse(m: Message) -> Message:
-        return flower._refuse(m, None)  # type: ignore[arg-type]
+        return refusal(m, "privrl.systems.pgc_a3c.flower")
 
     out = serve_pgc(call_grid({7: refuse, 8: agent.handle}), tmp_path, 6, 1, 1, 2)  # type: ignore[arg-type]
     assert [r["submission"] for r in out["refused"]] == [0, 2, 4]

@@ -20,6 +20,7 @@ import pytest
 from privrl.federation import AggregatorService, AggregatorSpec
 from privrl.federation.service import read_log
 from privrl.privacy import PrivacyLedger
+from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 from privrl.systems.pgc_a3c.ray import AgentActor
 
@@ -43,7 +44,7 @@ def _run(cfg: PGCA3CConfig, directory: Path) -> np.ndarray:
                             PrivacyLedger(cfg.epsilon), algo.mechanism.guarantee, directory)
     agent = AgentActor(cfg)
     for n in range(SUBMISSIONS):
-        sub, _ = agent.run(theta0, n, 0, 0)
+        sub, _ = agent.run(theta0, n, 0)
         assert svc.submit(sub).accepted
     svc.close()
     (directory / "config.json").write_text(json.dumps(cfg.to_dict()))
@@ -56,10 +57,12 @@ def _attack(directory: Path) -> np.ndarray:
     cfg = PGCA3CConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in
                           json.loads((directory / "config.json").read_text()).items()})
     algo = PGCA3C(replace(cfg, parallel_agents=1))
-    root = algo.init(jax.random.key(cfg.seed)).key
+    root = algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0]).key  # the local trial's
     guesses = []
     for r in read_log(directory, algo.dim):
-        key = jax.random.fold_in(jax.random.fold_in(root, int(r["agent"])), int(r["index"]))
+        # submission n = a·T + index is the local runner's round n (one agent per round)
+        n = int(r["agent"]) * cfg.submissions_per_agent + int(r["index"])
+        key = jax.random.fold_in(root, n)
         _, k_mech = jax.random.split(key)
         noise = jax.random.laplace(jax.random.split(k_mech, 1)[0], (algo.dim,)) \
             * algo.mechanism.scale

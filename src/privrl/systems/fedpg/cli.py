@@ -341,6 +341,9 @@ def run_fedpg_cen_command(
         importance_clip, mechanism, epsilon, clip, seed, noise_multiplier, delta, gravities,
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return, max_steps))
+    from privrl.systems.fedpg.runtimes import check_runtime
+
+    check_runtime(cfg, runtime.value)  # the library's rules: the API refuses the same
     if runtime is Runtime.flower:
         _execute_cen_flower(cfg, out, supernodes, threshold, stage_timeout)
         return
@@ -355,29 +358,13 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     from privrl.config import ConfigError
     from privrl.runtime.output import new_run_dir, removed_if_left_empty, save
 
-    if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is None:
-        raise ConfigError("--epsilon", "the Flower runtime's secure sum is calibrated from "
-                          "--epsilon (a secure sum of discrete noise shares)")
-    if cfg.trials != 1:
-        raise ConfigError("--trials", "the Flower runtime runs one trial")
-    if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
-        raise ConfigError("--runtime", "the Flower runtime runs plain FedPG-Cen (no adaptive "
-                          "clip, Byzantine agents, robust rule or shuffler)")
     try:
         import flwr  # noqa: F401
     except ImportError:
         raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
                           "pip install 'privrl[flower]'") from None
-    from privrl.systems.fedpg.flower import (
-        LOCAL_MECHANISMS,
-        plan_run,
-        record,
-        run_fedpg_cen_flower,
-    )
+    from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 
-    if cfg.mechanism not in (*LOCAL_MECHANISMS, "distributed-gaussian"):
-        raise ConfigError("--mechanism", f"the Flower runtime runs {', '.join(LOCAL_MECHANISMS)}"
-                          " or distributed-gaussian; run other mechanisms with the local runtime")
     plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
     console, err = Console(), Console(stderr=True)
     path = new_run_dir(out, f"fedpg-cen-flower-{cfg.mechanism}")
@@ -443,10 +430,6 @@ def run_fedpg_dec_command(
     from privrl.runtime.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
-    if runtime is Runtime.flower:
-        raise ConfigError("--runtime", "FedPG-Dec cannot run on Flower: its nodes exchange "
-                          "push-sum shares peer to peer, and Flower carries messages only "
-                          "between the ServerApp and each SuperNode (use local or ray)")
     cfg = _fedpg_config("dec", preset, epsilon_per_report,
                         topology=topology.value, window=window, noise=_noise(noise),
                         secure_noise=secure_noise, shuffle=shuffle,
@@ -456,14 +439,11 @@ def run_fedpg_dec_command(
         accountant.value, epsilon_budget, budget_composition.value, env, private,
         target_return, max_steps))
     from privrl.systems.fedpg.algorithm import build_topology
+    from privrl.systems.fedpg.runtimes import check_runtime
 
+    check_runtime(cfg, runtime.value)  # the library's rules: the API refuses the same
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
     if runtime is Runtime.ray:
-        if cfg.trials != 1:
-            raise ConfigError("--trials", "the Ray runtime runs one trial")
-        if epsilon_budget is not None or budget_composition is not BudgetComposition.basic:
-            raise ConfigError("--epsilon-budget", "a privacy budget (and its composition) is "
-                                                  "enforced by the local runtime only")
         from privrl.runtime.ray import require_ray
 
         require_ray()

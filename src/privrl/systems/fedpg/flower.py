@@ -50,13 +50,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flwr.app import Context, Error, Message
-from flwr.clientapp import ClientApp
+from flwr.app import Context, Message
 
 from privrl.config import ConfigError
-from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.flower_sum import (
-    REFUSED,
     SETUP,
     STOP,
     SUM_RESULTS,
@@ -75,6 +72,8 @@ from privrl.privacy.discrete_sum import DiscreteGaussianSum
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_keys
 from privrl.runfile import checked, read, write
+from privrl.runtime.flower import answer_request, refusing_client_app
+from privrl.runtime.node import AgentNode, ReleasedFile
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
@@ -82,14 +81,13 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
+from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
 from privrl.systems.fedpg.state import FedPGState
 
 NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
 _STATE_KIND = "flower-cen-node"
 REPORT_STATE = "agents.npz"  # a ReportNode's ledger and released reports (never its noise root)
 _REPORT_KIND = "flower-cen-reports"
-# The mechanisms whose Reports travel one per agent (the secure sum is distributed-gaussian's)
-LOCAL_MECHANISMS = ("none", "gaussian", "laplace", "privunit", "privunitg")
 
 __all__ = ["LOCAL_MECHANISMS", "CenNode", "FlowerCenRun", "FlowerPlan", "ReportNode",
            "ServerLearner", "client_app", "flower_mechanism", "learn", "main", "plan_run",
@@ -139,13 +137,33 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
 
 
 # --- the agents' side ---------------------------------------------------------------------------
+class RoundAllowance:
+    """The secure sum's budget at a node (privrl.runtime.node.Budget): the rounds its discrete
+    mechanism was calibrated for, within which each agent's total is (ε, δ); every agent of
+    the node releases in every round, so a round is counted once for all of them."""
+
+    def __init__(self, allowed: int, epsilon: float | None, delta: float) -> None:
+        self.allowed, self.epsilon, self.delta, self.charged = allowed, epsilon, delta, 0
+
+    def can_charge(self, agents: Any = None, guarantee: Any = None) -> bool:
+        return self.charged < self.allowed
+
+    def charge(self, agents: Any = None, guarantee: Any = None) -> None:
+        if not self.can_charge():
+            raise BudgetExceededError(
+                f"round {self.charged + 1} would exceed each agent's budget ε = "
+                f"{self.epsilon:g} at δ = {self.delta:g} (the {self.allowed} rounds the "
+                "mechanism was calibrated for)")
+        self.charged += 1
+
+
 class CenNode:
     """The agents SuperNode `node` of `nodes` hosts (module doc)."""
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int, mech: DiscreteGaussianSum,
                  allowed_rounds: int, directory: Path | None = None) -> None:
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-        self.config, self.mech, self.allowed = cfg, mech, allowed_rounds
+        self.config, self.mech = cfg, mech
         self.algo = FedPG(cfg)
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
@@ -159,27 +177,44 @@ class CenNode:
         self._grads = jax.jit(self._gradients)
         self._batch = jax.jit(lambda t: round_plan(self.algo, self.state,
                                                    self.state.gossip.x[0], t)[0].batch)
-        self.rounds_charged = 0  # every agent of the node releases in every round
-        self.released: dict[int, np.ndarray] = {}  # round -> the node's sum of messages
-        # `directory`: the node's state file (its round count and the messages it released,
-        # never its noise root), written atomically before a message leaves, so that a
-        # restarted executor re-sends a released round and never charges it again.
+        # The one agent-node protocol (privrl.runtime.node): a round's message is released
+        # once, in order, after the round is counted against the rounds the mechanism was
+        # calibrated for (`RoundAllowance`: each agent's ε at δ), and kept, with that count,
+        # in the node's state file (`directory`; never its noise root), written atomically
+        # before the message leaves: a restarted executor re-sends a released round and
+        # never counts it again.
         self.path = None if directory is None else Path(directory) / NODE_STATE
+        allowance, released = RoundAllowance(allowed_rounds, cfg.epsilon, cfg.delta), {}
         if self.path is not None and self.path.exists():
-            self._restore(self.path)
+            allowance.charged, released = self._restore(self.path)
+        self._asked: int | None = None  # B_t of the request in hand (`check`)
+        self.agents = AgentNode(self, self.ids, allowance, self.algo.dim, store=self,
+                                released={(self.ids[0], t): m for t, m in released.items()},
+                                ordered=True)
 
-    def _save(self) -> None:
+    @property
+    def rounds_charged(self) -> int:
+        return self.agents.ledger.charged
+
+    @property
+    def released(self) -> dict[int, np.ndarray]:
+        """round -> the node's sum of messages it released."""
+        return {t: m for (_, t), m in self.agents.released.items()}
+
+    def save(self, allowance: RoundAllowance, released: Any) -> None:
+        """The node's `NodeStore`: its round count and released messages."""
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        rounds = sorted(self.released)
+        mine = self.released
+        rounds = sorted(mine)
         write(self.path, _STATE_KIND, {
-            "rounds_charged": self.rounds_charged,
+            "rounds_charged": allowance.charged,
             "rounds": np.array(rounds, np.int64),
-            "messages": (np.stack([self.released[t] for t in rounds]) if rounds
+            "messages": (np.stack([mine[t] for t in rounds]) if rounds
                          else np.zeros((0, self.algo.dim), np.int64))})
 
-    def _restore(self, path: Path) -> None:
+    def _restore(self, path: Path) -> tuple[int, dict[int, np.ndarray]]:
         state = read(path, _STATE_KIND)
         with checked(path):
             charged, rounds = state["rounds_charged"], np.asarray(state["rounds"])
@@ -191,8 +226,7 @@ class CenNode:
                     and (n == 0 or (messages.min() >= 0
                                     and messages.max() < self.mech.modulus))):
                 raise ValueError("the released messages do not match this node's run")
-            self.rounds_charged = charged
-            self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
+            return charged, {int(t): m for t, m in zip(rounds, messages, strict=True)}
 
     def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
                    ) -> tuple[jax.Array, jax.Array]:
@@ -219,34 +253,38 @@ class CenNode:
         """B_t of round t: the seed's, as the local runner and the server's learner draw it."""
         return int(self._batch(jnp.int32(t)))
 
-    def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
-        """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
-        BudgetExceededError (nothing released) when it must refuse."""
-        if t in self.released:  # already sent once: the same again, nothing new spent
-            return self.released[t]
-        last = max(self.released, default=-1)
-        if not (isinstance(t, int) and t > last):
-            # a round it was not asked for in time stays unreleased: one message per round
-            raise ValueError(f"round {t} is before this node's last round {last}")
-        cfg = self.config
-        if batch != self.batch(t):  # the server cannot choose how many episodes an agent plays
-            raise ValueError(f"B_t = {batch} is not round {t}'s ({self.batch(t)}, the seed's)")
-        theta = np.asarray(theta, np.float32)
-        if theta.shape != (self.algo.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"θ must be {self.algo.dim} finite floats")
-        if self.rounds_charged >= self.allowed:
-            raise BudgetExceededError(f"round {t + 1} would exceed each agent's budget ε = "
-                                      f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
+    # --- the node's agent step (privrl.runtime.node.AgentStep): all its agents together ---
+    guarantee = None  # the secure sum's account is `RoundAllowance`, not a per-release ε
+
+    def check(self, agent: int, t: int) -> None:
+        """Round t as asked: B_t the seed's (the server cannot choose how many episodes an
+        agent plays)."""
+        if not isinstance(t, int):
+            raise ValueError(f"round {t!r} is not an integer")
+        if self._asked != self.batch(t):
+            raise ValueError(f"B_t = {self._asked} is not round {t}'s ({self.batch(t)}, the "
+                             "seed's)")
+
+    def together(self, agent: int) -> list[int]:
+        return self.ids
+
+    def __call__(self, theta: np.ndarray | None, agent: int, t: int
+                 ) -> dict[tuple[int, int], np.ndarray]:
         mu, keys = self._grads(jnp.asarray(theta), jnp.int32(t), self._noise)
         # the local runner's release with each agent's key; under secret noise its noise
         # share from os.urandom (seeded: from the key, the local run's message exactly)
         secure = self._noise is not None
-        total = self.mech.modular_sum(np.stack([self.mech.message(k, m, secure)
-                                                for k, m in zip(keys, mu, strict=True)]))
-        self.rounds_charged += 1  # charged, and saved, before anything leaves this process
-        self.released[t] = total
-        self._save()
-        return total
+        return {(agent, t): self.mech.modular_sum(np.stack([
+            self.mech.message(k, m, secure) for k, m in zip(keys, mu, strict=True)]))}
+
+    def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
+        """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
+        BudgetExceededError (nothing released) when it must refuse."""
+        self._asked = batch
+        try:
+            return self.agents.release(self.ids[0], t, theta)
+        finally:
+            self._asked = None
 
     def _on_fit(self, msg: Message, ctx: Context) -> Message:
         arrays, config = read_fit(msg.content)
@@ -279,7 +317,6 @@ class ReportNode:
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int,
                  directory: Path | None = None) -> None:
-        from privrl.runtime.flower import load_released
         from privrl.systems.fedpg.local import budget_ledger
 
         if not 0 <= node < nodes:
@@ -300,15 +337,24 @@ class ReportNode:
         # Secret noise: this process's own root, in memory only, passed as an argument.
         self._noise = secret_keys() if cfg.noise == "secret" else None
         self.lanes = None if self._noise is None else jnp.asarray(self.ids)
-        self.ledger = budget_ledger(cfg)
-        self.released: dict[tuple[int, int], tuple[Submission, float]] = {}
-        self.path = None if directory is None else Path(directory) / REPORT_STATE
-        if self.path is not None and self.path.exists():
-            self.ledger, self.released = load_released(self.path, _REPORT_KIND, self.guarantee,
-                                                       self.dim)
         self._round = jax.jit(self._reports)
         self._cost = jax.jit(self._costs)
         self.costs: list[int] = []  # episodes per agent of rounds 0, 1, ... (from the seed)
+        store = (None if directory is None else
+                 ReleasedFile(Path(directory) / REPORT_STATE, _REPORT_KIND, self.guarantee,
+                              self.dim))
+        ledger, released = (store and store.load()) or (budget_ledger(cfg), {})
+        # its agents release a round together, rounds in order (privrl.runtime.node)
+        self.agents = AgentNode(self, self.ids, ledger, self.dim, store, released,
+                                ordered=True, where="SuperNode")
+
+    @property
+    def ledger(self) -> Any:
+        return self.agents.ledger
+
+    @property
+    def released(self) -> dict[tuple[int, int], tuple[Submission, float]]:
+        return self.agents.released
 
     def _reports(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None,
                  setting: Any) -> Any:
@@ -335,62 +381,38 @@ class ReportNode:
                                           self._noise, self.setting))
         self.used_before(1)
 
+    # --- the node's agent step (privrl.runtime.node.AgentStep) ---
+    def check(self, agent: int, t: int) -> None:
+        """A round inside the run whose episodes the agents can still play."""
+        cfg = self.config
+        if not 0 <= t <= cfg.max_rounds():
+            raise ValueError(f"round {t} is outside 0..{cfg.max_rounds()}")
+        if self.used_before(t) >= cfg.budget:
+            raise ValueError(f"round {t} is past the episode budget ({cfg.budget} per agent)")
+
+    def together(self, agent: int) -> list[int]:
+        return self.ids
+
+    def __call__(self, theta: np.ndarray | None, agent: int, t: int
+                 ) -> dict[tuple[int, int], tuple[Submission, float]]:
+        """Round t's Submissions of every agent of the node (scores NaN: an agent's returns
+        stay with it)."""
+        reports = self._round(jnp.asarray(theta), jnp.int32(t), self._noise, self.setting)
+        rows = range(len(self.ids)) if self.lanes is not None else self.ids
+        return {(a, t): (Submission(a, t, jax.tree_util.tree_map(lambda v, r=r: v[r], reports)),
+                         math.nan) for a, r in zip(self.ids, rows, strict=True)}
+
     def release(self, theta: np.ndarray, agent: int, t: int) -> tuple[Submission, float]:
         """Agent `agent`'s Submission of round t from θ (its score: NaN, an agent's returns
         stay with it); ValueError or BudgetExceededError (nothing released) to refuse."""
-        cfg = self.config
-        if not 0 <= agent < cfg.agents or agent % self.nodes != self.node:
-            raise ValueError(f"agent {agent} is not one of this SuperNode's")
-        done = self.released.get((agent, t))
-        if done is not None:  # already public: the same report again, nothing new spent
-            return done
-        # its agents release a round together: a round not after the last one stays unreleased
-        last = max((i for _, i in self.released), default=-1)
-        if not last < t <= cfg.max_rounds():
-            raise ValueError(f"round {t} is outside {last + 1}..{cfg.max_rounds()}")
-        if self.used_before(t) >= cfg.budget:
-            raise ValueError(f"round {t} is past the episode budget ({cfg.budget} per agent)")
-        theta = np.asarray(theta, np.float32)
-        if theta.shape != (self.dim,) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"θ must be {self.dim} finite floats")
-        ids = np.asarray(self.ids)
-        self.ledger.charge(ids, self.guarantee)  # before anything is computed or leaves
-        reports = self._round(jnp.asarray(theta), jnp.int32(t), self._noise, self.setting)
-        rows = range(len(ids)) if self.lanes is not None else ids
-        for a, row in zip(ids, rows, strict=True):
-            report = jax.tree_util.tree_map(lambda v, row=row: v[row], reports)
-            self.released[(int(a), t)] = (Submission(int(a), t, report), math.nan)
-        self._save()  # before anything leaves this process: a restart re-sends these
-        return self.released[(agent, t)]
-
-    def _save(self) -> None:
-        from privrl.runtime.flower import save_released
-
-        if self.path is not None:
-            save_released(self.path, _REPORT_KIND, self.ledger, self.released, self.dim)
+        return self.agents.release(agent, t, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
-        """A request in (privrl.federation.flower.request_content), the agent's Submission or
-        a refusal (a Flower Error) out."""
-        del context
-        try:
-            theta, agent, index = read_request(message.content, self.dim)
-            sub, score = self.release(theta, agent, index)
-        except (WireError, ValueError, BudgetExceededError) as e:
-            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
-        return Message(submission_content(sub, score), reply_to=message)
+        """A server request in, the Submission or a refusal (a Flower Error) out."""
+        return answer_request(message, self.dim, self.release)
 
 
-client_app = ClientApp()
-
-
-@client_app.train()
-def _refuse(message: Message, context: Context) -> Message:
-    """What Flower's default executor would run: nothing is released outside privrl's own."""
-    del context
-    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
-                                              "executor (python -m privrl.systems.fedpg.flower)"),
-                   reply_to=message)
+client_app = refusing_client_app("privrl.systems.fedpg.flower")
 
 
 # --- the server's learner ---------------------------------------------------------------------
@@ -538,14 +560,8 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
     agent; a threshold (default N − 1) that is a strict majority; the mechanism calibrated for
     it. A local mechanism (LOCAL_MECHANISMS): 1 to K SuperNodes, no threshold. Either: plain
     FedPG-Cen (no adaptive clip, Byzantine agents, robust rule or shuffler) on a gymnax task."""
+    check_runtime(config, "flower")  # the library's rules, as the CLI's (ConfigError)
     cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if cfg.algorithm != "cen":
-        raise ConfigError("algorithm", "FedPG-Dec cannot run on Flower (its nodes gossip peer "
-                          "to peer; Flower carries messages between the ServerApp and each "
-                          "SuperNode only)")
-    if cfg.adaptive_clip or cfg.byzantine or cfg.robust != "none" or cfg.shuffle:
-        raise ConfigError("robust", "the Flower runtime runs plain FedPG-Cen (no adaptive "
-                          "clip, Byzantine agents, robust rule or shuffler)")
     if cfg.mechanism in LOCAL_MECHANISMS:
         if not 1 <= nodes <= cfg.agents:
             raise ConfigError("supernodes", f"must be in 1..{cfg.agents} (each hosts at least "
@@ -556,10 +572,6 @@ def plan_run(config: FedPGConfig, nodes: int, threshold: int | None = None) -> F
         if FedPG(cfg).task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
         return FlowerPlan(cfg, nodes, None, None)
-    if cfg.mechanism != "distributed-gaussian":
-        raise ConfigError("mechanism", f"the Flower runtime runs {', '.join(LOCAL_MECHANISMS)} "
-                          f"(each agent's Report) or distributed-gaussian (a secure sum), not "
-                          f"{cfg.mechanism}")
     if not 3 <= nodes <= cfg.agents:
         raise ConfigError("supernodes", f"SecAgg+ here needs 3 to {cfg.agents} SuperNodes "
                           f"(each hosts at least one agent), got {nodes}")

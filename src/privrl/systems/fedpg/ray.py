@@ -6,10 +6,13 @@ and a `privrl.federation.gossip.PushSumNode` (x_k, w_k). Round t:
 1. **step** — the node runs `FedPG.dec_node_update` (the function the local runner computes for
    each node in turn, with the same mechanism path) from its z_k: B_t episodes, its own μ_tᵏ,
    N_t SCSG steps, and its update released through the mechanism as a `Report`, after charging
-   its own ledger. On a Gymnasium task (`task.host`) the same function plays its episodes on
-   the host in the node's own process (the task's episode source,
-   privrl.systems.fedpg.source), the rest jitted piece by piece, as the local runner does for
-   each node. It applies the Report to x_k and calls `receive` on each out-neighbour's actor
+   its own ledger (the one agent-node protocol, privrl.runtime.node). The ledger is the run's
+   (`budget_ledger`): past `epsilon_budget` a node refuses the round before computing it, and
+   the driver, which asks every node whether it affords the next round, ends the run there as
+   the local runner ends a trial. On a Gymnasium task (`task.host`) the same function plays
+   its episodes on the host in the node's own process (the task's episode source,
+   privrl.systems.fedpg.source), the rest jitted piece by piece, as the local runner does
+   for each node. It applies the Report to x_k and calls `receive` on each out-neighbour's actor
    directly with that neighbour's share. Only push-sum shares (post-processing of Reports)
    ever leave a node.
 2. **mix** — once a node holds the round-t share of each in-neighbour it sums them.
@@ -49,6 +52,7 @@ from privrl.privacy.noise import secret_fold, secret_keys
 from privrl.privacy.record import mechanism_record
 from privrl.privacy.report import restore_report
 from privrl.runfile import checked, read, tree_from_leaves, write
+from privrl.runtime.node import AgentNode
 from privrl.runtime.ray import require_ray, start_ray
 from privrl.systems.fedpg.algorithm import (
     FedPG,
@@ -57,7 +61,8 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.dec import round_info
-from privrl.systems.fedpg.local import FedPGRun, account, policy_of
+from privrl.systems.fedpg.local import FedPGRun, account, budget_ledger, policy_of
+from privrl.systems.fedpg.runtimes import check_runtime
 
 EventHook = Callable[[str, dict[str, Any]], None]
 CHECKPOINT_KIND = "fedpg-node-checkpoint"
@@ -100,19 +105,24 @@ class NodeActor:
                         else jax.jit(self.algo.dec_node_update))
         # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
         self.pending: tuple[Any, dict[str, float]] | None = None
-        # What this node released in the round it is in (round, report value, optimizer
-        # state, info), checkpointed before anything is sent: a restart re-sends that same
-        # report instead of drawing new noise (one release per round, whatever the keys).
-        self.released: tuple[int, np.ndarray, Any, dict[str, float]] | None = None
         self.gossip = PushSumNode(node, self.algo.topology,
                                   np.asarray(state.gossip.x[node], np.float32))
         self.opt_state = jax.tree_util.tree_map(lambda a: np.asarray(a[node]), state.opt_state)
+        released: Released | None = None
         if self.path.exists():
-            self._restore()
+            (self.gossip, self.opt_state, self.used, ledger, self.history,
+             released) = load_node(self.path, node, self.algo.topology, self.opt_state)
         else:
-            self.used = 0
-            self.ledger = self.algo.config.privacy_plan().ledger()  # every runtime's ledger
-            self.history: list[dict[str, float]] = []
+            # the run's ledger: it refuses a round past `epsilon_budget`, as the local run's
+            self.used, ledger, self.history = 0, budget_ledger(config), []
+        # The one agent-node protocol (privrl.runtime.node) around this node's round: it
+        # charges the ledger before the round is computed and checkpoints the report it
+        # released in the round it is in (report, optimizer state, info) before anything is
+        # sent: a restart re-sends that same report instead of drawing new noise (one
+        # release per round, whatever the keys). The node keeps only the round in flight.
+        self.agent = AgentNode(self, [node], ledger, self.algo.dim, store=self, released=(
+            {} if released is None else
+            {(node, released[0]): (restore_report(released[1], self.guarantee), *released[2:])}))
 
     def warmup(self) -> None:
         """Compile the node's round (with JAX's persistent cache on, as the CLI sets it, the
@@ -135,28 +145,44 @@ class NodeActor:
             raise RuntimeError(f"node {self.node} is in round {g.round}, asked for round {t}")
         if g.applied:  # asked again: resend (peers dedupe)
             return self.pending[1], self._send(list(g.last_outgoing.values()))
-        if self.released is not None and self.released[0] == t:
-            # Restarted after releasing round t: the same report again, nothing new spent.
-            _, value, opt_state, info = self.released
-            report = restore_report(value, self.guarantee)
-        else:
-            key = secret_fold(self._noise,
-                              jax.random.fold_in(jax.random.fold_in(self.key, t), self.node))
-            upd = self._update(jnp.asarray(g.z), self.opt_state, self.env, key,
-                               jnp.bool_(True), self._noise_key(t), *self._setting)
-            # Charge before release: the Report has not left this process yet.
-            self.ledger.charge(self.node, self.guarantee)
-            report = upd.report
-            batch, steps = int(upd.batch), int(upd.steps)
-            info = {"mean_return": float(upd.mean_return), "batch": batch, "steps": steps,
-                    "used_before": self.used,
-                    "used": self.used + batch + self.algo.config.minibatch * steps}
-            opt_state = jax.tree_util.tree_map(np.asarray, upd.opt_state)
-            self.released = (t, np.asarray(report.value), opt_state, info)
-            self._checkpoint()  # durable before the report leaves this process
+        # Released before (restarted after releasing round t): the same report, nothing spent
+        report, opt_state, info = self.agent.release(self.node, t)
         sends = g.apply(report)
         self.pending = (opt_state, info)
         return info, self._send(sends)
+
+    def affords(self) -> bool:
+        """Whether this node's budget admits the next round's release (nothing charged)."""
+        return self.agent.affords(self.node)
+
+    @property
+    def ledger(self) -> PrivacyLedger:
+        return self.agent.ledger
+
+    # --- the node's agent step (privrl.runtime.node.AgentStep) ---
+    def check(self, agent: int, t: int) -> None:
+        """Rounds are kept in step by the gossip state (`step`): nothing more to check."""
+
+    def together(self, agent: int) -> list[int]:
+        return [agent]
+
+    def __call__(self, theta: Any, agent: int, t: int
+                 ) -> dict[tuple[int, int], tuple[Any, Any, dict[str, float]]]:
+        """Round t's update from z_k: its Report, optimizer state and statistics."""
+        key = secret_fold(self._noise,
+                          jax.random.fold_in(jax.random.fold_in(self.key, t), self.node))
+        upd = self._update(jnp.asarray(self.gossip.z), self.opt_state, self.env, key,
+                           jnp.bool_(True), self._noise_key(t), *self._setting)
+        batch, steps = int(upd.batch), int(upd.steps)
+        info = {"mean_return": float(upd.mean_return), "batch": batch, "steps": steps,
+                "used_before": self.used,
+                "used": self.used + batch + self.algo.config.minibatch * steps}
+        return {(agent, t): (upd.report, jax.tree_util.tree_map(np.asarray, upd.opt_state),
+                             info)}
+
+    def save(self, ledger: PrivacyLedger, released: dict[tuple[int, int], Any]) -> None:
+        """The node's `NodeStore`: its whole checkpoint, with the round in flight's report."""
+        self._checkpoint()
 
     def receive(self, msg: GossipMessage) -> GossipVerdict:
         return self.gossip.receive(msg)
@@ -176,19 +202,19 @@ class NodeActor:
         if not g.mix():
             return g.missing()
         self.opt_state, info = self.pending
-        self.pending, self.released = None, None
+        self.pending = None
+        self.agent.forget()
         self.used = info["used"]
         self.history.append(info)
         self._checkpoint()
         return []
 
     def _checkpoint(self) -> None:
-        save_node(self.path, self.gossip, self.opt_state, self.used, self.ledger, self.history,
-                  self.released)
-
-    def _restore(self) -> None:
-        (self.gossip, self.opt_state, self.used, self.ledger, self.history,
-         self.released) = load_node(self.path, self.node, self.algo.topology, self.opt_state)
+        released = None
+        for (_, t), (report, opt_state, info) in self.agent.released.items():
+            released = (t, np.asarray(report.value), opt_state, info)
+        save_node(self.path, self.gossip, self.opt_state, self.used, self.agent.ledger,
+                  self.history, released)
 
     def result(self) -> dict[str, Any]:
         return {"z": self.gossip.z, "ledger": self.ledger, "history": self.history,
@@ -263,15 +289,15 @@ def run_fedpg_dec_ray(
     progress: Callable[[float, int], None] | None = None,
     on_event: EventHook | None = None,
 ) -> tuple[FedPGRun, dict[str, Any]]:
-    """One FedPG-Dec trial with every node a Ray actor. Without `address` a local Ray cluster
+    """One FedPG-Dec trial with every node a Ray actor (`check_runtime`: ConfigError before
+    anything starts for a run the Ray runtime does not carry). Without `address` a local Ray cluster
     is started; with one ("auto" or "HOST:PORT") the run joins it. `on_event(kind, info)` is
     called after each round's step ("stepped") and mix ("mixed") with the node handles (tests
     inject faults there). Returns the run (as the local runner's) and a description of the
     cluster and of every node's gossip log."""
+    check_runtime(config, "ray")  # the library's rules, as the CLI's (ConfigError)
     ray = require_ray()
-    cfg = replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if cfg.algorithm != "dec":
-        raise ValueError("the Ray runtime runs FedPG-Dec (nodes exchanging push-sum messages)")
+    cfg = replace(config, noise=config.noise or "secret").resolved()
     algo = FedPG(cfg)
     k = cfg.agents
     directory.mkdir(parents=True, exist_ok=True)
@@ -289,7 +315,12 @@ def run_fedpg_dec_ray(
         used = np.zeros(k)
         t = 0
         compile_s = warm_s  # as the local runner: until the end of the first round
+        spent = False  # ended by the privacy budget: a node could not afford the next round
         while used.mean() < cfg.budget:
+            if cfg.epsilon_budget is not None and not all(
+                    ray.get([n.affords.remote() for n in nodes])):
+                spent = True  # as the local run: the trial ends where it cannot release
+                break
             if t >= 10 * cfg.max_rounds():
                 raise RuntimeError("internal error: the episode budget was never reached")
             t0 = time.perf_counter()
@@ -311,7 +342,7 @@ def run_fedpg_dec_ray(
         if started_here:
             ray.shutdown()
     wall = time.perf_counter() - start
-    ledger = cfg.privacy_plan().ledger()
+    ledger = budget_ledger(cfg)  # each node's, as the nodes enforced it
     for i, r in enumerate(results):
         ledger.charge(i, algo.mechanism.guarantee, r["ledger"].reports_of(i))
     def of(field: str, dtype: Any) -> list[Any]:  # a field of every node's answer, per round
@@ -331,7 +362,7 @@ def run_fedpg_dec_ray(
         mechanism=mechanism_record(algo.mechanism, algo.dim), topology=algo.topology.describe(),
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
         accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
-        policy=policy_of(algo, z))
+        policy=policy_of(algo, z), privacy_budget_spent=np.array([spent]))
     gossip = {"nodes": k, "rounds": t,
               "rejected": {i: r["rejections"] for i, r in enumerate(results) if r["rejections"]},
               "senders_per_round": [r["mixed_from"] for r in results]}

@@ -52,7 +52,7 @@ RewardName = value_enum("RewardName", REWARDS)
 
 @run_app.command("pgc-a3c")
 @flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return",
-            max_episode_steps="--max-steps")
+            max_episode_steps="--max-steps", server_optimizer="--preset")
 def run_pgc_a3c_command(
     preset: Annotated[str, typer.Option(
         help="paper: paper 000's settings exactly (the default, as for every privrl run "
@@ -201,16 +201,14 @@ def run_pgc_a3c_command(
     # The task's episode, target and shaping filled in; a bad --env/--private fails here,
     # before anything runs.
     config = PGCA3C(config).config
+    from privrl.systems.pgc_a3c.runtimes import check_runtime
+
+    check_runtime(config, runtime.value)  # the library's rules: the API refuses the same
     if runtime is Runtime.ray:
-        if trials != 1:
-            raise ConfigError("--trials", "the Ray runtime runs one trial")
         if agents_in_flight is not None and agents_in_flight < 1:
             raise ConfigError("--agents-in-flight", f"must be >= 1, got {agents_in_flight}")
         if checkpoint_every < 1:
             raise ConfigError("--checkpoint-every", f"must be >= 1, got {checkpoint_every}")
-        if config.server_optimizer not in ("sgd", "adam"):
-            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
-                              f"({config.server_optimizer}) runs on the local runtime only")
         from privrl.runtime.ray import require_ray
 
         require_ray()
@@ -219,13 +217,6 @@ def run_pgc_a3c_command(
     if address is not None or agents_in_flight is not None:
         raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
     if runtime is Runtime.flower:
-        if trials != 1:
-            raise ConfigError("--trials", "the Flower runtime runs one trial")
-        if config.server_optimizer not in ("sgd", "adam"):
-            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
-                              f"({config.server_optimizer}) runs on the local runtime only")
-        if config.shuffle:
-            raise ConfigError("--shuffle", "the Flower runtime has no shuffler (yet)")
         try:
             import flwr  # noqa: F401
         except ImportError:

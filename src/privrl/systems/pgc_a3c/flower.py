@@ -4,19 +4,15 @@ A `FlowerAgent` lives in the agent's own process (privrl.runtime.flower's agent 
 beside its SuperNode) for the whole run. It holds what never leaves that process: the
 environment and its private dynamics, the agent's parameters while it computes, its secret
 noise root (`os.urandom` in this process, `noise="secret"`, the default here), the mechanism
-and its OWN ledger. Asked by the server for submission `index` of agent `agent_id` from θ, it:
-
-1. refuses an agent that is not its own, an index outside the run, or θ that is not finite
-   float32 of the model's shape (`read_request`);
-2. re-sends, unchanged, a report it already released for that (agent, index) (a retried
-   request spends nothing and never yields a second, different report);
-3. charges its own ledger before releasing anything, and refuses past the agent's budget,
-   whatever the server asks;
-4. computes through the local runner's agent-side code (`PGCA3C.agent_reports` of
-   `lone_agent`, the release path every runtime and the audit share), with the local runner's
-   keys: with `noise="seeded"` and `parallel_agents=1` a Flower run's submissions are the
-   local run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ). Under
-   secret noise the root keys the agent's dynamics and episodes too, as everywhere.
+and its OWN ledger. Asked by the server for submission `index` of agent `agent_id` from θ, it
+follows the one agent-node protocol (privrl.runtime.node.AgentNode: check the request, re-send
+a released report, charge its own ledger before releasing and refuse past the agent's budget
+whatever the server asks, keep its state in a run file before the report leaves) around
+PGC-A3C's `AgentStep`: the local runner's agent-side code (`PGCA3C.agent_reports` of
+`lone_agent`, the release path every runtime and the audit share) with the local runner's
+keys: with `noise="seeded"` and `parallel_agents=1` a Flower run's submissions are the local
+run's (tests/systems/pgc_a3c/test_flower.py states the tolerance on θ). Under secret noise
+the root keys the agent's dynamics and episodes too, as everywhere.
 
 Only the Submission (its Report) and the episode's score leave (privrl.federation.flower's
 records). The score is the episode's return, sent for the learning curve as the Ray runtime
@@ -34,39 +30,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from flwr.app import Context, Error, Message
-from flwr.clientapp import ClientApp
+from flwr.app import Context, Message
 
-from privrl.config import ConfigError
-from privrl.federation.flower import WireError, read_request, submission_content
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
-from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
+from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
-from privrl.runtime.flower import Released, load_released, save_released
+from privrl.runtime.flower import REFUSED, answer_request, refusing_client_app
+from privrl.runtime.node import AgentNode, Released, ReleasedFile
 from privrl.runtime.sharding import setting_trial_keys
-from privrl.systems.pgc_a3c.algorithm import (
-    PGCA3C,
-    PGCA3CConfig,
-    agent_noise_key,
-    budget_ledger,
-    lone_agent,
-    trial_env_key,
-)
+from privrl.systems.pgc_a3c.agent import AgentStep
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, lone_agent
+from privrl.systems.pgc_a3c.runtimes import check_runtime
 
 __all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client_app",
            "config_from_dict", "main", "run_pgc_a3c_flower"]
 
-REFUSED = 0x5052  # the Error code of an agent's refusal (the reason says why)
 AGENT_STATE = "agent.npz"  # an agent's ledger and released reports (never its noise root)
 _STATE_KIND = "flower-agent"
 
 
 class FlowerAgent:
-    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc).
+    """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc), an
+    `AgentNode` running PGC-A3C's `AgentStep`.
 
     `directory`: where the agent keeps its ledger and the reports it released (a privrl run
     file, written atomically after each release and before it is sent), so that an executor
@@ -80,76 +67,34 @@ class FlowerAgent:
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
         self.config, self.node, self.nodes = cfg, node, nodes
         self.num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)
-        self.algo, self.setting = lone_agent(cfg)
-        root = self.algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0])  # the local trial's
-        self.key, self.env_key = root.key, trial_env_key(root)
-        self.dim = self.algo.dim
         # Secret noise: this process's own root from os.urandom, in memory only, passed to the
         # jitted program as an argument (a constant would reach the compilation cache).
         self._noise = secret_keys() if cfg.noise == "secret" else None
-        self.ledger = budget_ledger(cfg)
-        self.guarantee = self.algo.mechanism.guarantee
-        self.released: Released = {}
-        self.path = None if directory is None else Path(directory) / AGENT_STATE
-        if self.path is not None and self.path.exists():
-            self.ledger, self.released = load_released(self.path, _STATE_KIND, self.guarantee,
-                                                       self.dim)
-        self._run = jax.jit(self._one)
+        self.step = AgentStep(cfg, self._noise)
+        self.dim, self.guarantee = self.step.dim, self.step.guarantee
+        store = (None if directory is None else
+                 ReleasedFile(Path(directory) / AGENT_STATE, _STATE_KIND, self.guarantee,
+                              self.dim))
+        ledger, released = (store and store.load()) or (budget_ledger(cfg), {})
+        self.agent = AgentNode(self.step, range(node, self.num_agents, nodes), ledger,
+                               self.dim, store, released, where="SuperNode")
 
-    def _save(self) -> None:
-        if self.path is not None:
-            save_released(self.path, _STATE_KIND, self.ledger, self.released, self.dim)
+    @property
+    def ledger(self) -> PrivacyLedger:
+        return self.agent.ledger
 
-    def _one(self, theta: jax.Array, agent_id: jax.Array, n: jax.Array, submitted: jax.Array,
-             noise: jax.Array | None, traj: Any = None) -> tuple[Any, jax.Array]:
-        index = n % self.config.submissions_per_agent
-        noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
-        # Under secret noise the root also keys the agent's dynamics and episode (the local
-        # runner's and Ray's `agents_plan`), so the seed does not let anyone re-simulate them.
-        reports, scores = self.algo.agent_reports(
-            theta, submitted, self._round_key(n), self.env_key, agent_id[None],
-            jnp.ones((1,), bool), noise_keys, traj, self.setting, noise)
-        return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
-
-    def _round_key(self, n: jax.Array) -> jax.Array:
-        """The local runner's round key of submission n with one agent per round."""
-        return jax.random.fold_in(self.key, n)
+    @property
+    def released(self) -> Released:
+        return self.agent.released
 
     def release(self, theta: np.ndarray, agent_id: int, index: int) -> tuple[Submission, float]:
         """Submission `index` of agent `agent_id` from θ; ValueError or BudgetExceededError
         (nothing released) when it must refuse."""
-        if not 0 <= agent_id < self.num_agents or agent_id % self.nodes != self.node:
-            raise ValueError(f"agent {agent_id} is not one of this SuperNode's")
-        if not 0 <= index < self.config.submissions_per_agent:
-            raise ValueError(f"submission index {index} is outside 0.."
-                             f"{self.config.submissions_per_agent - 1}")
-        done = self.released.get((agent_id, index))
-        if done is not None:  # already public: the same report again, nothing new spent
-            return done
-        self.ledger.charge(agent_id, self.guarantee)  # refuses past the agent's budget
-        n = agent_id * self.config.submissions_per_agent + index
-        args = (jnp.asarray(theta, jnp.float32), jnp.int32(agent_id), jnp.int32(n),
-                jnp.int32(n))
-        traj = None
-        if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
-            traj = self.algo.host_rollout(args[0], args[3], self._round_key(args[2]),
-                                          self.env_key, args[1][None], np.ones(1, bool),
-                                          self._noise)
-        report, score = self._run(*args, self._noise, traj)
-        out = (Submission(agent_id, index, report), float(score))
-        self.released[(agent_id, index)] = out
-        self._save()  # before it leaves this process: a restart re-sends this one
-        return out
+        return self.agent.release(agent_id, index, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
-        """A server request in, a Submission or a refusal (a Flower Error) out."""
-        del context
-        try:
-            theta, agent_id, index = read_request(message.content, self.dim)
-            sub, score = self.release(theta, agent_id, index)
-        except (WireError, ValueError, BudgetExceededError) as e:
-            return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
-        return Message(submission_content(sub, score), reply_to=message)
+        """A server request in, the Submission or a refusal (a Flower Error) out."""
+        return answer_request(message, self.dim, self.release)
 
 
 def config_from_dict(data: dict[str, Any]) -> PGCA3CConfig:
@@ -170,19 +115,7 @@ def config_from_dict(data: dict[str, Any]) -> PGCA3CConfig:
 
 
 # --- the ClientApp the bundle names ----------------------------------------------------------
-client_app = ClientApp()
-
-
-@client_app.train()
-def _refuse(message: Message, context: Context) -> Message:
-    """A SuperNode that runs bundles itself (Flower's default executor) gets this: it releases
-    nothing. An agent computes only in privrl's agent executor (`main`), which keeps its noise
-    root, ledger and released reports for the whole run and runs no code from a bundle."""
-    del context
-    return Message(Error(code=REFUSED, reason="privrl agents run only in privrl's agent "
-                                              "executor (python -m "
-                                              "privrl.systems.pgc_a3c.flower)"),
-                   reply_to=message)
+client_app = refusing_client_app("privrl.systems.pgc_a3c.flower")
 
 
 # --- the run: a local deployment -------------------------------------------------------------
@@ -209,11 +142,9 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
     from privrl.federation.flower import RESULTS
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
+    check_runtime(config, "flower")  # the library's rules, as the CLI's (ConfigError)
     start = time.perf_counter()
-    cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
-    if cfg.server_optimizer not in ("sgd", "adam"):
-        raise ConfigError("server_optimizer", "the Flower runtime's aggregator runs sgd or "
-                          f"adam, got {cfg.server_optimizer} (run it with the local runtime)")
+    cfg = dataclasses.replace(config, noise=config.noise or "secret").resolved()
     algo, _ = lone_agent(cfg)
     theta0 = np.asarray(algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0]).agg.theta)
     num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)

@@ -14,7 +14,8 @@ task an agent plays its episode on the host (`PGCA3C.host_rollout`) and passes i
 Noise keys: by default (`noise="secret"`) every agent actor draws its noise root from the OS
 CSPRNG in its own process, in memory only; it never returns it, writes it or sends it, so
 neither the driver nor the aggregator can recompute a report's noise. `noise="seeded"` derives
-the noise from the run's seed instead (reproducible; a simulation's guarantee).
+the noise from the run's seed instead (reproducible; a simulation's guarantee), by the local
+runner's rule (privrl.systems.pgc_a3c.agent: submission n = a·T + index is its round n).
 
 Fault tolerance: actors are created with unlimited restarts and task retries. With seeded
 noise a retried agent task replays the same episode (its keys derive from the seed, agent id
@@ -55,11 +56,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from privrl.config import ConfigError
 from privrl.federation.service import (
     SETUP,
     AggregatorService,
@@ -73,17 +71,17 @@ from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
 from privrl.runtime.ray import require_ray, start_ray
+from privrl.runtime.sharding import setting_trial_keys
+from privrl.systems.pgc_a3c.agent import AgentStep
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
-    agent_noise_key,
     budget_ledger,
-    lone_agent,
-    trial_env_key,
 )
+from privrl.systems.pgc_a3c.runtimes import DISTRIBUTED_OPTIMIZERS, check_runtime
 
 # The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
-RAY_OPTIMIZERS = ("sgd", "adam")
+RAY_OPTIMIZERS = DISTRIBUTED_OPTIMIZERS
 
 
 # --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
@@ -159,40 +157,18 @@ class ShufflerActor:
 
 class AgentActor:
     """The agent side: one private environment per episode, randomized inside this process
-    through a local run's release (`lone_agent`: the setting's mechanism as data)."""
+    through PGC-A3C's agent step (privrl.systems.pgc_a3c.agent, the Flower agents' too: the
+    local runner's release path and keys)."""
 
     def __init__(self, config: PGCA3CConfig) -> None:
-        self.algo, self.setting = lone_agent(config)
-        root = self.algo.init(jax.random.key(config.seed))
-        self.key = root.key
-        self.env_key = trial_env_key(root)
         # Secret noise: this process's own root from os.urandom, kept in memory only and
         # passed to the jitted program as an argument (never a constant a cache could store).
         self._noise = secret_keys() if config.noise == "secret" else None
-        self._run = jax.jit(self._one)
+        self.step = AgentStep(config, self._noise)
 
-    def _key(self, agent_id: jax.Array, index: jax.Array) -> jax.Array:
-        return jax.random.fold_in(jax.random.fold_in(self.key, agent_id), index)
-
-    def _one(self, theta: jax.Array, agent_id: jax.Array, index: jax.Array,
-             submitted: jax.Array, noise: jax.Array | None, traj: Any = None
-             ) -> tuple[Any, jax.Array]:
-        noise_keys = None if noise is None else agent_noise_key(noise, agent_id, index)[None]
-        reports, scores = self.algo.agent_reports(
-            theta, submitted, self._key(agent_id, index), self.env_key, agent_id[None],
-            jnp.ones((1,), bool), noise_keys, traj, self.setting, noise)
-        return jax.tree_util.tree_map(lambda x: x[0], reports), scores[0]
-
-    def run(self, theta: np.ndarray, agent_id: int, index: int, submitted: int
-            ) -> tuple[Submission, float]:
-        args = (jnp.asarray(theta), jnp.int32(agent_id), jnp.int32(index), jnp.int32(submitted))
-        traj = None
-        if self.algo.task.host:  # a Gymnasium task: the episode on the host, the rest jitted
-            traj = self.algo.host_rollout(args[0], args[3], self._key(args[1], args[2]),
-                                          self.env_key, args[1][None], np.ones(1, bool),
-                                          self._noise)
-        report, score = self._run(*args, self._noise, traj)
-        return Submission(int(agent_id), int(index), report), float(score)
+    def run(self, theta: np.ndarray, agent_id: int, index: int) -> tuple[Submission, float]:
+        """Submission `index` of agent `agent_id` from θ, and its episode's score."""
+        return self.step(theta, agent_id, index)[(agent_id, index)]
 
     def pid(self) -> int:
         return os.getpid()
@@ -233,18 +209,14 @@ def run_pgc_a3c_ray(
     "auto" or "HOST:PORT") the run joins that cluster. `on_event("accepted", info)` is called
     after each accepted submission with the actor handles (tests use it to inject faults).
     """
-    if config.server_optimizer not in RAY_OPTIMIZERS:
-        raise ConfigError("server_optimizer", f"the Ray runtime's aggregator runs "
-                          f"{' or '.join(RAY_OPTIMIZERS)}, got {config.server_optimizer} "
-                          "(run it with the local runtime)")
+    check_runtime(config, "ray")  # the library's rules, as the CLI's (ConfigError)
     ray = require_ray()
-    cfg = PGCA3CConfig(**{**config.__dict__, "trials": 1,
-                          "noise": config.noise or "secret"}).resolved()
+    cfg = PGCA3CConfig(**{**config.__dict__, "noise": config.noise or "secret"}).resolved()
     algo = PGCA3C(cfg)
     p = agents_in_flight or cfg.parallel_agents
     total, per_agent = cfg.submissions, cfg.submissions_per_agent
     num_agents = math.ceil(total / per_agent)
-    theta0 = np.asarray(algo.init(jax.random.key(cfg.seed)).agg.theta)
+    theta0 = np.asarray(algo.init(setting_trial_keys(cfg.seed, 1, 1, 1, 1)[0]).agg.theta)
     spec = AggregatorSpec(algo.dim, cfg.buffer_size, cfg.server_optimizer, cfg.learning_rate)
     guarantee = algo.mechanism.guarantee
     if shuffler_directory is None:
@@ -278,7 +250,7 @@ def run_pgc_a3c_ray(
             n = next_n
             next_n += 1
             sub_ref, score_ref = agents[slot].run.options(num_returns=2).remote(
-                agg.theta.remote(), n // per_agent, n % per_agent, n)
+                agg.theta.remote(), n // per_agent, n % per_agent)
             pending[score_ref] = (slot, n, sub_ref)
 
         for slot in range(len(agents)):

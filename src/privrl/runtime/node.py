@@ -1,0 +1,185 @@
+"""One agent node: the release protocol of every runtime's agents, whatever carries it.
+
+A Ray actor, a Flower agent executor or a test calls `AgentNode.release(agent, index, θ)`;
+the node runs its system's pure agent step (`AgentStep`: the local runner's own code, so a
+seeded remote run is the local run) under the one protocol that keeps an agent's guarantee
+whatever the server or the driver asks:
+
+1. **check the request**: an agent that is the node's own; with `ordered`, an index after the
+   last one the node released (a round it was not asked for in time stays unreleased); the
+   step's rules (an index inside the run, an episode budget not yet spent, ...); a θ of the
+   model's length with finite entries (ValueError, nothing spent);
+2. **re-send what it released**: asked again for a released (agent, index), the same output,
+   no new noise, nothing charged (a retried request never yields a second, different report);
+3. **charge before releasing**: every agent the step releases together is charged to the
+   node's budget (its `PrivacyLedger`, or any `Budget`) before anything is computed; past an
+   agent's budget it raises BudgetExceededError and nothing is recorded or released;
+4. **durable state**: what it released and its ledger go to its `NodeStore` (a privrl run
+   file, never a pickle, and never the noise root) before the output is returned, so that
+   a node restarted mid-run re-sends instead of drawing new noise, and spends nothing twice.
+
+The ledger is the caller's (built from the run's config by the system's ledger factory), so
+a node enforces the budget the run's privacy.json states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from privrl.federation.service import Submission
+from privrl.privacy.ledger import PrivacyLedger
+from privrl.privacy.report import Guarantee, restore_report
+from privrl.runfile import checked, read, write
+
+__all__ = ["AgentNode", "AgentStep", "Budget", "NodeStore", "Released", "ReleasedFile",
+           "check_theta"]
+
+Out = TypeVar("Out")
+Key = tuple[int, int]  # (agent, index): one release
+
+
+class AgentStep(Protocol[Out]):
+    """A system's pure agent step as a node runs it."""
+
+    guarantee: Guarantee  # what one release of one agent costs
+
+    def check(self, agent: int, index: int) -> None:
+        """The system's own rules for a request; ValueError to refuse it."""
+
+    def together(self, agent: int) -> Sequence[int]:
+        """The agents released (and charged) in the step that releases `agent`'s output:
+        itself, or every agent of the node when one round computes them together."""
+
+    def __call__(self, theta: np.ndarray | None, agent: int, index: int) -> Mapping[Key, Out]:
+        """The outputs of `together(agent)` for `index` (keyed by (agent, index))."""
+
+
+class Budget(Protocol):
+    """What a node charges before it releases: a `PrivacyLedger` (built by the system's ledger
+    factory with the run's budget), or another account with the same two calls (the secure
+    sum's rounds its mechanism was calibrated for)."""
+
+    def can_charge(self, agents: Any, guarantee: Any) -> bool:
+        """Whether charging would pass (nothing is charged)."""
+
+    def charge(self, agents: Any, guarantee: Any) -> None:
+        """Record the release for `agents`, or raise BudgetExceededError recording nothing."""
+
+
+class NodeStore(Protocol):
+    """Where a node keeps what it must not lose across a restart."""
+
+    def save(self, ledger: Budget, released: Mapping[Key, Any]) -> None:
+        """Write the ledger and the released outputs (atomically)."""
+
+
+def check_theta(theta: Any, dim: int) -> np.ndarray:
+    """θ of a request as float32; ValueError unless it is `dim` finite numbers."""
+    theta = np.asarray(theta, np.float32)
+    if theta.shape != (dim,) or not np.all(np.isfinite(theta)):
+        raise ValueError(f"θ must be {dim} finite floats")
+    return theta
+
+
+class AgentNode(Generic[Out]):
+    """The agents `agents` one process hosts, releasing through `step` (module doc).
+
+    `ledger`: the agents' ledger (built with the run's budget; or another `Budget`);
+    `released`: restored by the caller with the ledger after a restart; `store`: None keeps
+    the state in memory only; `dim`: θ's length, checked when a request carries θ; `ordered`:
+    indices (rounds) only increase; `where`: how refusals name the node ("SuperNode")."""
+
+    def __init__(self, step: AgentStep[Out], agents: Collection[int], ledger: Budget,
+                 dim: int, store: NodeStore | None = None,
+                 released: Mapping[Key, Out] | None = None, ordered: bool = False,
+                 where: str = "node") -> None:
+        self.step, self.agents, self.ledger, self.dim = step, frozenset(agents), ledger, dim
+        self.store, self.ordered, self.where = store, ordered, where
+        self.released: dict[Key, Out] = dict(released or {})
+
+    def release(self, agent: int, index: int, theta: Any = None) -> Out:
+        """`agent`'s output for `index` from θ (None: the step's input is the node's own
+        state, not a request's); ValueError or BudgetExceededError, nothing released, to
+        refuse."""
+        if agent not in self.agents:
+            raise ValueError(f"agent {agent} is not one of this {self.where}'s")
+        done = self.released.get((agent, index))
+        if done is not None:  # already public: the same output again, nothing new spent
+            return done
+        if self.ordered:
+            last = self.last()
+            if index <= last:
+                raise ValueError(f"round {index} is outside {last + 1}..: before this "
+                                 f"{self.where}'s last round {last}")
+        self.step.check(agent, index)
+        if theta is not None:
+            theta = check_theta(theta, self.dim)
+        ids = np.asarray(self.step.together(agent), np.int64)
+        self.ledger.charge(ids, self.step.guarantee)  # before anything is computed or leaves
+        self.released.update(self.step(theta, agent, index))
+        self.save()  # before anything leaves this process: a restart re-sends it
+        return self.released[(agent, index)]
+
+    def affords(self, agent: int) -> bool:
+        """Whether `agent`'s next step fits its budget (nothing is charged)."""
+        return self.ledger.can_charge(np.asarray(self.step.together(agent), np.int64),
+                                      self.step.guarantee)
+
+    def last(self) -> int:
+        """The last index (round) released, -1 if none."""
+        return max((i for _, i in self.released), default=-1)
+
+    def forget(self) -> None:
+        """Drop the released outputs (a transport that needs only the round in flight, once
+        that round is past)."""
+        self.released.clear()
+
+    def save(self) -> None:
+        if self.store is not None:
+            self.store.save(self.ledger, self.released)
+
+
+# --- a node's state as a run file: its ledger and the Submissions it released -----------------
+Released = dict[Key, tuple[Submission, float]]  # (agent, index) -> (Submission, its score)
+
+
+class ReleasedFile:
+    """A node's `NodeStore` for Submissions (with a score each) in a privrl run file of
+    `kind`: its agents' ledger and every report it released, never its noise root."""
+
+    def __init__(self, path: Path, kind: str, guarantee: Guarantee, dim: int) -> None:
+        self.path, self.kind, self.guarantee, self.dim = Path(path), kind, guarantee, dim
+
+    def save(self, ledger: PrivacyLedger, released: Mapping[Key, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = sorted(released)
+        write(self.path, self.kind, {
+            "ledger": ledger.to_state(),
+            "ids": np.array(keys, np.int64).reshape(-1, 2),
+            "values": (np.stack([np.asarray(released[k][0].report.value, np.float32)
+                                 for k in keys])
+                       if keys else np.zeros((0, self.dim), np.float32)),
+            "scores": np.array([released[k][1] for k in keys], np.float32)})
+
+    def load(self) -> tuple[PrivacyLedger, Released] | None:
+        """What `save` wrote (None: no file yet); RunFileError naming the file if it is not
+        such a state for reports of length `dim`."""
+        if not self.path.exists():
+            return None
+        state = read(self.path, self.kind)
+        with checked(self.path):
+            ledger = PrivacyLedger.from_state(state["ledger"])
+            ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))
+            n = ids.shape[0]
+            if ids.shape != (n, 2) or values.shape != (n, self.dim) or scores.shape != (n,):
+                raise ValueError("the released reports do not match this run's model")
+            released: Released = {}
+            for (agent, index), value, score in zip(ids, values, scores, strict=True):
+                report = restore_report(value.astype(np.float32), self.guarantee)
+                released[(int(agent), int(index))] = (
+                    Submission(int(agent), int(index), report), float(score))
+            return ledger, released

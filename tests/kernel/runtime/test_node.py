@@ -1,0 +1,96 @@
+"""The one agent node (privrl.runtime.node) with a stand-in step: it refuses before spending,
+re-sends what it released without charging again, charges before it computes, and keeps its
+ledger and releases in a run file written before the output is returned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privrl.federation.service import Submission
+from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
+from privrl.privacy.report import Guarantee, restore_report
+from privrl.runfile import RunFileError
+from privrl.runtime.node import AgentNode, ReleasedFile
+
+G = Guarantee(1.0, 0.0, "ε-LDP", "one report", "replace one input")
+DIM = 3
+
+
+class Step:
+    """Agents 0 and 2 release together; indices 0..4; the report is θ + index."""
+
+    guarantee = G
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def check(self, agent: int, index: int) -> None:
+        if not 0 <= index < 5:
+            raise ValueError(f"index {index} is outside 0..4")
+
+    def together(self, agent: int) -> list[int]:
+        return [0, 2]
+
+    def __call__(self, theta, agent, index):
+        self.calls.append((agent, index))
+        return {(a, index): (Submission(a, index, restore_report(
+            np.asarray(theta, np.float32) + index + a, G)), float(index)) for a in (0, 2)}
+
+
+class Store:
+    def __init__(self) -> None:
+        self.saved: list[list[tuple[int, int]]] = []
+
+    def save(self, ledger, released) -> None:
+        self.saved.append(sorted(released))
+
+
+def test_the_node_protocol() -> None:
+    step, store = Step(), Store()
+    node = AgentNode(step, [0, 2], PrivacyLedger(2.0), DIM, store, ordered=True,
+                     where="SuperNode")
+    theta = np.zeros(DIM, np.float32)
+    with pytest.raises(ValueError, match="not one of this SuperNode's"):
+        node.release(1, 0, theta)
+    with pytest.raises(ValueError, match="finite"):
+        node.release(0, 0, np.full(DIM, np.nan))
+    with pytest.raises(ValueError, match=r"outside 0\.\.4"):
+        node.release(0, 5, theta)
+    assert step.calls == [] and store.saved == [] and node.ledger.num_reports == 0
+    sub, score = node.release(0, 1, theta)
+    assert (sub.agent_id, sub.index, score) == (0, 1, 1.0)
+    assert store.saved == [[(0, 1), (2, 1)]]  # saved before it was returned
+    # its partner's output of the same step, and a retried request: re-sent, nothing spent
+    assert node.release(2, 1, theta + 9)[0].report.value.tolist() == [3.0] * DIM
+    assert node.release(0, 1, theta + 9)[0] is sub
+    assert step.calls == [(0, 1)]
+    assert node.ledger.reports_of(0) == 1 == node.ledger.reports_of(2)
+    with pytest.raises(ValueError, match=r"outside 2\.\."):  # ordered: a past round stays unsent
+        node.release(0, 0, theta)
+    assert node.affords(0)
+    node.release(0, 3, theta)
+    assert not node.affords(0)
+    with pytest.raises(BudgetExceededError):  # charged before computing: nothing computed
+        node.release(2, 4, theta)
+    assert step.calls == [(0, 1), (0, 3)] and node.ledger.reports_of(2) == 2
+    node.forget()
+    assert node.last() == -1
+
+
+def test_a_released_file_restores_the_ledger_and_the_reports(tmp_path: Path) -> None:
+    file = ReleasedFile(tmp_path / "agents.npz", "test-node", G, DIM)
+    assert file.load() is None
+    node = AgentNode(Step(), [0, 2], PrivacyLedger(2.0), DIM, file)
+    sub, _ = node.release(2, 1, np.ones(DIM))
+    ledger, released = file.load()
+    assert ledger.reports_of(2) == 1 and ledger.epsilon_budget == 2.0
+    assert sorted(released) == [(0, 1), (2, 1)]
+    np.testing.assert_array_equal(released[(2, 1)][0].report.value, sub.report.value)
+    again = AgentNode(Step(), [0, 2], ledger, DIM, file, released)
+    assert np.array_equal(again.release(2, 1, np.zeros(DIM))[0].report.value,
+                          sub.report.value) and again.ledger.reports_of(2) == 1
+    with pytest.raises(RunFileError, match="do not match"):
+        ReleasedFile(tmp_path / "agents.npz", "test-node", G, DIM + 1).load()
