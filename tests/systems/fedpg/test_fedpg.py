@@ -215,9 +215,7 @@ def no_compute(monkeypatch):
         (["fedpg-cen", "--mechanism", "laplace", "--epsilon-per-report", "1",
           "--epsilon-budget", "0.5",
           "--budget-composition", "optimal"], "--epsilon-budget"),
-        (["fedpg-dec", "--mechanism", "laplace", "--epsilon-per-report", "1",
-          "--epsilon-budget", "5",
-          "--runtime", "ray"], "--epsilon-budget"),
+        # (Ray enforces --epsilon-budget on its nodes now: tests/systems/fedpg/test_ray_budget.py)
         # user-level DP (distributed-gaussian(-continuous); tests/systems/fedpg/test_user_dp.py)
         (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
           "--sampling-rate", "0.5"], "--sampling-rate"),
