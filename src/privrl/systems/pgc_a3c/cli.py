@@ -12,19 +12,14 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
-    BudgetComposition,
-    BudgetCompositionOpt,
-    EnvOpt,
-    MaxStepsOpt,
     Noise,
     Out,
-    PrivateOpt,
     Resume,
     Runtime,
-    SecureNoise,
-    Seed,
+    Settings,
     ShowProgress,
     SweepSeed,
+    config_command,
     flag_names,
     mechanism_option,
     parse_numbers,
@@ -50,71 +45,9 @@ MechanismName = value_enum("MechanismName", MECHANISMS)
 RewardName = value_enum("RewardName", REWARDS)
 
 
-@run_app.command("pgc-a3c")
-@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return",
-            max_episode_steps="--max-steps")
+@config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig")
 def run_pgc_a3c_command(
-    preset: Annotated[str, typer.Option(
-        help="paper: paper 000's settings exactly (the default, as for every privrl run "
-        "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
-        "settings with TF1 RMSProp at the aggregator and the task's shaped reward (the public "
-        "code the paper's settings match). tuned: our improved settings (the task's shaped "
-        "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
-        "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
-        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md); tuned-ldp2: "
-        "tuned-ldp with 8 hidden units. continuous: for a "
-        "continuous-action (Box) task: a state-free log-std, GAE, γ = 0.9, scaled reward "
-        "(docs/environments.md). Options given explicitly override it.")] = "paper",
-    mechanism: Annotated[str, typer.Option(
-        help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
-        "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
-        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), projunit / privunitg-seed "
-        "(ProjUnit: 72-byte uploads; seed-compressed PrivUnitG: 8-byte uploads, ε with an "
-        "ideal generator; docs/ldp-mechanisms.md), none (non-private ε = ∞ "
-        "baseline: clipped, no noise; NO privacy guarantee), or your own module:callable "
-        "(its declared guarantee, not verified by privrl; docs/ldp-mechanisms.md).",
-        parser=mechanism_option(MechanismName))
-    ] = MechanismName.laplace,
-    epsilon: Annotated[float | None, typer.Option(
-        help="Each agent's total privacy budget ε over the run (> 0, finite; the protected "
-        "unit: one agent, every report it submits). Default 5. Not allowed with --mechanism "
-        "none.")] = None,
-    trials: Annotated[int, typer.Option(help="Independent trials, run vectorized.")] = 1,
-    submissions: Annotated[int, typer.Option(
-        help="Stop after N submissions per trial (the paper's cap: 90000).")] = 90_000,
-    parallel_agents: Annotated[int | None, typer.Option(
-        help="P agents start from the same snapshot of θ; their reports are applied in turn. "
-        "Default: the preset's (9, the paper's asynchronous threads; tuned-ldp: 3).")] = None,
-    buffer: Annotated[int | None, typer.Option(
-        help="Aggregator buffer size |B|: θ is updated with the mean of |B| reports. "
-        "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10; "
-        "tuned-ldp: 1).")
-    ] = None,
-    clip: Annotated[float | None, typer.Option(
-        help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs, 0.005 (an L2 "
-        "radius) for the PrivUnit family (privunit, privunitg, projunit, privunitg-seed; "
-        "tuned-ldp: 0.05).")] = None,
-    d_hat: Annotated[int | None, typer.Option(
-        help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
-    ] = None,
-    submissions_per_agent: Annotated[int, typer.Option(
-        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1), or, "
-        "with --budget-composition optimal, the largest ε_0 whose T-fold optimal "
-        "composition is (ε, δ)-LDP.")] = 1,
-    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
-    delta: Annotated[float, typer.Option(
-        help="δ of the optimal composition of an agent's reports: stated beside the pure ε, "
-        "and the budget's δ with --budget-composition optimal.")] = 1e-5,
-    seed: Seed = 0,
-    noise: Noise = None,
-    secure_noise: SecureNoise = False,
-    shuffle: Annotated[bool, typer.Option(
-        help="Shuffle model: a trusted shuffler hands the aggregator each round's reports in "
-        "random order without identities; privacy.json adds the central (ε, δ) after "
-        "amplification by shuffling (FMT21). Amplification grows with --parallel-agents.")
-    ] = False,
-    shuffle_delta: Annotated[float, typer.Option(
-        help="δ of the central (ε, δ) stated under --shuffle.")] = 1e-5,
+    settings: Settings,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -132,27 +65,6 @@ def run_pgc_a3c_command(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
     checkpoint_every: Annotated[int, typer.Option(
         help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
-    env: EnvOpt = None,
-    private: PrivateOpt = None,
-    target_return: Annotated[float | None, typer.Option(
-        help="Target Θ of the FST and success ratio: the first submission n where the mean "
-        "return of --score-window consecutive episodes reaches Θ (any finite number). "
-        "Default: the task's (CartPole-v0's 195; a Gymnasium reward_threshold, e.g. -100 on "
-        "Acrobot-v1); a task without one reports scores and no FST.")
-    ] = None,
-    max_steps: MaxStepsOpt = None,
-    score_window: Annotated[int | None, typer.Option(
-        help="Window m (>= 1) of the moving average μ_n of the FST. Default 10 "
-        "(the paper's).")] = None,
-    reward: Annotated[RewardName | None, typer.Option(
-        help="What the agents learn from: env (the environment's reward), step (+1 per step), "
-        "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
-        "--target-return, -1 on an earlier termination). failure and goal read termination as "
-        "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
-        "use env. shaped: the task's shaped reward (CartPole's failure), env on a task "
-        "without one. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: "
-        "shaped). "
-        "The score is the true return whatever this is.", case_sensitive=False)] = None,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
 
@@ -161,55 +73,28 @@ def run_pgc_a3c_command(
     results table and where the results were written.
     """
     from privrl.runtime.output import check_out_dir
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-
-    check_out_dir(out)  # before the config, which may import --env's code
-
-    if mechanism is MechanismName.none and epsilon is not None:
-        raise ConfigError("--epsilon", "the non-private baseline (--mechanism none) has no ε; "
-                                       "drop --epsilon")
-    if epsilon is not None and math.isinf(epsilon):
-        raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for the "
-                                       "non-private ε = ∞ baseline")
-    config = PGCA3CConfig.from_preset(
-        preset,
-        mechanism=mechanism.value,
-        epsilon=5.0 if epsilon is None else epsilon,
-        clip=clip,
-        buffer_size=buffer,
-        d_hat=d_hat,
-        submissions_per_agent=submissions_per_agent,
-        budget_composition=budget_composition.value,
-        delta=delta,
-        parallel_agents=parallel_agents,
-        submissions=submissions,
-        trials=trials,
-        seed=seed,
-        noise=None if noise is None else noise.value,
-        secure_noise=secure_noise,
-        shuffle=shuffle,
-        shuffle_delta=shuffle_delta,
-        env=env,
-        private_params=tuple(private or ()),
-        target_score=target_return,
-        max_episode_steps=max_steps,
-        score_window=score_window,
-        reward=None if reward is None else reward.value,
-    ).resolved()
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
+    check_out_dir(out)  # before the config, which may import --env's code
+    epsilon = settings.get("epsilon")
+    if settings.get("mechanism") == "none" and epsilon is not None and math.isfinite(epsilon):
+        raise ConfigError("epsilon", "the non-private baseline (--mechanism none) has no ε; "
+                                     "drop --epsilon")
+    if settings.get("mechanism") != "none" and epsilon is not None and math.isinf(epsilon):
+        raise ConfigError("epsilon", "ε must be finite; use --mechanism none for the "
+                                     "non-private ε = ∞ baseline")
     # The task's episode, target and shaping filled in; a bad --env/--private fails here,
     # before anything runs.
-    config = PGCA3C(config).config
+    config = PGCA3C(settings.build().resolved()).config
     if runtime is Runtime.ray:
-        if trials != 1:
-            raise ConfigError("--trials", "the Ray runtime runs one trial")
+        if config.trials != 1:
+            raise ConfigError("trials", "the Ray runtime runs one trial")
         if agents_in_flight is not None and agents_in_flight < 1:
             raise ConfigError("--agents-in-flight", f"must be >= 1, got {agents_in_flight}")
         if checkpoint_every < 1:
             raise ConfigError("--checkpoint-every", f"must be >= 1, got {checkpoint_every}")
         if config.server_optimizer not in ("sgd", "adam"):
-            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
+            raise ConfigError("preset", f"the {config.preset} preset's aggregator "
                               f"({config.server_optimizer}) runs on the local runtime only")
         from privrl.runtime.ray import require_ray
 
@@ -219,13 +104,13 @@ def run_pgc_a3c_command(
     if address is not None or agents_in_flight is not None:
         raise ConfigError("--address", "--address and --agents-in-flight need --runtime ray")
     if runtime is Runtime.flower:
-        if trials != 1:
-            raise ConfigError("--trials", "the Flower runtime runs one trial")
+        if config.trials != 1:
+            raise ConfigError("trials", "the Flower runtime runs one trial")
         if config.server_optimizer not in ("sgd", "adam"):
-            raise ConfigError("--preset", f"the {config.preset} preset's aggregator "
+            raise ConfigError("preset", f"the {config.preset} preset's aggregator "
                               f"({config.server_optimizer}) runs on the local runtime only")
         if config.shuffle:
-            raise ConfigError("--shuffle", "the Flower runtime has no shuffler (yet)")
+            raise ConfigError("shuffle", "the Flower runtime has no shuffler (yet)")
         try:
             import flwr  # noqa: F401
         except ImportError:
