@@ -340,6 +340,8 @@ class Settings:
     cls: type
     values: dict[str, Any]
     given_by: dict[str, str]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __contains__(self, name: str) -> bool:
         return name in self.values
@@ -351,13 +353,12 @@ class Settings:
         """Take a value out (the command reads it itself: it does not reach the config)."""
         return self.values.pop(name, default)
 
-    def build(self, defaults: Mapping[str, Any] | None = None,
-              fixed: Mapping[str, Any] | None = None) -> Any:
+    def build(self, **defaults: Any) -> Any:
         """The config: the preset (the config's `preset` field, given or default), the
-        command's `defaults`, then the file and the options; `fixed` fields the command sets
-        itself (a file that sets one otherwise is refused)."""
-        values = {**(defaults or {}), **self.values}
-        for name, value in (fixed or {}).items():
+        command's defaults (and `defaults`), then the file and the options; the command's
+        `fixed` fields it sets itself (a file that sets one otherwise is refused)."""
+        values = {**self.defaults, **defaults, **self.values}
+        for name, value in self.fixed.items():
             if name in self.values and self.values[name] != value:
                 raise ConfigError(name, f"this command runs with {name} = {value!r}")
             values[name] = value
@@ -397,11 +398,13 @@ def _shown(value: Any) -> str:
 
 
 def field_options(cls: type, skip: Iterable[str] = (), flags: Mapping[str, str] | None = None,
-                  nested: Iterable[str] = ()) -> list[FieldOption]:
+                  nested: Iterable[str] = (), defaults: Mapping[str, Any] | None = None
+                  ) -> list[FieldOption]:
     """The options of `cls`'s fields: every field with a flag (privrl.config.option), but those
     in `skip`; `flags` renames a field's flag for this command; the nested configs named in
-    `nested` add their own fields as `prefix.field`. Each help ends with the default (and the
-    presets that change it) unless it says its default itself."""
+    `nested` add their own fields as `prefix.field`. Each help ends with the default (the
+    command's `defaults`, else the field's, and the presets that change it) unless it says its
+    default itself."""
     skip, flags, out = set(skip), dict(flags or {}), []
     presets = getattr(cls, "presets", {})
 
@@ -415,14 +418,13 @@ def field_options(cls: type, skip: Iterable[str] = (), flags: Mapping[str, str] 
                 walk(_plain(hints[f.name]), f.name + ".")
                 continue
             flag = flags.pop(name, None) or field_flag(f)
-            if flag is None or "help" not in f.metadata:
+            if flag is None or "help" not in f.metadata or f.metadata.get("cli") is False:
                 continue
             meta = f.metadata
             text = meta["help"] + (f" Unit: {meta['unit']}." if meta.get("unit") else "")
             if "Default" not in text:
-                default = f.default if f.default is not dataclasses.MISSING else (
-                    f.default_factory() if f.default_factory is not dataclasses.MISSING
-                    else None)
+                default = (defaults or {}).get(name, f.default) \
+                    if f.default is not dataclasses.MISSING else None
                 changed = [f"{p}: {_shown(v[name])}" for p, v in presets.items()
                            if not prefix and name in v and v[name] != default]
                 if default is not None or changed:
@@ -497,9 +499,10 @@ class _ConfigCommand:
     only after choosing its devices)."""
 
     def __init__(self, fn: Callable[..., Any], cls: str, opts: dict[str, Any],
-                 algorithms: tuple[str, ...], renames: dict[str, str]) -> None:
+                 algorithms: tuple[str, ...], renames: dict[str, str],
+                 fixed: dict[str, Any]) -> None:
         self.fn, self.cls_name, self.opts, self.algorithms = fn, cls, opts, algorithms
-        self.renames = renames
+        self.renames, self.fixed = renames, fixed
         self.__name__, self.__qualname__ = fn.__name__, fn.__qualname__
         self.__module__, self.__doc__ = fn.__module__, fn.__doc__
 
@@ -548,7 +551,8 @@ class _ConfigCommand:
                 values[opt.field] = _value(opt, value)
                 given_by[opt.field] = opt.flag
         try:
-            return self.fn(settings=Settings(self.cls, values, given_by), **kwargs)
+            settings = Settings(self.cls, values, given_by, self.opts["defaults"], self.fixed)
+            return self.fn(settings=settings, **kwargs)
         except ConfigError as e:
             by = given_by.get(e.field)
             if by is not None and by.endswith(": "):  # set by the file alone
@@ -565,16 +569,20 @@ class _ConfigCommand:
 def config_command(app: typer.Typer, name: str, cls: str, *, skip: Iterable[str] = (),
                    flags: Mapping[str, str] | None = None, nested: Iterable[str] = (),
                    algorithms: Iterable[str] | None = None, help: str | None = None,
-                   **renames: str) -> Callable[[F], F]:
+                   defaults: Mapping[str, Any] | None = None,
+                   fixed: Mapping[str, Any] | None = None, **renames: str) -> Callable[[F], F]:
     """Register `fn` as command `name` of `app`, with an option for every tunable field of the
     config class `cls` ("module:Class", imported when the command is built; see
     `field_options` for `skip`, `flags` and `nested`) and `--config FILE`. `fn` takes
     `settings: Settings` and its own (non-field) options. Its ConfigErrors name what the user
     typed: the flag, or the file and field; `renames` maps other fields to flags (as
-    `flag_names`). `algorithms`: the runs whose config.json it repeats (default: `name`)."""
+    `flag_names`). `algorithms`: the runs whose config.json it repeats (default: `name`).
+    `defaults`: the command's own defaults (over the preset's, under the file and options);
+    `fixed`: fields the command sets itself (no option; a file may not change them)."""
     def decorate(fn: F) -> F:
         app.command(name, help=help)(_ConfigCommand(
-            fn, cls, {"skip": tuple(skip), "flags": dict(flags or {}), "nested": tuple(nested)},
-            (name,) if algorithms is None else tuple(algorithms), renames))
+            fn, cls, {"skip": (*skip, *(fixed or {})), "flags": dict(flags or {}),
+                      "nested": tuple(nested), "defaults": dict(defaults or {})},
+            (name,) if algorithms is None else tuple(algorithms), renames, dict(fixed or {})))
         return fn
     return decorate
