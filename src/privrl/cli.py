@@ -32,6 +32,7 @@ from privrl.config import (
     PRIVATE_HELP,
     ConfigError,
     field_flag,
+    one_of,
 )
 
 if TYPE_CHECKING:
@@ -444,19 +445,32 @@ def field_options(cls: type, skip: Iterable[str] = (), flags: Mapping[str, str] 
     return out
 
 
-def _choice_parser(choices: tuple[str, ...], user_callable: bool, flag: str
-                   ) -> Callable[[Any], Any]:
+def _is_callable_spec(text: str) -> bool:
+    where, _, attr = text.rpartition(":")
+    return bool(where) and attr.isidentifier()
+
+
+def _choice_parser(choices: tuple[str, ...], user_callable: bool) -> Callable[[Any], Any]:
+    """One of `choices` in any case, or (`user_callable`) a user's `module:callable`; anything
+    else is kept as typed and refused with the config's own wording (`_check_choices`)."""
     def parse(text: Any) -> str:
         low = str(text).lower()
         if low in choices:
             return low
-        where, _, attr = str(text).rpartition(":")
-        if user_callable and where and attr.isidentifier():
-            return UserMechanism(text)
-        raise typer.BadParameter(f"{text!r} is none of {', '.join(choices)}"
-                                 + (" and no module:callable of your own"
-                                    if user_callable else ""))
+        return UserMechanism(text) if user_callable and _is_callable_spec(str(text)) \
+            else str(text)
     return parse
+
+
+def _check_choices(options: list[FieldOption], values: Mapping[str, Any]) -> None:
+    """Each choice field's value is one of its choices (or a user's module:callable where
+    the field takes one): "unknown model 'x'; choose one of ...", before anything runs."""
+    for opt in options:
+        value, choices = values.get(opt.field), opt.meta.get("choices")
+        if value is None or not choices:
+            continue
+        if not (opt.meta.get("user_callable") and _is_callable_spec(str(value))):
+            one_of(opt.field, value, choices, opt.field.rpartition(".")[2].replace("_", " "))
 
 
 def _parameter(opt: FieldOption) -> inspect.Parameter:
@@ -464,8 +478,7 @@ def _parameter(opt: FieldOption) -> inspect.Parameter:
     kind, meta, extra = opt.kind, opt.meta, {}
     decls = [opt.flag]
     if meta.get("choices"):
-        extra["parser"] = _choice_parser(meta["choices"], meta.get("user_callable", False),
-                                         opt.flag)
+        extra["parser"] = _choice_parser(meta["choices"], meta.get("user_callable", False))
         extra["metavar"] = "|".join(meta["choices"]) + ("|MODULE:CALLABLE"
                                                         if meta.get("user_callable") else "")
         kind = str
@@ -551,6 +564,7 @@ class _ConfigCommand:
                 values[opt.field] = _value(opt, value)
                 given_by[opt.field] = opt.flag
         try:
+            _check_choices(self.options, values)
             settings = Settings(self.cls, values, given_by, self.opts["defaults"], self.fixed)
             return self.fn(settings=settings, **kwargs)
         except ConfigError as e:
