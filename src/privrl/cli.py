@@ -600,3 +600,55 @@ def config_command(app: typer.Typer, name: str, cls: str, *, skip: Iterable[str]
             (name,) if algorithms is None else tuple(algorithms), renames, dict(fixed or {})))
         return fn
     return decorate
+
+
+# --- what every command prints ------------------------------------------------------------------
+
+def sweep_dir(out: Path | None, resume: Path | None, stem: str) -> Path:
+    """A sweep's directory: `resume`'s (which must hold a sweep) or a new one; --out and
+    --resume together are refused."""
+    from privrl.runtime.output import check_out_dir, new_run_dir
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
+    if resume is not None:
+        if not (resume / "sweep.json").is_file():
+            raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
+        return resume
+    check_out_dir(out)
+    return new_run_dir(out, stem)
+
+
+def execute_sweep(title: str, path: Path, run: Callable[..., Any], show: bool, command: str,
+                  files: str, unit: str = "submissions/trial") -> None:
+    """Run a reproduction sweep into `path` under a progress bar: `run(progress, log)`, with
+    `progress(name, done, total)`; then print its tables.md and where the results are. An
+    interruption says how to resume (`command --resume path`)."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    err = Console(stderr=True)
+    err.print(f"{title} → {path}")
+    with progress_bar(err, show, "sweep", unit=unit) as (bar, task):
+        try:
+            run(lambda name, done, total: bar.update(task, completed=done, total=total,
+                                                     description=name),
+                lambda message: bar.console.print(message))
+        except KeyboardInterrupt:
+            err.print(f"interrupted: finished settings are kept; continue with {command} "
+                      f"--resume {path}")
+            raise
+    Console().print(Markdown((path / "tables.md").read_text()))
+    Console().print(f"Results written to [bold]{path}[/] ({files})")
+
+
+def results_table(title: str, rows: Iterable[tuple[str, str]]) -> Any:
+    """A two-column (metric, value) rich table of a run's results."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for metric, value in rows:
+        table.add_row(metric, value)
+    return table

@@ -21,16 +21,18 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     config_command,
+    execute_sweep,
     flag_names,
     parse_numbers,
     progress_bar,
+    results_table,
+    sweep_dir,
     system_apps,
 )
 
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
 
-Trials = Annotated[int, typer.Option(help="Independent trials, run vectorized.")]
 Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
 Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
 _DQN, _REINFORCE = ("privrl.systems.dpsgd_rl.dqn:DQNConfig",
@@ -49,10 +51,9 @@ def _dp_settings(settings: Settings) -> Settings:
 def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
              show: bool) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     from privrl.runtime.output import check_out_dir, new_run_dir
-    from privrl.systems.dpsgd_rl.local import run_episodic, save
+    from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
     check_out_dir(out)
     algo = algo_cls.settings_algorithm([config])
@@ -71,24 +72,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
             task, completed=d, total=t))
     path = new_run_dir(out, f"{algorithm}-{cfg.preset}")
     summary = save(result, path, command=["privrl", *sys.argv[1:]])
-    t = Table(title=f"{algorithm} results", header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    med = summary["median_episodes_to_solve"]
-    target = summary["solve_threshold"]
-    rows = [
-        *(() if target is None else (
-            (f"solved trials (mean of {cfg.solve_window} evaluations ≥ {target:g})",
-             f"{summary['solved_seeds']}/{summary['seeds']}"),
-            ("median episodes to solve", "not solved" if med is None else f"{med:g}"))),
-        ("final evaluation return (mean of the last 25)",
-         "none" if summary["final_eval_mean"] is None else f"{summary['final_eval_mean']:.4g}"),
-        ("updates", ", ".join(map(str, summary["updates"]))),
-        ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
+    console.print(results_table(f"{algorithm} results", summary_rows(summary, cfg)))
     console.print(f"Model: {summary['privacy_model']}")
     console.print(f"Observations: {summary['privacy_observations']}")
     if "noise" in summary:
@@ -173,31 +157,19 @@ def reproduce_dpsgd_rl(
 ) -> None:
     """Paper 003's study: DP-SGD σ ∈ {0, .1, .2, .4, .6} and LDP σ ∈ {0, .01, .1, .2, .3, 2, 5}
     for REINFORCE and DQN; writes tables.md (σ → ε, episodes to solve) and plots/."""
-    from rich.console import Console
-    from rich.markdown import Markdown
+    from privrl.systems.dpsgd_rl import reproduce
 
-    from privrl.config import ConfigError
-    from privrl.runtime.output import check_out_dir, new_run_dir
-    from privrl.systems.dpsgd_rl.reproduce import SweepConfig, run_sweep
-
-    if out is not None and resume is not None:
-        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
-    if resume is not None and not (resume / "sweep.json").is_file():
-        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(seeds_reinforce=trials_reinforce, seeds_dqn=trials_dqn, episodes=episodes,
-                      seed=seed, algorithms=tuple(a.strip() for a in algorithms.split(",")),
-                      noise=None if noise is None else noise.value)
+    cfg = reproduce.SweepConfig(
+        seeds_reinforce=trials_reinforce, seeds_dqn=trials_dqn, episodes=episodes, seed=seed,
+        algorithms=tuple(a.strip() for a in algorithms.split(",")),
+        noise=None if noise is None else noise.value)
     cfg.validate()
-    check_out_dir(out)
-    path = resume if resume is not None else new_run_dir(out, "reproduce-dpsgd-rl")
-    err = Console(stderr=True)
-    err.print(f"[bold]Reproducing paper 003[/]: {len(cfg.settings())} settings → {path}")
-    with progress_bar(err, progress, "sweep", unit="episodes") as (bar, task):
-        run_sweep(cfg, path, progress=lambda n, d, t: bar.update(
-            task, completed=d, total=t, description=n), log=lambda m: bar.console.print(m),
-            one_program=one_program)
-    Console().print(Markdown((path / "tables.md").read_text()))
-    Console().print(f"Results written to [bold]{path}[/] (tables.md, plots/, settings/)")
+    path = sweep_dir(out, resume, "reproduce-dpsgd-rl")
+    execute_sweep(
+        f"[bold]Reproducing paper 003[/]: {len(cfg.settings())} settings", path,
+        lambda update, log: reproduce.run_sweep(cfg, path, progress=update, log=log,
+                                                one_program=one_program),
+        progress, "privrl reproduce dpsgd-rl", "tables.md, plots/, settings/", unit="episodes")
 
 
 @audit_app.command("dp-reinforce")

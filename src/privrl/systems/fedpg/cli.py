@@ -19,17 +19,18 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     config_command,
+    execute_sweep,
     flag_names,
     mechanism_option,
     parse_numbers,
-    progress_bar,
+    results_table,
+    sweep_dir,
     system_apps,
     value_enum,
 )
 from privrl.systems.fedpg.choices import ALGORITHMS, ROBUST
 
 if TYPE_CHECKING:
-    from rich.table import Table
 
     from privrl.systems.fedpg.algorithm import FedPGConfig
 
@@ -38,10 +39,6 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 
 
 FedPGRobust = value_enum("FedPGRobust", ROBUST)
-# Config fields whose flag is named otherwise.
-_FLAGS = {"private_params": "--private", "budget": "--episodes",
-          "max_episode_steps": "--max-steps"}
-
 
 def _fedpg_config(algorithm: str, preset: str, epsilon_per_report: float | None = None,
                   enforce_total: bool = True, **options: object) -> FedPGConfig:
@@ -325,37 +322,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     files = "config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png"
     if ray:
         files += ", ray.json (cluster, every node's gossip log)"
-    console.print(fedpg_table(summary))
+    console.print(results_table(f"{summary['label']} results", runner.summary_rows(summary)))
     console.print(f"Results written to [bold]{path}[/] ({files})")
-
-
-def fedpg_table(summary: dict) -> Table:
-    from rich.table import Table
-
-    t = Table(title=f"{summary['label']} results", show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    med = summary["median_episodes_to_target"]
-    rows = [
-        ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
-        ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
-        ("trials × episodes/agent",
-         f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),
-        *(() if summary["target_return"] is None else (
-            (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
-             "not reached" if med is None else f"{med:g}"),
-            ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"))),
-        ("final mean return (last 10 rounds)",
-         ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
-        ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
-                      f"{summary['compile_seconds']:.1f} s)"),
-        ("rounds / s, episodes / s",
-         f"{summary['rounds_per_second']:.1f}, {summary['episodes_per_second']:,.0f}"),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
 
 
 @reproduce_app.command("fedpg")
@@ -389,52 +357,28 @@ def reproduce_fedpg_command(
     (Gaussian and Laplace variants), privacy.json and per-setting results; prints the table.
     """
     from privrl.config import ConfigError
-    from privrl.runtime.output import check_out_dir
+    from privrl.systems.fedpg import reproduce
 
-    check_out_dir(out)  # before the config, which may import --env's code
-    from privrl.systems.fedpg.reproduce import FedPGSweep
-
-    if out is not None and resume is not None:
-        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
-    if resume is not None and not (resume / "sweep.json").is_file():
-        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
     def numbers(text: str, option: str) -> tuple[float, ...]:
         try:
             return tuple(float(e) for e in text.split(",") if e.strip())
         except ValueError:
             raise ConfigError(option, f"must be comma-separated numbers, got {text!r}") from None
 
-    cfg = FedPGSweep(trials=trials, budget=episodes, agents=agents, seed=seed,
-                     gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
-                     laplace_epsilons=numbers(laplace_epsilons_per_report,
-                                              "--laplace-epsilons-per-report"),
-                     noise=None if noise is None else noise.value)
+    cfg = reproduce.FedPGSweep(
+        trials=trials, budget=episodes, agents=agents, seed=seed,
+        gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
+        laplace_epsilons=numbers(laplace_epsilons_per_report, "--laplace-epsilons-per-report"),
+        noise=None if noise is None else noise.value)
     cfg.validate()
-
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.runtime.output import new_run_dir
-    from privrl.systems.fedpg.reproduce import run_sweep
-
-    console, err = Console(), Console(stderr=True)
-    path = resume if resume is not None else new_run_dir(out, "reproduce-fedpg")
-    err.print(f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {trials} "
-              f"trials × {episodes:,} episodes per agent → {path}")
-    with progress_bar(err, progress, "sweep") as (bar, task):
-        def update(name: str, done: float, total: int) -> None:
-            bar.update(task, completed=done, total=total, description=name)
-
-        try:
-            text = run_sweep(cfg, path, log=lambda m: bar.console.print(m), progress=update,
-                             one_program=one_program)
-        except KeyboardInterrupt:
-            err.print(f"interrupted: finished settings are kept; continue with "
-                      f"privrl reproduce fedpg --resume {path}")
-            raise
-    console.print(Markdown(text))
-    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
-                  "privacy.json, settings/)")
+    path = sweep_dir(out, resume, "reproduce-fedpg")
+    execute_sweep(
+        f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {trials} trials × "
+        f"{episodes:,} episodes per agent", path,
+        lambda update, log: reproduce.run_sweep(cfg, path, log=log, progress=update,
+                                                one_program=one_program),
+        progress, "privrl reproduce fedpg", "tables.md, tables.json, plots/, privacy.json, "
+        "settings/")
 
 
 AuditAlgorithm = value_enum("AuditAlgorithm", ALGORITHMS)

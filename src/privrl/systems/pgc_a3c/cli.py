@@ -20,21 +20,22 @@ from privrl.cli import (
     ShowProgress,
     SweepSeed,
     config_command,
+    execute_sweep,
     flag_names,
     mechanism_option,
     parse_numbers,
     progress_bar,
+    results_table,
+    sweep_dir,
     system_apps,
     value_enum,
 )
 from privrl.config import ConfigError, positive
-from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
+from privrl.systems.pgc_a3c.choices import MECHANISMS
 
 if TYPE_CHECKING:
-    from rich.table import Table
 
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-    from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
 run_app, reproduce_app = system_apps()
 top_app = typer.Typer(rich_markup_mode=None)  # `privrl replay`
@@ -42,7 +43,6 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 
 
 MechanismName = value_enum("MechanismName", MECHANISMS)
-RewardName = value_enum("RewardName", REWARDS)
 
 
 @config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig")
@@ -121,19 +121,6 @@ def run_pgc_a3c_command(
     _execute_pgc(config, out, progress)
 
 
-def target_note(config: PGCA3CConfig) -> str | None:
-    """The line that says what the FST counts on a task other than CartPole (None on it), or
-    that the task has no target (no FST or success ratio). `config`: the run's (resolved)."""
-    if config.target_score is None:
-        return (f"{config.env} states no target return: the scores are its returns, with no "
-                "FST or success ratio; set --target-return for them (docs/environments.md)")
-    if config.env is None or config.env.endswith(":CartPole-v1"):
-        return None
-    return (f"the score is the episode's return on {config.env}; the FST and success ratio "
-            f"count the mean of {config.score_window} consecutive returns reaching "
-            f"{config.target_score:g} (docs/environments.md)")
-
-
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
@@ -160,8 +147,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
         )
     path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
-    console.print(results_table(summary))
-    if (note := target_note(config)) is not None:
+    console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
+    if (note := local.target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
@@ -230,8 +217,8 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     np.save(path / "theta_final.npy", result.theta)
     summary = local.save(output, path, command=["privrl", *sys.argv[1:]], runtime=runtime,
                          files={f"{runtime}.json": files})
-    console.print(results_table(summary))
-    if (note := target_note(config)) is not None:
+    console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
+    if (note := local.target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
@@ -245,32 +232,14 @@ def replay_command(
     """Rebuild θ from a Ray run's accepted-report log and check it equals the final θ."""
     import numpy as np
 
-    from privrl.federation.service import SETUP, replay
-    from privrl.runfile import RunFileError
+    from privrl.systems.pgc_a3c.local import replay_run
 
-    log_dir = run_dir / "aggregator"
-    if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} was written by an older privrl as pickles, "
-                                     "which are refused (loading one can run code)")
-    if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
-                                     f"aggregator/{SETUP} or theta_final.npy)")
-    theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    final_path = run_dir / "theta_final.npy"
-    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
-        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
-                           ) from None
-    if final.dtype != theta.dtype or final.shape != theta.shape:
-        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
-                                       f"θ is {theta.dtype} of shape {theta.shape}")
-    final = np.array(final)
-    diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
-    if theta.shape == final.shape and np.array_equal(theta, final):
+    theta, final = replay_run(run_dir)
+    if np.array_equal(theta, final):
         typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
         return
-    typer.echo(f"MISMATCH: replayed θ differs from the final θ (max |Δ| = {diff:g})", err=True)
+    typer.echo("MISMATCH: replayed θ differs from the final θ (max |Δ| = "
+               f"{float(np.max(np.abs(theta - final))):g})", err=True)
     raise typer.Exit(1)
 
 
@@ -312,79 +281,22 @@ def reproduce_pgc_a3c_command(
     records, and prints the tables.
     """
     from privrl.runtime.output import check_out_dir
-    from privrl.systems.pgc_a3c.reproduce import SweepConfig
+    from privrl.systems.pgc_a3c import reproduce
 
     check_out_dir(out)  # before the config, which may import --env's code
-
-    if out is not None and resume is not None:
-        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
-    if resume is not None and not (resume / "sweep.json").is_file():
-        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(preset=preset, trials=trials, cap=submissions, seed=seed, retire=retire,
-                      mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
-                      epsilons=parse_numbers(epsilon, "--epsilon"),
-                      noise=None if noise is None else noise.value)
+    cfg = reproduce.SweepConfig(
+        preset=preset, trials=trials, cap=submissions, seed=seed, retire=retire,
+        mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
+        epsilons=parse_numbers(epsilon, "--epsilon"), noise=None if noise is None else noise.value)
     cfg.validate()
-    _execute_sweep(cfg, out, resume, progress, one_program)
-
-
-def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show: bool,
-                   one_program: bool = True) -> None:
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.runtime.output import new_run_dir
-    from privrl.systems.pgc_a3c.reproduce import run_sweep
-
-    console, err = Console(), Console(stderr=True)
-    path = resume if resume is not None else new_run_dir(out, f"reproduce-pgc-a3c-{cfg.preset}")
-    err.print(f"[bold]Reproducing paper 000[/] ({cfg.preset} preset): "
-              f"{len(cfg.settings())} settings × {cfg.trials} trials × cap {cfg.cap:,} → {path}")
-    with progress_bar(err, show, "sweep") as (bar, task):
-        def update(name: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, description=name)
-
-        try:
-            run_sweep(cfg, path, progress=update, log=lambda m: bar.console.print(m),
-                      one_program=one_program)
-        except KeyboardInterrupt:
-            err.print(f"interrupted: finished settings are kept; continue with "
-                      f"privrl reproduce pgc-a3c --resume {path}")
-            raise
-    console.print(Markdown((path / "tables.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
-                  "raw/trials.csv, privacy.json, settings/)")
-
-
-def results_table(summary: dict) -> Table:
-    from rich.table import Table
-
-    t = Table(title="PGC-A3C results", show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    fst = summary["median_fst"]
-    rows = [
-        ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
-        ("preset", summary["preset"]),
-        ("mechanism", summary["mechanism"]),
-        ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
-        *(() if summary["target_score"] is None else (
-            (f"median FST (μ ≥ {summary['target_score']:g})",
-             "not reached" if fst is None else f"{fst:g}"),
-            ("success ratio", f"{summary['success_ratio']:.2f}"),
-            ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
-        ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
-        (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
-            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
-            if summary["compile_seconds"] else "")),
-        ("episodes / s",
-         f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+    path = sweep_dir(out, resume, f"reproduce-pgc-a3c-{cfg.preset}")
+    execute_sweep(
+        f"[bold]Reproducing paper 000[/] ({cfg.preset} preset): {len(cfg.settings())} settings "
+        f"× {cfg.trials} trials × cap {cfg.cap:,}", path,
+        lambda update, log: reproduce.run_sweep(cfg, path, progress=update, log=log,
+                                                one_program=one_program),
+        progress, "privrl reproduce pgc-a3c",
+        "tables.md, tables.json, plots/, raw/trials.csv, privacy.json, settings/")
 
 
 @audit_app.command("pgc-a3c")
