@@ -19,7 +19,19 @@ from privrl.systems.pgc_a3c import cli as pgc_cli
 # What a user tunes, per command: each must be a flag (issue 50).
 TUNING = {
     "pgc-a3c": ["--learning-rate", "--gamma", "--hidden", "--entropy-coef", "--value-coef",
-                "--clip", "--buffer", "--config"],
+                "--clip", "--buffer"],
+    "dp-reinforce": ["--learning-rate", "--gamma", "--hidden", "--batch-episodes", "--clip",
+                     "--dropout"],
+    "dp-dqn": ["--learning-rate", "--gamma", "--hidden", "--batch-size", "--clip", "--tau"],
+    "ldp-reinforce": ["--learning-rate", "--gamma", "--hidden", "--iqr-scale", "--box-low"],
+    "ldp-dqn": ["--learning-rate", "--gamma", "--hidden", "--batch-size", "--mode"],
+    "fedpg-cen": ["--learning-rate", "--gamma", "--hidden", "--batch-min", "--clip",
+                  "--minibatch"],
+    "fedpg-dec": ["--learning-rate", "--gamma", "--hidden", "--batch-max", "--topology"],
+    "fedrl": ["--learning-rate", "--gamma", "--batch-size", "--noise-std", "--target-period"],
+    "fedrl-baseline": ["--learning-rate", "--gamma", "--batch-size", "--model"],
+    "fedrl-text2action": ["--learning-rate", "--gamma", "--hidden", "--head-hidden"],
+    "dp-qlearning": ["--learning-rate", "--gamma", "--hidden", "--batch-size", "--gp-scale"],
 }
 
 
@@ -29,13 +41,30 @@ def run_commands() -> dict[str, object]:
     return dict(root.commands["run"].commands)  # type: ignore[attr-defined]
 
 
+def test_every_run_command_is_covered(run_commands):
+    assert set(run_commands) == set(TUNING)
+
+
 @pytest.mark.parametrize("command", sorted(TUNING))
 def test_every_tunable_field_is_a_flag_with_its_declared_help(command, run_commands):
     cmd = run_commands[command]
     flags = {o: p for p in cmd.params for o in p.opts}
-    for flag in TUNING[command]:
+    for flag in [*TUNING[command], "--config"]:
         assert flag in flags, f"{command}: no {flag}"
         assert flags[flag].help, f"{command}: {flag} has no help"
+    assert all(p.help for p in cmd.params), f"{command}: an option without help"
+
+
+@pytest.mark.parametrize("command", sorted(TUNING))
+def test_every_run_command_refuses_a_bad_file_before_computing(command, tmp_path, capsys):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("no_such_field = 1\n")
+    out = tmp_path / "out"
+    data = ["--data", str(tmp_path)] if command == "fedrl-text2action" else []
+    assert main(["run", command, *data, "--config", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"privrl: error: {cfg}: no_such_field: not a field of"), err
+    assert len(err.splitlines()) == 1 and not out.exists()
 
 
 @pytest.fixture
