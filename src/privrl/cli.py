@@ -371,7 +371,7 @@ class Settings:
                 nested.setdefault(prefix, {})[sub] = v
         nones = {k: v for k, v in top.items() if v is None}
         given = {k: v for k, v in top.items() if v is not None}
-        if "preset" in {f.name for f in dataclasses.fields(self.cls)}:
+        if getattr(self.cls, "presets", None):
             config = self.cls.from_preset(given.pop("preset", "paper"), **given)
         else:
             config = self.cls(**given)
@@ -486,8 +486,9 @@ def _parameter(opt: FieldOption) -> inspect.Parameter:
         decls = [f"{opt.flag}/--no-{opt.flag[2:]}"]
     elif typing.get_origin(kind) is tuple:
         item = typing.get_args(kind)[0]
-        kind = list[str] if item is str else str  # numbers: comma-separated
-        if item is not str:
+        repeated = item is str and not meta.get("listed")
+        kind = list[str] if repeated else str  # numbers (or `listed`): comma-separated
+        if not repeated:
             extra["metavar"] = "X,Y,..."
     elif opt.field == "seed":
         extra.update(SEED_RANGE)
@@ -501,8 +502,9 @@ def _value(opt: FieldOption, value: Any) -> Any:
     if typing.get_origin(opt.kind) is tuple and not opt.meta.get("choices"):
         item = typing.get_args(opt.kind)[0]
         if item is str:
-            return tuple(value)
-        return parse_numbers(value, opt.flag, item)
+            return tuple(value) if not opt.meta.get("listed") else tuple(
+                v.strip() for v in value.split(",") if v.strip())
+        return parse_numbers(value, opt.flag, item) if value.strip() else ()
     return value
 
 

@@ -127,16 +127,18 @@ def within(prefix: str) -> Iterator[None]:
 
 def option(default: Any = dataclasses.MISSING, *, help: str, unit: str | None = None,
            flag: str | None = None, cli: bool = True, choices: Iterable[str] | None = None,
-           user_callable: bool = False, default_factory: Any = dataclasses.MISSING) -> Any:
+           user_callable: bool = False, listed: bool = False,
+           default_factory: Any = dataclasses.MISSING) -> Any:
     """A config field declared once: its default, its help (what it is, in the user's words),
     its unit, and the flag a command line gives it (None: the field's name, `_` as `-`;
     `cli=False`: no flag, e.g. a probe's field). The CLI generates its options from these, so
     a field's help is written here and nowhere else. `choices`: the values a string field
     takes (the option accepts them in any case); `user_callable`: or a user's own
-    `module:callable` (a mechanism)."""
+    `module:callable` (a mechanism). A tuple field's option takes comma-separated numbers, or
+    strings repeated (`--private a --private b`), or with `listed` comma-separated."""
     meta = {"help": help, "unit": unit, "flag": flag, "cli": cli,
             "choices": None if choices is None else tuple(choices),
-            "user_callable": user_callable}
+            "user_callable": user_callable, "listed": listed}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -13,10 +13,8 @@ import typer
 from privrl.cli import (
     AccountantName,
     AccountantOpt,
-    Noise,
     Out,
     Resume,
-    Seed,
     Settings,
     ShowProgress,
     SweepSeed,
@@ -136,18 +134,9 @@ _ldp_command("ldp-reinforce", "reinforce")
 _ldp_command("ldp-dqn", "dqn")
 
 
-@reproduce_app.command("dpsgd-rl")
-@flag_names(seeds_reinforce="--trials-reinforce", seeds_dqn="--trials-dqn")
+@config_command(reproduce_app, "dpsgd-rl", "privrl.systems.dpsgd_rl.reproduce:SweepConfig")
 def reproduce_dpsgd_rl(
-    trials_reinforce: Annotated[int, typer.Option(help="Trials per REINFORCE setting.")] = 5,
-    trials_dqn: Annotated[int, typer.Option(help="Trials per DQN setting.")] = 3,
-    episodes: Episodes = 1000,
-    algorithms: Annotated[str, typer.Option(
-        help="Comma-separated: reinforce, dqn.")] = "reinforce,dqn",
-    seed: Seed = 0,
-    noise: Noise = None,
-    out: Out = None,
-    resume: Resume = None,
+    settings: Settings, out: Out = None, resume: Resume = None,
     one_program: Annotated[bool, typer.Option(
         "--one-program/--per-setting",
         help="Run the settings as three compiled programs, REINFORCE's, DP-SGD DQN's and LDP "
@@ -159,10 +148,7 @@ def reproduce_dpsgd_rl(
     for REINFORCE and DQN; writes tables.md (σ → ε, episodes to solve) and plots/."""
     from privrl.systems.dpsgd_rl import reproduce
 
-    cfg = reproduce.SweepConfig(
-        seeds_reinforce=trials_reinforce, seeds_dqn=trials_dqn, episodes=episodes, seed=seed,
-        algorithms=tuple(a.strip() for a in algorithms.split(",")),
-        noise=None if noise is None else noise.value)
+    cfg = settings.build()
     cfg.validate()
     path = sweep_dir(out, resume, "reproduce-dpsgd-rl")
     execute_sweep(

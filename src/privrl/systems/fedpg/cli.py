@@ -11,7 +11,6 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
-    Noise,
     Out,
     Resume,
     Runtime,
@@ -326,23 +325,9 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     console.print(f"Results written to [bold]{path}[/] ({files})")
 
 
-@reproduce_app.command("fedpg")
-@flag_names(budget="--episodes", laplace_epsilons="--laplace-epsilons-per-report")
+@config_command(reproduce_app, "fedpg", "privrl.systems.fedpg.reproduce:FedPGSweep")
 def reproduce_fedpg_command(
-    trials: Annotated[int, typer.Option(help="Trials per setting (the issue: 10).")] = 10,
-    episodes: Annotated[int, typer.Option(
-        help="Episodes per agent over the run (FedPG-BR: 5000).")] = 5000,
-    agents: Annotated[int, typer.Option(help="K agents (FedPG-BR: 10).")] = 10,
-    gaussian_epsilons: Annotated[str, typer.Option(
-        help="Comma-separated total ε per agent (δ = 1e-5) of the Gaussian variants of "
-        "FedPG-Cen and FedPG-Dec (ring); empty: none.")] = "10,100",
-    laplace_epsilons_per_report: Annotated[str, typer.Option(
-        help="Comma-separated ε per release of the Laplace variants (each agent releases once "
-        "per round); empty: none.")] = "100",
-    seed: SweepSeed = 0,
-    noise: Noise = None,
-    out: Out = None,
-    resume: Resume = None,
+    settings: Settings, out: Out = None, resume: Resume = None,
     one_program: Annotated[bool, typer.Option(
         "--one-program/--per-setting",
         help="Run the settings as compiled programs, FedPG-Cen's and FedPG-Dec's (default; the "
@@ -356,25 +341,14 @@ def reproduce_fedpg_command(
     plots/returns.png (mean return vs episodes per agent, band over trials), plots/private.png
     (Gaussian and Laplace variants), privacy.json and per-setting results; prints the table.
     """
-    from privrl.config import ConfigError
     from privrl.systems.fedpg import reproduce
 
-    def numbers(text: str, option: str) -> tuple[float, ...]:
-        try:
-            return tuple(float(e) for e in text.split(",") if e.strip())
-        except ValueError:
-            raise ConfigError(option, f"must be comma-separated numbers, got {text!r}") from None
-
-    cfg = reproduce.FedPGSweep(
-        trials=trials, budget=episodes, agents=agents, seed=seed,
-        gaussian_epsilons=numbers(gaussian_epsilons, "--gaussian-epsilons"),
-        laplace_epsilons=numbers(laplace_epsilons_per_report, "--laplace-epsilons-per-report"),
-        noise=None if noise is None else noise.value)
+    cfg = settings.build()
     cfg.validate()
     path = sweep_dir(out, resume, "reproduce-fedpg")
     execute_sweep(
-        f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {trials} trials × "
-        f"{episodes:,} episodes per agent", path,
+        f"[bold]Reproducing paper 004[/]: {len(cfg.settings())} settings × {cfg.trials} trials "
+        f"× {cfg.budget:,} episodes per agent", path,
         lambda update, log: reproduce.run_sweep(cfg, path, log=log, progress=update,
                                                 one_program=one_program),
         progress, "privrl reproduce fedpg", "tables.md, tables.json, plots/, privacy.json, "

@@ -12,7 +12,6 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
-    Noise,
     Out,
     Resume,
     Runtime,
@@ -243,29 +242,9 @@ def replay_command(
     raise typer.Exit(1)
 
 
-@reproduce_app.command("pgc-a3c")
-@flag_names(cap="--submissions", epsilons="--epsilon")
+@config_command(reproduce_app, "pgc-a3c", "privrl.systems.pgc_a3c.reproduce:SweepConfig")
 def reproduce_pgc_a3c_command(
-    trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
-    submissions: Annotated[int, typer.Option(
-        help="Submissions per trial (paper: 90000).")] = 90_000,
-    preset: Annotated[str, typer.Option(
-        help="paper (default): the paper's settings; paper-code: the paper's settings with "
-        "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset; "
-        "tuned-ldp, tuned-ldp2: tuned for small ε.")] = "paper",
-    seed: SweepSeed = 0,
-    retire: Annotated[bool, typer.Option(
-        help="Stop a trial once it reaches the target (its FST is known); later curves hold "
-        "its last average score.")] = True,
-    mechanisms: Annotated[str, typer.Option(
-        help="Mechanisms swept (comma-separated): laplace, prs (the paper's), privunit, "
-        "privunitg.")] = "laplace,prs",
-    epsilon: Annotated[str, typer.Option(
-        help="Agent budgets ε swept: each agent's total ε over the run (comma-separated; the "
-        "paper's: 1,2,5,10).")] = "1,2,5,10",
-    noise: Noise = None,
-    out: Out = None,
-    resume: Resume = None,
+    settings: Settings, out: Out = None, resume: Resume = None,
     one_program: Annotated[bool, typer.Option(
         "--one-program/--per-setting",
         help="Run all settings' trials as one compiled program (default; the same results "
@@ -280,14 +259,9 @@ def reproduce_pgc_a3c_command(
     plots/ (Figures 2 and 3 per mechanism), raw/trials.csv, per-setting scores and privacy
     records, and prints the tables.
     """
-    from privrl.runtime.output import check_out_dir
     from privrl.systems.pgc_a3c import reproduce
 
-    check_out_dir(out)  # before the config, which may import --env's code
-    cfg = reproduce.SweepConfig(
-        preset=preset, trials=trials, cap=submissions, seed=seed, retire=retire,
-        mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
-        epsilons=parse_numbers(epsilon, "--epsilon"), noise=None if noise is None else noise.value)
+    cfg = settings.build()
     cfg.validate()
     path = sweep_dir(out, resume, f"reproduce-pgc-a3c-{cfg.preset}")
     execute_sweep(
