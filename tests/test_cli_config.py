@@ -156,3 +156,39 @@ def test_a_run_repeated_from_its_config_json_gives_the_same_metrics(tmp_path, ca
     assert (first / "metrics.csv").read_bytes() == (again / "metrics.csv").read_bytes()
     assert json.loads((again / "config.json").read_text())["config"] == \
         json.loads((first / "config.json").read_text())["config"]
+
+
+def test_a_nested_config_is_a_table_under_the_options(tmp_path, monkeypatch):
+    from privrl.systems.dpsgd_rl import cli as dpsgd_cli
+
+    seen: list = []
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
+                        seen.append(cfg))
+    cfg = tmp_path / "ldp.toml"
+    cfg.write_text('episodes = 7\n[obs]\nmode = "box"\nnoise_multiplier = 3.0\n'
+                   'box_low = [-1, -1, -1, -1]\n')
+    assert main(["run", "ldp-reinforce", "--config", str(cfg), "--noise-multiplier", "2",
+                 "--no-progress"]) == 0
+    (config,) = seen
+    assert (config.episodes, config.dp, config.obs.mode, config.obs.noise_multiplier,
+            config.obs.box_low) == (7, False, "box", 2.0, (-1.0, -1.0, -1.0, -1.0))
+    assert config.obs.sigma == 0.1  # the command's default, under the file
+    cfg.write_text("dp = true\n")  # a field the command fixes
+    assert main(["run", "ldp-reinforce", "--config", str(cfg), "--no-progress"]) == 2
+
+
+def test_a_fedpg_run_with_a_split_epsilon_repeats_from_its_config_json(tmp_path, capsys):
+    """A run's config.json holds ε already split per release (and the total as the budget):
+    it is not split again, and ε options beside it are refused."""
+    first, again = tmp_path / "first", tmp_path / "again"
+    args = ["run", "fedpg-dec", "--agents", "2", "--episodes", "24", "--mechanism", "laplace",
+            "--no-progress"]
+    assert main([*args, "--epsilon", "5", "--out", str(first)]) == 0
+    run = ["run", "fedpg-dec", "--config", str(first / "config.json"), "--no-progress"]
+    assert main([*run, "--out", str(again)]) == 0
+    assert (first / "metrics.csv").read_bytes() == (again / "metrics.csv").read_bytes()
+    assert json.loads((again / "privacy.json").read_text()) == \
+        json.loads((first / "privacy.json").read_text())
+    capsys.readouterr()
+    assert main([*run, "--epsilon", "3", "--out", str(tmp_path / "no")]) == 2
+    assert "sets the privacy request's fields" in capsys.readouterr().err

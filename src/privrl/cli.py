@@ -354,15 +354,19 @@ class Settings:
         """Take a value out (the command reads it itself: it does not reach the config)."""
         return self.values.pop(name, default)
 
-    def build(self, **defaults: Any) -> Any:
-        """The config: the preset (the config's `preset` field, given or default), the
-        command's defaults (and `defaults`), then the file and the options; the command's
-        `fixed` fields it sets itself (a file that sets one otherwise is refused)."""
-        values = {**self.defaults, **defaults, **self.values}
+    def given(self) -> dict[str, Any]:
+        """The fields the file and the options gave, but the command's `fixed` ones (a file
+        that sets one otherwise is refused)."""
         for name, value in self.fixed.items():
             if name in self.values and self.values[name] != value:
                 raise ConfigError(name, f"this command runs with {name} = {value!r}")
-            values[name] = value
+        return {k: v for k, v in self.values.items() if k not in self.fixed}
+
+    def build(self, **defaults: Any) -> Any:
+        """The config: the preset (the config's `preset` field, given or default), the
+        command's defaults (and `defaults`), then the file and the options; the command's
+        `fixed` fields it sets itself."""
+        values = {**self.defaults, **defaults, **self.given(), **self.fixed}
         top = {k: v for k, v in values.items() if "." not in k}
         nested: dict[str, dict[str, Any]] = {}
         for k, v in values.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -93,12 +93,32 @@ def per_release_epsilon(cfg: FedPGConfig) -> float:
     return calibrate_pure_epsilon(cfg.epsilon, rounds, cfg.delta)
 
 
-def _options(settings: Settings) -> dict[str, Any]:
-    """The config fields the file and the options gave (None: the preset's); a mechanism's
+# The privacy request's fields: as options they are a request (`--epsilon`: each agent's
+# total, split by `_fedpg_config`); in a file, the config's own values (a run's config.json
+# holds them already split and calibrated), so they are not split again.
+_REQUEST = ("epsilon", "noise_multiplier", "epsilon_budget")
+
+
+def _config(algorithm: str, settings: Settings, epsilon_per_report: float | None,
+            enforce_total: bool = True) -> FedPGConfig:
+    """The run's config from the file and the options (None: the preset's); a mechanism's
     clip is 1 unless given."""
-    if "clip" not in settings and settings.get("mechanism", "none") != "none":
-        settings.values["clip"] = 1.0
-    return settings.values
+    from privrl.config import ConfigError
+
+    given = settings.given()
+    preset = given.pop("preset", "paper")
+    if "clip" not in given and given.get("mechanism", "none") != "none":
+        given["clip"] = 1.0
+    by_file = {k for k, by in settings.given_by.items() if by.endswith(": ") and k in _REQUEST}
+    if not by_file:
+        return _fedpg_config(algorithm, preset, epsilon_per_report, enforce_total, **given)
+    if epsilon_per_report is not None or set(settings.given_by) - by_file & set(_REQUEST):
+        raise ConfigError("--config", f"{settings.given_by[min(by_file)]}sets the privacy "
+                          "request's fields; give ε, σ and the budget there or as options")
+    from privrl.systems.fedpg.algorithm import FedPG
+    from privrl.systems.fedpg.config import FedPGConfig
+
+    return FedPG(FedPGConfig.from_preset(preset, algorithm=algorithm, **given).resolved()).config
 
 
 _FEDPG = "privrl.systems.fedpg.config:FedPGConfig"
@@ -152,8 +172,7 @@ def run_fedpg_cen_command(
             raise ConfigError("sampling_rate", "the Flower runtime's secure sum takes every "
                               "agent in every round (no amplification by sampling is claimed)")
         settings.values["sampling_rate"] = 1.0
-    cfg = _fedpg_config("cen", settings.pop("preset", "paper"), epsilon_per_report,
-                        **_options(settings))
+    cfg = _config("cen", settings, epsilon_per_report)
     if runtime is Runtime.flower:
         _execute_cen_flower(cfg, out, supernodes, threshold, stage_timeout)
         return
@@ -242,8 +261,7 @@ def run_fedpg_dec_command(
                           "between the ServerApp and each SuperNode (use local or ray)")
     epsilon_budget = settings.get("epsilon_budget")
     budget_composition = settings.get("budget_composition", "basic")
-    cfg = _fedpg_config("dec", settings.pop("preset", "paper"), epsilon_per_report,
-                        runtime is Runtime.local, **_options(settings))
+    cfg = _config("dec", settings, epsilon_per_report, runtime is Runtime.local)
     from privrl.systems.fedpg.algorithm import build_topology
 
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
