@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
 from typer.models import ArgumentInfo, ParameterInfo
 
 from privrl import __version__
@@ -477,33 +478,51 @@ def _check_choices(options: list[FieldOption], values: Mapping[str, Any]) -> Non
             one_of(opt.field, value, choices, opt.field.rpartition(".")[2].replace("_", " "))
 
 
-def _parameter(opt: FieldOption) -> inspect.Parameter:
-    """The typer parameter of a generated option (default None: not given)."""
-    kind, meta, extra = opt.kind, opt.meta, {}
-    decls = [opt.flag]
-    if meta.get("choices"):
-        extra["parser"] = _choice_parser(meta["choices"], meta.get("user_callable", False))
-        extra["metavar"] = "|".join(meta["choices"]) + ("|MODULE:CALLABLE"
-                                                        if meta.get("user_callable") else "")
-        kind = str
+def _click_option(opt: FieldOption) -> Any:
+    """The click option of a generated option (default None: not given)."""
+    import click
+
+    kind, meta = opt.kind, opt.meta
+    decls, kw = [opt.param, opt.flag], {"default": None, "help": opt.help}
+    if meta.get("choices"):  # any case; checked by `_check_choices`
+        kw["metavar"] = "[" + "|".join(meta["choices"]) + (
+            "|MODULE:CALLABLE]" if meta.get("user_callable") else "]")
     elif kind is bool:
-        decls = [f"{opt.flag}/--no-{opt.flag[2:]}"]
+        decls = [opt.param, f"{opt.flag}/--no-{opt.flag[2:]}"]
     elif typing.get_origin(kind) is tuple:
-        item = typing.get_args(kind)[0]
-        repeated = item is str and not meta.get("listed")
-        kind = list[str] if repeated else str  # numbers (or `listed`): comma-separated
-        if not repeated:
-            extra["metavar"] = "X,Y,..."
-    elif opt.field == "seed":
-        extra.update(SEED_RANGE)
-    return inspect.Parameter(opt.param, inspect.Parameter.KEYWORD_ONLY, annotation=kind | None,
-                             default=typer.Option(None, *decls, help=opt.help, **extra))
+        if typing.get_args(kind)[0] is str and not meta.get("listed"):
+            kw["multiple"] = True  # repeated
+        else:
+            kw["metavar"] = "X,Y,..."  # numbers (or `listed` strings): comma-separated
+    elif kind in (int, float):
+        kw["type"] = click.IntRange(SEED_RANGE["min"], SEED_RANGE["max"]) \
+            if opt.field == "seed" else click.INT if kind is int else click.FLOAT
+    return click.Option(decls, **kw)
+
+
+class _LazyCommand(TyperCommand):
+    """A typer command whose generated options (`_ConfigCommand.click_options`) are built on
+    first use, parsing it or its help: building `privrl` imports no system's config."""
+
+    @property  # type: ignore[override]
+    def params(self) -> list[Any]:
+        if self._params is None:  # one list: click appends to it (and pops) in place
+            source = getattr(self.callback, "__wrapped__", None)
+            self._params = [*self._own, *(source.click_options() if isinstance(
+                source, _ConfigCommand) else [])]
+        return self._params
+
+    @params.setter
+    def params(self, value: list[Any]) -> None:
+        self._own, self._params = list(value), None
 
 
 def _value(opt: FieldOption, value: Any) -> Any:
-    """A generated option's value as its field's: repeated strings and comma-separated numbers
-    as tuples."""
-    if typing.get_origin(opt.kind) is tuple and not opt.meta.get("choices"):
+    """A generated option's value as its field's: a choice in any case, repeated strings and
+    comma-separated numbers as tuples."""
+    if opt.meta.get("choices"):
+        return _choice_parser(opt.meta["choices"], opt.meta.get("user_callable", False))(value)
+    if typing.get_origin(opt.kind) is tuple:
         item = typing.get_args(opt.kind)[0]
         if item is str:
             return tuple(value) if not opt.meta.get("listed") else tuple(
@@ -513,9 +532,9 @@ def _value(opt: FieldOption, value: Any) -> Any:
 
 
 class _ConfigCommand:
-    """A command whose options are generated from a config class, imported only when typer
-    reads the command's signature (the config modules import JAX, which `privrl.main` starts
-    only after choosing its devices)."""
+    """A command whose options are generated from a config class, imported only when the
+    command is parsed or its help shown (the config modules import JAX and the system: a
+    `privrl` command imports its own system only)."""
 
     def __init__(self, fn: Callable[..., Any], cls: str, opts: dict[str, Any],
                  algorithms: tuple[str, ...], renames: dict[str, str],
@@ -536,17 +555,23 @@ class _ConfigCommand:
     def options(self) -> list[FieldOption]:
         return field_options(self.cls, **self.opts)
 
+    def click_options(self) -> list[Any]:
+        """The generated options (imports the config class)."""
+        own = set(inspect.signature(self.fn).parameters)
+        if clash := own & {o.param for o in self.options}:
+            raise ValueError(f"{self.fn.__name__}: options declared twice: {sorted(clash)}")
+        return [_click_option(o) for o in self.options]
+
     @functools.cached_property
     def __signature__(self) -> inspect.Signature:  # type: ignore[override]
+        """What typer reads: the command's own options and --config (the generated ones are
+        `_LazyCommand`'s)."""
         hints = typing.get_type_hints(self.fn, include_extras=True)
         own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=p.KEYWORD_ONLY)
                for p in inspect.signature(self.fn).parameters.values() if p.name != "settings"]
-        clash = {p.name for p in own} & {o.param for o in self.options}
-        if clash:
-            raise ValueError(f"{self.fn.__name__}: options declared twice: {sorted(clash)}")
         config = inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY,
                                    annotation=ConfigFile, default=None)
-        return inspect.Signature([*own, *map(_parameter, self.options), config])
+        return inspect.Signature([*own, config])
 
     @property
     def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
@@ -566,7 +591,7 @@ class _ConfigCommand:
             given_by = dict.fromkeys(values, f"{path}: ")
         for opt in self.options:
             value = kwargs.pop(opt.param, None)
-            if value is not None:
+            if value is not None and value != ():  # () : a repeated option not given
                 values[opt.field] = _value(opt, value)
                 given_by[opt.field] = opt.flag
         try:
@@ -600,7 +625,7 @@ def config_command(app: typer.Typer, name: str, cls: str, *, skip: Iterable[str]
     `defaults`: the command's own defaults (over the preset's, under the file and options);
     `fixed`: fields the command sets itself (no option; a file may not change them)."""
     def decorate(fn: F) -> F:
-        app.command(name, help=help)(_ConfigCommand(
+        app.command(name, help=help, cls=_LazyCommand)(_ConfigCommand(
             fn, cls, {"skip": (*skip, *(fixed or {})), "flags": dict(flags or {}),
                       "nested": tuple(nested), "defaults": dict(defaults or {})},
             (name,) if algorithms is None else tuple(algorithms), renames, dict(fixed or {})))
