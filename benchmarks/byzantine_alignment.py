@@ -26,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.byzantine import attack
 
@@ -40,7 +39,7 @@ def alignment(cfg: FedPGConfig, theta: np.ndarray | None, rounds: int, seed: int
     σ scale: the server's own episodes at θ have the same law)."""
     algo = settings_algorithm([cfg.resolved()])
     state = algo.init(jax.random.key(seed))
-    if isinstance(algo.mechanism, PerTrialMechanism):  # the setting as data, as a run's
+    if algo.setting_mechanisms is not None:  # the setting as data, as a run's
         state = state._replace(setting=jax.tree_util.tree_map(lambda a: a[0],
                                                               algo.setting_data([0])))
     if theta is not None:

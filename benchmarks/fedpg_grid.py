@@ -6,8 +6,9 @@ whose summary.json exists is not run again, so an interrupted grid resumes. Then
 (stdout and `<root>/table.md`) and a plot of episodes-to-475 against ε, one line per K
 (`<root>/episodes_to_475.png`; a point that never reached 475 is drawn at the budget, hollow).
 
-    python benchmarks/fedpg_grid.py --root runs/fedpg-grid --mechanism distributed-gaussian \
-        --agents 100,1000,10000 --epsilons 0.5,1,2,4,8 --seeds 0
+    python benchmarks/fedpg_grid.py --root runs/fedpg-grid \
+        --mechanism distributed-gaussian-continuous --agents 100,1000,10000 \
+        --epsilons 0.5,1,2,4,8 --seeds 0
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def run_point(root: Path, mechanism: str, k: int, eps: float, seed: int,
         cmd = [sys.executable, "-m", "privrl", "run", "fedpg-cen", "--agents", str(k),
                "--mechanism", mechanism, "--epsilon", f"{eps:g}", "--seed", str(seed),
                "--out", str(out), "--no-progress", *extra]
-        if mechanism == "distributed-gaussian":
+        if mechanism.startswith("distributed-gaussian"):
             cmd += ["--delta", "1e-5"]
         print("$", " ".join(cmd[1:]), flush=True)
         t0 = time.time()
@@ -113,7 +114,7 @@ def plot(rows: list[tuple[int, float, int, dict]], path: Path, title: str) -> No
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--root", type=Path, required=True)
-    p.add_argument("--mechanism", default="distributed-gaussian")
+    p.add_argument("--mechanism", default="distributed-gaussian-continuous")
     p.add_argument("--agents", default="100,1000,10000")
     p.add_argument("--epsilons", default="0.5,1,2,4,8")
     p.add_argument("--seeds", default="0")

@@ -278,21 +278,23 @@ class ReleaseCounter:
 
 @pytest.fixture
 def count_releases(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`count_releases(MechanismClass, method="privatize")`: wrap that method of the class so
-    that every Report it returns is counted; returns the ReleaseCounter."""
+    """`count_releases(owner, name="privatize")`: wrap `owner.<name>` (a mechanism class's
+    method, or a release function where a module calls it, e.g. a system's module and
+    "privatize_setting") so that every Report (or released array) it returns is counted;
+    returns the ReleaseCounter."""
 
-    def install(cls: type, method: str = "privatize") -> ReleaseCounter:
+    def install(owner: Any, name: str = "privatize") -> ReleaseCounter:
         import jax
 
         counter = ReleaseCounter()
-        original = getattr(cls, method)
+        original = getattr(owner, name)
 
-        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-            report = original(self, *args, **kwargs)
-            jax.debug.callback(counter.add, report.value)
-            return report
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            released = original(*args, **kwargs)
+            jax.debug.callback(counter.add, getattr(released, "value", released))
+            return released
 
-        monkeypatch.setattr(cls, method, counted)
+        monkeypatch.setattr(owner, name, counted)
         return counter
 
     return install

@@ -1,38 +1,16 @@
-"""The canary swap shared by the end-to-end audits: an agent's own mechanism, whose input is
+"""The canary swap shared by the end-to-end audits: an agent's own release, whose input is
 replaced by the auditor's canary in one of the two worlds."""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-__all__ = ["CanaryAgentBase", "CanarySwap", "canary_direction"]
-
-
-@dataclass(frozen=True)
-class CanarySwap:
-    """`inner` applied to `canary` instead of the agent's vector when `on` > 0 (world 1), to the
-    agent's own vector otherwise (world 0): the same clip and noise either way."""
-
-    inner: Any
-    on: Array
-    canary: Array
-
-    @property
-    def guarantee(self) -> Any:
-        return self.inner.guarantee
-
-    def privatize(self, key: Array, g: Array) -> Any:
-        return self.inner.privatize(key, jnp.where(self.on > 0, self.canary, g))
-
-    def privatize_with(self, args: Any, key: Array, g: Array) -> Any:
-        """The same swap for a program of settings' mechanism (`args`: the trial's setting)."""
-        return self.inner.privatize_with(args, key, jnp.where(self.on > 0, self.canary, g))
+__all__ = ["CanaryAgentBase", "canary_direction"]
 
 
 def canary_direction(dim: int, clip: float) -> tuple[Array, Array]:
@@ -45,7 +23,7 @@ def canary_direction(dim: int, clip: float) -> tuple[Array, Array]:
 class CanaryAgentBase:
     """What the end-to-end canary audits share: a system built for one agent, the public θ,
     the canary along e₁ and the attacker's statistic. Subclasses implement
-    `privatize(key, [c])` with `self.swapped(c)`, the system whose mechanism sees the canary
+    `privatize(key, [c])` with `self.swapped(c)`, the system whose release sees the canary
     when c = 1."""
 
     def __init__(self, system: Any, theta_key: Array, name: str) -> None:
@@ -59,8 +37,13 @@ class CanaryAgentBase:
         return self.system.mechanism.guarantee
 
     def swapped(self, on: Array) -> Any:
+        """The system whose `release(setting, key, x)` releases the canary instead of x when
+        `on` > 0 (world 1), x otherwise (world 0): the same release, clip and noise either
+        way."""
         system = copy.copy(self.system)
-        system.mechanism = CanarySwap(self.system.mechanism, on, self.canary)
+        release = self.system.release
+        system.release = lambda setting, key, x: release(  # type: ignore[method-assign]
+            setting, key, jnp.where(on > 0, self.canary, x))
         return system
 
     def statistic(self, y: np.ndarray) -> np.ndarray:

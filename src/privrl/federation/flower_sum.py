@@ -24,7 +24,6 @@ are the two conversions. flwr is the optional `flower` extra.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable
@@ -63,6 +62,7 @@ from privrl.federation.flower import (
 )
 from privrl.federation.service import submission_problem
 from privrl.federation.star import average_reports
+from privrl.privacy.discrete_sum import secure_sum_bits
 from privrl.privacy.report import Guarantee
 
 __all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "SumRound",
@@ -75,10 +75,11 @@ MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
 
 def payload_bits(nodes: int) -> int:
     """The largest b with nodes·2^b < M (SecAgg+ also sums the nodes' weights T modulo M,
-    and a total of M would read as 0): the agents' modulus T = 2^b."""
+    and a total of M would read as 0): the agents' modulus T = 2^b (the mechanism's own
+    `secure_sum_bits`, which a local run simulates)."""
     if nodes < 1:
         raise ValueError(f"nodes must be >= 1, got {nodes}")
-    return 31 - math.floor(math.log2(nodes))
+    return secure_sum_bits(nodes)
 
 
 def node_payload(total: np.ndarray, bits: int) -> np.ndarray:

@@ -1,7 +1,9 @@
-"""The distributed discrete Gaussian over a modular secure sum (Kairouz, Liu & Steinke 2021).
+"""The distributed discrete Gaussian over a modular secure sum (Kairouz, Liu & Steinke 2021):
+the `distributed-gaussian` mechanism, in a local simulation and in a deployment alike.
 
-`privrl.privacy.distributed` simulates the secure sum with real-valued Gaussian shares. A real
-secure-aggregation protocol (SecAgg, SecAgg+) sums integers modulo 2^b, so here every agent:
+A real secure-aggregation protocol (SecAgg, SecAgg+) sums integers modulo 2^b, so every agent
+hands it one message made by `share` (one release function over the parameter pytree
+`SumParams`, jitted; the same code in a simulation and on a Flower SuperNode):
 
 1. clips its update to L2 norm C (floats; only keeps the integers small) and scales it by 1/γ;
 2. rounds it to integers by randomized rounding (unbiased: each coordinate rounds up with
@@ -10,21 +12,32 @@ secure-aggregation protocol (SecAgg, SecAgg+) sums integers modulo 2^b, so here 
    β per draw), and after `_MAX_REDRAWS` redraws it is clipped to R exactly, in integers. So
    ‖x̃‖₂ <= R always: R is the sum's L2 sensitivity in grid units (zero-out: the sum moves
    by x̃), and R/(C/γ) >= 1 is the norm inflation that quantization costs;
-3. adds a noise share ~ N_ℤ(0, s²)^d (the discrete Gaussian, drawn by the exact sampler of
-   `privrl.privacy.secure` from os.urandom), s² an integer;
+3. adds a noise share ~ N_ℤ(0, s²)^d (the discrete Gaussian), s² an integer;
 4. sends (x̃ + noise) mod 2^b.
 
-The sum modulo 2^b is a function of the exact integer sum Σ x̃ + Σ noise (post-processing), so
-wrap-around never weakens the guarantee; it can only spoil utility. γ is chosen so that
-|Σ x̃ + noise| < 2^(b−1) in every coordinate except with probability at most
-`wrap_probability` (a sub-Gaussian tail bound: a discrete Gaussian N_ℤ(0, s²) is s²-sub-Gaussian,
-CKS20 Cor. 23, and independent sums add), and `decode` reads the centred residue times γ.
+The secure sum reveals Σ messages mod 2^b (`modular_sum`: what SecAgg+ delivers) and `decode`
+reads its centred residue times γ. The sum modulo 2^b is a function of the exact integer sum
+Σ x̃ + Σ noise (post-processing), so wrap-around never weakens the guarantee; it can only spoil
+utility. γ is chosen so that |Σ x̃ + noise| < 2^(b−1) in every coordinate except with
+probability at most `wrap_probability` (a sub-Gaussian tail bound: a discrete Gaussian
+N_ℤ(0, s²) is s²-sub-Gaussian, CKS20 Cor. 23, and independent sums add).
+
+Integers. Everything is exact in 32 bits: R <= 2^15 (`grid_bits`), so |x̃_i| <= R + 1 and
+‖x̃‖² < (R + √d)² < 2^32 for d < 10^9 (unsigned 32-bit), x̃ + noise fits int32, and a
+message is a uint32 whose additions wrap modulo 2^32, a multiple of 2^b (b <= 32).
+
+Noise. A simulation draws each share with `discrete_gaussian_jax` from the agent's JAX key
+(seeded, or under secret noise from an os.urandom root), inside the jitted round; a deployment
+passes `share` the share drawn by the exact integer sampler of `privrl.privacy.secure` from
+os.urandom. Both are N_ℤ(0, s²): `discrete_gaussian_jax` runs the same algorithm (CKS20
+Algorithms 2 and 3), with its Bernoulli trials' probabilities computed in float32 (a relative
+error below 1e-6 on each probability) instead of as exact rationals.
 
 Guarantee (user level, per round): unit = one agent's whole data; neighbouring = zero-out
-(its update replaced by zero, its noise share kept), as for the continuous version. Only the
-shares of honest agents whose messages are in the sum protect an agent: with n of them the
-noise is a sum of n independent N_ℤ(0, s²), which is not a discrete Gaussian; KLS21 (Theorem 1
-and Prop. 14, Eq. (17)) bound its Rényi divergence at every order α:
+(its update replaced by zero, its noise share kept). Only the shares of honest agents whose
+messages are in the sum protect an agent: with n of them the noise is a sum of n independent
+N_ℤ(0, s²), which is not a discrete Gaussian; KLS21 (Theorem 1 and Prop. 14, Eq. (17)) bound
+its Rényi divergence at every order α:
 
     D_α <= min( α·R²/(2n s²) + τ·d,  α/2·(R/(√n s) + √d·τ)² ),
     τ = 10·Σ_{k=1}^{n−1} exp(−2π² s² k/(k+1)),
@@ -34,44 +47,170 @@ dp-accounting's `ZCDpEvent` by its `RdpAccountant` and converted to (ε, δ); th
 smaller of the two ε (each is a valid bound). n = `min_honest` m: the secure sum must never be
 revealed with fewer than m surviving shares (`check_threshold`), and at most (surviving − m)
 of the survivors may collude with the server. No amplification by sampling is claimed: every
-agent takes part in every round.
+agent takes part in every round. `calibrate_discrete` is the one calibration (ε → the noise),
+for a local run and a deployment alike, so both state the same ε for the same request.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import dp_accounting
+import jax
+import jax.numpy as jnp
 import numpy as np
 from dp_accounting.rdp import RdpAccountant
+from jax import Array
 
+from privrl.privacy.clipping import clip_l2
 from privrl.privacy.distributed import USER_NEIGHBOURS, USER_UNIT
 from privrl.privacy.report import _MINT, Guarantee, Report
-from privrl.privacy.secure import _clip_l2_int, discrete_gaussian
+from privrl.privacy.secure import discrete_gaussian
 
-__all__ = ["DiscreteGaussianSum", "ThresholdError", "calibrate_discrete"]
+__all__ = ["DiscreteGaussianSum", "SumParams", "ThresholdError", "calibrate_discrete",
+           "decode", "discrete_gaussian_jax", "encode", "modular_sum", "secure_sum_bits",
+           "share"]
 
 _MAX_REDRAWS = 20  # conditional rounding's redraws before the exact integer clip
-_MAX_VARIANCE = (1 << 26) - 1  # the discrete Gaussian sampler's limit on s²
+_MAX_VARIANCE = (1 << 26) - 1  # the discrete Gaussian samplers' limit on s²
+_MAX_GRID_BITS = 15  # R <= 2^15: every integer of the encoding is exact in 32 bits
+_MAX_TRIES = 256  # the JAX sampler's rounds (a coordinate still rejected: probability < 2^-100)
 WRAP_TARGET = 1e-9  # γ is chosen so that a round wraps around with at most this probability
+
+
+def secure_sum_bits(nodes: int) -> int:
+    """The largest b with nodes·2^b < 2^32 (SecAgg+'s modulus M = 2^32 also sums the nodes'
+    weights T = 2^b modulo M, and a total of M would read as 0): the agents' modulus T = 2^b
+    when `nodes` SuperNodes take part (privrl.federation.flower_sum)."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be an integer >= 1, got {nodes!r}")
+    return 31 - math.floor(math.log2(nodes))
+
+
+# --- the release: one function over a parameter pytree, jitted -------------------------------
+class SumParams(NamedTuple):
+    """The numbers of one round's release (`share`) and of its decoding (`decode`)."""
+
+    clip: Any  # C: each update's L2 clip
+    gamma: Any  # γ: the grid step
+    radius: Any  # R: the integer L2 bound after rounding (<= 2^15)
+    share_variance: Any  # s²: each share's integer variance
+    bits: Any  # b: the secure sum's modulus 2^b (8 <= b <= 32)
+
+
+def _mask(bits: Any) -> Array:
+    """2^b − 1 as uint32 (b <= 32)."""
+    return jnp.right_shift(jnp.uint32(0xFFFFFFFF), (32 - jnp.asarray(bits)).astype(jnp.uint32))
+
+
+def _sq_norm(k: Array) -> Array:
+    """Σ k_i² exactly, as uint32 (the encoding keeps it below 2^32: module doc)."""
+    a = jnp.abs(k).astype(jnp.uint32)
+    return jnp.sum(a * a, dtype=jnp.uint32)
+
+
+def _clip_int(k: Array, radius: Any) -> Array:
+    """Integers with Σ k_i² <= R² exactly: |k_i|·R // r toward zero, r >= ‖k‖₂ (r: the float
+    root widened past its rounding error, so the integer division can only shrink)."""
+    root = jnp.sqrt(_sq_norm(k).astype(jnp.float32))
+    root = (jnp.ceil(root * (1 + 2.0 ** -20)) + 1).astype(jnp.uint32)
+    mag = (jnp.abs(k).astype(jnp.uint32) * jnp.asarray(radius, jnp.uint32)) // root
+    return jnp.sign(k) * mag.astype(jnp.int32)
+
+
+def encode(p: SumParams, key: Array, x: Array) -> Array:
+    """clip_C(x)/γ rounded to integers by conditional randomized rounding, ‖·‖₂ <= R exactly
+    (int32; steps 1-2 of the module doc). Non-finite entries count as 0."""
+    x = jnp.nan_to_num(jnp.asarray(x, jnp.float32).reshape(-1), nan=0.0, posinf=0.0,
+                       neginf=0.0)
+    scaled = clip_l2(x, p.clip) / p.gamma
+    floor = jnp.floor(scaled)
+    frac = scaled - floor
+    floor = floor.astype(jnp.int32)
+    r2 = jnp.asarray(p.radius, jnp.uint32) ** 2
+
+    def draw(i: Array) -> Array:
+        up = jax.random.uniform(jax.random.fold_in(key, i), frac.shape) < frac
+        return floor + up.astype(jnp.int32)
+
+    def redraw(c: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
+        i, _, _ = c
+        k = draw(i)
+        return i + 1, k, _sq_norm(k) <= r2
+
+    first = draw(jnp.int32(0))
+    _, k, ok = jax.lax.while_loop(lambda c: ~c[2] & (c[0] < _MAX_REDRAWS), redraw,
+                                  (jnp.int32(1), first, _sq_norm(first) <= r2))
+    return jnp.where(ok, k, _clip_int(k, p.radius))
+
+
+def discrete_gaussian_jax(key: Array, share_variance: Any, shape: tuple[int, ...]) -> Array:
+    """Draws of N_ℤ(0, s²) (int32) from a JAX key: CKS20 Algorithm 3 (discrete Laplace
+    proposals with t = ⌊s⌋ + 1, accepted with probability exp(−(|y| − s²/t)²/(2s²))) over
+    Algorithm 2's discrete Laplace (u ~ U{0..t−1} kept with probability exp(−u/t), plus t
+    times a Geometric(1 − e^−1) count, a random sign, −0 rejected), every coordinate redrawn
+    until accepted (at most _MAX_TRIES rounds; module doc on its float32 probabilities)."""
+    s2 = jnp.asarray(share_variance, jnp.float32)
+    t = jnp.floor(jnp.sqrt(s2)) + 1  # ⌊s⌋ + 1 (s² < 2^26: exact enough for the floor)
+    t_int = t.astype(jnp.int32)
+
+    def draw(k: Array) -> tuple[Array, Array]:
+        k_u, k_keep, k_v, k_sign, k_acc = jax.random.split(k, 5)
+        u = jax.random.randint(k_u, shape, 0, t_int)
+        keep = jax.random.uniform(k_keep, shape) < jnp.exp(-u / t)
+        v = jnp.floor(jax.random.exponential(k_v, shape)).astype(jnp.int32)  # P(v >= j) = e^-j
+        x = u + t_int * v
+        neg = jax.random.bernoulli(k_sign, 0.5, shape)
+        y = jnp.where(neg, -x, x)
+        gauss = jnp.exp(-jnp.square(jnp.abs(y) - s2 / t) / (2 * s2))
+        ok = keep & ~(neg & (x == 0)) & (jax.random.uniform(k_acc, shape) < gauss)
+        return y, ok
+
+    def more(c: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
+        i, out, done = c
+        y, ok = draw(jax.random.fold_in(key, i))
+        return i + 1, jnp.where(done, out, y), done | ok
+
+    zero = jnp.zeros(shape, jnp.int32)
+    _, out, _ = jax.lax.while_loop(lambda c: ~jnp.all(c[2]) & (c[0] < _MAX_TRIES), more,
+                                   (jnp.int32(0), zero, jnp.zeros(shape, bool)))
+    return out
+
+
+def share(p: SumParams, key: Array, x: Array, noise: Array | None = None) -> Array:
+    """One agent's message (x̃ + noise share) mod 2^b, uint32 in [0, 2^b): `encode` with one
+    half of `key`, and the noise share `noise` (a deployment's, from the secure sampler) or
+    else one drawn by `discrete_gaussian_jax` with the other half. Alone it is no Report:
+    its noise is a 1/m part of what the sum needs."""
+    k_round, k_noise = jax.random.split(key)
+    q = encode(p, k_round, x)
+    if noise is None:
+        noise = discrete_gaussian_jax(k_noise, p.share_variance, q.shape)
+    y = q + jnp.asarray(noise).astype(jnp.int32)
+    return jax.lax.bitcast_convert_type(y, jnp.uint32) & _mask(p.bits)
+
+
+def modular_sum(p: SumParams, messages: Array) -> Array:
+    """Σ messages mod 2^b over the leading axis, exactly (uint32 additions wrap modulo 2^32,
+    a multiple of 2^b): what a secure sum of these messages reveals."""
+    return jnp.sum(jnp.asarray(messages, jnp.uint32), axis=0, dtype=jnp.uint32) & _mask(p.bits)
+
+
+def decode(p: SumParams, total: Array) -> Array:
+    """A sum modulo 2^b as the estimate of Σ clip_C(x_i): its centred residue in
+    [−2^(b−1), 2^(b−1)) (sign-extended from b bits) times γ, float32."""
+    shift = (32 - jnp.asarray(p.bits)).astype(jnp.uint32)
+    raised = jax.lax.bitcast_convert_type(jnp.left_shift(jnp.asarray(total, jnp.uint32), shift),
+                                          jnp.int32)
+    centred = jnp.right_shift(raised, shift.astype(jnp.int32))
+    return centred.astype(jnp.float32) * jnp.asarray(p.gamma, jnp.float32)
 
 
 class ThresholdError(ValueError):
     """A secure-sum threshold under which the stated ε would not hold."""
-
-
-def _uniform01(n: int) -> np.ndarray:
-    """n uniform floats in [0, 1) with 53 random bits each, from the OS CSPRNG."""
-    words = np.frombuffer(os.urandom(8 * n), dtype=np.uint64) >> np.uint64(11)
-    return words.astype(np.float64) * 2.0 ** -53
-
-
-def _sq_norm(k: np.ndarray) -> int:
-    return int((k.astype(object) ** 2).sum())
 
 
 @dataclass(frozen=True)
@@ -81,8 +220,8 @@ class DiscreteGaussianSum:
     clip C: L2 clip of each update; dim d; agents K (every one sends a share each round);
     min_honest m: the honest surviving shares the guarantee counts on; noise_multiplier z:
     the m shares' total noise std over the sensitivity R (s² = ⌈z²R²/m⌉); bits b of the
-    modulus; grid_bits: R is at most 2^grid_bits; beta: conditional rounding's β; delta: δ
-    of the stated ε."""
+    modulus (<= 32); grid_bits: R is at most 2^grid_bits (<= 15); beta: conditional
+    rounding's β; delta: δ of the stated ε."""
 
     clip: float
     dim: int
@@ -90,9 +229,10 @@ class DiscreteGaussianSum:
     min_honest: int
     noise_multiplier: float
     bits: int = 32
-    grid_bits: int = 16
+    grid_bits: int = _MAX_GRID_BITS
     beta: float = math.exp(-0.5)
     delta: float = 1e-5
+    name = "distributed-gaussian"
 
     def __post_init__(self) -> None:
         for name in ("clip", "noise_multiplier"):
@@ -103,8 +243,11 @@ class DiscreteGaussianSum:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
-        if self.bits > 62:
-            raise ValueError(f"bits must be <= 62 (int64 arithmetic), got {self.bits}")
+        if self.bits > 32:
+            raise ValueError(f"bits must be <= 32 (uint32 arithmetic), got {self.bits}")
+        if self.grid_bits > _MAX_GRID_BITS:
+            raise ValueError(f"grid_bits must be <= {_MAX_GRID_BITS} (exact 32-bit integers), "
+                             f"got {self.grid_bits}")
         m = self.min_honest
         if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= self.agents:
             raise ValueError(f"min_honest must be an integer in [1, agents = {self.agents}], "
@@ -192,52 +335,47 @@ class DiscreteGaussianSum:
         var = self.agents * self.share_variance
         return min(1.0, 2 * self.dim * math.exp(-margin * margin / (2 * var)))
 
-    # --- an agent's message ----------------------------------------------------------------
-    def quantize(self, x: np.ndarray) -> np.ndarray:
-        """clip_C(x)/γ rounded to integers by conditional randomized rounding, ‖·‖₂ <= R
-        exactly (int64). Non-finite entries count as 0."""
-        x = np.nan_to_num(np.asarray(x, np.float64).reshape(-1), nan=0.0, posinf=0.0,
-                          neginf=0.0)
+    # --- the release ----------------------------------------------------------------------
+    @cached_property
+    def sum_params(self) -> SumParams:
+        """The release's parameter pytree (`share`, `decode`)."""
+        return SumParams(float(self.clip), float(self.gamma), int(self.radius),
+                         int(self.share_variance), int(self.bits))
+
+    def message(self, key: Array, x: Any, secure: bool = True) -> np.ndarray:
+        """An agent's message (`share`) outside a jitted round, its rounding keyed by `key`
+        and its noise share drawn by the exact sampler from os.urandom (`secure_noise_share`:
+        a deployment's) or, with secure=False (a seeded simulation), from `key` as in the
+        local runner's round: int64 in [0, 2^b)."""
+        x = jnp.asarray(x, jnp.float32).reshape(-1)
         if x.shape != (self.dim,):
             raise ValueError(f"an update of dimension {self.dim} is needed, got {x.shape}")
-        norm = float(np.linalg.norm(x))
-        scaled = x * (min(1.0, self.clip / norm) if norm > 0 else 1.0) / self.gamma
-        floor = np.floor(scaled)
-        frac = scaled - floor
-        r2 = self.radius * self.radius
-        for _ in range(_MAX_REDRAWS):
-            k = (floor + (_uniform01(self.dim) < frac)).astype(np.int64)
-            if _sq_norm(k) <= r2:
-                return k
-        return _clip_l2_int(k, self.radius)
+        noise = self.secure_noise_share() if secure else None
+        return np.asarray(_share(self.sum_params, key, x, noise), np.int64)
 
-    def noise_share(self) -> np.ndarray:
-        """One agent's noise share N_ℤ(0, s²)^d (exact sampler, os.urandom)."""
-        return discrete_gaussian(self.share_variance, self.dim)
+    def secure_noise_share(self) -> np.ndarray:
+        """One agent's noise share N_ℤ(0, s²)^d (the exact sampler of privrl.privacy.secure,
+        from os.urandom)."""
+        return discrete_gaussian(self.share_variance, self.dim).astype(np.int32)
 
-    def message(self, x: np.ndarray) -> np.ndarray:
-        """What an agent hands to the secure sum: (x̃ + noise share) mod 2^b, int64 in
-        [0, 2^b). Alone it is no Report: its noise is a 1/m part of what the sum needs."""
-        return np.mod(self.quantize(x) + self.noise_share(), self.modulus)
+    def modular_sum(self, messages: Any) -> np.ndarray:
+        """Σ messages mod 2^b (what a secure sum reveals), exactly: int64 in [0, 2^b)."""
+        return np.asarray(modular_sum(self.sum_params, np.asarray(messages, np.int64)
+                                      .astype(np.uint32)), np.int64)
 
-    def modular_sum(self, messages: np.ndarray) -> np.ndarray:
-        """Σ messages mod 2^b (what a secure sum reveals), exactly, without int64 overflow."""
-        messages = np.asarray(messages, np.int64)
-        total = np.zeros(messages.shape[-1], np.int64)
-        for row in messages.reshape(-1, messages.shape[-1]):
-            total = np.mod(total + np.mod(row, self.modulus), self.modulus)
-        return total
+    def aggregate(self, messages: Array) -> Report:
+        """A simulated secure sum of the (K, d) messages (`modular_sum`, as SecAgg+ delivers
+        it to the server), decoded: the one `Report` the server receives."""
+        return Report._mint(_MINT, decode(self.sum_params, modular_sum(self.sum_params, messages)),
+                            self.guarantee)
 
-    def decode(self, total: np.ndarray) -> Report:
-        """The secure sum's residue as the estimate of Σ clip_C(x_i): the centred residue in
-        [−2^(b−1), 2^(b−1)) times γ, a Report with the round's guarantee."""
+    def decode(self, total: Any) -> Report:
+        """The secure sum's residue (int in [0, 2^b)) as the estimate of Σ clip_C(x_i), a
+        Report with the round's guarantee (`decode`)."""
         t = np.asarray(total, np.int64)
         if t.shape != (self.dim,) or t.min(initial=0) < 0 or t.max(initial=0) >= self.modulus:
             raise ValueError(f"a sum modulo 2^{self.bits} of dimension {self.dim} is needed")
-        half = self.modulus // 2
-        centred = np.mod(t + half, self.modulus) - half
-        value = (centred.astype(np.float64) * self.gamma).astype(np.float32)
-        return Report._mint(_MINT, value, self.guarantee)
+        return Report._mint(_MINT, decode(self.sum_params, t.astype(np.uint32)), self.guarantee)
 
     # --- accounting --------------------------------------------------------------------------
     def tau(self, honest: int) -> float:
@@ -295,6 +433,30 @@ class DiscreteGaussianSum:
             unit=USER_UNIT, neighbouring=USER_NEIGHBOURS,
             sensitivity=self.radius * self.gamma, norm="L2")  # C after rounding: R·γ
 
+    def account(self, rounds: int) -> dict[str, Any]:
+        """The account of `rounds` rounds for privacy.json (a local run's and a deployment's):
+        enough to recompute ε elsewhere."""
+        a, b = self.events(self.min_honest)
+        return {
+            "accountant": "KLS21 Prop. 14 (Eq. 17): the smaller ε of two zCDP bounds per "
+                          "round, each a dp_accounting ZCDpEvent composed by its RdpAccountant",
+            "neighbouring_relation": USER_NEIGHBOURS,
+            "events": [{"zcdp_rho": a.rho, "zcdp_xi": a.xi, "count": int(rounds)},
+                       {"zcdp_rho": b.rho, "zcdp_xi": b.xi, "count": int(rounds)}],
+            "honest_shares": self.min_honest, "delta": self.delta,
+            "epsilon": self.epsilon(rounds)}
+
+    def describe(self) -> dict[str, Any]:
+        """privacy.json's "mechanism": its name, its numbers and one round's guarantee."""
+        params = {k: v for k, v in self.record(1).items()
+                  if k not in ("mechanism", "rounds", "epsilon")}
+        return {"mechanism": self.name, "params": params, **self.guarantee.to_dict()}
+
+    def upload_bytes(self, dim: int) -> int:
+        """Bytes of one agent's message: d words of 4 bytes (b <= 32 bits each); the secure
+        sum's own masking and key-exchange traffic is not counted."""
+        return 4 * dim
+
     def record(self, rounds: int) -> dict[str, Any]:
         """What privacy.json states: every number needed to recompute ε."""
         return {
@@ -316,7 +478,8 @@ class DiscreteGaussianSum:
 
 
 def calibrate_discrete(epsilon: float, delta: float, rounds: int, *, clip: float, dim: int,
-                       agents: int, min_honest: int, bits: int = 32, grid_bits: int = 16,
+                       agents: int, min_honest: int, bits: int = 32,
+                       grid_bits: int = _MAX_GRID_BITS,
                        ) -> DiscreteGaussianSum:
     """The mechanism with the smallest noise multiplier (to a relative 1e-3) whose `rounds`
     rounds are (ε, δ)-DP with m = `min_honest` honest shares; ValueError if none is."""
@@ -339,3 +502,6 @@ def calibrate_discrete(epsilon: float, delta: float, rounds: int, *, clip: float
         else:
             lo = mid
     return make(hi)
+
+
+_share = jax.jit(share)

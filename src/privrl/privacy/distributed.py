@@ -1,4 +1,9 @@
-"""User-level central DP with distributed Gaussian noise and a simulated secure aggregation.
+"""User-level central DP with distributed Gaussian noise and a simulated secure aggregation:
+the `distributed-gaussian-continuous` mechanism, a simulation only. Its continuous shares over
+a real-valued sum are no protocol's: a deployment sums integers modulo 2^b, and
+`distributed-gaussian` (privrl.privacy.discrete_sum) is that mechanism, simulated exactly in a
+local run. This one keeps what the discrete one lacks: Poisson sampling of agents (with its
+amplification) and adaptive clipping.
 
 DP-FedAvg (McMahan et al. 2018) adds Gaussian noise N(0, σ²C²I) to the SUM of the agents'
 clipped updates. Here nobody holds that noise: every one of the K registered agents adds a
@@ -209,7 +214,7 @@ class DistributedGaussianMechanism:
     delta: float = 1e-5
     accountant: str = DEFAULT_ACCOUNTANT
     adaptive: AdaptiveClip | None = None
-    name = "distributed-gaussian"
+    name = "distributed-gaussian-continuous"
 
     def __post_init__(self) -> None:
         for name in ("noise_multiplier", "clip"):
@@ -355,13 +360,16 @@ class RoundBudget:
     subject to every round (sampling is part of the mechanism), so one account serves all.
 
     The rounds that fit are found once (`Accountant.max_count`, exact: ε grows with the
-    count); `charge` refuses a round beyond them and records nothing in that case."""
+    count), or given (`allowed`: a mechanism with its own accounting, calibrated for them,
+    such as privrl.privacy.discrete_sum's; then `event` is None); `charge` refuses a round
+    beyond them and records nothing in that case."""
 
-    def __init__(self, event: PrivacyEvent, epsilon: float, delta: float, upper: int,
-                 kind: str = DEFAULT_ACCOUNTANT) -> None:
+    def __init__(self, event: PrivacyEvent | None, epsilon: float, delta: float, upper: int,
+                 kind: str = DEFAULT_ACCOUNTANT, allowed: int | None = None) -> None:
         self.event, self.epsilon, self.delta = event, float(epsilon), float(delta)
         self.accountant = Accountant(kind)
-        self.allowed = self.accountant.max_count(event, self.delta, self.epsilon, int(upper))
+        self.allowed = (self.accountant.max_count(event, self.delta, self.epsilon, int(upper))
+                        if allowed is None else min(int(allowed), int(upper)))
         self.rounds = 0
 
     def can_charge(self) -> bool:
@@ -373,5 +381,6 @@ class RoundBudget:
             raise BudgetExceededError(
                 f"round {self.rounds + 1} would exceed the budget ε = {self.epsilon:g} at "
                 f"δ = {self.delta:g}: {self.allowed} round(s) fit")
-        self.accountant.compose(self.event, 1)
+        if self.event is not None:
+            self.accountant.compose(self.event, 1)
         self.rounds += 1

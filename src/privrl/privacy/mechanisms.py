@@ -6,19 +6,20 @@ numbers, traced data): `identity_release`, `laplace_release`, `prs_release`,
 `gaussian_sum_release` / `gaussian_sum_dense_release`, and the float-safe `secure_*_release`
 (PrivUnit2/G: `privrl.privacy.ldp_vector.unit_release`). The objects users hold
 (`LaplaceMechanism(ε, C)`, its `privatize`, `guarantee`, `describe`) are views over their
-family: `release_params(d)` builds the pytree, `privatize` calls the family. Several settings
-as one program (`PerTrialMechanism`, members' parameters stacked along a trials axis), the
-Ray runtime and `privrl audit` call the same functions, so what is audited is what runs.
+family: `release_params(d)` builds the pytree, `privatize` calls the family. A batch of
+settings is a batched parameter pytree (`SettingParams` stacked along a trials axis,
+`setting_release`); programs of settings, the Ray runtime and `privrl audit` call the same
+functions, so what is audited is what runs.
 Parameters are validated on construction, so a bad ε or clip fails before any data is touched.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +58,7 @@ def _secure_gaussian_epsilon(z: float, delta: float) -> float:
     same Rényi curve, so RDP's conversion (not the analytic Gaussian's exact ε) is stated."""
     return Accountant("rdp").epsilon_if(PrivacyEvent("gaussian", z), 1, delta)
 
-# --- the release families: one pure function each, over its parameters as data -------------
+# --- one pure release function per family, over its parameters as data ---------------------
 class ClipL1Params(NamedTuple):
     """`identity_release`'s numbers."""
 
@@ -206,21 +207,22 @@ def secure_gaussian_sum_release(p: SecureParams, key: Array, rows: Array) -> Arr
 
 
 __all__ = [
+    "SETTING_RELEASES",
     "BoxGaussianMechanism",
     "GaussianMechanism",
-    "GaussianNoiseArgs",
-    "GaussianSumArgs",
     "GaussianSumMechanism",
     "IdentityMechanism",
     "LaplaceMechanism",
     "Mechanism",
-    "MechanismArgs",
-    "PerTrialGaussianNoise",
-    "PerTrialGaussianSum",
-    "PerTrialMechanism",
     "ProjectedRandomSignMechanism",
+    "SettingParams",
     "UnboundedGaussianNoise",
     "default_d_hat",
+    "privatize_setting",
+    "setting_params",
+    "setting_release",
+    "settings_guarantee",
+    "stack_params",
 ]
 
 LDP_UNIT = "agent report (one randomized gradient submission)"
@@ -505,167 +507,118 @@ def _prs_flip_probability(u_bar: Array, clip: Any, low: Any, slope: Any) -> Arra
     return low + (u_bar + clip) * slope
 
 
-# --- several settings as per-trial data ------------------------------------------------------
-T = TypeVar("T", bound=tuple)
+# --- settings as data: a batch of settings is a batched parameter pytree ---------------------
+class SettingParams(NamedTuple):
+    """One setting's mechanism (none, laplace, prs or gaussian) as data, for a program that
+    runs settings of several of these (`setting_release`): `kind` names its release (an index
+    into SETTING_RELEASES), the other fields are its release's parameters (zeros for the
+    other releases'). none and laplace share their L1 clip's leaf, so that a program computing
+    both clips once, as a run of either does. A batch of settings is these stacked along a
+    leading trials axis (`stack_params`), vmapped with the data."""
+
+    kind: Any  # int32: the index of the setting's release in SETTING_RELEASES
+    inverse_half_clip: Any  # none, laplace: 1/(C/2) (none without a clip: 0, x as it is)
+    scale: Any  # laplace: the noise scale C/ε
+    prs: PRSParams
+    gaussian: GaussianParams
 
 
-def _stacked(each: list[T]) -> T:
-    """Per-trial args: NamedTuples of one trial's numbers stacked field by field."""
-    return type(each[0])(*(np.stack(v) for v in zip(*each, strict=True)))
+SETTING_RELEASES = ("none", "laplace", "prs", "gaussian")  # what `setting_release` can compute
+
+
+def setting_params(mechanism: Mechanism, dim: int) -> SettingParams:
+    """`mechanism` (none, laplace, prs or gaussian, not float-safe) as one trial's data, for
+    inputs of length `dim`: its `release_params` in its release's fields, zeros elsewhere."""
+    if type(mechanism) not in (IdentityMechanism, LaplaceMechanism,
+                               ProjectedRandomSignMechanism, GaussianMechanism):
+        raise ValueError(f"{type(mechanism).__name__} cannot take its parameters as data: "
+                         "only none, laplace, prs and gaussian can")
+    if getattr(mechanism, "secure", False):
+        raise ValueError(f"secure {mechanism.name} samples on the host; run it on its own")
+    zero = np.float32(0.0)
+    own = mechanism.release_params(dim)
+    inv_half = own.inverse_half_clip if isinstance(own, ClipL1Params | LaplaceParams) else zero
+    return SettingParams(
+        np.int32(SETTING_RELEASES.index(mechanism.name)), inv_half,
+        own.scale if isinstance(own, LaplaceParams) else zero,
+        own if isinstance(own, PRSParams) else PRSParams(zero, zero, zero, np.int32(0)),
+        own if isinstance(own, GaussianParams) else GaussianParams(zero, zero))
+
+
+def stack_params(each: Sequence[Any]) -> Any:
+    """Parameter pytrees of one trial each, stacked leaf by leaf along a leading trials axis."""
+    return jax.tree_util.tree_map(lambda *v: np.stack(v), *each)
+
+
+def setting_release(p: SettingParams, key: Array, x: Array, releases: Sequence[str],
+                    rows: int = 0) -> Array:
+    """What the setting `p` (traced) releases, in a program that computes `releases` (static:
+    names in SETTING_RELEASES, which must include p's; a run and every program it can join
+    name the same, so they compile the same arithmetic and give the same floats): each
+    release through its own function, the trial's selected. PRS's draw has `rows` rows
+    (static: the program's largest d̂; rows past the trial's d̂ are masked). An identity
+    without a clip releases x exactly, a non-finite x as NaN."""
+    unknown = set(releases) - set(SETTING_RELEASES)
+    if not releases or unknown:
+        raise ValueError(f"releases must name some of {SETTING_RELEASES}, got {tuple(releases)}")
+    computed = []
+    if "none" in releases:  # no clip: 1/(C/2) = 0, and x / max(1, 0) is x
+        computed.append((0, identity_release(ClipL1Params(p.inverse_half_clip), key, x)))
+    if "laplace" in releases:
+        computed.append((1, laplace_release(LaplaceParams(p.inverse_half_clip, p.scale), key,
+                                            x)))
+    if "prs" in releases:
+        computed.append((2, prs_release(p.prs, key, x, rows)))
+    if "gaussian" in releases:
+        computed.append((3, gaussian_release(p.gaussian, key, x)))
+    *rest, (_, value) = computed
+    for kind, release in rest:
+        value = jnp.where(p.kind == kind, release, value)
+    return value
+
+
+def settings_guarantee(mechanisms: Sequence[Mechanism]) -> Guarantee:
+    """A guarantee true of every release of a program of settings `mechanisms`: one setting's
+    own; for several, the largest ε and δ (none if any setting has none). Each trial's exact
+    guarantee is its own setting's, which the runners' ledgers charge."""
+    gs = [m.guarantee for m in mechanisms]
+    if len(gs) == 1:
+        return gs[0]
+    if not all(g.is_private for g in gs):
+        return replace(next(g for g in gs if not g.is_private),
+                       neighbouring="none: some trials of this program release without a "
+                       "guarantee; each private trial's guarantee is its own setting's")
+    epsilon, delta = max(g.epsilon for g in gs), max(g.delta for g in gs)
+    notion = _common(g.notion for g in gs) or ("(ε, δ)-LDP" if delta else "ε-LDP")
+    sensitivity, norm = _common(g.sensitivity for g in gs), _common(g.norm for g in gs)
+    return Guarantee(epsilon=epsilon, delta=delta, notion=notion, unit=LDP_UNIT,
+                     neighbouring=LDP_NEIGHBOURS + "; each report is also private at its "
+                     "own setting's (ε, δ) (these are the largest)", sensitivity=sensitivity,
+                     norm=norm)
+
+
+def privatize_setting(mechanisms: Sequence[Mechanism], releases: Sequence[str],
+                      p: SettingParams, key: Array, x: Any) -> Report:
+    """Release x as the trial's setting `p` (one of `mechanisms`, the program's settings, as
+    `setting_params`; `releases`: what the program computes, as `setting_release`): the floats
+    that setting's own run releases, in a Report whose static guarantee (shared by the batch)
+    is `settings_guarantee(mechanisms)`."""
+    if not mechanisms:
+        raise ValueError("a program of settings needs at least one mechanism")
+    missing = {m.name for m in mechanisms} - set(releases)
+    if missing:
+        raise ValueError(f"the program computes {tuple(releases)}, not {sorted(missing)}")
+    x = _as_vector(x)
+    rows = max((m.resolved_d_hat(x.shape[-1]) for m in mechanisms
+                if isinstance(m, ProjectedRandomSignMechanism)), default=0)
+    return Report._mint(_MINT, setting_release(p, key, x, releases, rows),
+                        settings_guarantee(mechanisms))
 
 
 def _common(values: Any) -> Any:
     """The value all of `values` share, else None."""
     distinct = set(values)
     return distinct.pop() if len(distinct) == 1 else None
-
-
-class _PerTrial(Mechanism):
-    """Members' parameters as per-trial data: `args(i)` is member i as numbers, `stack(indices)`
-    those of a batch of trials, and `privatize_with(args, key, x)` the release (`privatize`,
-    with no member named, is refused)."""
-
-    def args(self, index: int) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def stack(self, indices: Any) -> Any:
-        """Per-trial args: trial k runs member indices[k] (arrays with a leading trials axis)."""
-        return _stacked([self.args(int(i)) for i in indices])
-
-    def privatize(self, key: Array, x: Any) -> Report:
-        raise TypeError(f"{type(self).__name__} takes its members' parameters as data: "
-                        "privatize_with(args, key, x)")
-
-
-FAMILIES = ("none", "laplace", "prs", "gaussian")  # PerTrialMechanism's family index
-
-
-class MechanismArgs(NamedTuple):
-    """One trial's mechanism as numbers (float32/int32), the data `PerTrialMechanism` takes:
-    the family (an index into FAMILIES) and the constants its release uses."""
-
-    family: Any
-    inverse_half_clip: Any  # none, laplace: 1/(C/2), the L1 clip radius's inverse (none
-    # without a clip: 0, the input released as it is)
-    scale: Any  # laplace: the noise scale C/ε (0 otherwise)
-    clip: Any  # prs: C
-    low: Any  # prs: 1/(e^{ε/d̂}+1)
-    slope: Any  # prs: tanh(ε/(2d̂))/(2C)
-    d_hat: Any  # prs: d̂ (rows past it are masked)
-    inverse_clip: Any  # gaussian: 1/C, the L2 clip's inverse
-    std: Any  # gaussian: the noise std σ·C
-
-
-@dataclass(frozen=True)
-class PerTrialMechanism(_PerTrial):
-    """Several mechanisms (`members`: IdentityMechanism, LaplaceMechanism, PRS on inputs of
-    length `dim`, GaussianMechanism) as one program whose parameters are per-trial data:
-    `args(i)` is member i as `MechanismArgs`, and `privatize_with(args, key, x)` releases what
-    member i releases (the same arithmetic, constants as data; PRS's d̂ padded to the largest
-    and masked; an IdentityMechanism without a clip releases x exactly, a non-finite x as
-    NaN). This is what lets one jitted program run every setting of a sweep.
-
-    Each release is private for its own member's (ε, δ); the Report's static guarantee, shared
-    by a batch that mixes members, is one true of every member: the largest ε and the largest
-    δ. The exact per-setting guarantees are each member's `guarantee`, which the runner's
-    ledgers charge.
-    """
-
-    members: tuple[Mechanism, ...]
-    dim: int
-    # The families the program computes (FAMILIES' names; default: the members'). XLA CPU
-    # rounds the Laplace transform differently beside some other families (a Gaussian's, a
-    # PRS's), so a run and every program it can join name the same families: then they
-    # compile the same arithmetic and give the same floats.
-    families: tuple[str, ...] = ()
-    name = "per-trial"
-
-    def __post_init__(self) -> None:
-        if not self.members:
-            raise ValueError("PerTrialMechanism needs at least one member")
-        for m in self.members:
-            if type(m) not in (IdentityMechanism, LaplaceMechanism,
-                               ProjectedRandomSignMechanism, GaussianMechanism):
-                raise ValueError(f"{type(m).__name__} cannot take its parameters as data: "
-                                 "only none, laplace, prs and gaussian can")
-            if getattr(m, "secure", False):
-                raise ValueError(f"secure {m.name} samples on the host; run it on its own")
-        unknown = set(self.families) - set(FAMILIES)
-        if unknown:
-            raise ValueError(f"unknown families {sorted(unknown)}: choose from {FAMILIES}")
-
-    @property
-    def rows(self) -> int:
-        """PRS's padded d̂: the largest of the members' (0 without PRS)."""
-        return max((m.resolved_d_hat(self.dim) for m in self.members
-                    if isinstance(m, ProjectedRandomSignMechanism)), default=0)
-
-    def _families(self) -> set[int]:
-        return {FAMILIES.index(m.name) for m in self.members} | {
-            FAMILIES.index(f) for f in self.families}
-
-    @property
-    def guarantee(self) -> Guarantee:
-        """One member: its own guarantee (a run of one setting, or one agent of it, releases
-        exactly what the setting's mechanism promises)."""
-        gs = [m.guarantee for m in self.members]
-        if len(gs) == 1:
-            return gs[0]
-        if not all(g.is_private for g in gs):
-            return replace(next(g for g in gs if not g.is_private),
-                           neighbouring="none: some trials of this program release without a "
-                           "guarantee; each private trial's guarantee is its own setting's")
-        epsilon, delta = max(g.epsilon for g in gs), max(g.delta for g in gs)
-        notion = _common(g.notion for g in gs) or ("(ε, δ)-LDP" if delta else "ε-LDP")
-        sensitivity, norm = _common(g.sensitivity for g in gs), _common(g.norm for g in gs)
-        return Guarantee(epsilon=epsilon, delta=delta, notion=notion, unit=LDP_UNIT,
-                         neighbouring=LDP_NEIGHBOURS + "; each report is also private at its "
-                         "own setting's (ε, δ) (these are the largest)", sensitivity=sensitivity,
-                         norm=norm)
-
-    def params(self) -> dict[str, Any]:
-        return {"members": [m.describe() for m in self.members]}
-
-    def args(self, index: int) -> MechanismArgs:
-        """Member `index` as data (numpy scalars): its family's `release_params`, in the
-        fields of that family (the others 0)."""
-        m = self.members[index]
-        p = m.release_params(self.dim)
-        zero = np.float32(0.0)
-        inv_half = scale = clip = low = slope = inv_clip = std = zero
-        d_hat = np.int32(0)
-        if isinstance(p, ClipL1Params):
-            (inv_half,) = p
-        elif isinstance(p, LaplaceParams):
-            inv_half, scale = p
-        elif isinstance(p, GaussianParams):
-            inv_clip, std = p
-        else:
-            clip, low, slope, d_hat = p
-        return MechanismArgs(np.int32(FAMILIES.index(m.name)), inv_half, scale, clip, low,
-                             slope, d_hat, inv_clip, std)
-
-    def privatize_with(self, args: MechanismArgs, key: Array, x: Any) -> Report:
-        """Release x with the member that `args` (one trial's, traced) describes: each family
-        the program computes releases through its own function, the trial's is selected."""
-        x = _as_vector(x)
-        families = self._families()
-        releases: dict[int, Array] = {}
-        if 0 in families:  # no clip (none without one): 1/(C/2) = 0, x / max(1, 0) is x
-            releases[0] = identity_release(ClipL1Params(args.inverse_half_clip), key, x)
-        if 1 in families:
-            releases[1] = laplace_release(LaplaceParams(args.inverse_half_clip, args.scale),
-                                          key, x)
-        if 2 in families:
-            releases[2] = prs_release(PRSParams(args.clip, args.low, args.slope, args.d_hat),
-                                      key, x, self.rows)
-        if 3 in families:
-            releases[3] = gaussian_release(GaussianParams(args.inverse_clip, args.std), key, x)
-        *rest, (_, value) = sorted(releases.items())
-        for family, release in rest:
-            value = jnp.where(args.family == family, release, value)
-        return Report._mint(_MINT, value, self.guarantee)
-
 
 def _check_delta(delta: Any) -> float:
     try:
@@ -944,128 +897,3 @@ class GaussianSumMechanism(Mechanism):
         value = gaussian_sum_dense_release(self.release_params(0), key, params, x,
                                            loss_of_outputs, self.clip, rows)
         return Report._mint(_MINT, value, self.guarantee)
-
-
-# --- DP-SGD's sum and paper 003's observation noise with their noise levels as data ------------
-GaussianSumArgs = GaussianSumParams  # one trial's `PerTrialGaussianSum` member as data
-
-
-@dataclass(frozen=True)
-class PerTrialGaussianSum(_PerTrial):
-    """Several DP-SGD steps sharing one clip C as one program, each trial's noise level data:
-    `sigmas[i]` > 0 is `GaussianSumMechanism(σ, C, 1, delta, unit)` (`member(i)`), 0 clips
-    without noise (no guarantee), None sums the raw rows (non-private training).
-    `privatize_with(args(i), key, x)` releases the floats member i's own program releases.
-
-    The Report's static guarantee, shared by a batch that mixes members, is the weakest of
-    them (no guarantee if any member has none); each trial's exact guarantee is its member's,
-    which the runner's privacy record states per setting.
-    """
-
-    sigmas: tuple[float | None, ...]
-    clip: float
-    delta: float = 1e-5
-    unit: str = "one training example"
-    sampling_probability: float = 1.0  # q of the members' Poisson sampling (1: none)
-    name = "per-trial-gaussian-sum"
-
-    def __post_init__(self) -> None:
-        if not self.sigmas:
-            raise ValueError("PerTrialGaussianSum needs at least one member")
-        for s in self.sigmas:
-            if s is not None and not (math.isfinite(s) and s >= 0):
-                raise ValueError(f"noise multipliers must be finite and >= 0 (or None), got {s}")
-        object.__setattr__(self, "clip", _check_clip(self.clip))
-        object.__setattr__(self, "delta", _check_delta(self.delta))
-
-    def member(self, index: int) -> GaussianSumMechanism | None:
-        """Member `index` as its own mechanism (None: it gives no guarantee)."""
-        s = self.sigmas[index]
-        return (GaussianSumMechanism(s, self.clip, self.sampling_probability, self.delta,
-                                     unit=self.unit) if s else None)
-
-    @property
-    def guarantee(self) -> Guarantee:
-        members = [self.member(i) for i in range(len(self.sigmas))]
-        if any(m is None for m in members):
-            return no_guarantee(self.unit, "some trials of this program add no noise; each "
-                                           "private trial's guarantee is its own setting's")
-        weakest = max((m.guarantee for m in members if m is not None),
-                      key=lambda g: g.epsilon)
-        return replace(weakest, neighbouring=weakest.neighbouring + "; each report is also "
-                       "private at its own setting's ε (this is the largest)")
-
-    def params(self) -> dict[str, Any]:
-        return {"noise_multipliers": list(self.sigmas), "clip": self.clip, "delta": self.delta,
-                "unit": self.unit, "sampling_probability": self.sampling_probability}
-
-    def args(self, index: int) -> GaussianSumArgs:
-        """Member `index` as data (numpy scalars): std = float32(σ·C), as its own program
-        rounds the product of its two constants."""
-        s = self.sigmas[index]
-        return GaussianSumArgs(np.bool_(s is not None), np.float32(s * self.clip if s else 0.0))
-
-    def privatize_with(self, args: GaussianSumArgs, key: Array, x: Any) -> Report:
-        """Sum the rows of x (B, d), clipped if the trial's member clips, plus its noise."""
-        x = jnp.asarray(x)
-        if x.ndim != 2:
-            raise ValueError(f"PerTrialGaussianSum takes per-example rows (B, d), got {x.shape}")
-        return Report._mint(_MINT, gaussian_sum_release(args, key, x, self.clip),
-                            self.guarantee)
-
-    def privatize_dense_with(self, args: GaussianSumArgs, key: Array, params: Any, x: Array,
-                             loss_of_outputs: Callable[[Array], Array],
-                             rows: Array | None = None) -> Report:
-        """`GaussianSumMechanism.privatize_dense` with the trial's noise level: rows are
-        always clipped (every member of a program that uses this must clip: σ ≥ 0, not None)."""
-        if any(s is None for s in self.sigmas):
-            raise ValueError("the dense release clips every row: no member may be None")
-        value = gaussian_sum_dense_release(args, key, params, x, loss_of_outputs, self.clip,
-                                           rows)
-        return Report._mint(_MINT, value, self.guarantee)
-
-
-class GaussianNoiseArgs(NamedTuple):
-    """One trial's `PerTrialGaussianNoise` member as data."""
-
-    on: Any  # bool: the trial's inputs are released through noise (False: seen raw)
-    scale: Any  # (d,) float32: the noise std per coordinate (0 when off)
-
-
-@dataclass(frozen=True)
-class PerTrialGaussianNoise(_PerTrial):
-    """Several `UnboundedGaussianNoise` members (`scales[i]`; None: no noise, the input seen
-    raw) as one program, the scale per-trial data; `privatize_with(args(i), key, x)` releases
-    member i's floats. Like its members it gives NO formal guarantee."""
-
-    scales: tuple[tuple[float, ...] | None, ...]
-    dim: int  # the inputs' length
-    name = "per-trial-unbounded-gaussian"
-
-    def __post_init__(self) -> None:
-        if not self.scales:
-            raise ValueError("PerTrialGaussianNoise needs at least one member")
-        for s in self.scales:
-            if s is not None:
-                UnboundedGaussianNoise(s)  # validates the scale
-                if len(s) != self.dim:
-                    raise ValueError(f"a member's scale has {len(s)} coordinates, the inputs "
-                                     f"{self.dim}")
-
-    @property
-    def guarantee(self) -> Guarantee:
-        return UnboundedGaussianNoise((0.0,)).guarantee
-
-    def params(self) -> dict[str, Any]:
-        return {"scales": [None if s is None else list(s) for s in self.scales]}
-
-    def args(self, index: int) -> GaussianNoiseArgs:
-        s = self.scales[index]
-        return GaussianNoiseArgs(np.bool_(s is not None),
-                                 np.asarray(s if s is not None else (0.0,) * self.dim,
-                                            np.float32))
-
-    def privatize_with(self, args: GaussianNoiseArgs, key: Array, x: Any) -> Report:
-        x = _as_vector(x)
-        noisy = unbounded_gaussian_release(UnboundedGaussianParams(args.scale), key, x)
-        return Report._mint(_MINT, noisy, self.guarantee)

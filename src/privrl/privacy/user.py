@@ -1,4 +1,4 @@
-"""Your own mechanism: the set of release families is open (docs/ldp-mechanisms.md).
+"""Your own mechanism: the set of release functions is open (docs/ldp-mechanisms.md).
 
 A user's mechanism is a `privrl.privacy.Mechanism` subclass written in the user's own code: its
 release over its parameters (`release_params(d)`, `release(params, key, x)`), its `guarantee`

@@ -1,6 +1,7 @@
 """What is audited is what runs: for every mechanism family, `audit_mechanism` and the path a
-run releases with (several settings as one program: `PerTrialMechanism`, `PerTrialGaussianSum`;
-or the mechanism itself where a run uses it alone) call the family's ONE release function with
+run releases with (several settings as one program: `privatize_setting` over `setting_params`,
+`gaussian_sum_release` over `sum_setting`'s parameters; or the mechanism itself where a run
+uses it alone) call the family's ONE release function with
 the same parameters, and a deliberately broken family (patched into that function) is refuted
 by the audit.
 
@@ -46,10 +47,12 @@ def _weaker(p: Any) -> Any:
 def _program(mech: Any) -> Callable[[Any, Any], Any]:
     """The release of a run of several settings as one program, with `mech` its only member."""
     if isinstance(mech, m.GaussianSumMechanism):
-        prog = m.PerTrialGaussianSum((mech.noise_multiplier,), mech.clip)
-    else:
-        prog = m.PerTrialMechanism((mech,), D, ("none", "laplace", "prs", "gaussian"))
-    return lambda key, x: prog.privatize_with(prog.args(0), key, x).value
+        from privrl.systems.dpsgd_rl.episodic import sum_setting
+
+        p = sum_setting(mech.noise_multiplier, mech.clip)
+        return lambda key, x: m.gaussian_sum_release(p, key, x, mech.clip)
+    return lambda key, x: m.privatize_setting((mech,), m.SETTING_RELEASES,
+                                              m.setting_params(mech, D), key, x).value
 
 
 def _alone(mech: Any) -> Callable[[Any, Any], Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable
 
+import jax
 import numpy as np
 import pytest
 
@@ -96,7 +97,7 @@ def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
         def release(msg: Message, ctx: Context) -> Message:
             arrays, config = read_fit(msg.content)
             assert config["round"] == 3 and arrays[0].shape == (2,)
-            y = mech.message(vectors[node])
+            y = mech.message(jax.random.key(node), vectors[node])
             if record is not None:
                 record[node] = y
             return Message(sum_reply(node_payload(y, mech.bits)), reply_to=msg)

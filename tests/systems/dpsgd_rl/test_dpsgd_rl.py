@@ -192,6 +192,26 @@ def test_bad_input_fails_before_training(args: list[str], option: str, tmp_path:
     assert not (tmp_path / "never").exists()
 
 
+def test_a_trials_observation_setting_off_sees_the_unwrapped_environment() -> None:
+    """Settings as data: a trial whose σ·IQR noise is off steps with the keys and sees the raw
+    states of the unwrapped environment (its own run's floats); the wrapper takes a mechanism
+    or a setting, not both."""
+    from privrl.privacy.mechanisms import UnboundedGaussianNoise
+    from privrl.systems.dpsgd_rl.ldp_obs import observation_setting
+
+    env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
+    off = PrivateObservations(env, None, setting=observation_setting(None, 4))
+    key = jax.random.key(3)
+    raw, _ = env.reset_env(key, params)
+    np.testing.assert_array_equal(off.reset_env(key, params)[0], raw)
+    noise = UnboundedGaussianNoise((0.5, 0.1, 0.02, 0.3))
+    on = PrivateObservations(env, None, setting=observation_setting(noise, 4))
+    np.testing.assert_array_equal(on.reset_env(key, params)[0],
+                                  PrivateObservations(env, noise).reset_env(key, params)[0])
+    with pytest.raises(ValueError, match="a mechanism or a trial's setting"):
+        PrivateObservations(env, noise, setting=observation_setting(noise, 4))
+
+
 def test_private_observations_hide_the_state_but_not_termination() -> None:
     env, params = make_cartpole(CartPoleSpec(500, (9.8,)))
     mech = BoxGaussianMechanism((-0.01,) * 4, (0.01,) * 4, noise_multiplier=1e-6)
@@ -417,14 +437,16 @@ def test_reinforce_releases_made_equal_privacy_json(count_releases: Any) -> None
 def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
     """A batch of one from the first step on: every step makes one DP-SGD release (counted on
     the mechanism), and a transition's account composes min(updates, buffer_size) of them."""
-    from privrl.privacy.mechanisms import PerTrialGaussianSum
+    from privrl.privacy.mechanisms import GaussianSumMechanism
+    from privrl.systems.dpsgd_rl import dqn
 
     # the run's release: its setting as data (a run that could join a program computes as
-    # there, `DQN.for_settings`), member σ = 1.0 of a one-member PerTrialGaussianSum
-    counter = count_releases(PerTrialGaussianSum, "privatize_dense_with")
+    # there, `DQN.for_settings`): σ = 1.0's parameters, through the dense sum's release
+    counter = count_releases(dqn, "gaussian_sum_dense_release")
     cfg = DQNConfig(dp=True, noise_multiplier=1.0, episodes=2, max_episode_steps=12,
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
-    assert DQN.settings_algorithm([cfg]).sum_mechanism.member(0).noise_multiplier == 1.0
+    (setting,) = DQN.settings_algorithm([cfg]).setting_params
+    assert setting.grad == GaussianSumMechanism(1.0, cfg.clip).release_params(0)
     out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16

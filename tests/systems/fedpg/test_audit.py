@@ -32,6 +32,27 @@ def test_audit_command_refuses_bad_options(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+def test_the_canary_reaches_a_dec_nodes_report():
+    """World 1's report is the canary's release, world 0's the agent's own, on the same key,
+    for a Dec node too: its update runs through the round object, which once kept the original
+    system, so Dec's audited report never held the canary (Cen's is checked end to end
+    below)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from privrl.systems.fedpg.algorithm import FedPGConfig
+    from privrl.systems.fedpg.audit import CanaryFedPGAgent
+
+    cfg = FedPGConfig(algorithm="dec", mechanism="laplace", epsilon=1.0, clip=1.0,
+                      agents=3, hidden=(4,), batch_min=2, batch_max=3, minibatch=2,
+                      max_episode_steps=20).resolved()
+    agent, key = CanaryFedPGAgent(cfg, jax.random.key(0)), jax.random.key(5)
+    world = [np.asarray(agent.privatize(key, jnp.array([c]))) for c in (0.0, 1.0)]
+    assert not np.array_equal(*world)
+    np.testing.assert_array_equal(world[0], agent.privatize(key, jnp.array([0.0])))
+
+
 @pytest.mark.slow  # compiles one agent's episodes and gradient (~10 s)
 def test_end_to_end_audit_keeps_the_claim_and_sees_the_canary(tmp_path, monkeypatch):
     import privrl.systems.fedpg.audit as audit

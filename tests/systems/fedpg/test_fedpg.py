@@ -218,8 +218,10 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--mechanism", "laplace", "--epsilon-per-report", "1",
           "--epsilon-budget", "5",
           "--runtime", "ray"], "--epsilon-budget"),
-        # user-level DP (distributed-gaussian; tests/systems/fedpg/test_user_dp.py)
+        # user-level DP (distributed-gaussian(-continuous); tests/systems/fedpg/test_user_dp.py)
         (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
+          "--sampling-rate", "0.5"], "--sampling-rate"),
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous", "--epsilon", "2",
           "--sampling-rate", "0"], "--sampling-rate"),
         (["fedpg-cen", "--mechanism", "distributed-gaussian", "--epsilon", "2",
           "--min-honest", "11"], "--min-honest"),
@@ -228,16 +230,20 @@ def no_compute(monkeypatch):
         (["fedpg-dec", "--mechanism", "distributed-gaussian", "--epsilon", "2"], "--mechanism"),
         (["fedpg-cen", "--mechanism", "gaussian", "--epsilon", "2", "--sampling-rate", "0.5"],
          "--sampling-rate"),
-        # adaptive clipping (distributed-gaussian, fedpg-cen only)
+        # adaptive clipping (distributed-gaussian-continuous, fedpg-cen only)
         (["fedpg-cen", "--adaptive-clip"], "--adaptive-clip"),
         (["fedpg-dec", "--adaptive-clip"], "--adaptive-clip"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "1",
           "--adaptive-clip", "--clip-quantile", "1"], "--clip-quantile"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "1",
           "--adaptive-clip", "--clip-lr", "0"], "--clip-lr"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "5",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "5",
           "--adaptive-clip", "--clip-count-stddev", "2.5"], "--clip-count-stddev"),
-        (["fedpg-cen", "--mechanism", "distributed-gaussian", "--noise-multiplier", "1",
+        (["fedpg-cen", "--mechanism", "distributed-gaussian-continuous",
+          "--noise-multiplier", "1",
           "--clip-quantile", "0.9"], "--clip-quantile"),  # without --adaptive-clip
     ],
 )
@@ -251,7 +257,7 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_comput
 
 
 def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
-    from privrl.privacy.mechanisms import PerTrialMechanism
+    from privrl.systems.fedpg import algorithm
     # Cen without a mechanism: no guarantee, and privacy.json says so.
     out = tmp_path / "cen"
     assert cli.main(["run", "fedpg-cen", "--agents", "2", "--episodes", "40",
@@ -263,8 +269,8 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert privacy["ledger"]["formal_guarantee"] is False
     assert json.loads((out / "summary.json").read_text())["algorithm"] == "fedpg-cen"
     # Dec with Laplace: the ledger composes one ε-LDP release per node per round. It releases
-    # through the per-trial mechanism of the programs it could join.
-    laplace = count_releases(PerTrialMechanism, "privatize_with")
+    # through its setting as data, as the programs it could join do.
+    laplace = count_releases(algorithm, "privatize_setting")
     out = tmp_path / "dec"
     assert cli.main(["run", "fedpg-dec", "--topology", "random", "--agents", "2", "--episodes",
                      "40", "--mechanism", "laplace", "--epsilon-per-report", "0.5",
@@ -344,10 +350,10 @@ def test_gaussian_releases_made_equal_the_events_in_privacy_json(count_releases)
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
 
-    from privrl.privacy.mechanisms import PerTrialMechanism
+    from privrl.systems.fedpg import algorithm
 
-    # A Gaussian run releases through the per-trial mechanism of the programs it could join.
-    counter = count_releases(PerTrialMechanism, "privatize_with")
+    # A Gaussian run releases through its setting as data, as the programs it could join do.
+    counter = count_releases(algorithm, "privatize_setting")
     cfg = FedPGConfig(algorithm="cen", mechanism="gaussian", epsilon=10.0, clip=1.0,
                       **TINY).resolved()
     run = runner.run_fedpg(cfg)
@@ -378,11 +384,11 @@ def test_privacy_budget_ends_the_run_by_the_optimal_composition(count_releases):
     loop asks the ledger the same way under either composition; basic's refusals are tested
     in tests/kernel/privacy/test_ledger.py.)"""
     from privrl.privacy.accounting import optimal_composition_admits
-    from privrl.privacy.mechanisms import PerTrialMechanism
+    from privrl.systems.fedpg import algorithm
 
     assert optimal_composition_admits(0.3, 9, 2.0, 0.01)
     assert not optimal_composition_admits(0.3, 10, 2.0, 0.01)
-    counter = count_releases(PerTrialMechanism, "privatize_with")
+    counter = count_releases(algorithm, "privatize_setting")
     cfg = FedPGConfig(algorithm="cen", mechanism="laplace", epsilon=0.3, clip=1.0,
                       epsilon_budget=2.0, budget_composition="optimal", delta=0.01,
                       **{**TINY, "budget": 60}).resolved()

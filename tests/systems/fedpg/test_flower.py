@@ -113,6 +113,68 @@ def test_a_seeded_node_sums_the_local_runners_gradients(learner: ServerLearner):
     assert np.max(np.abs(clipped.sum(axis=0))) > 10 * bound  # the check can tell
 
 
+TINY = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
+            max_episode_steps=20, budget=12)
+
+
+def test_a_local_and_a_flower_run_state_the_same_epsilon():
+    """(Issue 50) The same distributed-gaussian request (ε, δ, rounds, clip, m = 4 honest
+    shares) gives a local run and a Flower run (3 SuperNodes, threshold 2: >= 4 of the 6
+    agents in a sum) the same mechanism by the same calibration, and their privacy
+    statements the same ε over the same rounds: the local run's privacy.json and the
+    Flower run's (`FlowerCenRun.privacy`, over as many rounds, every agent in every sum)."""
+    from privrl.systems.fedpg.flower import FlowerCenRun
+
+    cfg = dataclasses.replace(CFG, min_honest=4, **TINY)
+    run = run_fedpg(cfg)
+    local = privacy_record(run)
+    plan = plan_run(cfg, 3, 2)
+    mech = plan.mechanism
+    assert (mech.min_honest, mech.bits) == (4, 30)
+    rounds = run.rounds_run
+    flower = FlowerCenRun(plan.config, mech, [{"agents_in_sum": 6}] * rounds,
+                          np.zeros(mech.dim, np.float32), 3, 2, 0.0).privacy()
+    assert rounds >= 2
+    assert flower["guarantee"]["epsilon"] == local["guarantee"]["epsilon"] == \
+        mech.epsilon(rounds) <= 2.0
+    # the same noise too (the local modulus 2^29 for one agent per SuperNode is wider than
+    # this grid needs, so the grid is the deployment's): the local run predicts its learning
+    p = local["mechanism"]["params"]
+    assert (p["noise_multiplier"], p["l2_bound_grid_steps"], p["share_variance_grid_steps2"],
+            p["gamma"]) == (mech.noise_multiplier, mech.radius, mech.share_variance,
+                            mech.gamma)
+
+
+def test_a_seeded_flower_sum_is_the_local_rounds_sum():
+    """Seeded, a SuperNode's message sum is made by the local round's release function with
+    the local round's keys: the secure sum modulo 2^b of every agent's message (one node
+    hosting all 6: the modular sum does not depend on how agents are grouped into nodes)
+    decodes, over K, to the local round's μ_t (`CenRound.mu`): the same integers, up to the
+    float32 rounding of the division by K (XLA may multiply by 1/K: one ulp); another noise
+    share or rounding would move a coordinate by about γ·sqrt(K s²), far more."""
+    import jax
+
+    from privrl.systems.fedpg.algorithm import FedPG
+    from privrl.systems.fedpg.flower import round_plan
+
+    seeded = dataclasses.replace(CFG, noise="seeded", **TINY)
+    algo = FedPG(dataclasses.replace(seeded, trials=1))
+    mech = algo.mechanism
+    node = CenNode(seeded, 0, 1, mech, allowed_rounds=2)
+    theta = node.state.gossip.x[0]
+
+    @jax.jit
+    def local_mu(theta: jax.Array) -> jax.Array:
+        plan, state = round_plan(node.algo, node.state, theta, jax.numpy.int32(0))
+        variant = node.algo.variant
+        return variant.mu(state, plan, variant.episodes(node.algo.source, plan))[0][0]
+
+    total = node.release(np.asarray(theta, np.float32), node.batch(0), 0)
+    got = np.asarray(mech.decode(total).value, np.float32) / np.float32(6)
+    np.testing.assert_allclose(got, np.asarray(local_mu(theta)), rtol=2.5e-7, atol=0)
+    assert np.max(np.abs(got)) > 0
+
+
 # --- a local mechanism: each agent's Report -----------------------------------------------------
 REPORTS = FedPGConfig(algorithm="cen", agents=4, budget=45, mechanism="gaussian",
                       noise_multiplier=1.0, clip=1.0, hidden=(8,), seed=5, noise="seeded")

@@ -44,18 +44,18 @@ def test_shuffle_is_refused_where_it_does_not_apply(args, option, capsys, tmp_pa
 def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monkeypatch):
     """One run (K = 4): what the mechanism released and what the server averaged, recorded
     round by round, are the same reports, in another order."""
-    from privrl.privacy.mechanisms import PerTrialMechanism
+    from privrl.systems.fedpg import algorithm
 
     released: list[np.ndarray] = []
     received: list[np.ndarray] = []
-    # A Laplace run releases through the per-trial mechanism of the programs it could join.
-    privatize, average = PerTrialMechanism.privatize_with, cen.average_reports
+    # A Laplace run releases through its setting as data, as the programs it could join do.
+    privatize, average = algorithm.privatize_setting, cen.average_reports
 
     def recorded(into, value):
         jax.debug.callback(lambda v: into.append(np.asarray(v).reshape(-1, v.shape[-1])), value)
 
-    def releasing(self, args, key, x):
-        report = privatize(self, args, key, x)
+    def releasing(*args):
+        report = privatize(*args)
         recorded(released, report.value)
         return report
 
@@ -63,7 +63,7 @@ def test_shuffled_rounds_permute_the_reports_and_state_the_central_epsilon(monke
         recorded(received, reports.value)
         return average(reports)
 
-    monkeypatch.setattr(PerTrialMechanism, "privatize_with", releasing)
+    monkeypatch.setattr(algorithm, "privatize_setting", releasing)
     monkeypatch.setattr(cen, "average_reports", receiving)
     cfg = FedPGConfig(mechanism="laplace", epsilon=1.0, clip=1.0, agents=4, budget=12,
                       batch_min=2, batch_max=3, minibatch=2, inner_steps=1,

@@ -1,4 +1,6 @@
-"""FedPG-Cen with user-level DP: distributed Gaussian noise, secure sum, Poisson sampling."""
+"""FedPG-Cen with user-level DP: distributed Gaussian noise over a secure sum. The discrete
+mechanism (distributed-gaussian, the deployment's, simulated exactly) and the continuous one
+(distributed-gaussian-continuous: Poisson sampling, adaptive clipping)."""
 
 import json
 import math
@@ -9,9 +11,11 @@ from dp_accounting.rdp import RdpAccountant
 
 from privrl import main as cli
 from privrl.config import ConfigError
-from privrl.systems.fedpg.algorithm import FedPGConfig, participant_slots
+from privrl.privacy.discrete_sum import DiscreteGaussianSum
+from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, participant_slots
 
-DG = dict(mechanism="distributed-gaussian", clip=1.0, epsilon=2.0)
+DG = dict(mechanism="distributed-gaussian-continuous", clip=1.0, epsilon=2.0)
+DD = dict(mechanism="distributed-gaussian", clip=1.0, epsilon=2.0)
 TINY = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
             max_episode_steps=20, budget=12)
 
@@ -27,12 +31,19 @@ TINY = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_steps=1,
     ({**DG, "secure_noise": True}, "secure_noise"),
     ({**DG, "epsilon_budget": 3.0}, "epsilon_budget"),
     ({"mechanism": "distributed-gaussian", "clip": 1.0}, "epsilon"),
+    ({"mechanism": "distributed-gaussian-continuous", "clip": 1.0}, "epsilon"),
+    # the discrete mechanism takes every agent in every round, and has no adaptive clip
+    ({**DD, "sampling_rate": 0.5}, "sampling_rate"),
+    ({**DD, "adaptive_clip": True}, "adaptive_clip"),
+    ({**DD, "secure_noise": True}, "secure_noise"),
+    ({**DD, "algorithm": "dec"}, "mechanism"),
+    ({**DD, "min_honest": 11, "agents": 10}, "min_honest"),
     ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "sampling_rate": 0.5},
      "sampling_rate"),
     ({"min_honest": 5}, "min_honest"),
     ({**DG, "dp_rounds": 0}, "dp_rounds"),
     ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "dp_rounds": 5}, "dp_rounds"),
-    # adaptive clipping: distributed-gaussian on fedpg-cen only, its own fields in range
+    # adaptive clipping: distributed-gaussian-continuous on fedpg-cen only, its own fields in range
     ({"mechanism": "gaussian", "epsilon": 1.0, "clip": 1.0, "adaptive_clip": True},
      "adaptive_clip"),
     ({**DG, "algorithm": "dec", "adaptive_clip": True}, "adaptive_clip"),
@@ -52,7 +63,7 @@ def test_bad_config_is_refused(overrides, field):
 def test_adaptive_clip_needs_bit_noise_above_half_sigma():
     """σ = 5 given, σ_b = 2.5 = σ/2: z_Δ would be infinite, refused naming σ_b's field; the
     default σ_b is q·K/20 (here 50/20 = 2.5 again)."""
-    base = dict(mechanism="distributed-gaussian", clip=1.0, noise_multiplier=5.0,
+    base = dict(mechanism="distributed-gaussian-continuous", clip=1.0, noise_multiplier=5.0,
                 adaptive_clip=True, agents=1000)
     for extra in ({"clip_count_stddev": 2.5}, {}):
         with pytest.raises(ConfigError) as e:
@@ -64,6 +75,10 @@ def test_adaptive_clip_needs_bit_noise_above_half_sigma():
 def test_unreachable_epsilon_is_refused_before_running():
     with pytest.raises(ConfigError) as e:
         FedPGConfig(**{**DG, "epsilon": 1e-9, "sampling_rate": 1.0}).resolved()
+    assert e.value.field == "epsilon"
+    # the discrete mechanism is calibrated with the update's length, by the algorithm
+    with pytest.raises(ConfigError) as e:
+        FedPG(FedPGConfig(**{**DD, "epsilon": 1e-9}, **TINY, agents=4))
     assert e.value.field == "epsilon"
 
 
@@ -89,8 +104,9 @@ def test_cli_run_writes_the_events_to_privacy_json(tmp_path, capsys):
     accountant's budget ends the run after 2 rounds, not the episode budget."""
     out = tmp_path / "dg"
     args = ["run", "fedpg-cen", "--agents", "4", "--episodes", "60", "--batch-min", "2",
-            "--batch-max", "3", "--minibatch", "1", "--mechanism", "distributed-gaussian",
-            "--epsilon", "3", "--sampling-rate", "0.5", "--min-honest", "3", "--seed", "1",
+            "--batch-max", "3", "--minibatch", "1", "--mechanism",
+            "distributed-gaussian-continuous", "--epsilon", "3", "--sampling-rate", "0.5",
+            "--min-honest", "3", "--seed", "1",
             "--accountant", "rdp", "--dp-rounds", "2",
             "--out", str(out), "--no-progress"]
     assert cli.main(args) == 0
@@ -141,7 +157,7 @@ def test_adaptive_run_is_accounted_with_z_and_writes_its_clip(tmp_path):
     from privrl.privacy.distributed import joint_noise_multiplier
     from privrl.systems.fedpg import local as runner
 
-    cfg = FedPGConfig(mechanism="distributed-gaussian", clip=1.0, noise_multiplier=3.0,
+    cfg = FedPGConfig(mechanism="distributed-gaussian-continuous", clip=1.0, noise_multiplier=3.0,
                       **TINY, agents=4, sampling_rate=0.5, adaptive_clip=True,
                       clip_count_stddev=2.0)
     run = runner.run_fedpg(cfg)
@@ -170,3 +186,33 @@ def test_adaptive_run_is_accounted_with_z_and_writes_its_clip(tmp_path):
     # the second round used C_1 = C_0·exp(−0.2(b̄_0 − 0.5)), b̄_0 in a plausible range
     assert 1.0 * math.exp(-0.2 * 4) < float(rows[2][-1]) < 1.0 * math.exp(0.2 * 4)
     assert runner.summarize(run)["final_clip"] == [round(float(run.final_clip[0]), 4)]
+
+
+def test_discrete_run_states_its_mechanisms_epsilon(tmp_path, capsys):
+    """A tiny distributed-gaussian run (the deployment's discrete mechanism, simulated): every
+    agent in every round, calibrated for 2 rounds (--dp-rounds), so its budget ends the run
+    after 2; privacy.json's ε recomputes from its own numbers with the mechanism's zCDP
+    bound, and the per-dropout rows count fewer honest shares."""
+    out = tmp_path / "dd"
+    args = ["run", "fedpg-cen", "--agents", "4", "--episodes", "60", "--batch-min", "2",
+            "--batch-max", "3", "--minibatch", "1", "--mechanism", "distributed-gaussian",
+            "--epsilon", "3", "--min-honest", "3", "--seed", "1", "--dp-rounds", "2",
+            "--out", str(out), "--no-progress"]
+    assert cli.main(args) == 0
+    rec = json.loads((out / "privacy.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rounds"] == 2 and summary["trials_ended_by_privacy_budget"] == 1
+    p = rec["mechanism"]["params"]
+    assert (p["agents"], p["min_honest_surviving"], p["bits"]) == (4, 3, 29)  # 4·2^29 < 2^32
+    mech = DiscreteGaussianSum(p["clip"], p["dim"], p["agents"], p["min_honest_surviving"],
+                               p["noise_multiplier"], p["bits"], delta=p["delta"])
+    assert rec["accounting"]["epsilon"] == mech.epsilon(2) <= 3.0
+    assert rec["guarantee"]["epsilon"] == rec["accounting"]["epsilon"]
+    assert rec["ledger"]["reports"] == 4 * 2
+    rows = rec["trust_model"]["by_dropouts"]
+    assert rows[0] == {"dropped_or_colluding": 0, "honest_shares": 3,
+                       "epsilon": rec["accounting"]["epsilon"]}
+    assert rows[-1]["epsilon"] > rows[0]["epsilon"]
+    assert summary["upload_bytes_per_report"] == 4 * 386
+    assert "distributed discrete Gaussian" in rec["statement"]
+    assert f"ε = {rec['accounting']['epsilon']:.4g}" in capsys.readouterr().out

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from privrl.privacy import LaplaceMechanism, ProjectedRandomSignMechanism
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.record import mechanism_record
+from privrl.systems.pgc_a3c import algorithm as pgc_algorithm
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     ConfigError,
@@ -243,9 +243,9 @@ def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
 def test_releases_made_equal_the_ledger(count_releases):
     """Wrap the mechanism and count the Reports it minted: exactly the submissions the ledger
     composed (full rounds only, so that no padded agent slot mints a discarded report). A
-    Laplace run releases through the program families' `PerTrialMechanism`
+    Laplace run releases through its setting as data, the programs' `privatize_setting`
     (`settings_algorithm`)."""
-    counter = count_releases(PerTrialMechanism, "privatize_with")
+    counter = count_releases(pgc_algorithm, "privatize_setting")
     cfg = PGCA3CConfig(mechanism="laplace", epsilon=6.0, trials=1, submissions=27,
                        submissions_per_agent=3, hidden=4, max_episode_steps=10)
     out = run_pgc_a3c(cfg)

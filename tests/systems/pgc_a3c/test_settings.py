@@ -18,7 +18,7 @@ from privrl.config import ConfigError
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, one_program_field
 from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, run_pgc_a3c_settings
 
-# The paper preset's families: |B| = 1 and 100, PRS's d̂ = 1 (ε = 2) and 4 (ε = 10, padded
+# The paper preset's settings: |B| = 1 and 100, PRS's d̂ = 1 (ε = 2) and 4 (ε = 10, padded
 # to), the non-private baseline; a low target, so that trials retire at different chunks.
 SETTINGS = [("none", None), ("laplace", 1.0), ("prs", 2.0), ("prs", 10.0)]
 
@@ -72,7 +72,7 @@ def test_a_run_that_could_join_a_program_releases_as_the_program_does():
     own `LaplaceMechanism`, XLA CPU contracted `clipped + scale·noise` into a multiply-add
     differently from the program's select between the two (2,666 of 10,080 values an ulp
     apart with Threefry unrolled): so a run that could join a program computes through the
-    program's families (`settings_algorithm`)."""
+    program's releases (`settings_algorithm`: its setting as data, `privatize_setting`)."""
     import jax
 
     from privrl.runtime.sharding import in_blocks

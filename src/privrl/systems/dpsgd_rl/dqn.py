@@ -54,7 +54,11 @@ from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_multiplier
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
-from privrl.privacy.mechanisms import GaussianSumMechanism, PerTrialGaussianSum
+from privrl.privacy.mechanisms import (
+    GaussianSumMechanism,
+    gaussian_sum_dense_release,
+    gaussian_sum_release,
+)
 from privrl.privacy.noise import secret_fold
 from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.episodic import (
@@ -70,6 +74,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     observation_noise,
     progress_init,
     progress_update,
+    sum_setting,
 )
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
@@ -352,29 +357,20 @@ class DQN(EpisodicLearner):
         self.update_cap = cfg.max_updates()
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
-        # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
-        # a trial's setting as data (`for_settings` makes them; None: this algorithm's trials
-        # use `mechanism` and `env`). A run goes through `settings_algorithm`.
+        # Each setting's own algorithm (several: `for_settings`), and each setting's parameters
+        # as data, which the trials carry (`for_settings` makes them; empty: this algorithm's
+        # trials use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[DQN] = [self]
-        self.per_trial = False  # True: trials carry their setting (`setting_data`)
-        self.sum_mechanism: PerTrialGaussianSum | None = None
-        self.obs_mechanism: Any = None
+        self.setting_params: list[EpisodicSetting] = []
 
     def _as_data(self, each: Sequence[DQN]) -> None:
-        """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip and q, if
-        DP-SGD is on; σ·IQR observation noise, None if no setting has any)."""
-        self.per_trial = True
+        """The settings `each` as data: DP-SGD sums sharing one clip and q, if DP-SGD is on
+        (else None); σ·IQR observation noise (None if no setting has any)."""
         cfg = self.config
-        self.sum_mechanism = (PerTrialGaussianSum(
-            tuple(a.config.noise_multiplier for a in each), cfg.clip, cfg.delta, unit=UNIT,
-            sampling_probability=cfg.q) if cfg.dp else None)
-        self.obs_mechanism = observation_noise([a.config for a in each], self.task.obs_dim)
-
-    def setting_data(self, settings: Sequence[int]) -> EpisodicSetting:
-        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
-        return EpisodicSetting(
-            None if self.sum_mechanism is None else self.sum_mechanism.stack(settings),
-            None if self.obs_mechanism is None else self.obs_mechanism.stack(settings))
+        obs = observation_noise([a.config for a in each], self.task.obs_dim)
+        self.setting_params = [
+            EpisodicSetting(sum_setting(a.config.noise_multiplier, cfg.clip) if cfg.dp else None,
+                            o) for a, o in zip(each, obs, strict=True)]
 
     def init(self, key: Array) -> DQNState:
         cfg = self.config
@@ -428,16 +424,16 @@ class DQN(EpisodicLearner):
             grads = jax.vmap(jax.grad(one), (None, 0, 0, 0))(theta, obs, action, y)
             grads = grads * rows[:, None]
             if per_trial:
-                assert self.sum_mechanism is not None and setting is not None
-                return self.sum_mechanism.privatize_with(setting.grad, k_noise, grads).value / norm
+                assert setting is not None
+                return gaussian_sum_release(setting.grad, k_noise, grads, float(cfg.clip)) / norm
             if self.mechanism is not None:
                 return self.mechanism.privatize(k_noise, grads).value / norm
             return jax.vmap(lambda g: clip_l2(g, cfg.clip))(grads).sum(0) / norm  # σ = 0
         params = self.model.unravel(theta)
         if per_trial:
-            assert self.sum_mechanism is not None and setting is not None
-            return self.sum_mechanism.privatize_dense_with(setting.grad, k_noise, params, obs,
-                                                           losses, rows).value / norm
+            assert setting is not None
+            return gaussian_sum_dense_release(setting.grad, k_noise, params, obs, losses,
+                                              float(cfg.clip), rows) / norm
         if self.mechanism is not None:
             report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
             return report.value / norm

@@ -10,6 +10,7 @@ evaluation episode is played after every training episode and training stops onc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -40,13 +41,14 @@ from privrl.config import (
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
-from privrl.privacy.mechanisms import GaussianNoiseArgs, GaussianSumArgs, PerTrialGaussianNoise
+from privrl.privacy.mechanisms import GaussianSumParams, stack_params
 from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
-    PerTrialObservations,
+    ObservationSetting,
     PrivateObservations,
+    observation_setting,
 )
 
 
@@ -210,11 +212,21 @@ def observed_env(env: Any, obs_noise: Array | None) -> Any:
 # --- settings as one program ---------------------------------------------------------------
 class EpisodicSetting(NamedTuple):
     """One trial's setting as data, when settings run as one program (`for_settings`): its
-    DP-SGD sum and its observation noise, as members of the program's per-trial mechanisms
-    (None: the program has no such mechanism)."""
+    DP-SGD sum's parameters and its observation noise (None: no setting of the program has
+    such a mechanism). A batch of trials' settings is these stacked (`setting_data`)."""
 
-    grad: GaussianSumArgs | None
-    obs: GaussianNoiseArgs | None
+    grad: GaussianSumParams | None
+    obs: ObservationSetting | None
+
+
+def sum_setting(noise_multiplier: float | None, clip: float) -> GaussianSumParams:
+    """A DP-SGD sum with rows clipped to `clip` as one trial's data: noise multiplier σ > 0
+    (`GaussianSumMechanism(σ, clip)`'s parameters, std = float32(σ·C)), 0 clips without noise
+    (no guarantee), None sums the raw rows (non-private training)."""
+    s = noise_multiplier
+    if s is not None and not (math.isfinite(s) and s >= 0):
+        raise ValueError(f"noise multipliers must be finite and >= 0 (or None), got {s}")
+    return GaussianSumParams(np.bool_(s is not None), np.float32(s * clip if s else 0.0))
 
 
 def one_program_field(configs: Sequence[EpisodicConfig], setting_fields: Sequence[str]
@@ -248,20 +260,21 @@ def program_allows(setting_fields: Sequence[str]) -> str:
 
 
 def observation_noise(configs: Sequence[EpisodicConfig], obs_dim: int
-                      ) -> PerTrialGaussianNoise | None:
-    """The σ·IQR observation noise of settings `configs` as one per-trial mechanism; None if no
+                      ) -> list[ObservationSetting | None]:
+    """The σ·IQR observation noise of each of settings `configs` as data; all None if no
     setting has any (every trial sees the raw states)."""
-    scales = tuple(m.scale if (m := c.obs.mechanism()) is not None else None for c in configs)
-    return (PerTrialGaussianNoise(scales, obs_dim) if any(s is not None for s in scales)
-            else None)
+    mechanisms = [c.obs.mechanism() for c in configs]
+    if all(m is None for m in mechanisms):
+        return [None] * len(configs)
+    return [observation_setting(m, obs_dim) for m in mechanisms]
 
 
-def trial_env(env: Any, raw_env: Any, obs_mechanism: PerTrialGaussianNoise | None,
-              setting: EpisodicSetting | None, obs_noise: Array | None) -> Any:
+def trial_env(env: Any, raw_env: Any, setting: EpisodicSetting | None,
+              obs_noise: Array | None) -> Any:
     """The environment a trial's episodes see: with its setting as data, its own observation
     noise over `raw_env`; otherwise `env` (the run's, LDP-wrapped or not) as `observed_env`."""
-    if setting is not None and setting.obs is not None and obs_mechanism is not None:
-        return PerTrialObservations(raw_env, obs_mechanism, setting.obs, obs_noise)
+    if setting is not None and setting.obs is not None:
+        return PrivateObservations(raw_env, None, obs_noise, setting.obs)
     return observed_env(env, obs_noise)
 
 
@@ -270,13 +283,14 @@ class EpisodicLearner:
     run as one program (`for_settings`) or alone (`settings_algorithm`), the environment a
     trial's episodes see and the greedy evaluation policy. A subclass sets `SETTING_FIELDS`
     (what its settings in one program may differ in) and `_as_data`, and has `env`, `task`,
-    `model` and `obs_mechanism`."""
+    `model` and `setting_params` (each setting's as data, from `_as_data`; empty: trials use
+    the config's mechanisms, compiled in)."""
 
     SETTING_FIELDS: ClassVar[tuple[str, ...]] = ()
     env: Any
     task: Task
     model: Any
-    obs_mechanism: PerTrialGaussianNoise | None
+    setting_params: list[EpisodicSetting]
 
     @classmethod
     def one_program_field(cls, configs: Sequence[EpisodicConfig]) -> str | None:
@@ -306,13 +320,18 @@ class EpisodicLearner:
 
     def _as_data(self, each: Sequence[Any]) -> None:
         """Make this algorithm carry the settings `each` (their own algorithms) as per-trial
-        data."""
+        data: set `setting_params`, each setting's as an `EpisodicSetting`."""
         raise NotImplementedError
+
+    def setting_data(self, settings: Sequence[int]) -> EpisodicSetting:
+        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`),
+        the settings' parameters stacked along a leading trials axis."""
+        return stack_params([self.setting_params[int(i)] for i in settings])
 
     def observed(self, s: Any) -> Any:
         """The environment a trial's episodes see: its LDP observations (keyed by its secret
         root, if any; as its setting says, if settings run as one program)."""
-        return trial_env(self.env, self.task.env, self.obs_mechanism, s.setting, s.obs_noise)
+        return trial_env(self.env, self.task.env, s.setting, s.obs_noise)
 
     def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
         """The evaluation policy's actions on `obs`: the argmax of the network's outputs

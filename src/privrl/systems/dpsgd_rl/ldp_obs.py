@@ -21,20 +21,21 @@ other channels. The learner's actions are computed from noisy states: post-proce
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.config import Config, fail, in_range, non_negative, one_of, option, positive
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import (
     BoxGaussianMechanism,
-    GaussianNoiseArgs,
     Mechanism,
-    PerTrialGaussianNoise,
     UnboundedGaussianNoise,
+    UnboundedGaussianParams,
+    unbounded_gaussian_release,
 )
 from privrl.privacy.noise import noise_fields, secret_fold
 from privrl.privacy.record import COMPOSED, Claim, Facts, Releases, privacy_record
@@ -168,57 +169,62 @@ def private_observations(mechanism: Mechanism, noise_root: Array | None, key: Ar
     return jax.vmap(lambda k, o: private_observation(mechanism, noise_root, k, o))(keys, obs)
 
 
+class ObservationSetting(NamedTuple):
+    """One trial's σ·IQR observation noise as data, when settings run as one program: whether
+    it is on, and its `UnboundedGaussianNoise` parameters (a scale of 0 when off)."""
+
+    on: Any  # bool: the trial's observations pass through the noise (False: seen raw)
+    noise: UnboundedGaussianParams
+
+
+def observation_setting(mechanism: UnboundedGaussianNoise | None, dim: int
+                        ) -> ObservationSetting:
+    """`mechanism` (None: no noise) as one trial's data, for observations of length `dim`."""
+    if mechanism is None:
+        return ObservationSetting(np.bool_(False),
+                                  UnboundedGaussianParams(np.zeros(dim, np.float32)))
+    return ObservationSetting(np.bool_(True), mechanism.release_params(dim))
+
+
 class PrivateObservations:
     """A gymnax-style environment whose observations pass through an LDP mechanism first.
 
     The raw state stays inside the environment state (termination is decided on it); the
-    learner sees only `mechanism.privatize(key, obs).value`.
+    learner sees only `mechanism.privatize(key, obs).value`. With a trial's `setting` (settings
+    run as one program) the release is σ·IQR noise with the setting's parameters, and the
+    setting decides whether the wrapper is on: an off trial steps the environment with the
+    keys the unwrapped environment gets and sees its raw observations (plus 0 × noise), so
+    every trial gets its own run's floats.
     """
 
-    def __init__(self, env: Any, mechanism: Mechanism, noise_root: Array | None = None) -> None:
+    def __init__(self, env: Any, mechanism: Mechanism | None, noise_root: Array | None = None,
+                 setting: ObservationSetting | None = None) -> None:
+        if (mechanism is None) == (setting is None):
+            raise ValueError("PrivateObservations takes a mechanism or a trial's setting")
         self.env = env
         self.mechanism = mechanism
         self.noise_root = noise_root
+        self.setting = setting
 
     def keyed(self, noise_root: Array | None) -> PrivateObservations:
         """This wrapper with secret observation-noise keys: each release's key is
         `secret_fold(noise_root, seeded key)`. Call it inside the jitted program with the root
         taken from the learner's state, so the root is an argument, never a constant."""
-        return PrivateObservations(self.env, self.mechanism, noise_root)
-
-    def reset_env(self, key: Array, params: Any) -> tuple[Array, Any]:
-        k_env, k_noise = jax.random.split(key)
-        obs, state = self.env.reset_env(k_env, params)
-        return private_observation(self.mechanism, self.noise_root, k_noise, obs), state
-
-    def step_env(self, key: Array, state: Any, action: Array, params: Any) -> tuple:
-        k_env, k_noise = jax.random.split(key)
-        obs, state, reward, done, info = self.env.step_env(k_env, state, action, params)
-        return (private_observation(self.mechanism, self.noise_root, k_noise, obs), state,
-                reward, done, info)
-
-    def is_terminated(self, state: Any, params: Any) -> Array:
-        return self.env.is_terminated(state, params)
-
-
-class PerTrialObservations:
-    """`PrivateObservations` for settings run as one program: each trial's observation noise
-    (`args`, its `PerTrialGaussianNoise` member as data) decides whether the wrapper is on.
-    An off trial steps the environment with the keys the unwrapped environment gets and sees
-    its raw observations (plus 0 × noise), so every trial gets its own run's floats."""
-
-    def __init__(self, env: Any, mechanism: PerTrialGaussianNoise, args: GaussianNoiseArgs,
-                 noise_root: Array | None = None) -> None:
-        self.env, self.mechanism, self.args, self.noise_root = env, mechanism, args, noise_root
+        return PrivateObservations(self.env, self.mechanism, noise_root, self.setting)
 
     def _keys(self, key: Array) -> tuple[Array, Array]:
         k_env, k_noise = jax.random.split(key)
+        if self.setting is None:
+            return k_env, k_noise
         return jax.random.wrap_key_data(jnp.where(
-            self.args.on, jax.random.key_data(k_env), jax.random.key_data(key))), k_noise
+            self.setting.on, jax.random.key_data(k_env), jax.random.key_data(key))), k_noise
 
     def _release(self, key: Array, obs: Array) -> Array:
-        return self.mechanism.privatize_with(self.args, secret_fold(self.noise_root, key),
-                                             obs).value
+        if self.setting is None:
+            assert self.mechanism is not None
+            return private_observation(self.mechanism, self.noise_root, key, obs)
+        return unbounded_gaussian_release(self.setting.noise, secret_fold(self.noise_root, key),
+                                          obs)
 
     def reset_env(self, key: Array, params: Any) -> tuple[Array, Any]:
         k_env, k_noise = self._keys(key)

@@ -113,7 +113,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         # be vmapped over seeds: run them one after another (the results do not depend on it)
         host_in_loop = cfg.obs.secure or (cfg.secure_noise
                                           and getattr(algo, "noise_in_loop", False))
-        if getattr(algo, "per_trial", False) and not host_in_loop:
+        if getattr(algo, "setting_params", None) and not host_in_loop:
             # Every trial's episode in blocks of its own run's seeds per device, behind
             # optimization barriers (`in_blocks`): XLA CPU compiles the updates differently by
             # batch size, so a seed gets its own run's floats only in a block of that run's
@@ -140,7 +140,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         observed = any(a.config.obs.mechanism() is not None for a in settings)
         state = state._replace(noise=secret_keys(padded) if private else None,
                                obs_noise=secret_keys(padded) if observed else None)
-    if getattr(algo, "per_trial", False):  # trials carry their setting as data
+    if getattr(algo, "setting_params", None):  # trials carry their setting as data
         index = np.repeat(np.arange(n_set), k)
         index = np.concatenate([index, np.zeros(padded - index.size, int)])
         state = jax.device_put(state._replace(setting=algo.setting_data(index)),

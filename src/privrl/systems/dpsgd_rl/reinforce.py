@@ -45,8 +45,7 @@ from privrl.privacy.accounting import Accountant, PrivacyEvent, calibrate_noise_
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import (
     GaussianSumMechanism,
-    PerTrialGaussianNoise,
-    PerTrialGaussianSum,
+    gaussian_sum_release,
 )
 from privrl.privacy.noise import secret_fold
 from privrl.systems.dpsgd_rl.episodic import (
@@ -62,6 +61,7 @@ from privrl.systems.dpsgd_rl.episodic import (
     observation_noise,
     progress_init,
     progress_update,
+    sum_setting,
 )
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
@@ -173,29 +173,21 @@ class Reinforce(EpisodicLearner):
         self.update_cap = cfg.max_updates()
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
-        # Each setting's own algorithm (several: `for_settings`), and the mechanisms that take
-        # a trial's setting as data (`for_settings` makes them; None: this algorithm's trials
-        # use `mechanism` and `env`). A run goes through `settings_algorithm`.
+        # Each setting's own algorithm (several: `for_settings`), and each setting's parameters
+        # as data, which the trials carry (`for_settings` makes them; empty: this algorithm's
+        # trials use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[Reinforce] = [self]
-        self.per_trial = False  # True: trials carry their setting (`setting_data`)
-        self.sum_mechanism: PerTrialGaussianSum | None = None
-        self.obs_mechanism: PerTrialGaussianNoise | None = None
+        self.setting_params: list[EpisodicSetting] = []
 
     def _as_data(self, each: Sequence[Reinforce]) -> None:
-        """The per-trial mechanisms of settings `each` (DP-SGD sums sharing one clip; σ·IQR
-        observation noise, None if no setting has any: all trials see the raw states)."""
-        self.per_trial = True
-        self.sum_mechanism = PerTrialGaussianSum(
-            tuple((a.config.noise_multiplier if a.config.dp else None) for a in each),
-            self.config.clip, self.config.delta, unit=UNIT)
-        self.obs_mechanism = observation_noise([a.config for a in each], self.task.obs_dim)
-
-    def setting_data(self, settings: Sequence[int]) -> EpisodicSetting:
-        """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
-        assert self.sum_mechanism is not None
-        return EpisodicSetting(self.sum_mechanism.stack(settings),
-                               None if self.obs_mechanism is None
-                               else self.obs_mechanism.stack(settings))
+        """The settings `each` as data: DP-SGD sums sharing one clip (a non-private setting
+        sums the raw rows); σ·IQR observation noise (None if no setting has any: all trials
+        see the raw states)."""
+        obs = observation_noise([a.config for a in each], self.task.obs_dim)
+        self.setting_params = [
+            EpisodicSetting(sum_setting(a.config.noise_multiplier if a.config.dp else None,
+                                        self.config.clip), o)
+            for a, o in zip(each, obs, strict=True)]
 
     def init(self, key: Array) -> ReinforceState:
         k_theta, key = jax.random.split(key)
@@ -252,8 +244,7 @@ class Reinforce(EpisodicLearner):
         if canaries is not None:
             per_episode = jnp.concatenate([per_episode, canaries.astype(per_episode.dtype)])
         if setting is not None and setting.grad is not None:  # the trial's setting, as data
-            assert self.sum_mechanism is not None
-            return self.sum_mechanism.privatize_with(setting.grad, key, per_episode).value / b
+            return gaussian_sum_release(setting.grad, key, per_episode, float(cfg.clip)) / b
         if self.mechanism is not None:
             return self.mechanism.privatize(key, per_episode).value / b
         if cfg.dp:  # σ = 0: clipping without noise, no guarantee

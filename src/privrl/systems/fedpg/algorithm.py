@@ -37,9 +37,11 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import Array
 
+from privrl.config import ConfigError
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
 from privrl.privacy.central import CentralGaussian, kept_per_coordinate
+from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete, secure_sum_bits
 from privrl.privacy.distributed import AdaptiveClip, DistributedGaussianMechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.mechanisms import (
@@ -47,7 +49,9 @@ from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
     Mechanism,
-    PerTrialMechanism,
+    privatize_setting,
+    setting_params,
+    stack_params,
 )
 from privrl.privacy.report import Report
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
@@ -62,7 +66,6 @@ from privrl.systems.fedpg.config import (
     ONE_PROGRAM_MECHANISMS,
     OPTIMIZERS,
     PRESETS,
-    PROGRAM_FAMILIES,
     PURE_MECHANISMS,
     SETTING_FIELDS,
     FedPGConfig,
@@ -77,10 +80,11 @@ from privrl.systems.fedpg.state import FedPGState, RoundInfo, keep, node_noise_k
 
 __all__ = [
     "ACCOUNTED_MECHANISMS", "ALGORITHMS", "DEFAULT_PARTICIPANTS", "IMPORTANCE", "MECHANISMS",
-    "ONE_PROGRAM_MECHANISMS", "OPTIMIZERS", "PRESETS", "PROGRAM_FAMILIES", "PURE_MECHANISMS",
+    "ONE_PROGRAM_MECHANISMS", "OPTIMIZERS", "PRESETS", "PURE_MECHANISMS",
     "SETTING_FIELDS", "CenPlan", "Episodes", "FedPG", "FedPGConfig", "FedPGState",
     "HostSource", "JittedSource", "NodePlan", "NodeUpdate", "RoundInfo", "build_topology",
-    "make_mechanism", "node_noise_key", "one_program_field", "participant_slots",
+    "discrete_sum_mechanism", "make_mechanism", "node_noise_key", "one_program_field",
+    "participant_slots",
     "settings_algorithm",
 ]
 
@@ -107,15 +111,18 @@ class FedPG(Learner):
         # The settings this algorithm runs, each as its own FedPG (its config, mechanism and
         # graph): itself, or those of `for_settings`.
         self.settings: list[FedPG] = [self]
+        # The settings' mechanisms, whose parameters the trials carry as data (`for_settings`);
+        # None: `mechanism`, the config's, compiled in.
+        self.setting_mechanisms: tuple[Mechanism, ...] | None = None
 
     @classmethod
     def for_settings(cls, configs: Sequence[FedPGConfig], task: Task | None = None,
                      model: nn.Module | None = None) -> FedPG:
         """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
-        family and its parameters, Dec's graph): its mechanism is a `PerTrialMechanism`, every
-        trial carries its setting's as data (`FedPGState.setting`, from `setting_data`) and
-        the runner passes each trial its setting's mixing matrix, so one jitted round runs
-        them all. ConfigError names the field that keeps them apart."""
+        family and its parameters, Dec's graph): every trial carries its setting's mechanism
+        as a parameter pytree (`FedPGState.setting`, from `setting_data`) and the runner
+        passes each trial its setting's mixing matrix, so one jitted round runs them all.
+        ConfigError names the field that keeps them apart."""
         algo = settings_program(cls, configs, task, model, one_program_field,
                                 f"{', '.join(SETTING_FIELDS)} (mechanisms "
                                 f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "
@@ -124,8 +131,9 @@ class FedPG(Learner):
 
     def setting_data(self, settings: Sequence[int]) -> Any:
         """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
-        assert isinstance(self.mechanism, PerTrialMechanism)
-        return self.mechanism.stack(settings)
+        assert self.setting_mechanisms is not None
+        return stack_params([setting_params(self.setting_mechanisms[i], self.dim)
+                             for i in settings])
 
     def init(self, key: Array) -> FedPGState:
         """All Dec nodes start from the same θ (FedPG-BR initializes one policy)."""
@@ -166,10 +174,12 @@ class FedPG(Learner):
 
     def release(self, setting: Any, key: Array, x: Array) -> Report:
         """What an agent sends, through the mechanism: the config's, or in a program of
-        settings the trial's member (`setting`, its MechanismArgs)."""
+        settings the trial's own (`setting`, its SettingParams)."""
         if setting is None:
             return self.mechanism.privatize(key, x)
-        return self.mechanism.privatize_with(setting, key, x)
+        assert self.setting_mechanisms is not None
+        return privatize_setting(self.setting_mechanisms, ONE_PROGRAM_MECHANISMS, setting,
+                                 key, x)
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""
@@ -186,10 +196,9 @@ def settings_algorithm(configs: Sequence[FedPGConfig], task: Task | None = None,
 
 
 def _mechanisms_as_data(algo: FedPG, each: Sequence[FedPG]) -> None:
-    """Settings `each` as per-trial data of `algo`: their mechanisms as one `PerTrialMechanism`
-    (a trial's mixing matrix is the runner's)."""
-    algo.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), algo.dim,
-                                       PROGRAM_FAMILIES)
+    """Settings `each` as per-trial data of `algo`: their mechanisms, whose parameters the
+    trials carry (a trial's mixing matrix is the runner's)."""
+    algo.setting_mechanisms = tuple(a.mechanism for a in each)
 
 
 def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:
@@ -203,15 +212,41 @@ def central_noise(cfg: FedPGConfig) -> CentralGaussian | None:
         cfg.robust, cfg.agents, int(cfg.byzantine_alpha * cfg.agents)))
 
 
+def discrete_sum_mechanism(cfg: FedPGConfig, dim: int, min_honest: int | None = None,
+                           bits: int | None = None) -> DiscreteGaussianSum:
+    """distributed-gaussian's mechanism, for a local run and a Flower deployment alike (one
+    calibration, so both state the same ε for the same request): the distributed discrete
+    Gaussian on updates of length `dim`, its noise calibrated to the config's ε at δ over its
+    calibration rounds (or σ = noise_multiplier given), counting `min_honest` honest shares
+    (default: the config's, else K), over a sum modulo 2^`bits` (default: what SecAgg+ carries
+    with one agent per SuperNode, the local run's). ConfigError if no grid carries it."""
+    m = (cfg.agents if cfg.min_honest is None else cfg.min_honest) if min_honest is None \
+        else min_honest
+    b = secure_sum_bits(cfg.agents) if bits is None else bits
+    try:
+        if cfg.noise_multiplier is not None:
+            return DiscreteGaussianSum(cfg.clip, dim, cfg.agents, m, cfg.noise_multiplier, b,
+                                       delta=cfg.delta)
+        return calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(),
+                                  clip=cfg.clip, dim=dim, agents=cfg.agents, min_honest=m,
+                                  bits=b)
+    except ValueError as e:  # the grid cannot carry the noise asked for
+        field = "epsilon" if cfg.noise_multiplier is None else "noise_multiplier"
+        raise ConfigError(field, f"no discrete mechanism reaches it: {e}") from None
+
+
 def make_mechanism(cfg: FedPGConfig, dim: int | None = None
-                   ) -> Mechanism | DistributedGaussianMechanism:
+                   ) -> Mechanism | DistributedGaussianMechanism | DiscreteGaussianSum:
     """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
     own (privrl.privacy.user) is asked for ε per release, δ = 0, on inputs of length `dim`."""
+    needs_dim = is_user_mechanism(cfg.mechanism) or cfg.mechanism == "distributed-gaussian"
+    if needs_dim and dim is None:
+        raise ValueError(f"{cfg.mechanism} needs the input length: FedPG(cfg).mechanism")
     if is_user_mechanism(cfg.mechanism):
-        if dim is None:
-            raise ValueError("a user's mechanism needs the input length: FedPG(cfg).mechanism")
         return user_mechanism(cfg.mechanism, MechanismRequest(cfg.epsilon, 0.0, cfg.clip, dim))
     if cfg.mechanism == "distributed-gaussian":
+        return discrete_sum_mechanism(cfg, dim)
+    if cfg.mechanism == "distributed-gaussian-continuous":
         if cfg.noise_multiplier is None:
             raise ValueError("resolve the config first (FedPGConfig.resolved)")
         adaptive = (AdaptiveClip(cfg.clip_count_stddev, cfg.clip_quantile, cfg.clip_lr)

@@ -22,8 +22,10 @@ reports, so the claim audited is unchanged: one report's ε bounds what μ_t rev
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +35,6 @@ from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.mechanism import AuditResult, audit_mechanism, check_audit_settings
 from privrl.config import ConfigError, positive
 from privrl.federation.robust import robust_mean
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.byzantine import filter_radii
 
@@ -49,10 +50,19 @@ class CanaryFedPGAgent(CanaryAgentBase):
         system = settings_algorithm([replace(config, trials=1)])  # a local run's release path
         self.setting = (jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]),
                                                system.setting_data([0]))
-                        if isinstance(system.mechanism, PerTrialMechanism) else None)
+                        if system.setting_mechanisms is not None else None)
         rule = "" if config.robust == "none" else f" under robust {config.robust}"
         super().__init__(system, theta_key,
                          f"fedpg-{system.config.algorithm} {config.mechanism} canary agent{rule}")
+
+    def swapped(self, on: Array) -> Any:
+        """The base swap (`release`'s input), reached by Dec's node update too: Dec's round
+        object calls its own algorithm's `release`, so the copy gets a round of its own."""
+        system = super().swapped(on)
+        variant = copy.copy(system.variant)
+        variant.algo = system
+        system.variant = variant
+        return system
 
     def privatize(self, key: Array, x: Array) -> Array:
         system = self.swapped(x[0])

@@ -10,8 +10,12 @@ its own environment, as in FedPG-BR): privrl.systems.fedpg.scsg.
 The round is `plan` → the agents' episodes → `mu` → the server's SCSG loop → `finish`, each
 episode from the episode source it is given (privrl.systems.fedpg.source): inside one jitted
 program for a gymnax task, piece by piece around a host rollout for a Gymnasium task. The K
-agents (and the episodes of each) are vectorized; under distributed-gaussian only the
-Poisson-sampled agents' lanes are computed (`participant_slots`).
+agents (and the episodes of each) are vectorized; under distributed-gaussian-continuous only
+the Poisson-sampled agents' lanes are computed (`participant_slots`). Under
+distributed-gaussian every agent's message is the deployment's (privrl.privacy.discrete_sum:
+clipped, rounded to integers, its discrete Gaussian share added, modulo 2^b, drawn from its
+mechanism key inside the round) and the server decodes their sum modulo 2^b, as SecAgg+
+delivers it to a Flower deployment's server.
 
 Byzantine agents (`byzantine`, `attack`; privrl.systems.fedpg.byzantine) choose what enters
 their mechanism (random-action ones also play uniformly random actions); the server replaces
@@ -31,6 +35,7 @@ from jax import Array
 from privrl.federation.pushsum import PushSumState
 from privrl.federation.robust import robust_mean
 from privrl.federation.star import average_reports, mean_from_sum
+from privrl.privacy.discrete_sum import DiscreteGaussianSum, share
 from privrl.privacy.distributed import DistributedGaussianMechanism, secure_aggregate
 from privrl.privacy.noise import secret_fold
 from privrl.privacy.report import Report
@@ -58,7 +63,7 @@ class CenPlan(NamedTuple):
     batch: Array  # B_t
     mech_keys: Array  # (K,) each agent's mechanism key
     ids: Array  # (P,) the agent of each lane
-    valid: Array | None  # (P,) distributed-gaussian: the lane holds a sampled agent
+    valid: Array | None  # (P,) distributed-gaussian-continuous: the lane's agent was sampled
     steps: Array  # (1,) N_t (0 for a finished trial)
     server_env: Any
     k_inner: Array
@@ -110,7 +115,8 @@ class CenRound:
 
     def plan(self, state: FedPGState, key: Array, live: Array) -> CenPlan:
         """Who plays what in a FedPG-Cen round: B_t, the agents' lanes (all K, or under
-        distributed-gaussian the Poisson-sampled ones), their environments and keys, N_t."""
+        distributed-gaussian-continuous the Poisson-sampled ones), their environments and
+        keys, N_t."""
         algo, cfg = self.algo, self.algo.config
         k, b_max = cfg.agents, cfg.batch_max
         k_b, k_ep, k_mech, k_n, k_inner = jax.random.split(key, 5)
@@ -146,8 +152,11 @@ class CenRound:
         clip (adaptive clipping; else `state.clip`); and which agents' reports the robust
         rule kept ((K,) bool; None without a rule).
 
-        distributed-gaussian: the sampled agents in a lane have played B_t episodes; all K
-        agents send a Share (unsampled: noise only); the server gets the secure sum and
+        distributed-gaussian: every agent's message (`discrete_sum.share` with its mechanism
+        key), their sum modulo 2^b decoded (`DiscreteGaussianSum.aggregate`), divided by K.
+        distributed-gaussian-continuous: the sampled agents in a lane have played B_t
+        episodes; all K agents send a Share (unsampled: noise only); the server gets the secure
+        sum and
         divides it by the public expected count q·K. Adaptive clipping: the shares also carry
         the clip bits at C_t = state.clip, and the server returns C_{t+1} from their noised
         fraction (else the clip returned is None). A sampled agent beyond the lanes
@@ -156,6 +165,10 @@ class CenRound:
         the guarantee holds as stated (it costs utility, not privacy)."""
         algo, cfg = self.algo, self.algo.config
         mech, k = algo.mechanism, cfg.agents
+        if isinstance(mech, DiscreteGaussianSum):
+            mu_k = self.estimates(state, plan, ep)  # every agent in a lane of its own
+            messages = jax.vmap(share, (None, 0, 0))(mech.sum_params, plan.mech_keys, mu_k)
+            return mean_from_sum(mech.aggregate(messages), k)[None], None, None
         if not isinstance(mech, DistributedGaussianMechanism):
             reports = self.reports(state, plan, ep)
             order = jnp.arange(k)
@@ -250,7 +263,7 @@ def _lanes_from(which: Array, a: Episodes, b: Episodes) -> Episodes:
 
 def own_lanes(plan: CenPlan, lanes: Array) -> CenPlan:
     """The plan of `lanes` only (lane k holds agent k: a local mechanism's plan, or
-    distributed-gaussian's when every agent takes part): what the agents of one Flower
+    distributed-gaussian's): what the agents of one Flower
     SuperNode play under secret noise."""
     pick = lambda a: a[lanes]  # noqa: E731
     return plan._replace(thetas=pick(plan.thetas),

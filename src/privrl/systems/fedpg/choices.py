@@ -6,7 +6,7 @@ from __future__ import annotations
 
 ALGORITHMS = ("cen", "dec")
 MECHANISMS = ("none", "laplace", "gaussian", "privunit", "privunitg", "distributed-gaussian",
-              "central-gaussian")
+              "distributed-gaussian-continuous", "central-gaussian")
 # Byzantine agents' behaviours (privrl.systems.fedpg.byzantine) and the server's robust rules
 # (privrl.federation.robust).
 ATTACKS = ("random-noise", "random-action", "sign-flip", "zero-gradient", "adaptive", "fedscspg",

@@ -44,10 +44,17 @@ from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
 # central-gaussian: a server trusted with the clipped updates adds the noise to its robust
 # aggregate (privrl.privacy.central; docs/byzantine.md).
-ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian", "central-gaussian")
+ACCOUNTED_MECHANISMS = ("gaussian", "distributed-gaussian", "distributed-gaussian-continuous",
+                        "central-gaussian")
+# The secure sums of noise shares (fedpg-cen): distributed-gaussian, the deployment's distributed
+# discrete Gaussian over a sum modulo 2^b (privrl.privacy.discrete_sum: every agent in every
+# round, calibrated by its own zCDP bound), simulated exactly in a local run; and
+# distributed-gaussian-continuous, a simulation only: continuous Gaussian shares over a real
+# sum (privrl.privacy.distributed), with Poisson sampling of agents and adaptive clipping.
+DISTRIBUTED_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continuous")
 # Pure ε-LDP per release (ε per release, composed by the ledger), unlike the Gaussian.
 PURE_MECHANISMS = ("laplace", "privunit", "privunitg")
-# distributed-gaussian's default sampling: this many agents per round in expectation.
+# distributed-gaussian-continuous's default sampling: this many agents per round in expectation.
 DEFAULT_PARTICIPANTS = 50
 IMPORTANCE = ("step", "trajectory")
 OPTIMIZERS = ("adam", "sgd")
@@ -84,16 +91,20 @@ class FedPGConfig(Config):
     at `delta` over the run, for which σ is calibrated over the most rounds the budget allows,
     by `accountant` (pld: the exact analytic Gaussian composition; rdp: RDP), the one that also
     states the run's ε. distributed-gaussian (Cen only): user-level central DP; every agent
-    clips its μ_tᵏ to `clip` and adds a share of the noise, the server sees only the sum,
-    which carries N(0, σ²C²I) (σ = `noise_multiplier`, or calibrated from `epsilon` at
-    `delta` for the most rounds the budget allows); each agent takes part in a round with
-    probability `sampling_rate` (Poisson); shares are sized so that any `min_honest` (default
-    K) of them carry the full noise. See privrl.privacy.distributed.
-    `adaptive_clip` (distributed-gaussian only): the clip follows the `clip_quantile` γ of
-    the sampled agents' update norms (Andrew et al. 2021), starting from `clip`, with
-    learning rate `clip_lr` η_C; the clip bits' sum is noised with std `clip_count_stddev`
-    σ_b (None: q·K/20), and σ (the round's noise multiplier, calibrated as without it) is
-    split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
+    clips its μ_tᵏ to `clip`, rounds it to integers and adds a discrete Gaussian share of the
+    noise, the server sees only the sum modulo 2^b, whose noise over the sensitivity is σ
+    (`noise_multiplier`, or calibrated from `epsilon` at `delta` for `dp_rounds`, default the
+    most rounds the budget allows, by the mechanism's own bound); every agent takes part in
+    every round; shares are sized so that any `min_honest` (default K) of them carry the
+    full noise. The same mechanism as a Flower deployment's: privrl.privacy.discrete_sum.
+    distributed-gaussian-continuous (a simulation): the same with continuous Gaussian shares
+    over a real sum, each agent taking part with probability `sampling_rate` (Poisson), by
+    `accountant`. See privrl.privacy.distributed.
+    `adaptive_clip` (distributed-gaussian-continuous only): the clip follows the
+    `clip_quantile` γ of the sampled agents' update norms (Andrew et al. 2021), starting from
+    `clip`, with learning rate `clip_lr` η_C; the clip bits' sum is noised with std
+    `clip_count_stddev` σ_b (None: q·K/20), and σ (the round's noise multiplier, calibrated
+    as without it) is split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
     """
 
     algorithm: str = option("cen", cli=False, choices=ALGORITHMS,
@@ -144,18 +155,21 @@ class FedPGConfig(Config):
     seed: int = option(0, help="Random seed (same seed, same results).")
     mechanism: str = option(
         "none", choices=MECHANISMS, user_callable=True,
-        help="Randomizer for what each agent sends every round: none (default, as in the "
-        "paper: NO privacy guarantee), laplace (L1 clip to C/2 + Laplace noise: pure ε-LDP "
-        "per release), gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or "
-        "privunit / privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector "
-        "estimates per release; docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen "
-        "only: user-level central DP; each agent clips to L2 norm C and adds a share of the "
-        "noise, a simulated secure aggregation gives the server only the sum, which carries "
-        "N(0, (σC)²); --sampling-rate, --min-honest; docs/fedpg.md), or central-gaussian "
-        "(fedpg-cen only: the server is TRUSTED with every agent's clipped update and adds "
-        "Gaussian noise to its --robust none|trimmed-mean|median aggregate, scaled to the "
-        "rule's sensitivity; central DP; docs/byzantine.md), or your own module:callable "
-        "(ε-LDP per release as it declares, not verified by privrl; docs/ldp-mechanisms.md).")
+        help=(
+        "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
+        "privacy guarantee), laplace (L1 clip to C/2 + Laplace noise: pure ε-LDP per release), "
+        "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
+        "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per release; "
+        "docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level central DP, "
+        "the Flower deployment's mechanism, simulated exactly: each agent clips to L2 norm C, "
+        "rounds to integers and adds a discrete Gaussian share of the noise, modulo 2^b; the secure"
+        " sum gives the server only their sum; --min-honest; docs/fedpg.md), or "
+        "distributed-gaussian-continuous (a simulation: continuous shares over a real sum, "
+        "--sampling-rate, --adaptive-clip), or central-gaussian (fedpg-cen only: the server is "
+        "TRUSTED with every agent's clipped update and adds Gaussian noise to its --robust "
+        "none|trimmed-mean|median aggregate, scaled to the rule's sensitivity; central DP; "
+        "docs/byzantine.md), or your own module:callable (ε-LDP per release as it declares, not "
+        "verified by privrl; docs/ldp-mechanisms.md)."))
     epsilon: float | None = option(
         None, help="Each agent's total ε over the run (> 0, finite; the protected unit: one "
         "agent, every release it sends). laplace, privunit, privunitg: each agent releases "
@@ -163,14 +177,15 @@ class FedPGConfig(Config):
         "at most (with --budget-composition optimal: the largest ε_0 whose R-fold optimal "
         "composition is (ε, --delta)), and the ledger enforces ε. gaussian: at --delta (σ is "
         "calibrated for the most rounds the budget allows). distributed-gaussian: "
-        "user-level, at --delta (same calibration, Poisson sampling included); rounds beyond "
-        "it are refused. Needs --mechanism.")
+        "user-level, at --delta, by the mechanism's own bound (the Flower run's); "
+        "distributed-gaussian-continuous: by --accountant, Poisson sampling included; rounds "
+        "beyond it are refused. Needs --mechanism.")
     clip: float | None = option(
         None, help="Clip C of the mechanism (with --adaptive-clip the initial clip C_0). "
         "Default: 1 with a mechanism.")
     noise_multiplier: float | None = option(
         None, help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon. "
-        "distributed-gaussian: the std of the sum's noise is σ·C.")
+        "distributed-gaussian(-continuous): the std of the sum's noise over its sensitivity.")
     delta: float = option(
         1e-5, help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal "
         "composition stated beside the pure ε (the budget's δ with --budget-composition "
@@ -196,16 +211,18 @@ class FedPGConfig(Config):
         "from the OS CSPRNG, the input clipped in integers (no low-bit leak; slower; not "
         "reproducible; docs/secure-noise.md).")
     sampling_rate: float | None = option(
-        None, help="distributed-gaussian: each agent takes part in a round with probability q "
+        None, help="distributed-gaussian-continuous: each agent takes part in a round with "
+        "probability q "
         "(Poisson sampling, q in (0, 1]; amplifies privacy); unsampled agents play no episode "
         "and send their noise share only. Default: min(1, 50/K), an expected 50 agents per "
         "round.")
     min_honest: int | None = option(
-        None, help="distributed-gaussian: noise shares are sized N(0, (σC)²/m) so that any m "
+        None, help="distributed-gaussian(-continuous): noise shares are sized so that any m "
         "honest agents' shares carry the full noise; up to K − m agents may drop out or "
         "collude with the server at the stated ε (default m = K: none).")
     dp_rounds: int | None = option(
-        None, help="distributed-gaussian with --epsilon: calibrate σ for this many rounds "
+        None, help="distributed-gaussian(-continuous) with --epsilon: calibrate σ for this many "
+        "rounds "
         "instead of the most the episode budget allows (less noise); the privacy budget ends "
         "a trial that would run more.")
     shuffle: bool = option(
@@ -217,11 +234,12 @@ class FedPGConfig(Config):
     shuffle_delta: float = option(
         1e-5, help="δ of the per-round central (ε, δ) stated under --shuffle.")
     adaptive_clip: bool = option(
-        False, help="distributed-gaussian: adaptive clipping (Andrew et al. 2021). The clip "
-        "starts at --clip and follows the --clip-quantile of the sampled agents' update "
-        "norms: each also sends the bit ‖μ‖ <= C_t through the secure sum (noised with std "
-        "--clip-count-stddev), and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same "
-        "ε: σ is split between the update and the bits (docs/fedpg.md).")
+        False, help=(
+        "distributed-gaussian-continuous: adaptive clipping (Andrew et al. 2021). The clip starts "
+        "at --clip and follows the --clip-quantile of the sampled agents' update norms: each also "
+        "sends the bit ‖μ‖ <= C_t through the secure sum (noised with std --clip-count-stddev), and"
+        " C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same ε: σ is split between the "
+        "update and the bits (docs/fedpg.md)."))
     clip_quantile: float = option(
         0.5, help="--adaptive-clip: target fraction γ of sampled agents whose update norm is "
         "within the clip, in (0, 1) (the paper's: the median).")
@@ -383,8 +401,8 @@ class FedPGConfig(Config):
                 fail("delta", f"must be in (0, 1), got {self.delta!r}")
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         if self.mechanism not in ACCOUNTED_MECHANISMS and self.noise_multiplier is not None:
-            fail("noise_multiplier", "only the gaussian and distributed-gaussian mechanisms "
-                                     "take it")
+            fail("noise_multiplier", "only the gaussian and distributed-gaussian(-continuous) "
+                                     "mechanisms take it")
 
     def _check_epsilon_budget(self) -> None:
         """The ledger's cap (pure ε-LDP mechanisms only): positive, and it affords a release."""
@@ -430,6 +448,8 @@ class FedPGConfig(Config):
                             f"mechanism={self.mechanism!r}: "
                             + {"none": "no mechanism has no local ε to amplify",
                                "distributed-gaussian": "the server already sees only the sum",
+                               "distributed-gaussian-continuous": "the server already sees "
+                                                                  "only the sum",
                                }.get(self.mechanism, "the amplification bound here (FMT21) "
                                                      "is for pure ε₀-LDP reports"))
         in_range("shuffle_delta", self.shuffle_delta, 0, 1, low_open=True, high_open=True)
@@ -465,8 +485,8 @@ class FedPGConfig(Config):
                 fail("robust", "with central-gaussian the filter's mean has sensitivity C, the "
                                "diameter of the clipped updates' ball (any kept subset), K times "
                                "the mean's; use none, trimmed-mean or median")
-        if self.robust != "none" and self.mechanism == "distributed-gaussian":
-            fail("robust", "distributed-gaussian: the server sees only the secure sum of the "
+        if self.robust != "none" and self.mechanism in DISTRIBUTED_MECHANISMS:
+            fail("robust", f"{self.mechanism}: the server sees only the secure sum of the "
                            "agents' updates, so no per-agent filter or robust rule can run "
                            "(use a per-agent LDP mechanism, or robust none)")
         if self.robust == "fedpg-br" and self.mechanism not in ("none", "gaussian", "laplace",
@@ -482,7 +502,7 @@ class FedPGConfig(Config):
         if self.bypass_mechanism:
             if not self.byzantine:
                 fail("bypass_mechanism", "needs byzantine >= 1 (no agent would bypass it)")
-            if self.mechanism in ("none", "distributed-gaussian", "central-gaussian"):
+            if self.mechanism in ("none", *DISTRIBUTED_MECHANISMS, "central-gaussian"):
                 fail("bypass_mechanism", "only a per-agent LDP mechanism (laplace, gaussian, "
                                          "privunit, privunitg or a user's) can be bypassed; "
                                          f"mechanism={self.mechanism!r} has no per-agent "
@@ -498,7 +518,8 @@ class FedPGConfig(Config):
                 fail("attack_norm", "zero-gradient sends 0, which has no direction to rescale")
 
     def _check_adaptive_clip(self) -> None:
-        """adaptive_clip's own fields; it belongs to distributed-gaussian on fedpg-cen."""
+        """adaptive_clip's own fields; it belongs to distributed-gaussian-continuous on
+        fedpg-cen."""
         if not isinstance(self.adaptive_clip, bool):
             fail("adaptive_clip", f"must be true or false, got {self.adaptive_clip!r}")
         if not self.adaptive_clip:
@@ -509,9 +530,11 @@ class FedPGConfig(Config):
             return
         if self.algorithm != "cen":
             fail("adaptive_clip", "adaptive clipping adapts the clip of the securely "
-                                  "aggregated sum: fedpg-cen with distributed-gaussian only")
-        if self.mechanism != "distributed-gaussian":
-            fail("adaptive_clip", "adaptive clipping needs mechanism='distributed-gaussian' "
+                                  "aggregated sum: fedpg-cen with "
+                                  "distributed-gaussian-continuous only")
+        if self.mechanism != "distributed-gaussian-continuous":
+            fail("adaptive_clip", "adaptive clipping needs "
+                                  "mechanism='distributed-gaussian-continuous' "
                                   f"(the clip bits travel in its secure sum), got "
                                   f"mechanism={self.mechanism!r}")
         in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
@@ -520,26 +543,33 @@ class FedPGConfig(Config):
             positive("clip_count_stddev", self.clip_count_stddev)
 
     def _check_distributed(self) -> None:
-        """distributed-gaussian's own fields and the combinations that make no sense."""
+        """The distributed mechanisms' own fields and the combinations that make no sense."""
+        mech = self.mechanism
         if self.dp_rounds is not None:
-            if self.mechanism != "distributed-gaussian" or self.epsilon is None:
-                fail("dp_rounds", "the rounds σ is calibrated for: distributed-gaussian with "
-                                  "epsilon only")
+            if mech not in DISTRIBUTED_MECHANISMS or self.epsilon is None:
+                fail("dp_rounds", "the rounds σ is calibrated for: "
+                                  "distributed-gaussian(-continuous) with epsilon only")
             integer("dp_rounds", self.dp_rounds)
-        if self.mechanism != "distributed-gaussian":
+        if mech not in DISTRIBUTED_MECHANISMS:
             if self.sampling_rate is not None:
-                fail("sampling_rate", "agent sampling is part of the distributed-gaussian "
-                                      f"mechanism only, not of mechanism={self.mechanism!r}")
+                fail("sampling_rate", "agent sampling is part of the "
+                                      "distributed-gaussian-continuous mechanism only, not of "
+                                      f"mechanism={mech!r}")
             if self.min_honest is not None:
-                fail("min_honest", "noise shares belong to the distributed-gaussian mechanism "
-                                   f"only, not to mechanism={self.mechanism!r}")
+                fail("min_honest", "noise shares belong to the distributed-gaussian(-continuous)"
+                                   f" mechanisms only, not to mechanism={mech!r}")
             return
         if self.algorithm != "cen":
-            fail("mechanism", "distributed-gaussian protects a sum that a server aggregates: "
+            fail("mechanism", f"{mech} protects a sum that a server aggregates: "
                               "fedpg-cen only (fedpg-dec has no aggregate; use gaussian)")
         if self.agents < 2:
-            fail("agents", "distributed-gaussian needs K >= 2 agents: a secure sum of one "
+            fail("agents", f"{mech} needs K >= 2 agents: a secure sum of one "
                            "agent's message is that message (use --mechanism gaussian)")
+        if mech == "distributed-gaussian" and self.sampling_rate not in (None, 1.0):
+            fail("sampling_rate", "distributed-gaussian takes every agent in every round (its "
+                                  "deployment's secure sum claims no amplification by "
+                                  "sampling); Poisson sampling is "
+                                  "distributed-gaussian-continuous's")
         if self.min_honest is not None:
             integer("min_honest", self.min_honest)
             if self.min_honest > self.agents:
@@ -556,12 +586,17 @@ class FedPGConfig(Config):
         """Validated, with the Gaussian noise multiplier calibrated if ε was given."""
         self.validate()
         if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
+            return replace(self, sampling_rate=1.0).resolved()
+        if self.mechanism == "distributed-gaussian-continuous" and self.sampling_rate is None:
             return replace(self, sampling_rate=min(1.0, DEFAULT_PARTICIPANTS / self.agents)
                            ).resolved()
         if self.adaptive_clip and self.clip_count_stddev is None:
             return replace(self, clip_count_stddev=self.sampling_rate * self.agents / 20
                            ).resolved()
-        if self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None:
+        if (self.mechanism not in ACCOUNTED_MECHANISMS or self.noise_multiplier is not None
+                or self.mechanism == "distributed-gaussian"):
+            # distributed-gaussian's ε is calibrated with the update's length, by the
+            # mechanism (privrl.systems.fedpg.algorithm.discrete_sum_mechanism)
             self._check_count_stddev()
             return self
         if self.mechanism == "central-gaussian":
@@ -572,7 +607,7 @@ class FedPGConfig(Config):
             except CalibrationError as e:
                 fail("epsilon", str(e))
             return replace(self, noise_multiplier=z).resolved()
-        if self.mechanism == "distributed-gaussian":
+        if self.mechanism == "distributed-gaussian-continuous":
             # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
             try:
                 z = calibrate_noise_multiplier(self.epsilon, self.delta, self.calibration_rounds(),
@@ -606,10 +641,9 @@ class FedPGConfig(Config):
 # matrix, and what the host decides (ledger budgets, accountant).
 SETTING_FIELDS = ("mechanism", "epsilon", "clip", "noise_multiplier", "delta", "accountant",
                   "topology", "window", "epsilon_budget", "budget_composition")
+# They are also the releases every program of FedPG settings computes, and every run that
+# could join one (`privacy.mechanisms.setting_release`): the same compiled arithmetic in both.
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
-# The families every program of FedPG settings computes, and every run that could join one:
-# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism).
-PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
 
 
 def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:

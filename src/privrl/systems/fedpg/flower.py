@@ -9,10 +9,11 @@ Three parts, each in its own trust domain or process:
   another), computes its policy-gradient estimate μ_tᵏ with the local runner's round code
   (`round_plan`, `CenRound.estimates`), and releases it only as a message of the distributed
   discrete Gaussian (privrl.privacy.discrete_sum: clipped, rounded, its noise share added,
-  modulo 2^b). The node adds its agents' messages modulo 2^b and hands the sum to Flower's
-  SecAgg+ client mod, which masks it. Each agent charges its own round budget before its
-  message leaves, refuses past it whatever the server asks, and re-sends the same message if
-  asked for a round again.
+  modulo 2^b; the local runner's release function with the agent's mechanism key, its noise
+  share from os.urandom under secret noise). The node adds its agents' messages modulo 2^b
+  and hands the sum to Flower's SecAgg+ client mod, which masks it. Each agent charges its
+  own round budget before its message leaves, refuses past it whatever the server asks, and
+  re-sends the same message if asked for a round again.
 - **the aggregator** (privrl.federation.flower_sum.cen_server_app, a ServerApp running only
   privrl.federation code): one SecAgg+ round per FedPG round; it sees the sum of the
   surviving nodes' messages and which nodes survived, and passes μ_t = sum / (agents in it)
@@ -70,11 +71,16 @@ from privrl.federation.flower_sum import (
 )
 from privrl.federation.pushsum import PushSumState
 from privrl.federation.service import Submission
-from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete
+from privrl.privacy.discrete_sum import DiscreteGaussianSum
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_keys
 from privrl.runfile import checked, read, write
-from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig, settings_algorithm
+from privrl.systems.fedpg.algorithm import (
+    FedPG,
+    FedPGConfig,
+    discrete_sum_mechanism,
+    settings_algorithm,
+)
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
 from privrl.systems.fedpg.state import FedPGState
 
@@ -111,10 +117,11 @@ def agents_of(node: int, nodes: int, agents: int) -> list[int]:
 
 def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
                      ) -> DiscreteGaussianSum:
-    """The distributed discrete Gaussian a Flower run uses: calibrated to the config's ε at δ
-    over its calibration rounds, counting the fewest agents `threshold` surviving nodes hold
-    as the honest shares (or the config's min_honest, if smaller), modulo the 2^b SecAgg+
-    can carry for `nodes` nodes. ConfigError if the secure sum could reveal fewer."""
+    """The distributed discrete Gaussian a Flower run uses (`discrete_sum_mechanism`, the local
+    runner's): calibrated to the config's ε at δ over its calibration rounds, counting the
+    fewest agents `threshold` surviving nodes hold as the honest shares (or the config's
+    min_honest, if smaller), modulo the 2^b SecAgg+ can carry for `nodes` nodes. ConfigError
+    if the secure sum could reveal fewer."""
     per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
     fewest = fewest_at_threshold(per_node, threshold)
     m = fewest if cfg.min_honest is None else cfg.min_honest
@@ -123,12 +130,7 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
                           f"{fewest} agents, fewer than the {m} honest shares asked for")
     if cfg.epsilon is None:
         raise ConfigError("epsilon", "distributed-gaussian on Flower is calibrated from ε")
-    try:
-        mech = calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(),
-                                  clip=cfg.clip, dim=dim, agents=cfg.agents, min_honest=m,
-                                  bits=payload_bits(nodes))
-    except ValueError as e:  # the grid cannot carry the noise this ε needs
-        raise ConfigError("epsilon", f"no discrete mechanism reaches it: {e}") from None
+    mech = discrete_sum_mechanism(cfg, dim, m, payload_bits(nodes))
     try:
         mech.check_threshold(fewest)
     except ValueError as e:
@@ -193,20 +195,24 @@ class CenNode:
             self.released = {int(t): m for t, m in zip(rounds, messages, strict=True)}
 
     def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
-                   ) -> jax.Array:
-        """μ_tᵏ of each of this node's agents: the local runner's round t (its plan: B_t
-        episodes with θ₀ᵗ on each agent's private environment; `CenRound.estimates`)."""
+                   ) -> tuple[jax.Array, jax.Array]:
+        """μ_tᵏ of each of this node's agents and their mechanism keys: the local runner's
+        round t (its plan: B_t episodes with θ₀ᵗ on each agent's private environment;
+        `CenRound.estimates`)."""
         variant = self.algo.variant
         plan, state = round_plan(self.algo, self.state, theta, t, noise)
         if self.lanes is not None:
             plan = own_lanes(plan, self.lanes)
         mu = variant.estimates(state, plan, variant.episodes(self.algo.source, plan))
-        return mu if self.lanes is not None else mu[jnp.asarray(self.ids)]
+        if self.lanes is not None:
+            return mu, plan.mech_keys
+        ids = jnp.asarray(self.ids)
+        return mu[ids], plan.mech_keys[ids]
 
     def warm_up(self) -> None:
         """Compile before serving: a SecAgg+ stage has a timeout."""
-        self._grads(jnp.zeros(self.algo.dim, jnp.float32), jnp.int32(0),
-                    self._noise).block_until_ready()
+        jax.block_until_ready(self._grads(jnp.zeros(self.algo.dim, jnp.float32), jnp.int32(0),
+                                          self._noise))
         self._batch(jnp.int32(0))
 
     def batch(self, t: int) -> int:
@@ -231,8 +237,12 @@ class CenNode:
         if self.rounds_charged >= self.allowed:
             raise BudgetExceededError(f"round {t + 1} would exceed each agent's budget ε = "
                                       f"{cfg.epsilon:g} at δ = {cfg.delta:g}")
-        mu = np.asarray(self._grads(jnp.asarray(theta), jnp.int32(t), self._noise))
-        total = self.mech.modular_sum(np.stack([self.mech.message(m) for m in mu]))
+        mu, keys = self._grads(jnp.asarray(theta), jnp.int32(t), self._noise)
+        # the local runner's release with each agent's key; under secret noise its noise
+        # share from os.urandom (seeded: from the key, the local run's message exactly)
+        secure = self._noise is not None
+        total = self.mech.modular_sum(np.stack([self.mech.message(k, m, secure)
+                                                for k, m in zip(keys, mu, strict=True)]))
         self.rounds_charged += 1  # charged, and saved, before anything leaves this process
         self.released[t] = total
         self._save()

@@ -29,7 +29,6 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import (
     Budget,
@@ -59,8 +58,10 @@ from privrl.runtime.sharding import (
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
+    discrete_sum_mechanism,
     settings_algorithm,
 )
+from privrl.systems.fedpg.config import DISTRIBUTED_MECHANISMS
 
 if TYPE_CHECKING:
     from flax import linen as nn
@@ -157,12 +158,16 @@ class _Setting:
     @classmethod
     def of(cls, algo: FedPG, rows: np.ndarray) -> _Setting:
         cfg = algo.config
-        # distributed-gaussian with ε: each trial's rounds are refused beyond the (ε, δ) budget,
-        # by the accountant that states the run's ε (charged before the round, like the ledger)
-        rounds_budget = ([RoundBudget(algo.mechanism.event, cfg.epsilon, cfg.delta,
-                                      cfg.max_rounds(), cfg.accountant)
+        # distributed-gaussian(-continuous) with ε: each trial's rounds are refused beyond the
+        # (ε, δ) budget (charged before the round, like the ledger): by the accountant that
+        # states the run's ε, or the discrete mechanism's calibration rounds (as a Flower
+        # deployment's agents refuse past them)
+        discrete = cfg.mechanism == "distributed-gaussian"
+        rounds_budget = ([RoundBudget(None if discrete else algo.mechanism.event, cfg.epsilon,
+                                      cfg.delta, cfg.max_rounds(), cfg.accountant,
+                                      cfg.calibration_rounds() if discrete else None)
                           for _ in range(cfg.trials)]
-                         if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None
+                         if cfg.mechanism in DISTRIBUTED_MECHANISMS and cfg.epsilon is not None
                          else None)
         return cls(algo, rows, budget_ledger(cfg), rounds_budget,
                    np.zeros(cfg.trials, np.int64), np.zeros(cfg.trials, bool), [])
@@ -200,7 +205,7 @@ class _Setting:
         self.played += int(after.sum() - before.sum())
         if cfg.algorithm == "cen":  # the server's N_t·b were counted once per agent above
             self.played -= int(((k - 1) * cfg.minibatch * info.inner_steps[live]).sum())
-            # unsampled agents (distributed-gaussian) played no episode
+            # unsampled agents (distributed-gaussian-continuous) played no episode
             self.played -= int(((k - info.participants[live]) * info.batch[live]).sum())
         if info.kept is not None:
             kept = np.asarray(info.kept) & live[:, None]
@@ -262,7 +267,7 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
     state = jax.jit(jax.vmap(algo.init))(pad_rows(jnp.repeat(own_keys, n_set, axis=0), padded))
     if cfg.noise == "secret":  # one root per trial from os.urandom, in memory only
         state = state._replace(noise=secret_keys(padded))
-    if isinstance(algo.mechanism, PerTrialMechanism):
+    if algo.setting_mechanisms is not None:
         which = np.arange(padded) % n_set
         state = state._replace(setting=algo.setting_data(which))
     if not algo.task.host:
@@ -339,7 +344,9 @@ def host_rounds(algo: FedPG) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
 def account(algo: FedPG, releases: int) -> dict[str, Any] | None:
     """Gaussian: the account (by the config's accountant) of an agent that released
     `releases` reports (one per round); other mechanisms are composed by the ledger."""
-    if algo.config.mechanism == "distributed-gaussian":  # add/remove one agent (zero-out)
+    if algo.config.mechanism == "distributed-gaussian":  # its own zCDP bound, Flower's too
+        return algo.mechanism.account(releases)
+    if algo.config.mechanism == "distributed-gaussian-continuous":  # add/remove one agent
         acc = Accountant(algo.config.accountant)
         acc.compose(algo.mechanism.event, releases)
         rec = acc.record(algo.config.delta)
@@ -405,9 +412,11 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
     adaptive = {} if run.final_clip is None else {
         "initial_clip": cfg.clip, "final_clip": [round(float(c), 4) for c in run.final_clip]}
-    if cfg.mechanism == "distributed-gaussian" and cfg.epsilon is not None:
+    if cfg.mechanism in DISTRIBUTED_MECHANISMS and cfg.epsilon is not None:
+        how = (f"{cfg.accountant} accountant" if cfg.mechanism != "distributed-gaussian" else
+               f"the mechanism's zCDP bound over {cfg.calibration_rounds()} rounds")
         budget = {"epsilon_budget_per_agent": cfg.epsilon,
-                  "budget_composition": f"{cfg.accountant} accountant at δ = {cfg.delta:g}",
+                  "budget_composition": f"{how} at δ = {cfg.delta:g}",
                   "trials_ended_by_privacy_budget": int(np.sum(run.privacy_budget_spent))}
     return {
         "algorithm": f"fedpg-{cfg.algorithm}",
@@ -508,6 +517,31 @@ def privacy_facts(run: FedPGRun) -> Facts:
     basic = Composition(ledger["per_agent_epsilon"]["max"], ledger["per_agent_delta_max"] or 0.0,
                         "the ledger's basic composition of the per-release (ε, δ) (looser)")
     if cfg.mechanism == "distributed-gaussian" and run.accounting is not None:
+        p, k = run.mechanism["params"], cfg.agents
+        m = p["min_honest_surviving"]
+        return Facts(
+            Claim(run.accounting["epsilon"], cfg.delta, "DP",
+                  "central, user level: the server sees only the secure sum",
+                  "one agent's whole data (every update it sends over the run)",
+                  f"the mechanism's zCDP bound over {most} rounds",
+                  run.accounting["accountant"]),
+            releases=replace(one, who=f"each of the K = {k} agents", notion="DP",
+                             what=discrete_release(p), mechanism=(
+                                 "the distributed discrete Gaussian: one agent (all its data) "
+                                 "added or removed (zero-out) moves the integer sum by at most "
+                                 f"R = {p['l2_bound_grid_steps']} grid steps")),
+            also=[replace(basic, notion="DP")],
+            budget=None if cfg.epsilon is None else Budget(
+                cfg.epsilon, cfg.delta, f"the mechanism's calibration over "
+                f"{cfg.calibration_rounds()} rounds", "a round beyond them is refused, ending "
+                "the trial"),
+            trust=Trust(f"agents follow the protocol and the server is honest-but-curious; "
+                        f"the guarantee counts on the noise shares of {m} honest agents in "
+                        f"every sum: with t agents dropped out or colluding with the server it "
+                        f"holds for t <= K − {m} = {k - m}, beyond that only with fewer shares "
+                        "(see trust_model)", "the server's optimizer steps"),
+            not_protected=server, noise=noise)
+    if cfg.mechanism == "distributed-gaussian-continuous" and run.accounting is not None:
         m = run.mechanism["params"]["min_honest"]
         event = ("PoissonSampledDpEvent(q, GaussianDpEvent(σ))" if cfg.sampling_rate < 1
                  else "GaussianDpEvent(σ)")
@@ -601,9 +635,19 @@ def robust_record(run: FedPGRun) -> dict[str, Any]:
         "byzantine_alpha": cfg.byzantine_alpha}}
 
 
+def discrete_release(p: dict[str, Any]) -> str:
+    """distributed-gaussian: what one agent sends in a round (`p`: the mechanism's params)."""
+    return (f"its μ_tᵏ clipped to L2 norm C = {p['clip']:g}, scaled by 1/γ (γ = "
+            f"{p['gamma']:.6g}), rounded to integers by conditional randomized rounding (L2 "
+            f"norm <= R = {p['l2_bound_grid_steps']}), plus a discrete Gaussian noise share "
+            f"N_ℤ(0, {p['share_variance_grid_steps2']}), modulo 2^{p['bits']}; a secure sum "
+            "(simulated exactly in a local run, SecAgg+ on Flower) gives the server only the "
+            "sum modulo 2^b")
+
+
 def distributed_release(run: FedPGRun, m: int) -> str:
-    """distributed-gaussian: what one agent sends in a round (with adaptive clipping, its clip
-    bit too), and the noise the secure sum carries."""
+    """distributed-gaussian-continuous: what one agent sends in a round (with adaptive
+    clipping, its clip bit too), and the noise the secure sum carries."""
     cfg = run.config
     if not cfg.adaptive_clip:
         return (f"its μ_tᵏ clipped to L2 norm C = {cfg.clip:g} plus a noise share "
@@ -649,10 +693,12 @@ def adaptive_clip_record(run: FedPGRun) -> dict[str, Any]:
 
 
 def trust_model(run: FedPGRun) -> dict[str, Any]:
-    """distributed-gaussian: how the guarantee degrades as agents drop out or collude (the
-    noise multiplier that the honest agents' shares alone carry, and its ε over the run)."""
+    """distributed-gaussian(-continuous): how the guarantee degrades as agents drop out or
+    collude (the noise that the honest agents' shares alone carry, and its ε over the run)."""
     cfg = run.config
-    if cfg.mechanism != "distributed-gaussian" or run.accounting is None:
+    if cfg.mechanism == "distributed-gaussian" and run.accounting is not None:
+        return discrete_trust_model(run)
+    if cfg.mechanism != "distributed-gaussian-continuous" or run.accounting is None:
         return {}
     from privrl.privacy.accounting import Accountant, PrivacyEvent
 
@@ -677,6 +723,26 @@ def trust_model(run: FedPGRun) -> dict[str, Any]:
         "min_honest": m,
         "degradation": "t agents dropped out or colluding with the server: noise multiplier "
                        "σ·sqrt(min(K − t, m)/m), ε recomputed with it",
+        "by_dropouts": rows}}
+
+
+def discrete_trust_model(run: FedPGRun) -> dict[str, Any]:
+    """distributed-gaussian's `trust_model`: ε over the run with fewer honest shares."""
+    cfg = run.config
+    mech = discrete_sum_mechanism(run.config, run.mechanism["params"]["dim"])
+    k, m, rounds = cfg.agents, mech.min_honest, int(run.releases.max())
+    rows = [{"dropped_or_colluding": t, "honest_shares": min(k - t, m),
+             "epsilon": mech.epsilon(rounds, min(k - t, m))}
+            for t in sorted({0, k - m, k - m + max(1, m // 10), k - m + max(1, m // 2)})
+            if t < k]
+    return {"trust_model": {
+        "secure_aggregation": "simulated exactly: the K messages summed modulo 2^b, as SecAgg+ "
+                              "reveals them (privrl.privacy.discrete_sum.modular_sum)",
+        "server": "honest-but-curious; sees the sum modulo 2^b only",
+        "agents": "follow the protocol; every agent sends a message in every round",
+        "min_honest": m,
+        "degradation": "t agents dropped out or colluding with the server: min(K − t, m) "
+                       "honest noise shares, ε recomputed with them",
         "by_dropouts": rows}}
 
 

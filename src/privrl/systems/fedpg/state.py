@@ -25,7 +25,7 @@ class FedPGState(NamedTuple):
     noise: Array | None = None
     clip: Array | None = None  # adaptive clipping: the clip C_t of the next round; else None
     # Run as a member of a program of settings (`FedPG.for_settings`): the trial's mechanism
-    # as data (MechanismArgs); None: the config's mechanism, compiled in.
+    # as data (SettingParams); None: the config's mechanism, compiled in.
     setting: Any = None
     # FedPG-BR's filter: the mean length of the server's own episodes last round (its σ's
     # scale, privrl.systems.fedpg.byzantine); None without the filter.

@@ -71,9 +71,11 @@ from privrl.privacy.mechanisms import (
     IdentityMechanism,
     LaplaceMechanism,
     Mechanism,
-    MechanismArgs,
-    PerTrialMechanism,
     ProjectedRandomSignMechanism,
+    SettingParams,
+    privatize_setting,
+    setting_params,
+    stack_params,
 )
 from privrl.privacy.noise import NOISE_MODES, secret_fold
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
@@ -437,7 +439,7 @@ class TrialState(NamedTuple):
 class TrialSetting(NamedTuple):
     """The numbers a trial's setting sets (per-trial data of one program for several)."""
 
-    mechanism: MechanismArgs
+    mechanism: SettingParams
     buffer_size: Array  # int32 |B|
 
 
@@ -457,13 +459,12 @@ class RoundPlan(NamedTuple):
 # `noise` may differ only for non-private settings, whose mechanism takes no key.
 SETTING_FIELDS = ("mechanism", "epsilon", "clip", "buffer_size", "d_hat", "budget_composition",
                   "noise")
+# The releases every program of PGC-A3C settings computes, and every run that could join one
+# (`privacy.mechanisms.setting_release`): the same compiled arithmetic in both. XLA CPU contracts
+# `clipped + scale·noise` into a multiply-add or not depending on what else the release's
+# kernel selects between, so a Laplace run computed alone differed by an ulp from the same
+# setting beside the non-private one.
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "prs")
-# The families every program of PGC-A3C settings computes, and every run that could join one:
-# the same compiled arithmetic in both (privrl.privacy.mechanisms.PerTrialMechanism). XLA CPU
-# contracts `clipped + scale·noise` into a multiply-add or not depending on what else the
-# release's kernel selects between, so a Laplace run computed alone differed by an ulp from
-# the same setting beside the non-private one.
-PROGRAM_FAMILIES = ONE_PROGRAM_MECHANISMS
 
 
 def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
@@ -527,13 +528,16 @@ class PGCA3C:
         # of their |B|.
         self.settings: list[PGCA3C] = [self]
         self.aggregators = {cfg.buffer_size: self.aggregator}
+        # The settings' mechanisms, whose parameters the trials carry as data (`for_settings`);
+        # None: `mechanism`, the config's, compiled in.
+        self.setting_mechanisms: tuple[Mechanism, ...] | None = None
 
     @classmethod
     def for_settings(cls, configs: Sequence[PGCA3CConfig], task: Task | None = None,
                      model: nn.Module | None = None) -> PGCA3C:
         """One algorithm for several settings that differ only in SETTING_FIELDS (mechanism
-        family, ε, clip, |B|, d̂): its mechanism is a `PerTrialMechanism` and every trial
-        carries its setting as data (`TrialState.setting`, from `setting_data`), so one jitted
+        family, ε, clip, |B|, d̂): every trial carries its setting as data (its mechanism's
+        parameter pytree and |B|: `TrialState.setting`, from `setting_data`), so one jitted
         program runs them all. A trial's releases and updates are the floats its setting's own
         program computes. ConfigError names the field that keeps them apart."""
         return settings_program(cls, configs, task, model, one_program_field,
@@ -542,10 +546,9 @@ class PGCA3C:
                                 "noise)", cls._as_data)
 
     def _as_data(self, each: Sequence[PGCA3C]) -> None:
-        """Settings `each` as per-trial data: their mechanisms as one `PerTrialMechanism` (the
-        program's families), and an aggregator for each of their |B|."""
-        self.mechanism = PerTrialMechanism(tuple(a.mechanism for a in each), self.dim,
-                                           PROGRAM_FAMILIES)
+        """Settings `each` as per-trial data: their mechanisms (whose parameters the trials
+        carry), and an aggregator for each of their |B|."""
+        self.setting_mechanisms = tuple(a.mechanism for a in each)
         self.aggregators = {a.config.buffer_size: a.aggregator for a in each}
 
     def receive(self, agg: AggregatorState, report: Any, setting: TrialSetting | None
@@ -565,8 +568,9 @@ class PGCA3C:
 
     def setting_data(self, settings: Sequence[int]) -> TrialSetting:
         """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
-        assert isinstance(self.mechanism, PerTrialMechanism)
-        return TrialSetting(self.mechanism.stack(settings), np.asarray(
+        assert self.setting_mechanisms is not None
+        mechanisms = [setting_params(self.setting_mechanisms[i], self.dim) for i in settings]
+        return TrialSetting(stack_params(mechanisms), np.asarray(
             [self.settings[i].config.buffer_size for i in settings], np.int32))
 
     # --- setup ---------------------------------------------------------------------------
@@ -831,8 +835,9 @@ class PGCA3C:
             noise_keys = jax.random.split(key, grads.shape[0])
         if setting is None:
             return jax.vmap(self.mechanism.privatize)(noise_keys, grads)
-        assert isinstance(self.mechanism, PerTrialMechanism)
-        return jax.vmap(self.mechanism.privatize_with, (None, 0, 0))(
+        assert self.setting_mechanisms is not None
+        release = partial(privatize_setting, self.setting_mechanisms, ONE_PROGRAM_MECHANISMS)
+        return jax.vmap(release, (None, 0, 0))(
             setting.mechanism, noise_keys, grads)
 
     @staticmethod
@@ -906,7 +911,7 @@ def lone_agent(config: PGCA3CConfig, task: Task | None = None, model: nn.Module 
     `agent_reports` (None: the mechanism is compiled in), so that every runtime and the audit
     release through the code a local run releases with."""
     algo = settings_algorithm([replace(config, parallel_agents=1, trials=1)], task, model)
-    if not isinstance(algo.mechanism, PerTrialMechanism):
+    if algo.setting_mechanisms is None:
         return algo, None
     return algo, jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]), algo.setting_data([0]))
 

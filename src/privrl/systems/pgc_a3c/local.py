@@ -29,7 +29,6 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ldp_compact import generator_condition
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.mechanisms import PerTrialMechanism
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import (
     CentralShuffle,
@@ -226,7 +225,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
                      cfg.noise)
         keys = setting_trial_keys(cfg.seed, k, n_set, runner.padded, devices)
         state = runner.init_keys(keys, noise or "seeded")
-        if isinstance(algo.mechanism, PerTrialMechanism):  # each trial's setting as data
+        if algo.setting_mechanisms is not None:  # each trial's setting as data
             index = np.repeat(np.arange(n_set), k)
             index = np.concatenate([index, np.zeros(runner.padded - index.size, int)])
             state = state._replace(setting=algo.setting_data(index))
