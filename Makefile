@@ -42,8 +42,9 @@ run: $(VENV)/.installed
 # grouped); test-fast leaves out the tests marked slow (long learning and end-to-end runs).
 PYTEST := $(BIN)/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder --durations=25
 
-# The tests that start OS processes of their own (tests/conftest.py marks them `processes`: the
-# Ray tests' actors, a Flower deployment's SuperLink, SuperNodes and apps) run in a pytest of
+# The tests that start OS processes of their own (marked `processes`: the Ray tests' actors, a
+# Flower deployment's SuperLink, SuperNodes and apps, by tests/conftest.py; the documented Ray
+# and Flower commands, by tests/test_documented_commands.py) run in a pytest of
 # their own, beside the rest: they spend much of their time starting, waiting and restarting,
 # which the other stage fills; for the same reason two of them run at once (the Ray tests share
 # one worker and its cluster: tests/conftest.py). Their output follows the rest's; either
@@ -52,7 +53,7 @@ RAY_LOG := .pytest-ray.log
 test: $(VENV)/.installed-dev
 	rm -f $(RAY_LOG) $(RAY_LOG).rc; \
 	( $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m processes tests/systems/*/test_ray.py \
-	  tests/systems/*/test_*_deployment.py > $(RAY_LOG) 2>&1; \
+	  tests/systems/*/test_*_deployment.py tests/test_documented_commands.py > $(RAY_LOG) 2>&1; \
 	  echo $$? > $(RAY_LOG).rc ) & \
 	$(PYTEST) -m "not processes"; rest=$$?; wait; \
 	cat $(RAY_LOG); ray=$$(cat $(RAY_LOG).rc); rm -f $(RAY_LOG) $(RAY_LOG).rc; \

@@ -134,6 +134,8 @@ def _scope(nodeid: str) -> str:
     path = nodeid.split("::")[0]
     if path.startswith("tests/systems/") and path.endswith("/test_ray.py"):
         return "ray-cluster"
+    if path == "tests/test_documented_commands.py" and "--runtime ray" in nodeid:
+        return "ray-cluster"  # a documented Ray command, on the session's cluster
     return path if _shares_fixtures(path) else nodeid
 
 

@@ -135,7 +135,6 @@ def test_choice_enums_are_derived_from_the_library_value_sets():
 
     import privrl
     from privrl.choices import AUDIT_MECHANISMS, NOISE_MODES
-    from privrl.systems.fedpg import cli as fedpg_cli
     from privrl.systems.fedpg.choices import MECHANISMS
     from privrl.systems.pgc_a3c import cli as pgc_cli
     from privrl.systems.pgc_a3c.choices import MECHANISMS as PGC_MECHANISMS
@@ -150,6 +149,13 @@ def test_choice_enums_are_derived_from_the_library_value_sets():
     from privrl.cli import NoiseMode
 
     for enum, values in [(AuditMechanism, AUDIT_MECHANISMS), (NoiseMode, NOISE_MODES),
-                         (fedpg_cli.FedPGMechanism, MECHANISMS),
                          (pgc_cli.MechanismName, PGC_MECHANISMS)]:
         assert tuple(e.value for e in enum) == values
+    # A generated option's choices are its field's declared value set.
+    from privrl.cli import field_options
+    from privrl.systems.fedpg.config import FedPGConfig
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+    for cls, values in [(FedPGConfig, MECHANISMS), (PGCA3CConfig, PGC_MECHANISMS)]:
+        (mech,) = [o for o in field_options(cls) if o.field == "mechanism"]
+        assert mech.meta["choices"] == values

@@ -9,21 +9,32 @@ single line that names it. Runs write into a new directory and never overwrite r
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import types
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
 from typer.models import ArgumentInfo, ParameterInfo
 
 from privrl import __version__
 from privrl.choices import ACCOUNTANTS, COMPOSITIONS, NOISE_MODES
-from privrl.config import ConfigError
+from privrl.config import (
+    ACCOUNTANT_HELP,
+    ENV_HELP,
+    NOISE_HELP,
+    PRIVATE_HELP,
+    ConfigError,
+    field_flag,
+    one_of,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -144,13 +155,7 @@ RUNTIMES = ("local", "ray", "flower")
 Runtime = value_enum("Runtime", RUNTIMES)
 NoiseMode = value_enum("NoiseMode", NOISE_MODES)
 
-Noise = Annotated[NoiseMode | None, typer.Option(
-    help="Mechanism noise keys. seeded: derived from --seed, so runs are reproducible, but "
-    "anyone with config.json and the reports can subtract the noise (a simulation's "
-    "guarantee, not a deployment's). secret: each agent's keys come from the OS CSPRNG in its "
-    "own process and are never written or sent (deployable; the noise is not reproducible). "
-    "Default: seeded for the local runtime, secret for --runtime ray and flower.",
-    case_sensitive=False)]
+Noise = Annotated[NoiseMode | None, typer.Option(help=NOISE_HELP, case_sensitive=False)]
 SecureNoise = Annotated[bool, typer.Option(
     "--secure-noise",
     help="Float-safe noise: exact discrete Laplace/Gaussian on a grid from the OS CSPRNG, "
@@ -161,11 +166,7 @@ SecureNoise = Annotated[bool, typer.Option(
 AccountantName = value_enum("AccountantName", ACCOUNTANTS)
 
 
-AccountantOpt = Annotated[AccountantName, typer.Option(
-    "--accountant",
-    help="pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD "
-    "(a valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
-    "(looser). Calibrating σ to --epsilon uses the same accountant.")]
+AccountantOpt = Annotated[AccountantName, typer.Option("--accountant", help=ACCOUNTANT_HELP)]
 
 
 BudgetComposition = value_enum("BudgetComposition", COMPOSITIONS)
@@ -188,18 +189,8 @@ ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results (never overwritten). Default: a new "
     "runs/<command>-...-<time>/.")]
-EnvOpt = Annotated[str | None, typer.Option(
-    "--env", help="The environment: gymnax:<id> (any gymnax registry id with discrete actions, "
-    "e.g. gymnax:Acrobot-v1, or for dp-reinforce continuous ones, e.g. gymnax:Pendulum-v1; "
-    "jitted, the fast path), gymnasium:<id> (a Gymnasium registry id, "
-    "e.g. gymnasium:CartPole-v1; stepped on the host) or <module>:<callable> (a Python callable "
-    "returning (gymnax_env, env_params), a Gymnasium Env or a privrl Task). Default: the "
-    "system's CartPole. docs/environments.md")]
-PrivateOpt = Annotated[list[str] | None, typer.Option(
-    "--private", help="Per-agent private dynamics (repeatable): field=low:high (uniform) or "
-    "field=v1,v2,... (one of), an environment-parameter field drawn per agent, e.g. "
-    "link_mass_1=0.8:1.2 (Gymnasium: a numeric attribute of the unwrapped environment, e.g. "
-    "gravity=9.7:9.9).")]
+EnvOpt = Annotated[str | None, typer.Option("--env", help=ENV_HELP)]
+PrivateOpt = Annotated[list[str] | None, typer.Option("--private", help=PRIVATE_HELP)]
 MaxStepsOpt = Annotated[int | None, typer.Option(
     "--max-steps", help="Episode cap in steps. Default: the task's own step limit (gymnax's "
     "max_steps_in_episode, Gymnasium's spec.max_episode_steps; the default CartPole task's: "
@@ -316,3 +307,379 @@ def parse_numbers(text: str, option: str, kind: type = float,
     if count is not None and len(vals) != count:
         raise ConfigError(option, f"expected {need}, got {len(vals)}")
     return vals
+
+
+# --- options generated from a config's fields ---------------------------------------------------
+# A config field is declared once (privrl.config.option: default, help, unit, flag); a `privrl
+# run` command's options are generated from its config's fields, with `--config FILE` beside
+# them. Precedence: the preset < the command's own defaults < the file < the options given.
+
+ConfigFile = Annotated[Path | None, typer.Option(
+    "--config", help="Read settings from this file: a TOML table of config fields (field = "
+    "value, a nested config as a [table]), or a run's own config.json, which repeats that run. "
+    "Precedence: the preset < this file < the options given. At most 1 MiB; never executed.")]
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldOption:
+    """One generated option: the config field it sets (`obs.sigma` for a nested config's), its
+    flag, the function parameter typer sees, its type and help."""
+
+    field: str
+    flag: str
+    param: str
+    kind: Any  # the field's type, None removed
+    meta: Mapping[str, Any]
+    help: str
+
+
+@dataclasses.dataclass
+class Settings:
+    """What a command's `--config FILE` and generated options gave: field -> value (a nested
+    config's fields as `prefix.field`), and who gave each (a flag or the file), so an error
+    names what the user typed."""
+
+    cls: type
+    values: dict[str, Any]
+    given_by: dict[str, str]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def pop(self, name: str, default: Any = None) -> Any:
+        """Take a value out (the command reads it itself: it does not reach the config)."""
+        return self.values.pop(name, default)
+
+    def given(self) -> dict[str, Any]:
+        """The fields the file and the options gave, but the command's `fixed` ones (a file
+        that sets one otherwise is refused)."""
+        for name, value in self.fixed.items():
+            if name in self.values and self.values[name] != value:
+                raise ConfigError(name, f"this command runs with {name} = {value!r}")
+        return {k: v for k, v in self.values.items() if k not in self.fixed}
+
+    def build(self, **defaults: Any) -> Any:
+        """The config: the preset (the config's `preset` field, given or default), the
+        command's defaults (and `defaults`), then the file and the options; the command's
+        `fixed` fields it sets itself."""
+        values = {**self.defaults, **defaults, **self.given(), **self.fixed}
+        top = {k: v for k, v in values.items() if "." not in k}
+        nested: dict[str, dict[str, Any]] = {}
+        for k, v in values.items():
+            if "." in k:
+                prefix, sub = k.split(".", 1)
+                nested.setdefault(prefix, {})[sub] = v
+        nones = {k: v for k, v in top.items() if v is None}
+        given = {k: v for k, v in top.items() if v is not None}
+        if getattr(self.cls, "presets", None):
+            config = self.cls.from_preset(given.pop("preset", "paper"), **given)
+        else:
+            config = self.cls(**given)
+        config = dataclasses.replace(config, **nones)  # a file's null: None, not the preset's
+        for prefix, sub in nested.items():
+            config = dataclasses.replace(
+                config, **{prefix: dataclasses.replace(getattr(config, prefix), **sub)})
+        return config
+
+
+def _plain(hint: Any) -> Any:
+    """`X | None` -> X."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(hint) if a is not type(None)]
+        return kinds[0] if len(kinds) == 1 else hint
+    return hint
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(_shown, value)) if value else "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def field_options(cls: type, skip: Iterable[str] = (), flags: Mapping[str, str] | None = None,
+                  nested: Iterable[str] = (), defaults: Mapping[str, Any] | None = None
+                  ) -> list[FieldOption]:
+    """The options of `cls`'s fields: every field with a flag (privrl.config.option), but those
+    in `skip`; `flags` renames a field's flag for this command; the nested configs named in
+    `nested` add their own fields as `prefix.field`. Each help ends with the default (the
+    command's `defaults`, else the field's, and the presets that change it) unless it says its
+    default itself."""
+    skip, flags, out = set(skip), dict(flags or {}), []
+    presets = getattr(cls, "presets", {})
+
+    def walk(klass: type, prefix: str) -> None:
+        hints = typing.get_type_hints(klass)
+        for f in dataclasses.fields(klass):
+            name = prefix + f.name
+            if name in skip:
+                continue
+            if f.name in nested and not prefix:
+                walk(_plain(hints[f.name]), f.name + ".")
+                continue
+            flag = flags.pop(name, None) or field_flag(f)
+            if flag is None or "help" not in f.metadata or f.metadata.get("cli") is False:
+                continue
+            meta = f.metadata
+            text = meta["help"] + (f" Unit: {meta['unit']}." if meta.get("unit") else "")
+            if "Default" not in text:
+                default = (defaults or {}).get(name, f.default) \
+                    if f.default is not dataclasses.MISSING else None
+                changed = [f"{p}: {_shown(v[name])}" for p, v in presets.items()
+                           if not prefix and name in v and v[name] != default]
+                if default is not None or changed:
+                    text += f" Default: {_shown(default)}" + (
+                        f" (preset {'; '.join(changed)})" if changed else "") + "."
+            out.append(FieldOption(name, flag, name.replace(".", "__"), _plain(hints[f.name]),
+                                   meta, text))
+
+    walk(cls, "")
+    known = {f.name for f in dataclasses.fields(cls)} | {
+        f"{p}.{g.name}" for p in nested
+        for g in dataclasses.fields(_plain(typing.get_type_hints(cls)[p]))}
+    if skip - known:
+        raise ValueError(f"{cls.__name__}: skip names no field: {sorted(skip - known)}")
+    if flags:
+        raise ValueError(f"{cls.__name__}: flags for no option: {sorted(flags)}")
+    return out
+
+
+def _is_callable_spec(text: str) -> bool:
+    where, _, attr = text.rpartition(":")
+    return bool(where) and attr.isidentifier()
+
+
+def _choice_parser(choices: tuple[str, ...], user_callable: bool) -> Callable[[Any], Any]:
+    """One of `choices` in any case, or (`user_callable`) a user's `module:callable`; anything
+    else is kept as typed and refused with the config's own wording (`_check_choices`)."""
+    def parse(text: Any) -> str:
+        low = str(text).lower()
+        if low in choices:
+            return low
+        return UserMechanism(text) if user_callable and _is_callable_spec(str(text)) \
+            else str(text)
+    return parse
+
+
+def _check_choices(options: list[FieldOption], values: Mapping[str, Any]) -> None:
+    """Each choice field's value is one of its choices (or a user's module:callable where
+    the field takes one): "unknown model 'x'; choose one of ...", before anything runs."""
+    for opt in options:
+        value, choices = values.get(opt.field), opt.meta.get("choices")
+        if value is None or not choices:
+            continue
+        if not (opt.meta.get("user_callable") and _is_callable_spec(str(value))):
+            one_of(opt.field, value, choices, opt.field.rpartition(".")[2].replace("_", " "))
+
+
+def _click_option(opt: FieldOption) -> Any:
+    """The click option of a generated option (default None: not given)."""
+    import click
+
+    kind, meta = opt.kind, opt.meta
+    decls, kw = [opt.param, opt.flag], {"default": None, "help": opt.help}
+    if meta.get("choices"):  # any case; checked by `_check_choices`
+        kw["metavar"] = "[" + "|".join(meta["choices"]) + (
+            "|MODULE:CALLABLE]" if meta.get("user_callable") else "]")
+    elif kind is bool:
+        decls = [opt.param, f"{opt.flag}/--no-{opt.flag[2:]}"]
+    elif typing.get_origin(kind) is tuple:
+        if typing.get_args(kind)[0] is str and not meta.get("listed"):
+            kw["multiple"] = True  # repeated
+        else:
+            kw["metavar"] = "X,Y,..."  # numbers (or `listed` strings): comma-separated
+    elif kind in (int, float):
+        kw["type"] = click.IntRange(SEED_RANGE["min"], SEED_RANGE["max"]) \
+            if opt.field == "seed" else click.INT if kind is int else click.FLOAT
+    return click.Option(decls, **kw)
+
+
+class _LazyCommand(TyperCommand):
+    """A typer command whose generated options (`_ConfigCommand.click_options`) are built on
+    first use, parsing it or its help: building `privrl` imports no system's config."""
+
+    @property  # type: ignore[override]
+    def params(self) -> list[Any]:
+        if self._params is None:  # one list: click appends to it (and pops) in place
+            source = getattr(self.callback, "__wrapped__", None)
+            self._params = [*self._own, *(source.click_options() if isinstance(
+                source, _ConfigCommand) else [])]
+        return self._params
+
+    @params.setter
+    def params(self, value: list[Any]) -> None:
+        self._own, self._params = list(value), None
+
+
+def _value(opt: FieldOption, value: Any) -> Any:
+    """A generated option's value as its field's: a choice in any case, repeated strings and
+    comma-separated numbers as tuples."""
+    if opt.meta.get("choices"):
+        return _choice_parser(opt.meta["choices"], opt.meta.get("user_callable", False))(value)
+    if typing.get_origin(opt.kind) is tuple:
+        item = typing.get_args(opt.kind)[0]
+        if item is str:
+            return tuple(value) if not opt.meta.get("listed") else tuple(
+                v.strip() for v in value.split(",") if v.strip())
+        return parse_numbers(value, opt.flag, item) if value.strip() else ()
+    return value
+
+
+class _ConfigCommand:
+    """A command whose options are generated from a config class, imported only when the
+    command is parsed or its help shown (the config modules import JAX and the system: a
+    `privrl` command imports its own system only)."""
+
+    def __init__(self, fn: Callable[..., Any], cls: str, opts: dict[str, Any],
+                 algorithms: tuple[str, ...], renames: dict[str, str],
+                 fixed: dict[str, Any]) -> None:
+        self.fn, self.cls_name, self.opts, self.algorithms = fn, cls, opts, algorithms
+        self.renames, self.fixed = renames, fixed
+        self.__name__, self.__qualname__ = fn.__name__, fn.__qualname__
+        self.__module__, self.__doc__ = fn.__module__, fn.__doc__
+
+    @functools.cached_property
+    def cls(self) -> type:
+        import importlib
+
+        module, _, name = self.cls_name.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    @functools.cached_property
+    def options(self) -> list[FieldOption]:
+        return field_options(self.cls, **self.opts)
+
+    def click_options(self) -> list[Any]:
+        """The generated options (imports the config class)."""
+        own = set(inspect.signature(self.fn).parameters)
+        if clash := own & {o.param for o in self.options}:
+            raise ValueError(f"{self.fn.__name__}: options declared twice: {sorted(clash)}")
+        return [_click_option(o) for o in self.options]
+
+    @functools.cached_property
+    def __signature__(self) -> inspect.Signature:  # type: ignore[override]
+        """What typer reads: the command's own options and --config (the generated ones are
+        `_LazyCommand`'s)."""
+        hints = typing.get_type_hints(self.fn, include_extras=True)
+        own = [p.replace(annotation=hints.get(p.name, p.annotation), kind=p.KEYWORD_ONLY)
+               for p in inspect.signature(self.fn).parameters.values() if p.name != "settings"]
+        config = inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY,
+                                   annotation=ConfigFile, default=None)
+        return inspect.Signature([*own, config])
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
+
+    def __call__(self, **kwargs: Any) -> Any:
+        path = kwargs.pop("config", None)
+        values, given_by = {}, {}
+        if path is not None:
+            from privrl.config import read_config_file
+
+            for field, value in read_config_file(path, self.cls, self.algorithms).items():
+                if isinstance(value, dict):  # a nested config's fields
+                    values.update({f"{field}.{k}": v for k, v in value.items()})
+                else:
+                    values[field] = value
+            given_by = dict.fromkeys(values, f"{path}: ")
+        for opt in self.options:
+            value = kwargs.pop(opt.param, None)
+            if value is not None and value != ():  # () : a repeated option not given
+                values[opt.field] = _value(opt, value)
+                given_by[opt.field] = opt.flag
+        try:
+            _check_choices(self.options, values)
+            settings = Settings(self.cls, values, given_by, self.opts["defaults"], self.fixed)
+            return self.fn(settings=settings, **kwargs)
+        except ConfigError as e:
+            by = given_by.get(e.field)
+            if by is not None and by.endswith(": "):  # set by the file alone
+                raise ConfigError(f"{by}{e.field}", e.message) from e
+            flags = {**{o.flag[2:].replace("-", "_"): o.flag for o in self.options},
+                     **{o.field: o.flag for o in self.options}, **command_flags(self.fn),
+                     **self.renames}  # a library error may name the field or the flag
+            flag = by or flags.get(e.field)
+            if flag is None:
+                raise
+            raise ConfigError(flag, e.message) from e
+
+
+def config_command(app: typer.Typer, name: str, cls: str, *, skip: Iterable[str] = (),
+                   flags: Mapping[str, str] | None = None, nested: Iterable[str] = (),
+                   algorithms: Iterable[str] | None = None, help: str | None = None,
+                   defaults: Mapping[str, Any] | None = None,
+                   fixed: Mapping[str, Any] | None = None, **renames: str) -> Callable[[F], F]:
+    """Register `fn` as command `name` of `app`, with an option for every tunable field of the
+    config class `cls` ("module:Class", imported when the command is built; see
+    `field_options` for `skip`, `flags` and `nested`) and `--config FILE`. `fn` takes
+    `settings: Settings` and its own (non-field) options. Its ConfigErrors name what the user
+    typed: the flag, or the file and field; `renames` maps other fields to flags (as
+    `flag_names`). `algorithms`: the runs whose config.json it repeats (default: `name`).
+    `defaults`: the command's own defaults (over the preset's, under the file and options);
+    `fixed`: fields the command sets itself (no option; a file may not change them)."""
+    def decorate(fn: F) -> F:
+        app.command(name, help=help, cls=_LazyCommand)(_ConfigCommand(
+            fn, cls, {"skip": (*skip, *(fixed or {})), "flags": dict(flags or {}),
+                      "nested": tuple(nested), "defaults": dict(defaults or {})},
+            (name,) if algorithms is None else tuple(algorithms), renames, dict(fixed or {})))
+        return fn
+    return decorate
+
+
+# --- what every command prints ------------------------------------------------------------------
+
+def sweep_dir(out: Path | None, resume: Path | None, stem: str) -> Path:
+    """A sweep's directory: `resume`'s (which must hold a sweep) or a new one; --out and
+    --resume together are refused."""
+    from privrl.runtime.output import check_out_dir, new_run_dir
+
+    if out is not None and resume is not None:
+        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
+    if resume is not None:
+        if not (resume / "sweep.json").is_file():
+            raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
+        return resume
+    check_out_dir(out)
+    return new_run_dir(out, stem)
+
+
+def execute_sweep(title: str, path: Path, run: Callable[..., Any], show: bool, command: str,
+                  files: str, unit: str = "submissions/trial") -> None:
+    """Run a reproduction sweep into `path` under a progress bar: `run(progress, log)`, with
+    `progress(name, done, total)`; then print its tables.md and where the results are. An
+    interruption says how to resume (`command --resume path`)."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    err = Console(stderr=True)
+    err.print(f"{title} → {path}")
+    with progress_bar(err, show, "sweep", unit=unit) as (bar, task):
+        try:
+            run(lambda name, done, total: bar.update(task, completed=done, total=total,
+                                                     description=name),
+                lambda message: bar.console.print(message))
+        except KeyboardInterrupt:
+            err.print(f"interrupted: finished settings are kept; continue with {command} "
+                      f"--resume {path}")
+            raise
+    Console().print(Markdown((path / "tables.md").read_text()))
+    Console().print(f"Results written to [bold]{path}[/] ({files})")
+
+
+def results_table(title: str, rows: Iterable[tuple[str, str]]) -> Any:
+    """A two-column (metric, value) rich table of a run's results."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for metric, value in rows:
+        table.add_row(metric, value)
+    return table

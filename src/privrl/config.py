@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
@@ -125,13 +126,19 @@ def within(prefix: str) -> Iterator[None]:
 # --- fields declared once ----------------------------------------------------------------------
 
 def option(default: Any = dataclasses.MISSING, *, help: str, unit: str | None = None,
-           flag: str | None = None, cli: bool = True,
+           flag: str | None = None, cli: bool = True, choices: Iterable[str] | None = None,
+           user_callable: bool = False, listed: bool = False,
            default_factory: Any = dataclasses.MISSING) -> Any:
     """A config field declared once: its default, its help (what it is, in the user's words),
     its unit, and the flag a command line gives it (None: the field's name, `_` as `-`;
     `cli=False`: no flag, e.g. a probe's field). The CLI generates its options from these, so
-    a field's help is written here and nowhere else."""
-    meta = {"help": help, "unit": unit, "flag": flag, "cli": cli}
+    a field's help is written here and nowhere else. `choices`: the values a string field
+    takes (the option accepts them in any case); `user_callable`: or a user's own
+    `module:callable` (a mechanism). A tuple field's option takes comma-separated numbers, or
+    strings repeated (`--private a --private b`), or with `listed` comma-separated."""
+    meta = {"help": help, "unit": unit, "flag": flag, "cli": cli,
+            "choices": None if choices is None else tuple(choices),
+            "user_callable": user_callable, "listed": listed}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -142,6 +149,140 @@ def field_flag(f: dataclasses.Field) -> str | None:
     if not f.metadata.get("cli", True):
         return None
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+# --- config files ------------------------------------------------------------------------------
+# A config file is data, never code: TOML (tomllib) or JSON, at most this many bytes, every key
+# a field of the config, every value of the field's type; anything else is refused, naming the
+# file and the field, before anything is computed.
+MAX_CONFIG_BYTES = 1 << 20
+# The keys a run's config.json holds besides its "config" table (privrl.runtime.output): what
+# the run recorded about itself (its command line, versions, devices, ...), not settings.
+RUN_RECORD_KEYS = frozenset({"algorithm", "config", "seed", "command", "created", "versions",
+                             "devices", "topology", "maps", "folds", "runtime", "supernodes"})
+
+
+def read_config_file(path: Path, cls: type, algorithms: Iterable[str] = ()) -> dict[str, Any]:
+    """The fields a config file sets, checked against the dataclass `cls`: field -> value (a
+    nested config's: a dict of its fields). The file is a TOML table of field names (nested
+    configs as sub-tables), or a run's own config.json (its "config" table; `algorithms`: the
+    ones whose runs this command repeats). A ConfigError names the file and the field."""
+    import json
+    import tomllib
+
+    where = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        fail(where, f"cannot read it ({e.strerror or e})")
+    if len(raw) > MAX_CONFIG_BYTES:
+        fail(where, f"larger than {MAX_CONFIG_BYTES} bytes; a config file is a small table")
+    try:
+        text = raw.decode("utf-8")
+        if path.suffix.lower() == ".json":
+            data = json.loads(text, parse_constant=lambda c: fail(where, f"{c} is not JSON"))
+        else:
+            data = tomllib.loads(text)
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError, TOMLDecodeError
+        fail(where, f"not a valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'} "
+                    f"file ({str(e).splitlines()[0]})")
+    if not isinstance(data, dict):
+        fail(where, "must hold a table of config fields")
+    if "config" in data and "algorithm" in data:  # a run's config.json
+        algorithms = tuple(algorithms)
+        if algorithms and data["algorithm"] not in algorithms:
+            fail(where, f"is a {data['algorithm']!r} run's config; this command runs "
+                        f"{' or '.join(map(repr, algorithms))}")
+        if other := sorted(set(data) - RUN_RECORD_KEYS):
+            fail(where, f"{other[0]}: not a key of a run's config.json")
+        data = data["config"]
+        if not isinstance(data, dict):
+            fail(where, "config: must be a table of config fields")
+    return _fields_of(data, cls, where, "")
+
+
+def _fields_of(data: dict[str, Any], cls: type, where: str, prefix: str) -> dict[str, Any]:
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    out = {}
+    for key, value in data.items():
+        if key not in names:
+            fail(where, f"{prefix}{key}: not a field of {cls.__name__} "
+                        f"(fields: {', '.join(names)})")
+        out[key] = _typed(value, hints[key], where, f"{prefix}{key}")
+    return out
+
+
+def _typed(value: Any, hint: Any, where: str, name: str) -> Any:
+    """`value` as the field's type `hint` (JSON's "inf"/"nan" strings as floats, lists as
+    tuples, a nested config as a dict of its fields), or a ConfigError naming file and field."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        kinds = [a for a in args if a is not type(None)]
+        for kind in kinds:
+            try:
+                return _typed(value, kind, where, name)
+            except ConfigError:
+                if kind is kinds[-1]:
+                    raise
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            fail(where, f"{name}: must be a table of {hint.__name__} fields, got {value!r}")
+        return _fields_of(value, hint, where, name + ".")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            fail(where, f"{name}: must be a list, got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_typed(v, args[0], where, f"{name}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            fail(where, f"{name}: must be a list of {len(args)}, got {value!r}")
+        return tuple(_typed(v, a, where, f"{name}[{i}]") for i, (v, a) in
+                     enumerate(zip(args, value, strict=True)))
+    if hint is bool and not isinstance(value, bool):
+        fail(where, f"{name}: must be true or false, got {value!r}")
+    if hint is int and (not isinstance(value, int) or isinstance(value, bool)):
+        fail(where, f"{name}: must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, str) and value in ("inf", "-inf", "nan"):  # json_safe's spelling
+            return float(value)
+        if not _real(value):
+            fail(where, f"{name}: must be a number, got {value!r}")
+        return float(value)
+    if hint is str and not isinstance(value, str):
+        fail(where, f"{name}: must be a string, got {value!r}")
+    return value
+
+
+# --- help shared by several systems' fields -----------------------------------------------------
+NOISE_HELP = (
+    "Mechanism noise keys. seeded: derived from --seed, so runs are reproducible, but anyone "
+    "with config.json and the reports can subtract the noise (a simulation's guarantee, not a "
+    "deployment's). secret: each agent's keys come from the OS CSPRNG in its own process and "
+    "are never written or sent (deployable; the noise is not reproducible). Default: seeded "
+    "for the local runtime, secret for --runtime ray and flower.")
+ENV_HELP = (
+    "The environment: gymnax:<id> (any gymnax registry id with discrete actions, e.g. "
+    "gymnax:Acrobot-v1, or for dp-reinforce continuous ones, e.g. gymnax:Pendulum-v1; jitted, "
+    "the fast path), gymnasium:<id> (a Gymnasium registry id, e.g. gymnasium:CartPole-v1; "
+    "stepped on the host) or <module>:<callable> (a Python callable returning (gymnax_env, "
+    "env_params), a Gymnasium Env or a privrl Task). Default: the system's CartPole. "
+    "docs/environments.md")
+PRIVATE_HELP = (
+    "Per-agent private dynamics (repeatable): field=low:high (uniform) or field=v1,v2,... (one "
+    "of), an environment-parameter field drawn per agent, e.g. link_mass_1=0.8:1.2 "
+    "(Gymnasium: a numeric attribute of the unwrapped environment, e.g. gravity=9.7:9.9).")
+ACCOUNTANT_HELP = (
+    "pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD (a "
+    "valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "
+    "(looser). Calibrating σ to --epsilon uses the same accountant.")
 
 
 # --- the Config base ---------------------------------------------------------------------------

@@ -202,7 +202,7 @@ def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:
     """evaluate-N.json (the summary) and evaluate-N.csv (trial, learner, episode, return) in
     the run directory, N the first number for which neither exists (each file created
     exclusively, never through a link: nothing is overwritten)."""
-    from privrl.runtime.output import json_text, versions
+    from privrl.runfile import json_text, versions
 
     summary = json_text({**ev.summary(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                          "versions": versions()}).encode()

@@ -12,25 +12,27 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import Config, fail, in_range, integer, positive
+from privrl.config import Config, fail, in_range, integer, option, positive
 
 
 @dataclass(frozen=True)
 class ReplayOptions(Config):
     """The DQN settings of paper 002's learners on every domain (Grid-World defaults)."""
 
-    learning_rate: float = 1e-3
-    gamma: float = 0.9
-    batch_size: int = 32
-    buffer_size: int = 100_000
-    num_envs: int = 1  # episodes stepped together (one update per vector step)
-    explore_start: float = 1.0
-    explore_end: float = 0.1
-    explore_steps: int = 1000  # vector steps of linear ε decay
-    target_period: int = 250  # updates between target-network copies
-    epochs: int = 200
-    patience: int = 10  # epochs without validation improvement before stopping
-    seed: int = 0
+    learning_rate: float = option(1e-3, help="Adam's step size.")
+    gamma: float = option(0.9, help="Discount factor γ, in [0, 1).")
+    batch_size: int = option(32, help="Transitions per update.")
+    buffer_size: int = option(100_000, help="Replay memory capacity.", unit="transitions")
+    num_envs: int = option(1, help="Episodes stepped together per update.")
+    explore_start: float = option(1.0, help="ε-greedy: ε decays linearly from this to "
+                                  "--explore-end over --explore-steps.")
+    explore_end: float = option(0.1, help="See --explore-start.")
+    explore_steps: int = option(1000, help="See --explore-start.", unit="vector steps")
+    target_period: int = option(250, help="Updates between target-network copies.")
+    epochs: int = option(200, help="Training epochs at most (early stop on validation).")
+    patience: int = option(10, help="Stop after this many epochs without validation "
+                           "improvement.")
+    seed: int = option(0, help="Random seed (same seed, same results).")
 
     def validate_replay(self, *more: str) -> None:
         """The shared checks, plus the fields named in `more` that must be integers >= 1."""

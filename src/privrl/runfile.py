@@ -15,14 +15,19 @@ import io
 import json
 import math
 import os
+import platform
 import secrets
+import sys
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from privrl.config import json_safe
 
 __all__ = ["FORMAT", "VERSION", "RunFileError", "atomic_write", "checked", "dumps", "read",
            "tree_from_leaves", "write"]
@@ -221,3 +226,27 @@ def _depth(obj: Any) -> int:
             deepest = max(deepest, d)
             stack.extend((v, d + 1) for v in (node.values() if isinstance(node, dict) else node))
     return deepest
+
+
+# --- JSON run files (config.json, summary.json, ...) and the versions they record ---------------
+
+PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
+
+
+def versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def json_text(obj: Any) -> str:
+    """Strict JSON (non-finite floats as strings; anything else non-finite is an error)."""
+    return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json_text(obj))

@@ -67,3 +67,41 @@ def test_gymnasium_host_rollouts_step_box_actions() -> None:
     assert traj.aux.shape == (5, 3, 1) and np.abs(traj.aux).max() > 2.0
     np.testing.assert_array_equal(traj.actions, np.clip(traj.aux, -2.0, 2.0))
     assert traj.mask.sum() == 15 and np.all(traj.rewards <= 0.0)
+
+
+def test_a_gymnasium_box_run_survives_a_round_where_no_agent_plays(tmp_path) -> None:
+    """A Gymnasium Box task's run whose last chunk runs past the cap (rounds where no agent
+    plays: 27 submissions of P = 9 agents are 3 rounds, run 2 per chunk) trains and writes its
+    directory. Such a round's host rollout took no step and once returned no unclipped samples,
+    so the Gaussian head's log-probability failed (issue 50: `privrl run pgc-a3c --env
+    gymnasium:Pendulum-v1 --preset continuous` crashed after training)."""
+    cfg = PGCA3CConfig.from_preset("continuous", env="gymnasium:Pendulum-v1", mechanism="none",
+                                   submissions=27, max_episode_steps=4)
+    assert cfg.parallel_agents == 9
+    run = privrl.run_pgc_a3c(cfg, chunk_rounds=2, out=tmp_path / "run")
+    assert run.scores.shape == (1, 27) and np.isfinite(run.scores).all()
+    assert (tmp_path / "run" / "policy.npz").is_file()
+
+
+def test_a_host_rollout_where_no_environment_steps_has_a_steps_shapes() -> None:
+    """Every environment inactive: the actions and aux buffers (zeros) still have the shapes a
+    step gives them, for one trial and for trials together."""
+    import jax
+    import jax.numpy as jnp
+
+    from privrl.envs.task import make_task
+
+    task = make_task("gymnasium:Pendulum-v1").with_max_steps(3)
+
+    def policy(key, obs):
+        return jnp.zeros((*obs.shape[:-1], 1)), jnp.ones((*obs.shape[:-1], 1))
+
+    one = task.rollout(task.agents_params(jax.random.key(0), jnp.arange(2)), policy,
+                       jax.random.key(1), 2, 3, active=np.zeros(2, bool))
+    assert one.actions.shape == one.aux.shape == (3, 2, 1) and one.mask.sum() == 0
+    params = jax.tree_util.tree_map(lambda x: x[None],
+                                    task.agents_params(jax.random.key(0), jnp.arange(2)))
+    trials = task.rollout_trials(params, policy, [jax.random.key(1)], 2, 3,
+                                 active=np.zeros((1, 2), bool))
+    assert trials.actions.shape == trials.aux.shape == (1, 3, 2, 1)
+    assert trials.actions.dtype == np.float32 and not trials.aux.any()

@@ -60,7 +60,7 @@ CASES = [  # (the API's call, the same run as a command, the option the CLI name
     (_fedpg_flower(FedPGConfig(algorithm="cen", agents=3, robust="median")),
      ["fedpg-cen", "--runtime", "flower", "--agents", "3", "--robust", "median"], "--robust"),
     (_pgc_ray(PGCA3CConfig.from_preset("paper-code")),
-     ["pgc-a3c", "--preset", "paper-code", "--runtime", "ray"], "--preset"),  # it sets it
+     ["pgc-a3c", "--preset", "paper-code", "--runtime", "ray"], "--server-optimizer"),
     (_pgc_flower(PGCA3CConfig(trials=2)),
      ["pgc-a3c", "--runtime", "flower", "--trials", "2"], "--trials"),
 ]

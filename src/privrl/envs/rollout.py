@@ -257,16 +257,7 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     """
     n = len(envs)
     seeds, step_keys, obs_keys = jax.device_get(host_keys(key, n, max_steps, observe is not None))
-    traj = _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys)
-    if not traj.mask.any():  # no step taken: the actions' and what the policy would return
-        out = jax.eval_shape(policy, step_keys[0], traj.final_obs)  # beside, as zeros
-        act = out[0] if isinstance(out, tuple) else out
-        if not jnp.issubdtype(act.dtype, jnp.integer):  # a Box's (T, n, d) float32
-            traj = traj._replace(actions=np.zeros((max_steps, *act.shape), np.float32))
-        if isinstance(out, tuple):
-            traj = traj._replace(aux=jax.tree_util.tree_map(
-                lambda s: np.zeros((max_steps, *s.shape), s.dtype), out[1]))
-    return traj
+    return _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys)
 
 
 def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Array],
@@ -331,27 +322,34 @@ def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_ke
     mask_b = np.zeros((max_steps, n), np.float32)
     rew_b = np.zeros((max_steps, n), np.float32)
     term = np.zeros(n, bool)
-    aux_b: Any = None  # made at the first step, from what the policy returns
-    # Made at the first step too: discrete actions (T, n) int32, stepped as ints; continuous
-    # ones (a Box) (T, n, d) float32 vectors, as the jitted rollout records them.
+    # The actions' and aux's buffers, made at the first step from what the policy returns.
     act_b: Any = None
+    aux_b: Any = None
     discrete = True
+
+    def split(out: Any) -> tuple[np.ndarray, Any]:
+        """One step's actions (numpy) and aux (None: the policy returns actions alone)."""
+        action, aux = jax.device_get(out) if isinstance(out, tuple) else (out, None)
+        return np.asarray(action), aux
+
+    def buffers(action: np.ndarray, aux: Any) -> tuple[np.ndarray, Any]:
+        """(T, ...) zero buffers for the actions and aux: discrete actions (T, n) int32,
+        stepped as ints; continuous ones (a Box) (T, n, d) float32 vectors, as the jitted
+        rollout records them."""
+        dtype = np.int32 if np.issubdtype(action.dtype, np.integer) else np.float32
+        return np.zeros((max_steps, *action.shape), dtype), jax.tree_util.tree_map(
+            lambda a: np.zeros((max_steps, *np.shape(a)), np.asarray(a).dtype), aux)
+
     for t in range(max_steps):
         if not live.any():
             break
-        action = policy(step_keys[t], obs)
-        if isinstance(action, tuple):
-            action, aux = jax.device_get(action)
-            if aux_b is None:
-                aux_b = jax.tree_util.tree_map(
-                    lambda a: np.zeros((max_steps, *np.shape(a)), np.asarray(a).dtype), aux)
-            for b, a in zip(jax.tree_util.tree_leaves(aux_b), jax.tree_util.tree_leaves(aux),
-                            strict=True):
-                b[t] = a
-        action = np.asarray(action)
+        action, aux = split(policy(step_keys[t], obs))
         if act_b is None:
-            discrete = bool(np.issubdtype(action.dtype, np.integer))
-            act_b = np.zeros((max_steps, *action.shape), np.int32 if discrete else np.float32)
+            act_b, aux_b = buffers(action, aux)
+            discrete = act_b.dtype == np.int32
+        for b, a in zip(jax.tree_util.tree_leaves(aux_b), jax.tree_util.tree_leaves(aux),
+                        strict=True):
+            b[t] = a
         obs_b[t], act_b[t], mask_b[t] = obs, action, live
         stepped = np.flatnonzero(live)
         steps = action[stepped].tolist() if discrete else list(action[stepped])
@@ -362,6 +360,10 @@ def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_ke
             live[i] = not (fell or cut)
         seen(t + 1, stepped)
     length = mask_b.sum(0).astype(np.int32)
-    if act_b is None:  # no step taken (`rollout_host` shapes them from the policy)
-        act_b = np.zeros((max_steps, n), np.int32)
+    if act_b is None:
+        # No step taken (every environment inactive: a round past the cap, a retired trial):
+        # one policy call shapes the buffers, left zero, so that the arrays have the shapes of
+        # any other rollout's (a Box's (T, n, d) actions, the aux a Gaussian head's
+        # log-probability reads), for every caller (`rollout_host`, `rollout_host_trials`).
+        act_b, aux_b = buffers(*split(policy(step_keys[0], obs)))
     return Trajectory(obs_b, act_b, mask_b, obs, term, length, aux_b, rew_b)

@@ -398,7 +398,8 @@ def _illinois(f: Callable[[Any], float], good: Any, bad: Any, f_good: float, f_b
     return good
 
 
-def calibrate_noise_multiplier(
+@functools.lru_cache(maxsize=256)  # pure, and a run asks it the same question several times
+def calibrate_noise_multiplier(  # (each construction of a config or learner resolves σ)
     target_epsilon: float,
     delta: float,
     count: int,

@@ -21,7 +21,17 @@ from typing import Any
 import numpy as np
 from jax import Array
 
-from privrl.config import Config, fail, in_range, non_negative, one_of, positive
+from privrl.config import (
+    ACCOUNTANT_HELP,
+    NOISE_HELP,
+    Config,
+    fail,
+    in_range,
+    non_negative,
+    one_of,
+    option,
+    positive,
+)
 from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
@@ -94,18 +104,20 @@ class UnboundedQNoise(Mechanism):
 class QNoiseConfig(Config):
     """The noise on released Q outputs, shared by FedRL on every domain."""
 
-    noise_sigma: float = 1.0  # σ of the Gaussian noise on released Q outputs (paper: 1)
-    bounded: float | None = None  # B: L2 bound of released Q vectors; None = paper (no ε)
-    delta: float = 1e-5
-    # bounded mode: how each party's releases compose (privrl.privacy.accounting): pld (the
-    # exact analytic Gaussian here) or rdp; recorded in each party's account in privacy.json
-    accountant: str = DEFAULT_ACCOUNTANT
-    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
-    # (each party's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
-    noise: str | None = None
-    # Float-safe Q-output noise (bounded mode): the discrete Gaussian from the OS CSPRNG,
-    # composed with the RDP accountant. privrl.privacy.secure.
-    secure_noise: bool = False
+    noise_sigma: float = option(
+        1.0, flag="--noise-std", help="Std σ of the Gaussian noise on released Q outputs "
+        "(paper: 1; with --bounded the noise multiplier is σ/B).")
+    bounded: float | None = option(
+        None, help="B: clip each released Q vector to L2 norm B, making each release a "
+        "Gaussian mechanism with an (ε, δ) (composed per party). Default: the paper's "
+        "unbounded noise, which has NO formal ε.")
+    delta: float = option(1e-5, help="δ of the stated (ε, δ) in bounded mode.")
+    accountant: str = option(DEFAULT_ACCOUNTANT, choices=ACCOUNTANTS, help=ACCOUNTANT_HELP)
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
+    secure_noise: bool = option(
+        False, help="With --bounded: float-safe discrete Gaussian Q-output noise from the OS "
+        "CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each party's "
+        "releases). Slow: one host call per released vector.")
 
     def validate_noise(self) -> None:
         non_negative("noise_sigma", self.noise_sigma)

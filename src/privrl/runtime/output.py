@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,9 +18,9 @@ import numpy as np
 from privrl.config import ConfigError, json_safe
 from privrl.policy import FILE as POLICY_FILE
 from privrl.policy import SavedPolicy
+from privrl.runfile import json_text, versions, write_json  # noqa: F401 (run output's API)
 
 T = TypeVar("T")
-PACKAGES = ("privrl", "jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "dp-accounting")
 
 
 class OutputDirError(ValueError):
@@ -86,25 +83,6 @@ def check_out_dir(out: str | os.PathLike | None) -> None:
     except OSError as e:
         raise OutputDirError(f"--out: {path} cannot be created in {parent} "
                              f"({e.strerror or e})") from None
-
-
-def versions() -> dict[str, str]:
-    out = {"python": sys.version.split()[0], "platform": platform.platform()}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
-
-
-def json_text(obj: Any) -> str:
-    """Strict JSON (non-finite floats as strings; anything else non-finite is an error)."""
-    return json.dumps(json_safe(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def write_json(path: Path, obj: Any) -> None:
-    path.write_text(json_text(obj))
 
 
 def csv_writer(header: str, rows: Callable[[], Iterable[str]]) -> Callable[[Path], None]:

@@ -237,7 +237,7 @@ def test_target_score_and_window_reach_config_summary_and_fst(tuned_prs_run):
 
 def test_target_note_names_the_target_used():
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
-    from privrl.systems.pgc_a3c.cli import target_note
+    from privrl.systems.pgc_a3c.local import target_note
 
     def resolved(**kw):
         return PGCA3C(PGCA3CConfig(**kw)).config

@@ -28,6 +28,7 @@ import optax
 from jax import Array
 
 from privrl.config import (
+    NOISE_HELP,
     Config,
     check_preset,
     fail,
@@ -35,6 +36,7 @@ from privrl.config import (
     integer,
     non_negative,
     one_of,
+    option,
     positive,
     probability,
 )
@@ -66,35 +68,51 @@ class DPQLearningConfig(Config):
     Theorem 5 is applied: σ defaults to its calibration, and a given σ must satisfy it.
     """
 
-    preset: str = "paper"
-    sigma: float | None = None
-    epsilon: float | None = None
-    delta: float | None = None
-    sensitivity_constant: float | None = None
-    k: float | None = None
-    beta: float = 1.0  # our reading: the kernel's inverse length scale (exp(−|x−y|): β = 1)
-    seeds: int = 1
-    seed: int = 0
-    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
-    # (each run's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
-    noise: str | None = None
-    # Float-safe noise: not available here (refused with the reason; docs/secure-noise.md).
-    secure_noise: bool = False
-    episodes: int = 100
-    episode_steps: int = 50
-    hidden: int = 16
-    batch_size: int = 128
-    gamma: float = 0.999
-    replay_capacity: int = 10_000
-    learning_rate: float = 0.01  # torch.optim.RMSprop defaults (lr, alpha, eps)
-    rms_decay: float = 0.99
-    rms_eps: float = 1e-8
-    grad_clamp: float = 1.0  # each gradient entry clamped to [−1, 1]
-    eps_start: float = 0.9  # ε-greedy: eps_end + (eps_start − eps_end)·exp(−steps / eps_decay)
-    eps_end: float = 0.05
-    eps_decay: float = 200.0
-    target_update_episodes: int = 10  # θ⁻ ← θ after episodes 0, 10, 20, ...
-    noise_reset_episodes: int = 1  # fresh noise functions after every episode (authors)
+    preset: str = option("paper", help="paper: the authors' code's settings.")
+    sigma: float | None = option(
+        None, flag="--gp-scale", help="Scale σ ≥ 0 of the Gaussian-process noise on Q (the "
+        "privacy knob; not a noise multiplier: the process has no clip). Alone, no ε is "
+        "claimed. With --epsilon: default Theorem 5's calibration; a given scale must satisfy "
+        "it.")
+    epsilon: float | None = option(
+        None, help="The reward function's total ε over the run (the protected unit: the whole "
+        "reward function, every update included), in (0, 1) where Theorem 5 holds (needs "
+        "--delta, --sensitivity-constant, --k).")
+    delta: float | None = option(None, help="Target δ in (0, 1) for Theorem 5.")
+    sensitivity_constant: float | None = option(
+        None, help="Theorem 5's C(α, k, L, B) > 0. Required with --epsilon, no default: the "
+        "poster does not define it, and the guarantee is only as valid as the C you supply.")
+    k: float | None = option(
+        None, help="Theorem 5's k > 0 (the C you supply must be for this k); needs 2k > "
+        "8.68·√β·σ.")
+    beta: float = option(
+        1.0, help="Theorem 5's β > 0 (our reading: the kernel's inverse length scale, 1 for "
+        "exp(−|x−y|)).")
+    seeds: int = option(1, flag="--trials", help="Independent trials, vmapped.")
+    seed: int = option(0, help="Random seed (same seed, same results).")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
+    secure_noise: bool = option(
+        False, help="Not available here: the functional noise is a Gaussian process, which "
+        "the float-safe samplers do not cover (refused; docs/secure-noise.md).")
+    episodes: int = option(100, help="Episodes per run (authors: 100).")
+    episode_steps: int = option(50, help="Steps per episode (authors: 50).")
+    hidden: int = option(16, help="Hidden units of the Q-network.")
+    batch_size: int = option(128, help="Transitions per update.")
+    gamma: float = option(0.999, help="Discount factor γ.")
+    replay_capacity: int = option(10_000, help="Replay memory capacity.", unit="transitions")
+    learning_rate: float = option(0.01, help="RMSprop's step size (torch.optim.RMSprop's "
+                                  "defaults: lr, alpha, eps).")
+    rms_decay: float = option(0.99, help="RMSprop's decay α.")
+    rms_eps: float = option(1e-8, help="RMSprop's eps.")
+    grad_clamp: float = option(1.0, help="Each gradient entry is clamped to [−c, c].")
+    eps_start: float = option(
+        0.9, help="ε-greedy: eps_end + (eps_start − eps_end)·exp(−steps / eps_decay).")
+    eps_end: float = option(0.05, help="See --eps-start.")
+    eps_decay: float = option(200.0, help="See --eps-start.", unit="steps")
+    target_update_episodes: int = option(
+        10, help="θ⁻ ← θ after episodes 0, N, 2N, ...")
+    noise_reset_episodes: int = option(
+        1, help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")
 
     presets = PRESETS
 

@@ -7,44 +7,14 @@ from typing import Annotated
 
 import typer
 
-from privrl.cli import Noise, Out, Seed, SweepSeed, flag_names, system_apps
+from privrl.cli import Noise, Out, Settings, SweepSeed, config_command, flag_names, system_apps
 
 run_app, reproduce_app = system_apps()
 
 
-@run_app.command("dp-qlearning")
-@flag_names(sigma="--gp-scale", seeds="--trials")
-def run_dp_qlearning_command(
-    gp_scale: Annotated[float | None, typer.Option(
-        help="Scale σ ≥ 0 of the Gaussian-process noise on Q (the privacy knob; not a noise "
-        "multiplier: the process has no clip). Alone, no ε is claimed. With --epsilon: default "
-        "Theorem 5's calibration; a given scale must satisfy it.")] = None,
-    epsilon: Annotated[float | None, typer.Option(
-        help="The reward function's total ε over the run (the protected unit: the whole "
-        "reward function, every update included), in (0, 1) where Theorem 5 holds (needs "
-        "--delta, --sensitivity-constant, --k).")] = None,
-    delta: Annotated[float | None, typer.Option(help="Target δ in (0, 1) for Theorem 5.")] = None,
-    sensitivity_constant: Annotated[float | None, typer.Option(
-        help="Theorem 5's C(α, k, L, B) > 0. Required with --epsilon, no default: the poster "
-        "does not define it, and the guarantee is only as valid as the C you supply.")] = None,
-    k: Annotated[float | None, typer.Option(
-        "--k", help="Theorem 5's k > 0 (the C you supply must be for this k); "
-        "needs 2k > 8.68·√β·σ.")] = None,
-    beta: Annotated[float, typer.Option(
-        help="Theorem 5's β > 0 (our reading: the kernel's inverse length scale, 1 for "
-        "exp(−|x−y|)).")] = 1.0,
-    trials: Annotated[int, typer.Option(help="Independent trials, vmapped.")] = 1,
-    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
-    noise_reset_episodes: Annotated[int, typer.Option(
-        help="Fresh noise functions every N episodes (authors: 1; J = episodes / N).")] = 1,
-    seed: Seed = 0,
-    noise: Noise = None,
-    secure_noise: Annotated[bool, typer.Option(
-        "--secure-noise", help="Not available here: the functional noise is a Gaussian "
-        "process, which the float-safe samplers do not cover (refused; docs/secure-noise.md)."
-    )] = False,
-    out: Out = None,
-) -> None:
+@config_command(run_app, "dp-qlearning",
+                "privrl.systems.dp_qlearning.algorithm:DPQLearningConfig")
+def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
 
     Protects the reward function (neighbours: ‖r − r′‖∞ ≤ 1); the released object is the
@@ -55,13 +25,9 @@ def run_dp_qlearning_command(
 
     from privrl.runtime.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning import local as runner
-    from privrl.systems.dp_qlearning.algorithm import DPQLearningConfig, describe_privacy
+    from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
-    cfg = DPQLearningConfig.from_preset(
-        "paper", sigma=gp_scale, epsilon=epsilon, delta=delta,
-        sensitivity_constant=sensitivity_constant, k=k, beta=beta, seeds=trials,
-        episodes=episodes, noise_reset_episodes=noise_reset_episodes, seed=seed,
-        noise=None if noise is None else noise.value, secure_noise=secure_noise).resolved()
+    cfg = settings.build().resolved()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "

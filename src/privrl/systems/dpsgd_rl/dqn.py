@@ -47,7 +47,7 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer, non_negative, one_of, positive
+from privrl.config import fail, in_range, integer, non_negative, one_of, option, positive
 from privrl.envs.task import Task, check_module
 from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import FlatModel, mlp
@@ -91,34 +91,49 @@ _DP_SGD: Mapping[str, Any] = {
 class DQNConfig(EpisodicConfig):
     """Every hyperparameter of a DQN run; the defaults are the paper preset."""
 
-    hidden: tuple[int, ...] = (128, 128)
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01  # AdamW's default
-    batch_size: int = 128
-    buffer_size: int = 10_000
-    explore_start: float = 0.9
-    explore_end: float = 0.05
-    explore_decay: float = 1000.0  # steps; ε = end + (start − end)·exp(−steps / decay)
-    tau: float = 0.005  # soft target update per step
-    grad_value_clip: float = 100.0  # non-private runs only
-    sampling_probability: float | None = None  # q; None: batch_size / buffer_size
-    clip: float = 10.0  # C (ours: the slides do not give it; C = 1 stalls DQN, see docs)
-    optimizer: str = "adamw"  # "adamw" (AMSGrad, the slides' code) | "sgd" (heavy-ball momentum)
-    momentum: float = 0.9  # sgd only
-    # DP-SGD: divide the noisy sum by q × the stored transitions (the expected batch size now)
-    # instead of q × capacity, which shrinks the step while the buffer fills. Public either way:
-    # one transition is stored per step whatever the data, so this is post-processing.
-    average_over_stored: bool = False
-    learning_starts: int | None = None  # first update once this many are stored; None: batch
-    double_dqn: bool = False  # target action chosen by θ, valued by the target network
-    # Linear learning-rate decay to lr × lr_final_fraction over lr_decay_updates updates (then
-    # constant); None: constant. Post-processing of released gradients: no privacy cost.
-    lr_decay_updates: int | None = None
-    lr_final_fraction: float = 0.1
-    # Skip the updates of a training episode when the previous greedy evaluation returned at
-    # least this (None: never). Depends only on released θ and fresh evaluation episodes (not
-    # on stored transitions): post-processing; skipped steps are releases not made.
-    pause_at: float | None = None
+    preset: str = option(
+        "paper", choices=("paper", "dp-sgd", "dp-solve"),
+        help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
+        "learns under DP noise. dp-solve: ours, dp-sgd with a 16-16 network, double DQN and "
+        "--pause-at 500, which solves CartPole at ε = 8 per transition (docs/dpsgd-rl.md). "
+        "Options given explicitly override it.")
+    hidden: tuple[int, ...] = option((128, 128), help="Hidden layer sizes of the Q-network.")
+    learning_rate: float = option(1e-4, help="The optimizer's step size.")
+    weight_decay: float = option(0.01, help="Decoupled weight decay (AdamW's default).")
+    batch_size: int = option(128, help="Transitions per update (the expected batch under DP).")
+    buffer_size: int = option(10_000, help="Replay buffer capacity.", unit="transitions")
+    explore_start: float = option(
+        0.9, help="ε-greedy: ε = end + (start − end)·exp(−steps / decay).")
+    explore_end: float = option(0.05, help="See --explore-start.")
+    explore_decay: float = option(1000.0, help="See --explore-start.", unit="steps")
+    tau: float = option(0.005, help="Soft target-network update per step, in (0, 1].")
+    grad_value_clip: float = option(100.0, help="Gradient value clip (non-private runs only).")
+    sampling_probability: float | None = option(
+        None, flag="--q", help="Poisson sampling probability per stored transition. Default: "
+        "batch size / buffer size (paper 0.0128, dp-sgd 0.0512).")
+    clip: float = option(10.0, help="C: L2 bound of each transition's gradient (ours: the "
+                         "slides do not give it; C = 1 stalls DQN, see docs).")
+    optimizer: str = option("adamw", choices=OPTIMIZERS,
+                            help="adamw (AMSGrad, the slides' code) or sgd (heavy-ball momentum).")
+    momentum: float = option(0.9, help="SGD momentum in [0, 1) (sgd only).")
+    average_over_stored: bool = option(
+        False, help="DP-SGD: divide the noisy sum by q × the stored transitions (the expected "
+        "batch size now) instead of q × capacity, which shrinks the step while the buffer "
+        "fills (post-processing: one transition is stored per step whatever the data).")
+    learning_starts: int | None = option(
+        None, help="The first update once this many transitions are stored. Default: the "
+        "batch size.")
+    double_dqn: bool = option(
+        False, help="Double DQN targets: the next action chosen by the online network, valued "
+        "by the target network.")
+    lr_decay_updates: int | None = option(
+        None, help="Decay the learning rate linearly over this many updates to lr × "
+        "--lr-final-fraction, then hold it (post-processing). Default: constant.")
+    lr_final_fraction: float = option(
+        0.1, help="The decayed learning rate as a fraction of the first, in [0, 1].")
+    pause_at: float | None = option(
+        None, help="Make no updates during a training episode when the previous greedy "
+        "evaluation returned at least this (post-processing: no privacy cost). Default: never.")
 
     # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
     # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -22,6 +22,10 @@ import numpy as np
 from jax import Array
 
 from privrl.config import (
+    ACCOUNTANT_HELP,
+    ENV_HELP,
+    NOISE_HELP,
+    PRIVATE_HELP,
     Config,
     fail,
     finite,
@@ -29,6 +33,7 @@ from privrl.config import (
     integer,
     non_negative,
     one_of,
+    option,
     other_field,
     positive,
     within,
@@ -55,36 +60,51 @@ class EpisodicConfig(Config):
     # Presets: "paper" is the dataclass defaults (the slides, read as docs/dpsgd-rl.md says).
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {"paper": {}}
 
-    preset: str = "paper"
-    seeds: int = 1
-    seed: int = 0
-    episodes: int = 1000  # training episodes at most (the issue's cap)
-    max_episode_steps: int | None = None  # None: the task's step limit (CartPole-v1's 500)
-    solve_threshold: float | None = None  # None: the task's target (CartPole-v1's 475)
-    solve_window: int = 25
-    stop_when_solved: bool = True
-    gamma: float = 0.99
-    learning_rate: float = 0.01
+    preset: str = option("paper", help="paper: the slides' settings (read as docs/dpsgd-rl.md "
+                         "says). Options given explicitly override it.")
+    seeds: int = option(1, flag="--trials", help="Independent trials, run vectorized.")
+    seed: int = option(0, help="Random seed (same seed, same results).")
+    episodes: int = option(1000, help="Training episodes at most (stops when solved).")
+    max_episode_steps: int | None = option(
+        None, flag="--max-steps", help="Episode cap in steps. Default: the task's own step "
+        "limit (gymnax's max_steps_in_episode, Gymnasium's spec.max_episode_steps; "
+        "CartPole-v1's 500).")
+    solve_threshold: float | None = option(
+        None, flag="--target-return", help="Solved when the mean of --solve-window consecutive "
+        "greedy evaluation returns reaches this (training stops there). Default: the task's "
+        "(CartPole-v1's 475; a Gymnasium reward_threshold); a task without one is never "
+        "solved and reports returns.")
+    solve_window: int = option(25, help="Evaluation returns averaged by the solved rule.")
+    stop_when_solved: bool = option(True, help="Stop training once solved.")
+    gamma: float = option(0.99, help="Discount factor γ, in (0, 1].")
+    learning_rate: float = option(0.01, help="The optimizer's step size.")
     # DP-SGD (central DP of the trained model; the learner holding the data is trusted)
-    dp: bool = False
-    noise_multiplier: float = 0.0  # σ: noise std = σ·C on the clipped sum; 0 = clip only
-    clip: float = 1.0  # C: per-unit L2 clipping bound
-    delta: float = 1e-5
-    target_epsilon: float | None = None  # calibrate σ to this ε before training
-    max_epsilon: float | None = None  # stop before an update would exceed this ε
-    accountant: str = DEFAULT_ACCOUNTANT
-    # Float-safe DP-SGD noise (discrete Gaussian from the OS CSPRNG; privrl.privacy.secure)
-    secure_noise: bool = False
-    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
-    # (each seed's root from the OS CSPRNG, never written); None: seeded. privrl.privacy.noise.
-    noise: str | None = None
+    dp: bool = option(False, cli=False, help="DP-SGD on the learner's gradients.")
+    noise_multiplier: float = option(
+        0.0, help="Noise multiplier σ: N(0, σ²C²) on the sum of the clipped gradients of the "
+        "protected units (episodes for REINFORCE, transitions for DQN). 0 clips without noise "
+        "(no guarantee).")
+    clip: float = option(1.0, help="C: the L2 bound of each protected unit's gradient.")
+    delta: float = option(1e-5, help="δ of the stated (ε, δ), in (0, 1).")
+    target_epsilon: float | None = option(
+        None, flag="--epsilon", help="Each protected unit's total ε at --delta over the run "
+        "(REINFORCE: one episode; DQN: one stored transition, every update that samples it); "
+        "σ is calibrated to it (instead of --noise-multiplier).")
+    max_epsilon: float | None = option(
+        None, flag="--epsilon-budget", help="Stop training before an update would take a "
+        "protected unit's ε above this cap.")
+    accountant: str = option(DEFAULT_ACCOUNTANT, choices=ACCOUNTANTS, help=ACCOUNTANT_HELP)
+    secure_noise: bool = option(
+        False, help="Float-safe DP-SGD noise: an exact discrete Gaussian from the OS CSPRNG "
+        "(docs/secure-noise.md); needs --accountant rdp (DQN: and --q 1, no subsampling).")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
     # LDP on observations
-    obs: ObservationPrivacy = field(default_factory=ObservationPrivacy)
-    # The task (privrl.envs.task): None is CartPole-v1; "gymnax:<id>" or "<module>:<callable>"
-    # another environment. `private_params` specs ("field=low:high" or "field=v1,v2") give every
-    # training episode its own environment parameters (a fresh agent each; none: all alike).
-    env: str | None = None
-    private_params: tuple[str, ...] = ()
+    obs: ObservationPrivacy = option(  # noqa: RUF009 (option returns a dataclasses.field)
+        cli=False, default_factory=ObservationPrivacy,
+        help="Local DP on the observations the learner sees.")
+    env: str | None = option(None, help=ENV_HELP)
+    private_params: tuple[str, ...] = option(
+        (), flag="--private", help=PRIVATE_HELP + " Every training episode draws its own.")
 
     def validate(self) -> None:
         """The rules both algorithms share (each config's validate() adds its own)."""

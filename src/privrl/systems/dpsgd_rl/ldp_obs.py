@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.config import Config, fail, in_range, non_negative, one_of, positive
+from privrl.config import Config, fail, in_range, non_negative, one_of, option, positive
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant
 from privrl.privacy.mechanisms import (
     BoxGaussianMechanism,
@@ -54,16 +54,30 @@ CARTPOLE_BOX: tuple[tuple[float, ...], tuple[float, ...]] = (
 class ObservationPrivacy(Config):
     """How each observed state is perturbed before the learner sees it."""
 
-    mode: str = "none"
-    sigma: float = 0.0  # "sigma" mode: noise scale in units of the IQR
-    iqr: tuple[float, ...] = CARTPOLE_IQR
-    box_low: tuple[float, ...] = CARTPOLE_BOX[0]
-    box_high: tuple[float, ...] = CARTPOLE_BOX[1]
-    noise_multiplier: float = 1.0  # "box" mode: std / box diagonal
-    delta: float = 1e-5  # "box" mode: δ₀ of one release
-    # "box" mode: float-safe discrete Gaussian from the OS CSPRNG (privrl.privacy.secure); its
-    # ε is RDP's, so the per-episode account needs the RDP accountant.
-    secure: bool = False
+    mode: str = option(
+        "none", choices=MODES, help="none: the learner sees raw states. sigma: the slides' "
+        "N(0, (σ·IQR)²) noise, σ = --iqr-scale (NO formal guarantee). box: clip to a box, "
+        "Gaussian noise of std --noise-multiplier × its diagonal ((ε, δ)-LDP per state).")
+    sigma: float = option(
+        0.0, flag="--iqr-scale", help="sigma mode: the noise std σ in IQR units (>= 0; the "
+        "slides' σ, no clip, so not a noise multiplier).")
+    iqr: tuple[float, ...] = option(
+        CARTPOLE_IQR, help="sigma mode: each observation component's IQR (the slides' "
+        "CartPole values).")
+    box_low: tuple[float, ...] = option(
+        CARTPOLE_BOX[0], help="box mode: lower bounds, one per observation component "
+        "(CartPole's by default).")
+    box_high: tuple[float, ...] = option(
+        CARTPOLE_BOX[1], help="box mode: upper bounds, one per observation component "
+        "(CartPole's by default).")
+    noise_multiplier: float = option(
+        1.0, help="box mode: noise multiplier σ, the noise std / the box diagonal (the L2 "
+        "bound of a clipped state; > 0).")
+    delta: float = option(1e-5, help="box mode: δ₀ of one released state, in (0, 1).")
+    secure: bool = option(
+        False, flag="--secure-noise", help="box mode: float-safe discrete Gaussian observation "
+        "noise from the OS CSPRNG (docs/secure-noise.md); its ε is RDP's (the RDP accountant "
+        "composes each episode's states). Slow: one host call per observation.")
 
     def validate(self) -> None:
         one_of("mode", self.mode, MODES)

@@ -338,3 +338,20 @@ def save(out: EpisodicOutput, path: Path, command: list[str] | None = None) -> d
     """config.json, metrics.csv (per seed and episode), privacy.json, summary.json,
     policy.npz, plots/."""
     return save_run(record(out), path, command)
+
+
+def summary_rows(summary: dict[str, Any], cfg: Any) -> list[tuple[str, str]]:
+    """The results table a run's summary (of config `cfg`) reads as: (metric, value) rows."""
+    med = summary["median_episodes_to_solve"]
+    target = summary["solve_threshold"]
+    rows = [
+        *(() if target is None else (
+            (f"solved trials (mean of {cfg.solve_window} evaluations ≥ {target:g})",
+             f"{summary['solved_seeds']}/{summary['seeds']}"),
+            ("median episodes to solve", "not solved" if med is None else f"{med:g}"))),
+        ("final evaluation return (mean of the last 25)",
+         "none" if summary["final_eval_mean"] is None else f"{summary['final_eval_mean']:.4g}"),
+        ("updates", ", ".join(map(str, summary["updates"]))),
+        ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
+    ]
+    return rows

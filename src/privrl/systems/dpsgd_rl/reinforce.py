@@ -32,7 +32,7 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import in_range, integer
+from privrl.config import in_range, integer, option
 from privrl.envs.task import Task, check_module
 from privrl.losses import (
     discounted_returns,
@@ -73,11 +73,11 @@ UNIT = "one episode (all its transitions)"
 class ReinforceConfig(EpisodicConfig):
     """Every hyperparameter of a REINFORCE run; the defaults are the paper preset."""
 
-    hidden: int = 128
-    dropout: float = 0.5
-    batch_episodes: int = 1  # episodes per update (the slides: one)
-    normalize_returns: bool = True
-    learning_rate: float = 0.01
+    hidden: int = option(128, help="Hidden units of the policy network.")
+    dropout: float = option(0.5, help="Dropout rate of the hidden layer, in [0, 1).")
+    batch_episodes: int = option(1, help="Episodes per update (the slides: one).")
+    normalize_returns: bool = option(True, help="Standardize the returns within a batch.")
+    learning_rate: float = option(0.01, help="Adam's step size.")
 
     def validate(self) -> None:
         super().validate()

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from privrl.config import Config, fail, integer, one_of
+from privrl.config import NOISE_HELP, Config, fail, integer, one_of, option
 from privrl.privacy.noise import NOISE_MODES
 from privrl.runtime.output import open_sweep, plot_curves
 from privrl.runtime.programs import program_groups
@@ -62,17 +62,17 @@ class Setting:
 
 @dataclass(frozen=True)
 class SweepConfig(Config):
-    seeds_reinforce: int = 5
-    seeds_dqn: int = 3
-    episodes: int = 1000
-    seed: int = 0
-    clip_reinforce: float = 1.0
-    clip_dqn: float = 10.0
-    delta: float = 1e-5
-    algorithms: tuple[str, ...] = ("reinforce", "dqn")
-    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
-    # runs' default (seeded). Each run's privacy record states the mode.
-    noise: str | None = None
+    seeds_reinforce: int = option(5, flag="--trials-reinforce",
+                                  help="Trials per REINFORCE setting.")
+    seeds_dqn: int = option(3, flag="--trials-dqn", help="Trials per DQN setting.")
+    episodes: int = option(1000, help="Training episodes at most (stops when solved).")
+    seed: int = option(0, help="Random seed (shared by all settings).")
+    clip_reinforce: float = option(1.0, help="C of the REINFORCE settings.")
+    clip_dqn: float = option(10.0, help="C of the DQN settings.")
+    delta: float = option(1e-5, help="δ of the stated (ε, δ), in (0, 1).")
+    algorithms: tuple[str, ...] = option(("reinforce", "dqn"), listed=True,
+                                         help="The algorithms swept: reinforce, dqn.")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
 
     def validate(self) -> None:
         integer("seeds_reinforce", self.seeds_reinforce)

@@ -11,6 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from privrl.config import (
+    ACCOUNTANT_HELP,
+    ENV_HELP,
+    NOISE_HELP,
+    PRIVATE_HELP,
     Config,
     check_preset,
     fail,
@@ -110,102 +114,186 @@ class FedPGConfig(Config):
     as without it) is split into the update's z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) and the bits' σ_b.
     """
 
-    algorithm: str = "cen"  # cen (star, Algorithm 1) | dec (push-sum, Algorithm 2)
-    preset: str = "paper"
-    topology: str = "ring"  # dec only: ring | exponential | random
-    window: int | None = None  # random topology: strongly connected over every `window` rounds
-    agents: int = 10  # K
-    hidden: tuple[int, ...] = (16, 16)
-    gamma: float = 0.999
-    batch_min: int = 12  # B_t ~ U{batch_min, ..., batch_max}
-    batch_max: int = 20
-    minibatch: int = 4  # b
-    inner_steps: int | None = None
-    learning_rate: float = 1e-3
-    optimizer: str = "adam"
-    importance: str = "step"  # per-step ratio (FedPG-BR's code) | trajectory (paper's ω)
-    importance_clip: float | None = None  # truncate ω at this value
-    max_episode_steps: int | None = None  # None: the task's step limit (CartPole-v1's 500)
-    gravities: tuple[float, ...] = (9.8,)  # per-agent gravity drawn from these (heterogeneity)
-    # The task (privrl.envs.task): None is FedPG-BR's CartPole-v1 with per-agent `gravities`;
-    # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
-    # `private_params` specs ("field=low:high" uniform or "field=v1,v2" one of; none: all alike).
-    env: str | None = None
-    private_params: tuple[str, ...] = ()
-    budget: int = 5000  # episodes per agent
-    trials: int = 1
-    seed: int = 0
-    mechanism: str = "none"
-    epsilon: float | None = None  # each agent's total over the run, for every mechanism
+    algorithm: str = option("cen", cli=False, choices=ALGORITHMS,
+                            help="cen (a server, Algorithm 1) or dec (push-sum, Algorithm 2).")
+    preset: str = option(
+        "paper", choices=tuple(PRESETS), help="paper: FedPG-BR's CartPole setting exactly. "
+        "continuous: for a continuous-action (Box) task, e.g. --env gymnax:Pendulum-v1: a "
+        "state-free learned log-std, γ = 0.9, hidden (64, 64), B_t ~ U{4..8}, ω truncated at "
+        "2, Adam 3e-4 (benchmarks/RESULTS.md). Options given explicitly override it.")
+    topology: str = option(
+        "ring", choices=TOPOLOGIES, help="fedpg-dec's directed graph: ring (static k → k+1), "
+        "exponential (time-varying one-peer exponential graph of SGP) or random (one random "
+        "out-neighbour per node per round, strongly connected over every --window rounds).")
+    window: int | None = option(
+        None, help="Random topology: rounds over which the graph must be strongly connected. "
+        "Default: max(3, ⌈2 log2 K⌉).")
+    agents: int = option(10, help="K agents (K = 1: a single SVRPG agent).")
+    hidden: tuple[int, ...] = option((16, 16), help="Hidden layer sizes of the policy.")
+    gamma: float = option(0.999, help="Discount factor γ.")
+    batch_min: int = option(12, help="B_t is drawn uniformly from [batch-min, batch-max] "
+                            "every round (B > 0).")
+    batch_max: int = option(20, help="Upper end of B_t (FedPG-BR's: 20).")
+    minibatch: int = option(4, help="b: episodes per SCSG step (b > 0).")
+    inner_steps: int | None = option(
+        None, help="N_t, the SCSG steps per round. Default: drawn ~ Geom(b/(B_t + b)) on "
+        "{1, 2, ...} (an integer fixes it: SVRPG).")
+    learning_rate: float = option(1e-3, help="The optimizer's step size (FedPG-BR's: 1e-3).")
+    optimizer: str = option("adam", choices=OPTIMIZERS, help="The policy's optimizer.")
+    importance: str = option(
+        "step", choices=IMPORTANCE, help="Importance weight ω: step (per-step ratio, "
+        "FedPG-BR's code) or trajectory (the product over the episode, the paper's "
+        "p(τ|θ₀)/p(τ|θ_n)).")
+    importance_clip: float | None = option(
+        None, help="Truncate ω at this value. Default: no truncation.")
+    max_episode_steps: int | None = option(
+        None, flag="--max-steps", help="Episode cap in steps. Default: the task's own step "
+        "limit (gymnax's max_steps_in_episode, Gymnasium's spec.max_episode_steps; "
+        "CartPole-v1's 500).")
+    gravities: tuple[float, ...] = option(
+        (9.8,), help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed "
+        "per agent) from these values. The default task only (with --env or --private: "
+        "--private gravity=...).")
+    env: str | None = option(None, help=ENV_HELP)
+    private_params: tuple[str, ...] = option((), flag="--private", help=PRIVATE_HELP)
+    budget: int = option(5000, flag="--episodes", help="Episodes each agent samples over the "
+                         "run (FedPG-BR's: 5000).")
+    trials: int = option(1, help="Independent trials, run vectorized.")
+    seed: int = option(0, help="Random seed (same seed, same results).")
+    mechanism: str = option(
+        "none", choices=MECHANISMS, user_callable=True,
+        help=(
+        "Randomizer for what each agent sends every round: none (default, as in the paper: NO "
+        "privacy guarantee), laplace (L1 clip to C/2 + Laplace noise: pure ε-LDP per release), "
+        "gaussian (L2 clip C + N(0, (σC)²) noise, composed by --accountant), or privunit / "
+        "privunitg (PrivUnit2 / PrivUnitG, L2 clip C: unbiased ε-LDP vector estimates per release; "
+        "docs/ldp-mechanisms.md), or distributed-gaussian (fedpg-cen only: user-level central DP, "
+        "the Flower deployment's mechanism, simulated exactly: each agent clips to L2 norm C, "
+        "rounds to integers and adds a discrete Gaussian share of the noise, modulo 2^b; the secure"
+        " sum gives the server only their sum; --min-honest; docs/fedpg.md), or "
+        "distributed-gaussian-continuous (a simulation: continuous shares over a real sum, "
+        "--sampling-rate, --adaptive-clip), or central-gaussian (fedpg-cen only: the server is "
+        "TRUSTED with every agent's clipped update and adds Gaussian noise to its --robust "
+        "none|trimmed-mean|median aggregate, scaled to the rule's sensitivity; central DP; "
+        "docs/byzantine.md), or your own module:callable (ε-LDP per release as it declares, not "
+        "verified by privrl; docs/ldp-mechanisms.md)."))
+    epsilon: float | None = option(
+        None, help="Each agent's total ε over the run (> 0, finite; the protected unit: one "
+        "agent, every release it sends). laplace, privunit, privunitg: each agent releases "
+        "once per round, so each release gets ε/R for the R rounds the episode budget allows "
+        "at most (with --budget-composition optimal: the largest ε_0 whose R-fold optimal "
+        "composition is (ε, --delta)), and the ledger enforces ε. gaussian: at --delta (σ is "
+        "calibrated for the most rounds the budget allows). distributed-gaussian: "
+        "user-level, at --delta, by the mechanism's own bound (the Flower run's); "
+        "distributed-gaussian-continuous: by --accountant, Poisson sampling included; rounds "
+        "beyond it are refused. Needs --mechanism.")
     epsilon_per_report: float | None = option(
         None, help="laplace, privunit, privunitg, instead of --epsilon: the ε of each release "
         "(> 0, finite); the ledger composes an agent's releases (cap them with "
-        "--epsilon-budget).", unit="ε")
-    clip: float | None = None
-    noise_multiplier: float | None = None  # gaussian only
-    delta: float = 1e-5  # gaussian; laplace: δ of the optimal composition (stated, or budget)
-    accountant: str = DEFAULT_ACCOUNTANT  # gaussian only: pld (exact here) | rdp
-    # laplace only: each agent's privacy budget over the run, enforced by the ledger before
-    # every round (a trial whose agents cannot afford the next round ends); None: the episode
-    # budget alone bounds the releases. `budget_composition`: "basic" (pure ε, Σ of the
-    # releases' ε) or "optimal" (an (ε, delta) by the optimal composition theorem).
-    epsilon_budget: float | None = None
-    budget_composition: str = "basic"
-    # "Solved": None is the task's target (CartPole-v1's 475, a Gymnasium reward_threshold);
-    # a task without one reports returns and no episodes-to-target.
-    target_return: float | None = None
-    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
-    # (each agent's or node's from the OS CSPRNG, never written); None: the runtime's default
-    # (local runner: seeded, Ray: secret). See privrl.privacy.noise.
-    noise: str | None = None
-    # Float-safe (discrete, CSPRNG) noise for laplace or gaussian. See privrl.privacy.secure.
-    secure_noise: bool = False
-    # distributed-gaussian-continuous: Poisson sampling rate q of agents per round
-    # (distributed-gaussian: 1, every agent in every round); either: the number m of agents
-    # whose noise shares alone must carry the sum's full noise (None: K).
-    # None: min(1, 50/K), an expected 50 agents per round (a round then costs about as much
-    # as 50 agents, whatever K; at ε = 2 the noise on the mean is within 15% of q = 1's).
-    sampling_rate: float | None = None
-    min_honest: int | None = None
-    # distributed-gaussian(-continuous) with epsilon: σ is calibrated for this many rounds
-    # (None: the most the episode budget allows, max_rounds()); a trial that wants more is
-    # ended by the budget.
-    dp_rounds: int | None = None
-    # Shuffle model (fedpg-cen with a pure ε-LDP mechanism: laplace, privunit, privunitg): each
-    # round's K reports reach the server in a random order without identities; privacy.json
-    # adds the central (ε, δ = shuffle_delta) per round after amplification by shuffling
-    # (privrl.privacy.shuffle), composed over an agent's rounds. The local ε is unchanged.
-    shuffle: bool = False
-    shuffle_delta: float = 1e-5
-    # distributed-gaussian-continuous only: adaptive clipping (Andrew et al. 2021).
-    # clip_quantile γ: the target fraction of sampled agents whose update norm is within the
-    # clip; clip_lr η_C: C_{t+1} = C_t·exp(−η_C (b̄_t − γ)); clip_count_stddev σ_b: std of
-    # the noise on the sum of the clip bits (None: q·K/20, the paper's choice; it must exceed σ/2).
-    adaptive_clip: bool = False
-    clip_quantile: float = 0.5
-    clip_lr: float = 0.2
-    clip_count_stddev: float | None = None
-    # Byzantine agents (fedpg-cen; privrl.systems.fedpg.byzantine, docs/byzantine.md): how many
-    # of the K agents misbehave (which: drawn from the seed, fixed for the run) and how
-    # (`attack`); the server's rule over the K reports (`robust`, privrl.federation.robust).
-    # FedPG-BR's filter: σ (`filter_sigma`), δ (`filter_delta`) in V = 2 log(2K/δ), and the
-    # assumed Byzantine fraction α (`byzantine_alpha`: R2 runs if R1 keeps fewer than
-    # (1 − α)K; trimmed-mean drops ⌊αK⌋ at each end). Defaults: FedPG-BR's CartPole code.
-    byzantine: int = 0
-    attack: str | None = None
-    robust: str = "none"
-    filter_sigma: float = 0.06
-    filter_delta: float = 0.6
-    byzantine_alpha: float = 0.4
-    # An attacker not bound by the mechanism (docs/byzantine.md): with `bypass_mechanism` a
-    # Byzantine agent's report is its attack message itself, never clipped or randomized (the
-    # server checks only shape, dtype and finiteness); `attack_norm` rescales every Byzantine
-    # message to this L2 norm (only where nothing clips it: bypass, or mechanism none).
-    bypass_mechanism: bool = False
-    attack_norm: float | None = None
-    # A continuous-action task's Gaussian head: what its log-std depends on ("state": the
-    # network's outputs; "parameter": a learned vector, the same in every state).
-    log_std: str = "state"
+        "--epsilon-budget). A run's config.json holds the split of its --epsilon here.",
+        unit="ε")
+    clip: float | None = option(
+        None, help="Clip C of the mechanism (with --adaptive-clip the initial clip C_0). "
+        "Default: 1 with a mechanism.")
+    noise_multiplier: float | None = option(
+        None, help="gaussian: noise multiplier σ (noise std σ·C), instead of --epsilon. "
+        "distributed-gaussian(-continuous): the std of the sum's noise over its sensitivity.")
+    delta: float = option(
+        1e-5, help="gaussian: δ of the stated (ε, δ), in (0, 1). laplace: δ of the optimal "
+        "composition stated beside the pure ε (the budget's δ with --budget-composition "
+        "optimal).")
+    accountant: str = option(DEFAULT_ACCOUNTANT, choices=ACCOUNTANTS, help=ACCOUNTANT_HELP)
+    epsilon_budget: float | None = option(
+        None, help="With --epsilon-per-report: a cap on each agent's ε over the run; the "
+        "ledger refuses a round beyond it before anything is released, and the trial ends "
+        "there (by --budget-composition). Default: none; the episode budget bounds the "
+        "releases.")
+    budget_composition: str = option(
+        "basic", choices=COMPOSITIONS, help="How the ledger enforces each agent's budget over "
+        "its pure ε-LDP releases. basic: the pure ε, Σ of the releases' ε. optimal: an (ε, δ) "
+        "at --delta by the optimal composition theorem (Kairouz, Oh & Viswanath 2015). "
+        "privacy.json states both and which is enforced.")
+    target_return: float | None = option(
+        None, help="The batch mean return that counts as solved (episodes to it are "
+        "reported). Default: the task's (CartPole-v1's 475; a Gymnasium reward_threshold); a "
+        "task without one reports returns only.")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
+    secure_noise: bool = option(
+        False, help="Float-safe noise for laplace or gaussian: exact discrete noise on a grid "
+        "from the OS CSPRNG, the input clipped in integers (no low-bit leak; slower; not "
+        "reproducible; docs/secure-noise.md).")
+    sampling_rate: float | None = option(
+        None, help="distributed-gaussian-continuous: each agent takes part in a round with "
+        "probability q "
+        "(Poisson sampling, q in (0, 1]; amplifies privacy); unsampled agents play no episode "
+        "and send their noise share only. Default: min(1, 50/K), an expected 50 agents per "
+        "round.")
+    min_honest: int | None = option(
+        None, help="distributed-gaussian(-continuous): noise shares are sized so that any m "
+        "honest agents' shares carry the full noise; up to K − m agents may drop out or "
+        "collude with the server at the stated ε (default m = K: none).")
+    dp_rounds: int | None = option(
+        None, help="distributed-gaussian(-continuous) with --epsilon: calibrate σ for this many "
+        "rounds "
+        "instead of the most the episode budget allows (less noise); the privacy budget ends "
+        "a trial that would run more.")
+    shuffle: bool = option(
+        False, help="fedpg-cen with laplace, privunit or privunitg: shuffle model; a trusted "
+        "shuffler hands the server each round's K reports in random order without identities "
+        "(simulated, its order seeded), and privacy.json adds the central (ε, δ) per round "
+        "after amplification by shuffling (FMT21) and over the rounds (basic composition). "
+        "Amplification grows with --agents.")
+    shuffle_delta: float = option(
+        1e-5, help="δ of the per-round central (ε, δ) stated under --shuffle.")
+    adaptive_clip: bool = option(
+        False, help=(
+        "distributed-gaussian-continuous: adaptive clipping (Andrew et al. 2021). The clip starts "
+        "at --clip and follows the --clip-quantile of the sampled agents' update norms: each also "
+        "sends the bit ‖μ‖ <= C_t through the secure sum (noised with std --clip-count-stddev), and"
+        " C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same ε: σ is split between the "
+        "update and the bits (docs/fedpg.md)."))
+    clip_quantile: float = option(
+        0.5, help="--adaptive-clip: target fraction γ of sampled agents whose update norm is "
+        "within the clip, in (0, 1) (the paper's: the median).")
+    clip_lr: float = option(
+        0.2, help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update (the "
+        "paper's: 0.2).")
+    clip_count_stddev: float | None = option(
+        None, help="--adaptive-clip: std σ_b of the noise on the sum of the clip bits; must "
+        "exceed σ/2 (σ: the round's noise multiplier). Default q·K/20 (the paper's: expected "
+        "agents per round / 20).")
+    byzantine: int = option(
+        0, help="N of the K agents are Byzantine (which: drawn from --seed, fixed for the run, "
+        "recorded in summary.json); they send what --attack says (docs/byzantine.md).")
+    attack: str | None = option(
+        None, choices=ATTACKS, help="What a Byzantine agent does: random-noise, "
+        "random-action, sign-flip (−2.5× its gradient), zero-gradient, adaptive (pulls "
+        "against the gradient by the filter's own slack), fedscspg (FedPG-BR's adaptive "
+        "attack) or normalized (against the gradient at an honest norm, after Fang et al. "
+        "2025). Its message still passes through --mechanism unless --bypass-mechanism.")
+    robust: str = option(
+        "none", choices=ROBUST, help="The server's rule over the K reports: none (the mean), "
+        "fedpg-br (FedPG-BR's filter, its threshold widened by the mechanism's noise), median "
+        "or trimmed-mean (coordinate-wise). Post-processing: the privacy guarantee is "
+        "unchanged.")
+    filter_sigma: float = option(
+        0.06, help="fedpg-br: σ, the per-step spread of an honest estimate, scaled by the "
+        "server's mean episode length (FedPG-BR's CartPole: 0.06).")
+    filter_delta: float = option(
+        0.6, help="fedpg-br: δ in V = 2 log(2K/δ) (FedPG-BR's CartPole: 0.6).")
+    byzantine_alpha: float = option(
+        0.4, help="α < 1/2, the assumed Byzantine fraction: fedpg-br falls back to R2 when R1 "
+        "keeps fewer than (1 − α)K; trimmed-mean drops ⌊αK⌋ per end (FedPG-BR's: 0.4).")
+    bypass_mechanism: bool = option(
+        False, help="Byzantine agents skip their mechanism: each report is the attack's "
+        "message itself, unclipped and without noise (the server checks only shape, dtype, "
+        "finiteness). The guarantee stays each honest agent's.")
+    attack_norm: float | None = option(
+        None, help="Rescale every Byzantine message to this L2 norm (needs "
+        "--bypass-mechanism, or --mechanism none).")
+    log_std: str = option(
+        "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
+        "log-std from the network's outputs (state) or a learned vector (parameter).")
 
     presets = PRESETS
 

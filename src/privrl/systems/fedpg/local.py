@@ -906,3 +906,26 @@ def save(run: FedPGRun, path: Path, command: list[str] | None = None,
     """config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png
     and any extra JSON `files` (a Ray run's ray.json)."""
     return save_run(record(run, files, runtime), path, command)
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The results table a run's summary reads as: (metric, value) rows."""
+    med = summary["median_episodes_to_target"]
+    rows = [
+        ("privacy", summary["privacy"]),
+        ("noise keys", summary["noise"]),
+        ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
+        ("trials × episodes/agent",
+         f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),
+        *(() if summary["target_return"] is None else (
+            (f"median episodes/agent to mean return ≥ {summary['target_return']:g}",
+             "not reached" if med is None else f"{med:g}"),
+            ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"))),
+        ("final mean return (last 10 rounds)",
+         ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
+        ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
+                      f"{summary['compile_seconds']:.1f} s)"),
+        ("rounds / s, episodes / s",
+         f"{summary['rounds_per_second']:.1f}, {summary['episodes_per_second']:,.0f}"),
+    ]
+    return rows

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from privrl.config import Config, integer, positive
+from privrl.choices import NOISE_MODES
+from privrl.config import NOISE_HELP, Config, integer, option, positive
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
 from privrl.runtime.programs import program_groups
 from privrl.systems.fedpg.algorithm import FedPGConfig
@@ -30,19 +31,20 @@ TOPOLOGY_ORDER = ("ring", "exponential", "random")
 
 @dataclass(frozen=True)
 class FedPGSweep(Config):
-    trials: int = 10
-    budget: int = 5000
-    agents: int = 10
-    seed: int = 0
-    # Private variants of FedPG-Cen and FedPG-Dec (ring): Gaussian with each agent's total ε
-    # (δ = 1e-5, exact analytic Gaussian composition), and Laplace with ε per release
-    # (composed: ε × rounds).
-    gaussian_epsilons: tuple[float, ...] = (10.0, 100.0)
-    laplace_epsilons: tuple[float, ...] = (100.0,)
-    clip: float = 1.0
-    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
-    # runs' default (seeded). Each run's privacy record states the mode.
-    noise: str | None = None
+    trials: int = option(10, help="Trials per setting (the issue: 10).")
+    budget: int = option(5000, flag="--episodes",
+                         help="Episodes per agent over the run (FedPG-BR: 5000).")
+    agents: int = option(10, help="K agents (FedPG-BR: 10).")
+    seed: int = option(0, help="Random seed (shared by all settings).")
+    gaussian_epsilons: tuple[float, ...] = option(
+        (10.0, 100.0), help="Total ε per agent (δ = 1e-5, exact analytic Gaussian "
+        "composition) of the Gaussian variants of FedPG-Cen and FedPG-Dec (ring); empty: "
+        "none.")
+    laplace_epsilons: tuple[float, ...] = option(
+        (100.0,), flag="--laplace-epsilons-per-report", help="ε per release of the Laplace "
+        "variants (each agent releases once per round; composed: ε × rounds); empty: none.")
+    clip: float = option(1.0, help="Clip C of the private variants.")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
 
     def settings(self) -> dict[str, FedPGConfig]:
         base = dict(trials=self.trials, budget=self.budget, seed=self.seed)

@@ -39,6 +39,7 @@ from privrl.config import (
     ConfigError,
     check_preset,
     fail,
+    option,
 )
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import (
@@ -63,15 +64,21 @@ PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
 class GridConfig(ReplayOptions):
     """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
 
-    preset: str = "paper"
-    size: int = 8
-    maps: str | None = None  # directory with gridworld_{N}.npz (or the file); None: generated
-    generated_maps: int = 8000
-    history: int | None = None  # None: the authors' H for the size (2, 4, 8)
-    alpha_view: int = 3
-    beta_view: int = 5
-    updates_per_epoch: int = 2000
-    seeds: int = 1
+    preset: str = option("paper", help="paper: the paper's and its authors' code's settings.")
+    size: int = option(8, help="Grid-World size N: 8, 16 or 32.")
+    maps: str | None = option(
+        None, help="Directory holding gridworld_{N}.npz (the paper's maps) or the .npz file "
+        "itself. Default: maps from the built-in generator.")
+    generated_maps: int = option(
+        8000, help="Without --maps: how many maps to generate (split 8:1:1).")
+    history: int | None = option(
+        None, help="H: observations stacked per input. Default: the authors' 2, 4, 8 for N = "
+        "8, 16, 32.")
+    alpha_view: int = option(3, help="α's window (odd; paper text: 3).")
+    beta_view: int = option(5, help="β's window (odd; paper text: 5).")
+    updates_per_epoch: int = option(
+        2000, help="Environment steps (one update each) per epoch.")
+    seeds: int = option(1, flag="--trials", help="Independent trials, vectorized.")
 
     presets = PRESETS
 

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from jax import Array
 
-from privrl.config import fail, one_of
+from privrl.config import fail, one_of, option
 from privrl.envs import gridworld as gw
 from privrl.nets.grid import conv_q, full_conv_q
 from privrl.privacy.qoutput import baseline_privacy
@@ -48,7 +48,8 @@ MODELS = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 
 @dataclass(frozen=True)
 class BaselineConfig(GridConfig):
-    model: str = "dqn-alpha"
+    model: str = option("dqn-alpha", choices=MODELS,
+                        help="DQN or FCN on α's observation (-alpha) or on both (-full).")
 
     def validate(self) -> None:
         one_of("model", self.model, MODELS)

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from privrl.cli import (
-    AccountantName,
-    AccountantOpt,
     Noise,
     Out,
     Seed,
+    Settings,
     ShowProgress,
+    config_command,
     flag_names,
     parse_numbers,
     progress_bar,
@@ -22,37 +22,6 @@ from privrl.cli import (
 )
 
 run_app, reproduce_app = system_apps()
-
-Size = Annotated[int, typer.Option(help="Grid-World size N: 8, 16 or 32.")]
-Maps = Annotated[Path | None, typer.Option(
-    help="Directory holding gridworld_{N}.npz (the paper's maps) or the .npz file itself. "
-    "Default: maps from the built-in generator.")]
-History = Annotated[int | None, typer.Option(
-    help="H: observations stacked per input. Default: the authors' 2, 4, 8 for N = 8, 16, 32.")]
-AlphaView = Annotated[int, typer.Option(help="α's window (odd; paper text: 3).")]
-BetaView = Annotated[int, typer.Option(help="β's window (odd; paper text: 5).")]
-Epochs = Annotated[int, typer.Option(help="Training epochs at most (early stop on validation).")]
-UpdatesPerEpoch = Annotated[int, typer.Option(help="Environment steps (one update each) per "
-                                                   "epoch.")]
-Patience = Annotated[int, typer.Option(help="Stop after this many epochs without validation "
-                                            "improvement.")]
-GeneratedMaps = Annotated[int, typer.Option(
-    help="Without --maps: how many maps to generate (split 8:1:1).")]
-NumEnvs = Annotated[int, typer.Option(help="Episodes stepped together per update.")]
-BufferSize = Annotated[int, typer.Option(help="Replay memory capacity (transitions).")]
-Trials = Annotated[int, typer.Option(help="Independent trials, vectorized.")]
-
-
-def _grid_options(size: int, maps: Path | None, history: int | None, alpha_view: int,
-                  beta_view: int, epochs: int, updates_per_epoch: int, patience: int,
-                  num_envs: int, buffer_size: int, trials: int, seed: int,
-                  generated_maps: int) -> dict[str, Any]:
-    return {"generated_maps": generated_maps, "size": size,
-            "maps": None if maps is None else str(maps), "history": history,
-            "alpha_view": alpha_view, "beta_view": beta_view, "epochs": epochs,
-            "updates_per_epoch": updates_per_epoch, "patience": patience,
-            "num_envs": num_envs, "buffer_size": buffer_size, "seeds": trials, "seed": seed}
-
 
 def _execute(algo: Any, out: Path | None, show: bool) -> None:
     from rich.console import Console
@@ -92,61 +61,23 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
                   "privacy.json, summary.json, policy.npz, plots/valid_success.png)")
 
 
-@run_app.command("fedrl")
-@flag_names(seeds="--trials", noise_sigma="--noise-std")
-def run_fedrl(
-    size: Size = 8, maps: Maps = None, history: History = None, alpha_view: AlphaView = 3,
-    beta_view: BetaView = 5,
-    noise_std: Annotated[float, typer.Option(
-        help="Std σ of the Gaussian noise on released Q outputs (paper: 1; with --bounded the "
-        "noise multiplier is σ/B).")] = 1.0,
-    bounded: Annotated[float | None, typer.Option(
-        help="B: clip each released Q vector to L2 norm B, making each release a Gaussian "
-        "mechanism with an (ε, δ) (composed per party). Default: the paper's unbounded noise, "
-        "which has NO formal ε.")] = None,
-    delta: Annotated[float, typer.Option(help="δ of the stated (ε, δ) in bounded mode.")] = 1e-5,
-    accountant: AccountantOpt = AccountantName.pld,
-    noise: Noise = None,
-    secure_noise: Annotated[bool, typer.Option(
-        "--secure-noise", help="With --bounded: float-safe discrete Gaussian Q-output noise from "
-        "the OS CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each "
-        "party's releases). Slow: one host call per released vector.")] = False,
-    epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000, patience: Patience = 10,
-    num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
-    generated_maps: GeneratedMaps = 8000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
+@config_command(run_app, "fedrl", "privrl.systems.fedrl.algorithm:FedRLConfig")
+def run_fedrl(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
     """FedRL on Grid-World (paper 002): two parties, noisy Q outputs, a shared MLP."""
-    from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
+    from privrl.systems.fedrl.algorithm import FedRL
 
-    cfg = FedRLConfig.from_preset(
-        "paper", noise_sigma=noise_std, bounded=bounded, delta=delta,
-        noise=None if noise is None else noise.value, secure_noise=secure_noise,
-        accountant="rdp" if secure_noise else accountant.value,
-        **_grid_options(size, maps, history, alpha_view, beta_view, epochs, updates_per_epoch,
-                        patience, num_envs, buffer_size, trials, seed, generated_maps))
+    # Secure Q-output noise is composed by RDP alone (its accountant's default).
+    cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
     _execute(FedRL(cfg), out, progress)
 
 
-@run_app.command("fedrl-baseline")
-@flag_names(seeds="--trials")
-def run_fedrl_baseline(
-    model: Annotated[str, typer.Option(
-        help="dqn-alpha | dqn-full | fcn-alpha | fcn-full.")] = "dqn-alpha",
-    size: Size = 8, maps: Maps = None, history: History = None, alpha_view: AlphaView = 3,
-    beta_view: BetaView = 5, epochs: Epochs = 200, updates_per_epoch: UpdatesPerEpoch = 2000,
-    patience: Patience = 10, num_envs: NumEnvs = 1, buffer_size: BufferSize = 100_000,
-    generated_maps: GeneratedMaps = 8000, trials: Trials = 1, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
+@config_command(run_app, "fedrl-baseline", "privrl.systems.fedrl.baselines:BaselineConfig")
+def run_fedrl_baseline(settings: Settings, out: Out = None,
+                       progress: ShowProgress = True) -> None:
     """Paper 002's Grid-World baselines: DQN or FCN on α's observation or on both."""
-    from privrl.systems.fedrl.baselines import BaselineConfig, make_baseline
+    from privrl.systems.fedrl.baselines import make_baseline
 
-    cfg = BaselineConfig.from_preset(
-        "paper", model=model,
-        **_grid_options(size, maps, history, alpha_view, beta_view, epochs, updates_per_epoch,
-                        patience, num_envs, buffer_size, trials, seed, generated_maps))
-    _execute(make_baseline(cfg), out, progress)
+    _execute(make_baseline(settings.build()), out, progress)
 
 
 @reproduce_app.command("fedrl")

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import check_preset, fail, in_range, one_of, positive
+from privrl.config import check_preset, fail, in_range, one_of, option, positive
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import (
     AlphaParty,
@@ -79,33 +79,46 @@ PRESETS: dict[str, dict[str, Any]] = {
 class TextConfig(QNoiseConfig, ReplayOptions):
     """Options of every Text2Action learner; defaults are the paper preset."""
 
-    preset: str = "paper"
-    mode: str = "fedrl"
-    corpus: str = "win2k"
-    max_words: int = 500  # texts are cut here (authors' num_words); the padding width
-    word_dim: int = 50  # word2vec dimension (paper: m = 50)
-    pos_dim: int = 50
-    tag_dim: int = 50
-    filters: int = 32
-    hidden: int = 128
-    w2v_epochs: int = 20
-    buffer_size: int = 50_000
-    target_period: int = 5  # updates between target copies (authors' target_steps)
-    epochs: int = 20
-    steps_per_epoch: int | None = None  # None: one pass over the training words
-    patience: int = 5  # epochs without validation F1 improvement (authors' stop_epoch_gap)
-    valid_fraction: float = 0.1  # of each fold's training texts, held out for model selection
-    reward_base: float = 50.0
-    action_rate: float = 0.05
-    terminal_bonus: float = 2.0
-    reward_scale: float = 1.0  # learners see reward / reward_scale (metrics: the raw reward)
-    # Target networks: "copy" = copied every target_period updates (the paper); "frozen" =
-    # never leave their initialization (what the authors' code does for FedRL: its update
-    # assigns the federated targets from themselves; for the DQN baselines, a control).
-    targets: str = "copy"
-    head_hidden: int = 4  # the shared MLP's hidden units (paper: 4)
-    head_activation: str = "relu"  # relu (paper) | leaky_relu
-    runs: int = 1
+    preset: str = option(
+        "paper", choices=tuple(PRESETS), help="paper (the paper's and authors' settings), cpu "
+        "(fewer, batched updates), wide-head / cpu-wide-head (improvement: a 64-unit shared "
+        "MLP).")
+    mode: str = option("fedrl", choices=MODES, help="FedRL or a baseline (DQN or FCN on α's "
+                       "observation, -alpha, or on both, -full).")
+    corpus: str = option("win2k", choices=tuple(t2a.CORPORA),
+                         help="win2k (WHS), cooking (CT) or wikihow (WHG).")
+    max_words: int = option(500, help="Texts are cut here (the authors' num_words); the "
+                            "padding width.")
+    word_dim: int = option(50, help="word2vec dimension (paper: m = 50).")
+    pos_dim: int = option(50, help="Part-of-speech embedding dimension.")
+    tag_dim: int = option(50, help="Tag embedding dimension.")
+    filters: int = option(32, help="Convolution filters per width.")
+    hidden: int = option(128, help="Hidden units of each party's network.")
+    w2v_epochs: int = option(20, help="word2vec training epochs.")
+    buffer_size: int = option(50_000, help="Replay memory capacity.", unit="transitions")
+    target_period: int = option(5, help="Updates between target copies (the authors' "
+                                "target_steps).")
+    epochs: int = option(20, help="Training epochs at most (early stop on validation).")
+    steps_per_epoch: int | None = option(
+        None, help="Vector steps per epoch. Default: one pass over the training words.")
+    patience: int = option(5, help="Epochs without validation F1 improvement before stopping "
+                           "(the authors' stop_epoch_gap).")
+    valid_fraction: float = option(
+        0.1, help="Of each fold's training texts, held out for model selection.")
+    reward_base: float = option(50.0, help="The reward's base (the authors').")
+    action_rate: float = option(0.05, help="The share of words that are actions (the "
+                                "authors').")
+    terminal_bonus: float = option(2.0, help="The reward's end-of-text bonus (the authors').")
+    reward_scale: float = option(
+        1.0, help="Learners see reward / reward_scale (metrics: the raw reward).")
+    targets: str = option(
+        "copy", choices=TARGETS, help="Target networks: copy (every target period: the "
+        "paper) or frozen (never updated: what the authors' code does for FedRL; a control "
+        "for the DQN baselines).")
+    head_hidden: int = option(4, help="The shared MLP's hidden units (paper: 4).")
+    head_activation: str = option("relu", choices=HEAD_ACTIVATIONS,
+                                  help="The shared MLP's activation (paper: relu).")
+    runs: int = option(1, flag="--trials", help="Trials per fold, vectorized (paper: 5 runs).")
 
     presets = PRESETS
 

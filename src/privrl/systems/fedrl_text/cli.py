@@ -9,12 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from privrl.cli import (
-    AccountantName,
-    AccountantOpt,
     Noise,
     Out,
     Seed,
+    Settings,
     ShowProgress,
+    config_command,
     flag_names,
     parse_numbers,
     progress_bar,
@@ -28,7 +28,6 @@ Data = Annotated[Path, typer.Option(
 Preset = Annotated[str, typer.Option(
     help="paper (the paper's and authors' settings), cpu (fewer, batched updates), "
     "wide-head / cpu-wide-head (improvement: a 64-unit shared MLP).")]
-Trials = Annotated[int | None, typer.Option(help="Trials per fold, vectorized (paper: 5 runs).")]
 Folds = Annotated[str, typer.Option(help="Comma-separated test folds of the authors' 5.")]
 Epochs = Annotated[int | None, typer.Option(help="Override: epochs at most.")]
 StepsPerEpoch = Annotated[int | None, typer.Option(
@@ -44,48 +43,24 @@ def _overrides(**kw: Any) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-@run_app.command("fedrl-text2action")
-@flag_names(models="--mode", corpora="--corpus", runs="--trials", noise_sigma="--noise-std")
-def run_text2action(
-    data: Data,
-    corpus: Annotated[str, typer.Option(help="win2k (WHS), cooking (CT) or wikihow (WHG).")]
-    = "win2k",
-    mode: Annotated[str, typer.Option(
-        help="fedrl | dqn-alpha | dqn-full | fcn-alpha | fcn-full.")] = "fedrl",
-    preset: Preset = "paper", folds: Folds = "0,1,2,3,4", trials: Trials = None,
-    noise_std: Annotated[float | None, typer.Option(
-        help="Std σ of the Gaussian noise on released Q outputs (paper: 1; with --bounded the "
-        "noise multiplier is σ/B).")] = None,
-    bounded: Annotated[float | None, typer.Option(
-        help="B: clip each released Q vector to L2 norm B (an (ε, δ) per party). Default: the "
-        "paper's unbounded noise, which has NO formal ε.")] = None,
-    accountant: AccountantOpt = AccountantName.pld,
-    noise: Noise = None,
-    secure_noise: Annotated[bool, typer.Option(
-        "--secure-noise", help="With --bounded: float-safe discrete Gaussian Q-output noise from "
-        "the OS CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each "
-        "party's releases). Slow: one host call per released vector.")] = False,
-    epochs: Epochs = None, steps_per_epoch: StepsPerEpoch = None, patience: Patience = None,
-    num_envs: NumEnvs = None, targets: Targets = None, seed: Seed = 0, out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
+@config_command(run_app, "fedrl-text2action",
+                "privrl.systems.fedrl_text.algorithm:TextConfig")
+def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
+                    out: Out = None, progress: ShowProgress = True) -> None:
     """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
     from rich.console import Console
     from rich.table import Table
 
     from privrl.envs import text2action as t2a
     from privrl.runtime.output import check_out_dir, new_run_dir
-    from privrl.systems.fedrl_text.algorithm import text_config
     from privrl.systems.fedrl_text.local import run_cv, save
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
     check_out_dir(out)
-    cfg = text_config(preset, mode=mode, corpus=corpus, seed=seed, runs=trials,
-                      noise_sigma=noise_std, bounded=bounded, accountant=accountant.value,
-                      epochs=epochs,
-                      steps_per_epoch=steps_per_epoch, patience=patience, num_envs=num_envs,
-                      targets=targets, noise=None if noise is None else noise.value,
-                      secure_noise=secure_noise, **({"accountant": "rdp"} if secure_noise else {}))
+    # Secure Q-output noise is composed by RDP alone (its accountant's default).
+    cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
+    cfg = cfg.resolved()
+    preset, corpus, mode = cfg.preset, cfg.corpus, cfg.mode
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training

@@ -40,6 +40,9 @@ from flax import linen as nn
 from jax import Array
 
 from privrl.config import (
+    ENV_HELP,
+    NOISE_HELP,
+    PRIVATE_HELP,
     Config,
     ConfigError,
     check_preset,
@@ -188,100 +191,151 @@ class PGCA3CConfig(Config):
     ...)`.
     """
 
-    preset: str = "paper"
-    mechanism: str = "laplace"
-    epsilon: float | None = 5.0  # each agent's total over the run
+    preset: str = option(
+        "paper", choices=("paper", "paper-code", "tuned", "tuned-ldp", "tuned-ldp2",
+                          "continuous"),
+        help="paper: paper 000's settings exactly (the default, as for every privrl run "
+        "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
+        "settings with TF1 RMSProp at the aggregator and the task's shaped reward (the public "
+        "code the paper's settings match). tuned: our improved settings (the task's shaped "
+        "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
+        "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
+        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md); tuned-ldp2: "
+        "tuned-ldp with 8 hidden units. continuous: for a continuous-action (Box) task: a "
+        "state-free log-std, GAE, γ = 0.9, scaled reward (docs/environments.md). Options "
+        "given explicitly override it.")
+    mechanism: str = option(
+        "laplace", choices=MECHANISMS, user_callable=True,
+        help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
+        "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
+        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), projunit / privunitg-seed "
+        "(ProjUnit: 72-byte uploads; seed-compressed PrivUnitG: 8-byte uploads, ε with an "
+        "ideal generator; docs/ldp-mechanisms.md), none (non-private ε = ∞ baseline: "
+        "clipped, no noise; NO privacy guarantee), or your own module:callable (its declared "
+        "guarantee, not verified by privrl; docs/ldp-mechanisms.md).")
+    epsilon: float | None = option(
+        5.0, help="Each agent's total privacy budget ε over the run (> 0, finite; the "
+        "protected unit: one agent, every report it submits). Default 5. Not allowed with "
+        "--mechanism none.")
     epsilon_per_report: float | None = option(
         None, help="Instead of splitting --epsilon over an agent's submissions: the ε of each "
         "report (> 0, finite); --epsilon is then the cap the ledger enforces, and must afford "
         "every report.", unit="ε")
-    clip: float | None = None
-    buffer_size: int | None = None
-    d_hat: int | None = None
-    submissions_per_agent: int = 1
-    # How the ledger enforces `epsilon` per agent: "basic" (pure ε, Σ of the reports' ε) or
-    # "optimal" (an (ε, delta) by the optimal composition of the reports). privrl.privacy.ledger
-    budget_composition: str = "basic"
-    delta: float = 1e-5  # δ of the optimal composition (stated beside basic; budget if optimal)
-    parallel_agents: int = 9
-    submissions: int = 90_000
-    trials: int = 1
-    seed: int = 0
-    # The most trials a round computes together (`trial_group`): a CPU cache holds about 10 of
-    # the paper's; an accelerator wants thousands. Part of what fixes a trial's floats.
-    trial_block: int = 10
-    # Noise keys: "seeded" (from the seed: reproducible, a simulation's guarantee) or "secret"
-    # (each agent's from the OS CSPRNG, never written); None: the runtime's default (local
-    # runner: seeded, Ray: secret). See privrl.privacy.noise.
-    noise: str | None = None
-    # Float-safe (discrete, CSPRNG) Laplace noise: laplace only. See privrl.privacy.secure.
-    secure_noise: bool = False
-    # Shuffle model: a shuffler hands the aggregator each round's reports in random order and
-    # without identities; privacy.json adds the central (ε, δ = shuffle_delta) after
-    # amplification (privrl.privacy.shuffle). The local ε is unchanged.
-    shuffle: bool = False
-    shuffle_delta: float = 1e-5
-    learning_rate: float = 0.5  # η, the aggregator's step size (SGD in the paper)
-    gamma: float = 0.99
-    value_coef: float = 0.5  # λ
-    entropy_coef: float = 0.01  # β
-    explore_start: float = 0.5  # α = max(0, explore_start - n / explore_decay)
-    explore_decay: float = 1800.0
-    hidden: int = 16
-    # The episode cap; None: the task's own step limit (paper 000's CartPole-v0: 200).
-    max_episode_steps: int | None = None
-    gravities: tuple[float, ...] = (9.7, 9.8, 9.9)  # the default CartPole task's private ψ
-    # The task (privrl.envs.task): None is paper 000's CartPole with per-agent `gravities`;
-    # "gymnax:<id>" or "<module>:<callable>" another environment, whose agents differ by the
-    # `private_params` specs ("field=low:high" uniform or "field=v1,v2" one of; none: all alike).
-    env: str | None = None
-    private_params: tuple[str, ...] = ()
-    # Success: the FST is the first n where the mean of `score_window` (m) consecutive scores
-    # (episode returns) reaches `target_score` (Θ). None: the task's target (CartPole-v0's 195,
-    # a Gymnasium reward_threshold); a task without one reports scores and no FST.
-    target_score: float | None = None  # Θ
-    score_window: int = 10  # m
-    # Departures from the paper (all off in the paper preset; see PRESETS):
-    # Reward shaping. "env": the environment's own reward (CartPole's +1 per step: the paper's);
-    # "step": +1 per step survived, whatever the environment's reward; "failure": 0 per step,
-    # -1 on the step the episode terminated (the tuned preset's shaping); "goal": 0 per step,
-    # +1 at the end of an episode whose return reaches `target_score`, else -1 on a termination
-    # (CartPole: its length; the return of a task's own rewards elsewhere); "shaped": the
-    # task's shaped reward (envs.task: "failure" on CartPole), its own ("env") where it has none.
-    # All but "env" replace the environment's reward (a documented option, docs/environments.md).
-    reward: str = "env"
-    action_selection: str = "argmax"  # "argmax" of π (paper) or "sample" from π
-    use_bias: bool = False  # paper: no biases (d = 112)
-    normalize_advantage: bool = False  # standardize A within each episode
-    # "sum" over the episode's steps (paper eq. 15-17) or "mean" (sum / steps). Under an
-    # active L1 clip both give the same report; they differ only when the clip does not bind.
-    loss_reduction: str = "sum"
-    server_optimizer: str = "sgd"  # aggregator optimizer on the mean report (paper: SGD)
-    # server_optimizer "rmsprop" only: TF1's RMSPropOptimizer (no momentum), i.e.
-    # ν ← decay·ν + (1 − decay)·g², θ ← θ − η·g/√(ν + eps), ν starting at initial_scale.
-    rmsprop_decay: float = 0.99
-    rmsprop_eps: float = 1e-10
-    rmsprop_initial_scale: float = 1.0
-    rmsprop_momentum: float = 0.0  # TF1's momentum: mom ← m·mom + η·g/√(ν + eps), θ ← θ − mom
-    # server_optimizer "adam" only: β₁, Adam's first-moment decay (optax's default 0.9). Each
-    # step follows the mean of about 1/(1 − β₁) recent reports: a larger β₁ averages more of
-    # the mechanism's noise away (post-processing: the guarantee is unchanged).
-    adam_momentum: float = 0.9
-    # The aggregator's step size decays with its update count n (public, so post-processing):
-    # learning_rate / √(1 + n / lr_decay_updates); None: constant. Late in a trial each step
-    # then follows a smaller share of the mechanism's noise.
-    lr_decay_updates: float | None = None
-    # Polyak averaging (post-processing): the optimizer steps "fast" weights φ, and the θ the
-    # agents get is their exponential moving average θ ← β·θ + (1 − β)·φ, β = `theta_ema`
-    # (None: θ = φ). The played policy then averages ~1/(1 − β) steps' noise away.
-    theta_ema: float | None = None
-    # Advantages: None is the paper's Ĝ − V (Monte-Carlo returns); λ ∈ [0, 1] GAE(λ), whose
-    # λ-returns are also the critic's targets (privrl.losses.gae).
-    gae_lambda: float | None = None
-    reward_scale: float = 1.0  # the learner's rewards are multiplied by it (not the score)
-    # A continuous-action task's Gaussian head: what its log-std depends on ("state": the
-    # network's outputs; "parameter": a learned vector, the same in every state).
-    log_std: str = "state"
+    clip: float | None = option(
+        None, help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs, 0.005 "
+        "(an L2 radius) for the PrivUnit family (privunit, privunitg, projunit, "
+        "privunitg-seed; tuned-ldp: 0.05).")
+    buffer_size: int | None = option(
+        None, flag="--buffer", help="Aggregator buffer size |B|: θ is updated with the mean of "
+        "|B| reports. Default: the preset's (paper: 1 for laplace and none, 100 for prs; "
+        "tuned: 10; tuned-ldp: 1).")
+    d_hat: int | None = option(
+        None, help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, "
+        "⌊ε/2.5⌋)).")
+    submissions_per_agent: int = option(
+        1, help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1), "
+        "or, with --budget-composition optimal, the largest ε_0 whose T-fold optimal "
+        "composition is (ε, δ)-LDP.")
+    budget_composition: str = option(
+        "basic", choices=COMPOSITIONS,
+        help="How the ledger enforces each agent's budget over its pure ε-LDP reports. basic "
+        "(default): the pure ε, Σ of the reports' ε. optimal: an (ε, δ) at --delta by the "
+        "optimal composition theorem (Kairouz, Oh & Viswanath 2015), which admits more "
+        "reports, or larger ε per report, for the same ε. privacy.json states both and which "
+        "is enforced.")
+    delta: float = option(
+        1e-5, help="δ of the optimal composition of an agent's reports: stated beside the "
+        "pure ε, and the budget's δ with --budget-composition optimal.")
+    parallel_agents: int = option(
+        9, help="P agents start from the same snapshot of θ; their reports are applied in "
+        "turn (9: the paper's asynchronous threads).")
+    submissions: int = option(
+        90_000, help="Stop after N submissions per trial (the paper's cap: 90000).")
+    trials: int = option(1, help="Independent trials, run vectorized.")
+    seed: int = option(0, help="Random seed (same seed, same results).")
+    trial_block: int = option(
+        10, help="The most trials a round computes together: a CPU cache holds about 10 of "
+        "the paper's; an accelerator wants thousands. Part of what fixes a trial's floats.")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
+    secure_noise: bool = option(
+        False, help="Float-safe noise: exact discrete Laplace on a grid from the OS CSPRNG, "
+        "the input clipped in integers (no low-bit leak; slower; not reproducible; "
+        "docs/secure-noise.md); laplace only.")
+    shuffle: bool = option(
+        False, help="Shuffle model: a trusted shuffler hands the aggregator each round's "
+        "reports in random order without identities; privacy.json adds the central (ε, δ) "
+        "after amplification by shuffling (FMT21). Amplification grows with "
+        "--parallel-agents. The local ε is unchanged.")
+    shuffle_delta: float = option(1e-5, help="δ of the central (ε, δ) stated under --shuffle.")
+    learning_rate: float = option(
+        0.5, help="η, the aggregator's step size (SGD in the paper).")
+    gamma: float = option(0.99, help="Discount factor γ, in (0, 1].")
+    value_coef: float = option(0.5, help="λ, the weight of the critic's loss.")
+    entropy_coef: float = option(0.01, help="β, the weight of the entropy bonus.")
+    explore_start: float = option(
+        0.5, help="α = max(0, explore_start − n / explore_decay): the chance of a random "
+        "action at submission n.")
+    explore_decay: float = option(1800.0, help="See --explore-start.", unit="submissions")
+    hidden: int = option(16, help="Hidden units of the actor-critic network.")
+    max_episode_steps: int | None = option(
+        None, flag="--max-steps", help="Episode cap in steps. Default: the task's own step "
+        "limit (gymnax's max_steps_in_episode, Gymnasium's spec.max_episode_steps; paper "
+        "000's CartPole-v0: 200).")
+    gravities: tuple[float, ...] = option(
+        (9.7, 9.8, 9.9), help="The default CartPole task's private gravities, one drawn per "
+        "agent.")
+    env: str | None = option(None, help=ENV_HELP)
+    private_params: tuple[str, ...] = option((), flag="--private", help=PRIVATE_HELP)
+    target_score: float | None = option(
+        None, flag="--target-return", help="Target Θ of the FST and success ratio: the first "
+        "submission n where the mean return of --score-window consecutive episodes reaches Θ "
+        "(any finite number). Default: the task's (CartPole-v0's 195; a Gymnasium "
+        "reward_threshold, e.g. -100 on Acrobot-v1); a task without one reports scores and "
+        "no FST.")
+    score_window: int = option(
+        10, help="Window m (>= 1) of the moving average μ_n of the FST (the paper's: 10).")
+    reward: str = option(
+        "env", choices=REWARDS,
+        help="What the agents learn from: env (the environment's reward), step (+1 per step), "
+        "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
+        "--target-return, -1 on an earlier termination). failure and goal read termination "
+        "as failure (CartPole's): on a task where terminating is success (Acrobot, "
+        "FourRooms) use env. shaped: the task's shaped reward (CartPole's failure), env on a "
+        "task without one. The score is the true return whatever this is.")
+    action_selection: str = option(
+        "argmax", choices=ACTIONS, help="argmax of π (the paper's) or sample from π.")
+    use_bias: bool = option(False, help="Biases in the network (paper: none, d = 112).")
+    normalize_advantage: bool = option(
+        False, help="Standardize the advantages within each episode.")
+    loss_reduction: str = option(
+        "sum", choices=LOSS_REDUCTIONS, help="sum over the episode's steps (paper eq. 15-17) "
+        "or mean (sum / steps). Under an active L1 clip both give the same report.")
+    server_optimizer: str = option(
+        "sgd", choices=SERVER_OPTIMIZERS, help="The aggregator's optimizer on the mean report "
+        "(paper: sgd; rmsprop is TF1's RMSPropOptimizer).")
+    rmsprop_decay: float = option(
+        0.99, help="rmsprop: ν ← decay·ν + (1 − decay)·g², θ ← θ − η·g/√(ν + eps).")
+    rmsprop_eps: float = option(1e-10, help="rmsprop: the eps of --rmsprop-decay's update.")
+    rmsprop_initial_scale: float = option(1.0, help="rmsprop: ν's initial value.")
+    rmsprop_momentum: float = option(
+        0.0, help="rmsprop: TF1's momentum: mom ← m·mom + η·g/√(ν + eps), θ ← θ − mom.")
+    adam_momentum: float = option(
+        0.9, help="adam: β₁, the first-moment decay: each step follows the mean of about "
+        "1/(1 − β₁) recent reports, averaging the mechanism's noise away (post-processing).")
+    lr_decay_updates: float | None = option(
+        None, help="The step size decays as learning_rate / √(1 + n / this) with the update "
+        "count n (post-processing). Default: constant.", unit="updates")
+    theta_ema: float | None = option(
+        None, help="Polyak averaging β (post-processing): the agents get θ ← β·θ + (1 − β)·φ "
+        "of the optimizer's weights φ. Default: none (θ = φ).")
+    gae_lambda: float | None = option(
+        None, help="GAE(λ) advantages and critic targets, λ in [0, 1]. Default: none, the "
+        "paper's Ĝ − V (Monte-Carlo returns).")
+    reward_scale: float = option(
+        1.0, help="The learner's rewards are multiplied by it (not the score).")
+    log_std: str = option(
+        "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
+        "log-std from the network's outputs (state) or a learned vector (parameter).")
 
     presets = PRESETS
 

@@ -12,34 +12,29 @@ import typer
 
 from privrl.cli import (
     AddressOpt,
-    BudgetComposition,
-    BudgetCompositionOpt,
-    EnvOpt,
-    MaxStepsOpt,
-    Noise,
     Out,
-    PrivateOpt,
     Resume,
     Runtime,
-    SecureNoise,
-    Seed,
+    Settings,
     ShowProgress,
     SweepSeed,
+    config_command,
+    execute_sweep,
     flag_names,
     mechanism_option,
     parse_numbers,
     progress_bar,
+    results_table,
+    sweep_dir,
     system_apps,
     value_enum,
 )
 from privrl.config import ConfigError, positive
-from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
+from privrl.systems.pgc_a3c.choices import MECHANISMS
 
 if TYPE_CHECKING:
-    from rich.table import Table
 
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-    from privrl.systems.pgc_a3c.reproduce import SweepConfig
 
 run_app, reproduce_app = system_apps()
 top_app = typer.Typer(rich_markup_mode=None)  # `privrl replay`
@@ -47,74 +42,11 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 
 
 MechanismName = value_enum("MechanismName", MECHANISMS)
-RewardName = value_enum("RewardName", REWARDS)
 
 
-@run_app.command("pgc-a3c")
-@flag_names(buffer_size="--buffer", private_params="--private", target_score="--target-return",
-            max_episode_steps="--max-steps", server_optimizer="--preset")
+@config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig")
 def run_pgc_a3c_command(
-    preset: Annotated[str, typer.Option(
-        help="paper: paper 000's settings exactly (the default, as for every privrl run "
-        "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
-        "settings with TF1 RMSProp at the aggregator and the task's shaped reward (the public "
-        "code the paper's settings match). tuned: our improved settings (the task's shaped "
-        "reward, sampled actions, biases, normalized advantages, Adam at the aggregator; see "
-        "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
-        "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md); tuned-ldp2: "
-        "tuned-ldp with 8 hidden units. continuous: for a "
-        "continuous-action (Box) task: a state-free log-std, GAE, γ = 0.9, scaled reward "
-        "(docs/environments.md). Options given explicitly override it.")] = "paper",
-    mechanism: Annotated[str, typer.Option(
-        help="Local randomizer for each gradient report: laplace (L1 clip + Laplace noise), "
-        "prs (projected random sign), privunit / privunitg (PrivUnit2 / PrivUnitG: unbiased "
-        "ε-LDP vector estimates, L2 clip; docs/ldp-mechanisms.md), projunit / privunitg-seed "
-        "(ProjUnit: 72-byte uploads; seed-compressed PrivUnitG: 8-byte uploads, ε with an "
-        "ideal generator; docs/ldp-mechanisms.md), none (non-private ε = ∞ "
-        "baseline: clipped, no noise; NO privacy guarantee), or your own module:callable "
-        "(its declared guarantee, not verified by privrl; docs/ldp-mechanisms.md).",
-        parser=mechanism_option(MechanismName))
-    ] = MechanismName.laplace,
-    epsilon: Annotated[float | None, typer.Option(
-        help="Each agent's total privacy budget ε over the run (> 0, finite; the protected "
-        "unit: one agent, every report it submits). Default 5. Not allowed with --mechanism "
-        "none.")] = None,
-    trials: Annotated[int, typer.Option(help="Independent trials, run vectorized.")] = 1,
-    submissions: Annotated[int, typer.Option(
-        help="Stop after N submissions per trial (the paper's cap: 90000).")] = 90_000,
-    parallel_agents: Annotated[int | None, typer.Option(
-        help="P agents start from the same snapshot of θ; their reports are applied in turn. "
-        "Default: the preset's (9, the paper's asynchronous threads; tuned-ldp: 3).")] = None,
-    buffer: Annotated[int | None, typer.Option(
-        help="Aggregator buffer size |B|: θ is updated with the mean of |B| reports. "
-        "Default: the preset's (paper: 1 for laplace and none, 100 for prs; tuned: 10; "
-        "tuned-ldp: 1).")
-    ] = None,
-    clip: Annotated[float | None, typer.Option(
-        help="Clip size C (> 0). Default: 0.01 for laplace and none, 1 for prs, 0.005 (an L2 "
-        "radius) for the PrivUnit family (privunit, privunitg, projunit, privunitg-seed; "
-        "tuned-ldp: 0.05).")] = None,
-    d_hat: Annotated[int | None, typer.Option(
-        help="PRS projected dimension d̂ (1 ≤ d̂ ≤ 112). Default: max(1, min(d, ⌊ε/2.5⌋)).")
-    ] = None,
-    submissions_per_agent: Annotated[int, typer.Option(
-        help="T reports per agent, each with ε/T (sequential composition; paper 3.2.1), or, "
-        "with --budget-composition optimal, the largest ε_0 whose T-fold optimal "
-        "composition is (ε, δ)-LDP.")] = 1,
-    budget_composition: BudgetCompositionOpt = BudgetComposition.basic,
-    delta: Annotated[float, typer.Option(
-        help="δ of the optimal composition of an agent's reports: stated beside the pure ε, "
-        "and the budget's δ with --budget-composition optimal.")] = 1e-5,
-    seed: Seed = 0,
-    noise: Noise = None,
-    secure_noise: SecureNoise = False,
-    shuffle: Annotated[bool, typer.Option(
-        help="Shuffle model: a trusted shuffler hands the aggregator each round's reports in "
-        "random order without identities; privacy.json adds the central (ε, δ) after "
-        "amplification by shuffling (FMT21). Amplification grows with --parallel-agents.")
-    ] = False,
-    shuffle_delta: Annotated[float, typer.Option(
-        help="δ of the central (ε, δ) stated under --shuffle.")] = 1e-5,
+    settings: Settings,
     out: Out = None,
     progress: ShowProgress = True,
     runtime: Annotated[Runtime, typer.Option(
@@ -132,27 +64,6 @@ def run_pgc_a3c_command(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
     checkpoint_every: Annotated[int, typer.Option(
         help="Ray runtime: the aggregator checkpoints every k θ updates.")] = 100,
-    env: EnvOpt = None,
-    private: PrivateOpt = None,
-    target_return: Annotated[float | None, typer.Option(
-        help="Target Θ of the FST and success ratio: the first submission n where the mean "
-        "return of --score-window consecutive episodes reaches Θ (any finite number). "
-        "Default: the task's (CartPole-v0's 195; a Gymnasium reward_threshold, e.g. -100 on "
-        "Acrobot-v1); a task without one reports scores and no FST.")
-    ] = None,
-    max_steps: MaxStepsOpt = None,
-    score_window: Annotated[int | None, typer.Option(
-        help="Window m (>= 1) of the moving average μ_n of the FST. Default 10 "
-        "(the paper's).")] = None,
-    reward: Annotated[RewardName | None, typer.Option(
-        help="What the agents learn from: env (the environment's reward), step (+1 per step), "
-        "failure (-1 on termination, 0 otherwise) or goal (+1 once the return reaches "
-        "--target-return, -1 on an earlier termination). failure and goal read termination as "
-        "failure (CartPole's): on a task where terminating is success (Acrobot, FourRooms) "
-        "use env. shaped: the task's shaped reward (CartPole's failure), env on a task "
-        "without one. Default: the preset's (paper: env; paper-code, tuned, tuned-ldp: "
-        "shaped). "
-        "The score is the true return whatever this is.", case_sensitive=False)] = None,
 ) -> None:
     """PGC-A3C (Ono & Takahashi): locally private distributed A3C on CartPole (or --env).
 
@@ -161,46 +72,19 @@ def run_pgc_a3c_command(
     results table and where the results were written.
     """
     from privrl.runtime.output import check_out_dir
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-
-    check_out_dir(out)  # before the config, which may import --env's code
-
-    if mechanism is MechanismName.none and epsilon is not None:
-        raise ConfigError("--epsilon", "the non-private baseline (--mechanism none) has no ε; "
-                                       "drop --epsilon")
-    if epsilon is not None and math.isinf(epsilon):
-        raise ConfigError("--epsilon", "ε must be finite; use --mechanism none for the "
-                                       "non-private ε = ∞ baseline")
-    config = PGCA3CConfig.from_preset(
-        preset,
-        mechanism=mechanism.value,
-        epsilon=5.0 if epsilon is None else epsilon,
-        clip=clip,
-        buffer_size=buffer,
-        d_hat=d_hat,
-        submissions_per_agent=submissions_per_agent,
-        budget_composition=budget_composition.value,
-        delta=delta,
-        parallel_agents=parallel_agents,
-        submissions=submissions,
-        trials=trials,
-        seed=seed,
-        noise=None if noise is None else noise.value,
-        secure_noise=secure_noise,
-        shuffle=shuffle,
-        shuffle_delta=shuffle_delta,
-        env=env,
-        private_params=tuple(private or ()),
-        target_score=target_return,
-        max_episode_steps=max_steps,
-        score_window=score_window,
-        reward=None if reward is None else reward.value,
-    ).resolved()
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
+    check_out_dir(out)  # before the config, which may import --env's code
+    epsilon = settings.get("epsilon")
+    if settings.get("mechanism") == "none" and epsilon is not None and math.isfinite(epsilon):
+        raise ConfigError("epsilon", "the non-private baseline (--mechanism none) has no ε; "
+                                     "drop --epsilon")
+    if settings.get("mechanism") != "none" and epsilon is not None and math.isinf(epsilon):
+        raise ConfigError("epsilon", "ε must be finite; use --mechanism none for the "
+                                     "non-private ε = ∞ baseline")
     # The task's episode, target and shaping filled in; a bad --env/--private fails here,
     # before anything runs.
-    config = PGCA3C(config).config
+    config = PGCA3C(settings.build().resolved()).config
     from privrl.systems.pgc_a3c.runtimes import check_runtime
 
     check_runtime(config, runtime.value)  # the library's rules: the API refuses the same
@@ -225,19 +109,6 @@ def run_pgc_a3c_command(
         _execute_pgc_flower(config, out, progress, supernodes)
         return
     _execute_pgc(config, out, progress)
-
-
-def target_note(config: PGCA3CConfig) -> str | None:
-    """The line that says what the FST counts on a task other than CartPole (None on it), or
-    that the task has no target (no FST or success ratio). `config`: the run's (resolved)."""
-    if config.target_score is None:
-        return (f"{config.env} states no target return: the scores are its returns, with no "
-                "FST or success ratio; set --target-return for them (docs/environments.md)")
-    if config.env is None or config.env.endswith(":CartPole-v1"):
-        return None
-    return (f"the score is the episode's return on {config.env}; the FST and success ratio "
-            f"count the mean of {config.score_window} consecutive returns reaching "
-            f"{config.target_score:g} (docs/environments.md)")
 
 
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
@@ -265,8 +136,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
         )
     path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
     summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
-    console.print(results_table(summary))
-    if (note := target_note(config)) is not None:
+    console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
+    if (note := local.target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
@@ -335,8 +206,8 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     np.save(path / "theta_final.npy", result.theta)
     summary = local.save(output, path, command=["privrl", *sys.argv[1:]], runtime=runtime,
                          files={f"{runtime}.json": files})
-    console.print(results_table(summary))
-    if (note := target_note(config)) is not None:
+    console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
+    if (note := local.target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
@@ -350,58 +221,20 @@ def replay_command(
     """Rebuild θ from a Ray run's accepted-report log and check it equals the final θ."""
     import numpy as np
 
-    from privrl.federation.service import SETUP, replay
-    from privrl.runfile import RunFileError
+    from privrl.systems.pgc_a3c.local import replay_run
 
-    log_dir = run_dir / "aggregator"
-    if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} was written by an older privrl as pickles, "
-                                     "which are refused (loading one can run code)")
-    if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
-        raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
-                                     f"aggregator/{SETUP} or theta_final.npy)")
-    theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    final_path = run_dir / "theta_final.npy"
-    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
-        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
-                           ) from None
-    if final.dtype != theta.dtype or final.shape != theta.shape:
-        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
-                                       f"θ is {theta.dtype} of shape {theta.shape}")
-    final = np.array(final)
-    diff = float(np.max(np.abs(theta - final))) if theta.shape == final.shape else math.inf
-    if theta.shape == final.shape and np.array_equal(theta, final):
+    theta, final = replay_run(run_dir)
+    if np.array_equal(theta, final):
         typer.echo(f"replayed θ equals the run's final θ exactly (d = {theta.size})")
         return
-    typer.echo(f"MISMATCH: replayed θ differs from the final θ (max |Δ| = {diff:g})", err=True)
+    typer.echo("MISMATCH: replayed θ differs from the final θ (max |Δ| = "
+               f"{float(np.max(np.abs(theta - final))):g})", err=True)
     raise typer.Exit(1)
 
 
-@reproduce_app.command("pgc-a3c")
-@flag_names(cap="--submissions", epsilons="--epsilon")
+@config_command(reproduce_app, "pgc-a3c", "privrl.systems.pgc_a3c.reproduce:SweepConfig")
 def reproduce_pgc_a3c_command(
-    trials: Annotated[int, typer.Option(help="Trials per setting (paper: 20).")] = 20,
-    submissions: Annotated[int, typer.Option(
-        help="Submissions per trial (paper: 90000).")] = 90_000,
-    preset: Annotated[str, typer.Option(
-        help="paper (default): the paper's settings; paper-code: the paper's settings with "
-        "TF1 RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset; "
-        "tuned-ldp, tuned-ldp2: tuned for small ε.")] = "paper",
-    seed: SweepSeed = 0,
-    retire: Annotated[bool, typer.Option(
-        help="Stop a trial once it reaches the target (its FST is known); later curves hold "
-        "its last average score.")] = True,
-    mechanisms: Annotated[str, typer.Option(
-        help="Mechanisms swept (comma-separated): laplace, prs (the paper's), privunit, "
-        "privunitg.")] = "laplace,prs",
-    epsilon: Annotated[str, typer.Option(
-        help="Agent budgets ε swept: each agent's total ε over the run (comma-separated; the "
-        "paper's: 1,2,5,10).")] = "1,2,5,10",
-    noise: Noise = None,
-    out: Out = None,
-    resume: Resume = None,
+    settings: Settings, out: Out = None, resume: Resume = None,
     one_program: Annotated[bool, typer.Option(
         "--one-program/--per-setting",
         help="Run all settings' trials as one compiled program (default; the same results "
@@ -416,80 +249,18 @@ def reproduce_pgc_a3c_command(
     plots/ (Figures 2 and 3 per mechanism), raw/trials.csv, per-setting scores and privacy
     records, and prints the tables.
     """
-    from privrl.runtime.output import check_out_dir
-    from privrl.systems.pgc_a3c.reproduce import SweepConfig
+    from privrl.systems.pgc_a3c import reproduce
 
-    check_out_dir(out)  # before the config, which may import --env's code
-
-    if out is not None and resume is not None:
-        raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")
-    if resume is not None and not (resume / "sweep.json").is_file():
-        raise ConfigError("--resume", f"{resume} holds no sweep (no sweep.json)")
-    cfg = SweepConfig(preset=preset, trials=trials, cap=submissions, seed=seed, retire=retire,
-                      mechanisms=tuple(m.strip().lower() for m in mechanisms.split(",")),
-                      epsilons=parse_numbers(epsilon, "--epsilon"),
-                      noise=None if noise is None else noise.value)
+    cfg = settings.build()
     cfg.validate()
-    _execute_sweep(cfg, out, resume, progress, one_program)
-
-
-def _execute_sweep(cfg: SweepConfig, out: Path | None, resume: Path | None, show: bool,
-                   one_program: bool = True) -> None:
-    from rich.console import Console
-    from rich.markdown import Markdown
-
-    from privrl.runtime.output import new_run_dir
-    from privrl.systems.pgc_a3c.reproduce import run_sweep
-
-    console, err = Console(), Console(stderr=True)
-    path = resume if resume is not None else new_run_dir(out, f"reproduce-pgc-a3c-{cfg.preset}")
-    err.print(f"[bold]Reproducing paper 000[/] ({cfg.preset} preset): "
-              f"{len(cfg.settings())} settings × {cfg.trials} trials × cap {cfg.cap:,} → {path}")
-    with progress_bar(err, show, "sweep") as (bar, task):
-        def update(name: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total, description=name)
-
-        try:
-            run_sweep(cfg, path, progress=update, log=lambda m: bar.console.print(m),
-                      one_program=one_program)
-        except KeyboardInterrupt:
-            err.print(f"interrupted: finished settings are kept; continue with "
-                      f"privrl reproduce pgc-a3c --resume {path}")
-            raise
-    console.print(Markdown((path / "tables.md").read_text()))
-    console.print(f"Results written to [bold]{path}[/] (tables.md, tables.json, plots/, "
-                  "raw/trials.csv, privacy.json, settings/)")
-
-
-def results_table(summary: dict) -> Table:
-    from rich.table import Table
-
-    t = Table(title="PGC-A3C results", show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    fst = summary["median_fst"]
-    rows = [
-        ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
-        ("preset", summary["preset"]),
-        ("mechanism", summary["mechanism"]),
-        ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
-        *(() if summary["target_score"] is None else (
-            (f"median FST (μ ≥ {summary['target_score']:g})",
-             "not reached" if fst is None else f"{fst:g}"),
-            ("success ratio", f"{summary['success_ratio']:.2f}"),
-            ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
-        ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
-        (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
-        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
-            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
-            if summary["compile_seconds"] else "")),
-        ("episodes / s",
-         f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+    path = sweep_dir(out, resume, f"reproduce-pgc-a3c-{cfg.preset}")
+    execute_sweep(
+        f"[bold]Reproducing paper 000[/] ({cfg.preset} preset): {len(cfg.settings())} settings "
+        f"× {cfg.trials} trials × cap {cfg.cap:,}", path,
+        lambda update, log: reproduce.run_sweep(cfg, path, progress=update, log=log,
+                                                one_program=one_program),
+        progress, "privrl reproduce pgc-a3c",
+        "tables.md, tables.json, plots/, raw/trials.csv, privacy.json, settings/")
 
 
 @audit_app.command("pgc-a3c")

@@ -186,18 +186,23 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
 def as_run_output(out: FlowerRunOutput) -> Any:
     """The local runner's RunOutput for the same results, so both write the same files: the
     accepted submissions' scores in order (a refused one leaves no row; flower.json names
-    it)."""
+    it), and the final θ as the trained policy (policy.npz)."""
+    from privrl.policy import saved_policy
     from privrl.systems.pgc_a3c.local import RunOutput
 
     accepted = out.scores[np.isfinite(out.scores)]
     algo = PGCA3C(out.config)
     scores = np.full_like(out.scores, np.nan)
     scores[0, :accepted.size] = accepted
+    theta = np.asarray(out.theta)[None]
     return RunOutput(config=out.config, scores=scores, submitted=np.array([accepted.size]),
                      ledger=out.ledger, mechanism=mechanism_record(algo.mechanism, algo.dim),
                      wall_seconds=out.wall_seconds, compile_seconds=0.0, devices=out.nodes,
                      agents_per_trial=math.ceil(out.config.submissions
-                                                / out.config.submissions_per_agent))
+                                                / out.config.submissions_per_agent),
+                     theta=theta,
+                     policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value", theta,
+                                         algo.config.max_episode_steps))
 
 
 def main(argv: list[str] | None = None) -> None:

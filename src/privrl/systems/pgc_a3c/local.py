@@ -412,3 +412,69 @@ def save(out: RunOutput, path: Path, command: list[str] | None = None,
     """Write config.json, metrics.csv, privacy.json, summary.json, policy.npz,
     plots/scores.png and any extra JSON `files` (a Ray run's ray.json)."""
     return save_run(record(out, files, runtime), path, command)
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The results table a run's summary reads as: (metric, value) rows."""
+    fst = summary["median_fst"]
+    rows = [
+        ("privacy", summary["privacy"]),
+        ("noise keys", summary["noise"]),
+        ("preset", summary["preset"]),
+        ("mechanism", summary["mechanism"]),
+        ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
+        *(() if summary["target_score"] is None else (
+            (f"median FST (μ ≥ {summary['target_score']:g})",
+             "not reached" if fst is None else f"{fst:g}"),
+            ("success ratio", f"{summary['success_ratio']:.2f}"),
+            ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
+        ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
+        (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
+        ("wall time", f"{summary['wall_seconds']:.1f} s" + (
+            f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
+            if summary["compile_seconds"] else "")),
+        ("episodes / s",
+         f"{summary['episodes_per_second']:,.0f} on {summary['devices']} device(s)"),
+    ]
+    return rows
+
+
+def target_note(config: PGCA3CConfig) -> str | None:
+    """The line that says what the FST counts on a task other than CartPole (None on it), or
+    that the task has no target (no FST or success ratio). `config`: the run's (resolved)."""
+    if config.target_score is None:
+        return (f"{config.env} states no target return: the scores are its returns, with no "
+                "FST or success ratio; set --target-return for them (docs/environments.md)")
+    if config.env is None or config.env.endswith(":CartPole-v1"):
+        return None
+    return (f"the score is the episode's return on {config.env}; the FST and success ratio "
+            f"count the mean of {config.score_window} consecutive returns reaching "
+            f"{config.target_score:g} (docs/environments.md)")
+
+
+def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A Ray run's θ rebuilt from its aggregator's accepted-report log, and its saved final θ
+    (same dtype and shape, else a RunFileError). A pickled (older) run or a directory that is
+    no Ray run is refused naming RUN_DIR; nothing in it is executed."""
+    from privrl.config import ConfigError
+    from privrl.federation.service import SETUP, replay
+    from privrl.runfile import RunFileError
+
+    log_dir = run_dir / "aggregator"
+    if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} was written by an older privrl as pickles, "
+                                     "which are refused (loading one can run code)")
+    if not (log_dir / SETUP).is_file() or not (run_dir / "theta_final.npy").is_file():
+        raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
+                                     f"aggregator/{SETUP} or theta_final.npy)")
+    theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
+    final_path = run_dir / "theta_final.npy"
+    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
+        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e:
+        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
+                           ) from None
+    if final.dtype != theta.dtype or final.shape != theta.shape:
+        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
+                                       f"θ is {theta.dtype} of shape {theta.shape}")
+    return theta, np.array(final)

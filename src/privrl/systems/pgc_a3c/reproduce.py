@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from privrl.config import Config, fail, integer, positive
+from privrl.choices import NOISE_MODES
+from privrl.config import NOISE_HELP, Config, fail, integer, option, positive
 from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
 from privrl.runtime.programs import program_groups
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
@@ -76,16 +77,23 @@ class Setting:
 
 @dataclass(frozen=True)
 class SweepConfig(Config):
-    preset: str = "paper"
-    trials: int = 20
-    cap: int = 90_000
-    seed: int = 0
-    retire: bool = True
-    epsilons: tuple[float, ...] = PAPER_EPSILONS
-    mechanisms: tuple[str, ...] = ("laplace", "prs")
-    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
-    # runs' default (seeded). Each run's privacy record states the mode.
-    noise: str | None = None
+    preset: str = option(
+        "paper", help="paper: the paper's settings; paper-code: the paper's settings with TF1 "
+        "RMSProp at the aggregator and reward -1 on a fall; tuned: our improved preset; "
+        "tuned-ldp, tuned-ldp2: tuned for small ε.")
+    trials: int = option(20, help="Trials per setting (paper: 20).")
+    cap: int = option(90_000, flag="--submissions", help="Submissions per trial (paper: 90000).")
+    seed: int = option(0, help="Random seed (shared by all settings).")
+    retire: bool = option(
+        True, help="Stop a trial once it reaches the target (its FST is known); later curves "
+        "hold its last average score.")
+    epsilons: tuple[float, ...] = option(
+        PAPER_EPSILONS, flag="--epsilon", help="Agent budgets ε swept: each agent's total ε "
+        "over the run (the paper's: 1,2,5,10).")
+    mechanisms: tuple[str, ...] = option(
+        ("laplace", "prs"), listed=True, help="Mechanisms swept: laplace, prs (the paper's), "
+        "privunit, privunitg.")
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
 
     def settings(self) -> list[Setting]:
         out = [Setting("none", math.inf)]
