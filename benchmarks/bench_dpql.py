@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 use_host_devices()
 

@@ -16,7 +16,7 @@ import os
 import platform
 import statistics
 
-from privrl.runtime.devices import use_compilation_cache
+from privrl.compute.devices import use_compilation_cache
 
 
 def main() -> None:
@@ -29,7 +29,7 @@ def main() -> None:
     args = ap.parse_args()
     use_compilation_cache()
 
-    from privrl.runtime.output import versions
+    from privrl.output import versions
     from privrl.systems.fedpg.algorithm import FedPGConfig
     from privrl.systems.fedpg.local import run_fedpg
 

@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--queued", action="store_true",
                     help="JAX's default queued CPU dispatch (not `run_cpu_inline`)")
     args = ap.parse_args()
-    from privrl.runtime.devices import run_cpu_inline
+    from privrl.compute.devices import run_cpu_inline
 
     if args.queued:
         os.environ["PRIVRL_CPU_DISPATCH"] = "queued"  # this process and the training runs

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 use_host_devices(1)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 use_host_devices()
 

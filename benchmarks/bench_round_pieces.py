@@ -32,8 +32,8 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
+    from privrl.compute.sharding import in_blocks
     from privrl.envs.rollout import rollout_episodes, rollout_trials
-    from privrl.runtime.sharding import in_blocks
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, trial_stages
 
     algo = PGCA3C(PGCA3CConfig(trials=1))

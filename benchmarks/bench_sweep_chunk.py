@@ -25,7 +25,7 @@ import sys
 import time
 
 os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
     import jax
     import numpy as np
 
-    from privrl.runtime.sharding import setting_trial_keys, trial_devices
+    from privrl.compute.sharding import setting_trial_keys, trial_devices
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, settings_algorithm, trial_group
     from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default
     from privrl.systems.pgc_a3c.reproduce import SweepConfig

@@ -43,7 +43,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 # Paper 000, section 4 (the privrl paper preset's defaults).
 P = 9  # agents per round

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
-from privrl.runtime.devices import use_host_devices
+from privrl.compute.devices import use_host_devices
 
 PIECES = ("rollout", "gradients", "mechanism", "aggregator")  # PGCA3C.round's scopes
 
@@ -102,8 +102,8 @@ def main() -> None:
     import jax
     import numpy as np
 
+    from privrl.compute.sharding import setting_trial_keys, trial_devices
     from privrl.prng import threefry_unrolled
-    from privrl.runtime.sharding import setting_trial_keys, trial_devices
     from privrl.systems.pgc_a3c.algorithm import settings_algorithm, trial_group
     from privrl.systems.pgc_a3c.local import ShardedTrials, _seeded_by_default
     from privrl.systems.pgc_a3c.reproduce import SweepConfig

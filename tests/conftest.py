@@ -51,7 +51,7 @@ _ROOT = Path(__file__).resolve().parent.parent  # node ids are relative to it
 
 if _WORKER is not None:
     # Before anything imports JAX (this conftest is imported before every test module).
-    from privrl.runtime.devices import use_host_devices
+    from privrl.compute.devices import use_host_devices
 
     use_host_devices(1)
 
@@ -62,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="privrl-test-jax-cache-")
         config._privrl_cache_owner = True  # type: ignore[attr-defined]
     _fast_unoptimized_compiles()
-    from privrl.runtime.devices import run_cpu_inline
+    from privrl.compute.devices import run_cpu_inline
 
     run_cpu_inline()  # as the `privrl` process runs (before any test starts JAX's backend)
     if os.environ[_CACHE_ENV] == "off":  # PRIVRL_TEST_JAX_CACHE=off: compile everything
@@ -109,7 +109,7 @@ def _fast_unoptimized_compiles() -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The garbage collector tuned as the `privrl` command tunes it, once every test module
     (and so privrl and JAX) is imported: `tune_garbage_collector` says why."""
-    from privrl.runtime.devices import tune_garbage_collector
+    from privrl.compute.devices import tune_garbage_collector
 
     tune_garbage_collector()
 

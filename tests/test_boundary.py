@@ -140,6 +140,27 @@ def test_systems_import_no_other_system():
                 assert imported.startswith(own), f"{name} imports {imported}"
 
 
+# The layers' nevers (shared/DESIGN.md): what each lower package may not import. compute/ is
+# below envs/ (a rollout shards trials over devices); privacy/ imports nothing outside itself;
+# envs/ imports no privacy and no runtime.
+_NEVER = {
+    "privrl.compute": ("privrl.envs", "privrl.privacy", "privrl.federation", "privrl.runtime",
+                       "privrl.systems", "privrl.nets", "privrl.output", "privrl.policy"),
+    "privrl.envs": ("privrl.privacy", "privrl.federation", "privrl.runtime", "privrl.systems",
+                    "privrl.output"),
+    "privrl.privacy": ("privrl.envs", "privrl.federation", "privrl.runtime", "privrl.systems",
+                       "privrl.compute", "privrl.nets", "privrl.output", "privrl.policy"),
+}
+
+
+def test_layers_import_nothing_above_them():
+    for name, path in _modules().items():
+        for layer, never in _NEVER.items():
+            if name == layer or name.startswith(layer + "."):
+                for imported in _imports(path, name):
+                    assert not imported.startswith(never), f"{name} imports {imported}"
+
+
 def test_kernel_imports_no_system():
     for name, path in _modules().items():
         if name.startswith("privrl.systems") or name in ("privrl", "privrl.main"):

@@ -638,7 +638,7 @@ def config_command(app: typer.Typer, name: str, cls: str, *, skip: Iterable[str]
 def sweep_dir(out: Path | None, resume: Path | None, stem: str) -> Path:
     """A sweep's directory: `resume`'s (which must hold a sweep) or a new one; --out and
     --resume together are refused."""
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
 
     if out is not None and resume is not None:
         raise ConfigError("--resume", "give either --out (a new sweep) or --resume (an old one)")

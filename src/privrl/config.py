@@ -156,7 +156,7 @@ def field_flag(f: dataclasses.Field) -> str | None:
 # a field of the config, every value of the field's type; anything else is refused, naming the
 # file and the field, before anything is computed.
 MAX_CONFIG_BYTES = 1 << 20
-# The keys a run's config.json holds besides its "config" table (privrl.runtime.output): what
+# The keys a run's config.json holds besides its "config" table (privrl.output): what
 # the run recorded about itself (its command line, versions, devices, ...), not settings.
 RUN_RECORD_KEYS = frozenset({"algorithm", "config", "seed", "command", "created", "versions",
                              "devices", "topology", "maps", "folds", "runtime", "supernodes"})

@@ -18,16 +18,16 @@ except ImportError:  # typer < 0.21 (the one flwr 1.42 accepts, constraints.txt)
 
 from privrl.audit.cli import audit_apps
 from privrl.cli import renamed_flag, root_apps
-from privrl.config import ConfigError, RayNotInstalledError
-from privrl.evaluate_cli import top_app as evaluate_app
-from privrl.runfile import RunFileError
-from privrl.runtime.devices import (
+from privrl.compute.devices import (
     run_cpu_inline,
     tune_garbage_collector,
     use_compilation_cache,
     use_host_devices,
 )
-from privrl.runtime.output import OutputDirError
+from privrl.config import ConfigError, RayNotInstalledError
+from privrl.evaluate_cli import top_app as evaluate_app
+from privrl.output import OutputDirError
+from privrl.runfile import RunFileError
 from privrl.systems.dp_qlearning import cli as dp_qlearning
 from privrl.systems.dpsgd_rl import cli as dpsgd_rl
 from privrl.systems.fedpg import cli as fedpg

@@ -19,9 +19,9 @@ from privrl.envs.task import make_task
 from privrl.evaluation import evaluate_run
 from privrl.main import main
 from privrl.nets.flat import FlatModel, actor_critic, mlp
+from privrl.output import RunRecord, save
 from privrl.policy import FILE, load_policy, saved_policy
 from privrl.runfile import RunFileError, dumps, read
-from privrl.runtime.output import RunRecord, save
 
 
 def balancing_theta(model: FlatModel) -> np.ndarray:
@@ -195,7 +195,7 @@ def test_a_module_named_in_the_file_is_never_imported(cartpole_run, tmp_path, ca
 
 
 def test_a_sweep_setting_keeps_its_policy_too(cartpole_run, tmp_path):
-    from privrl.runtime.output import save_setting
+    from privrl.output import save_setting
 
     state = read(cartpole_run / FILE, "policy")
     policy = load_policy(cartpole_run)

@@ -12,7 +12,7 @@ import pytest
 
 from privrl.config import ConfigError
 from privrl.main import main
-from privrl.runtime.output import open_sweep
+from privrl.output import open_sweep
 
 
 def test_every_sweep_hands_its_noise_mode_to_the_private_runs() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import privrl
 from privrl.main import main
-from privrl.runtime.output import OutputDirError
+from privrl.output import OutputDirError
 
 FEDPG = dict(agents=2, budget=40, batch_min=2, batch_max=3, mechanism="laplace",
              epsilon_per_report=0.5, clip=1.0)

@@ -67,7 +67,7 @@ def audit_mechanism_command(
     neighbouring inputs and bounds its true ε from below (held-out threshold test,
     Clopper–Pearson). Writes audit.json, audit.csv, audit.md and plots/audit.png."""
     from privrl.audit.mechanism import check_audit_settings
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
 
     epsilons = parse_numbers(epsilon, "--epsilon")
     check_audit_settings(samples, confidence)
@@ -101,7 +101,7 @@ def execute_audit(header: str, run: Callable[[Callable[[int, int], None]], list[
     from rich.markdown import Markdown
 
     from privrl.audit.sweep import write_sweep
-    from privrl.runtime.output import new_run_dir
+    from privrl.output import new_run_dir
 
     console, err = Console(), Console(stderr=True)
     err.print(header)

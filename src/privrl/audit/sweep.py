@@ -100,7 +100,7 @@ def _markdown(results: list[AuditResult]) -> str:
 
 def write_sweep(path: Path, results: list[AuditResult], settings: dict[str, Any]) -> None:
     """audit.json, audit.csv, audit.md and plots/audit.png into the (new) run directory."""
-    from privrl.runtime.output import versions, write_json
+    from privrl.output import versions, write_json
 
     write_json(path / "audit.json", {"settings": settings, "versions": versions(),
                                      "results": [r.to_dict() for r in results]})

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.compute.sharding import in_blocks
 from privrl.prng import unroll_threefry
-from privrl.runtime.sharding import in_blocks
 
 unroll_threefry()  # the step loops' random draws: privrl/prng.py
 
@@ -97,7 +97,7 @@ def rollout_trials(
     keys[i], num_envs, max_steps, active[i])` (every argument but the policy has a leading
     trial axis; outputs too), and a trial whose episodes have all ended stops costing steps.
 
-    How: the trials step `block` at a time (`runtime.sharding.in_blocks`), so a trial's step is
+    How: the trials step `block` at a time (`compute.sharding.in_blocks`), so a trial's step is
     the same compiled arithmetic in any stage and any batch of trials. The loop
     runs in `stages` (decreasing multiples of `block`): once at most `stages[0]` trials still
     run, those are gathered and stepped on alone, then at most `stages[1]`, and so on. Why not

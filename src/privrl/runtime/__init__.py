@@ -1,14 +1,13 @@
-"""What every system's runners share.
+"""Where agents run beyond this process: the runtimes' shared protocol.
 
-- `devices`: one XLA CPU device per core, and the persistent compilation cache.
-- `sharding`: independent trials vmapped and split over those devices.
-- `output`: run directories that never overwrite, config.json, JSON and plots, resumable sweeps.
+- `node`: the one agent node (check a request, re-send a released report, charge the ledger
+  before releasing, keep durable state) that Ray actors and Flower ClientApps wrap.
+- `rules`: which mechanism and which budget each runtime can carry, decided once for the API
+  and the CLI.
 - `ray`: the optional Ray extra (a clear error without it; start or join a cluster).
-- `node`: one agent node, the release protocol of every distributed runtime's agents (check
-  the request, re-send a released report, charge the ledger before releasing, durable state).
-- `rules`: what every system's runtime rules share (each system's `runtimes.check_runtime`,
-  called by its API entry points and its CLI alike).
+- `flower`: a local Flower deployment (SuperLink, SuperNodes, TLS, node authentication).
 
-The runners themselves live with their systems: `privrl.systems.<name>.local` (vectorized, in
-this process) and `privrl.systems.<name>.ray` (Ray actors, for PGC-A3C and FedPG-Dec).
+The runners themselves live with their systems (`privrl.systems.<name>.local|ray|flower`).
+Run output (run directories, config.json, plots, resumable sweeps) is `privrl.output`; how JAX
+computes (devices, sharding, programs) is `privrl.compute`.
 """

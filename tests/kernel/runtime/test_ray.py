@@ -68,7 +68,7 @@ def test_a_cluster_that_cannot_be_joined_is_one_config_error(monkeypatch) -> Non
 
 
 def test_a_run_directory_left_empty_by_a_failed_run_is_removed(tmp_path) -> None:
-    from privrl.runtime.output import removed_if_left_empty
+    from privrl.output import removed_if_left_empty
 
     for keep in (False, True):
         path = tmp_path / f"run-{keep}"

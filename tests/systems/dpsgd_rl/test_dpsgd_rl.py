@@ -237,7 +237,7 @@ def test_reinforce_learns_cartpole() -> None:
     well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
     out = run_episodic(Reinforce.settings_algorithm([ReinforceConfig(seeds=4, episodes=150)]),
                        "reinforce")
-    from privrl.runtime.output import hold_last
+    from privrl.output import hold_last
 
     final = hold_last(out.eval_returns)[:, -25:].mean()
     assert final > 150.0, out.eval_returns[:, -25:]
@@ -248,7 +248,7 @@ def test_dqn_learns_cartpole() -> None:
     """2 seeds × 100 episodes of the paper preset with a 10x learning rate (to fit CI's budget):
     the last 25 greedy evaluations average well above a random policy's ~22. Measured: 165
     (seed 0) and 196 (seed 1) after 100 episodes; 500 and 420 after 250."""
-    from privrl.runtime.output import hold_last
+    from privrl.output import hold_last
 
     cfg = DQNConfig(seeds=2, episodes=100, learning_rate=1e-3)
     out = run_episodic(DQN.settings_algorithm([cfg]), "dqn")

@@ -147,7 +147,7 @@ def test_resuming_a_sweep_with_other_options_is_refused(tmp_path):
     mixed into its tables); sweep.json written before the check (its "config") counts too."""
     import json
 
-    from privrl.runtime.output import open_sweep
+    from privrl.output import open_sweep
     from privrl.systems.dpsgd_rl.reproduce import SweepConfig, run_sweep
 
     began = SweepConfig(seeds_reinforce=2, episodes=25)

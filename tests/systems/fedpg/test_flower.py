@@ -18,10 +18,10 @@ pytest.importorskip("flwr")
 
 from privrl.config import ConfigError
 from privrl.federation.flower_sum import STOP, SUM_RESULTS, serve_cen
+from privrl.output import save
 from privrl.policy import read_saved
 from privrl.privacy.discrete_sum import DiscreteGaussianSum
 from privrl.privacy.ledger import BudgetExceededError
-from privrl.runtime.output import save
 from privrl.systems.fedpg.config import FedPGConfig
 from privrl.systems.fedpg.flower import (
     CenNode,

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from privrl.runtime.output import save
+from privrl.output import save
 from privrl.systems.fedpg.config import FedPGConfig
 from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 from privrl.systems.fedpg.local import run_fedpg

@@ -298,7 +298,7 @@ def test_tuned_ldp_preset_from_cli(tmp_path, monkeypatch):
 
 
 def test_compilation_cache_location(monkeypatch, tmp_path):
-    from privrl.runtime.devices import use_compilation_cache
+    from privrl.compute.devices import use_compilation_cache
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     monkeypatch.setenv("PRIVRL_CACHE_DIR", "off")

@@ -18,6 +18,7 @@ pytest.importorskip("flwr")
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
+from privrl.compute.sharding import setting_trial_keys
 from privrl.federation.flower import (
     RESULTS,
     WireError,
@@ -29,7 +30,6 @@ from privrl.federation.flower import (
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.runtime.flower import refusal
-from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c import flower
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
 from privrl.systems.pgc_a3c.local import run_pgc_a3c

@@ -17,10 +17,10 @@ import jax
 import numpy as np
 import pytest
 
+from privrl.compute.sharding import setting_trial_keys
 from privrl.federation import AggregatorService, AggregatorSpec
 from privrl.federation.service import read_log
 from privrl.privacy import PrivacyLedger
-from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 from privrl.systems.pgc_a3c.ray import AgentActor
 

@@ -4,7 +4,7 @@ run's, bit for bit, and each keeps its own ledger.
 Equal floats need both programs to compile a trial's arithmetic alike: XLA CPU compiles it
 differently by batch size and context, so every piece of a round is computed a fixed number of
 trials at a time (the setting's own trials per device), behind optimization barriers
-(`runtime.sharding.in_blocks`). 3 trials: small batches, where this used to fail (θ differed in
+(`compute.sharding.in_blocks`). 3 trials: small batches, where this used to fail (θ differed in
 its last bits); benchmarks/log/01-*.md has the check at the paper's sizes.
 """
 
@@ -75,7 +75,7 @@ def test_a_run_that_could_join_a_program_releases_as_the_program_does():
     program's releases (`settings_algorithm`: its setting as data, `privatize_setting`)."""
     import jax
 
-    from privrl.runtime.sharding import in_blocks
+    from privrl.compute.sharding import in_blocks
     from privrl.systems.pgc_a3c.algorithm import settings_algorithm
 
     lap = PGCA3CConfig(mechanism="laplace", epsilon=5.0).resolved()

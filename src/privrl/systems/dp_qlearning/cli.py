@@ -23,7 +23,7 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """
     from rich.console import Console
 
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
@@ -63,7 +63,7 @@ def reproduce_dp_qlearning_command(
     from rich.console import Console
     from rich.markdown import Markdown
 
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning.reproduce import DPQLSweepConfig, run_sweep
 
     cfg = DPQLSweepConfig(seeds=trials, episodes=episodes, seed=seed,

@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
+from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
-from privrl.runtime.output import save as save_run
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
@@ -64,7 +64,7 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     each run's final θ (len(sigmas), seeds, d).
 
     The (σ, seed) runs are independent, so they are flattened, vmapped and split over the host's
-    XLA devices (one per core; privrl.runtime.devices), padded to a multiple of the device count
+    XLA devices (one per core; privrl.compute.devices), padded to a multiple of the device count
     with copies whose results are dropped. Raises if a noise store overflowed (cannot happen
     with the capacities the algorithm sizes, but a run that lost noise points would be silently
     wrong).

@@ -20,7 +20,7 @@ import numpy as np
 
 from privrl.config import Config, fail
 from privrl.envs.line1d import optimal_return, policy_return, random_policy, table_policy
-from privrl.runtime.output import versions, write_json
+from privrl.output import versions, write_json
 from privrl.systems.dp_qlearning.algorithm import DPQLearningConfig, privacy_record
 from privrl.systems.dp_qlearning.local import (
     FINAL_EPISODES,

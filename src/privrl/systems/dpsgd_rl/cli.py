@@ -50,7 +50,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
              show: bool) -> None:
     from rich.console import Console
 
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
     check_out_dir(out)
@@ -185,7 +185,7 @@ def audit_dp_reinforce_command(
     Writes audit.json, audit.csv, audit.md and plots/audit.png."""
 
     from privrl.audit.cli import execute_audit
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
     from privrl.systems.dpsgd_rl.audit import audit_config, audit_dp_reinforce, check_audit
     from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 

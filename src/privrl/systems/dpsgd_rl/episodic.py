@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.compute.programs import alone_or_program, settings_program
 from privrl.config import (
     ACCOUNTANT_HELP,
     ENV_HELP,
@@ -44,7 +45,6 @@ from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianSumParams, stack_params
 from privrl.privacy.noise import NOISE_MODES
 from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian
-from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.dpsgd_rl.ldp_obs import (
     ObservationPrivacy,
     ObservationSetting,
@@ -266,7 +266,7 @@ def one_program_field(configs: Sequence[EpisodicConfig], setting_fields: Sequenc
 
 
 def program_allows(setting_fields: Sequence[str]) -> str:
-    """What settings run as one program may differ in (`runtime.programs.settings_program`'s
+    """What settings run as one program may differ in (`compute.programs.settings_program`'s
     message)."""
     return (f"{', '.join(setting_fields)} (σ·IQR or no observation noise, no float-safe noise, "
             "no ε cap)")
@@ -317,7 +317,7 @@ class EpisodicLearner:
         """The algorithm that runs `configs` together (`for_settings`), or for one setting
         that could not join a program (box observations, float-safe noise, an ε cap, a
         Gymnasium task) its own. A setting that could join one computes through the
-        program's path even alone (runtime.programs.alone_or_program), so it gets the same
+        program's path even alone (compute.programs.alone_or_program), so it gets the same
         floats alone and in any program. Every run takes its algorithm from here."""
         return alone_or_program(cls, configs, task, model, cls.one_program_field)
 

@@ -22,21 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from privrl.policy import SavedPolicy
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
-from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
-from privrl.privacy.record import privacy_record as build_privacy_record
-from privrl.runtime.output import (
-    RunRecord,
-    SavesRunDir,
-    check_out_dir,
-    csv_writer,
-    hold_last,
-    plot_curves,
-    save_if_asked,
-)
-from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import (
+from privrl.compute.sharding import (
     host_scan,
     in_blocks,
     own_padded,
@@ -45,6 +31,20 @@ from privrl.runtime.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    csv_writer,
+    hold_last,
+    plot_curves,
+    save_if_asked,
+)
+from privrl.output import save as save_run
+from privrl.policy import SavedPolicy
+from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
+from privrl.privacy.record import privacy_record as build_privacy_record
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 from jax import Array
 
+from privrl.compute.programs import alone_or_program, settings_program
 from privrl.config import ConfigError
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
@@ -55,7 +56,6 @@ from privrl.privacy.mechanisms import (
 )
 from privrl.privacy.report import Report
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
-from privrl.runtime.programs import alone_or_program, settings_program
 from privrl.systems.fedpg.cen import CenPlan, CenRound
 from privrl.systems.fedpg.config import (
     ACCOUNTED_MECHANISMS,

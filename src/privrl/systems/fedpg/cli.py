@@ -111,7 +111,7 @@ def run_fedpg_cen_command(
     --robust) and takes SCSG steps with importance weights. Defaults (--preset paper):
     FedPG-BR's CartPole setting.
     """
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
     if runtime is Runtime.flower and settings.get("mechanism") == "distributed-gaussian":
@@ -137,7 +137,7 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     from rich.console import Console
 
     from privrl.config import ConfigError
-    from privrl.runtime.output import new_run_dir, removed_if_left_empty, save
+    from privrl.output import new_run_dir, removed_if_left_empty, save
 
     try:
         import flwr  # noqa: F401
@@ -185,7 +185,7 @@ def run_fedpg_dec_command(
     out-neighbours on a directed graph (push-sum, column-stochastic mixing).
     """
     from privrl.config import ConfigError
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
     cfg = _config("dec", settings)
@@ -210,8 +210,8 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from privrl.output import new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
-    from privrl.runtime.output import new_run_dir, removed_if_left_empty
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
     from privrl.systems.fedpg.algorithm import FedPG
@@ -343,7 +343,7 @@ def audit_fedpg_command(
     from privrl.audit.cli import execute_audit
     from privrl.audit.mechanism import check_audit_settings
     from privrl.config import ConfigError, positive
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
 
     check_out_dir(out)  # before the config, which may import --env's code
     from privrl.systems.fedpg.algorithm import FedPGConfig

@@ -506,11 +506,11 @@ def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
 
 
 def record(run: FlowerCenRun) -> Any:
-    """The run directory's contents (privrl.runtime.output.save): config.json, metrics.csv
+    """The run directory's contents (privrl.output.save): config.json, metrics.csv
     (one row per round), privacy.json (the statement, trust domain "flower"), summary.json,
     policy.npz (the server's final θ, as the local runner's) and flower.json (who took part
     in each round)."""
-    from privrl.runtime.output import RunRecord, csv_writer
+    from privrl.output import RunRecord, csv_writer
     from privrl.systems.fedpg.local import policy_of
 
     cfg, rounds = run.config, run.rounds

@@ -24,7 +24,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privrl.compute.sharding import (
+    host_scan,
+    in_blocks,
+    own_padded,
+    pad_rows,
+    shard_vmap,
+    trial_devices,
+    trial_sharding,
+)
 from privrl.federation.pushsum import push_sum_z
+from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
+from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
@@ -45,17 +56,6 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
-from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import (
-    host_scan,
-    in_blocks,
-    own_padded,
-    pad_rows,
-    shard_vmap,
-    trial_devices,
-    trial_sharding,
-)
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,

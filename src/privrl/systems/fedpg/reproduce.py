@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from privrl.choices import NOISE_MODES
+from privrl.compute.programs import program_groups
 from privrl.config import NOISE_HELP, Config, integer, option, positive
-from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
-from privrl.runtime.programs import program_groups
+from privrl.output import open_sweep, run_setting, save_setting, write_json
 from privrl.systems.fedpg.algorithm import FedPGConfig
 
 TOPOLOGY_ORDER = ("ring", "exponential", "random")

@@ -27,7 +27,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.fedrl.local import load_splits, run_grid, save
 
     check_out_dir(out)
@@ -100,7 +100,7 @@ def reproduce_fedrl(
     """Paper 002's Table 1: train on maps 0-6399, select on 6400-7199, test on 7200-7999."""
     from rich.console import Console
 
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.fedrl.reproduce import ReproConfig, run_reproduction, with_overrides
 
     check_out_dir(out)

@@ -21,9 +21,7 @@ import numpy as np
 
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import with_secret_roots
-from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
-from privrl.privacy.noise import secret_keys, summary_note
-from privrl.runtime.output import (
+from privrl.output import (
     RunRecord,
     SavesRunDir,
     check_out_dir,
@@ -31,8 +29,10 @@ from privrl.runtime.output import (
     plot_curves,
     save_if_asked,
 )
-from privrl.runtime.output import save as save_run
-from privrl.runtime.selection import Selection
+from privrl.output import save as save_run
+from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
+from privrl.privacy.noise import secret_keys, summary_note
+from privrl.selection import Selection
 from privrl.systems.fedrl.algorithm import Splits, load_splits
 
 ProgressFn = Callable[[int, int], None]

@@ -18,8 +18,8 @@ from typing import Any
 
 from privrl.config import Config, at_least, fail, one_of
 from privrl.envs.gridworld import SIZES, load_maps
+from privrl.output import write_json
 from privrl.privacy.noise import NOISE_MODES
-from privrl.runtime.output import write_json
 from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig
 from privrl.systems.fedrl.baselines import BaselineConfig, make_baseline
 from privrl.systems.fedrl.local import load_splits, run_grid, save

@@ -52,7 +52,7 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     from rich.table import Table
 
     from privrl.envs import text2action as t2a
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.fedrl_text.local import run_cv, save
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
@@ -114,7 +114,7 @@ def reproduce_text2action(
     from rich.console import Console
 
     from privrl.config import ConfigError
-    from privrl.runtime.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.fedrl_text.reproduce import ReproConfig, run_reproduction
 
     if out is not None and resume is not None:

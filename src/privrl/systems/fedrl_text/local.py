@@ -23,11 +23,11 @@ import numpy as np
 
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import with_secret_roots
+from privrl.output import RunRecord, csv_writer
+from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.runtime.output import RunRecord, csv_writer
-from privrl.runtime.output import save as save_run
-from privrl.runtime.selection import Selection
+from privrl.selection import Selection
 from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
 
 ProgressFn = Callable[[str], None]

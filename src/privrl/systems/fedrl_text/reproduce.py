@@ -19,8 +19,8 @@ from typing import Any
 
 from privrl.config import Config, check_preset, fail, one_of
 from privrl.envs import text2action as t2a
+from privrl.output import open_sweep, run_setting, write_json
 from privrl.privacy.noise import NOISE_MODES
-from privrl.runtime.output import open_sweep, run_setting, write_json
 from privrl.systems.fedrl_text.algorithm import PRESETS, TextConfig, text_config
 from privrl.systems.fedrl_text.local import run_cv, save
 

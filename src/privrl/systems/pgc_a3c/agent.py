@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privrl.compute.sharding import setting_trial_keys
 from privrl.federation.service import Submission
-from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3CConfig,
     agent_noise_key,

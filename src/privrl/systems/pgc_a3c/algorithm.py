@@ -39,6 +39,8 @@ import optax
 from flax import linen as nn
 from jax import Array
 
+from privrl.compute.programs import alone_or_program, settings_program
+from privrl.compute.sharding import in_blocks, pad_rows
 from privrl.config import (
     ENV_HELP,
     NOISE_HELP,
@@ -80,8 +82,6 @@ from privrl.privacy.mechanisms import (
 from privrl.privacy.noise import NOISE_MODES, secret_fold
 from privrl.privacy.plan import PlanError, PrivacyPlan, PrivacyRequest, plan_pure
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
-from privrl.runtime.programs import alone_or_program, settings_program
-from privrl.runtime.sharding import in_blocks, pad_rows
 from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
 
 LOSS_REDUCTIONS = ("sum", "mean")

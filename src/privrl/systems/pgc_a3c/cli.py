@@ -71,7 +71,7 @@ def run_pgc_a3c_command(
     randomizes its A3C gradient with the mechanism (ε-LDP) and submits it once. Prints the
     results table and where the results were written.
     """
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
     check_out_dir(out)  # before the config, which may import --env's code
@@ -114,8 +114,8 @@ def run_pgc_a3c_command(
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
+    from privrl.output import new_run_dir
     from privrl.privacy.record import planned
-    from privrl.runtime.output import new_run_dir
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
@@ -190,7 +190,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     import numpy as np
     from rich.console import Console
 
-    from privrl.runtime.output import new_run_dir, removed_if_left_empty
+    from privrl.output import new_run_dir, removed_if_left_empty
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
@@ -291,7 +291,7 @@ def audit_pgc_a3c_command(
     bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
     from privrl.audit.cli import execute_audit
     from privrl.audit.mechanism import check_audit_settings
-    from privrl.runtime.output import check_out_dir
+    from privrl.output import check_out_dir
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
     check_out_dir(out)  # before the config, which may import --env's code

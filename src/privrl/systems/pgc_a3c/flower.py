@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 from flwr.app import Context, Message
 
+from privrl.compute.sharding import setting_trial_keys
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
 from privrl.runtime.flower import REFUSED, answer_request, refusing_client_app
 from privrl.runtime.node import AgentNode, Released, ReleasedFile
-from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.agent import AgentStep
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, lone_agent
 from privrl.systems.pgc_a3c.runtimes import check_runtime

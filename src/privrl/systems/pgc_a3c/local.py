@@ -9,7 +9,7 @@ test_settings.py), at a fraction of the cost of running the settings one after a
 Rounds are run in chunks (a jitted `lax.scan` of rounds per chunk) so that the host can show
 progress, charge the privacy ledger before each chunk releases anything, and collect scores.
 Trials are independent, so they are split over the host's XLA devices with `shard_map`
-(one device per core; see privrl.runtime.devices).
+(one device per core; see privrl.compute.devices).
 """
 
 from __future__ import annotations
@@ -25,6 +25,14 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from privrl.compute.sharding import (
+    setting_trial_keys,
+    shard_vmap,
+    trial_devices,
+    trial_sharding,
+)
+from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
+from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ldp_compact import generator_condition
@@ -42,14 +50,6 @@ from privrl.privacy.record import (
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.privacy.user import declared_condition
-from privrl.runtime.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
-from privrl.runtime.output import save as save_run
-from privrl.runtime.sharding import (
-    setting_trial_keys,
-    shard_vmap,
-    trial_devices,
-    trial_sharding,
-)
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from privrl.compute.sharding import setting_trial_keys
 from privrl.federation.service import (
     SETUP,
     AggregatorService,
@@ -71,7 +72,6 @@ from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.privacy.record import mechanism_record
 from privrl.runtime.ray import require_ray, start_ray
-from privrl.runtime.sharding import setting_trial_keys
 from privrl.systems.pgc_a3c.agent import AgentStep
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,

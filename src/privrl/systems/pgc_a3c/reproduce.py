@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from privrl.choices import NOISE_MODES
+from privrl.compute.programs import program_groups
 from privrl.config import NOISE_HELP, Config, fail, integer, option, positive
-from privrl.runtime.output import open_sweep, run_setting, save_setting, write_json
-from privrl.runtime.programs import program_groups
+from privrl.output import open_sweep, run_setting, save_setting, write_json
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.metrics import (
     first_success_time,

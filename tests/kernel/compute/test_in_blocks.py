@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from privrl.runtime.sharding import in_blocks
+from privrl.compute.sharding import in_blocks
 
 
 def test_rows_are_computed_a_block_at_a_time_and_padding_is_dropped():

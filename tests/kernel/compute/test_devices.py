@@ -1,4 +1,4 @@
-"""Process setup (privrl.runtime.devices): the compilation cache's directory."""
+"""Process setup (privrl.compute.devices): the compilation cache's directory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ def test_a_cache_others_may_write_is_not_used(tmp_path, monkeypatch, capsys) -> 
     a planted one, so privrl does not use it (issue 43, item 11); a new one is made private."""
     import os
 
-    from privrl.runtime.devices import use_compilation_cache
+    from privrl.compute.devices import use_compilation_cache
 
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     shared = tmp_path / "shared"
@@ -33,7 +33,7 @@ def test_cpu_computations_run_inline_only_if_asked_before_the_backend() -> None:
 
     script = (
         "import jax, jax.numpy as jnp\n"
-        "from privrl.runtime.devices import run_cpu_inline\n"
+        "from privrl.compute.devices import run_cpu_inline\n"
         "flag = lambda: jax.config.read('jax_cpu_enable_async_dispatch')\n"
         "assert flag()\n"
         "first = run_cpu_inline()\n"

@@ -1,5 +1,5 @@
 """Independent trials, vmapped and split over the host's XLA devices (one device per core; see
-privrl.runtime.devices). Every system's local runner uses these two pieces; `host_scan` is
+privrl.compute.devices). Every system's local runner uses these two pieces; `host_scan` is
 their stand-in for trials whose steps run on the host (Gymnasium environments)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from privrl.runtime.output import (
+from privrl.output import (
     OutputDirError,
     RunRecord,
     csv_writer,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from privrl.compute.programs import alone_or_program, settings_program
 from privrl.config import ConfigError
-from privrl.runtime.programs import alone_or_program, settings_program
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def test_one_setting_joins_the_programs_path_unless_it_cannot() -> None:
 def test_a_sweep_is_grouped_into_programs_in_order() -> None:
     """Each setting joins the first group it can run with: here settings of one γ share a
     program, whatever their order; each alone when the sweep asks."""
-    from privrl.runtime.programs import program_groups
+    from privrl.compute.programs import program_groups
 
     sweep = [Cfg(1.0), Cfg(2.0, gamma=0.9), Cfg(3.0), Cfg(4.0, gamma=0.9), Cfg(5.0, gamma=0.5)]
     groups = program_groups(sweep, refusal)
