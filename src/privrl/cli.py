@@ -25,12 +25,10 @@ from typer.core import TyperCommand
 from typer.models import ArgumentInfo, ParameterInfo
 
 from privrl import __version__
-from privrl.choices import ACCOUNTANTS, COMPOSITIONS, NOISE_MODES
+from privrl.choices import ACCOUNTANTS, NOISE_MODES
 from privrl.config import (
     ACCOUNTANT_HELP,
-    ENV_HELP,
     NOISE_HELP,
-    PRIVATE_HELP,
     ConfigError,
     field_flag,
     one_of,
@@ -156,11 +154,6 @@ Runtime = value_enum("Runtime", RUNTIMES)
 NoiseMode = value_enum("NoiseMode", NOISE_MODES)
 
 Noise = Annotated[NoiseMode | None, typer.Option(help=NOISE_HELP, case_sensitive=False)]
-SecureNoise = Annotated[bool, typer.Option(
-    "--secure-noise",
-    help="Float-safe noise: exact discrete Laplace/Gaussian on a grid from the OS CSPRNG, "
-    "the input clipped in integers (no low-bit leak; slower; not reproducible; see "
-    "docs/secure-noise.md). DP-SGD runs: with --accountant rdp.")]
 
 
 AccountantName = value_enum("AccountantName", ACCOUNTANTS)
@@ -168,17 +161,6 @@ AccountantName = value_enum("AccountantName", ACCOUNTANTS)
 
 AccountantOpt = Annotated[AccountantName, typer.Option("--accountant", help=ACCOUNTANT_HELP)]
 
-
-BudgetComposition = value_enum("BudgetComposition", COMPOSITIONS)
-
-
-BudgetCompositionOpt = Annotated[BudgetComposition, typer.Option(
-    "--budget-composition",
-    help="How the ledger enforces each agent's budget over its pure ε-LDP reports. basic "
-    "(default): the pure ε, Σ of the reports' ε. optimal: an (ε, δ) at --delta by the optimal "
-    "composition theorem (Kairouz, Oh & Viswanath 2015), which admits more reports, or "
-    "larger ε per report, for the same ε. privacy.json states both and which is enforced.",
-    case_sensitive=False)]
 
 # A seed JAX and NumPy both take (a larger one gave an OverflowError after other checks).
 SEED_RANGE = {"min": 0, "max": 2**63 - 1}
@@ -189,12 +171,6 @@ ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results (never overwritten). Default: a new "
     "runs/<command>-...-<time>/.")]
-EnvOpt = Annotated[str | None, typer.Option("--env", help=ENV_HELP)]
-PrivateOpt = Annotated[list[str] | None, typer.Option("--private", help=PRIVATE_HELP)]
-MaxStepsOpt = Annotated[int | None, typer.Option(
-    "--max-steps", help="Episode cap in steps. Default: the task's own step limit (gymnax's "
-    "max_steps_in_episode, Gymnasium's spec.max_episode_steps; the default CartPole task's: "
-    "200 for PGC-A3C, CartPole-v0's, else 500, CartPole-v1's).")]
 Resume = Annotated[Path | None, typer.Option(
     help="Continue an interrupted sweep in this directory; finished settings are kept.")]
 AddressOpt = Annotated[str | None, typer.Option(

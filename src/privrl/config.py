@@ -279,6 +279,12 @@ PRIVATE_HELP = (
     "Per-agent private dynamics (repeatable): field=low:high (uniform) or field=v1,v2,... (one "
     "of), an environment-parameter field drawn per agent, e.g. link_mass_1=0.8:1.2 "
     "(Gymnasium: a numeric attribute of the unwrapped environment, e.g. gravity=9.7:9.9).")
+def max_steps_help(default: str) -> str:
+    """The `--max-steps` help of a system whose default task's cap is `default`."""
+    return ("Episode cap in steps. Default: the task's own step limit (gymnax's "
+            f"max_steps_in_episode, Gymnasium's spec.max_episode_steps; {default}).")
+
+
 ACCOUNTANT_HELP = (
     "pld (default): exact analytic Gaussian where it applies, else dp-accounting's PLD (a "
     "valid upper bound), with RDP recorded beside it; rdp: dp-accounting's RDP alone "

@@ -32,6 +32,7 @@ from privrl.config import (
     finite,
     in_range,
     integer,
+    max_steps_help,
     non_negative,
     one_of,
     option,
@@ -66,9 +67,7 @@ class EpisodicConfig(Config):
     seed: int = option(0, help="Random seed (same seed, same results).")
     episodes: int = option(1000, help="Training episodes at most (stops when solved).")
     max_episode_steps: int | None = option(
-        None, flag="--max-steps", help="Episode cap in steps. Default: the task's own step "
-        "limit (gymnax's max_steps_in_episode, Gymnasium's spec.max_episode_steps; "
-        "CartPole-v1's 500).")
+        None, flag="--max-steps", help=max_steps_help("CartPole-v1's 500"))
     solve_threshold: float | None = option(
         None, flag="--target-return", help="Solved when the mean of --solve-window consecutive "
         "greedy evaluation returns reaches this (training stops there). Default: the task's "

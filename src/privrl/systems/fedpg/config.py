@@ -20,6 +20,7 @@ from privrl.config import (
     fail,
     in_range,
     integer,
+    max_steps_help,
     one_of,
     option,
     other_field,
@@ -147,9 +148,7 @@ class FedPGConfig(Config):
     importance_clip: float | None = option(
         None, help="Truncate ω at this value. Default: no truncation.")
     max_episode_steps: int | None = option(
-        None, flag="--max-steps", help="Episode cap in steps. Default: the task's own step "
-        "limit (gymnax's max_steps_in_episode, Gymnasium's spec.max_episode_steps; "
-        "CartPole-v1's 500).")
+        None, flag="--max-steps", help=max_steps_help("CartPole-v1's 500"))
     gravities: tuple[float, ...] = option(
         (9.8,), help="Heterogeneous dynamics: each agent's CartPole gravity is drawn (fixed "
         "per agent) from these values. The default task only (with --env or --private: "

@@ -52,6 +52,7 @@ from privrl.config import (
     finite,
     in_range,
     integer,
+    max_steps_help,
     non_negative,
     one_of,
     option,
@@ -278,9 +279,7 @@ class PGCA3CConfig(Config):
     explore_decay: float = option(1800.0, help="See --explore-start.", unit="submissions")
     hidden: int = option(16, help="Hidden units of the actor-critic network.")
     max_episode_steps: int | None = option(
-        None, flag="--max-steps", help="Episode cap in steps. Default: the task's own step "
-        "limit (gymnax's max_steps_in_episode, Gymnasium's spec.max_episode_steps; paper "
-        "000's CartPole-v0: 200).")
+        None, flag="--max-steps", help=max_steps_help("paper 000's CartPole-v0: 200"))
     gravities: tuple[float, ...] = option(
         (9.7, 9.8, 9.9), help="The default CartPole task's private gravities, one drawn per "
         "agent.")
