@@ -105,14 +105,14 @@ def test_ray_agent_plays_a_gymnasium_episode_on_the_host() -> None:
     cfg = PGCA3CConfig(env="gymnasium:CartPole-v1", private_params=("gravity=9.7,9.9",),
                        submissions=4, noise="seeded")
     agent = AgentActor(cfg)
-    assert agent.algo.task.host
-    theta = np.asarray(agent.algo.init(jax.random.key(0)).agg.theta)
-    sub, score = agent.run(theta, 1, 0, 0)
-    again, score_again = agent.run(theta, 1, 0, 0)
+    assert agent.step.algo.task.host
+    theta = np.asarray(agent.step.algo.init(jax.random.key(0)).agg.theta)
+    sub, score = agent.run(theta, 1, 0)
+    again, score_again = agent.run(theta, 1, 0)
     assert (sub.agent_id, sub.index) == (1, 0) and score == score_again
     assert score >= 5 and score == int(score)  # CartPole: the return is the length
     np.testing.assert_array_equal(np.asarray(sub.report.value), np.asarray(again.report.value))
-    other, _ = agent.run(theta, 2, 0, 0)  # another agent: another episode and report
+    other, _ = agent.run(theta, 2, 0)  # another agent: another episode and report
     assert not np.array_equal(np.asarray(other.report.value), np.asarray(sub.report.value))
 
 
