@@ -44,19 +44,17 @@ _REQUEST = ("epsilon", "epsilon_per_report", "noise_multiplier", "epsilon_budget
 
 
 def _config(algorithm: str, settings: Settings) -> FedPGConfig:
-    """The run's config from the file and the options (None: the preset's); a mechanism's
-    clip is 1 unless given. --epsilon is each agent's total over the run (the config's
-    `epsilon`), --epsilon-per-report a pure mechanism's ε per release (`epsilon_per_report`):
-    the privacy plan (`FedPGConfig.privacy_plan`) reads them, and a run's own config.json (the
-    total with the split it resolved to) plans the same again."""
+    """The run's config from the file and the options (None: the preset's). --epsilon is
+    each agent's total over the run (the config's `epsilon`), --epsilon-per-report a pure
+    mechanism's ε per release (`epsilon_per_report`): the privacy plan
+    (`FedPGConfig.privacy_plan`) reads them, and a run's own config.json (the total with the
+    split it resolved to) plans the same again."""
     from privrl.config import ConfigError
     from privrl.systems.fedpg.algorithm import FedPG
     from privrl.systems.fedpg.config import FedPGConfig
 
     given = settings.given()
     preset = given.pop("preset", "paper")
-    if "clip" not in given and given.get("mechanism", "none") != "none":
-        given["clip"] = 1.0
     options = {k for k, by in settings.given_by.items() if not by.endswith(": ")}
     by_file = {k for k, by in settings.given_by.items() if by.endswith(": ") and k in _REQUEST}
     if by_file and options & set(_REQUEST):

@@ -588,6 +588,8 @@ class FedPGConfig(Config):
         """Validated, with the plan's per-release parameter filled in: a pure mechanism's
         `epsilon_per_report` (split from the total), an accounted one's `noise_multiplier`
         (calibrated from ε)."""
+        if self.clip is None and self.mechanism != "none":  # the field's documented default
+            return replace(self, clip=1.0).resolved()
         self.validate()
         if self.mechanism == "distributed-gaussian" and self.sampling_rate is None:
             return replace(self, sampling_rate=1.0).resolved()
