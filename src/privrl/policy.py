@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from privrl.config import ConfigError
+from privrl.config import MAX_CONFIG_BYTES, ConfigError
 from privrl.runfile import checked, read, write
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ MAX_TRIALS = 1 << 16
 NETWORKS = "networks"  # the description's `kind` for FedRL's networks (`networks_policy`)
 MAX_NETWORKS = 8
 CONFIG = "config.json"  # a run's config, from which a player rebuilds its learner
-MAX_CONFIG_BYTES = 1 << 20
 PLAYERS: dict[str, Callable[[], Any]] = {}  # env prefix -> a system's player (register_player)
 # What a file of FedRL's networks reveals: each party's own state, beyond any accounting.
 NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
