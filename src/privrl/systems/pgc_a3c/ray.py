@@ -78,10 +78,7 @@ from privrl.systems.pgc_a3c.algorithm import (
     PGCA3CConfig,
     budget_ledger,
 )
-from privrl.systems.pgc_a3c.runtimes import DISTRIBUTED_OPTIMIZERS, check_runtime
-
-# The optimizers an AggregatorSpec (the Ray aggregator's checkpointable description) can rebuild.
-RAY_OPTIMIZERS = DISTRIBUTED_OPTIMIZERS
+from privrl.systems.pgc_a3c.runtimes import check_runtime
 
 
 # --- the two actors (plain classes; wrapped with ray.remote when a run starts) ----------------
