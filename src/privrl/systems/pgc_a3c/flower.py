@@ -37,11 +37,10 @@ from privrl.compute.sharding import setting_trial_keys
 from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
-from privrl.privacy.record import mechanism_record
 from privrl.runtime.flower import REFUSED, answer_request, refusing_client_app
 from privrl.runtime.node import AgentNode, Released, ReleasedFile
 from privrl.systems.pgc_a3c.agent import AgentStep
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, budget_ledger, lone_agent
+from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
 from privrl.systems.pgc_a3c.runtimes import check_runtime
 
 __all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client_app",
@@ -184,25 +183,15 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
 
 
 def as_run_output(out: FlowerRunOutput) -> Any:
-    """The local runner's RunOutput for the same results, so both write the same files: the
-    accepted submissions' scores in order (a refused one leaves no row; flower.json names
-    it), and the final θ as the trained policy (policy.npz)."""
-    from privrl.policy import saved_policy
-    from privrl.systems.pgc_a3c.local import RunOutput
+    """The local runner's RunOutput for the same results: the accepted submissions' scores in
+    order (a refused one leaves no row; flower.json names it)."""
+    from privrl.systems.pgc_a3c.local import one_trial_output
 
     accepted = out.scores[np.isfinite(out.scores)]
-    algo = PGCA3C(out.config)
     scores = np.full_like(out.scores, np.nan)
     scores[0, :accepted.size] = accepted
-    theta = np.asarray(out.theta)[None]
-    return RunOutput(config=out.config, scores=scores, submitted=np.array([accepted.size]),
-                     ledger=out.ledger, mechanism=mechanism_record(algo.mechanism, algo.dim),
-                     wall_seconds=out.wall_seconds, compile_seconds=0.0, devices=out.nodes,
-                     agents_per_trial=math.ceil(out.config.submissions
-                                                / out.config.submissions_per_agent),
-                     theta=theta,
-                     policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value", theta,
-                                         algo.config.max_episode_steps))
+    return one_trial_output(out.config, scores, out.ledger, out.wall_seconds, out.nodes,
+                            out.theta)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -284,6 +284,24 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     return outputs
 
 
+def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLedger,
+                     wall_seconds: float, devices: Any, theta: np.ndarray) -> RunOutput:
+    """A Ray or Flower run's one trial as the local runner's RunOutput (`scores` (1, n), NaN
+    where no submission was accepted; θ the final policy), so every runtime writes the same
+    files."""
+    algo = PGCA3C(config)
+    theta = np.asarray(theta)[None]
+    return RunOutput(config=config, scores=scores,
+                     submitted=np.array([int(np.isfinite(scores).sum())]), ledger=ledger,
+                     mechanism=mechanism_record(algo.mechanism, algo.dim),
+                     wall_seconds=wall_seconds, compile_seconds=0.0, devices=devices,
+                     agents_per_trial=math.ceil(config.submissions
+                                                / config.submissions_per_agent),
+                     theta=theta,
+                     policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
+                                         theta, config.max_episode_steps))
+
+
 # --- what a run reports ----------------------------------------------------------------------
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;

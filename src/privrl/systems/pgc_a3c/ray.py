@@ -70,7 +70,6 @@ from privrl.federation.service import (
 from privrl.federation.shuffler import SHUFFLER_SETUP, Shuffler
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
-from privrl.privacy.record import mechanism_record
 from privrl.runtime.ray import require_ray, start_ray
 from privrl.systems.pgc_a3c.agent import AgentStep
 from privrl.systems.pgc_a3c.algorithm import (
@@ -281,19 +280,7 @@ def run_pgc_a3c_ray(
 
 def as_run_output(out: RayRunOutput) -> Any:
     """The local runner's RunOutput for the same results, so both write the same files."""
-    from privrl.policy import saved_policy
-    from privrl.systems.pgc_a3c.local import RunOutput
+    from privrl.systems.pgc_a3c.local import one_trial_output
 
-    algo = PGCA3C(out.config)
-    return RunOutput(config=out.config, scores=out.scores,
-                     submitted=np.array([int(np.isfinite(out.scores).sum())]),
-                     ledger=out.ledger,
-                     mechanism=mechanism_record(algo.mechanism, algo.dim),
-                     wall_seconds=out.wall_seconds,
-                     compile_seconds=0.0, devices=out.agents_in_flight,
-                     agents_per_trial=math.ceil(out.config.submissions
-                                                / out.config.submissions_per_agent),
-                     theta=np.asarray(out.theta)[None],
-                     policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
-                                         np.asarray(out.theta)[None],
-                                         algo.config.max_episode_steps))
+    return one_trial_output(out.config, out.scores, out.ledger, out.wall_seconds,
+                            out.agents_in_flight, out.theta)
