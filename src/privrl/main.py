@@ -27,6 +27,7 @@ from privrl.compute.devices import (
 from privrl.config import ConfigError, RayNotInstalledError
 from privrl.evaluate_cli import top_app as evaluate_app
 from privrl.output import OutputDirError
+from privrl.planner import cli as planner
 from privrl.runfile import RunFileError
 from privrl.systems.dp_qlearning import cli as dp_qlearning
 from privrl.systems.dpsgd_rl import cli as dpsgd_rl
@@ -55,6 +56,7 @@ def build_app() -> typer.Typer:
             audit_app.add_typer(audit)
     app.add_typer(audit_app, name="audit")
     app.add_typer(evaluate_app)
+    app.add_typer(planner.top_app)
     return app
 
 

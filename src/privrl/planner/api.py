@@ -1,0 +1,446 @@
+"""`privrl.planner.plan`: what ε and fleet a task needs, measured on its public simulator.
+
+The plan looks ONLY at the task's public simulator, with the agents' private parameters drawn
+from the ranges the user gives (`private_params`, parsed as `privrl run --private` parses
+them). It never looks at an agent's data: tuning on the agents' private data would itself
+cost privacy (every look is a release that the ledger would have to charge), so a plan made
+that way would not be free. Steps:
+
+1. pilot: per-episode gradient norms and their spread of a fresh policy, a random policy's
+   return, and the system's own non-private run (its learning speed: episodes to reach
+   `fraction` of its improvement over random);
+2. model (privrl.planner.model): the clip, reports per agent, update batch and step size, and
+   the fleet K at which the task learns at ε (or, given K, the smallest ε at which it does);
+3. check: one sweep over (ε, K) on the simulator, the settings of one K as one compiled
+   program (the systems' `for_settings`), the frontier drawn with random and non-private lines;
+4. plan.json and plan.png in a new directory (never overwritten), and the `privrl run` command.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from privrl.config import (
+    PRIVATE_HELP,
+    Config,
+    fail,
+    in_range,
+    integer,
+    option,
+    positive,
+)
+from privrl.planner.choices import SYSTEMS
+
+PLAN_SCHEMA = "privrl-plan/1"
+SIMULATOR_ONLY = (
+    "The plan used only the task's public simulator, with the agents' private parameters "
+    "drawn from the --private ranges; it looked at no agent's data. Tuning on the agents' "
+    "private data would cost privacy: every look at it is a release the agents' budget would "
+    "have to pay for.")
+
+
+@dataclass(frozen=True)
+class PlanConfig(Config):
+    """What `privrl plan` asks: the task, the privacy target and the sizes of its pilot and
+    sweep."""
+
+    env: str | None = option(
+        None, help="The task's PUBLIC simulator: gymnax:<id>, gymnasium:<id> or "
+        "<module>:<callable> (as privrl run's --env). Required.")
+    private_params: tuple[str, ...] = option((), flag="--private", help=PRIVATE_HELP + (
+        " The plan draws the agents' parameters from these ranges; it sees no agent's."))
+    epsilon: float | None = option(
+        None, help="The protected unit's total ε the run will have (pgc-a3c: per agent, LDP; "
+        "fedpg-cen: per agent over the run, user-level; dp-reinforce: per episode). "
+        "Required.")
+    agents: int | None = option(
+        None, help="The fleet size K you have (pgc-a3c, fedpg-cen: agents; dp-reinforce: "
+        "episodes). Given: the plan finds the smallest ε at which K learns. Default: the plan "
+        "finds the K at which the task learns at --epsilon.")
+    delta: float = option(1e-5, help="δ of the Gaussian mechanisms' (ε, δ), in (0, 1).")
+    fraction: float = option(
+        0.5, help="What counts as learning: reaching this fraction of the non-private "
+        "improvement over a random policy, in (0, 1].")
+    pilot_episodes: int | None = option(
+        None, help="Episodes of the non-private pilot run. Default: 3000 (pgc-a3c), 1000 "
+        "(dp-reinforce), 3600 (fedpg-cen: 10 agents × 10 rounds).", unit="episodes")
+    gradient_episodes: int = option(
+        64, help="Episodes whose gradients the pilot measures.", unit="episodes")
+    sweep: bool = option(True, help="Check the recommendation with a sweep over (ε, K).")
+    sweep_epsilons: tuple[float, ...] = option(
+        (), help="The sweep's ε values. Default: ε/4, ε/2, ε, 2ε, 4ε and the smallest ε the "
+        "model gives.")
+    sweep_agents: tuple[int, ...] = option(
+        (), help="The sweep's fleet sizes. Default: K/4, K/2, K, 2K of the recommended K.")
+    max_sweep_episodes: int = option(
+        400_000, help="Cap on the episodes of one sweep setting (the fleet sizes above it "
+        "are left out and the plan says so).", unit="episodes")
+    trials: int = option(2, help="Independent trials of every sweep setting.")
+    seed: int = option(0, help="Random seed (same seed, same plan).")
+
+    def validate(self) -> None:
+        if self.env is None:
+            fail("env", "required: the task's public simulator (e.g. gymnax:Acrobot-v1)")
+        if self.epsilon is None:
+            fail("epsilon", "required: the ε the run will have (> 0, finite)")
+        positive("epsilon", self.epsilon)
+        if self.agents is not None:
+            integer("agents", self.agents)
+        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
+        in_range("fraction", self.fraction, 0, 1, low_open=True)
+        if self.pilot_episodes is not None:
+            integer("pilot_episodes", self.pilot_episodes, 10)
+        integer("gradient_episodes", self.gradient_episodes, 4)
+        integer("max_sweep_episodes", self.max_sweep_episodes)
+        integer("trials", self.trials)
+        integer("seed", self.seed, 0)
+        for e in self.sweep_epsilons:
+            positive("sweep_epsilons", e)
+        for k in self.sweep_agents:
+            integer("sweep_agents", k)
+        if self.gradient_episodes > 4096:
+            fail("gradient_episodes", f"at most 4096, got {self.gradient_episodes}")
+
+
+PILOT_EPISODES = {"pgc-a3c": 3000, "dp-reinforce": 1000, "fedpg-cen": 3600}
+PILOT_FEDPG_AGENTS = 10
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The sweep: final return (mean of the last 10 % of each curve up to the fleet's
+    episodes, mean over trials) at every (ε, K); None where not run."""
+
+    epsilons: tuple[float, ...]
+    agents: tuple[int, ...]
+    final_return: tuple[tuple[float | None, ...], ...]  # [ε][K]
+    nonprivate_return: tuple[float | None, ...]  # [K]
+    random_return: float
+    wall_seconds: float
+    left_out: tuple[int, ...] = ()  # fleet sizes above max_sweep_episodes
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What `plan` returns and plan.json holds."""
+
+    system: str
+    env: str
+    private_params: tuple[str, ...]
+    epsilon: float
+    agents_given: int | None
+    pilot: dict[str, Any]
+    recommendation: dict[str, Any]
+    smallest_epsilon: float | None
+    fields: dict[str, Any]
+    frontier: Frontier | None
+    check: dict[str, Any] | None
+    learns: bool | None
+    notes: tuple[str, ...]
+    path: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        from privrl.config import json_safe
+
+        d = asdict(self)
+        d.pop("path")
+        return json_safe({"schema": PLAN_SCHEMA, "simulator_only": SIMULATOR_ONLY, **d})
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def plan(system: str, config: PlanConfig, out: str | Path | None = None,
+         progress: ProgressFn | None = None, log: Callable[[str], None] = print
+         ) -> PlanResult:
+    """The plan for `system` (pgc-a3c, dp-reinforce or fedpg-cen) on `config`'s task; with
+    `out` (or "auto": a new runs/plan-...), plan.json and plan.png are written into a new
+    directory. ConfigError (naming a field) before anything is computed."""
+    from privrl.config import ConfigError
+    from privrl.output import check_out_dir
+
+    if system not in SYSTEMS:
+        raise ConfigError("system", f"unknown system {system!r}; choose one of "
+                          f"{', '.join(SYSTEMS)}")
+    config.validate()
+    if out is not None and str(out) != "auto":
+        check_out_dir(out)
+    from privrl.envs.task import configured_task
+
+    task = configured_task(config.env, config.private_params, lambda: None)  # type: ignore
+    from privrl.planner import model, pilot
+    from privrl.planner import systems as sy
+    from privrl.planner.baseline import random_return
+
+    f = sy.facts(system, bool(task.head.continuous))
+    stage = progress or (lambda name, done, total: None)
+    notes: list[str] = []
+    t0 = time.perf_counter()
+
+    # 1. pilot: gradients and a random policy on the simulator
+    stage("pilot: gradients", 0, 3)
+    grads, dim = pilot.gradient_sample(task, f.hidden, config.gradient_episodes, config.seed)
+    norms = pilot.norms(grads, f.norm)
+    q = tuple(float(x) for x in _quantiles(norms))
+    clip = float(f"{max(q[1], 1e-8) / f.radius:.3g}")  # the clip ball's radius: the median
+    signal, variance = pilot.clipped_moments(grads, clip * f.radius, f.norm)
+    stage("pilot: random policy", 1, 3)
+    rand = random_return(task, max(32, config.gradient_episodes), config.seed)
+    stage("pilot: non-private run", 2, 3)
+    pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress)
+    e0 = sy.episodes_to_learn(pilot_curve, rand, config.fraction)
+    nonprivate_final = pilot_curve.final()
+    stage("pilot: done", 3, 3)
+    if e0 is None:
+        notes.append(f"The non-private pilot ({pilot_curve.episodes[-1]:.0f} episodes) did not "
+                     f"end above random ({nonprivate_final:.4g} vs {rand:.4g}): no private run "
+                     "can be planned from it; give --pilot-episodes more, or another system.")
+    stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0,
+                             f.episodes_per_report)
+    noise = sy.noise_fn(system, f, stats, config.delta)
+
+    # 2. the model's recommendation
+    eps = float(config.epsilon)  # type: ignore[arg-type]
+    smallest = None
+    if config.agents is None:
+        found = model.smallest_fleet(stats, noise, eps, f.reports_choices)
+        agents, reports = found if found else (None, f.reports_choices[0])
+        if found is None and e0 is not None:
+            notes.append(f"At ε = {eps:g} no fleet up to {model.MAX_FLEET:,} learns by the "
+                         "model.")
+    else:
+        agents = config.agents
+        got = model.smallest_epsilon(stats, noise, agents, f.reports_choices)
+        smallest, reports = got if got else (None, f.reports_choices[0])
+        if got is not None:
+            found_r = model.smallest_fleet(stats, noise, eps, f.reports_choices)
+            if found_r is not None and agents >= found_r[0]:
+                reports = found_r[1]
+        if smallest is not None and smallest > eps:
+            notes.append(f"K = {agents:,} learns by the model only from ε ≈ {smallest:.3g}, "
+                         f"above the ε = {eps:g} asked: more agents, or more ε.")
+    if config.agents is None and e0 is not None:
+        got = model.smallest_epsilon(stats, noise, agents or 1, f.reports_choices) \
+            if agents else None
+        smallest = got[0] if got else None
+    k = agents or _fallback_agents(system, config)
+    rec = _recommend(system, f, stats, noise, eps, k, reports)
+    fields = sy.config_fields(system, rec, config.env, config.private_params,  # type: ignore
+                              config.trials, config.seed)
+    sy.build_config(system, fields).validate()
+
+    # 3. the check: one sweep over (ε, K)
+    frontier = check = learns = None
+    if config.sweep:
+        frontier = _sweep(system, config, rec, f, fields, stats, smallest, progress, log)
+        check, learns = _check(frontier, rec, config.fraction)
+        if frontier.left_out:
+            notes.append("The sweep left out K = " + ", ".join(f"{x:,}" for x in
+                         frontier.left_out) + f" (over --max-sweep-episodes "
+                         f"{config.max_sweep_episodes:,}).")
+    pilot_record = {**stats.to_dict(), "norm": f.norm, "clip_radius": f.radius,
+                    "pilot_run": {"fields": pilot_fields,
+                                  "episodes": float(pilot_curve.episodes[-1]),
+                                  "final_return": nonprivate_final,
+                                  "wall_seconds": pilot_curve.wall_seconds},
+                    "gradient_proxy": "REINFORCE on an MLP of the system's hidden sizes, a "
+                    "fresh policy, per-episode standardized returns-to-go",
+                    "noise_to_signal_nonprivate": model.noise_to_signal(stats, 0.0, f.batch),
+                    "seconds": time.perf_counter() - t0}
+    result = PlanResult(system, config.env, tuple(config.private_params), eps,  # type: ignore
+                        config.agents, pilot_record, asdict(rec), smallest, fields, frontier,
+                        check, learns, tuple(notes))
+    if out is not None:
+        result = write(result, out)
+    return result
+
+
+def _quantiles(x: Any) -> tuple[float, float, float]:
+    import numpy as np
+
+    return tuple(float(v) for v in np.quantile(x, [0.1, 0.5, 0.9]))  # type: ignore
+
+
+def _fallback_agents(system: str, config: PlanConfig) -> int:
+    """K for the command and sweep when the model found none: the pilot's size."""
+    episodes = config.pilot_episodes or PILOT_EPISODES[system]
+    return PILOT_FEDPG_AGENTS if system == "fedpg-cen" else episodes
+
+
+def _recommend(system: str, f: Any, stats: Any, noise: Any, eps: float, agents: int,
+               reports: int) -> Any:
+    """The settings at (ε, K): the update batch, the step size."""
+    from privrl.planner import model
+    from privrl.planner import systems as sy
+
+    n = noise(eps, reports, agents)
+    ratio0 = model.noise_to_signal(stats, 0.0, f.batch)
+    if system == "pgc-a3c":
+        batch = model.update_batch(stats, n, ratio0, max(1, agents * reports // 20))
+    elif system == "fedpg-cen":
+        batch = agents
+    else:
+        batch = sy.reinforce_batch(stats, model.release_noise("gaussian", eps, 1, stats.clip,
+                                                              stats.dim), agents)
+    lr = model.step_size(f.learning_rate, stats, n, batch, ratio0)
+    return sy.Recommendation(f.mechanism, eps, int(agents), float(stats.clip), int(reports),
+                             int(batch), float(lr), f.preset)
+
+
+def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
+                      progress: ProgressFn | None) -> tuple[Any, dict[str, Any]]:
+    """The system's own non-private run on the simulator: its learning curve."""
+    from privrl.planner import systems as sy
+
+    episodes = config.pilot_episodes or PILOT_EPISODES[system]
+    if system == "fedpg-cen":
+        agents = PILOT_FEDPG_AGENTS
+        reports = max(1, episodes // (agents * sy.FEDPG_ROUND_EPISODES))
+    else:
+        agents, reports = episodes, 1
+    rec = sy.Recommendation("none", math.inf, agents, clip if system != "pgc-a3c" else
+                            _preset_clip(f), reports, f.batch, f.learning_rate, f.preset)
+    fields = sy.config_fields(system, rec, config.env, config.private_params,  # type: ignore
+                              config.trials, config.seed)
+    if system != "pgc-a3c":
+        fields.pop("clip")  # the non-private run: the system's own (no clip needed)
+    cfg = sy.build_config(system, fields)
+    tick = None if progress is None else (lambda d, t: progress("pilot: non-private run", d, t))
+    return sy.run_settings(system, [cfg], tick)[0], fields
+
+
+def _preset_clip(f: Any) -> float:
+    """PGC-A3C's non-private baseline clips too (Table 1's Laplace pipeline without noise):
+    its preset's clip."""
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+    return float(PGCA3CConfig.from_preset(f.preset, mechanism="none").resolved().clip)
+
+
+def sweep_grid(config: PlanConfig, rec: Any, smallest: float | None
+               ) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """The (ε, K) grid: the user's, or around the recommendation."""
+    eps = config.sweep_epsilons or tuple(sorted({round(rec.epsilon * m, 6) for m in
+                                                 (0.25, 0.5, 1, 2, 4)} | (
+        {round(smallest, 6)} if smallest and math.isfinite(smallest) else set())))
+    agents = config.sweep_agents or tuple(sorted({max(1, int(round(rec.agents * m)))
+                                                  for m in (0.25, 0.5, 1, 2)}))
+    return tuple(eps), tuple(agents)
+
+
+def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, fields: dict[str, Any],
+           stats: Any, smallest: float | None, progress: ProgressFn | None,
+           log: Callable[[str], None]) -> Frontier:
+    """Final return at every (ε, K), and the non-private line: per fleet size (or one run of
+    the largest where a smaller fleet is its prefix), every ε and the non-private setting as
+    one compiled program."""
+    from privrl.planner import systems as sy
+
+    eps, agents = sweep_grid(config, rec, smallest)
+    per_agent = rec.reports_per_agent * f.episodes_per_report
+    kept = tuple(k for k in agents if k * per_agent <= config.max_sweep_episodes)
+    left = tuple(k for k in agents if k not in kept)
+    if not kept:
+        kept, left = (max(1, config.max_sweep_episodes // per_agent),), agents
+    runs = [max(kept)] if f.prefix else list(kept)
+    t0 = time.perf_counter()
+    table: dict[tuple[float, int], float] = {}
+    nonprivate: dict[int, float] = {}
+    for i, k in enumerate(runs):
+        settings = [replace(rec, epsilon=e, agents=k) for e in eps] + [
+            replace(rec, mechanism="none", epsilon=math.inf, agents=k)]
+        configs = [sy.build_config(system, sy.config_fields(
+            system, s, config.env, config.private_params, config.trials, config.seed))  # type: ignore
+            for s in settings]
+        name = f"sweep {i + 1}/{len(runs)}: K = {k:,}, {len(configs)} settings"
+        log(name)
+        tick = None if progress is None else (lambda d, t, name=name: progress(name, d, t))
+        curves = sy.run_settings(system, configs, tick)
+        ks = [x for x in kept if x <= k] if f.prefix else [k]
+        for kk in ks:
+            upto = kk * per_agent
+            for e, c in zip(eps, curves[:-1], strict=True):
+                table[(e, kk)] = c.final(upto)
+            nonprivate[kk] = curves[-1].final(upto)
+    fin = tuple(tuple(_num(table.get((e, k))) for k in kept) for e in eps)
+    return Frontier(eps, kept, fin, tuple(_num(nonprivate.get(k)) for k in kept),
+                    stats.random_return, time.perf_counter() - t0, left)
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def fraction_of(final: float | None, random: float, nonprivate: float | None) -> float | None:
+    """(final − random) / (non-private − random): the share of the non-private improvement
+    over random a private run reaches (None where undefined)."""
+    if final is None or nonprivate is None or nonprivate - random <= 0:
+        return None
+    return (final - random) / (nonprivate - random)
+
+
+def _check(fr: Frontier, rec: Any, target: float) -> tuple[dict[str, Any], bool | None]:
+    """The sweep's verdict at the recommended (ε, K) (the nearest swept K)."""
+    if rec.epsilon not in fr.epsilons or not fr.agents:
+        return {"note": "the recommended ε was not swept"}, None
+    i = fr.epsilons.index(rec.epsilon)
+    j = min(range(len(fr.agents)), key=lambda j: abs(math.log(fr.agents[j] / rec.agents)))
+    got = fraction_of(fr.final_return[i][j], fr.random_return, fr.nonprivate_return[j])
+    return ({"epsilon": rec.epsilon, "agents": fr.agents[j],
+             "final_return": fr.final_return[i][j], "nonprivate_return":
+             fr.nonprivate_return[j], "random_return": fr.random_return,
+             "fraction_of_nonprivate_improvement": got, "target_fraction": target},
+            None if got is None else got >= target)
+
+
+def write(result: PlanResult, out: str | Path) -> PlanResult:
+    """plan.json and plan.png into a new directory (`out`, or "auto": runs/plan-...)."""
+    from privrl.output import new_run_dir
+
+    path = new_run_dir(None if str(out) == "auto" else out,
+                       f"plan-{result.system}-{result.env}")
+    result = replace(result, path=path)
+    d = result.to_dict()
+    (path / "plan.json").write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
+    if result.frontier is not None:
+        plot_frontier(result, path / "plan.png")
+    return result
+
+
+def plot_frontier(result: PlanResult, path: Path) -> None:
+    """Final return against ε (a line per K) and against K (a line per ε), with the random
+    and non-private lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fr = result.frontier
+    assert fr is not None
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for j, k in enumerate(fr.agents):
+        ys = [fr.final_return[i][j] for i in range(len(fr.epsilons))]
+        a.plot(fr.epsilons, [math.nan if y is None else y for y in ys], "o-", label=f"K = {k:,}")
+    for i, e in enumerate(fr.epsilons):
+        ys = list(fr.final_return[i])
+        b.plot(fr.agents, [math.nan if y is None else y for y in ys], "o-", label=f"ε = {e:g}")
+    npv = [y for y in fr.nonprivate_return if y is not None]
+    for ax in (a, b):
+        ax.axhline(fr.random_return, color="grey", ls="--", label="random policy")
+        if npv:
+            ax.axhline(max(npv), color="black", ls=":", label="non-private (largest K)")
+        ax.set_xscale("log")
+        ax.set_ylabel("final return (last 10 % of episodes)")
+        ax.legend(fontsize=7)
+    a.set_xlabel("ε (the protected unit's total)")
+    b.set_xlabel("fleet size K")
+    fig.suptitle(f"privrl plan {result.system} on {result.env}: the frontier on the simulator")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,207 @@
+"""The plan's arithmetic: from what a pilot measured on the public simulator to the settings,
+the fleet size K at which a task learns at ε, and the smallest ε at which a given K learns.
+
+Pure Python over numbers (no JAX), so it is tested on synthetic pilot numbers. The model is the
+one of SGD's sample complexity: a policy-gradient learner needs a number of episodes that grows
+with the variance of what each update averages. Without privacy the pilot needed `E0` episodes
+(its learning speed) at a per-episode gradient variance `V` (its spread); a private report adds
+the mechanism's noise `N` (its squared norm, in expectation) to every report of `m` episodes, so
+the private run needs
+
+    E(ε) = E0 · (V/m + N(ε)) / (V/m)   episodes,
+
+i.e. the fleet must bring `E(ε) / (reports per agent · m)` agents. The signal is the norm of the
+mean clipped gradient `S`; the noise-to-signal ratio of an update averaging `n` reports is
+`sqrt((V/m + N) / n) / S`. The noise `N` of a release comes from the privacy plan
+(privrl.privacy.plan, the one reader of a privacy request): the ε per report of a pure
+mechanism, the σ of a Gaussian one. A sweep on the simulator checks the recommendation: the
+model is a guide, the sweep is the measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian, plan_pure
+
+# The mechanisms the plan models: how a release's noise scales with its parameter.
+# laplace: L1 clip to C/2, Laplace(C/ε₀) per coordinate (privrl.privacy.mechanisms); gaussian:
+# L2 clip C, N(0, (σC)²) per coordinate, on each report; distributed-gaussian / central: the
+# same σC once on the SUM of the K reports of a round (user-level central DP).
+MODELLED = ("laplace", "gaussian", "distributed-gaussian", "central-gaussian")
+# The largest fleet the search considers, and its grid (geometric: the model is a guide).
+MAX_FLEET = 10_000_000
+
+
+@dataclass(frozen=True)
+class PilotStats:
+    """What the pilot measured on the public simulator (no agent's data).
+
+    dim: parameters of the policy; norm_quantiles: the per-episode gradient norm (the norm the
+    mechanism clips in) at quantiles 0.1, 0.5, 0.9; clipped_signal / clipped_variance: at the
+    recommended clip, the norm of the mean clipped gradient (S) and the variance of one
+    episode's clipped gradient about it (V); random_return / nonprivate_return: a uniform
+    random policy's and the non-private pilot's final return; episodes_to_learn: episodes the
+    non-private pilot played until it reached `target_fraction` of its improvement over random
+    (E0; None: it did not); episodes_per_report: m, episodes behind one report."""
+
+    dim: int
+    norm_quantiles: tuple[float, float, float]
+    clip: float
+    clipped_signal: float
+    clipped_variance: float
+    random_return: float
+    nonprivate_return: float
+    episodes_to_learn: float | None
+    episodes_per_report: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """How a system's fleet turns into reports: each of K agents sends `reports_per_agent`
+    reports of `episodes_per_report` episodes; an update averages `batch` reports."""
+
+    agents: int
+    reports_per_agent: int
+    episodes_per_report: int
+    batch: int
+
+    @property
+    def episodes(self) -> int:
+        return self.agents * self.reports_per_agent * self.episodes_per_report
+
+
+def release_noise(mechanism: str, epsilon: float, releases: int, clip: float, dim: int,
+                  delta: float = 1e-5, summed_over: int = 1) -> float:
+    """E‖noise‖² one report carries at an agent's total `epsilon` over `releases` releases,
+    by the privacy plan. `summed_over`: the reports one noise draw is shared by (a central or
+    distributed mechanism adds σC once to the sum of K reports: each carries 1/K of its
+    variance); 0 at ε = ∞."""
+    if math.isinf(epsilon):
+        return 0.0
+    if mechanism == "laplace":
+        e0 = _per_report(epsilon, releases, delta)
+        return 2.0 * dim * (clip / e0) ** 2
+    if mechanism in MODELLED:
+        sigma = _sigma(epsilon, releases, delta)
+        return dim * (sigma * clip) ** 2 / summed_over
+    raise ValueError(f"the plan models {', '.join(MODELLED)}, not {mechanism!r}")
+
+
+@lru_cache(maxsize=4096)
+def _per_report(epsilon: float, releases: int, delta: float) -> float:
+    p = plan_pure(PrivacyRequest(epsilon=epsilon, delta=delta), releases, afford_all=True)
+    assert p.epsilon_per_report is not None
+    return p.epsilon_per_report
+
+
+@lru_cache(maxsize=4096)
+def _sigma(epsilon: float, releases: int, delta: float) -> float:
+    p = plan_gaussian(PrivacyRequest(epsilon=epsilon, delta=delta, accountant="rdp"), releases)
+    assert p.noise_multiplier is not None
+    return p.noise_multiplier
+
+
+def noise_to_signal(stats: PilotStats, noise: float, batch: int) -> float:
+    """sqrt((V/m + N) / n) / S: an update's noise over its signal, averaging `batch` reports
+    of m episodes each carrying E‖noise‖² = `noise`."""
+    per_report = stats.clipped_variance / stats.episodes_per_report + noise
+    return math.sqrt(per_report / batch) / max(stats.clipped_signal, 1e-30)
+
+
+def episodes_needed(stats: PilotStats, noise: float) -> float:
+    """E(ε) = E0 · (V/m + N) / (V/m): the episodes a learner needs when each report of m
+    episodes carries E‖noise‖² = `noise` (inf when the pilot did not learn)."""
+    if stats.episodes_to_learn is None:
+        return math.inf
+    v = max(stats.clipped_variance / stats.episodes_per_report, 1e-30)
+    return stats.episodes_to_learn * (v + noise) / v
+
+
+# A system's noise per report: (ε, reports per agent, K) -> E‖noise‖² of one report.
+NoiseFn = Callable[[float, int, int], float]
+
+
+def fleet_learns(stats: PilotStats, noise: NoiseFn, epsilon: float, agents: int,
+                 reports_per_agent: int) -> bool:
+    """Whether K agents, each sending `reports_per_agent` reports, bring E(ε) episodes."""
+    try:
+        n = noise(epsilon, reports_per_agent, agents)
+    except (PlanError, ValueError):
+        return False
+    have = agents * reports_per_agent * stats.episodes_per_report
+    return have >= episodes_needed(stats, n)
+
+
+def smallest_fleet(stats: PilotStats, noise: NoiseFn, epsilon: float,
+                   reports_choices: tuple[int, ...]) -> tuple[int, int] | None:
+    """The smallest K (and its reports per agent, among `reports_choices`) at which the task
+    learns at ε by the model; None when no K up to MAX_FLEET does. K is searched by doubling,
+    then bisected (whether K learns is monotone in K for each mechanism modelled: more agents
+    bring more episodes and, summed, no more noise each)."""
+    best: tuple[int, int] | None = None
+    for r in reports_choices:
+        hi = 1
+        while hi <= MAX_FLEET and not fleet_learns(stats, noise, epsilon, hi, r):
+            hi *= 2
+        if hi > MAX_FLEET:
+            continue
+        lo = hi // 2  # fails (or 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fleet_learns(stats, noise, epsilon, mid, r):
+                hi = mid
+            else:
+                lo = mid
+        if best is None or hi < best[0]:
+            best = (hi, r)
+    return best
+
+
+def smallest_epsilon(stats: PilotStats, noise: NoiseFn, agents: int,
+                     reports_choices: tuple[int, ...], low: float = 1e-3,
+                     high: float = 1e4, steps: int = 40) -> tuple[float, int] | None:
+    """The smallest ε (and its reports per agent) at which K = `agents` learns by the model,
+    bisected in log ε (more ε, less noise); None when even ε = `high` does not."""
+    best: tuple[float, int] | None = None
+    for r in reports_choices:
+        if not fleet_learns(stats, noise, high, agents, r):
+            continue
+        lo, hi = math.log(low), math.log(high)
+        if fleet_learns(stats, noise, low, agents, r):
+            hi = lo
+        for _ in range(steps):
+            if hi - lo < 1e-3:
+                break
+            mid = (lo + hi) / 2
+            if fleet_learns(stats, noise, math.exp(mid), agents, r):
+                hi = mid
+            else:
+                lo = mid
+        eps = math.exp(hi)
+        if best is None or eps < best[0]:
+            best = (eps, r)
+    return best
+
+
+def update_batch(stats: PilotStats, noise: float, reference_ratio: float, most: int) -> int:
+    """Reports an update should average so that its noise-to-signal ratio is the non-private
+    pilot's (`reference_ratio`): the same step size then works; at most `most`."""
+    per_report = stats.clipped_variance / stats.episodes_per_report + noise
+    want = per_report / max((reference_ratio * stats.clipped_signal) ** 2, 1e-30)
+    return int(max(1, min(most, math.ceil(want))))
+
+
+def step_size(base: float, stats: PilotStats, noise: float, batch: int,
+              reference_ratio: float) -> float:
+    """The step size: the non-private one while an update's noise-to-signal ratio is the
+    pilot's, scaled down by the square of the excess otherwise (post-processing)."""
+    ratio = noise_to_signal(stats, noise, batch)
+    return base if ratio <= reference_ratio else base * (reference_ratio / ratio) ** 2

@@ -1,0 +1,270 @@
+"""What the planner knows of each system: its fleet, its mechanism, how a recommendation
+becomes config fields (`config_fields`: the ONE mapping; a new lever is one more line there),
+and how it runs a list of settings as one compiled program on the simulator.
+
+The three systems count their fleet differently:
+- pgc-a3c: K agents, each a fresh environment sending `submissions_per_agent` Laplace-LDP
+  reports of one episode; θ steps on the mean of |B| reports. An agent's ε does not depend on
+  K, so one run of K_max agents gives every K ≤ K_max (its first K agents).
+- fedpg-cen: K agents every round, each releasing one report per round (user-level ε over its
+  R rounds); the distributed Gaussian adds σC once to the secure sum of the K reports.
+- dp-reinforce: the protected unit is one episode, used once; K episodes (the fleet's), σC on
+  the sum of the |B| clipped gradients of an update. σ does not depend on K either, so one run
+  of K_max episodes gives every K ≤ K_max.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from privrl.planner.model import PilotStats, release_noise
+
+from privrl.planner.choices import SYSTEMS
+
+__all__ = ["SYSTEMS", "Curve", "Recommendation", "SystemFacts", "config_fields", "facts"]
+CONFIG_CLASSES = {
+    "pgc-a3c": "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig",
+    "dp-reinforce": "privrl.systems.dpsgd_rl.reinforce:ReinforceConfig",
+    "fedpg-cen": "privrl.systems.fedpg.config:FedPGConfig",
+}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The settings the plan recommends, in the planner's words (`config_fields` maps them to
+    each system's fields): the mechanism, ε, the fleet K, clip C, reports per agent, reports
+    an update averages, and the step size."""
+
+    mechanism: str
+    epsilon: float
+    agents: int
+    clip: float
+    reports_per_agent: int
+    batch: int
+    learning_rate: float
+    preset: str
+
+
+@dataclass
+class Curve:
+    """One setting's learning curve on the simulator: the return against the episodes the
+    fleet played (all agents together), mean over trials; and the program's wall time."""
+
+    episodes: np.ndarray
+    returns: np.ndarray
+    wall_seconds: float
+    trials_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def final(self, upto: float | None = None, tail: float = 0.1) -> float:
+        """The mean return over the last `tail` of the curve up to `upto` episodes."""
+        keep = np.isfinite(self.returns) & (
+            True if upto is None else self.episodes <= upto * (1 + 1e-9))
+        x, y = self.episodes[keep], self.returns[keep]
+        if y.size == 0:
+            return math.nan
+        n = max(1, int(round(tail * y.size)))
+        return float(np.mean(y[-n:]))
+
+
+def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[str],
+                  trials: int, seed: int) -> dict[str, Any]:
+    """The recommendation as `system`'s config fields: the one place a planner knob meets a
+    config field (the adaptive levers of issue 51 item 1 add their fields here)."""
+    common: dict[str, Any] = {"env": env, "private_params": tuple(private), "seed": seed,
+                              "learning_rate": rec.learning_rate, "clip": rec.clip}
+    private_run = rec.mechanism != "none"
+    if system == "pgc-a3c":
+        return {**common, "preset": rec.preset, "mechanism": rec.mechanism,
+                "epsilon": rec.epsilon if private_run else None,
+                "submissions_per_agent": rec.reports_per_agent,
+                "submissions": rec.agents * rec.reports_per_agent,
+                "buffer_size": rec.batch, "trials": trials}
+    if system == "fedpg-cen":
+        return {**common, "preset": rec.preset, "algorithm": "cen",
+                "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
+                "agents": rec.agents, "budget": rec.reports_per_agent * FEDPG_ROUND_EPISODES,
+                "trials": trials}
+    if system == "dp-reinforce":
+        return {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
+                else None, "episodes": rec.agents,
+                "batch_episodes": rec.batch, "seeds": trials, "stop_when_solved": False}
+    raise ValueError(f"unknown system {system!r}")
+
+
+# FedPG-Cen's episodes per agent per round (FedPG-BR's batches: B ~ U[12, 20] and about
+# (B + b)/b SCSG steps of b = 4 episodes: 2·16 + 4), what one report costs an agent.
+FEDPG_ROUND_EPISODES = 36
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    """A system's planning facts: its mechanism, the norm that mechanism clips in and the
+    clip's radius per unit C, the network size of its policy (from the preset), the step
+    size and batch of its non-private run, the reports-per-agent choices and the fleet axis
+    (`prefix`: one run of K_max gives every smaller K)."""
+
+    mechanism: str
+    norm: str
+    radius: float  # the clip ball's radius is radius·C
+    hidden: tuple[int, ...]
+    learning_rate: float
+    batch: int
+    reports_choices: tuple[int, ...]
+    prefix: bool
+    preset: str
+    episodes_per_report: int = 1
+
+
+def facts(system: str, continuous: bool) -> SystemFacts:
+    """`system`'s planning facts on a discrete (or `continuous`) task, from its presets."""
+    if system == "pgc-a3c":
+        from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+        preset = "continuous" if continuous else "tuned"
+        cfg = PGCA3CConfig.from_preset(preset, mechanism="laplace", epsilon=1.0).resolved()
+        return SystemFacts("laplace", "l1", 0.5, (cfg.hidden,), cfg.learning_rate,
+                           cfg.buffer_size or 1, (1, 2, 4, 8), True, preset)
+    if system == "fedpg-cen":
+        from privrl.systems.fedpg.config import FedPGConfig
+
+        preset = "continuous" if continuous else "paper"
+        cfg = FedPGConfig.from_preset(preset)
+        return SystemFacts("distributed-gaussian", "l2", 1.0, tuple(cfg.hidden),
+                           cfg.learning_rate, 1, (2, 4, 8, 16, 32, 64), False, preset,
+                           FEDPG_ROUND_EPISODES)
+    if system == "dp-reinforce":
+        from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
+
+        cfg = ReinforceConfig()
+        return SystemFacts("gaussian", "l2", 1.0, (cfg.hidden,), cfg.learning_rate,
+                           cfg.batch_episodes, (1,), True, cfg.preset)
+    raise ValueError(f"unknown system {system!r}")
+
+
+def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
+             ) -> Callable[[float, int, int], float]:
+    """(ε, reports per agent, K) -> E‖noise‖² of one report of `system` at clip stats.clip."""
+    d, c = stats.dim, stats.clip
+
+    def pgc(eps: float, r: int, k: int) -> float:
+        return release_noise("laplace", eps, r, c, d)
+
+    def fedpg(eps: float, r: int, k: int) -> float:
+        return release_noise("distributed-gaussian", eps, r, c, d, delta, summed_over=k)
+
+    def reinforce(eps: float, r: int, k: int) -> float:
+        b = reinforce_batch(stats, release_noise("gaussian", eps, 1, c, d, delta), k)
+        return release_noise("gaussian", eps, 1, c, d, delta, summed_over=b)
+
+    return {"pgc-a3c": pgc, "fedpg-cen": fedpg, "dp-reinforce": reinforce}[system]
+
+
+# The most episodes a DP-REINFORCE update averages, and the fewest updates a run makes (the
+# plan's caps: a batch larger than the run would make no update at all).
+MAX_REINFORCE_BATCH = 256
+MIN_UPDATES = 10
+
+
+def reinforce_batch(stats: PilotStats, noise_sum: float, episodes: int) -> int:
+    """DP-REINFORCE's |B|: the batch whose update has the noise-to-signal ratio of one
+    non-private episode, √V/S: B²S²(V/S²) = V·B + N_sum, so B = 1 + N_sum/V; at most
+    MAX_REINFORCE_BATCH and `episodes`/MIN_UPDATES."""
+    v = max(stats.clipped_variance, 1e-30)
+    most = max(1, min(MAX_REINFORCE_BATCH, episodes // MIN_UPDATES))
+    return int(max(1, min(most, math.ceil(1 + noise_sum / v))))
+
+
+# --- running settings on the simulator -----------------------------------------------------
+Progress = Callable[[int, int], None]
+
+
+def build_config(system: str, fields: dict[str, Any]) -> Any:
+    """`system`'s config from the fields `config_fields` gave."""
+    if system == "pgc-a3c":
+        from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+        fields = dict(fields)
+        return PGCA3CConfig.from_preset(fields.pop("preset"), **fields)
+    if system == "fedpg-cen":
+        from privrl.systems.fedpg.config import FedPGConfig
+
+        fields = dict(fields)
+        return FedPGConfig.from_preset(fields.pop("preset"), **fields)
+    from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
+
+    return ReinforceConfig(**fields)
+
+
+def run_settings(system: str, configs: Sequence[Any], progress: Progress | None = None
+                 ) -> list[Curve]:
+    """Each config's learning curve; those that can run as one compiled program do (the
+    systems' own `for_settings` machinery, `privrl.compute.programs`)."""
+    from privrl.compute.programs import program_groups
+
+    if system == "pgc-a3c":
+        from privrl.systems.pgc_a3c import local
+        from privrl.systems.pgc_a3c.algorithm import one_program_field
+
+        def run(group: list[Any]) -> list[Curve]:
+            outs = (local.run_pgc_a3c_settings(group, progress=progress) if len(group) > 1
+                    else [local.run_pgc_a3c(group[0], progress=progress)])
+            return [_curve(np.arange(1, o.scores.shape[1] + 1), o.scores, o.wall_seconds)
+                    for o in outs]
+        refusal: Callable[[list[Any]], str | None] = one_program_field
+    elif system == "fedpg-cen":
+        from privrl.systems.fedpg import local as fed_local
+        from privrl.systems.fedpg.algorithm import one_program_field as fed_field
+        from privrl.systems.fedpg.algorithm import settings_algorithm
+
+        def run(group: list[Any]) -> list[Curve]:
+            algo = settings_algorithm([fed_local.local_config(c) for c in group])
+            outs = fed_local.run_fedpg_settings(algo, progress)
+            return [_curve(np.nanmean(o.used_before, axis=0) * o.config.agents,
+                           o.mean_return, o.wall_seconds) for o in outs]
+        refusal = fed_field
+    else:
+        from privrl.systems.dpsgd_rl.local import run_episodic_settings
+        from privrl.systems.dpsgd_rl.reinforce import Reinforce
+
+        def run(group: list[Any]) -> list[Curve]:
+            algo = Reinforce.settings_algorithm(group)
+            outs = run_episodic_settings(algo, [f"s{i}" for i in range(len(group))],
+                                         progress)
+            return [_curve(np.arange(1, o.eval_returns.shape[1] + 1), o.eval_returns,
+                           o.wall_seconds) for o in outs]
+        refusal = Reinforce.one_program_field
+    curves: dict[int, Curve] = {}
+    index = {id(c): i for i, c in enumerate(configs)}
+    for group in program_groups(list(configs), refusal):
+        for c, curve in zip(group, run(group), strict=True):
+            curves[index[id(c)]] = curve
+    return [curves[i] for i in range(len(configs))]
+
+
+def _curve(x: np.ndarray, per_trial: np.ndarray, wall: float) -> Curve:
+    y = np.asarray(per_trial, np.float64)
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(y, axis=0) if np.isfinite(y).any() else np.full(y.shape[1], np.nan)
+    return Curve(np.asarray(x, np.float64), mean, float(wall), y)
+
+
+def episodes_to_learn(curve: Curve, random: float, fraction: float) -> float | None:
+    """Episodes until the curve's moving average first reaches random + `fraction` of its final
+    improvement over random; None when the final return is not above random."""
+    keep = np.isfinite(curve.returns)
+    x, y = curve.episodes[keep], curve.returns[keep]
+    if y.size < 2:
+        return None
+    final = curve.final()
+    scale = max(abs(random), abs(final), 1.0)
+    if final - random <= 0.05 * scale:
+        return None
+    w = max(1, y.size // 20)
+    smooth = np.convolve(y, np.ones(w) / w, mode="valid")
+    hit = np.nonzero(smooth >= random + fraction * (final - random))[0]
+    return float(x[hit[0] + w - 1]) if hit.size else float(x[-1])
