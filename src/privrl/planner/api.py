@@ -171,9 +171,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     config.validate()
     if out is not None and str(out) != "auto":
         check_out_dir(out)
-    from privrl.envs.task import configured_task
-
-    task = configured_task(config.env, config.private_params, lambda: None)  # type: ignore
+    task = task_of(config)
     from privrl.planner import model, pilot
     from privrl.planner import systems as sy
     from privrl.planner.baseline import random_return
@@ -259,6 +257,14 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     if out is not None:
         result = write(result, out)
     return result
+
+
+def task_of(config: PlanConfig) -> Any:
+    """The task's simulator with the `private_params` ranges, parsed as `privrl run --private`
+    parses them (ConfigError naming `env` or `private` before anything runs)."""
+    from privrl.envs.task import configured_task
+
+    return configured_task(config.env, config.private_params, lambda: None)  # type: ignore
 
 
 def _quantiles(x: Any) -> tuple[float, float, float]:

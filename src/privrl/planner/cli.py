@@ -33,11 +33,12 @@ def plan_command(
     from rich.console import Console
 
     from privrl.output import check_out_dir
-    from privrl.planner.api import SIMULATOR_ONLY, plan
+    from privrl.planner.api import SIMULATOR_ONLY, plan, task_of
 
     check_out_dir(out)
     config = settings.build()
     config.validate()
+    task_of(config)  # a bad --env or --private: one line, before anything is printed
     name = system.value
     err, console = Console(stderr=True), Console()
     err.print(f"[bold]privrl plan {name}[/] on {config.env} at ε = {config.epsilon:g}"

@@ -1,0 +1,107 @@
+"""`privrl plan`: bad input refused in one line, the recommended command is one `privrl run`
+parses and builds into the recommended config, plan.json's schema (no training here)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from privrl.main import main
+from privrl.output import OutputDirError
+from privrl.planner import systems as sy
+from privrl.planner.api import PLAN_SCHEMA, SIMULATOR_ONLY, Frontier, PlanResult, write
+from privrl.planner.command import run_command
+
+BASE = ["plan", "pgc-a3c", "--env", "gymnax:CartPole-v1", "--epsilon", "5", "--no-progress"]
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (["plan", "pgc-a3c", "--epsilon", "5"], "--env"),  # no simulator
+    (["plan", "pgc-a3c", "--env", "gymnax:CartPole-v1"], "--epsilon"),
+    ([*BASE[:-2], "-1", "--no-progress"], "--epsilon"),
+    ([*BASE, "--agents", "0"], "--agents"),
+    ([*BASE, "--fraction", "1.5"], "--fraction"),
+    ([*BASE, "--private", "gravity"], "--private"),  # not field=low:high
+    ([*BASE, "--private", "no_such_field=1:2"], "--private"),
+    ([*BASE, "--sweep-epsilons", "1,x"], "--sweep-epsilons"),
+    (["plan", "dqn", "--env", "gymnax:CartPole-v1", "--epsilon", "5"], "SYSTEM"),
+])
+def test_bad_plan_input_is_one_line_exit_2_nothing_written(
+        args: list[str], names: str, tmp_path: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the default output (runs/) would be made here
+    out = tmp_path / "out"
+    assert main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("privrl: error:") and names in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+REC = sy.Recommendation(mechanism="", epsilon=2.5, agents=300, clip=0.0123, reports_per_agent=2,
+                        batch=7, learning_rate=0.003, preset="")
+MECH = {"pgc-a3c": ("laplace", "tuned"), "fedpg-cen": ("distributed-gaussian", "paper"),
+        "dp-reinforce": ("gaussian", "paper")}
+EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
+             "fedpg-cen": ("privrl.systems.fedpg.cli", "_execute_fedpg", 0),
+             "dp-reinforce": ("privrl.systems.dpsgd_rl.cli", "_execute", 2)}
+
+
+@pytest.mark.parametrize("system", sy.SYSTEMS)
+def test_the_recommended_command_builds_the_recommended_config(
+        system: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last line `privrl plan` prints runs through the real `privrl run` parser and config
+    builder (the training itself is replaced) and gives the fields the plan recommends."""
+    import importlib
+
+    mechanism, preset = MECH[system]
+    rec = sy.Recommendation(**{**REC.__dict__, "mechanism": mechanism, "preset": preset})
+    fields = sy.config_fields(system, rec, "gymnax:Acrobot-v1", ("link_mass_1=0.8:1.2",),
+                              trials=3, seed=7)
+    words = shlex.split(run_command(system, fields))
+    assert words[:3] == ["privrl", "run", system]
+    module, name, at = EXECUTORS[system]
+    got: list[Any] = []
+    monkeypatch.setattr(importlib.import_module(module), name,
+                        lambda *a, **k: got.append(a[at]))
+    assert main([*words[1:], "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    (config,) = got
+    for key, value in fields.items():
+        if key in ("preset", "dp"):
+            continue
+        want = tuple(value) if isinstance(value, list) else value
+        assert getattr(config, key) == want, key
+    assert config.preset == fields.get("preset", config.preset)
+
+
+def test_plan_json_schema_and_never_overwriting(tmp_path: Path) -> None:
+    fr = Frontier((1.0, 5.0), (100, 200), ((30.0, None), (150.0, 190.0)), (200.0, 210.0),
+                  20.0, 12.5, (400,))
+    result = PlanResult("dp-reinforce", "gymnax:CartPole-v1", ("gravity=9:10",), 5.0, None,
+                        {"dim": 10, "clip": 0.3}, {"agents": 200, "epsilon": 5.0}, 2.0,
+                        {"episodes": 200, "clip": 0.3}, fr, {"agents": 200}, True, ("a note",))
+    written = write(result, tmp_path / "plan")
+    d = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert d["schema"] == PLAN_SCHEMA and d["simulator_only"] == SIMULATOR_ONLY
+    assert set(d) >= {"system", "env", "private_params", "epsilon", "pilot", "recommendation",
+                      "smallest_epsilon", "fields", "frontier", "check", "learns", "notes"}
+    assert d["frontier"]["final_return"] == [[30.0, None], [150.0, 190.0]]
+    assert d["frontier"]["left_out"] == [400] and d["learns"] is True
+    assert (tmp_path / "plan" / "plan.png").stat().st_size > 0
+    assert written.path == tmp_path / "plan"
+    with pytest.raises(OutputDirError):  # an existing non-empty output is never overwritten
+        write(result, tmp_path / "plan")
+
+
+def test_fraction_of_the_nonprivate_improvement() -> None:
+    from privrl.planner.api import fraction_of
+
+    assert fraction_of(110.0, 20.0, 200.0) == pytest.approx(0.5)
+    assert fraction_of(10.0, 20.0, 200.0) < 0  # below random
+    assert fraction_of(110.0, 20.0, 15.0) is None  # non-private not above random
+    assert fraction_of(None, 20.0, 200.0) is None
+    assert not math.isnan(fraction_of(20.0, 20.0, 200.0))  # type: ignore[arg-type]
