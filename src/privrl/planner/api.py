@@ -191,7 +191,8 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     stage("pilot: random policy", 1, 3)
     rand = random_return(task, max(32, config.gradient_episodes), config.seed)
     stage("pilot: non-private run", 2, 3)
-    pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress)
+    pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress,
+                                                  not task.host)
     e0 = sy.episodes_to_learn(pilot_curve, rand, config.fraction)
     nonprivate_final = pilot_curve.final()
     stage("pilot: done", 3, 3)
@@ -236,7 +237,11 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     # 3. the check: one sweep over (ε, K)
     frontier = check = learns = None
     if config.sweep:
-        frontier = _sweep(system, config, rec, f, fields, stats, smallest, progress, log)
+        if task.host:
+            notes.append(f"{task.name} is stepped on the host: the sweep ran each setting "
+                         "on its own, not as one compiled program.")
+        frontier = _sweep(system, config, rec, f, stats, smallest, progress, log,
+                          not task.host)
         check, learns = _check(frontier, rec, config.fraction)
         if frontier.left_out:
             notes.append("The sweep left out K = " + ", ".join(f"{x:,}" for x in
@@ -300,7 +305,8 @@ def _recommend(system: str, f: Any, stats: Any, noise: Any, eps: float, agents: 
 
 
 def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
-                      progress: ProgressFn | None) -> tuple[Any, dict[str, Any]]:
+                      progress: ProgressFn | None, together: bool = True
+                      ) -> tuple[Any, dict[str, Any]]:
     """The system's own non-private run on the simulator: its learning curve."""
     from privrl.planner import systems as sy
 
@@ -318,7 +324,7 @@ def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
         fields.pop("clip")  # the non-private run: the system's own (no clip needed)
     cfg = sy.build_config(system, fields)
     tick = None if progress is None else (lambda d, t: progress("pilot: non-private run", d, t))
-    return sy.run_settings(system, [cfg], tick)[0], fields
+    return sy.run_settings(system, [cfg], tick, together)[0], fields
 
 
 def _preset_clip(f: Any) -> float:
@@ -335,14 +341,14 @@ def sweep_grid(config: PlanConfig, rec: Any, smallest: float | None
     eps = config.sweep_epsilons or tuple(sorted({round(rec.epsilon * m, 6) for m in
                                                  (0.25, 0.5, 1, 2, 4)} | (
         {round(smallest, 6)} if smallest and math.isfinite(smallest) else set())))
-    agents = config.sweep_agents or tuple(sorted({max(1, int(round(rec.agents * m)))
+    agents = config.sweep_agents or tuple(sorted({max(1, round(rec.agents * m))
                                                   for m in (0.25, 0.5, 1, 2)}))
     return tuple(eps), tuple(agents)
 
 
-def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, fields: dict[str, Any],
-           stats: Any, smallest: float | None, progress: ProgressFn | None,
-           log: Callable[[str], None]) -> Frontier:
+def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
+           smallest: float | None, progress: ProgressFn | None, log: Callable[[str], None],
+           together: bool = True) -> Frontier:
     """Final return at every (ε, K), and the non-private line: per fleet size (or one run of
     the largest where a smaller fleet is its prefix), every ε and the non-private setting as
     one compiled program."""
@@ -367,7 +373,7 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, fields: dict[str, 
         name = f"sweep {i + 1}/{len(runs)}: K = {k:,}, {len(configs)} settings"
         log(name)
         tick = None if progress is None else (lambda d, t, name=name: progress(name, d, t))
-        curves = sy.run_settings(system, configs, tick)
+        curves = sy.run_settings(system, configs, tick, together)
         ks = [x for x in kept if x <= k] if f.prefix else [k]
         for kk in ks:
             upto = kk * per_agent

@@ -22,9 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from privrl.planner.model import PilotStats, release_noise
-
 from privrl.planner.choices import SYSTEMS
+from privrl.planner.model import PilotStats, release_noise
 
 __all__ = ["SYSTEMS", "Curve", "Recommendation", "SystemFacts", "config_fields", "facts"]
 CONFIG_CLASSES = {
@@ -64,10 +63,10 @@ class Curve:
         """The mean return over the last `tail` of the curve up to `upto` episodes."""
         keep = np.isfinite(self.returns) & (
             True if upto is None else self.episodes <= upto * (1 + 1e-9))
-        x, y = self.episodes[keep], self.returns[keep]
+        y = self.returns[keep]
         if y.size == 0:
             return math.nan
-        n = max(1, int(round(tail * y.size)))
+        n = max(1, round(tail * y.size))
         return float(np.mean(y[-n:]))
 
 
@@ -200,10 +199,11 @@ def build_config(system: str, fields: dict[str, Any]) -> Any:
     return ReinforceConfig(**fields)
 
 
-def run_settings(system: str, configs: Sequence[Any], progress: Progress | None = None
-                 ) -> list[Curve]:
+def run_settings(system: str, configs: Sequence[Any], progress: Progress | None = None,
+                 together: bool = True) -> list[Curve]:
     """Each config's learning curve; those that can run as one compiled program do (the
-    systems' own `for_settings` machinery, `privrl.compute.programs`)."""
+    systems' own `for_settings` machinery, `privrl.compute.programs`); each alone when not
+    `together` (a task stepped on the host cannot be one program)."""
     from privrl.compute.programs import program_groups
 
     if system == "pgc-a3c":
@@ -240,7 +240,7 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
         refusal = Reinforce.one_program_field
     curves: dict[int, Curve] = {}
     index = {id(c): i for i, c in enumerate(configs)}
-    for group in program_groups(list(configs), refusal):
+    for group in program_groups(list(configs), refusal, together):
         for c, curve in zip(group, run(group), strict=True):
             curves[index[id(c)]] = curve
     return [curves[i] for i in range(len(configs))]
