@@ -50,13 +50,14 @@ class CorridorState(environment.EnvState):
 @struct.dataclass
 class CorridorParams(environment.EnvParams):
     slip: float = 0.1  # the chance a move goes the other way (private per agent)
-    length: float = 1.0
-    max_steps_in_episode: int = 60
+    length: float = 0.5
+    max_steps_in_episode: int = 40
 
 
 class Corridor(environment.Environment[CorridorState, CorridorParams]):
-    """Discrete: from x = 0, reach x = length with steps of 0.1 (actions: left, stay, right);
-    reward −0.02 per step, +1 at the goal (terminal); a move slips with probability `slip`."""
+    """Discrete: from x = 0, reach x = length (0.5: five net steps right) with steps of 0.1
+    (actions: left, stay, right); reward −0.02 per step, +1 at the goal (terminal); a move goes
+    the other way with probability `slip`; 40 steps."""
 
     @property
     def default_params(self) -> CorridorParams:
@@ -77,7 +78,7 @@ class Corridor(environment.Environment[CorridorState, CorridorParams]):
         return self.get_obs(state, params), state
 
     def get_obs(self, state: CorridorState, params: Any = None, key: Any = None) -> Array:
-        return jnp.stack([state.x, state.time / 60.0]).astype(jnp.float32)
+        return jnp.stack([state.x, state.time / 40.0]).astype(jnp.float32)
 
     def is_terminated(self, state: CorridorState, params: CorridorParams) -> Array:
         return (state.x >= params.length - 1e-6) | (state.time >= params.max_steps_in_episode)
