@@ -187,7 +187,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     from dataclasses import replace
 
     from privrl.planner import systems as sy
-    from privrl.planner.api import PlanConfig, fraction_of, plan, task_of
+    from privrl.planner.api import PlanConfig, fraction_of, plan, recommend_at, task_of
 
     env, private = TASKS[task]
     cfg = PlanConfig(env=env, private_params=private, epsilon=epsilon, agents=agents,
@@ -200,8 +200,8 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     f = sy.facts(system, bool(task_of(cfg).head.continuous))
     per_agent = rec.reports_per_agent * f.episodes_per_report
     capped = rec.agents * per_agent > args.max_episodes
-    if capped:
-        rec = replace(rec, agents=max(1, args.max_episodes // per_agent))
+    if capped:  # the settings for the fleet that runs
+        rec = recommend_at(result, max(1, args.max_episodes // per_agent))
     configs = [sy.build_config(system, sy.config_fields(system, s, env, private, args.trials,
                                                        args.seed))
                for s in (rec, replace(rec, mechanism="none", epsilon=math.inf))]

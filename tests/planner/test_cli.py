@@ -105,3 +105,20 @@ def test_fraction_of_the_nonprivate_improvement() -> None:
     assert fraction_of(110.0, 20.0, 15.0) is None  # non-private not above random
     assert fraction_of(None, 20.0, 200.0) is None
     assert not math.isnan(fraction_of(20.0, 20.0, 200.0))  # type: ignore[arg-type]
+
+
+def test_settings_for_a_capped_fleet_are_rederived() -> None:
+    """A benchmark that caps K gets the plan's batch for the K it runs, not the planned K's."""
+    from privrl.planner.api import recommend_at
+
+    pilot = {"dim": 200, "norm_quantiles": [1.0, 2.0, 3.0], "clip": 4.0,
+             "clipped_signal": 0.05, "clipped_variance": 1.0, "random_return": -500.0,
+             "nonprivate_return": -100.0, "episodes_to_learn": 2000.0,
+             "episodes_per_report": 1, "norm": "l1"}
+    result = PlanResult("pgc-a3c", "gymnax:CartPole-v1", (), 5.0, None, pilot,
+                        {"reports_per_agent": 1, "agents": 100_000}, None, {}, None, None,
+                        None, ())
+    big, small = recommend_at(result, 100_000), recommend_at(result, 2_000)
+    assert (big.agents, small.agents) == (100_000, 2_000)
+    assert small.batch <= 2_000 // 20 < big.batch  # at least 20 updates
+    assert small.clip == big.clip == 4.0 and small.mechanism == "laplace"

@@ -18,6 +18,7 @@ that way would not be free. Steps:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -270,6 +271,24 @@ def task_of(config: PlanConfig) -> Any:
     from privrl.envs.task import configured_task
 
     return configured_task(config.env, config.private_params, lambda: None)  # type: ignore
+
+
+def recommend_at(result: PlanResult, agents: int) -> Any:
+    """The plan's settings for another fleet size K (its ε, its pilot): the update batch and
+    step size re-derived for K (a benchmark that caps the fleet runs these)."""
+    from privrl.planner import model
+    from privrl.planner import systems as sy
+
+    f = sy.facts(result.system, bool(task_of(PlanConfig(
+        env=result.env, private_params=result.private_params, epsilon=result.epsilon)
+        ).head.continuous))
+    names = {x.name for x in dataclasses.fields(model.PilotStats)}
+    p = result.pilot
+    stats = model.PilotStats(**{k: (tuple(v) if isinstance(v, list) else v)
+                                for k, v in p.items() if k in names})
+    noise = sy.noise_fn(result.system, f, stats)
+    return _recommend(result.system, f, stats, noise, result.epsilon, int(agents),
+                      int(result.recommendation["reports_per_agent"]))
 
 
 def _quantiles(x: Any) -> tuple[float, float, float]:
