@@ -184,7 +184,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             ) -> dict[str, Any]:
     """Plan on the simulator, then run the plan's settings private and non-private (one
     program where the task allows) and measure both against a random policy."""
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from privrl.planner import systems as sy
     from privrl.planner.api import PlanConfig, fraction_of, plan, recommend_at, task_of
@@ -214,7 +214,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     return {"task": task, "env": env, "private": list(private), "system": system,
             "epsilon": epsilon, "agents": rec.agents, "planned_agents":
             result.recommendation["agents"], "capped": capped,
-            "recommendation": {**result.recommendation, "agents": rec.agents},
+            "recommendation": asdict(rec), "plan_fields": result.fields,
             "random_return": random, "nonprivate_return": np_final, "private_return": final,
             "fraction": fraction_of(final, random, np_final),
             "pilot_learned": result.pilot["episodes_to_learn"] is not None,
