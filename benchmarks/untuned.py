@@ -216,6 +216,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             result.recommendation["agents"], "capped": capped,
             "recommendation": asdict(rec), "plan_fields": result.fields,
             "random_return": random, "nonprivate_return": np_final, "private_return": final,
+            "pilot_nonprivate_return": result.pilot["nonprivate_return"],
             "fraction": fraction_of(final, random, np_final),
             "pilot_learned": result.pilot["episodes_to_learn"] is not None,
             "notes": list(result.notes), "plan_seconds": plan_seconds,
