@@ -41,7 +41,7 @@ from privrl.planner.choices import SYSTEMS
 PLAN_SCHEMA = "privrl-plan/1"
 SIMULATOR_ONLY = (
     "The plan used only the task's public simulator, with the agents' private parameters "
-    "drawn from the --private ranges; it looked at no agent's data. Tuning on the agents' "
+    "drawn from the ranges given for them; it looked at no agent's data. Tuning on the agents' "
     "private data would cost privacy: every look at it is a release the agents' budget would "
     "have to pay for.")
 
@@ -200,7 +200,8 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     if e0 is None:
         notes.append(f"The non-private pilot ({pilot_curve.episodes[-1]:.0f} episodes) did not "
                      f"end above random ({nonprivate_final:.4g} vs {rand:.4g}): no private run "
-                     "can be planned from it; give --pilot-episodes more, or another system.")
+                     "can be planned from it; give the pilot more episodes (pilot_episodes), or "
+                     "another system.")
     stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0,
                              f.episodes_per_report)
     noise = sy.noise_fn(system, f, stats, config.delta)
@@ -246,7 +247,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
         check, learns = _check(frontier, rec, config.fraction)
         if frontier.left_out:
             notes.append("The sweep left out K = " + ", ".join(f"{x:,}" for x in
-                         frontier.left_out) + f" (over --max-sweep-episodes "
+                         frontier.left_out) + f" (over max_sweep_episodes = "
                          f"{config.max_sweep_episodes:,}).")
     pilot_record = {**stats.to_dict(), "norm": f.norm, "clip_radius": f.radius,
                     "pilot_run": {"fields": pilot_fields,
