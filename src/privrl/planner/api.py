@@ -70,7 +70,7 @@ class PlanConfig(Config):
         "improvement over a random policy, in (0, 1].")
     pilot_episodes: int | None = option(
         None, help="Episodes of the non-private pilot run. Default: 3000 (pgc-a3c), 1000 "
-        "(dp-reinforce), 3600 (fedpg-cen: 10 agents × 10 rounds).", unit="episodes")
+        "(dp-reinforce), 10800 (fedpg-cen: 10 agents × 30 rounds).", unit="episodes")
     gradient_episodes: int = option(
         64, help="Episodes whose gradients the pilot measures.", unit="episodes")
     sweep: bool = option(True, help="Check the recommendation with a sweep over (ε, K).")
@@ -109,7 +109,9 @@ class PlanConfig(Config):
             fail("gradient_episodes", f"at most 4096, got {self.gradient_episodes}")
 
 
-PILOT_EPISODES = {"pgc-a3c": 3000, "dp-reinforce": 1000, "fedpg-cen": 3600}
+# FedPG-Cen's: 10 agents × 30 rounds of about 36 episodes (FedPG-BR's CartPole needs about
+# 2,000 episodes per agent to solve; 2 rounds did not leave random).
+PILOT_EPISODES = {"pgc-a3c": 3000, "dp-reinforce": 1000, "fedpg-cen": 10_800}
 PILOT_FEDPG_AGENTS = 10
 
 
@@ -321,7 +323,7 @@ def _recommend(system: str, f: Any, stats: Any, noise: Any, eps: float, agents: 
                                                               stats.dim), agents)
     lr = model.step_size(f.learning_rate, stats, n, batch, ratio0)
     return sy.Recommendation(f.mechanism, eps, int(agents), float(stats.clip), int(reports),
-                             int(batch), float(lr), f.preset)
+                             int(batch), float(f"{lr:.3g}"), f.preset)
 
 
 def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
