@@ -31,6 +31,7 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.federation.adapt import BestCandidates
 from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
@@ -71,6 +72,9 @@ if TYPE_CHECKING:
     from privrl.envs.task import Task
 
 ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
+# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
+# no agent's episode or noise uses.
+PUBLIC_EVAL_SALT = 0x9B11C
 
 
 @dataclass
@@ -93,6 +97,8 @@ class RunOutput(SavesRunDir):
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
     program: dict[str, int] | None = None
+    # The adaptive levers' record (`lever_record`): what they set and did; None: none on.
+    levers: dict[str, Any] | None = None
 
     def record(self) -> RunRecord:
         return record(self)
@@ -210,6 +216,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
+    if cfg.public_eval_every is not None:  # a candidate at the end of every chunk
+        chunk_rounds = min(total_rounds, cfg.public_eval_every)
     if algo.episodes.host:  # about 100 episodes per trial between progress updates
         chunk = chunk_rounds or min(total_rounds, max(1, 100 // p))
         runner = ShardedTrials(algo, k, chunk)
@@ -231,6 +239,9 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             state = state._replace(setting=algo.setting_data(index))
 
     ledgers = [budget_ledger(a.config) for a in settings]
+    candidates = PublicCandidates(algo) if cfg.public_eval_every else None
+    if candidates is not None:
+        state = candidates.offer(state)
     retired = np.zeros(n_set * k, bool)
     scores = np.full((n_set * k, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
@@ -244,7 +255,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             live = np.flatnonzero(~retired[s * k:(s + 1) * k]).astype(np.int64)
             if live.size:
                 ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
-                ledger.charge(ids, setting.mechanism.guarantee, np.tile(counts, live.size))
+                ledger.charge(ids, setting.report_guarantee, np.tile(counts, live.size))
         t0 = time.perf_counter()
         state, chunk_scores = runner.run_chunk(state, retired)
         if done_rounds == 0:
@@ -252,6 +263,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         width = min(chunk, total_rounds - done_rounds) * p
         scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
+        if candidates is not None:
+            state = candidates.offer(state)
         if retire_on_success and cfg.target_score is not None:  # only windows that end in
             # this chunk can be new successes
             filled = min(done_rounds * p, n_sub)
@@ -263,7 +276,9 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
     wall = time.perf_counter() - start
     submitted = np.asarray(state.submitted)[: n_set * k]
-    theta = np.asarray(state.agg.theta)[: n_set * k]
+    theta = np.asarray(state.agg.theta if candidates is None else candidates.best_theta()
+                       )[: n_set * k]
+    levers = lever_record(algo, state, candidates, n_set * k)
     if not np.all(submitted[~retired] == n_sub):
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
@@ -279,9 +294,77 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             wall_seconds=wall,
             compile_seconds=compile_s, devices=runner.devices,
             agents_per_trial=agents_per_trial, theta=theta[own], program=program,
+            levers=levers,
             policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
                                 theta[own], setting.config.max_episode_steps)))
     return outputs
+
+
+class PublicCandidates:
+    """--public-eval-every: the aggregator's best candidate per trial by its return on the
+    task's public simulator (`PGCA3C.public_returns`), with the back-off
+    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs the aggregator
+    computed from released reports, and the public simulator's episodes (the environment's
+    default parameters, keys of the aggregator's own: `PUBLIC_EVAL_SALT` folded into the
+    run's seed, the same episodes for every candidate)."""
+
+    def __init__(self, algo: PGCA3C) -> None:
+        cfg = algo.config
+        self.algo = algo
+        self.key = jax.random.fold_in(jax.random.key(cfg.seed), PUBLIC_EVAL_SALT)
+        self.best = BestCandidates(cfg.backoff)
+
+    def offer(self, state: Any) -> Any:
+        """Evaluate every trial's current θ, keep the best, revert collapsed trials to their
+        best (θ and optimizer state, buffer emptied) with their step scale lowered."""
+        agg = state.agg
+        returns = np.asarray(self.algo.public_returns(agg.theta, self.key))
+        collapsed = self.best.offer(returns, (agg.theta, agg.opt_state))
+        if not collapsed.any():
+            return state
+        theta, opt = self.best.revert((agg.theta, agg.opt_state), collapsed)
+        lowered = np.where(collapsed, self.algo.config.backoff, 1.0).astype(np.float32)
+        opt = opt._replace(scale=np.asarray(opt.scale) * lowered)
+        buffer = np.where(collapsed[:, None], 0.0, np.asarray(agg.buffer_sum))
+        count = np.where(collapsed, 0, np.asarray(agg.count))
+        agg = agg._replace(theta=theta, opt_state=opt, buffer_sum=buffer.astype(np.float32),
+                           count=count.astype(np.int32))
+        return state._replace(agg=jax.tree_util.tree_map(jax.numpy.asarray, agg))
+
+    def best_theta(self) -> np.ndarray:
+        return np.asarray(self.best.best[0])
+
+
+def lever_record(algo: PGCA3C, state: Any, candidates: PublicCandidates | None, n: int
+                 ) -> dict[str, Any] | None:
+    """What the adaptive levers set and did (summary.json and privacy.json), or None."""
+    cfg = algo.config
+    if not (cfg.adaptive_clip or cfg.step_from_noise or candidates is not None):
+        return None
+    out: dict[str, Any] = {}
+    if cfg.step_from_noise:
+        out["step_from_noise"] = {"learning_rate": cfg.learning_rate,
+                                  "step_size": algo.step_size}
+    if cfg.adaptive_clip:
+        eps_update, eps_bit = cfg.release_epsilons()
+        out["adaptive_clip"] = {
+            "initial_clip": cfg.clip, "quantile": cfg.clip_quantile, "lr": cfg.clip_lr,
+            "epsilon_update_per_report": eps_update, "epsilon_clip_bit_per_report": eps_bit,
+            "final_clip": [float(cfg.clip * c) for c in np.asarray(state.clip_scale)[:n]]}
+    if candidates is not None:
+        b = candidates.best
+        assert b.best_return is not None and b.start is not None and b.backoffs is not None
+        out["public_candidates"] = {
+            "simulator": f"{algo.task.name} with its default parameters (no agent's private "
+                         "draw), no exploration",
+            "episodes_per_evaluation": cfg.public_eval_episodes,
+            "every_rounds": cfg.public_eval_every,
+            "start_return": [float(x) for x in b.start[:n]],
+            "best_return": [float(x) for x in b.best_return[:n]],
+            "last_return": [float(x) for x in b.history[-1][:n]],
+            "backoffs": [int(x) for x in b.backoffs[:n]],
+            "final_policy": "each trial's best candidate (policy.npz holds it)"}
+    return out
 
 
 def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLedger,
@@ -340,6 +423,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "episodes_per_second": round(episodes / max(out.wall_seconds, 1e-9), 1),
         "submitted_per_trial": [int(n) for n in out.submitted],
         "devices": out.devices,
+        **({} if out.levers is None else {"levers": out.levers}),
         **({} if out.program is None else {"one_program": {
             **out.program, "note": "this setting ran in one program with the others; wall, "
                                    "compile time and episodes per second are that program's"}}),
@@ -390,6 +474,12 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
         "agents_per_trial": out.agents_per_trial,
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
         "per_agent_composition": composed,
+        **({} if out.levers is None else {"adaptive_levers": {
+            **out.levers, "note": "adaptive_clip's bit is part of each report's release (its ε "
+            "and the gradient's sum to epsilon_per_report, what the ledger charges); "
+            "step_from_noise and public_candidates are post-processing: the step size from the "
+            "mechanism's public noise scale, the candidates chosen on the public simulator "
+            "named here, which holds no agent's data"}}),
         **({} if shuffled is None else {"shuffle": shuffled}),
         **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
