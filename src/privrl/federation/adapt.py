@@ -66,44 +66,55 @@ def scaled(inner: optax.GradientTransformation) -> optax.GradientTransformation:
 class BestCandidates:
     """Each trial's best candidate so far by its public-simulator return, and the back-off.
 
-    `offer(returns, thetas, extras)` takes every trial's current candidate (θ and whatever the
-    caller must restore with it, e.g. the optimizer's state: row k is trial k's) and its mean
-    return on the public simulator. A candidate better than the trial's best becomes the best.
-    One that fell below the best by more than `collapse` (a fraction of the best's distance
-    above the first candidate's return, at least `tolerance`) counts as a collapse: the trial
-    is to revert to its best and lower its step by `backoff` (`offer` returns the mask). The
-    first candidate (the start) is always offered first, so `best` never returns a candidate
-    whose public return is below the start's."""
+    `offer(returns, candidates, stderr)` takes every trial's current candidate (θ and whatever
+    the caller must restore with it, e.g. the optimizer's state: row k is trial k's), its mean
+    return on the public simulator and that mean's standard error. A candidate better than
+    the trial's best becomes the best. One that fell below the best by more than `collapse` of
+    the best's gain over the start, and by more than `sigmas` standard errors of the two
+    evaluations (a drop the evaluation's own noise would not explain), counts as a collapse:
+    the trial is to revert to its best and lower its step by `backoff` (`offer` returns the
+    mask). The first candidate (the start) is always offered first, so `best` never returns a
+    candidate whose public return is below the start's."""
 
-    def __init__(self, backoff: float = 0.5, collapse: float = 0.5, tolerance: float = 0.0):
+    def __init__(self, backoff: float = 0.5, collapse: float = 0.5, sigmas: float = 2.0):
         if not 0 < backoff <= 1:
             raise ValueError(f"backoff must be in (0, 1], got {backoff!r}")
         if not 0 <= collapse <= 1:
             raise ValueError(f"collapse must be in [0, 1], got {collapse!r}")
-        self.backoff, self.collapse, self.tolerance = backoff, collapse, float(tolerance)
+        if not sigmas >= 0:
+            raise ValueError(f"sigmas must be >= 0, got {sigmas!r}")
+        self.backoff, self.collapse, self.sigmas = backoff, collapse, float(sigmas)
+        self.best_stderr: np.ndarray | None = None
         self.start: np.ndarray | None = None
         self.best_return: np.ndarray | None = None
         self.best: Any = None  # (trials, ...) host arrays: the best candidates' θ and extras
         self.history: list[np.ndarray] = []  # every offer's returns, (trials,) each
         self.backoffs: np.ndarray | None = None  # per trial: how often it reverted
 
-    def offer(self, returns: np.ndarray, candidates: Any) -> np.ndarray:
+    def offer(self, returns: np.ndarray, candidates: Any, stderr: np.ndarray | None = None
+              ) -> np.ndarray:
         """Record this round of candidates (a pytree of (trials, ...) arrays) with their public
-        returns (trials,); returns the bool mask of trials that collapsed (to revert)."""
+        returns (trials,) and those means' standard errors (default 0); returns the bool mask
+        of trials that collapsed (to revert)."""
         returns = np.asarray(returns, np.float64)
+        stderr = np.zeros_like(returns) if stderr is None else np.asarray(stderr, np.float64)
         host = jax.tree_util.tree_map(np.asarray, candidates)
         self.history.append(returns)
         if self.best_return is None:
             self.start = returns.copy()
             self.best_return = returns.copy()
+            self.best_stderr = stderr.copy()
             self.best = jax.tree_util.tree_map(np.copy, host)
             self.backoffs = np.zeros(returns.shape, np.int64)
             return np.zeros(returns.shape, bool)
         assert self.start is not None and self.backoffs is not None
+        assert self.best_stderr is not None
         better = returns > self.best_return
-        margin = np.maximum(self.collapse * (self.best_return - self.start), self.tolerance)
+        noise = self.sigmas * np.hypot(stderr, self.best_stderr)
+        margin = np.maximum(self.collapse * (self.best_return - self.start), noise)
         collapsed = ~better & (returns < self.best_return - margin)
         self.best_return = np.where(better, returns, self.best_return)
+        self.best_stderr = np.where(better, stderr, self.best_stderr)
         self.best = jax.tree_util.tree_map(
             lambda new, old: np.where(better.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
             host, self.best)

@@ -406,7 +406,7 @@ class PGCA3CConfig(Config):
         "when the policy collapses reverts to the best and multiplies its step by "
         "--backoff. Default: off. Local runtime only.", unit="rounds")
     public_eval_episodes: int = option(
-        16, help="--public-eval-every: the public simulator's episodes per evaluation (the "
+        16, help="--public-eval-every: the public simulator's episodes per evaluation, >= 2 (the "
         "same episodes' keys for every candidate).")
     backoff: float = option(
         0.5, help="--public-eval-every: the step's multiplier at each revert, in (0, 1].")
@@ -530,7 +530,7 @@ class PGCA3CConfig(Config):
                                       "grid; adaptive clipping needs the float release")
         if self.public_eval_every is not None:
             integer("public_eval_every", self.public_eval_every)
-        integer("public_eval_episodes", self.public_eval_episodes)
+        integer("public_eval_episodes", self.public_eval_episodes, 2)
         in_range("backoff", self.backoff, 0, 1, low_open=True)
 
     def release_epsilons(self) -> tuple[float, float | None]:
@@ -920,7 +920,7 @@ class PGCA3C:
             return state._replace(clip_scale=jnp.where(jnp.any(active), new, s)), scores
 
     def public_returns(self, thetas: Array, key: Array) -> Array:
-        """Each θ's (n, d) mean return on the task's PUBLIC simulator: the environment's
+        """Each θ's (n, d) returns (n, episodes) on the task's PUBLIC simulator: the environment's
         default parameters (`Task.params`, no agent's private draw), `public_eval_episodes`
         episodes from `key` (the same for every θ), actions as the agents choose them without
         exploration. What the aggregator's best-candidate choice reads (post-processing)."""
@@ -934,7 +934,7 @@ class PGCA3C:
             for theta in np.asarray(thetas):
                 traj = self.task.rollout(params, partial(self._act, jnp.asarray(theta), zero),
                                          key, n, cfg.max_episode_steps)
-                out.append(np.asarray(traj.rewards * traj.mask, np.float64).sum(0).mean())
+                out.append(np.asarray(traj.rewards * traj.mask, np.float64).sum(0))
             return jnp.asarray(out)
         return self._public(thetas, params, key)
 
@@ -945,7 +945,7 @@ class PGCA3C:
                                     lambda k, obs: self.act(theta, jnp.zeros(()), k, obs), key,
                                     self.config.public_eval_episodes,
                                     self.config.max_episode_steps)
-            return jnp.mean(jnp.sum(traj.rewards * traj.mask, axis=0))
+            return jnp.sum(traj.rewards * traj.mask, axis=0)
         return jax.vmap(one)(thetas)
 
     def finish_round(self, state: TrialState, reports: Any, scores: Array, active: Array,

@@ -318,8 +318,9 @@ class PublicCandidates:
         """Evaluate every trial's current θ, keep the best, revert collapsed trials to their
         best (θ and optimizer state, buffer emptied) with their step scale lowered."""
         agg = state.agg
-        returns = np.asarray(self.algo.public_returns(agg.theta, self.key))
-        collapsed = self.best.offer(returns, (agg.theta, agg.opt_state))
+        episodes = np.asarray(self.algo.public_returns(agg.theta, self.key), np.float64)
+        stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
+        collapsed = self.best.offer(episodes.mean(axis=1), (agg.theta, agg.opt_state), stderr)
         if not collapsed.any():
             return state
         theta, opt = self.best.revert((agg.theta, agg.opt_state), collapsed)
