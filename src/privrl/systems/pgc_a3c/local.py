@@ -75,6 +75,8 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 # Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
 # no agent's episode or noise uses.
 PUBLIC_EVAL_SALT = 0x9B11C
+# The step scale never falls below backoff**MAX_BACKOFFS (--public-eval-every).
+MAX_BACKOFFS = 3
 
 
 @dataclass
@@ -324,8 +326,11 @@ class PublicCandidates:
         if not collapsed.any():
             return state
         theta, opt = self.best.revert((agg.theta, agg.opt_state), collapsed)
-        lowered = np.where(collapsed, self.algo.config.backoff, 1.0).astype(np.float32)
-        opt = opt._replace(scale=np.asarray(opt.scale) * lowered)
+        b = self.algo.config.backoff
+        lowered = np.where(collapsed, b, 1.0).astype(np.float32)
+        # At most MAX_BACKOFFS halvings: a run whose evaluations are noisy must not freeze.
+        floor = np.float32(b ** MAX_BACKOFFS)
+        opt = opt._replace(scale=np.maximum(np.asarray(opt.scale) * lowered, floor))
         buffer = np.where(collapsed[:, None], 0.0, np.asarray(agg.buffer_sum))
         count = np.where(collapsed, 0, np.asarray(agg.count))
         agg = agg._replace(theta=theta, opt_state=opt, buffer_sum=buffer.astype(np.float32),
