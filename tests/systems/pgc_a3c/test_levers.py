@@ -11,7 +11,7 @@ import pytest
 
 from privrl.config import ConfigError
 from privrl.privacy import LaplaceMechanism
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import JITTED_EPISODES, PGCA3C, PGCA3CConfig
 from privrl.systems.pgc_a3c.local import PUBLIC_EVAL_SALT, privacy_record, run_pgc_a3c, summarize
 from privrl.systems.pgc_a3c.runtimes import check_runtime
 
@@ -80,3 +80,26 @@ def test_levers_are_refused_where_they_do_not_apply():
     paper = PGCA3CConfig()
     assert not paper.adaptive_clip and not paper.step_from_noise
     assert paper.public_eval_every is None
+
+
+def test_a_report_is_the_mean_gradient_of_its_agents_episodes():
+    # E = 3: agent i plays episodes 3i .. 3i + 2 on its own dynamics; its report's gradient
+    # is their mean, its score their mean return.
+    cfg = PGCA3CConfig(mechanism="none", parallel_agents=2, episodes_per_report=3,
+                       action_selection="sample")
+    algo = PGCA3C(cfg)
+    theta = algo.model.init(jax.random.key(0))
+    plan = algo.agents_plan(jnp.int32(0), jax.random.key(1), jax.random.key(2),
+                            jnp.arange(2), jnp.ones(2, bool))
+    # every agent's three episodes share its private gravity
+    gravity = np.asarray(plan.params.gravity)
+    assert gravity.shape == (6,) and np.all(gravity.reshape(2, 3) == gravity[::3, None])
+    traj = algo._one_trial(JITTED_EPISODES, theta, plan)
+    each = np.asarray(algo.episode_grads(theta, traj))
+    np.testing.assert_allclose(np.asarray(algo.report_grads(theta, traj)),
+                               each.reshape(2, 3, -1).mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(algo.report_scores(traj)),
+                               np.asarray(algo.score(traj)).reshape(2, 3).mean(axis=1))
+    assert len(set(np.asarray(algo.score(traj)).tolist())) > 1  # different episodes
+    with pytest.raises(ConfigError, match="episodes_per_report"):
+        check_runtime(replace(cfg, episodes_per_report=2), "ray")

@@ -394,6 +394,10 @@ class PGCA3CConfig(Config):
     clip_epsilon_share: float = option(
         0.1, help="--adaptive-clip: the fraction of each report's ε spent on its clip bit, in "
         "(0, 1).")
+    episodes_per_report: int = option(
+        1, help="E episodes per report: each agent plays E episodes (all on its own "
+        "dynamics) and reports the mean of their gradients: one release, the same ε, more "
+        "signal per unit of ε (E times the environment steps).")
     step_from_noise: bool = option(
         False, help="Set the aggregator's step size from the mechanism's known noise level "
         "(post-processing): η·s/(1 + s), s the signal-to-noise ratio of what one step "
@@ -528,6 +532,7 @@ class PGCA3CConfig(Config):
             if self.secure_noise:
                 fail("adaptive_clip", "the float-safe Laplace release clips on a fixed integer "
                                       "grid; adaptive clipping needs the float release")
+        integer("episodes_per_report", self.episodes_per_report)
         if self.public_eval_every is not None:
             integer("public_eval_every", self.public_eval_every)
         integer("public_eval_episodes", self.public_eval_episodes, 2)
@@ -836,7 +841,8 @@ class PGCA3C:
         that config.json and the log do not let anyone re-simulate an agent's data; the round
         key the aggregator folds stays the seeded one."""
         return RoundPlan(active, key, jax.random.split(secret_fold(root, key)), noise_keys,
-                         self.task.agents_params(secret_fold(root, env_key), agent_ids),
+                         self.task.agents_params(secret_fold(root, env_key),
+                                                 self.per_episode(agent_ids)),
                          self.exploration(submitted))
 
     @staticmethod
@@ -870,7 +876,7 @@ class PGCA3C:
         (`trial_group`): each trial's floats are the same in any batch, its own run's when
         settings run as one program."""
         with jax.named_scope("gradients"):
-            grads = in_blocks(jax.vmap(self.episode_grads), group)(states.agg.theta, traj)
+            grads = in_blocks(jax.vmap(self.report_grads), group)(states.agg.theta, traj)
 
         def one(state: TrialState, grads: Array, key: Array, noise_keys: Array | None,
                 scores: Array, active: Array, round_key: Array) -> tuple[TrialState, Array]:
@@ -883,8 +889,8 @@ class PGCA3C:
                 return self.finish_round(state, reports, scores, active, round_key)
 
         return in_blocks(jax.vmap(one), group)(
-            states, grads, plans.keys[:, 1], plans.noise_keys, jax.vmap(self.score)(traj),
-            plans.active, plans.round_key)
+            states, grads, plans.keys[:, 1], plans.noise_keys,
+            jax.vmap(self.report_scores)(traj), plans.active, plans.round_key)
 
     def adaptive_round(self, state: TrialState, grads: Array, key: Array,
                        noise_keys: Array | None, scores: Array, active: Array,
@@ -1013,9 +1019,9 @@ class PGCA3C:
         plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys, root)
         if traj is None:
             traj = self._one_trial(JITTED_EPISODES, theta, plan)
-        reports = self.privatize(self.episode_grads(theta, traj), plan.keys[1],
+        reports = self.privatize(self.report_grads(theta, traj), plan.keys[1],
                                  plan.noise_keys, setting)
-        return reports, self.score(traj)
+        return reports, self.report_scores(traj)
 
     def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
                      agent_ids: Array, active: Array, root: Array | None = None) -> Trajectory:
@@ -1031,6 +1037,25 @@ class PGCA3C:
         return jax.tree_util.tree_map(lambda x: x[0], episodes(self, *one, 1))
 
     # --- the agent side's pieces ---------------------------------------------------------
+    def per_episode(self, x: Array, axis: int = 0) -> Array:
+        """A per-agent array repeated for each of an agent's `episodes_per_report` episodes
+        (agent-major: agent i's episodes are i·E ... i·E + E − 1)."""
+        e = self.config.episodes_per_report
+        return x if e == 1 else jnp.repeat(x, e, axis=axis)
+
+    def report_grads(self, theta: Array, traj: Trajectory) -> Array:
+        """Each agent's gradient (P, d): the mean of its `episodes_per_report` episodes'
+        gradients (its own data only; one report, one release, whatever E is)."""
+        grads = self.episode_grads(theta, traj)
+        e = self.config.episodes_per_report
+        return grads if e == 1 else jnp.mean(grads.reshape(-1, e, grads.shape[-1]), axis=1)
+
+    def report_scores(self, traj: Trajectory) -> Array:
+        """Each agent's score (P,): the mean true return of its episodes."""
+        scores = self.score(traj)
+        e = self.config.episodes_per_report
+        return scores if e == 1 else jnp.mean(scores.reshape(-1, e), axis=1)
+
     def episode_grads(self, theta: Array, traj: Trajectory) -> Array:
         """∇θ of each agent's episode loss (P, d), from the round's episodes (time-major)."""
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
@@ -1082,8 +1107,9 @@ class JittedEpisodes:
         cfg = algo.config
         return rollout_trials(
             algo.env, plans.params, lambda a, k, obs: algo.act(a[0], a[1], k, obs),
-            (theta, plans.alpha), plans.keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps,
-            plans.active, group, trial_stages(theta.shape[0] // group, group))
+            (theta, plans.alpha), plans.keys[:, 0], cfg.parallel_agents * cfg.episodes_per_report,
+            cfg.max_episode_steps, algo.per_episode(plans.active, axis=1), group,
+            trial_stages(theta.shape[0] // group, group))
 
 
 class HostEpisodes:
@@ -1100,7 +1126,8 @@ class HostEpisodes:
         cfg = algo.config
         return algo.task.rollout_trials(
             plans.params, partial(algo._act_trials, theta, plans.alpha), plans.keys[:, 0],
-            cfg.parallel_agents, cfg.max_episode_steps, np.asarray(plans.active))
+            cfg.parallel_agents * cfg.episodes_per_report, cfg.max_episode_steps,
+            np.asarray(algo.per_episode(plans.active, axis=1)))
 
 
 JITTED_EPISODES, HOST_EPISODES = JittedEpisodes(), HostEpisodes()

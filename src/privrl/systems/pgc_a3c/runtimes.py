@@ -36,5 +36,8 @@ def check_runtime(config: PGCA3CConfig, runtime: str) -> None:
         if getattr(config, lever) not in (False, None):
             fail(lever, f"the {NAMES[runtime]} runtime's aggregator has no adaptive levers "
                         "yet (run it with the local runtime)")
+    if config.episodes_per_report != 1:
+        fail("episodes_per_report", f"the {NAMES[runtime]} runtime's agents play one episode "
+                                    "per report (run it with the local runtime)")
     if runtime == "flower" and config.shuffle:
         fail("shuffle", "the Flower runtime has no shuffler (yet)")
