@@ -345,9 +345,14 @@ def lever_record(algo: PGCA3C, state: Any, candidates: PublicCandidates | None, 
                  ) -> dict[str, Any] | None:
     """What the adaptive levers set and did (summary.json and privacy.json), or None."""
     cfg = algo.config
-    if not (cfg.adaptive_clip or cfg.step_from_noise or candidates is not None):
+    if not (cfg.adaptive_clip or cfg.step_from_noise or candidates is not None
+            or cfg.episodes_per_report > 1):
         return None
     out: dict[str, Any] = {}
+    if cfg.episodes_per_report > 1:
+        out["episodes_per_report"] = {
+            "episodes": cfg.episodes_per_report,
+            "note": "each report is the mean gradient of the agent's own episodes: one release"}
     if cfg.step_from_noise:
         out["step_from_noise"] = {"learning_rate": cfg.learning_rate,
                                   "step_size": algo.step_size}
