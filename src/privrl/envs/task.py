@@ -32,6 +32,7 @@ import numpy as np
 from jax import Array
 
 from privrl.config import ConfigError
+from privrl.envs.check import check_gymnasium_env, check_gymnax_env
 from privrl.envs.gymnasium_env import (
     attribute_defaults,
     attribute_name,
@@ -389,6 +390,8 @@ def callable_task(spec: str, option: str = "env") -> Task:
     fn = load_callable(spec, option)
     out = call_user(fn, spec, option)
     if isinstance(out, Task):
+        if not out.host:
+            check_gymnax_env(out.env, out.params, spec, option)
         return replace(out, option=option)
     if not (isinstance(out, tuple) and len(out) == 2):
         if not is_gymnasium_env(out):
@@ -397,8 +400,10 @@ def callable_task(spec: str, option: str = "env") -> Task:
         if call_user(fn, spec, option) is out:  # called again for every rollout environment
             raise ConfigError(option, f"{spec}() returned the same Gymnasium environment twice: "
                               "it must make a new one on each call (one per parallel agent)")
+        check_gymnasium_env(out, spec, option)
         return GymnasiumTask(out, None, spec, make_env=fn, option=option,
                              target=reward_threshold(out))
+    check_gymnax_env(out[0], out[1], spec, option)
     return Task(out[0], out[1], spec, option=option)
 
 
