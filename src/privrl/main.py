@@ -133,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
     except Exception as e:
+        failed = getattr(sys.modules.get("privrl.output"), "RunFailedError", None)
+        if failed is not None and isinstance(e, failed):  # the failure, then where its work is
+            import traceback
+
+            traceback.print_exception(e.__cause__, file=sys.stderr)
+            print(f"privrl: error: {e}", file=sys.stderr)
+            return 1
         if isinstance(e, _user_errors()):
             print(f"privrl: error: {e}", file=sys.stderr)
             return 2

@@ -306,6 +306,13 @@ class GymnasiumTask(Task):
         """`max_steps` if set, else the environment's own time limit (None: it states none)."""
         return self.max_steps if self.max_steps is not None else time_limit(self.env)
 
+    @property
+    def grows(self) -> bool:
+        """Whether the environment ends its own episodes (it states no step limit): then the
+        cap is a safety cap and the rollout's arrays grow with the episodes
+        (`rollout_host`'s `grow`)."""
+        return time_limit(self.env) is None
+
     def envs(self, n: int) -> list[Any]:
         """`n` rollout environments, made once and reused (each rollout resets them)."""
         while len(self._pool) < n:
@@ -322,7 +329,7 @@ class GymnasiumTask(Task):
         what the learner sees of the observations (`rollout_host`)."""
         envs = self.envs(num_envs)
         set_attributes(envs, params)
-        return rollout_host(envs, policy, key, max_steps, active, observe)
+        return rollout_host(envs, policy, key, max_steps, active, observe, self.grows)
 
     def rollout_trials(self, params: Any, policy: Callable[[Any, Any], Any], keys: Any,
                        num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
@@ -336,7 +343,7 @@ class GymnasiumTask(Task):
         for k in range(len(keys)):
             set_attributes(envs[k * num_envs:(k + 1) * num_envs],
                            jax.tree_util.tree_map(lambda x, k=k: x[k], params))
-        return rollout_host_trials(envs, policy, keys, max_steps, active)
+        return rollout_host_trials(envs, policy, keys, max_steps, active, self.grows)
 
     def start(self, params: Any, key: Array) -> tuple[Any, np.ndarray]:
         """One agent's environment for a learner that steps it itself (`env.step(action)`):
@@ -464,13 +471,20 @@ def configured_task(env: str | None, private: Sequence[str], default: Callable[[
     return make_task(env or "gymnax:CartPole-v1", specs)
 
 
+# The safety cap on the episodes of a Gymnasium environment that states no step limit (it
+# ends its own episodes by `terminated`/`truncated`): `--max-steps` (`max_episode_steps`)
+# changes it. It bounds what an episode can cost and is what the run's statements count.
+HOST_EPISODE_CAP = 10_000
+
+
 def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
                  target: str = "target_return") -> tuple[Any, Task]:
     """The task a run uses and its config as config.json records it. With `task` (Python API)
     the config is made to name it (`env`, `private_params`); without, the task is the one
     `config.env`/`config.private_params` name (`configured_task`), `default()` when neither is
     set. The task owns its episode: `config.max_episode_steps` None takes the task's step
-    limit (set, the task is capped at it), and the config field `target` None the task's
+    limit (set, the task is capped at it; a Gymnasium environment that states none ends its
+    own episodes, under `HOST_EPISODE_CAP`), and the config field `target` None the task's
     success target (None where the task has none: the run reports returns only)."""
     if task is None:
         task = configured_task(config.env, config.private_params, default)
@@ -478,10 +492,12 @@ def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
         config = replace(config, env=task.name, private_params=tuple(task.private_spec()))
     if config.max_episode_steps is not None:
         task = task.with_max_steps(config.max_episode_steps)
+    elif task.episode_steps is None and task.host:  # it ends its own episodes (Gymnasium's way)
+        task = task.with_max_steps(HOST_EPISODE_CAP)
     elif task.episode_steps is None:
         raise ConfigError("max_episode_steps", f"{task.name} states no step limit (no "
-                          "max_steps_in_episode parameter, no spec.max_episode_steps or "
-                          "TimeLimit): set the episode cap")
+                          "max_steps_in_episode parameter): set the episode cap (a gymnax "
+                          "rollout is compiled for a fixed length)")
     updates = {"max_episode_steps": task.episode_steps}
     if getattr(config, target) is None:
         updates[target] = task.target
