@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import HOST_EPISODE_CAP, ConfigError
 from privrl.envs.check import check_gymnasium_env, check_gymnax_env
 from privrl.envs.gymnasium_env import (
     attribute_defaults,
@@ -469,12 +469,6 @@ def configured_task(env: str | None, private: Sequence[str], default: Callable[[
         return default()
     specs = tuple(parse_private(p) for p in private)
     return make_task(env or "gymnax:CartPole-v1", specs)
-
-
-# The safety cap on the episodes of a Gymnasium environment that states no step limit (it
-# ends its own episodes by `terminated`/`truncated`): `--max-steps` (`max_episode_steps`)
-# changes it. It bounds what an episode can cost and is what the run's statements count.
-HOST_EPISODE_CAP = 10_000
 
 
 def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
