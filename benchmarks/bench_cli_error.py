@@ -5,7 +5,10 @@ measures the whole process (interpreter start to exit 2), median of `--repeats` 
 two references taken in the same loop: a bare interpreter and `import jax` alone (what the
 error path no longer pays). On a loaded machine read the ratios, not the seconds.
 
-    python benchmarks/bench_cli_error.py [--repeats 7]
+    python benchmarks/bench_cli_error.py [--repeats 7] [--compare SRC]
+
+`--compare SRC`: also time the same bad flag with another privrl's source tree first on the
+import path (e.g. `git archive <commit> src | tar -x -C /tmp/old`, then `--compare /tmp/old/src`).
 """
 
 from __future__ import annotations
@@ -28,12 +31,18 @@ CASES = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--compare", help="another privrl's src directory")
     args = ap.parse_args()
-    times: dict[str, list[float]] = {name: [] for name in CASES}
+    cases = {name: (cmd, None) for name, cmd in CASES.items()}
+    if args.compare:
+        env = {**os.environ, "PYTHONPATH": args.compare, "PYTHONDONTWRITEBYTECODE": "1"}
+        cases[f"privrl run pgc-a3c --bogus ({args.compare})"] = (CASES[
+            "privrl run pgc-a3c --bogus"], env)
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.repeats):  # interleaved: a change in load hits every case alike
-        for name, cmd in CASES.items():
+        for name, (cmd, env) in cases.items():
             start = time.perf_counter()
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
             times[name].append(time.perf_counter() - start)
             if name.startswith("privrl"):
                 assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, \
@@ -41,7 +50,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
           f"{args.repeats} repeats")
     for name, ts in times.items():
-        print(f"{name:40s} median {statistics.median(ts):6.2f} s  "
+        print(f"{name:58s} median {statistics.median(ts):6.2f} s  "
               f"(min {min(ts):.2f}, max {max(ts):.2f})")
 
 

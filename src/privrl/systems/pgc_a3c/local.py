@@ -490,7 +490,7 @@ def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     no Ray run is refused naming RUN_DIR; nothing in it is executed."""
     from privrl.config import ConfigError
     from privrl.federation.service import SETUP, replay
-    from privrl.runfile import RunFileError
+    from privrl.runfile import read_npy
 
     log_dir = run_dir / "aggregator"
     if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
@@ -500,13 +500,5 @@ def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
                                      f"aggregator/{SETUP} or theta_final.npy)")
     theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    final_path = run_dir / "theta_final.npy"
-    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
-        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
-                           ) from None
-    if final.dtype != theta.dtype or final.shape != theta.shape:
-        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
-                                       f"θ is {theta.dtype} of shape {theta.shape}")
-    return theta, np.array(final)
+    # read only if it declares the run's θ's dtype and shape; no link followed
+    return theta, read_npy(run_dir / "theta_final.npy", theta.dtype, theta.shape)
