@@ -94,10 +94,15 @@ def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
     """Node n's handler: SecAgg+'s mod around the agent's release of its vector."""
 
     def make(node: int) -> Callable[[Message, Context], Message]:
+        sent: dict[int, np.ndarray] = {}
+
         def release(msg: Message, ctx: Context) -> Message:
             arrays, config = read_fit(msg.content)
             assert config["round"] == 3 and arrays[0].shape == (2,)
-            y = mech.message(jax.random.key(node), vectors[node])
+            # a round asked again gets the message released for it (as privrl's nodes)
+            if config["round"] not in sent:
+                sent[config["round"]] = mech.message(jax.random.key(node), vectors[node])
+            y = sent[config["round"]]
             if record is not None:
                 record[node] = y
             return Message(sum_reply(node_payload(y, mech.bits)), reply_to=msg)
@@ -197,3 +202,142 @@ def test_a_node_dead_before_its_key_shares_is_left_out_of_a_second_run():
     decoded = np.asarray(mech.decode(out.total).value)
     truth = sum(v * min(1, 1 / np.linalg.norm(v)) for n, v in vectors.items() if n != 101)
     assert np.max(np.abs(decoded - truth)) < 5 * np.sqrt(4 * mech.share_variance) * mech.gamma
+
+
+# --- a server that deviates from the protocol (issue 52) -----------------------------------------
+# Each attack is the server's own code: Flower's real workflow where it serves, crafted messages
+# where it deviates. A node is `secagg_node` around a release that re-sends the same message
+# when asked for a round again (as privrl's nodes did: a restarted or retried round).
+def _target_after(unmasked: list[np.ndarray], bits: int) -> np.ndarray:
+    """The payload y of one node's masked vector once its masks are removed ([0]: weight)."""
+    return np.mod(np.asarray(unmasked[1], np.int64), 1 << bits)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 52: the attack recovers the target's message on main")
+def test_running_a_round_twice_reveals_no_single_nodes_message():
+    """Attack: one SecAgg+ run of round 3 over all nodes, then another over all but the target;
+    the difference of the two sums would be the target's message."""
+    payloads: dict[int, np.ndarray] = {}
+    mech, vectors, grid, first = run_round(4, record=payloads)
+    target, bits = 101, mech.bits
+    assert first.total is not None
+    second = secure_sum_round(grid, context(), [n for n in vectors if n != target],
+                              [np.zeros(2)], {"round": 3}, 3, bits, 3, None)
+    if second.total is not None:
+        recovered = np.mod(first.total - second.total, 1 << bits)
+        assert not np.array_equal(recovered, payloads[target]), "the target's message leaked"
+    assert second.total is None  # every node refuses a second sum of a round it took part in
+
+
+def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
+                  dead_of: Callable[[int, list[int]], list[int]], target: int = 101):
+    """Flower's workflow through the masked vectors of 4 nodes (threshold 3); then the server
+    sends node n the unmask request (active_of(n, nodes), dead_of(n, nodes)) and tries to
+    remove the target's masks from its own masked vector. Returns (what it recovered or None,
+    the target's true payload, the replies)."""
+    from flwr.app import ConfigRecord, MessageType
+    from flwr.common import bytes_to_ndarray, ndarrays_to_parameters
+    from flwr.common.secure_aggregation.crypto.shamir import combine_shares
+    from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
+    from flwr.common.secure_aggregation.ndarrays_arithmetic import (
+        parameters_addition,
+        parameters_mod,
+        parameters_subtraction,
+    )
+    from flwr.common.secure_aggregation.secaggplus_constants import (
+        RECORD_KEY_CONFIGS,
+        Key,
+        Stage,
+    )
+    from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen
+    from flwr.compat.common import recorddict_compat as compat
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow import SecAggPlusWorkflow
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.constant import Key as WorkflowKey
+    from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
+    from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
+
+    from privrl.federation.flower_sum import MODULUS_RANGE, _SumStrategy
+
+    nodes, bits = 4, payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=nodes, min_honest=3,
+                               noise_multiplier=1.0, bits=bits)
+    rng = np.random.default_rng(0)
+    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(nodes)}
+    payloads: dict[int, np.ndarray] = {}
+    make = node_handler(mech, vectors, payloads)
+    grid = LoopGrid({n: make(n) for n in vectors})
+    legacy = LegacyContext(context(), strategy=_SumStrategy(list(vectors), {"round": 3}))
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+        {WorkflowKey.CURRENT_ROUND: 3})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
+        ndarrays_to_parameters([np.zeros(2)]), keep_input=True)
+    flow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=3, max_weight=1.0,
+                              clipping_range=float(1 << (bits - 1)),
+                              quantization_range=1 << bits, modulus_range=MODULUS_RANGE)
+    state = WorkflowState()
+    assert flow.setup_stage(grid, legacy, state) and flow.share_keys_stage(grid, legacy, state)
+    assert flow.collect_masked_vectors_stage(grid, legacy, state)
+    masked = {n: [bytes_to_ndarray(b) for b in c.config_records[RECORD_KEY_CONFIGS]
+                  ["masked_params"]] for n, c in grid.seen if
+              "masked_params" in c.config_records[RECORD_KEY_CONFIGS]}
+    alive = sorted(state.active_node_ids)
+    replies = grid.send_and_receive([Message(
+        RecordDict({RECORD_KEY_CONFIGS: ConfigRecord({
+            Key.STAGE: Stage.UNMASK, Key.ACTIVE_NODE_ID_LIST: active_of(n, alive),
+            Key.DEAD_NODE_ID_LIST: dead_of(n, alive)})}),
+        dst_node_id=n, message_type=MessageType.TRAIN, group_id="3") for n in alive])
+    seeds, keys = [], []
+    for n, r in zip(alive, replies, strict=True):
+        if r.has_error():
+            continue
+        rec = r.content.config_records[RECORD_KEY_CONFIGS]
+        for i, (owner, share) in enumerate(zip(rec[Key.NODE_ID_LIST], rec[Key.SHARE_LIST],
+                                               strict=True)):
+            if owner == target:
+                (seeds if i < len(active_of(n, alive)) else keys).append(share)
+    if len(seeds) < 3 or len(keys) < 3:
+        return None, payloads[target], replies
+    shapes = [a.shape for a in masked[target]]
+    vec = parameters_subtraction(masked[target],
+                                 pseudo_rand_gen(combine_shares(seeds), MODULUS_RANGE, shapes))
+    sk1 = bytes_to_private_key(combine_shares(keys))
+    for n in alive:
+        if n != target:
+            pair = pseudo_rand_gen(generate_shared_key(
+                sk1, bytes_to_public_key(state.nid_to_publickeys[n][0])), MODULUS_RANGE, shapes)
+            vec = (parameters_subtraction if target > n else parameters_addition)(vec, pair)
+    return _target_after(parameters_mod(vec, MODULUS_RANGE), bits), payloads[target], replies
+
+
+@pytest.mark.xfail(strict=True, reason="issue 52: the attack recovers the target's message on main")
+def test_an_unmask_request_naming_a_node_active_and_dead_reveals_nothing():
+    """Attack: every node is asked for the target's private-mask share (active) and its key
+    share (dead) in one unmask request; with both, the server strips the target's masks."""
+    got, truth, replies = _rogue_unmask(lambda n, alive: alive, lambda n, alive: [101])
+    if got is not None:
+        assert not np.array_equal(got, truth), "the target's message leaked"
+    assert all(r.has_error() for r in replies)  # every node refuses the request
+
+
+@pytest.mark.xfail(strict=True, reason="issue 52: the attack recovers the target's message on main")
+def test_a_node_answers_only_secagg_train_messages():
+    """Attack: the round's fit request sent as another message type, which Flower's mod passes
+    to the node's release unmasked."""
+    from flwr.app import MessageType
+    from flwr.common import FitIns, ndarrays_to_parameters
+    from flwr.compat.common import recorddict_compat as compat
+
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    payloads: dict[int, np.ndarray] = {}
+    handler = node_handler(mech, {100: np.full(6, 0.1)}, payloads)(100)
+    content = compat.fitins_to_recorddict(
+        FitIns(ndarrays_to_parameters([np.zeros(2)]), {"round": 3}), keep_input=True)
+    msg = Message(content, dst_node_id=100, message_type=MessageType.QUERY)
+    msg.metadata.__dict__["_message_id"] = "m0-100"
+    reply = handler(msg, context(100))
+    assert not payloads, "the node released its message outside SecAgg+"
+    assert reply.has_error()
