@@ -17,6 +17,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp.grid import Grid
 
 from privrl.federation.flower_sum import (
+    SecAggPins,
     node_payload,
     payload_bits,
     read_fit,
@@ -107,7 +108,7 @@ def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
                 record[node] = y
             return Message(sum_reply(node_payload(y, mech.bits)), reply_to=msg)
 
-        return secagg_node(release)
+        return secagg_node(release, SecAggPins(len(vectors), len(vectors) // 2 + 1, mech.bits))
 
     return make
 
@@ -185,9 +186,12 @@ def test_too_few_survivors_reveal_nothing():
     assert out.total is None and out.survivors == []
 
 
-def test_a_node_dead_before_its_key_shares_is_left_out_of_a_second_run():
-    # node 101 dies during the key-sharing stage: the survivors hold no share of its key, and
-    # Flower's SecAgg+ halts (nothing revealed); the second run leaves it out from the start.
+@pytest.mark.parametrize("stage", ["setup", "share_keys"])
+def test_a_node_dead_before_its_key_shares_does_not_halt_the_run(stage: str):
+    # node 101 dies at SETUP or while keys are shared: the survivors hold no share of its key
+    # and no mask with it; Flower 1.42's workflow would still ask them for its key shares and halt
+    # (a second run would need every node to add its message to a second sum, which it
+    # refuses); the run leaves the node out at unmasking and reveals the others' sum.
     bits = payload_bits(4)
     mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
                                bits=bits)
@@ -195,10 +199,10 @@ def test_a_node_dead_before_its_key_shares_is_left_out_of_a_second_run():
     vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
     make = node_handler(mech, vectors)
     grid = LoopGrid({n: make(n) for n in vectors},
-                    drop=lambda stage, n: n == 101 and stage == "share_keys")
+                    drop=lambda s, n: n == 101 and s == stage)
     out, tries, alive = secure_sum(grid, context(), list(vectors), [np.zeros(2)],
                                    {"round": 3}, 3, bits, 3, None)
-    assert tries == 2 and out.survivors == alive == [100, 102, 103]
+    assert tries == 1 and out.survivors == alive == [100, 102, 103]
     decoded = np.asarray(mech.decode(out.total).value)
     truth = sum(v * min(1, 1 / np.linalg.norm(v)) for n, v in vectors.items() if n != 101)
     assert np.max(np.abs(decoded - truth)) < 5 * np.sqrt(4 * mech.share_variance) * mech.gamma
@@ -213,7 +217,6 @@ def _target_after(unmasked: list[np.ndarray], bits: int) -> np.ndarray:
     return np.mod(np.asarray(unmasked[1], np.int64), 1 << bits)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 52: the attack recovers the target's message on main")
 def test_running_a_round_twice_reveals_no_single_nodes_message():
     """Attack: one SecAgg+ run of round 3 over all nodes, then another over all but the target;
     the difference of the two sums would be the target's message."""
@@ -311,7 +314,6 @@ def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
     return _target_after(parameters_mod(vec, MODULUS_RANGE), bits), payloads[target], replies
 
 
-@pytest.mark.xfail(strict=True, reason="issue 52: the attack recovers the target's message on main")
 def test_an_unmask_request_naming_a_node_active_and_dead_reveals_nothing():
     """Attack: every node is asked for the target's private-mask share (active) and its key
     share (dead) in one unmask request; with both, the server strips the target's masks."""
@@ -321,7 +323,6 @@ def test_an_unmask_request_naming_a_node_active_and_dead_reveals_nothing():
     assert all(r.has_error() for r in replies)  # every node refuses the request
 
 
-@pytest.mark.xfail(strict=True, reason="issue 52: the attack recovers the target's message on main")
 def test_a_node_answers_only_secagg_train_messages():
     """Attack: the round's fit request sent as another message type, which Flower's mod passes
     to the node's release unmasked."""
@@ -341,3 +342,40 @@ def test_a_node_answers_only_secagg_train_messages():
     reply = handler(msg, context(100))
     assert not payloads, "the node released its message outside SecAgg+"
     assert reply.has_error()
+
+
+def _setup_reply(**changes: object) -> tuple[Message, object]:
+    """A SETUP of 4 nodes, threshold 3, with `changes`, sent to a node that pinned 4 nodes,
+    threshold 3 and 29-bit integers; its reply and the node's guard."""
+    from flwr.app import ConfigRecord, MessageType
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+
+    pins = SecAggPins(4, 3, payload_bits(4))
+    guard = secagg_node(lambda m, c: m, pins)
+    configs = {Key.STAGE: "setup", Key.SAMPLE_NUMBER: 4, Key.SHARE_NUMBER: 4,
+               Key.THRESHOLD: 3, **pins.setup(), **changes}
+    msg = Message(RecordDict({RECORD_KEY_CONFIGS: ConfigRecord(configs)}), dst_node_id=100,
+                  message_type=MessageType.TRAIN, group_id="3")
+    msg.metadata.__dict__["_message_id"] = "m0-100"
+    return guard(msg, context(100)), guard
+
+
+@pytest.mark.parametrize("changes", [
+    {"threshold": 2}, {"sample_num": 5, "share_num": 5}, {"share_num": 3},
+    {"mod_range": 1 << 16}, {"target_range": 1 << 20}, {"clipping_range": 1.0},
+    {"max_weight": 2.0}], ids=lambda c: next(iter(c)))
+def test_a_node_refuses_a_setup_other_than_the_one_it_pinned(changes: dict):
+    reply, _ = _setup_reply()
+    assert not reply.has_error()  # the SETUP it pinned is answered
+    reply, guard = _setup_reply(**changes)
+    assert reply.has_error() and len(guard.refusals) == 1
+
+
+@pytest.mark.parametrize("lists", [
+    (lambda n, alive: alive[:2], lambda n, alive: alive[2:]),  # 2 active: below threshold 3
+    (lambda n, alive: alive, lambda n, alive: [999]),  # a node whose shares it never got
+    (lambda n, alive: [a for a in alive if a != n], lambda n, alive: [n]),  # itself dead
+], ids=["below-threshold", "unknown-node", "itself-dead"])
+def test_a_node_refuses_an_unmask_request_inconsistent_with_its_run(lists):
+    _got, _truth, replies = _rogue_unmask(*lists)
+    assert all(r.has_error() for r in replies)
