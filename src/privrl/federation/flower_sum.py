@@ -68,10 +68,10 @@ from privrl.privacy.discrete_sum import secure_sum_bits
 from privrl.privacy.report import Guarantee
 
 __all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "Refused", "SecAggGuard",
-           "SecAggPins", "SumRound",
-           "cen_server_app", "fewest_at_threshold", "node_payload", "payload_bits",
-           "payload_sum", "read_fit", "secagg_node", "secure_sum", "secure_sum_round",
-           "serve_cen", "sum_reply", "wait_for", "write_atomic"]
+           "SecAggPins", "SumRound", "cen_server_app", "fewest_at_threshold",
+           "fewest_revealed", "node_payload", "payload_bits", "payload_sum", "read_fit",
+           "secagg_node", "secure_sum", "secure_sum_round", "serve_cen", "sum_reply",
+           "wait_for", "write_atomic"]
 
 _log = logging.getLogger(__name__)
 MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
@@ -146,7 +146,7 @@ class SecAggPins:
         surviving agents hold `min_honest` noise shares (ValueError if none does)."""
         n = len(agents_per_node)
         for t in range(n // 2 + 1, n + 1):
-            if fewest_at_threshold(agents_per_node, t) >= min_honest:
+            if fewest_at_threshold(agents_per_node, fewest_revealed(n, t)) >= min_honest:
                 return cls(n, t, bits)
         raise ValueError(f"no threshold of {n} SuperNodes holds {min_honest} agents")
 
@@ -521,6 +521,22 @@ def fewest_at_threshold(agents_per_node: list[int], threshold: int) -> int:
     return sum(sorted(agents_per_node)[:threshold])
 
 
+def fewest_revealed(nodes: int, threshold: int) -> int:
+    """The fewest SuperNodes whose messages a sum revealed by one SecAgg+ run can hold, when
+    the server deviates but every node in the run is a genuine one (`SecAggGuard` checks
+    each node answers). The server may show each node other active and dead lists (SecAgg+
+    in Flower has no round in which nodes compare them). It unmasks a sum over a set S by
+    reconstructing, for each node outside S, its key (from >= t nodes listing it dead). A
+    node lists itself and >= t nodes active, from the <= n of the run, so at most n − t
+    dead: (n − |S|)·t <= n·(n − t), |S| >= n(2t − n)/t, smallest at n = N. At t = N − 1
+    (the default) and t = N this is t: deviating, the server reveals no smaller sum than
+    by dropping nodes down to the threshold."""
+    if not nodes // 2 < threshold <= nodes:
+        raise ValueError(f"the threshold must be a strict majority of the {nodes} nodes, "
+                         f"got {threshold}")
+    return -(-nodes * (2 * threshold - nodes) // threshold)
+
+
 RoundFn = Callable[[int, np.ndarray, int], tuple[np.ndarray, dict[str, Any]]]
 
 
@@ -567,7 +583,8 @@ def _sum_rounds(grid: Grid, context: Context, setup: dict[str, Any]
     mech = DiscreteGaussianSum(**setup["mechanism"])
     per_node = [int(a) for a in setup["agents_per_node"]]
     threshold, timeout = int(setup["threshold"]), setup["stage_timeout"]
-    mech.check_threshold(fewest_at_threshold(per_node, threshold))
+    mech.check_threshold(fewest_at_threshold(per_node, fewest_revealed(len(per_node),
+                                                                       threshold)))
     ids: list[int] = []
     alive: list[int] = []  # the nodes that answered last round's key exchange
 

@@ -60,6 +60,7 @@ from privrl.federation.flower_sum import (
     SUM_RESULTS,
     SecAggPins,
     fewest_at_threshold,
+    fewest_revealed,
     node_payload,
     payload_bits,
     read_fit,
@@ -125,16 +126,17 @@ def agents_of(node: int, nodes: int, agents: int) -> list[int]:
 def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
                      ) -> DiscreteGaussianSum:
     """The distributed discrete Gaussian a Flower run uses (`discrete_sum_mechanism`, the local
-    runner's): calibrated to the config's ε at δ over its calibration rounds, counting the
-    fewest agents `threshold` surviving nodes hold as the honest shares (or the config's
+    runner's): calibrated to the config's ε at δ over its calibration rounds, counting as the
+    honest shares the fewest agents a revealed sum can hold, the server deviating or not
+    (`fewest_revealed` SuperNodes: the threshold's at the default N − 1; or the config's
     min_honest, if smaller), modulo the 2^b SecAgg+ can carry for `nodes` nodes. ConfigError
     if the secure sum could reveal fewer."""
     per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
-    fewest = fewest_at_threshold(per_node, threshold)
+    fewest = fewest_at_threshold(per_node, fewest_revealed(nodes, threshold))
     m = fewest if cfg.min_honest is None else cfg.min_honest
     if m > fewest:
-        raise ConfigError("min_honest", f"{threshold} surviving SuperNodes may hold only "
-                          f"{fewest} agents, fewer than the {m} honest shares asked for")
+        raise ConfigError("min_honest", f"a sum revealed with threshold {threshold} may hold "
+                          f"only {fewest} agents, fewer than the {m} honest shares asked for")
     if cfg.epsilon is None:
         raise ConfigError("epsilon", "distributed-gaussian on Flower is calibrated from ε")
     mech = discrete_sum_mechanism(cfg, dim, m, payload_bits(nodes))
@@ -503,8 +505,42 @@ class FlowerCenRun:
                     "min_honest_surviving_agents": m.min_honest,
                     "reveals": f"SecAgg+ reveals a round's sum only when >= {self.threshold} "
                                f"of the {self.nodes} SuperNodes survive, which hold >= "
-                               f"{m.min_honest} agents"},
+                               f"{m.min_honest} agents",
+                    "guarantee_against": self.against()},
                 "fewest_agents_in_a_revealed_sum": fewest}
+
+    def against(self) -> dict[str, Any]:
+        """Each agent's (ε, δ) over the rounds run against each kind of server
+        (docs/threat-model.md): the same mechanism's accountant (`DiscreteGaussianSum
+        .epsilon`) with the honest noise shares a revealed sum holds against it."""
+        m, cfg, rounds = self.mechanism, self.config, len(self.rounds)
+        assert m is not None and self.threshold is not None
+        per_node = [len(agents_of(i, self.nodes, cfg.agents)) for i in range(self.nodes)]
+        cap = m.min_honest if cfg.min_honest is not None else math.inf
+
+        def bound(honest: int, what: str) -> dict[str, Any]:
+            honest = int(min(honest, cap))
+            return {"epsilon": m.epsilon(rounds, honest), "delta": m.delta,
+                    "honest_shares": honest, "what": what}
+
+        return {
+            "honest_but_curious_server": bound(
+                fewest_at_threshold(per_node, self.threshold),
+                "a server that follows SecAgg+ and reads all it receives: each revealed sum "
+                f"holds the >= {self.threshold} SuperNodes that survive the round"),
+            "deviating_server": bound(
+                m.min_honest,
+                "a server that deviates from SecAgg+ (drops, repeats or crafts any request) "
+                "but relays only the genuine SuperNodes: each node answers only requests "
+                "consistent with the threshold and nodes it pinned, adds its message of a "
+                "round to one sum, and a sum it can reveal holds >= "
+                f"{fewest_revealed(self.nodes, self.threshold)} SuperNodes (the stated ε)"),
+            "server_forging_supernodes": bound(
+                min(per_node),
+                "a server that also runs SuperNodes of its own in the secure sum (it runs the "
+                "SuperLink, and Flower 1.42's SecAgg+ lets no node authenticate its peers): "
+                "a revealed sum may hold one genuine SuperNode's message, protected only by "
+                "its own agents' noise shares")}
 
 
 def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
