@@ -197,7 +197,8 @@ class SecAggGuard:
         try:
             self._check(message)
             reply = secaggplus_mod(message, context, self._collect)
-        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        except Exception as e:  # whatever fails (a forged ciphertext, a spent budget): a
+            # refusal, and nothing else leaves
             reason = f"{type(e).__name__}: {e}"
             self.refusals.append({"stage": self._stage_of(message), "reason": reason})
             _log.warning("SecAgg+ request refused: %s", reason)
