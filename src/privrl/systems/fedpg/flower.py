@@ -504,8 +504,10 @@ class FlowerCenRun:
                     "supernodes": self.nodes, "threshold": self.threshold,
                     "min_honest_surviving_agents": m.min_honest,
                     "reveals": f"SecAgg+ reveals a round's sum only when >= {self.threshold} "
-                               f"of the {self.nodes} SuperNodes survive, which hold >= "
-                               f"{m.min_honest} agents",
+                               f"of the {self.nodes} SuperNodes survive; a sum even a server "
+                               "deviating from the protocol can reveal holds >= "
+                               f"{fewest_revealed(self.nodes, self.threshold)} SuperNodes, "
+                               f">= {m.min_honest} agents",
                     "guarantee_against": self.against()},
                 "fewest_agents_in_a_revealed_sum": fewest}
 
