@@ -233,11 +233,13 @@ def test_running_a_round_twice_reveals_no_single_nodes_message():
 
 
 def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
-                  dead_of: Callable[[int, list[int]], list[int]], target: int = 101):
-    """Flower's workflow through the masked vectors of 4 nodes (threshold 3); then the server
-    sends node n the unmask request (active_of(n, nodes), dead_of(n, nodes)) and tries to
-    remove the target's masks from its own masked vector. Returns (what it recovered or None,
-    the target's true payload, the replies)."""
+                  dead_of: Callable[[int, list[int]], list[int]], reveal: tuple[int, ...] = (101,),
+                  nodes: int = 4, threshold: int = 3):
+    """Flower's workflow through the masked vectors of `nodes` nodes 100, 101, ...; then the
+    server sends node n the unmask request (active_of(n, alive), dead_of(n, alive)) and tries
+    to unmask the sum of the nodes `reveal` alone: their private masks (from their seeds'
+    shares) and their pairwise masks with every other node (from its key's shares). Returns
+    (what it recovered or None, the true sum of their payloads, the replies)."""
     from flwr.app import ConfigRecord, MessageType
     from flwr.common import bytes_to_ndarray, ndarrays_to_parameters
     from flwr.common.secure_aggregation.crypto.shamir import combine_shares
@@ -263,8 +265,8 @@ def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
 
     from privrl.federation.flower_sum import MODULUS_RANGE, _SumStrategy
 
-    nodes, bits = 4, payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=nodes, min_honest=3,
+    bits = payload_bits(nodes)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=nodes, min_honest=threshold,
                                noise_multiplier=1.0, bits=bits)
     rng = np.random.default_rng(0)
     vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(nodes)}
@@ -276,8 +278,8 @@ def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
         {WorkflowKey.CURRENT_ROUND: 3})
     legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters([np.zeros(2)]), keep_input=True)
-    flow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=3, max_weight=1.0,
-                              clipping_range=float(1 << (bits - 1)),
+    flow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=threshold,
+                              max_weight=1.0, clipping_range=float(1 << (bits - 1)),
                               quantization_range=1 << bits, modulus_range=MODULUS_RANGE)
     state = WorkflowState()
     assert flow.setup_stage(grid, legacy, state) and flow.share_keys_stage(grid, legacy, state)
@@ -286,32 +288,41 @@ def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
                   ["masked_params"]] for n, c in grid.seen if
               "masked_params" in c.config_records[RECORD_KEY_CONFIGS]}
     alive = sorted(state.active_node_ids)
+    truth = np.mod(sum(payloads[n].astype(np.int64) for n in reveal), 1 << bits)
     replies = grid.send_and_receive([Message(
         RecordDict({RECORD_KEY_CONFIGS: ConfigRecord({
             Key.STAGE: Stage.UNMASK, Key.ACTIVE_NODE_ID_LIST: active_of(n, alive),
             Key.DEAD_NODE_ID_LIST: dead_of(n, alive)})}),
         dst_node_id=n, message_type=MessageType.TRAIN, group_id="3") for n in alive])
-    seeds, keys = [], []
+    seeds: dict[int, list[bytes]] = {n: [] for n in alive}
+    keys: dict[int, list[bytes]] = {n: [] for n in alive}
     for n, r in zip(alive, replies, strict=True):
         if r.has_error():
             continue
         rec = r.content.config_records[RECORD_KEY_CONFIGS]
         for i, (owner, share) in enumerate(zip(rec[Key.NODE_ID_LIST], rec[Key.SHARE_LIST],
                                                strict=True)):
-            if owner == target:
-                (seeds if i < len(active_of(n, alive)) else keys).append(share)
-    if len(seeds) < 3 or len(keys) < 3:
-        return None, payloads[target], replies
-    shapes = [a.shape for a in masked[target]]
-    vec = parameters_subtraction(masked[target],
-                                 pseudo_rand_gen(combine_shares(seeds), MODULUS_RANGE, shapes))
-    sk1 = bytes_to_private_key(combine_shares(keys))
-    for n in alive:
-        if n != target:
+            (seeds if i < len(active_of(n, alive)) else keys)[owner].append(share)
+    # a pairwise mask of i in `reveal` and j outside it: from either one's key (ECDH)
+    known = {n: bytes_to_private_key(combine_shares(k)) for n, k in keys.items()
+             if len(k) >= threshold}
+    others = [j for j in alive if j not in reveal]
+    if any(len(seeds[i]) < threshold for i in reveal) or \
+            any(i not in known and j not in known for i in reveal for j in others):
+        return None, truth, replies
+    shapes = [a.shape for a in masked[reveal[0]]]
+    vec = masked[reveal[0]]
+    for i in reveal[1:]:
+        vec = parameters_addition(vec, masked[i])
+    for i in reveal:
+        vec = parameters_subtraction(vec, pseudo_rand_gen(combine_shares(seeds[i]),
+                                                          MODULUS_RANGE, shapes))
+        for j in others:
+            sk, pk = (known[i], j) if i in known else (known[j], i)
             pair = pseudo_rand_gen(generate_shared_key(
-                sk1, bytes_to_public_key(state.nid_to_publickeys[n][0])), MODULUS_RANGE, shapes)
-            vec = (parameters_subtraction if target > n else parameters_addition)(vec, pair)
-    return _target_after(parameters_mod(vec, MODULUS_RANGE), bits), payloads[target], replies
+                sk, bytes_to_public_key(state.nid_to_publickeys[pk][0])), MODULUS_RANGE, shapes)
+            vec = (parameters_subtraction if i > j else parameters_addition)(vec, pair)
+    return _target_after(parameters_mod(vec, MODULUS_RANGE), bits), truth, replies
 
 
 def test_an_unmask_request_naming_a_node_active_and_dead_reveals_nothing():
@@ -379,3 +390,23 @@ def test_a_node_refuses_a_setup_other_than_the_one_it_pinned(changes: dict):
 def test_a_node_refuses_an_unmask_request_inconsistent_with_its_run(lists):
     _got, _truth, replies = _rogue_unmask(*lists)
     assert all(r.has_error() for r in replies)
+
+
+def test_a_deviating_server_reveals_no_sum_smaller_than_the_mechanism_counts():
+    """What the checks cannot stop, and the ε must count (fewest_revealed): 5 nodes, threshold
+    3. Each node gets a request it accepts (itself and 3 nodes active, 2 dead, disjoint), but
+    the lists differ from node to node, so that the seeds of nodes 100 and 101 and the keys of
+    the other three are each shared by >= 3 nodes: the sum of 2 nodes' messages is revealed,
+    fewer than the threshold, as many as fewest_revealed(5, 3) = 2 (and at the default
+    threshold N − 1 no fewer than it: fewest_revealed(5, 4) = 4)."""
+    from privrl.federation.flower_sum import fewest_revealed
+
+    views = {100: ([100, 101, 102], [103, 104]), 101: ([100, 101, 103], [102, 104]),
+             102: ([102, 100, 101], [103, 104]), 103: ([103, 100, 101], [102, 104]),
+             104: ([104, 100, 101], [102, 103])}
+    got, truth, replies = _rogue_unmask(lambda n, alive: views[n][0],
+                                        lambda n, alive: views[n][1], reveal=(100, 101),
+                                        nodes=5, threshold=3)
+    assert not any(r.has_error() for r in replies)
+    assert got is not None and np.array_equal(got, truth)
+    assert fewest_revealed(5, 3) == 2 and fewest_revealed(5, 4) == 4
