@@ -96,8 +96,9 @@ def run_fedpg_cen_command(
         min=1, max=64)] = 4,
     threshold: Annotated[int | None, typer.Option(
         help="Flower runtime: SuperNodes that must survive a round for SecAgg+ to reveal its "
-        "sum (a strict majority, <= N; default N − 1); the ε statement counts the agents they "
-        "hold as the honest shares.")] = None,
+        "sum (a strict majority, <= N; default N − 1); the ε statement counts as the honest "
+        "shares the agents of the smallest sum a server deviating from the protocol can "
+        "reveal (at the default, the threshold's SuperNodes).")] = None,
     stage_timeout: Annotated[float, typer.Option(
         help="Flower runtime: seconds each SecAgg+ stage waits for replies; a SuperNode "
         "silent past it is dropped from the round.", min=1.0)] = 120.0,
