@@ -172,7 +172,11 @@ def _execute_pgc_flower(config: PGCA3CConfig, out: Path | None, show_progress: b
     def run(path: Path, bar: Any, task: Any) -> tuple[Any, Any, dict[str, Any]]:
         result = flower.run_pgc_a3c_flower(config, path, supernodes)
         files = {"supernodes": supernodes, "aggregator": result.status,
-                 "refused": result.refused}
+                 "refused": result.refused, "dead_supernodes": result.dead,
+                 # reports an agent may have released that did not arrive, charged in
+                 # privacy.json's ledger (privrl.systems.pgc_a3c.flower.spent_ledger)
+                 "presumed_released": {str(a): n for a, n in result.presumed.items()},
+                 **({"error": result.error} if result.error else {})}
         return result, flower.as_run_output(result), files
 
     _execute_distributed(config, out, False, "flower", "Flower",
@@ -211,6 +215,9 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+    if getattr(result, "error", None):  # the files hold what was released before it ended
+        err.print(f"[bold red]The run ended early:[/] {result.error}")
+        raise typer.Exit(1)
 
 
 @top_app.command("replay")
