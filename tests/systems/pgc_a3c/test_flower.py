@@ -27,7 +27,7 @@ from privrl.federation.flower import (
     serve_pgc,
     submission_content,
 )
-from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
+from privrl.federation.service import LOG, AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.runtime.flower import refusal
 from privrl.systems.pgc_a3c import flower
@@ -334,3 +334,48 @@ def test_a_round_is_one_message_per_supernode_and_a_dead_one_costs_its_agents_bu
     _, presumed = flower.spent_ledger(svc.ledger, svc.guarantee, svc.accepted,
                                       {"asked": [[1, 0], [4, 0]]}, 2, 12, 1, aborted=True)
     assert presumed == {4: 1}
+
+
+def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--one-process-per-agent` starts one SuperNode per agent (here 3). The deployment
+    (no processes here) ends early, its SuperLink gone, with a round in flight: the run still
+    writes privacy.json, summary.json and the aggregator's report log, its ledger counting the
+    asks in flight as released, and exits 1 saying why. Bad uses of the option exit 2."""
+    from privrl.federation.flower import PROGRESS
+    from privrl.main import main
+    from privrl.runtime import flower as rt
+
+    started = []
+
+    def enter(self: rt.LocalDeployment) -> rt.LocalDeployment:
+        started.append(self.nodes)
+        self.superexec_secret = tmp_path / "secret"
+        return self
+
+    def run(self: rt.LocalDeployment, app: Path, done: Path, timeout_s: Any = None) -> str:
+        (done.parent / PROGRESS).write_text(json.dumps({"asked": [[0, 0], [1, 0]],
+                                                        "scores": [None] * 3}))
+        raise RuntimeError("flower-superlink exited during the run")
+
+    monkeypatch.setattr(rt.LocalDeployment, "__enter__", enter)
+    monkeypatch.setattr(rt.LocalDeployment, "__exit__", lambda self, *e: None)
+    monkeypatch.setattr(rt.LocalDeployment, "spawn", lambda self, *a: None)
+    monkeypatch.setattr(rt.LocalDeployment, "run", run)
+    args = ["run", "pgc-a3c", "--mechanism", "laplace", "--epsilon", "2", "--submissions", "3",
+            "--parallel-agents", "2", "--no-progress"]
+    out = tmp_path / "run"
+    assert main([*args, "--runtime", "flower", "--one-process-per-agent",
+                 "--out", str(out)]) == 1
+    assert started == [3]
+    ledger = json.loads((out / "privacy.json").read_text())["ledger"]
+    assert ledger["agents"] == 2 and ledger["per_agent_epsilon"]["max"] == pytest.approx(2.0)
+    flower_json = json.loads((out / "flower.json").read_text())
+    assert flower_json["presumed_released"] == {"0": 1, "1": 1}
+    assert "superlink exited" in flower_json["error"]
+    assert json.loads((out / "summary.json").read_text())["trials"] == 1
+    assert (out / "aggregator" / LOG).exists()
+    assert main([*args, "--one-process-per-agent", "--out", str(tmp_path / "b")]) == 2
+    assert main([*args, "--submissions", "65", "--runtime", "flower",
+                 "--one-process-per-agent", "--out", str(tmp_path / "c")]) == 2
+    assert started == [3] and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
