@@ -25,13 +25,15 @@ def cpu_s() -> float:
 
 
 def one(submissions: int, nodes: int, parallel: int, root: Path) -> dict[str, float]:
+    from privrl.runtime.flower import LocalDeployment
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
     from privrl.systems.pgc_a3c.flower import run_pgc_a3c_flower
 
     cfg = PGCA3CConfig(preset="tuned", trials=1, mechanism="laplace", epsilon=2.0,
                        submissions=submissions, parallel_agents=parallel, seed=1)
     cpu, wall = cpu_s(), time.perf_counter()
-    out = run_pgc_a3c_flower(cfg, root / f"run{submissions}", nodes)
+    out = run_pgc_a3c_flower(cfg, root / f"run{submissions}", nodes,
+                             deployment=lambda n, logs: LocalDeployment(n, logs, 300.0))
     wall, cpu = time.perf_counter() - wall, cpu_s() - cpu
     assert out.error is None and out.status["accepted"] == submissions, out.status
     return {"submissions": submissions, "wall_s": wall, "cpu_s": cpu,

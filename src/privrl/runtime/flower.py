@@ -119,9 +119,11 @@ class Credentials:
     nodes: tuple[tuple[Path, Path], ...]  # each SuperNode's (private key, public key)
 
 
-def make_credentials(directory: Path, nodes: int, days: int = 1) -> Credentials:
-    """A CA, the SuperLink's certificate signed by it, and one EC key pair per SuperNode
-    (OpenSSH format, as flower-supernode and `flwr supernode register` read them)."""
+def make_credentials(directory: Path, nodes: int, days: int = 1,
+                     hosts: Sequence[str] = ("127.0.0.1",)) -> Credentials:
+    """A CA, the SuperLink's certificate signed by it (for localhost and the IP addresses
+    `hosts`), and one EC key pair per SuperNode (OpenSSH format, as flower-supernode and
+    `flwr supernode register` read them)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     until = now + datetime.timedelta(days=days)
@@ -133,7 +135,8 @@ def make_credentials(directory: Path, nodes: int, days: int = 1) -> Credentials:
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    names += [x509.IPAddress(ipaddress.ip_address(h)) for h in dict.fromkeys(hosts)]
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
             .issuer_name(ca_name).public_key(key.public_key())
@@ -332,19 +335,25 @@ def free_port() -> int:
 class LocalDeployment:
     """A SuperLink and `nodes` SuperNodes on localhost with TLS and SuperNode authentication,
     each a process group of its own, all stopped when the `with` block ends (module doc).
-    `logs`: where each process's output goes (kept)."""
+    `logs`: where each process's output goes (kept). `host`: the address the SuperLink
+    serves on (its certificate's); `prefix(name)`: what a process's command line starts with
+    (for example `ip netns exec NS`: benchmarks/flower_netns.py runs each SuperNode in a
+    network namespace of its own)."""
 
-    def __init__(self, nodes: int, logs: Path, startup_s: float = 60.0) -> None:
+    def __init__(self, nodes: int, logs: Path, startup_s: float = 60.0,
+                 host: str = "127.0.0.1",
+                 prefix: Callable[[str], list[str]] | None = None) -> None:
         if nodes < 1:
             raise ValueError(f"a deployment needs at least one SuperNode, got {nodes}")
         self.nodes, self.logs, self.startup_s = nodes, logs, startup_s
+        self.host, self.prefix = host, prefix
         self.processes: list[subprocess.Popen] = []
         self.names: dict[int, str] = {}  # pid -> the name `spawn` gave it
         self.lost: list[int] = []  # SuperNodes (slots) that left during the run
         self.seen: set[tuple[int, float]] = set()  # (pid, start time) of their descendants
         self.bin = Path(sys.executable).parent
         self.work: Path | None = None
-        self.link = f"127.0.0.1:{free_port()}"
+        self.link = f"{host}:{free_port()}"
         self.runtime_apis = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
 
     def __enter__(self) -> LocalDeployment:
@@ -364,7 +373,7 @@ class LocalDeployment:
     def _start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="privrl-flower-"))  # 0700
-        creds = make_credentials(self.work / "credentials", self.nodes)
+        creds = make_credentials(self.work / "credentials", self.nodes, hosts=[self.host])
         # The SuperNodes' SuperExec secret: only an executor holding it may take their tasks.
         self.superexec_secret = self.work / "credentials" / "superexec.secret"
         _private(self.superexec_secret, os.urandom(32))
@@ -411,6 +420,8 @@ class LocalDeployment:
         argv = list(argv)
         if (self.bin / argv[0]).exists():
             argv[0] = str(self.bin / argv[0])
+        if self.prefix is not None:
+            argv = [*self.prefix(name), *argv]
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
@@ -449,7 +460,7 @@ class LocalDeployment:
         node_ids = [line.rsplit(" ", 1)[-1] for line in said.splitlines()
                     if "SuperNode ID:" in line]
         if node_ids and node_ids[-1].isdigit():
-            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            with contextlib.suppress(RuntimeError):
                 self._flwr(["supernode", "unregister", node_ids[-1], CONNECTION],
                            f"unregistering SuperNode {slot}", timeout_s=30)
 
@@ -458,8 +469,12 @@ class LocalDeployment:
         deadline = time.monotonic() + (timeout_s or self.startup_s)
         while True:
             left = max(1.0, deadline - time.monotonic())
-            out = subprocess.run([str(self.bin / "flwr"), *args], env=self.env, text=True,
-                                 capture_output=True, timeout=left, stdin=subprocess.DEVNULL)
+            try:
+                out = subprocess.run([str(self.bin / "flwr"), *args], env=self.env, text=True,
+                                     capture_output=True, timeout=left,
+                                     stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{what} did not finish in {left:.0f} s") from None
             if out.returncode == 0:
                 return out.stdout
             if not retry or time.monotonic() > deadline:

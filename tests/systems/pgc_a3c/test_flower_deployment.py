@@ -131,11 +131,11 @@ def test_a_supernode_killed_mid_run_costs_its_agents_and_the_run_goes_on(
     def and_kill(self: rt.LocalDeployment) -> None:
         seen["work"] = self.work
         progress = tmp_path / "run" / "aggregator" / PROGRESS
-        if "killed" not in seen and progress.exists():
-            if json.loads(progress.read_text())["status"]["accepted"] >= 1:
-                node = next(p for p in self.processes if self.names[p.pid] == "supernode1")
-                os.kill(node.pid, signal.SIGKILL)
-                seen["killed"] = True
+        if ("killed" not in seen and progress.exists()
+                and json.loads(progress.read_text())["status"]["accepted"] >= 1):
+            node = next(p for p in self.processes if self.names[p.pid] == "supernode1")
+            os.kill(node.pid, signal.SIGKILL)
+            seen["killed"] = True
         check(self)
 
     monkeypatch.setattr(rt.LocalDeployment, "check", and_kill)

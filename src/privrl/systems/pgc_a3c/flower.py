@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,12 +136,18 @@ class FlowerRunOutput:
 
 def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                        reply_timeout_s: float = 300.0,
-                       timeout_s: float | None = None) -> FlowerRunOutput:
+                       timeout_s: float | None = None,
+                       deployment: Callable[[int, Path], Any] | None = None
+                       ) -> FlowerRunOutput:
     """One PGC-A3C trial as a local Flower deployment (privrl.runtime.flower): the aggregator's
     ServerApp and `nodes` SuperNodes, each with its agent executor, as separate processes;
     the aggregator's files (its log, checkpoints, setup) and every process's log in
     `directory`. The ServerApp waits `reply_timeout_s` for a round's replies (a submission
-    without one is refused); the whole run, `timeout_s` (None: as long as it runs)."""
+    without one is refused); the whole run, `timeout_s` (None: as long as it runs).
+    `deployment(nodes, logs)`: the deployment to run in (default: a `LocalDeployment` on
+    localhost; benchmarks/flower_netns.py passes one across network namespaces). A SuperNode
+    that dies costs its agents (their budgets count as spent); an abort keeps what was
+    released (`FlowerRunOutput.error` says why it ended; docs/flower.md)."""
     from privrl.federation.flower import PROGRESS, RESULTS
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
@@ -167,15 +174,15 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
     agent_config.write_text(json.dumps(cfg.to_dict()))
     error = None
     try:
-        with LocalDeployment(nodes, directory / "logs") as deployment:
+        with (deployment or LocalDeployment)(nodes, directory / "logs") as running:
             for i in range(nodes):
-                deployment.spawn(f"agent{i}", [
+                running.spawn(f"agent{i}", [
                     sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
                     str(agent_config), "--node", str(i), "--nodes", str(nodes),
-                    "--runtime-api", deployment.runtime_apis[i], "--trusted-fab", trusted,
+                    "--runtime-api", running.runtime_apis[i], "--trusted-fab", trusted,
                     "--state-dir", str(directory / "agents" / f"node{i}"),
-                    "--superexec-secret-file", str(deployment.superexec_secret)])
-            log = deployment.run(app, agg / RESULTS, timeout_s)
+                    "--superexec-secret-file", str(running.superexec_secret)])
+            log = running.run(app, agg / RESULTS, timeout_s)
             (directory / "logs" / "run.log").write_text(log)
     except (RuntimeError, OSError, KeyboardInterrupt) as e:  # what was released is kept
         error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
