@@ -36,7 +36,7 @@ from privrl.privacy.report import Guarantee, Report, restore_report
 
 __all__ = ["PROGRESS", "RESULTS", "SLOT", "WireError", "ask_in_batches", "batch_content",
            "batch_reply_content", "read_batch", "read_batch_reply", "read_request",
-           "read_submission", "request_content", "serve_pgc", "server_app",
+           "read_submission", "request_content", "send_and_receive", "serve_pgc", "server_app",
            "submission_content"]
 
 RESULTS = "flower.json"  # what the ServerApp leaves beside the aggregator's files
@@ -257,6 +257,23 @@ def serve_pgc(grid: Grid, directory: Path, submissions: int, per_agent: int, par
     return out
 
 
+def send_and_receive(grid: Grid, messages: Any, timeout: float | None,
+                     poll_s: float = POLL_S) -> list[Message]:
+    """Flower's `Grid.send_and_receive` (push, then pull until every reply came or `timeout`
+    passed), pulling every `poll_s` instead of flwr 1.42's fixed 3 s."""
+    pending = set(grid.push_messages(messages))
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    out: list[Message] = []
+    while pending:
+        got = list(grid.pull_messages(list(pending)))
+        out.extend(got)
+        pending -= {m.metadata.reply_to_message_id for m in got}
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    return out
+
+
 def ask_in_batches(grid: Grid, ids: list[int], theta: np.ndarray, asks: list[tuple[int, int]],
                    dim: int, timeout_s: float | None, poll_s: float = POLL_S
                    ) -> tuple[dict[tuple[int, int], tuple[Submission, float] | str], list[int]]:
@@ -334,7 +351,7 @@ def ask_for_submissions(grid: Grid, ids: list[int], theta: np.ndarray,
     messages = [Message(request_content(theta, a, index), dst_node_id=ids[a % len(ids)],
                         message_type="train") for a, index in asks]
     replies = {r.metadata.reply_to_message_id: r
-               for r in grid.send_and_receive(messages, timeout=timeout_s)}
+               for r in send_and_receive(grid, messages, timeout_s)}
     out: list[tuple[Submission | None, float | None, str | None]] = []
     for ask, sent in zip(asks, messages, strict=True):
         reply = replies.get(sent.metadata.message_id)
