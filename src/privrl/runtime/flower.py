@@ -335,12 +335,14 @@ def free_port() -> int:
 class LocalDeployment:
     """A SuperLink and `nodes` SuperNodes on localhost with TLS and SuperNode authentication,
     each a process group of its own, all stopped when the `with` block ends (module doc).
-    `logs`: where each process's output goes (kept). `host`: the address the SuperLink
+    `logs`: where each process's output goes (kept); `startup_s`: how long the SuperLink's
+    start and each `flwr` command may take (a `flwr` command took over 60 s on the shared
+    2-core VM at load 35). `host`: the address the SuperLink
     serves on (its certificate's); `prefix(name)`: what a process's command line starts with
     (for example `ip netns exec NS`: benchmarks/flower_netns.py runs each SuperNode in a
     network namespace of its own)."""
 
-    def __init__(self, nodes: int, logs: Path, startup_s: float = 60.0,
+    def __init__(self, nodes: int, logs: Path, startup_s: float = 300.0,
                  host: str = "127.0.0.1",
                  prefix: Callable[[str], list[str]] | None = None) -> None:
         if nodes < 1:
