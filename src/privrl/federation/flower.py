@@ -45,9 +45,8 @@ POLL_S = 0.1  # the ServerApp's wait between two pulls of replies (Flower's own 
 MAX_BATCH = 4096  # the most asks one message may carry (an agent refuses a longer list)
 SLOT = "privrl-slot-"  # a SuperNode's registered name: SLOT + its index (hosts agents ≡ index)
 _GUARANTEE_FIELDS = ("epsilon", "delta", "notion", "unit", "neighbouring", "sensitivity", "norm")
-
-
-_GONE = (ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)  # Flower says
+# Flower's own answers for a SuperNode that left (not the agent's refusals)
+_GONE = (ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)
 
 
 class WireError(ValueError):
@@ -101,7 +100,6 @@ def read_submission(content: RecordDict, dim: int) -> tuple[Submission, float]:
         raise WireError("no score")
     report: Report = restore_report(value, guarantee)
     return Submission(_int(ids, "agent"), _int(ids, "index"), report), float(score["score"])
-
 
 
 # --- one message per SuperNode per round: a batch of asks, a batch of replies ------------------
