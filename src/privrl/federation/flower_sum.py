@@ -61,6 +61,7 @@ from privrl.federation.aggregator import check_report
 from privrl.federation.flower import (
     _wait_for_nodes,
     ask_for_submissions,
+    send_and_receive,
 )
 from privrl.federation.service import submission_problem
 from privrl.federation.star import average_reports
@@ -401,7 +402,7 @@ class _Watched(Grid):
         messages = list(messages)
         stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE)
                     if messages else "")
-        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        replies = send_and_receive(self.grid, messages, timeout)  # not Flower's 3 s polls
         self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
         return replies
 
