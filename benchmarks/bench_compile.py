@@ -181,8 +181,8 @@ def main() -> None:
                     help="kernels per compiled program, from an XLA dump (a separate run)")
     ap.add_argument("--json", help="also write every row to this file")
     args = ap.parse_args()
-    load = os.getloadavg()[0]
-    print(f"# {os.cpu_count()} cores, load average {load:.2f} at start; python {sys.version.split()[0]}")
+    print(f"# {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start; "
+          f"python {sys.version.split()[0]}")
     print("| command | mode | process s | import s | compile s | run s | programs | cache hits |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     rows = []

@@ -23,11 +23,44 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from privrl.compute.devices import use_host_devices
 
 use_host_devices(1)
 os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
+
+
+def random_policy(env: Any, params: Any, n: int, steps: int) -> Callable[[], float]:
+    """A call that steps `n` envs `steps` times with uniform random actions (one jitted scan;
+    gymnax's `step` resets finished episodes) and returns the env steps it took."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def loop(key: jax.Array) -> jax.Array:
+        _, states = jax.vmap(env.reset, (0, None))(jax.random.split(key, n), params)
+
+        def body(carry: Any, k: jax.Array) -> tuple[Any, None]:
+            st, acc = carry
+            ka, ks = jax.random.split(k)
+            actions = jax.random.randint(ka, (n,), 0, 2)
+            obs, st, *_ = jax.vmap(env.step, (0, 0, 0, None))(
+                jax.random.split(ks, n), st, actions, params)
+            return (st, acc + jnp.sum(obs)), None  # used: XLA cannot drop the steps
+
+        (_, acc), _ = jax.lax.scan(body, (states, jnp.float32(0)),
+                                   jax.random.split(key, steps))
+        return acc
+
+    keys = iter(jax.random.split(jax.random.key(1), 10_000))
+
+    def call() -> float:
+        jax.block_until_ready(loop(next(keys)))
+        return float(n * steps)
+
+    return call
 
 
 def main() -> None:
@@ -44,7 +77,6 @@ def main() -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    from privrl.envs.rollout import rollout_trials
     from privrl.systems.pgc_a3c.algorithm import (
         JITTED_EPISODES,
         PGCA3C,
@@ -77,7 +109,6 @@ def main() -> None:
 
             timed[f"round, mechanism {mech}"] = (pgc,)
             if mech == "laplace":
-                env, params = algo.env, algo.env_params
                 group = trial_group(trials, 1, cfg.trial_block)
 
                 def rollouts(states, algo=algo, group=group):
@@ -91,30 +122,9 @@ def main() -> None:
                 timed["rollouts only (one round)"] = (
                     lambda roll=roll, s=state0: float(roll(s)),)
 
-        steps = max(1, args.steps // n)
-        p0 = jax.tree_util.tree_map(lambda x: x, params)
-
-        @jax.jit
-        def random_loop(key: jax.Array) -> jax.Array:
-            keys = jax.random.split(key, n)
-            _, states = jax.vmap(env.reset, (0, None))(keys, p0)
-
-            def body(carry, k):
-                st, acc = carry
-                ka, ks = jax.random.split(k)
-                actions = jax.random.randint(ka, (n,), 0, 2)
-                obs, st, *_ = jax.vmap(env.step, (0, 0, 0, None))(
-                    jax.random.split(ks, n), st, actions, p0)
-                return (st, acc + jnp.sum(obs)), None  # used: XLA cannot drop the steps
-
-            (_, acc), _ = jax.lax.scan(body, (states, jnp.float32(0)),
-                                       jax.random.split(key, steps))
-            return acc
-
-        rkey = iter(jax.random.split(jax.random.key(1), 1000))
-        timed["random policy"] = (
-            lambda: float(random_loop(next(rkey))) * 0 + float(steps * n),)
-        for fn, in timed.values():  # compile + warm-up
+        timed["random policy"] = (random_policy(algo.env, algo.env_params, n,
+                                                max(1, args.steps // n)),)
+        for (fn,) in timed.values():  # compile + warm-up
             fn()
         rates: dict[str, list[float]] = {k: [] for k in timed}
         for _ in range(args.repeats):
