@@ -183,10 +183,7 @@ def gaussian_sum_dense_release(p: GaussianSumParams, key: Array, params: Any, x:
     materializing per-example gradients: `privacy.dpsgd.clipped_grad_sum` clips exactly
     (every row is clipped)."""
     total, _ = clipped_grad_sum(params, x, loss_of_outputs, clip, rows)
-    # The barrier keeps XLA from fusing the noise's (unrolled) Threefry hash into the loop
-    # that concatenates the gradient's pieces, which it then leaves unvectorized: the same
-    # operations, so the same bits, in a faster program (benchmarks/RESULTS.md, Opacus).
-    return add_gaussian_noise(jax.lax.optimization_barrier(total), p.std, key)
+    return add_gaussian_noise(total, p.std, key)
 
 
 def secure_laplace_release(p: SecureParams, key: Array, x: Array) -> Array:
