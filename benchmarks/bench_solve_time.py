@@ -33,7 +33,9 @@ Imports (jax, torch) and process start-up are excluded on both sides. "other loa
 time other processes used during a timed run, in cores (from /proc/stat): contention.
 Unsolved runs count as infinitely slow in the medians.
 
-Setting up SB3 (never a dependency of privrl; its own venv):
+Setting up SB3 (never a dependency of privrl): the bench extra holds it, within
+constraints.txt (`pip install -e '.[bench]'` with torch's CPU build; then `--sb3-python
+.venv/bin/python`), or its own venv:
 
     python3 -m venv /tmp/sb3/venv
     /tmp/sb3/venv/bin/pip install torch==2.13.0   # first: the CPU build; no nvidia-* packages

@@ -415,6 +415,19 @@ def call_grid() -> Iterator[Any]:
                 out.append(self.handlers[m.metadata.dst_node_id](m))
             return out
 
+        def push_messages(self, messages: Any) -> list[str]:
+            """Delivered at once; their replies wait for `pull_messages`."""
+            self.replies = getattr(self, "replies", {})
+            ids = []
+            for m, r in zip(messages := list(messages), self.send_and_receive(messages),
+                            strict=True):
+                self.replies[m.metadata.message_id] = r
+                ids.append(m.metadata.message_id)
+            return ids
+
+        def pull_messages(self, message_ids: Any) -> list[Any]:
+            return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield CallGrid
     TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = None

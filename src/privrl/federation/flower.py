@@ -28,17 +28,25 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 from privrl.federation.service import AggregatorService, Submission
 from privrl.privacy.report import Guarantee, Report, restore_report
 
-__all__ = ["RESULTS", "SLOT", "WireError", "read_request", "read_submission", "request_content",
-           "serve_pgc", "server_app", "submission_content"]
+__all__ = ["PROGRESS", "RESULTS", "SLOT", "WireError", "ask_in_batches", "batch_content",
+           "batch_reply_content", "read_batch", "read_batch_reply", "read_request",
+           "read_submission", "request_content", "send_and_receive", "serve_pgc", "server_app",
+           "submission_content"]
 
 RESULTS = "flower.json"  # what the ServerApp leaves beside the aggregator's files
+PROGRESS = "flower-progress.json"  # the same, as of the round in flight (what an abort keeps)
+POLL_S = 0.1  # the ServerApp's wait between two pulls of replies (Flower's own grid: 3 s)
+MAX_BATCH = 4096  # the most asks one message may carry (an agent refuses a longer list)
 SLOT = "privrl-slot-"  # a SuperNode's registered name: SLOT + its index (hosts agents ≡ index)
 _GUARANTEE_FIELDS = ("epsilon", "delta", "notion", "unit", "neighbouring", "sensitivity", "norm")
+# Flower's own answers for a SuperNode that left (not the agent's refusals)
+_GONE = (ErrorCode.NODE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)
 
 
 class WireError(ValueError):
@@ -94,6 +102,72 @@ def read_submission(content: RecordDict, dim: int) -> tuple[Submission, float]:
     return Submission(_int(ids, "agent"), _int(ids, "index"), report), float(score["score"])
 
 
+# --- one message per SuperNode per round: a batch of asks, a batch of replies ------------------
+def batch_content(theta: np.ndarray, asks: list[tuple[int, int]]) -> RecordDict:
+    """What the server asks of a SuperNode in one message: submission (a, index) from θ for
+    each (a, index) in `asks`, in that order."""
+    return RecordDict({"theta": ArrayRecord({"theta": Array(np.asarray(theta, np.float32))}),
+                       "asks": ConfigRecord({"agents": [int(a) for a, _ in asks],
+                                             "indices": [int(i) for _, i in asks]})})
+
+
+def read_batch(content: RecordDict, dim: int) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
+    """θ and the asks of a batch request (`batch_content`), None for a single request
+    (`request_content`), or WireError."""
+    if "asks" not in content.config_records:
+        return None
+    theta = _array(content, "theta", "theta", dim)
+    if not np.all(np.isfinite(theta)):
+        raise WireError("θ holds NaN or inf")
+    asks = _config(content, "asks")
+    agents, indices = asks.get("agents"), asks.get("indices")
+    if (not isinstance(agents, list) or not isinstance(indices, list)
+            or len(agents) != len(indices) or not 0 < len(agents) <= MAX_BATCH
+            or not all(isinstance(v, int) and not isinstance(v, bool)
+                       for v in (*agents, *indices))):
+        raise WireError(f"asks must be two integer lists of one length in 1..{MAX_BATCH}")
+    return theta, list(zip(agents, indices, strict=True))
+
+
+def batch_reply_content(items: list[tuple[Submission, float] | str]) -> RecordDict:
+    """A SuperNode's reply to a batch: per ask, in order, its Submission and score
+    (`submission_content`'s records, suffixed -i) or the reason it refused it."""
+    out = RecordDict({"refused": ConfigRecord({str(i): item for i, item in enumerate(items)
+                                               if isinstance(item, str)}),
+                      "batch": ConfigRecord({"size": len(items)})})
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            for name, record in submission_content(*item).items():
+                out[f"{name}-{i}"] = record
+    return out
+
+
+def read_batch_reply(content: RecordDict, dim: int, size: int
+                     ) -> list[tuple[Submission, float] | str]:
+    """Per ask of a batch of `size`: the Submission and score (`read_submission`'s checks) or
+    the reason the agent refused or its reply is malformed; WireError for a reply that is not
+    one batch of `size`."""
+    if _int(_config(content, "batch"), "size") != size:
+        raise WireError(f"not a reply to {size} asks")
+    refused = _config(content, "refused")
+    out: list[tuple[Submission, float] | str] = []
+    for i in range(size):
+        reason = refused.get(str(i))
+        if reason is not None:
+            out.append(f"the agent refused: {reason}")
+            continue
+        part = RecordDict()
+        for name in ("report", "ids", "guarantee", "score"):
+            record = content.get(f"{name}-{i}")
+            if record is not None:
+                part[name] = record
+        try:
+            out.append(read_submission(part, dim))
+        except WireError as e:
+            out.append(f"malformed: {e}")
+    return out
+
+
 def _array(content: RecordDict, record: str, name: str, dim: int) -> np.ndarray:
     arrays = content.array_records.get(record)
     if arrays is None or set(arrays) != {name}:
@@ -123,37 +197,146 @@ def _int(config: ConfigRecord, key: str) -> int:
 
 # --- PGC-A3C's ServerApp ---------------------------------------------------------------------
 def serve_pgc(grid: Grid, directory: Path, submissions: int, per_agent: int, parallel: int,
-              nodes: int, wait_s: float = 60.0, reply_timeout_s: float = 300.0) -> dict:
+              nodes: int, wait_s: float = 60.0, reply_timeout_s: float = 300.0,
+              poll_s: float = POLL_S) -> dict:
     """PGC-A3C's aggregator over Flower: `submissions` reports in rounds of `parallel`, each
     from θ as the round starts (the local runner's rounds), applied in submission order.
 
     The service is restored from `directory` (its setup written by whoever started the run:
     θ₀, the model's dimension, the agents, the ledger, the mechanism's guarantee), so this
     process holds nothing the setup does not say. Agent a lives on the SuperNode registered
-    as slot a mod `nodes` (`SLOT`). Returns what it writes to RESULTS: each
-    submission's score (null where none was accepted) and the refusals."""
+    as slot a mod `nodes` (`SLOT`); a round sends each SuperNode ONE message with all its
+    agents' asks (`ask_in_batches`), so a round costs one Flower round trip.
+
+    A SuperNode that leaves the run (Flower reports it unavailable, or it is no longer
+    online) is dead for the rest of it: its agents are asked nothing more and the run goes on
+    with the others. Before each round PROGRESS records what is asked, so that whoever reads
+    the results after an abort knows which asks may have been released. Returns what it
+    writes to RESULTS: each submission's score (null where none was accepted), the
+    refusals, the dead SuperNodes' slots and the asks that got no answer."""
     svc = AggregatorService.restore(directory)
     ids = _wait_for_nodes(grid, nodes, wait_s)
     dim = svc.aggregator.dim
     scores: list[float | None] = [None] * submissions
     refused: list[dict[str, Any]] = []
+    dead: list[int] = []  # slots
+    unanswered: list[list[int]] = []  # (agent, index) asked, no answer: maybe released
+
+    def state(asked: list[tuple[int, int]]) -> dict[str, Any]:
+        return {"nodes": ids, "scores": scores, "refused": refused, "dead": sorted(dead),
+                "unanswered": unanswered, "asked": [list(x) for x in asked],
+                "status": svc.status()}
+
     for start in range(0, submissions, parallel):
         theta = svc.theta()
         asked = list(range(start, min(start + parallel, submissions)))
         asks = [divmod(n, per_agent) for n in asked]
-        for n, (sub, score, reason) in zip(asked, ask_for_submissions(
-                grid, ids, theta, asks, dim, reply_timeout_s), strict=True):
-            if reason is None:
-                verdict = svc.submit(sub)
-                reason = verdict.reason
+        live = [ask for ask in asks if ask[0] % nodes not in dead]
+        _write_json(directory / PROGRESS, state(live))
+        answers, gone = ask_in_batches(grid, ids, theta, live, dim, reply_timeout_s, poll_s)
+        dead.extend(s for s in gone if s not in dead)
+        for n, ask in zip(asked, asks, strict=True):
+            slot = ask[0] % nodes
+            answer = answers.get(ask) or (f"SuperNode {slot} left the run" if slot in dead
+                                          else "no reply before the timeout")
+            if not isinstance(answer, str):
+                verdict = svc.submit(answer[0])
                 if verdict.accepted:
-                    scores[n] = score
-            if reason is not None:
-                refused.append({"submission": n, "reason": reason})
+                    scores[n] = answer[1]
+                    continue
+                answer = verdict.reason
+            if ask in live and ask not in answers:
+                unanswered.append(list(ask))
+            refused.append({"submission": n, "reason": answer})
     svc.close()
-    out = {"nodes": ids, "scores": scores, "refused": refused, "status": svc.status()}
-    (directory / RESULTS).write_text(json.dumps(out))
+    out = state([])
+    del out["asked"]
+    _write_json(directory / RESULTS, out)
     return out
+
+
+def send_and_receive(grid: Grid, messages: Any, timeout: float | None,
+                     poll_s: float = POLL_S) -> list[Message]:
+    """Flower's `Grid.send_and_receive` (push, then pull until every reply came or `timeout`
+    passed), pulling every `poll_s` instead of flwr 1.42's fixed 3 s."""
+    pending = set(grid.push_messages(messages))
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    out: list[Message] = []
+    while pending:
+        got = list(grid.pull_messages(list(pending)))
+        out.extend(got)
+        pending -= {m.metadata.reply_to_message_id for m in got}
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    return out
+
+
+def ask_in_batches(grid: Grid, ids: list[int], theta: np.ndarray, asks: list[tuple[int, int]],
+                   dim: int, timeout_s: float | None, poll_s: float = POLL_S
+                   ) -> tuple[dict[tuple[int, int], tuple[Submission, float] | str], list[int]]:
+    """Ask agent a (on the SuperNode of slot a mod len(ids)) for submission (a, index) from θ,
+    for each (a, index) in `asks`: one message per SuperNode holding all its asks
+    (`batch_content`). Waits for the replies, pulling every `poll_s`, until all came, a
+    SuperNode is reported unavailable or is no longer online (its slot is returned as gone;
+    its asks get no answer), or `timeout_s` passed. Returns the answers by ask (a Submission
+    and score that are well formed and the one asked for, or why not; what the aggregator
+    then accepts is its own check) and the slots gone. An ask without an answer is absent."""
+    by_slot: dict[int, list[tuple[int, int]]] = {}
+    for ask in asks:
+        by_slot.setdefault(ask[0] % len(ids), []).append(ask)
+    messages = {slot: Message(batch_content(theta, mine), dst_node_id=ids[slot],
+                              message_type="train") for slot, mine in by_slot.items()}
+    pending = {mid: slot for slot, mid in zip(messages, grid.push_messages(messages.values()),
+                                               strict=True)}
+    answers: dict[tuple[int, int], tuple[Submission, float] | str] = {}
+    gone: list[int] = []
+    deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+    next_check = time.monotonic() + 1.0
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            slot = pending.pop(reply.metadata.reply_to_message_id, None)
+            if slot is None:
+                continue
+            if reply.has_error() and reply.error.code in _GONE:
+                gone.append(slot)
+                continue
+            answers.update(_answers(reply, by_slot[slot], dim))
+        if not pending or time.monotonic() > deadline:
+            break
+        if time.monotonic() > next_check:  # a SuperNode that went offline answers nothing
+            online = set(grid.get_node_ids())
+            for mid, slot in list(pending.items()):
+                if ids[slot] not in online:
+                    gone.append(slot)
+                    del pending[mid]
+            next_check = time.monotonic() + 1.0
+        time.sleep(poll_s)
+    return answers, gone
+
+
+def _answers(reply: Message, asks: list[tuple[int, int]], dim: int
+             ) -> dict[tuple[int, int], tuple[Submission, float] | str]:
+    """A SuperNode's reply to its batch, per ask."""
+    if (reason := _refusal(reply)) is not None:
+        return dict.fromkeys(asks, reason)
+    try:
+        items = read_batch_reply(reply.content, dim, len(asks))
+    except WireError as e:
+        return dict.fromkeys(asks, f"malformed: {e}")
+    out: dict[tuple[int, int], tuple[Submission, float] | str] = {}
+    for ask, item in zip(asks, items, strict=True):
+        if not isinstance(item, str) and (item[0].agent_id, item[0].index) != ask:
+            item = f"not the submission asked for: {item[0].agent_id, item[0].index}"
+        out[ask] = item
+    return out
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: a reader never sees half a file."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
 
 
 def ask_for_submissions(grid: Grid, ids: list[int], theta: np.ndarray,
@@ -166,7 +349,7 @@ def ask_for_submissions(grid: Grid, ids: list[int], theta: np.ndarray,
     messages = [Message(request_content(theta, a, index), dst_node_id=ids[a % len(ids)],
                         message_type="train") for a, index in asks]
     replies = {r.metadata.reply_to_message_id: r
-               for r in grid.send_and_receive(messages, timeout=timeout_s)}
+               for r in send_and_receive(grid, messages, timeout_s)}
     out: list[tuple[Submission | None, float | None, str | None]] = []
     for ask, sent in zip(asks, messages, strict=True):
         reply = replies.get(sent.metadata.message_id)
@@ -223,5 +406,5 @@ def _main(grid: Grid, context: Context) -> None:
         serve_pgc(grid, directory, int(c["submissions"]), int(c["per-agent"]),
                   int(c["parallel"]), int(c["nodes"]), reply_timeout_s=float(c["reply-timeout"]))
     except Exception as e:  # whoever waits for RESULTS learns why there are none
-        (directory / RESULTS).write_text(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        _write_json(directory / RESULTS, {"error": f"{type(e).__name__}: {e}"})
         raise

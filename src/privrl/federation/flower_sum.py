@@ -24,6 +24,7 @@ are the two conversions. flwr is the optional `flower` extra.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flwr.app import ConfigRecord, Context, Error, Message, RecordDict
+from flwr.app.message_type import MessageType
 from flwr.client.mod import secaggplus_mod
 from flwr.common import (
     Code,
@@ -59,17 +61,20 @@ from privrl.federation.aggregator import check_report
 from privrl.federation.flower import (
     _wait_for_nodes,
     ask_for_submissions,
+    send_and_receive,
 )
 from privrl.federation.service import submission_problem
 from privrl.federation.star import average_reports
 from privrl.privacy.discrete_sum import secure_sum_bits
 from privrl.privacy.report import Guarantee
 
-__all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "SumRound",
-           "cen_server_app", "fewest_at_threshold", "node_payload", "payload_bits",
-           "payload_sum", "read_fit", "secagg_node", "secure_sum", "secure_sum_round",
-           "serve_cen", "sum_reply", "wait_for", "write_atomic"]
+__all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "Refused", "SecAggGuard",
+           "SecAggPins", "SumRound", "cen_server_app", "fewest_at_threshold",
+           "fewest_revealed", "node_payload", "payload_bits", "payload_sum", "read_fit",
+           "secagg_node", "secure_sum", "secure_sum_round", "serve_cen", "sum_reply",
+           "wait_for", "write_atomic"]
 
+_log = logging.getLogger(__name__)
 MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
 
 
@@ -119,20 +124,185 @@ REFUSED = 0x5052  # the Error code of a node's refusal (the reason says why)
 Handler = Callable[[Message, Context], Message]
 
 
-def secagg_node(release: Handler) -> Handler:
+@dataclass(frozen=True)
+class SecAggPins:
+    """What a node fixes before any SecAgg+ run, from its own config (never the server's
+    word): at most `nodes` SuperNodes take part, a run reveals a sum only with >= `threshold`
+    of them (a strict majority of `nodes`, and enough that the fewest agents they can hold are
+    the honest shares its ε counts), and SecAgg+ carries its `bits`-bit integers exactly
+    (module doc)."""
+
+    nodes: int
+    threshold: int
+    bits: int
+
+    def __post_init__(self) -> None:
+        if not self.nodes // 2 < self.threshold <= self.nodes:
+            raise ValueError(f"a pinned threshold must be a strict majority of the "
+                             f"{self.nodes} SuperNodes, got {self.threshold}")
+
+    @classmethod
+    def of(cls, agents_per_node: list[int], min_honest: int, bits: int) -> SecAggPins:
+        """The smallest threshold that is a strict majority of the nodes and whose fewest
+        surviving agents hold `min_honest` noise shares (ValueError if none does)."""
+        n = len(agents_per_node)
+        for t in range(n // 2 + 1, n + 1):
+            if fewest_at_threshold(agents_per_node, fewest_revealed(n, t)) >= min_honest:
+                return cls(n, t, bits)
+        raise ValueError(f"no threshold of {n} SuperNodes holds {min_honest} agents")
+
+    def setup(self) -> dict[str, Any]:
+        """The SETUP values SecAgg+ must use to carry the integers exactly (module doc)."""
+        return {Key.CLIPPING_RANGE: float(1 << (self.bits - 1)),
+                Key.TARGET_RANGE: 1 << self.bits, Key.MOD_RANGE: MODULUS_RANGE,
+                Key.MAX_WEIGHT: 1.0}
+
+
+class Refused(ValueError):
+    """A request a node will not answer (the reason says which rule it breaks)."""
+
+
+class SecAggGuard:
     """A SuperNode's task handler: Flower's SecAgg+ client mod around `release` (the node's
-    answer to the collect stage, `sum_reply`). Whatever the mod or `release` refuses (a
-    malformed or out-of-order stage, a key share it does not hold, a budget spent) becomes a
-    Flower error reply: the node drops out of that protocol run, nothing else happens."""
+    answer to the collect stage, `sum_reply`), answering only what an honest SecAgg+ server
+    asks. Flower's mod trusts the server's word; this wrapper checks, before the mod sees a
+    message (docs/flower.md, "A server that deviates"):
 
-    def handle(message: Message, context: Context) -> Message:
+    - only SecAgg+ train messages: the mod hands any other message type to `release` unmasked;
+    - SETUP: the threshold is >= the pinned one; at most the pinned number of nodes, every
+      one a neighbour of every other (shares = nodes); the ranges that carry the integers;
+    - SHARE_KEYS: the peers are at most the nodes of SETUP and at least its threshold, the
+      node among them;
+    - COLLECT: a round whose message this node never handed to a SecAgg+ run (a node adds
+      to at most one secure sum per round: two sums over sets that differ by one node give
+      that node's message), from key shares of its peers only;
+    - UNMASK: the active and dead lists are disjoint, hold no node twice, name only nodes
+      whose shares it holds (itself and the collect stage's sources), the node itself active,
+      and at least the pinned threshold active (the revealed sum holds the shares its ε
+      counts). One request naming a node both active and dead would hand the server both of
+      that node's secrets; Flower's `_unmask` does not check.
+
+    Anything else is refused: the node answers with a Flower error, drops out of that run
+    (it answers the run's later stages only after a new SETUP), and the refusal is kept in
+    `refusals` (and logged). `round_of(message)`: the round a collect request is for."""
+
+    def __init__(self, release: Handler, pins: SecAggPins,
+                 round_of: Callable[[Message], int] | None = None) -> None:
+        self.release, self.pins = release, pins
+        self.round_of = round_of or (lambda m: read_fit(m.content)[1]["round"])
+        self.summed: set[int] = set()  # rounds whose message went into a SecAgg+ run
+        self.refusals: list[dict[str, Any]] = []
+        self._run: dict[str, Any] | None = None  # the run in progress, as this node saw it
+
+    def __call__(self, message: Message, context: Context) -> Message:
         try:
-            return secaggplus_mod(message, context, release)
-        except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            return Message(Error(code=REFUSED, reason=f"{type(e).__name__}: {e}"),
-                           reply_to=message)
+            self._check(message)
+            reply = secaggplus_mod(message, context, self._collect)
+        except Exception as e:  # whatever fails (a forged ciphertext, a spent budget): a
+            # refusal, and nothing else leaves
+            reason = f"{type(e).__name__}: {e}"
+            self.refusals.append({"stage": self._stage_of(message), "reason": reason})
+            _log.warning("SecAgg+ request refused: %s", reason)
+            self._run = None
+            return Message(Error(code=REFUSED, reason=reason), reply_to=message)
+        if self._run is not None and self._run["stage"] == Stage.UNMASK:
+            self._run = None  # the run is over: only a new SETUP starts another
+        return reply
 
-    return handle
+    @staticmethod
+    def _stage_of(message: Message) -> str:
+        try:
+            return str(message.content.config_records[RECORD_KEY_CONFIGS][Key.STAGE])
+        except (KeyError, TypeError):
+            return "?"
+
+    def _check(self, message: Message) -> None:
+        if message.metadata.message_type != MessageType.TRAIN:
+            raise Refused(f"a {message.metadata.message_type!r} message: this node answers "
+                          "only SecAgg+ train messages")
+        configs = message.content.config_records.get(RECORD_KEY_CONFIGS)
+        if configs is None or not isinstance(configs.get(Key.STAGE), str):
+            raise Refused("not a SecAgg+ message")
+        stage, run = configs[Key.STAGE], self._run
+        if stage == Stage.SETUP:
+            self._run = None
+            self._run = self._setup(configs, int(message.metadata.dst_node_id))
+            return
+        order = Stage.all()
+        if run is None or stage not in order or order.index(stage) != \
+                order.index(run["stage"]) + 1:
+            raise Refused(f"stage {stage!r} out of order")
+        if stage == Stage.SHARE_KEYS:
+            peers = {_node_id(k) for k in configs if k != Key.STAGE}
+            if not (run["threshold"] <= len(peers) <= run["sample"] and run["me"] in peers):
+                raise Refused(f"{len(peers)} peers, not {run['threshold']}..{run['sample']} "
+                              "with this node among them")
+            run["peers"] = peers
+        elif stage == Stage.COLLECT_MASKED_VECTORS:
+            t = self.round_of(message)
+            if isinstance(t, bool) or not isinstance(t, int):
+                raise Refused(f"round {t!r} is not an integer")
+            if t in self.summed:
+                raise Refused(f"round {t}'s message already went into a secure sum (a node "
+                              "adds to one per round)")
+            sources = _ints(configs.get(Key.SOURCE_LIST), "sources")
+            if not set(sources) <= run["peers"] - {run["me"]}:
+                raise Refused("key shares from nodes that are not this run's peers")
+            run["round"], run["holds"] = t, set(sources) | {run["me"]}
+        elif stage == Stage.UNMASK:
+            active = _ints(configs.get(Key.ACTIVE_NODE_ID_LIST), "active nodes")
+            dead = _ints(configs.get(Key.DEAD_NODE_ID_LIST), "dead nodes")
+            if set(active) & set(dead):
+                raise Refused(f"nodes {sorted(set(active) & set(dead))} listed both active "
+                              "and dead (their private mask and key together unmask them)")
+            if not (set(active) | set(dead)) <= run["holds"]:
+                raise Refused("shares asked of nodes whose shares this node does not hold")
+            if run["me"] not in active:
+                raise Refused("this node listed as dead after it sent its masked vector")
+            if len(active) < max(self.pins.threshold, run["threshold"]):
+                raise Refused(f"{len(active)} active nodes: the sum would reveal fewer than "
+                              f"the threshold {self.pins.threshold} this node's ε counts")
+        run["stage"] = stage
+
+    def _setup(self, configs: Any, me: int) -> dict[str, Any]:
+        pins = self.pins
+        sample, shares, threshold = (configs.get(k) for k in (
+            Key.SAMPLE_NUMBER, Key.SHARE_NUMBER, Key.THRESHOLD))
+        if not all(type(v) is int for v in (sample, shares, threshold)):
+            raise Refused("SETUP's node counts are not integers")
+        if threshold < pins.threshold:
+            raise Refused(f"threshold {threshold} below the {pins.threshold} this node pinned")
+        if not threshold <= sample <= pins.nodes or shares != sample:
+            raise Refused(f"{sample} nodes with {shares} shares each: SecAgg+ here runs over "
+                          f"{pins.threshold}..{pins.nodes} nodes, each a neighbour of all")
+        for k, v in pins.setup().items():
+            if configs.get(k) != v or type(configs.get(k)) is not type(v):
+                raise Refused(f"SETUP's {k} is {configs.get(k)!r}, not {v!r}")
+        return {"stage": Stage.SETUP, "me": me, "sample": sample, "threshold": threshold}
+
+    def _collect(self, message: Message, context: Context) -> Message:
+        assert self._run is not None and "round" in self._run
+        reply = self.release(message, context)
+        self.summed.add(self._run["round"])  # released into this run: never into another
+        return reply
+
+
+def _node_id(key: str) -> int:
+    if not key.isdigit():
+        raise Refused(f"{key!r} is not a node id")
+    return int(key)
+
+
+def _ints(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list) or any(type(v) is not int for v in value) \
+            or len(set(value)) != len(value):
+        raise Refused(f"the {what} are not a list of distinct node ids")
+    return value
+
+
+def secagg_node(release: Handler, pins: SecAggPins) -> SecAggGuard:
+    """A SuperNode's task handler: `SecAggGuard` around `release`."""
+    return SecAggGuard(release, pins)
 
 
 # --- the server side -------------------------------------------------------------------------
@@ -232,9 +402,29 @@ class _Watched(Grid):
         messages = list(messages)
         stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE)
                     if messages else "")
-        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
+        replies = send_and_receive(self.grid, messages, timeout)  # not Flower's 3 s polls
         self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
         return replies
+
+
+class _SecAggPlus(SecAggPlusWorkflow):
+    """Flower's SecAgg+ workflow, asking at unmasking only for what the survivors hold.
+
+    Flower 1.42 lists as dead every node sampled at SETUP that sent no masked vector, and
+    asks every survivor for its share of each one's key. A node that stopped before handing
+    out its key shares (SHARE_KEYS) left no share with anyone and no pairwise mask in anyone's
+    vector, so the request cannot be answered and the whole run halts. Here, once the key
+    shares are exchanged, the nodes of the run are those that handed theirs out: a node lost
+    before then is no dropout to unmask, and the run completes with the others (a node lost
+    after it is unmasked as before)."""
+
+    def share_keys_stage(self, grid: Grid, context: LegacyContext, state: Any) -> bool:
+        ok = super().share_keys_stage(grid, context, state)
+        kept = set(state.active_node_ids)
+        state.sampled_node_ids = kept
+        state.nid_to_neighbours = {n: nb & kept for n, nb in state.nid_to_neighbours.items()
+                                   if n in kept}
+        return ok
 
 
 def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
@@ -256,7 +446,7 @@ def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: 
         {WorkflowKey.CURRENT_ROUND: int(round_)})
     legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
         ndarrays_to_parameters(broadcast), keep_input=True)
-    workflow = SecAggPlusWorkflow(
+    workflow = _SecAggPlus(
         num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0,
         clipping_range=float(1 << (bits - 1)), quantization_range=1 << bits,
         modulus_range=MODULUS_RANGE, timeout=timeout_s)
@@ -271,12 +461,12 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[n
                config: dict[str, Any], round_: int, bits: int, threshold: int,
                timeout_s: float | None, attempts: int = 3) -> tuple[SumRound, int, list[int]]:
     """`secure_sum_round`, run again without the nodes that stopped answering while it halts
-    (at most `attempts` runs). Flower 1.42's SecAgg+ halts whenever a node dies before the
-    masked-vector stage: at unmasking it asks the survivors for that node's key shares, which
-    they never received. A halted run reveals nothing, and every agent answers a repeated
-    round with the same message (nothing spent twice), so each round reveals at most one sum,
-    of messages each released once. Returns the round, the runs used, and the nodes that
-    answered the last run's first two stages (ask only those next round)."""
+    before any node sent its masked vector (at most `attempts` runs). A run that took a
+    node's message is never repeated: the node refuses to add its message of a round to a
+    second sum (`SecAggGuard`), since two sums over sets that differ by one node give that
+    node's message. Nodes lost before they hand out their key shares no longer halt a run
+    (`_SecAggPlus`). Returns the round, the runs used, and the nodes that answered the last
+    run's first two stages (ask only those next round)."""
     alive = list(nodes)
     out = SumRound(None, [])
     for attempt in range(1, attempts + 1):
@@ -285,7 +475,8 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[n
                                threshold, timeout_s)
         early = [watched.answered.get(s) for s in (Stage.SETUP, Stage.SHARE_KEYS)]
         alive = [n for n in alive if all(a is None or n in a for a in early)]
-        if out.total is not None or len(alive) < threshold:
+        if out.total is not None or len(alive) < threshold \
+                or watched.answered.get(Stage.COLLECT_MASKED_VECTORS):
             return out, attempt, alive
     return out, attempts, alive
 
@@ -330,6 +521,22 @@ def surviving_agents(agents_per_node: list[int], slots: list[int]) -> int:
 def fewest_at_threshold(agents_per_node: list[int], threshold: int) -> int:
     """The fewest agents that `threshold` surviving nodes can hold."""
     return sum(sorted(agents_per_node)[:threshold])
+
+
+def fewest_revealed(nodes: int, threshold: int) -> int:
+    """The fewest SuperNodes whose messages a sum revealed by one SecAgg+ run can hold, when
+    the server deviates but every node in the run is a genuine one (`SecAggGuard` checks
+    each node answers). The server may show each node other active and dead lists (SecAgg+
+    in Flower has no round in which nodes compare them). It unmasks a sum over a set S by
+    reconstructing, for each node outside S, its key (from >= t nodes listing it dead). A
+    node lists itself and >= t nodes active, from the <= n of the run, so at most n − t
+    dead: (n − |S|)·t <= n·(n − t), |S| >= n(2t − n)/t, smallest at n = N. At t = N − 1
+    (the default) and t = N this is t: deviating, the server reveals no smaller sum than
+    by dropping nodes down to the threshold."""
+    if not nodes // 2 < threshold <= nodes:
+        raise ValueError(f"the threshold must be a strict majority of the {nodes} nodes, "
+                         f"got {threshold}")
+    return -(-nodes * (2 * threshold - nodes) // threshold)
 
 
 RoundFn = Callable[[int, np.ndarray, int], tuple[np.ndarray, dict[str, Any]]]
@@ -378,7 +585,8 @@ def _sum_rounds(grid: Grid, context: Context, setup: dict[str, Any]
     mech = DiscreteGaussianSum(**setup["mechanism"])
     per_node = [int(a) for a in setup["agents_per_node"]]
     threshold, timeout = int(setup["threshold"]), setup["stage_timeout"]
-    mech.check_threshold(fewest_at_threshold(per_node, threshold))
+    mech.check_threshold(fewest_at_threshold(per_node, fewest_revealed(len(per_node),
+                                                                       threshold)))
     ids: list[int] = []
     alive: list[int] = []  # the nodes that answered last round's key exchange
 

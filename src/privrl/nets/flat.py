@@ -88,10 +88,18 @@ class FlatModel:
         self.module = module
         # The parameter structure only: eval_shape runs no computation (an eager module.init
         # would compile dozens of tiny ops, about a second on this CPU).
-        shapes = jax.eval_shape(module.init, jax.random.key(0), example_input)["params"]
-        template = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes)
-        flat, self._unravel = ravel_pytree(template)
-        self.dim = int(flat.size)
+        # The key, the ravel and its unravel are traced too: eager, each jnp op (the seed, a
+        # reshape per leaf, the concatenation) compiled a program of its own.
+        shapes = jax.eval_shape(lambda x: module.init(jax.random.key(0), x)["params"],
+                                example_input)
+        found: dict[str, Any] = {}
+
+        def ravel(tree: Any) -> Array:
+            flat, found["unravel"] = ravel_pytree(tree)
+            return flat
+
+        self.dim = int(jax.eval_shape(ravel, shapes).size)
+        self._unravel = found["unravel"]
         self._example = example_input
 
     def init(self, key: Array) -> Array:
@@ -121,7 +129,7 @@ def actor_critic(
     if log_std == "parameter":
         module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias),
                                  num_actions // 2)
-    return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
+    return FlatModel(module, np.zeros((obs_dim,), np.float32))
 
 
 def mlp(hidden: tuple[int, ...], num_outputs: int, obs_dim: int,
@@ -132,7 +140,7 @@ def mlp(hidden: tuple[int, ...], num_outputs: int, obs_dim: int,
     module: nn.Module = MLP(tuple(hidden), num_outputs, init)
     if log_std == "parameter":
         module = StateFreeLogStd(MLP(tuple(hidden), num_outputs // 2, init), num_outputs // 2)
-    return FlatModel(module, jnp.zeros((obs_dim,), jnp.float32))
+    return FlatModel(module, np.zeros((obs_dim,), np.float32))
 
 
 # --- a saved policy's model: described in JSON, rebuilt from the description alone ----------

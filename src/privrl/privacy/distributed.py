@@ -68,7 +68,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent
-from privrl.privacy.clipping import clip_l2
+from privrl.privacy.clipping import clip_l2, geometric_clip_update
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.mechanisms import add_gaussian_noise
 from privrl.privacy.report import _MINT, Guarantee, Report
@@ -133,7 +133,7 @@ class AdaptiveClip:
 
     def next_clip(self, clip: Array, bit_fraction: Array) -> Array:
         """C_{t+1} = C_t·exp(−η_C (b̄_t − γ)): post-processing of the noised bit fraction."""
-        return clip * jnp.exp(-self.learning_rate * (bit_fraction - self.quantile))
+        return geometric_clip_update(clip, bit_fraction, self.quantile, self.learning_rate)
 
 
 @jax.tree_util.register_pytree_node_class

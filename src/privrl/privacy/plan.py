@@ -49,6 +49,7 @@ __all__ = [
     "no_privacy",
     "plan_gaussian",
     "plan_pure",
+    "split_clip_bit",
     "split_epsilon",
 ]
 
@@ -116,6 +117,20 @@ def split_epsilon(total: float, releases: int, delta: float, composition: str = 
     if composition == "basic" or math.isinf(total):
         return total / releases
     return calibrate_pure_epsilon(total, releases, delta)
+
+
+def split_clip_bit(epsilon_per_report: float, share: float) -> tuple[float, float]:
+    """(ε of the update, ε of the adaptive-clip bit) of one pure ε-LDP report that also
+    releases its clip bit (privrl.privacy.clipping.ClipBitRelease): the bit gets `share` of
+    the report's ε, the update the rest; by basic composition the two cost exactly
+    `epsilon_per_report`, the release the ledger charges."""
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share < 1:
+        raise PlanError("clip_epsilon_share", f"must be in (0, 1), got {share!r}")
+    if not math.isfinite(epsilon_per_report):
+        raise PlanError("adaptive_clip", "the non-private baseline releases no clip bit with "
+                                         "an ε; adaptive clipping needs a mechanism")
+    bit = float(epsilon_per_report) * float(share)
+    return float(epsilon_per_report) - bit, bit
 
 
 def _positive(field: str, value: float | None, what: str) -> None:

@@ -86,7 +86,9 @@ TRUST_DOMAINS: dict[str, dict[str, str]] = {
         "guarantee_against": "the aggregator's operator and anyone who sees the Reports, "
                              "provided each agent's SuperNode runs in a domain of its own "
                              "(a local test deployment runs them all on one machine as one "
-                             "user: docs/flower.md)",
+                             "user: docs/flower.md); under a secure sum, what holds against "
+                             "a server that deviates from the protocol is stated apart "
+                             "(secure_sum.guarantee_against; docs/threat-model.md)",
     },
 }
 

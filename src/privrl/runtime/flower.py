@@ -16,7 +16,16 @@ one machine, every part a separate operating-system process:
   app bundle.
 
 Everything it started is stopped when the `with` block ends, also after a failure: each process
-leads its own process group, which is sent SIGTERM, then SIGKILL after a grace period. The
+leads its own process group, which is sent SIGTERM, then SIGKILL after a grace period. What
+those started in sessions of their own (the SuperLink's `flower-superexec` and the ServerApp it
+launches, `flwr-serverapp`, both detached by Flower) is found while the deployment runs, as
+descendants of its processes, and stopped the same way (`stop_all`).
+
+A SuperNode is its `flower-supernode` and its agent executor: if either exits during a run,
+the deployment stops the other and unregisters the SuperNode (`flwr supernode unregister`), so
+that the ServerApp learns at once that its replies will not come (Flower's own heartbeat
+would say so only after 2 × 30 s) and goes on with the others; only the SuperLink's exit ends
+the run. The
 certificates, keys and Flower's own state live in a private (0700) temporary directory that is
 removed at the end; the processes' logs are kept in the run directory.
 
@@ -80,7 +89,14 @@ from flwr.supernode.runtime.run_clientapp import (
     push_task_output,
 )
 
-from privrl.federation.flower import SLOT, WireError, read_request, submission_content
+from privrl.federation.flower import (
+    SLOT,
+    WireError,
+    batch_reply_content,
+    read_batch,
+    read_request,
+    submission_content,
+)
 from privrl.federation.flower_sum import REFUSED
 from privrl.federation.service import Submission
 from privrl.privacy.ledger import BudgetExceededError
@@ -103,9 +119,11 @@ class Credentials:
     nodes: tuple[tuple[Path, Path], ...]  # each SuperNode's (private key, public key)
 
 
-def make_credentials(directory: Path, nodes: int, days: int = 1) -> Credentials:
-    """A CA, the SuperLink's certificate signed by it, and one EC key pair per SuperNode
-    (OpenSSH format, as flower-supernode and `flwr supernode register` read them)."""
+def make_credentials(directory: Path, nodes: int, days: int = 1,
+                     hosts: Sequence[str] = ("127.0.0.1",)) -> Credentials:
+    """A CA, the SuperLink's certificate signed by it (for localhost and the IP addresses
+    `hosts`), and one EC key pair per SuperNode (OpenSSH format, as flower-supernode and
+    `flwr supernode register` read them)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     until = now + datetime.timedelta(days=days)
@@ -117,7 +135,8 @@ def make_credentials(directory: Path, nodes: int, days: int = 1) -> Credentials:
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    names += [x509.IPAddress(ipaddress.ip_address(h)) for h in dict.fromkeys(hosts)]
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
             .issuer_name(ca_name).public_key(key.public_key())
@@ -183,13 +202,28 @@ def answer_request(message: Message, dim: int, release: Release) -> Message:
     """An agent node's Flower transport: a server request in (privrl.federation.flower's
     `request_content`: θ, agent, index), `release(θ, agent, index)`'s Submission and score out,
     or, for a malformed request or a refusal (ValueError, BudgetExceededError), an Error
-    REFUSED with the reason: nothing released."""
+    REFUSED with the reason: nothing released. A batch (`batch_content`: θ and several
+    (agent, index)) is answered in one message, each ask released or refused on its own, in
+    the order asked (`batch_reply_content`)."""
     try:
+        batch = read_batch(message.content, dim)
+        if batch is not None:
+            theta, asks = batch
+            return Message(batch_reply_content([_release_or_why(release, theta, a, i)
+                                                for a, i in asks]), reply_to=message)
         theta, agent, index = read_request(message.content, dim)
         sub, score = release(theta, agent, index)
     except (WireError, ValueError, BudgetExceededError) as e:
         return Message(Error(code=REFUSED, reason=str(e)), reply_to=message)
     return Message(submission_content(sub, score), reply_to=message)
+
+
+def _release_or_why(release: Release, theta: np.ndarray, agent: int, index: int
+                    ) -> tuple[Submission, float] | str:
+    try:
+        return release(theta, agent, index)
+    except (ValueError, BudgetExceededError) as e:
+        return str(e)
 
 
 def refusal(message: Message, module: str) -> Message:
@@ -301,16 +335,27 @@ def free_port() -> int:
 class LocalDeployment:
     """A SuperLink and `nodes` SuperNodes on localhost with TLS and SuperNode authentication,
     each a process group of its own, all stopped when the `with` block ends (module doc).
-    `logs`: where each process's output goes (kept)."""
+    `logs`: where each process's output goes (kept); `startup_s`: how long the SuperLink's
+    start and each `flwr` command may take (a `flwr` command took over 60 s on the shared
+    2-core VM at load 35). `host`: the address the SuperLink
+    serves on (its certificate's); `prefix(name)`: what a process's command line starts with
+    (for example `ip netns exec NS`: benchmarks/flower_netns.py runs each SuperNode in a
+    network namespace of its own)."""
 
-    def __init__(self, nodes: int, logs: Path, startup_s: float = 60.0) -> None:
+    def __init__(self, nodes: int, logs: Path, startup_s: float = 300.0,
+                 host: str = "127.0.0.1",
+                 prefix: Callable[[str], list[str]] | None = None) -> None:
         if nodes < 1:
             raise ValueError(f"a deployment needs at least one SuperNode, got {nodes}")
         self.nodes, self.logs, self.startup_s = nodes, logs, startup_s
+        self.host, self.prefix = host, prefix
         self.processes: list[subprocess.Popen] = []
+        self.names: dict[int, str] = {}  # pid -> the name `spawn` gave it
+        self.lost: list[int] = []  # SuperNodes (slots) that left during the run
+        self.seen: set[tuple[int, float]] = set()  # (pid, start time) of their descendants
         self.bin = Path(sys.executable).parent
         self.work: Path | None = None
-        self.link = f"127.0.0.1:{free_port()}"
+        self.link = f"{host}:{free_port()}"
         self.runtime_apis = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
 
     def __enter__(self) -> LocalDeployment:
@@ -322,14 +367,15 @@ class LocalDeployment:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        stop_all(self.processes)
+        self.track()
+        stop_all(self.processes, self.seen)
         if self.work is not None:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def _start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="privrl-flower-"))  # 0700
-        creds = make_credentials(self.work / "credentials", self.nodes)
+        creds = make_credentials(self.work / "credentials", self.nodes, hosts=[self.host])
         # The SuperNodes' SuperExec secret: only an executor holding it may take their tasks.
         self.superexec_secret = self.work / "credentials" / "superexec.secret"
         _private(self.superexec_secret, os.urandom(32))
@@ -376,19 +422,61 @@ class LocalDeployment:
         argv = list(argv)
         if (self.bin / argv[0]).exists():
             argv[0] = str(self.bin / argv[0])
+        if self.prefix is not None:
+            argv = [*self.prefix(name), *argv]
         with open(self.logs / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         self.processes.append(proc)
+        self.names[proc.pid] = name
         return proc
+
+    def track(self) -> None:
+        """Remember the descendants of every process started (detached ones included), so
+        that `stop_all` stops them after their parents are gone."""
+        for proc in self.processes:
+            self.seen.update(descendants(proc.pid))
+
+    def check(self) -> None:
+        """RuntimeError if the SuperLink has exited; a SuperNode whose `flower-supernode` or
+        agent executor has exited is lost: the other is stopped and the SuperNode
+        unregistered (module doc)."""
+        for proc in self.processes:
+            if proc.poll() is None:
+                continue
+            name = self.names.get(proc.pid, "")
+            slot = _slot(name)
+            if slot is None:
+                raise RuntimeError(f"{name or proc.args[0]} exited during the run; logs in "
+                                   f"{self.logs}")
+            if slot not in self.lost:
+                self.lose(slot)
+
+    def lose(self, slot: int) -> None:
+        """SuperNode `slot` has left: its processes stopped, it unregistered."""
+        self.lost.append(slot)
+        mine = [p for p in self.processes if _slot(self.names.get(p.pid, "")) == slot]
+        stop_all(mine, set())
+        self.processes[:] = [p for p in self.processes if p not in mine]
+        said = (self.logs / f"supernode{slot}.log").read_text(errors="replace")
+        node_ids = [line.rsplit(" ", 1)[-1] for line in said.splitlines()
+                    if "SuperNode ID:" in line]
+        if node_ids and node_ids[-1].isdigit():
+            with contextlib.suppress(RuntimeError):
+                self._flwr(["supernode", "unregister", node_ids[-1], CONNECTION],
+                           f"unregistering SuperNode {slot}", timeout_s=30)
 
     def _flwr(self, args: list[str], what: str, retry: bool = False,
               timeout_s: float | None = None) -> str:
         deadline = time.monotonic() + (timeout_s or self.startup_s)
         while True:
             left = max(1.0, deadline - time.monotonic())
-            out = subprocess.run([str(self.bin / "flwr"), *args], env=self.env, text=True,
-                                 capture_output=True, timeout=left, stdin=subprocess.DEVNULL)
+            try:
+                out = subprocess.run([str(self.bin / "flwr"), *args], env=self.env, text=True,
+                                     capture_output=True, timeout=left,
+                                     stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{what} did not finish in {left:.0f} s") from None
             if out.returncode == 0:
                 return out.stdout
             if not retry or time.monotonic() > deadline:
@@ -407,10 +495,8 @@ class LocalDeployment:
         said = self.submit(app)
         deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
         while not done.exists():
-            dead = [p.args[0] for p in self.processes if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"{Path(dead[0]).name} exited during the run; logs in "
-                                   f"{self.logs}")
+            self.track()
+            self.check()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the run did not finish in {timeout_s:g} s; logs in "
                                    f"{self.logs}")
@@ -418,20 +504,79 @@ class LocalDeployment:
         return said
 
 
-def stop_all(processes: list[subprocess.Popen]) -> None:
+def stop_all(processes: list[subprocess.Popen],
+             seen: set[tuple[int, float]] | None = None) -> None:
     """SIGTERM to each process's group (what it started too), newest first; SIGKILL to any
-    still running after GRACE_S."""
+    still running after GRACE_S. `seen`: (pid, start time) of their descendants found while
+    they ran (`descendants`): those still running with the same start time (not a reused
+    pid), in groups of their own, get the same."""
+    seen = set(seen or ())
+    for proc in processes:
+        seen.update(descendants(proc.pid))
     for proc in reversed(processes):
-        _signal(proc, signal.SIGTERM)
+        _signal(proc.pid, signal.SIGTERM)
+    for pid, started in seen:
+        if _started(pid) == started:
+            _signal(pid, signal.SIGTERM, group=False)
     deadline = time.monotonic() + GRACE_S
     for proc in reversed(processes):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(max(0.0, deadline - time.monotonic()))
-        _signal(proc, signal.SIGKILL)  # the group: children that outlived their leader too
+        _signal(proc.pid, signal.SIGKILL)  # the group: children that outlived their leader
         proc.wait()
+    while time.monotonic() < deadline and any(_started(p) == t for p, t in seen):
+        time.sleep(0.05)
+    for pid, started in seen:
+        if _started(pid) == started:
+            _signal(pid, signal.SIGKILL, group=False)
     processes.clear()
 
 
-def _signal(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
+def descendants(pid: int) -> set[tuple[int, float]]:
+    """(pid, start time) of every descendant of `pid` now running (Linux's /proc; elsewhere
+    none: a detached process is then stopped only by its own parent's exit)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                stat = _stat(int(entry.name))
+                if stat is not None:
+                    children.setdefault(int(stat[1]), []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            started = _started(child)
+            if started is not None:
+                out.add((child, started))
+                todo.append(child)
+    return out
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/pid/stat's fields after the command name: state, ppid, ..., starttime (19)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _started(pid: int) -> float | None:
+    stat = _stat(pid)
+    return None if stat is None or stat[0] == "Z" else float(stat[19])
+
+
+def _slot(name: str) -> int | None:
+    """The SuperNode a process belongs to: supernode<i> and agent<i> (`spawn`'s names)."""
+    for prefix in ("supernode", "agent"):
+        if name.startswith(prefix) and name[len(prefix):].isdigit():
+            return int(name[len(prefix):])
+    return None
+
+
+def _signal(pid: int, sig: int, group: bool = True) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)

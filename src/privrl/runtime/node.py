@@ -15,8 +15,11 @@ whatever the server or the driver asks:
    node's budget (its `PrivacyLedger`, or any `Budget`) before anything is computed; past an
    agent's budget it raises BudgetExceededError and nothing is recorded or released;
 4. **durable state**: what it released and its ledger go to its `NodeStore` (a privrl run
-   file, never a pickle, and never the noise root) before the output is returned, so that
-   a node restarted mid-run re-sends instead of drawing new noise, and spends nothing twice.
+   file, never a pickle, and never the noise root, in the node's own directory: mode 0700,
+   files 0600, never the server operator's run directory; `private_write`) before the
+   output is returned, so that a node restarted mid-run re-sends instead of drawing new
+   noise, and spends nothing twice. (A node of a secure sum refuses instead of re-sending:
+   privrl.systems.fedpg.flower.CenNode.)
 
 The ledger is the caller's (built from the run's config by the system's ledger factory), so
 a node enforces the budget the run's privacy.json states.
@@ -24,6 +27,11 @@ a node enforces the budget the run's privacy.json states.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import stat
+import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -33,10 +41,10 @@ import numpy as np
 from privrl.federation.service import Submission
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.report import Guarantee, restore_report
-from privrl.runfile import checked, read, write
+from privrl.runfile import RunFileError, checked, dumps, read
 
 __all__ = ["AgentNode", "AgentStep", "Budget", "NodeStore", "Released", "ReleasedFile",
-           "check_theta"]
+           "check_theta", "new_private_dir", "private_dir", "private_read", "private_write"]
 
 Out = TypeVar("Out")
 Key = tuple[int, int]  # (agent, index): one release
@@ -143,21 +151,82 @@ class AgentNode(Generic[Out]):
             self.store.save(self.ledger, self.released)
 
 
+# --- a node's own files: the agent's trust domain, not the operator's ---------------------------
+# A node's state says what its agents released; it belongs to the agents' owner. It lives in a
+# directory of the node's own (mode 0700, owned by this user, never a symbolic link), never
+# under the run directory of the server's operator, in files of mode 0600 written through a
+# fresh temp file opened with O_CREAT | O_EXCL | O_NOFOLLOW and renamed into place.
+def private_dir(directory: Path) -> Path:
+    """`directory`, made (mode 0700) if missing; ValueError if it is a symbolic link, not a
+    directory, another user's, or open to group or others."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{directory} is not a directory (a symbolic link is not followed)")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ValueError(f"{directory} must be this user's, mode 0700 (it is "
+                         f"{stat.S_IMODE(st.st_mode):o}): a node's state is its agents' own")
+    return directory
+
+
+def new_private_dir(prefix: str) -> Path:
+    """A fresh directory of the node's own (mode 0700) in the system's temporary directory:
+    where a local deployment's node keeps its state, apart from the run directory."""
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def private_write(path: Path, kind: str, state: Any) -> None:
+    """A run file of `kind` in the node's own directory (`private_dir`), mode 0600, atomically
+    (a temp file created exclusively, never through a link, fsynced, then renamed)."""
+    path = Path(path)
+    private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(dumps(kind, state))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def private_read(path: Path, kind: str) -> Any:
+    """What `private_write` wrote; RunFileError if the file or its directory could be another
+    user's or written by group or others (then it is not the node's own state)."""
+    path = Path(path)
+    try:
+        private_dir(path.parent)
+    except ValueError as e:
+        raise RunFileError(path, f"is not in a directory of the node's own ({e})") from None
+    st = os.lstat(path)
+    if stat.S_ISREG(st.st_mode) and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        raise RunFileError(path, f"must be this user's, mode 0600 (it is "
+                                 f"{stat.S_IMODE(st.st_mode):o}); nothing was loaded")
+    return read(path, kind)
+
+
 # --- a node's state as a run file: its ledger and the Submissions it released -----------------
 Released = dict[Key, tuple[Submission, float]]  # (agent, index) -> (Submission, its score)
 
 
 class ReleasedFile:
     """A node's `NodeStore` for Submissions (with a score each) in a privrl run file of
-    `kind`: its agents' ledger and every report it released, never its noise root."""
+    `kind` in the node's own directory (`private_write`): its agents' ledger and every report
+    it released, never its noise root."""
 
     def __init__(self, path: Path, kind: str, guarantee: Guarantee, dim: int) -> None:
         self.path, self.kind, self.guarantee, self.dim = Path(path), kind, guarantee, dim
 
     def save(self, ledger: PrivacyLedger, released: Mapping[Key, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         keys = sorted(released)
-        write(self.path, self.kind, {
+        private_write(self.path, self.kind, {
             "ledger": ledger.to_state(),
             "ids": np.array(keys, np.int64).reshape(-1, 2),
             "values": (np.stack([np.asarray(released[k][0].report.value, np.float32)
@@ -170,7 +239,7 @@ class ReleasedFile:
         such a state for reports of length `dim`."""
         if not self.path.exists():
             return None
-        state = read(self.path, self.kind)
+        state = private_read(self.path, self.kind)
         with checked(self.path):
             ledger = PrivacyLedger.from_state(state["ledger"])
             ids, values, scores = (np.asarray(state[k]) for k in ("ids", "values", "scores"))

@@ -17,6 +17,7 @@ from flwr.app import Context, Message, RecordDict
 from flwr.serverapp.grid import Grid
 
 from privrl.federation.flower_sum import (
+    SecAggPins,
     node_payload,
     payload_bits,
     read_fit,
@@ -94,15 +95,20 @@ def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
     """Node n's handler: SecAgg+'s mod around the agent's release of its vector."""
 
     def make(node: int) -> Callable[[Message, Context], Message]:
+        sent: dict[int, np.ndarray] = {}
+
         def release(msg: Message, ctx: Context) -> Message:
             arrays, config = read_fit(msg.content)
             assert config["round"] == 3 and arrays[0].shape == (2,)
-            y = mech.message(jax.random.key(node), vectors[node])
+            # a round asked again gets the message released for it (as privrl's nodes)
+            if config["round"] not in sent:
+                sent[config["round"]] = mech.message(jax.random.key(node), vectors[node])
+            y = sent[config["round"]]
             if record is not None:
                 record[node] = y
             return Message(sum_reply(node_payload(y, mech.bits)), reply_to=msg)
 
-        return secagg_node(release)
+        return secagg_node(release, SecAggPins(len(vectors), len(vectors) // 2 + 1, mech.bits))
 
     return make
 
@@ -180,9 +186,12 @@ def test_too_few_survivors_reveal_nothing():
     assert out.total is None and out.survivors == []
 
 
-def test_a_node_dead_before_its_key_shares_is_left_out_of_a_second_run():
-    # node 101 dies during the key-sharing stage: the survivors hold no share of its key, and
-    # Flower's SecAgg+ halts (nothing revealed); the second run leaves it out from the start.
+@pytest.mark.parametrize("stage", ["setup", "share_keys"])
+def test_a_node_dead_before_its_key_shares_does_not_halt_the_run(stage: str):
+    # node 101 dies at SETUP or while keys are shared: the survivors hold no share of its key
+    # and no mask with it; Flower 1.42's workflow would still ask them for its key shares and halt
+    # (a second run would need every node to add its message to a second sum, which it
+    # refuses); the run leaves the node out at unmasking and reveals the others' sum.
     bits = payload_bits(4)
     mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
                                bits=bits)
@@ -190,10 +199,214 @@ def test_a_node_dead_before_its_key_shares_is_left_out_of_a_second_run():
     vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
     make = node_handler(mech, vectors)
     grid = LoopGrid({n: make(n) for n in vectors},
-                    drop=lambda stage, n: n == 101 and stage == "share_keys")
+                    drop=lambda s, n: n == 101 and s == stage)
     out, tries, alive = secure_sum(grid, context(), list(vectors), [np.zeros(2)],
                                    {"round": 3}, 3, bits, 3, None)
-    assert tries == 2 and out.survivors == alive == [100, 102, 103]
+    assert tries == 1 and out.survivors == alive == [100, 102, 103]
     decoded = np.asarray(mech.decode(out.total).value)
     truth = sum(v * min(1, 1 / np.linalg.norm(v)) for n, v in vectors.items() if n != 101)
     assert np.max(np.abs(decoded - truth)) < 5 * np.sqrt(4 * mech.share_variance) * mech.gamma
+
+
+# --- a server that deviates from the protocol (issue 52) -----------------------------------------
+# Each attack is the server's own code: Flower's real workflow where it serves, crafted messages
+# where it deviates. A node is `secagg_node` around a release that re-sends the same message
+# when asked for a round again (as privrl's nodes did: a restarted or retried round).
+def _target_after(unmasked: list[np.ndarray], bits: int) -> np.ndarray:
+    """The payload y of one node's masked vector once its masks are removed ([0]: weight)."""
+    return np.mod(np.asarray(unmasked[1], np.int64), 1 << bits)
+
+
+def test_running_a_round_twice_reveals_no_single_nodes_message():
+    """Attack: one SecAgg+ run of round 3 over all nodes, then another over all but the target;
+    the difference of the two sums would be the target's message."""
+    payloads: dict[int, np.ndarray] = {}
+    mech, vectors, grid, first = run_round(4, record=payloads)
+    target, bits = 101, mech.bits
+    assert first.total is not None
+    second = secure_sum_round(grid, context(), [n for n in vectors if n != target],
+                              [np.zeros(2)], {"round": 3}, 3, bits, 3, None)
+    if second.total is not None:
+        recovered = np.mod(first.total - second.total, 1 << bits)
+        assert not np.array_equal(recovered, payloads[target]), "the target's message leaked"
+    assert second.total is None  # every node refuses a second sum of a round it took part in
+
+
+def _rogue_unmask(active_of: Callable[[int, list[int]], list[int]],
+                  dead_of: Callable[[int, list[int]], list[int]], reveal: tuple[int, ...] = (101,),
+                  nodes: int = 4, threshold: int = 3):
+    """Flower's workflow through the masked vectors of `nodes` nodes 100, 101, ...; then the
+    server sends node n the unmask request (active_of(n, alive), dead_of(n, alive)) and tries
+    to unmask the sum of the nodes `reveal` alone: their private masks (from their seeds'
+    shares) and their pairwise masks with every other node (from its key's shares). Returns
+    (what it recovered or None, the true sum of their payloads, the replies)."""
+    from flwr.app import ConfigRecord, MessageType
+    from flwr.common import bytes_to_ndarray, ndarrays_to_parameters
+    from flwr.common.secure_aggregation.crypto.shamir import combine_shares
+    from flwr.common.secure_aggregation.crypto.symmetric_encryption import generate_shared_key
+    from flwr.common.secure_aggregation.ndarrays_arithmetic import (
+        parameters_addition,
+        parameters_mod,
+        parameters_subtraction,
+    )
+    from flwr.common.secure_aggregation.secaggplus_constants import (
+        RECORD_KEY_CONFIGS,
+        Key,
+        Stage,
+    )
+    from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen
+    from flwr.compat.common import recorddict_compat as compat
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow import SecAggPlusWorkflow
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+    from flwr.server.workflow.constant import Key as WorkflowKey
+    from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
+    from flwr.supercore.primitives.asymmetric import bytes_to_private_key, bytes_to_public_key
+
+    from privrl.federation.flower_sum import MODULUS_RANGE, _SumStrategy
+
+    bits = payload_bits(nodes)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=nodes, min_honest=threshold,
+                               noise_multiplier=1.0, bits=bits)
+    rng = np.random.default_rng(0)
+    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(nodes)}
+    payloads: dict[int, np.ndarray] = {}
+    make = node_handler(mech, vectors, payloads)
+    grid = LoopGrid({n: make(n) for n in vectors})
+    legacy = LegacyContext(context(), strategy=_SumStrategy(list(vectors), {"round": 3}))
+    legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+        {WorkflowKey.CURRENT_ROUND: 3})
+    legacy.state.array_records[MAIN_PARAMS_RECORD] = compat.parameters_to_arrayrecord(
+        ndarrays_to_parameters([np.zeros(2)]), keep_input=True)
+    flow = SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=threshold,
+                              max_weight=1.0, clipping_range=float(1 << (bits - 1)),
+                              quantization_range=1 << bits, modulus_range=MODULUS_RANGE)
+    state = WorkflowState()
+    assert flow.setup_stage(grid, legacy, state) and flow.share_keys_stage(grid, legacy, state)
+    assert flow.collect_masked_vectors_stage(grid, legacy, state)
+    masked = {n: [bytes_to_ndarray(b) for b in c.config_records[RECORD_KEY_CONFIGS]
+                  ["masked_params"]] for n, c in grid.seen if
+              "masked_params" in c.config_records[RECORD_KEY_CONFIGS]}
+    alive = sorted(state.active_node_ids)
+    truth = np.mod(sum(payloads[n].astype(np.int64) for n in reveal), 1 << bits)
+    replies = grid.send_and_receive([Message(
+        RecordDict({RECORD_KEY_CONFIGS: ConfigRecord({
+            Key.STAGE: Stage.UNMASK, Key.ACTIVE_NODE_ID_LIST: active_of(n, alive),
+            Key.DEAD_NODE_ID_LIST: dead_of(n, alive)})}),
+        dst_node_id=n, message_type=MessageType.TRAIN, group_id="3") for n in alive])
+    seeds: dict[int, list[bytes]] = {n: [] for n in alive}
+    keys: dict[int, list[bytes]] = {n: [] for n in alive}
+    for n, r in zip(alive, replies, strict=True):
+        if r.has_error():
+            continue
+        rec = r.content.config_records[RECORD_KEY_CONFIGS]
+        for i, (owner, share) in enumerate(zip(rec[Key.NODE_ID_LIST], rec[Key.SHARE_LIST],
+                                               strict=True)):
+            (seeds if i < len(active_of(n, alive)) else keys)[owner].append(share)
+    # a pairwise mask of i in `reveal` and j outside it: from either one's key (ECDH)
+    known = {n: bytes_to_private_key(combine_shares(k)) for n, k in keys.items()
+             if len(k) >= threshold}
+    others = [j for j in alive if j not in reveal]
+    if any(len(seeds[i]) < threshold for i in reveal) or \
+            any(i not in known and j not in known for i in reveal for j in others):
+        return None, truth, replies
+    shapes = [a.shape for a in masked[reveal[0]]]
+    vec = masked[reveal[0]]
+    for i in reveal[1:]:
+        vec = parameters_addition(vec, masked[i])
+    for i in reveal:
+        vec = parameters_subtraction(vec, pseudo_rand_gen(combine_shares(seeds[i]),
+                                                          MODULUS_RANGE, shapes))
+        for j in others:
+            sk, pk = (known[i], j) if i in known else (known[j], i)
+            pair = pseudo_rand_gen(generate_shared_key(
+                sk, bytes_to_public_key(state.nid_to_publickeys[pk][0])), MODULUS_RANGE, shapes)
+            vec = (parameters_subtraction if i > j else parameters_addition)(vec, pair)
+    return _target_after(parameters_mod(vec, MODULUS_RANGE), bits), truth, replies
+
+
+def test_an_unmask_request_naming_a_node_active_and_dead_reveals_nothing():
+    """Attack: every node is asked for the target's private-mask share (active) and its key
+    share (dead) in one unmask request; with both, the server strips the target's masks."""
+    got, truth, replies = _rogue_unmask(lambda n, alive: alive, lambda n, alive: [101])
+    if got is not None:
+        assert not np.array_equal(got, truth), "the target's message leaked"
+    assert all(r.has_error() for r in replies)  # every node refuses the request
+
+
+def test_a_node_answers_only_secagg_train_messages():
+    """Attack: the round's fit request sent as another message type, which Flower's mod passes
+    to the node's release unmasked."""
+    from flwr.app import MessageType
+    from flwr.common import FitIns, ndarrays_to_parameters
+    from flwr.compat.common import recorddict_compat as compat
+
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    payloads: dict[int, np.ndarray] = {}
+    handler = node_handler(mech, {100: np.full(6, 0.1)}, payloads)(100)
+    content = compat.fitins_to_recorddict(
+        FitIns(ndarrays_to_parameters([np.zeros(2)]), {"round": 3}), keep_input=True)
+    msg = Message(content, dst_node_id=100, message_type=MessageType.QUERY)
+    msg.metadata.__dict__["_message_id"] = "m0-100"
+    reply = handler(msg, context(100))
+    assert not payloads, "the node released its message outside SecAgg+"
+    assert reply.has_error()
+
+
+def _setup_reply(**changes: object) -> tuple[Message, object]:
+    """A SETUP of 4 nodes, threshold 3, with `changes`, sent to a node that pinned 4 nodes,
+    threshold 3 and 29-bit integers; its reply and the node's guard."""
+    from flwr.app import ConfigRecord, MessageType
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+
+    pins = SecAggPins(4, 3, payload_bits(4))
+    guard = secagg_node(lambda m, c: m, pins)
+    configs = {Key.STAGE: "setup", Key.SAMPLE_NUMBER: 4, Key.SHARE_NUMBER: 4,
+               Key.THRESHOLD: 3, **pins.setup(), **changes}
+    msg = Message(RecordDict({RECORD_KEY_CONFIGS: ConfigRecord(configs)}), dst_node_id=100,
+                  message_type=MessageType.TRAIN, group_id="3")
+    msg.metadata.__dict__["_message_id"] = "m0-100"
+    return guard(msg, context(100)), guard
+
+
+@pytest.mark.parametrize("changes", [
+    {"threshold": 2}, {"sample_num": 5, "share_num": 5}, {"share_num": 3},
+    {"mod_range": 1 << 16}, {"target_range": 1 << 20}, {"clipping_range": 1.0},
+    {"max_weight": 2.0}], ids=lambda c: next(iter(c)))
+def test_a_node_refuses_a_setup_other_than_the_one_it_pinned(changes: dict):
+    reply, _ = _setup_reply()
+    assert not reply.has_error()  # the SETUP it pinned is answered
+    reply, guard = _setup_reply(**changes)
+    assert reply.has_error() and len(guard.refusals) == 1
+
+
+@pytest.mark.parametrize("lists", [
+    (lambda n, alive: alive[:2], lambda n, alive: alive[2:]),  # 2 active: below threshold 3
+    (lambda n, alive: alive, lambda n, alive: [999]),  # a node whose shares it never got
+    (lambda n, alive: [a for a in alive if a != n], lambda n, alive: [n]),  # itself dead
+], ids=["below-threshold", "unknown-node", "itself-dead"])
+def test_a_node_refuses_an_unmask_request_inconsistent_with_its_run(lists):
+    _got, _truth, replies = _rogue_unmask(*lists)
+    assert all(r.has_error() for r in replies)
+
+
+def test_a_deviating_server_reveals_no_sum_smaller_than_the_mechanism_counts():
+    """What the checks cannot stop, and the ε must count (fewest_revealed): 5 nodes, threshold
+    3. Each node gets a request it accepts (itself and 3 nodes active, 2 dead, disjoint), but
+    the lists differ from node to node, so that the seeds of nodes 100 and 101 and the keys of
+    the other three are each shared by >= 3 nodes: the sum of 2 nodes' messages is revealed,
+    fewer than the threshold, as many as fewest_revealed(5, 3) = 2 (and at the default
+    threshold N − 1 no fewer than it: fewest_revealed(5, 4) = 4)."""
+    from privrl.federation.flower_sum import fewest_revealed
+
+    views = {100: ([100, 101, 102], [103, 104]), 101: ([100, 101, 103], [102, 104]),
+             102: ([102, 100, 101], [103, 104]), 103: ([103, 100, 101], [102, 104]),
+             104: ([104, 100, 101], [102, 103])}
+    got, truth, replies = _rogue_unmask(lambda n, alive: views[n][0],
+                                        lambda n, alive: views[n][1], reveal=(100, 101),
+                                        nodes=5, threshold=3)
+    assert not any(r.has_error() for r in replies)
+    assert got is not None and np.array_equal(got, truth)
+    assert fewest_revealed(5, 3) == 2 and fewest_revealed(5, 4) == 4

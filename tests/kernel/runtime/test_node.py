@@ -94,3 +94,29 @@ def test_a_released_file_restores_the_ledger_and_the_reports(tmp_path: Path) -> 
                           sub.report.value) and again.ledger.reports_of(2) == 1
     with pytest.raises(RunFileError, match="do not match"):
         ReleasedFile(tmp_path / "agents.npz", "test-node", G, DIM + 1).load()
+
+
+def test_a_nodes_state_is_its_own(tmp_path: Path) -> None:
+    """(Issue 52) A node's state file: mode 0600 in a directory of mode 0700 made for it; a
+    directory that is a symbolic link, or open to others, is refused, and so is a state file
+    others could have written."""
+    import os
+    import stat
+
+    from privrl.runtime.node import private_dir, private_read, private_write
+
+    own = tmp_path / "own" / "node0"
+    private_write(own / "s.npz", "test-node", {"n": 1})
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700
+    assert stat.S_IMODE((own / "s.npz").stat().st_mode) == 0o600
+    assert private_read(own / "s.npz", "test-node") == {"n": 1}
+    assert [p.name for p in own.iterdir()] == ["s.npz"]  # no temp file left
+    os.chmod(own / "s.npz", 0o644)
+    with pytest.raises(RunFileError, match="0600"):
+        private_read(own / "s.npz", "test-node")
+    (tmp_path / "link").symlink_to(own)
+    with pytest.raises(ValueError, match="not a directory"):
+        private_dir(tmp_path / "link")
+    os.chmod(own, 0o755)
+    with pytest.raises(ValueError, match="0700"):
+        private_write(own / "s.npz", "test-node", {"n": 2})

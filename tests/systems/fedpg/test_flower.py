@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ def test_the_mechanism_counts_the_agents_the_threshold_guarantees(learner: Serve
 def test_a_node_releases_once_per_round_and_refuses_past_its_budget(learner: ServerLearner,
                                                                     tmp_path):
     mech = flower_mechanism(learner.config, learner.algo.dim, 3, 2)
-    node = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
+    own = tmp_path / "node1"  # the node's own directory (made 0700)
+    node = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=own)
     assert node.ids == [1, 4]
     b = [node.batch(t) for t in range(4)]  # B_t: the seed's, as the learner draws it
     assert b[:2] == [int(learner._draw(t)[0]) for t in range(2)]
@@ -68,8 +70,16 @@ def test_a_node_releases_once_per_round_and_refuses_past_its_budget(learner: Ser
     first = node.release(theta, b[0], 0)
     assert first.shape == (learner.algo.dim,) and first.min() >= 0
     assert first.max() < 1 << mech.bits
-    # asked again (a retried round): the same message, nothing new spent
-    assert np.array_equal(node.release(theta, b[0], 0), first) and node.rounds_charged == 1
+    # asked again (a retried round): refused, nothing new spent; a second secure sum of the
+    # round without this node would give its message (issue 52)
+    with pytest.raises(ValueError, match="already went into a secure sum"):
+        node.release(theta, b[0], 0)
+    assert node.rounds_charged == 1
+    # its state is its own: mode 0600 in a 0700 directory, no message in it
+    state = own / "node.npz"
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700
+    assert first.tobytes() not in state.read_bytes()
     with pytest.raises(ValueError, match="before this node's last round"):
         node.release(theta, b[0], -1)
     with pytest.raises(ValueError, match="B_t"):  # the server cannot choose B_t
@@ -78,9 +88,11 @@ def test_a_node_releases_once_per_round_and_refuses_past_its_budget(learner: Ser
         node.release(np.full_like(theta, np.nan), b[1], 1)
     assert node.rounds_charged == 1  # refusals spend nothing
     # a restarted executor (a new process: a new secret root) resumes from its state file:
-    # round 0 again is the message already released, and it is not charged again
-    again = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=tmp_path)
-    assert again.rounds_charged == 1 and np.array_equal(again.release(theta, b[0], 0), first)
+    # round 0 again is refused, and it is not charged again
+    again = CenNode(CFG, 1, 3, mech, allowed_rounds=2, directory=own)
+    with pytest.raises(ValueError, match="already went into a secure sum"):
+        again.release(theta, b[0], 0)
+    assert again.rounds_charged == 1
     node = again
     node.release(theta, b[2], 2)  # round 1 never asked of it (left out): nothing spent on it
     with pytest.raises(ValueError, match="before this node's last round"):
@@ -146,6 +158,34 @@ def test_a_local_and_a_flower_run_state_the_same_epsilon():
     assert (p["noise_multiplier"], p["l2_bound_grid_steps"], p["share_variance_grid_steps2"],
             p["gamma"]) == (mech.noise_multiplier, mech.radius, mech.share_variance,
                             mech.gamma)
+
+
+def test_the_statement_says_what_holds_against_each_server():
+    """(Issue 52) privacy.json's secure_sum.guarantee_against, by the mechanism's accountant:
+    a server that deviates but relays only genuine SuperNodes faces the stated ε (a sum it can
+    reveal holds the threshold's agents: 2 of 3 SuperNodes, 4 of 6 agents); one that forges
+    SuperNodes, only the 2 shares of one node's own agents."""
+    from privrl.systems.fedpg.flower import FlowerCenRun
+
+    plan = plan_run(dataclasses.replace(CFG, **TINY), 3, 2)
+    mech = plan.mechanism
+    run = FlowerCenRun(plan.config, mech, [{"agents_in_sum": 6}] * 3,
+                       np.zeros(mech.dim, np.float32), 3, 2, 0.0)
+    privacy = run.privacy()
+    against = privacy["secure_sum"]["guarantee_against"]
+    stated = privacy["guarantee"]["epsilon"]
+    assert against["honest_but_curious_server"]["epsilon"] == stated == mech.epsilon(3)
+    assert against["deviating_server"]["epsilon"] == stated
+    assert against["deviating_server"]["honest_shares"] == mech.min_honest == 4
+    forged = against["server_forging_supernodes"]
+    assert forged["honest_shares"] == 2 and forged["epsilon"] == mech.epsilon(3, 2) > stated
+    # 5 SuperNodes at threshold 3: a deviating server can reveal a sum of 2 of them (each
+    # node lists <= 2 dead: (5 − |S|)·3 <= 5·2), 2 of the 5 agents: not a majority, refused
+    # (threshold 4 reveals >= 4)
+    five = dataclasses.replace(CFG, agents=5, **TINY)
+    with pytest.raises(ConfigError, match="threshold"):
+        plan_run(five, 5, 3)
+    assert plan_run(five, 5, 4).mechanism.min_honest == 4
 
 
 def test_a_seeded_flower_sum_is_the_local_rounds_sum():

@@ -27,7 +27,7 @@ from privrl.federation.flower import (
     serve_pgc,
     submission_content,
 )
-from privrl.federation.service import AggregatorService, AggregatorSpec, Submission
+from privrl.federation.service import LOG, AggregatorService, AggregatorSpec, Submission
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.runtime.flower import refusal
 from privrl.systems.pgc_a3c import flower
@@ -72,10 +72,10 @@ def test_seeded_flower_run_is_the_local_run(tmp_path: Path, call_grid: Any) -> N
     theta = AggregatorService.restore(tmp_path).theta()
     np.testing.assert_allclose(theta, local.theta[0], rtol=0, atol=1e-6)
     assert json.loads((tmp_path / RESULTS).read_text())["scores"] == out["scores"]
-    # Every message to a node asked for one of its own agents; each agent charged its own.
+    # Every message to a node asked for its own agents only; each agent charged its own.
     for m in grid.sent:
-        agent = m.content.config_records["ask"]["agent"]
-        assert [101, 202][agent % 2] == m.metadata.dst_node_id
+        for agent in m.content.config_records["asks"]["agents"]:
+            assert [101, 202][agent % 2] == m.metadata.dst_node_id
     assert agents[0].ledger.summary()["agents"] == 3 == agents[1].ledger.summary()["agents"]
 
 
@@ -290,3 +290,92 @@ def test_a_run_with_refusals_writes_its_accepted_submissions_in_order() -> None:
     assert run.submitted.tolist() == [4]
     np.testing.assert_array_equal(run.scores[0, :4], [1, 3, 5, 6])
     assert np.isnan(run.scores[0, 4:]).all()
+
+
+def test_a_round_is_one_message_per_supernode_and_a_dead_one_costs_its_agents_budget(
+        tmp_path: Path, call_grid: Any) -> None:
+    """Rounds of P = 4 over two SuperNodes: each round sends each SuperNode ONE message with
+    all its agents' asks, and the replies are applied in submission order. SuperNode 0 then
+    dies (Flower answers for it: node unavailable): the run goes on with SuperNode 1, asks
+    node 0 nothing more, and the run's ledger counts every agent of node 0 as having spent
+    its whole budget, the ask in flight included."""
+    from flwr.app import Error
+    from flwr.common.constant import ErrorCode
+
+    cfg = dataclasses.replace(CFG, submissions=12, parallel_agents=4)
+    _setup(cfg, tmp_path)
+    agents = [flower.FlowerAgent(cfg, i, 2) for i in range(2)]
+    calls = []
+
+    def node0(m: Message) -> Message:
+        calls.append(m)
+        if len(calls) > 1:  # its second round: gone
+            return Message(Error(code=ErrorCode.NODE_UNAVAILABLE, reason="offline"),
+                           reply_to=m)
+        return agents[0].handle(m)
+
+    grid = call_grid({7: node0, 8: agents[1].handle})
+    out = serve_pgc(grid, tmp_path, 12, 1, 4, 2)  # type: ignore[arg-type]
+    rounds = [grid.sent[0:2], grid.sent[2:4], grid.sent[4:5]]
+    assert [len(r) for r in rounds] == [2, 2, 1] and len(grid.sent) == 5
+    assert [m.content.config_records["asks"]["agents"] for m in rounds[0]] == [[0, 2], [1, 3]]
+    assert out["dead"] == [0] and out["unanswered"] == [[4, 0], [6, 0]]
+    assert [r["submission"] for r in out["refused"]] == [4, 6, 8, 10]
+    assert "left the run" in out["refused"][-1]["reason"]
+    assert out["status"]["accepted"] == 8
+    assert [s is None for s in out["scores"]] == [False] * 4 + [True, False] * 4
+    svc = AggregatorService.restore(tmp_path)
+    ledger, presumed = flower.spent_ledger(svc.ledger, svc.guarantee, svc.accepted, out, 2,
+                                           12, 1, aborted=False)
+    assert presumed == {4: 1, 6: 1, 8: 1, 10: 1}
+    assert all(ledger.spent(a)[0] == pytest.approx(10.0) for a in range(12))
+    assert svc.ledger.spent(4) == (0.0, 0.0)  # the aggregator's own record: what it received
+    # An abort mid-round: the asks in flight (PROGRESS) that were not accepted count too.
+    _, presumed = flower.spent_ledger(svc.ledger, svc.guarantee, svc.accepted,
+                                      {"asked": [[1, 0], [4, 0]]}, 2, 12, 1, aborted=True)
+    assert presumed == {4: 1}
+
+
+def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--one-process-per-agent` starts one SuperNode per agent (here 3). The deployment
+    (no processes here) ends early, its SuperLink gone, with a round in flight: the run still
+    writes privacy.json, summary.json and the aggregator's report log, its ledger counting the
+    asks in flight as released, and exits 1 saying why. Bad uses of the option exit 2."""
+    from privrl.federation.flower import PROGRESS
+    from privrl.main import main
+    from privrl.runtime import flower as rt
+
+    started = []
+
+    def enter(self: rt.LocalDeployment) -> rt.LocalDeployment:
+        started.append(self.nodes)
+        self.superexec_secret = tmp_path / "secret"
+        return self
+
+    def run(self: rt.LocalDeployment, app: Path, done: Path, timeout_s: Any = None) -> str:
+        (done.parent / PROGRESS).write_text(json.dumps({"asked": [[0, 0], [1, 0]],
+                                                        "scores": [None] * 3}))
+        raise RuntimeError("flower-superlink exited during the run")
+
+    monkeypatch.setattr(rt.LocalDeployment, "__enter__", enter)
+    monkeypatch.setattr(rt.LocalDeployment, "__exit__", lambda self, *e: None)
+    monkeypatch.setattr(rt.LocalDeployment, "spawn", lambda self, *a: None)
+    monkeypatch.setattr(rt.LocalDeployment, "run", run)
+    args = ["run", "pgc-a3c", "--mechanism", "laplace", "--epsilon", "2", "--submissions", "3",
+            "--parallel-agents", "2", "--no-progress"]
+    out = tmp_path / "run"
+    assert main([*args, "--runtime", "flower", "--one-process-per-agent",
+                 "--out", str(out)]) == 1
+    assert started == [3]
+    ledger = json.loads((out / "privacy.json").read_text())["ledger"]
+    assert ledger["agents"] == 2 and ledger["per_agent_epsilon"]["max"] == pytest.approx(2.0)
+    flower_json = json.loads((out / "flower.json").read_text())
+    assert flower_json["presumed_released"] == {"0": 1, "1": 1}
+    assert "superlink exited" in flower_json["error"]
+    assert json.loads((out / "summary.json").read_text())["trials"] == 1
+    assert (out / "aggregator" / LOG).exists()
+    assert main([*args, "--one-process-per-agent", "--out", str(tmp_path / "b")]) == 2
+    assert main([*args, "--submissions", "65", "--runtime", "flower",
+                 "--one-process-per-agent", "--out", str(tmp_path / "c")]) == 2
+    assert started == [3] and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()

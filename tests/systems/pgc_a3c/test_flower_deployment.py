@@ -98,3 +98,61 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0
     assert ((out / "metrics.csv").read_text()
             == (tmp_path / "local" / "metrics.csv").read_text())
+
+
+def _flower_processes_of(work: Path) -> list[int]:
+    """The processes running with this deployment's Flower home (its private work directory):
+    the SuperLink's detached flower-superexec and flwr-serverapp included."""
+    pids = []
+    for pid in psutil.pids():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"FLWR_HOME={work}/".encode() in env:
+            pids.append(pid)
+    return pids
+
+
+def test_a_supernode_killed_mid_run_costs_its_agents_and_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_compile_as_tests: None) -> None:
+    """Two SuperNodes, rounds of two; SuperNode 1 is killed (SIGKILL) once a report has been
+    accepted. The run ends with SuperNode 0's reports, says which SuperNode left, and its
+    privacy.json counts every agent of SuperNode 1 as having spent its whole budget; then no
+    process of the deployment is left, Flower's detached ServerApp included."""
+    import os
+    import signal
+
+    from privrl.federation.flower import PROGRESS
+    from privrl.runtime import flower as rt
+
+    check, seen = rt.LocalDeployment.check, {}
+
+    def and_kill(self: rt.LocalDeployment) -> None:
+        seen["work"] = self.work
+        progress = tmp_path / "run" / "aggregator" / PROGRESS
+        if ("killed" not in seen and progress.exists()
+                and json.loads(progress.read_text())["status"]["accepted"] >= 1):
+            node = next(p for p in self.processes if self.names[p.pid] == "supernode1")
+            os.kill(node.pid, signal.SIGKILL)
+            seen["killed"] = True
+        check(self)
+
+    monkeypatch.setattr(rt.LocalDeployment, "check", and_kill)
+    out = tmp_path / "run"
+    rc = main(["run", "pgc-a3c", "--runtime", "flower", "--supernodes", "2", "--preset",
+               "tuned", "--mechanism", "laplace", "--epsilon", "2", "--submissions", "8",
+               "--parallel-agents", "2", "--score-window", "2", "--no-progress",
+               "--out", str(out)])
+    assert rc == 0 and seen.get("killed")
+    flower_json = json.loads((out / "flower.json").read_text())
+    assert flower_json["dead_supernodes"] == [1]
+    accepted = flower_json["aggregator"]["accepted"]
+    assert 1 <= accepted < 8
+    privacy = json.loads((out / "privacy.json").read_text())
+    ledger = privacy["ledger"]
+    assert ledger["agents"] == 8  # node 1's four agents too, each at its whole budget
+    assert ledger["per_agent_epsilon"]["min"] == pytest.approx(2.0)
+    assert json.loads((out / "summary.json").read_text())["trials"] == 1
+    assert main(["replay", str(out)]) == 0
+    assert _flower_processes_of(seen["work"]) == []

@@ -96,8 +96,9 @@ def run_fedpg_cen_command(
         min=1, max=64)] = 4,
     threshold: Annotated[int | None, typer.Option(
         help="Flower runtime: SuperNodes that must survive a round for SecAgg+ to reveal its "
-        "sum (a strict majority, <= N; default N − 1); the ε statement counts the agents they "
-        "hold as the honest shares.")] = None,
+        "sum (a strict majority, <= N; default N − 1); the ε statement counts as the honest "
+        "shares the agents of the smallest sum a server deviating from the protocol can "
+        "reveal (at the default, the threshold's SuperNodes).")] = None,
     stage_timeout: Annotated[float, typer.Option(
         help="Flower runtime: seconds each SecAgg+ stage waits for replies; a SuperNode "
         "silent past it is dropped from the round.", min=1.0)] = 120.0,
@@ -208,7 +209,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from privrl.output import new_run_dir, removed_if_left_empty
+    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
@@ -250,7 +251,10 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
             with removed_if_left_empty(path):
                 run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
         else:
-            run = runner.run_fedpg(cfg, progress=update)
+            command = ["privrl", *sys.argv[1:]]
+            with keeping_work(lambda: new_run_dir(out, f"{stem}-{cfg.mechanism}"),
+                              lambda run, path: runner.save(run, path, command=command)):
+                run = runner.run_fedpg(cfg, progress=update)
     if path is None:
         path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
     summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],

@@ -13,7 +13,8 @@ Three parts, each in its own trust domain or process:
   share from os.urandom under secret noise). The node adds its agents' messages modulo 2^b
   and hands the sum to Flower's SecAgg+ client mod, which masks it. Each agent charges its
   own round budget before its message leaves, refuses past it whatever the server asks, and
-  re-sends the same message if asked for a round again.
+  adds its message of a round to one secure sum only: asked for a round again, it refuses
+  (privrl.federation.flower_sum.SecAggGuard checks every SecAgg+ stage it answers).
 - **the aggregator** (privrl.federation.flower_sum.cen_server_app, a ServerApp running only
   privrl.federation code): one SecAgg+ round per FedPG round; it sees the sum of the
   surviving nodes' messages and which nodes survived, and passes μ_t = sum / (agents in it)
@@ -57,7 +58,9 @@ from privrl.federation.flower_sum import (
     SETUP,
     STOP,
     SUM_RESULTS,
+    SecAggPins,
     fewest_at_threshold,
+    fewest_revealed,
     node_payload,
     payload_bits,
     read_fit,
@@ -71,9 +74,16 @@ from privrl.federation.service import Submission
 from privrl.privacy.discrete_sum import DiscreteGaussianSum
 from privrl.privacy.ledger import BudgetExceededError
 from privrl.privacy.noise import secret_keys
-from privrl.runfile import checked, read, write
+from privrl.runfile import checked
 from privrl.runtime.flower import answer_request, refusing_client_app
-from privrl.runtime.node import AgentNode, ReleasedFile
+from privrl.runtime.node import (
+    AgentNode,
+    ReleasedFile,
+    new_private_dir,
+    private_dir,
+    private_read,
+    private_write,
+)
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
@@ -116,16 +126,17 @@ def agents_of(node: int, nodes: int, agents: int) -> list[int]:
 def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
                      ) -> DiscreteGaussianSum:
     """The distributed discrete Gaussian a Flower run uses (`discrete_sum_mechanism`, the local
-    runner's): calibrated to the config's ε at δ over its calibration rounds, counting the
-    fewest agents `threshold` surviving nodes hold as the honest shares (or the config's
+    runner's): calibrated to the config's ε at δ over its calibration rounds, counting as the
+    honest shares the fewest agents a revealed sum can hold, the server deviating or not
+    (`fewest_revealed` SuperNodes: the threshold's at the default N − 1; or the config's
     min_honest, if smaller), modulo the 2^b SecAgg+ can carry for `nodes` nodes. ConfigError
     if the secure sum could reveal fewer."""
     per_node = [len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)]
-    fewest = fewest_at_threshold(per_node, threshold)
+    fewest = fewest_at_threshold(per_node, fewest_revealed(nodes, threshold))
     m = fewest if cfg.min_honest is None else cfg.min_honest
     if m > fewest:
-        raise ConfigError("min_honest", f"{threshold} surviving SuperNodes may hold only "
-                          f"{fewest} agents, fewer than the {m} honest shares asked for")
+        raise ConfigError("min_honest", f"a sum revealed with threshold {threshold} may hold "
+                          f"only {fewest} agents, fewer than the {m} honest shares asked for")
     if cfg.epsilon is None:
         raise ConfigError("epsilon", "distributed-gaussian on Flower is calibrated from ε")
     mech = discrete_sum_mechanism(cfg, dim, m, payload_bits(nodes))
@@ -168,6 +179,9 @@ class CenNode:
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
         self.ids = agents_of(node, nodes, cfg.agents)
+        # what every SecAgg+ run must keep to, from this config alone (SecAggGuard)
+        self.pins = SecAggPins.of([len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)],
+                                  mech.min_honest, mech.bits)
         self.state = self.algo.init(_trial_key(cfg.seed))
         # Secret noise: this process's own root, in memory only, passed as an argument (it
         # keys the agents' private environments and episodes too); the node plays its own
@@ -179,12 +193,13 @@ class CenNode:
                                                    self.state.gossip.x[0], t)[0].batch)
         # The one agent-node protocol (privrl.runtime.node): a round's message is released
         # once, in order, after the round is counted against the rounds the mechanism was
-        # calibrated for (`RoundAllowance`: each agent's ε at δ), and kept, with that count,
-        # in the node's state file (`directory`; never its noise root), written atomically
-        # before the message leaves: a restarted executor re-sends a released round and
-        # never counts it again.
+        # calibrated for (`RoundAllowance`: each agent's ε at δ). The rounds released and
+        # that count go to the node's state file (`directory`, the agent's own: never its
+        # noise root nor a message), written before the message leaves: a restarted executor
+        # refuses a released round and never counts it again.
         self.path = None if directory is None else Path(directory) / NODE_STATE
-        allowance, released = RoundAllowance(allowed_rounds, cfg.epsilon, cfg.delta), {}
+        allowance = RoundAllowance(allowed_rounds, cfg.epsilon, cfg.delta)
+        released: dict[int, np.ndarray | None] = {}
         if self.path is not None and self.path.exists():
             allowance.charged, released = self._restore(self.path)
         self._asked: int | None = None  # B_t of the request in hand (`check`)
@@ -197,36 +212,30 @@ class CenNode:
         return self.agents.ledger.charged
 
     @property
-    def released(self) -> dict[int, np.ndarray]:
-        """round -> the node's sum of messages it released."""
+    def released(self) -> dict[int, np.ndarray | None]:
+        """round -> the node's sum of messages it released (None: released before a restart;
+        a message is kept in memory only)."""
         return {t: m for (_, t), m in self.agents.released.items()}
 
     def save(self, allowance: RoundAllowance, released: Any) -> None:
-        """The node's `NodeStore`: its round count and released messages."""
+        """The node's `NodeStore`: its round count and the rounds it released (privrl.runtime
+        .node.private_write: its own directory, mode 0600)."""
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        mine = self.released
-        rounds = sorted(mine)
-        write(self.path, _STATE_KIND, {
+        private_write(self.path, _STATE_KIND, {
             "rounds_charged": allowance.charged,
-            "rounds": np.array(rounds, np.int64),
-            "messages": (np.stack([mine[t] for t in rounds]) if rounds
-                         else np.zeros((0, self.algo.dim), np.int64))})
+            "rounds": np.array(sorted(self.released), np.int64)})
 
-    def _restore(self, path: Path) -> tuple[int, dict[int, np.ndarray]]:
-        state = read(path, _STATE_KIND)
+    def _restore(self, path: Path) -> tuple[int, dict[int, None]]:
+        state = private_read(path, _STATE_KIND)
         with checked(path):
             charged, rounds = state["rounds_charged"], np.asarray(state["rounds"])
-            messages = np.asarray(state["messages"])
             n = rounds.shape[0]
-            if not (isinstance(charged, int) and 0 <= charged == n
-                    and messages.shape == (n, self.algo.dim) and messages.dtype == np.int64
-                    and np.all(np.diff(rounds) > 0) and (n == 0 or rounds[0] >= 0)
-                    and (n == 0 or (messages.min() >= 0
-                                    and messages.max() < self.mech.modulus))):
-                raise ValueError("the released messages do not match this node's run")
-            return charged, {int(t): m for t, m in zip(rounds, messages, strict=True)}
+            if not (isinstance(charged, int) and 0 <= charged == n and rounds.shape == (n,)
+                    and rounds.dtype == np.int64 and np.all(np.diff(rounds) > 0)
+                    and (n == 0 or rounds[0] >= 0)):
+                raise ValueError("the released rounds do not match this node's run")
+            return charged, {int(t): None for t in rounds}
 
     def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
                    ) -> tuple[jax.Array, jax.Array]:
@@ -279,7 +288,12 @@ class CenNode:
 
     def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
         """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
-        BudgetExceededError (nothing released) when it must refuse."""
+        BudgetExceededError (nothing released) when it must refuse. A round released once is
+        never released again, not even the same message: it went into one secure sum, and
+        the difference of two sums over sets that differ by this node is its message."""
+        if t in self.released:
+            raise ValueError(f"round {t}'s message already went into a secure sum (a node "
+                             "adds to one per round)")
         self._asked = batch
         try:
             return self.agents.release(self.ids[0], t, theta)
@@ -293,7 +307,7 @@ class CenNode:
 
     def handler(self) -> Any:
         """A task in, SecAgg+'s reply (or a refusal) out."""
-        return secagg_node(self._on_fit)
+        return secagg_node(self._on_fit, self.pins)
 
 
 class ReportNode:
@@ -490,9 +504,45 @@ class FlowerCenRun:
                     "supernodes": self.nodes, "threshold": self.threshold,
                     "min_honest_surviving_agents": m.min_honest,
                     "reveals": f"SecAgg+ reveals a round's sum only when >= {self.threshold} "
-                               f"of the {self.nodes} SuperNodes survive, which hold >= "
-                               f"{m.min_honest} agents"},
+                               f"of the {self.nodes} SuperNodes survive; a sum even a server "
+                               "deviating from the protocol can reveal holds >= "
+                               f"{fewest_revealed(self.nodes, self.threshold)} SuperNodes, "
+                               f">= {m.min_honest} agents",
+                    "guarantee_against": self.against()},
                 "fewest_agents_in_a_revealed_sum": fewest}
+
+    def against(self) -> dict[str, Any]:
+        """Each agent's (ε, δ) over the rounds run against each kind of server
+        (docs/threat-model.md): the same mechanism's accountant (`DiscreteGaussianSum
+        .epsilon`) with the honest noise shares a revealed sum holds against it."""
+        m, cfg, rounds = self.mechanism, self.config, len(self.rounds)
+        assert m is not None and self.threshold is not None
+        per_node = [len(agents_of(i, self.nodes, cfg.agents)) for i in range(self.nodes)]
+        cap = m.min_honest if cfg.min_honest is not None else math.inf
+
+        def bound(honest: int, what: str) -> dict[str, Any]:
+            honest = int(min(honest, cap))
+            return {"epsilon": m.epsilon(rounds, honest), "delta": m.delta,
+                    "honest_shares": honest, "what": what}
+
+        return {
+            "honest_but_curious_server": bound(
+                fewest_at_threshold(per_node, self.threshold),
+                "a server that follows SecAgg+ and reads all it receives: each revealed sum "
+                f"holds the >= {self.threshold} SuperNodes that survive the round"),
+            "deviating_server": bound(
+                m.min_honest,
+                "a server that deviates from SecAgg+ (drops, repeats or crafts any request) "
+                "but relays only the genuine SuperNodes: each node answers only requests "
+                "consistent with the threshold and nodes it pinned, adds its message of a "
+                "round to one sum, and a sum it can reveal holds >= "
+                f"{fewest_revealed(self.nodes, self.threshold)} SuperNodes (the stated ε)"),
+            "server_forging_supernodes": bound(
+                min(per_node),
+                "a server that also runs SuperNodes of its own in the secure sum (it runs the "
+                "SuperLink, and Flower 1.42's SecAgg+ lets no node authenticate its peers): "
+                "a revealed sum may hold one genuine SuperNode's message, protected only by "
+                "its own agents' noise shares")}
 
 
 def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
@@ -642,38 +692,60 @@ def learn(plan: FlowerPlan, learner: ServerLearner, directory: Path,
 
 def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: float = 120.0,
                          timeout_s: float | None = None, on_round: Any = None,
-                         startup_s: float = 900.0) -> FlowerCenRun:
+                         startup_s: float = 900.0, state_root: Path | None = None
+                         ) -> FlowerCenRun:
     """One FedPG-Cen trial on a local Flower deployment of `plan.nodes` SuperNodes
     (privrl.runtime.flower.LocalDeployment): a real secure sum (distributed-gaussian) or each
     agent's Report (a local mechanism); `prepare_run`, every agent executor, `flwr run`,
     `learn`. `on_round(t, deployment)` is called as each round begins (tests inject faults
-    there); `startup_s`: how long the agents may take to start and compile."""
+    there); `startup_s`: how long the agents may take to start and compile; `state_root`:
+    where the nodes' own directories go (`node<i>`, mode 0700; never the run directory;
+    None: temporary ones, removed after the run)."""
+    import shutil
+
     from privrl.runtime.flower import LocalDeployment
 
     start = time.perf_counter()
     nodes = plan.nodes
     learner, app, trusted, agent_config = prepare_run(plan, directory, stage_timeout_s)
-    with LocalDeployment(nodes, directory / "logs") as deployment:
-        ready = [directory / "agents" / f"node{i}.ready" for i in range(nodes)]
-        ready[0].parent.mkdir(parents=True, exist_ok=True)
-        for i in range(nodes):
-            # Agent 0 compiles first; the others wait for it, so that with JAX's persistent
-            # cache on (the CLI's) they load its program instead of all compiling at once.
-            deployment.spawn(f"agent{i}", [
-                sys.executable, "-m", "privrl.systems.fedpg.flower", "--config",
-                str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
-                deployment.runtime_apis[i], "--trusted-fab", trusted,
-                "--superexec-secret-file", str(deployment.superexec_secret),
-                "--state-dir", str(directory / "agents" / f"node{i}"),
-                "--ready-file", str(ready[i]), *(["--after", str(ready[0])] if i else [])])
-        # No round before every agent serves: a SecAgg+ stage waits only its timeout.
-        for r in ready:
-            wait_for([r], startup_s)
-        # No `deployment.run`: a SuperNode may die mid-run (the secure sum drops it).
-        (directory / "logs" / "run.log").write_text(deployment.submit(app))
-        run = learn(plan, learner, directory, timeout_s, None if on_round is None else
-                    lambda t: on_round(t, deployment))
+    # Each node's state in a directory of its own (mode 0700), never under the operator's
+    # run directory: `state_root`, or fresh temporary ones removed after the run.
+    own = [new_private_dir(f"privrl-node{i}-") if state_root is None
+           else private_dir(Path(state_root) / f"node{i}") for i in range(nodes)]
+    try:
+        with LocalDeployment(nodes, directory / "logs") as deployment:
+            run = _deploy(plan, directory, deployment, learner, app, trusted, agent_config,
+                          own, timeout_s, on_round, startup_s)
+    finally:
+        if state_root is None:
+            for d in own:
+                shutil.rmtree(d, ignore_errors=True)
     return dataclasses.replace(run, wall_seconds=time.perf_counter() - start)
+
+
+def _deploy(plan: FlowerPlan, directory: Path, deployment: Any, learner: ServerLearner,
+            app: Path, trusted: str, agent_config: Path, own: list[Path],
+            timeout_s: float | None, on_round: Any, startup_s: float) -> FlowerCenRun:
+    """The agents' executors beside the deployment's SuperNodes, `flwr run`, `learn`."""
+    nodes = plan.nodes
+    ready = [directory / "logs" / f"node{i}.ready" for i in range(nodes)]
+    for i in range(nodes):
+        # Agent 0 compiles first; the others wait for it, so that with JAX's persistent
+        # cache on (the CLI's) they load its program instead of all compiling at once.
+        deployment.spawn(f"agent{i}", [
+            sys.executable, "-m", "privrl.systems.fedpg.flower", "--config",
+            str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
+            deployment.runtime_apis[i], "--trusted-fab", trusted,
+            "--superexec-secret-file", str(deployment.superexec_secret),
+            "--state-dir", str(own[i]),
+            "--ready-file", str(ready[i]), *(["--after", str(ready[0])] if i else [])])
+    # No round before every agent serves: a SecAgg+ stage waits only its timeout.
+    for r in ready:
+        wait_for([r], startup_s)
+    # No `deployment.run`: a SuperNode may die mid-run (the secure sum drops it).
+    (directory / "logs" / "run.log").write_text(deployment.submit(app))
+    return learn(plan, learner, directory, timeout_s, None if on_round is None else
+                 lambda t: on_round(t, deployment))
 
 
 def _setup(plan: FlowerPlan, learner: ServerLearner, timeout_s: float) -> dict[str, Any]:
@@ -700,12 +772,16 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = executor_parser("privrl.systems.fedpg.flower")
     parser.add_argument("--state-dir", type=Path, default=None,
-                        help="where the node keeps its round count and released messages")
+                        help="the node's own directory (mode 0700, made if missing; never "
+                             "under the server operator's run directory): its round count and "
+                             "the rounds it released")
     parser.add_argument("--ready-file", type=Path, default=None,
                         help="written once the agents are compiled and serve")
     parser.add_argument("--after", type=Path, default=None,
                         help="compile only once this file exists (another agent's ready file)")
     args = parser.parse_args(argv)
+    if args.state_dir is not None:
+        private_dir(args.state_dir)  # refused before anything is computed if not its own
     data = json.loads(args.config.read_text())
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
     node: CenNode | ReportNode

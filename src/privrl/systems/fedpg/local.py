@@ -34,7 +34,7 @@ from privrl.compute.sharding import (
     trial_sharding,
 )
 from privrl.federation.pushsum import push_sum_z
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
+from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
@@ -351,6 +351,8 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         t += 1
         if progress is not None:
             progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
+        work_so_far(lambda state=state, compile_s=compile_s: [  # if a later round fails
+            book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
     return [book.result(state, wall, compile_s, program) for book in books]

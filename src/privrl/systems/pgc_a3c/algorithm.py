@@ -61,12 +61,18 @@ from privrl.config import (
     probability,
 )
 from privrl.envs.cartpole import CartPoleSpec
-from privrl.envs.rollout import Trajectory, rollout_trials
+from privrl.envs.rollout import Trajectory, rollout_episodes, rollout_trials
 from privrl.envs.task import Task, cartpole_task, check_module, resolve_task
+from privrl.federation.adapt import noise_step, scaled
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator
 from privrl.losses import a2c_loss, actor_critic_loss, discounted_returns, gae
 from privrl.nets.flat import FlatModel, actor_critic
 from privrl.nets.heads import LOG_STDS
+from privrl.privacy.clipping import (
+    ClipBitRelease,
+    debiased_bit_fraction,
+    geometric_clip_update,
+)
 from privrl.privacy.ldp_compact import compact_mechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
@@ -81,13 +87,26 @@ from privrl.privacy.mechanisms import (
     stack_params,
 )
 from privrl.privacy.noise import NOISE_MODES, secret_fold
-from privrl.privacy.plan import PlanError, PrivacyPlan, PrivacyRequest, plan_pure
+from privrl.privacy.plan import (
+    PlanError,
+    PrivacyPlan,
+    PrivacyRequest,
+    plan_pure,
+    split_clip_bit,
+)
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
 
 LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
+# The mechanisms whose clip --adaptive-clip moves: the agent scales its gradient by the public
+# C_0/C_t before the mechanism (compiled with C_0), which is the release at clip C_t scaled by
+# C_0/C_t for Laplace's L1 clip and noise (both homogeneous in C), and the aggregator scales
+# the report back.
+ADAPTIVE_CLIP_MECHANISMS = ("laplace", "none")
+# The levers' switches (a run with one on runs alone, not in a program of settings).
+ADAPTIVE_LEVERS = ("adaptive_clip", "step_from_noise", "public_eval_every")
 # Presets. "paper" follows paper 000 section 4 exactly (the dataclass defaults). "tuned" is
 # our improvement (docs/pgc-a3c-fidelity.md explains why the paper preset stalls): the task's
 # shaped reward (CartPole's "failure", which a bias-having critic can fit; a task without one:
@@ -155,6 +174,23 @@ PRESETS["continuous"] = {
     "entropy_coef": 0.01,
     "log_std": "parameter",
 }
+# "adaptive" (issue 51): private defaults that adapt to the task instead of being tuned for
+# it: "tuned"'s learner (the task's shaped reward, sampled actions, biases, advantages
+# standardized on the agent's own episode, Adam at the aggregator) with a small network (8
+# hidden units: the LDP noise grows with d) and the levers: the clip follows the median of the
+# agents' gradient norms (its bit costs 10 % of each report's ε, counted), the step size is
+# set from the mechanism's noise level, and the aggregator keeps the best policy it has seen
+# on the task's public simulator, reverting and halving its step when the policy collapses.
+# A continuous-action task gets a state-free log-std (the network's ignores it on a discrete
+# one). Measured in benchmarks/RESULTS.md ("Adaptive private defaults").
+PRESETS["adaptive"] = {
+    **PRESETS["tuned"],
+    "hidden": 8,
+    "log_std": "parameter",
+    "adaptive_clip": True,
+    "step_from_noise": True,
+    "public_eval_every": 20,
+}
 # Per preset and mechanism: (clip C, buffer |B|). The non-private baseline (ε = ∞, Table 1's
 # Laplace row) is the Laplace pipeline without noise: L1 clip to C/2, no noise.
 # PrivUnit2/PrivUnitG (not in the paper; privrl.privacy.ldp_vector) clip the L2 norm to C: the
@@ -170,6 +206,8 @@ MECHANISM_DEFAULTS: dict[str, dict[str, tuple[float, int]]] = {
                   "privunitg": (0.05, 1), "none": (0.01, 1)},
     "continuous": {"laplace": (0.01, 9), "prs": (1.0, 9), "privunit": (0.05, 9),
                    "privunitg": (0.05, 9), "none": (0.01, 9)},
+    "adaptive": {"laplace": (0.01, 9), "prs": (1.0, 9), "privunit": (0.05, 9),
+                 "privunitg": (0.05, 9), "none": (0.01, 9)},
 }
 MECHANISM_DEFAULTS["tuned-ldp2"] = dict(MECHANISM_DEFAULTS["tuned-ldp"])
 # ProjUnit and seed-compressed PrivUnitG (privrl.privacy.ldp_compact) estimate what PrivUnitG
@@ -194,7 +232,7 @@ class PGCA3CConfig(Config):
 
     preset: str = option(
         "paper", choices=("paper", "paper-code", "tuned", "tuned-ldp", "tuned-ldp2",
-                          "continuous"),
+                          "continuous", "adaptive"),
         help="paper: paper 000's settings exactly (the default, as for every privrl run "
         "command: paper fidelity first; `make run` asks for tuned). paper-code: the paper's "
         "settings with TF1 RMSProp at the aggregator and the task's shaped reward (the public "
@@ -203,7 +241,9 @@ class PGCA3CConfig(Config):
         "docs/pgc-a3c-fidelity.md). tuned-ldp: tuned for small ε (|B| = 1, P = 3, hidden "
         "16, L2 clip 0.05 for privunit/privunitg; docs/ldp-mechanisms.md); tuned-ldp2: "
         "tuned-ldp with 8 hidden units. continuous: for a continuous-action (Box) task: a "
-        "state-free log-std, GAE, γ = 0.9, scaled reward (docs/environments.md). Options "
+        "state-free log-std, GAE, γ = 0.9, scaled reward (docs/environments.md). adaptive: "
+        "private defaults that adapt to the task (issue 51): tuned's learner with 8 hidden "
+        "units, --adaptive-clip, --step-from-noise and --public-eval-every 20. Options "
         "given explicitly override it.")
     mechanism: str = option(
         "laplace", choices=MECHANISMS, user_callable=True,
@@ -334,7 +374,46 @@ class PGCA3CConfig(Config):
         1.0, help="The learner's rewards are multiplied by it (not the score).")
     log_std: str = option(
         "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
-        "log-std from the network's outputs (state) or a learned vector (parameter).")
+        "log-std from the network's outputs (state) or a learned vector (parameter); "
+        "a discrete task's head has no log-std and ignores it.")
+    # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them
+    # on). Each is post-processing or accounted in the same ε and stated in privacy.json.
+    adaptive_clip: bool = option(
+        False, help="Adaptive clipping (Andrew et al. 2021) under local DP: the clip starts at "
+        "--clip and follows the --clip-quantile of the agents' gradient norms. Each report "
+        "also releases its bit 1[norm <= clip] by randomized response at --clip-epsilon-share "
+        "of the report's ε (the gradient gets the rest: same ε per report, counted by the "
+        "ledger, stated in privacy.json); the aggregator moves the clip by C ← C·exp(−lr·("
+        "estimated fraction − quantile)) after each round. laplace and none only; local "
+        "runtime only.")
+    clip_quantile: float = option(
+        0.5, help="--adaptive-clip: the target fraction γ of agents whose gradient norm is "
+        "within the clip, in (0, 1).")
+    clip_lr: float = option(
+        0.2, help="--adaptive-clip: the learning rate η_C > 0 of the geometric clip update.")
+    clip_epsilon_share: float = option(
+        0.1, help="--adaptive-clip: the fraction of each report's ε spent on its clip bit, in "
+        "(0, 1).")
+    episodes_per_report: int = option(
+        1, help="E episodes per report: each agent plays E episodes (all on its own "
+        "dynamics) and reports the mean of their gradients: one release, the same ε, more "
+        "signal per unit of ε (E times the environment steps).")
+    step_from_noise: bool = option(
+        False, help="Set the aggregator's step size from the mechanism's known noise level "
+        "(post-processing): η·s/(1 + s), s the signal-to-noise ratio of what one step "
+        "follows (a report's clipped signal over its noise, times |B| and Adam's averaging "
+        "window 1/(1 − β₁)).")
+    public_eval_every: int | None = option(
+        None, help="Every this many rounds, the aggregator plays its policy on the task's "
+        "PUBLIC simulator (the environment's default parameters, no agent's data: "
+        "post-processing), keeps the best candidate so far as the run's final policy, and "
+        "when the policy collapses reverts to the best and multiplies its step by "
+        "--backoff. Default: off. Local runtime only.", unit="rounds")
+    public_eval_episodes: int = option(
+        16, help="--public-eval-every: the public simulator's episodes per evaluation, >= 2 (the "
+        "same episodes' keys for every candidate).")
+    backoff: float = option(
+        0.5, help="--public-eval-every: the step's multiplier at each revert, in (0, 1].")
 
     presets = PRESETS
 
@@ -431,8 +510,45 @@ class PGCA3CConfig(Config):
         finite("reward_scale", self.reward_scale)
         one_of("log_std", self.log_std, LOG_STDS)
         probability("explore_start", self.explore_start)
+        self._check_levers()
         CartPoleSpec(gravities=tuple(self.gravities))
         self.privacy_plan()  # the request as the plan reads it (refusals name their field)
+
+
+    def _check_levers(self) -> None:
+        """The adaptive levers' fields (issue 51)."""
+        for name in ("adaptive_clip", "step_from_noise"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, f"must be true or false, got {getattr(self, name)!r}")
+        in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
+        positive("clip_lr", self.clip_lr)
+        finite("clip_lr", self.clip_lr)
+        in_range("clip_epsilon_share", self.clip_epsilon_share, 0, 1, low_open=True,
+                 high_open=True)
+        if self.adaptive_clip:
+            if self.mechanism not in ADAPTIVE_CLIP_MECHANISMS:
+                fail("adaptive_clip", f"adapts the clip of {' or '.join(ADAPTIVE_CLIP_MECHANISMS)}"
+                                      f" reports, not {self.mechanism}")
+            if self.secure_noise:
+                fail("adaptive_clip", "the float-safe Laplace release clips on a fixed integer "
+                                      "grid; adaptive clipping needs the float release")
+        integer("episodes_per_report", self.episodes_per_report)
+        if self.public_eval_every is not None:
+            integer("public_eval_every", self.public_eval_every)
+        integer("public_eval_episodes", self.public_eval_episodes, 2)
+        in_range("backoff", self.backoff, 0, 1, low_open=True)
+
+    def release_epsilons(self) -> tuple[float, float | None]:
+        """(ε of each report's gradient release, ε of its adaptive-clip bit or None): the
+        plan's ε per report, split by `privrl.privacy.plan.split_clip_bit` when the clip
+        adapts under a mechanism (the two compose to the report's ε, what the ledger charges)."""
+        eps = self.privacy_plan().epsilon_per_report
+        if not self.adaptive_clip or self.mechanism == "none":
+            return eps, None
+        try:
+            return split_clip_bit(eps, self.clip_epsilon_share)
+        except PlanError as e:
+            fail(e.field, e.message)
 
 
 class TrialState(NamedTuple):
@@ -448,6 +564,9 @@ class TrialState(NamedTuple):
     # The trial's setting as data (`PGCA3C.for_settings`: one program, several settings), or
     # None: the algorithm's own config, compiled in.
     setting: TrialSetting | None = None
+    # --adaptive-clip: s_t = C_t/C_0, the clip of the next round over the configured one (a
+    # function of earlier rounds' released clip bits); None: the clip is fixed.
+    clip_scale: Array | None = None
 
 
 class TrialSetting(NamedTuple):
@@ -488,6 +607,9 @@ def one_program_field(configs: Sequence[PGCA3CConfig]) -> str | None:
     for cfg in configs:
         if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
             return "mechanism"
+        for lever in ADAPTIVE_LEVERS:  # each setting's own clip bit ε, step size, evaluation
+            if getattr(cfg, lever) not in (False, None):
+                return lever
         if cfg.secure_noise:
             return "secure_noise"
     field = other_field(configs, SETTING_FIELDS)
@@ -521,15 +643,29 @@ class PGCA3C:
         # paper's) or, for a Box, a Gaussian whose unclipped samples the rollout records.
         self.head = task.head
         if model is None:
-            self.model: FlatModel = actor_critic(cfg.hidden, self.head.outputs, task.obs_dim,
-                                                 cfg.use_bias, cfg.log_std)
+            self.model: FlatModel = actor_critic(
+                cfg.hidden, self.head.outputs, task.obs_dim, cfg.use_bias,
+                cfg.log_std if self.head.continuous else "state")
         else:
             self.model = FlatModel(check_module(model, task, "logits,value"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
         self.dim = self.model.dim
         self.mechanism = make_mechanism(cfg, self.dim)
+        eps_update, eps_bit = cfg.release_epsilons()
+        # --adaptive-clip: each report's clip bit, by randomized response at its share of ε
+        # (None: no bit, or the non-private baseline's exact bit).
+        self.clip_bit = None if eps_bit is None else ClipBitRelease(eps_bit)
+        # What the ledger charges per report: the gradient's release and its clip bit composed
+        # (their ε sum to the plan's ε per report).
+        self.report_guarantee = (self.mechanism.guarantee if eps_bit is None else replace(
+            self.mechanism.guarantee, epsilon=eps_update + eps_bit,
+            unit=f"{self.mechanism.guarantee.unit} and its adaptive-clip bit"))
+        # --step-from-noise: the step size from the mechanism's noise level (post-processing).
+        self.step_size = (noise_step(cfg.learning_rate, report_snr(cfg, eps_update, self.dim),
+                                     reports_per_step(cfg))
+                          if cfg.step_from_noise else cfg.learning_rate)
         self.aggregator = BufferedAggregator(
-            self.dim, cfg.buffer_size, cfg.learning_rate, server_optimizer(cfg)
+            self.dim, cfg.buffer_size, self.step_size, server_optimizer(cfg, self.step_size)
         )
         # Where the task's episodes are played: in the round's jitted program (gymnax), or on
         # the host (Gymnasium), between the round's jitted pieces (compiled once per run).
@@ -591,7 +727,9 @@ class PGCA3C:
     def init(self, key: Array) -> TrialState:
         k_theta, k_run = jax.random.split(key)
         agg = self.aggregator.init(self.model.init(k_theta))
-        return TrialState(agg, jnp.zeros((), jnp.int32), k_run, jnp.zeros((), bool))
+        scale = jnp.ones((), jnp.float32) if self.config.adaptive_clip else None
+        return TrialState(agg, jnp.zeros((), jnp.int32), k_run, jnp.zeros((), bool),
+                          clip_scale=scale)
 
     # --- agent side ----------------------------------------------------------------------
     def exploration(self, submitted: Array) -> Array:
@@ -703,7 +841,8 @@ class PGCA3C:
         that config.json and the log do not let anyone re-simulate an agent's data; the round
         key the aggregator folds stays the seeded one."""
         return RoundPlan(active, key, jax.random.split(secret_fold(root, key)), noise_keys,
-                         self.task.agents_params(secret_fold(root, env_key), agent_ids),
+                         self.task.agents_params(secret_fold(root, env_key),
+                                                 self.per_episode(agent_ids)),
                          self.exploration(submitted))
 
     @staticmethod
@@ -737,18 +876,83 @@ class PGCA3C:
         (`trial_group`): each trial's floats are the same in any batch, its own run's when
         settings run as one program."""
         with jax.named_scope("gradients"):
-            grads = in_blocks(jax.vmap(self.episode_grads), group)(states.agg.theta, traj)
+            grads = in_blocks(jax.vmap(self.report_grads), group)(states.agg.theta, traj)
 
         def one(state: TrialState, grads: Array, key: Array, noise_keys: Array | None,
                 scores: Array, active: Array, round_key: Array) -> tuple[TrialState, Array]:
+            if state.clip_scale is not None:
+                return self.adaptive_round(state, grads, key, noise_keys, scores, active,
+                                           round_key)
             with jax.named_scope("mechanism"):
                 reports = self.privatize(grads, key, noise_keys, state.setting)
             with jax.named_scope("aggregator"):
                 return self.finish_round(state, reports, scores, active, round_key)
 
         return in_blocks(jax.vmap(one), group)(
-            states, grads, plans.keys[:, 1], plans.noise_keys, jax.vmap(self.score)(traj),
-            plans.active, plans.round_key)
+            states, grads, plans.keys[:, 1], plans.noise_keys,
+            jax.vmap(self.report_scores)(traj), plans.active, plans.round_key)
+
+    def adaptive_round(self, state: TrialState, grads: Array, key: Array,
+                       noise_keys: Array | None, scores: Array, active: Array,
+                       round_key: Array) -> tuple[TrialState, Array]:
+        """`settle`'s round of one trial under --adaptive-clip (Andrew et al. 2021, local DP).
+
+        Agent side: with the public s_t = C_t/C_0, each agent releases its gradient scaled by
+        1/s_t through the mechanism (compiled with C_0: for Laplace, exactly the release at
+        clip C_t scaled by 1/s_t, as its L1 clip and noise are homogeneous in C) and its bit
+        1[‖∇‖₁ <= C_t/2] (the clip Laplace applies) by randomized response. Aggregator side:
+        the reports scaled back by s_t, then C_{t+1} = C_t·exp(−η_C (b̄ − γ)) from the bits'
+        debiased fraction b̄ (post-processing; no live agent: the clip stays)."""
+        s = state.clip_scale
+        assert s is not None
+        with jax.named_scope("mechanism"):
+            reports = self.privatize(grads / s, key, noise_keys, state.setting)
+            within = jnp.sum(jnp.abs(grads), axis=-1) <= s * (self.config.clip / 2.0)
+            if self.clip_bit is None:  # the non-private baseline: the exact bits
+                bits, eps_bit = within.astype(jnp.float32), math.inf
+            else:
+                bit_keys = jax.vmap(jax.random.fold_in, (0, None))(
+                    jax.random.split(key, grads.shape[0]) if noise_keys is None else noise_keys,
+                    CLIP_BIT_SALT)
+                bits = jax.vmap(self.clip_bit.privatize)(bit_keys, within).value
+                eps_bit = self.clip_bit.epsilon
+        with jax.named_scope("aggregator"):
+            reports = jax.tree_util.tree_map(lambda v: v * s, reports)
+            state, scores = self.finish_round(state, reports, scores, active, round_key)
+            fraction = (jnp.sum(jnp.where(active, bits, 0.0)) / jnp.maximum(jnp.sum(active), 1)
+                        if math.isinf(eps_bit) else debiased_bit_fraction(bits, active, eps_bit))
+            cfg = self.config
+            new = geometric_clip_update(s, fraction, cfg.clip_quantile, cfg.clip_lr)
+            return state._replace(clip_scale=jnp.where(jnp.any(active), new, s)), scores
+
+    def public_returns(self, thetas: Array, key: Array) -> Array:
+        """Each θ's (n, d) returns (n, episodes) on the task's PUBLIC simulator: the environment's
+        default parameters (`Task.params`, no agent's private draw), `public_eval_episodes`
+        episodes from `key` (the same for every θ), actions as the agents choose them without
+        exploration. What the aggregator's best-candidate choice reads (post-processing)."""
+        cfg = self.config
+        n = cfg.public_eval_episodes
+        params = jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(jnp.asarray(x), (n, *jnp.shape(x))), self.task.params)
+        zero = jnp.zeros((), jnp.float32)
+        if self.task.host:
+            out = []
+            for theta in np.asarray(thetas):
+                traj = self.task.rollout(params, partial(self._act, jnp.asarray(theta), zero),
+                                         key, n, cfg.max_episode_steps)
+                out.append(np.asarray(traj.rewards * traj.mask, np.float64).sum(0))
+            return jnp.asarray(out)
+        return self._public(thetas, params, key)
+
+    @partial(jax.jit, static_argnums=0)
+    def _public(self, thetas: Array, params: Any, key: Array) -> Array:
+        def one(theta: Array) -> Array:
+            traj = rollout_episodes(self.env, params,
+                                    lambda k, obs: self.act(theta, jnp.zeros(()), k, obs), key,
+                                    self.config.public_eval_episodes,
+                                    self.config.max_episode_steps)
+            return jnp.sum(traj.rewards * traj.mask, axis=0)
+        return jax.vmap(one)(thetas)
 
     def finish_round(self, state: TrialState, reports: Any, scores: Array, active: Array,
                      round_key: Array) -> tuple[TrialState, Array]:
@@ -815,9 +1019,9 @@ class PGCA3C:
         plan = self.agents_plan(submitted, key, env_key, agent_ids, active, noise_keys, root)
         if traj is None:
             traj = self._one_trial(JITTED_EPISODES, theta, plan)
-        reports = self.privatize(self.episode_grads(theta, traj), plan.keys[1],
+        reports = self.privatize(self.report_grads(theta, traj), plan.keys[1],
                                  plan.noise_keys, setting)
-        return reports, self.score(traj)
+        return reports, self.report_scores(traj)
 
     def host_rollout(self, theta: Array, submitted: Array, key: Array, env_key: Array,
                      agent_ids: Array, active: Array, root: Array | None = None) -> Trajectory:
@@ -833,6 +1037,25 @@ class PGCA3C:
         return jax.tree_util.tree_map(lambda x: x[0], episodes(self, *one, 1))
 
     # --- the agent side's pieces ---------------------------------------------------------
+    def per_episode(self, x: Array, axis: int = 0) -> Array:
+        """A per-agent array repeated for each of an agent's `episodes_per_report` episodes
+        (agent-major: agent i's episodes are i·E ... i·E + E − 1)."""
+        e = self.config.episodes_per_report
+        return x if e == 1 else jnp.repeat(x, e, axis=axis)
+
+    def report_grads(self, theta: Array, traj: Trajectory) -> Array:
+        """Each agent's gradient (P, d): the mean of its `episodes_per_report` episodes'
+        gradients (its own data only; one report, one release, whatever E is)."""
+        grads = self.episode_grads(theta, traj)
+        e = self.config.episodes_per_report
+        return grads if e == 1 else jnp.mean(grads.reshape(-1, e, grads.shape[-1]), axis=1)
+
+    def report_scores(self, traj: Trajectory) -> Array:
+        """Each agent's score (P,): the mean true return of its episodes."""
+        scores = self.score(traj)
+        e = self.config.episodes_per_report
+        return scores if e == 1 else jnp.mean(scores.reshape(-1, e), axis=1)
+
     def episode_grads(self, theta: Array, traj: Trajectory) -> Array:
         """∇θ of each agent's episode loss (P, d), from the round's episodes (time-major)."""
         per_agent = traj._replace(  # agent-major, so that vmap gives one episode per agent
@@ -884,8 +1107,9 @@ class JittedEpisodes:
         cfg = algo.config
         return rollout_trials(
             algo.env, plans.params, lambda a, k, obs: algo.act(a[0], a[1], k, obs),
-            (theta, plans.alpha), plans.keys[:, 0], cfg.parallel_agents, cfg.max_episode_steps,
-            plans.active, group, trial_stages(theta.shape[0] // group, group))
+            (theta, plans.alpha), plans.keys[:, 0], cfg.parallel_agents * cfg.episodes_per_report,
+            cfg.max_episode_steps, algo.per_episode(plans.active, axis=1), group,
+            trial_stages(theta.shape[0] // group, group))
 
 
 class HostEpisodes:
@@ -902,10 +1126,14 @@ class HostEpisodes:
         cfg = algo.config
         return algo.task.rollout_trials(
             plans.params, partial(algo._act_trials, theta, plans.alpha), plans.keys[:, 0],
-            cfg.parallel_agents, cfg.max_episode_steps, np.asarray(plans.active))
+            cfg.parallel_agents * cfg.episodes_per_report, cfg.max_episode_steps,
+            np.asarray(algo.per_episode(plans.active, axis=1)))
 
 
 JITTED_EPISODES, HOST_EPISODES = JittedEpisodes(), HostEpisodes()
+# Folded into an agent's mechanism key for its adaptive-clip bit (a key the gradient's release
+# never uses).
+CLIP_BIT_SALT = 0xC11B
 
 
 def settings_algorithm(configs: Sequence[PGCA3CConfig], task: Task | None = None,
@@ -960,16 +1188,41 @@ def agent_noise_key(root: Array, agent_id: Array, index: Array) -> Array:
     return jax.random.fold_in(jax.random.fold_in(root, agent_id), index)
 
 
-def server_optimizer(cfg: PGCA3CConfig) -> optax.GradientTransformation:
+def server_optimizer(cfg: PGCA3CConfig, learning_rate: float | None = None
+                     ) -> optax.GradientTransformation:
     """The aggregator's optax optimizer. "rmsprop" is TF1's RMSPropOptimizer without momentum:
     optax's rmsprop with eps inside the square root and ν initialised to `initial_scale` (TF1:
     ones), which makes the first steps ≈ η·g rather than ≈ η·sign(g)·10. With
-    `lr_decay_updates` τ the step size after n updates is η/√(1 + n/τ)."""
-    lr: float | optax.Schedule = cfg.learning_rate
+    `lr_decay_updates` τ the step size after n updates is η/√(1 + n/τ). `learning_rate`: η
+    (default the config's; --step-from-noise passes the one it set). With --public-eval-every
+    the update carries a scale the aggregator lowers when it backs off (`adapt.scaled`)."""
+    eta = cfg.learning_rate if learning_rate is None else learning_rate
+    lr: float | optax.Schedule = eta
     if cfg.lr_decay_updates is not None:
-        lr = partial(_decayed, cfg.learning_rate, cfg.lr_decay_updates)
+        lr = partial(_decayed, eta, cfg.lr_decay_updates)
     opt = _inner_optimizer(cfg, lr)
-    return opt if cfg.theta_ema is None else polyak(opt, cfg.theta_ema)
+    opt = opt if cfg.theta_ema is None else polyak(opt, cfg.theta_ema)
+    return opt if cfg.public_eval_every is None else scaled(opt)
+
+
+def report_snr(cfg: PGCA3CConfig, epsilon: float, dim: int) -> float:
+    """One report's signal-to-noise ratio from the mechanism's public parameters: the squared
+    L2 bound of its clipped signal over its noise's expected squared L2 norm. Laplace (L1 clip
+    C/2, i.i.d. Laplace(C/ε) in d coordinates): (C/2)²/(2d·(C/ε)²) = ε²/(8d), whatever C is;
+    the non-private baseline: ∞."""
+    if cfg.mechanism == "none" or math.isinf(epsilon):
+        return math.inf
+    if cfg.mechanism != "laplace":
+        fail("step_from_noise", f"knows the noise level of laplace and none, not "
+                                f"{cfg.mechanism}")
+    return epsilon ** 2 / (8.0 * dim)
+
+
+def reports_per_step(cfg: PGCA3CConfig) -> float:
+    """How many reports one aggregator step averages: |B|, times Adam's first-moment window
+    1/(1 − β₁)."""
+    window = 1.0 / (1.0 - cfg.adam_momentum) if cfg.server_optimizer == "adam" else 1.0
+    return cfg.buffer_size * window
 
 
 def _inner_optimizer(cfg: PGCA3CConfig, lr: float | optax.Schedule
@@ -1020,10 +1273,11 @@ def budget_ledger(cfg: PGCA3CConfig) -> PrivacyLedger:
 
 def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     """The per-report mechanism at the plan's ε per report (the agent's budget ε split over
-    its T submissions by the budget's composition, `PGCA3CConfig.privacy_plan`)."""
+    its T submissions by the budget's composition, `PGCA3CConfig.privacy_plan`; with
+    --adaptive-clip, less its clip bit's share, `PGCA3CConfig.release_epsilons`)."""
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
-    eps = cfg.privacy_plan().epsilon_per_report
+    eps = cfg.release_epsilons()[0]
     if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
         return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
     if cfg.mechanism == "laplace":

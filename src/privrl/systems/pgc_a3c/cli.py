@@ -42,6 +42,7 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 
 
 MechanismName = value_enum("MechanismName", MECHANISMS)
+MAX_SUPERNODES = 64  # a local deployment's processes: two per SuperNode
 
 
 @config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig")
@@ -58,7 +59,13 @@ def run_pgc_a3c_command(
         case_sensitive=False)] = Runtime.local,
     supernodes: Annotated[int, typer.Option(
         help="Flower runtime: SuperNodes (agent processes); agent a lives on SuperNode a mod "
-        "N.", min=1, max=64)] = 2,
+        "N. The SuperNode (with its agent executor) is the unit of trust: its agents share "
+        "one process.", min=1, max=MAX_SUPERNODES)] = 2,
+    one_process_per_agent: Annotated[bool, typer.Option(
+        "--one-process-per-agent",
+        help="Flower runtime: one SuperNode (and agent executor) per agent, for a trust "
+        "domain of a single agent (replaces --supernodes; at most "
+        f"{MAX_SUPERNODES} agents).")] = False,
     address: AddressOpt = None,
     agents_in_flight: Annotated[int | None, typer.Option(
         help="Ray runtime: agents running at once. Default: --parallel-agents.")] = None,
@@ -106,15 +113,22 @@ def run_pgc_a3c_command(
         except ImportError:
             raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
                               "pip install 'privrl[flower]'") from None
+        if one_process_per_agent:
+            supernodes = math.ceil(config.submissions / config.submissions_per_agent)
+            if supernodes > MAX_SUPERNODES:
+                raise ConfigError("--one-process-per-agent", f"{supernodes} agents would need "
+                                  f"{supernodes} SuperNodes; at most {MAX_SUPERNODES} here")
         _execute_pgc_flower(config, out, progress, supernodes)
         return
+    if one_process_per_agent:
+        raise ConfigError("--one-process-per-agent", "needs --runtime flower")
     _execute_pgc(config, out, progress)
 
 
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
-    from privrl.output import new_run_dir
+    from privrl.output import keeping_work, new_run_dir
     from privrl.privacy.record import planned
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -130,12 +144,17 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
-    with progress_bar(err, show_progress, "training") as (bar, task):
+    def run_dir() -> Path:
+        return new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
+
+    command = ["privrl", *sys.argv[1:]]
+    with (keeping_work(run_dir, lambda result, path: local.save(result, path, command)),
+          progress_bar(err, show_progress, "training") as (bar, task)):
         result = local.run_pgc_a3c(
             config, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
-    path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
-    summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
+    path = run_dir()
+    summary = local.save(result, path, command=command)
     console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
     if (note := local.target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")
@@ -172,7 +191,11 @@ def _execute_pgc_flower(config: PGCA3CConfig, out: Path | None, show_progress: b
     def run(path: Path, bar: Any, task: Any) -> tuple[Any, Any, dict[str, Any]]:
         result = flower.run_pgc_a3c_flower(config, path, supernodes)
         files = {"supernodes": supernodes, "aggregator": result.status,
-                 "refused": result.refused}
+                 "refused": result.refused, "dead_supernodes": result.dead,
+                 # reports an agent may have released that did not arrive, charged in
+                 # privacy.json's ledger (privrl.systems.pgc_a3c.flower.spent_ledger)
+                 "presumed_released": {str(a): n for a, n in result.presumed.items()},
+                 **({"error": result.error} if result.error else {})}
         return result, flower.as_run_output(result), files
 
     _execute_distributed(config, out, False, "flower", "Flower",
@@ -211,6 +234,9 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+    if getattr(result, "error", None):  # the files hold what was released before it ended
+        err.print(f"[bold red]The run ended early:[/] {result.error}")
+        raise typer.Exit(1)
 
 
 @top_app.command("replay")

@@ -26,6 +26,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_a
 from privrl.systems.pgc_a3c.runtimes import check_runtime
 
 __all__ = ["REFUSED", "FlowerAgent", "FlowerRunOutput", "as_run_output", "client_app",
-           "config_from_dict", "main", "run_pgc_a3c_flower"]
+           "config_from_dict", "main", "run_pgc_a3c_flower", "spent_ledger"]
 
 AGENT_STATE = "agent.npz"  # an agent's ledger and released reports (never its noise root)
 _STATE_KIND = "flower-agent"
@@ -128,17 +129,26 @@ class FlowerRunOutput:
     refused: list[dict[str, Any]]
     nodes: int
     wall_seconds: float
+    dead: list[int] = dataclasses.field(default_factory=list)  # SuperNodes that left
+    presumed: dict[int, int] = dataclasses.field(default_factory=dict)  # agent -> reports
+    error: str | None = None  # why the run ended early (its results are what was released)
 
 
 def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                        reply_timeout_s: float = 300.0,
-                       timeout_s: float | None = None) -> FlowerRunOutput:
+                       timeout_s: float | None = None,
+                       deployment: Callable[[int, Path], Any] | None = None
+                       ) -> FlowerRunOutput:
     """One PGC-A3C trial as a local Flower deployment (privrl.runtime.flower): the aggregator's
     ServerApp and `nodes` SuperNodes, each with its agent executor, as separate processes;
     the aggregator's files (its log, checkpoints, setup) and every process's log in
     `directory`. The ServerApp waits `reply_timeout_s` for a round's replies (a submission
-    without one is refused); the whole run, `timeout_s` (None: as long as it runs)."""
-    from privrl.federation.flower import RESULTS
+    without one is refused); the whole run, `timeout_s` (None: as long as it runs).
+    `deployment(nodes, logs)`: the deployment to run in (default: a `LocalDeployment` on
+    localhost; benchmarks/flower_netns.py passes one across network namespaces). A SuperNode
+    that dies costs its agents (their budgets count as spent); an abort keeps what was
+    released (`FlowerRunOutput.error` says why it ended; docs/flower.md)."""
+    from privrl.federation.flower import PROGRESS, RESULTS
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
     check_runtime(config, "flower")  # the library's rules, as the CLI's (ConfigError)
@@ -162,24 +172,69 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
     trusted = fab_hash(app)
     agent_config = directory / "agent-config.json"
     agent_config.write_text(json.dumps(cfg.to_dict()))
-    with LocalDeployment(nodes, directory / "logs") as deployment:
-        for i in range(nodes):
-            deployment.spawn(f"agent{i}", [
-                sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
-                str(agent_config), "--node", str(i), "--nodes", str(nodes), "--runtime-api",
-                deployment.runtime_apis[i], "--trusted-fab", trusted,
-                "--state-dir", str(directory / "agents" / f"node{i}"),
-                "--superexec-secret-file", str(deployment.superexec_secret)])
-        log = deployment.run(app, agg / RESULTS, timeout_s)
-        (directory / "logs" / "run.log").write_text(log)
-    results = json.loads((agg / RESULTS).read_text())
+    error = None
+    try:
+        with (deployment or LocalDeployment)(nodes, directory / "logs") as running:
+            for i in range(nodes):
+                running.spawn(f"agent{i}", [
+                    sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
+                    str(agent_config), "--node", str(i), "--nodes", str(nodes),
+                    "--runtime-api", running.runtime_apis[i], "--trusted-fab", trusted,
+                    "--state-dir", str(directory / "agents" / f"node{i}"),
+                    "--superexec-secret-file", str(running.superexec_secret)])
+            log = running.run(app, agg / RESULTS, timeout_s)
+            (directory / "logs" / "run.log").write_text(log)
+    except (RuntimeError, OSError, KeyboardInterrupt) as e:  # what was released is kept
+        error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    results = _read_json(agg / RESULTS)
     if "error" in results:
-        raise RuntimeError(f"the ServerApp failed: {results['error']}; logs in "
-                           f"{directory / 'logs'}")
+        error = f"the ServerApp failed: {results['error']}; logs in {directory / 'logs'}"
+    if error is not None:
+        results = _read_json(agg / PROGRESS)
     svc = AggregatorService.restore(agg)
-    scores = np.array([np.nan if s is None else s for s in results["scores"]], np.float32)
-    return FlowerRunOutput(cfg, scores[None, :], svc.theta(), results["status"], svc.ledger,
-                           results["refused"], nodes, time.perf_counter() - start)
+    scores = np.full(cfg.submissions, np.nan, np.float32)
+    for n, score in enumerate(results.get("scores", [])[:cfg.submissions]):
+        if isinstance(score, float | int):
+            scores[n] = score
+    ledger, presumed = spent_ledger(svc.ledger, svc.guarantee, svc.accepted, results, nodes,
+                                    num_agents, cfg.submissions_per_agent,
+                                    aborted=error is not None)
+    return FlowerRunOutput(cfg, scores[None, :], svc.theta(), svc.status(), ledger,
+                           results.get("refused", []), nodes, time.perf_counter() - start,
+                           sorted(results.get("dead", [])), presumed, error)
+
+
+def spent_ledger(received: PrivacyLedger, guarantee: Any, accepted: set[tuple[int, int]],
+                 results: dict[str, Any], nodes: int, num_agents: int, per_agent: int,
+                 aborted: bool) -> tuple[PrivacyLedger, dict[int, int]]:
+    """The run's ledger: the reports the aggregator received (`received`, `accepted`), and
+    those an agent may have released that did not arrive, charged as released under the run's
+    mechanism's `guarantee`: every agent of a SuperNode that left the run has spent its whole
+    budget (`per_agent` reports: who knows what it released); an ask that got no answer (a
+    timeout) and, after an abort, each ask of the round in flight not accepted, one report.
+    Returns it and the presumed reports per agent."""
+    dead = set(results.get("dead", []))
+    extra = {a: per_agent - received.reports_of(a) for a in range(num_agents)
+             if a % nodes in dead}
+    maybe = [tuple(x) for x in results.get("unanswered", [])]
+    if aborted:
+        maybe += [tuple(x) for x in results.get("asked", [])]
+    for a, _ in set(maybe) - accepted:
+        if a % nodes not in dead and 0 <= a < num_agents:
+            extra[a] = min(extra.get(a, 0) + 1, per_agent - received.reports_of(a))
+    ledger = PrivacyLedger.from_state(received.to_state())
+    presumed = {a: n for a, n in sorted(extra.items()) if n > 0}
+    for a, n in presumed.items():
+        ledger.charge(a, guarantee, n)
+    return ledger, presumed
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def as_run_output(out: FlowerRunOutput) -> Any:

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,8 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
+from privrl.federation.adapt import BestCandidates
+from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
@@ -71,6 +73,11 @@ if TYPE_CHECKING:
     from privrl.envs.task import Task
 
 ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
+# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
+# no agent's episode or noise uses.
+PUBLIC_EVAL_SALT = 0x9B11C
+# The step scale never falls below backoff**MAX_BACKOFFS (--public-eval-every).
+MAX_BACKOFFS = 3
 
 
 @dataclass
@@ -93,6 +100,8 @@ class RunOutput(SavesRunDir):
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
     program: dict[str, int] | None = None
+    # The adaptive levers' record (`lever_record`): what they set and did; None: none on.
+    levers: dict[str, Any] | None = None
 
     def record(self) -> RunRecord:
         return record(self)
@@ -210,6 +219,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     agents_per_trial = math.ceil(n_sub / t_per_agent)
     total_rounds = math.ceil(n_sub / p)
 
+    if cfg.public_eval_every is not None:  # a candidate at the end of every chunk
+        chunk_rounds = min(total_rounds, cfg.public_eval_every)
     if algo.episodes.host:  # about 100 episodes per trial between progress updates
         chunk = chunk_rounds or min(total_rounds, max(1, 100 // p))
         runner = ShardedTrials(algo, k, chunk)
@@ -231,6 +242,9 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             state = state._replace(setting=algo.setting_data(index))
 
     ledgers = [budget_ledger(a.config) for a in settings]
+    candidates = PublicCandidates(algo) if cfg.public_eval_every else None
+    if candidates is not None:
+        state = candidates.offer(state)
     retired = np.zeros(n_set * k, bool)
     scores = np.full((n_set * k, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
@@ -244,7 +258,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             live = np.flatnonzero(~retired[s * k:(s + 1) * k]).astype(np.int64)
             if live.size:
                 ids = (live[:, None] * agents_per_trial + agents[None, :]).reshape(-1)
-                ledger.charge(ids, setting.mechanism.guarantee, np.tile(counts, live.size))
+                ledger.charge(ids, setting.report_guarantee, np.tile(counts, live.size))
         t0 = time.perf_counter()
         state, chunk_scores = runner.run_chunk(state, retired)
         if done_rounds == 0:
@@ -252,6 +266,8 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         width = min(chunk, total_rounds - done_rounds) * p
         scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
+        if candidates is not None:
+            state = candidates.offer(state)
         if retire_on_success and cfg.target_score is not None:  # only windows that end in
             # this chunk can be new successes
             filled = min(done_rounds * p, n_sub)
@@ -261,27 +277,122 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             retired |= np.isfinite(fst)
         if progress is not None:
             progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
+        work_so_far(partial(_outputs, algo, state, scores, ledgers, retired, start, compile_s,
+                            runner.devices, agents_per_trial, finished=False,
+                            candidates=candidates))
+    return _outputs(algo, state, scores, ledgers, retired, start, compile_s, runner.devices,
+                    agents_per_trial, finished=True, candidates=candidates)
+
+
+def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[PrivacyLedger],
+             retired: np.ndarray, start: float, compile_s: float, devices: Any,
+             agents_per_trial: int, finished: bool, candidates: PublicCandidates | None = None
+             ) -> list[RunOutput]:
+    """Each setting's RunOutput from the trials' state and scores; not `finished` (a run that
+    failed: `output.keeping_work`), the work so far, its ledger counting every release made.
+    `candidates` (--public-eval-every): the final policy is each trial's best candidate."""
+    cfg, settings = algo.config, algo.settings
+    n_set, k, n_sub = len(settings), cfg.trials, cfg.submissions
     wall = time.perf_counter() - start
     submitted = np.asarray(state.submitted)[: n_set * k]
-    theta = np.asarray(state.agg.theta)[: n_set * k]
-    if not np.all(submitted[~retired] == n_sub):
+    theta = np.asarray(state.agg.theta if candidates is None else candidates.best_theta()
+                       )[: n_set * k]
+    levers = lever_record(algo, state, candidates, n_set * k)
+    if finished and not np.all(submitted[~retired] == n_sub):
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
                                        "episodes": int(submitted.sum())}
     outputs = []
     for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
         own = slice(s * k, (s + 1) * k)
-        if ledger.num_reports != int(submitted[own].sum()):
+        if finished and ledger.num_reports != int(submitted[own].sum()):
             raise RuntimeError("internal error: the ledger and the submissions disagree")
         outputs.append(RunOutput(
             config=setting.config, scores=scores[own, :n_sub], submitted=submitted[own],
             ledger=ledger, mechanism=mechanism_record(setting.mechanism, setting.dim),
             wall_seconds=wall,
-            compile_seconds=compile_s, devices=runner.devices,
+            compile_seconds=compile_s, devices=devices,
             agents_per_trial=agents_per_trial, theta=theta[own], program=program,
+            levers=levers,
             policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
                                 theta[own], setting.config.max_episode_steps)))
     return outputs
+
+
+class PublicCandidates:
+    """--public-eval-every: the aggregator's best candidate per trial by its return on the
+    task's public simulator (`PGCA3C.public_returns`), with the back-off
+    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs the aggregator
+    computed from released reports, and the public simulator's episodes (the environment's
+    default parameters, keys of the aggregator's own: `PUBLIC_EVAL_SALT` folded into the
+    run's seed, the same episodes for every candidate)."""
+
+    def __init__(self, algo: PGCA3C) -> None:
+        cfg = algo.config
+        self.algo = algo
+        self.key = jax.random.fold_in(jax.random.key(cfg.seed), PUBLIC_EVAL_SALT)
+        self.best = BestCandidates(cfg.backoff)
+
+    def offer(self, state: Any) -> Any:
+        """Evaluate every trial's current θ, keep the best, revert collapsed trials to their
+        best (θ and optimizer state, buffer emptied) with their step scale lowered."""
+        agg = state.agg
+        episodes = np.asarray(self.algo.public_returns(agg.theta, self.key), np.float64)
+        stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
+        collapsed = self.best.offer(episodes.mean(axis=1), (agg.theta, agg.opt_state), stderr)
+        if not collapsed.any():
+            return state
+        theta, opt = self.best.revert((agg.theta, agg.opt_state), collapsed)
+        b = self.algo.config.backoff
+        lowered = np.where(collapsed, b, 1.0).astype(np.float32)
+        # At most MAX_BACKOFFS halvings: a run whose evaluations are noisy must not freeze.
+        floor = np.float32(b ** MAX_BACKOFFS)
+        opt = opt._replace(scale=np.maximum(np.asarray(opt.scale) * lowered, floor))
+        buffer = np.where(collapsed[:, None], 0.0, np.asarray(agg.buffer_sum))
+        count = np.where(collapsed, 0, np.asarray(agg.count))
+        agg = agg._replace(theta=theta, opt_state=opt, buffer_sum=buffer.astype(np.float32),
+                           count=count.astype(np.int32))
+        return state._replace(agg=jax.tree_util.tree_map(jax.numpy.asarray, agg))
+
+    def best_theta(self) -> np.ndarray:
+        return np.asarray(self.best.best[0])
+
+
+def lever_record(algo: PGCA3C, state: Any, candidates: PublicCandidates | None, n: int
+                 ) -> dict[str, Any] | None:
+    """What the adaptive levers set and did (summary.json and privacy.json), or None."""
+    cfg = algo.config
+    if not (cfg.adaptive_clip or cfg.step_from_noise or candidates is not None
+            or cfg.episodes_per_report > 1):
+        return None
+    out: dict[str, Any] = {}
+    if cfg.episodes_per_report > 1:
+        out["episodes_per_report"] = {
+            "episodes": cfg.episodes_per_report,
+            "note": "each report is the mean gradient of the agent's own episodes: one release"}
+    if cfg.step_from_noise:
+        out["step_from_noise"] = {"learning_rate": cfg.learning_rate,
+                                  "step_size": algo.step_size}
+    if cfg.adaptive_clip:
+        eps_update, eps_bit = cfg.release_epsilons()
+        out["adaptive_clip"] = {
+            "initial_clip": cfg.clip, "quantile": cfg.clip_quantile, "lr": cfg.clip_lr,
+            "epsilon_update_per_report": eps_update, "epsilon_clip_bit_per_report": eps_bit,
+            "final_clip": [float(cfg.clip * c) for c in np.asarray(state.clip_scale)[:n]]}
+    if candidates is not None:
+        b = candidates.best
+        assert b.best_return is not None and b.start is not None and b.backoffs is not None
+        out["public_candidates"] = {
+            "simulator": f"{algo.task.name} with its default parameters (no agent's private "
+                         "draw), no exploration",
+            "episodes_per_evaluation": cfg.public_eval_episodes,
+            "every_rounds": cfg.public_eval_every,
+            "start_return": [float(x) for x in b.start[:n]],
+            "best_return": [float(x) for x in b.best_return[:n]],
+            "last_return": [float(x) for x in b.history[-1][:n]],
+            "backoffs": [int(x) for x in b.backoffs[:n]],
+            "final_policy": "each trial's best candidate (policy.npz holds it)"}
+    return out
 
 
 def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLedger,
@@ -340,6 +451,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "episodes_per_second": round(episodes / max(out.wall_seconds, 1e-9), 1),
         "submitted_per_trial": [int(n) for n in out.submitted],
         "devices": out.devices,
+        **({} if out.levers is None else {"levers": out.levers}),
         **({} if out.program is None else {"one_program": {
             **out.program, "note": "this setting ran in one program with the others; wall, "
                                    "compile time and episodes per second are that program's"}}),
@@ -390,6 +502,12 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
         "agents_per_trial": out.agents_per_trial,
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
         "per_agent_composition": composed,
+        **({} if out.levers is None else {"adaptive_levers": {
+            **out.levers, "note": "adaptive_clip's bit is part of each report's release (its ε "
+            "and the gradient's sum to epsilon_per_report, what the ledger charges); "
+            "step_from_noise and public_candidates are post-processing: the step size from the "
+            "mechanism's public noise scale, the candidates chosen on the public simulator "
+            "named here, which holds no agent's data"}}),
         **({} if shuffled is None else {"shuffle": shuffled}),
         **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
@@ -476,7 +594,7 @@ def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     no Ray run is refused naming RUN_DIR; nothing in it is executed."""
     from privrl.config import ConfigError
     from privrl.federation.service import SETUP, replay
-    from privrl.runfile import RunFileError
+    from privrl.runfile import read_npy
 
     log_dir = run_dir / "aggregator"
     if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
@@ -486,13 +604,5 @@ def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
                                      f"aggregator/{SETUP} or theta_final.npy)")
     theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    final_path = run_dir / "theta_final.npy"
-    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
-        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
-                           ) from None
-    if final.dtype != theta.dtype or final.shape != theta.shape:
-        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
-                                       f"θ is {theta.dtype} of shape {theta.shape}")
-    return theta, np.array(final)
+    # read only if it declares the run's θ's dtype and shape; no link followed
+    return theta, read_npy(run_dir / "theta_final.npy", theta.dtype, theta.shape)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from privrl.config import ConfigError, fail
 from privrl.runtime.rules import NAMES, one_trial
-from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+from privrl.systems.pgc_a3c.algorithm import ADAPTIVE_LEVERS, PGCA3CConfig
 
 __all__ = ["DISTRIBUTED_OPTIMIZERS", "check_runtime"]
 
@@ -32,5 +32,12 @@ def check_runtime(config: PGCA3CConfig, runtime: str) -> None:
         fail("server_optimizer", f"the {NAMES[runtime]} runtime's aggregator runs "
                                  f"{' or '.join(DISTRIBUTED_OPTIMIZERS)}, got "
                                  f"{config.server_optimizer} (run it with the local runtime)")
+    for lever in ADAPTIVE_LEVERS:  # the aggregator's clip state, step and public evaluation
+        if getattr(config, lever) not in (False, None):
+            fail(lever, f"the {NAMES[runtime]} runtime's aggregator has no adaptive levers "
+                        "yet (run it with the local runtime)")
+    if config.episodes_per_report != 1:
+        fail("episodes_per_report", f"the {NAMES[runtime]} runtime's agents play one episode "
+                                    "per report (run it with the local runtime)")
     if runtime == "flower" and config.shuffle:
         fail("shuffle", "the Flower runtime has no shuffler (yet)")

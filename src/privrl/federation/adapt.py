@@ -1,0 +1,129 @@
+"""Aggregator-side levers that adapt a private run to its task, all post-processing of released
+reports (issue 51): the step size set from the mechanism's known noise level, a step scale the
+aggregator can lower, and the best candidate policy kept by its return on the task's PUBLIC
+simulator (the environment's default parameters: no agent's data enters the choice).
+
+Why these are post-processing: the reports' noise scale and clip are public parameters of the
+mechanism; the candidates are θs the aggregator computed from released reports; the public
+simulator's episodes are played with keys of the aggregator's own, on parameters no agent
+holds. Whatever is chosen from them is a function of released data and public randomness, so
+the agents' guarantee is unchanged (the system's privacy.json says what the simulator used).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import Array
+
+__all__ = [
+    "BestCandidates",
+    "ScaledState",
+    "noise_step",
+    "scaled",
+]
+
+
+def noise_step(learning_rate: float, snr: float, reports_per_step: float) -> float:
+    """The aggregator's step size from the measured noise level: η·s/(1 + s), s the
+    signal-to-noise ratio of what one step follows (one report's `snr` times the reports it
+    averages, `reports_per_step`). A noiseless mechanism (snr = ∞) keeps η; a step over noise
+    that drowns the signal (s → 0) shrinks in proportion to s."""
+    if not learning_rate > 0 or not reports_per_step > 0 or not snr >= 0:
+        raise ValueError(f"need η > 0, reports > 0 and snr >= 0, got {learning_rate}, "
+                         f"{reports_per_step}, {snr}")
+    if math.isinf(snr):
+        return float(learning_rate)
+    s = snr * reports_per_step
+    return float(learning_rate * s / (1.0 + s))
+
+
+class ScaledState(NamedTuple):
+    inner: Any  # the wrapped optimizer's state
+    scale: Array  # the step's multiplier (1 until the aggregator backs off)
+
+
+def scaled(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`inner` with its update multiplied by a scale kept in the state (`ScaledState.scale`,
+    starting at 1), which the aggregator lowers when it backs off (`BestCandidates`)."""
+
+    def init(params: Array) -> ScaledState:
+        return ScaledState(inner.init(params), jnp.ones((), jnp.float32))
+
+    def update(grads: Array, state: ScaledState, params: Array | None = None
+               ) -> tuple[Array, ScaledState]:
+        step, new_inner = inner.update(grads, state.inner, params)
+        return state.scale * step, ScaledState(new_inner, state.scale)
+
+    return optax.GradientTransformation(init, update)
+
+
+class BestCandidates:
+    """Each trial's best candidate so far by its public-simulator return, and the back-off.
+
+    `offer(returns, candidates, stderr)` takes every trial's current candidate (θ and whatever
+    the caller must restore with it, e.g. the optimizer's state: row k is trial k's), its mean
+    return on the public simulator and that mean's standard error. A candidate better than
+    the trial's best becomes the best. One that fell below the best by more than `collapse` of
+    the best's gain over the start, and by more than `sigmas` standard errors of the two
+    evaluations (a drop the evaluation's own noise would not explain), counts as a collapse:
+    the trial is to revert to its best and lower its step by `backoff` (`offer` returns the
+    mask). The first candidate (the start) is always offered first, so `best` never returns a
+    candidate whose public return is below the start's."""
+
+    def __init__(self, backoff: float = 0.5, collapse: float = 0.5, sigmas: float = 2.0):
+        if not 0 < backoff <= 1:
+            raise ValueError(f"backoff must be in (0, 1], got {backoff!r}")
+        if not 0 <= collapse <= 1:
+            raise ValueError(f"collapse must be in [0, 1], got {collapse!r}")
+        if not sigmas >= 0:
+            raise ValueError(f"sigmas must be >= 0, got {sigmas!r}")
+        self.backoff, self.collapse, self.sigmas = backoff, collapse, float(sigmas)
+        self.best_stderr: np.ndarray | None = None
+        self.start: np.ndarray | None = None
+        self.best_return: np.ndarray | None = None
+        self.best: Any = None  # (trials, ...) host arrays: the best candidates' θ and extras
+        self.history: list[np.ndarray] = []  # every offer's returns, (trials,) each
+        self.backoffs: np.ndarray | None = None  # per trial: how often it reverted
+
+    def offer(self, returns: np.ndarray, candidates: Any, stderr: np.ndarray | None = None
+              ) -> np.ndarray:
+        """Record this round of candidates (a pytree of (trials, ...) arrays) with their public
+        returns (trials,) and those means' standard errors (default 0); returns the bool mask
+        of trials that collapsed (to revert)."""
+        returns = np.asarray(returns, np.float64)
+        stderr = np.zeros_like(returns) if stderr is None else np.asarray(stderr, np.float64)
+        host = jax.tree_util.tree_map(np.asarray, candidates)
+        self.history.append(returns)
+        if self.best_return is None:
+            self.start = returns.copy()
+            self.best_return = returns.copy()
+            self.best_stderr = stderr.copy()
+            self.best = jax.tree_util.tree_map(np.copy, host)
+            self.backoffs = np.zeros(returns.shape, np.int64)
+            return np.zeros(returns.shape, bool)
+        assert self.start is not None and self.backoffs is not None
+        assert self.best_stderr is not None
+        better = returns > self.best_return
+        noise = self.sigmas * np.hypot(stderr, self.best_stderr)
+        margin = np.maximum(self.collapse * (self.best_return - self.start), noise)
+        collapsed = ~better & (returns < self.best_return - margin)
+        self.best_return = np.where(better, returns, self.best_return)
+        self.best_stderr = np.where(better, stderr, self.best_stderr)
+        self.best = jax.tree_util.tree_map(
+            lambda new, old: np.where(better.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+            host, self.best)
+        self.backoffs = self.backoffs + collapsed
+        return collapsed
+
+    def revert(self, current: Any, mask: np.ndarray) -> Any:
+        """`current` (a pytree of (trials, ...) arrays) with the masked trials' rows replaced by
+        their best candidates'."""
+        return jax.tree_util.tree_map(
+            lambda now, best: np.where(mask.reshape((-1,) + (1,) * (best.ndim - 1)), best,
+                                       np.asarray(now)), current, self.best)
