@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp.grid import Grid
 
 from privrl.federation.flower_sum import (
@@ -66,27 +67,35 @@ class LoopGrid(Grid):
     def get_node_ids(self) -> Iterable[int]:
         return list(self.handlers)
 
-    def push_messages(self, messages):
-        raise NotImplementedError
-
-    def pull_messages(self, message_ids):
-        raise NotImplementedError
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout=None):
-        replies = []
-        for i, msg in enumerate(messages):
+    def push_messages(self, messages: Iterable[Message]) -> list[str]:
+        """Each message delivered at once; its reply waits for `pull_messages`. A dead node's
+        reply is the error the SuperLink sends for a node no longer online."""
+        self.replies: dict[str, Message] = getattr(self, "replies", {})
+        self.sent = getattr(self, "sent", 0)
+        ids = []
+        for msg in messages:
             node = msg.metadata.dst_node_id
             stage = str(msg.content.config_records["secaggplus_configs"].get("stage"))
+            self.sent += 1
+            msg.metadata.__dict__["_message_id"] = f"m{self.sent}-{node}"  # as the SuperLink
+            ids.append(msg.metadata.message_id)
             if node in self.dead or self.drop(stage, node):
                 self.dead.add(node)
+                self.replies[ids[-1]] = Message(
+                    error=Error(ErrorCode.NODE_UNAVAILABLE, "node offline"), reply_to=msg)
                 continue
-            msg.metadata.__dict__["_message_id"] = f"m{i}-{node}"  # as the SuperLink would
             # a copy, as the wire delivers one (the server reuses one content for every node)
             reply = self.handlers[node](copy.deepcopy(msg), self.contexts[node])
             if reply.has_content():
                 self.seen.append((node, reply.content))
-            replies.append(reply)
-        return replies
+            self.replies[ids[-1]] = reply
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        return [self.replies.pop(i) for i in list(message_ids) if i in self.replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
 
 
 def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
