@@ -22,11 +22,24 @@ import optax
 from jax import Array
 
 __all__ = [
+    "LEVERS_NOTE",
+    "MAX_BACKOFFS",
     "BestCandidates",
     "ScaledState",
+    "lowered_scale",
     "noise_step",
+    "public_candidates_record",
     "scaled",
 ]
+
+# The step scale never falls below backoff**MAX_BACKOFFS: a run whose evaluations are noisy
+# must not freeze.
+MAX_BACKOFFS = 3
+
+# What privacy.json says of the post-processing levers, for every system that has them.
+LEVERS_NOTE = ("step_from_noise and public_candidates are post-processing: the step size from "
+               "the mechanism's public noise scale, the candidates chosen on the public "
+               "simulator named here, which holds no agent's data")
 
 
 def noise_step(learning_rate: float, snr: float, reports_per_step: float) -> float:
@@ -127,3 +140,31 @@ class BestCandidates:
         return jax.tree_util.tree_map(
             lambda now, best: np.where(mask.reshape((-1,) + (1,) * (best.ndim - 1)), best,
                                        np.asarray(now)), current, self.best)
+
+
+def public_candidates_record(best: BestCandidates, task: str, actions: str, episodes: int,
+                             every: int, n: int) -> dict[str, Any]:
+    """The run record's statement of the best-candidate lever (summary.json and privacy.json
+    of every system that has it): the public simulator it used (`task` with its default
+    parameters; `actions`: how the candidates choose theirs there), how often and on how many
+    episodes, and what it found for the first `n` trials."""
+    assert best.best_return is not None and best.start is not None
+    assert best.backoffs is not None
+    return {
+        "simulator": f"{task} with its default parameters (no agent's private draw), "
+                     f"{actions}",
+        "episodes_per_evaluation": episodes,
+        "every_rounds": every,
+        "start_return": [float(x) for x in best.start[:n]],
+        "best_return": [float(x) for x in best.best_return[:n]],
+        "last_return": [float(x) for x in best.history[-1][:n]],
+        "backoffs": [int(x) for x in best.backoffs[:n]],
+        "final_policy": "each trial's best candidate (policy.npz holds it)"}
+
+
+def lowered_scale(scale: Any, collapsed: np.ndarray, backoff: float) -> np.ndarray:
+    """The step scales (`ScaledState.scale`, one per trial, leading axis) after a back-off:
+    the collapsed trials' multiplied by `backoff`, none below backoff**MAX_BACKOFFS."""
+    scale = np.asarray(scale)
+    lowered = np.where(collapsed, backoff, 1.0).reshape((-1,) + (1,) * (scale.ndim - 1))
+    return np.maximum(scale * lowered, backoff ** MAX_BACKOFFS).astype(np.float32)

@@ -114,6 +114,7 @@ class FedPG(Learner):
         # The settings' mechanisms, whose parameters the trials carry as data (`for_settings`);
         # None: `mechanism`, the config's, compiled in.
         self.setting_mechanisms: tuple[Mechanism, ...] | None = None
+        self._public: Any = None  # `public_returns`' episodes (jitted on a gymnax task)
 
     @classmethod
     def for_settings(cls, configs: Sequence[FedPGConfig], task: Task | None = None,
@@ -180,6 +181,21 @@ class FedPG(Learner):
         assert self.setting_mechanisms is not None
         return privatize_setting(self.setting_mechanisms, ONE_PROGRAM_MECHANISMS, setting,
                                  key, x)
+
+    def public_returns(self, thetas: Array, key: Array) -> Array:
+        """Each θ's (n, d) returns (n, episodes) on the task's PUBLIC simulator: the
+        environment's default parameters (`Task.params`, no agent's private draw),
+        `public_eval_episodes` episodes from `key` (the same for every θ), actions sampled
+        from the policy as the agents play them. What the server's best-candidate choice
+        reads (--public-eval-every; post-processing)."""
+        n, e = thetas.shape[0], self.config.public_eval_episodes
+        params = jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(jnp.asarray(x), (n, *jnp.shape(x))), self.task.params)
+        if self._public is None:
+            self._public = (self.source.sample if self.task.host
+                            else jax.jit(self.source.sample))
+        ep = self._public(thetas, params, jnp.ones((n, e), bool), key)
+        return jnp.sum(ep.rewards, axis=-1)
 
     def consensus_params(self, state: FedPGState) -> Array:
         """The learned policy: θ (Cen) or the mean of the nodes' z (Dec), shape (d,)."""

@@ -74,6 +74,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                    "batch_min": 4, "batch_max": 8, "importance_clip": 2.0,
                    "learning_rate": 3e-4},
 }
+# "adaptive" (issue 51): FedPG-Cen's private levers that adapt to the task, both
+# post-processing: the server's step size set from the mechanism's known noise level
+# (`step_from_noise`), and the best candidate on the task's public simulator kept every 10
+# rounds, reverting and halving the step when the policy collapses (`public_eval_every`);
+# on "paper"'s learner. "adaptive-continuous": the same levers on "continuous"'s learner.
+# --adaptive-clip (distributed-gaussian-continuous's, its ε counted) is added by hand: it
+# belongs to one mechanism. Measured in benchmarks/RESULTS.md (issue 51's levers).
+ADAPTIVE_LEVERS: dict[str, Any] = {"step_from_noise": True, "public_eval_every": 10}
+PRESETS["adaptive"] = dict(ADAPTIVE_LEVERS)
+PRESETS["adaptive-continuous"] = {**PRESETS["continuous"], **ADAPTIVE_LEVERS}
 
 
 def is_pure_mechanism(mechanism: str) -> bool:
@@ -121,7 +131,9 @@ class FedPGConfig(Config):
         "paper", choices=tuple(PRESETS), help="paper: FedPG-BR's CartPole setting exactly. "
         "continuous: for a continuous-action (Box) task, e.g. --env gymnax:Pendulum-v1: a "
         "state-free learned log-std, γ = 0.9, hidden (64, 64), B_t ~ U{4..8}, ω truncated at "
-        "2, Adam 3e-4 (benchmarks/RESULTS.md). Options given explicitly override it.")
+        "2, Adam 3e-4 (benchmarks/RESULTS.md). adaptive (fedpg-cen): paper's learner with "
+        "--step-from-noise and --public-eval-every 10; adaptive-continuous: continuous's "
+        "with the same. Options given explicitly override it.")
     topology: str = option(
         "ring", choices=TOPOLOGIES, help="fedpg-dec's directed graph: ring (static k → k+1), "
         "exponential (time-varying one-peer exponential graph of SGP) or random (one random "
@@ -290,6 +302,21 @@ class FedPGConfig(Config):
     attack_norm: float | None = option(
         None, help="Rescale every Byzantine message to this L2 norm (needs "
         "--bypass-mechanism, or --mechanism none).")
+    # Levers that adapt a private FedPG-Cen run to its task (issue 51; the "adaptive" preset
+    # turns them on): post-processing, privrl.federation.adapt.
+    step_from_noise: bool = option(
+        False, help="fedpg-cen: the server's step size from the mechanism's noise level: "
+        "η·s/(1 + s), s the signal-to-noise ratio of the K averaged reports over the "
+        "optimizer's window (laplace, gaussian, none). Post-processing.")
+    public_eval_every: int | None = option(
+        None, help="fedpg-cen, local runtime: every this many rounds the server plays its "
+        "policy on the task's PUBLIC simulator (default parameters, no agent's data), keeps "
+        "the best so far as the final policy, and reverts to it, lowering its step by "
+        "--backoff, when the policy collapses. Post-processing. Default: off.")
+    public_eval_episodes: int = option(
+        16, help="--public-eval-every: episodes per evaluation on the public simulator.")
+    backoff: float = option(
+        0.5, help="--public-eval-every: the step's multiplier in (0, 1] after a collapse.")
     log_std: str = option(
         "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
         "log-std from the network's outputs (state) or a learned vector (parameter).")
@@ -318,6 +345,7 @@ class FedPGConfig(Config):
         self._check_window()
         self._check_mechanism()
         self._check_adaptive_clip()
+        self._check_levers()
         self._check_distributed()
         self._check_task()
         self._check_shuffle()
@@ -544,6 +572,24 @@ class FedPGConfig(Config):
         if self.clip_count_stddev is not None:
             positive("clip_count_stddev", self.clip_count_stddev)
 
+    def _check_levers(self) -> None:
+        """The post-processing levers (issue 51): fedpg-cen's server only."""
+        for name in ("step_from_noise",):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, f"must be true or false, got {getattr(self, name)!r}")
+        if self.public_eval_every is not None:
+            integer("public_eval_every", self.public_eval_every)
+        integer("public_eval_episodes", self.public_eval_episodes, 2)
+        in_range("backoff", self.backoff, 0, 1, low_open=True)
+        if self.algorithm != "cen":
+            for name, on in (("step_from_noise", self.step_from_noise),
+                             ("public_eval_every", self.public_eval_every is not None)):
+                if on:
+                    fail(name, "fedpg-cen's server only (fedpg-dec has no server)")
+        if self.step_from_noise and self.mechanism not in ("none", "laplace", "gaussian"):
+            fail("step_from_noise", f"knows the noise level of none, laplace and gaussian, not "
+                                    f"{self.mechanism}")
+
     def _check_distributed(self) -> None:
         """The distributed mechanisms' own fields and the combinations that make no sense."""
         mech = self.mechanism
@@ -642,6 +688,8 @@ def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
     for cfg in configs:
         if len(configs) > 1 and cfg.robust == "fedpg-br":  # its threshold is the mechanism's
             return "robust"
+        if len(configs) > 1 and cfg.step_from_noise:  # its step is the mechanism's
+            return "step_from_noise"
         if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
             return "mechanism"
         if cfg.secure_noise:

@@ -33,7 +33,13 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.federation.pushsum import push_sum_z
+from privrl.federation.adapt import (
+    LEVERS_NOTE,
+    BestCandidates,
+    lowered_scale,
+    public_candidates_record,
+)
+from privrl.federation.pushsum import PushSumState, push_sum_z
 from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
@@ -104,6 +110,8 @@ class FedPGRun(SavesRunDir):
     kept: np.ndarray | None = None
     # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
     policy: SavedPolicy | None = None
+    # The post-processing levers' record (`lever_record`): what they set and did; None: off.
+    levers: dict[str, Any] | None = None
 
     def record(self) -> RunRecord:
         return record(self)
@@ -111,7 +119,7 @@ class FedPGRun(SavesRunDir):
     def released(self) -> Released:
         """What its agents released (privacy.json's facts)."""
         return Released(self.config, self.mechanism, self.ledger, self.releases,
-                        self.accounting, self.final_clip)
+                        self.accounting, self.final_clip, levers=self.levers)
 
 
 def budget_ledger(cfg: FedPGConfig) -> PrivacyLedger:
@@ -135,6 +143,7 @@ class Released:
     # distributed-gaussian: the secure sum's mechanism when it is not the config's own (a
     # Flower deployment's, calibrated for its SuperNodes' threshold and modulus)
     secure_sum: DiscreteGaussianSum | None = None
+    levers: dict[str, Any] | None = None  # the post-processing levers' record, if any
 
     @classmethod
     def summed(cls, config: FedPGConfig, mech: DiscreteGaussianSum, rounds: int) -> Released:
@@ -258,7 +267,8 @@ class _Setting:
                         + (() if info.clip is None else (info.clip * nan,)))
 
     def result(self, state: Any, wall: float, compile_s: float,
-               program: dict[str, int] | None) -> FedPGRun:
+               program: dict[str, int] | None,
+               candidates: PublicCandidates | None = None) -> FedPGRun:
         cfg, algo = self.algo.config, self.algo
         mine = lambda a: np.asarray(a)[self.rows]  # noqa: E731
         cols = [np.stack(c, axis=1) for c in zip(*self.out, strict=True)]
@@ -274,6 +284,7 @@ class _Setting:
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
             program=program, policy=policy_of(algo, z), kept=self.kept,
+            levers=lever_record(algo, candidates, self.rows),
         )
 
 
@@ -314,6 +325,10 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         state = state._replace(setting=algo.setting_data(which))
     if not algo.task.host:
         state = jax.device_put(state, trial_sharding(n_dev))
+    candidates = None
+    if cfg.public_eval_every is not None:
+        candidates = PublicCandidates(algo, None if algo.task.host else trial_sharding(n_dev))
+        state = candidates.offer(state)
     start = time.perf_counter()
     compile_s = 0.0
     t = 0
@@ -349,13 +364,84 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
             book.record(live[r], used[r], after[r],
                         jax.tree_util.tree_map(lambda a, r=r: a[r], info))
         t += 1
+        if candidates is not None and t % cfg.public_eval_every == 0:
+            state = candidates.offer(state)
         if progress is not None:
             progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
         work_so_far(lambda state=state, compile_s=compile_s: [  # if a later round fails
             book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
+    if candidates is not None:  # the last policy is a candidate too; each trial keeps its best
+        candidates.offer(state)
+        state = candidates.kept(state)
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
-    return [book.result(state, wall, compile_s, program) for book in books]
+    return [book.result(state, wall, compile_s, program, candidates) for book in books]
+
+
+# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
+# no agent's episode or noise uses.
+PUBLIC_EVAL_SALT = 0x9B11C
+
+
+class PublicCandidates:
+    """--public-eval-every: FedPG-Cen's server keeps each trial's best θ by its return on the
+    task's public simulator (`FedPG.public_returns`), with the back-off
+    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs the server computed
+    from released reports and its own episodes, and the public simulator's episodes (the
+    environment's default parameters, keys from the run's seed, the same for every
+    candidate)."""
+
+    def __init__(self, algo: FedPG, sharding: Any) -> None:
+        self.algo, self.sharding = algo, sharding
+        self.key = jax.random.fold_in(jax.random.key(algo.config.seed), PUBLIC_EVAL_SALT)
+        self.best = BestCandidates(algo.config.backoff)
+
+    def offer(self, state: Any) -> Any:
+        """Evaluate every trial's θ, keep the best, revert collapsed trials to their best (θ
+        and optimizer state) with their step scale lowered."""
+        theta = np.asarray(state.gossip.x)  # (trials, 1, d): Cen's server
+        episodes = np.asarray(self.algo.public_returns(jnp.asarray(theta[:, 0]), self.key),
+                              np.float64)
+        stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
+        opt = jax.tree_util.tree_map(np.asarray, state.opt_state)
+        collapsed = self.best.offer(episodes.mean(axis=1), (theta, opt), stderr)
+        if not collapsed.any():
+            return state
+        theta, opt = self.best.revert((theta, opt), collapsed)
+        opt = opt._replace(scale=lowered_scale(opt.scale, collapsed, self.algo.config.backoff))
+        return self._placed(state._replace(gossip=PushSumState(theta, state.gossip.w),
+                                           opt_state=opt))
+
+    def kept(self, state: Any) -> Any:
+        """`state` with every trial's θ its best candidate (the run's final policy)."""
+        return self._placed(state._replace(
+            gossip=PushSumState(self.best.best[0], state.gossip.w)))
+
+    def _placed(self, state: Any) -> Any:
+        state = jax.tree_util.tree_map(jnp.asarray, state)
+        return state if self.sharding is None else jax.device_put(state, self.sharding)
+
+
+def lever_record(algo: FedPG, candidates: PublicCandidates | None, rows: np.ndarray
+                 ) -> dict[str, Any] | None:
+    """What the post-processing levers set and did for the trials in `rows` (summary.json and
+    privacy.json), or None."""
+    cfg = algo.config
+    if not cfg.step_from_noise and candidates is None:
+        return None
+    out: dict[str, Any] = {}
+    if cfg.step_from_noise:
+        out["step_from_noise"] = {"learning_rate": cfg.learning_rate,
+                                  "step_size": algo.step_size}
+    if candidates is not None:
+        b = candidates.best
+        mine = BestCandidates(b.backoff, b.collapse, b.sigmas)  # its trials' rows only
+        mine.start, mine.best_return = b.start[rows], b.best_return[rows]
+        mine.history, mine.backoffs = [h[rows] for h in b.history], b.backoffs[rows]
+        out["public_candidates"] = public_candidates_record(
+            mine, algo.task.name, "actions sampled from the policy as the agents play",
+            cfg.public_eval_episodes, cfg.public_eval_every, len(rows))
+    return out
 
 
 def round_program(algo: FedPG, devices: int) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
@@ -495,6 +581,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         **budget,
         **adaptive,
         **byzantine_summary(run),
+        **({} if run.levers is None else {"levers": run.levers}),
         # run as one program with other settings: the wall time and rates are the program's
         **({} if run.program is None else {"program": run.program}),
     }
@@ -663,6 +750,8 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
             **trust_model(run),
             **adaptive_clip_record(run),
             **robust_record(run),
+            **({} if run.levers is None else {"adaptive_levers": {
+                **run.levers, "note": LEVERS_NOTE}}),
             "per_agent_composition": composed,
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",

@@ -43,6 +43,9 @@ def check_runtime(config: FedPGConfig, runtime: str) -> None:
         if on:
             fail(field, "the Flower runtime runs plain FedPG-Cen (no adaptive clip, Byzantine "
                         "agents, robust rule or shuffler)")
+    if config.public_eval_every is not None:
+        fail("public_eval_every", "the best candidate on the public simulator is the local "
+                                  "runner's (run it with the local runtime)")
     if config.mechanism not in (*LOCAL_MECHANISMS, SECURE_SUM):
         fail("mechanism", f"the Flower runtime runs {', '.join(LOCAL_MECHANISMS)} (each "
                           f"agent's Report) or {SECURE_SUM} (a secure sum), not "

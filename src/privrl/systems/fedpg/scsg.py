@@ -12,6 +12,7 @@ run side by side (leading axis M); learner m stops after its own N_t.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ import optax
 from jax import Array
 
 from privrl.envs.task import Task, check_module
+from privrl.federation.adapt import noise_step, scaled
 from privrl.losses import (
     action_log_probs,
     discounted_returns,
@@ -61,8 +63,13 @@ class Learner(ABC):
             self.model = FlatModel(check_module(model, task, "logits"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
         self.dim = self.model.dim
-        self.optimizer = {"adam": optax.adam, "sgd": optax.sgd}[config.optimizer](
-            config.learning_rate)
+        # --step-from-noise: the step size from the mechanism's noise level (post-processing)
+        self.step_size = (noise_step(config.learning_rate, report_snr(config, self.dim),
+                                     reports_per_step(config))
+                          if config.step_from_noise else config.learning_rate)
+        optimizer = {"adam": optax.adam, "sgd": optax.sgd}[config.optimizer](self.step_size)
+        # --public-eval-every: a step scale the server lowers when it backs off
+        self.optimizer = optimizer if config.public_eval_every is None else scaled(optimizer)
         self.source: EpisodeSource = episode_source(task, self.act, config.max_episode_steps)
 
     @abstractmethod
@@ -189,3 +196,24 @@ def _tally(tally: list, ep: Episodes) -> list:
     """Running (Σ length, count) of each learner's live episodes."""
     live = ep.live.astype(jnp.float32)
     return [tally[0] + jnp.sum(ep.length * live, axis=1), tally[1] + jnp.sum(live, axis=1)]
+
+
+def report_snr(cfg: FedPGConfig, dim: int) -> float:
+    """One report's signal-to-noise ratio from the mechanism's public parameters: the squared
+    L2 bound of its clipped signal over its noise's expected squared L2 norm. laplace (L1 clip
+    C/2, Laplace(C/ε₀) in each of d coordinates): ε₀²/(8d); gaussian (L2 clip C, N(0, (σC)²)
+    per coordinate): 1/(dσ²); none: ∞. Whatever C is."""
+    if cfg.mechanism == "none":
+        return math.inf
+    if cfg.mechanism == "laplace" and cfg.epsilon_per_report is not None:
+        return cfg.epsilon_per_report ** 2 / (8.0 * dim)
+    if cfg.mechanism == "gaussian" and cfg.noise_multiplier is not None:
+        return 1.0 / (dim * cfg.noise_multiplier ** 2)
+    raise ValueError(f"step_from_noise: no noise level known for {cfg.mechanism} (resolve the "
+                     "config first)")
+
+
+def reports_per_step(cfg: FedPGConfig) -> float:
+    """How many reports one server step follows: the K averaged into μ_t, times Adam's
+    first-moment window 1/(1 − β₁) (optax's β₁ = 0.9)."""
+    return cfg.agents * (10.0 if cfg.optimizer == "adam" else 1.0)

@@ -32,7 +32,12 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.federation.adapt import BestCandidates
+from privrl.federation.adapt import (
+    LEVERS_NOTE,
+    BestCandidates,
+    lowered_scale,
+    public_candidates_record,
+)
 from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
@@ -76,8 +81,6 @@ ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
 # Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
 # no agent's episode or noise uses.
 PUBLIC_EVAL_SALT = 0x9B11C
-# The step scale never falls below backoff**MAX_BACKOFFS (--public-eval-every).
-MAX_BACKOFFS = 3
 
 
 @dataclass
@@ -343,11 +346,7 @@ class PublicCandidates:
         if not collapsed.any():
             return state
         theta, opt = self.best.revert((agg.theta, agg.opt_state), collapsed)
-        b = self.algo.config.backoff
-        lowered = np.where(collapsed, b, 1.0).astype(np.float32)
-        # At most MAX_BACKOFFS halvings: a run whose evaluations are noisy must not freeze.
-        floor = np.float32(b ** MAX_BACKOFFS)
-        opt = opt._replace(scale=np.maximum(np.asarray(opt.scale) * lowered, floor))
+        opt = opt._replace(scale=lowered_scale(opt.scale, collapsed, self.algo.config.backoff))
         buffer = np.where(collapsed[:, None], 0.0, np.asarray(agg.buffer_sum))
         count = np.where(collapsed, 0, np.asarray(agg.count))
         agg = agg._replace(theta=theta, opt_state=opt, buffer_sum=buffer.astype(np.float32),
@@ -380,18 +379,9 @@ def lever_record(algo: PGCA3C, state: Any, candidates: PublicCandidates | None, 
             "epsilon_update_per_report": eps_update, "epsilon_clip_bit_per_report": eps_bit,
             "final_clip": [float(cfg.clip * c) for c in np.asarray(state.clip_scale)[:n]]}
     if candidates is not None:
-        b = candidates.best
-        assert b.best_return is not None and b.start is not None and b.backoffs is not None
-        out["public_candidates"] = {
-            "simulator": f"{algo.task.name} with its default parameters (no agent's private "
-                         "draw), no exploration",
-            "episodes_per_evaluation": cfg.public_eval_episodes,
-            "every_rounds": cfg.public_eval_every,
-            "start_return": [float(x) for x in b.start[:n]],
-            "best_return": [float(x) for x in b.best_return[:n]],
-            "last_return": [float(x) for x in b.history[-1][:n]],
-            "backoffs": [int(x) for x in b.backoffs[:n]],
-            "final_policy": "each trial's best candidate (policy.npz holds it)"}
+        out["public_candidates"] = public_candidates_record(
+            candidates.best, algo.task.name, "no exploration", cfg.public_eval_episodes,
+            cfg.public_eval_every, n)
     return out
 
 
@@ -505,9 +495,7 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
         **({} if out.levers is None else {"adaptive_levers": {
             **out.levers, "note": "adaptive_clip's bit is part of each report's release (its ε "
             "and the gradient's sum to epsilon_per_report, what the ledger charges); "
-            "step_from_noise and public_candidates are post-processing: the step size from the "
-            "mechanism's public noise scale, the candidates chosen on the public simulator "
-            "named here, which holds no agent's data"}}),
+            + LEVERS_NOTE}}),
         **({} if shuffled is None else {"shuffle": shuffled}),
         **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
 
