@@ -114,6 +114,7 @@ def run_pgc_a3c_command(
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import new_run_dir
     from privrl.privacy.record import planned
     from privrl.systems.pgc_a3c import local
@@ -142,6 +143,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/scores.png)")
+    console.print(verdict_line(summary))
 
 
 def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
@@ -190,6 +192,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     import numpy as np
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import new_run_dir, removed_if_left_empty
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -211,6 +214,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
         console.print(f"[bold]Note:[/] {note}")
     console.print(f"Aggregator: {result.status}")
     console.print(f"Results written to [bold]{path}[/]; check them with: privrl replay {path}")
+    console.print(verdict_line(summary))
 
 
 @top_app.command("replay")
