@@ -58,6 +58,28 @@ class Evaluation:
     # Text2Action: per row, its fold's test-text scores (t2a.scores: F1, AvgRwd, fold, run);
     # returns is then (len(rows), 1), each row's average reward per step
     scores: list[dict[str, Any]] | None = None
+    head: str = "logits"  # the policy's head (privrl.policy.HEADS): how its actions are played
+
+    @property
+    def policy_label(self) -> str:
+        """How the actions were chosen: a continuous (Gaussian) policy's greedy action is
+        its mean action, a discrete one's the argmax; sampled, a Q-network's is ε-greedy."""
+        if self.sample:
+            return ("sampled (ε-greedy)" if self.head == "q" else
+                    "sampled (Gaussian)" if self.head.startswith("gaussian") else "sampled")
+        return "mean action" if self.head.startswith("gaussian") else "greedy (argmax)"
+
+    @property
+    def policy_note(self) -> str:
+        """Which actions were played and why the other choice can give other returns."""
+        if self.scores is not None or self.success is not None:  # a system's own players
+            return "Played greedily, as the run's own test evaluation does."
+        other = "--sample (sample=True) plays sampled actions" if not self.sample else (
+            "without --sample the policy plays its "
+            + ("mean action" if self.head.startswith("gaussian") else "argmax action"))
+        return (f"Played the {self.policy_label} actions; {other}. The two can differ: "
+                "training played sampled actions, so a policy can rely on its randomness "
+                "(its returns then drop when it plays greedily) or be hurt by it.")
 
     def write(self) -> tuple[Path, Path]:
         """evaluate-N.json and evaluate-N.csv in the run directory (`write_evaluation`)."""
@@ -79,7 +101,7 @@ class Evaluation:
         means = self.returns.mean(1)
         return {"run": str(self.run_dir), "env": self.env, "episodes": self.episodes,
                 "seed": self.seed, "max_steps": self.max_steps,
-                "policy": "sampled" if self.sample else "greedy (argmax)",
+                "policy": self.policy_label, "policy_note": self.policy_note,
                 "mean_return": float(self.returns.mean()), **success,
                 "std_over_trials": float(means.std(ddof=1)) if means.size > 1 else 0.0,
                 "per_trial": per}
@@ -134,7 +156,8 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
     rows = [(t, m) for t in trials for m in range(d["learners"])]
     policies = [_load(run_dir, t, m, model) for t, m in rows]
     returns = play(policies, task, episodes, seed, cap, sample)
-    return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns)
+    return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns,
+                      head=first.description["head"])
 
 
 def _trials(trial: int | None, n: int) -> list[int]:
