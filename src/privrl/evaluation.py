@@ -206,17 +206,24 @@ def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps
 
 
 def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
-             max_steps: int, batch: int) -> np.ndarray:
+             max_steps: int, batch: int, compiler_options: dict[str, Any] | None = None
+             ) -> np.ndarray:
     """(len(thetas), episodes): the returns of `act(θ, key, obs)` for each θ on `task`
-    (`play`), in batches of at most `batch` episodes, keys from the JAX key `root`."""
+    (`play`), in batches of at most `batch` episodes, keys from the JAX key `root`; the
+    rollout compiled with XLA's `compiler_options` (None: JAX's defaults)."""
     import jax
     import jax.numpy as jnp
 
     from privrl.envs.rollout import rollout_episodes
 
-    rollout = jax.jit(lambda theta, params, key, n: rollout_episodes(
+    jitted = jax.jit(lambda theta, params, key, n: rollout_episodes(
         task.env, params, lambda k, obs: act(theta, k, obs), key, n, max_steps),
         static_argnums=3)
+
+    def rollout(theta: Any, params: Any, key: Any, n: int) -> Any:
+        if compiler_options is None:
+            return jitted(theta, params, key, n)
+        return jitted.lower(theta, params, key, n).compile(compiler_options)(theta, params, key)
     out = np.zeros((len(thetas), episodes))
     for start in range(0, episodes, batch):
         n = min(batch, episodes - start)
@@ -353,20 +360,24 @@ def _cap(task: Task, max_steps: int | None, policy: Policy) -> int:
 # stream is never touched, so its metrics do not change).
 LEVEL = 0.95  # the verdict's confidence level
 RANDOM_STREAM = 0x52414E44  # "RAND": the baseline's key, folded into the run's seed
-RANDOM_EPISODES = 1000  # at most, on a task rolled out inside jit (one compiled batch)
-RANDOM_EPISODES_HOST = 32  # at most, on a task stepped on the host (Gymnasium)
+RANDOM_EPISODES = 1000  # a run's baseline at most, on a task rolled out inside jit
+RANDOM_EPISODES_HOST = 32  # at most on a task stepped on the host (Gymnasium); its batch
 _RANDOM_FLOATS = 4_000_000  # a jitted batch's padded buffers stay under ~16 MB
+# The random rollout runs for milliseconds and compiles for seconds: compiled with XLA's
+# optimizations off it compiles ~6x faster (benchmarks/log/23-verdict.md).
+_RANDOM_COMPILE = {"xla_backend_optimization_level": 0,
+                   "xla_llvm_disable_expensive_passes": True}
 
 
 def random_returns(task: Task, episodes: int, seed: int, max_steps: int | None = None
                    ) -> np.ndarray:
-    """(n,) returns (the environment's own rewards, summed) of a uniform-random policy on
-    `task`: each step's action drawn uniformly from the action space (a Box: uniform within its
-    bounds), agents' private dynamics drawn as the task draws them, episodes capped at
-    `max_steps` (default: the task's own). n is `episodes`, at most RANDOM_EPISODES (fewer on
-    long episodes, to bound memory) or, on a host-stepped task, RANDOM_EPISODES_HOST. Keys
-    come from `seed` folded with RANDOM_STREAM: the same seed gives the same returns, and a
-    run's own keys are untouched. The one function every run's baseline comes from."""
+    """(episodes,) returns (the environment's own rewards, summed) of a uniform-random policy
+    on `task`: each step's action drawn uniformly from the action space (a Box: uniform within
+    its bounds), the agents' private dynamics drawn as the task draws them, episodes capped at
+    `max_steps` (default: the task's own), played in batches that bound memory. Keys come from
+    `seed` folded with RANDOM_STREAM: the same seed gives the same returns, and a run's own
+    keys are untouched. The one function every random baseline comes from (`random_baseline`,
+    benchmarks/random_return.py)."""
     import jax
 
     cap = task.episode_steps if max_steps is None else max_steps
@@ -374,18 +385,28 @@ def random_returns(task: Task, episodes: int, seed: int, max_steps: int | None =
         raise ConfigError("max_steps", f"{task.name} has no episode cap of its own; give one")
     task = task.with_max_steps(int(cap))
     head = task.head
-    if task.host:
-        n = min(episodes, RANDOM_EPISODES_HOST)
-    else:
-        n = min(episodes, RANDOM_EPISODES,
-                max(RANDOM_EPISODES_HOST, _RANDOM_FLOATS // (int(cap) * (task.obs_dim + 4))))
-    n = max(int(n), 2)  # a mean and its spread need two
+    batch = min(episodes, RANDOM_EPISODES_HOST if task.host else _random_batch(task, int(cap)))
 
     def act(_: Any, key: Any, obs: Any) -> Any:
         return head.uniform(key, obs.shape[0])
 
     root = jax.random.fold_in(jax.random.key(seed), RANDOM_STREAM)
-    return _returns(task, [None], act, n, root, int(cap), n)[0]
+    return _returns(task, [None], act, episodes, root, int(cap), batch, _RANDOM_COMPILE)[0]
+
+
+def random_baseline(task: Task, episodes: int, seed: int) -> np.ndarray:
+    """A run's random baseline (`random_returns` at the run's episode cap, the task's): as many
+    episodes as its final window holds (`episodes`, at least 2), at most RANDOM_EPISODES
+    (fewer on long episodes: one batch) or, on a host-stepped task, RANDOM_EPISODES_HOST."""
+    cap = task.episode_steps or 1
+    limit = RANDOM_EPISODES_HOST if task.host else min(RANDOM_EPISODES,
+                                                       _random_batch(task, cap))
+    return random_returns(task, max(2, min(int(episodes), limit)), seed)
+
+
+def _random_batch(task: Task, cap: int) -> int:
+    """Episodes per jitted random batch: its padded buffers under _RANDOM_FLOATS floats."""
+    return max(RANDOM_EPISODES_HOST, _RANDOM_FLOATS // (cap * (task.obs_dim + 4)))
 
 
 @dataclass(frozen=True)

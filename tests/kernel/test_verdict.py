@@ -10,6 +10,7 @@ import pytest
 from privrl.envs.task import make_task
 from privrl.evaluation import (
     RANDOM_EPISODES_HOST,
+    random_baseline,
     random_returns,
     verdict,
     verdict_line,
@@ -79,12 +80,13 @@ def test_random_returns_on_cartpole_are_a_random_policys_and_seeded():
     assert not np.array_equal(r, random_returns(task, 200, seed=8))
 
 
-def test_random_returns_on_a_box_task_and_a_host_task():
+def test_random_returns_on_a_box_task_and_a_runs_baseline_on_a_host_task():
     """Pendulum's random actions are uniform in [−2, 2]: every 20-step return is negative and
-    far from the optimum's 0; a Gymnasium task plays at most RANDOM_EPISODES_HOST episodes."""
+    far from the optimum's 0; a run's baseline on a Gymnasium task plays at most
+    RANDOM_EPISODES_HOST episodes."""
     r = random_returns(make_task("gymnax:Pendulum-v1"), 16, seed=0, max_steps=20)
     assert r.shape == (16,) and np.all(r < -1.0)
-    host = random_returns(make_task("gymnasium:CartPole-v1"), 1000, seed=0)
+    host = random_baseline(make_task("gymnasium:CartPole-v1"), 1000, seed=0)
     assert host.shape == (RANDOM_EPISODES_HOST,) and 12 < host.mean() < 40
 
 

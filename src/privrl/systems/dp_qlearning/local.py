@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from privrl.evaluation import Verdict, random_returns, verdict
+from privrl.evaluation import Verdict, random_baseline, verdict
 from privrl.output import (
     RunRecord,
     SavesRunDir,
@@ -48,7 +48,7 @@ class DPQLOutput(SavesRunDir):
     returns: np.ndarray  # (seeds, episodes)
     wall_seconds: float
     policy: SavedPolicy | None = None  # policy.npz: each seed's final Q-network θ
-    # a uniform-random policy's returns on the task (privrl.evaluation.random_returns)
+    # a uniform-random policy's returns on the task (privrl.evaluation.random_baseline)
     baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
@@ -110,7 +110,7 @@ def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = 
     check_out_dir(out)
     cfg = config.resolved()
     returns, wall, theta = train_grid(cfg, [cfg.sigma])
-    baseline = random_returns(line1d_task(cfg), cfg.seeds * FINAL_EPISODES, cfg.seed)
+    baseline = random_baseline(line1d_task(cfg), cfg.seeds * FINAL_EPISODES, cfg.seed)
     return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]),
                                     baseline), out)
 

@@ -31,7 +31,7 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.evaluation import Verdict, random_returns, verdict, verdict_rows
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.output import (
     RunRecord,
     SavesRunDir,
@@ -67,7 +67,7 @@ class EpisodicOutput(SavesRunDir):
     # seeds that program ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
     policy: SavedPolicy | None = None  # policy.npz: each seed's final θ, the model described
-    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_returns)
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
     baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
@@ -187,7 +187,7 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
     ends[ends == 0] = done
     wall = time.perf_counter() - start
     # the settings share their task and seed: one random baseline for all of them
-    baseline = None if task is None else random_returns(task, k * FINAL_EVALS, cfg.seed)
+    baseline = None if task is None else random_baseline(task, k * FINAL_EVALS, cfg.seed)
     outputs = []
     for i, (own, name) in enumerate(zip(settings, names, strict=True)):
         rows, width = slice(i * k, (i + 1) * k), min(ends[i], own.config.episodes)

@@ -33,7 +33,7 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.evaluation import Verdict, random_returns, verdict, verdict_rows
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.pushsum import push_sum_z
 from privrl.output import RunRecord, SavesRunDir, check_out_dir, plot_title, save_if_asked
 from privrl.output import save as save_run
@@ -105,7 +105,7 @@ class FedPGRun(SavesRunDir):
     kept: np.ndarray | None = None
     # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
     policy: SavedPolicy | None = None
-    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_returns)
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
     baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
@@ -363,16 +363,16 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
             progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
-    baseline = random_baseline(algo)  # the settings share their task and seed
+    baseline = run_baseline(algo)  # the settings share their task and seed
     return [book.result(state, wall, compile_s, program, baseline) for book in books]
 
 
-def random_baseline(algo: FedPG) -> np.ndarray:
+def run_baseline(algo: FedPG) -> np.ndarray:
     """A uniform-random policy's returns on the run's task, about as many episodes as the
-    final rounds' batches hold (privrl.evaluation.random_returns)."""
+    final rounds' batches hold (privrl.evaluation.random_baseline)."""
     cfg = algo.config
-    return random_returns(algo.task, cfg.trials * FINAL_ROUNDS * cfg.agents * cfg.batch_max,
-                          cfg.seed)
+    return random_baseline(algo.task, cfg.trials * FINAL_ROUNDS * cfg.agents * cfg.batch_max,
+                           cfg.seed)
 
 
 def round_program(algo: FedPG, devices: int) -> Callable[[Any, Any, Any], tuple[Any, Any]]:

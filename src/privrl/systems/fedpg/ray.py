@@ -66,7 +66,7 @@ from privrl.systems.fedpg.local import (
     account,
     budget_ledger,
     policy_of,
-    random_baseline,
+    run_baseline,
 )
 from privrl.systems.fedpg.runtimes import check_runtime
 
@@ -369,7 +369,7 @@ def run_fedpg_dec_ray(
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
         accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
         policy=policy_of(algo, z), privacy_budget_spent=np.array([spent]),
-        baseline=random_baseline(algo))
+        baseline=run_baseline(algo))
     gossip = {"nodes": k, "rounds": t,
               "rejected": {i: r["rejections"] for i, r in enumerate(results) if r["rejections"]},
               "senders_per_round": [r["mixed_from"] for r in results]}

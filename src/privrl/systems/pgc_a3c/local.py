@@ -31,7 +31,7 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
-from privrl.evaluation import Verdict, random_returns, verdict, verdict_rows
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.output import RunRecord, SavesRunDir, check_out_dir, plot_title, save_if_asked
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
@@ -94,7 +94,7 @@ class RunOutput(SavesRunDir):
     # episodes that program ran (wall_seconds and compile_seconds are the program's); None:
     # this setting ran alone.
     program: dict[str, int] | None = None
-    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_returns)
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
     baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
@@ -279,7 +279,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
                                        "episodes": int(submitted.sum())}
     # the settings share their task and seed: one random baseline for all of them
-    baseline = random_returns(algo.task, k * final_window(cfg), cfg.seed)
+    baseline = random_baseline(algo.task, k * final_window(cfg), cfg.seed)
     outputs = []
     for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
         own = slice(s * k, (s + 1) * k)
@@ -313,7 +313,7 @@ def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLe
                      theta=theta,
                      policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
                                          theta, config.max_episode_steps),
-                     baseline=random_returns(algo.task, final_window(config), config.seed))
+                     baseline=random_baseline(algo.task, final_window(config), config.seed))
 
 
 # --- what a run reports ----------------------------------------------------------------------
