@@ -380,6 +380,8 @@ def random_returns(task: Task, episodes: int, seed: int, max_steps: int | None =
     benchmarks/random_return.py)."""
     import jax
 
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError("episodes", f"must be a positive integer, got {episodes!r}")
     cap = task.episode_steps if max_steps is None else max_steps
     if cap is None:
         raise ConfigError("max_steps", f"{task.name} has no episode cap of its own; give one")
