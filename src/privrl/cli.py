@@ -20,6 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
+import click
 import typer
 from typer.core import TyperCommand
 from typer.models import ArgumentInfo, ParameterInfo
@@ -41,7 +42,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _typer(**kw: object) -> typer.Typer:
-    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False, **kw)
+    # suggest_commands off: click itself says "Did you mean" (typer's said it a second time)
+    return typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False,
+                       suggest_commands=False, **kw)
 
 
 def root_apps() -> tuple[typer.Typer, typer.Typer, typer.Typer]:
@@ -476,14 +479,149 @@ def _click_option(opt: FieldOption) -> Any:
     return click.Option(decls, **kw)
 
 
+# --- flags known without importing a config ------------------------------------------------------
+# A config class lives beside its system's code, which imports JAX; importing it only to say
+# that a flag does not exist took seconds. Its fields are read from its source instead (the
+# `option(...)` declarations: the same ones `field_options` reads from the class), and an
+# unknown flag is refused before anything is imported. tests/test_cli_startup.py checks that
+# these flags are exactly the generated options' for every command.
+
+def _module_source(module: str) -> Any:
+    """The parsed source of a privrl module (None for a module outside privrl)."""
+    import ast
+
+    root, _, rest = module.partition(".")
+    if root != "privrl":
+        return None
+    base = Path(__file__).parent.joinpath(*rest.split(".")) if rest else Path(__file__).parent
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _source_fields(module: str, name: str) -> dict[str, tuple[str | None, str, str]]:
+    """Class `name`'s dataclass fields as declared in `module`'s source, its bases' first:
+    field -> (its flag, None when it has no option; its annotation's text; the module its
+    annotation names a class of)."""
+    import ast
+
+    tree = _module_source(module)
+    if tree is None:
+        return {}
+    imported = {a.asname or a.name: n.module for n in tree.body
+                if isinstance(n, ast.ImportFrom) and n.module for a in n.names}
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    fields: dict[str, tuple[str | None, str, str]] = {}
+    for base in reversed(node.bases):  # dataclasses: the last base's fields first
+        if isinstance(base, ast.Name):
+            fields.update(_source_fields(imported.get(base.id, module), base.id))
+    for item in node.body:
+        if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+            continue
+        call = item.value
+        flag = None
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "option":
+            kw = {k.arg: k.value for k in call.keywords}
+            cli = not (isinstance(kw.get("cli"), ast.Constant) and kw["cli"].value is False)
+            given = kw.get("flag")
+            flag = (given.value if isinstance(given, ast.Constant) and given.value else
+                    "--" + item.target.id.replace("_", "-")) if cli else None
+        kind = ast.unparse(item.annotation).replace("| None", "").replace("None |", "").strip()
+        fields[item.target.id] = (flag, kind, imported.get(kind, module))
+    return fields
+
+
+def source_flags(cls: str, skip: Iterable[str] = (), flags: Mapping[str, str] | None = None,
+                 nested: Iterable[str] = (), **_: Any) -> dict[str, bool]:
+    """The flags `field_options(cls, ...)` generates (a bool's `--no-` form too), read from
+    the source of `cls` ("module:Class") without importing it: flag -> whether it takes a
+    value."""
+    skip, flags, out = set(skip), dict(flags or {}), {}
+
+    def walk(module: str, name: str, prefix: str) -> None:
+        for field, (flag, kind, where) in _source_fields(module, name).items():
+            full = prefix + field
+            if full in skip:
+                continue
+            if field in nested and not prefix:
+                walk(where, kind, field + ".")
+                continue
+            flag = flags.get(full) or flag
+            if flag is None:
+                continue
+            is_bool = kind == "bool"
+            out[flag] = not is_bool
+            if is_bool:
+                out["--no-" + flag[2:]] = False
+
+    module, _, name = cls.partition(":")
+    walk(module, name, "")
+    return out
+
+
+def close_flags(typed: str, known: Iterable[str]) -> list[str]:
+    """The flags a mistyped `typed` may have meant: those it begins (`--hid` for
+    `--hidden-sizes`), else the close spellings of the name without its dashes (a shared
+    "--" made `--hidden` look like `--env`)."""
+    import difflib
+
+    known = sorted({k for k in known if k.startswith("--")})
+    stem = typed.lstrip("-")
+    if len(stem) >= 3 and (starts := [k for k in known if k[2:].startswith(stem)]):
+        return starts[:3]
+    names = {k[2:]: k for k in known}
+    return [names[m] for m in difflib.get_close_matches(stem, list(names), n=3, cutoff=0.7)]
+
+
+def command_flag_names(command: Any) -> set[str]:
+    """Every long flag a click command takes."""
+    return {o for p in command.params for o in (*p.opts, *getattr(p, "secondary_opts", ()))
+            if o.startswith("--")}
+
+
+class UnknownFlag(click.NoSuchOption):
+    """A flag refused before the command's config was imported (its suggestions are made)."""
+
+
 class _LazyCommand(TyperCommand):
     """A typer command whose generated options (`_ConfigCommand.click_options`) are built on
-    first use, parsing it or its help: building `privrl` imports no system's config."""
+    first use, parsing it or its help: building `privrl` imports no system's config, and an
+    unknown flag is refused before it is (its flags read from the config's source)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        source = inspect.unwrap(self.callback)
+        if self._params is None and isinstance(source, _ConfigCommand):
+            self._refuse_unknown(ctx, args, source)
+        return super().parse_args(ctx, args)
+
+    def _refuse_unknown(self, ctx: Any, args: list[str], source: _ConfigCommand) -> None:
+        """A click NoSuchOption for the first flag in `args` that the command does not take."""
+        import click
+
+        try:
+            generated = source_flags(source.cls_name, **source.opts)
+        except Exception:  # a source this reader does not follow: the full parse decides
+            return
+        takes_value = {**generated, **{
+            o: not p.is_flag for p in self._own if isinstance(p, click.Option)
+            for o in (*p.opts, *p.secondary_opts)}}
+        known = {*takes_value, *ctx.help_option_names}
+        values = iter(args)
+        for arg in values:
+            if arg == "--":
+                return
+            if not arg.startswith("--"):
+                continue
+            flag, eq, _ = arg.partition("=")
+            if flag not in known:
+                raise UnknownFlag(flag, possibilities=close_flags(flag, known), ctx=ctx)
+            if not eq and takes_value.get(flag):  # the value that follows is not a flag
+                next(values, None)
 
     @property  # type: ignore[override]
     def params(self) -> list[Any]:
         if self._params is None:  # one list: click appends to it (and pops) in place
-            source = getattr(self.callback, "__wrapped__", None)
+            source = inspect.unwrap(self.callback)
             self._params = [*self._own, *(source.click_options() if isinstance(
                 source, _ConfigCommand) else [])]
         return self._params

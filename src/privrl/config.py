@@ -279,10 +279,19 @@ PRIVATE_HELP = (
     "Per-agent private dynamics (repeatable): field=low:high (uniform) or field=v1,v2,... (one "
     "of), an environment-parameter field drawn per agent, e.g. link_mass_1=0.8:1.2 "
     "(Gymnasium: a numeric attribute of the unwrapped environment, e.g. gravity=9.7:9.9).")
+# The safety cap on the episodes of a Gymnasium environment that states no step limit (it
+# ends its own episodes by `terminated`/`truncated`): `--max-steps` (`max_episode_steps`)
+# changes it. It bounds what an episode can cost and is what the run's statements count
+# (privrl.envs.task.resolve_task).
+HOST_EPISODE_CAP = 10_000
+
+
 def max_steps_help(default: str) -> str:
     """The `--max-steps` help of a system whose default task's cap is `default`."""
     return ("Episode cap in steps. Default: the task's own step limit (gymnax's "
-            f"max_steps_in_episode, Gymnasium's spec.max_episode_steps; {default}).")
+            f"max_steps_in_episode, Gymnasium's spec.max_episode_steps; {default}); a "
+            f"Gymnasium env that states none ends its own episodes, capped at "
+            f"{HOST_EPISODE_CAP}.")
 
 
 ACCOUNTANT_HELP = (

@@ -7,9 +7,13 @@ module level, so `main` can ask XLA for one host device per core before anything
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
+import typer.main
 
 try:  # a typer that carries its own click: its usage errors derive from TyperException
     from typer.exceptions import TyperException as UsageError
@@ -17,7 +21,7 @@ except ImportError:  # typer < 0.21 (the one flwr 1.42 accepts, constraints.txt)
     from click import ClickException as UsageError
 
 from privrl.audit.cli import audit_apps
-from privrl.cli import renamed_flag, root_apps
+from privrl.cli import UnknownFlag, close_flags, command_flag_names, renamed_flag, root_apps
 from privrl.compute.devices import (
     run_cpu_inline,
     tune_garbage_collector,
@@ -26,8 +30,6 @@ from privrl.compute.devices import (
 )
 from privrl.config import ConfigError, RayNotInstalledError
 from privrl.evaluate_cli import top_app as evaluate_app
-from privrl.output import OutputDirError
-from privrl.runfile import RunFileError
 from privrl.systems.dp_qlearning import cli as dp_qlearning
 from privrl.systems.dpsgd_rl import cli as dpsgd_rl
 from privrl.systems.fedpg import cli as fedpg
@@ -58,8 +60,50 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The errors that are the user's to fix (one line, exit 2): those of the modules the
+    command imported (one it did not import cannot have raised)."""
+    found: list[type[Exception]] = [ConfigError, RayNotInstalledError]
+    for module, name in (("privrl.output", "OutputDirError"), ("privrl.runfile", "RunFileError")):
+        if module in sys.modules:
+            found.append(getattr(sys.modules[module], name))
+    return tuple(found)
+
+
+def _budget_error() -> type[Exception] | None:
+    ledger = sys.modules.get("privrl.privacy.ledger")
+    return None if ledger is None else ledger.BudgetExceededError
+
+
+def _before_each_command(group: Any, setup: Callable[[], None]) -> None:
+    """Run `setup` once the command line has parsed, before the chosen command runs (what it
+    imports, JAX above all, costs seconds: an invalid command line is refused without it)."""
+    for command in group.commands.values():
+        if hasattr(command, "commands"):
+            _before_each_command(command, setup)
+        elif command.callback is not None:
+            command.callback = _after(setup, command.callback)
+
+
+def _after(setup: Callable[[], None], callback: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        setup()
+        return callback(*args, **kwargs)
+    return run
+
+
+def _process_setup() -> None:
+    """The `privrl` process's own JAX settings (a caller's process keeps its own)."""
+    run_cpu_inline()  # imports JAX: before the collector freezes what is imported
+    tune_garbage_collector()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: one-line errors (exit 2) for bad options, before any computation."""
+    """Entry point: one-line errors (exit 2) for bad options, before any computation and
+    before JAX or a system is imported."""
+    import click
+
     old = renamed_flag(sys.argv[1:] if argv is None else argv)
     if old is not None:
         print(f"privrl: error: {old}", file=sys.stderr)
@@ -70,30 +114,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"privrl: error: {e}", file=sys.stderr)
         return 2
     use_compilation_cache()
-    from privrl.privacy.ledger import BudgetExceededError
-
-    if argv is None:  # the `privrl` process itself; a caller's process keeps its own settings
-        run_cpu_inline()  # imports JAX: before the collector freezes what is imported
-        tune_garbage_collector()
-
+    command = typer.main.get_command(build_app())
+    if argv is None:  # the `privrl` process itself
+        _before_each_command(command, _process_setup)
     try:
         # Without standalone mode, click returns a command's `typer.Exit(code)` as a value
         # instead of exiting: it is the command's exit status (`privrl replay`'s MISMATCH: 1).
-        status = build_app()(args=argv, prog_name="privrl", standalone_mode=False)
+        status = command.main(args=argv, prog_name="privrl", standalone_mode=False)
     except typer.Exit as e:
         return e.exit_code
     except (typer.Abort, KeyboardInterrupt):
         print("privrl: interrupted; nothing was written", file=sys.stderr)
         return 130
     except UsageError as e:  # usage errors: unknown option, unparsable value, ...
+        if isinstance(e, click.NoSuchOption) and not isinstance(e, UnknownFlag) \
+                and e.ctx is not None:  # our own suggestions
+            e.possibilities = close_flags(e.option_name, command_flag_names(e.ctx.command))
         print(f"privrl: error: {e.format_message()}".replace("\n", " "), file=sys.stderr)
         return 2
-    except (ConfigError, OutputDirError, RayNotInstalledError, RunFileError) as e:
-        print(f"privrl: error: {e}", file=sys.stderr)
-        return 2
-    except BudgetExceededError as e:
-        print(f"privrl: privacy budget: {e}", file=sys.stderr)
-        return 3
+    except Exception as e:
+        failed = getattr(sys.modules.get("privrl.output"), "RunFailedError", None)
+        if failed is not None and isinstance(e, failed):  # the failure, then where its work is
+            import traceback
+
+            traceback.print_exception(e.__cause__, file=sys.stderr)
+            print(f"privrl: error: {e}", file=sys.stderr)
+            return 1
+        if isinstance(e, _user_errors()):
+            print(f"privrl: error: {e}", file=sys.stderr)
+            return 2
+        budget = _budget_error()
+        if budget is not None and isinstance(e, budget):
+            print(f"privrl: privacy budget: {e}", file=sys.stderr)
+            return 3
+        raise
     return status if isinstance(status, int) else 0
 
 

@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -269,21 +270,28 @@ class RunRecord:
 def save(record: RunRecord, path: Path, command: list[str] | None = None) -> dict[str, Any]:
     """Write a run directory: config.json, metrics.csv, privacy.json, summary.json, the extra
     files, the trained policy (policy.npz) and plots/. The directory may hold other things (a
-    Ray run's logs) but none of these files: a run never overwrites results. Returns the summary."""
+    Ray run's logs) but none of these files: a run never overwrites results. Returns the summary.
+    Written for a run that failed (`keeping_work`), summary.json and privacy.json say so."""
     _refuse_existing(path, record.paths())
+    stopped = _STOPPED.get()
     write_run_config(path, record.algorithm, record.config, record.seed, command,
                      **record.run_info)
     if record.metrics is not None:
         record.metrics(path / "metrics.csv")
-    write_json(path / "privacy.json", with_trust_domain(record))
-    write_json(path / "summary.json", record.summary)
+    privacy = with_trust_domain(record)
+    summary = record.summary
+    if stopped is not None:
+        privacy = {**privacy, "stopped": stopped}
+        summary = {**summary, "stopped": stopped}
+    write_json(path / "privacy.json", privacy)
+    write_json(path / "summary.json", summary)
     for name, doc in record.files.items():
         write_json(path / name, doc)
     if record.policy is not None:
         record.policy.write(path / POLICY_FILE)
     for name, plot in record.plots.items():
         plot(path / "plots" / name)
-    return record.summary
+    return summary
 
 
 def save_setting(record: RunRecord, path: Path) -> dict[str, Any]:
@@ -362,3 +370,78 @@ def save_if_asked(result: T, out: str | os.PathLike | None) -> T:
     if out is not None:
         result.save(out)  # type: ignore[attr-defined]
     return result
+
+
+# --- a run that fails keeps what it did -------------------------------------------------------
+# A run loop states after each chunk of work how its result is made from what it has done so
+# far (`work_so_far`); a command runs it inside `keeping_work`, which, when the run fails with
+# some work done, writes that result with the command's own writer and says where. One place
+# for every system: a loop adds one call, the writers are the ones a finished run uses.
+
+_WORK: ContextVar[list[Callable[[], Any] | None] | None] = ContextVar("privrl_work",
+                                                                      default=None)
+_STOPPED: ContextVar[dict[str, str] | None] = ContextVar("privrl_stopped", default=None)
+
+
+def work_so_far(build: Callable[[], list[Any]]) -> None:
+    """A run loop's results so far: `build()` makes them (one per setting, the results a
+    finished run returns, from the chunks completed) should the run fail from here on; outside
+    `keeping_work`, nothing."""
+    slot = _WORK.get()
+    if slot is not None:
+        slot[0] = build
+
+
+class RunFailedError(RuntimeError):
+    """A run failed after some work; what it had done is written in `path`."""
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        super().__init__(f"the run failed ({type(error).__name__}: "
+                         f"{' '.join(str(error).split())[:300]}); what it had done is kept in "
+                         f"{path} (config.json, metrics so far, the policy so far, privacy.json "
+                         "counting every release made)")
+        self.path = path
+
+
+@contextmanager
+def keeping_work(make_dir: Callable[[], Path], write: Callable[[Any, Path], Any]
+                 ) -> Iterator[None]:
+    """Run a command's run (of one setting) inside: should it fail (an exception, not an
+    interruption or a refusal of the user's input) after a chunk of work, the run loop's result
+    so far is written by `write(result, make_dir())`, summary.json and privacy.json marked
+    "stopped", and
+    RunFailedError (from the failure) says where. With no work done, or when writing fails, the
+    failure goes on as it was."""
+    slot: list[Callable[[], Any] | None] = [None]
+    token = _WORK.set(slot)
+    try:
+        yield
+    except Exception as error:
+        if slot[0] is None or _refusal(error):
+            raise
+        stopped = {"error": f"{type(error).__name__}: {' '.join(str(error).split())[:300]}",
+                   "note": "the run failed before its end; this is what it had done: the "
+                           "metrics and policy of the work completed, and the privacy "
+                           "record of every release made (a release in the failed step "
+                           "counted as made)"}
+        marker = _STOPPED.set(stopped)
+        try:
+            (result,) = slot[0]()
+            path = make_dir()
+            write(result, path)
+        except Exception:
+            raise error from None
+        finally:
+            _STOPPED.reset(marker)
+        raise RunFailedError(path, error) from error
+    finally:
+        _WORK.reset(token)
+
+
+def _refusal(error: Exception) -> bool:
+    """Whether `error` is a refusal (an invalid input, a privacy budget) rather than a crash."""
+    import sys
+
+    ledger = sys.modules.get("privrl.privacy.ledger")
+    return isinstance(error, (ConfigError, OutputDirError)) or (
+        ledger is not None and isinstance(error, ledger.BudgetExceededError))

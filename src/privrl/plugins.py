@@ -22,11 +22,12 @@ def load_callable(spec: str, option: str) -> Callable[..., Any]:
     """The callable `spec` names; ConfigError(option) if it cannot be imported or is not
     callable."""
     where, _, attr = spec.rpartition(":")
-    if not where or not attr or where.startswith("."):
-        raise ConfigError(option, f"expected module:callable or file.py:callable, got {spec!r}")
+    is_file = where.endswith(".py")
+    if not where or not attr or (where.startswith(".") and not is_file):
+        raise ConfigError(option, "expected module:callable or path/to/file.py:callable (e.g. "
+                          f"./my_env.py:make), got {spec!r}")
     try:
-        module = _file_module(Path(where)) if where.endswith(".py") else (
-            importlib.import_module(where))
+        module = _file_module(Path(where)) if is_file else importlib.import_module(where)
     except Exception as e:  # any failure of the user's import is one error
         raise ConfigError(option, f"cannot import {where}: {type(e).__name__}: {e}") from None
     except SystemExit as e:
@@ -61,8 +62,11 @@ def call_user(fn: Callable[..., Any], spec: str, option: str, *args: Any) -> Any
 
 
 def _file_module(path: Path) -> Any:
-    """The module of a .py file, loaded once (as `path.stem`, so its dataclasses resolve their
-    own names); later calls reuse it, so a program built twice holds the same classes."""
+    """The module of a .py file (`./x.py`, `../dir/x.py`, `/abs/x.py`: relative to the working
+    directory), loaded once (as `path.stem`, so its dataclasses resolve their own names); later
+    calls reuse it, so a program built twice holds the same classes. The file's own directory
+    is importable while it loads (a sibling module it imports is found without PYTHONPATH), and
+    only then: sys.path is as it was afterwards."""
     if not path.is_file():
         raise ImportError(f"no such file {path}")
     loaded = sys.modules.get(path.stem)
@@ -74,5 +78,13 @@ def _file_module(path: Path) -> Any:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    saved = list(sys.path)
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(path.stem, None)  # a failed import leaves no half-made module
+        raise
+    finally:
+        sys.path[:] = saved
     return module

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import MAX_CONFIG_BYTES, ConfigError
-from privrl.runfile import checked, read, write
+from privrl.runfile import checked, opened, read, write
 
 if TYPE_CHECKING:
     from privrl.envs.task import Task
@@ -308,12 +308,16 @@ def run_config(run_dir: Path, description: dict[str, Any], why: str,
         raise ConfigError("run_dir", f"{cfg_path} is missing: {why}")
     if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
         raise ConfigError("run_dir", f"{cfg_path} is larger than a run's config")
-    with checked(cfg_path):
-        doc = json.loads(cfg_path.read_text())
+    with opened(cfg_path, MAX_CONFIG_BYTES) as (f, _), checked(cfg_path):  # no link followed
+        doc = json.loads(f.read().decode("utf-8"), parse_constant=_no_constant)
         name, fields = doc["algorithm"], doc["config"]
         if name != description["system"] or not isinstance(fields, dict):
             raise ValueError(f"the algorithm is {name!r}, the policy's {description['system']!r}")
         return build(name, fields)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (a run's config.json writes none)")
 
 
 def player(description: dict[str, Any]) -> Any:

@@ -29,8 +29,8 @@ import numpy as np
 
 from privrl.config import json_safe
 
-__all__ = ["FORMAT", "VERSION", "RunFileError", "atomic_write", "checked", "dumps", "read",
-           "tree_from_leaves", "write"]
+__all__ = ["FORMAT", "VERSION", "RunFileError", "atomic_write", "checked", "dumps", "opened",
+           "read", "read_npy", "tree_from_leaves", "write"]
 
 FORMAT = "privrl-run-file"
 VERSION = 1
@@ -66,50 +66,81 @@ def write(path: str | os.PathLike, kind: str, state: Any) -> None:
     atomic_write(Path(path), dumps(kind, state))
 
 
-# The bounds of what `read` accepts: a run file's size, and the nesting of its JSON header.
-MAX_BYTES = 1 << 30
+# The bounds of what `read` accepts: a run file's size, its JSON header's, and the header's
+# nesting. Reading costs at most about the file's size in memory (its arrays): never a copy of
+# the whole file beside them.
+MAX_BYTES = 256 << 20
+MAX_HEADER_BYTES = 8 << 20
 MAX_DEPTH = 64
 
 
-def read(path: str | os.PathLike, kind: str) -> Any:
-    """The state a run file of this `kind` holds, or RunFileError; never runs code, and
-    bounded: no symbolic link is followed, no file over MAX_BYTES is read, no compressed
-    member is inflated (privrl writes none: a decompression bomb is refused unread), and the
-    header's nesting is at most MAX_DEPTH."""
+@contextmanager
+def opened(path: str | os.PathLike, max_bytes: int | None) -> Iterator[tuple[Any, int]]:
+    """A run file opened for reading, and its size: never through a symbolic link
+    (O_NOFOLLOW), only a regular file, at most `max_bytes` (None: any size, for a reader that
+    streams); otherwise one RunFileError naming it. Every reader of run files opens them here."""
+    import stat
+
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))  # a FIFO in its place does not block
     except OSError as e:
         what = "is a symbolic link, which is not followed" if path.is_symlink() else (
             f"cannot be read ({e.strerror or e})")
         raise RunFileError(path, f"{what}; nothing was loaded") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise RunFileError(path, f"cannot be read ({what}); nothing was loaded")
     with os.fdopen(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_BYTES:
-            raise RunFileError(path, f"is {size:,} bytes, over the {MAX_BYTES:,} a run file "
-                                     "may have; nothing was loaded")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise RunFileError(path, f"is {info.st_size:,} bytes, over the {max_bytes:,} a run "
+                                     "file may have; nothing was loaded")
+        yield f, info.st_size
+
+
+def read(path: str | os.PathLike, kind: str) -> Any:
+    """The state a run file of this `kind` holds, or RunFileError; never runs code, and
+    bounded: no symbolic link is followed, no file over MAX_BYTES is read (nor a header over
+    MAX_HEADER_BYTES), the arrays are read from the file (no copy of it is held beside them),
+    no compressed member is inflated (privrl writes none: a decompression bomb is refused
+    unread), and the header's nesting is at most MAX_DEPTH."""
+    path = Path(path)
+    with opened(path, MAX_BYTES) as (f, size):
         try:
-            raw = f.read(MAX_BYTES + 1)
+            magic = f.read(len(_ZIP_MAGIC))
         except OSError as e:  # a directory, a device...
             raise RunFileError(path, f"cannot be read ({e.strerror or e})") from None
-    if not raw.startswith(_ZIP_MAGIC):
-        what = ("is a Python pickle, which is refused because loading one can run code"
-                if raw[:1] == b"\x80" else "is not a privrl run file")
-        raise RunFileError(path, f"{what}; nothing was loaded")
-    try:
-        with zipfile.ZipFile(io.BytesIO(raw)) as zf:
-            for info in zf.infolist():
-                if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(raw):
-                    raise RunFileError(path, f"member {info.filename!r} is compressed or "
-                                             "larger than the file; nothing was loaded")
-        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
-            header = json.loads(z[_HEADER].tobytes().decode())
-            arrays = {name: z[name] for name in z.files if name != _HEADER}
-    except RunFileError:
-        raise
-    except Exception as e:  # any failure to parse is one kind of error: a bad file
-        raise RunFileError(path, f"truncated or corrupt ({type(e).__name__}: {e}); "
-                                 "nothing was loaded") from None
+        if magic != _ZIP_MAGIC:
+            what = ("is a Python pickle, which is refused because loading one can run code"
+                    if magic[:1] == b"\x80" else "is not a privrl run file")
+            raise RunFileError(path, f"{what}; nothing was loaded")
+        try:
+            f.seek(0)
+            with zipfile.ZipFile(f) as zf:
+                declared = 0
+                for info in zf.infolist():
+                    declared += info.file_size
+                    if (info.compress_type != zipfile.ZIP_STORED or info.file_size > size
+                            or declared > size):
+                        raise RunFileError(path, f"member {info.filename!r} is compressed or "
+                                                 "larger than the file; nothing was loaded")
+                    if info.filename == _HEADER + ".npy" and info.file_size > MAX_HEADER_BYTES:
+                        raise RunFileError(path, f"its header is {info.file_size:,} bytes, "
+                                                 f"over the {MAX_HEADER_BYTES:,} allowed; "
+                                                 "nothing was loaded")
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                header = json.loads(z[_HEADER].tobytes().decode())
+                arrays = {name: z[name] for name in z.files if name != _HEADER}
+        except RunFileError:
+            raise
+        except Exception as e:  # any failure to parse is one kind of error: a bad file
+            raise RunFileError(path, f"truncated or corrupt ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())[:200]}); nothing was loaded"
+                               ) from None
     if _depth(header) > MAX_DEPTH:
         raise RunFileError(path, f"its header nests deeper than {MAX_DEPTH} levels; nothing "
                                  "was loaded")
@@ -124,6 +155,31 @@ def read(path: str | os.PathLike, kind: str) -> Any:
         return _decode(header.get("state"), arrays)
     except (KeyError, TypeError, ValueError) as e:
         raise RunFileError(path, f"tampered or corrupt structure ({e})") from None
+
+
+def read_npy(path: str | os.PathLike, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A .npy file that must hold an array of this dtype and shape (a run's saved θ), read
+    only once its header says so: no symbolic link followed, no pickle, nothing allocated for
+    a declared shape other than the one expected; otherwise one RunFileError naming it."""
+    fmt = np.lib.format
+    with opened(path, None) as (f, _size):
+        try:
+            version = fmt.read_magic(f)
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else (
+                fmt.read_array_header_2_0)
+            got_shape, fortran, got = read_header(f)
+        except Exception as e:
+            raise RunFileError(path, f"not a float array ({type(e).__name__}: "
+                                     f"{' '.join(str(e).split())[:200]}); nothing was loaded"
+                               ) from None
+        if got != np.dtype(dtype) or tuple(got_shape) != tuple(shape) or fortran:
+            raise RunFileError(path, f"holds {got} of shape {tuple(got_shape)}; expected "
+                                     f"{np.dtype(dtype)} of shape {tuple(shape)}")
+        want = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        data = f.read(want)
+        if len(data) != want:
+            raise RunFileError(path, "is truncated; nothing was loaded")
+    return np.frombuffer(data, dtype).reshape(shape).copy()
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -217,6 +217,10 @@ def _finish(live: _Live, bufs: _Record) -> Trajectory:
                       bufs.reward)
 
 
+# A growing host rollout's first length (`rollout_host`'s `grow`): doubled as episodes need.
+GROW_FROM = 64
+
+
 @partial(jax.jit, static_argnums=(1, 2, 3))
 def host_keys(key: Array, n: int, max_steps: int, observed: bool
               ) -> tuple[Array, Array, Array | None]:
@@ -235,7 +239,8 @@ def host_keys(key: Array, n: int, max_steps: int, observed: bool
 
 
 def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,
-                 active: Any = None, observe: ObserveFn | None = None) -> Trajectory:
+                 active: Any = None, observe: ObserveFn | None = None,
+                 grow: bool = False) -> Trajectory:
     """One episode in each Gymnasium environment (`reset(seed=...)`, `step(action)` returning
     (obs, reward, terminated, truncated, info)), stepped on the host: `rollout_episodes`'s arrays.
 
@@ -254,14 +259,20 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     this function. Its keys (one per release time: reset, then each step; raw key data, as the
     policy's) are split from `key` apart from the rest; None: the raw observations, and the
     keys of a rollout without it.
+
+    `grow`: for environments that end their own episodes (no stated step limit), `max_steps`
+    is a safety cap, not the episode's length: the arrays grow with the longest episode
+    (64 steps, doubled as needed, at most `max_steps`) instead of being `max_steps` long; the
+    episodes and keys are the same.
     """
     n = len(envs)
     seeds, step_keys, obs_keys = jax.device_get(host_keys(key, n, max_steps, observe is not None))
-    return _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys)
+    return _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys,
+                      grow)
 
 
 def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Array],
-                        max_steps: int, active: Any = None) -> Trajectory:
+                        max_steps: int, active: Any = None, grow: bool = False) -> Trajectory:
     """`rollout_host` for T trials at once, with one policy call per step for all of them:
     trial k's P agents are `envs[k·P:(k+1)·P]`, `keys` the T trials' rollout keys, `active`
     (T, P). The policy gets the step keys (T, 2) (raw, as `rollout_host`'s) and observations
@@ -284,7 +295,8 @@ def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Ar
                                       jax.device_get(out))
 
     traj = _host_loop(envs, flat, seeds, step_keys, max_steps,
-                      None if active is None else np.asarray(active, bool).reshape(n))
+                      None if active is None else np.asarray(active, bool).reshape(n),
+                      grow=grow)
     length = traj.length.reshape(t_n, p)
     for k, end in enumerate(length.max(1)):  # `rollout_host` stops each trial at its end
         rows = slice(k * p, (k + 1) * p)
@@ -304,9 +316,11 @@ def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Ar
 
 def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_keys: np.ndarray,
                max_steps: int, active: Any = None, observe: ObserveFn | None = None,
-               obs_keys: np.ndarray | None = None) -> Trajectory:
-    """`rollout_host`'s episodes from its draws (`host_keys`): the policy gets `step_keys[t]`."""
+               obs_keys: np.ndarray | None = None, grow: bool = False) -> Trajectory:
+    """`rollout_host`'s episodes from its draws (`host_keys`): the policy gets `step_keys[t]`;
+    `grow`: the arrays as long as the longest episode needs (`rollout_host`)."""
     n = len(envs)
+    size = min(max_steps, GROW_FROM) if grow else max_steps  # the buffers' length now
     live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
     obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
     raw = obs.copy() if observe is not None else obs  # the environments' own observations
@@ -318,9 +332,9 @@ def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_ke
     for i in np.flatnonzero(live):
         raw[i] = envs[i].reset(seed=int(seeds[i]))[0]
     seen(0, np.flatnonzero(live))
-    obs_b = np.zeros((max_steps, *obs.shape), np.float32)
-    mask_b = np.zeros((max_steps, n), np.float32)
-    rew_b = np.zeros((max_steps, n), np.float32)
+    obs_b = np.zeros((size, *obs.shape), np.float32)
+    mask_b = np.zeros((size, n), np.float32)
+    rew_b = np.zeros((size, n), np.float32)
     term = np.zeros(n, bool)
     # The actions' and aux's buffers, made at the first step from what the policy returns.
     act_b: Any = None
@@ -337,12 +351,19 @@ def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_ke
         stepped as ints; continuous ones (a Box) (T, n, d) float32 vectors, as the jitted
         rollout records them."""
         dtype = np.int32 if np.issubdtype(action.dtype, np.integer) else np.float32
-        return np.zeros((max_steps, *action.shape), dtype), jax.tree_util.tree_map(
-            lambda a: np.zeros((max_steps, *np.shape(a)), np.asarray(a).dtype), aux)
+        return np.zeros((size, *action.shape), dtype), jax.tree_util.tree_map(
+            lambda a: np.zeros((size, *np.shape(a)), np.asarray(a).dtype), aux)
+
+    def longer(b: np.ndarray) -> np.ndarray:  # a buffer grown to `size` steps, zero-padded
+        return np.concatenate([b, np.zeros((size - b.shape[0], *b.shape[1:]), b.dtype)])
 
     for t in range(max_steps):
         if not live.any():
             break
+        if t == size:  # only when growing: double the buffers, up to the cap
+            size = min(max_steps, 2 * size)
+            obs_b, mask_b, rew_b, act_b = map(longer, (obs_b, mask_b, rew_b, act_b))
+            aux_b = jax.tree_util.tree_map(longer, aux_b)
         action, aux = split(policy(step_keys[t], obs))
         if act_b is None:
             act_b, aux_b = buffers(action, aux)

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.config import ConfigError
+from privrl.config import HOST_EPISODE_CAP, ConfigError
+from privrl.envs.check import check_gymnasium_env, check_gymnax_env
 from privrl.envs.gymnasium_env import (
     attribute_defaults,
     attribute_name,
@@ -305,6 +306,13 @@ class GymnasiumTask(Task):
         """`max_steps` if set, else the environment's own time limit (None: it states none)."""
         return self.max_steps if self.max_steps is not None else time_limit(self.env)
 
+    @property
+    def grows(self) -> bool:
+        """Whether the environment ends its own episodes (it states no step limit): then the
+        cap is a safety cap and the rollout's arrays grow with the episodes
+        (`rollout_host`'s `grow`)."""
+        return time_limit(self.env) is None
+
     def envs(self, n: int) -> list[Any]:
         """`n` rollout environments, made once and reused (each rollout resets them)."""
         while len(self._pool) < n:
@@ -321,7 +329,7 @@ class GymnasiumTask(Task):
         what the learner sees of the observations (`rollout_host`)."""
         envs = self.envs(num_envs)
         set_attributes(envs, params)
-        return rollout_host(envs, policy, key, max_steps, active, observe)
+        return rollout_host(envs, policy, key, max_steps, active, observe, self.grows)
 
     def rollout_trials(self, params: Any, policy: Callable[[Any, Any], Any], keys: Any,
                        num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
@@ -335,7 +343,7 @@ class GymnasiumTask(Task):
         for k in range(len(keys)):
             set_attributes(envs[k * num_envs:(k + 1) * num_envs],
                            jax.tree_util.tree_map(lambda x, k=k: x[k], params))
-        return rollout_host_trials(envs, policy, keys, max_steps, active)
+        return rollout_host_trials(envs, policy, keys, max_steps, active, self.grows)
 
     def start(self, params: Any, key: Array) -> tuple[Any, np.ndarray]:
         """One agent's environment for a learner that steps it itself (`env.step(action)`):
@@ -389,6 +397,8 @@ def callable_task(spec: str, option: str = "env") -> Task:
     fn = load_callable(spec, option)
     out = call_user(fn, spec, option)
     if isinstance(out, Task):
+        if not out.host:
+            check_gymnax_env(out.env, out.params, spec, option)
         return replace(out, option=option)
     if not (isinstance(out, tuple) and len(out) == 2):
         if not is_gymnasium_env(out):
@@ -397,8 +407,10 @@ def callable_task(spec: str, option: str = "env") -> Task:
         if call_user(fn, spec, option) is out:  # called again for every rollout environment
             raise ConfigError(option, f"{spec}() returned the same Gymnasium environment twice: "
                               "it must make a new one on each call (one per parallel agent)")
+        check_gymnasium_env(out, spec, option)
         return GymnasiumTask(out, None, spec, make_env=fn, option=option,
                              target=reward_threshold(out))
+    check_gymnax_env(out[0], out[1], spec, option)
     return Task(out[0], out[1], spec, option=option)
 
 
@@ -465,7 +477,8 @@ def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
     the config is made to name it (`env`, `private_params`); without, the task is the one
     `config.env`/`config.private_params` name (`configured_task`), `default()` when neither is
     set. The task owns its episode: `config.max_episode_steps` None takes the task's step
-    limit (set, the task is capped at it), and the config field `target` None the task's
+    limit (set, the task is capped at it; a Gymnasium environment that states none ends its
+    own episodes, under `HOST_EPISODE_CAP`), and the config field `target` None the task's
     success target (None where the task has none: the run reports returns only)."""
     if task is None:
         task = configured_task(config.env, config.private_params, default)
@@ -473,10 +486,12 @@ def resolve_task(config: Any, task: Task | None, default: Callable[[], Task],
         config = replace(config, env=task.name, private_params=tuple(task.private_spec()))
     if config.max_episode_steps is not None:
         task = task.with_max_steps(config.max_episode_steps)
+    elif task.episode_steps is None and task.host:  # it ends its own episodes (Gymnasium's way)
+        task = task.with_max_steps(HOST_EPISODE_CAP)
     elif task.episode_steps is None:
         raise ConfigError("max_episode_steps", f"{task.name} states no step limit (no "
-                          "max_steps_in_episode parameter, no spec.max_episode_steps or "
-                          "TimeLimit): set the episode cap")
+                          "max_steps_in_episode parameter): set the episode cap (a gymnax "
+                          "rollout is compiled for a fixed length)")
     updates = {"max_episode_steps": task.episode_steps}
     if getattr(config, target) is None:
         updates[target] = task.target

@@ -42,7 +42,15 @@ import optax
 from privrl.federation.aggregator import AggregatorState, BufferedAggregator, InvalidReportError
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.report import Guarantee, Report, restore_report
-from privrl.runfile import RunFileError, atomic_write, checked, read, tree_from_leaves, write
+from privrl.runfile import (
+    RunFileError,
+    atomic_write,
+    checked,
+    opened,
+    read,
+    tree_from_leaves,
+    write,
+)
 
 __all__ = ["CHECKPOINT", "LOG", "REJECTED", "SETUP", "AggregatorService", "AggregatorSpec",
            "RunFileError", "Shuffled", "Submission", "Verdict", "atomic_write", "read_log",
@@ -135,27 +143,32 @@ def read_log(directory: Path, dim: int, name: str = LOG) -> np.ndarray:
     RunFileError if the file is not a report log for reports of length `dim`. `name`: another
     log of the same format in `directory` (a shuffler's intake log)."""
     path = Path(directory) / name
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return np.zeros(0, _record_dtype(dim))
-    try:
-        raw = path.read_bytes()
-    except OSError as e:  # a directory in its place, unreadable...
-        raise RunFileError(path, f"cannot be read ({e.strerror or e}); nothing was loaded"
-                           ) from None
-    if not raw:  # created, the header not yet written when the process died
-        return np.zeros(0, _record_dtype(dim))
-    n = _LOG_HEADER.itemsize
-    if raw[:n] != _log_header(dim):
-        head = np.frombuffer(raw[:n], _LOG_HEADER)[0] if len(raw) >= n else None
-        if head is None or head["magic"] != _LOG_MAGIC.rstrip(b"\0"):
-            raise RunFileError(path, "is not a privrl report log; nothing was loaded")
-        if head["version"] != _LOG_VERSION:
-            raise RunFileError(path, f"has format version {int(head['version'])}; this "
-                                     f"privrl reads version {_LOG_VERSION}")
-        raise RunFileError(path, f"holds reports of length {int(head['dim'])}, expected {dim}")
-    size = _record_dtype(dim).itemsize
-    body = raw[n:]
-    return np.frombuffer(body[: len(body) // size * size], _record_dtype(dim))
+    with opened(path, None) as (f, total):  # no link followed; any length: mapped, not read
+        try:
+            raw = f.read(_LOG_HEADER.itemsize)
+        except OSError as e:  # unreadable...
+            raise RunFileError(path, f"cannot be read ({e.strerror or e}); nothing was loaded"
+                               ) from None
+        if not raw:  # created, the header not yet written when the process died
+            return np.zeros(0, _record_dtype(dim))
+        n = _LOG_HEADER.itemsize
+        if raw != _log_header(dim):
+            head = np.frombuffer(raw, _LOG_HEADER)[0] if len(raw) >= n else None
+            if head is None or head["magic"] != _LOG_MAGIC.rstrip(b"\0"):
+                raise RunFileError(path, "is not a privrl report log; nothing was loaded")
+            if head["version"] != _LOG_VERSION:
+                raise RunFileError(path, f"has format version {int(head['version'])}; this "
+                                         f"privrl reads version {_LOG_VERSION}")
+            raise RunFileError(path, f"holds reports of length {int(head['dim'])}, "
+                                     f"expected {dim}")
+        count = (total - n) // _record_dtype(dim).itemsize  # a torn last record is ignored
+        if count == 0:
+            return np.zeros(0, _record_dtype(dim))
+        # Mapped read-only: a record costs memory only when it is read (a log of a million
+        # records was read whole, and copied, before its first record was checked).
+        return np.memmap(f, _record_dtype(dim), mode="r", offset=n, shape=(count,))
 
 
 class AggregatorService:

@@ -58,7 +58,7 @@ from privrl.federation.service import (
 )
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.report import Guarantee, Report, restore_report
-from privrl.runfile import RunFileError, checked, read, write
+from privrl.runfile import MAX_BYTES, RunFileError, checked, opened, read, write
 
 __all__ = ["DELIVERED", "INTAKE", "ORDERS", "SHUFFLER_SETUP", "Forward", "Shuffler",
            "read_orders"]
@@ -90,7 +90,10 @@ def read_orders(directory: str | os.PathLike, batch_size: int) -> np.ndarray:
     """Every complete permutation record of a shuffler's directory (a torn last one is
     ignored: that batch was never forwarded). RunFileError if it is not an orders file."""
     path = Path(directory) / ORDERS
-    raw = path.read_bytes() if path.exists() else b""
+    raw = b""
+    if path.exists() or path.is_symlink():  # no link followed; bounded: a file of orders
+        with opened(path, MAX_BYTES) as (f, _):
+            raw = f.read()
     if not raw:
         return np.zeros(0, _orders_dtype(batch_size))
     n = _ORDERS_HEADER.itemsize
@@ -230,8 +233,10 @@ class Shuffler:
         intake = read_log(directory, svc.dim, INTAKE)
         orders = read_orders(directory, svc.batch_size)
         delivered_path = directory / DELIVERED
-        raw = delivered_path.read_bytes() if delivered_path.exists() else b""
-        delivered = len(raw) // 8
+        delivered = 0
+        if delivered_path.exists() or delivered_path.is_symlink():  # its length is the count
+            with opened(delivered_path, None) as (_, size):
+                delivered = size // 8
         formed = int(np.sum(orders["size"])) if len(orders) else 0
         if (formed > len(intake) or delivered > len(orders)
                 or np.any(orders["batch"] != np.arange(len(orders)))):

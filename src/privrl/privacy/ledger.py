@@ -209,7 +209,7 @@ class PrivacyLedger:
         eps, delta, count = (np.asarray(state[k]) for k in ("epsilon", "delta", "count"))
         if not (eps.ndim == 1 and eps.shape == delta.shape == count.shape
                 and eps.dtype == delta.dtype == np.float64 and count.dtype == np.int64
-                and (count >= 0).all() and (eps[np.isfinite(eps)] >= 0).all()
+                and (count >= 0).all() and (eps >= 0).all()  # NaN fails: ∞ is allowed
                 and (delta >= 0).all()):
             raise ValueError("a ledger's spending arrays are inconsistent")
         ledger._eps, ledger._delta, ledger._count = eps.copy(), delta.copy(), count.copy()

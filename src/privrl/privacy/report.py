@@ -79,6 +79,11 @@ class Guarantee:
             if not ((isinstance(v, int | float) and not isinstance(v, bool))
                     or (v is None and name == "sensitivity")):
                 raise ValueError(f"guarantee {name} must be a number, got {v!r}")
+            # ε may be ∞ (no guarantee); NaN, a negative value or δ > 1 is no guarantee at all
+            if v is not None and not (v >= 0 and (name == "epsilon" or math.isfinite(v))
+                                      and (name != "delta" or v <= 1)):
+                raise ValueError(f"guarantee {name} must be "
+                                 f"{'in [0, 1]' if name == 'delta' else '>= 0'}, got {v!r}")
         for name in ("notion", "unit", "neighbouring", "norm"):
             v = state.get(name)
             if not (isinstance(v, str) or (v is None and name == "norm")):

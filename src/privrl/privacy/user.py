@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from jax import Array
 
 from privrl.config import ConfigError
-from privrl.plugins import load_callable
+from privrl.plugins import call_user, load_callable
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.report import Guarantee
 
@@ -65,7 +65,7 @@ def load_factory(name: str) -> Callable[[MechanismRequest], Any]:
 def user_mechanism(name: str, request: MechanismRequest) -> DeclaredMechanism:
     """The user's mechanism `name` builds for `request`, as a `DeclaredMechanism`; ConfigError
     ("mechanism") if it is not a Mechanism or declares more than the request allows."""
-    made = load_factory(name)(request)
+    made = call_user(load_factory(name), name, "mechanism", request)  # its failure: one line
     if not isinstance(made, Mechanism) or isinstance(made, DeclaredMechanism):
         raise ConfigError("mechanism", f"{name} must return a privrl.privacy.Mechanism "
                                        f"(release_params, release, guarantee), got "

@@ -15,6 +15,7 @@ from privrl.config import ConfigError
 from privrl.envs.cartpole import agent_gravity
 from privrl.envs.rollout import rollout_episodes
 from privrl.envs.task import (
+    HOST_EPISODE_CAP,
     PrivateParam,
     Task,
     cartpole_task,
@@ -181,11 +182,11 @@ def test_resolve_task_takes_the_tasks_episode_unless_the_config_sets_it(load_exa
     # the default task: the system's CartPole
     cfg, _ = resolve_task(_EpisodeConfig(), None, partial(cartpole_task, "v0"))
     assert (cfg.max_episode_steps, cfg.target_return) == (200, 195.0)
-    # a Gymnasium environment that states no limit (no spec, no TimeLimit) needs a cap
+    # a Gymnasium environment that states no limit (no spec, no TimeLimit) ends its own
+    # episodes, under the safety cap (issue 53, item 3)
     load_example("byo_gymnasium")
-    with pytest.raises(ConfigError) as e:
-        resolve_task(_EpisodeConfig("byo_gymnasium:Walk"), None, cartpole_task)
-    assert e.value.field == "max_episode_steps" and "no step limit" in str(e.value)
+    cfg, task = resolve_task(_EpisodeConfig("byo_gymnasium:Walk"), None, cartpole_task)
+    assert cfg.max_episode_steps == HOST_EPISODE_CAP and task.grows
     cfg, task = resolve_task(_EpisodeConfig("byo_gymnasium:Walk", (), 30), None, cartpole_task)
     assert cfg.max_episode_steps == 30 and cfg.target_return is None
 

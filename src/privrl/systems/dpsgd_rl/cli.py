@@ -51,7 +51,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     from rich.console import Console
 
     from privrl.evaluation import verdict_line
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, keeping_work, new_run_dir
     from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
     check_out_dir(out)
@@ -66,11 +66,14 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
         sig = f"LDP observations: {cfg.obs.mode}"
     err.print(f"[bold]{algorithm}[/] ({cfg.preset} preset), {sig}; {cfg.seeds} trial(s) × "
               f"≤ {cfg.episodes} episodes")
-    with progress_bar(err, show, "training", unit="episodes") as (bar, task):
+    command = ["privrl", *sys.argv[1:]]
+    with (keeping_work(lambda: new_run_dir(out, f"{algorithm}-{cfg.preset}"),
+                       lambda result, path: save(result, path, command=command)),
+          progress_bar(err, show, "training", unit="episodes") as (bar, task)):
         result = run_episodic(algo, algorithm, progress=lambda d, t: bar.update(
             task, completed=d, total=t))
     path = new_run_dir(out, f"{algorithm}-{cfg.preset}")
-    summary = save(result, path, command=["privrl", *sys.argv[1:]])
+    summary = save(result, path, command=command)
     console.print(results_table(f"{algorithm} results", summary_rows(summary, cfg)))
     console.print(f"Model: {summary['privacy_model']}")
     console.print(f"Observations: {summary['privacy_observations']}")

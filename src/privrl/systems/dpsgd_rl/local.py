@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from privrl.output import (
     plot_curves,
     plot_title,
     save_if_asked,
+    work_so_far,
 )
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy
@@ -180,14 +182,31 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         ends[(ends == 0) & by_setting.all(1)] = done
         if progress is not None:
             progress(cfg.episodes if stopped.all() else min(done, cfg.episodes), cfg.episodes)
+        work_so_far(partial(_outputs, settings, names, k, train, evals, updates_all,
+                            solved_all, thetas, ends.copy(), done, start, n_dev))
         if stopped.all():
             break
         if compact and not host_rollout:
             state, trial = _compact(state, trial, stopped, n_dev)
+    return _outputs(settings, names, k, train, evals, updates_all, solved_all, thetas, ends,
+                    done, start, n_dev, with_baseline=True)
+
+
+def _outputs(settings: Sequence[Any], names: Sequence[str], k: int, train: np.ndarray,
+             evals: np.ndarray, updates_all: np.ndarray, solved_all: np.ndarray,
+             thetas: np.ndarray, ends: np.ndarray, done: int, start: float, n_dev: int,
+             with_baseline: bool = False) -> list[EpisodicOutput]:
+    """Each setting's output from the seeds' curves and parameters after `done` episodes (all
+    of them, or those done before a failure: `output.keeping_work`); `with_baseline`: with
+    the random baseline (a finished run's; work kept after a failure plays no more)."""
+    n_set = len(settings)
+    ends = ends.copy()
     ends[ends == 0] = done
     wall = time.perf_counter() - start
     # the settings share their task and seed: one random baseline for all of them
-    baseline = None if task is None else random_baseline(task, k * FINAL_EVALS, cfg.seed)
+    task = getattr(settings[0], "task", None)
+    baseline = (random_baseline(task, k * FINAL_EVALS, settings[0].config.seed)
+                if with_baseline and task is not None else None)
     outputs = []
     for i, (own, name) in enumerate(zip(settings, names, strict=True)):
         rows, width = slice(i * k, (i + 1) * k), min(ends[i], own.config.episodes)

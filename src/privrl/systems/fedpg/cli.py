@@ -209,7 +209,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from privrl.evaluation import verdict_line
-    from privrl.output import new_run_dir, removed_if_left_empty
+    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
@@ -251,7 +251,10 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
             with removed_if_left_empty(path):
                 run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
         else:
-            run = runner.run_fedpg(cfg, progress=update)
+            command = ["privrl", *sys.argv[1:]]
+            with keeping_work(lambda: new_run_dir(out, f"{stem}-{cfg.mechanism}"),
+                              lambda run, path: runner.save(run, path, command=command)):
+                run = runner.run_fedpg(cfg, progress=update)
     if path is None:
         path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
     summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],

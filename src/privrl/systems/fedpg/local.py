@@ -35,7 +35,14 @@ from privrl.compute.sharding import (
 )
 from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.pushsum import push_sum_z
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, plot_title, save_if_asked
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    save_if_asked,
+    work_so_far,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
@@ -361,6 +368,8 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         t += 1
         if progress is not None:
             progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
+        work_so_far(lambda state=state, compile_s=compile_s: [  # if a later round fails
+            book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
     baseline = run_baseline(algo)  # the settings share their task and seed

@@ -115,7 +115,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     from rich.console import Console
 
     from privrl.evaluation import verdict_line
-    from privrl.output import new_run_dir
+    from privrl.output import keeping_work, new_run_dir
     from privrl.privacy.record import planned
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -131,12 +131,17 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
               f"{config.trials} trial(s) × {config.submissions} submissions, "
               f"P = {config.parallel_agents}, |B| = {config.buffer_size}")
 
-    with progress_bar(err, show_progress, "training") as (bar, task):
+    def run_dir() -> Path:
+        return new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
+
+    command = ["privrl", *sys.argv[1:]]
+    with (keeping_work(run_dir, lambda result, path: local.save(result, path, command)),
+          progress_bar(err, show_progress, "training") as (bar, task)):
         result = local.run_pgc_a3c(
             config, progress=lambda done, total: bar.update(task, completed=done, total=total)
         )
-    path = new_run_dir(out, f"pgc-a3c-{config.preset}-{config.mechanism}-eps{eps_tag}")
-    summary = local.save(result, path, command=["privrl", *sys.argv[1:]])
+    path = run_dir()
+    summary = local.save(result, path, command=command)
     console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
     if (note := local.target_note(config)) is not None:
         console.print(f"[bold]Note:[/] {note}")

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,14 @@ from privrl.compute.sharding import (
     trial_sharding,
 )
 from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, plot_title, save_if_asked
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    save_if_asked,
+    work_so_far,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
@@ -271,25 +279,39 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             retired |= np.isfinite(fst)
         if progress is not None:
             progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
+        work_so_far(partial(_outputs, algo, state, scores, ledgers, retired, start, compile_s,
+                            runner.devices, agents_per_trial, finished=False))
+    return _outputs(algo, state, scores, ledgers, retired, start, compile_s, runner.devices,
+                    agents_per_trial, finished=True)
+
+
+def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[PrivacyLedger],
+             retired: np.ndarray, start: float, compile_s: float, devices: Any,
+             agents_per_trial: int, finished: bool) -> list[RunOutput]:
+    """Each setting's RunOutput from the trials' state and scores; not `finished` (a run that
+    failed: `output.keeping_work`), the work so far, its ledger counting every release made."""
+    cfg, settings = algo.config, algo.settings
+    n_set, k, n_sub = len(settings), cfg.trials, cfg.submissions
     wall = time.perf_counter() - start
     submitted = np.asarray(state.submitted)[: n_set * k]
     theta = np.asarray(state.agg.theta)[: n_set * k]
-    if not np.all(submitted[~retired] == n_sub):
+    if finished and not np.all(submitted[~retired] == n_sub):
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
                                        "episodes": int(submitted.sum())}
-    # the settings share their task and seed: one random baseline for all of them
-    baseline = random_baseline(algo.task, k * final_window(cfg), cfg.seed)
+    # the settings share their task and seed: one random baseline for all of them (a
+    # finished run's; work kept after a failure plays no more)
+    baseline = random_baseline(algo.task, k * final_window(cfg), cfg.seed) if finished else None
     outputs = []
     for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
         own = slice(s * k, (s + 1) * k)
-        if ledger.num_reports != int(submitted[own].sum()):
+        if finished and ledger.num_reports != int(submitted[own].sum()):
             raise RuntimeError("internal error: the ledger and the submissions disagree")
         outputs.append(RunOutput(
             config=setting.config, scores=scores[own, :n_sub], submitted=submitted[own],
             ledger=ledger, mechanism=mechanism_record(setting.mechanism, setting.dim),
             wall_seconds=wall,
-            compile_seconds=compile_s, devices=runner.devices,
+            compile_seconds=compile_s, devices=devices,
             agents_per_trial=agents_per_trial, theta=theta[own], program=program,
             baseline=baseline,
             policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
@@ -507,7 +529,7 @@ def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     no Ray run is refused naming RUN_DIR; nothing in it is executed."""
     from privrl.config import ConfigError
     from privrl.federation.service import SETUP, replay
-    from privrl.runfile import RunFileError
+    from privrl.runfile import read_npy
 
     log_dir = run_dir / "aggregator"
     if (log_dir / "service.pkl").is_file() and not (log_dir / SETUP).is_file():
@@ -517,13 +539,5 @@ def replay_run(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
         raise ConfigError("RUN_DIR", f"{run_dir} is not a Ray run directory (no "
                                      f"aggregator/{SETUP} or theta_final.npy)")
     theta = replay(log_dir)  # a bad run file raises RunFileError: one line, exit 2
-    final_path = run_dir / "theta_final.npy"
-    try:  # mapped, not read: a declared shape larger than the file is refused unallocated
-        final = np.load(final_path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
-        raise RunFileError(final_path, f"not a float array ({e}); nothing was loaded"
-                           ) from None
-    if final.dtype != theta.dtype or final.shape != theta.shape:
-        raise RunFileError(final_path, f"holds {final.dtype} of shape {final.shape}; the run's "
-                                       f"θ is {theta.dtype} of shape {theta.shape}")
-    return theta, np.array(final)
+    # read only if it declares the run's θ's dtype and shape; no link followed
+    return theta, read_npy(run_dir / "theta_final.npy", theta.dtype, theta.shape)

@@ -1,0 +1,58 @@
+"""Time to a bad flag's one-line error (issue 53, item 10): `privrl run pgc-a3c --bogus`.
+
+The command line is parsed and checked before JAX, flax or a system is imported; this
+measures the whole process (interpreter start to exit 2), median of `--repeats` runs, beside
+two references taken in the same loop: a bare interpreter and `import jax` alone (what the
+error path no longer pays). On a loaded machine read the ratios, not the seconds.
+
+    python benchmarks/bench_cli_error.py [--repeats 7] [--compare SRC]
+
+`--compare SRC`: also time the same bad flag with another privrl's source tree first on the
+import path (e.g. `git archive <commit> src | tar -x -C /tmp/old`, then `--compare /tmp/old/src`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CASES = {
+    "privrl run pgc-a3c --bogus": [sys.executable, "-m", "privrl", "run", "pgc-a3c", "--bogus"],
+    "privrl run pgc-a3 (a command typo)": [sys.executable, "-m", "privrl", "run", "pgc-a3"],
+    "python -c pass": [sys.executable, "-c", "pass"],
+    "python -c 'import jax'": [sys.executable, "-c", "import jax"],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--compare", help="another privrl's src directory")
+    args = ap.parse_args()
+    cases = {name: (cmd, None) for name, cmd in CASES.items()}
+    if args.compare:
+        env = {**os.environ, "PYTHONPATH": args.compare, "PYTHONDONTWRITEBYTECODE": "1"}
+        cases[f"privrl run pgc-a3c --bogus ({args.compare})"] = (CASES[
+            "privrl run pgc-a3c --bogus"], env)
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.repeats):  # interleaved: a change in load hits every case alike
+        for name, (cmd, env) in cases.items():
+            start = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+            times[name].append(time.perf_counter() - start)
+            if name.startswith("privrl"):
+                assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, \
+                    done.stderr
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores, "
+          f"{args.repeats} repeats")
+    for name, ts in times.items():
+        print(f"{name:58s} median {statistics.median(ts):6.2f} s  "
+              f"(min {min(ts):.2f}, max {max(ts):.2f})")
+
+
+if __name__ == "__main__":
+    main()

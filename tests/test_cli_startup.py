@@ -1,0 +1,78 @@
+"""Issue 53, item 10: a bad command line is refused before JAX, flax or a system is imported
+(the one-line error took 3-13 s: the imports came before the parse), with one "Did you mean"
+and no far-fetched suggestion. The time itself is measured in benchmarks/bench_cli_error.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+import typer.main
+
+from privrl.cli import _LazyCommand, close_flags, source_flags
+from privrl.main import build_app
+
+_PROBE = """
+import json, sys
+from privrl.main import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("jax", "flax", "optax", "gymnax", "gymnasium", "dp_accounting",
+               "privrl.systems.pgc_a3c.algorithm", "privrl.systems.dpsgd_rl.reinforce")
+               if m in sys.modules)
+print(json.dumps({"code": code, "heavy": heavy}))
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "pgc-a3c", "--bogus"],
+    ["run", "pgc-a3c", "--hidden", "8", "--bogus=1"],  # after a valid flag and its value
+    ["run", "dp-dqn", "--obs-bogus", "1"],  # a command with a nested config
+    ["run", "pgc-a3"],
+])
+def test_a_bad_command_line_imports_no_jax(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True,
+                          text=True, timeout=120, check=False)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"code": 2, "heavy": []}, (result, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_did_you_mean_is_said_once(capsys: pytest.CaptureFixture) -> None:
+    from privrl.main import main
+
+    assert main(["run", "pgc-a3"]) == 2
+    assert capsys.readouterr().err.count("Did you mean") == 1
+
+
+def test_suggestions_are_close_ones() -> None:
+    known = ["--env", "--hidden-sizes", "--epsilon", "--episodes", "--out"]
+    assert close_flags("--hidden", known) == ["--hidden-sizes"]  # it begins one
+    assert close_flags("--hidden", ["--env", "--out"]) == []  # not --env: only "--" is shared
+    assert close_flags("--epsilom", known) == ["--epsilon"]
+
+
+def _lazy_commands(group: click.Group, path: str = "") -> list[tuple[str, _LazyCommand]]:
+    found = []
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found += _lazy_commands(command, f"{path}{name} ")
+        elif isinstance(command, _LazyCommand):
+            found.append((path + name, command))
+    return found
+
+
+def test_flags_read_from_source_are_the_generated_ones() -> None:
+    """The flags read from a config's source (no import) are exactly the options generated from
+    the imported class, for every command: none refused that the command takes."""
+    import inspect
+
+    commands = _lazy_commands(typer.main.get_command(build_app()))
+    assert len(commands) >= 10
+    for name, command in commands:
+        source = inspect.unwrap(command.callback)
+        generated = {o for opt in source.click_options()
+                     for o in (*opt.opts, *opt.secondary_opts) if o.startswith("--")}
+        assert set(source_flags(source.cls_name, **source.opts)) == generated, name
