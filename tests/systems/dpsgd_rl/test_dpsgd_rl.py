@@ -128,6 +128,9 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
     assert rec["headline"].startswith(f"(ε = {rec['epsilon']:.4g}, δ = ")
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
+    # issue 51: the random baseline (CartPole: ≈ 22) and the verdict, whose test is stated
+    assert 15 < summary["random_return"] < 30 and summary["random_episodes"] == 25
+    assert summary["learned"] is (summary["learned_test"]["difference_lower"] > 0)
 
 
 def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch) -> None:

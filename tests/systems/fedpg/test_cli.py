@@ -98,6 +98,11 @@ def test_preset_continuous_runs_on_a_box_task(tmp_path):
     config = json.loads((out / "config.json").read_text())["config"]
     assert {k: config[k] for k in CONTINUOUS} == CONTINUOUS
     assert (config["agents"], config["budget"], config["max_episode_steps"]) == (2, 16, 20)
+    # issue 51: the random baseline of a Box task (uniform torques: a negative return) and
+    # the verdict
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["random_return"] < 0 and summary["learned"] in (True, False)
+    assert summary["learned_test"]["final_values"] >= 2
 
 
 @pytest.fixture

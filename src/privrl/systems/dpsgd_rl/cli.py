@@ -50,6 +50,7 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
              show: bool) -> None:
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import check_out_dir, keeping_work, new_run_dir
     from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
@@ -83,6 +84,8 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
                       f"{max(summary['updates'])} updates; results kept.")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, policy.npz, plots/eval_returns.png)")
+    if "learned" in summary:
+        console.print(verdict_line(summary))
 
 
 @config_command(run_app, "dp-reinforce", _REINFORCE, fixed={"dp": True},

@@ -209,6 +209,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from privrl.evaluation import verdict_line
     from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
@@ -265,6 +266,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         files += ", ray.json (cluster, every node's gossip log)"
     console.print(results_table(f"{summary['label']} results", runner.summary_rows(summary)))
     console.print(f"Results written to [bold]{path}[/] ({files})")
+    console.print(verdict_line(summary))
 
 
 @config_command(reproduce_app, "fedpg", "privrl.systems.fedpg.reproduce:FedPGSweep")

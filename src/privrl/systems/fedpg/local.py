@@ -33,8 +33,16 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.pushsum import push_sum_z
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    save_if_asked,
+    work_so_far,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
@@ -104,9 +112,17 @@ class FedPGRun(SavesRunDir):
     kept: np.ndarray | None = None
     # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
     policy: SavedPolicy | None = None
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
+    baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
         return record(self)
+
+    def verdict(self) -> Verdict | None:
+        """Each trial's last FINAL_ROUNDS batch mean returns against the random baseline."""
+        if self.baseline is None:
+            return None
+        return verdict(final_returns(self), self.baseline)
 
     def released(self) -> Released:
         """What its agents released (privacy.json's facts)."""
@@ -258,7 +274,8 @@ class _Setting:
                         + (() if info.clip is None else (info.clip * nan,)))
 
     def result(self, state: Any, wall: float, compile_s: float,
-               program: dict[str, int] | None) -> FedPGRun:
+               program: dict[str, int] | None, baseline: np.ndarray | None = None
+               ) -> FedPGRun:
         cfg, algo = self.algo.config, self.algo
         mine = lambda a: np.asarray(a)[self.rows]  # noqa: E731
         cols = [np.stack(c, axis=1) for c in zip(*self.out, strict=True)]
@@ -273,7 +290,7 @@ class _Setting:
             z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
-            program=program, policy=policy_of(algo, z), kept=self.kept,
+            program=program, policy=policy_of(algo, z), kept=self.kept, baseline=baseline,
         )
 
 
@@ -355,7 +372,16 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
             book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
-    return [book.result(state, wall, compile_s, program) for book in books]
+    baseline = run_baseline(algo)  # the settings share their task and seed
+    return [book.result(state, wall, compile_s, program, baseline) for book in books]
+
+
+def run_baseline(algo: FedPG) -> np.ndarray:
+    """A uniform-random policy's returns on the run's task, about as many episodes as the
+    final rounds' batches hold (privrl.evaluation.random_baseline)."""
+    cfg = algo.config
+    return random_baseline(algo.task, cfg.trials * FINAL_ROUNDS * cfg.agents * cfg.batch_max,
+                           cfg.seed)
 
 
 def round_program(algo: FedPG, devices: int) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
@@ -430,7 +456,17 @@ def episodes_to_target(run: FedPGRun) -> np.ndarray:
     return out
 
 
-def final_return(run: FedPGRun, tail: int = 10) -> np.ndarray:
+FINAL_ROUNDS = 10  # the rounds per trial whose batch mean returns are its final ones
+
+
+def final_returns(run: FedPGRun) -> np.ndarray:
+    """Every trial's last FINAL_ROUNDS batch mean returns (of the rounds it ran), in one
+    array."""
+    return np.concatenate([r[np.isfinite(r)][-FINAL_ROUNDS:].astype(np.float64)
+                           for r in run.mean_return])
+
+
+def final_return(run: FedPGRun, tail: int = FINAL_ROUNDS) -> np.ndarray:
     """Per trial: mean of the batch mean returns of its last `tail` rounds."""
     out = []
     for r in run.mean_return:
@@ -484,6 +520,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
                                       else float(np.median(reach))),
         "reached_target": None if cfg.target_return is None else int(np.isfinite(reach).sum()),
         "final_mean_return": [float(f"{x:.4g}") for x in final_return(run)],
+        **({} if (v := run.verdict()) is None else v.fields()),
         "rounds": run.rounds_run,
         "rounds_max": int(run.releases.max()),  # rounds of the longest trial
         "wall_seconds": round(run.wall_seconds, 2),
@@ -852,27 +889,33 @@ def return_curves(runs: Curves, budget: int, points: int = 200
 
 
 def plot_returns(path: Path, runs: Curves, budget: int, title: str,
-                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
+                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510),
+                 random: float | None = None) -> None:
     """Mean return vs episodes per agent: mean over trials, shaded min-max over trials;
-    `ylim` (default: CartPole-v1's returns) None: fitted to the curves."""
+    `ylim` (default: CartPole-v1's returns) None: fitted to the curves; `random` a random
+    policy's return, drawn as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from privrl.output import draw_random, plural
+
     grid, curves = return_curves(runs, budget)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for name, c in curves.items():
         mean = np.nanmean(c, axis=0)
-        (line,) = ax.plot(grid, mean, lw=1.4, label=f"{name} ({c.shape[0]} seeds)")
+        (line,) = ax.plot(grid, mean, lw=1.4,
+                          label=f"{name} (mean of {plural(c.shape[0], 'seed')})")
         if c.shape[0] > 1:
             lo, hi = np.nanmin(c, axis=0), np.nanmax(c, axis=0)
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.15)
     if target is not None:  # a task without a target has no line
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
-    ax.set_xlabel("episodes per agent")
-    ax.set_ylabel("mean return of the round's batch")
-    ax.set_title(title)
+    draw_random(ax, random)
+    ax.set_xlabel("episodes played per agent")
+    ax.set_ylabel("mean return of the round's episodes")
+    ax.set_title(title, fontsize=10)
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.legend(loc="lower right", fontsize=8)
@@ -890,17 +933,27 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None,
     summary = summarize(run)
     label = summary["label"]
     cartpole = cfg.env in (None, "gymnax:CartPole-v1")
+    v = run.verdict()
     return RunRecord(
         f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary,
         privacy_record(run),
         metrics=lambda p: write_metrics(p, run),
         plots={"returns.png": lambda p: plot_returns(
             p, {label: (run.used_before, run.mean_return)}, cfg.budget,
-            f"{label}, K = {cfg.agents}, {cfg.mechanism}"
-            + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
-            (0, 510) if cartpole else None)},
+            plot_title(label, cfg.env, f"K = {cfg.agents} agents, {privacy_label(summary)}",
+                       run.policy), cfg.target_return,
+            (0, 510) if cartpole else None, None if v is None else v.random)},
         run_info={"topology": run.topology}, files=files or {}, policy=run.policy,
         runtime=runtime)
+
+
+def privacy_label(summary: dict[str, Any]) -> str:
+    """The mechanism and each agent's ε, in a few words for the run's plot."""
+    eps = summary["epsilon_per_agent"]
+    if summary["mechanism"] == "none" or eps is None or not math.isfinite(eps):
+        return "no privacy (mechanism none)" if summary["mechanism"] == "none" else (
+            f"{summary['mechanism']}, no ε")
+    return f"{summary['mechanism']}, ε = {eps:.3g} per agent"
 
 
 def save(run: FedPGRun, path: Path, command: list[str] | None = None,
@@ -925,6 +978,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"))),
         ("final mean return (last 10 rounds)",
          ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
+        *(verdict_rows(summary) if "learned" in summary else ()),
         ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
                       f"{summary['compile_seconds']:.1f} s)"),
         ("rounds / s, episodes / s",

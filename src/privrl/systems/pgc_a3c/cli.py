@@ -128,6 +128,7 @@ def run_pgc_a3c_command(
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import keeping_work, new_run_dir
     from privrl.privacy.record import planned
     from privrl.systems.pgc_a3c import local
@@ -161,6 +162,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/scores.png)")
+    console.print(verdict_line(summary))
 
 
 def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
@@ -213,6 +215,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     import numpy as np
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import new_run_dir, removed_if_left_empty
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -237,6 +240,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     if getattr(result, "error", None):  # the files hold what was released before it ended
         err.print(f"[bold red]The run ended early:[/] {result.error}")
         raise typer.Exit(1)
+    console.print(verdict_line(summary))
 
 
 @top_app.command("replay")

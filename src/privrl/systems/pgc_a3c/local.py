@@ -32,8 +32,16 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.adapt import BestCandidates
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    save_if_asked,
+    work_so_far,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
@@ -102,9 +110,18 @@ class RunOutput(SavesRunDir):
     program: dict[str, int] | None = None
     # The adaptive levers' record (`lever_record`): what they set and did; None: none on.
     levers: dict[str, Any] | None = None
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
+    baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
         return record(self)
+
+    def verdict(self) -> Verdict | None:
+        """The final window's returns (each trial's last `final_window` submissions) against
+        the random baseline."""
+        if self.baseline is None:
+            return None
+        return verdict(final_scores(self), self.baseline)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -302,6 +319,9 @@ def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[Privacy
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
                                        "episodes": int(submitted.sum())}
+    # the settings share their task and seed: one random baseline for all of them (a
+    # finished run's; work kept after a failure plays no more)
+    baseline = random_baseline(algo.task, k * final_window(cfg), cfg.seed) if finished else None
     outputs = []
     for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
         own = slice(s * k, (s + 1) * k)
@@ -314,6 +334,7 @@ def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[Privacy
             compile_seconds=compile_s, devices=devices,
             agents_per_trial=agents_per_trial, theta=theta[own], program=program,
             levers=levers,
+            baseline=baseline,
             policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
                                 theta[own], setting.config.max_episode_steps)))
     return outputs
@@ -410,10 +431,23 @@ def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLe
                                                 / config.submissions_per_agent),
                      theta=theta,
                      policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
-                                         theta, config.max_episode_steps))
+                                         theta, config.max_episode_steps),
+                     baseline=random_baseline(algo.task, final_window(config), config.seed))
 
 
 # --- what a run reports ----------------------------------------------------------------------
+def final_window(config: PGCA3CConfig) -> int:
+    """The submissions per trial whose scores are the run's final ones: the last tenth."""
+    return max(1, config.submissions // 10)
+
+
+def final_scores(out: RunOutput) -> np.ndarray:
+    """Every trial's last `final_window` scores (of those it made), in one array."""
+    tail = final_window(out.config)
+    return np.concatenate([out.scores[k, max(0, n - tail):n].astype(np.float64)
+                           for k, n in enumerate(out.submitted)])
+
+
 def summarize(out: RunOutput) -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;
     None on a task without a target, which reports its scores only)."""
@@ -427,7 +461,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
                    "success_ratio": float(np.mean(np.isfinite(fst))),
                    "fst": [int(f) if np.isfinite(f) else None for f in fst],
                    "success_ratio_auc": float(success_ratio_curve(fst, cfg.submissions).mean())}
-    tail = max(1, cfg.submissions // 10)
+    tail = final_window(cfg)
     episodes = int(out.submitted.sum()) if out.program is None else out.program["episodes"]
     return {
         "algorithm": "pgc-a3c",
@@ -446,6 +480,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "final_mean_score": float(np.mean([scores[k, max(0, n - tail):n].mean()
                                            for k, n in enumerate(out.submitted)])),
         "final_window": tail,
+        **({} if (v := out.verdict()) is None else v.fields()),
         "wall_seconds": round(out.wall_seconds, 2),
         "compile_seconds": round(out.compile_seconds, 2),
         "episodes_per_second": round(episodes / max(out.wall_seconds, 1e-9), 1),
@@ -531,14 +566,17 @@ def record(out: RunOutput, files: dict[str, Any] | None = None,
     """What a run leaves behind: its summary, privacy record, scores table and score plot;
     `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = out.config
-    eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
-    title = (f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
-             f"|B| = {cfg.buffer_size}")
+    privacy = ("no privacy (mechanism none)" if math.isinf(cfg.epsilon)
+               or cfg.mechanism == "none" else f"{cfg.mechanism}, ε = {cfg.epsilon:g} per agent")
+    title = plot_title("PGC-A3C", cfg.env, f"{privacy}; {cfg.preset} preset, "
+                       f"|B| = {cfg.buffer_size}", out.policy)
+    v = out.verdict()
     return RunRecord(
         "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(out),
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
-                                                   cfg.score_window, title, cfg.target_score)},
+                                                   cfg.score_window, title, cfg.target_score,
+                                                   None if v is None else v.random)},
         run_info={"devices": out.devices}, files=files or {}, policy=out.policy,
         runtime=runtime)
 
@@ -566,6 +604,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
+        *(verdict_rows(summary) if "learned" in summary else ()),
         ("wall time", f"{summary['wall_seconds']:.1f} s" + (
             f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
             if summary["compile_seconds"] else "")),
