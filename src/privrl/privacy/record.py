@@ -213,16 +213,55 @@ class Facts:
     condition: str = ""
     not_protected: str = ""
     noise: str | None = None
+    declared_by: str = ""  # a user's mechanism: its ε is declared, not verified (privacy.user)
+    runtime: str = "local"  # where the parties ran (TRUST_DOMAINS): Ray's cluster is one domain
 
     def __post_init__(self) -> None:
         if self.claim is None and not self.no_guarantee:
             raise ValueError("facts without a claim must say why there is no guarantee")
         if self.claim is not None and self.no_guarantee:
             raise ValueError("facts with a claim cannot also give a reason for none")
+        trust_domain(self.runtime)
 
     @property
     def formal(self) -> bool:
         return self.claim is not None
+
+    @property
+    def declared(self) -> str:
+        """"declared " before every ε of an unverified mechanism, else ""."""
+        return "declared " if self.declared_by else ""
+
+    @property
+    def scope(self) -> str:
+        """The claim's scope as the runtime's trust domain allows: on Ray an "untrusted
+        aggregator" can connect to the agents' cluster, so the scope names the cluster."""
+        assert self.claim is not None
+        if self.runtime != "ray":
+            return self.claim.scope
+        if self.claim.scope.startswith("local"):
+            return ("local DP inside ONE Ray cluster, one trust domain: against whoever sees "
+                    "only the released reports and cannot connect to the cluster")
+        return f"{self.claim.scope}; inside ONE Ray cluster, one trust domain"
+
+    @property
+    def honest(self) -> str | None:
+        """Who must be honest, as the runtime's trust domain allows (None: not stated)."""
+        if self.runtime == "ray":
+            return ("everyone who can connect to the Ray cluster, which is one trust domain: "
+                    "the driver, the aggregator's operator and any other job on it can read "
+                    "an agent's secret noise root and raw data")
+        return None if self.trust is None else self.trust.honest
+
+    def guarantee(self) -> dict[str, Any] | None:
+        """privacy.json's `guarantee`: the claim's fields (scope as the runtime allows) and,
+        for a user's mechanism, that its ε is declared, not verified."""
+        if self.claim is None:
+            return None
+        out = {**self.claim.to_dict(), "scope": self.scope}
+        if self.declared_by:
+            out |= {"declared_by": self.declared_by, "verified_by_privrl": False}
+        return out
 
 
 def headline(facts: Facts) -> str:
@@ -231,10 +270,11 @@ def headline(facts: Facts) -> str:
     c = facts.claim
     if c is None:
         return f"{NO_GUARANTEE}: {facts.no_guarantee}"
-    line = f"{c.text()} for {c.unit}, over the whole run ({c.scope}; {c.how})"
+    line = (f"{facts.declared}{c.text()} for {c.unit}, over the whole run ({facts.scope}; "
+            f"{c.how})")
     r = facts.releases
     if r is not None and r.epsilon is not None:
-        line += f"; per release {_eps(r.epsilon, r.delta, r.notion)}"
+        line += f"; per release {facts.declared}{_eps(r.epsilon, r.delta, r.notion)}"
     if facts.shuffle is not None:
         s = facts.shuffle
         line += f"; shuffled: {_eps(s.epsilon, s.delta, 'DP')} against the {s.receiver}"
@@ -263,17 +303,18 @@ def statement(facts: Facts) -> str:
         out.append(f"{NO_GUARANTEE}: {facts.no_guarantee}.")
     else:
         detail = f" ({c.detail})" if c.detail else ""
-        out.append(f"{c.text()} for {c.unit}, over the whole run ({c.scope}), by {c.how}"
-                   f"{detail}.")
+        out.append(f"{facts.declared[:1].upper()}{facts.declared[1:]}{c.text()} for {c.unit}, "
+                   f"over the whole run ({facts.scope}), by {c.how}{detail}.")
     r = facts.releases
     if r is not None:
         count = "" if r.count is None else f" ({r.count} release(s) at most)"
         one = ("" if r.epsilon is None else
-               f" Each release alone is {_eps(r.epsilon, r.delta, r.notion)} (per release).")
+               f" Each release alone is {facts.declared}{_eps(r.epsilon, r.delta, r.notion)} "
+               "(per release).")
         out.append(f"{r.who[:1].upper()}{r.who[1:]} released {r.what}{count}, randomized by "
                    f"{r.mechanism}.{one}")
     for a in facts.also:
-        out.append(f"Also {_eps(a.epsilon, a.delta, a.notion)} by {a.how}.")
+        out.append(f"Also {facts.declared}{_eps(a.epsilon, a.delta, a.notion)} by {a.how}.")
     if facts.budget is not None:
         b = facts.budget
         notion = "DP" if c is None else c.notion
@@ -288,11 +329,10 @@ def statement(facts: Facts) -> str:
                    f"trusted shuffler, {batch}an agent's {s.batches} rounds together are "
                    f"{_eps(s.epsilon, s.delta, 'DP')} (central, amplification by shuffling, "
                    "basic composition); against the shuffler only the local ε holds.")
-    if facts.trust is not None:
-        t = facts.trust
-        out.append(f"Trust: {t.honest}."
-                   + (f" Post-processing (no privacy cost): {t.post_processing}."
-                      if t.post_processing else ""))
+    if facts.honest is not None:
+        post = "" if facts.trust is None else facts.trust.post_processing
+        out.append(f"Trust: {facts.honest}."
+                   + (f" Post-processing (no privacy cost): {post}." if post else ""))
     if facts.condition:
         out.append(f"ONLY AS VALID AS {facts.condition}.")
     if facts.not_protected:
@@ -364,7 +404,7 @@ def privacy_record(
     the account's own keys inline. It must name every part exactly once.
     """
     parts: dict[str, Any] = {"statement": statement(facts), "headline": headline(facts),
-                             "guarantee": None if facts.claim is None else facts.claim.to_dict()}
+                             "guarantee": facts.guarantee()}
     if mechanism is not None:
         parts["mechanism"] = (mechanism.describe() if hasattr(mechanism, "describe")
                               else dict(mechanism))  # type: ignore[arg-type]

@@ -30,7 +30,9 @@ from privrl.plugins import load_callable
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.report import Guarantee
 
-__all__ = ["DeclaredMechanism", "MechanismRequest", "declared_condition", "is_user_mechanism",
+__all__ = ["DeclaredMechanism", "MechanismRequest", "declared_by", "declared_condition",
+           "declared_summary",
+           "is_user_mechanism",
            "load_factory", "user_mechanism"]
 
 
@@ -54,6 +56,20 @@ def declared_condition(name: str) -> str:
     if not is_user_mechanism(name):
         return ""
     return f"the guarantee declared by {name}, which privrl does not verify"
+
+
+def declared_by(name: str) -> str:
+    """`Facts.declared_by` for a run whose mechanism is `name`: the user's `module:callable`,
+    whose ε every record marks as declared, not verified; "" for a built-in mechanism."""
+    return name if is_user_mechanism(name) else ""
+
+
+def declared_summary(name: str) -> dict[str, Any]:
+    """summary.json's mark beside a run's ε when its mechanism is a user's: declared by it,
+    not verified by privrl (nothing for a built-in mechanism)."""
+    if not is_user_mechanism(name):
+        return {}
+    return {"epsilon_declared_by": name, "epsilon_verified_by_privrl": False}
 
 
 def load_factory(name: str) -> Callable[[MechanismRequest], Any]:

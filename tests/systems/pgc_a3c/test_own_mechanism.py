@@ -18,7 +18,7 @@ from privrl.config import ConfigError
 from privrl.privacy.user import MechanismRequest, user_mechanism
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 from privrl.systems.pgc_a3c.audit import audit_pgc_a3c
-from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c
+from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
 
 SMALL = {"max_episode_steps": 20, "hidden": 4, "parallel_agents": 3, "submissions": 6,
          "submissions_per_agent": 2}
@@ -48,6 +48,14 @@ def test_a_user_mechanism_runs_locally_and_is_audited_on_the_same_release(own):
     assert mech["mechanism"] == "duchi-coordinates"
     assert f"declared by {NAME}, not verified by privrl" in mech["notion"]
     assert mech["params"]["epsilon"] == pytest.approx(4.0)
+    # the ε is marked declared wherever it is written (issue 53 item 12)
+    assert record["guarantee"]["verified_by_privrl"] is False
+    assert record["headline"].startswith("declared 8-LDP")
+    summary = summarize(out)
+    assert summary["privacy"].startswith("declared 8-LDP")
+    assert summary["epsilon_declared_by"] == NAME and not summary["epsilon_verified_by_privrl"]
+    on_ray = privacy_record(out, "ray")
+    assert "ONE Ray cluster" in on_ray["headline"] and "nobody but" not in on_ray["statement"]
     calls.clear()
     (r,) = audit_pgc_a3c(cfg, [8.0], samples=200, confidence=0.95)
     assert set(calls) == run  # the canary agent released with the run's numbers

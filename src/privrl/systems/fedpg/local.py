@@ -55,7 +55,7 @@ from privrl.privacy.record import (
     pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
-from privrl.privacy.user import declared_condition
+from privrl.privacy.user import declared_by, declared_condition, declared_summary
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
@@ -443,7 +443,7 @@ def algorithm_label(cfg: FedPGConfig) -> str:
     return "single agent (SVRPG)" if cfg.agents == 1 else "FedPG-Cen"
 
 
-def summarize(run: FedPGRun) -> dict[str, Any]:
+def summarize(run: FedPGRun, runtime: str = "local") -> dict[str, Any]:
     cfg = run.config
     reach = episodes_to_target(run)
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
@@ -470,10 +470,11 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
         "upload_bytes_per_report": run.mechanism["upload_bytes_per_report"],
-        "privacy": headline(privacy_facts(run)),
+        "privacy": headline(privacy_facts(run, runtime)),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
+        **declared_summary(cfg.mechanism),
         "trials": cfg.trials,
         "budget_episodes_per_agent": cfg.budget,
         "target_return": cfg.target_return,
@@ -522,11 +523,16 @@ def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
     return out
 
 
-def privacy_facts(run: Released | FedPGRun) -> Facts:
+def privacy_facts(run: Released | FedPGRun, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): the
     whole run's guarantee per agent, one release's ε labelled per release, the other
-    composition beside it, the budget, the shuffle and who must be trusted."""
+    composition beside it, the budget, the shuffle and who must be trusted; where the parties
+    ran (`runtime`), and whether the ε is a user mechanism's declaration."""
     run = run.released() if isinstance(run, FedPGRun) else run
+    return replace(_facts(run), runtime=runtime, declared_by=declared_by(run.config.mechanism))
+
+
+def _facts(run: Released) -> Facts:
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
@@ -638,7 +644,7 @@ def privacy_facts(run: Released | FedPGRun) -> Facts:
                  noise=noise)
 
 
-def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
+def privacy_record(run: Released | FedPGRun, runtime: str = "local") -> dict[str, Any]:
     """privacy.json, for a run on any runtime (what its agents released): the composed
     statement, the mechanism, each agent's releases, the ledger's composition and, for the
     Gaussian mechanisms, the accountant's account."""
@@ -654,7 +660,7 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
     # the guarantee is the server's noised aggregate's, so the ledger is not its verdict.
     central = cfg.mechanism == "central-gaussian"
     return build_privacy_record(
-        privacy_facts(run), mechanism=run.mechanism, ledger=None if central else ledger,
+        privacy_facts(run, runtime), mechanism=run.mechanism, ledger=None if central else ledger,
         accountant=run.accounting, with_accounting=True, fields={
             **({"agents_releases_to_the_trusted_server": ledger.summary()} if central else {}),
             **per_release(run),
@@ -885,12 +891,12 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None,
     """What a run leaves behind: summary, privacy record, per-round table, return curves;
     `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = run.config
-    summary = summarize(run)
+    summary = summarize(run, runtime)
     label = summary["label"]
     cartpole = cfg.env in (None, "gymnax:CartPole-v1")
     return RunRecord(
         f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary,
-        privacy_record(run),
+        privacy_record(run, runtime),
         metrics=lambda p: write_metrics(p, run),
         plots={"returns.png": lambda p: plot_returns(
             p, {label: (run.used_before, run.mean_return)}, cfg.budget,

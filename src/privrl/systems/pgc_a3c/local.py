@@ -49,7 +49,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
-from privrl.privacy.user import declared_condition
+from privrl.privacy.user import declared_by, declared_condition, declared_summary
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
@@ -303,7 +303,7 @@ def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLe
 
 
 # --- what a run reports ----------------------------------------------------------------------
-def summarize(out: RunOutput) -> dict[str, Any]:
+def summarize(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;
     None on a task without a target, which reports its scores only)."""
     cfg = out.config
@@ -323,8 +323,9 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
+        **declared_summary(cfg.mechanism),
         "upload_bytes_per_report": out.mechanism["upload_bytes_per_report"],
-        "privacy": headline(privacy_facts(out)),
+        "privacy": headline(privacy_facts(out, runtime)),
         "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
@@ -346,7 +347,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     }
 
 
-def privacy_facts(out: RunOutput) -> Facts:
+def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): each
     agent's reports over the run in the composition the ledger enforces, the other beside it,
     one report's ε labelled per release, and the shuffle's central account."""
@@ -354,7 +355,8 @@ def privacy_facts(out: RunOutput) -> Facts:
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     noise = record_mode(cfg.noise, cfg.secure_noise)
     if not (math.isfinite(cfg.epsilon) and reports > 0):
-        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise)
+        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise,
+                     runtime=runtime)
     eps0 = cfg.privacy_plan().epsilon_per_report
     composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
     claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
@@ -368,10 +370,10 @@ def privacy_facts(out: RunOutput) -> Facts:
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
         condition=declared_condition(cfg.mechanism) or generator_condition(cfg.mechanism),
-        noise=noise)
+        noise=noise, declared_by=declared_by(cfg.mechanism), runtime=runtime)
 
 
-def privacy_record(out: RunOutput) -> dict[str, Any]:
+def privacy_record(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     """privacy.json: the composed statement, the mechanism, its parameters, the ledger's
     per-agent composition, and both compositions of an agent's reports (basic: pure ε;
     optimal: (ε, δ) at the config's δ), saying which one the ledger enforces."""
@@ -382,7 +384,8 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
     composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
                 if private else None)
     shuffled = shuffle_account(out) if private and cfg.shuffle else None
-    return build_privacy_record(privacy_facts(out), mechanism=out.mechanism, ledger=out.ledger,
+    return build_privacy_record(privacy_facts(out, runtime), mechanism=out.mechanism,
+                                ledger=out.ledger,
                                 fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
@@ -417,7 +420,8 @@ def record(out: RunOutput, files: dict[str, Any] | None = None,
     title = (f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
              f"|B| = {cfg.buffer_size}")
     return RunRecord(
-        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(out),
+        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out, runtime),
+        privacy_record(out, runtime),
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
                                                    cfg.score_window, title, cfg.target_score)},
