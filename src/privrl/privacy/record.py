@@ -213,6 +213,7 @@ class Facts:
     condition: str = ""
     not_protected: str = ""
     noise: str | None = None
+    asked: bool = True  # False: no protection was asked for, so none is said plainly
     declared_by: str = ""  # a user's mechanism: its ε is declared, not verified (privacy.user)
     runtime: str = "local"  # where the parties ran (TRUST_DOMAINS): Ray's cluster is one domain
 
@@ -264,12 +265,20 @@ class Facts:
         return out
 
 
+def _none(facts: Facts) -> str:
+    """The sentence for no guarantee: in capitals where one could be expected, plainly where
+    none was asked for (a part of the run the user left unprotected on purpose)."""
+    if facts.asked:
+        return f"{NO_GUARANTEE}: {facts.no_guarantee}"
+    return f"none asked for ({facts.no_guarantee})"
+
+
 def headline(facts: Facts) -> str:
     """One line: the whole-run guarantee for its unit (a release's ε labelled per release), or
     that there is none."""
     c = facts.claim
     if c is None:
-        return f"{NO_GUARANTEE}: {facts.no_guarantee}"
+        return _none(facts)
     line = (f"{facts.declared}{c.text()} for {c.unit}, over the whole run ({facts.scope}; "
             f"{c.how})")
     r = facts.releases
@@ -300,7 +309,7 @@ def statement(facts: Facts) -> str:
     c = facts.claim
     out: list[str] = []
     if c is None:
-        out.append(f"{NO_GUARANTEE}: {facts.no_guarantee}.")
+        out.append(f"{_none(facts)}.")
     else:
         detail = f" ({c.detail})" if c.detail else ""
         out.append(f"{facts.declared[:1].upper()}{facts.declared[1:]}{c.text()} for {c.unit}, "

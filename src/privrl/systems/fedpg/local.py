@@ -40,7 +40,7 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, noise_mode, noise_summary, secret_keys
 from privrl.privacy.plan import gaussian_spent
 from privrl.privacy.record import (
     Budget,
@@ -471,7 +471,7 @@ def summarize(run: FedPGRun, runtime: str = "local") -> dict[str, Any]:
         "mechanism": cfg.mechanism,
         "upload_bytes_per_report": run.mechanism["upload_bytes_per_report"],
         "privacy": headline(privacy_facts(run, runtime)),
-        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
+        **noise_summary(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
         **declared_summary(cfg.mechanism),
@@ -542,7 +542,7 @@ def _facts(run: Released) -> Facts:
                 else "everything the peers compute")
     ledger = run.ledger.summary()
     most = int(run.releases.max())
-    noise = record_mode(cfg.noise, cfg.secure_noise)
+    noise = noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)
     if cfg.mechanism == "central-gaussian" and run.accounting is not None:
         sens = run.accounting["sensitivity"]
         return Facts(
@@ -671,7 +671,7 @@ def privacy_record(run: Released | FedPGRun, runtime: str = "local") -> dict[str
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **({} if shuffled is None else {"shuffle": shuffled}),
-            **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+            **noise_fields(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise))})
 
 
 def robust_record(run: Released) -> dict[str, Any]:
@@ -919,7 +919,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     med = summary["median_episodes_to_target"]
     rows = [
         ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
+        *([("noise keys", summary["noise"])] if "noise" in summary else []),
         ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
         ("trials × episodes/agent",
          f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),

@@ -37,7 +37,7 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ldp_compact import generator_condition
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, noise_mode, noise_summary, secret_keys
 from privrl.privacy.record import (
     CentralShuffle,
     Facts,
@@ -326,7 +326,7 @@ def summarize(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
         **declared_summary(cfg.mechanism),
         "upload_bytes_per_report": out.mechanism["upload_bytes_per_report"],
         "privacy": headline(privacy_facts(out, runtime)),
-        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
+        **noise_summary(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
         "target_score": cfg.target_score,
@@ -353,7 +353,7 @@ def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
     one report's ε labelled per release, and the shuffle's central account."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
-    noise = record_mode(cfg.noise, cfg.secure_noise)
+    noise = noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)
     if not (math.isfinite(cfg.epsilon) and reports > 0):
         return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise,
                      runtime=runtime)
@@ -394,7 +394,7 @@ def privacy_record(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
         "agent_ids": "trial * agents_per_trial + index of the agent within its trial",
         "per_agent_composition": composed,
         **({} if shuffled is None else {"shuffle": shuffled}),
-        **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+        **noise_fields(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise))})
 
 
 def shuffle_account(out: RunOutput) -> dict[str, Any]:
@@ -441,7 +441,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     fst = summary["median_fst"]
     rows = [
         ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
+        *([("noise keys", summary["noise"])] if "noise" in summary else []),
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
