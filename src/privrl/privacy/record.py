@@ -214,6 +214,7 @@ class Facts:
     not_protected: str = ""
     noise: str | None = None
     asked: bool = True  # False: no protection was asked for, so none is said plainly
+    unspent: str = ""  # why the claim's ε is below the budget (`budget`), where it is
     declared_by: str = ""  # a user's mechanism: its ε is declared, not verified (privacy.user)
     runtime: str = "local"  # where the parties ran (TRUST_DOMAINS): Ray's cluster is one domain
 
@@ -284,6 +285,9 @@ def headline(facts: Facts) -> str:
     r = facts.releases
     if r is not None and r.epsilon is not None:
         line += f"; per release {facts.declared}{_eps(r.epsilon, r.delta, r.notion)}"
+    if facts.unspent and facts.budget is not None:
+        line += (f"; {c.epsilon:.4g} of the budget ε = {facts.budget.epsilon:g} spent (why: "
+                 "privacy.json's statement)")
     if facts.shuffle is not None:
         s = facts.shuffle
         line += f"; shuffled: {_eps(s.epsilon, s.delta, 'DP')} against the {s.receiver}"
@@ -329,6 +333,8 @@ def statement(facts: Facts) -> str:
         notion = "DP" if c is None else c.notion
         out.append(f"Budget {_eps(b.epsilon, b.delta, notion)} per unit, enforced before every "
                    f"release ({b.how}): {b.at_cap}.")
+        if facts.unspent:
+            out.append(f"Unspent budget: {facts.unspent}.")
     if facts.shuffle is not None:
         s = facts.shuffle
         batch = ("" if s.per_batch_epsilon is None else
@@ -365,7 +371,10 @@ def pure_ldp(composed: Mapping[str, Any], scope: str, unit: str, at_cap: str,
     cap = None if budget is None else Budget(
         budget, opt["delta"] if optimal else 0.0,
         "optimal composition" if optimal else "pure, basic composition", at_cap)
-    return claim, [Composition(*other)], cap
+    # An (ε, δ) account whose ε reads as the pure one (one release, or too few to gain) says
+    # nothing more: it is left out, not stated beside the claim.
+    redundant = not optimal and f"{opt['epsilon']:.4g}" == f"{basic['epsilon']:.4g}"
+    return claim, [] if redundant else [Composition(*other)], cap
 
 
 class Describable(Protocol):

@@ -197,3 +197,13 @@ def test_on_ray_the_cluster_is_named_as_one_trust_domain() -> None:
     assert "Trust: nobody but the agent itself" in statement(local)
     with pytest.raises(ValueError, match="unknown runtime"):
         replace(facts, runtime="moon")
+
+
+def test_one_release_gets_no_redundant_composition_sentence() -> None:
+    """Issue 53 item 8: one ε = 5 release is not also "(ε = 5, δ = 1e-05) by the optimal
+    composition theorem"; where the optimal account gains, it is still stated."""
+    one = pure_ldp(pure_composition_record(5.0, 1, 1e-5), "local", "unit", "refused", 5.0)
+    assert one[1] == []
+    assert "Also" not in statement(Facts(one[0], also=one[1]))
+    many = pure_ldp(pure_composition_record(0.1, 50, 1e-5), "local", "unit", "refused", 5.0)
+    assert len(many[1]) == 1 and "Also (ε = " in statement(Facts(many[0], also=many[1]))

@@ -639,9 +639,25 @@ def _facts(run: Released) -> Facts:
                                    "afford another round ended there", plan.cap)
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
+                 unspent=unspent(cfg, claim.epsilon, plan.cap, most),
                  shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
                  not_protected=server, condition=declared_condition(cfg.mechanism),
                  noise=noise)
+
+
+def unspent(cfg: FedPGConfig, spent: float, cap: float | None, rounds: int) -> str:
+    """Why an agent's ε is below its budget, or "" where it is not: the plan splits the
+    budget over the most rounds the episode budget could pay for (`max_rounds`), and rounds
+    that cost more episodes end the run sooner."""
+    if cap is None or not spent < cap * (1 - 1e-3):
+        return ""
+    n_min = 1 if cfg.inner_steps is None else cfg.inner_steps
+    return (f"each agent spent at most ε = {spent:.4g} of its {cap:g}, because the budget is "
+            f"split evenly over the {cfg.max_rounds()} rounds its {cfg.budget} episodes could "
+            f"pay for at most (a round costs at least B_min + b·N_min = "
+            f"{cfg.batch_min + cfg.minibatch * n_min} episodes), and this run's rounds cost "
+            f"more, so its agents released in at most {rounds} (to spend more in each round, "
+            "give the ε of one report, epsilon_per_report, instead)")
 
 
 def privacy_record(run: Released | FedPGRun, runtime: str = "local") -> dict[str, Any]:
