@@ -40,6 +40,13 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# typer escapes the "[" of every option's "[default: …]" for rich markup whenever rich is
+# installed (typer.core.TyperOption.get_help_record), even with rich_markup_mode=None, where the
+# help is printed by click as plain text: --help showed a literal "\[default: …]". privrl's apps
+# all print plain help, so the flag that makes typer escape is cleared.
+typer.core.HAS_RICH = False
+
+
 def _typer(**kw: object) -> typer.Typer:
     return typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False, **kw)
 
