@@ -216,6 +216,7 @@ class Facts:
     asked: bool = True  # False: no protection was asked for, so none is said plainly
     unspent: str = ""  # why the claim's ε is below the budget (`budget`), where it is
     declared_by: str = ""  # a user's mechanism: its ε is declared, not verified (privacy.user)
+    audit: Mapping[str, Any] | None = None  # the quick audit of a declared one (audit.quick)
     runtime: str = "local"  # where the parties ran (TRUST_DOMAINS): Ray's cluster is one domain
 
     def __post_init__(self) -> None:
@@ -262,7 +263,9 @@ class Facts:
             return None
         out = {**self.claim.to_dict(), "scope": self.scope}
         if self.declared_by:
-            out |= {"declared_by": self.declared_by, "verified_by_privrl": False}
+            out |= {"declared_by": self.declared_by, "verified_by_privrl": False,
+                    "audited_epsilon_lower_per_release": (
+                        None if not self.audit else self.audit["epsilon_lower"])}
         return out
 
 
@@ -350,6 +353,11 @@ def statement(facts: Facts) -> str:
                    + (f" Post-processing (no privacy cost): {post}." if post else ""))
     if facts.condition:
         out.append(f"ONLY AS VALID AS {facts.condition}.")
+    if facts.declared_by:
+        out.append("privrl's quick audit at the start of the run found one release's ε ≥ "
+                   f"{facts.audit['epsilon_lower']:g} ({facts.audit['confidence']:.0%} "
+                   "confidence; a lower bound, which can refute a declaration, never prove it)."
+                   if facts.audit else "The declaration was not audited (audit_plugin off).")
     if facts.not_protected:
         out.append(f"Not protected: {facts.not_protected}.")
     if facts.noise == "seeded" and c is not None:

@@ -105,6 +105,7 @@ class DeclaredMechanism(Mechanism):
 
     inner: Mechanism
     source: str
+    audit: tuple[tuple[str, Any], ...] = ()  # privrl.audit.quick's result, when it ran
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -121,7 +122,7 @@ class DeclaredMechanism(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {**self.inner.params(), "declared_by": self.source,
-                "verified_by_privrl": False}
+                "verified_by_privrl": False, "quick_audit": dict(self.audit) or None}
 
     def release_params(self, dim: int) -> Any:
         return self.inner.release_params(dim)

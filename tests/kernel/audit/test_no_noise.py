@@ -13,7 +13,7 @@ log(10⁴/14.5) ≈ 6.5 at that confidence, so the largest claim tried is 5.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -120,3 +120,28 @@ def test_audit_mechanism_command_refutes_a_plugin_that_returns_its_input(tmp_pat
     assert rc == 0
     rows = list(csv.DictReader((out / "audit.csv").open()))
     assert [r["violated"] for r in rows] == ["1", "1"], rows
+
+
+def test_a_run_audits_a_plugin_first_and_refuses_a_false_declaration(tmp_path, load_example,
+                                                                   fails_in_one_line):
+    """Issue 53 item 4: the quick audit at the start of a run refutes the no-noise plug-in
+    (one line, exit 2, nothing written); with audit_plugin off it is built unaudited."""
+    from privrl.audit.quick import audited, quick_samples
+    from privrl.config import ConfigError
+    from privrl.privacy.user import MechanismRequest, user_mechanism
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, make_mechanism
+
+    (tmp_path / "fake_no_noise.py").write_text(FAKE)
+    name = f"{tmp_path}/fake_no_noise.py:fake"
+    fails_in_one_line("pgc-a3c", ["--mechanism", name, "--epsilon", "8", "--trials", "1"],
+                      "quick audit")
+    assert quick_samples(8.0, 35) > 2 * 10 * 2980  # enough to refute ε = 8 without noise
+    cfg = PGCA3CConfig(mechanism=name, epsilon=3.0, submissions_per_agent=1).resolved()
+    with pytest.raises(ConfigError, match="declares ε = 3 per release, but privrl's quick"):
+        make_mechanism(cfg, 5)
+    off = make_mechanism(replace(cfg, audit_plugin=False), 5)
+    assert off.params()["quick_audit"] is None
+    load_example("own_mechanism")
+    honest = audited(user_mechanism("own_mechanism:duchi", MechanismRequest(2.0, 0.0, 1.0, 4)),
+                     4, 1.0)
+    assert 0 < honest.params()["quick_audit"]["epsilon_lower"] <= 2.0

@@ -51,6 +51,10 @@ def test_a_user_mechanism_runs_locally_and_is_audited_on_the_same_release(own):
     # the ε is marked declared wherever it is written (issue 53 item 12)
     assert record["guarantee"]["verified_by_privrl"] is False
     assert record["headline"].startswith("declared 8-LDP")
+    # the quick audit at the start of the run, recorded beside the claim (issue 53 item 4)
+    lower = record["guarantee"]["audited_epsilon_lower_per_release"]
+    assert 0 < lower <= 4.0 and mech["params"]["quick_audit"]["epsilon_lower"] == lower
+    assert "quick audit at the start of the run found one release's ε ≥" in record["statement"]
     summary = summarize(out)
     assert summary["privacy"].startswith("declared 8-LDP")
     assert summary["epsilon_declared_by"] == NAME and not summary["epsilon_verified_by_privrl"]

@@ -529,7 +529,8 @@ def privacy_facts(run: Released | FedPGRun, runtime: str = "local") -> Facts:
     composition beside it, the budget, the shuffle and who must be trusted; where the parties
     ran (`runtime`), and whether the ε is a user mechanism's declaration."""
     run = run.released() if isinstance(run, FedPGRun) else run
-    return replace(_facts(run), runtime=runtime, declared_by=declared_by(run.config.mechanism))
+    return replace(_facts(run), runtime=runtime, declared_by=declared_by(run.config.mechanism),
+                   audit=run.mechanism.get("params", {}).get("quick_audit"))
 
 
 def _facts(run: Released) -> Facts:

@@ -258,6 +258,10 @@ class PGCA3CConfig(Config):
         10, help="The most trials a round computes together: a CPU cache holds about 10 of "
         "the paper's; an accelerator wants thousands. Part of what fixes a trial's floats.")
     noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
+    audit_plugin: bool = option(
+        True, help="A user's mechanism (module:callable) is audited before the run: a quick "
+        "privrl audit of one release (seconds) whose lower bound on ε is recorded beside the "
+        "declared ε, and a run whose declaration it refutes stops before it starts.")
     secure_noise: bool = option(
         False, help="Float-safe noise: exact discrete Laplace on a grid from the OS CSPRNG, "
         "the input clipped in integers (no low-bit leak; slower; not reproducible; "
@@ -1025,7 +1029,12 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
         return IdentityMechanism(cfg.clip)
     eps = cfg.privacy_plan().epsilon_per_report
     if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
-        return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
+        mech = user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
+        if not cfg.audit_plugin:
+            return mech
+        from privrl.audit.quick import audited
+
+        return audited(mech, dim, cfg.clip)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism in ("privunit", "privunitg"):

@@ -370,7 +370,8 @@ def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
         condition=declared_condition(cfg.mechanism) or generator_condition(cfg.mechanism),
-        noise=noise, declared_by=declared_by(cfg.mechanism), runtime=runtime)
+        noise=noise, declared_by=declared_by(cfg.mechanism), runtime=runtime,
+        audit=out.mechanism.get("params", {}).get("quick_audit"))
 
 
 def privacy_record(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
