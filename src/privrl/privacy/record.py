@@ -355,8 +355,9 @@ def statement(facts: Facts) -> str:
         out.append(f"ONLY AS VALID AS {facts.condition}.")
     if facts.declared_by:
         out.append("privrl's quick audit at the start of the run found one release's ε ≥ "
-                   f"{facts.audit['epsilon_lower']:g} ({facts.audit['confidence']:.0%} "
-                   "confidence; a lower bound, which can refute a declaration, never prove it)."
+                   f"{facts.audit['epsilon_lower']:g} (confidence "
+                   f"{facts.audit['confidence']:.6g}; a lower bound, which can refute a "
+                   "declaration, never prove it)."
                    if facts.audit else "The declaration was not audited (audit_plugin off).")
     if facts.not_protected:
         out.append(f"Not protected: {facts.not_protected}.")
@@ -373,7 +374,8 @@ def pure_ldp(composed: Mapping[str, Any], scope: str, unit: str, at_cap: str,
     optimal = composed["enforced_by_ledger"] == "optimal"
     opt, basic = composed["optimal"], composed["basic"]
     tight = (opt["epsilon"], opt["delta"], "the optimal composition theorem")
-    pure = (basic["epsilon"], 0.0, "basic composition (pure)")
+    pure = (basic["epsilon"], basic["delta"],
+            "basic composition" + ("" if basic["delta"] else " (pure)"))
     (e, d, how), other = (tight, pure) if optimal else (pure, tight)
     claim = Claim(e, d, "LDP", scope, unit, f"{how}, as the ledger enforces")
     cap = None if budget is None else Budget(

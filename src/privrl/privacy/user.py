@@ -40,7 +40,8 @@ class MechanismRequest(NamedTuple):
     """What a system asks of a user's mechanism for one release."""
 
     epsilon: float  # the ε one release may spend (a system's budget split over its releases)
-    delta: float  # the δ one release may spend (0: the system composes pure ε)
+    delta: float  # the δ one release may spend (0: the run's budget is pure ε; under an
+    # (ε, δ) budget, δ/(2·releases): privrl.privacy.plan.plan_pure's release_delta)
     clip: float  # the system's clip C for its inputs (what it means is the mechanism's choice)
     dim: int  # the input's length d
 
@@ -90,9 +91,15 @@ def user_mechanism(name: str, request: MechanismRequest) -> DeclaredMechanism:
     if not isinstance(g, Guarantee):
         raise ConfigError("mechanism", f"{name}'s guarantee must be a privrl.privacy.Guarantee")
     if not g.epsilon <= request.epsilon * (1 + 1e-9) or not g.delta <= request.delta:
+        how = ("a plug-in must declare at most the request's ε and δ (MechanismRequest)"
+               if request.delta else
+               "this run's budget is pure ε, so a plug-in must declare δ = 0 (ε-DP); for an "
+               "(ε, δ) plug-in make the budget (ε, δ) (budget_composition optimal), which "
+               "gives each release δ/(2·releases)" if g.delta else
+               "a plug-in must declare at most the request's ε (MechanismRequest.epsilon)")
         raise ConfigError("mechanism", f"{name} declares (ε, δ) = ({g.epsilon:g}, {g.delta:g}) "
                                        f"per release, more than the ({request.epsilon:g}, "
-                                       f"{request.delta:g}) the run allows each release")
+                                       f"{request.delta:g}) the run allows each release: {how}")
     if not math.isfinite(g.epsilon):
         raise ConfigError("mechanism", f"{name} declares no guarantee (ε = ∞): use none")
     return DeclaredMechanism(made, name)

@@ -135,7 +135,7 @@ def test_a_run_audits_a_plugin_first_and_refuses_a_false_declaration(tmp_path, l
     name = f"{tmp_path}/fake_no_noise.py:fake"
     fails_in_one_line("pgc-a3c", ["--mechanism", name, "--epsilon", "8", "--trials", "1"],
                       "quick audit")
-    assert quick_samples(8.0, 35) > 2 * 10 * 2980  # enough to refute ε = 8 without noise
+    assert quick_samples(8.0, 35) > 2 * 40 * 2980  # enough to refute ε = 8 without noise
     cfg = PGCA3CConfig(mechanism=name, epsilon=3.0, submissions_per_agent=1).resolved()
     with pytest.raises(ConfigError, match="declares ε = 3 per release, but privrl's quick"):
         make_mechanism(cfg, 5)

@@ -105,3 +105,48 @@ def test_cli_refuses_a_bad_user_mechanism_in_one_line(fails_in_one_line):
     # imported only after every other option is checked: a bad one is named first
     fails_in_one_line("pgc-a3c", ["--mechanism", "no_such_module_here:f", "--trials", "0"],
                       "--trials")
+
+
+GAUSS = '''
+import math
+
+from scipy.optimize import brentq
+
+from privrl.privacy.accounting import gaussian_epsilon
+from privrl.privacy.mechanisms import GaussianMechanism
+
+
+def make(request):
+    """An honest (ε, δ) plug-in: the L2 Gaussian mechanism calibrated to the request (it
+    needs a δ > 0: asked for δ = 0 it declares 1e-5, which a pure budget refuses)."""
+    delta = request.delta or 1e-5
+    z = math.exp(brentq(lambda lz: gaussian_epsilon(math.exp(lz), delta) - request.epsilon,
+                        math.log(1e-3), math.log(1e4)))
+    return GaussianMechanism(2.0 * z, request.clip, delta)
+'''
+
+
+def test_an_epsilon_delta_plugin_runs_under_an_epsilon_delta_budget(tmp_path):
+    """Issue 53 item 4: under an (ε, δ) budget (optimal composition) a plug-in is asked for
+    δ/(2T) per report and the ledger composes its (ε₀, δ₀) reports within (ε, δ); under a pure
+    budget the refusal says what a plug-in must declare."""
+    from privrl.privacy.accounting import optimal_pure_composition
+    from privrl.systems.pgc_a3c.algorithm import budget_ledger, make_mechanism
+
+    (tmp_path / "gauss_plugin.py").write_text(GAUSS)
+    name = f"{tmp_path}/gauss_plugin.py:make"
+    cfg = PGCA3CConfig(mechanism=name, epsilon=8.0, submissions_per_agent=4,
+                       budget_composition="optimal", delta=1e-5).resolved()
+    mech = make_mechanism(cfg, 5)
+    g = mech.guarantee
+    assert g.delta == pytest.approx(1e-5 / 8) and 0 < g.epsilon < 8
+    assert mech.params()["quick_audit"]["epsilon_lower"] <= g.epsilon  # audited, not refuted
+    ledger = budget_ledger(cfg)
+    ledger.charge([0, 1], g, 4)
+    eps, delta = ledger.spent(0)
+    assert delta == 1e-5 and eps == pytest.approx(
+        optimal_pure_composition(g.epsilon, 4, 1e-5 / 2)) and eps <= 8.0 * (1 + 1e-9)
+    basic = replace(cfg, budget_composition="basic")
+    with pytest.raises(ConfigError, match=r"budget is pure ε, so a plug-in must declare δ = 0"):
+        user_mechanism(name, MechanismRequest(2.0, 0.0, 1.0, 5))
+    assert basic.privacy_plan().delta_per_report == 0.0

@@ -409,8 +409,8 @@ class FedPGConfig(Config):
         try:
             if self.mechanism == "none":
                 return no_privacy(req, rounds)
-            if self.pure_mechanism:
-                return plan_pure(req, rounds)
+            if self.pure_mechanism:  # a user's may be (ε, δ) under an (ε, δ) budget
+                return plan_pure(req, rounds, release_delta=is_user_mechanism(self.mechanism))
             # distributed-gaussian: the discrete mechanism calibrates σ by its own bound, with
             # the update's length (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); the
             # plan checks its request and gives its ledger.

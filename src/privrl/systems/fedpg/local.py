@@ -635,7 +635,7 @@ def _facts(run: Released) -> Facts:
             also=[basic], trust=trust, not_protected=server, noise=noise)
     plan = cfg.privacy_plan()
     composed = pure_composition_record(plan.epsilon_per_report, most, cfg.delta,
-                                       cfg.budget_composition)
+                                       cfg.budget_composition, plan.delta_per_report)
     claim, also, budget = pure_ldp(composed, local, unit, "a trial whose agents could not "
                                    "afford another round ended there", plan.cap)
     shuffled = shuffle_account(run)
@@ -669,7 +669,8 @@ def privacy_record(run: Released | FedPGRun, runtime: str = "local") -> dict[str
     cfg = run.config
     most = int(run.releases.max())
     composed = (pure_composition_record(cfg.epsilon_per_report, most, cfg.delta,
-                                        cfg.budget_composition)
+                                        cfg.budget_composition,
+                                        cfg.privacy_plan().delta_per_report)
                 if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
     ledger = run.ledger

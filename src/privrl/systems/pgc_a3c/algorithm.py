@@ -369,7 +369,7 @@ class PGCA3CConfig(Config):
         try:
             return plan_pure(PrivacyRequest(self.epsilon, self.epsilon_per_report, None,
                                             self.delta, None, self.budget_composition), t,
-                             afford_all=True)
+                             afford_all=True, release_delta=is_user_mechanism(self.mechanism))
         except PlanError as e:
             fail(e.field, e.message)
 
@@ -1027,9 +1027,11 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     its T submissions by the budget's composition, `PGCA3CConfig.privacy_plan`)."""
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
-    eps = cfg.privacy_plan().epsilon_per_report
-    if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
-        mech = user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
+    plan = cfg.privacy_plan()
+    eps = plan.epsilon_per_report
+    if is_user_mechanism(cfg.mechanism):  # (ε, δ) per report as planned: the ledger composes
+        mech = user_mechanism(cfg.mechanism, MechanismRequest(eps, plan.delta_per_report,
+                                                              cfg.clip, dim))
         if not cfg.audit_plugin:
             return mech
         from privrl.audit.quick import audited

@@ -357,15 +357,16 @@ def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
     if not (math.isfinite(cfg.epsilon) and reports > 0):
         return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise,
                      runtime=runtime)
-    eps0 = cfg.privacy_plan().epsilon_per_report
-    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
+    plan = cfg.privacy_plan()
+    eps0, delta0 = plan.epsilon_per_report, plan.delta_per_report
+    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition, delta0)
     claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
                                    "all of one agent's reports",
                                    "the ledger refuses a report beyond it", cfg.epsilon)
     shuffled = shuffle_account(out) if cfg.shuffle else None
     return Facts(
         claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
-                                 f"{cfg.mechanism} mechanism", reports, eps0),
+                                 f"{cfg.mechanism} mechanism", reports, eps0, delta0),
         also=also, budget=budget,
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
@@ -381,9 +382,10 @@ def privacy_record(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
-    eps0 = cfg.privacy_plan().epsilon_per_report
-    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
-                if private else None)
+    plan = cfg.privacy_plan()
+    eps0 = plan.epsilon_per_report
+    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition,
+                                        plan.delta_per_report) if private else None)
     shuffled = shuffle_account(out) if private and cfg.shuffle else None
     return build_privacy_record(privacy_facts(out, runtime), mechanism=out.mechanism,
                                 ledger=out.ledger,
