@@ -36,7 +36,15 @@ def own(load_example: Any, spy_release: Any) -> tuple[Any, list[tuple]]:
 def test_a_user_mechanism_runs_locally_and_is_audited_on_the_same_release(own):
     _, calls = own
     cfg = PGCA3CConfig.from_preset("tuned", mechanism=NAME, epsilon=8.0, **SMALL)
-    out = run_pgc_a3c(cfg)
+    seen: list[dict] = []
+
+    def progress(done, total, **figures):  # figures: the mean return, the ε spent so far
+        seen.append({"done": done, "total": total, **figures})
+
+    progress.takes_figures = True  # type: ignore[attr-defined]
+    out = run_pgc_a3c(cfg, progress=progress)
+    assert seen[-1]["done"] == seen[-1]["total"] == 6  # issue 53 item 5: figures as it goes
+    assert seen[-1]["epsilon"] == pytest.approx(8.0) and seen[-1]["mean_return"] > 0
     run = set(calls)
     assert run, "the run did not release through the user's function"
     ledger = out.ledger.summary()  # T = 2 reports per agent of ε/T = 4 each, composed

@@ -14,6 +14,7 @@ from privrl.cli import (
     AccountantName,
     AccountantOpt,
     Out,
+    ProgressEvery,
     Resume,
     Settings,
     ShowProgress,
@@ -27,6 +28,7 @@ from privrl.cli import (
     sweep_dir,
     system_apps,
 )
+from privrl.progress import DEFAULT_EVERY
 
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
@@ -47,7 +49,7 @@ def _dp_settings(settings: Settings) -> Settings:
 
 
 def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
-             show: bool) -> None:
+             show: bool, every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
     from privrl.output import check_out_dir, new_run_dir
@@ -65,9 +67,8 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
         sig = f"LDP observations: {cfg.obs.mode}"
     err.print(f"[bold]{algorithm}[/] ({cfg.preset} preset), {sig}; {cfg.seeds} trial(s) × "
               f"≤ {cfg.episodes} episodes")
-    with progress_bar(err, show, "training", unit="episodes") as (bar, task):
-        result = run_episodic(algo, algorithm, progress=lambda d, t: bar.update(
-            task, completed=d, total=t))
+    with progress_bar(err, show, "training", "episodes", every) as (bar, _):
+        result = run_episodic(algo, algorithm, progress=bar)
     path = new_run_dir(out, f"{algorithm}-{cfg.preset}")
     summary = save(result, path, command=["privrl", *sys.argv[1:]])
     console.print(results_table(f"{algorithm} results", summary_rows(summary, cfg)))
@@ -84,21 +85,24 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
 
 @config_command(run_app, "dp-reinforce", _REINFORCE, fixed={"dp": True},
                 defaults={"noise_multiplier": 1.0})
-def run_dp_reinforce(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+def run_dp_reinforce(settings: Settings, out: Out = None, progress: ShowProgress = True,
+                     progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """DP-SGD REINFORCE on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     episode."""
     from privrl.systems.dpsgd_rl.reinforce import Reinforce
 
-    _execute("dp-reinforce", Reinforce, _dp_settings(settings).build(), out, progress)
+    _execute("dp-reinforce", Reinforce, _dp_settings(settings).build(), out, progress,
+             progress_every)
 
 
 @config_command(run_app, "dp-dqn", _DQN, fixed={"dp": True}, defaults={"noise_multiplier": 1.0})
-def run_dp_dqn(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+def run_dp_dqn(settings: Settings, out: Out = None, progress: ShowProgress = True,
+               progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """DP-SGD DQN on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     transition."""
     from privrl.systems.dpsgd_rl.dqn import DQN
 
-    _execute("dp-dqn", DQN, _dp_settings(settings).build(), out, progress)
+    _execute("dp-dqn", DQN, _dp_settings(settings).build(), out, progress, progress_every)
 
 
 # LDP observations: the observation mechanism's fields are the flags; DP-SGD's are not.

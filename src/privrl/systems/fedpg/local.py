@@ -56,6 +56,7 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.user import declared_by, declared_condition, declared_summary
+from privrl.progress import as_progress, emit, spent_max
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
@@ -161,7 +162,7 @@ class Released:
                    np.array([most]), account(algo, most))
 
 
-def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
+def run_fedpg(config: FedPGConfig, progress: ProgressFn | bool | None = None,
               task: Task | None = None, model: nn.Module | None = None,
               devices: int | None = None, out: str | os.PathLike | None = None
               ) -> FedPGRun:
@@ -171,10 +172,12 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
 
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
-    alone and in any program."""
+    alone and in any program. `progress`: a callback `(done, total)`, or True for the CLI's
+    display on stderr."""
     check_out_dir(out)
     algo = settings_algorithm([local_config(config)], task, model)
-    return save_if_asked(run_fedpg_settings(algo, progress, devices)[0], out)
+    with as_progress(progress, unit="episodes/agent") as shown:
+        return save_if_asked(run_fedpg_settings(algo, shown, devices)[0], out)
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:
@@ -349,8 +352,13 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
             book.record(live[r], used[r], after[r],
                         jax.tree_util.tree_map(lambda a, r=r: a[r], info))
         t += 1
-        if progress is not None:
-            progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
+        if progress is not None:  # the count ends at the budget (a round may overshoot it)
+            recent = [r for b in going for r in b.out[-1][0][np.isfinite(b.out[-1][0])]]
+            emit(progress, min(float(min(after[b.rows].mean(axis=1).min() for b in going)),
+                               cfg.budget), cfg.budget,
+                 mean_return=float(np.mean(recent)) if recent else None,
+                 epsilon=max((e for b in going if (e := spent_max(b.ledger)) is not None),
+                             default=None))
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
     return [book.result(state, wall, compile_s, program) for book in books]

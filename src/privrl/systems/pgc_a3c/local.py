@@ -50,6 +50,7 @@ from privrl.privacy.record import (
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
 from privrl.privacy.user import declared_by, declared_condition, declared_summary
+from privrl.progress import as_progress, emit, spent_max
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
@@ -151,9 +152,15 @@ class ShardedTrials:
         return state, np.asarray(scores)[: self.trials]
 
 
+def _mean(scores: np.ndarray) -> float | None:
+    """The mean return so far (progress): NaN-free mean of the filled scores, None if none."""
+    finite = scores[np.isfinite(scores)]
+    return float(finite.mean()) if finite.size else None
+
+
 def run_pgc_a3c(
     config: PGCA3CConfig,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | bool | None = None,
     devices: int | None = None,
     retire_on_success: bool = False,
     chunk_rounds: int | None = None,
@@ -168,11 +175,13 @@ def run_pgc_a3c(
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     `out`: write the run directory there, as the CLI's --out (`RunOutput.save`).
+    `progress`: a callback `(done, total)`, or True for the CLI's display on stderr.
     """
     check_out_dir(out)
     algo = settings_algorithm([_seeded_by_default(config)], task, model)
-    return save_if_asked(_run_trials(algo, progress, devices, retire_on_success,
-                                     chunk_rounds)[0], out)
+    with as_progress(progress, unit="submissions/trial") as shown:
+        return save_if_asked(_run_trials(algo, shown, devices, retire_on_success,
+                                         chunk_rounds)[0], out)
 
 
 def run_pgc_a3c_settings(
@@ -260,7 +269,10 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
                                      cfg.score_window)
             retired |= np.isfinite(fst)
         if progress is not None:
-            progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
+            filled = min(done_rounds * p, n_sub)
+            emit(progress, n_sub if retired.all() else filled, n_sub,
+                 mean_return=_mean(scores[:, :filled]),
+                 epsilon=max(spent_max(ledger) for ledger in ledgers))
     wall = time.perf_counter() - start
     submitted = np.asarray(state.submitted)[: n_set * k]
     theta = np.asarray(state.agg.theta)[: n_set * k]
