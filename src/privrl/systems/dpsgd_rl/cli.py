@@ -122,7 +122,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
         help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} on CartPole-v1 (or "
         "--env, with --mode box and its bounds) seeing only locally privatized states (paper "
         "003).")
-    def command(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+    def command(settings: Settings, out: Out = None, progress: ShowProgress = True,
+                progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
         from privrl.config import ConfigError
         from privrl.systems.dpsgd_rl.dqn import DQN
         from privrl.systems.dpsgd_rl.reinforce import Reinforce
@@ -131,7 +132,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
             raise ConfigError("obs.mode", f"{name} perturbs the observations: choose sigma or box")
         # Secure observation noise is composed by RDP alone (its accountant's default).
         cfg = settings.build(**({"accountant": "rdp"} if settings.get("obs.secure") else {}))
-        _execute(name, DQN if algorithm == "dqn" else Reinforce, cfg, out, progress)
+        _execute(name, DQN if algorithm == "dqn" else Reinforce, cfg, out, progress,
+                 progress_every)
 
 
 _ldp_command("ldp-reinforce", "reinforce")
