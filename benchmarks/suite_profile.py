@@ -1,10 +1,12 @@
-"""Where the test suite's time goes: a pytest plugin that sums JAX's own monitoring events
-(tracing, lowering to MLIR, XLA's backend compile, persistent-cache hits) per test, and a
-summary of what it recorded.
+"""Where the test suite's time goes: a pytest plugin that records each test's wall time, its
+process's CPU time (children not included: a Ray or Flower test's processes are not counted)
+and JAX's own monitoring events (tracing, lowering to MLIR, XLA's backend compile,
+persistent-cache hits), and a summary of what it recorded. CPU time is the figure to rank by on
+a loaded machine.
 
     PYTHONPATH=benchmarks .venv/bin/python -m pytest -q -n auto --dist loadgroup \\
         --no-loadscope-reorder -p suite_profile -m "not processes"
-    .venv/bin/python benchmarks/suite_profile.py        # totals and the 25 slowest tests
+    .venv/bin/python benchmarks/suite_profile.py [--cpu]  # totals and the 25 slowest tests
 
 Each xdist worker writes `suite-profile-<worker>.jsonl` in $SUITE_PROFILE_DIR (default: the
 system's temporary directory); a new run appends, so empty it first.
@@ -25,7 +27,7 @@ _DIR = Path(os.environ.get("SUITE_PROFILE_DIR", tempfile.gettempdir()))
 _EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
            "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
            "/jax/core/compile/backend_compile_duration": "compile"}
-_now: dict[str, Any] = {"test": None, "start": 0.0, "acc": collections.Counter(),
+_now: dict[str, Any] = {"test": None, "start": 0.0, "cpu": 0.0, "acc": collections.Counter(),
                         "controller": False}
 
 
@@ -53,14 +55,16 @@ def pytest_configure(config: Any) -> None:
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    _now.update(test=nodeid, start=time.perf_counter(), acc=collections.Counter())
+    _now.update(test=nodeid, start=time.perf_counter(), cpu=time.process_time(),
+                acc=collections.Counter())
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     if _now["controller"]:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    row = {"test": nodeid, "wall": time.perf_counter() - _now["start"], **_now["acc"]}
+    row = {"test": nodeid, "wall": time.perf_counter() - _now["start"],
+           "cpu": time.process_time() - _now["cpu"], **_now["acc"]}
     with open(_DIR / f"suite-profile-{worker}.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
     _now["test"] = None
@@ -75,11 +79,13 @@ def main() -> None:
     for r in rows:
         total.update({k: v for k, v in r.items() if k != "test"})
     print(f"{len(rows)} tests; worker-seconds: " + ", ".join(
-        f"{k} {total[k]:.1f}" for k in ("wall", "compile", "lower", "trace")) +
+        f"{k} {total[k]:.1f}" for k in ("wall", "cpu", "compile", "lower", "trace")) +
         f"; programs compiled {total['programs']:.0f}, persistent-cache hits "
         f"{total['cache_hits']:.0f}")
-    for r in sorted(rows, key=lambda r: -r["wall"])[:25]:
-        print(f"{r['wall']:6.1f} s  compile {r.get('compile', 0):5.1f}  "
+    key = "cpu" if "--cpu" in sys.argv else "wall"
+    for r in sorted(rows, key=lambda r: -r.get(key, 0))[:25]:
+        print(f"{r['wall']:6.1f} s  cpu {r.get('cpu', 0):6.1f}  "
+              f"compile {r.get('compile', 0):5.1f}  "
               f"trace+lower {r.get('trace', 0) + r.get('lower', 0):4.1f}  {r['test']}")
 
 

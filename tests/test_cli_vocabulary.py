@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import typer
 
+from documents import FENCE, code_blocks, shell_commands
 from privrl.cli import RENAMED, renamed_flag
 from privrl.main import build_app, main
 
@@ -69,29 +70,17 @@ def test_a_renamed_flag_is_refused_only_on_its_own_command():
 
 
 def _documented() -> list[tuple[str, int, str, bool]]:
-    """(file, line, command, in a code block) for every `privrl <command> ...` in the docs.
-
-    Code blocks: each line (joined over trailing backslashes) from `privrl`, up to a `#`
-    comment. Prose: each inline `privrl ...` in backticks."""
+    """(file, line, command, in a code block) for every `privrl <command> ...` in the docs:
+    each command of a code block (`documents.shell_commands`), and each inline `privrl ...` in
+    backticks of the prose."""
     found = []
     for path in DOCS:
-        lines = path.read_text().splitlines()
-        fenced, i = False, 0
-        while i < len(lines):
-            line, start = lines[i], i + 1
-            if line.lstrip().startswith("```"):
-                fenced = not fenced
-            elif fenced:
-                while line.rstrip().endswith("\\") and i + 1 < len(lines):
-                    i += 1
-                    line = line.rstrip()[:-1] + " " + lines[i].strip()
-                m = re.match(r"\s*(?:\$ )?(?:\S*/)?(privrl (?:\S+).*)", line)
-                if m:
-                    found.append((path.name, start, m.group(1).split(" #")[0].strip(), True))
-            else:
-                found += [(path.name, start, m, False)
-                          for m in re.findall(r"`(privrl [^`]+)`", line)]
-            i += 1
+        text = path.read_text()
+        for first, block in code_blocks(text):
+            found += [(path.name, n, c, True) for n, c in shell_commands(block, first)]
+        prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+        for n, line in enumerate(prose.splitlines(), 1):
+            found += [(path.name, n, c, False) for c in re.findall(r"`(privrl [^`]+)`", line)]
     return found
 
 

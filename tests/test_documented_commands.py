@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from documents import code_blocks, shell_commands, words
+
 ROOT = Path(__file__).resolve().parents[1]
 README, RESULTS, MAKEFILE = (ROOT / "README.md", ROOT / "benchmarks" / "RESULTS.md",
                              ROOT / "Makefile")
@@ -71,42 +73,32 @@ class Documented:
         return w[w.index("--runtime") + 1] if "--runtime" in w[:-1] else None
 
 
-def _commands(text: str) -> list[tuple[str, ...]]:
-    """The `privrl` commands of a shell text (continued lines joined, comments dropped), as
-    their words after `privrl`; `$(BIN)/privrl` (the Makefile's) counts as `privrl`."""
-    out = []
-    for line in re.sub(r"\\\n", " ", text).splitlines():
-        words = shlex.split(line, comments=True)
-        if words and words[0].rsplit("/", 1)[-1] == "privrl":
-            out.append(tuple(words[1:]))
-    return out
-
-
 def _make_target(target: str) -> list[tuple[str, ...]]:
     """The `privrl` commands of the Makefile's `target` recipe."""
     m = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n?)*)", MAKEFILE.read_text(), re.M)
     assert m, f"Makefile has no target {target}"
-    return _commands(m.group(1))
+    return [words(c) for _, c in shell_commands(m.group(1))]
 
 
 def documented() -> list[Documented]:
     """Every documented command, each once (the first place it is written)."""
     found: list[Documented] = []
-    for block in re.findall(r"^```[a-z]*\n(.*?)^```", README.read_text(), re.S | re.M):
-        for words in _commands(block):
-            if any(PLACEHOLDER.match(w) for w in words):
-                assert found and found[-1].where == "README.md", f"{words}: no run before it"
-                found[-1] = Documented(found[-1].words, "README.md", (*found[-1].then, words))
+    for _, block in code_blocks(README.read_text()):
+        for _, command in shell_commands(block):
+            said = words(command)
+            if any(PLACEHOLDER.match(w) for w in said):
+                assert found and found[-1].where == "README.md", f"{said}: no run before it"
+                found[-1] = Documented(found[-1].words, "README.md", (*found[-1].then, said))
             else:
-                found.append(Documented(words, "README.md"))
+                found.append(Documented(said, "README.md"))
     headline = RESULTS.read_text().split("\n## Headline\n", 1)[1].split("\n## ", 1)[0]
     for span in re.findall(r"`([^`\n]+)`", headline):
-        words = shlex.split(span)
-        if words[:1] == ["make"] and len(words) == 2:
-            found += [Documented(w, f"RESULTS.md Headline (make {words[1]})")
-                      for w in _make_target(words[1])]
-        elif words[:1] == ["privrl"]:
-            found.append(Documented(tuple(words[1:]), "RESULTS.md Headline"))
+        said = shlex.split(span)
+        if said[:1] == ["make"] and len(said) == 2:
+            found += [Documented(w, f"RESULTS.md Headline (make {said[1]})")
+                      for w in _make_target(said[1])]
+        elif said[:1] == ["privrl"]:
+            found.append(Documented(tuple(said[1:]), "RESULTS.md Headline"))
     found += [Documented(w, "Makefile run") for w in _make_target("run")]
     unique: dict[tuple[str, ...], Documented] = {}
     for d in found:
@@ -209,8 +201,8 @@ def test_a_documented_command_runs_at_a_tiny_size(doc: Documented, tmp_path: Pat
     assert rc == 0, f"{doc.where}: privrl {' '.join(args)} exited {rc}: {err[-2000:]}"
     for name in _files(doc.words):
         assert (out / name).is_file(), f"privrl {' '.join(args)} wrote no {name}"
-    for words in doc.then:  # the commands that read its directory
-        args = shrink(tuple(str(out) if PLACEHOLDER.match(w) else w for w in words), None)
+    for then in doc.then:  # the commands that read its directory
+        args = shrink(tuple(str(out) if PLACEHOLDER.match(w) else w for w in then), None)
         rc = cli.main(args)
         err = capsys.readouterr().err
         assert rc == 0, f"{doc.where}: privrl {' '.join(args)} exited {rc}: {err[-2000:]}"
