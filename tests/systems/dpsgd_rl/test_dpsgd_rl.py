@@ -366,6 +366,18 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
     assert "Observations: NO PRIVACY GUARANTEE" in capsys.readouterr().out
 
 
+def test_observation_privacy_not_asked_for_is_one_plain_line() -> None:
+    """Issue 53 item 8: raw observations by choice (mode none) are not shouted as a missing
+    guarantee beside the model's valid one; asked-for noise without an ε still is."""
+    from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
+
+    rec = ObservationPrivacy().record(10)
+    assert rec["headline"] == "none asked for (the learner sees the raw states)"
+    assert "NO PRIVACY" not in rec["statement"] and rec["guarantee"] is None
+    sigma = ObservationPrivacy(mode="sigma", sigma=0.3).record(10)
+    assert sigma["headline"].startswith("NO PRIVACY GUARANTEE")
+
+
 def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:
     """Seeded DP-SGD says SIMULATION ONLY, secret does not; LDP observations record their own
     key mode. (That a secret run's noise differs at the same seed while a seeded run's

@@ -273,12 +273,13 @@ def test_non_private_run_says_so(tmp_path, capsys):
     out = _run(tmp_path, "np", "--mechanism", "none")
     printed = capsys.readouterr().out
     assert "NO PRIVACY GUARANTEE" in printed
+    assert "noise keys" not in printed and "seeded" not in printed  # no noise, no key line
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["epsilon"] == "inf"
+    assert summary["epsilon"] == "inf" and "noise" not in summary
     assert summary["privacy"].startswith("NO PRIVACY GUARANTEE")
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
-    assert privacy["ledger"]["formal_guarantee"] is False
+    assert privacy["ledger"]["formal_guarantee"] is False and "noise_keys" not in privacy
 
 
 def test_default_out_never_overwrites(tmp_path, monkeypatch):

@@ -49,6 +49,7 @@ from privrl.policy import SavedPolicy
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
 from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.progress import as_progress, emit
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 
@@ -82,14 +83,16 @@ class EpisodicOutput(SavesRunDir):
         return verdict(final_evals(self.eval_returns), self.baseline)
 
 
-def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
+def run_episodic(algo: Any, name: str, progress: ProgressFn | bool | None = None,
                  devices: int | None = None, chunk: int = 50, compact: bool = True,
                  out: str | os.PathLike | None = None) -> EpisodicOutput:
     """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record.
-    `out`: write the run directory there, as the CLI's --out (`EpisodicOutput.save`)."""
+    `out`: write the run directory there, as the CLI's --out (`EpisodicOutput.save`);
+    `progress`: a callback `(done, total)`, or True for the CLI's display on stderr."""
     check_out_dir(out)
-    return save_if_asked(run_episodic_settings(algo, [name], progress, devices, chunk,
-                                               compact)[0], out)
+    with as_progress(progress, unit="episodes") as shown:
+        return save_if_asked(run_episodic_settings(algo, [name], shown, devices, chunk,
+                                                   compact)[0], out)
 
 
 def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn | None = None,
@@ -181,7 +184,10 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         by_setting = stopped.reshape(n_set, k)
         ends[(ends == 0) & by_setting.all(1)] = done
         if progress is not None:
-            progress(cfg.episodes if stopped.all() else min(done, cfg.episodes), cfg.episodes)
+            seen = train[:n, :done]
+            emit(progress, cfg.episodes if stopped.all() else min(done, cfg.episodes),
+                 cfg.episodes, mean_return=(float(np.nanmean(seen)) if np.isfinite(seen).any()
+                                            else None))
         work_so_far(partial(_outputs, settings, names, k, train, evals, updates_all,
                             solved_all, thetas, ends.copy(), done, start, n_dev))
         if stopped.all():

@@ -48,7 +48,7 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, noise_mode, noise_summary, secret_keys
 from privrl.privacy.plan import gaussian_spent
 from privrl.privacy.record import (
     Budget,
@@ -63,7 +63,8 @@ from privrl.privacy.record import (
     pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
-from privrl.privacy.user import declared_condition
+from privrl.privacy.user import declared_by, declared_condition, declared_summary
+from privrl.progress import as_progress, emit, spent_max
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
@@ -177,7 +178,7 @@ class Released:
                    np.array([most]), account(algo, most))
 
 
-def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
+def run_fedpg(config: FedPGConfig, progress: ProgressFn | bool | None = None,
               task: Task | None = None, model: nn.Module | None = None,
               devices: int | None = None, out: str | os.PathLike | None = None
               ) -> FedPGRun:
@@ -187,10 +188,12 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
 
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
-    alone and in any program."""
+    alone and in any program. `progress`: a callback `(done, total)`, or True for the CLI's
+    display on stderr."""
     check_out_dir(out)
     algo = settings_algorithm([local_config(config)], task, model)
-    return save_if_asked(run_fedpg_settings(algo, progress, devices)[0], out)
+    with as_progress(progress, unit="episodes/agent") as shown:
+        return save_if_asked(run_fedpg_settings(algo, shown, devices)[0], out)
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:
@@ -366,8 +369,13 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
             book.record(live[r], used[r], after[r],
                         jax.tree_util.tree_map(lambda a, r=r: a[r], info))
         t += 1
-        if progress is not None:
-            progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
+        if progress is not None:  # the count ends at the budget (a round may overshoot it)
+            recent = [r for b in going for r in b.out[-1][0][np.isfinite(b.out[-1][0])]]
+            emit(progress, min(float(min(after[b.rows].mean(axis=1).min() for b in going)),
+                               cfg.budget), cfg.budget,
+                 mean_return=float(np.mean(recent)) if recent else None,
+                 epsilon=max((e for b in going if (e := spent_max(b.ledger)) is not None),
+                             default=None))
         work_so_far(lambda state=state, compile_s=compile_s: [  # if a later round fails
             book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
     wall = time.perf_counter() - start
@@ -481,7 +489,7 @@ def algorithm_label(cfg: FedPGConfig) -> str:
     return "single agent (SVRPG)" if cfg.agents == 1 else "FedPG-Cen"
 
 
-def summarize(run: FedPGRun) -> dict[str, Any]:
+def summarize(run: FedPGRun, runtime: str = "local") -> dict[str, Any]:
     cfg = run.config
     reach = episodes_to_target(run)
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
@@ -508,10 +516,11 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
         "upload_bytes_per_report": run.mechanism["upload_bytes_per_report"],
-        "privacy": headline(privacy_facts(run)),
-        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
+        "privacy": headline(privacy_facts(run, runtime)),
+        **noise_summary(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
+        **declared_summary(cfg.mechanism),
         "trials": cfg.trials,
         "budget_episodes_per_agent": cfg.budget,
         "target_return": cfg.target_return,
@@ -561,11 +570,17 @@ def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
     return out
 
 
-def privacy_facts(run: Released | FedPGRun) -> Facts:
+def privacy_facts(run: Released | FedPGRun, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): the
     whole run's guarantee per agent, one release's ε labelled per release, the other
-    composition beside it, the budget, the shuffle and who must be trusted."""
+    composition beside it, the budget, the shuffle and who must be trusted; where the parties
+    ran (`runtime`), and whether the ε is a user mechanism's declaration."""
     run = run.released() if isinstance(run, FedPGRun) else run
+    return replace(_facts(run), runtime=runtime, declared_by=declared_by(run.config.mechanism),
+                   audit=run.mechanism.get("params", {}).get("quick_audit"))
+
+
+def _facts(run: Released) -> Facts:
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
@@ -575,7 +590,7 @@ def privacy_facts(run: Released | FedPGRun) -> Facts:
                 else "everything the peers compute")
     ledger = run.ledger.summary()
     most = int(run.releases.max())
-    noise = record_mode(cfg.noise, cfg.secure_noise)
+    noise = noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)
     if cfg.mechanism == "central-gaussian" and run.accounting is not None:
         sens = run.accounting["sensitivity"]
         return Facts(
@@ -667,17 +682,33 @@ def privacy_facts(run: Released | FedPGRun) -> Facts:
             also=[basic], trust=trust, not_protected=server, noise=noise)
     plan = cfg.privacy_plan()
     composed = pure_composition_record(plan.epsilon_per_report, most, cfg.delta,
-                                       cfg.budget_composition)
+                                       cfg.budget_composition, plan.delta_per_report)
     claim, also, budget = pure_ldp(composed, local, unit, "a trial whose agents could not "
                                    "afford another round ended there", plan.cap)
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
+                 unspent=unspent(cfg, claim.epsilon, plan.cap, most),
                  shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
                  not_protected=server, condition=declared_condition(cfg.mechanism),
                  noise=noise)
 
 
-def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
+def unspent(cfg: FedPGConfig, spent: float, cap: float | None, rounds: int) -> str:
+    """Why an agent's ε is below its budget, or "" where it is not: the plan splits the
+    budget over the most rounds the episode budget could pay for (`max_rounds`), and rounds
+    that cost more episodes end the run sooner."""
+    if cap is None or not spent < cap * (1 - 1e-3):
+        return ""
+    n_min = 1 if cfg.inner_steps is None else cfg.inner_steps
+    return (f"each agent spent at most ε = {spent:.4g} of its {cap:g}, because the budget is "
+            f"split evenly over the {cfg.max_rounds()} rounds its {cfg.budget} episodes could "
+            f"pay for at most (a round costs at least B_min + b·N_min = "
+            f"{cfg.batch_min + cfg.minibatch * n_min} episodes), and this run's rounds cost "
+            f"more, so its agents released in at most {rounds} (to spend more in each round, "
+            "give the ε of one report, epsilon_per_report, instead)")
+
+
+def privacy_record(run: Released | FedPGRun, runtime: str = "local") -> dict[str, Any]:
     """privacy.json, for a run on any runtime (what its agents released): the composed
     statement, the mechanism, each agent's releases, the ledger's composition and, for the
     Gaussian mechanisms, the accountant's account."""
@@ -685,7 +716,8 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
     cfg = run.config
     most = int(run.releases.max())
     composed = (pure_composition_record(cfg.epsilon_per_report, most, cfg.delta,
-                                        cfg.budget_composition)
+                                        cfg.budget_composition,
+                                        cfg.privacy_plan().delta_per_report)
                 if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
     ledger = run.ledger
@@ -693,7 +725,7 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
     # the guarantee is the server's noised aggregate's, so the ledger is not its verdict.
     central = cfg.mechanism == "central-gaussian"
     return build_privacy_record(
-        privacy_facts(run), mechanism=run.mechanism, ledger=None if central else ledger,
+        privacy_facts(run, runtime), mechanism=run.mechanism, ledger=None if central else ledger,
         accountant=run.accounting, with_accounting=True, fields={
             **({"agents_releases_to_the_trusted_server": ledger.summary()} if central else {}),
             **per_release(run),
@@ -704,7 +736,7 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **({} if shuffled is None else {"shuffle": shuffled}),
-            **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+            **noise_fields(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise))})
 
 
 def robust_record(run: Released) -> dict[str, Any]:
@@ -930,13 +962,13 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None,
     """What a run leaves behind: summary, privacy record, per-round table, return curves;
     `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = run.config
-    summary = summarize(run)
+    summary = summarize(run, runtime)
     label = summary["label"]
     cartpole = cfg.env in (None, "gymnax:CartPole-v1")
     v = run.verdict()
     return RunRecord(
         f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary,
-        privacy_record(run),
+        privacy_record(run, runtime),
         metrics=lambda p: write_metrics(p, run),
         plots={"returns.png": lambda p: plot_returns(
             p, {label: (run.used_before, run.mean_return)}, cfg.budget,
@@ -968,7 +1000,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     med = summary["median_episodes_to_target"]
     rows = [
         ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
+        *([("noise keys", summary["noise"])] if "noise" in summary else []),
         ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
         ("trials × episodes/agent",
          f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),

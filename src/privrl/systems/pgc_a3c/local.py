@@ -47,7 +47,7 @@ from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ldp_compact import generator_condition
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, noise_mode, noise_summary, secret_keys
 from privrl.privacy.record import (
     CentralShuffle,
     Facts,
@@ -59,7 +59,8 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
-from privrl.privacy.user import declared_condition
+from privrl.privacy.user import declared_by, declared_condition, declared_summary
+from privrl.progress import as_progress, emit, spent_max
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
@@ -177,9 +178,15 @@ class ShardedTrials:
         return state, np.asarray(scores)[: self.trials]
 
 
+def _mean(scores: np.ndarray) -> float | None:
+    """The mean return so far (progress): NaN-free mean of the filled scores, None if none."""
+    finite = scores[np.isfinite(scores)]
+    return float(finite.mean()) if finite.size else None
+
+
 def run_pgc_a3c(
     config: PGCA3CConfig,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | bool | None = None,
     devices: int | None = None,
     retire_on_success: bool = False,
     chunk_rounds: int | None = None,
@@ -194,11 +201,13 @@ def run_pgc_a3c(
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     `out`: write the run directory there, as the CLI's --out (`RunOutput.save`).
+    `progress`: a callback `(done, total)`, or True for the CLI's display on stderr.
     """
     check_out_dir(out)
     algo = settings_algorithm([_seeded_by_default(config)], task, model)
-    return save_if_asked(_run_trials(algo, progress, devices, retire_on_success,
-                                     chunk_rounds)[0], out)
+    with as_progress(progress, unit="submissions/trial") as shown:
+        return save_if_asked(_run_trials(algo, shown, devices, retire_on_success,
+                                         chunk_rounds)[0], out)
 
 
 def run_pgc_a3c_settings(
@@ -293,7 +302,10 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
                                      cfg.score_window)
             retired |= np.isfinite(fst)
         if progress is not None:
-            progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
+            filled = min(done_rounds * p, n_sub)
+            emit(progress, n_sub if retired.all() else filled, n_sub,
+                 mean_return=_mean(scores[:, :filled]),
+                 epsilon=max(spent_max(ledger) for ledger in ledgers))
         work_so_far(partial(_outputs, algo, state, scores, ledgers, retired, start, compile_s,
                             runner.devices, agents_per_trial, finished=False,
                             candidates=candidates))
@@ -448,7 +460,7 @@ def final_scores(out: RunOutput) -> np.ndarray:
                            for k, n in enumerate(out.submitted)])
 
 
-def summarize(out: RunOutput) -> dict[str, Any]:
+def summarize(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;
     None on a task without a target, which reports its scores only)."""
     cfg = out.config
@@ -468,9 +480,10 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
+        **declared_summary(cfg.mechanism),
         "upload_bytes_per_report": out.mechanism["upload_bytes_per_report"],
-        "privacy": headline(privacy_facts(out)),
-        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
+        "privacy": headline(privacy_facts(out, runtime)),
+        **noise_summary(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
         "target_score": cfg.target_score,
@@ -493,43 +506,48 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     }
 
 
-def privacy_facts(out: RunOutput) -> Facts:
+def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): each
     agent's reports over the run in the composition the ledger enforces, the other beside it,
     one report's ε labelled per release, and the shuffle's central account."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
-    noise = record_mode(cfg.noise, cfg.secure_noise)
+    noise = noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)
     if not (math.isfinite(cfg.epsilon) and reports > 0):
-        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise)
-    eps0 = cfg.privacy_plan().epsilon_per_report
-    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
+        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise,
+                     runtime=runtime)
+    plan = cfg.privacy_plan()
+    eps0, delta0 = plan.epsilon_per_report, plan.delta_per_report
+    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition, delta0)
     claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
                                    "all of one agent's reports",
                                    "the ledger refuses a report beyond it", cfg.epsilon)
     shuffled = shuffle_account(out) if cfg.shuffle else None
     return Facts(
         claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
-                                 f"{cfg.mechanism} mechanism", reports, eps0),
+                                 f"{cfg.mechanism} mechanism", reports, eps0, delta0),
         also=also, budget=budget,
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
         condition=declared_condition(cfg.mechanism) or generator_condition(cfg.mechanism),
-        noise=noise)
+        noise=noise, declared_by=declared_by(cfg.mechanism), runtime=runtime,
+        audit=out.mechanism.get("params", {}).get("quick_audit"))
 
 
-def privacy_record(out: RunOutput) -> dict[str, Any]:
+def privacy_record(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     """privacy.json: the composed statement, the mechanism, its parameters, the ledger's
     per-agent composition, and both compositions of an agent's reports (basic: pure ε;
     optimal: (ε, δ) at the config's δ), saying which one the ledger enforces."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
-    eps0 = cfg.privacy_plan().epsilon_per_report
-    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
-                if private else None)
+    plan = cfg.privacy_plan()
+    eps0 = plan.epsilon_per_report
+    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition,
+                                        plan.delta_per_report) if private else None)
     shuffled = shuffle_account(out) if private and cfg.shuffle else None
-    return build_privacy_record(privacy_facts(out), mechanism=out.mechanism, ledger=out.ledger,
+    return build_privacy_record(privacy_facts(out, runtime), mechanism=out.mechanism,
+                                ledger=out.ledger,
                                 fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
@@ -544,7 +562,7 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
             "mechanism's public noise scale, the candidates chosen on the public simulator "
             "named here, which holds no agent's data"}}),
         **({} if shuffled is None else {"shuffle": shuffled}),
-        **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+        **noise_fields(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise))})
 
 
 def shuffle_account(out: RunOutput) -> dict[str, Any]:
@@ -572,7 +590,8 @@ def record(out: RunOutput, files: dict[str, Any] | None = None,
                        f"|B| = {cfg.buffer_size}", out.policy)
     v = out.verdict()
     return RunRecord(
-        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(out),
+        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out, runtime),
+        privacy_record(out, runtime),
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
                                                    cfg.score_window, title, cfg.target_score,
@@ -593,7 +612,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     fst = summary["median_fst"]
     rows = [
         ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
+        *([("noise keys", summary["noise"])] if "noise" in summary else []),
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
