@@ -175,9 +175,9 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     if out is not None and str(out) != "auto":
         check_out_dir(out)
     task = task_of(config)
+    from privrl.evaluation import random_returns
     from privrl.planner import model, pilot
     from privrl.planner import systems as sy
-    from privrl.planner.baseline import random_return
 
     f = sy.facts(system, bool(task.head.continuous))
     stage = progress or (lambda name, done, total: None)
@@ -192,7 +192,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     clip = float(f"{max(q[1], 1e-8) / f.radius:.3g}")  # the clip ball's radius: the median
     signal, variance = pilot.clipped_moments(grads, clip * f.radius, f.norm)
     stage("pilot: random policy", 1, 3)
-    rand = random_return(task, max(32, config.gradient_episodes), config.seed)
+    rand = float(random_returns(task, max(32, config.gradient_episodes), config.seed).mean())
     stage("pilot: non-private run", 2, 3)
     pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress,
                                                   not task.host)
