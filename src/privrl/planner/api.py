@@ -246,8 +246,8 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      "the plan's)"
                      + (f", and each agent's {e} reports as one report of {e} episodes (one "
                         "release at the agent's whole ε: less noise)" if e > 1 else "")
-                     + ". The sweep ran the settings with the levers off (a run with a lever "
-                     "on runs alone, not in one compiled program).")
+                     + (". The sweep ran the settings with the levers off (a run with a lever "
+                        "on runs alone, not in one compiled program)." if config.sweep else "."))
 
     # 3. the check: one sweep over (ε, K)
     frontier = check = learns = None
