@@ -168,6 +168,9 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
                   f"{summary['final_server_mean_length']:.1f}; {summary['privacy']}")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, policy.npz, flower.json)")
+    from privrl.evaluation import verdict_line
+
+    console.print(verdict_line(summary), markup=False)
 
 
 @config_command(run_app, "fedpg-dec", _FEDPG, fixed={"algorithm": "dec"}, skip=_CEN_ONLY)
