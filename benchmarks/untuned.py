@@ -15,6 +15,7 @@ at most 10 minutes on 2 cores.
 
 Output: one table, the fraction of the non-private improvement over random each private row
 reaches, (private − random)/(non-private − random), with the fleet size and the wall time.
+"random" is the plan's pilot's: `privrl.evaluation.random_returns`, every run's baseline.
 Runnable in parts (--task, --system) and resumable: each row is a JSON file in --out, and a row
 already there is skipped.
 

@@ -148,3 +148,14 @@ def test_choice_enums_are_derived_from_the_library_value_sets():
     for cls, values in [(FedPGConfig, MECHANISMS), (PGCA3CConfig, PGC_MECHANISMS)]:
         (mech,) = [o for o in field_options(cls) if o.field == "mechanism"]
         assert mech.meta["choices"] == values
+
+
+def test_help_shows_defaults_without_escape_characters(commands):
+    """Issue 53 item 8: typer escaped "[default: …]" for rich markup the help never uses, so
+    every --help showed a literal "\\[default: …]". Every command's help, rendered: none."""
+    shown = {}
+    for path, cmd in commands.items():
+        ctx = cmd.make_context(" ".join(("privrl", *path)), [], resilient_parsing=True)
+        shown[path] = cmd.get_help(ctx)
+        assert "\\[" not in shown[path], f"privrl {' '.join(path)} --help: {shown[path]}"
+    assert "[default: local]" in shown[("run", "pgc-a3c")]  # the defaults are still shown

@@ -14,3 +14,18 @@ TOPOLOGIES = ("ring", "exponential", "random")  # directed gossip graphs (federa
 # The mechanisms `privrl audit mechanism` builds (audit.sweep.build_mechanism).
 AUDIT_MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "projunit", "privunitg-seed",
                     "gaussian", "box-gaussian", "gaussian-sum", "functional", "broken-laplace")
+
+# Which `privrl run` command takes which action space (every one of these takes --env: a gymnax
+# or Gymnasium id, or your callable); the others (dp-qlearning, fedrl) take no --env. The --env
+# help is generated from it, docs/environments.md and README.md state it, and
+# tests/test_capabilities.py checks all of them against each other and against the learners.
+ACTION_SPACES: dict[str, tuple[str, ...]] = {
+    "pgc-a3c": ("discrete", "continuous"),
+    "fedpg-cen": ("discrete", "continuous"),
+    "fedpg-dec": ("discrete", "continuous"),
+    "dp-reinforce": ("discrete", "continuous"),
+    "ldp-reinforce": ("discrete", "continuous"),
+    "dp-dqn": ("discrete",),
+    "ldp-dqn": ("discrete",),
+}
+CONTINUOUS_COMMANDS = tuple(c for c, spaces in ACTION_SPACES.items() if "continuous" in spaces)

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# typer escapes the "[" of every option's "[default: …]" for rich markup whenever rich is
+# installed (typer.core.TyperOption.get_help_record), even with rich_markup_mode=None, where the
+# help is printed by click as plain text: --help showed a literal "\[default: …]". privrl's apps
+# all print plain help, so the flag that makes typer escape is cleared.
+typer.core.HAS_RICH = False
+
+
 def _typer(**kw: object) -> typer.Typer:
     # suggest_commands off: click itself says "Did you mean" (typer's said it a second time)
     return typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False,
@@ -171,6 +178,9 @@ Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results)."
 SweepSeed = Annotated[int, typer.Option(help="Random seed (shared by all settings).",
                                         **SEED_RANGE)]
 ShowProgress = Annotated[bool, typer.Option(help="Show a progress bar.")]
+ProgressEvery = Annotated[float, typer.Option(
+    help="Without a terminal (a file, nohup, a batch job): seconds between two progress lines "
+    "(done/total, mean return, ε spent).", min=0.001)]
 Out = Annotated[Path | None, typer.Option(
     help="New or empty directory for the results (never overwritten). Default: a new "
     "runs/<command>-...-<time>/.")]
@@ -182,29 +192,15 @@ AddressOpt = Annotated[str | None, typer.Option(
 
 @contextmanager
 def progress_bar(console: Console, show: bool, description: str,
-                  unit: str = "submissions/trial") -> Iterator[tuple]:
-    """A rich progress bar (units done, elapsed, ETA) and its task id."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+                 unit: str = "submissions/trial", every: float | None = None) -> Iterator[tuple]:
+    """The run's progress display (privrl.progress.RunProgress: a bar in a terminal, a line
+    every `every` seconds without one, the compile phase's time) and a task id, for callers
+    that update it as a rich Progress; the display is also a progress callback itself."""
+    from privrl.progress import DEFAULT_EVERY, RunProgress
 
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(unit),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=console,
-        disable=not show,
-    ) as bar:
-        yield bar, bar.add_task(description, total=None)
+    with RunProgress(console, show, description, unit,
+                     DEFAULT_EVERY if every is None else every) as shown:
+        yield shown, None
 
 
 def command_flags(fn: Callable[..., Any]) -> dict[str, str]:

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, NoReturn, Self
 
 import numpy as np
 
+from privrl.choices import CONTINUOUS_COMMANDS
+
 
 class ConfigError(ValueError):
     """An invalid setting; `field` names it as the config (or function argument) spells it."""
@@ -269,12 +271,12 @@ NOISE_HELP = (
     "are never written or sent (deployable; the noise is not reproducible). Default: seeded "
     "for the local runtime, secret for --runtime ray and flower.")
 ENV_HELP = (
-    "The environment: gymnax:<id> (any gymnax registry id with discrete actions, e.g. "
-    "gymnax:Acrobot-v1, or for dp-reinforce continuous ones, e.g. gymnax:Pendulum-v1; jitted, "
-    "the fast path), gymnasium:<id> (a Gymnasium registry id, e.g. gymnasium:CartPole-v1; "
-    "stepped on the host) or <module>:<callable> (a Python callable returning (gymnax_env, "
-    "env_params), a Gymnasium Env or a privrl Task). Default: the system's CartPole. "
-    "docs/environments.md")
+    "The environment: gymnax:<id> (a gymnax registry id, e.g. gymnax:Acrobot-v1; jitted, the "
+    "fast path), gymnasium:<id> (a Gymnasium registry id, e.g. gymnasium:CartPole-v1; stepped "
+    "on the host) or <module>:<callable> (a Python callable returning (gymnax_env, "
+    "env_params), a Gymnasium Env or a privrl Task). Discrete actions for every command; "
+    "continuous (Box) actions, e.g. gymnax:Pendulum-v1, for "
+    f"{', '.join(CONTINUOUS_COMMANDS)}. Default: the system's CartPole. docs/environments.md")
 PRIVATE_HELP = (
     "Per-agent private dynamics (repeatable): field=low:high (uniform) or field=v1,v2,... (one "
     "of), an environment-parameter field drawn per agent, e.g. link_mass_1=0.8:1.2 "

@@ -29,7 +29,8 @@ def evaluate_command(
     max_steps: Annotated[int | None, typer.Option(
         help="Episode cap (default: the training run's, else the task's own).")] = None,
     sample: Annotated[bool, typer.Option(
-        "--sample", help="Sample actions from the policy instead of taking the argmax.")
+        "--sample", help="Play actions sampled from the policy, as in training (default: "
+        "its greedy action: the argmax, or a continuous policy's mean action).")
     ] = False,
     model: Annotated[str | None, typer.Option(
         help="Your own network, for a run trained with it: module:callable or "
@@ -74,5 +75,6 @@ def evaluate_command(
                   f"{row['max']:.3f}")
     console.print(t)
     rate = f"success rate {100 * s['success_rate']:.2f}%, " if success else ""
+    console.print(s["policy_note"])
     console.print(f"{rate}mean return {s['mean_return']:.3f} (std over trials "
                   f"{s['std_over_trials']:.3f}); written to {json_path} and {csv_path}")

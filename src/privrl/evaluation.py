@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -57,6 +58,28 @@ class Evaluation:
     # Text2Action: per row, its fold's test-text scores (t2a.scores: F1, AvgRwd, fold, run);
     # returns is then (len(rows), 1), each row's average reward per step
     scores: list[dict[str, Any]] | None = None
+    head: str = "logits"  # the policy's head (privrl.policy.HEADS): how its actions are played
+
+    @property
+    def policy_label(self) -> str:
+        """How the actions were chosen: a continuous (Gaussian) policy's greedy action is
+        its mean action, a discrete one's the argmax; sampled, a Q-network's is ε-greedy."""
+        if self.sample:
+            return ("sampled (ε-greedy)" if self.head == "q" else
+                    "sampled (Gaussian)" if self.head.startswith("gaussian") else "sampled")
+        return "mean action" if self.head.startswith("gaussian") else "greedy (argmax)"
+
+    @property
+    def policy_note(self) -> str:
+        """Which actions were played and why the other choice can give other returns."""
+        if self.scores is not None or self.success is not None:  # a system's own players
+            return "Played greedily, as the run's own test evaluation does."
+        other = "--sample (sample=True) plays sampled actions" if not self.sample else (
+            "without --sample the policy plays its "
+            + ("mean action" if self.head.startswith("gaussian") else "argmax action"))
+        return (f"Played the {self.policy_label} actions; {other}. The two can differ: "
+                "training played sampled actions, so a policy can rely on its randomness "
+                "(its returns then drop when it plays greedily) or be hurt by it.")
 
     def write(self) -> tuple[Path, Path]:
         """evaluate-N.json and evaluate-N.csv in the run directory (`write_evaluation`)."""
@@ -78,7 +101,7 @@ class Evaluation:
         means = self.returns.mean(1)
         return {"run": str(self.run_dir), "env": self.env, "episodes": self.episodes,
                 "seed": self.seed, "max_steps": self.max_steps,
-                "policy": "sampled" if self.sample else "greedy (argmax)",
+                "policy": self.policy_label, "policy_note": self.policy_note,
                 "mean_return": float(self.returns.mean()), **success,
                 "std_over_trials": float(means.std(ddof=1)) if means.size > 1 else 0.0,
                 "per_trial": per}
@@ -133,7 +156,8 @@ def evaluate_run(run_dir: str | os.PathLike, env: str | Task | None = None,
     rows = [(t, m) for t in trials for m in range(d["learners"])]
     policies = [_load(run_dir, t, m, model) for t, m in rows]
     returns = play(policies, task, episodes, seed, cap, sample)
-    return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns)
+    return Evaluation(run_dir, task.name, episodes, seed, cap, sample, rows, returns,
+                      head=first.description["head"])
 
 
 def _trials(trial: int | None, n: int) -> list[int]:
@@ -175,25 +199,42 @@ def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps
     `max_steps`, played in batches of at most BATCH; every policy sees the same episodes'
     keys (and, with private parameters, the same agents)."""
     import jax
+
+    act = policies[0].with_theta(sample)
+    return _returns(task, [p.theta for p in policies], act, episodes, jax.random.key(seed),
+                    max_steps, BATCH)
+
+
+def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
+             max_steps: int, batch: int, compiler_options: dict[str, Any] | None = None
+             ) -> np.ndarray:
+    """(len(thetas), episodes): the returns of `act(θ, key, obs)` for each θ on `task`
+    (`play`), in batches of at most `batch` episodes, keys from the JAX key `root`; the
+    rollout compiled with XLA's `compiler_options` (None: JAX's defaults)."""
+    import jax
     import jax.numpy as jnp
 
     from privrl.envs.rollout import rollout_episodes
 
-    act = policies[0].with_theta(sample)
-    rollout = jax.jit(lambda theta, params, key, n: rollout_episodes(
+    jitted = jax.jit(lambda theta, params, key, n: rollout_episodes(
         task.env, params, lambda k, obs: act(theta, k, obs), key, n, max_steps),
         static_argnums=3)
-    out = np.zeros((len(policies), episodes))
-    for start in range(0, episodes, BATCH):
-        n = min(BATCH, episodes - start)
-        key = jax.random.fold_in(jax.random.key(seed), start)
+
+    def rollout(theta: Any, params: Any, key: Any, n: int) -> Any:
+        if compiler_options is None:
+            return jitted(theta, params, key, n)
+        return jitted.lower(theta, params, key, n).compile(compiler_options)(theta, params, key)
+    out = np.zeros((len(thetas), episodes))
+    for start in range(0, episodes, batch):
+        n = min(batch, episodes - start)
+        key = jax.random.fold_in(root, start)
         k_params, k_roll = jax.random.split(key)
         params = task.agents_params(k_params, jnp.arange(start, start + n))
-        for i, p in enumerate(policies):
+        for i, theta in enumerate(thetas):
             if task.host:
-                traj = task.rollout(params, partial(act, p.theta), k_roll, n, max_steps)
+                traj = task.rollout(params, partial(act, theta), k_roll, n, max_steps)
             else:
-                traj = rollout(p.theta, params, k_roll, n)
+                traj = rollout(theta, params, k_roll, n)
             out[i, start:start + n] = np.asarray(traj.rewards * traj.mask, np.float64).sum(0)
     return out
 
@@ -310,3 +351,179 @@ def _cap(task: Task, max_steps: int | None, policy: Policy) -> int:
     if own is None:
         raise ConfigError("max_steps", f"{task.name} has no episode cap of its own; give one")
     return int(own)
+
+
+# --- did it learn? the random baseline and the verdict of every run ---------------------------
+# A run's final returns are compared with a uniform-random policy's on the same task: same
+# environment, episode cap and per-agent dynamics, about as many episodes as the final window
+# holds, from a key of its own (the run's seed folded with RANDOM_STREAM: the run's own random
+# stream is never touched, so its metrics do not change).
+LEVEL = 0.95  # the verdict's confidence level
+RANDOM_STREAM = 0x52414E44  # "RAND": the baseline's key, folded into the run's seed
+RANDOM_EPISODES = 1000  # a run's baseline at most, on a task rolled out inside jit
+RANDOM_EPISODES_HOST = 32  # at most on a task stepped on the host (Gymnasium); its batch
+_RANDOM_FLOATS = 4_000_000  # a jitted batch's padded buffers stay under ~16 MB
+# The random rollout runs for milliseconds and compiles for seconds: compiled with XLA's
+# optimizations off it compiles ~6x faster (benchmarks/log/23-verdict.md).
+_RANDOM_COMPILE = {"xla_backend_optimization_level": 0,
+                   "xla_llvm_disable_expensive_passes": True}
+
+
+def random_returns(task: Task, episodes: int, seed: int, max_steps: int | None = None
+                   ) -> np.ndarray:
+    """(episodes,) returns (the environment's own rewards, summed) of a uniform-random policy
+    on `task`: each step's action drawn uniformly from the action space (a Box: uniform within
+    its bounds), the agents' private dynamics drawn as the task draws them, episodes capped at
+    `max_steps` (default: the task's own), played in batches that bound memory. Keys come from
+    `seed` folded with RANDOM_STREAM: the same seed gives the same returns, and a run's own
+    keys are untouched. The one function every random baseline comes from (`random_baseline`,
+    benchmarks/random_return.py)."""
+    import jax
+
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError("episodes", f"must be a positive integer, got {episodes!r}")
+    cap = task.episode_steps if max_steps is None else max_steps
+    if cap is None:
+        raise ConfigError("max_steps", f"{task.name} has no episode cap of its own; give one")
+    task = task.with_max_steps(int(cap))
+    head = task.head
+    batch = min(episodes, RANDOM_EPISODES_HOST if task.host else _random_batch(task, int(cap)))
+
+    def act(_: Any, key: Any, obs: Any) -> Any:
+        return head.uniform(key, obs.shape[0])
+
+    root = jax.random.fold_in(jax.random.key(seed), RANDOM_STREAM)
+    return _returns(task, [None], act, episodes, root, int(cap), batch, _RANDOM_COMPILE)[0]
+
+
+def random_baseline(task: Task, episodes: int, seed: int) -> np.ndarray:
+    """A run's random baseline (`random_returns` at the run's episode cap, the task's): as many
+    episodes as its final window holds (`episodes`, at least 2), at most RANDOM_EPISODES
+    (fewer on long episodes: one batch) or, on a host-stepped task, RANDOM_EPISODES_HOST."""
+    cap = task.episode_steps or 1
+    limit = RANDOM_EPISODES_HOST if task.host else min(RANDOM_EPISODES,
+                                                       _random_batch(task, cap))
+    return random_returns(task, max(2, min(int(episodes), limit)), seed)
+
+
+def _random_batch(task: Task, cap: int) -> int:
+    """Episodes per jitted random batch: its padded buffers under _RANDOM_FLOATS floats."""
+    return max(RANDOM_EPISODES_HOST, _RANDOM_FLOATS // (cap * (task.obs_dim + 4)))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a run learned: its final returns against a random policy's on the same task, by
+    a one-sided Welch t-test at `level` (`verdict`).
+
+    `final` and `random` are the two samples' means (n_final, n_random values); `random_ci`
+    the random mean's two-sided `level` interval; `lower` the one-sided `level` lower bound
+    of final − random and `upper` the matching upper bound (NaN: too few final values to
+    test); `learned`: lower > 0; `below`: upper < 0 (the run ended worse than random)."""
+
+    final: float
+    n_final: int
+    random: float
+    random_ci: tuple[float, float]
+    n_random: int
+    lower: float
+    upper: float
+    level: float = LEVEL
+
+    @property
+    def learned(self) -> bool:
+        return bool(self.lower > 0)
+
+    @property
+    def below(self) -> bool:
+        return bool(self.upper < 0)
+
+    def test(self) -> str:
+        """The test used, in words."""
+        pct = f"{100 * self.level:g}%"
+        return (f"one-sided Welch t-test at {pct}: the mean of the run's {self.n_final} final "
+                f"returns minus the mean of {self.n_random} episodes of a uniform-random policy "
+                f"(same task, episode cap and agents' dynamics; episodes counted as "
+                f"independent); learned when its {pct} lower bound is above 0")
+
+    def fields(self) -> dict[str, Any]:
+        """summary.json's fields: random_return, random_return_ci, random_episodes,
+        learned, learned_test (the test, its level and bounds)."""
+        return {"random_return": _r(self.random),
+                "random_return_ci": [_r(self.random_ci[0]), _r(self.random_ci[1])],
+                "random_episodes": self.n_random,
+                "learned": self.learned,
+                "learned_test": {"test": self.test(), "level": self.level,
+                                 "final_return": _r(self.final), "final_values": self.n_final,
+                                 "difference": _r(self.final - self.random),
+                                 "difference_lower": _r(self.lower),
+                                 "difference_upper": _r(self.upper),
+                                 "below_random": self.below}}
+
+
+def _r(x: float) -> float | None:
+    """A float for JSON at 6 significant digits (None for NaN)."""
+    return None if not np.isfinite(x) else float(f"{x:.6g}")
+
+
+def verdict(final: Any, random: Any, level: float = LEVEL) -> Verdict:
+    """The verdict on a run's `final` returns (its last window's: episodes' returns or batch
+    means; NaNs dropped) against `random` (`random_returns`): a one-sided Welch t-test of
+    mean(final) − mean(random) at `level`. With fewer than two final values there is no
+    variance to test with: the bounds are NaN and the run is not counted as learned."""
+    from scipy import stats
+
+    f = np.asarray(final, np.float64).reshape(-1)
+    f = f[np.isfinite(f)]
+    r = np.asarray(random, np.float64).reshape(-1)
+    if r.size < 2 or not np.all(np.isfinite(r)):
+        raise ValueError(f"the random baseline needs two or more finite returns, got {r}")
+    r_mean, r_var = float(r.mean()), float(r.var(ddof=1)) / r.size
+    half = (float(stats.t.ppf(0.5 + level / 2, r.size - 1)) * math.sqrt(r_var)
+            if r_var > 0 else 0.0)
+    ci = (r_mean - half, r_mean + half)
+    if f.size < 2:
+        mean = float(f.mean()) if f.size else math.nan
+        return Verdict(mean, int(f.size), r_mean, ci, int(r.size), math.nan, math.nan, level)
+    f_var = float(f.var(ddof=1)) / f.size
+    diff, se = float(f.mean()) - r_mean, math.sqrt(f_var + r_var)
+    if se == 0:  # both samples constant: the difference is exact
+        return Verdict(float(f.mean()), int(f.size), r_mean, ci, int(r.size), diff, diff, level)
+    df = se**4 / (f_var**2 / (f.size - 1) + r_var**2 / (r.size - 1))
+    t = float(stats.t.ppf(level, df))
+    return Verdict(float(f.mean()), int(f.size), r_mean, ci, int(r.size), diff - t * se,
+                   diff + t * se, level)
+
+
+def verdict_line(summary: dict[str, Any]) -> str:
+    """The last line a run prints: whether it learned, from summary.json's verdict fields."""
+    test = summary["learned_test"]
+    pct = f"{100 * test['level']:g}%"
+    final, rnd = test["final_return"], summary["random_return"]
+    if final is None:
+        return ("Did it learn? Unknown: the run has no final returns to compare with a random "
+                f"policy's {rnd:.4g}.")
+    if test["difference_lower"] is None:
+        return (f"Did it learn? Not shown: {test['final_values']} final return(s) ({final:.4g}) "
+                f"are too few to compare with a random policy's {rnd:.4g} at {pct}.")
+    if summary["learned"]:
+        return (f"Learned: the final return {final:.4g} is above a random policy's {rnd:.4g} "
+                f"(by at least {test['difference_lower']:.4g} at {pct} confidence).")
+    if test["below_random"]:
+        return (f"Did not learn: the final return {final:.4g} is below a random policy's "
+                f"{rnd:.4g} (by at least {-test['difference_upper']:.4g} at {pct} confidence).")
+    return (f"Did not learn: the final return {final:.4g} is not above a random policy's "
+            f"{rnd:.4g} by its {pct} confidence bound.")
+
+
+def verdict_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The results table's rows for the random baseline and the verdict."""
+    lo, hi = summary["random_return_ci"]
+    test = summary["learned_test"]
+    pct = f"{100 * test['level']:g}%"
+    low = test["difference_lower"]
+    said = ("yes" if summary["learned"] else "below random" if test["below_random"] else "no")
+    return [(f"random policy's return ({pct} CI, {summary['random_episodes']} episodes)",
+             f"{summary['random_return']:.4g} [{lo:.4g}, {hi:.4g}]"),
+            (f"learned? (final − random > 0, one-sided {pct})",
+             said + ("" if low is None else f" (lower bound {low:.4g})"))]

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from privrl.config import ConfigError, json_safe
 from privrl.policy import FILE as POLICY_FILE
 from privrl.policy import SavedPolicy
 from privrl.runfile import json_text, versions, write_json  # noqa: F401 (run output's API)
+
+if TYPE_CHECKING:
+    from privrl.evaluation import Verdict
 
 T = TypeVar("T")
 
@@ -112,10 +115,34 @@ def hold_last(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def plot_title(system: str, env: str | None, privacy: str,
+               policy: SavedPolicy | None = None) -> str:
+    """A run's plot title: the system, the task (its env id; a config that names none: the
+    task the saved `policy` was trained on) and the mechanism with its ε or σ."""
+    if env is None and policy is not None:
+        env = policy.description.get("env")
+    return f"{system} on {env or 'its default task'}\n{privacy}"
+
+
+def plural(n: int, word: str) -> str:
+    """'1 seed', '3 seeds'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def draw_random(ax: Any, random: float | None) -> None:
+    """The random policy's mean return as a horizontal line (`privrl.evaluation`), if known."""
+    if random is not None:
+        ax.axhline(random, color="tab:red", ls=":", lw=1.0,
+                   label=f"random policy: {random:.4g}")
+
+
 def plot_curves(path: Path, curves: dict[str, np.ndarray], title: str, xlabel: str,
-                ylabel: str, target: float | None = None, window: int = 25) -> None:
+                ylabel: str, target: float | None = None, window: int = 25,
+                random: float | None = None) -> None:
     """Per label, a (seeds, T) array: moving average over `window`, mean over seeds and an
-    interquartile band; a seed that stopped early (NaN) holds its last smoothed value."""
+    interquartile band; a seed that stopped early (NaN) holds its last smoothed value.
+    `ylabel` names one value ("evaluation return"); the axis says it is the mean over the
+    window. `random`: the random policy's return, drawn as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,14 +157,18 @@ def plot_curves(path: Path, curves: dict[str, np.ndarray], title: str, xlabel: s
             x = np.arange(window, y.shape[1] + 1)
         else:
             smooth, x = hold_last(y), np.arange(1, y.shape[1] + 1)
-        line = ax.plot(x, np.nanmean(smooth, 0), lw=1.2, label=label)[0]
+        smooth_over = window if y.shape[1] >= window else 1
+        line = ax.plot(x, np.nanmean(smooth, 0), lw=1.2,
+                       label=f"{label}, mean of {plural(y.shape[0], 'seed')}")[0]
         if y.shape[0] > 1:
             lo, hi = np.nanpercentile(smooth, [25, 75], axis=0)
             ax.fill_between(x, lo, hi, alpha=0.2, color=line.get_color())
     if target is not None:
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"solved: {target:g}")
+    draw_random(ax, random)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel(f"{ylabel} (moving average {window})")
+    ax.set_ylabel(f"mean {ylabel}\nover the last {plural(smooth_over, xlabel)}"
+                  if curves and smooth_over > 1 else ylabel)
     ax.set_title(title, fontsize=10)
     ax.legend(loc="best", fontsize=7)
     fig.tight_layout()
@@ -299,6 +330,25 @@ class SavesRunDir:
 
     def record(self) -> RunRecord:
         raise NotImplementedError
+
+    def verdict(self) -> Verdict | None:
+        """Whether the run learned: its final returns against a random policy's
+        (`privrl.evaluation.verdict`); None for a run without a random baseline."""
+        return None
+
+    @property
+    def random_return(self) -> float | None:
+        """A uniform-random policy's mean return on the run's task (summary.json's
+        `random_return`); None without a baseline."""
+        v = self.verdict()
+        return None if v is None else v.random
+
+    @property
+    def learned(self) -> bool | None:
+        """Whether the final return is above random by its confidence bound (summary.json's
+        `learned`); None without a baseline."""
+        v = self.verdict()
+        return None if v is None else v.learned
 
     @property
     def privacy_record(self) -> dict[str, Any]:

@@ -182,16 +182,17 @@ def read_npy(path: str | os.PathLike, dtype: np.dtype, shape: tuple[int, ...]) -
     return np.frombuffer(data, dtype).reshape(shape).copy()
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o666) -> None:
     """Write bytes via a temp file, fsync and rename, so readers see the old or the new file.
 
     The temp file gets a fresh random name and is created exclusively, never through a
     symlink (O_EXCL | O_NOFOLLOW): a link planted in the run directory (shared storage, for a
     Ray run) cannot redirect the write outside it, and the rename replaces a link at `path`
-    itself, not the file it points to. Its mode is what `open` would give (0666 less umask)."""
+    itself, not the file it points to. Its mode is `mode` less the umask (by default what
+    `open` would give; a node's own state: 0600)."""
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(8)}.tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(tmp, flags, 0o666)
+    fd = os.open(tmp, flags, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

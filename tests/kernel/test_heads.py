@@ -154,6 +154,9 @@ def test_dp_reinforce_learns_a_continuous_action(tmp_path) -> None:
     train = out.train_returns[0]
     assert float(train[:10].mean()) < 6.5
     assert float(train[-20:].mean()) > 8.0 and float(out.eval_returns[0, -20:].mean()) > 8.0
+    # the Python API's result states the random baseline (uniform a ∈ [−1, 1]: 10·(1 − 7/12)
+    # = 4.17 per episode, 25 episodes' mean within ±1.5: 3.6 standard errors) and the verdict
+    assert out.random_return == pytest.approx(25 / 6, abs=1.5) and out.learned is True
     # one batch of the trained policy: the actions the environment got lie in [−1, 1]
     state = algo.init(jax.random.key(1))
     traj = algo.episodes.rollout(lambda: algo.env, algo.task.agents_params(

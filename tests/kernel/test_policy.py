@@ -263,3 +263,27 @@ def test_model_is_refused_for_privrls_own_network(cartpole_run, tmp_path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--model" in err[0] and "privrl's own" in err[0], err
     assert not marker.exists()
+
+
+def test_a_continuous_policy_plays_its_mean_action_or_samples_and_says_which(tmp_path, capsys):
+    """Issue 53: a Gaussian policy's greedy play is labelled "mean action" (not argmax);
+    --sample plays sampled actions (other returns: σ = 1 here), and the report says which
+    was used and why the two can differ."""
+    task = make_task("gymnax:Pendulum-v1")
+    model = mlp((4,), 2, 3)
+    theta = np.asarray(model.init(jax.random.key(0)))[None]
+    save(RunRecord("dp-reinforce", {}, 0, {}, {"statement": "test"},
+                   policy=saved_policy("dp-reinforce", model, task, "logits", theta, 20)),
+         tmp_path)
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path), "--episodes", "2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "mean action policy on gymnax:Pendulum-v1" in out
+    assert "Played the mean action actions; --sample" in out and "can differ" in out
+    assert main(["evaluate", str(tmp_path), "--episodes", "2", "--sample"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Played the sampled (Gaussian) actions" in out
+    mean, sampled = (json.loads((tmp_path / f"evaluate-{n}.json").read_text()) for n in (1, 2))
+    assert mean["policy"] == "mean action" and "can differ" in mean["policy_note"]
+    assert sampled["policy"] == "sampled (Gaussian)" and "can differ" in sampled["policy_note"]
+    assert mean["mean_return"] != sampled["mean_return"]

@@ -51,17 +51,20 @@ EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
              "dp-reinforce": ("privrl.systems.dpsgd_rl.cli", "_execute", 2)}
 
 
-@pytest.mark.parametrize("system", sy.SYSTEMS)
+@pytest.mark.parametrize(("system", "levers"), [*((s, False) for s in sy.SYSTEMS),
+                                                 ("pgc-a3c", True)])
 def test_the_recommended_command_builds_the_recommended_config(
-        system: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The last line `privrl plan` prints runs through the real `privrl run` parser and config
-    builder (the training itself is replaced) and gives the fields the plan recommends."""
+        system: str, levers: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last line `privrl plan` prints (`levers`; without: the settings the sweep runs)
+    runs through the real `privrl run` parser and config builder (the training itself is
+    replaced) and gives the fields the plan recommends; PGC-A3C's command runs the adaptive
+    preset with the levers on and its 2 reports per agent as one report of 2 episodes."""
     import importlib
 
     mechanism, preset = MECH[system]
     rec = sy.Recommendation(**{**REC.__dict__, "mechanism": mechanism, "preset": preset})
     fields = sy.config_fields(system, rec, "gymnax:Acrobot-v1", ("link_mass_1=0.8:1.2",),
-                              trials=3, seed=7)
+                              trials=3, seed=7, levers=levers)
     words = shlex.split(run_command(system, fields))
     assert words[:3] == ["privrl", "run", system]
     module, name, at = EXECUTORS[system]
@@ -76,6 +79,13 @@ def test_the_recommended_command_builds_the_recommended_config(
         want = tuple(value) if isinstance(value, list) else value
         assert getattr(config, key) == want, key
     assert config.preset == fields.get("preset", config.preset)
+    if system == "pgc-a3c":
+        adaptive = (config.preset, config.adaptive_clip, config.public_eval_every)
+        assert adaptive == (("adaptive", True, 20) if levers else ("tuned", False, None))
+        assert config.episodes_per_report == (2 if levers else 1)
+        assert config.submissions == REC.agents * (1 if levers else 2)  # the same episodes
+        assert config.buffer_size == (4 if levers else REC.batch)  # ⌈7/2⌉ reports of 2
+        assert not config.step_from_noise  # the plan's step size, not a second rule's
 
 
 def test_plan_json_schema_and_never_overwriting(tmp_path: Path) -> None:

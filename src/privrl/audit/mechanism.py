@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.audit.stats import held_out_bound, select_threshold
+from privrl.audit.stats import held_out_bound, scored_threshold
 from privrl.config import ConfigError
 from privrl.privacy.mechanisms import (
     BoxGaussianMechanism,
@@ -39,7 +39,8 @@ from privrl.privacy.mechanisms import (
     UnboundedGaussianNoise,
 )
 
-__all__ = ["AuditResult", "Auditable", "PoissonSampledSum", "audit_mechanism", "default_pair"]
+__all__ = ["AuditResult", "Auditable", "PoissonSampledSum", "audit_mechanism", "default_pair",
+           "default_statistics"]
 
 
 class Auditable(Protocol):
@@ -146,6 +147,52 @@ def _draw(batched: Callable[[Array, Array], Array], key: Array, x: Array, n: int
     return np.concatenate(parts).reshape(n, -1)
 
 
+Statistic = Callable[[np.ndarray], np.ndarray]
+COORDINATES = 4  # single-coordinate statistics tried: the coordinates whose means differ most
+MODE_ROWS = 2000  # selection draws searched for an output that repeats exactly
+
+
+def default_statistics(sel0: np.ndarray, sel1: np.ndarray) -> list[tuple[str, Statistic]]:
+    """The statistics an audit tries, each fitted on the selection half only.
+
+    Fisher's linear discriminant Σ⁻¹(m′ − m) (for additive Gaussian noise the likelihood-ratio
+    statistic) is blind where Σ is singular: a coordinate without noise has no variance, so the
+    pseudo-inverse gives it weight 0 and a mechanism that adds no noise audits at ε = 0. So the
+    audit also tries the coordinates whose means differ most relative to their spread (a
+    deterministic one first), and exact equality with an output that repeats in the selection
+    draws (a whole output, or one coordinate): no continuous noise repeats a value, a mechanism
+    that sometimes releases a fixed value does.
+    """
+    m0, m1 = sel0.mean(0), sel1.mean(0)
+    cov = np.atleast_2d(np.cov(np.concatenate([sel0 - m0, sel1 - m1]), rowvar=False))
+    w = np.linalg.pinv(cov) @ (m1 - m0)
+    centre = (m0 + m1) / 2
+    stats: list[tuple[str, Statistic]] = [
+        ("Fisher discriminant fitted on the selection half",
+         lambda y: (y - centre) @ w)]
+    spread = np.sqrt((sel0.var(0) + sel1.var(0)) / 2)
+    gap = np.abs(m1 - m0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = np.where(gap > 0, gap / spread, 0.0)
+    for j in np.argsort(-score, kind="stable")[:COORDINATES]:
+        if score[j] > 0:
+            stats.append((f"coordinate {int(j)} of the output",
+                          lambda y, j=int(j): y[:, j]))
+    for which, sel in ((1, sel1), (0, sel0)):
+        rows, counts = np.unique(sel[:MODE_ROWS], axis=0, return_counts=True)
+        if counts.max() > 1:
+            mode = rows[np.argmax(counts)]
+            stats.append((f"exact equality with the output input {which} repeats",
+                          lambda y, mode=mode: np.all(y == mode, axis=1).astype(float)))
+    for j in np.argsort(-score, kind="stable")[:COORDINATES]:
+        values, counts = np.unique(sel1[:MODE_ROWS, j], return_counts=True)
+        if score[j] > 0 and counts.max() > 1:
+            v = values[np.argmax(counts)]
+            stats.append((f"exact equality of coordinate {int(j)} with a value input 1 repeats",
+                          lambda y, j=int(j), v=v: (y[:, j] == v).astype(float)))
+    return stats
+
+
 def check_audit_settings(samples: int, confidence: float) -> None:
     """An audit's own settings, checked before anything is drawn: at least 20 samples per
     input (half select the threshold, half bound ε) and a confidence in (0, 1)."""
@@ -170,9 +217,8 @@ def audit_mechanism(
 
     samples: draws per input (split evenly: threshold selection / held-out bound).
     pair: the neighbouring inputs (x, x′); default `default_pair(mechanism, dim)`.
-    statistic: maps outputs (n, k) to scalars (n,); default: Fisher's linear discriminant
-    Σ⁻¹(m′ − m) fitted on the selection half only (black-box; for additive Gaussian noise it
-    is the likelihood-ratio statistic, for 1-D outputs any monotone one is).
+    statistic: maps outputs (n, k) to scalars (n,); default: the best on the selection half of
+    `default_statistics` (Fisher's discriminant, single coordinates, exact equality).
     Assumptions: the draws are independent (distinct PRNG keys of a sound generator), and δ is
     the claimed one. The bound holds with probability ≥ `confidence` whatever the threshold.
     """
@@ -195,25 +241,20 @@ def audit_mechanism(
     y1 = _draw(batched, k1, x1, samples, chunk)
     sel0, out0, sel1, out1 = y0[:half], y0[half:], y1[:half], y1[half:]
     if statistic is None:
-        m0, m1 = sel0.mean(0), sel1.mean(0)
-        cov = np.atleast_2d(np.cov(np.concatenate([sel0 - m0, sel1 - m1]), rowvar=False))
-        w = np.linalg.pinv(cov) @ (m1 - m0)  # Fisher's discriminant; LLR for Gaussian noise
-        centre = (m0 + m1) / 2
-
-        def statistic(y: np.ndarray) -> np.ndarray:
-            return (y - centre) @ w
-
-        test = "Fisher discriminant fitted on the selection half"
+        candidates = default_statistics(sel0, sel1)
     else:
-        test = getattr(statistic, "__name__", "user statistic")
-    t_sel0, t_sel1 = statistic(sel0), statistic(sel1)
-    threshold = select_threshold(t_sel0, t_sel1, delta, alpha)
+        candidates = [(getattr(statistic, "__name__", "user statistic"), statistic)]
+    # the statistic, threshold, side and order: all chosen on the selection half only
+    scored = [(scored_threshold(fn(sel0), fn(sel1), delta, alpha), test, fn)
+              for test, fn in candidates]
+    (threshold, _), test, statistic = max(scored, key=lambda s: s[0][1])
     eps, ka, kb = held_out_bound(threshold, statistic(out0), statistic(out1), delta, alpha)
+    tried = f" (best of {len(candidates)} statistics on that half)" if len(candidates) > 1 else ""
     name = getattr(mechanism, "name", type(mechanism).__name__)
     return AuditResult(
         mechanism=name, epsilon_lower=eps, epsilon_claimed=claimed, delta=delta,
         confidence=confidence, samples=samples,
-        test=f"{test}; threshold chosen on {half} draws per input, Clopper–Pearson bounds "
+        test=f"{test}{tried}; threshold chosen on {half} draws per input, Clopper–Pearson bounds "
              f"(each at {alpha / 2:g}) on {half} held-out draws per input",
         threshold=threshold.tau, side=threshold.side, null_input=threshold.null,
         count_null=ka, count_other=kb)

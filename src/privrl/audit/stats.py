@@ -24,7 +24,7 @@ import numpy as np
 from scipy.stats import beta
 
 __all__ = ["Threshold", "clopper_pearson_lower", "clopper_pearson_upper", "epsilon_bound",
-           "held_out_bound", "select_threshold"]
+           "held_out_bound", "scored_threshold", "select_threshold"]
 
 
 def clopper_pearson_upper(k: np.ndarray | int, n: int, alpha: float) -> np.ndarray:
@@ -89,6 +89,13 @@ def select_threshold(t0: np.ndarray, t1: np.ndarray, delta: float, alpha: float,
     estimates is biased towards thresholds with few draws in S, which then fall back on the
     held-out half; the stricter level prefers thresholds whose bound is stable.
     """
+    return scored_threshold(t0, t1, delta, alpha, count)[0]
+
+
+def scored_threshold(t0: np.ndarray, t1: np.ndarray, delta: float, alpha: float,
+                     count: int = 600) -> tuple[Threshold, float]:
+    """`select_threshold`'s choice and its score on the selection half (used to choose among
+    several statistics on that half too: the held-out bound stays valid whatever is chosen)."""
     t0s, t1s = np.sort(t0), np.sort(t1)
     n = min(t0.size, t1.size)
     taus = _candidates(t0, t1, count)
@@ -103,7 +110,7 @@ def select_threshold(t0: np.ndarray, t1: np.ndarray, delta: float, alpha: float,
             i = int(np.argmax(eps))
             if eps[i] > best_eps:
                 best, best_eps = Threshold(float(taus[i]), side, null), float(eps[i])
-    return best
+    return best, best_eps
 
 
 def held_out_bound(threshold: Threshold, t0: np.ndarray, t1: np.ndarray, delta: float,

@@ -175,9 +175,9 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     if out is not None and str(out) != "auto":
         check_out_dir(out)
     task = task_of(config)
+    from privrl.evaluation import random_returns
     from privrl.planner import model, pilot
     from privrl.planner import systems as sy
-    from privrl.planner.baseline import random_return
 
     f = sy.facts(system, bool(task.head.continuous))
     stage = progress or (lambda name, done, total: None)
@@ -192,7 +192,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     clip = float(f"{max(q[1], 1e-8) / f.radius:.3g}")  # the clip ball's radius: the median
     signal, variance = pilot.clipped_moments(grads, clip * f.radius, f.norm)
     stage("pilot: random policy", 1, 3)
-    rand = random_return(task, max(32, config.gradient_episodes), config.seed)
+    rand = float(random_returns(task, max(32, config.gradient_episodes), config.seed).mean())
     stage("pilot: non-private run", 2, 3)
     pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress,
                                                   not task.host)
@@ -235,8 +235,19 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     k = agents or _fallback_agents(system, config)
     rec = _recommend(system, f, stats, noise, eps, k, reports)
     fields = sy.config_fields(system, rec, config.env, config.private_params,  # type: ignore
-                              config.trials, config.seed)
+                              config.trials, config.seed, levers=True)
     sy.build_config(system, fields).validate()
+    if sy.levers_apply(system, rec):
+        e = fields.get("episodes_per_report", 1)
+        notes.append(f"The command runs preset {fields['preset']!r}: the plan's settings with "
+                     "the adaptive levers on (the clip starts at the plan's and follows the "
+                     "agents' median norm, its bit paid from each report's ε, which the model "
+                     "counts; the best policy on the public simulator is kept; the step size is "
+                     "the plan's)"
+                     + (f", and each agent's {e} reports as one report of {e} episodes (one "
+                        "release at the agent's whole ε: less noise)" if e > 1 else "")
+                     + (". The sweep ran the settings with the levers off (a run with a lever "
+                        "on runs alone, not in one compiled program)." if config.sweep else "."))
 
     # 3. the check: one sweep over (ε, K)
     frontier = check = learns = None

@@ -1,12 +1,13 @@
 """The pilot: measurements on the task's PUBLIC simulator, never on an agent's data.
 
 Agents' private parameters are drawn from the `--private` ranges the user gives (the task's
-`agents_params`), not from any agent. Two measurements:
+`agents_params`), not from any agent. The measurement:
 - `gradient_sample`: per-episode policy-gradient vectors of a fresh policy of the system's
   network size (REINFORCE with per-episode standardized returns-to-go: the score-function
   gradient every modelled system clips), from which the pilot reads the norms, their spread,
-  and at a clip the mean clipped gradient and its variance;
-- `random_return`: a uniformly random policy's mean return on the same simulator.
+  and at a clip the mean clipped gradient and its variance.
+A uniformly random policy's return comes from the library's one baseline
+(`privrl.evaluation.random_returns`), the one every run's verdict uses.
 The non-private learning speed is measured by each system's own non-private run
 (privrl.planner.systems).
 """
@@ -43,18 +44,6 @@ def _play(task: Task, policy: Callable[[Any, Any], Any], key: jax.Array, episode
 def _rewards(task: Task, traj: Trajectory) -> np.ndarray:
     """(T, P) the environment's own rewards of the steps that happened."""
     return np.asarray(traj.rewards) * np.asarray(traj.mask)
-
-
-def random_return(task: Task, episodes: int = 32, seed: int = 0) -> float:
-    """A uniformly random policy's mean episode return on the public simulator (the agents'
-    private parameters drawn from the ranges). One call site: `privrl.planner.baseline`."""
-    head = task.head
-
-    def policy(key: jax.Array, obs: jax.Array) -> jax.Array:
-        return head.uniform(key, obs.shape[0])
-
-    traj = _play(task, policy, jax.random.key(seed), episodes)
-    return float(np.mean(np.sum(_rewards(task, traj), axis=0)))
 
 
 def gradient_sample(task: Task, hidden: tuple[int, ...], episodes: int = 64, seed: int = 0,

@@ -70,13 +70,41 @@ class Curve:
         return float(np.mean(y[-n:]))
 
 
+# The preset whose levers the recommended command turns on, by system and the preset the plan
+# modelled (and swept): PGC-A3C's `adaptive` is `tuned` (same learner, network and shaped
+# reward on a discrete task) plus the adaptive levers (docs/pgc-a3c.md). Not on a continuous
+# task: there `adaptive` is not `continuous` plus levers, and it stayed below random on
+# Pendulum (benchmarks/RESULTS.md, "Adaptive private defaults").
+LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive"}
+
+
+def levers_apply(system: str, rec: Recommendation) -> bool:
+    """Whether the recommended command of `rec` turns on `system`'s adaptive levers: a private
+    run of a preset LEVERS_PRESET extends."""
+    return rec.mechanism != "none" and (system, rec.preset) in LEVERS_PRESET
+
+
 def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[str],
-                  trials: int, seed: int) -> dict[str, Any]:
+                  trials: int, seed: int, levers: bool = False) -> dict[str, Any]:
     """The recommendation as `system`'s config fields: the one place a planner knob meets a
-    config field (the adaptive levers of issue 51 item 1 add their fields here)."""
+    config field. `levers`: the recommended command's fields, with the system's adaptive
+    levers on where they apply (`levers_apply`); without, the settings as the plan models and
+    sweeps them (one compiled program: a run with a lever on runs alone)."""
     common: dict[str, Any] = {"env": env, "private_params": tuple(private), "seed": seed,
                               "learning_rate": rec.learning_rate, "clip": rec.clip}
     private_run = rec.mechanism != "none"
+    if system == "pgc-a3c" and levers and levers_apply(system, rec):
+        # One report of E = r episodes instead of r one-episode reports: the same episodes and
+        # updates (|B|/r reports of r episodes each), one release at the agent's whole ε
+        # instead of r at ε/r: less noise per update (r·N(ε) against N(ε/r) = r²·N(ε)).
+        # The step size stays the plan's (`step_from_noise` off: one rule sets it); the clip
+        # starts at the plan's (the pilot's median norm, the preset's clip_quantile).
+        r = rec.reports_per_agent
+        return {**common, "preset": LEVERS_PRESET[(system, rec.preset)],
+                "mechanism": rec.mechanism, "epsilon": rec.epsilon,
+                "submissions_per_agent": 1, **({"episodes_per_report": r} if r > 1 else {}),
+                "submissions": rec.agents, "buffer_size": max(1, math.ceil(rec.batch / r)),
+                "step_from_noise": False, "trials": trials}
     if system == "pgc-a3c":
         return {**common, "preset": rec.preset, "mechanism": rec.mechanism,
                 "epsilon": rec.epsilon if private_run else None,
@@ -117,6 +145,9 @@ class SystemFacts:
     prefix: bool
     preset: str
     episodes_per_report: int = 1
+    # The share of each report's ε the recommended command's adaptive clip spends on its clip
+    # bit (LEVERS_PRESET; 0: no levers): the model gives the gradient the rest.
+    clip_bit_share: float = 0.0
 
 
 def facts(system: str, continuous: bool) -> SystemFacts:
@@ -126,8 +157,11 @@ def facts(system: str, continuous: bool) -> SystemFacts:
 
         preset = "continuous" if continuous else "tuned"
         cfg = PGCA3CConfig.from_preset(preset, mechanism="laplace", epsilon=1.0).resolved()
+        levers = LEVERS_PRESET.get((system, preset))
+        share = PGCA3CConfig.from_preset(levers).clip_epsilon_share if levers else 0.0
         return SystemFacts("laplace", "l1", 0.5, (cfg.hidden,), cfg.learning_rate,
-                           cfg.buffer_size or 1, (1, 2, 4, 8), True, preset)
+                           cfg.buffer_size or 1, (1, 2, 4, 8), True, preset,
+                           clip_bit_share=share)
     if system == "fedpg-cen":
         from privrl.systems.fedpg.config import FedPGConfig
 
@@ -151,7 +185,7 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     d, c = stats.dim, stats.clip
 
     def pgc(eps: float, r: int, k: int) -> float:
-        return release_noise("laplace", eps, r, c, d)
+        return release_noise("laplace", eps * (1 - f.clip_bit_share), r, c, d)
 
     def fedpg(eps: float, r: int, k: int) -> float:
         return release_noise("distributed-gaussian", eps, r, c, d, delta, summed_over=k)

@@ -558,20 +558,29 @@ def optimal_pure_composition(epsilon: float, count: int, delta: float) -> float:
 
 
 def pure_composition_record(epsilon: float, count: int, delta: float,
-                            enforced: str = "basic") -> dict[str, Any]:
+                            enforced: str = "basic", delta_per_release: float = 0.0
+                            ) -> dict[str, Any]:
     """privacy.json's statement of `count` ε-DP releases of one unit: basic composition (pure
-    count·ε) and the optimal (ε', δ) at the run's δ, saying which one the ledger enforces."""
+    count·ε) and the optimal (ε', δ) at the run's δ, saying which one the ledger enforces.
+    With `delta_per_release` δ₀ > 0 ((ε, δ₀) releases: a user's mechanism), basic composition
+    is (count·ε, count·δ₀) and the optimal one composes the pure parts at δ − count·δ₀."""
     if enforced not in ("basic", "optimal"):
         raise ValueError(f"enforced must be 'basic' or 'optimal', got {enforced!r}")
-    tight = optimal_pure_composition(epsilon, count, delta)
+    spent = count * delta_per_release
+    tight = optimal_pure_composition(epsilon, count, delta - spent) if delta > spent else (
+        math.inf)
     return {
         "releases": count,
         "epsilon_per_release": epsilon,
-        "basic": {"epsilon": count * epsilon, "delta": 0.0,
-                  "how": "basic sequential composition (sum of the releases' ε), pure ε-DP"},
+        **({"delta_per_release": delta_per_release} if delta_per_release else {}),
+        "basic": {"epsilon": count * epsilon, "delta": spent,
+                  "how": "basic sequential composition (sum of the releases' ε" + (
+                      " and δ)" if delta_per_release else "), pure ε-DP")},
         "optimal": {"epsilon": tight, "delta": delta,
                     "how": "optimal composition of ε-DP releases (Kairouz, Oh & Viswanath "
                            "2015, Theorem 3.3), exact for any ε-DP mechanism; ε' found by "
-                           "bisection on δ(ε') <= δ"},
+                           "bisection on δ(ε') <= δ" + (
+                               f" − {count}·δ₀, the releases' own δ added (union bound)"
+                               if delta_per_release else "")},
         "enforced_by_ledger": enforced,
     }

@@ -9,9 +9,10 @@ The budget is enforced by one of two compositions, chosen by the user (`composit
 * "basic" (the default): the pure (Σε, Σδ) above must stay within (epsilon_budget,
   delta_budget).
 * "optimal": the budget is an (ε, δ) with δ = delta_budget > 0, and an agent's releases, all
-  pure ε_0-DP with one ε_0, are admitted while their k-fold composition is
+  (ε_0, δ_0)-DP with one (ε_0, δ_0), are admitted while their k-fold composition is
   (epsilon_budget, delta_budget)-DP by the optimal composition theorem (Kairouz, Oh &
-  Viswanath 2015; exact, privrl.privacy.accounting.optimal_composition_admits). It admits
+  Viswanath 2015; exact for pure releases, privrl.privacy.accounting.
+  optimal_composition_admits; with δ_0 > 0 the pure part is composed at δ − k·δ_0). It admits
   every release basic composition admits, and for many small releases far more.
 
 Agents are identified by non-negative integers; the ledger stores their spending in growable
@@ -74,7 +75,7 @@ class PrivacyLedger:
         self._count = np.zeros(0, dtype=np.int64)
         self._unit = np.zeros(0, dtype=np.float64)  # optimal: each agent's ε_0 (NaN: none yet)
         self._events: dict[Guarantee, int] = {}
-        self._admits: dict[tuple[float, int], bool] = {}  # optimal: (ε_0, k) -> within budget
+        self._admits: dict[tuple[float, int, float], bool] = {}  # optimal: (ε₀, k, kδ₀) -> fits
 
     # --- queries -------------------------------------------------------------------------
     @property
@@ -97,7 +98,8 @@ class PrivacyLedger:
             from privrl.privacy.accounting import optimal_pure_composition
 
             return (optimal_pure_composition(float(self._unit[agent]),
-                                             int(self._count[agent]), self.delta_budget),
+                                             int(self._count[agent]),
+                                             self._delta_left(float(self._delta[agent]))),
                     self.delta_budget)
         return float(self._eps[agent]), float(self._delta[agent])
 
@@ -132,7 +134,9 @@ class PrivacyLedger:
                 from privrl.privacy.accounting import optimal_pure_composition
 
                 k = int(self.reports_of(worst) + counts[np.argmax(eps)])
-                tight = optimal_pure_composition(guarantee.epsilon, k, self.delta_budget)
+                left = self._delta_left(float(np.max(delta)))
+                tight = (optimal_pure_composition(guarantee.epsilon, k, left) if left > 0
+                         else math.inf)
                 raise BudgetExceededError(
                     f"refused: agent {worst}'s {k} releases of ε = {guarantee.epsilon:g} "
                     f"would be (ε = {tight:g}, δ = {self.delta_budget:g})-DP by the optimal "
@@ -271,39 +275,50 @@ class PrivacyLedger:
         """Whether every agent's releases, these included, stay within the budget."""
         if self.mode == "basic" or ids.size == 0:
             return self._within(eps, delta)
-        if guarantee.delta != 0:
-            raise ValueError("the optimal-composition budget composes pure ε-DP releases; "
-                             f"got a guarantee with δ = {guarantee.delta}")
         known = ids < self._unit.size
         prior = self._unit[ids[known]]
-        prior = prior[~np.isnan(prior)]
-        if prior.size and np.any(prior != guarantee.epsilon):
-            raise ValueError("the optimal-composition budget composes one ε per agent; an "
-                             "agent's releases differ in ε")
-        if math.isinf(self.epsilon_budget) or self._within(eps, np.zeros_like(eps)):
+        had = ~np.isnan(prior)
+        if np.any(prior[had] != guarantee.epsilon) or not np.allclose(
+                self._delta[ids[known]][had], self._count[ids[known]][had] * guarantee.delta,
+                rtol=1e-9, atol=0.0):
+            raise ValueError("the optimal-composition budget composes one (ε, δ) per agent; "
+                             "an agent's releases differ in ε or δ")
+        # (ε₀, δ₀)-DP releases: k of them are (ε', δ' + k·δ₀)-DP with (ε', δ') the optimal
+        # composition of k pure ε₀ releases (Kairouz, Oh & Viswanath 2015, Theorem 3.3, with
+        # 1 − (1 − δ₀)^k (1 − δ') <= δ' + k·δ₀): the pure part gets the δ the releases leave.
+        if np.any(delta >= self.delta_budget):
+            return False
+        if math.isinf(self.epsilon_budget) or self._within(eps, delta):
             return True  # basic composition fits: the optimal one does too
         totals = np.zeros(ids.size, np.int64)
         totals[known] = self._count[ids[known]]
         totals += counts
-        return all(self._optimal_fits(guarantee.epsilon, int(k)) for k in np.unique(totals))
+        return all(self._optimal_fits(guarantee.epsilon, int(k), k * guarantee.delta)
+                   for k in np.unique(totals))
 
-    def _optimal_fits(self, epsilon: float, count: int) -> bool:
+    def _delta_left(self, spent: float) -> float:
+        """The δ an agent's releases leave to the optimal composition of their pure part."""
+        return self.delta_budget - spent
+
+    def _optimal_fits(self, epsilon: float, count: int, release_delta: float = 0.0) -> bool:
         from privrl.privacy.accounting import optimal_composition_admits
 
-        key = (epsilon, count)
+        key = (epsilon, count, release_delta)
         if key not in self._admits:
             self._admits[key] = optimal_composition_admits(
-                epsilon, count, self.epsilon_budget * (1 + _ROUNDOFF), self.delta_budget)
+                epsilon, count, self.epsilon_budget * (1 + _ROUNDOFF),
+                self._delta_left(release_delta))
         return self._admits[key]
 
     def _optimal_spent(self, active: np.ndarray) -> np.ndarray:
         """Each active agent's least ε' at the budget's δ (computed once per (ε_0, k))."""
         from privrl.privacy.accounting import optimal_pure_composition
 
-        pairs = np.stack([self._unit[active], self._count[active].astype(np.float64)], 1)
+        pairs = np.stack([self._unit[active], self._count[active].astype(np.float64),
+                          self._delta[active]], 1)
         uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
-        values = np.array([optimal_pure_composition(float(e), int(k), self.delta_budget)
-                           for e, k in uniq])
+        values = np.array([optimal_pure_composition(float(e), int(k), self._delta_left(d))
+                           for e, k, d in uniq])
         return values[np.asarray(inverse).reshape(-1)]
 
     def _grow(self, size: int) -> None:

@@ -23,8 +23,8 @@ import numpy as np
 
 from privrl.choices import NOISE_MODES
 
-__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "record_mode", "secret_fold",
-           "secret_keys", "summary_note"]
+__all__ = ["NOISE_MODES", "SEEDED_NOTE", "noise_fields", "noise_mode", "noise_summary",
+           "record_mode", "secret_fold", "secret_keys", "summary_note"]
 
 SEEDED_NOTE = ("noise keys are SEEDED: every noise vector is reproducible from the seed in "
                "config.json, so anyone holding config.json and the reports can subtract the "
@@ -37,6 +37,17 @@ SECRET_NOTE = ("noise keys are SECRET: each agent's noise root comes from the OS
 SECURE_NOTE = ("noise is SECURE: float-safe discrete noise drawn on the host from the OS "
                "CSPRNG (os.urandom) for every release; no key is involved, so the noise is "
                "neither reproducible from the seed nor stored anywhere")
+
+
+def noise_mode(mechanism: str, noise: str | None, secure_noise: bool) -> str | None:
+    """`record_mode` of a run whose mechanism is `mechanism`, or None where it adds no noise
+    (`none`): then no noise-keys line is written, in privacy.json or the summary."""
+    return None if mechanism == "none" else record_mode(noise, secure_noise)
+
+
+def noise_summary(mode: str | None) -> dict[str, str]:
+    """summary.json's "noise" line (nothing without noise)."""
+    return {} if mode is None else {"noise": summary_note(mode)}
 
 
 def record_mode(noise: str | None, secure_noise: bool, default: str = "seeded") -> str:
@@ -72,8 +83,10 @@ def secret_fold(root: Any, key: Any) -> Any:
     return jax.random.fold_in(jax.random.fold_in(root, bits[..., 0]), bits[..., 1])
 
 
-def noise_fields(mode: str) -> dict[str, Any]:
-    """The privacy.json fields that say where the noise came from."""
+def noise_fields(mode: str | None) -> dict[str, Any]:
+    """The privacy.json fields that say where the noise came from (nothing without noise)."""
+    if mode is None:
+        return {}
     note = {"seeded": SEEDED_NOTE, "secret": SECRET_NOTE, "secure": SECURE_NOTE}[mode]
     return {"noise_keys": {"mode": mode, "reproducible_from_seed": mode == "seeded",
                            "note": note}}

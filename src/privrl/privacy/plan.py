@@ -93,6 +93,7 @@ class PrivacyPlan:
     cap: float | None = None
     composition: str = "basic"
     accountant: str = DEFAULT_ACCOUNTANT
+    delta_per_report: float = 0.0  # pure with release_delta: the δ₀ one release may spend
 
     def ledger(self) -> PrivacyLedger:
         """Each agent's ledger, the same on every runtime: it records every release (charged
@@ -162,10 +163,14 @@ def no_privacy(request: PrivacyRequest, releases: int = 0) -> PrivacyPlan:
     return PrivacyPlan("none", releases, request.delta)
 
 
-def plan_pure(request: PrivacyRequest, releases: int, afford_all: bool = False) -> PrivacyPlan:
+def plan_pure(request: PrivacyRequest, releases: int, afford_all: bool = False,
+              release_delta: bool = False) -> PrivacyPlan:
     """A pure ε-DP mechanism that releases at most `releases` times per unit (module doc).
     `afford_all`: the cap must admit every one of the releases (a system that cannot end a
-    unit early), not only the first."""
+    unit early), not only the first. `release_delta`: the mechanism may be (ε₀, δ₀)-DP (a
+    user's): under an (ε, δ) budget (optimal composition) each release gets δ₀ = δ/(2R) and
+    the R releases' pure parts compose at δ/2, so that R releases cost at most (ε, δ)
+    (the ledger composes them so); under a pure budget δ₀ = 0."""
     r = request
     if r.composition not in COMPOSITIONS:
         raise PlanError("budget_composition", f"must be one of {', '.join(COMPOSITIONS)}, got "
@@ -186,22 +191,24 @@ def plan_pure(request: PrivacyRequest, releases: int, afford_all: bool = False) 
     if isinstance(releases, bool) or int(releases) != releases or releases < 1:
         raise PlanError("releases", f"the mechanism must release at least once, got "
                                     f"{releases}")
+    delta0 = r.delta / (2 * int(releases)) if release_delta and r.composition == "optimal" else 0.0
     if r.epsilon_per_report is not None:
         each = float(r.epsilon_per_report)
         cap = r.epsilon_budget if r.epsilon is None else r.epsilon
     else:
-        each = split_epsilon(float(r.epsilon), int(releases), r.delta, r.composition)
+        each = split_epsilon(float(r.epsilon), int(releases), r.delta - int(releases) * delta0,
+                             r.composition)
         cap = r.epsilon
     count = int(releases) if afford_all else 1
     if cap is not None and not (
-            optimal_composition_admits(each, count, cap, r.delta) if r.composition == "optimal"
-            else count * each <= cap * (1 + 1e-9)):
+            optimal_composition_admits(each, count, cap, r.delta - count * delta0)
+            if r.composition == "optimal" else count * each <= cap * (1 + 1e-9)):
         field = "epsilon_budget" if r.epsilon_budget is not None else "epsilon"
         what = (f"one release of ε = {each:g}: nothing would be released" if count == 1 else
                 f"{count} releases of ε = {each:g} by {r.composition} composition")
         raise PlanError(field, f"{cap:g} cannot afford {what}")
     return PrivacyPlan("pure", int(releases), r.delta, r.epsilon, each, None, cap,
-                       r.composition, r.accountant)
+                       r.composition, r.accountant, delta0)
 
 
 def plan_gaussian(request: PrivacyRequest, releases: int, sampling_rate: float | None = None,

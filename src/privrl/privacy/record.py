@@ -215,16 +215,68 @@ class Facts:
     condition: str = ""
     not_protected: str = ""
     noise: str | None = None
+    asked: bool = True  # False: no protection was asked for, so none is said plainly
+    unspent: str = ""  # why the claim's ε is below the budget (`budget`), where it is
+    declared_by: str = ""  # a user's mechanism: its ε is declared, not verified (privacy.user)
+    audit: Mapping[str, Any] | None = None  # the quick audit of a declared one (audit.quick)
+    runtime: str = "local"  # where the parties ran (TRUST_DOMAINS): Ray's cluster is one domain
 
     def __post_init__(self) -> None:
         if self.claim is None and not self.no_guarantee:
             raise ValueError("facts without a claim must say why there is no guarantee")
         if self.claim is not None and self.no_guarantee:
             raise ValueError("facts with a claim cannot also give a reason for none")
+        trust_domain(self.runtime)
 
     @property
     def formal(self) -> bool:
         return self.claim is not None
+
+    @property
+    def declared(self) -> str:
+        """"declared " before every ε of an unverified mechanism, else ""."""
+        return "declared " if self.declared_by else ""
+
+    @property
+    def scope(self) -> str:
+        """The claim's scope as the runtime's trust domain allows: on Ray an "untrusted
+        aggregator" can connect to the agents' cluster, so the scope names the cluster."""
+        assert self.claim is not None
+        if self.runtime != "ray":
+            return self.claim.scope
+        if self.claim.scope.startswith("local"):
+            return ("local DP inside ONE Ray cluster, one trust domain: against whoever sees "
+                    "only the released reports and cannot connect to the cluster")
+        return f"{self.claim.scope}; inside ONE Ray cluster, one trust domain"
+
+    @property
+    def honest(self) -> str | None:
+        """Who must be honest, as the runtime's trust domain allows (None: not stated)."""
+        if self.runtime == "ray":
+            return ("everyone who can connect to the Ray cluster, which is one trust domain: "
+                    "the driver, the aggregator's operator and any other job on it can read "
+                    "an agent's secret noise root and raw data")
+        return None if self.trust is None else self.trust.honest
+
+    def guarantee(self) -> dict[str, Any] | None:
+        """privacy.json's `guarantee`: the claim's fields (scope as the runtime allows) and,
+        for a user's mechanism, that its ε is declared, not verified."""
+        if self.claim is None:
+            return None
+        out = {**self.claim.to_dict(), "scope": self.scope}
+        if self.declared_by:
+            out |= {"declared_by": self.declared_by, "verified_by_privrl": False,
+                    "audited_epsilon_lower_per_release": (
+                        None if not self.audit else self.audit["epsilon_lower"])}
+        return out
+
+
+def _none(facts: Facts) -> str:
+    """The sentence for no guarantee: in capitals where one could be expected, plainly where
+    none was asked for (a part of the run the user left unprotected on purpose)."""
+    if facts.asked:
+        return f"{NO_GUARANTEE}: {facts.no_guarantee}"
+    return f"none asked for ({facts.no_guarantee})"
 
 
 def headline(facts: Facts) -> str:
@@ -232,11 +284,15 @@ def headline(facts: Facts) -> str:
     that there is none."""
     c = facts.claim
     if c is None:
-        return f"{NO_GUARANTEE}: {facts.no_guarantee}"
-    line = f"{c.text()} for {c.unit}, over the whole run ({c.scope}; {c.how})"
+        return _none(facts)
+    line = (f"{facts.declared}{c.text()} for {c.unit}, over the whole run ({facts.scope}; "
+            f"{c.how})")
     r = facts.releases
     if r is not None and r.epsilon is not None:
-        line += f"; per release {_eps(r.epsilon, r.delta, r.notion)}"
+        line += f"; per release {facts.declared}{_eps(r.epsilon, r.delta, r.notion)}"
+    if facts.unspent and facts.budget is not None:
+        line += (f"; {c.epsilon:.4g} of the budget ε = {facts.budget.epsilon:g} spent (why: "
+                 "privacy.json's statement)")
     if facts.shuffle is not None:
         s = facts.shuffle
         line += f"; shuffled: {_eps(s.epsilon, s.delta, 'DP')} against the {s.receiver}"
@@ -262,25 +318,28 @@ def statement(facts: Facts) -> str:
     c = facts.claim
     out: list[str] = []
     if c is None:
-        out.append(f"{NO_GUARANTEE}: {facts.no_guarantee}.")
+        out.append(f"{_none(facts)}.")
     else:
         detail = f" ({c.detail})" if c.detail else ""
-        out.append(f"{c.text()} for {c.unit}, over the whole run ({c.scope}), by {c.how}"
-                   f"{detail}.")
+        out.append(f"{facts.declared[:1].upper()}{facts.declared[1:]}{c.text()} for {c.unit}, "
+                   f"over the whole run ({facts.scope}), by {c.how}{detail}.")
     r = facts.releases
     if r is not None:
         count = "" if r.count is None else f" ({r.count} release(s) at most)"
         one = ("" if r.epsilon is None else
-               f" Each release alone is {_eps(r.epsilon, r.delta, r.notion)} (per release).")
+               f" Each release alone is {facts.declared}{_eps(r.epsilon, r.delta, r.notion)} "
+               "(per release).")
         out.append(f"{r.who[:1].upper()}{r.who[1:]} released {r.what}{count}, randomized by "
                    f"{r.mechanism}.{one}")
     for a in facts.also:
-        out.append(f"Also {_eps(a.epsilon, a.delta, a.notion)} by {a.how}.")
+        out.append(f"Also {facts.declared}{_eps(a.epsilon, a.delta, a.notion)} by {a.how}.")
     if facts.budget is not None:
         b = facts.budget
         notion = "DP" if c is None else c.notion
         out.append(f"Budget {_eps(b.epsilon, b.delta, notion)} per unit, enforced before every "
                    f"release ({b.how}): {b.at_cap}.")
+        if facts.unspent:
+            out.append(f"Unspent budget: {facts.unspent}.")
     if facts.shuffle is not None:
         s = facts.shuffle
         batch = ("" if s.per_batch_epsilon is None else
@@ -290,13 +349,18 @@ def statement(facts: Facts) -> str:
                    f"trusted shuffler, {batch}an agent's {s.batches} rounds together are "
                    f"{_eps(s.epsilon, s.delta, 'DP')} (central, amplification by shuffling, "
                    "basic composition); against the shuffler only the local ε holds.")
-    if facts.trust is not None:
-        t = facts.trust
-        out.append(f"Trust: {t.honest}."
-                   + (f" Post-processing (no privacy cost): {t.post_processing}."
-                      if t.post_processing else ""))
+    if facts.honest is not None:
+        post = "" if facts.trust is None else facts.trust.post_processing
+        out.append(f"Trust: {facts.honest}."
+                   + (f" Post-processing (no privacy cost): {post}." if post else ""))
     if facts.condition:
         out.append(f"ONLY AS VALID AS {facts.condition}.")
+    if facts.declared_by:
+        out.append("privrl's quick audit at the start of the run found one release's ε ≥ "
+                   f"{facts.audit['epsilon_lower']:g} (confidence "
+                   f"{facts.audit['confidence']:.6g}; a lower bound, which can refute a "
+                   "declaration, never prove it)."
+                   if facts.audit else "The declaration was not audited (audit_plugin off).")
     if facts.not_protected:
         out.append(f"Not protected: {facts.not_protected}.")
     if facts.noise == "seeded" and c is not None:
@@ -312,13 +376,17 @@ def pure_ldp(composed: Mapping[str, Any], scope: str, unit: str, at_cap: str,
     optimal = composed["enforced_by_ledger"] == "optimal"
     opt, basic = composed["optimal"], composed["basic"]
     tight = (opt["epsilon"], opt["delta"], "the optimal composition theorem")
-    pure = (basic["epsilon"], 0.0, "basic composition (pure)")
+    pure = (basic["epsilon"], basic["delta"],
+            "basic composition" + ("" if basic["delta"] else " (pure)"))
     (e, d, how), other = (tight, pure) if optimal else (pure, tight)
     claim = Claim(e, d, "LDP", scope, unit, f"{how}, as the ledger enforces")
     cap = None if budget is None else Budget(
         budget, opt["delta"] if optimal else 0.0,
         "optimal composition" if optimal else "pure, basic composition", at_cap)
-    return claim, [Composition(*other)], cap
+    # An (ε, δ) account whose ε reads as the pure one (one release, or too few to gain) says
+    # nothing more: it is left out, not stated beside the claim.
+    redundant = not optimal and f"{opt['epsilon']:.4g}" == f"{basic['epsilon']:.4g}"
+    return claim, [] if redundant else [Composition(*other)], cap
 
 
 class Describable(Protocol):
@@ -366,7 +434,7 @@ def privacy_record(
     the account's own keys inline. It must name every part exactly once.
     """
     parts: dict[str, Any] = {"statement": statement(facts), "headline": headline(facts),
-                             "guarantee": None if facts.claim is None else facts.claim.to_dict()}
+                             "guarantee": facts.guarantee()}
     if mechanism is not None:
         parts["mechanism"] = (mechanism.describe() if hasattr(mechanism, "describe")
                               else dict(mechanism))  # type: ignore[arg-type]

@@ -30,7 +30,9 @@ from privrl.plugins import call_user, load_callable
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.report import Guarantee
 
-__all__ = ["DeclaredMechanism", "MechanismRequest", "declared_condition", "is_user_mechanism",
+__all__ = ["DeclaredMechanism", "MechanismRequest", "declared_by", "declared_condition",
+           "declared_summary",
+           "is_user_mechanism",
            "load_factory", "user_mechanism"]
 
 
@@ -38,7 +40,8 @@ class MechanismRequest(NamedTuple):
     """What a system asks of a user's mechanism for one release."""
 
     epsilon: float  # the ε one release may spend (a system's budget split over its releases)
-    delta: float  # the δ one release may spend (0: the system composes pure ε)
+    delta: float  # the δ one release may spend (0: the run's budget is pure ε; under an
+    # (ε, δ) budget, δ/(2·releases): privrl.privacy.plan.plan_pure's release_delta)
     clip: float  # the system's clip C for its inputs (what it means is the mechanism's choice)
     dim: int  # the input's length d
 
@@ -54,6 +57,20 @@ def declared_condition(name: str) -> str:
     if not is_user_mechanism(name):
         return ""
     return f"the guarantee declared by {name}, which privrl does not verify"
+
+
+def declared_by(name: str) -> str:
+    """`Facts.declared_by` for a run whose mechanism is `name`: the user's `module:callable`,
+    whose ε every record marks as declared, not verified; "" for a built-in mechanism."""
+    return name if is_user_mechanism(name) else ""
+
+
+def declared_summary(name: str) -> dict[str, Any]:
+    """summary.json's mark beside a run's ε when its mechanism is a user's: declared by it,
+    not verified by privrl (nothing for a built-in mechanism)."""
+    if not is_user_mechanism(name):
+        return {}
+    return {"epsilon_declared_by": name, "epsilon_verified_by_privrl": False}
 
 
 def load_factory(name: str) -> Callable[[MechanismRequest], Any]:
@@ -74,9 +91,15 @@ def user_mechanism(name: str, request: MechanismRequest) -> DeclaredMechanism:
     if not isinstance(g, Guarantee):
         raise ConfigError("mechanism", f"{name}'s guarantee must be a privrl.privacy.Guarantee")
     if not g.epsilon <= request.epsilon * (1 + 1e-9) or not g.delta <= request.delta:
+        how = ("a plug-in must declare at most the request's ε and δ (MechanismRequest)"
+               if request.delta else
+               "this run's budget is pure ε, so a plug-in must declare δ = 0 (ε-DP); for an "
+               "(ε, δ) plug-in make the budget (ε, δ) (budget_composition optimal), which "
+               "gives each release δ/(2·releases)" if g.delta else
+               "a plug-in must declare at most the request's ε (MechanismRequest.epsilon)")
         raise ConfigError("mechanism", f"{name} declares (ε, δ) = ({g.epsilon:g}, {g.delta:g}) "
                                        f"per release, more than the ({request.epsilon:g}, "
-                                       f"{request.delta:g}) the run allows each release")
+                                       f"{request.delta:g}) the run allows each release: {how}")
     if not math.isfinite(g.epsilon):
         raise ConfigError("mechanism", f"{name} declares no guarantee (ε = ∞): use none")
     return DeclaredMechanism(made, name)
@@ -89,6 +112,7 @@ class DeclaredMechanism(Mechanism):
 
     inner: Mechanism
     source: str
+    audit: tuple[tuple[str, Any], ...] = ()  # privrl.audit.quick's result, when it ran
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -105,7 +129,7 @@ class DeclaredMechanism(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {**self.inner.params(), "declared_by": self.source,
-                "verified_by_privrl": False}
+                "verified_by_privrl": False, "quick_audit": dict(self.audit) or None}
 
     def release_params(self, dim: int) -> Any:
         return self.inner.release_params(dim)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
@@ -41,7 +40,7 @@ import numpy as np
 from privrl.federation.service import Submission
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.report import Guarantee, restore_report
-from privrl.runfile import RunFileError, checked, dumps, read
+from privrl.runfile import RunFileError, atomic_write, checked, dumps, read
 
 __all__ = ["AgentNode", "AgentStep", "Budget", "NodeStore", "Released", "ReleasedFile",
            "check_theta", "new_private_dir", "private_dir", "private_read", "private_write"]
@@ -183,18 +182,7 @@ def private_write(path: Path, kind: str, state: Any) -> None:
     (a temp file created exclusively, never through a link, fsynced, then renamed)."""
     path = Path(path)
     private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(dumps(kind, state))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, dumps(kind, state), mode=0o600)
 
 
 def private_read(path: Path, kind: str) -> Any:

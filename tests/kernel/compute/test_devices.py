@@ -50,9 +50,10 @@ def test_cpu_computations_run_inline_only_if_asked_before_the_backend() -> None:
     assert queued[:2] == ["False", "True"]
 
 
-def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch) -> None:
-    """The `privrl` command's process setup asks for inline CPU dispatch (a caller of
-    `main(argv)` keeps its own settings, as for the garbage collector)."""
+def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch, tmp_path) -> None:
+    """The `privrl` command's process setup asks for inline CPU dispatch once a command is
+    about to run (not for --help or a refused command line: those import no JAX); a caller of
+    `main(argv)` keeps its own settings, as for the garbage collector."""
     import sys
 
     import privrl.main as entry
@@ -62,7 +63,10 @@ def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch) -> None:
     monkeypatch.setattr(entry, "tune_garbage_collector", lambda: calls.append("gc"))
     monkeypatch.setattr(sys, "argv", ["privrl", "--help"])
     assert entry.main() == 0
+    assert calls == []
+    monkeypatch.setattr(sys, "argv", ["privrl", "replay", str(tmp_path)])
+    assert entry.main() == 2  # not a run directory: the command ran, after the setup
     assert calls == ["inline", "gc"]
     calls.clear()
-    assert entry.main(["--help"]) == 0
+    assert entry.main(["replay", str(tmp_path)]) == 2
     assert calls == []

@@ -359,11 +359,11 @@ def test_optimal_budget_refuses_what_it_cannot_compose() -> None:
     with pytest.raises(ValueError, match="composition"):
         PrivacyLedger(5.0, 1e-5, "advanced")
     ledger = PrivacyLedger(5.0, 1e-5, "optimal")
-    with pytest.raises(ValueError, match="pure"):
-        ledger.charge(0, _g(0.1, 1e-7))
     ledger.charge(0, _g(0.1))
-    with pytest.raises(ValueError, match="one ε per agent"):
+    with pytest.raises(ValueError, match="one \\(ε, δ\\) per agent"):
         ledger.charge(0, _g(0.2))
+    with pytest.raises(ValueError, match="one \\(ε, δ\\) per agent"):
+        ledger.charge(0, _g(0.1, 1e-7))
     assert ledger.reports_of(0) == 1
     with pytest.raises(BudgetExceededError):  # no guarantee (ε = ∞) never fits a budget
         ledger.charge(1, _g(math.inf))
@@ -380,3 +380,22 @@ def test_optimal_ledger_round_trips_through_its_state() -> None:
     back.charge(0, _g(0.1), count=30)  # 100 fit; the basic ledger it would be refuses
     assert not PrivacyLedger.from_state(PrivacyLedger(5.0).to_state()).can_charge(
         0, _g(0.1), 100)
+
+
+def test_optimal_budget_composes_releases_with_delta() -> None:
+    """Issue 53 item 4: (ε₀, δ₀) releases (a user's mechanism) under an (ε, δ) budget: k of
+    them spend (ε', δ) with ε' the optimal composition of k pure ε₀ at δ − k·δ₀ (KOV 2015,
+    Theorem 3.3, union bound on the δ's); none is admitted once the δ's reach the budget's."""
+    from privrl.privacy.accounting import optimal_pure_composition
+
+    ledger = PrivacyLedger(50.0, 1e-5, "optimal")
+    ledger.charge([0, 1], _g(0.5, 1e-7), 10)
+    eps, delta = ledger.spent(0)
+    assert delta == 1e-5
+    assert eps == pytest.approx(optimal_pure_composition(0.5, 10, 1e-5 - 10 * 1e-7))
+    assert eps > optimal_pure_composition(0.5, 10, 1e-5)  # the releases' δ costs ε
+    assert ledger.summary()["per_agent_epsilon"]["max"] == pytest.approx(eps)
+    ledger.charge(0, _g(0.5, 1e-7), 89)  # 99 releases: Σδ₀ = 9.9e-6 < 1e-5
+    with pytest.raises(BudgetExceededError):  # the 100th leaves the pure part no δ
+        ledger.charge(0, _g(0.5, 1e-7))
+    assert ledger.reports_of(0) == 99

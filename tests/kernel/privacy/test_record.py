@@ -5,6 +5,7 @@ release), lays out privacy.json, and never lets a record hide a missing guarante
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -165,3 +166,44 @@ def test_pure_ldp_claims_the_composition_the_ledger_enforces(enforced: str) -> N
                             "optimal composition" if enforced == "optimal"
                             else "pure, basic composition", "refused")
     assert pure_ldp(composed, "local", "unit", "refused", None)[2] is None
+
+
+def test_a_declared_epsilon_is_marked_wherever_it_is_written() -> None:
+    """Issue 53 item 12: a user mechanism's ε, unverified, is "declared" in the headline, the
+    statement (whole run, per release, other compositions) and the guarantee object."""
+    facts = Facts(CLAIM, releases=ONE, also=[Composition(1.5, 1e-5, "optimal composition")],
+                  trust=Trust("nobody but the agent itself"), declared_by="mine.py:m")
+    line = headline(facts)
+    assert line.startswith("declared 2-LDP for") and "per release declared 0.5-LDP" in line
+    text = statement(facts)
+    assert text.startswith("Declared 2-LDP for") and "alone is declared 0.5-LDP" in text
+    assert "Also declared (ε = 1.5" in text
+    record = privacy_record(facts)
+    assert record["guarantee"]["declared_by"] == "mine.py:m"
+    assert record["guarantee"]["verified_by_privrl"] is False
+    assert "verified_by_privrl" not in privacy_record(Facts(CLAIM))["guarantee"]
+
+
+def test_on_ray_the_cluster_is_named_as_one_trust_domain() -> None:
+    """On Ray anyone who can connect to the cluster can read an agent's secrets: the headline,
+    statement and guarantee name the cluster, not "nobody but the agent itself"."""
+    facts = Facts(CLAIM, releases=ONE, trust=Trust("nobody but the agent itself", "updates"),
+                  runtime="ray")
+    for text in (headline(facts), statement(facts), privacy_record(facts)["guarantee"]["scope"]):
+        assert "ONE Ray cluster, one trust domain" in text and "untrusted aggregator" not in text
+    assert "nobody but the agent" not in statement(facts)
+    assert "Trust: everyone who can connect to the Ray cluster" in statement(facts)
+    local = replace(facts, runtime="local")
+    assert "Trust: nobody but the agent itself" in statement(local)
+    with pytest.raises(ValueError, match="unknown runtime"):
+        replace(facts, runtime="moon")
+
+
+def test_one_release_gets_no_redundant_composition_sentence() -> None:
+    """Issue 53 item 8: one ε = 5 release is not also "(ε = 5, δ = 1e-05) by the optimal
+    composition theorem"; where the optimal account gains, it is still stated."""
+    one = pure_ldp(pure_composition_record(5.0, 1, 1e-5), "local", "unit", "refused", 5.0)
+    assert one[1] == []
+    assert "Also" not in statement(Facts(one[0], also=one[1]))
+    many = pure_ldp(pure_composition_record(0.1, 50, 1e-5), "local", "unit", "refused", 5.0)
+    assert len(many[1]) == 1 and "Also (ε = " in statement(Facts(many[0], also=many[1]))

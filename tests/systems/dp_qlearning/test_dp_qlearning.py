@@ -233,6 +233,10 @@ def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch):
     assert privacy["J"] == privacy["theorem5"]["J"]
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0] == "seed,episode,return" and len(rows) == 1 + 3
+    # issue 51: the random baseline on Line1D (rewards in [0, 0.5] for 50 steps) and verdict
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0 < summary["random_return"] < 25 and summary["random_episodes"] == 10
+    assert summary["learned"] is (summary["learned_test"]["difference_lower"] > 0)
     # results are never overwritten
     assert cli.main(["run", "dp-qlearning", "--gp-scale", "0.1", "--out", str(out)]) == 2
 

@@ -128,6 +128,9 @@ def test_privacy_json_epsilon_equals_direct_dp_accounting(tmp_path: Path) -> Non
     assert rec["headline"].startswith(f"(ε = {rec['epsilon']:.4g}, δ = ")
     for name in ("config.json", "metrics.csv", "summary.json", "plots/eval_returns.png"):
         assert (out / name).is_file()
+    # issue 51: the random baseline (CartPole: ≈ 22) and the verdict, whose test is stated
+    assert 15 < summary["random_return"] < 30 and summary["random_episodes"] == 25
+    assert summary["learned"] is (summary["learned_test"]["difference_lower"] > 0)
 
 
 def test_dpsgd_statement_states_the_total_delta(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,7 +313,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     from privrl.systems.dpsgd_rl import cli as dpsgd_cli
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show, every:
                         seen.update(cfg=cfg))
     assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
@@ -361,6 +364,18 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
     rec = json.loads((out / "privacy.json").read_text())["observations"]
     assert not rec["formal_guarantee"] and "epsilon" not in json.dumps(rec)
     assert "Observations: NO PRIVACY GUARANTEE" in capsys.readouterr().out
+
+
+def test_observation_privacy_not_asked_for_is_one_plain_line() -> None:
+    """Issue 53 item 8: raw observations by choice (mode none) are not shouted as a missing
+    guarantee beside the model's valid one; asked-for noise without an ε still is."""
+    from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
+
+    rec = ObservationPrivacy().record(10)
+    assert rec["headline"] == "none asked for (the learner sees the raw states)"
+    assert "NO PRIVACY" not in rec["statement"] and rec["guarantee"] is None
+    sigma = ObservationPrivacy(mode="sigma", sigma=0.3).record(10)
+    assert sigma["headline"].startswith("NO PRIVACY GUARANTEE")
 
 
 def test_noise_keys_are_recorded_and_secret_ones_drive_the_noise() -> None:

@@ -32,6 +32,13 @@ def test_epsilon_is_each_agents_total_over_the_run(tmp_path, capsys):
     spent = privacy["ledger"]["per_agent_epsilon"]["max"]
     summary = json.loads((out / "summary.json").read_text())
     assert spent == pytest.approx(2 / rounds * summary["rounds"]) and spent <= 2
+    # an unspent budget is stated with its reason (issue 53 item 8): the split assumes the
+    # cheapest rounds (B_min + b·N_min = 2 + 4 episodes); SCSG's random sizes cost more
+    assert spent < 2 * (1 - 1e-3)
+    assert "of the budget ε = 2 spent" in privacy["headline"]
+    assert f"Unspent budget: each agent spent at most ε = {spent:.4g} of its 2" in (
+        privacy["statement"])
+    assert f"split evenly over the {rounds} rounds" in privacy["statement"]
 
 
 def test_optimal_composition_gives_each_release_more_of_the_total():
@@ -98,6 +105,11 @@ def test_preset_continuous_runs_on_a_box_task(tmp_path):
     config = json.loads((out / "config.json").read_text())["config"]
     assert {k: config[k] for k in CONTINUOUS} == CONTINUOUS
     assert (config["agents"], config["budget"], config["max_episode_steps"]) == (2, 16, 20)
+    # issue 51: the random baseline of a Box task (uniform torques: a negative return) and
+    # the verdict
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["random_return"] < 0 and summary["learned"] in (True, False)
+    assert summary["learned_test"]["final_values"] >= 2
 
 
 @pytest.fixture

@@ -264,8 +264,10 @@ def test_cli_runs_write_the_results_directory(tmp_path, capsys, count_releases):
     assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
-    assert privacy["ledger"]["formal_guarantee"] is False
-    assert json.loads((out / "summary.json").read_text())["algorithm"] == "fedpg-cen"
+    assert privacy["ledger"]["formal_guarantee"] is False and "noise_keys" not in privacy
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["algorithm"] == "fedpg-cen" and "noise" not in summary
+    assert "noise keys" not in capsys.readouterr().out  # no mechanism: no noise-key line
     # Dec with Laplace: the ledger composes one ε-LDP release per node per round. It releases
     # through its setting as data, as the programs it could join do.
     laplace = count_releases(algorithm, "privatize_setting")

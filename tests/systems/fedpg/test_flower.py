@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from privrl.config import ConfigError
+from privrl.evaluation import verdict_line
 from privrl.federation.flower_sum import STOP, SUM_RESULTS, serve_cen
 from privrl.output import save
 from privrl.policy import read_saved
@@ -270,6 +271,15 @@ def test_seeded_report_run_on_flower_is_the_local_run(tmp_path: Path, call_grid:
     save(record(run), tmp_path / "out")
     stated = json.loads((tmp_path / "out" / "privacy.json").read_text())
     assert stated["trust_domain"]["runtime"] == "flower"
+    # like every run, it states its random baseline and whether it learned (its final policy's
+    # returns: the server sees no agent's), in summary.json and in its last line
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["random_episodes"] >= 2 and summary["learned_test"]["final_values"] == \
+        summary["random_episodes"]
+    assert summary["random_return_ci"][0] <= summary["random_return"] <= \
+        summary["random_return_ci"][1]
+    assert "final policy" in summary["final_returns_of"]
+    assert verdict_line(summary).startswith(("Learned", "Did not learn"))
     _, saved, _ = read_saved(tmp_path / "out")  # policy.npz: the server's θ, as locally
     assert np.array_equal(saved.reshape(-1), run.theta)
     # B_t and N_t follow the seed: a node counts its agents' episodes as the local runner does

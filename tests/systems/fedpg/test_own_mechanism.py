@@ -20,7 +20,15 @@ def test_fedpg_runs_and_audits_a_user_mechanism_on_the_same_release(load_example
     module = load_example("own_mechanism")
     calls = spy_release(module, "duchi_release")
     cfg = FedPGConfig(mechanism=NAME, epsilon_per_report=3.0, clip=1.0, **TINY)
-    run = run_fedpg(cfg.resolved())
+    seen: list[dict] = []
+
+    def progress(done, total, **figures):  # issue 53 item 5: the count ends at its total
+        seen.append({"done": done, "total": total, **figures})
+
+    progress.takes_figures = True  # type: ignore[attr-defined]
+    run = run_fedpg(cfg.resolved(), progress=progress)
+    assert all(s["done"] <= s["total"] for s in seen) and seen[-1]["done"] == seen[-1]["total"]
+    assert seen[-1]["epsilon"] > 0 and seen[-1]["mean_return"] is not None
     privacy = privacy_record(run)
     rounds = int(run.releases.max())
     assert calls and rounds > 0  # the run released through it

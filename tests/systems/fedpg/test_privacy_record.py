@@ -20,7 +20,10 @@ TINY = dict(agents=2, hidden=(4,), batch_min=2, batch_max=3, minibatch=1, inner_
 
 
 def _flower(cfg: FedPGConfig, rounds: list[dict], mechanism=None) -> FlowerCenRun:
-    return FlowerCenRun(cfg, mechanism, rounds, np.zeros(3, np.float32), 2, None, 0.0)
+    """A run on 2 SuperNodes; under the secure sum, SecAgg+ reveals only with both (a
+    threshold is a strict majority)."""
+    return FlowerCenRun(cfg, mechanism, rounds, np.zeros(3, np.float32), 2,
+                        None if mechanism is None else 2, 0.0)
 
 
 @pytest.mark.parametrize("request_", [{"mechanism": "laplace", "epsilon": 2.0},

@@ -235,6 +235,25 @@ def test_target_score_and_window_reach_config_summary_and_fst(tuned_prs_run):
     assert "median FST (μ ≥ 0)" in printed
 
 
+def test_a_run_states_its_random_baseline_and_whether_it_learned(tuned_prs_run):
+    """Issue 51: summary.json carries the random policy's return on the run's task (CartPole:
+    about 22), its CI and the verdict with its test; the table shows the baseline and the last
+    printed line says whether the run learned, as summary.json does."""
+    out, printed = tuned_prs_run
+    summary = json.loads((out / "summary.json").read_text())
+    assert 15 < summary["random_return"] < 30  # a uniform-random CartPole policy: ≈ 22
+    lo, hi = summary["random_return_ci"]
+    assert lo < summary["random_return"] < hi
+    assert summary["random_episodes"] == 2 * summary["final_window"]  # as many as the final's
+    test = summary["learned_test"]
+    assert "Welch" in test["test"] and test["level"] == 0.95
+    assert summary["learned"] is (test["difference_lower"] > 0)
+    lines = [" ".join(line.split()) for line in printed.strip().split("\n\n")]
+    last = " ".join(printed.split()).rsplit("plots/scores.png)", 1)[1].strip()
+    assert last.startswith("Learned:" if summary["learned"] else "Did not learn:"), lines
+    assert "random policy's return (95% CI" in printed
+
+
 def test_target_note_names_the_target_used():
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
     from privrl.systems.pgc_a3c.local import target_note
@@ -254,12 +273,13 @@ def test_non_private_run_says_so(tmp_path, capsys):
     out = _run(tmp_path, "np", "--mechanism", "none")
     printed = capsys.readouterr().out
     assert "NO PRIVACY GUARANTEE" in printed
+    assert "noise keys" not in printed and "seeded" not in printed  # no noise, no key line
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["epsilon"] == "inf"
+    assert summary["epsilon"] == "inf" and "noise" not in summary
     assert summary["privacy"].startswith("NO PRIVACY GUARANTEE")
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["statement"].startswith("NO PRIVACY GUARANTEE")
-    assert privacy["ledger"]["formal_guarantee"] is False
+    assert privacy["ledger"]["formal_guarantee"] is False and "noise_keys" not in privacy
 
 
 def test_default_out_never_overwrites(tmp_path, monkeypatch):

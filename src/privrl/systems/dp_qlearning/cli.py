@@ -23,6 +23,7 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
@@ -44,6 +45,7 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/returns.png)")
+    console.print(verdict_line(summary))
 
 
 @reproduce_app.command("dp-qlearning")

@@ -19,7 +19,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked
+from privrl.evaluation import Verdict, random_baseline, verdict
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    plural,
+    save_if_asked,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.noise import secret_keys, summary_note
@@ -40,9 +48,17 @@ class DPQLOutput(SavesRunDir):
     returns: np.ndarray  # (seeds, episodes)
     wall_seconds: float
     policy: SavedPolicy | None = None  # policy.npz: each seed's final Q-network θ
+    # a uniform-random policy's returns on the task (privrl.evaluation.random_baseline)
+    baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
         return record(self)
+
+    def verdict(self) -> Verdict | None:
+        """Each seed's last FINAL_EPISODES returns against the random baseline."""
+        if self.baseline is None:
+            return None
+        return verdict(self.returns[:, -FINAL_EPISODES:], self.baseline)
 
 
 # The environment the paper trains on, as a `module:callable` spec `privrl evaluate` accepts.
@@ -94,18 +110,25 @@ def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = 
     check_out_dir(out)
     cfg = config.resolved()
     returns, wall, theta = train_grid(cfg, [cfg.sigma])
-    return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0])), out)
+    baseline = random_baseline(line1d_task(cfg), cfg.seeds * FINAL_EPISODES, cfg.seed)
+    return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]),
+                                    baseline), out)
+
+
+def line1d_task(cfg: DPQLearningConfig) -> Any:
+    """The paper's 1-D task as a Task, its episodes `cfg.episode_steps` long."""
+    from privrl.envs.line1d import make_line1d
+    from privrl.envs.task import Task
+
+    return Task(*make_line1d(cfg.episode_steps), LINE1D)
 
 
 def policy_of(cfg: DPQLearningConfig, theta: np.ndarray) -> SavedPolicy:
     """The released Q-function Q_θ of each seed (its acting adds the GP noise ĝ only while
     training; the saved policy is Q_θ's argmax, ε-greedy at the final exploration rate)."""
-    from privrl.envs.line1d import make_line1d
-    from privrl.envs.task import Task
-
     algo = DPQLearning(cfg)
-    task = Task(*make_line1d(cfg.episode_steps), LINE1D)
-    return saved_policy("dp-qlearning", algo.model, task, "q", theta, cfg.episode_steps,
+    return saved_policy("dp-qlearning", algo.model, line1d_task(cfg), "q", theta,
+                        cfg.episode_steps,
                         epsilon=cfg.eps_end)
 
 
@@ -130,6 +153,7 @@ def summarize(out: DPQLOutput) -> dict[str, Any]:
         "final_return_std_over_seeds": float(final.std(ddof=1)) if final.size > 1 else 0.0,
         "final_return_per_seed": final.tolist(),
         "mean_return_all_episodes": float(out.returns.mean()),
+        **({} if (v := out.verdict()) is None else v.fields()),
         "wall_seconds": round(out.wall_seconds, 2),
     }
 
@@ -160,7 +184,8 @@ def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
     for label, y in (lines or {}).items():
         ax.axhline(y, color="k", ls="--" if "optimal" in label else ":", lw=0.9, label=label)
-    ax.set(xlabel="episode", ylabel="return (50 steps)", title=title, ylim=(0, 25))
+    ax.set(xlabel="episode", ylabel="return of the episode", ylim=(0, 25))
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,12 +196,15 @@ def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
 def record(out: DPQLOutput) -> RunRecord:
     """What a run leaves behind: summary, privacy record, per-episode returns and their plot."""
     cfg = out.config
+    v = out.verdict()
     return RunRecord(
         "dp-qlearning", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(cfg),
         metrics=lambda p: write_returns_csv(p, out.returns),
         plots={"returns.png": lambda p: plot_returns(
-            p, {f"σ = {cfg.sigma:.4g}": out.returns},
-            f"DP Q-learning ({cfg.preset} preset), {cfg.seeds} seed(s): mean, IQR band")},
+            p, {f"σ = {cfg.sigma:.4g}, mean of {plural(cfg.seeds, 'seed')}": out.returns},
+            plot_title("DP Q-learning", LINE1D, f"functional noise σ = {cfg.sigma:.4g} "
+                       f"({cfg.preset} preset)"),
+            {} if v is None else {f"random policy: {v.random:.4g}": v.random})},
         policy=out.policy)
 
 

@@ -14,6 +14,7 @@ from privrl.cli import (
     AccountantName,
     AccountantOpt,
     Out,
+    ProgressEvery,
     Resume,
     Settings,
     ShowProgress,
@@ -27,6 +28,7 @@ from privrl.cli import (
     sweep_dir,
     system_apps,
 )
+from privrl.progress import DEFAULT_EVERY
 
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
@@ -47,9 +49,10 @@ def _dp_settings(settings: Settings) -> Settings:
 
 
 def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
-             show: bool) -> None:
+             show: bool, every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import check_out_dir, keeping_work, new_run_dir
     from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
@@ -68,9 +71,8 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
     command = ["privrl", *sys.argv[1:]]
     with (keeping_work(lambda: new_run_dir(out, f"{algorithm}-{cfg.preset}"),
                        lambda result, path: save(result, path, command=command)),
-          progress_bar(err, show, "training", unit="episodes") as (bar, task)):
-        result = run_episodic(algo, algorithm, progress=lambda d, t: bar.update(
-            task, completed=d, total=t))
+          progress_bar(err, show, "training", "episodes", every) as (bar, _)):
+        result = run_episodic(algo, algorithm, progress=bar)
     path = new_run_dir(out, f"{algorithm}-{cfg.preset}")
     summary = save(result, path, command=command)
     console.print(results_table(f"{algorithm} results", summary_rows(summary, cfg)))
@@ -83,25 +85,30 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
                       f"{max(summary['updates'])} updates; results kept.")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, policy.npz, plots/eval_returns.png)")
+    if "learned" in summary:
+        console.print(verdict_line(summary))
 
 
 @config_command(run_app, "dp-reinforce", _REINFORCE, fixed={"dp": True},
                 defaults={"noise_multiplier": 1.0})
-def run_dp_reinforce(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+def run_dp_reinforce(settings: Settings, out: Out = None, progress: ShowProgress = True,
+                     progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """DP-SGD REINFORCE on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     episode."""
     from privrl.systems.dpsgd_rl.reinforce import Reinforce
 
-    _execute("dp-reinforce", Reinforce, _dp_settings(settings).build(), out, progress)
+    _execute("dp-reinforce", Reinforce, _dp_settings(settings).build(), out, progress,
+             progress_every)
 
 
 @config_command(run_app, "dp-dqn", _DQN, fixed={"dp": True}, defaults={"noise_multiplier": 1.0})
-def run_dp_dqn(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+def run_dp_dqn(settings: Settings, out: Out = None, progress: ShowProgress = True,
+               progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """DP-SGD DQN on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     transition."""
     from privrl.systems.dpsgd_rl.dqn import DQN
 
-    _execute("dp-dqn", DQN, _dp_settings(settings).build(), out, progress)
+    _execute("dp-dqn", DQN, _dp_settings(settings).build(), out, progress, progress_every)
 
 
 # LDP observations: the observation mechanism's fields are the flags; DP-SGD's are not.
@@ -121,7 +128,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
         help=f"{algorithm.upper() if algorithm == 'dqn' else 'REINFORCE'} on CartPole-v1 (or "
         "--env, with --mode box and its bounds) seeing only locally privatized states (paper "
         "003).")
-    def command(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+    def command(settings: Settings, out: Out = None, progress: ShowProgress = True,
+                progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
         from privrl.config import ConfigError
         from privrl.systems.dpsgd_rl.dqn import DQN
         from privrl.systems.dpsgd_rl.reinforce import Reinforce
@@ -130,7 +138,8 @@ def _ldp_command(name: str, algorithm: str) -> None:
             raise ConfigError("obs.mode", f"{name} perturbs the observations: choose sigma or box")
         # Secure observation noise is composed by RDP alone (its accountant's default).
         cfg = settings.build(**({"accountant": "rdp"} if settings.get("obs.secure") else {}))
-        _execute(name, DQN if algorithm == "dqn" else Reinforce, cfg, out, progress)
+        _execute(name, DQN if algorithm == "dqn" else Reinforce, cfg, out, progress,
+                 progress_every)
 
 
 _ldp_command("ldp-reinforce", "reinforce")

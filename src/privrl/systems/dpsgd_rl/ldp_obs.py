@@ -114,7 +114,7 @@ class ObservationPrivacy(Config):
         mech = self.mechanism()
         if mech is None:
             return privacy_record(
-                Facts(None, "no observation noise: the learner sees the raw states"),
+                Facts(None, "the learner sees the raw states", asked=self.mode != "none"),
                 fields={"mode": self.mode}, order=["mode", *COMPOSED])
         if self.mode == "sigma":
             return privacy_record(

@@ -32,6 +32,7 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.output import (
     RunRecord,
     SavesRunDir,
@@ -39,6 +40,7 @@ from privrl.output import (
     csv_writer,
     hold_last,
     plot_curves,
+    plot_title,
     save_if_asked,
     work_so_far,
 )
@@ -47,6 +49,7 @@ from privrl.policy import SavedPolicy
 from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
 from privrl.privacy.record import COMPOSED, SPREAD_ACCOUNTING, Claim, Facts, Releases, Trust
 from privrl.privacy.record import privacy_record as build_privacy_record
+from privrl.progress import as_progress, emit
 
 ProgressFn = Callable[[int, int], None]  # (episodes done, total)
 
@@ -67,19 +70,29 @@ class EpisodicOutput(SavesRunDir):
     # seeds that program ran (wall_seconds is the program's); None: on its own.
     program: dict[str, int] | None = None
     policy: SavedPolicy | None = None  # policy.npz: each seed's final θ, the model described
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
+    baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
         return record(self)
 
+    def verdict(self) -> Verdict | None:
+        """Each seed's last FINAL_EVALS evaluation returns against the random baseline."""
+        if self.baseline is None:
+            return None
+        return verdict(final_evals(self.eval_returns), self.baseline)
 
-def run_episodic(algo: Any, name: str, progress: ProgressFn | None = None,
+
+def run_episodic(algo: Any, name: str, progress: ProgressFn | bool | None = None,
                  devices: int | None = None, chunk: int = 50, compact: bool = True,
                  out: str | os.PathLike | None = None) -> EpisodicOutput:
     """Run `algo.config.seeds` seeds of one algorithm; returns their curves and privacy record.
-    `out`: write the run directory there, as the CLI's --out (`EpisodicOutput.save`)."""
+    `out`: write the run directory there, as the CLI's --out (`EpisodicOutput.save`);
+    `progress`: a callback `(done, total)`, or True for the CLI's display on stderr."""
     check_out_dir(out)
-    return save_if_asked(run_episodic_settings(algo, [name], progress, devices, chunk,
-                                               compact)[0], out)
+    with as_progress(progress, unit="episodes") as shown:
+        return save_if_asked(run_episodic_settings(algo, [name], shown, devices, chunk,
+                                                   compact)[0], out)
 
 
 def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn | None = None,
@@ -171,7 +184,10 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         by_setting = stopped.reshape(n_set, k)
         ends[(ends == 0) & by_setting.all(1)] = done
         if progress is not None:
-            progress(cfg.episodes if stopped.all() else min(done, cfg.episodes), cfg.episodes)
+            seen = train[:n, :done]
+            emit(progress, cfg.episodes if stopped.all() else min(done, cfg.episodes),
+                 cfg.episodes, mean_return=(float(np.nanmean(seen)) if np.isfinite(seen).any()
+                                            else None))
         work_so_far(partial(_outputs, settings, names, k, train, evals, updates_all,
                             solved_all, thetas, ends.copy(), done, start, n_dev))
         if stopped.all():
@@ -179,19 +195,24 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         if compact and not host_rollout:
             state, trial = _compact(state, trial, stopped, n_dev)
     return _outputs(settings, names, k, train, evals, updates_all, solved_all, thetas, ends,
-                    done, start, n_dev)
+                    done, start, n_dev, with_baseline=True)
 
 
 def _outputs(settings: Sequence[Any], names: Sequence[str], k: int, train: np.ndarray,
              evals: np.ndarray, updates_all: np.ndarray, solved_all: np.ndarray,
-             thetas: np.ndarray, ends: np.ndarray, done: int, start: float, n_dev: int
-             ) -> list[EpisodicOutput]:
+             thetas: np.ndarray, ends: np.ndarray, done: int, start: float, n_dev: int,
+             with_baseline: bool = False) -> list[EpisodicOutput]:
     """Each setting's output from the seeds' curves and parameters after `done` episodes (all
-    of them, or those done before a failure: `output.keeping_work`)."""
+    of them, or those done before a failure: `output.keeping_work`); `with_baseline`: with
+    the random baseline (a finished run's; work kept after a failure plays no more)."""
     n_set = len(settings)
     ends = ends.copy()
     ends[ends == 0] = done
     wall = time.perf_counter() - start
+    # the settings share their task and seed: one random baseline for all of them
+    task = getattr(settings[0], "task", None)
+    baseline = (random_baseline(task, k * FINAL_EVALS, settings[0].config.seed)
+                if with_baseline and task is not None else None)
     outputs = []
     for i, (own, name) in enumerate(zip(settings, names, strict=True)):
         rows, width = slice(i * k, (i + 1) * k), min(ends[i], own.config.episodes)
@@ -203,7 +224,7 @@ def _outputs(settings: Sequence[Any], names: Sequence[str], k: int, train: np.nd
             privacy=privacy_record(own, int(updates.max(initial=0))), wall_seconds=wall,
             devices=n_dev,
             program=None if n_set == 1 else {"settings": n_set, "seeds": n_set * k},
-            policy=own.saved_policy(name, thetas[rows])))
+            policy=own.saved_policy(name, thetas[rows]), baseline=baseline))
     return outputs
 
 
@@ -291,7 +312,16 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
     return rec
 
 
-def final_eval_mean(eval_returns: np.ndarray, window: int = 25) -> float | None:
+FINAL_EVALS = 25  # the evaluation returns per seed that count as its final ones
+
+
+def final_evals(eval_returns: np.ndarray) -> np.ndarray:
+    """Each seed's last FINAL_EVALS evaluation returns (those it played), in one array."""
+    return np.concatenate([r[np.isfinite(r)][-FINAL_EVALS:].astype(np.float64)
+                           for r in eval_returns])
+
+
+def final_eval_mean(eval_returns: np.ndarray, window: int = FINAL_EVALS) -> float | None:
     """Mean of each seed's last `window` evaluation returns (a stopped seed holds its last)."""
     held = hold_last(eval_returns)[:, -window:]
     return float(np.nanmean(held)) if np.isfinite(held).any() else None
@@ -311,6 +341,7 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
                               else [int(x) if x >= 0 else None for x in out.solved_at]),
         "median_episodes_to_solve": float(np.median(solved)) if solved.size else None,
         "final_eval_mean": final_eval_mean(out.eval_returns),
+        **({} if (v := out.verdict()) is None else v.fields()),
         "updates": out.updates.tolist(),
         "dpsgd_epsilon": dp.get("epsilon") if dp["formal_guarantee"] else None,
         "observation_epsilon_per_step": obs.get("per_step", {}).get("epsilon"),
@@ -340,14 +371,34 @@ def metrics_rows(out: EpisodicOutput) -> Iterator[str]:
 def record(out: EpisodicOutput) -> RunRecord:
     """What a run leaves behind: summary, privacy record, per-episode table, evaluation plot."""
     cfg = out.config
+    v = out.verdict()
     return RunRecord(
         out.algorithm, asdict(cfg), cfg.seed, summarize(out), out.privacy,
         metrics=csv_writer("seed,episode,train_return,eval_return", lambda: metrics_rows(out)),
         plots={"eval_returns.png": lambda p: plot_curves(
             p, {out.algorithm: out.eval_returns},
-            f"{out.algorithm}: greedy evaluation return per training episode",
-            "training episode", "evaluation return", cfg.solve_threshold)},
+            plot_title(out.algorithm, cfg.env, privacy_label(out), out.policy),
+            "training episode", "greedy evaluation return", cfg.solve_threshold,
+            random=None if v is None else v.random)},
         run_info={"devices": out.devices}, policy=out.policy)
+
+
+def privacy_label(out: EpisodicOutput) -> str:
+    """What protects the run, in a few words for its plot: DP-SGD's σ (and the ε it gives),
+    the LDP observations' mode."""
+    cfg = out.config
+    dp = out.privacy["dpsgd"]
+    if cfg.private:
+        eps = dp.get("epsilon")
+        parts = [f"DP-SGD σ = {cfg.noise_multiplier:.3g}"
+                 + ("" if eps is None else f", ε = {eps:.3g} (δ = {cfg.delta:g})")]
+    else:
+        parts = ["DP-SGD with σ = 0 (no ε)" if cfg.dp else "non-private model"]
+    if cfg.obs.mechanism() is not None:
+        per = out.privacy["observations"].get("per_step", {}).get("epsilon")
+        parts.append(f"LDP observations ({cfg.obs.mode} mode"
+                     + ("" if per is None else f", ε = {per:.3g} per step") + ")")
+    return "; ".join(parts)
 
 
 def save(out: EpisodicOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:
@@ -367,6 +418,7 @@ def summary_rows(summary: dict[str, Any], cfg: Any) -> list[tuple[str, str]]:
             ("median episodes to solve", "not solved" if med is None else f"{med:g}"))),
         ("final evaluation return (mean of the last 25)",
          "none" if summary["final_eval_mean"] is None else f"{summary['final_eval_mean']:.4g}"),
+        *(verdict_rows(summary) if "learned" in summary else ()),
         ("updates", ", ".join(map(str, summary["updates"]))),
         ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
     ]

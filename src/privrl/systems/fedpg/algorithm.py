@@ -266,8 +266,13 @@ def make_mechanism(cfg: FedPGConfig, dim: int | None = None
     if needs_dim and dim is None:
         raise ValueError(f"{cfg.mechanism} needs the input length: FedPG(cfg).mechanism")
     if is_user_mechanism(cfg.mechanism):
-        return user_mechanism(cfg.mechanism, MechanismRequest(_per_report(cfg), 0.0, cfg.clip,
-                                                              dim))
+        mech = user_mechanism(cfg.mechanism, MechanismRequest(
+            _per_report(cfg), cfg.privacy_plan().delta_per_report, cfg.clip, dim))
+        if not cfg.audit_plugin:
+            return mech
+        from privrl.audit.quick import audited
+
+        return audited(mech, dim, cfg.clip)
     if cfg.mechanism == "distributed-gaussian":
         return discrete_sum_mechanism(cfg, dim)
     if cfg.mechanism == "distributed-gaussian-continuous":

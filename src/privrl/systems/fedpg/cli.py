@@ -11,6 +11,7 @@ import typer
 from privrl.cli import (
     AddressOpt,
     Out,
+    ProgressEvery,
     Resume,
     Runtime,
     Settings,
@@ -21,11 +22,13 @@ from privrl.cli import (
     flag_names,
     mechanism_option,
     parse_numbers,
+    progress_bar,
     results_table,
     sweep_dir,
     system_apps,
     value_enum,
 )
+from privrl.progress import DEFAULT_EVERY
 from privrl.systems.fedpg.choices import ALGORITHMS, ROBUST
 
 if TYPE_CHECKING:
@@ -83,7 +86,7 @@ _CEN_ONLY = ("sampling_rate", "min_honest", "dp_rounds", "adaptive_clip", "clip_
                 skip=("topology", "window"))
 def run_fedpg_cen_command(
     settings: Settings,
-    out: Out = None, progress: ShowProgress = True,
+    out: Out = None, progress: ShowProgress = True, progress_every: ProgressEvery = DEFAULT_EVERY,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all agents vectorized in this process. flower: a local Flower "
         "deployment (--supernodes SuperNodes, each hosting agents a ≡ i mod N, TLS and "
@@ -127,7 +130,7 @@ def run_fedpg_cen_command(
     if runtime is Runtime.flower:
         _execute_cen_flower(cfg, out, supernodes, threshold, stage_timeout)
         return
-    _execute_fedpg(cfg, out, progress)
+    _execute_fedpg(cfg, out, progress, every=progress_every)
 
 
 def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
@@ -165,12 +168,15 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
                   f"{summary['final_server_mean_length']:.1f}; {summary['privacy']}")
     console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
                   "privacy.json, summary.json, policy.npz, flower.json)")
+    from privrl.evaluation import verdict_line
+
+    console.print(verdict_line(summary), markup=False)
 
 
 @config_command(run_app, "fedpg-dec", _FEDPG, fixed={"algorithm": "dec"}, skip=_CEN_ONLY)
 def run_fedpg_dec_command(
     settings: Settings,
-    out: Out = None, progress: ShowProgress = True,
+    out: Out = None, progress: ShowProgress = True, progress_every: ProgressEvery = DEFAULT_EVERY,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all nodes vectorized in this process. ray: every node a Ray actor, "
         "exchanging push-sum messages peer to peer (one trial; pip install 'privrl[ray]'). "
@@ -197,18 +203,19 @@ def run_fedpg_dec_command(
         from privrl.runtime.ray import require_ray
 
         require_ray()
-        _execute_fedpg(cfg, out, progress, address=address, ray=True)
+        _execute_fedpg(cfg, out, progress, address=address, ray=True, every=progress_every)
         return
     if address is not None:
         raise ConfigError("--address", "--address needs --runtime ray")
-    _execute_fedpg(cfg, out, progress)
+    _execute_fedpg(cfg, out, progress, every=progress_every)
 
 
 def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
-                   address: str | None = None, ray: bool = False) -> None:
+                   address: str | None = None, ray: bool = False,
+                   every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from privrl.evaluation import verdict_line
     from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
@@ -237,14 +244,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}{byz}, "
               f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
               f"{cfg.budget} episodes per agent")
-    with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed:.0f}/{task.total} episodes/agent"),
-                  TimeElapsedColumn(), console=err, disable=not show_progress) as bar:
-        task = bar.add_task("training", total=cfg.budget)
-
-        def update(done: float, total: int) -> None:
-            bar.update(task, completed=done)
-
+    with progress_bar(err, show_progress, "training", "episodes/agent", every) as (update, _):
         if ray:
             from privrl.systems.fedpg.ray import run_fedpg_dec_ray
 
@@ -265,6 +265,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
         files += ", ray.json (cluster, every node's gossip log)"
     console.print(results_table(f"{summary['label']} results", runner.summary_rows(summary)))
     console.print(f"Results written to [bold]{path}[/] ({files})")
+    console.print(verdict_line(summary))
 
 
 @config_command(reproduce_app, "fedpg", "privrl.systems.fedpg.reproduce:FedPGSweep")

@@ -198,6 +198,10 @@ class FedPGConfig(Config):
         "user-level, at --delta, by the mechanism's own bound (the Flower run's); "
         "distributed-gaussian-continuous: by --accountant, Poisson sampling included; rounds "
         "beyond it are refused. Needs --mechanism.")
+    audit_plugin: bool = option(
+        True, help="A user's mechanism (module:callable) is audited before the run: a quick "
+        "privrl audit of one release (seconds) whose lower bound on ε is recorded beside the "
+        "declared ε, and a run whose declaration it refutes stops before it starts.")
     epsilon_per_report: float | None = option(
         None, help="laplace, privunit, privunitg, instead of --epsilon: the ε of each release "
         "(> 0, finite); the ledger composes an agent's releases (cap them with "
@@ -433,8 +437,8 @@ class FedPGConfig(Config):
         try:
             if self.mechanism == "none":
                 return no_privacy(req, rounds)
-            if self.pure_mechanism:
-                return plan_pure(req, rounds)
+            if self.pure_mechanism:  # a user's may be (ε, δ) under an (ε, δ) budget
+                return plan_pure(req, rounds, release_delta=is_user_mechanism(self.mechanism))
             # distributed-gaussian: the discrete mechanism calibrates σ by its own bound, with
             # the update's length (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); the
             # plan checks its request and gives its ledger.

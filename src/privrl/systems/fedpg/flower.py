@@ -564,6 +564,9 @@ def record(run: FlowerCenRun) -> Any:
     from privrl.systems.fedpg.local import policy_of
 
     cfg, rounds = run.config, run.rounds
+    algo = FedPG(cfg)
+    saved = policy_of(algo, np.asarray(run.theta, np.float32)[None, None])
+    judged = final_verdict(algo, saved)
     privacy = run.privacy()
     summed = run.mechanism is not None
     guarantee = privacy["guarantee"] or {"epsilon": None, "delta": None}  # none: no guarantee
@@ -575,7 +578,8 @@ def record(run: FlowerCenRun) -> Any:
         "final_server_mean_length": rounds[-1]["server_mean_length"] if rounds else None,
         "epsilon": guarantee["epsilon"], "delta": guarantee["delta"],
         **({"min_honest_surviving_agents": run.mechanism.min_honest} if summed else {}),
-        "wall_seconds": run.wall_seconds}
+        "wall_seconds": run.wall_seconds,
+        "final_returns_of": FINAL_RETURNS_OF, **judged.fields()}
     counted = "agents_in_sum" if summed else "agents_in_mean"
 
     def rows() -> Any:
@@ -590,7 +594,29 @@ def record(run: FlowerCenRun) -> Any:
         files={"flower.json": {"supernodes": run.nodes, "threshold": run.threshold,
                                "rounds": rounds}},
         run_info={"runtime": "flower", "supernodes": run.nodes}, runtime="flower",
-        policy=policy_of(FedPG(cfg), np.asarray(run.theta, np.float32)[None, None]))
+        policy=saved)
+
+
+# The server sees no agent's return (only the secure sum or the checked Reports), so a Flower
+# run's final returns are its final policy's, played on the task's simulator.
+FINAL_RETURNS_OF = ("the server's final policy, sampled actions as in training, played on the "
+                    "task's simulator (agents' dynamics drawn from the private ranges), as many "
+                    "episodes as the random baseline")
+
+
+def final_verdict(algo: FedPG, saved: Any) -> Any:
+    """Did it learn? The final policy's returns (FINAL_RETURNS_OF) against a uniform-random
+    policy's on the same task and episode cap (privrl.evaluation: random_baseline, play,
+    verdict, as every run's)."""
+    from privrl.evaluation import play, random_baseline, verdict
+    from privrl.policy import Policy
+    from privrl.systems.fedpg.local import FINAL_ROUNDS
+
+    cfg, task = algo.config, algo.task
+    baseline = random_baseline(task, FINAL_ROUNDS * cfg.agents * cfg.batch_max, cfg.seed)
+    policy = Policy(saved.description, saved.theta[0, 0], algo.model)
+    final = play([policy], task, baseline.size, cfg.seed, task.episode_steps, sample=True)
+    return verdict(final[0], baseline)
 
 
 @dataclass(frozen=True)

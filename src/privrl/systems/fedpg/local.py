@@ -33,6 +33,7 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.adapt import (
     LEVERS_NOTE,
     BestCandidates,
@@ -40,13 +41,20 @@ from privrl.federation.adapt import (
     public_candidates_record,
 )
 from privrl.federation.pushsum import PushSumState, push_sum_z
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    save_if_asked,
+    work_so_far,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import Accountant, pure_composition_record
 from privrl.privacy.distributed import USER_NEIGHBOURS, RoundBudget
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, noise_mode, noise_summary, secret_keys
 from privrl.privacy.plan import gaussian_spent
 from privrl.privacy.record import (
     Budget,
@@ -61,7 +69,8 @@ from privrl.privacy.record import (
     pure_ldp,
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
-from privrl.privacy.user import declared_condition
+from privrl.privacy.user import declared_by, declared_condition, declared_summary
+from privrl.progress import as_progress, emit, spent_max
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
@@ -110,11 +119,19 @@ class FedPGRun(SavesRunDir):
     kept: np.ndarray | None = None
     # policy.npz: every trial's (and Dec: every node's) final θ with the model's description
     policy: SavedPolicy | None = None
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
+    baseline: np.ndarray | None = None
     # The post-processing levers' record (`lever_record`): what they set and did; None: off.
     levers: dict[str, Any] | None = None
 
     def record(self) -> RunRecord:
         return record(self)
+
+    def verdict(self) -> Verdict | None:
+        """Each trial's last FINAL_ROUNDS batch mean returns against the random baseline."""
+        if self.baseline is None:
+            return None
+        return verdict(final_returns(self), self.baseline)
 
     def released(self) -> Released:
         """What its agents released (privacy.json's facts)."""
@@ -170,7 +187,7 @@ class Released:
                    np.array([most]), account(algo, most))
 
 
-def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
+def run_fedpg(config: FedPGConfig, progress: ProgressFn | bool | None = None,
               task: Task | None = None, model: nn.Module | None = None,
               devices: int | None = None, out: str | os.PathLike | None = None
               ) -> FedPGRun:
@@ -180,10 +197,12 @@ def run_fedpg(config: FedPGConfig, progress: ProgressFn | None = None,
 
     A config that could run in a program with other settings (`one_program_field`) computes
     through the same per-trial mechanism such a program uses, so that it gets the same floats
-    alone and in any program."""
+    alone and in any program. `progress`: a callback `(done, total)`, or True for the CLI's
+    display on stderr."""
     check_out_dir(out)
     algo = settings_algorithm([local_config(config)], task, model)
-    return save_if_asked(run_fedpg_settings(algo, progress, devices)[0], out)
+    with as_progress(progress, unit="episodes/agent") as shown:
+        return save_if_asked(run_fedpg_settings(algo, shown, devices)[0], out)
 
 
 def local_config(config: FedPGConfig) -> FedPGConfig:
@@ -267,7 +286,7 @@ class _Setting:
                         + (() if info.clip is None else (info.clip * nan,)))
 
     def result(self, state: Any, wall: float, compile_s: float,
-               program: dict[str, int] | None,
+               program: dict[str, int] | None, baseline: np.ndarray | None = None,
                candidates: PublicCandidates | None = None) -> FedPGRun:
         cfg, algo = self.algo.config, self.algo
         mine = lambda a: np.asarray(a)[self.rows]  # noqa: E731
@@ -283,7 +302,7 @@ class _Setting:
             z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
-            program=program, policy=policy_of(algo, z), kept=self.kept,
+            program=program, policy=policy_of(algo, z), kept=self.kept, baseline=baseline,
             levers=lever_record(algo, candidates, self.rows),
         )
 
@@ -366,8 +385,13 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         t += 1
         if candidates is not None and t % cfg.public_eval_every == 0:
             state = candidates.offer(state)
-        if progress is not None:
-            progress(float(min(after[b.rows].mean(axis=1).min() for b in going)), cfg.budget)
+        if progress is not None:  # the count ends at the budget (a round may overshoot it)
+            recent = [r for b in going for r in b.out[-1][0][np.isfinite(b.out[-1][0])]]
+            emit(progress, min(float(min(after[b.rows].mean(axis=1).min() for b in going)),
+                               cfg.budget), cfg.budget,
+                 mean_return=float(np.mean(recent)) if recent else None,
+                 epsilon=max((e for b in going if (e := spent_max(b.ledger)) is not None),
+                             default=None))
         work_so_far(lambda state=state, compile_s=compile_s: [  # if a later round fails
             book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
     if candidates is not None:  # the last policy is a candidate too; each trial keeps its best
@@ -375,7 +399,17 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         state = candidates.kept(state)
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
-    return [book.result(state, wall, compile_s, program, candidates) for book in books]
+    baseline = run_baseline(algo)  # the settings share their task and seed
+    return [book.result(state, wall, compile_s, program, baseline, candidates)
+            for book in books]
+
+
+def run_baseline(algo: FedPG) -> np.ndarray:
+    """A uniform-random policy's returns on the run's task, about as many episodes as the
+    final rounds' batches hold (privrl.evaluation.random_baseline)."""
+    cfg = algo.config
+    return random_baseline(algo.task, cfg.trials * FINAL_ROUNDS * cfg.agents * cfg.batch_max,
+                           cfg.seed)
 
 
 # Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
@@ -516,7 +550,17 @@ def episodes_to_target(run: FedPGRun) -> np.ndarray:
     return out
 
 
-def final_return(run: FedPGRun, tail: int = 10) -> np.ndarray:
+FINAL_ROUNDS = 10  # the rounds per trial whose batch mean returns are its final ones
+
+
+def final_returns(run: FedPGRun) -> np.ndarray:
+    """Every trial's last FINAL_ROUNDS batch mean returns (of the rounds it ran), in one
+    array."""
+    return np.concatenate([r[np.isfinite(r)][-FINAL_ROUNDS:].astype(np.float64)
+                           for r in run.mean_return])
+
+
+def final_return(run: FedPGRun, tail: int = FINAL_ROUNDS) -> np.ndarray:
     """Per trial: mean of the batch mean returns of its last `tail` rounds."""
     out = []
     for r in run.mean_return:
@@ -531,7 +575,7 @@ def algorithm_label(cfg: FedPGConfig) -> str:
     return "single agent (SVRPG)" if cfg.agents == 1 else "FedPG-Cen"
 
 
-def summarize(run: FedPGRun) -> dict[str, Any]:
+def summarize(run: FedPGRun, runtime: str = "local") -> dict[str, Any]:
     cfg = run.config
     reach = episodes_to_target(run)
     per_agent = run.ledger.summary()["per_agent_epsilon"]["max"]
@@ -558,10 +602,11 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
         "agents": cfg.agents,
         "mechanism": cfg.mechanism,
         "upload_bytes_per_report": run.mechanism["upload_bytes_per_report"],
-        "privacy": headline(privacy_facts(run)),
-        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
+        "privacy": headline(privacy_facts(run, runtime)),
+        **noise_summary(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)),
         "epsilon_per_agent": (run.accounting["epsilon"] if run.accounting is not None
                               else per_agent),
+        **declared_summary(cfg.mechanism),
         "trials": cfg.trials,
         "budget_episodes_per_agent": cfg.budget,
         "target_return": cfg.target_return,
@@ -570,6 +615,7 @@ def summarize(run: FedPGRun) -> dict[str, Any]:
                                       else float(np.median(reach))),
         "reached_target": None if cfg.target_return is None else int(np.isfinite(reach).sum()),
         "final_mean_return": [float(f"{x:.4g}") for x in final_return(run)],
+        **({} if (v := run.verdict()) is None else v.fields()),
         "rounds": run.rounds_run,
         "rounds_max": int(run.releases.max()),  # rounds of the longest trial
         "wall_seconds": round(run.wall_seconds, 2),
@@ -611,11 +657,17 @@ def byzantine_summary(run: FedPGRun) -> dict[str, Any]:
     return out
 
 
-def privacy_facts(run: Released | FedPGRun) -> Facts:
+def privacy_facts(run: Released | FedPGRun, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): the
     whole run's guarantee per agent, one release's ε labelled per release, the other
-    composition beside it, the budget, the shuffle and who must be trusted."""
+    composition beside it, the budget, the shuffle and who must be trusted; where the parties
+    ran (`runtime`), and whether the ε is a user mechanism's declaration."""
     run = run.released() if isinstance(run, FedPGRun) else run
+    return replace(_facts(run), runtime=runtime, declared_by=declared_by(run.config.mechanism),
+                   audit=run.mechanism.get("params", {}).get("quick_audit"))
+
+
+def _facts(run: Released) -> Facts:
     cfg = run.config
     sent = ("its policy-gradient estimate μ_tᵏ (to the server)" if cfg.algorithm == "cen"
             else "its local update Δ_k = θ_N − z_k, which it adds to x_k before gossiping "
@@ -625,7 +677,7 @@ def privacy_facts(run: Released | FedPGRun) -> Facts:
                 else "everything the peers compute")
     ledger = run.ledger.summary()
     most = int(run.releases.max())
-    noise = record_mode(cfg.noise, cfg.secure_noise)
+    noise = noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)
     if cfg.mechanism == "central-gaussian" and run.accounting is not None:
         sens = run.accounting["sensitivity"]
         return Facts(
@@ -717,17 +769,33 @@ def privacy_facts(run: Released | FedPGRun) -> Facts:
             also=[basic], trust=trust, not_protected=server, noise=noise)
     plan = cfg.privacy_plan()
     composed = pure_composition_record(plan.epsilon_per_report, most, cfg.delta,
-                                       cfg.budget_composition)
+                                       cfg.budget_composition, plan.delta_per_report)
     claim, also, budget = pure_ldp(composed, local, unit, "a trial whose agents could not "
                                    "afford another round ended there", plan.cap)
     shuffled = shuffle_account(run)
     return Facts(claim, releases=one, also=also, budget=budget, trust=trust,
+                 unspent=unspent(cfg, claim.epsilon, plan.cap, most),
                  shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "server"),
                  not_protected=server, condition=declared_condition(cfg.mechanism),
                  noise=noise)
 
 
-def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
+def unspent(cfg: FedPGConfig, spent: float, cap: float | None, rounds: int) -> str:
+    """Why an agent's ε is below its budget, or "" where it is not: the plan splits the
+    budget over the most rounds the episode budget could pay for (`max_rounds`), and rounds
+    that cost more episodes end the run sooner."""
+    if cap is None or not spent < cap * (1 - 1e-3):
+        return ""
+    n_min = 1 if cfg.inner_steps is None else cfg.inner_steps
+    return (f"each agent spent at most ε = {spent:.4g} of its {cap:g}, because the budget is "
+            f"split evenly over the {cfg.max_rounds()} rounds its {cfg.budget} episodes could "
+            f"pay for at most (a round costs at least B_min + b·N_min = "
+            f"{cfg.batch_min + cfg.minibatch * n_min} episodes), and this run's rounds cost "
+            f"more, so its agents released in at most {rounds} (to spend more in each round, "
+            "give the ε of one report, epsilon_per_report, instead)")
+
+
+def privacy_record(run: Released | FedPGRun, runtime: str = "local") -> dict[str, Any]:
     """privacy.json, for a run on any runtime (what its agents released): the composed
     statement, the mechanism, each agent's releases, the ledger's composition and, for the
     Gaussian mechanisms, the accountant's account."""
@@ -735,7 +803,8 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
     cfg = run.config
     most = int(run.releases.max())
     composed = (pure_composition_record(cfg.epsilon_per_report, most, cfg.delta,
-                                        cfg.budget_composition)
+                                        cfg.budget_composition,
+                                        cfg.privacy_plan().delta_per_report)
                 if cfg.pure_mechanism and most > 0 else None)
     shuffled = shuffle_account(run)
     ledger = run.ledger
@@ -743,7 +812,7 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
     # the guarantee is the server's noised aggregate's, so the ledger is not its verdict.
     central = cfg.mechanism == "central-gaussian"
     return build_privacy_record(
-        privacy_facts(run), mechanism=run.mechanism, ledger=None if central else ledger,
+        privacy_facts(run, runtime), mechanism=run.mechanism, ledger=None if central else ledger,
         accountant=run.accounting, with_accounting=True, fields={
             **({"agents_releases_to_the_trusted_server": ledger.summary()} if central else {}),
             **per_release(run),
@@ -756,7 +825,7 @@ def privacy_record(run: Released | FedPGRun) -> dict[str, Any]:
             "releases_per_agent": ledger.summary()["reports_per_agent"],
             "agent_ids": "trial * K + index of the agent within its trial",
             **({} if shuffled is None else {"shuffle": shuffled}),
-            **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+            **noise_fields(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise))})
 
 
 def robust_record(run: Released) -> dict[str, Any]:
@@ -941,27 +1010,33 @@ def return_curves(runs: Curves, budget: int, points: int = 200
 
 
 def plot_returns(path: Path, runs: Curves, budget: int, title: str,
-                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510)) -> None:
+                 target: float | None = 475.0, ylim: tuple[float, float] | None = (0, 510),
+                 random: float | None = None) -> None:
     """Mean return vs episodes per agent: mean over trials, shaded min-max over trials;
-    `ylim` (default: CartPole-v1's returns) None: fitted to the curves."""
+    `ylim` (default: CartPole-v1's returns) None: fitted to the curves; `random` a random
+    policy's return, drawn as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from privrl.output import draw_random, plural
+
     grid, curves = return_curves(runs, budget)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for name, c in curves.items():
         mean = np.nanmean(c, axis=0)
-        (line,) = ax.plot(grid, mean, lw=1.4, label=f"{name} ({c.shape[0]} seeds)")
+        (line,) = ax.plot(grid, mean, lw=1.4,
+                          label=f"{name} (mean of {plural(c.shape[0], 'seed')})")
         if c.shape[0] > 1:
             lo, hi = np.nanmin(c, axis=0), np.nanmax(c, axis=0)
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.15)
     if target is not None:  # a task without a target has no line
         ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
-    ax.set_xlabel("episodes per agent")
-    ax.set_ylabel("mean return of the round's batch")
-    ax.set_title(title)
+    draw_random(ax, random)
+    ax.set_xlabel("episodes played per agent")
+    ax.set_ylabel("mean return of the round's episodes")
+    ax.set_title(title, fontsize=10)
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.legend(loc="lower right", fontsize=8)
@@ -976,20 +1051,30 @@ def record(run: FedPGRun, files: dict[str, Any] | None = None,
     """What a run leaves behind: summary, privacy record, per-round table, return curves;
     `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = run.config
-    summary = summarize(run)
+    summary = summarize(run, runtime)
     label = summary["label"]
     cartpole = cfg.env in (None, "gymnax:CartPole-v1")
+    v = run.verdict()
     return RunRecord(
         f"fedpg-{cfg.algorithm}", cfg.to_dict(), cfg.seed, summary,
-        privacy_record(run),
+        privacy_record(run, runtime),
         metrics=lambda p: write_metrics(p, run),
         plots={"returns.png": lambda p: plot_returns(
             p, {label: (run.used_before, run.mean_return)}, cfg.budget,
-            f"{label}, K = {cfg.agents}, {cfg.mechanism}"
-            + ("" if cartpole else f", {cfg.env}"), cfg.target_return,
-            (0, 510) if cartpole else None)},
+            plot_title(label, cfg.env, f"K = {cfg.agents} agents, {privacy_label(summary)}",
+                       run.policy), cfg.target_return,
+            (0, 510) if cartpole else None, None if v is None else v.random)},
         run_info={"topology": run.topology}, files=files or {}, policy=run.policy,
         runtime=runtime)
+
+
+def privacy_label(summary: dict[str, Any]) -> str:
+    """The mechanism and each agent's ε, in a few words for the run's plot."""
+    eps = summary["epsilon_per_agent"]
+    if summary["mechanism"] == "none" or eps is None or not math.isfinite(eps):
+        return "no privacy (mechanism none)" if summary["mechanism"] == "none" else (
+            f"{summary['mechanism']}, no ε")
+    return f"{summary['mechanism']}, ε = {eps:.3g} per agent"
 
 
 def save(run: FedPGRun, path: Path, command: list[str] | None = None,
@@ -1004,7 +1089,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     med = summary["median_episodes_to_target"]
     rows = [
         ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
+        *([("noise keys", summary["noise"])] if "noise" in summary else []),
         ("agents K, topology", f"{summary['agents']}, {summary['topology']}"),
         ("trials × episodes/agent",
          f"{summary['trials']} × {summary['budget_episodes_per_agent']}"),
@@ -1014,6 +1099,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             ("trials that reached it", f"{summary['reached_target']}/{summary['trials']}"))),
         ("final mean return (last 10 rounds)",
          ", ".join(f"{x:.4g}" for x in summary["final_mean_return"])),
+        *(verdict_rows(summary) if "learned" in summary else ()),
         ("wall time", f"{summary['wall_seconds']:.1f} s (first round incl. compile "
                       f"{summary['compile_seconds']:.1f} s)"),
         ("rounds / s, episodes / s",

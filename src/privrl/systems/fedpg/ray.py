@@ -61,7 +61,13 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.dec import round_info
-from privrl.systems.fedpg.local import FedPGRun, account, budget_ledger, policy_of
+from privrl.systems.fedpg.local import (
+    FedPGRun,
+    account,
+    budget_ledger,
+    policy_of,
+    run_baseline,
+)
 from privrl.systems.fedpg.runtimes import check_runtime
 
 EventHook = Callable[[str, dict[str, Any]], None]
@@ -362,7 +368,8 @@ def run_fedpg_dec_ray(
         mechanism=mechanism_record(algo.mechanism, algo.dim), topology=algo.topology.describe(),
         wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
         accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
-        policy=policy_of(algo, z), privacy_budget_spent=np.array([spent]))
+        policy=policy_of(algo, z), privacy_budget_spent=np.array([spent]),
+        baseline=run_baseline(algo))
     gossip = {"nodes": k, "rounds": t,
               "rejected": {i: r["rejections"] for i, r in enumerate(results) if r["rejections"]},
               "senders_per_round": [r["mixed_from"] for r in results]}

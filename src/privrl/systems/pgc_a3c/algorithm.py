@@ -298,6 +298,10 @@ class PGCA3CConfig(Config):
         10, help="The most trials a round computes together: a CPU cache holds about 10 of "
         "the paper's; an accelerator wants thousands. Part of what fixes a trial's floats.")
     noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
+    audit_plugin: bool = option(
+        True, help="A user's mechanism (module:callable) is audited before the run: a quick "
+        "privrl audit of one release (seconds) whose lower bound on ε is recorded beside the "
+        "declared ε, and a run whose declaration it refutes stops before it starts.")
     secure_noise: bool = option(
         False, help="Float-safe noise: exact discrete Laplace on a grid from the OS CSPRNG, "
         "the input clipped in integers (no low-bit leak; slower; not reproducible; "
@@ -444,7 +448,7 @@ class PGCA3CConfig(Config):
         try:
             return plan_pure(PrivacyRequest(self.epsilon, self.epsilon_per_report, None,
                                             self.delta, None, self.budget_composition), t,
-                             afford_all=True)
+                             afford_all=True, release_delta=is_user_mechanism(self.mechanism))
         except PlanError as e:
             fail(e.field, e.message)
 
@@ -1278,8 +1282,14 @@ def make_mechanism(cfg: PGCA3CConfig, dim: int) -> Mechanism:
     if cfg.mechanism == "none":
         return IdentityMechanism(cfg.clip)
     eps = cfg.release_epsilons()[0]
-    if is_user_mechanism(cfg.mechanism):  # pure ε per report: what the ledger composes
-        return user_mechanism(cfg.mechanism, MechanismRequest(eps, 0.0, cfg.clip, dim))
+    if is_user_mechanism(cfg.mechanism):  # (ε, δ) per report as planned: the ledger composes
+        mech = user_mechanism(cfg.mechanism, MechanismRequest(
+            eps, cfg.privacy_plan().delta_per_report, cfg.clip, dim))
+        if not cfg.audit_plugin:
+            return mech
+        from privrl.audit.quick import audited
+
+        return audited(mech, dim, cfg.clip)
     if cfg.mechanism == "laplace":
         return LaplaceMechanism(eps, cfg.clip, secure=cfg.secure_noise)
     if cfg.mechanism in ("privunit", "privunitg"):

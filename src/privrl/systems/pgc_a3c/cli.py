@@ -13,6 +13,7 @@ import typer
 from privrl.cli import (
     AddressOpt,
     Out,
+    ProgressEvery,
     Resume,
     Runtime,
     Settings,
@@ -30,6 +31,7 @@ from privrl.cli import (
     value_enum,
 )
 from privrl.config import ConfigError, positive
+from privrl.progress import DEFAULT_EVERY
 from privrl.systems.pgc_a3c.choices import MECHANISMS
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ def run_pgc_a3c_command(
     settings: Settings,
     out: Out = None,
     progress: ShowProgress = True,
+    progress_every: ProgressEvery = DEFAULT_EVERY,
     runtime: Annotated[Runtime, typer.Option(
         help="local: all agents vectorized in this process. ray: agents and the aggregator as "
         "Ray actors, asynchronous and fault-tolerant (one trial; pip install 'privrl[ray]'). "
@@ -122,12 +125,14 @@ def run_pgc_a3c_command(
         return
     if one_process_per_agent:
         raise ConfigError("--one-process-per-agent", "needs --runtime flower")
-    _execute_pgc(config, out, progress)
+    _execute_pgc(config, out, progress, progress_every)
 
 
-def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) -> None:
+def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool,
+                 every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import keeping_work, new_run_dir
     from privrl.privacy.record import planned
     from privrl.systems.pgc_a3c import local
@@ -149,10 +154,8 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
 
     command = ["privrl", *sys.argv[1:]]
     with (keeping_work(run_dir, lambda result, path: local.save(result, path, command)),
-          progress_bar(err, show_progress, "training") as (bar, task)):
-        result = local.run_pgc_a3c(
-            config, progress=lambda done, total: bar.update(task, completed=done, total=total)
-        )
+          progress_bar(err, show_progress, "training", every=every) as (bar, _)):
+        result = local.run_pgc_a3c(config, progress=bar)
     path = run_dir()
     summary = local.save(result, path, command=command)
     console.print(results_table("PGC-A3C results", local.summary_rows(summary)))
@@ -161,6 +164,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show_progress: bool) ->
     console.print(f"Results written to [bold]{path}[/] "
                   "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/scores.png)")
+    console.print(verdict_line(summary))
 
 
 def _execute_pgc_ray(config: PGCA3CConfig, out: Path | None, show_progress: bool,
@@ -213,6 +217,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     import numpy as np
     from rich.console import Console
 
+    from privrl.evaluation import verdict_line
     from privrl.output import new_run_dir, removed_if_left_empty
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
@@ -237,6 +242,7 @@ def _execute_distributed(config: PGCA3CConfig, out: Path | None, show_progress: 
     if getattr(result, "error", None):  # the files hold what was released before it ended
         err.print(f"[bold red]The run ended early:[/] {result.error}")
         raise typer.Exit(1)
+    console.print(verdict_line(summary))
 
 
 @top_app.command("replay")

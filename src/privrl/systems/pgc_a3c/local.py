@@ -32,19 +32,27 @@ from privrl.compute.sharding import (
     trial_devices,
     trial_sharding,
 )
+from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.adapt import (
     LEVERS_NOTE,
     BestCandidates,
     lowered_scale,
     public_candidates_record,
 )
-from privrl.output import RunRecord, SavesRunDir, check_out_dir, save_if_asked, work_so_far
+from privrl.output import (
+    RunRecord,
+    SavesRunDir,
+    check_out_dir,
+    plot_title,
+    save_if_asked,
+    work_so_far,
+)
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.accounting import pure_composition_record
 from privrl.privacy.ldp_compact import generator_condition
 from privrl.privacy.ledger import PrivacyLedger
-from privrl.privacy.noise import noise_fields, record_mode, secret_keys, summary_note
+from privrl.privacy.noise import noise_fields, noise_mode, noise_summary, secret_keys
 from privrl.privacy.record import (
     CentralShuffle,
     Facts,
@@ -56,7 +64,8 @@ from privrl.privacy.record import (
 )
 from privrl.privacy.record import privacy_record as build_privacy_record
 from privrl.privacy.shuffle import shuffle_record
-from privrl.privacy.user import declared_condition
+from privrl.privacy.user import declared_by, declared_condition, declared_summary
+from privrl.progress import as_progress, emit, spent_max
 from privrl.systems.pgc_a3c.algorithm import (
     PGCA3C,
     PGCA3CConfig,
@@ -105,9 +114,18 @@ class RunOutput(SavesRunDir):
     program: dict[str, int] | None = None
     # The adaptive levers' record (`lever_record`): what they set and did; None: none on.
     levers: dict[str, Any] | None = None
+    # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
+    baseline: np.ndarray | None = None
 
     def record(self) -> RunRecord:
         return record(self)
+
+    def verdict(self) -> Verdict | None:
+        """The final window's returns (each trial's last `final_window` submissions) against
+        the random baseline."""
+        if self.baseline is None:
+            return None
+        return verdict(final_scores(self), self.baseline)
 
 
 def _chunk_rounds(total_rounds: int, parallel_agents: int, trials: int) -> int:
@@ -163,9 +181,15 @@ class ShardedTrials:
         return state, np.asarray(scores)[: self.trials]
 
 
+def _mean(scores: np.ndarray) -> float | None:
+    """The mean return so far (progress): NaN-free mean of the filled scores, None if none."""
+    finite = scores[np.isfinite(scores)]
+    return float(finite.mean()) if finite.size else None
+
+
 def run_pgc_a3c(
     config: PGCA3CConfig,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | bool | None = None,
     devices: int | None = None,
     retire_on_success: bool = False,
     chunk_rounds: int | None = None,
@@ -180,11 +204,13 @@ def run_pgc_a3c(
     `chunk_rounds` rounds run per jitted call (default: about 20,000 episodes' worth).
     `task` and `model`: your environment and network (`PGCA3C`); default: the config's.
     `out`: write the run directory there, as the CLI's --out (`RunOutput.save`).
+    `progress`: a callback `(done, total)`, or True for the CLI's display on stderr.
     """
     check_out_dir(out)
     algo = settings_algorithm([_seeded_by_default(config)], task, model)
-    return save_if_asked(_run_trials(algo, progress, devices, retire_on_success,
-                                     chunk_rounds)[0], out)
+    with as_progress(progress, unit="submissions/trial") as shown:
+        return save_if_asked(_run_trials(algo, shown, devices, retire_on_success,
+                                         chunk_rounds)[0], out)
 
 
 def run_pgc_a3c_settings(
@@ -279,7 +305,10 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
                                      cfg.score_window)
             retired |= np.isfinite(fst)
         if progress is not None:
-            progress(n_sub if retired.all() else min(done_rounds * p, n_sub), n_sub)
+            filled = min(done_rounds * p, n_sub)
+            emit(progress, n_sub if retired.all() else filled, n_sub,
+                 mean_return=_mean(scores[:, :filled]),
+                 epsilon=max(spent_max(ledger) for ledger in ledgers))
         work_so_far(partial(_outputs, algo, state, scores, ledgers, retired, start, compile_s,
                             runner.devices, agents_per_trial, finished=False,
                             candidates=candidates))
@@ -305,6 +334,9 @@ def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[Privacy
         raise RuntimeError(f"internal error: trials submitted {submitted}, expected {n_sub}")
     program = None if n_set == 1 else {"settings": n_set, "trials": n_set * k,
                                        "episodes": int(submitted.sum())}
+    # the settings share their task and seed: one random baseline for all of them (a
+    # finished run's; work kept after a failure plays no more)
+    baseline = random_baseline(algo.task, k * final_window(cfg), cfg.seed) if finished else None
     outputs = []
     for s, (setting, ledger) in enumerate(zip(settings, ledgers, strict=True)):
         own = slice(s * k, (s + 1) * k)
@@ -317,6 +349,7 @@ def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[Privacy
             compile_seconds=compile_s, devices=devices,
             agents_per_trial=agents_per_trial, theta=theta[own], program=program,
             levers=levers,
+            baseline=baseline,
             policy=saved_policy("pgc-a3c", setting.model, setting.task, "logits,value",
                                 theta[own], setting.config.max_episode_steps)))
     return outputs
@@ -400,11 +433,24 @@ def one_trial_output(config: PGCA3CConfig, scores: np.ndarray, ledger: PrivacyLe
                                                 / config.submissions_per_agent),
                      theta=theta,
                      policy=saved_policy("pgc-a3c", algo.model, algo.task, "logits,value",
-                                         theta, config.max_episode_steps))
+                                         theta, config.max_episode_steps),
+                     baseline=random_baseline(algo.task, final_window(config), config.seed))
 
 
 # --- what a run reports ----------------------------------------------------------------------
-def summarize(out: RunOutput) -> dict[str, Any]:
+def final_window(config: PGCA3CConfig) -> int:
+    """The submissions per trial whose scores are the run's final ones: the last tenth."""
+    return max(1, config.submissions // 10)
+
+
+def final_scores(out: RunOutput) -> np.ndarray:
+    """Every trial's last `final_window` scores (of those it made), in one array."""
+    tail = final_window(out.config)
+    return np.concatenate([out.scores[k, max(0, n - tail):n].astype(np.float64)
+                           for k, n in enumerate(out.submitted)])
+
+
+def summarize(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     """summary.json: the paper's metrics for this run (FST per trial, median, success ratio;
     None on a task without a target, which reports its scores only)."""
     cfg = out.config
@@ -417,16 +463,17 @@ def summarize(out: RunOutput) -> dict[str, Any]:
                    "success_ratio": float(np.mean(np.isfinite(fst))),
                    "fst": [int(f) if np.isfinite(f) else None for f in fst],
                    "success_ratio_auc": float(success_ratio_curve(fst, cfg.submissions).mean())}
-    tail = max(1, cfg.submissions // 10)
+    tail = final_window(cfg)
     episodes = int(out.submitted.sum()) if out.program is None else out.program["episodes"]
     return {
         "algorithm": "pgc-a3c",
         "preset": cfg.preset,
         "mechanism": cfg.mechanism,
         "epsilon": cfg.epsilon,
+        **declared_summary(cfg.mechanism),
         "upload_bytes_per_report": out.mechanism["upload_bytes_per_report"],
-        "privacy": headline(privacy_facts(out)),
-        "noise": summary_note(record_mode(cfg.noise, cfg.secure_noise)),
+        "privacy": headline(privacy_facts(out, runtime)),
+        **noise_summary(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)),
         "trials": cfg.trials,
         "submissions": cfg.submissions,
         "target_score": cfg.target_score,
@@ -436,6 +483,7 @@ def summarize(out: RunOutput) -> dict[str, Any]:
         "final_mean_score": float(np.mean([scores[k, max(0, n - tail):n].mean()
                                            for k, n in enumerate(out.submitted)])),
         "final_window": tail,
+        **({} if (v := out.verdict()) is None else v.fields()),
         "wall_seconds": round(out.wall_seconds, 2),
         "compile_seconds": round(out.compile_seconds, 2),
         "episodes_per_second": round(episodes / max(out.wall_seconds, 1e-9), 1),
@@ -448,43 +496,48 @@ def summarize(out: RunOutput) -> dict[str, Any]:
     }
 
 
-def privacy_facts(out: RunOutput) -> Facts:
+def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): each
     agent's reports over the run in the composition the ledger enforces, the other beside it,
     one report's ε labelled per release, and the shuffle's central account."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
-    noise = record_mode(cfg.noise, cfg.secure_noise)
+    noise = noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise)
     if not (math.isfinite(cfg.epsilon) and reports > 0):
-        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise)
-    eps0 = cfg.privacy_plan().epsilon_per_report
-    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
+        return Facts(None, "non-private baseline (ε = ∞); raw gradients released", noise=noise,
+                     runtime=runtime)
+    plan = cfg.privacy_plan()
+    eps0, delta0 = plan.epsilon_per_report, plan.delta_per_report
+    composed = pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition, delta0)
     claim, also, budget = pure_ldp(composed, "local, untrusted aggregator",
                                    "all of one agent's reports",
                                    "the ledger refuses a report beyond it", cfg.epsilon)
     shuffled = shuffle_account(out) if cfg.shuffle else None
     return Facts(
         claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
-                                 f"{cfg.mechanism} mechanism", reports, eps0),
+                                 f"{cfg.mechanism} mechanism", reports, eps0, delta0),
         also=also, budget=budget,
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
         trust=Trust("nobody but the agent itself (local DP)", "the aggregator's updates"),
         condition=declared_condition(cfg.mechanism) or generator_condition(cfg.mechanism),
-        noise=noise)
+        noise=noise, declared_by=declared_by(cfg.mechanism), runtime=runtime,
+        audit=out.mechanism.get("params", {}).get("quick_audit"))
 
 
-def privacy_record(out: RunOutput) -> dict[str, Any]:
+def privacy_record(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     """privacy.json: the composed statement, the mechanism, its parameters, the ledger's
     per-agent composition, and both compositions of an agent's reports (basic: pure ε;
     optimal: (ε, δ) at the config's δ), saying which one the ledger enforces."""
     cfg = out.config
     reports = out.ledger.summary()["reports_per_agent"]["max"]
     private = math.isfinite(cfg.epsilon) and reports > 0
-    eps0 = cfg.privacy_plan().epsilon_per_report
-    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition)
-                if private else None)
+    plan = cfg.privacy_plan()
+    eps0 = plan.epsilon_per_report
+    composed = (pure_composition_record(eps0, reports, cfg.delta, cfg.budget_composition,
+                                        plan.delta_per_report) if private else None)
     shuffled = shuffle_account(out) if private and cfg.shuffle else None
-    return build_privacy_record(privacy_facts(out), mechanism=out.mechanism, ledger=out.ledger,
+    return build_privacy_record(privacy_facts(out, runtime), mechanism=out.mechanism,
+                                ledger=out.ledger,
                                 fields={
         "submissions_per_agent": cfg.submissions_per_agent,
         "epsilon_per_agent": cfg.epsilon,
@@ -497,7 +550,7 @@ def privacy_record(out: RunOutput) -> dict[str, Any]:
             "and the gradient's sum to epsilon_per_report, what the ledger charges); "
             + LEVERS_NOTE}}),
         **({} if shuffled is None else {"shuffle": shuffled}),
-        **noise_fields(record_mode(cfg.noise, cfg.secure_noise))})
+        **noise_fields(noise_mode(cfg.mechanism, cfg.noise, cfg.secure_noise))})
 
 
 def shuffle_account(out: RunOutput) -> dict[str, Any]:
@@ -519,14 +572,18 @@ def record(out: RunOutput, files: dict[str, Any] | None = None,
     """What a run leaves behind: its summary, privacy record, scores table and score plot;
     `runtime` where its parties ran (privacy.json's trust domain)."""
     cfg = out.config
-    eps = "∞ (non-private)" if math.isinf(cfg.epsilon) else f"{cfg.epsilon:g}"
-    title = (f"PGC-A3C ({cfg.preset} preset), {cfg.mechanism}, ε = {eps}, "
-             f"|B| = {cfg.buffer_size}")
+    privacy = ("no privacy (mechanism none)" if math.isinf(cfg.epsilon)
+               or cfg.mechanism == "none" else f"{cfg.mechanism}, ε = {cfg.epsilon:g} per agent")
+    title = plot_title("PGC-A3C", cfg.env, f"{privacy}; {cfg.preset} preset, "
+                       f"|B| = {cfg.buffer_size}", out.policy)
+    v = out.verdict()
     return RunRecord(
-        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(out),
+        "pgc-a3c", cfg.to_dict(), cfg.seed, summarize(out, runtime),
+        privacy_record(out, runtime),
         metrics=lambda p: write_metrics_csv(p, out.scores, out.submitted, cfg.score_window),
         plots={"scores.png": lambda p: plot_scores(p, out.scores, out.submitted,
-                                                   cfg.score_window, title, cfg.target_score)},
+                                                   cfg.score_window, title, cfg.target_score,
+                                                   None if v is None else v.random)},
         run_info={"devices": out.devices}, files=files or {}, policy=out.policy,
         runtime=runtime)
 
@@ -543,7 +600,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     fst = summary["median_fst"]
     rows = [
         ("privacy", summary["privacy"]),
-        ("noise keys", summary["noise"]),
+        *([("noise keys", summary["noise"])] if "noise" in summary else []),
         ("preset", summary["preset"]),
         ("mechanism", summary["mechanism"]),
         ("trials × submissions", f"{summary['trials']} × {summary['submissions']}"),
@@ -554,6 +611,7 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             ("success-ratio AUC (normalized)", f"{summary['success_ratio_auc']:.3f}"))),
         ("mean score, all submissions", f"{summary['mean_score']:.1f}"),
         (f"mean score, last {summary['final_window']}", f"{summary['final_mean_score']:.1f}"),
+        *(verdict_rows(summary) if "learned" in summary else ()),
         ("wall time", f"{summary['wall_seconds']:.1f} s" + (
             f" (first chunk incl. compile {summary['compile_seconds']:.1f} s)"
             if summary["compile_seconds"] else "")),

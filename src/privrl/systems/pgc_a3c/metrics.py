@@ -99,31 +99,36 @@ def held_moving_average(scores: np.ndarray, submitted: np.ndarray, window: int) 
 
 def plot_scores(
     path: Path, scores: np.ndarray, submitted: np.ndarray, window: int, title: str,
-    target: float | None,
+    target: float | None, random: float | None = None,
 ) -> None:
-    """Average score μ_n against submissions (paper Figure 2): mean over trials, IQR band."""
+    """Average score μ_n against submissions (paper Figure 2): mean over trials, IQR band;
+    `random` (a random policy's return) as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from privrl.output import draw_random, plural
+
     mu = held_moving_average(scores, submitted, window)
-    n = np.arange(1, mu.shape[1] + 1)
+    n = np.arange(window, mu.shape[1] + window)  # μ_n at its window's last episode
     step = max(1, mu.shape[1] // 2000)
     fig, ax = plt.subplots(figsize=(7, 4))
-    label = f"mean over {scores.shape[0]} trials"
+    label = f"mean over {plural(scores.shape[0], 'trial')}"
     if np.any(submitted < scores.shape[1]):
-        label += " (a trial's μ is held after it stopped)"
+        label += " (a trial's mean is held after it stopped)"
     ax.plot(n[::step], mu.mean(0)[::step], lw=1.2, label=label)
     if scores.shape[0] > 1:
         lo, hi = np.percentile(mu, [25, 75], axis=0)
         ax.fill_between(n[::step], lo[::step], hi[::step], alpha=0.25, label="interquartile range")
     if target is not None:  # a task without a target has no line
-        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target Θ = {target:g}")
-    ax.set_xlabel("submissions")
-    ax.set_ylabel(f"average score μ_n (window {window})")
-    ax.set_title(title)
-    if np.nanmin(scores, initial=0.0) >= 0:  # returns that can be negative keep their range
+        ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target: {target:g}")
+    draw_random(ax, random)
+    ax.set_xlabel("episodes submitted (each agent's episode is one submission)")
+    ax.set_ylabel(f"mean return over the last {plural(window, 'episode')}")
+    ax.set_title(title, fontsize=10)
+    # returns that can be negative keep their range
+    if np.nanmin(scores, initial=0.0) >= 0 and (random is None or random >= 0):
         ax.set_ylim(0, None)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

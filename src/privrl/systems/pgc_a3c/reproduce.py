@@ -306,7 +306,8 @@ def plot_sweep(cfg: SweepConfig, loaded: dict[str, Any], fst: dict[str, np.ndarr
             label = "ε = ∞ (non-private)" if s.mechanism == "none" else f"ε = {s.epsilon:g}"
             ax.plot(np.arange(1, mu.size + 1)[::step], mu[::step], lw=1, label=label)
         ax.axhline(195, color="k", ls="--", lw=0.8)
-        ax.set(xlabel="submissions", ylabel="average score μ_n (mean over trials)",
+        ax.set(xlabel="submissions",
+               ylabel="mean return of 10 consecutive episodes\n(the paper's μ_n; mean over trials)",
                title=f"PGC-A3C {MECHANISM_LABEL.get(mech, mech)} ({cfg.preset}): average score "
                      "(trials held after success)", ylim=(0, 205))
         ax.legend(fontsize=8)
