@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -43,7 +44,8 @@ from privrl.privacy.report import Guarantee, restore_report
 from privrl.runfile import RunFileError, atomic_write, checked, dumps, read
 
 __all__ = ["AgentNode", "AgentStep", "Budget", "NodeStore", "Released", "ReleasedFile",
-           "check_theta", "new_private_dir", "private_dir", "private_read", "private_write"]
+           "check_theta", "new_private_dir", "node_dirs", "private_dir", "private_read",
+           "private_write"]
 
 Out = TypeVar("Out")
 Key = tuple[int, int]  # (agent, index): one release
@@ -175,6 +177,33 @@ def new_private_dir(prefix: str) -> Path:
     """A fresh directory of the node's own (mode 0700) in the system's temporary directory:
     where a local deployment's node keeps its state, apart from the run directory."""
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+@contextlib.contextmanager
+def node_dirs(nodes: int, run_dir: Path, state_root: Path | None = None
+              ) -> Iterator[list[Path]]:
+    """The own directories (mode 0700) of a local deployment's `nodes` nodes, apart from the
+    operator's run directory `run_dir`: `state_root`/node<i> (made if missing, kept), or, with
+    None, fresh temporary ones (`new_private_dir`) removed when the block ends. ValueError,
+    nothing made, if `state_root` lies under `run_dir`; ValueError if a directory made lies
+    under it anyway (a temporary directory inside the run directory), removed again."""
+    run = Path(run_dir).resolve()
+    if state_root is not None and Path(state_root).resolve().is_relative_to(run):
+        raise ValueError(f"state_root {state_root} lies under the run directory {run_dir}: a "
+                         "node's state is its agents' own, not the server operator's")
+    own: list[Path] = []
+    try:
+        for i in range(nodes):
+            own.append(new_private_dir(f"privrl-node{i}-") if state_root is None
+                       else private_dir(Path(state_root) / f"node{i}"))
+            if own[-1].resolve().is_relative_to(run):
+                raise ValueError(f"the node directory {own[-1]} lies under the run directory "
+                                 f"{run_dir}: give the nodes a state_root elsewhere")
+        yield own
+    finally:
+        if state_root is None:
+            for d in own:
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def private_write(path: Path, kind: str, state: Any) -> None:

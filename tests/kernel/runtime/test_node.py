@@ -120,3 +120,36 @@ def test_a_nodes_state_is_its_own(tmp_path: Path) -> None:
     os.chmod(own, 0o755)
     with pytest.raises(ValueError, match="0700"):
         private_write(own / "s.npz", "test-node", {"n": 2})
+
+
+def test_a_local_deployments_node_directories_lie_outside_the_run_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Issue 52) `node_dirs`: fresh temporary directories of mode 0700, outside the run
+    directory and removed after the block; a named state root's `node<i>` are kept; a state
+    root under the run directory is refused before anything is made, and so is a temporary
+    directory that would land there."""
+    import stat
+
+    from privrl.runtime.node import node_dirs
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with node_dirs(2, run) as own:
+        assert len(set(own)) == 2
+        for d in own:
+            assert not d.resolve().is_relative_to(run.resolve())
+            assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert not any(d.exists() for d in own)
+    with node_dirs(2, run, tmp_path / "mine") as own:
+        assert own == [tmp_path / "mine" / "node0", tmp_path / "mine" / "node1"]
+    assert all(d.is_dir() for d in own)
+    with pytest.raises(ValueError, match="under the run directory"), \
+            node_dirs(1, run, run / "agents"):
+        pass
+    assert list(run.iterdir()) == []
+    monkeypatch.setenv("TMPDIR", str(run))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    with pytest.raises(ValueError, match="under the run directory"), node_dirs(1, run):
+        pass
+    assert list(run.iterdir()) == []

@@ -341,12 +341,16 @@ def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
     """`--one-process-per-agent` starts one SuperNode per agent (here 3). The deployment
     (no processes here) ends early, its SuperLink gone, with a round in flight: the run still
     writes privacy.json, summary.json and the aggregator's report log, its ledger counting the
-    asks in flight as released, and exits 1 saying why. Bad uses of the option exit 2."""
+    asks in flight as released, and exits 1 saying why. Each agent executor keeps its state in
+    its node's own directory (mode 0700), outside the run directory, removed after the run
+    (issue 52). Bad uses of the option exit 2."""
+    import stat
+
     from privrl.federation.flower import PROGRESS
     from privrl.main import main
     from privrl.runtime import flower as rt
 
-    started = []
+    started, state_dirs = [], []
 
     def enter(self: rt.LocalDeployment) -> rt.LocalDeployment:
         started.append(self.nodes)
@@ -360,7 +364,11 @@ def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
 
     monkeypatch.setattr(rt.LocalDeployment, "__enter__", enter)
     monkeypatch.setattr(rt.LocalDeployment, "__exit__", lambda self, *e: None)
-    monkeypatch.setattr(rt.LocalDeployment, "spawn", lambda self, *a: None)
+    def spawn(self: rt.LocalDeployment, name: str, argv: list[str]) -> None:
+        state = Path(argv[argv.index("--state-dir") + 1])
+        state_dirs.append((state, stat.S_IMODE(state.stat().st_mode)))
+
+    monkeypatch.setattr(rt.LocalDeployment, "spawn", spawn)
     monkeypatch.setattr(rt.LocalDeployment, "run", run)
     args = ["run", "pgc-a3c", "--mechanism", "laplace", "--epsilon", "2", "--submissions", "3",
             "--parallel-agents", "2", "--no-progress"]
@@ -368,6 +376,9 @@ def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
     assert main([*args, "--runtime", "flower", "--one-process-per-agent",
                  "--out", str(out)]) == 1
     assert started == [3]
+    assert len({d for d, _ in state_dirs}) == 3 and {m for _, m in state_dirs} == {0o700}
+    assert not any(d.resolve().is_relative_to(out.resolve()) or d.exists()
+                   for d, _ in state_dirs)
     ledger = json.loads((out / "privacy.json").read_text())["ledger"]
     assert ledger["agents"] == 2 and ledger["per_agent_epsilon"]["max"] == pytest.approx(2.0)
     flower_json = json.loads((out / "flower.json").read_text())

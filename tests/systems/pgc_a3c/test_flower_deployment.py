@@ -44,7 +44,11 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
         setup = tmp_path / "foreign-aggregator"  # the aggregator's setup, still unused
         shutil.copytree(done.parent, setup)
         said = submit(self, app, done, timeout_s)
-        state = app.parent / "agents" / "node0" / "agent.npz"
+        # The agent's state: in its node's own directory (`--state-dir`), not the run's.
+        argv = next([str(a) for a in p.args] for p in self.processes
+                    if "--state-dir" in [str(a) for a in p.args])
+        state = Path(argv[argv.index("--state-dir") + 1]) / "agent.npz"
+        foreign["state"] = state
         released = state.read_bytes()
         evil = tmp_path / "foreign-app"
         shutil.copytree(app, evil)
@@ -93,6 +97,9 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     assert all("runs only the app bundle it trusts" in r["reason"]
                for r in foreign["refused"])
     assert foreign["state_unchanged"]
+    # The node's state lay outside the run directory, and went with the deployment.
+    assert not foreign["state"].resolve().is_relative_to(out.resolve())
+    assert not foreign["state"].parent.exists()
     # Seeded, one agent a round: the local runner's run (scores exactly; θ to float32 rounding,
     # as tests/systems/pgc_a3c/test_flower.py states).
     assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0

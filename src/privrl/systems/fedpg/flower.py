@@ -79,7 +79,7 @@ from privrl.runtime.flower import answer_request, refusing_client_app
 from privrl.runtime.node import (
     AgentNode,
     ReleasedFile,
-    new_private_dir,
+    node_dirs,
     private_dir,
     private_read,
     private_write,
@@ -727,8 +727,6 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
     there); `startup_s`: how long the agents may take to start and compile; `state_root`:
     where the nodes' own directories go (`node<i>`, mode 0700; never the run directory;
     None: temporary ones, removed after the run)."""
-    import shutil
-
     from privrl.runtime.flower import LocalDeployment
 
     start = time.perf_counter()
@@ -736,16 +734,10 @@ def run_fedpg_cen_flower(plan: FlowerPlan, directory: Path, stage_timeout_s: flo
     learner, app, trusted, agent_config = prepare_run(plan, directory, stage_timeout_s)
     # Each node's state in a directory of its own (mode 0700), never under the operator's
     # run directory: `state_root`, or fresh temporary ones removed after the run.
-    own = [new_private_dir(f"privrl-node{i}-") if state_root is None
-           else private_dir(Path(state_root) / f"node{i}") for i in range(nodes)]
-    try:
-        with LocalDeployment(nodes, directory / "logs") as deployment:
-            run = _deploy(plan, directory, deployment, learner, app, trusted, agent_config,
-                          own, timeout_s, on_round, startup_s)
-    finally:
-        if state_root is None:
-            for d in own:
-                shutil.rmtree(d, ignore_errors=True)
+    with (node_dirs(nodes, directory, state_root) as own,
+          LocalDeployment(nodes, directory / "logs") as deployment):
+        run = _deploy(plan, directory, deployment, learner, app, trusted, agent_config,
+                      own, timeout_s, on_round, startup_s)
     return dataclasses.replace(run, wall_seconds=time.perf_counter() - start)
 
 

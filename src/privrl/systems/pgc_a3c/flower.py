@@ -39,7 +39,7 @@ from privrl.federation.service import AggregatorService, AggregatorSpec, Submiss
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.flower import REFUSED, answer_request, refusing_client_app
-from privrl.runtime.node import AgentNode, Released, ReleasedFile
+from privrl.runtime.node import AgentNode, Released, ReleasedFile, node_dirs, private_dir
 from privrl.systems.pgc_a3c.agent import AgentStep
 from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, budget_ledger, lone_agent
 from privrl.systems.pgc_a3c.runtimes import check_runtime
@@ -55,15 +55,19 @@ class FlowerAgent:
     """The agents a SuperNode hosts: ids a with a mod `nodes` == `node` (see module doc), an
     `AgentNode` running PGC-A3C's `AgentStep`.
 
-    `directory`: where the agent keeps its ledger and the reports it released (a privrl run
-    file, written atomically after each release and before it is sent), so that an executor
-    restarted mid-run resumes both: it re-sends a released report instead of drawing new
-    noise, and its budget is not spent again. The noise root is never written."""
+    `directory`: the node's own directory (`privrl.runtime.node.private_dir`: mode 0700,
+    made if missing, refused if it is not the node's own; never under the server operator's
+    run directory) where the agent keeps its ledger and the reports it released (a privrl run
+    file of mode 0600, written atomically after each release and before it is sent), so that
+    an executor restarted mid-run resumes both: it re-sends a released report instead of
+    drawing new noise, and its budget is not spent again. The noise root is never written."""
 
     def __init__(self, config: PGCA3CConfig, node: int, nodes: int,
                  directory: Path | None = None) -> None:
         if not 0 <= node < nodes:
             raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
+        if directory is not None:
+            private_dir(directory)  # refused before anything is computed if not its own
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
         self.config, self.node, self.nodes = cfg, node, nodes
         self.num_agents = math.ceil(cfg.submissions / cfg.submissions_per_agent)
@@ -137,17 +141,20 @@ class FlowerRunOutput:
 def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                        reply_timeout_s: float = 300.0,
                        timeout_s: float | None = None,
-                       deployment: Callable[[int, Path], Any] | None = None
-                       ) -> FlowerRunOutput:
+                       deployment: Callable[[int, Path], Any] | None = None,
+                       state_root: Path | None = None) -> FlowerRunOutput:
     """One PGC-A3C trial as a local Flower deployment (privrl.runtime.flower): the aggregator's
     ServerApp and `nodes` SuperNodes, each with its agent executor, as separate processes;
     the aggregator's files (its log, checkpoints, setup) and every process's log in
     `directory`. The ServerApp waits `reply_timeout_s` for a round's replies (a submission
     without one is refused); the whole run, `timeout_s` (None: as long as it runs).
     `deployment(nodes, logs)`: the deployment to run in (default: a `LocalDeployment` on
-    localhost; benchmarks/flower_netns.py passes one across network namespaces). A SuperNode
-    that dies costs its agents (their budgets count as spent); an abort keeps what was
-    released (`FlowerRunOutput.error` says why it ended; docs/flower.md)."""
+    localhost; benchmarks/flower_netns.py passes one across network namespaces). Each
+    SuperNode's agents keep their state in the node's own directory, never under `directory`:
+    `state_root`/node<i> (mode 0700, kept), or with None a fresh temporary one removed after
+    the run (privrl.runtime.node.node_dirs). A SuperNode that dies costs its agents (their
+    budgets count as spent); an abort keeps what was released (`FlowerRunOutput.error` says
+    why it ended; docs/flower.md)."""
     from privrl.federation.flower import PROGRESS, RESULTS
     from privrl.runtime.flower import LocalDeployment, fab_hash, write_app
 
@@ -174,13 +181,14 @@ def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
     agent_config.write_text(json.dumps(cfg.to_dict()))
     error = None
     try:
-        with (deployment or LocalDeployment)(nodes, directory / "logs") as running:
+        with (node_dirs(nodes, directory, state_root) as own,
+              (deployment or LocalDeployment)(nodes, directory / "logs") as running):
             for i in range(nodes):
                 running.spawn(f"agent{i}", [
                     sys.executable, "-m", "privrl.systems.pgc_a3c.flower", "--config",
                     str(agent_config), "--node", str(i), "--nodes", str(nodes),
                     "--runtime-api", running.runtime_apis[i], "--trusted-fab", trusted,
-                    "--state-dir", str(directory / "agents" / f"node{i}"),
+                    "--state-dir", str(own[i]),
                     "--superexec-secret-file", str(running.superexec_secret)])
             log = running.run(app, agg / RESULTS, timeout_s)
             (directory / "logs" / "run.log").write_text(log)
@@ -257,7 +265,9 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = executor_parser("privrl.systems.pgc_a3c.flower")
     parser.add_argument("--state-dir", type=Path, default=None,
-                        help="where the agent keeps its ledger and released reports")
+                        help="the node's own directory (mode 0700, made if missing; never "
+                             "under the server operator's run directory): the agents' ledger "
+                             "and the reports they released")
     args = parser.parse_args(argv)
     secret = superexec_secret(args.superexec_secret_file)
     agent = FlowerAgent(config_from_dict(json.loads(args.config.read_text())), args.node,
