@@ -129,6 +129,7 @@ def test_a_local_deployments_node_directories_lie_outside_the_run_directory(
     root under the run directory is refused before anything is made, and so is a temporary
     directory that would land there."""
     import stat
+    import tempfile
 
     from privrl.runtime.node import node_dirs
 
@@ -148,7 +149,6 @@ def test_a_local_deployments_node_directories_lie_outside_the_run_directory(
         pass
     assert list(run.iterdir()) == []
     monkeypatch.setenv("TMPDIR", str(run))
-    import tempfile
     monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
     with pytest.raises(ValueError, match="under the run directory"), node_dirs(1, run):
         pass
