@@ -70,7 +70,8 @@ def test_every_run_command_refuses_a_bad_file_before_computing(command, tmp_path
 @pytest.fixture
 def seen(monkeypatch) -> list:
     configs: list = []
-    monkeypatch.setattr(pgc_cli, "_execute_pgc", lambda config, out, show: configs.append(config))
+    monkeypatch.setattr(pgc_cli, "_execute_pgc",
+                        lambda config, out, show, *_: configs.append(config))
     return configs
 
 
@@ -162,7 +163,7 @@ def test_a_nested_config_is_a_table_under_the_options(tmp_path, monkeypatch):
     from privrl.systems.dpsgd_rl import cli as dpsgd_cli
 
     seen: list = []
-    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show:
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show, *_:
                         seen.append(cfg))
     cfg = tmp_path / "ldp.toml"
     cfg.write_text('episodes = 7\n[obs]\nmode = "box"\nnoise_multiplier = 3.0\n'

@@ -95,8 +95,8 @@ def test_cli_runs_fedpg_dec_on_ray(ray_cluster: None, tmp_path: Path) -> None:
     out = tmp_path / "gym"
     rc = main(["run", "fedpg-dec", "--runtime", "ray", "--env", "gymnasium:CartPole-v1",
                "--private", "gravity=9.7,9.9", "--agents", "2", "--episodes", "2",
-               "--batch-min", "1", "--batch-max", "1", "--minibatch", "1", "--out", str(out),
-               "--no-progress"])
+               "--batch-min", "1", "--batch-max", "1", "--minibatch", "1", "--mechanism",
+               "laplace", "--epsilon-per-report", "10", "--out", str(out), "--no-progress"])
     assert rc == 0
     for name in ("config.json", "privacy.json", "summary.json", "metrics.csv", "ray.json",
                  "nodes/node0.npz", "nodes/node1.npz"):

@@ -143,7 +143,7 @@ def test_goal_reward_reads_the_return_against_the_target():
 
 def test_cli_accepts_the_preset(tmp_path, capsys, monkeypatch):
     seen = []
-    monkeypatch.setattr(pgc_cli, "_execute_pgc", lambda config, out, show: seen.append(config))
+    monkeypatch.setattr(pgc_cli, "_execute_pgc", lambda config, out, show, *_: seen.append(config))
     assert cli.main(["run", "pgc-a3c", "--preset", "paper-code", "--mechanism", "prs",
                      "--epsilon", "5", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     (config,) = seen
