@@ -133,6 +133,50 @@ class Aim(environment.Environment[AimState, AimParams]):
         return spaces.Box(1.0, 1.0, (1,), jnp.float32)
 
 
+class Effort(Aim):
+    """Aim's ten steps paying −a² instead: an action cost, as MountainCarContinuous's (the
+    uniformly random policy earns −10/3)."""
+
+    def step_env(self, key: Any, state: AimState, action: Any, params: AimParams) -> Any:
+        state = AimState(time=state.time + 1)
+        reward = -jnp.sum(jnp.square(action))
+        return self.get_obs(state), state, reward, self.is_terminated(state, params), {}
+
+
+@pytest.mark.parametrize("preset", ["continuous", "adaptive"])
+def test_a_continuous_preset_starts_close_to_a_random_policy(preset: str) -> None:
+    """Issue 51: the non-paper continuous presets start as a Gaussian at the Box's centre with
+    the uniform's σ, (high − low)/√12, in every state. The network's own start (σ = 1 around a
+    Glorot mean) played worse than random: on an action cost it paid E[a²] ≈ 0.8 against the
+    uniform's 1/3, and the untuned benchmark's `reach` and Pendulum started (and, where the
+    private step was tiny, ended) below random."""
+    from privrl.envs.rollout import rollout_episodes
+    from privrl.envs.task import Task
+    from privrl.evaluation import random_returns, verdict
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
+
+    pendulum = PGCA3C(PGCA3CConfig.from_preset(preset, env="gymnax:Pendulum-v1",
+                                               mechanism="none"))
+    theta = pendulum.init(jax.random.key(0)).agg.theta
+    logits, _ = pendulum.model.apply(theta, jax.random.normal(jax.random.key(1), (7, 3)))
+    mean, log_std = pendulum.head._split(logits)
+    np.testing.assert_array_equal(np.asarray(mean), 0.0)  # the centre of [−2, 2]
+    np.testing.assert_allclose(np.asarray(log_std), np.log(4 / np.sqrt(12)), rtol=1e-6)
+
+    env = Effort()
+    algo = PGCA3C(PGCA3CConfig.from_preset(preset, mechanism="none"),
+                  task=Task(env, env.default_params, "effort"))
+    theta = algo.init(jax.random.key(0)).agg.theta
+    n = 400
+    params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,)), env.default_params)
+    traj = rollout_episodes(env, params, lambda k, o: algo.act(theta, jnp.float32(0.0), k, o),
+                            jax.random.key(2), n, 10)
+    start = np.asarray(jnp.sum(traj.rewards * traj.mask, axis=0))
+    random = random_returns(algo.task, n, 0)
+    assert abs(float(random.mean()) + 10 / 3) < 0.15  # the uniform's E[a²] = 1/3 (3.2 s.e.)
+    assert not verdict(start, random).below  # the start is not worse than random
+
+
 @pytest.mark.learning(xla_optimize=False)
 def test_dp_reinforce_learns_a_continuous_action(tmp_path) -> None:
     """The untrained Gaussian (μ ≈ 0, σ ≈ 1, clipped) returns about 5.3 per 10-step episode;
@@ -176,11 +220,12 @@ def test_dp_reinforce_learns_a_continuous_action(tmp_path) -> None:
 
 @pytest.mark.learning(xla_optimize=False)
 def test_pgc_a3c_learns_a_continuous_action(tmp_path) -> None:
-    """PGC-A3C's continuous preset (a state-free log-std starting at σ = 1, GAE, Adam) on the
-    same task, each report its own Adam step: the untrained policy returns about 5.3 per
-    episode; 600 one-episode reports later its sampled returns exceed 8, in training and from
-    the saved policy. (Its greedy mean need not: the entropy bonus keeps σ wide, and clipped
-    samples pull the played actions below μ.)"""
+    """PGC-A3C's continuous preset (a state-free log-std, starting close to a uniformly random
+    policy: μ = 0, σ = 1/√3; GAE, Adam) on the same task, each report its own Adam step: the
+    untrained policy returns about 4.6 per episode (the uniform's 4.2); 600 one-episode
+    reports later its sampled returns exceed 8, in training and from the saved policy. (Its
+    greedy mean need not: the entropy bonus keeps σ wide, and clipped samples pull the played
+    actions below μ.)"""
     from privrl.envs.task import Task
     from privrl.policy import load_policy
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
@@ -191,7 +236,7 @@ def test_pgc_a3c_learns_a_continuous_action(tmp_path) -> None:
                                    buffer_size=1, learning_rate=0.01, seed=0)
     out = run_pgc_a3c(cfg, task=Task(env, env.default_params, "aim"))
     scores = out.scores[0]
-    assert float(scores[:20].mean()) < 6.5
+    assert float(scores[:10].mean()) < 6.5  # it learns within its first 20 episodes
     assert float(scores[-50:].mean()) > 8.0
     out.save(tmp_path / "run")  # policy.npz: the actor-critic's Gaussian, loaded back
     policy = load_policy(tmp_path / "run")

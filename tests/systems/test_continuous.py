@@ -40,7 +40,7 @@ def test_a_continuous_run_writes_a_policy_that_loads_acts_and_evaluates(system, 
     assert greedy.dtype == np.float32 and greedy.shape == (1,)
     sampled = policy.act(np.zeros((200, policy.obs_dim), np.float32), key=0)
     assert sampled.shape == (200, 1) and box[0] <= sampled.min() and sampled.max() <= box[1]
-    assert len(np.unique(sampled)) > 100  # σ = 1: samples spread over the Box
+    assert len(np.unique(sampled)) > 100  # σ ≈ 1.15 (the uniform's): samples spread over the Box
     summary = privrl.evaluate_run(out, episodes=2).summary()
     assert np.isfinite(summary["mean_return"])
 

@@ -25,14 +25,19 @@ class ActorCritic(nn.Module):
     hidden: int = 16
     num_actions: int = 2
     use_bias: bool = False
+    # The policy layer's kernel starts at zero (its biases do anyway): every output starts at
+    # 0 whatever the state (a Gaussian head's mean at its Box's centre; uniform logits).
+    zero_policy: bool = False
 
     @nn.compact
     def __call__(self, obs: Array) -> tuple[Array, Array]:
-        dense = lambda n, name: nn.Dense(  # noqa: E731
-            n, use_bias=self.use_bias, kernel_init=nn.initializers.glorot_uniform(), name=name
+        dense = lambda n, name, init=None: nn.Dense(  # noqa: E731
+            n, use_bias=self.use_bias, kernel_init=init or nn.initializers.glorot_uniform(),
+            name=name
         )
         h = nn.relu(dense(self.hidden, "common")(obs))
-        logits = dense(self.num_actions, "policy")(h)
+        logits = dense(self.num_actions, "policy",
+                       nn.initializers.zeros if self.zero_policy else None)(h)
         value = dense(1, "value")(h)[..., 0]
         return logits, value
 
@@ -120,15 +125,22 @@ class FlatModel:
 
 def actor_critic(
     hidden: int = 16, num_actions: int = 2, obs_dim: int = 4, use_bias: bool = False,
-    log_std: str = "state",
+    log_std: str = "state", start_log_std: tuple[float, ...] | None = None,
 ) -> FlatModel:
     """Paper 000's network with `num_actions` policy outputs. log_std "parameter": a Gaussian
     head's network whose num_actions = 2d outputs end in a learned, state-free log-std
-    (`StateFreeLogStd`); "state": every output is the network's."""
+    (`StateFreeLogStd`); "state": every output is the network's. `start_log_std` (with
+    "parameter"): the Gaussian starts with these log-stds and its means at 0 for every state
+    (the policy layer's kernel zero), e.g. `Gaussian.uniform_log_std()`'s, close to a
+    uniformly random policy; None: the network's own start (log σ = 0, means from the
+    Glorot-initialized layer)."""
+    if start_log_std is not None and log_std != "parameter":
+        raise ValueError("start_log_std needs the state-free log-std (log_std='parameter')")
     module: nn.Module = ActorCritic(hidden, num_actions, use_bias)
     if log_std == "parameter":
-        module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias),
-                                 num_actions // 2)
+        zero = start_log_std is not None
+        module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias, zero),
+                                 num_actions // 2, start_log_std if zero else 0.0)
     return FlatModel(module, np.zeros((obs_dim,), np.float32))
 
 

@@ -43,13 +43,14 @@ class StateFreeLogStd(nn.Module):
 
     inner: nn.Module
     dim: int
-    log_std_init: float = 0.0
+    log_std_init: float | tuple[float, ...] = 0.0  # one for every component, or each its own
 
     @nn.compact
     def __call__(self, obs: Array, *args: Any) -> Any:
         out = self.inner(obs, *args)
         means = out[0] if isinstance(out, tuple) else out
-        log_std = self.param("log_std", nn.initializers.constant(self.log_std_init),
+        start = jnp.asarray(self.log_std_init, jnp.float32)
+        log_std = self.param("log_std", lambda key, shape: jnp.broadcast_to(start, shape),
                              (self.dim,))
         both = jnp.concatenate([means, jnp.broadcast_to(log_std, means.shape)], axis=-1)
         return (both, *out[1:]) if isinstance(out, tuple) else both
@@ -133,6 +134,15 @@ class Gaussian:
         sample, as the log-probability)."""
         _, log_std = self._split(out)
         return jnp.sum(log_std + 0.5 * math.log(2 * math.pi * math.e), axis=-1)
+
+    def uniform_log_std(self) -> tuple[float, ...]:
+        """log σ of the uniform distribution over the Box, σ = (high − low)/√12 per component:
+        the start of a policy meant to begin close to a uniformly random one (a Gaussian at
+        the Box's centre with the uniform's spread; σ = 1 on a Box of width 2, the network's
+        default start, clips a third of its samples to a bound, whose actions on a task with an
+        action cost or a drift are worse than random's)."""
+        return tuple(math.log((h - lo) / math.sqrt(12.0)) for lo, h in zip(self.low, self.high,
+                                                                           strict=True))
 
     def uniform(self, key: Array, n: int) -> Array:
         """`n` actions drawn uniformly from the Box, (n, d)."""

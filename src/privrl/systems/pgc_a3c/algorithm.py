@@ -158,6 +158,9 @@ PRESETS["tuned-ldp2"] = {**PRESETS["tuned-ldp"], "hidden": 8}
 # 10), γ = 0.9 with GAE λ = 0.9 (a short horizon: Pendulum's reward is dense and immediate), a
 # wider network, an entropy bonus (without it σ collapsed on some seeds) and Adam on the mean
 # of |B| = 9 reports (one step per round: |B| = 1 steps were noisier and stalled more seeds).
+# Issue 51: it starts close to a uniformly random policy (`uniform_start`; the network's own
+# start, σ = 1 around a Glorot mean, was below random on Pendulum, MountainCarContinuous and
+# the untuned benchmark's `reach`: benchmarks/log/24-untuned.md).
 PRESETS["continuous"] = {
     "reward": "env",
     "action_selection": "sample",
@@ -173,6 +176,7 @@ PRESETS["continuous"] = {
     "value_coef": 0.5,
     "entropy_coef": 0.01,
     "log_std": "parameter",
+    "uniform_start": True,
 }
 # "adaptive" (issue 51): private defaults that adapt to the task instead of being tuned for
 # it: "tuned"'s learner (the task's shaped reward, sampled actions, biases, advantages
@@ -187,6 +191,7 @@ PRESETS["adaptive"] = {
     **PRESETS["tuned"],
     "hidden": 8,
     "log_std": "parameter",
+    "uniform_start": True,
     "adaptive_clip": True,
     "step_from_noise": True,
     "public_eval_every": 20,
@@ -380,6 +385,12 @@ class PGCA3CConfig(Config):
         "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
         "log-std from the network's outputs (state) or a learned vector (parameter); "
         "a discrete task's head has no log-std and ignores it.")
+    uniform_start: bool = option(
+        False, help="A continuous-action task's policy starts close to a uniformly random "
+        "one: the Gaussian's mean at the centre of the action box for every state (the policy "
+        "layer's weights start at zero) and its σ the uniform's standard deviation, (high − "
+        "low)/√12 (the learned log-std's start). Needs --log-std parameter; a discrete task's "
+        "head ignores it, and so does a network you pass (--model).")
     # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them
     # on). Each is post-processing or accounted in the same ε and stated in privacy.json.
     adaptive_clip: bool = option(
@@ -513,6 +524,11 @@ class PGCA3CConfig(Config):
         positive("reward_scale", self.reward_scale)
         finite("reward_scale", self.reward_scale)
         one_of("log_std", self.log_std, LOG_STDS)
+        if self.uniform_start is not False and (self.uniform_start is not True
+                                                or self.log_std != "parameter"):
+            fail("uniform_start", "needs the state-free log-std (log_std parameter)"
+                 if self.uniform_start is True else
+                 f"must be true or false, got {self.uniform_start!r}")
         probability("explore_start", self.explore_start)
         self._check_levers()
         CartPoleSpec(gravities=tuple(self.gravities))
@@ -647,9 +663,11 @@ class PGCA3C:
         # paper's) or, for a Box, a Gaussian whose unclipped samples the rollout records.
         self.head = task.head
         if model is None:
+            continuous = self.head.continuous
             self.model: FlatModel = actor_critic(
                 cfg.hidden, self.head.outputs, task.obs_dim, cfg.use_bias,
-                cfg.log_std if self.head.continuous else "state")
+                cfg.log_std if continuous else "state",
+                self.head.uniform_log_std() if continuous and cfg.uniform_start else None)
         else:
             self.model = FlatModel(check_module(model, task, "logits,value"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
