@@ -203,9 +203,24 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     capped = rec.agents * per_agent > args.max_episodes
     if capped:  # the settings for the fleet that runs
         rec = recommend_at(result, max(1, args.max_episodes // per_agent))
+    nonprivate = replace(rec, mechanism="none", epsilon=math.inf)
+    levers = system == "pgc-a3c"
+    if levers:
+        # pgc-a3c: the private row runs the plan's recommended command (its levers on where the
+        # plan turns them on: `adaptive` on a discrete task, with the best candidate on the
+        # public simulator). The non-private row is the preset's own non-private learner (its
+        # step size, |B| and clip; the pilot's settings) over the same episodes: the plan's
+        # step is set for the private row's noise, and at a step from hopeless noise the
+        # same-settings "non-private" row froze at its start (session 8's `reach` rows).
+        from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+        clip = PGCA3CConfig.from_preset(f.preset, mechanism="none").resolved().clip
+        nonprivate = replace(nonprivate, agents=rec.agents * rec.reports_per_agent,
+                             reports_per_agent=1, batch=f.batch,
+                             learning_rate=f.learning_rate, clip=float(clip))
     configs = [sy.build_config(system, sy.config_fields(system, s, env, private, args.trials,
-                                                       args.seed))
-               for s in (rec, replace(rec, mechanism="none", epsilon=math.inf))]
+                                                       args.seed, levers=levers and i == 0))
+               for i, s in enumerate((rec, nonprivate))]
     t1 = time.perf_counter()
     private_curve, nonprivate_curve = sy.run_settings(system, configs,
                                                       together=not task_of(cfg).host)
@@ -216,6 +231,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             "epsilon": epsilon, "agents": rec.agents, "planned_agents":
             result.recommendation["agents"], "capped": capped,
             "recommendation": asdict(rec), "plan_fields": result.fields,
+            "private_preset": configs[0].preset,
             "random_return": random, "nonprivate_return": np_final, "private_return": final,
             "pilot_nonprivate_return": result.pilot["nonprivate_return"],
             "fraction": fraction_of(final, random, np_final),
