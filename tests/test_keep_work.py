@@ -5,12 +5,14 @@ stopped, and the last line says where (nothing was written before)."""
 from __future__ import annotations
 
 import json
+import re
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from privrl import progress
 from privrl.main import main
 
 
@@ -124,11 +126,16 @@ def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig, load_splits
 
     monkeypatch.setattr(Selection, "train", _fail_on_call(2, Selection.train))  # epoch 2
+    monkeypatch.setattr(progress, "DEFAULT_EVERY", 1e-9)  # a progress line at every report
     out = tmp_path / "out"
     assert main(["run", "fedrl", "--bounded", "2", "--epochs", "3", "--updates-per-epoch",
-                 "5", "--generated-maps", "40", "--buffer-size", "500", "--out", str(out),
-                 "--no-progress"]) == 1
-    privacy = _check_kept(out, capsys.readouterr().err)
+                 "5", "--generated-maps", "40", "--buffer-size", "500", "--out",
+                 str(out)]) == 1
+    err = capsys.readouterr().err
+    privacy = _check_kept(out, err)
+    # issue 53 item 5, without a terminal: the compile phase, then the count and mean return
+    assert "training: compiling …" in err
+    assert re.search(r"training: 1/3 epochs, mean return -?[0-9.]+, [0-9]+ s", err), err
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert [r.split(",")[1] for r in rows] == ["1"]  # one seed, its first epoch
     summary = json.loads((out / "summary.json").read_text())

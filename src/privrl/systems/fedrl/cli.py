@@ -41,9 +41,8 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     command = ["privrl", *sys.argv[1:]]
     with (keeping_work(lambda: new_run_dir(out, f"{algo.name}-{cfg.size}"),
                        lambda result, path: save(result, path, command=command)),
-          progress_bar(err, show, "training", unit="epochs") as (bar, task)):
-        result = run_grid(algo, progress=lambda d, t: bar.update(task, completed=d, total=t),
-                          splits=splits)
+          progress_bar(err, show, "training", unit="epochs") as (bar, _)):
+        result = run_grid(algo, progress=bar, splits=splits)
     path = new_run_dir(out, f"{algo.name}-{cfg.size}")
     summary = save(result, path, command=command)
     t = Table(title=f"{algo.name} on {cfg.size}×{cfg.size} test maps (mean of "

@@ -33,6 +33,7 @@ from privrl.output import (
 from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
+from privrl.progress import emit
 from privrl.selection import Selection
 from privrl.systems.fedrl.algorithm import Splits, load_splits
 
@@ -128,8 +129,7 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         val = np.asarray(res.success).mean(-1)
         va.append(val)
         stop = sel.record(epoch, val, algo.params(state))
-        if progress is not None:
-            progress(epoch, cfg.epochs)
+        emit(progress, epoch, cfg.epochs, mean_return=float(np.mean(tr_r[-1])))
         last = stop or epoch == cfg.epochs
         # Should what follows fail: the epochs done, their best networks, no test scores, and
         # the releases of the step in progress counted as made (the next epoch's, or the test
