@@ -146,10 +146,10 @@ class Effort(Aim):
 @pytest.mark.parametrize("preset", ["continuous", "adaptive"])
 def test_a_continuous_preset_starts_close_to_a_random_policy(preset: str) -> None:
     """Issue 51: the non-paper continuous presets start as a Gaussian at the Box's centre with
-    the uniform's σ, (high − low)/√12, in every state. The network's own start (σ = 1 around a
-    Glorot mean) played worse than random: on an action cost it paid E[a²] ≈ 0.8 against the
-    uniform's 1/3, and the untuned benchmark's `reach` and Pendulum started (and, where the
-    private step was tiny, ended) below random."""
+    the uniform's σ, (high − low)/√12, in every state (a discrete task's policy: uniform). The
+    network's own start (σ = 1 around a Glorot mean) played worse than random: on an action
+    cost it paid E[a²] ≈ 0.8 against the uniform's 1/3, and the untuned benchmark's `reach`
+    and Pendulum started (and, where the private step was tiny, ended) below random."""
     from privrl.envs.rollout import rollout_episodes
     from privrl.envs.task import Task
     from privrl.evaluation import random_returns, verdict
@@ -162,6 +162,15 @@ def test_a_continuous_preset_starts_close_to_a_random_policy(preset: str) -> Non
     mean, log_std = pendulum.head._split(logits)
     np.testing.assert_array_equal(np.asarray(mean), 0.0)  # the centre of [−2, 2]
     np.testing.assert_allclose(np.asarray(log_std), np.log(4 / np.sqrt(12)), rtol=1e-6)
+    # a discrete task (CartPole): all logits 0, the uniform policy itself (a Glorot start was
+    # below random on the untuned benchmark's `corridor`); the paper and tuned presets keep
+    # the paper's start
+    cartpole = PGCA3C(PGCA3CConfig.from_preset(preset, mechanism="none"))
+    logits, _ = cartpole.model.apply(cartpole.init(jax.random.key(0)).agg.theta,
+                                     jax.random.normal(jax.random.key(1), (7, 4)))
+    np.testing.assert_array_equal(np.asarray(logits), 0.0)
+    assert not any(PGCA3CConfig.from_preset(p).uniform_start
+                   for p in ("paper", "paper-code", "tuned", "tuned-ldp", "tuned-ldp2"))
 
     env = Effort()
     algo = PGCA3C(PGCA3CConfig.from_preset(preset, mechanism="none"),

@@ -126,6 +126,7 @@ class FlatModel:
 def actor_critic(
     hidden: int = 16, num_actions: int = 2, obs_dim: int = 4, use_bias: bool = False,
     log_std: str = "state", start_log_std: tuple[float, ...] | None = None,
+    zero_policy: bool = False,
 ) -> FlatModel:
     """Paper 000's network with `num_actions` policy outputs. log_std "parameter": a Gaussian
     head's network whose num_actions = 2d outputs end in a learned, state-free log-std
@@ -133,10 +134,11 @@ def actor_critic(
     "parameter"): the Gaussian starts with these log-stds and its means at 0 for every state
     (the policy layer's kernel zero), e.g. `Gaussian.uniform_log_std()`'s, close to a
     uniformly random policy; None: the network's own start (log σ = 0, means from the
-    Glorot-initialized layer)."""
+    Glorot-initialized layer). `zero_policy`: the policy layer's kernel starts at zero (a
+    categorical head's logits all 0: the uniformly random policy)."""
     if start_log_std is not None and log_std != "parameter":
         raise ValueError("start_log_std needs the state-free log-std (log_std='parameter')")
-    module: nn.Module = ActorCritic(hidden, num_actions, use_bias)
+    module: nn.Module = ActorCritic(hidden, num_actions, use_bias, zero_policy)
     if log_std == "parameter":
         zero = start_log_std is not None
         module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias, zero),

@@ -186,7 +186,10 @@ PRESETS["continuous"] = {
 # set from the mechanism's noise level, and the aggregator keeps the best policy it has seen
 # on the task's public simulator, reverting and halving its step when the policy collapses.
 # A continuous-action task gets a state-free log-std (the network's ignores it on a discrete
-# one). Measured in benchmarks/RESULTS.md ("Adaptive private defaults").
+# one). Every task's policy starts uniform (`uniform_start`): a Glorot start, played without
+# learning where the private step is small, was below random on the untuned benchmark's
+# `corridor` (benchmarks/log/24-untuned.md). Measured in benchmarks/RESULTS.md ("Adaptive
+# private defaults").
 PRESETS["adaptive"] = {
     **PRESETS["tuned"],
     "hidden": 8,
@@ -386,11 +389,12 @@ class PGCA3CConfig(Config):
         "log-std from the network's outputs (state) or a learned vector (parameter); "
         "a discrete task's head has no log-std and ignores it.")
     uniform_start: bool = option(
-        False, help="A continuous-action task's policy starts close to a uniformly random "
-        "one: the Gaussian's mean at the centre of the action box for every state (the policy "
-        "layer's weights start at zero) and its σ the uniform's standard deviation, (high − "
-        "low)/√12 (the learned log-std's start). Needs --log-std parameter; a discrete task's "
-        "head ignores it, and so does a network you pass (--model).")
+        False, help="The policy starts at (or close to) a uniformly random one: the policy "
+        "layer's weights start at zero, so a discrete task's logits are all 0 (the uniform "
+        "policy) and a continuous task's Gaussian has its mean at the centre of the action box "
+        "in every state, its σ the uniform's standard deviation, (high − low)/√12 (the learned "
+        "log-std's start). Needs --log-std parameter; a network you pass (--model) starts as "
+        "it initializes itself.")
     # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them
     # on). Each is post-processing or accounted in the same ε and stated in privacy.json.
     adaptive_clip: bool = option(
@@ -667,7 +671,8 @@ class PGCA3C:
             self.model: FlatModel = actor_critic(
                 cfg.hidden, self.head.outputs, task.obs_dim, cfg.use_bias,
                 cfg.log_std if continuous else "state",
-                self.head.uniform_log_std() if continuous and cfg.uniform_start else None)
+                self.head.uniform_log_std() if continuous and cfg.uniform_start else None,
+                cfg.uniform_start)
         else:
             self.model = FlatModel(check_module(model, task, "logits,value"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
