@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from privrl.cli import Noise, Out, Settings, SweepSeed, config_command, flag_names, system_apps
+from privrl.cli import (
+    Noise,
+    Out,
+    Settings,
+    SweepSeed,
+    config_command,
+    flag_names,
+    print_results,
+    system_apps,
+)
 
 run_app, reproduce_app = system_apps()
 
@@ -23,29 +32,24 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """
     from rich.console import Console
 
-    from privrl.evaluation import verdict_line
     from privrl.output import check_out_dir, new_run_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
     cfg = settings.build().resolved()
     check_out_dir(out)
-    console, err = Console(), Console(stderr=True)
+    err = Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
               f"{cfg.seeds} trial(s) × {cfg.episodes} episodes")
     result = runner.run_dp_qlearning(cfg)
     path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
     summary = runner.save(result, path, command=["privrl", *sys.argv[1:]])
-    console.print(f"privacy: {summary['privacy']}")
-    console.print(summary["noise"])
     sd = summary["final_return_std_over_seeds"]
-    console.print(f"final mean return (last {summary['final_episodes']} episodes): "
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/returns.png)", f"privacy: {summary['privacy']}", summary["noise"],
+                  f"final mean return (last {summary['final_episodes']} episodes): "
                   f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "
-                  f"trial(s)); wall {summary['wall_seconds']:.1f} s")
-    console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
-                  "plots/returns.png)")
-    console.print(verdict_line(summary))
+                  f"trial(s)); wall {summary['wall_seconds']:.1f} s", summary=summary)
 
 
 @reproduce_app.command("dp-qlearning")

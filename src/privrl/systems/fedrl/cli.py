@@ -17,6 +17,7 @@ from privrl.cli import (
     config_command,
     flag_names,
     parse_numbers,
+    print_results,
     progress_bar,
     system_apps,
 )
@@ -33,7 +34,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     check_out_dir(out)
     cfg = algo.config
     splits = load_splits(cfg)  # bad maps fail here, before any training
-    err, console = Console(stderr=True), Console()
+    err = Console(stderr=True)
     err.print(f"[bold]{algo.name}[/] ({cfg.preset} preset) on {cfg.size}×{cfg.size} maps "
               f"({splits.info['source']}: {splits.info['train']} train / "
               f"{splits.info['valid']} validation / {splits.info['test']} test), H = {cfg.h}, "
@@ -51,14 +52,10 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
         t.add_row(v, f"{100 * r['success_rate']:.2f}", f"{r['avg_reward']:.3f}")
     rnd = summary["random_policy_test"]
     t.add_row("random policy", f"{100 * rnd['success']:.2f}", f"{rnd['avg_reward']:.3f}")
-    console.print(t)
-    console.print(f"Epochs: {summary['epochs_run']} (best {summary['best_epoch']}); wall time "
-                  f"{summary['wall_seconds']:.1f} s")
-    console.print(f"Privacy: {result.privacy['headline']}")
-    if "noise" in summary:
-        console.print(summary["noise"])
-    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, policy.npz, plots/valid_success.png)")
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/valid_success.png)", t, f"Epochs: {summary['epochs_run']} (best "
+                  f"{summary['best_epoch']}); wall time {summary['wall_seconds']:.1f} s",
+                  f"Privacy: {result.privacy['headline']}", summary.get("noise"))
 
 
 @config_command(run_app, "fedrl", "privrl.systems.fedrl.algorithm:FedRLConfig")

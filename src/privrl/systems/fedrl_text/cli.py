@@ -17,6 +17,7 @@ from privrl.cli import (
     config_command,
     flag_names,
     parse_numbers,
+    print_results,
     progress_bar,
     system_apps,
 )
@@ -64,7 +65,7 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
-    err, console = Console(stderr=True), Console()
+    err = Console(stderr=True)
     err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
               f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
     with progress_bar(err, progress, "training", unit="") as (bar, task):
@@ -81,14 +82,10 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     for v, r in rows:
         t.add_row(v, f"{100 * r['f1']:.2f}", f"{100 * r.get('precision', float('nan')):.2f}",
                   f"{100 * r.get('recall', float('nan')):.2f}", f"{r['avg_reward']:.3f}")
-    console.print(t)
-    console.print(f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
-                  f"{summary['epochs_run']}")
-    console.print(f"Privacy: {summary['privacy']}")
-    if "noise" in summary:
-        console.print(summary["noise"])
-    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, policy.npz)")
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz)",
+                  t, f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
+                  f"{summary['epochs_run']}", f"Privacy: {summary['privacy']}",
+                  summary.get("noise"))
 
 
 @reproduce_app.command("fedrl-text2action")
