@@ -108,13 +108,12 @@ def run_pgc_a3c_command(
         if supernodes > MAX_SUPERNODES:
             raise ConfigError("--one-process-per-agent", f"{supernodes} agents would need "
                               f"{supernodes} SuperNodes; at most {MAX_SUPERNODES} here")
-    _execute_pgc(config, out, progress, progress_every, runtime, supernodes=supernodes,
-                 address=address, agents_in_flight=agents_in_flight,
-                 checkpoint_every=checkpoint_every)
+    _execute_pgc(config, out, progress, progress_every, runtime, supernodes, address,
+                 agents_in_flight, checkpoint_every)
 
 
 def _execute_pgc(config: PGCA3CConfig, out: Path | None, show: bool, every: float,
-                 runtime: Runtime = Runtime.local, *, supernodes: int = 2,
+                 runtime: Runtime = Runtime.local, supernodes: int = 2,
                  address: str | None = None, agents_in_flight: int | None = None,
                  checkpoint_every: int = 100) -> None:
     """A PGC-A3C run on `runtime`: a distributed one (ray, flower) saves θ_final for replay and
