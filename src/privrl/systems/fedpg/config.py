@@ -37,6 +37,7 @@ from privrl.privacy.plan import (
     PrivacyPlan,
     PrivacyRequest,
     no_privacy,
+    plan_discrete,
     plan_gaussian,
     plan_pure,
 )
@@ -439,16 +440,13 @@ class FedPGConfig(Config):
                 return no_privacy(req, rounds)
             if self.pure_mechanism:  # a user's may be (ε, δ) under an (ε, δ) budget
                 return plan_pure(req, rounds, release_delta=is_user_mechanism(self.mechanism))
-            # distributed-gaussian: the discrete mechanism calibrates σ by its own bound, with
-            # the update's length (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); the
-            # plan checks its request and gives its ledger.
-            discrete = self.mechanism == "distributed-gaussian"
-            if ((not calibrate or discrete) and self.noise_multiplier is None
-                    and self.epsilon is not None):
+            if self.mechanism == "distributed-gaussian":
+                # σ is planned with the update's length, which the mechanism knows
+                # (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); here the request is
+                # checked and the ledger given.
+                return plan_discrete(req, self.calibration_rounds())
+            if not calibrate and self.noise_multiplier is None and self.epsilon is not None:
                 req = replace(req, noise_multiplier=1.0)  # checks the request only
-            if discrete:
-                return replace(plan_gaussian(req, self.calibration_rounds()),
-                               noise_multiplier=self.noise_multiplier)
             if self.mechanism == "distributed-gaussian-continuous":
                 # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
                 return plan_gaussian(req, self.calibration_rounds(), self.sampling_rate)
