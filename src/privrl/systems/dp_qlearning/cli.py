@@ -3,20 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
 
-import typer
-
-from privrl.cli import (
-    Noise,
-    Out,
-    Settings,
-    SweepSeed,
-    config_command,
-    flag_names,
-    print_results,
-    system_apps,
-)
+from privrl.cli import Out, Settings, config_command, print_results, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -52,15 +40,9 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
                   f"trial(s)); wall {summary['wall_seconds']:.1f} s", summary=summary)
 
 
-@reproduce_app.command("dp-qlearning")
-@flag_names(seeds="--trials")
-def reproduce_dp_qlearning_command(
-    trials: Annotated[int, typer.Option(help="Trials per σ (authors: 10).")] = 10,
-    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
-    seed: SweepSeed = 0,
-    noise: Noise = None,
-    out: Out = None,
-) -> None:
+@config_command(reproduce_app, "dp-qlearning",
+                "privrl.systems.dp_qlearning.reproduce:DPQLSweepConfig")
+def reproduce_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
 
     Writes tables.md, tables.json, plots/returns.png (mean and interquartile band per σ),
@@ -70,10 +52,9 @@ def reproduce_dp_qlearning_command(
     from rich.markdown import Markdown
 
     from privrl.output import check_out_dir, new_run_dir
-    from privrl.systems.dp_qlearning.reproduce import DPQLSweepConfig, run_sweep
+    from privrl.systems.dp_qlearning.reproduce import run_sweep
 
-    cfg = DPQLSweepConfig(seeds=trials, episodes=episodes, seed=seed,
-                          noise=None if noise is None else noise.value)
+    cfg = settings.build()
     cfg.validate()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)
