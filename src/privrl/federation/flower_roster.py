@@ -16,12 +16,18 @@ by a roster identity, for that run, round and node id, and no identity stands fo
 (`unseal`). So every peer a node shares with is a roster node holding the keys it signed.
 The keys are fresh for each SETUP, so a replayed signature names keys whose secrets only the
 node that made them ever held (and that node drops them at its next SETUP).
+
+A node operator makes (once) and prints its identity's public key with
+`python -m privrl.federation.flower_roster identity DIR` (DIR: the node's own directory, its
+--state-dir); the deployer writes the roster of the keys it collected with
+`python -m privrl.federation.flower_roster roster FILE KEY...` and gives every node the file.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,3 +177,33 @@ def unseal(roster: Roster, run_id: int, group: str, keys: dict[int, tuple[bytes,
         seen[who] = nid
         out[nid] = (pk1, pk2)
     return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`identity DIR`: print the identity public key of the node whose own directory is DIR
+    (made, mode 0600, if missing); `roster FILE KEY...`: write the roster of these keys."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m privrl.federation.flower_roster")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("identity").add_argument("directory", type=Path)
+    out = sub.add_parser("roster")
+    out.add_argument("file", type=Path)
+    out.add_argument("keys", nargs="+")
+    args = parser.parse_args(argv)
+    if args.command == "identity":
+        print(NodeIdentity.load_or_create(args.directory).public.hex())
+        return
+    try:
+        keys = [bytes.fromhex(k) for k in args.keys]
+        Roster(frozenset(keys))
+    except (ValueError, RosterError) as e:
+        parser.error(f"KEY: 64 hex digits each ({e})")
+    if len(set(keys)) != len(keys):
+        parser.error("KEY: a SuperNode is listed twice")
+    write_roster(args.file, keys)
+    print(f"{args.file}: {len(keys)} SuperNodes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

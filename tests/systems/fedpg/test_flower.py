@@ -164,22 +164,30 @@ def test_a_local_and_a_flower_run_state_the_same_epsilon():
 def test_the_statement_says_what_holds_against_each_server():
     """(Issue 52) privacy.json's secure_sum.guarantee_against, by the mechanism's accountant:
     a server that deviates but relays only genuine SuperNodes faces the stated ε (a sum it can
-    reveal holds the threshold's agents: 2 of 3 SuperNodes, 4 of 6 agents); one that forges
-    SuperNodes, only the 2 shares of one node's own agents."""
+    reveal holds the threshold's agents: 2 of 3 SuperNodes, 4 of 6 agents); so does one that
+    forges SuperNodes, which the fleet roster refuses (the default); without a roster
+    (--no-roster), that one faces only the 2 shares of one node's own agents."""
     from privrl.systems.fedpg.flower import FlowerCenRun
 
-    plan = plan_run(dataclasses.replace(CFG, **TINY), 3, 2)
-    mech = plan.mechanism
-    run = FlowerCenRun(plan.config, mech, [{"agents_in_sum": 6}] * 3,
-                       np.zeros(mech.dim, np.float32), 3, 2, 0.0)
-    privacy = run.privacy()
-    against = privacy["secure_sum"]["guarantee_against"]
-    stated = privacy["guarantee"]["epsilon"]
-    assert against["honest_but_curious_server"]["epsilon"] == stated == mech.epsilon(3)
-    assert against["deviating_server"]["epsilon"] == stated
-    assert against["deviating_server"]["honest_shares"] == mech.min_honest == 4
-    forged = against["server_forging_supernodes"]
-    assert forged["honest_shares"] == 2 and forged["epsilon"] == mech.epsilon(3, 2) > stated
+    for roster in (True, False):
+        plan = plan_run(dataclasses.replace(CFG, roster=roster, **TINY), 3, 2)
+        mech = plan.mechanism
+        run = FlowerCenRun(plan.config, mech, [{"agents_in_sum": 6}] * 3,
+                           np.zeros(mech.dim, np.float32), 3, 2, 0.0)
+        privacy = run.privacy()
+        assert privacy["secure_sum"]["roster"] is roster
+        against = privacy["secure_sum"]["guarantee_against"]
+        stated = privacy["guarantee"]["epsilon"]
+        assert against["honest_but_curious_server"]["epsilon"] == stated == mech.epsilon(3)
+        assert against["deviating_server"]["epsilon"] == stated
+        assert against["deviating_server"]["honest_shares"] == mech.min_honest == 4
+        forged = against["server_forging_supernodes"]
+        if roster:
+            assert forged["honest_shares"] == 4 and forged["epsilon"] == stated
+            assert "refused" in forged["what"]
+        else:
+            assert forged["honest_shares"] == 2
+            assert forged["epsilon"] == mech.epsilon(3, 2) > stated
     # 5 SuperNodes at threshold 3: a deviating server can reveal a sum of 2 of them (each
     # node lists <= 2 dead: (5 − |S|)·3 <= 5·2), 2 of the 5 agents: not a majority, refused
     # (threshold 4 reveals >= 4)
