@@ -382,3 +382,26 @@ def test_the_server_checks_every_report_before_using_it(tmp_path: Path, call_gri
                                     node.guarantee, accepted, None)
     assert [s.agent_id for s in good] == [1, 2, 3]
     assert refused[0]["agent"] == 0 and refused[0]["reason"].startswith("duplicate")
+
+
+def test_an_agent_executor_takes_a_secure_sum_only_with_its_roster(tmp_path: Path, capsys):
+    """(Issue 52) The roster is the agent's own: the executor refuses a secure sum without
+    --roster (unless it passes --no-roster itself, whatever the server's config says), a
+    roster without its state directory (the identity key's home), and a file that is no
+    roster, each in one line, exit 2, before anything is computed."""
+    from privrl.systems.fedpg.flower import main
+
+    config = tmp_path / "agent-config.json"
+    config.write_text(json.dumps({"config": {"roster": False}, "mechanism": {"clip": 1.0},
+                                  "allowed_rounds": 1}))
+    (tmp_path / "bad.json").write_text('{"supernodes": ["00"]}')
+    state = tmp_path / "state"
+    base = ["--config", str(config), "--node", "0", "--nodes", "3", "--runtime-api", "x:1",
+            "--trusted-fab", "0" * 64]
+    for extra, says in (([], "pass --roster FILE"),
+                        (["--roster", str(tmp_path / "bad.json")], "--roster needs --state-dir"),
+                        (["--roster", str(tmp_path / "bad.json"), "--state-dir", str(state)],
+                         "not a roster")):
+        with pytest.raises(SystemExit) as e:
+            main(base + extra)
+        assert e.value.code == 2 and says in capsys.readouterr().err

@@ -54,7 +54,7 @@ import numpy as np
 from flwr.app import Context, Message
 
 from privrl.config import ConfigError
-from privrl.federation.flower_roster import NodeIdentity, Roster, write_roster
+from privrl.federation.flower_roster import NodeIdentity, Roster, RosterError, write_roster
 from privrl.federation.flower_sum import (
     SETUP,
     STOP,
@@ -850,7 +850,10 @@ def main(argv: list[str] | None = None) -> None:
     if data["mechanism"] is not None and args.roster is None and not args.no_roster:
         parser.error("a secure sum checks its peers against the fleet's roster: pass --roster "
                      "FILE (or, knowingly, --no-roster)")
-    roster = None if args.roster is None else Roster.read(args.roster)
+    try:
+        roster = None if args.roster is None else Roster.read(args.roster)
+    except RosterError as e:
+        parser.error(f"--roster: {e}")
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
     node: CenNode | ReportNode
     if data["mechanism"] is None:  # a local mechanism: each agent's Report
