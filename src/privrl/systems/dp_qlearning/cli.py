@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-from privrl.cli import Out, Settings, config_command, print_results, system_apps
+from privrl.cli import Out, Settings, config_command, print_results, run_and_save, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -20,7 +18,7 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """
     from rich.console import Console
 
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
@@ -29,9 +27,8 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     err = Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
               f"{cfg.seeds} trial(s) × {cfg.episodes} episodes")
-    result = runner.run_dp_qlearning(cfg)
-    path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
-    summary = runner.save(result, path, command=["privrl", *sys.argv[1:]])
+    path, summary = run_and_save(out, f"dp-qlearning-sigma{cfg.sigma:.4g}",
+                                 lambda _: runner.run_dp_qlearning(cfg), runner.save, err, False)
     sd = summary["final_return_std_over_seeds"]
     print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/returns.png)", f"privacy: {summary['privacy']}", summary["noise"],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,7 +17,7 @@ from privrl.cli import (
     flag_names,
     parse_numbers,
     print_results,
-    progress_bar,
+    run_and_save,
     system_apps,
 )
 
@@ -28,7 +27,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.fedrl.local import load_splits, run_grid, save
 
     check_out_dir(out)
@@ -39,11 +38,8 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
               f"({splits.info['source']}: {splits.info['train']} train / "
               f"{splits.info['valid']} validation / {splits.info['test']} test), H = {cfg.h}, "
               f"{cfg.seeds} trial(s) × ≤ {cfg.epochs} epochs of {cfg.updates_per_epoch} steps")
-    with progress_bar(err, show, "training", unit="epochs") as (bar, task):
-        result = run_grid(algo, progress=lambda d, t: bar.update(task, completed=d, total=t),
-                          splits=splits)
-    path = new_run_dir(out, f"{algo.name}-{cfg.size}")
-    summary = save(result, path, command=["privrl", *sys.argv[1:]])
+    path, summary = run_and_save(out, f"{algo.name}-{cfg.size}", lambda bar: run_grid(
+        algo, progress=bar, splits=splits), save, err, show, "epochs")
     t = Table(title=f"{algo.name} on {cfg.size}×{cfg.size} test maps (mean of "
                     f"{cfg.seeds} trial(s))", header_style="bold")
     for col in ("variant", "SuccRate %", "AvgRwd"):
@@ -55,7 +51,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/valid_success.png)", t, f"Epochs: {summary['epochs_run']} (best "
                   f"{summary['best_epoch']}); wall time {summary['wall_seconds']:.1f} s",
-                  f"Privacy: {result.privacy['headline']}", summary.get("noise"))
+                  f"Privacy: {summary['privacy']}", summary.get("noise"))
 
 
 @config_command(run_app, "fedrl", "privrl.systems.fedrl.algorithm:FedRLConfig")

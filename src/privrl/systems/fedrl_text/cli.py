@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,7 +17,7 @@ from privrl.cli import (
     flag_names,
     parse_numbers,
     print_results,
-    progress_bar,
+    run_and_save,
     system_apps,
 )
 
@@ -53,7 +52,7 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     from rich.table import Table
 
     from privrl.envs import text2action as t2a
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.fedrl_text.local import run_cv, save
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
@@ -68,11 +67,10 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     err = Console(stderr=True)
     err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
               f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
-    with progress_bar(err, progress, "training", unit="") as (bar, task):
-        outs, refs = run_cv(cfg, text, fold_ids, progress=lambda m: bar.update(
-            task, description=m))
-    path = new_run_dir(out, f"{mode}-text2action-{corpus}")
-    summary = save(cfg, outs, refs, path, command=["privrl", *sys.argv[1:]])
+    path, summary = run_and_save(
+        out, f"{mode}-text2action-{corpus}", lambda bar: run_cv(
+            cfg, text, fold_ids, progress=lambda m: bar.update(None, description=m)),
+        lambda done, path, command: save(cfg, *done, path, command=command), err, progress, "")
     t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):
