@@ -206,6 +206,22 @@ def test_the_documents_show_commands_of_every_kind() -> None:
                                           "summary.json", "policy.npz")
 
 
+def test_ray_and_flower_commands_start_the_fewest_processes() -> None:
+    """`shrink` sets how many processes a Ray or Flower command starts, written or not."""
+    def value(words: tuple[str, ...], option: str) -> str:
+        args = shrink(words, None)
+        return args[args.index(option) + 1]
+
+    assert value(("run", "pgc-a3c", "--runtime", "ray"), "--agents-in-flight") == "1"
+    assert value(("run", "fedpg-dec", "--runtime", "ray", "--agents", "9"), "--agents") == "2"
+    assert value(("run", "pgc-a3c", "--runtime", "flower", "--supernodes", "4"),
+                 "--supernodes") == "1"
+    assert value(("run", "fedpg-cen", "--runtime", "flower", "--mechanism",
+                  "distributed-gaussian"), "--supernodes") == "3"
+    assert value(("run", "fedpg-cen", "--runtime", "flower", "--agents", "20"), "--agents") == "20"
+    assert "--agents" not in shrink(("run", "fedpg-dec"), None)  # a local run keeps its agents
+
+
 @pytest.mark.parametrize("doc", _cases())
 def test_a_documented_command_runs_at_a_tiny_size(doc: Documented, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str],
