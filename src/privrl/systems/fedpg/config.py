@@ -337,6 +337,20 @@ class FedPGConfig(Config):
         n_min = 1 if self.inner_steps is None else self.inner_steps
         return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
 
+    def round_episodes(self) -> tuple[float, float]:
+        """The mean and standard deviation of the episodes one round takes from the budget
+        (B_t + b·N_t; B_t uniform on [batch_min, batch_max], N_t ~ Geom(b/(B_t + b)) on
+        {1, 2, ...}, so E[b·N_t | B_t] = B_t + b and Var = B_t(B_t + b); or N_t fixed)."""
+        bs = range(self.batch_min, self.batch_max + 1)
+        b = self.minibatch
+        if self.inner_steps is None:
+            cond = [(2 * x + b, x * (x + b)) for x in bs]  # (E, Var) of a round given B_t
+        else:
+            cond = [(x + b * self.inner_steps, 0.0) for x in bs]
+        mean = sum(m for m, _ in cond) / len(cond)
+        var = sum(v + m * m for m, v in cond) / len(cond) - mean * mean
+        return mean, math.sqrt(max(var, 0.0))
+
     def calibration_rounds(self) -> int:
         """The rounds an accounted mechanism's σ is calibrated for."""
         return self.max_rounds() if self.dp_rounds is None else self.dp_rounds
