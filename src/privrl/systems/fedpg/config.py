@@ -311,7 +311,8 @@ class FedPGConfig(Config):
     step_from_noise: bool = option(
         False, help="fedpg-cen: the server's step size from the mechanism's noise level: "
         "η·s/(1 + s), s the signal-to-noise ratio of the K averaged reports over the "
-        "optimizer's window (laplace, gaussian, none). Post-processing.")
+        "optimizer's window (laplace, gaussian, the distributed Gaussians, none). "
+        "Post-processing.")
     public_eval_every: int | None = option(
         None, help="fedpg-cen, local runtime: every this many rounds the server plays its "
         "policy on the task's PUBLIC simulator (default parameters, no agent's data), keeps "
@@ -604,8 +605,9 @@ class FedPGConfig(Config):
                              ("public_eval_every", self.public_eval_every is not None)):
                 if on:
                     fail(name, "fedpg-cen's server only (fedpg-dec has no server)")
-        if self.step_from_noise and self.mechanism not in ("none", "laplace", "gaussian"):
-            fail("step_from_noise", f"knows the noise level of none, laplace and gaussian, not "
+        known = ("none", "laplace", "gaussian", *DISTRIBUTED_MECHANISMS)
+        if self.step_from_noise and self.mechanism not in known:
+            fail("step_from_noise", f"knows the noise level of {', '.join(known)}, not "
                                     f"{self.mechanism}")
 
     def _check_distributed(self) -> None:
