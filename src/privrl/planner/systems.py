@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -136,6 +137,7 @@ FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continu
 DP_ROUNDS_SIGMAS = 3.0
 
 
+@lru_cache(maxsize=64)
 def fedpg_round(preset: str) -> tuple[float, float]:
     """The mean and standard deviation of the episodes one FedPG-Cen round of `preset` takes
     from an agent's budget (B_t and the server's N_t·b: paper's 2·16 + 4 = 36 on average),
@@ -145,6 +147,7 @@ def fedpg_round(preset: str) -> tuple[float, float]:
     return FedPGConfig.from_preset(preset).round_episodes()
 
 
+@lru_cache(maxsize=1024)
 def fedpg_dp_rounds(reports: int, preset: str) -> int:
     """The rounds a budget of `reports` mean rounds takes, with a margin: the run stops at the
     first round that reaches the budget, so R ≈ r + (1 + cv²)/2 with a standard deviation of
