@@ -117,6 +117,12 @@ class FedPG(Learner):
         self.setting_mechanisms: tuple[Mechanism, ...] | None = None
         self._public: Any = None  # `public_returns`' episodes (jitted on a gymnax task)
 
+    def step_noise_multiplier(self) -> float | None:
+        """distributed-gaussian's σ is its discrete mechanism's, calibrated for `dim`."""
+        if self.config.mechanism == "distributed-gaussian":
+            return discrete_sum_mechanism(self.config, self.dim).noise_multiplier
+        return self.config.noise_multiplier
+
     @classmethod
     def for_settings(cls, configs: Sequence[FedPGConfig], task: Task | None = None,
                      model: nn.Module | None = None) -> FedPG:

@@ -319,7 +319,8 @@ class FedPGConfig(Config):
     step_from_noise: bool = option(
         False, help="fedpg-cen: the server's step size from the mechanism's noise level: "
         "η·s/(1 + s), s the signal-to-noise ratio of the K averaged reports over the "
-        "optimizer's window (laplace, gaussian, none). Post-processing.")
+        "optimizer's window (laplace, gaussian, the distributed Gaussians, none). "
+        "Post-processing.")
     public_eval_every: int | None = option(
         None, help="fedpg-cen, local runtime: every this many rounds the server plays its "
         "policy on the task's PUBLIC simulator (default parameters, no agent's data), keeps "
@@ -344,6 +345,20 @@ class FedPGConfig(Config):
         """An upper bound on the rounds the budget allows (each costs >= B_min + b·N_min)."""
         n_min = 1 if self.inner_steps is None else self.inner_steps
         return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
+
+    def round_episodes(self) -> tuple[float, float]:
+        """The mean and standard deviation of the episodes one round takes from the budget
+        (B_t + b·N_t; B_t uniform on [batch_min, batch_max], N_t ~ Geom(b/(B_t + b)) on
+        {1, 2, ...}, so E[b·N_t | B_t] = B_t + b and Var = B_t(B_t + b); or N_t fixed)."""
+        bs = range(self.batch_min, self.batch_max + 1)
+        b = self.minibatch
+        if self.inner_steps is None:
+            cond = [(2 * x + b, x * (x + b)) for x in bs]  # (E, Var) of a round given B_t
+        else:
+            cond = [(x + b * self.inner_steps, 0.0) for x in bs]
+        mean = sum(m for m, _ in cond) / len(cond)
+        var = sum(v + m * m for m, v in cond) / len(cond) - mean * mean
+        return mean, math.sqrt(max(var, 0.0))
 
     def calibration_rounds(self) -> int:
         """The rounds an accounted mechanism's σ is calibrated for."""
@@ -595,8 +610,9 @@ class FedPGConfig(Config):
                              ("public_eval_every", self.public_eval_every is not None)):
                 if on:
                     fail(name, "fedpg-cen's server only (fedpg-dec has no server)")
-        if self.step_from_noise and self.mechanism not in ("none", "laplace", "gaussian"):
-            fail("step_from_noise", f"knows the noise level of none, laplace and gaussian, not "
+        known = ("none", "laplace", "gaussian", *DISTRIBUTED_MECHANISMS)
+        if self.step_from_noise and self.mechanism not in known:
+            fail("step_from_noise", f"knows the noise level of {', '.join(known)}, not "
                                     f"{self.mechanism}")
 
     def _check_distributed(self) -> None:
