@@ -174,6 +174,19 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     _LLVM_LEVEL[0] = learning.kwargs.get("llvm_level", 1) if optimized else 1
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The session's Ray cluster stops after its last test (the Ray tests run together, first:
+    `_weight`), not when the session ends: its daemons (a GCS, a raylet, a log monitor, idle
+    workers) keep polling meanwhile, about 1 CPU-s a minute idle and more after a run's actors
+    have written their logs (benchmarks/log/23-suite.md)."""
+    if _scope(item.nodeid) == "ray-cluster" and (
+            nextitem is None or _scope(nextitem.nodeid) != "ray-cluster"):
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if _scope(item.nodeid) == "ray-cluster":

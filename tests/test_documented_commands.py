@@ -43,8 +43,19 @@ TINY = {
 # (a command's own default is its smallest sensible size: FedPG's topologies need its agents).
 SMALLER = {
     "--agents": 40,  # not fewer: adaptive clipping's default count noise (q·K/20) needs K ≥ 40
-    "--supernodes": 2,
 }
+# On a runtime that starts a process per agent or node (each a Python start that imports JAX and
+# compiles: the documented PGC-A3C Ray command with its nine agent actors cost 134 CPU-s), how
+# many run at once is a size of the run too: set where the command takes it, written or not.
+# Several processes at once, their routing and their faults are tests/systems/*/test_ray.py's and
+# *_deployment.py's.
+PROCESSES = {
+    "ray": {"--agents-in-flight": 1,  # PGC-A3C's agent actors (the algorithm keeps its round)
+            "--agents": 2},  # FedPG-Dec's nodes, one actor each
+    "flower": {"--supernodes": 1},
+}
+# A flag whose value needs more than that: SecAgg+ needs 3 SuperNodes (fedpg.flower.plan_run).
+NEEDS_WITH = {("--mechanism", "distributed-gaussian"): {"--supernodes": 3}}
 # Where one command needs more than `TINY` gives, and why.
 NEEDS = {
     ("reproduce", "dpsgd-rl"): {"--episodes": 25},  # its solve window is 25 episodes
@@ -129,14 +140,19 @@ def shrink(words: tuple[str, ...], out: Path | None) -> list[str]:
     cmd, path = _command(words)
     takes = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
     args = [str(ROOT / w) if w.startswith("../shared/") else w for w in words]
-    for option, size in (TINY | SMALLER | NEEDS.get(path, {})).items():
+    runtime = words[words.index("--runtime") + 1] if "--runtime" in words[:-1] else None
+    processes = PROCESSES.get(runtime, {})
+    for (flag, value), needs in NEEDS_WITH.items():
+        if flag in words[:-1] and words[words.index(flag) + 1] == value:
+            processes = {o: needs.get(o, size) for o, size in processes.items()}
+    for option, size in (TINY | SMALLER | processes | NEEDS.get(path, {})).items():
         if option not in takes:
             continue
         if option in args:
             i = args.index(option) + 1
             if not args[i].isdigit() or int(args[i]) > size:
                 args[i] = str(size)
-        elif option not in SMALLER:
+        elif option not in SMALLER or option in processes:
             args += [option, str(size)]
     if out is not None and "--out" in takes:
         args += ["--out", str(out)]
@@ -157,8 +173,14 @@ def _files(words: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _cases() -> list:
-    cases = []
+    """One case per command line run: two documented commands that shrink to the same words
+    (RESULTS' `privrl reproduce pgc-a3c` and README's with its trials and submissions) run once."""
+    cases, run = [], set()
     for d in documented():
+        ran = (tuple(shrink(d.words, None)), d.then)
+        if ran in run:
+            continue
+        run.add(ran)
         marks = []
         if d.runtime in ("ray", "flower"):
             marks.append(pytest.mark.processes)
@@ -182,6 +204,22 @@ def test_the_documents_show_commands_of_every_kind() -> None:
     assert len(found) >= 20
     assert _files(("run", "pgc-a3c")) == ("config.json", "metrics.csv", "privacy.json",
                                           "summary.json", "policy.npz")
+
+
+def test_ray_and_flower_commands_start_the_fewest_processes() -> None:
+    """`shrink` sets how many processes a Ray or Flower command starts, written or not."""
+    def value(words: tuple[str, ...], option: str) -> str:
+        args = shrink(words, None)
+        return args[args.index(option) + 1]
+
+    assert value(("run", "pgc-a3c", "--runtime", "ray"), "--agents-in-flight") == "1"
+    assert value(("run", "fedpg-dec", "--runtime", "ray", "--agents", "9"), "--agents") == "2"
+    assert value(("run", "pgc-a3c", "--runtime", "flower", "--supernodes", "4"),
+                 "--supernodes") == "1"
+    assert value(("run", "fedpg-cen", "--runtime", "flower", "--mechanism",
+                  "distributed-gaussian"), "--supernodes") == "3"
+    assert value(("run", "fedpg-cen", "--runtime", "flower", "--agents", "20"), "--agents") == "20"
+    assert "--agents" not in shrink(("run", "fedpg-dec"), None)  # a local run keeps its agents
 
 
 @pytest.mark.parametrize("doc", _cases())

@@ -26,9 +26,8 @@ from typer.core import TyperCommand
 from typer.models import ArgumentInfo, ParameterInfo
 
 from privrl import __version__
-from privrl.choices import ACCOUNTANTS, NOISE_MODES
+from privrl.choices import NOISE_MODES
 from privrl.config import (
-    ACCOUNTANT_HELP,
     NOISE_HELP,
     ConfigError,
     field_flag,
@@ -166,12 +165,6 @@ NoiseMode = value_enum("NoiseMode", NOISE_MODES)
 Noise = Annotated[NoiseMode | None, typer.Option(help=NOISE_HELP, case_sensitive=False)]
 
 
-AccountantName = value_enum("AccountantName", ACCOUNTANTS)
-
-
-AccountantOpt = Annotated[AccountantName, typer.Option("--accountant", help=ACCOUNTANT_HELP)]
-
-
 # A seed JAX and NumPy both take (a larger one gave an OverflowError after other checks).
 SEED_RANGE = {"min": 0, "max": 2**63 - 1}
 Seed = Annotated[int, typer.Option(help="Random seed (same seed, same results).", **SEED_RANGE)]
@@ -249,24 +242,6 @@ class UserMechanism(str):
     @property
     def value(self) -> str:
         return str(self)
-
-
-def mechanism_option(choices: type[StrEnum]) -> Callable[[Any], Any]:
-    """The parser of a `--mechanism` option: one of `choices` (any case), or a user's own
-    `module:callable` / `path/to/file.py:callable` (a `UserMechanism`)."""
-    def parse(text: Any) -> Any:
-        if isinstance(text, choices):
-            return text
-        try:
-            return choices(str(text).lower())
-        except ValueError:
-            pass
-        where, _, attr = str(text).rpartition(":")
-        if where and attr.isidentifier():
-            return UserMechanism(text)
-        raise typer.BadParameter(f"{text!r} is none of {', '.join(c.value for c in choices)} "
-                                 "and no module:callable of your own")
-    return parse
 
 
 def parse_numbers(text: str, option: str, kind: type = float,
@@ -781,6 +756,44 @@ def execute_sweep(title: str, path: Path, run: Callable[..., Any], show: bool, c
             raise
     Console().print(Markdown((path / "tables.md").read_text()))
     Console().print(f"Results written to [bold]{path}[/] ({files})")
+
+
+def run_and_save(out: Path | None, stem: str, run: Callable[[Any], Any],
+                 save: Callable[..., dict[str, Any]], err: Console, show: bool,
+                 unit: str = "submissions/trial", every: float | None = None
+                 ) -> tuple[Path, dict[str, Any]]:
+    """A local run under a progress bar (`run(progress)`), its work kept should it fail
+    (privrl.output.keeping_work), then saved into a new run directory `stem` by
+    `save(result, path, command=...)`: (the directory, its summary)."""
+    import sys
+
+    from privrl.output import keeping_work, new_run_dir
+
+    command = ["privrl", *sys.argv[1:]]
+    with (keeping_work(lambda: new_run_dir(out, stem),
+                       lambda result, path: save(result, path, command=command)),
+          progress_bar(err, show, "training", unit, every) as (bar, _)):
+        result = run(bar)
+    path = new_run_dir(out, stem)
+    return path, save(result, path, command=command)
+
+
+def print_results(path: Path, files: str, *lines: Any,
+                  summary: Mapping[str, Any] | None = None) -> None:
+    """A run's last words on stdout: its table and notes (`lines`, None skipped), where its
+    results are (`files`: what follows the directory) and, given its `summary`, whether it
+    learned (privrl.evaluation.verdict_line)."""
+    from rich.console import Console
+
+    from privrl.evaluation import verdict_line
+
+    console = Console()
+    for line in lines:
+        if line is not None:
+            console.print(line)
+    console.print(f"Results written to [bold]{path}[/]{files}")
+    if summary is not None:
+        console.print(verdict_line(summary))
 
 
 def results_table(title: str, rows: Iterable[tuple[str, str]]) -> Any:

@@ -346,7 +346,7 @@ def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
     episodes = config.pilot_episodes or PILOT_EPISODES[system]
     if system == "fedpg-cen":
         agents = PILOT_FEDPG_AGENTS
-        reports = max(1, episodes // (agents * sy.FEDPG_ROUND_EPISODES))
+        reports = max(1, episodes // (agents * f.episodes_per_report))
     else:
         agents, reports = episodes, 1
     rec = sy.Recommendation("none", math.inf, agents, clip if system != "pgc-a3c" else

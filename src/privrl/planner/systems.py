@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -112,10 +113,17 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
                 "submissions": rec.agents * rec.reports_per_agent,
                 "buffer_size": rec.batch, "trials": trials}
     if system == "fedpg-cen":
+        # r reports per agent: a budget of r rounds' episodes, and σ calibrated for the rounds
+        # that budget takes (`fedpg_dp_rounds`), not for the most it could take (FedPGConfig's
+        # default: budget/(B_min + b), about 2.2 r under paper's batches): the noise the model
+        # counts. A trial that would need more rounds is refused there (its ε holds).
+        rounds = ({"dp_rounds": fedpg_dp_rounds(rec.reports_per_agent, rec.preset)}
+                  if private_run and rec.mechanism in FEDPG_ROUNDS_MECHANISMS else {})
         return {**common, "preset": rec.preset, "algorithm": "cen",
                 "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
-                "agents": rec.agents, "budget": rec.reports_per_agent * FEDPG_ROUND_EPISODES,
-                "trials": trials}
+                "agents": rec.agents,
+                "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
+                **rounds, "trials": trials}
     if system == "dp-reinforce":
         return {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
                 else None, "episodes": rec.agents,
@@ -123,9 +131,35 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
     raise ValueError(f"unknown system {system!r}")
 
 
-# FedPG-Cen's episodes per agent per round (FedPG-BR's batches: B ~ U[12, 20] and about
-# (B + b)/b SCSG steps of b = 4 episodes: 2·16 + 4), what one report costs an agent.
-FEDPG_ROUND_EPISODES = 36
+# FedPG-Cen's mechanisms whose σ is calibrated for a number of rounds (`dp_rounds`).
+FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continuous")
+# dp_rounds covers the rounds a budget takes up to this many standard deviations.
+DP_ROUNDS_SIGMAS = 3.0
+
+
+@lru_cache(maxsize=64)
+def fedpg_round(preset: str) -> tuple[float, float]:
+    """The mean and standard deviation of the episodes one FedPG-Cen round of `preset` takes
+    from an agent's budget (B_t and the server's N_t·b: paper's 2·16 + 4 = 36 on average),
+    what one report costs an agent (FedPGConfig.round_episodes)."""
+    from privrl.systems.fedpg.config import FedPGConfig
+
+    return FedPGConfig.from_preset(preset).round_episodes()
+
+
+@lru_cache(maxsize=1024)
+def fedpg_dp_rounds(reports: int, preset: str) -> int:
+    """The rounds a budget of `reports` mean rounds takes, with a margin: the run stops at the
+    first round that reaches the budget, so R ≈ r + (1 + cv²)/2 with a standard deviation of
+    about cv·√r (renewal counting; cv the round cost's coefficient of variation); covered to
+    DP_ROUNDS_SIGMAS standard deviations, and never above the most rounds the budget allows."""
+    from privrl.systems.fedpg.config import FedPGConfig
+
+    mean, sd = fedpg_round(preset)
+    cv = sd / mean
+    most = FedPGConfig.from_preset(preset, budget=round(reports * mean)).max_rounds()
+    return min(most, math.ceil(reports + (1 + cv * cv) / 2
+                               + DP_ROUNDS_SIGMAS * cv * math.sqrt(reports)))
 
 
 @dataclass(frozen=True)
@@ -169,7 +203,7 @@ def facts(system: str, continuous: bool) -> SystemFacts:
         cfg = FedPGConfig.from_preset(preset)
         return SystemFacts("distributed-gaussian", "l2", 1.0, tuple(cfg.hidden),
                            cfg.learning_rate, 1, (2, 4, 8, 16, 32, 64), False, preset,
-                           FEDPG_ROUND_EPISODES)
+                           round(cfg.round_episodes()[0]))
     if system == "dp-reinforce":
         from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 
@@ -187,8 +221,9 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     def pgc(eps: float, r: int, k: int) -> float:
         return release_noise("laplace", eps * (1 - f.clip_bit_share), r, c, d)
 
-    def fedpg(eps: float, r: int, k: int) -> float:
-        return release_noise("distributed-gaussian", eps, r, c, d, delta, summed_over=k)
+    def fedpg(eps: float, r: int, k: int) -> float:  # σ for the run's dp_rounds
+        return release_noise("distributed-gaussian", eps, fedpg_dp_rounds(r, f.preset), c, d,
+                             delta, summed_over=k)
 
     def reinforce(eps: float, r: int, k: int) -> float:
         b = reinforce_batch(stats, release_noise("gaussian", eps, 1, c, d, delta), k)

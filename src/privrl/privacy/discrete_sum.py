@@ -47,8 +47,9 @@ dp-accounting's `ZCDpEvent` by its `RdpAccountant` and converted to (ε, δ); th
 smaller of the two ε (each is a valid bound). n = `min_honest` m: the secure sum must never be
 revealed with fewer than m surviving shares (`check_threshold`), and at most (surviving − m)
 of the survivors may collude with the server. No amplification by sampling is claimed: every
-agent takes part in every round. `calibrate_discrete` is the one calibration (ε → the noise),
-for a local run and a deployment alike, so both state the same ε for the same request.
+agent takes part in every round. The noise is calibrated to a request by the privacy plan
+(privrl.privacy.plan.plan_discrete), for a local run and a deployment alike, so both state the
+same ε for the same request.
 """
 
 from __future__ import annotations
@@ -70,9 +71,8 @@ from privrl.privacy.distributed import USER_NEIGHBOURS, USER_UNIT
 from privrl.privacy.report import _MINT, Guarantee, Report
 from privrl.privacy.secure import discrete_gaussian
 
-__all__ = ["DiscreteGaussianSum", "SumParams", "ThresholdError", "calibrate_discrete",
-           "decode", "discrete_gaussian_jax", "encode", "modular_sum", "secure_sum_bits",
-           "share"]
+__all__ = ["DiscreteGaussianSum", "SumParams", "ThresholdError", "decode",
+           "discrete_gaussian_jax", "encode", "modular_sum", "secure_sum_bits", "share"]
 
 _MAX_REDRAWS = 20  # conditional rounding's redraws before the exact integer clip
 _MAX_VARIANCE = (1 << 26) - 1  # the discrete Gaussian samplers' limit on s²
@@ -475,33 +475,6 @@ class DiscreteGaussianSum:
                           "dp_accounting ZCDpEvent composed by RdpAccountant; no sampling "
                           "amplification; wrap-around is post-processing (utility only)",
         }
-
-
-def calibrate_discrete(epsilon: float, delta: float, rounds: int, *, clip: float, dim: int,
-                       agents: int, min_honest: int, bits: int = 32,
-                       grid_bits: int = _MAX_GRID_BITS,
-                       ) -> DiscreteGaussianSum:
-    """The mechanism with the smallest noise multiplier (to a relative 1e-3) whose `rounds`
-    rounds are (ε, δ)-DP with m = `min_honest` honest shares; ValueError if none is."""
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
-
-    def make(z: float) -> DiscreteGaussianSum:
-        return DiscreteGaussianSum(clip, dim, agents, min_honest, z, bits, grid_bits,
-                                   delta=delta)
-
-    lo, hi = 1e-2, 1.0
-    while make(hi).epsilon(rounds) > epsilon:  # make() refuses a z the grid cannot carry
-        lo, hi = hi, 2 * hi
-    while hi / lo > 1.001:
-        mid = math.sqrt(lo * hi)
-        if make(mid).epsilon(rounds) <= epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return make(hi)
 
 
 _share = jax.jit(share)

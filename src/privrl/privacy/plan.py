@@ -17,7 +17,9 @@ the largest ε₀ whose R-fold composition is (ε, δ)-DP) and the ledger enforc
 per-report ε is used as given; the cap is then `epsilon_budget`, or `epsilon` if that was given
 too (a resolved config carries both: the total and the split it was resolved to).
 Gaussian mechanisms: σ is used as given, or calibrated so that R releases cost at most ε at δ
-by the accountant that states the run's ε.
+by the accountant that states the run's ε. The distributed discrete Gaussian
+(privrl.privacy.discrete_sum) is calibrated here too (`plan_discrete`), by the mechanism's own
+bound: a local run and a deployment then state the same ε for the same request.
 
 Refusals are `PlanError(field, message)`, naming the config field (systems turn them into their
 own `ConfigError`).
@@ -26,7 +28,8 @@ own `ConfigError`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from privrl.privacy.accounting import (
     ACCOUNTANTS,
@@ -47,6 +50,7 @@ __all__ = [
     "gaussian_spent",
     "ledger_for",
     "no_privacy",
+    "plan_discrete",
     "plan_gaussian",
     "plan_pure",
     "split_clip_bit",
@@ -249,6 +253,32 @@ def plan_gaussian(request: PrivacyRequest, releases: int, sampling_rate: float |
         sigma = sensitivity * z
     return PrivacyPlan("gaussian", int(releases), r.delta, r.epsilon, None, sigma, None,
                        "basic", r.accountant)
+
+
+def plan_discrete(request: PrivacyRequest, releases: int,
+                  epsilon_of: Callable[[float], float] | None = None) -> PrivacyPlan:
+    """The distributed discrete Gaussian (privrl.privacy.discrete_sum) released at most
+    `releases` times per unit, its request checked as a Gaussian mechanism's: σ as given, or
+    the smallest noise multiplier z (to a relative 1e-3) whose releases cost at most the total
+    ε at δ, `epsilon_of(z)` being their ε by the mechanism's own bound (it raises ValueError
+    for a z no grid carries). Without `epsilon_of` (the mechanism not known yet: its update's
+    length is not) σ stays as given, possibly None."""
+    r = request
+    if r.noise_multiplier is None and r.epsilon is not None:
+        r = replace(r, noise_multiplier=1.0)  # only checks the request: σ is not planned yet
+    plan = replace(plan_gaussian(r, releases), noise_multiplier=request.noise_multiplier)
+    if epsilon_of is None or request.noise_multiplier is not None:
+        return plan
+    lo, hi = 1e-2, 1.0
+    while epsilon_of(hi) > request.epsilon:
+        lo, hi = hi, 2 * hi
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        if epsilon_of(mid) <= request.epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return replace(plan, noise_multiplier=hi)
 
 
 def gaussian_spent(noise_multiplier: float, releases: int, delta: float,

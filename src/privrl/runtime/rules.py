@@ -10,9 +10,24 @@ from __future__ import annotations
 
 from privrl.config import fail
 
-__all__ = ["NAMES", "one_trial"]
+__all__ = ["NAMES", "one_trial", "require_extra"]
 
 NAMES = {"local": "local", "ray": "Ray", "flower": "Flower"}  # as a sentence names them
+
+
+def require_extra(runtime: str) -> None:
+    """The runtime's optional extra is installed (ray, flower), or one line says how to install
+    it (RayNotInstalledError; a ConfigError on `runtime`)."""
+    if runtime == "ray":
+        from privrl.runtime.ray import require_ray
+
+        require_ray()
+    elif runtime == "flower":
+        try:
+            import flwr  # noqa: F401
+        except ImportError:
+            fail("runtime", "the Flower runtime needs the flower extra: pip install "
+                            "'privrl[flower]'")
 
 
 def one_trial(trials: int, runtime: str) -> None:

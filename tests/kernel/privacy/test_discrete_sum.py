@@ -15,13 +15,13 @@ from privrl.privacy.discrete_sum import (
     DiscreteGaussianSum,
     SumParams,
     ThresholdError,
-    calibrate_discrete,
     decode,
     discrete_gaussian_jax,
     encode,
     modular_sum,
     share,
 )
+from privrl.privacy.plan import PrivacyRequest, plan_discrete
 
 D = 40
 
@@ -213,14 +213,24 @@ def test_threshold_below_min_honest_is_refused():
         m.check_threshold(11)
 
 
-def test_calibration_meets_the_target():
-    m = calibrate_discrete(2.0, 1e-5, 10, clip=1.0, dim=D, agents=20, min_honest=10, bits=27)
+def test_the_plan_calibrates_the_noise_to_the_target():
+    def make(z: float) -> DiscreteGaussianSum:
+        return mech(noise_multiplier=z, agents=20, min_honest=10, bits=27)
+
+    plan = plan_discrete(PrivacyRequest(epsilon=2.0, delta=1e-5), 10,
+                         lambda z: make(z).epsilon(10))
+    m = make(plan.noise_multiplier)
     assert m.epsilon(10) <= 2.0
     assert mech(noise_multiplier=m.noise_multiplier / 1.01, agents=20, min_honest=10,
                 bits=27).epsilon(10) > 2.0  # the smallest such z, to 1%
     assert m.wrap_probability() < 1e-9
     rec = m.record(10)
     assert rec["epsilon"] == m.epsilon(10) and rec["min_honest_surviving"] == 10
+    # σ given is used as given; without the mechanism (its length unknown) the request is
+    # only checked
+    assert plan_discrete(PrivacyRequest(noise_multiplier=3.0), 10,
+                         lambda z: make(z).epsilon(10)).noise_multiplier == 3.0
+    assert plan_discrete(PrivacyRequest(epsilon=2.0), 10).noise_multiplier is None
 
 
 def test_bad_parameters_are_refused():

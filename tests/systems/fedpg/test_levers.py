@@ -106,3 +106,19 @@ def test_step_from_noise_follows_the_noise_and_levers_are_refused_where_they_do_
     assert not paper.step_from_noise and paper.public_eval_every is None
     cont = FedPGConfig.from_preset("adaptive-continuous")
     assert cont.gamma == FedPGConfig.from_preset("continuous").gamma and cont.step_from_noise
+
+
+def test_step_from_noise_knows_the_distributed_noise_summed_over_the_fleet():
+    """distributed-gaussian (user-level, the issue's K = 1,000 rows) adds σC once to the sum of
+    the K reports: the step reads the calibrated discrete mechanism's σ and stays near η with
+    K = 1,000, and shrinks with 4 agents at the same ε (the adaptive preset refused it)."""
+    from privrl.federation.adapt import noise_step
+
+    base = FedPGConfig.from_preset("adaptive", **{**TINY, "mechanism": "distributed-gaussian",
+                                                  "epsilon": 2.0, "trials": 1})
+    small, big = (FedPG(replace(base, agents=k).resolved()) for k in (4, 1000))
+    sigma = big.mechanism.noise_multiplier
+    assert big.step_noise_multiplier() == sigma
+    assert big.step_size == pytest.approx(noise_step(base.learning_rate,
+                                                     1000 / (big.dim * sigma ** 2), 1000 * 10))
+    assert small.step_size < 0.5 * base.learning_rate < 0.99 * base.learning_rate < big.step_size

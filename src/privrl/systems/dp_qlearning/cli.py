@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Annotated
-
-import typer
-
-from privrl.cli import Noise, Out, Settings, SweepSeed, config_command, flag_names, system_apps
+from privrl.cli import Out, Settings, config_command, print_results, run_and_save, system_apps
 
 run_app, reproduce_app = system_apps()
 
@@ -23,43 +18,28 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """
     from rich.console import Console
 
-    from privrl.evaluation import verdict_line
-    from privrl.output import check_out_dir, keeping_work, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
     cfg = settings.build().resolved()
     check_out_dir(out)
-    console, err = Console(), Console(stderr=True)
+    err = Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
               f"{cfg.seeds} trial(s) × {cfg.episodes} episodes")
-    command = ["privrl", *sys.argv[1:]]
-    with keeping_work(lambda: new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}"),
-                      lambda result, path: runner.save(result, path, command=command)):
-        result = runner.run_dp_qlearning(cfg)
-    path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
-    summary = runner.save(result, path, command=command)
-    console.print(f"privacy: {summary['privacy']}")
-    console.print(summary["noise"])
+    path, summary = run_and_save(out, f"dp-qlearning-sigma{cfg.sigma:.4g}",
+                                 lambda _: runner.run_dp_qlearning(cfg), runner.save, err, False)
     sd = summary["final_return_std_over_seeds"]
-    console.print(f"final mean return (last {summary['final_episodes']} episodes): "
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/returns.png)", f"privacy: {summary['privacy']}", summary["noise"],
+                  f"final mean return (last {summary['final_episodes']} episodes): "
                   f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "
-                  f"trial(s)); wall {summary['wall_seconds']:.1f} s")
-    console.print(f"Results written to [bold]{path}[/] "
-                  "(config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
-                  "plots/returns.png)")
-    console.print(verdict_line(summary))
+                  f"trial(s)); wall {summary['wall_seconds']:.1f} s", summary=summary)
 
 
-@reproduce_app.command("dp-qlearning")
-@flag_names(seeds="--trials")
-def reproduce_dp_qlearning_command(
-    trials: Annotated[int, typer.Option(help="Trials per σ (authors: 10).")] = 10,
-    episodes: Annotated[int, typer.Option(help="Episodes per run (authors: 100).")] = 100,
-    seed: SweepSeed = 0,
-    noise: Noise = None,
-    out: Out = None,
-) -> None:
+@config_command(reproduce_app, "dp-qlearning",
+                "privrl.systems.dp_qlearning.reproduce:DPQLSweepConfig")
+def reproduce_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """Paper 001's sweep: σ = 0, 0.2, ..., 1.0 on the 1-D task, beside random and optimal.
 
     Writes tables.md, tables.json, plots/returns.png (mean and interquartile band per σ),
@@ -69,10 +49,9 @@ def reproduce_dp_qlearning_command(
     from rich.markdown import Markdown
 
     from privrl.output import check_out_dir, new_run_dir
-    from privrl.systems.dp_qlearning.reproduce import DPQLSweepConfig, run_sweep
+    from privrl.systems.dp_qlearning.reproduce import run_sweep
 
-    cfg = DPQLSweepConfig(seeds=trials, episodes=episodes, seed=seed,
-                          noise=None if noise is None else noise.value)
+    cfg = settings.build()
     cfg.validate()
     check_out_dir(out)
     console, err = Console(), Console(stderr=True)

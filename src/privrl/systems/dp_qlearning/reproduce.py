@@ -18,7 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from privrl.config import Config, fail
+from privrl.choices import NOISE_MODES
+from privrl.config import NOISE_HELP, Config, fail, option
 from privrl.envs.line1d import optimal_return, policy_return, random_policy, table_policy
 from privrl.output import versions, write_json
 from privrl.systems.dp_qlearning.algorithm import DPQLearningConfig, privacy_record
@@ -35,13 +36,12 @@ BASELINE_EPISODES = 20_000  # Monte Carlo episodes for the random and optimal po
 
 @dataclass(frozen=True)
 class DPQLSweepConfig(Config):
-    seeds: int = 10
-    episodes: int = 100
-    seed: int = 0
-    sigmas: tuple[float, ...] = PAPER_SIGMAS
-    # Noise keys of every private run: "seeded" / "secret" (privrl.privacy.noise); None: the
-    # runs' default (seeded). Each run's privacy record states the mode.
-    noise: str | None = None
+    seeds: int = option(10, flag="--trials", help="Trials per σ (authors: 10).")
+    episodes: int = option(100, help="Episodes per run (authors: 100).")
+    seed: int = option(0, help="Random seed (shared by all settings).")
+    sigmas: tuple[float, ...] = option(PAPER_SIGMAS, cli=False, help="The σ swept.")
+    # Each run's privacy record states its noise keys' mode (None: seeded).
+    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
 
     def run_config(self, sigma: float) -> DPQLearningConfig:
         return DPQLearningConfig(sigma=sigma, seeds=self.seeds, episodes=self.episodes,

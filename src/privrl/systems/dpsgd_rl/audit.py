@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -31,8 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.audit.config import AuditConfig, Progress
 from privrl.audit.one_run import OneRunResult, one_run_audit
-from privrl.config import ConfigError, positive
+from privrl.choices import ACCOUNTANTS
+from privrl.config import ACCOUNTANT_HELP, ConfigError, option, positive
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 __all__ = ["CanaryRun", "audit_config", "audit_dp_reinforce", "canary_run", "check_audit"]
@@ -127,3 +129,39 @@ def audit_dp_reinforce(config: ReinforceConfig, epsilons: Sequence[float], *, se
         if progress is not None:
             progress(i + 1, len(configs))
     return results
+
+
+@dataclass(frozen=True)
+class DPReinforceAudit(AuditConfig):
+    """`privrl audit dp-reinforce`: `audit_dp_reinforce` at each per-episode ε."""
+
+    epsilons: tuple[float, ...] = option((1.0, 2.0, 5.0, 10.0), flag="--epsilon", help=(
+        "Per-episode ε values to audit (comma-separated); σ is calibrated to each."))
+    canaries: int = option(1000, help="Gradient canaries m, each in the run with probability "
+                                      "1/2.")
+    guesses: int | None = option(None, help="k: the attacker guesses 'in' for the k highest "
+                                 "scores and 'out' for the k lowest. Default: canaries / 10.")
+    episodes: int = option(100, help="Training episodes (= updates) of each audited run.")
+    clip: float = option(1.0, help="C: L2 bound of each episode's gradient.")
+    batch_episodes: int = option(1, help="Episodes per update.")
+    delta: float = option(1e-5, help="δ of the stated (ε, δ), in (0, 1).")
+    accountant: str = option("pld", choices=ACCOUNTANTS, help=ACCOUNTANT_HELP)
+
+    def resolved(self) -> DPReinforceAudit:
+        """Validated, with k (`guesses`) filled in; every run's config checked (σ
+        calibrated) before any training."""
+        k = check_audit(self.canaries, self.guesses, self.confidence)
+        for e in self.epsilons:
+            audit_config(replace(self.config(), target_epsilon=e))
+        return replace(self, guesses=k)
+
+    def config(self) -> ReinforceConfig:
+        """The audited run's config (its target ε replaced by each audited one)."""
+        return ReinforceConfig.from_preset(
+            "paper", dp=True, clip=self.clip, delta=self.delta, accountant=self.accountant,
+            batch_episodes=self.batch_episodes, episodes=self.episodes, seed=self.seed)
+
+    def run(self, progress: Progress = None) -> list[OneRunResult]:
+        return audit_dp_reinforce(self.config(), self.epsilons, seed=self.seed,
+                                  canaries=self.canaries, guesses=self.guesses,
+                                  confidence=self.confidence, progress=progress)

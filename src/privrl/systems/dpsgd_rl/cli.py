@@ -3,28 +3,23 @@
 
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from privrl.audit.cli import execute_audit
 from privrl.cli import (
-    AccountantName,
-    AccountantOpt,
     Out,
     ProgressEvery,
     Resume,
     Settings,
     ShowProgress,
-    SweepSeed,
     config_command,
     execute_sweep,
-    flag_names,
-    parse_numbers,
-    progress_bar,
+    print_results,
     results_table,
+    run_and_save,
     sweep_dir,
     system_apps,
 )
@@ -33,8 +28,6 @@ from privrl.progress import DEFAULT_EVERY
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
 
-Episodes = Annotated[int, typer.Option(help="Training episodes at most (stops when solved).")]
-Delta = Annotated[float, typer.Option(help="δ of the stated (ε, δ), in (0, 1).")]
 _DQN, _REINFORCE = ("privrl.systems.dpsgd_rl.dqn:DQNConfig",
                     "privrl.systems.dpsgd_rl.reinforce:ReinforceConfig")
 
@@ -52,14 +45,13 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
              show: bool, every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
-    from privrl.evaluation import verdict_line
-    from privrl.output import check_out_dir, keeping_work, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
     check_out_dir(out)
     algo = algo_cls.settings_algorithm([config])
     cfg = algo.config
-    err, console = Console(stderr=True), Console()
+    err = Console(stderr=True)
     if cfg.dp:
         sig = f"DP-SGD σ = {cfg.noise_multiplier:.4g}, C = {cfg.clip:g}"
         if cfg.target_epsilon is not None:
@@ -68,25 +60,18 @@ def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
         sig = f"LDP observations: {cfg.obs.mode}"
     err.print(f"[bold]{algorithm}[/] ({cfg.preset} preset), {sig}; {cfg.seeds} trial(s) × "
               f"≤ {cfg.episodes} episodes")
-    command = ["privrl", *sys.argv[1:]]
-    with (keeping_work(lambda: new_run_dir(out, f"{algorithm}-{cfg.preset}"),
-                       lambda result, path: save(result, path, command=command)),
-          progress_bar(err, show, "training", "episodes", every) as (bar, _)):
-        result = run_episodic(algo, algorithm, progress=bar)
-    path = new_run_dir(out, f"{algorithm}-{cfg.preset}")
-    summary = save(result, path, command=command)
-    console.print(results_table(f"{algorithm} results", summary_rows(summary, cfg)))
-    console.print(f"Model: {summary['privacy_model']}")
-    console.print(f"Observations: {summary['privacy_observations']}")
-    if "noise" in summary:
-        console.print(summary["noise"])
-    if summary["stopped_by_max_epsilon"]:
-        console.print(f"[bold]Stopped by --epsilon-budget {cfg.max_epsilon:g}[/] after "
-                      f"{max(summary['updates'])} updates; results kept.")
-    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, policy.npz, plots/eval_returns.png)")
-    if "learned" in summary:
-        console.print(verdict_line(summary))
+    path, summary = run_and_save(out, f"{algorithm}-{cfg.preset}", lambda bar: run_episodic(
+        algo, algorithm, progress=bar), save, err, show, "episodes", every)
+    print_results(
+        path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+        "plots/eval_returns.png)", results_table(f"{algorithm} results",
+                                                 summary_rows(summary, cfg)),
+        f"Model: {summary['privacy_model']}",
+        f"Observations: {summary['privacy_observations']}", summary.get("noise"),
+        f"[bold]Stopped by --epsilon-budget {cfg.max_epsilon:g}[/] after "
+        f"{max(summary['updates'])} updates; results kept."
+        if summary["stopped_by_max_epsilon"] else None,
+        summary=summary if "learned" in summary else None)
 
 
 @config_command(run_app, "dp-reinforce", _REINFORCE, fixed={"dp": True},
@@ -170,53 +155,12 @@ def reproduce_dpsgd_rl(
         progress, "privrl reproduce dpsgd-rl", "tables.md, plots/, settings/", unit="episodes")
 
 
-@audit_app.command("dp-reinforce")
-@flag_names(epsilons="--epsilon", target_epsilon="--epsilon")
-def audit_dp_reinforce_command(
-    epsilon: Annotated[str, typer.Option(
-        help="Per-episode ε values to audit (comma-separated); σ is calibrated to each.")
-    ] = "1,2,5,10",
-    canaries: Annotated[int, typer.Option(
-        help="Gradient canaries m, each in the run with probability 1/2.")] = 1000,
-    guesses: Annotated[int | None, typer.Option(
-        help="k: the attacker guesses 'in' for the k highest scores and 'out' for the k "
-        "lowest. Default: canaries / 10.")] = None,
-    episodes: Annotated[int, typer.Option(
-        help="Training episodes (= updates) of each audited run.")] = 100,
-    clip: Annotated[float, typer.Option(help="C: L2 bound of each episode's gradient.")] = 1.0,
-    batch_episodes: Annotated[int, typer.Option(help="Episodes per update.")] = 1,
-    delta: Delta = 1e-5,
-    accountant: AccountantOpt = AccountantName.pld,
-    confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
-    seed: SweepSeed = 0,
-    out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
+@config_command(audit_app, "dp-reinforce", "privrl.systems.dpsgd_rl.audit:DPReinforceAudit",
+                target_epsilon="--epsilon")
+def audit_dp_reinforce_command(settings: Settings, out: Out = None,
+                               progress: ShowProgress = True) -> None:
     """One-run audit (Steinke, Nasr & Jagielski 2023): canaries in a real DP-REINFORCE run, an
     attacker who sees every released noisy gradient; bounds the per-episode ε from below.
     Writes audit.json, audit.csv, audit.md and plots/audit.png."""
-
-    from privrl.audit.cli import execute_audit
-    from privrl.output import check_out_dir
-    from privrl.systems.dpsgd_rl.audit import audit_config, audit_dp_reinforce, check_audit
-    from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
-
-    epsilons = parse_numbers(epsilon, "--epsilon")
-    k = check_audit(canaries, guesses, confidence)
-    config = ReinforceConfig.from_preset(
-        "paper", dp=True, clip=clip, delta=delta, accountant=accountant.value,
-        batch_episodes=batch_episodes, episodes=episodes, seed=seed)
-    for e in epsilons:  # every setting validated (and σ calibrated) before any training
-        audit_config(replace(config, target_epsilon=e))
-    check_out_dir(out)
-    execute_audit(
-        f"[bold]audit dp-reinforce[/]: ε ∈ {{{', '.join(f'{e:g}' for e in epsilons)}}}, "
-        f"{canaries:,} canaries, {episodes} updates per run",
-        lambda progress_fn: audit_dp_reinforce(
-            config, epsilons, seed=seed, canaries=canaries, guesses=guesses,
-            confidence=confidence, progress=progress_fn),
-        "audit-dp-reinforce",
-        {"system": "dp-reinforce", "epsilons": list(epsilons), "canaries": canaries,
-         "guesses": k, "episodes": episodes, "clip": clip, "batch_episodes": batch_episodes,
-         "delta": delta, "accountant": accountant.value, "confidence": confidence,
-         "seed": seed}, out, progress, unit="runs")
+    execute_audit(settings, out, progress, "dp-reinforce", "",
+                  "{canaries:,} canaries, {episodes} updates per run", unit="runs")

@@ -42,7 +42,7 @@ from privrl.config import ConfigError
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.federation.pushsum import push_sum_init, push_sum_z
 from privrl.privacy.central import CentralGaussian, kept_per_coordinate
-from privrl.privacy.discrete_sum import DiscreteGaussianSum, calibrate_discrete, secure_sum_bits
+from privrl.privacy.discrete_sum import DiscreteGaussianSum, secure_sum_bits
 from privrl.privacy.distributed import AdaptiveClip, DistributedGaussianMechanism
 from privrl.privacy.ldp_vector import unit_mechanism
 from privrl.privacy.mechanisms import (
@@ -54,6 +54,7 @@ from privrl.privacy.mechanisms import (
     setting_params,
     stack_params,
 )
+from privrl.privacy.plan import PlanError, plan_discrete
 from privrl.privacy.report import Report
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.systems.fedpg.cen import CenPlan, CenRound
@@ -115,6 +116,12 @@ class FedPG(Learner):
         # None: `mechanism`, the config's, compiled in.
         self.setting_mechanisms: tuple[Mechanism, ...] | None = None
         self._public: Any = None  # `public_returns`' episodes (jitted on a gymnax task)
+
+    def step_noise_multiplier(self) -> float | None:
+        """distributed-gaussian's σ is its discrete mechanism's, calibrated for `dim`."""
+        if self.config.mechanism == "distributed-gaussian":
+            return discrete_sum_mechanism(self.config, self.dim).noise_multiplier
+        return self.config.noise_multiplier
 
     @classmethod
     def for_settings(cls, configs: Sequence[FedPGConfig], task: Task | None = None,
@@ -246,13 +253,16 @@ def discrete_sum_mechanism(cfg: FedPGConfig, dim: int, min_honest: int | None = 
     m = (cfg.agents if cfg.min_honest is None else cfg.min_honest) if min_honest is None \
         else min_honest
     b = secure_sum_bits(cfg.agents) if bits is None else bits
+
+    def make(z: float) -> DiscreteGaussianSum:
+        return DiscreteGaussianSum(cfg.clip, dim, cfg.agents, m, z, b, delta=cfg.delta)
+
+    rounds = cfg.calibration_rounds()
     try:
-        if cfg.noise_multiplier is not None:
-            return DiscreteGaussianSum(cfg.clip, dim, cfg.agents, m, cfg.noise_multiplier, b,
-                                       delta=cfg.delta)
-        return calibrate_discrete(cfg.epsilon, cfg.delta, cfg.calibration_rounds(),
-                                  clip=cfg.clip, dim=dim, agents=cfg.agents, min_honest=m,
-                                  bits=b)
+        plan = plan_discrete(cfg.privacy_request(), rounds, lambda z: make(z).epsilon(rounds))
+        return make(plan.noise_multiplier)
+    except PlanError as e:
+        raise ConfigError(e.field, e.message) from None
     except ValueError as e:  # the grid cannot carry the noise asked for
         field = "epsilon" if cfg.noise_multiplier is None else "noise_multiplier"
         raise ConfigError(field, f"no discrete mechanism reaches it: {e}") from None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import jax
@@ -32,11 +32,13 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.audit.canary import CanaryAgentBase
+from privrl.audit.config import EPSILONS, Progress, SampledAudit
 from privrl.audit.mechanism import AuditResult, audit_mechanism, check_audit_settings
-from privrl.config import ConfigError, positive
+from privrl.config import ConfigError, fail, field_flag, option, positive
 from privrl.federation.robust import robust_mean
 from privrl.systems.fedpg.algorithm import FedPGConfig, settings_algorithm
 from privrl.systems.fedpg.byzantine import filter_radii
+from privrl.systems.fedpg.choices import ALGORITHMS, ROBUST
 
 __all__ = ["CanaryFedPGAgent", "audit_fedpg"]
 
@@ -125,3 +127,68 @@ def audit_fedpg(config: FedPGConfig, epsilons: Sequence[float], *, seed: int = 0
         if progress is not None:
             progress(i + 1, len(agents))
     return results
+
+
+@dataclass(frozen=True)
+class FedPGAudit(SampledAudit):
+    """`privrl audit fedpg`: `audit_fedpg` at each ε (one release's for laplace or a user's
+    mechanism, each agent's total over the run for gaussian)."""
+
+    algorithm: str = option("cen", choices=ALGORITHMS, help="cen: the agent sends its gradient "
+                            "estimate to the server; dec: a node releases its update to its "
+                            "peers.")
+    mechanism: str = option(
+        "laplace", choices=("laplace", "gaussian"), user_callable=True,
+        help="laplace (audits --epsilon-per-report, one release's ε), gaussian (audits one "
+        "release's (ε, δ) when σ is calibrated to each agent's total --epsilon over the run), "
+        "or your own module:callable (audits --epsilon-per-report, as it declares).")
+    epsilon: tuple[float, ...] | None = option(
+        None, help="gaussian: each agent's total ε over the run, values to audit "
+        "(comma-separated). Default 0.5,1,2,5,10.")
+    epsilon_per_report: tuple[float, ...] | None = option(
+        None, help="laplace: the ε of one release, values to audit (comma-separated). Default "
+        "0.5,1,2,5,10.")
+    clip: float = option(1.0, help="Clip C of the mechanism.")
+    delta: float = option(1e-5, help="gaussian: δ of the audited (ε, δ).")
+    budget: int = option(5000, flag="--episodes", help="Episodes each agent samples over the "
+                                                       "run (FedPG-BR's: 5000).")
+    robust: str = option(
+        "none", choices=ROBUST, help="cen: the server's robust rule (fedpg-br, median, "
+        "trimmed-mean); the attacker then sees its μ_t over all K agents' reports (the canary "
+        "is one of them), to confirm the rule is post-processing. Default none: the attacker "
+        "sees the one report.")
+
+    @property
+    def audited(self) -> str:
+        """The field that gives the ε audited: gaussian's total, or one release's."""
+        return "epsilon" if self.mechanism == "gaussian" else "epsilon_per_report"
+
+    @property
+    def epsilons(self) -> tuple[float, ...]:
+        given = getattr(self, self.audited)
+        return EPSILONS if given is None else given
+
+    def validate(self) -> None:
+        flag = {f.name: field_flag(f) for f in fields(self)}
+        wrong = ({"epsilon", "epsilon_per_report"} - {self.audited}).pop()
+        if getattr(self, wrong) is not None:
+            fail(wrong, f"the {self.mechanism} audit takes {flag[self.audited]}")
+        config = self.config()
+        for e in self.epsilons:  # every setting validated (σ calibrated) before any draw
+            positive(self.audited, e)
+            try:
+                replace(config, epsilon=e).resolved()
+            except ConfigError as err:
+                field = self.audited if err.field == "epsilon" else err.field
+                raise ConfigError(field, err.message) from err
+        super().validate()
+
+    def config(self) -> FedPGConfig:
+        """The audited agent's config (its ε replaced by each audited one)."""
+        return FedPGConfig.from_preset("paper", algorithm=self.algorithm,
+                                       mechanism=self.mechanism, epsilon=1.0, clip=self.clip,
+                                       delta=self.delta, budget=self.budget, robust=self.robust)
+
+    def run(self, progress: Progress = None) -> list[AuditResult]:
+        return audit_fedpg(self.config(), self.epsilons, seed=self.seed, samples=self.samples,
+                           confidence=self.confidence, progress=progress)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from privrl.audit.cli import execute_audit
 from privrl.cli import (
     AddressOpt,
     Out,
@@ -16,20 +17,16 @@ from privrl.cli import (
     Runtime,
     Settings,
     ShowProgress,
-    SweepSeed,
     config_command,
     execute_sweep,
-    flag_names,
-    mechanism_option,
-    parse_numbers,
+    print_results,
     progress_bar,
     results_table,
+    run_and_save,
     sweep_dir,
     system_apps,
-    value_enum,
 )
 from privrl.progress import DEFAULT_EVERY
-from privrl.systems.fedpg.choices import ALGORITHMS, ROBUST
 
 if TYPE_CHECKING:
 
@@ -39,7 +36,6 @@ run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 
 
-FedPGRobust = value_enum("FedPGRobust", ROBUST)
 
 # The privacy request's fields: a file (a run's config.json: the total with the split or σ it
 # resolved to) gives them all, or the options do; never a mix of the two.
@@ -138,39 +134,30 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     """FedPG-Cen on a local Flower deployment with a real secure sum (docs/flower.md)."""
     from rich.console import Console
 
-    from privrl.config import ConfigError
     from privrl.output import new_run_dir, removed_if_left_empty, save
+    from privrl.privacy.record import planned
+    from privrl.runtime.rules import require_extra
 
-    try:
-        import flwr  # noqa: F401
-    except ImportError:
-        raise ConfigError("--runtime", "the Flower runtime needs the flower extra: "
-                          "pip install 'privrl[flower]'") from None
+    require_extra("flower")
     from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 
     plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
-    console, err = Console(), Console(stderr=True)
     path = new_run_dir(out, f"fedpg-cen-flower-{cfg.mechanism}")
-    summed = plan.mechanism is not None
-    from privrl.privacy.record import planned
-
     bound = planned(cfg.privacy_plan())
-    err.print(f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} "
-              f"SuperNodes (TLS, SuperNode authentication), " + (
-                  f"SecAgg+ threshold {plan.threshold}" if summed else
-                  f"each agent's {cfg.mechanism} Report") + (f"; {bound}" if bound else "")
-              + f"; logs in {path}/logs")
+    Console(stderr=True).print(
+        f"[bold]FedPG-Cen on Flower[/], K = {cfg.agents} agents on {supernodes} SuperNodes "
+        "(TLS, SuperNode authentication), " + (
+            f"SecAgg+ threshold {plan.threshold}" if plan.mechanism is not None else
+            f"each agent's {cfg.mechanism} Report") + (f"; {bound}" if bound else "")
+        + f"; logs in {path}/logs")
     with removed_if_left_empty(path):
         run = run_fedpg_cen_flower(plan, path, stage_timeout)
     summary = save(record(run), path, command=["privrl", *sys.argv[1:]])
-    console.print(f"{summary['rounds']} rounds, {summary['episodes_per_agent']} episodes per "
-                  f"agent; server's last mean episode length "
-                  f"{summary['final_server_mean_length']:.1f}; {summary['privacy']}")
-    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, policy.npz, flower.json)")
-    from privrl.evaluation import verdict_line
-
-    console.print(verdict_line(summary), markup=False)
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "flower.json)", f"{summary['rounds']} rounds, {summary['episodes_per_agent']} "
+                  "episodes per agent; server's last mean episode length "
+                  f"{summary['final_server_mean_length']:.1f}; {summary['privacy']}",
+                  summary=summary)
 
 
 @config_command(run_app, "fedpg-dec", _FEDPG, fixed={"algorithm": "dec"}, skip=_CEN_ONLY)
@@ -200,9 +187,9 @@ def run_fedpg_dec_command(
     check_runtime(cfg, runtime.value)  # the library's rules: the API refuses the same
     build_topology(cfg)  # a graph that is not strongly connected fails here, before running
     if runtime is Runtime.ray:
-        from privrl.runtime.ray import require_ray
+        from privrl.runtime.rules import require_extra
 
-        require_ray()
+        require_extra("ray")
         _execute_fedpg(cfg, out, progress, address=address, ray=True, every=progress_every)
         return
     if address is not None:
@@ -215,8 +202,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
                    every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
-    from privrl.evaluation import verdict_line
-    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
+    from privrl.output import new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
@@ -224,8 +210,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from privrl.systems.fedpg.byzantine import byzantine_agents
 
     FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
-    console, err = Console(), Console(stderr=True)
-    label = runner.algorithm_label(cfg)
+    err = Console(stderr=True)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
     # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is
     # made after the run, so a failed run leaves nothing behind.
@@ -235,37 +220,30 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     # Each agent's whole-run ε where the plan bounds it before the run; the run's own ε (a
     # release's labelled per release) is stated with the results.
     bound = planned(cfg.privacy_plan())
-    total = f", {bound}" if bound else ""
     ids = byzantine_agents(cfg)
     who = (f"agents {', '.join(map(str, ids))}" if len(ids) <= 10
            else "their ids in summary.json")
     byz = f", {cfg.byzantine} Byzantine ({cfg.attack}: {who})" if cfg.byzantine else ""
     byz += f", robust rule {cfg.robust}" if cfg.robust != "none" else ""
-    err.print(f"[bold]{label}[/]{where} ({cfg.preset} preset), K = {cfg.agents}{byz}, "
-              f"mechanism {cfg.mechanism}{total}; {cfg.trials} trial(s) × "
-              f"{cfg.budget} episodes per agent")
-    with progress_bar(err, show_progress, "training", "episodes/agent", every) as (update, _):
-        if ray:
-            from privrl.systems.fedpg.ray import run_fedpg_dec_ray
-
-            with removed_if_left_empty(path):
-                run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=update)
-        else:
-            command = ["privrl", *sys.argv[1:]]
-            with keeping_work(lambda: new_run_dir(out, f"{stem}-{cfg.mechanism}"),
-                              lambda run, path: runner.save(run, path, command=command)):
-                run = runner.run_fedpg(cfg, progress=update)
-    if path is None:
-        path = new_run_dir(out, f"{stem}-{cfg.mechanism}")
-    summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
-                          files={"ray.json": extra} if ray else None,
-                          runtime="ray" if ray else "local")
-    files = "config.json, metrics.csv, privacy.json, summary.json, policy.npz, plots/returns.png"
+    err.print(f"[bold]{runner.algorithm_label(cfg)}[/]{where} ({cfg.preset} preset), "
+              f"K = {cfg.agents}{byz}, mechanism {cfg.mechanism}{f', {bound}' if bound else ''}"
+              f"; {cfg.trials} trial(s) × {cfg.budget} episodes per agent")
+    files = " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, " \
+            "plots/returns.png)"
     if ray:
-        files += ", ray.json (cluster, every node's gossip log)"
-    console.print(results_table(f"{summary['label']} results", runner.summary_rows(summary)))
-    console.print(f"Results written to [bold]{path}[/] ({files})")
-    console.print(verdict_line(summary))
+        from privrl.systems.fedpg.ray import run_fedpg_dec_ray
+
+        with (removed_if_left_empty(path), progress_bar(err, show_progress, "training",
+                                                        "episodes/agent", every) as (bar, _)):
+            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=bar)
+        summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
+                              files={"ray.json": extra}, runtime="ray")
+        files = files[:-1] + ", ray.json (cluster, every node's gossip log))"
+    else:
+        path, summary = run_and_save(out, f"{stem}-{cfg.mechanism}", lambda bar: runner.run_fedpg(
+            cfg, progress=bar), runner.save, err, show_progress, "episodes/agent", every)
+    print_results(path, files, results_table(f"{summary['label']} results",
+                                             runner.summary_rows(summary)), summary=summary)
 
 
 @config_command(reproduce_app, "fedpg", "privrl.systems.fedpg.reproduce:FedPGSweep")
@@ -298,85 +276,11 @@ def reproduce_fedpg_command(
         "settings/")
 
 
-AuditAlgorithm = value_enum("AuditAlgorithm", ALGORITHMS)
-AuditMechanism = value_enum("AuditMechanism", ("laplace", "gaussian"))
-
-
-@audit_app.command("fedpg")
-@flag_names(budget="--episodes")
-def audit_fedpg_command(
-    algorithm: Annotated[AuditAlgorithm, typer.Option(
-        help="cen: the agent sends its gradient estimate to the server; dec: a node releases "
-        "its update to its peers.", case_sensitive=False)] = AuditAlgorithm.cen,
-    mechanism: Annotated[str, typer.Option(
-        help="laplace (audits --epsilon-per-report, one release's ε), gaussian (audits one "
-        "release's (ε, δ) when σ is calibrated to each agent's total --epsilon over the run), "
-        "or your own module:callable (audits --epsilon-per-report, as it declares).",
-        parser=mechanism_option(AuditMechanism))
-    ] = AuditMechanism.laplace,
-    epsilon: Annotated[str | None, typer.Option(
-        help="gaussian: each agent's total ε over the run, values to audit (comma-separated). "
-        "Default 0.5,1,2,5,10.")] = None,
-    epsilon_per_report: Annotated[str | None, typer.Option(
-        help="laplace: the ε of one release, values to audit (comma-separated). Default "
-        "0.5,1,2,5,10.")] = None,
-    clip: Annotated[float | None, typer.Option(help="Clip C of the mechanism (default 1).")
-                    ] = None,
-    delta: Annotated[float, typer.Option(help="gaussian: δ of the audited (ε, δ).")] = 1e-5,
-    episodes: Annotated[int, typer.Option(
-        help="Episodes each agent samples over the run (FedPG-BR's: 5000).")] = 5000,
-    robust: Annotated[FedPGRobust, typer.Option(
-        help="cen: the server's robust rule (fedpg-br, median, trimmed-mean); the attacker "
-        "then sees its μ_t over all K agents' reports (the canary is one of them), to confirm "
-        "the rule is post-processing. Default none: the attacker sees the one report.")
-    ] = FedPGRobust.none,
-    samples: Annotated[int, typer.Option(
-        help="Reports per world (half choose the attack's threshold, half bound ε).")
-    ] = 20_000,
-    confidence: Annotated[float, typer.Option(help="Confidence of each lower bound.")] = 0.95,
-    seed: SweepSeed = 0,
-    out: Out = None,
-    progress: ShowProgress = True,
-) -> None:
+@config_command(audit_app, "fedpg", "privrl.systems.fedpg.audit:FedPGAudit")
+def audit_fedpg_command(settings: Settings, out: Out = None,
+                        progress: ShowProgress = True) -> None:
     """End-to-end audit: a canary agent (what it sends replaced by a vector beyond the clip) vs
     an ordinary agent playing its own private CartPole episodes; an attacker who sees one
     report bounds ε from below. Writes audit.json, audit.csv, audit.md and plots/audit.png."""
-    from dataclasses import replace
-
-    from privrl.audit.cli import execute_audit
-    from privrl.audit.mechanism import check_audit_settings
-    from privrl.config import ConfigError, positive
-    from privrl.output import check_out_dir
-
-    check_out_dir(out)  # before the config, which may import --env's code
-    from privrl.systems.fedpg.algorithm import FedPGConfig
-    from privrl.systems.fedpg.audit import audit_fedpg
-
-    flag, given = (("--epsilon-per-report", epsilon_per_report)
-                   if mechanism is not AuditMechanism.gaussian else ("--epsilon", epsilon))
-    other = {"--epsilon": epsilon, "--epsilon-per-report": epsilon_per_report}
-    wrong = next(f for f in other if f != flag)
-    if other[wrong] is not None:
-        raise ConfigError(wrong, f"the {mechanism.value} audit takes {flag}")
-    epsilons = parse_numbers("0.5,1,2,5,10" if given is None else given, flag)
-    config = FedPGConfig.from_preset("paper", algorithm=algorithm.value,
-                                     mechanism=mechanism.value, epsilon=1.0,
-                                     clip=1.0 if clip is None else clip, delta=delta,
-                                     budget=episodes, robust=robust.value)
-    for e in epsilons:  # every setting validated (σ calibrated) before any draw
-        positive(flag, e)
-        try:
-            replace(config, epsilon=e).resolved()
-        except ConfigError as err:
-            raise ConfigError(flag if err.field == "epsilon" else err.field, err.message) from err
-    check_audit_settings(samples, confidence)
-    execute_audit(
-        f"[bold]audit fedpg-{algorithm.value}[/] {mechanism.value}: ε ∈ "
-        f"{{{', '.join(f'{e:g}' for e in epsilons)}}}, {samples:,} reports per world",
-        lambda progress_fn: audit_fedpg(config, epsilons, seed=seed, samples=samples,
-                                        confidence=confidence, progress=progress_fn),
-        f"audit-fedpg-{algorithm.value}-{mechanism.value}",
-        {"system": f"fedpg-{algorithm.value}", "mechanism": mechanism.value,
-         "epsilons": list(epsilons), "clip": config.clip, "delta": delta, "budget": episodes,
-         "robust": robust.value, "samples": samples, "confidence": confidence, "seed": seed},
-        out, progress)
+    execute_audit(settings, out, progress, "fedpg-{algorithm}", " {mechanism}",
+                  "{samples:,} reports per world")

@@ -37,6 +37,7 @@ from privrl.privacy.plan import (
     PrivacyPlan,
     PrivacyRequest,
     no_privacy,
+    plan_discrete,
     plan_gaussian,
     plan_pure,
 )
@@ -247,6 +248,13 @@ class FedPGConfig(Config):
         None, help="distributed-gaussian(-continuous): noise shares are sized so that any m "
         "honest agents' shares carry the full noise; up to K − m agents may drop out or "
         "collude with the server at the stated ε (default m = K: none).")
+    roster: bool = option(
+        True, help="Flower runtime, distributed-gaussian: each SuperNode signs its SecAgg+ keys "
+        "with its own identity key and shares only with peers on the fleet's roster, which "
+        "whoever deploys the agents hands every node (here privrl, which starts them): a "
+        "server that adds SuperNodes of its own or substitutes a node's keys is refused. "
+        "--no-roster: Flower's SecAgg+ as is (against such a server, a node's message is "
+        "protected by its own agents' noise shares only; docs/threat-model.md).")
     dp_rounds: int | None = option(
         None, help="distributed-gaussian(-continuous) with --epsilon: calibrate σ for this many "
         "rounds "
@@ -311,7 +319,8 @@ class FedPGConfig(Config):
     step_from_noise: bool = option(
         False, help="fedpg-cen: the server's step size from the mechanism's noise level: "
         "η·s/(1 + s), s the signal-to-noise ratio of the K averaged reports over the "
-        "optimizer's window (laplace, gaussian, none). Post-processing.")
+        "optimizer's window (laplace, gaussian, the distributed Gaussians, none). "
+        "Post-processing.")
     public_eval_every: int | None = option(
         None, help="fedpg-cen, local runtime: every this many rounds the server plays its "
         "policy on the task's PUBLIC simulator (default parameters, no agent's data), keeps "
@@ -336,6 +345,20 @@ class FedPGConfig(Config):
         """An upper bound on the rounds the budget allows (each costs >= B_min + b·N_min)."""
         n_min = 1 if self.inner_steps is None else self.inner_steps
         return math.ceil(self.budget / (self.batch_min + self.minibatch * n_min)) + 1
+
+    def round_episodes(self) -> tuple[float, float]:
+        """The mean and standard deviation of the episodes one round takes from the budget
+        (B_t + b·N_t; B_t uniform on [batch_min, batch_max], N_t ~ Geom(b/(B_t + b)) on
+        {1, 2, ...}, so E[b·N_t | B_t] = B_t + b and Var = B_t(B_t + b); or N_t fixed)."""
+        bs = range(self.batch_min, self.batch_max + 1)
+        b = self.minibatch
+        if self.inner_steps is None:
+            cond = [(2 * x + b, x * (x + b)) for x in bs]  # (E, Var) of a round given B_t
+        else:
+            cond = [(x + b * self.inner_steps, 0.0) for x in bs]
+        mean = sum(m for m, _ in cond) / len(cond)
+        var = sum(v + m * m for m, v in cond) / len(cond) - mean * mean
+        return mean, math.sqrt(max(var, 0.0))
 
     def calibration_rounds(self) -> int:
         """The rounds an accounted mechanism's σ is calibrated for."""
@@ -439,16 +462,13 @@ class FedPGConfig(Config):
                 return no_privacy(req, rounds)
             if self.pure_mechanism:  # a user's may be (ε, δ) under an (ε, δ) budget
                 return plan_pure(req, rounds, release_delta=is_user_mechanism(self.mechanism))
-            # distributed-gaussian: the discrete mechanism calibrates σ by its own bound, with
-            # the update's length (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); the
-            # plan checks its request and gives its ledger.
-            discrete = self.mechanism == "distributed-gaussian"
-            if ((not calibrate or discrete) and self.noise_multiplier is None
-                    and self.epsilon is not None):
+            if self.mechanism == "distributed-gaussian":
+                # σ is planned with the update's length, which the mechanism knows
+                # (privrl.systems.fedpg.algorithm.discrete_sum_mechanism); here the request is
+                # checked and the ledger given.
+                return plan_discrete(req, self.calibration_rounds())
+            if not calibrate and self.noise_multiplier is None and self.epsilon is not None:
                 req = replace(req, noise_multiplier=1.0)  # checks the request only
-            if discrete:
-                return replace(plan_gaussian(req, self.calibration_rounds()),
-                               noise_multiplier=self.noise_multiplier)
             if self.mechanism == "distributed-gaussian-continuous":
                 # The sum's sensitivity under zero-out is clip itself: σ is the accountant's z.
                 return plan_gaussian(req, self.calibration_rounds(), self.sampling_rate)
@@ -590,8 +610,9 @@ class FedPGConfig(Config):
                              ("public_eval_every", self.public_eval_every is not None)):
                 if on:
                     fail(name, "fedpg-cen's server only (fedpg-dec has no server)")
-        if self.step_from_noise and self.mechanism not in ("none", "laplace", "gaussian"):
-            fail("step_from_noise", f"knows the noise level of none, laplace and gaussian, not "
+        known = ("none", "laplace", "gaussian", *DISTRIBUTED_MECHANISMS)
+        if self.step_from_noise and self.mechanism not in known:
+            fail("step_from_noise", f"knows the noise level of {', '.join(known)}, not "
                                     f"{self.mechanism}")
 
     def _check_distributed(self) -> None:

@@ -64,13 +64,18 @@ class Learner(ABC):
                                    jnp.zeros((task.obs_dim,), jnp.float32))
         self.dim = self.model.dim
         # --step-from-noise: the step size from the mechanism's noise level (post-processing)
-        self.step_size = (noise_step(config.learning_rate, report_snr(config, self.dim),
+        self.step_size = (noise_step(config.learning_rate,
+                                     report_snr(config, self.dim, self.step_noise_multiplier()),
                                      reports_per_step(config))
                           if config.step_from_noise else config.learning_rate)
         optimizer = {"adam": optax.adam, "sgd": optax.sgd}[config.optimizer](self.step_size)
         # --public-eval-every: a step scale the server lowers when it backs off
         self.optimizer = optimizer if config.public_eval_every is None else scaled(optimizer)
         self.source: EpisodeSource = episode_source(task, self.act, config.max_episode_steps)
+
+    def step_noise_multiplier(self) -> float | None:
+        """σ of the mechanism, for --step-from-noise (after `dim` is known): the config's."""
+        return self.config.noise_multiplier
 
     @abstractmethod
     def release(self, setting: Any, key: Array, x: Array) -> Report:
@@ -198,22 +203,35 @@ def _tally(tally: list, ep: Episodes) -> list:
     return [tally[0] + jnp.sum(ep.length * live, axis=1), tally[1] + jnp.sum(live, axis=1)]
 
 
-def report_snr(cfg: FedPGConfig, dim: int) -> float:
+def report_snr(cfg: FedPGConfig, dim: int, sigma: float | None = None) -> float:
     """One report's signal-to-noise ratio from the mechanism's public parameters: the squared
     L2 bound of its clipped signal over its noise's expected squared L2 norm. laplace (L1 clip
     C/2, Laplace(C/ε₀) in each of d coordinates): ε₀²/(8d); gaussian (L2 clip C, N(0, (σC)²)
-    per coordinate): 1/(dσ²); none: ∞. Whatever C is."""
+    per coordinate): 1/(dσ²); none: ∞. Whatever C is. The distributed mechanisms add σC once
+    to the sum of the n = q·K reports the server averages (N(0, (σC/n)²) per coordinate of
+    the mean): as n reports of 1/(dσ²/n) each, n/(dσ²) (σ: distributed-gaussian's calibrated
+    discrete mechanism's, given as `sigma`; -continuous's the round's, before adaptive
+    clipping's split)."""
     if cfg.mechanism == "none":
         return math.inf
     if cfg.mechanism == "laplace" and cfg.epsilon_per_report is not None:
         return cfg.epsilon_per_report ** 2 / (8.0 * dim)
-    if cfg.mechanism == "gaussian" and cfg.noise_multiplier is not None:
-        return 1.0 / (dim * cfg.noise_multiplier ** 2)
+    sigma = cfg.noise_multiplier if sigma is None else sigma
+    if cfg.mechanism == "gaussian" and sigma is not None:
+        return 1.0 / (dim * sigma ** 2)
+    if cfg.mechanism in ("distributed-gaussian", "distributed-gaussian-continuous") \
+            and sigma is not None:
+        return _averaged(cfg) / (dim * sigma ** 2)
     raise ValueError(f"step_from_noise: no noise level known for {cfg.mechanism} (resolve the "
                      "config first)")
 
 
 def reports_per_step(cfg: FedPGConfig) -> float:
-    """How many reports one server step follows: the K averaged into μ_t, times Adam's
-    first-moment window 1/(1 − β₁) (optax's β₁ = 0.9)."""
-    return cfg.agents * (10.0 if cfg.optimizer == "adam" else 1.0)
+    """How many reports one server step follows: the K (q·K under sampling) averaged into
+    μ_t, times Adam's first-moment window 1/(1 − β₁) (optax's β₁ = 0.9)."""
+    return _averaged(cfg) * (10.0 if cfg.optimizer == "adam" else 1.0)
+
+
+def _averaged(cfg: FedPGConfig) -> float:
+    """The reports μ_t averages: K, or the expected q·K of Poisson-sampled agents."""
+    return cfg.agents * (1.0 if cfg.sampling_rate is None else cfg.sampling_rate)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +16,8 @@ from privrl.cli import (
     config_command,
     flag_names,
     parse_numbers,
-    progress_bar,
+    print_results,
+    run_and_save,
     system_apps,
 )
 
@@ -27,24 +27,19 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from privrl.output import check_out_dir, keeping_work, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.fedrl.local import load_splits, run_grid, save
 
     check_out_dir(out)
     cfg = algo.config
     splits = load_splits(cfg)  # bad maps fail here, before any training
-    err, console = Console(stderr=True), Console()
+    err = Console(stderr=True)
     err.print(f"[bold]{algo.name}[/] ({cfg.preset} preset) on {cfg.size}×{cfg.size} maps "
               f"({splits.info['source']}: {splits.info['train']} train / "
               f"{splits.info['valid']} validation / {splits.info['test']} test), H = {cfg.h}, "
               f"{cfg.seeds} trial(s) × ≤ {cfg.epochs} epochs of {cfg.updates_per_epoch} steps")
-    command = ["privrl", *sys.argv[1:]]
-    with (keeping_work(lambda: new_run_dir(out, f"{algo.name}-{cfg.size}"),
-                       lambda result, path: save(result, path, command=command)),
-          progress_bar(err, show, "training", unit="epochs") as (bar, _)):
-        result = run_grid(algo, progress=bar, splits=splits)
-    path = new_run_dir(out, f"{algo.name}-{cfg.size}")
-    summary = save(result, path, command=command)
+    path, summary = run_and_save(out, f"{algo.name}-{cfg.size}", lambda bar: run_grid(
+        algo, progress=bar, splits=splits), save, err, show, "epochs")
     t = Table(title=f"{algo.name} on {cfg.size}×{cfg.size} test maps (mean of "
                     f"{cfg.seeds} trial(s))", header_style="bold")
     for col in ("variant", "SuccRate %", "AvgRwd"):
@@ -53,14 +48,10 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
         t.add_row(v, f"{100 * r['success_rate']:.2f}", f"{r['avg_reward']:.3f}")
     rnd = summary["random_policy_test"]
     t.add_row("random policy", f"{100 * rnd['success']:.2f}", f"{rnd['avg_reward']:.3f}")
-    console.print(t)
-    console.print(f"Epochs: {summary['epochs_run']} (best {summary['best_epoch']}); wall time "
-                  f"{summary['wall_seconds']:.1f} s")
-    console.print(f"Privacy: {result.privacy['headline']}")
-    if "noise" in summary:
-        console.print(summary["noise"])
-    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, policy.npz, plots/valid_success.png)")
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
+                  "plots/valid_success.png)", t, f"Epochs: {summary['epochs_run']} (best "
+                  f"{summary['best_epoch']}); wall time {summary['wall_seconds']:.1f} s",
+                  f"Privacy: {summary['privacy']}", summary.get("noise"))
 
 
 @config_command(run_app, "fedrl", "privrl.systems.fedrl.algorithm:FedRLConfig")

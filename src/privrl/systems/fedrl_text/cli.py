@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +16,8 @@ from privrl.cli import (
     config_command,
     flag_names,
     parse_numbers,
-    progress_bar,
+    print_results,
+    run_and_save,
     system_apps,
 )
 
@@ -52,7 +52,7 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     from rich.table import Table
 
     from privrl.envs import text2action as t2a
-    from privrl.output import check_out_dir, keeping_work, new_run_dir
+    from privrl.output import check_out_dir
     from privrl.systems.fedrl_text.local import run_cv, save
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
@@ -64,17 +64,13 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
     text = t2a.load_corpus(data, corpus)  # bad data fails here, before any training
-    err, console = Console(stderr=True), Console()
+    err = Console(stderr=True)
     err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
               f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
-    command = ["privrl", *sys.argv[1:]]
-    with (keeping_work(lambda: new_run_dir(out, f"{mode}-text2action-{corpus}"),
-                       lambda done, path: save(cfg, *done, path, command=command)),
-          progress_bar(err, progress, "training", unit="") as (bar, task)):
-        outs, refs = run_cv(cfg, text, fold_ids, progress=lambda m: bar.update(
-            task, description=m))
-    path = new_run_dir(out, f"{mode}-text2action-{corpus}")
-    summary = save(cfg, outs, refs, path, command=command)
+    path, summary = run_and_save(
+        out, f"{mode}-text2action-{corpus}", lambda bar: run_cv(
+            cfg, text, fold_ids, progress=lambda m: bar.update(None, description=m)),
+        lambda done, path, command: save(cfg, *done, path, command=command), err, progress, "")
     t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):
@@ -84,14 +80,10 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     for v, r in rows:
         t.add_row(v, f"{100 * r['f1']:.2f}", f"{100 * r.get('precision', float('nan')):.2f}",
                   f"{100 * r.get('recall', float('nan')):.2f}", f"{r['avg_reward']:.3f}")
-    console.print(t)
-    console.print(f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
-                  f"{summary['epochs_run']}")
-    console.print(f"Privacy: {summary['privacy']}")
-    if "noise" in summary:
-        console.print(summary["noise"])
-    console.print(f"Results written to [bold]{path}[/] (config.json, metrics.csv, "
-                  "privacy.json, summary.json, policy.npz)")
+    print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz)",
+                  t, f"Wall time {summary['wall_seconds']:.1f} s; epochs per fold "
+                  f"{summary['epochs_run']}", f"Privacy: {summary['privacy']}",
+                  summary.get("noise"))
 
 
 @reproduce_app.command("fedrl-text2action")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -22,8 +22,11 @@ import jax.numpy as jnp
 from jax import Array
 
 from privrl.audit.canary import CanaryAgentBase
+from privrl.audit.config import EPSILONS, Progress, SampledAudit
 from privrl.audit.mechanism import AuditResult, audit_mechanism
+from privrl.config import fail, option, positive
 from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, lone_agent
+from privrl.systems.pgc_a3c.choices import MECHANISMS
 
 __all__ = ["CanaryAgent", "audit_pgc_a3c"]
 
@@ -76,3 +79,32 @@ def audit_pgc_a3c(config: PGCA3CConfig, epsilons: Sequence[float], *, seed: int 
         if progress is not None:
             progress(i + 1, len(configs))
     return results
+
+
+@dataclass(frozen=True)
+class PGCA3CAudit(SampledAudit):
+    """`privrl audit pgc-a3c`: `audit_pgc_a3c` at each agent budget ε."""
+
+    mechanism: str = option("laplace", choices=MECHANISMS, user_callable=True,
+                            help="The agents' mechanism: laplace, prs, privunit, privunitg, "
+                            "projunit, privunitg-seed or your own module:callable.")
+    epsilons: tuple[float, ...] = option(EPSILONS, flag="--epsilon", help="Agent budgets ε to "
+                                         "audit (comma-separated; one report per agent).")
+    preset: str = option("paper", help="paper (default), paper-code, tuned, tuned-ldp or "
+                                       "tuned-ldp2: the clip and network of that preset.")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.mechanism == "none":
+            fail("mechanism", "the non-private baseline claims no ε; nothing to audit")
+        for e in self.epsilons:
+            positive("epsilons", e)
+            self.config(e).resolved().validate()
+
+    def config(self, epsilon: float = 1.0) -> PGCA3CConfig:
+        """The audited run's config (its ε replaced by each audited one)."""
+        return PGCA3CConfig.from_preset(self.preset, mechanism=self.mechanism, epsilon=epsilon)
+
+    def run(self, progress: Progress = None) -> list[AuditResult]:
+        return audit_pgc_a3c(self.config(), self.epsilons, seed=self.seed, samples=self.samples,
+                             confidence=self.confidence, progress=progress)

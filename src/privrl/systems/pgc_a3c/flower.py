@@ -137,6 +137,15 @@ class FlowerRunOutput:
     presumed: dict[int, int] = dataclasses.field(default_factory=dict)  # agent -> reports
     error: str | None = None  # why the run ended early (its results are what was released)
 
+    def record(self) -> dict[str, Any]:
+        """flower.json: the deployment, the aggregator's status, what was refused or lost."""
+        return {"supernodes": self.nodes, "aggregator": self.status, "refused": self.refused,
+                "dead_supernodes": self.dead,
+                # reports an agent may have released that did not arrive, charged in
+                # privacy.json's ledger (`spent_ledger`)
+                "presumed_released": {str(a): n for a, n in self.presumed.items()},
+                **({"error": self.error} if self.error else {})}
+
 
 def run_pgc_a3c_flower(config: PGCA3CConfig, directory: Path, nodes: int,
                        reply_timeout_s: float = 300.0,

@@ -183,6 +183,12 @@ class RayRunOutput:
     cluster: dict[str, Any]
     shuffler: dict[str, Any] | None = None  # the shuffler's status (shuffle=True)
 
+    def record(self) -> dict[str, Any]:
+        """ray.json: the cluster, the aggregator's (and shuffler's) status."""
+        return {"cluster": self.cluster, "aggregator": self.status,
+                **({} if self.shuffler is None else {"shuffler": self.shuffler}),
+                "agents_in_flight": self.agents_in_flight}
+
 
 EventHook = Callable[[str, dict[str, Any]], None]
 
