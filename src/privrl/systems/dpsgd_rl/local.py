@@ -552,6 +552,9 @@ def summary_rows(summary: dict[str, Any], cfg: Any) -> list[tuple[str, str]]:
             ("median episodes to solve", "not solved" if med is None else f"{med:g}"))),
         ("final evaluation return (mean of the last 25)",
          "none" if summary["final_eval_mean"] is None else f"{summary['final_eval_mean']:.4g}"),
+        *((("kept policy's return (best public candidate; 25 fresh public episodes)",
+            f"{summary['final_policy_return']:.4g}"),) if "final_policy_return" in summary
+          else ()),
         *(verdict_rows(summary) if "learned" in summary else ()),
         ("updates", ", ".join(map(str, summary["updates"]))),
         ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
