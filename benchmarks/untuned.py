@@ -209,7 +209,8 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
                for s in (rec, replace(rec, mechanism="none", epsilon=math.inf))]
     t1 = time.perf_counter()
     private_curve, nonprivate_curve = sy.run_settings(system, configs,
-                                                      together=not task_of(cfg).host)
+                                                      together=not task_of(cfg).host,
+                                                      final_policy=system == "dp-reinforce")
     wall = time.perf_counter() - t1
     random = result.pilot["random_return"]
     final, np_final = private_curve.final(), nonprivate_curve.final()
@@ -222,7 +223,11 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
         kept = curve.final_policy if curve.final_policy is not None else curve.final()
         adaptive = {"adaptive_return": kept, "adaptive_curve_return": curve.final(),
                     "adaptive_fraction": fraction_of(kept, random, np_final),
-                    "adaptive_seconds": time.perf_counter() - t2, "adaptive_fields": fields}
+                    "adaptive_seconds": time.perf_counter() - t2, "adaptive_fields": fields,
+                    # like for like: every final policy on the same fresh public episodes
+                    "policy_returns": {"private": private_curve.final_policy,
+                                       "nonprivate": nonprivate_curve.final_policy,
+                                       "adaptive": curve.final_policy}}
     return {"task": task, "env": env, "private": list(private), "system": system,
             "epsilon": epsilon, "agents": rec.agents, "planned_agents":
             result.recommendation["agents"], "capped": capped,

@@ -248,10 +248,12 @@ def build_config(system: str, fields: dict[str, Any]) -> Any:
 
 
 def run_settings(system: str, configs: Sequence[Any], progress: Progress | None = None,
-                 together: bool = True) -> list[Curve]:
+                 together: bool = True, final_policy: bool = False) -> list[Curve]:
     """Each config's learning curve; those that can run as one compiled program do (the
     systems' own `for_settings` machinery, `privrl.compute.programs`); each alone when not
-    `together` (a task stepped on the host cannot be one program)."""
+    `together` (a task stepped on the host cannot be one program). `final_policy`
+    (dp-reinforce): every curve also gets its final policy's return on fresh public
+    episodes (`Curve.final_policy`)."""
     from privrl.compute.programs import program_groups
 
     if system == "pgc-a3c":
@@ -276,16 +278,21 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
                            o.mean_return, o.wall_seconds) for o in outs]
         refusal = fed_field
     else:
-        from privrl.systems.dpsgd_rl.local import run_episodic_settings
+        from privrl.systems.dpsgd_rl.local import final_policy_returns, run_episodic_settings
         from privrl.systems.dpsgd_rl.reinforce import Reinforce
 
         def run(group: list[Any]) -> list[Curve]:
             algo = Reinforce.settings_algorithm(group)
             outs = run_episodic_settings(algo, [f"s{i}" for i in range(len(group))],
                                          progress)
+            # a final policy without the best-candidate lever: its θ, played as the lever's
+            # kept policy is (final_policy_returns), so the two compare like for like
             return [_curve(np.arange(1, o.eval_returns.shape[1] + 1)  # episodes played
                            * o.config.batch_episodes, o.eval_returns, o.wall_seconds,
-                           o.final_returns) for o in outs]
+                           o.final_returns if o.final_returns is not None else
+                           (final_policy_returns(algo, o.policy.theta.reshape(
+                               o.policy.theta.shape[0], -1)) if final_policy else None))
+                    for o in outs]
         refusal = Reinforce.one_program_field
     curves: dict[int, Curve] = {}
     index = {id(c): i for i, c in enumerate(configs)}

@@ -272,10 +272,16 @@ class PublicCandidates:
         return np.asarray(self.best.best[0][:n], np.float32)
 
     def final(self, thetas: np.ndarray) -> np.ndarray:
-        """The final policies' FINAL_EVALS greedy returns on the public simulator, with keys
-        the choice never used (so the best's selection does not inflate them)."""
-        key = jax.random.fold_in(jax.random.key(self.algo.config.seed), FINAL_EVAL_SALT)
-        return self.algo.public_returns(jnp.asarray(thetas), key, FINAL_EVALS)
+        """The final policies' `final_policy_returns`."""
+        return final_policy_returns(self.algo, thetas)
+
+
+def final_policy_returns(algo: Any, thetas: np.ndarray) -> np.ndarray:
+    """The policies `thetas` (trials, d): FINAL_EVALS greedy returns each on the public
+    simulator, with keys the best-candidate choice never used (so its selection does not
+    inflate them), the same for every run of the seed."""
+    key = jax.random.fold_in(jax.random.key(algo.config.seed), FINAL_EVAL_SALT)
+    return algo.public_returns(jnp.asarray(thetas), key, FINAL_EVALS)
 
 
 def lever_record(algo: Any, candidates: PublicCandidates | None, clips: np.ndarray | None,
