@@ -19,7 +19,8 @@ _PROBE = """
 import json, sys
 from privrl.main import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in ("jax", "flax", "optax", "gymnax", "gymnasium", "dp_accounting",
+heavy = sorted(m for m in ("numpy", "jax", "flax", "optax", "gymnax", "gymnasium",
+               "dp_accounting",
                "privrl.systems.pgc_a3c.algorithm", "privrl.systems.dpsgd_rl.reinforce")
                if m in sys.modules)
 print(json.dumps({"code": code, "heavy": heavy}))

@@ -5,12 +5,14 @@ stopped, and the last line says where (nothing was written before)."""
 from __future__ import annotations
 
 import json
+import re
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from privrl import progress
 from privrl.main import main
 
 
@@ -84,3 +86,86 @@ def test_a_failure_before_any_work_writes_nothing(tmp_path: Path,
         main(["run", "pgc-a3c", "--submissions", "3", "--parallel-agents", "3", "--hidden",
               "4", "--max-steps", "20", "--out", str(out), "--no-progress"])
     assert not out.exists()
+
+
+def test_fedpg_dec_keeps_the_rounds_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture) -> None:
+    from privrl.systems.fedpg import local
+
+    program = local.round_program
+    monkeypatch.setattr(local, "round_program",
+                        lambda *a: _fail_on_call(3, program(*a)))  # after two rounds
+    out = tmp_path / "out"
+    assert main(["run", "fedpg-dec", "--agents", "2", "--episodes", "40", "--batch-min", "2",
+                 "--batch-max", "3", "--mechanism", "gaussian", "--epsilon", "5",
+                 "--out", str(out), "--no-progress"]) == 1
+    privacy = _check_kept(out, capsys.readouterr().err)
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    assert rows and {int(r.split(",")[1]) for r in rows} <= {0, 1}, rows[:3]
+    # the third round's releases were charged before it failed: counted as made
+    assert privacy["ledger"]["reports"] > 0
+
+
+def test_dp_qlearning_keeps_its_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture) -> None:
+    """Its training is one program: a failure after it (the random baseline) keeps it."""
+    from privrl.systems.dp_qlearning import local
+
+    monkeypatch.setattr(local, "random_baseline", _fail_on_call(1, local.random_baseline))
+    out = tmp_path / "out"
+    assert main(["run", "dp-qlearning", "--gp-scale", "0.2", "--trials", "2",
+                 "--episodes", "3", "--out", str(out)]) == 1
+    _check_kept(out, capsys.readouterr().err)
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "seed,episode,return" and len(rows) == 1 + 2 * 3
+
+
+def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture) -> None:
+    from privrl.selection import Selection
+    from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig, load_splits
+
+    monkeypatch.setattr(Selection, "train", _fail_on_call(2, Selection.train))  # epoch 2
+    monkeypatch.setattr(progress, "DEFAULT_EVERY", 1e-9)  # a progress line at every report
+    out = tmp_path / "out"
+    assert main(["run", "fedrl", "--bounded", "2", "--epochs", "3", "--updates-per-epoch",
+                 "5", "--generated-maps", "40", "--buffer-size", "500", "--out",
+                 str(out)]) == 1
+    err = capsys.readouterr().err
+    privacy = _check_kept(out, err)
+    # issue 53 item 5, without a terminal: the compile phase, then the count and mean return
+    assert "training: compiling …" in err
+    assert re.search(r"training: 1/3 epochs, mean return -?[0-9.]+, [0-9]+ s", err), err
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[1] for r in rows] == ["1"]  # one seed, its first epoch
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test"] == {} and summary["epochs_run"] == 1
+    # epoch 2, which failed, counted as made: two epochs' training and validation releases
+    algo = FedRL(FedRLConfig(bounded=2.0, epochs=3, updates_per_epoch=5, generated_maps=40,
+                             buffer_size=500))
+    valid = load_splits(algo.config).valid.count
+    assert privacy["releases"] == algo.releases(2 * 5, 2, valid, 0)
+
+
+def test_text2action_keeps_the_folds_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture) -> None:
+    from privrl.selection import Selection
+    from systems.fedrl_text.test_text2action import write_corpus
+
+    monkeypatch.setattr(Selection, "train", _fail_on_call(2, Selection.train))  # fold 1
+    out = tmp_path / "out"
+    data = write_corpus(tmp_path / "data")
+    assert main(["run", "fedrl-text2action", "--data", str(data), "--bounded", "2",
+                 "--folds", "0,1", "--epochs", "1", "--steps-per-epoch", "2", "--num-envs",
+                 "2", "--batch-size", "4", "--buffer-size", "16", "--filters", "4",
+                 "--hidden", "8", "--pos-dim", "4", "--tag-dim", "2", "--word-dim", "4",
+                 "--w2v-epochs", "1", "--out", str(out), "--no-progress"]) == 1
+    privacy = _check_kept(out, capsys.readouterr().err)
+    # fold 0 done and tested; fold 1 failed in its first epoch, its releases counted
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epochs_run"] == [1, 0]
+    # the same epoch's releases, less fold 0's noisy test (one text row of `width` outputs)
+    width = summary["fold_info"][0]["width"]
+    fold0, fold1 = privacy["fold0"]["releases"], privacy["fold1"]["releases"]
+    assert {k: fold0[k] - fold1[k] for k in fold0} == {"alpha": width, "beta": width}
+    assert len(summary["test"]["test-noise"]["per_fold_f1"]) == 1

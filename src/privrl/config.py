@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, Self
-
-import numpy as np
 
 from privrl.choices import CONTINUOUS_COMMANDS
 
@@ -340,12 +339,13 @@ def json_safe(obj: Any) -> Any:
         return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
-    if isinstance(obj, (np.floating, float)):
+    np = sys.modules.get("numpy")  # not imported: no numpy value (a bad flag's error skips it)
+    if isinstance(obj, float) or (np is not None and isinstance(obj, np.floating)):
         f = float(obj)
         return f if math.isfinite(f) else ("inf" if f > 0 else "-inf" if f < 0 else "nan")
-    if isinstance(obj, np.integer):
+    if np is not None and isinstance(obj, np.integer):
         return int(obj)
-    if isinstance(obj, np.ndarray):
+    if np is not None and isinstance(obj, np.ndarray):
         return json_safe(obj.tolist())
     return obj
 

@@ -77,7 +77,7 @@ class Evaluation:
         other = "--sample (sample=True) plays sampled actions" if not self.sample else (
             "without --sample the policy plays its "
             + ("mean action" if self.head.startswith("gaussian") else "argmax action"))
-        return (f"Played the {self.policy_label} actions; {other}. The two can differ: "
+        return (f"Actions played: {self.policy_label}; {other}. The two can differ: "
                 "training played sampled actions, so a policy can rely on its randomness "
                 "(its returns then drop when it plays greedily) or be hurt by it.")
 

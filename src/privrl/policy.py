@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privrl.config import MAX_CONFIG_BYTES, ConfigError
+from privrl.players import PLAYERS, register_player
 from privrl.runfile import checked, opened, read, write
 
 if TYPE_CHECKING:
@@ -59,7 +60,6 @@ MAX_TRIALS = 1 << 16
 NETWORKS = "networks"  # the description's `kind` for FedRL's networks (`networks_policy`)
 MAX_NETWORKS = 8
 CONFIG = "config.json"  # a run's config, from which a player rebuilds its learner
-PLAYERS: dict[str, Callable[[], Any]] = {}  # env prefix -> a system's player (register_player)
 # What a file of FedRL's networks reveals: each party's own state, beyond any accounting.
 NETWORKS_NOTE = ("each network is its holder's own state, written here by a simulation that "
                  "holds every party; privacy.json accounts for the releases on the channel, "
@@ -267,16 +267,6 @@ def read_saved(run_dir: str | os.PathLike) -> tuple[dict[str, Any], np.ndarray, 
         if theta.shape != want:
             raise ValueError(f"theta has shape {theta.shape}, the description says {want}")
     return description, theta, path
-
-
-def register_player(env_prefix: str, played: Callable[[], Any]) -> None:
-    """Let a system play its own networks (`networks_policy`) on environments named
-    `env_prefix`...: `played()` returns its module, with `load(run_dir, description, θ, path,
-    trial[, data])` (what load_policy returns) and `evaluate(run_dir, description, θ, path,
-    trials, episodes, seed[, data])` (privrl.evaluation; `data` only for a module whose `DATA`
-    says what that directory is: `data_argument`). The system registers it when its package is
-    imported (privrl's API and CLI import it first): the kernel imports no system."""
-    PLAYERS[env_prefix] = played
 
 
 def data_argument(played: Any, description: dict[str, Any],

@@ -279,10 +279,10 @@ def test_a_continuous_policy_plays_its_mean_action_or_samples_and_says_which(tmp
     assert main(["evaluate", str(tmp_path), "--episodes", "2"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "mean action policy on gymnax:Pendulum-v1" in out
-    assert "Played the mean action actions; --sample" in out and "can differ" in out
+    assert "Actions played: mean action; --sample" in out and "can differ" in out
     assert main(["evaluate", str(tmp_path), "--episodes", "2", "--sample"]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "Played the sampled (Gaussian) actions" in out
+    assert "Actions played: sampled (Gaussian)" in out
     mean, sampled = (json.loads((tmp_path / f"evaluate-{n}.json").read_text()) for n in (1, 2))
     assert mean["policy"] == "mean action" and "can differ" in mean["policy_note"]
     assert sampled["policy"] == "sampled (Gaussian)" and "can differ" in sampled["policy_note"]

@@ -59,6 +59,8 @@ CASES = [  # (the API's call, the same run as a command, the option the CLI name
      ["fedpg-dec", "--runtime", "flower", "--agents", "3"], "--runtime"),
     (_fedpg_flower(FedPGConfig(algorithm="cen", agents=3, robust="median")),
      ["fedpg-cen", "--runtime", "flower", "--agents", "3", "--robust", "median"], "--robust"),
+    (_fedpg_flower(FedPGConfig(algorithm="cen", agents=3, roster=False)),
+     ["fedpg-cen", "--runtime", "flower", "--agents", "3", "--no-roster"], "--roster"),
     (_pgc_ray(PGCA3CConfig.from_preset("paper-code")),
      ["pgc-a3c", "--preset", "paper-code", "--runtime", "ray"], "--server-optimizer"),
     (_pgc_flower(PGCA3CConfig(trials=2)),
@@ -68,6 +70,7 @@ CASES = [  # (the API's call, the same run as a command, the option the CLI name
 
 @pytest.mark.parametrize(("api", "argv", "named"), CASES,
                          ids=["dec-ray-trials", "cen-ray", "dec-flower", "cen-flower-robust",
+                             "cen-flower-roster-off-without-secure-sum",
                               "pgc-ray-rmsprop", "pgc-flower-trials"])
 def test_the_api_and_the_cli_refuse_the_same_run_in_the_same_words(
         api: Callable[[Path], Any], argv: list[str], named: str, tmp_path: Path,

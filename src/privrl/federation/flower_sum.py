@@ -63,6 +63,7 @@ from privrl.federation.flower import (
     ask_for_submissions,
     send_and_receive,
 )
+from privrl.federation.flower_roster import NodeIdentity, Roster, RosterError, seal, unseal
 from privrl.federation.service import submission_problem
 from privrl.federation.star import average_reports
 from privrl.privacy.discrete_sum import secure_sum_bits
@@ -182,13 +183,23 @@ class SecAggGuard:
       counts). One request naming a node both active and dead would hand the server both of
       that node's secrets; Flower's `_unmask` does not check.
 
+    With a fleet roster (`identity`, this node's key, and `roster`, the identities every node
+    was handed by whoever deploys the agents; privrl.federation.flower_roster), the node also
+    signs its SETUP keys, and at SHARE_KEYS accepts only peers whose keys a distinct roster
+    identity signed for this run, round and node id: a server can add no SuperNode of its own
+    and substitute no honest node's key, so every peer is a genuine node.
+
     Anything else is refused: the node answers with a Flower error, drops out of that run
     (it answers the run's later stages only after a new SETUP), and the refusal is kept in
     `refusals` (and logged). `round_of(message)`: the round a collect request is for."""
 
     def __init__(self, release: Handler, pins: SecAggPins,
-                 round_of: Callable[[Message], int] | None = None) -> None:
+                 round_of: Callable[[Message], int] | None = None,
+                 identity: NodeIdentity | None = None, roster: Roster | None = None) -> None:
+        if (identity is None) != (roster is None):
+            raise ValueError("a roster check needs both the node's identity and the roster")
         self.release, self.pins = release, pins
+        self.identity, self.roster = identity, roster
         self.round_of = round_of or (lambda m: read_fit(m.content)[1]["round"])
         self.summed: set[int] = set()  # rounds whose message went into a SecAgg+ run
         self.refusals: list[dict[str, Any]] = []
@@ -198,6 +209,9 @@ class SecAggGuard:
         try:
             self._check(message)
             reply = secaggplus_mod(message, context, self._collect)
+            if self.identity is not None and self._run is not None \
+                    and self._run["stage"] == Stage.SETUP:
+                self._seal(reply)
         except Exception as e:  # whatever fails (a forged ciphertext, a spent budget): a
             # refusal, and nothing else leaves
             reason = f"{type(e).__name__}: {e}"
@@ -227,6 +241,8 @@ class SecAggGuard:
         if stage == Stage.SETUP:
             self._run = None
             self._run = self._setup(configs, int(message.metadata.dst_node_id))
+            self._run.update(run_id=int(message.metadata.run_id),
+                             group=str(message.metadata.group_id))
             return
         order = Stage.all()
         if run is None or stage not in order or order.index(stage) != \
@@ -237,6 +253,8 @@ class SecAggGuard:
             if not (run["threshold"] <= len(peers) <= run["sample"] and run["me"] in peers):
                 raise Refused(f"{len(peers)} peers, not {run['threshold']}..{run['sample']} "
                               "with this node among them")
+            if self.roster is not None:
+                self._unseal(configs, run)
             run["peers"] = peers
         elif stage == Stage.COLLECT_MASKED_VECTORS:
             t = self.round_of(message)
@@ -280,6 +298,33 @@ class SecAggGuard:
                 raise Refused(f"SETUP's {k} is {configs.get(k)!r}, not {v!r}")
         return {"stage": Stage.SETUP, "me": me, "sample": sample, "threshold": threshold}
 
+    def _seal(self, reply: Message) -> None:
+        """SETUP's reply with this node's pk2 sealed: signed with its identity for the run,
+        round and node id (flower_roster.seal)."""
+        assert self.identity is not None and self._run is not None
+        keys = reply.content.config_records[RECORD_KEY_CONFIGS]
+        keys[Key.PUBLIC_KEY_2] = seal(self.identity, self._run["run_id"], self._run["group"],
+                                      self._run["me"], keys[Key.PUBLIC_KEY_1],
+                                      keys[Key.PUBLIC_KEY_2])
+
+    def _unseal(self, configs: Any, run: dict[str, Any]) -> None:
+        """SHARE_KEYS' peers checked against the roster (flower_roster.unseal), their seals
+        removed before Flower's mod reads the keys; Refused if any is not a roster node's."""
+        assert self.roster is not None
+        keys: dict[int, tuple[bytes, bytes]] = {}
+        for k, v in configs.items():
+            if k == Key.STAGE:
+                continue
+            if not (isinstance(v, list) and len(v) == 2 and all(type(b) is bytes for b in v)):
+                raise Refused(f"node {k}'s keys are not two byte strings")
+            keys[_node_id(k)] = (v[0], v[1])
+        try:
+            plain = unseal(self.roster, run["run_id"], run["group"], keys)
+        except RosterError as e:
+            raise Refused(f"a peer that is not on the roster: {e}") from None
+        for nid, (pk1, pk2) in plain.items():
+            configs[str(nid)] = [pk1, pk2]
+
     def _collect(self, message: Message, context: Context) -> Message:
         assert self._run is not None and "round" in self._run
         reply = self.release(message, context)
@@ -300,9 +345,11 @@ def _ints(value: Any, what: str) -> list[int]:
     return value
 
 
-def secagg_node(release: Handler, pins: SecAggPins) -> SecAggGuard:
-    """A SuperNode's task handler: `SecAggGuard` around `release`."""
-    return SecAggGuard(release, pins)
+def secagg_node(release: Handler, pins: SecAggPins, identity: NodeIdentity | None = None,
+                roster: Roster | None = None) -> SecAggGuard:
+    """A SuperNode's task handler: `SecAggGuard` around `release` (checking its peers against
+    `roster` when given, signing its keys with `identity`)."""
+    return SecAggGuard(release, pins, identity=identity, roster=roster)
 
 
 # --- the server side -------------------------------------------------------------------------

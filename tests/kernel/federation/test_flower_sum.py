@@ -17,6 +17,7 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.common.constant import ErrorCode
 from flwr.serverapp.grid import Grid
 
+from privrl.federation.flower_roster import NodeIdentity, Roster
 from privrl.federation.flower_sum import (
     SecAggPins,
     node_payload,
@@ -99,9 +100,10 @@ class LoopGrid(Grid):
 
 
 def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
-                 record: dict[int, np.ndarray] | None = None,
+                 record: dict[int, np.ndarray] | None = None, roster: Roster | None = None,
                  ) -> Callable[[int], Callable[[Message, Context], Message]]:
-    """Node n's handler: SecAgg+'s mod around the agent's release of its vector."""
+    """Node n's handler: SecAgg+'s mod around the agent's release of its vector (with
+    `roster`: node n signs with IDENTITIES[n] and checks its peers against the roster)."""
 
     def make(node: int) -> Callable[[Message, Context], Message]:
         sent: dict[int, np.ndarray] = {}
@@ -117,26 +119,37 @@ def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
                 record[node] = y
             return Message(sum_reply(node_payload(y, mech.bits)), reply_to=msg)
 
-        return secagg_node(release, SecAggPins(len(vectors), len(vectors) // 2 + 1, mech.bits))
+        return secagg_node(release, SecAggPins(len(vectors), len(vectors) // 2 + 1, mech.bits),
+                           *((IDENTITIES[node], roster) if roster else ()))
 
     return make
 
 
-def run_round(nodes: int, drop=lambda s, n: False, record=None):
+# The fleet's identities (nodes 100, 101, ...): whoever deploys the agents hands every node
+# the roster of their public keys.
+IDENTITIES = {100 + i: NodeIdentity.generate() for i in range(6)}
+
+
+def roster_of(nodes: Iterable[int]) -> Roster:
+    return Roster(frozenset(IDENTITIES[n].public for n in nodes))
+
+
+def run_round(nodes: int, drop=lambda s, n: False, record=None, roster: bool = False):
     bits = payload_bits(nodes)
     mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=nodes, min_honest=nodes - 1,
                                noise_multiplier=1.0, bits=bits)
     rng = np.random.default_rng(0)
     vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(nodes)}
-    make = node_handler(mech, vectors, record)
+    make = node_handler(mech, vectors, record, roster_of(vectors) if roster else None)
     grid = LoopGrid({n: make(n) for n in vectors}, drop)
     out = secure_sum_round(grid, context(), list(vectors), [np.zeros(2)], {"round": 3}, 3,
                            bits, nodes - 1, None)
     return mech, vectors, grid, out
 
 
-def test_the_secure_sum_is_the_modular_sum_of_the_messages():
-    mech, vectors, _grid, out = run_round(4)
+@pytest.mark.parametrize("roster", [False, True], ids=["no-roster", "roster"])
+def test_the_secure_sum_is_the_modular_sum_of_the_messages(roster: bool):
+    mech, vectors, _grid, out = run_round(4, roster=roster)
     assert out.survivors == sorted(vectors)
     decoded = np.asarray(mech.decode(out.total).value)
     truth = sum(v * min(1, 1 / np.linalg.norm(v)) for v in vectors.values())
@@ -419,3 +432,146 @@ def test_a_deviating_server_reveals_no_sum_smaller_than_the_mechanism_counts():
     assert not any(r.has_error() for r in replies)
     assert got is not None and np.array_equal(got, truth)
     assert fewest_revealed(5, 3) == 2 and fewest_revealed(5, 4) == 4
+
+
+# --- a server that forges SuperNodes (issue 52): the fleet roster ---------------------------------
+def _forged(sealed_by: NodeIdentity | None):
+    """A SuperNode the server runs itself: Flower's plain mod around a known payload (zeros),
+    its keys unsigned or signed by an identity that is not on the fleet's roster."""
+    from flwr.client.mod import secaggplus_mod
+
+    bits = payload_bits(4)
+
+    def release(msg: Message, ctx: Context) -> Message:
+        return Message(sum_reply(node_payload(np.zeros(6, np.int64), bits)), reply_to=msg)
+
+    if sealed_by is None:
+        return lambda msg, ctx: secaggplus_mod(msg, ctx, release)
+    return secagg_node(release, SecAggPins(4, 3, bits), sealed_by,
+                       Roster(frozenset({sealed_by.public})))
+
+
+@pytest.mark.parametrize("roster,forged_keys", [
+    (False, "unsigned"), (True, "unsigned"), (True, "signed-off-roster")])
+def test_a_server_forging_supernodes_recovers_no_nodes_message(roster: bool, forged_keys: str):
+    """Attack: the server runs SecAgg+ honestly over one genuine node (100) and three of its
+    own, whose payloads (zeros) it knows: the revealed sum is the genuine node's message.
+    Without a roster it recovers it (the attack is real); with one, the node refuses the
+    forged peers at SHARE_KEYS and nothing of it leaves."""
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    payloads: dict[int, np.ndarray] = {}
+    honest = node_handler(mech, {n: np.full(6, 0.1) for n in range(100, 104)}, payloads,
+                          roster_of(range(100, 104)) if roster else None)(100)
+    handlers = {100: honest, **{900 + i: _forged(
+        None if forged_keys == "unsigned" else NodeIdentity.generate()) for i in range(3)}}
+    grid = LoopGrid(handlers)
+    out = secure_sum_round(grid, context(), list(handlers), [np.zeros(2)], {"round": 3}, 3,
+                           bits, 3, None)
+    if not roster:
+        assert np.array_equal(out.total, payloads[100])  # the genuine node's message alone
+        return
+    # the server's own three may still sum among themselves: the genuine node is not in it
+    assert 100 not in out.survivors and not payloads, "the node released its message"
+    assert not any(n == 100 and "ctxts" in c.config_records["secaggplus_configs"]
+                   for n, c in grid.seen), "the node handed out shares of its secrets"
+    assert "not on the roster" in honest.refusals[0]["reason"]
+
+
+class _Substituting(LoopGrid):
+    """A grid whose server, in the SHARE_KEYS request to `target`, replaces the other nodes'
+    pk2 by keys of its own (keeping whatever seal they carried): the target then encrypts
+    its shares for them to the server."""
+
+    def __init__(self, handlers, target: int) -> None:
+        super().__init__(handlers)
+        from flwr.supercore.primitives.asymmetric import generate_key_pairs
+
+        self.target, self.keys = target, {}
+        for n in handlers:
+            if n != target:
+                self.keys[n] = generate_key_pairs()
+
+    def push_messages(self, messages):
+        from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+
+        messages = list(messages)
+        for msg in messages:
+            rec = msg.content.config_records["secaggplus_configs"]
+            if rec.get("stage") == "share_keys" and msg.metadata.dst_node_id == self.target:
+                for n, (_sk, pk) in self.keys.items():
+                    pk1, sealed = rec[str(n)]
+                    tail = sealed[sealed.index(b"-----END PUBLIC KEY-----\n") + 25:]
+                    rec[str(n)] = [pk1, public_key_to_bytes(pk) + tail]
+        return super().push_messages(messages)
+
+    def stolen_seed(self) -> bytes | None:
+        """The target's private-mask seed, if the server decrypted >= 3 of its shares."""
+        from flwr.common.secure_aggregation.crypto.shamir import combine_shares
+        from flwr.common.secure_aggregation.crypto.symmetric_encryption import (
+            decrypt,
+            generate_shared_key,
+        )
+        from flwr.common.secure_aggregation.secaggplus_utils import (
+            share_keys_plaintext_separate,
+        )
+        from flwr.supercore.primitives.asymmetric import bytes_to_public_key
+
+        replies = [c.config_records["secaggplus_configs"] for n, c in self.seen
+                   if n == self.target]
+        pk2 = next(r["pk2"] for r in replies if "pk2" in r)
+        pk2 = pk2[:pk2.index(b"-----END PUBLIC KEY-----\n") + 25]
+        shares = []
+        for r in replies:
+            for dst, ct in zip(r.get("dsts", []), r.get("ctxts", []), strict=True):
+                key = generate_shared_key(self.keys[dst][0], bytes_to_public_key(pk2))
+                shares.append(share_keys_plaintext_separate(decrypt(key, ct))[2])
+        return combine_shares(shares) if len(shares) >= 3 else None
+
+
+@pytest.mark.parametrize("roster", [False, True], ids=["no-roster", "roster"])
+def test_a_substituted_key_recovers_nothing(roster: bool):
+    """Attack: the server gives the target (node 100) its own pk2 in place of each other
+    node's. Without a roster the target encrypts 3 shares of its private-mask seed to the
+    server, which recombines the seed (and likewise the key of its pairwise masks); with
+    one, the substituted keys carry no valid signature and the target refuses."""
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
+
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    vectors = {n: np.full(6, 0.1) for n in range(100, 104)}
+    make = node_handler(mech, vectors, None, roster_of(vectors) if roster else None)
+    grid = _Substituting({n: make(n) for n in vectors}, target=100)
+    out = secure_sum_round(grid, context(), list(vectors), [np.zeros(2)], {"round": 3}, 3,
+                           bits, 3, None)
+    seed = grid.stolen_seed()
+    if not roster:
+        state = grid.contexts[100].state.config_records[RECORD_KEY_STATE]
+        assert seed is not None and seed == state["rd_seed"]  # the attack is real
+        return
+    assert seed is None and 100 not in out.survivors  # the other three may sum alone
+    assert "not the ones its identity signed" in grid.handlers[100].refusals[0]["reason"]
+
+
+def test_a_roster_refuses_an_identity_standing_for_two_nodes():
+    """A server replaying one roster node's signed keys under a second node id: the seal
+    binds the node id, and one identity may stand for one node only."""
+    from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes
+
+    from privrl.federation.flower_roster import RosterError, seal, unseal
+
+    me = IDENTITIES[100]
+    pk1, pk2 = (public_key_to_bytes(generate_key_pairs()[1]) for _ in range(2))
+    sealed = seal(me, 1, "3", 100, pk1, pk2)
+    roster = roster_of([100, 101])
+    assert unseal(roster, 1, "3", {100: (pk1, sealed)}) == {100: (pk1, pk2)}
+    with pytest.raises(RosterError, match="not the ones"):  # under another node id
+        unseal(roster, 1, "3", {101: (pk1, sealed)})
+    with pytest.raises(RosterError, match="one identity"):  # standing for two nodes
+        unseal(roster, 1, "3", {100: (pk1, sealed), 101: (pk1, sealed)})
+    with pytest.raises(RosterError, match="not the ones"):  # in another round
+        unseal(roster, 1, "4", {100: (pk1, sealed)})
+    with pytest.raises(RosterError, match="not on the roster"):
+        unseal(roster_of([101]), 1, "3", {100: (pk1, sealed)})

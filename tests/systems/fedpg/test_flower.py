@@ -164,22 +164,30 @@ def test_a_local_and_a_flower_run_state_the_same_epsilon():
 def test_the_statement_says_what_holds_against_each_server():
     """(Issue 52) privacy.json's secure_sum.guarantee_against, by the mechanism's accountant:
     a server that deviates but relays only genuine SuperNodes faces the stated ε (a sum it can
-    reveal holds the threshold's agents: 2 of 3 SuperNodes, 4 of 6 agents); one that forges
-    SuperNodes, only the 2 shares of one node's own agents."""
+    reveal holds the threshold's agents: 2 of 3 SuperNodes, 4 of 6 agents); so does one that
+    forges SuperNodes, which the fleet roster refuses (the default); without a roster
+    (--no-roster), that one faces only the 2 shares of one node's own agents."""
     from privrl.systems.fedpg.flower import FlowerCenRun
 
-    plan = plan_run(dataclasses.replace(CFG, **TINY), 3, 2)
-    mech = plan.mechanism
-    run = FlowerCenRun(plan.config, mech, [{"agents_in_sum": 6}] * 3,
-                       np.zeros(mech.dim, np.float32), 3, 2, 0.0)
-    privacy = run.privacy()
-    against = privacy["secure_sum"]["guarantee_against"]
-    stated = privacy["guarantee"]["epsilon"]
-    assert against["honest_but_curious_server"]["epsilon"] == stated == mech.epsilon(3)
-    assert against["deviating_server"]["epsilon"] == stated
-    assert against["deviating_server"]["honest_shares"] == mech.min_honest == 4
-    forged = against["server_forging_supernodes"]
-    assert forged["honest_shares"] == 2 and forged["epsilon"] == mech.epsilon(3, 2) > stated
+    for roster in (True, False):
+        plan = plan_run(dataclasses.replace(CFG, roster=roster, **TINY), 3, 2)
+        mech = plan.mechanism
+        run = FlowerCenRun(plan.config, mech, [{"agents_in_sum": 6}] * 3,
+                           np.zeros(mech.dim, np.float32), 3, 2, 0.0)
+        privacy = run.privacy()
+        assert privacy["secure_sum"]["roster"] is roster
+        against = privacy["secure_sum"]["guarantee_against"]
+        stated = privacy["guarantee"]["epsilon"]
+        assert against["honest_but_curious_server"]["epsilon"] == stated == mech.epsilon(3)
+        assert against["deviating_server"]["epsilon"] == stated
+        assert against["deviating_server"]["honest_shares"] == mech.min_honest == 4
+        forged = against["server_forging_supernodes"]
+        if roster:
+            assert forged["honest_shares"] == 4 and forged["epsilon"] == stated
+            assert "refused" in forged["what"]
+        else:
+            assert forged["honest_shares"] == 2
+            assert forged["epsilon"] == mech.epsilon(3, 2) > stated
     # 5 SuperNodes at threshold 3: a deviating server can reveal a sum of 2 of them (each
     # node lists <= 2 dead: (5 − |S|)·3 <= 5·2), 2 of the 5 agents: not a majority, refused
     # (threshold 4 reveals >= 4)
@@ -374,3 +382,26 @@ def test_the_server_checks_every_report_before_using_it(tmp_path: Path, call_gri
                                     node.guarantee, accepted, None)
     assert [s.agent_id for s in good] == [1, 2, 3]
     assert refused[0]["agent"] == 0 and refused[0]["reason"].startswith("duplicate")
+
+
+def test_an_agent_executor_takes_a_secure_sum_only_with_its_roster(tmp_path: Path, capsys):
+    """(Issue 52) The roster is the agent's own: the executor refuses a secure sum without
+    --roster (unless it passes --no-roster itself, whatever the server's config says), a
+    roster without its state directory (the identity key's home), and a file that is no
+    roster, each in one line, exit 2, before anything is computed."""
+    from privrl.systems.fedpg.flower import main
+
+    config = tmp_path / "agent-config.json"
+    config.write_text(json.dumps({"config": {"roster": False}, "mechanism": {"clip": 1.0},
+                                  "allowed_rounds": 1}))
+    (tmp_path / "bad.json").write_text('{"supernodes": ["00"]}')
+    state = tmp_path / "state"
+    base = ["--config", str(config), "--node", "0", "--nodes", "3", "--runtime-api", "x:1",
+            "--trusted-fab", "0" * 64]
+    for extra, says in (([], "pass --roster FILE"),
+                        (["--roster", str(tmp_path / "bad.json")], "--roster needs --state-dir"),
+                        (["--roster", str(tmp_path / "bad.json"), "--state-dir", str(state)],
+                         "not a roster")):
+        with pytest.raises(SystemExit) as e:
+            main(base + extra)
+        assert e.value.code == 2 and says in capsys.readouterr().err

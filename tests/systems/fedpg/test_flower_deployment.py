@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from privrl.federation.flower_roster import Roster
 from privrl.output import save
 from privrl.systems.fedpg.config import FedPGConfig
 from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
@@ -84,7 +85,15 @@ def test_a_supernode_killed_mid_round(tmp_path: Path, children_compile_as_tests:
     for i in range(3):
         assert stat.S_IMODE((own / f"node{i}").stat().st_mode) == 0o700
         assert stat.S_IMODE((own / f"node{i}" / "node.npz").stat().st_mode) == 0o600
+        # the fleet roster (the default): each node's identity key is its own, mode 0600,
+        # and every node was handed the roster of all three, outside the run directory
+        assert stat.S_IMODE((own / f"node{i}" / "identity.key").stat().st_mode) == 0o600
+        assert len(Roster.read(own / f"node{i}" / "roster.json")) == 3
+    assert not [p for p in out.rglob("*") if p.name in ("identity.key", "roster.json")]
     stated = json.loads((out / "privacy.json").read_text())
     assert stated["trust_domain"]["runtime"] == "flower"
     assert stated["secure_sum"]["min_honest_surviving_agents"] == 4
+    assert stated["secure_sum"]["roster"] is True  # every round's peers were roster nodes
+    forged = stated["secure_sum"]["guarantee_against"]["server_forging_supernodes"]
+    assert forged["epsilon"] == stated["guarantee"]["epsilon"]
     assert stated["headline"] == privacy["headline"]

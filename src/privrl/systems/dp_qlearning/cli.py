@@ -24,7 +24,7 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     from rich.console import Console
 
     from privrl.evaluation import verdict_line
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, keeping_work, new_run_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
@@ -33,9 +33,12 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     console, err = Console(), Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
               f"{cfg.seeds} trial(s) × {cfg.episodes} episodes")
-    result = runner.run_dp_qlearning(cfg)
+    command = ["privrl", *sys.argv[1:]]
+    with keeping_work(lambda: new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}"),
+                      lambda result, path: runner.save(result, path, command=command)):
+        result = runner.run_dp_qlearning(cfg)
     path = new_run_dir(out, f"dp-qlearning-sigma{cfg.sigma:.4g}")
-    summary = runner.save(result, path, command=["privrl", *sys.argv[1:]])
+    summary = runner.save(result, path, command=command)
     console.print(f"privacy: {summary['privacy']}")
     console.print(summary["noise"])
     sd = summary["final_return_std_over_seeds"]

@@ -27,6 +27,7 @@ from privrl.output import (
     plot_title,
     plural,
     save_if_asked,
+    work_so_far,
 )
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
@@ -110,6 +111,9 @@ def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = 
     check_out_dir(out)
     cfg = config.resolved()
     returns, wall, theta = train_grid(cfg, [cfg.sigma])
+    # Training is one program: should what follows fail, its returns and Q-functions are kept
+    # (no random baseline).
+    work_so_far(lambda: [DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]))])
     baseline = random_baseline(line1d_task(cfg), cfg.seeds * FINAL_EPISODES, cfg.seed)
     return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]),
                                     baseline), out)

@@ -247,6 +247,13 @@ class FedPGConfig(Config):
         None, help="distributed-gaussian(-continuous): noise shares are sized so that any m "
         "honest agents' shares carry the full noise; up to K − m agents may drop out or "
         "collude with the server at the stated ε (default m = K: none).")
+    roster: bool = option(
+        True, help="Flower runtime, distributed-gaussian: each SuperNode signs its SecAgg+ keys "
+        "with its own identity key and shares only with peers on the fleet's roster, which "
+        "whoever deploys the agents hands every node (here privrl, which starts them): a "
+        "server that adds SuperNodes of its own or substitutes a node's keys is refused. "
+        "--no-roster: Flower's SecAgg+ as is (against such a server, a node's message is "
+        "protected by its own agents' noise shares only; docs/threat-model.md).")
     dp_rounds: int | None = option(
         None, help="distributed-gaussian(-continuous) with --epsilon: calibrate σ for this many "
         "rounds "

@@ -54,6 +54,7 @@ import numpy as np
 from flwr.app import Context, Message
 
 from privrl.config import ConfigError
+from privrl.federation.flower_roster import NodeIdentity, Roster, RosterError, write_roster
 from privrl.federation.flower_sum import (
     SETUP,
     STOP,
@@ -172,9 +173,16 @@ class CenNode:
     """The agents SuperNode `node` of `nodes` hosts (module doc)."""
 
     def __init__(self, config: FedPGConfig, node: int, nodes: int, mech: DiscreteGaussianSum,
-                 allowed_rounds: int, directory: Path | None = None) -> None:
+                 allowed_rounds: int, directory: Path | None = None,
+                 roster: Roster | None = None) -> None:
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
         self.config, self.mech = cfg, mech
+        # The fleet roster (SecAggGuard): the identities whoever deploys the agents handed
+        # this node, and its own identity key, in its own directory.
+        if roster is not None and directory is None:
+            raise ValueError("a roster check needs the node's own directory (its identity key)")
+        self.roster = roster
+        self.identity = None if roster is None else NodeIdentity.load_or_create(Path(directory))
         self.algo = FedPG(cfg)
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
@@ -307,7 +315,7 @@ class CenNode:
 
     def handler(self) -> Any:
         """A task in, SecAgg+'s reply (or a refusal) out."""
-        return secagg_node(self._on_fit, self.pins)
+        return secagg_node(self._on_fit, self.pins, self.identity, self.roster)
 
 
 class ReportNode:
@@ -503,6 +511,7 @@ class FlowerCenRun:
                 "secure_sum": {
                     "supernodes": self.nodes, "threshold": self.threshold,
                     "min_honest_surviving_agents": m.min_honest,
+                    "roster": self.config.roster,
                     "reveals": f"SecAgg+ reveals a round's sum only when >= {self.threshold} "
                                f"of the {self.nodes} SuperNodes survive; a sum even a server "
                                "deviating from the protocol can reveal holds >= "
@@ -538,11 +547,18 @@ class FlowerCenRun:
                 "round to one sum, and a sum it can reveal holds >= "
                 f"{fewest_revealed(self.nodes, self.threshold)} SuperNodes (the stated ε)"),
             "server_forging_supernodes": bound(
+                m.min_honest,
+                "a server that also runs SuperNodes of its own in the secure sum, or "
+                "substitutes a node's keys (it runs the SuperLink): refused, since each node "
+                "shares only with peers whose SecAgg+ keys an identity on the fleet's roster "
+                "signed for the run, round and node id (the roster comes from whoever deploys "
+                "the agents, not from the server), so the deviating server's bound holds")
+            if cfg.roster else bound(
                 min(per_node),
                 "a server that also runs SuperNodes of its own in the secure sum (it runs the "
-                "SuperLink, and Flower 1.42's SecAgg+ lets no node authenticate its peers): "
-                "a revealed sum may hold one genuine SuperNode's message, protected only by "
-                "its own agents' noise shares")}
+                "SuperLink; this run has no fleet roster, and Flower 1.42's SecAgg+ lets no "
+                "node authenticate its peers): a revealed sum may hold one genuine SuperNode's "
+                "message, protected only by its own agents' noise shares")}
 
 
 def report_privacy(run: FlowerCenRun) -> dict[str, Any]:
@@ -747,6 +763,8 @@ def _deploy(plan: FlowerPlan, directory: Path, deployment: Any, learner: ServerL
     """The agents' executors beside the deployment's SuperNodes, `flwr run`, `learn`."""
     nodes = plan.nodes
     ready = [directory / "logs" / f"node{i}.ready" for i in range(nodes)]
+    rosters = _hand_out_roster(own) if plan.mechanism is not None and plan.config.roster \
+        else [None] * nodes
     for i in range(nodes):
         # Agent 0 compiles first; the others wait for it, so that with JAX's persistent
         # cache on (the CLI's) they load its program instead of all compiling at once.
@@ -756,6 +774,7 @@ def _deploy(plan: FlowerPlan, directory: Path, deployment: Any, learner: ServerL
             deployment.runtime_apis[i], "--trusted-fab", trusted,
             "--superexec-secret-file", str(deployment.superexec_secret),
             "--state-dir", str(own[i]),
+            *(["--roster", str(rosters[i])] if rosters[i] else ["--no-roster"]),
             "--ready-file", str(ready[i]), *(["--after", str(ready[0])] if i else [])])
     # No round before every agent serves: a SecAgg+ stage waits only its timeout.
     for r in ready:
@@ -764,6 +783,19 @@ def _deploy(plan: FlowerPlan, directory: Path, deployment: Any, learner: ServerL
     (directory / "logs" / "run.log").write_text(deployment.submit(app))
     return learn(plan, learner, directory, timeout_s, None if on_round is None else
                  lambda t: on_round(t, deployment))
+
+
+ROSTER = "roster.json"
+
+
+def _hand_out_roster(own: list[Path]) -> list[Path]:
+    """The local deployment as the agents' deployer: each node's identity key in its own
+    directory (made once, mode 0600) and the roster of all of them beside it, in every node's
+    directory, never through the server operator's run directory."""
+    publics = [NodeIdentity.load_or_create(d).public for d in own]
+    for d in own:
+        write_roster(d / ROSTER, publics)
+    return [d / ROSTER for d in own]
 
 
 def _setup(plan: FlowerPlan, learner: ServerLearner, timeout_s: float) -> dict[str, Any]:
@@ -793,6 +825,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="the node's own directory (mode 0700, made if missing; never "
                              "under the server operator's run directory): its round count and "
                              "the rounds it released")
+    parser.add_argument("--roster", type=Path, default=None,
+                        help="the fleet's roster (JSON {\"supernodes\": [hex Ed25519 public "
+                             "key, ...]}), from whoever deploys the agents, never from the "
+                             "server: SecAgg+ peers must sign their keys with one of them; this "
+                             "node's identity key is identity.key in --state-dir (made on first "
+                             "start; python -m privrl.federation.flower_roster identity DIR "
+                             "prints its public key)")
+    parser.add_argument("--no-roster", action="store_true",
+                        help="take part in a secure sum without a roster (Flower's SecAgg+ as "
+                             "is: a server running SuperNodes of its own can isolate this "
+                             "node's message)")
     parser.add_argument("--ready-file", type=Path, default=None,
                         help="written once the agents are compiled and serve")
     parser.add_argument("--after", type=Path, default=None,
@@ -800,7 +843,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.state_dir is not None:
         private_dir(args.state_dir)  # refused before anything is computed if not its own
+    if args.roster is not None and args.state_dir is None:
+        parser.error("--roster needs --state-dir (where the node's identity key lives)")
     data = json.loads(args.config.read_text())
+    # the agent's own choice, never the server's config: a secure sum checks a roster
+    if data["mechanism"] is not None and args.roster is None and not args.no_roster:
+        parser.error("a secure sum checks its peers against the fleet's roster: pass --roster "
+                     "FILE (or, knowingly, --no-roster)")
+    try:
+        roster = None if args.roster is None else Roster.read(args.roster)
+    except RosterError as e:
+        parser.error(f"--roster: {e}")
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data["config"].items()}
     node: CenNode | ReportNode
     if data["mechanism"] is None:  # a local mechanism: each agent's Report
@@ -808,7 +861,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         node = CenNode(Config(**fields), args.node, args.nodes,
                        DiscreteGaussianSum(**data["mechanism"]), int(data["allowed_rounds"]),
-                       args.state_dir)
+                       args.state_dir, roster)
     if args.after is not None:
         wait_for([args.after], 3600.0, poll_s=0.2)
     node.warm_up()

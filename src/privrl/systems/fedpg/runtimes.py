@@ -29,6 +29,9 @@ def check_runtime(config: FedPGConfig, runtime: str) -> None:
     if runtime not in NAMES:
         raise ConfigError("runtime", f"must be one of {', '.join(NAMES)}, got {runtime!r}")
     one_trial(config.trials, runtime)
+    if not config.roster and (runtime != "flower" or config.mechanism != SECURE_SUM):
+        fail("roster", "the fleet roster belongs to the Flower runtime's secure sum "
+                       f"({SECURE_SUM}); there is nothing to turn off here")
     if runtime == "ray" and config.algorithm != "dec":
         fail("runtime", "the Ray runtime runs FedPG-Dec (nodes exchanging push-sum shares); "
                         "run FedPG-Cen with the local or flower runtime")

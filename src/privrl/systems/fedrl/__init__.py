@@ -1,9 +1,9 @@
 """FedRL (paper 002) and its baselines on Grid-World; importing the package registers the
-player of their saved networks (privrl.policy.register_player, privrl.systems.fedrl.played)."""
+player of their saved networks (privrl.players.register_player, privrl.systems.fedrl.played)."""
 
 from typing import Any
 
-from privrl.policy import register_player
+from privrl.players import register_player
 
 
 def _played() -> Any:

@@ -27,7 +27,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, keeping_work, new_run_dir
     from privrl.systems.fedrl.local import load_splits, run_grid, save
 
     check_out_dir(out)
@@ -38,11 +38,13 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
               f"({splits.info['source']}: {splits.info['train']} train / "
               f"{splits.info['valid']} validation / {splits.info['test']} test), H = {cfg.h}, "
               f"{cfg.seeds} trial(s) × ≤ {cfg.epochs} epochs of {cfg.updates_per_epoch} steps")
-    with progress_bar(err, show, "training", unit="epochs") as (bar, task):
-        result = run_grid(algo, progress=lambda d, t: bar.update(task, completed=d, total=t),
-                          splits=splits)
+    command = ["privrl", *sys.argv[1:]]
+    with (keeping_work(lambda: new_run_dir(out, f"{algo.name}-{cfg.size}"),
+                       lambda result, path: save(result, path, command=command)),
+          progress_bar(err, show, "training", unit="epochs") as (bar, _)):
+        result = run_grid(algo, progress=bar, splits=splits)
     path = new_run_dir(out, f"{algo.name}-{cfg.size}")
-    summary = save(result, path, command=["privrl", *sys.argv[1:]])
+    summary = save(result, path, command=command)
     t = Table(title=f"{algo.name} on {cfg.size}×{cfg.size} test maps (mean of "
                     f"{cfg.seeds} trial(s))", header_style="bold")
     for col in ("variant", "SuccRate %", "AvgRwd"):

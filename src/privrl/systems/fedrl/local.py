@@ -28,10 +28,12 @@ from privrl.output import (
     csv_writer,
     plot_curves,
     save_if_asked,
+    work_so_far,
 )
 from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
+from privrl.progress import emit
 from privrl.selection import Selection
 from privrl.systems.fedrl.algorithm import Splits, load_splits
 
@@ -88,7 +90,34 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         return secret_keys(seeds) if secret else jax.random.split(k, seeds)
 
     sel = Selection(algo.params(state), seeds, cfg.patience)
-    tr_s, tr_r, va = [], [], []
+    tr_s: list[np.ndarray] = []
+    tr_r: list[np.ndarray] = []
+    va: list[np.ndarray] = []
+
+    def output(best: Any, best_epoch: np.ndarray, test: dict[str, Any],
+               random_test: dict[str, float], charged: int, test_maps: int) -> GridOutput:
+        """The run's output from its first len(va) epochs; privacy counts `charged` epochs'
+        releases and `test_maps` noisy-test maps."""
+        epochs_run = len(va)
+        privacy = algo.privacy_record(charged * cfg.updates_per_epoch, charged,
+                                      splits.valid.count, test_maps)
+        privacy["algorithm"] = algo.name
+        throughput = {}
+        if sel.times and hasattr(state, "env"):
+            t = float(np.median(sel.times))
+            throughput = {"median_epoch_seconds": t,
+                          "env_steps_per_s": cfg.updates_per_epoch * cfg.num_envs * seeds / t,
+                          "updates_per_s": cfg.updates_per_epoch * seeds / t}
+        elif sel.times:
+            t = float(np.median(sel.times))
+            throughput = {"median_epoch_seconds": t,
+                          "updates_per_s": cfg.updates_per_epoch * seeds / t}
+        return GridOutput(
+            algo.name, cfg, splits.info, np.stack(tr_s[:epochs_run], 1),
+            np.stack(tr_r[:epochs_run], 1), np.stack(va, 1), best_epoch, test, random_test,
+            privacy, time.perf_counter() - start, sel.compile_seconds, throughput,
+            grid_policy(algo, best))
+
     for epoch in range(1, cfg.epochs + 1):
         state = sel.train(epoch, chunk, state, data)
         st = state.stats
@@ -100,38 +129,26 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         val = np.asarray(res.success).mean(-1)
         va.append(val)
         stop = sel.record(epoch, val, algo.params(state))
-        if progress is not None:
-            progress(epoch, cfg.epochs)
+        emit(progress, epoch, cfg.epochs, mean_return=float(np.mean(tr_r[-1])))
+        last = stop or epoch == cfg.epochs
+        # Should what follows fail: the epochs done, their best networks, no test scores, and
+        # the releases of the step in progress counted as made (the next epoch's, or the test
+        # maps' after the last).
+        work_so_far(lambda best=sel.best, at=sel.best_epoch, charged=epoch + (not last),
+                    maps=splits.test.count if last else 0: [output(best, at, {}, {}, charged,
+                                                                   maps)])
         if stop:
             break
-    best, best_epoch, chunk_times = sel.best, sel.best_epoch, sel.times
-    compile_seconds = sel.compile_seconds
-    epochs_run = len(va)
     test = {}
     for v, fn in evals.items():
-        r = fn(best, eval_keys(k_test), splits.test)
+        r = fn(sel.best, eval_keys(k_test), splits.test)
         test[v] = {"success": np.asarray(r.success).mean(-1).tolist(),
                    "avg_reward": np.asarray(r.total_reward).mean(-1).tolist()}
     rnd = jax.jit(lambda k: gw.evaluate(algo.spec, splits.test, gw.random_policy, k))(k_rand)
     random_test = {"success": float(np.mean(rnd.success)),
                    "avg_reward": float(np.mean(rnd.total_reward))}
-    steps = epochs_run * cfg.updates_per_epoch
-    privacy = algo.privacy_record(steps, epochs_run, splits.valid.count, splits.test.count)
-    privacy["algorithm"] = algo.name
-    throughput = {}
-    if chunk_times and hasattr(state, "env"):
-        t = float(np.median(chunk_times))
-        throughput = {"median_epoch_seconds": t,
-                      "env_steps_per_s": cfg.updates_per_epoch * cfg.num_envs * seeds / t,
-                      "updates_per_s": cfg.updates_per_epoch * seeds / t}
-    elif chunk_times:
-        t = float(np.median(chunk_times))
-        throughput = {"median_epoch_seconds": t,
-                      "updates_per_s": cfg.updates_per_epoch * seeds / t}
-    return save_if_asked(GridOutput(
-        algo.name, cfg, splits.info, np.stack(tr_s, 1), np.stack(tr_r, 1), np.stack(va, 1),
-        best_epoch, test, random_test, privacy, time.perf_counter() - start, compile_seconds,
-        throughput, grid_policy(algo, best)), out)
+    return save_if_asked(output(sel.best, sel.best_epoch, test, random_test, len(va),
+                                splits.test.count), out)
 
 
 def grid_policy(algo: Any, best: Any) -> SavedPolicy:

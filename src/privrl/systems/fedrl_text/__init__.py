@@ -1,10 +1,10 @@
 """FedRL on Text2Action (paper 002, Table 2) and its baselines; importing the package registers
-the player of their saved networks (privrl.policy.register_player,
+the player of their saved networks (privrl.players.register_player,
 privrl.systems.fedrl_text.played)."""
 
 from typing import Any
 
-from privrl.policy import register_player
+from privrl.players import register_player
 
 
 def _played() -> Any:

@@ -52,7 +52,7 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     from rich.table import Table
 
     from privrl.envs import text2action as t2a
-    from privrl.output import check_out_dir, new_run_dir
+    from privrl.output import check_out_dir, keeping_work, new_run_dir
     from privrl.systems.fedrl_text.local import run_cv, save
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
@@ -67,11 +67,14 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     err, console = Console(stderr=True), Console()
     err.print(f"[bold]{mode}[/] ({preset} preset) on {corpus} ({t2a.CORPORA[corpus]}, "
               f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
-    with progress_bar(err, progress, "training", unit="") as (bar, task):
+    command = ["privrl", *sys.argv[1:]]
+    with (keeping_work(lambda: new_run_dir(out, f"{mode}-text2action-{corpus}"),
+                       lambda done, path: save(cfg, *done, path, command=command)),
+          progress_bar(err, progress, "training", unit="") as (bar, task)):
         outs, refs = run_cv(cfg, text, fold_ids, progress=lambda m: bar.update(
             task, description=m))
     path = new_run_dir(out, f"{mode}-text2action-{corpus}")
-    summary = save(cfg, outs, refs, path, command=["privrl", *sys.argv[1:]])
+    summary = save(cfg, outs, refs, path, command=command)
     t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):

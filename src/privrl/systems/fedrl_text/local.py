@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import with_secret_roots
-from privrl.output import RunRecord, csv_writer
+from privrl.output import RunRecord, csv_writer, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
@@ -146,7 +147,12 @@ class Program:
 
 
 def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None,
-             program: Program | None = None) -> FoldOutput:
+             program: Program | None = None,
+             kept: Callable[[Callable[[], FoldOutput], bool], None] | None = None
+             ) -> FoldOutput:
+    """One fold; `kept(build, trained)` as it starts and after each epoch: `build()` makes
+    the fold's output so far (no test scores, the releases of the epoch in progress counted),
+    should the run fail from there (`output.keeping_work`)."""
     start = time.perf_counter()
     length = steps_per_epoch(cfg, data.train)
     if program is None or program.length != length:
@@ -168,7 +174,40 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
         return secret_keys(runs) if secret else jax.random.split(k, runs)
 
     sel = Selection(algo.params(state), runs, cfg.patience)
-    va, tr = [], []
+    va: list[np.ndarray] = []
+    tr: list[np.ndarray] = []
+
+    def output(best: Any, best_epoch: np.ndarray, test: dict[str, Any], charged: int,
+               test_texts: int) -> FoldOutput:
+        """The fold's output from its first len(va) epochs; privacy counts `charged` epochs'
+        releases and `test_texts` noisy-test texts."""
+        privacy = algo.privacy_record(charged * length, charged, data.valid.count, test_texts)
+        privacy["algorithm"] = algo.name
+        throughput: dict[str, float] = {}
+        if sel.times:
+            t = float(np.median(sel.times))
+            throughput = {"median_epoch_seconds": t, "updates_per_s": length * runs / t,
+                          "env_steps_per_s": length * runs * (
+                              cfg.batch_size if cfg.mode.startswith("fcn") else cfg.num_envs)
+                          / t}
+        info = {**data.info, "steps_per_epoch": length, "replay_capacity": cfg.buffer_size}
+        policy = networks_policy(
+            algo.name, f"text2action:{cfg.corpus}",
+            "Text2Action texts, word by word (α: part-of-speech ids and the tags so far; β: "
+            "the words through the fold's word vectors, which β's network holds)",
+            [(*net, theta) for net, theta in zip(algo.policy_networks(),
+                                                  jax.tree_util.tree_leaves(best),
+                                                  strict=True)],
+            note=NETWORKS_NOTE)
+        n = len(va)
+        empty = np.zeros((runs, 0))
+        return FoldOutput(algo.name, data.fold, info, np.stack(va, 1) if n else empty,
+                          np.stack(tr[:n], 1) if n else empty,
+                          best_epoch, test, privacy, time.perf_counter() - start,
+                          sel.compile_seconds, throughput, policy)
+
+    if kept is not None:
+        kept(lambda: output(sel.best, sel.best_epoch, {}, 1, 0), False)
     for epoch in range(1, cfg.epochs + 1):
         t0 = time.perf_counter()
         state = sel.train(epoch, chunk, state, train)
@@ -183,34 +222,19 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
         if progress is not None:
             progress(f"fold {data.fold} epoch {epoch}/{cfg.epochs}: validation F1 "
                      + " ".join(f"{v:.3f}" for v in val) + f" ({dt:.0f} s)")
+        last = stop or epoch == cfg.epochs
+        if kept is not None:  # should what follows fail: this fold so far, no test scores,
+            # the releases of the step in progress counted as made
+            kept(lambda best=sel.best, at=sel.best_epoch, charged=epoch + (not last),
+                 texts=data.test.count if last else 0: output(best, at, {}, charged, texts),
+                 True)
         if stop:
             break
-    best, best_epoch, times = sel.best, sel.best_epoch, sel.times
     test = {}
     for v, fn in evals.items():
-        tags, totals = fn(best, eval_keys(k_test), data.test)
+        tags, totals = fn(sel.best, eval_keys(k_test), data.test)
         test[v] = _scores(data.test, tags, totals)
-    epochs_run = len(va)
-    privacy = algo.privacy_record(epochs_run * length, epochs_run, data.valid.count,
-                                  data.test.count)
-    privacy["algorithm"] = algo.name
-    throughput: dict[str, float] = {}
-    if times:
-        t = float(np.median(times))
-        throughput = {"median_epoch_seconds": t, "updates_per_s": length * runs / t,
-                      "env_steps_per_s": length * runs * (
-                          cfg.batch_size if cfg.mode.startswith("fcn") else cfg.num_envs) / t}
-    info = {**data.info, "steps_per_epoch": length, "replay_capacity": cfg.buffer_size}
-    policy = networks_policy(
-        algo.name, f"text2action:{cfg.corpus}",
-        "Text2Action texts, word by word (α: part-of-speech ids and the tags so far; β: the "
-        "words through the fold's word vectors, which β's network holds)",
-        [(*net, theta) for net, theta in zip(algo.policy_networks(),
-                                              jax.tree_util.tree_leaves(best), strict=True)],
-        note=NETWORKS_NOTE)
-    return FoldOutput(algo.name, data.fold, info, np.stack(va, 1), np.stack(tr, 1), best_epoch,
-                      test, privacy, time.perf_counter() - start, sel.compile_seconds,
-                      throughput, policy)
+    return output(sel.best, sel.best_epoch, test, len(va), data.test.count)
 
 
 def folds_policy(folds: list[FoldOutput]) -> SavedPolicy | None:
@@ -242,17 +266,18 @@ def summarize(cfg: TextConfig, folds: list[FoldOutput], reference: list[dict[str
               ) -> dict[str, Any]:
     """Cross-validation: per run, the mean over folds of the fold's F1 / AvgRwd (as the
     authors' avg_f1), then the mean over runs."""
-    variants = list(folds[0].test)
+    scored = [f for f in folds if f.test]  # a failed run's last fold has no test scores
     test = {}
-    for v in variants:
-        per_run = {m: np.mean([[s[m] for s in f.test[v]] for f in folds], 0)
+    for v in scored[0].test if scored else ():
+        per_run = {m: np.mean([[s[m] for s in f.test[v]] for f in scored], 0)
                    for m in ("f1", "precision", "recall", "avg_reward")}
         test[v] = {"f1": float(np.mean(per_run["f1"])),
                    "precision": float(np.mean(per_run["precision"])),
                    "recall": float(np.mean(per_run["recall"])),
                    "avg_reward": float(np.mean(per_run["avg_reward"])),
                    "per_run_f1": per_run["f1"].tolist(),
-                   "per_fold_f1": [float(np.mean([s["f1"] for s in f.test[v]])) for f in folds]}
+                   "per_fold_f1": [float(np.mean([s["f1"] for s in f.test[v]]))
+                                   for f in scored]}
     ref = {name: {m: float(np.mean([r[name][m] for r in reference]))
                   for m in ("f1", "avg_reward")} for name in reference[0]} if reference else {}
     return {
@@ -281,8 +306,18 @@ def run_cv(cfg: TextConfig, corpus: t2a.Corpus, folds: tuple[int, ...],
         refs.append(baselines(corpus, data, cfg.reward_spec()))
         if program is None or program.length != steps_per_epoch(cfg, data.train):
             program = Program(cfg, data.shapes, steps_per_epoch(cfg, data.train))
-        outs.append(run_fold(cfg, data, progress, program))
+        outs.append(run_fold(cfg, data, progress, program, kept=partial(_kept, list(outs),
+                                                                          list(refs))))
+        work_so_far(lambda done=list(outs), seen=list(refs): [(done, seen)])
     return outs, refs
+
+
+def _kept(done: list[FoldOutput], refs: list[dict[str, Any]],
+          build: Callable[[], FoldOutput], trained: bool) -> None:
+    """`run_fold`'s `kept`: the folds done and this one so far, should the run fail from here
+    (before any training, with no fold done: nothing to keep)."""
+    if trained or done:
+        work_so_far(lambda: [([*done, build()], refs)])
 
 
 def metrics_rows(folds: list[FoldOutput]) -> Iterator[str]:

@@ -1,0 +1,84 @@
+"""FedPG-Cen's secure sum on Flower: the pace of a round (issue 52; goal <= 15 s a round at 200
+agents on 10 SuperNodes). One local deployment (`run_fedpg_cen_flower`: TLS, SuperNode
+authentication, SecAgg+ with the fleet roster, distributed-gaussian ε = 2 at δ = 1e-5) and
+the time and CPU between the starts of consecutive rounds after the first (round 0 also waits
+for the ServerApp to start): seconds a round and CPU-seconds a round of this process and every
+process it started (SuperLink, SuperNodes, agent executors, ServerApp). The machine may be
+shared: run it niced, and read it as indicative.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_flower_sum_pace.py --agents 200 --nodes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds of this process and all its live descendants (and the children they
+    waited for)."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass  # exited between the listing and the reading
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--agents", type=int, default=200)
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=250, help="episodes per agent (8 rounds)")
+    parser.add_argument("--no-roster", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        cache = Path(d) / "jax-cache"
+        cache.mkdir(mode=0o700)
+        # the executors share one compilation cache (agent 0 compiles, the others load)
+        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
+        os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        from privrl.systems.fedpg.config import FedPGConfig
+        from privrl.systems.fedpg.flower import plan_run, run_fedpg_cen_flower
+
+        cfg = FedPGConfig(algorithm="cen", agents=args.agents, budget=args.budget,
+                          mechanism="distributed-gaussian", epsilon=2.0, delta=1e-5,
+                          sampling_rate=1.0, clip=1.0, roster=not args.no_roster, seed=1)
+        marks: list[tuple[int, float, float]] = []
+
+        def on_round(t: int, deployment: object) -> None:
+            marks.append((t, time.perf_counter(), tree_cpu_s()))
+            print(json.dumps({"round": t, "at_s": round(marks[-1][1] - start, 1),
+                              "cpu_s": round(marks[-1][2] - cpu0, 1)}), flush=True)
+
+        start, cpu0 = time.perf_counter(), tree_cpu_s()
+        run = run_fedpg_cen_flower(plan_run(cfg, args.nodes), Path(d) / "run",
+                                   stage_timeout_s=120.0, on_round=on_round)
+        end = time.perf_counter()
+    steady = marks[1:]  # the last round's end is not marked (the run then stops everything)
+    walls = [b[1] - a[1] for a, b in itertools.pairwise(steady)]
+    cpus = [b[2] - a[2] for a, b in itertools.pairwise(steady)]
+    print(json.dumps({
+        "agents": args.agents, "supernodes": args.nodes, "roster": not args.no_roster,
+        "rounds": len(run.rounds), "agents_in_sum": [r.get("agents_in_sum") for r in run.rounds],
+        "secagg_runs": [r.get("secagg_runs") for r in run.rounds],
+        "s_per_round": walls, "median_s_per_round": statistics.median(walls),
+        "cpu_s_per_round": cpus, "median_cpu_s_per_round": statistics.median(cpus),
+        "startup_s": marks[0][1] - start, "wall_s": end - start,
+        "loadavg": os.getloadavg()}))
+
+
+if __name__ == "__main__":
+    main()
