@@ -9,7 +9,8 @@ Rows per task, each run non-private and private with the settings `privrl.planne
 from the task's public simulator (no sweep: the run here is the check):
 - pgc-a3c at ε = 5 and ε = 1 per agent (Laplace LDP), K from the plan;
 - fedpg-cen at user-level ε = 2 with K = 1,000 (distributed Gaussian);
-- dp-reinforce at ε = 5 per episode, K (episodes) from the plan.
+- dp-reinforce at ε = 5 per episode, K (episodes) from the plan; and the same plan with the
+  `adaptive` preset's levers on (its row: the kept policy's return on fresh public episodes).
 A row's episodes are capped (--max-episodes; the table says where): the issue asks for runs of
 at most 10 minutes on 2 cores.
 
@@ -224,10 +225,25 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
                for i, s in enumerate((rec, nonprivate))]
     t1 = time.perf_counter()
     private_curve, nonprivate_curve = sy.run_settings(system, configs,
-                                                      together=not task_of(cfg).host)
+                                                      together=not task_of(cfg).host,
+                                                      final_policy=system == "dp-reinforce")
     wall = time.perf_counter() - t1
     random, random_se = random_of(task, args)
     final, np_final = private_curve.final(), nonprivate_curve.final()
+    adaptive: dict[str, Any] = {}
+    if system == "dp-reinforce":  # the same plan with the `adaptive` preset's levers on
+        fields = sy.reinforce_levers(sy.config_fields(system, rec, env, private, args.trials,
+                                                      args.seed))
+        t2 = time.perf_counter()
+        curve = sy.run_settings(system, [sy.build_config(system, fields)], together=False)[0]
+        kept = curve.final_policy if curve.final_policy is not None else curve.final()
+        adaptive = {"adaptive_return": kept, "adaptive_curve_return": curve.final(),
+                    "adaptive_fraction": fraction_of(kept, random, np_final),
+                    "adaptive_seconds": time.perf_counter() - t2, "adaptive_fields": fields,
+                    # like for like: every final policy on the same fresh public episodes
+                    "policy_returns": {"private": private_curve.final_policy,
+                                       "nonprivate": nonprivate_curve.final_policy,
+                                       "adaptive": curve.final_policy}}
     return {"task": task, "env": env, "private": list(private), "system": system,
             "epsilon": epsilon, "agents": rec.agents, "planned_agents":
             result.recommendation["agents"], "capped": capped,
@@ -241,7 +257,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             "fraction": fraction_of(final, random, np_final),
             "pilot_learned": result.pilot["episodes_to_learn"] is not None,
             "notes": list(result.notes), "plan_seconds": plan_seconds,
-            "run_seconds": wall, "trials": args.trials}
+            "run_seconds": wall, "trials": args.trials, **adaptive}
 
 
 def random_of(task: str, args: Any) -> tuple[float, float]:
@@ -277,6 +293,12 @@ def table(out: Path) -> str:
             lines.append(f"| {task} | {d['random_return']:.4g} | {d['nonprivate_return']:.4g} "
                          f"| {system} ε = {eps:g} | {k} | {d['private_return']:.4g} | {frac} "
                          f"| {d['plan_seconds']:.0f} + {d['run_seconds']:.0f} s |")
+            if "adaptive_return" in d:  # dp-reinforce's `adaptive` preset on the same plan
+                frac = "–" if d["adaptive_fraction"] is None else f"{d['adaptive_fraction']:.2f}"
+                lines.append(f"| {task} | {d['random_return']:.4g} | "
+                             f"{d['nonprivate_return']:.4g} | {system} ε = {eps:g} adaptive | "
+                             f"{k} | {d['adaptive_return']:.4g} | {frac} | "
+                             f"{d['plan_seconds']:.0f} + {d['adaptive_seconds']:.0f} s |")
     if missing:
         lines += ["", "Missing rows: " + "; ".join(missing) + "."]
     return "\n".join(lines) + "\n"

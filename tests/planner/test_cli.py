@@ -52,7 +52,7 @@ EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
 
 
 @pytest.mark.parametrize(("system", "levers"), [*((s, False) for s in sy.SYSTEMS),
-                                                 ("pgc-a3c", True)])
+                                                 ("pgc-a3c", True), ("dp-reinforce", True)])
 def test_the_recommended_command_builds_the_recommended_config(
         system: str, levers: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The last line `privrl plan` prints (`levers`; without: the settings the sweep runs)
@@ -86,6 +86,11 @@ def test_the_recommended_command_builds_the_recommended_config(
         assert config.submissions == REC.agents * (1 if levers else 2)  # the same episodes
         assert config.buffer_size == (4 if levers else REC.batch)  # ⌈7/2⌉ reports of 2
         assert not config.step_from_noise  # the plan's step size, not a second rule's
+    if system == "dp-reinforce":  # the adaptive preset's clip and candidates on the plan's
+        adaptive = (config.preset, config.adaptive_clip, config.public_eval_every)
+        assert adaptive == (("adaptive", True, 10) if levers else ("paper", False, None))
+        assert (config.batch_episodes, config.episodes) == (REC.batch, 43)  # ⌈300/7⌉ updates
+        assert not config.step_from_noise and config.clip == REC.clip
 
 
 def test_plan_json_schema_and_never_overwriting(tmp_path: Path) -> None:

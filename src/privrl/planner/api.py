@@ -237,7 +237,14 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     fields = sy.config_fields(system, rec, config.env, config.private_params,  # type: ignore
                               config.trials, config.seed, levers=True)
     sy.build_config(system, fields).validate()
-    if sy.levers_apply(system, rec):
+    if sy.levers_apply(system, rec) and system == "dp-reinforce":
+        notes.append("The command runs preset 'adaptive': the plan's settings with the adaptive "
+                     "levers on (the clip starts at the plan's and follows the episodes' median "
+                     "norm, its count's noise split off the same ε and counted; the best policy "
+                     "on the public simulator is kept; the batch and step size are the plan's)"
+                     + (". The sweep ran the settings with the levers off (a run with a lever "
+                        "on runs alone, not in one compiled program)." if config.sweep else "."))
+    elif sy.levers_apply(system, rec):
         e = fields.get("episodes_per_report", 1)
         notes.append(f"The command runs preset {fields['preset']!r}: the plan's settings with "
                      "the adaptive levers on (the clip starts at the plan's and follows the "

@@ -59,6 +59,9 @@ class Curve:
     returns: np.ndarray
     wall_seconds: float
     trials_returns: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # A run that kept its best public candidate (--public-eval-every): the kept policies'
+    # mean return on fresh public-simulator episodes (the run's verdict's); None otherwise.
+    final_policy: float | None = None
 
     def final(self, upto: float | None = None, tail: float = 0.1) -> float:
         """The mean return over the last `tail` of the curve up to `upto` episodes."""
@@ -76,7 +79,7 @@ class Curve:
 # reward on a discrete task) plus the adaptive levers (docs/pgc-a3c.md). Not on a continuous
 # task: there `adaptive` is not `continuous` plus levers, and it stayed below random on
 # Pendulum (benchmarks/RESULTS.md, "Adaptive private defaults").
-LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive"}
+LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive", ("dp-reinforce", "paper"): "adaptive"}
 
 
 def levers_apply(system: str, rec: Recommendation) -> bool:
@@ -125,9 +128,11 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
                 "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
                 **rounds, "trials": trials}
     if system == "dp-reinforce":
-        return {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
-                else None, "episodes": rec.agents,
-                "batch_episodes": rec.batch, "seeds": trials, "stop_when_solved": False}
+        # K episodes in updates of B: a run's `episodes` counts updates (B episodes each)
+        fields = {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
+                  else None, "episodes": max(1, math.ceil(rec.agents / rec.batch)),
+                  "batch_episodes": rec.batch, "seeds": trials, "stop_when_solved": False}
+        return reinforce_levers(fields) if levers and levers_apply(system, rec) else fields
     raise ValueError(f"unknown system {system!r}")
 
 
@@ -160,6 +165,14 @@ def fedpg_dp_rounds(reports: int, preset: str) -> int:
     most = FedPGConfig.from_preset(preset, budget=round(reports * mean)).max_rounds()
     return min(most, math.ceil(reports + (1 + cv * cv) / 2
                                + DP_ROUNDS_SIGMAS * cv * math.sqrt(reports)))
+
+
+def reinforce_levers(fields: dict[str, Any]) -> dict[str, Any]:
+    """A DP-REINFORCE command's fields with the `adaptive` preset's levers on: the clip starts
+    at the plan's and follows the episodes' median norm (its count's noise taken from the
+    same ε: σ split, Andrew et al. 2021), the best policy on the public simulator is kept; the
+    batch and step size stay the plan's (`step_from_noise` off: one rule sets the step)."""
+    return {**fields, "preset": "adaptive", "step_from_noise": False}
 
 
 @dataclass(frozen=True)
@@ -265,14 +278,17 @@ def build_config(system: str, fields: dict[str, Any]) -> Any:
         return FedPGConfig.from_preset(fields.pop("preset"), **fields)
     from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 
-    return ReinforceConfig(**fields)
+    fields = dict(fields)
+    return ReinforceConfig.from_preset(fields.pop("preset", "paper"), **fields)
 
 
 def run_settings(system: str, configs: Sequence[Any], progress: Progress | None = None,
-                 together: bool = True) -> list[Curve]:
+                 together: bool = True, final_policy: bool = False) -> list[Curve]:
     """Each config's learning curve; those that can run as one compiled program do (the
     systems' own `for_settings` machinery, `privrl.compute.programs`); each alone when not
-    `together` (a task stepped on the host cannot be one program)."""
+    `together` (a task stepped on the host cannot be one program). `final_policy`
+    (dp-reinforce): every curve also gets its final policy's return on fresh public
+    episodes (`Curve.final_policy`)."""
     from privrl.compute.programs import program_groups
 
     if system == "pgc-a3c":
@@ -297,15 +313,21 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
                            o.mean_return, o.wall_seconds) for o in outs]
         refusal = fed_field
     else:
-        from privrl.systems.dpsgd_rl.local import run_episodic_settings
+        from privrl.systems.dpsgd_rl.local import final_policy_returns, run_episodic_settings
         from privrl.systems.dpsgd_rl.reinforce import Reinforce
 
         def run(group: list[Any]) -> list[Curve]:
             algo = Reinforce.settings_algorithm(group)
             outs = run_episodic_settings(algo, [f"s{i}" for i in range(len(group))],
                                          progress)
-            return [_curve(np.arange(1, o.eval_returns.shape[1] + 1), o.eval_returns,
-                           o.wall_seconds) for o in outs]
+            # a final policy without the best-candidate lever: its θ, played as the lever's
+            # kept policy is (final_policy_returns), so the two compare like for like
+            return [_curve(np.arange(1, o.eval_returns.shape[1] + 1)  # episodes played
+                           * o.config.batch_episodes, o.eval_returns, o.wall_seconds,
+                           o.final_returns if o.final_returns is not None else
+                           (final_policy_returns(algo, o.policy.theta.reshape(
+                               o.policy.theta.shape[0], -1)) if final_policy else None))
+                    for o in outs]
         refusal = Reinforce.one_program_field
     curves: dict[int, Curve] = {}
     index = {id(c): i for i, c in enumerate(configs)}
@@ -315,11 +337,13 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
     return [curves[i] for i in range(len(configs))]
 
 
-def _curve(x: np.ndarray, per_trial: np.ndarray, wall: float) -> Curve:
+def _curve(x: np.ndarray, per_trial: np.ndarray, wall: float,
+           final_policy: np.ndarray | None = None) -> Curve:
     y = np.asarray(per_trial, np.float64)
     with np.errstate(all="ignore"):
         mean = np.nanmean(y, axis=0) if np.isfinite(y).any() else np.full(y.shape[1], np.nan)
-    return Curve(np.asarray(x, np.float64), mean, float(wall), y)
+    return Curve(np.asarray(x, np.float64), mean, float(wall), y,
+                 None if final_policy is None else float(np.mean(final_policy)))
 
 
 def episodes_to_learn(curve: Curve, random: float, fraction: float) -> float | None:

@@ -54,6 +54,10 @@ def audit_config(config: ReinforceConfig) -> ReinforceConfig:
     if not cfg.private:
         raise ConfigError("noise_multiplier", "the run states no ε (σ = 0 or not DP-SGD); "
                                               "nothing to audit")
+    if cfg.adaptive_clip:
+        raise ConfigError("adaptive_clip", "the audit's canaries sit at a fixed clip; audit "
+                                           "the run without --adaptive-clip (its ε is the "
+                                           "same Gaussian's, privacy.json shows the split)")
     if cfg.secure_noise:
         raise ConfigError("secure_noise", "the audit draws its canary run with seeded float "
                                           "noise; audit the secure sampler with "

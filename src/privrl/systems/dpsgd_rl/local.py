@@ -33,6 +33,12 @@ from privrl.compute.sharding import (
     trial_sharding,
 )
 from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
+from privrl.federation.adapt import (
+    LEVERS_NOTE,
+    BestCandidates,
+    lowered_scale,
+    public_candidates_record,
+)
 from privrl.output import (
     RunRecord,
     SavesRunDir,
@@ -72,15 +78,23 @@ class EpisodicOutput(SavesRunDir):
     policy: SavedPolicy | None = None  # policy.npz: each seed's final θ, the model described
     # a uniform-random policy's returns on the run's task (privrl.evaluation.random_baseline)
     baseline: np.ndarray | None = None
+    # --public-eval-every: what the best-candidate lever set and did (summary.json and
+    # privacy.json), and the final policy's (each seed's best candidate's) FINAL_EVALS greedy
+    # returns on the public simulator, with keys the choice never saw (seeds, FINAL_EVALS)
+    levers: dict[str, Any] | None = None
+    final_returns: np.ndarray | None = None
 
     def record(self) -> RunRecord:
         return record(self)
 
     def verdict(self) -> Verdict | None:
-        """Each seed's last FINAL_EVALS evaluation returns against the random baseline."""
+        """Each seed's last FINAL_EVALS evaluation returns against the random baseline (with
+        --public-eval-every: the final policy's, the best candidate's, fresh returns)."""
         if self.baseline is None:
             return None
-        return verdict(final_evals(self.eval_returns), self.baseline)
+        finals = (final_evals(self.eval_returns) if self.final_returns is None
+                  else self.final_returns.reshape(-1).astype(np.float64))
+        return verdict(finals, self.baseline)
 
 
 def run_episodic(algo: Any, name: str, progress: ProgressFn | bool | None = None,
@@ -119,6 +133,9 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             raise ValueError("settings run as one program need a gymnax task")
         n_dev, padded, chunk = 1, k, max(1, min(chunk, cfg.episodes, 10))
         init = jax.jit(jax.vmap(algo.init))
+    if getattr(cfg, "public_eval_every", None) is not None:  # candidates between chunks
+        chunk, compact = cfg.public_eval_every, False  # rows stay the trials (BestCandidates)
+    if host_rollout:
         step = host_scan(algo.episode, chunk)
     else:
         chunk = max(1, min(chunk, cfg.episodes))
@@ -161,11 +178,16 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         state = jax.device_put(state._replace(setting=algo.setting_data(index)),
                                trial_sharding(n_dev))
     n = n_set * k
+    candidates = (PublicCandidates(algo, None if host_rollout else trial_sharding(n_dev))
+                  if getattr(cfg, "public_eval_every", None) is not None else None)
+    if candidates is not None:
+        state = candidates.offer(state)  # the start: the best is never below it
     width = -(-cfg.episodes // chunk) * chunk
     train = np.full((n, width), np.nan, np.float32)  # NaN: the seed had stopped
     evals = np.full((n, width), np.nan, np.float32)
     updates_all, solved_all = np.zeros(n, np.int64), np.full(n, -1, np.int64)
     thetas = np.zeros((n, settings[0].model.dim), np.float32)  # each trial's latest θ
+    clips: np.ndarray | None = np.zeros(n, np.float32)
     stopped = np.zeros(n, bool)
     trial = np.arange(padded)  # the trial each row of the batch holds (>= n: padding)
     done = 0
@@ -180,6 +202,8 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         solved_all[ours] = np.asarray(state.progress.solved_at)[real]
         stopped[ours] = np.asarray(state.stopped)[real]
         thetas[ours] = np.asarray(state.theta)[real]  # before compaction drops stopped rows
+        if getattr(state, "clip", None) is not None:  # --adaptive-clip's current clips
+            clips[ours] = np.asarray(state.clip)[real]
         done += chunk
         by_setting = stopped.reshape(n_set, k)
         ends[(ends == 0) & by_setting.all(1)] = done
@@ -192,10 +216,91 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
                             solved_all, thetas, ends.copy(), done, start, n_dev))
         if stopped.all():
             break
+        if candidates is not None:
+            state = candidates.offer(state)
         if compact and not host_rollout:
             state, trial = _compact(state, trial, stopped, n_dev)
-    return _outputs(settings, names, k, train, evals, updates_all, solved_all, thetas, ends,
+    if candidates is not None:
+        candidates.offer(state)  # the last θs are candidates too
+        thetas = candidates.kept(n)
+    outs = _outputs(settings, names, k, train, evals, updates_all, solved_all, thetas, ends,
                     done, start, n_dev, with_baseline=True)
+    levers = lever_record(algo, candidates, clips, n)
+    if levers is not None:  # a run with a lever on runs alone: one output
+        outs[0].levers = levers
+        outs[0].privacy["levers"] = {**levers, "note": LEVERS_NOTE}
+    if candidates is not None:
+        outs[0].final_returns = candidates.final(thetas)
+    return outs
+
+
+# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
+# no training or evaluation episode uses; the final policy's own evaluation folds in another.
+PUBLIC_EVAL_SALT, FINAL_EVAL_SALT = 0x9B11C, 0xF1A1
+
+
+class PublicCandidates:
+    """--public-eval-every: the learner keeps each trial's best θ by its greedy return on the
+    task's public simulator (`Reinforce.public_returns`), with the back-off
+    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs computed from
+    DP-SGD's released sums, and the public simulator's episodes (the environment's default
+    parameters, keys from the run's seed, the same for every candidate)."""
+
+    def __init__(self, algo: Any, sharding: Any) -> None:
+        self.algo, self.sharding = algo, sharding
+        self.key = jax.random.fold_in(jax.random.key(algo.config.seed), PUBLIC_EVAL_SALT)
+        self.best = BestCandidates(algo.config.backoff)
+
+    def offer(self, state: Any) -> Any:
+        """Evaluate every trial's θ, keep the best, revert collapsed trials to their best (θ
+        and optimizer state) with their step scale lowered."""
+        theta = np.asarray(state.theta)
+        returns = self.algo.public_returns(jnp.asarray(theta), self.key)
+        stderr = returns.std(axis=1, ddof=1) / np.sqrt(returns.shape[1])
+        opt = jax.tree_util.tree_map(np.asarray, state.opt_state)
+        collapsed = self.best.offer(returns.mean(axis=1), (theta, opt), stderr)
+        if not collapsed.any():
+            return state
+        theta, opt = self.best.revert((theta, opt), collapsed)
+        opt = opt._replace(scale=lowered_scale(opt.scale, collapsed, self.algo.config.backoff))
+        state = state._replace(theta=jnp.asarray(theta),
+                               opt_state=jax.tree_util.tree_map(jnp.asarray, opt))
+        return state if self.sharding is None else jax.device_put(state, self.sharding)
+
+    def kept(self, n: int) -> np.ndarray:
+        """The first `n` trials' best θs (the run's final policies)."""
+        return np.asarray(self.best.best[0][:n], np.float32)
+
+    def final(self, thetas: np.ndarray) -> np.ndarray:
+        """The final policies' `final_policy_returns`."""
+        return final_policy_returns(self.algo, thetas)
+
+
+def final_policy_returns(algo: Any, thetas: np.ndarray) -> np.ndarray:
+    """The policies `thetas` (trials, d): FINAL_EVALS greedy returns each on the public
+    simulator, with keys the best-candidate choice never used (so its selection does not
+    inflate them), the same for every run of the seed."""
+    key = jax.random.fold_in(jax.random.key(algo.config.seed), FINAL_EVAL_SALT)
+    return algo.public_returns(jnp.asarray(thetas), key, FINAL_EVALS)
+
+
+def lever_record(algo: Any, candidates: PublicCandidates | None, clips: np.ndarray | None,
+                 n: int) -> dict[str, Any] | None:
+    """What the adaptive levers set and did for the first `n` trials (summary.json and
+    privacy.json), or None when none is on."""
+    cfg = algo.config
+    out: dict[str, Any] = {}
+    if getattr(cfg, "adaptive_clip", False) and clips is not None:
+        out["adaptive_clip"] = {"initial_clip": cfg.clip,
+                                "final_clip": [float(c) for c in clips[:n]]}
+    if getattr(cfg, "step_from_noise", False):
+        out["step_from_noise"] = {"learning_rate": cfg.learning_rate,
+                                  "step_size": algo.step_size}
+    if candidates is not None:
+        out["public_candidates"] = public_candidates_record(
+            candidates.best, algo.task.name, "greedy actions (the evaluation policy's)",
+            cfg.public_eval_episodes, cfg.public_eval_every, n)
+    return out or None
 
 
 def _outputs(settings: Sequence[Any], names: Sequence[str], k: int, train: np.ndarray,
@@ -263,6 +368,8 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
                             "dp-accounting applies. Replace-one: double ε (group privacy).",
             "noise_multiplier": cfg.noise_multiplier,
             "clip": cfg.clip,
+            **({"adaptive_clip": adaptive_clip_record(cfg)} if getattr(
+                cfg, "adaptive_clip", False) else {}),
             "target_epsilon": cfg.target_epsilon,
             "max_epsilon": cfg.max_epsilon,
             "updates": updates,
@@ -288,9 +395,16 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
                   f"the {cfg.accountant} accountant over {updates} updates",
                   f"δ = {cfg.delta:g} from the accountant"
                   + ("" if trunc is None else f" + {trunc:.3g} for batch truncation")),
-            releases=Releases("the learner", "noised sums of per-unit gradients clipped to L2 "
-                              f"norm {cfg.clip:g}", "DP-SGD's Gaussian noise of std "
-                              f"{cfg.noise_multiplier:g}·clip", updates),
+            releases=(Releases("the learner", "noised sums of per-unit gradients clipped to L2 "
+                               f"norm {cfg.clip:g}", "DP-SGD's Gaussian noise of std "
+                               f"{cfg.noise_multiplier:g}·clip", updates)
+                      if not getattr(cfg, "adaptive_clip", False) else Releases(
+                          "the learner", "noised sums of per-unit gradients clipped to the "
+                          f"adaptive clip C_t (C_0 = {cfg.clip:g}), and noised counts of the "
+                          "units within it", "Gaussian noise of std "
+                          f"{cfg.gradient_noise_multiplier:.4g}·C_t on the gradients and "
+                          f"{cfg.clip_count_stddev:.4g} on the count: together one Gaussian "
+                          f"of multiplier {cfg.noise_multiplier:.4g}", updates)),
             trust=Trust("the learner, which sees the raw episodes (central DP)",
                         "the trained model and what is computed from it"),
             noise=record_mode(cfg.noise, cfg.secure_noise))
@@ -310,6 +424,26 @@ def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
     elif cfg.obs.mechanism() is not None:
         rec.update(noise_fields(obs_mode))
     return rec
+
+
+def adaptive_clip_record(cfg: Any) -> dict[str, Any]:
+    """privacy.json's account of --adaptive-clip (Andrew et al. 2021): what each update
+    releases besides the gradient sum, and why the episode's ε counts both."""
+    return {
+        "noise_multiplier_z": cfg.noise_multiplier,
+        "gradient_noise_multiplier_z_delta": cfg.gradient_noise_multiplier,
+        "count_stddev_sigma_b": cfg.clip_count_stddev,
+        "target_quantile_gamma": cfg.clip_quantile,
+        "clip_learning_rate_eta": cfg.clip_lr,
+        "initial_clip": cfg.clip,
+        "releases": "each update: Σ clip_{C_t}(g_i) + N(0, (z_Δ·C_t)²) and "
+                    "Σ (1[‖g_i‖ <= C_t] − ½) + N(0, σ_b²); C_{t+1} = C_t·exp(−η(b̄_t − γ)) "
+                    "from the released count only",
+        "how_counted": "the accountant composes both releases of the episode (its events "
+                       "below: multipliers z_Δ and 2σ_b, the count's sensitivity being ½); "
+                       "together exactly one Gaussian of multiplier z = "
+                       "(z_Δ⁻² + (2σ_b)⁻²)^(−1/2)",
+    }
 
 
 FINAL_EVALS = 25  # the evaluation returns per seed that count as its final ones
@@ -341,6 +475,12 @@ def summarize(out: EpisodicOutput) -> dict[str, Any]:
                               else [int(x) if x >= 0 else None for x in out.solved_at]),
         "median_episodes_to_solve": float(np.median(solved)) if solved.size else None,
         "final_eval_mean": final_eval_mean(out.eval_returns),
+        **({} if out.final_returns is None else {
+            "final_policy_return": float(np.mean(out.final_returns)),
+            "final_policy": "each trial's best candidate on the public simulator; its return: "
+                            f"{out.final_returns.shape[1]} fresh greedy episodes there each "
+                            "(the verdict's)"}),
+        **({} if out.levers is None else {"levers": out.levers}),
         **({} if (v := out.verdict()) is None else v.fields()),
         "updates": out.updates.tolist(),
         "dpsgd_epsilon": dp.get("epsilon") if dp["formal_guarantee"] else None,
@@ -418,6 +558,9 @@ def summary_rows(summary: dict[str, Any], cfg: Any) -> list[tuple[str, str]]:
             ("median episodes to solve", "not solved" if med is None else f"{med:g}"))),
         ("final evaluation return (mean of the last 25)",
          "none" if summary["final_eval_mean"] is None else f"{summary['final_eval_mean']:.4g}"),
+        *((("kept policy's return (best public candidate; 25 fresh public episodes)",
+            f"{summary['final_policy_return']:.4g}"),) if "final_policy_return" in summary
+          else ()),
         *(verdict_rows(summary) if "learned" in summary else ()),
         ("updates", ", ".join(map(str, summary["updates"]))),
         ("wall time", f"{summary['wall_seconds']:.1f} s on {summary['devices']} device(s)"),
