@@ -13,6 +13,7 @@ the agents' guarantee is unchanged (the system's privacy.json says what the simu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -24,7 +25,9 @@ from jax import Array
 __all__ = [
     "LEVERS_NOTE",
     "MAX_BACKOFFS",
+    "PUBLIC_EVAL_SALT",
     "BestCandidates",
+    "PublicCandidates",
     "ScaledState",
     "lowered_scale",
     "noise_step",
@@ -140,6 +143,38 @@ class BestCandidates:
         return jax.tree_util.tree_map(
             lambda now, best: np.where(mask.reshape((-1,) + (1,) * (best.ndim - 1)), best,
                                        np.asarray(now)), current, self.best)
+
+
+# The public simulator's episodes are played with the run's seed with this folded in: keys no
+# agent's episode uses, the same for every candidate of a run.
+PUBLIC_EVAL_SALT = 0x9B11C
+
+
+class PublicCandidates:
+    """`--public-eval-every`, one piece for every system that has it: each trial's θ played on
+    the task's public simulator (`evaluate(thetas, key)` → (trials, episodes) returns: the
+    environment's default parameters, keys from the run's seed and PUBLIC_EVAL_SALT, the same
+    episodes for every candidate), the best kept (BestCandidates) and the back-off. The system
+    puts the θ and optimizer state it gets back into its own state."""
+
+    def __init__(self, evaluate: Callable[[Array, Array], Array], seed: int, backoff: float):
+        self.evaluate = evaluate
+        self.key = jax.random.fold_in(jax.random.key(seed), PUBLIC_EVAL_SALT)
+        self.best = BestCandidates(backoff)
+
+    def offer(self, theta: Any, opt_state: Any) -> tuple[np.ndarray, Any, np.ndarray] | None:
+        """Offer every trial's θ (rows; restored with its optimizer state `opt_state`, whose
+        `scale` is the ScaledState's): None when no trial collapsed, else the reverted θ, the
+        reverted optimizer state with the collapsed trials' step scales lowered, and the mask
+        of collapsed trials."""
+        episodes = np.asarray(self.evaluate(jnp.asarray(theta), self.key), np.float64)
+        stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
+        collapsed = self.best.offer(episodes.mean(axis=1), (theta, opt_state), stderr)
+        if not collapsed.any():
+            return None
+        theta, opt = self.best.revert((theta, opt_state), collapsed)
+        return (theta, opt._replace(scale=lowered_scale(opt.scale, collapsed, self.best.backoff)),
+                collapsed)
 
 
 def public_candidates_record(best: BestCandidates, task: str, actions: str, episodes: int,

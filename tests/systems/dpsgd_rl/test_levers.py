@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from privrl.config import ConfigError
+from privrl.federation.adapt import PUBLIC_EVAL_SALT, PublicCandidates
 from privrl.privacy.accounting import Accountant, PrivacyEvent
 from privrl.systems.dpsgd_rl.local import (
-    PUBLIC_EVAL_SALT,
-    PublicCandidates,
+    offer_candidates,
     run_episodic,
     summarize,
 )
@@ -78,11 +78,11 @@ def test_a_collapse_reverts_to_the_best_and_lowers_the_step(monkeypatch):
     scripted = iter([[0.0, 0.0], [50.0, 50.0], [49.0, 1.0]])  # trial 1 collapses at the 3rd
     monkeypatch.setattr(algo, "public_returns", lambda thetas, key: np.asarray(
         next(scripted))[:, None] + np.arange(4.0)[None, :])
-    candidates = PublicCandidates(algo, None)
-    state = candidates.offer(state)
-    state = candidates.offer(state._replace(theta=state.theta + 1.0))
+    candidates = PublicCandidates(algo.public_returns, cfg.seed, cfg.backoff)
+    state = offer_candidates(candidates, state, None)
+    state = offer_candidates(candidates, state._replace(theta=state.theta + 1.0), None)
     best = np.asarray(state.theta)
-    state = candidates.offer(state._replace(theta=state.theta + 5.0))
+    state = offer_candidates(candidates, state._replace(theta=state.theta + 5.0), None)
     theta, scale = np.asarray(state.theta), np.asarray(state.opt_state.scale)
     np.testing.assert_array_equal(theta[1], best[1])  # reverted
     np.testing.assert_array_equal(theta[0], best[0] + 5.0)  # within its noise: kept going

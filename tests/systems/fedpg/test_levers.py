@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from privrl.config import ConfigError
-from privrl.federation.adapt import MAX_BACKOFFS
+from privrl.federation.adapt import MAX_BACKOFFS, PUBLIC_EVAL_SALT
 from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 from privrl.systems.fedpg.local import (
-    PUBLIC_EVAL_SALT,
-    PublicCandidates,
     Released,
     account,
+    offer_candidates,
     privacy_record,
+    public_candidates,
     run_fedpg,
     summarize,
 )
@@ -74,12 +74,12 @@ def test_a_collapse_reverts_to_the_best_and_lowers_the_step(monkeypatch):
     scripted = iter([[0.0, 0.0], [50.0, 50.0], [49.0, 1.0]])  # trial 1 collapses at the 3rd
     monkeypatch.setattr(algo, "public_returns", lambda thetas, key: jnp.asarray(
         next(scripted))[:, None] + jnp.arange(4.0)[None, :])
-    candidates = PublicCandidates(algo, None)
-    state = candidates.offer(state)
+    candidates = public_candidates(algo)
+    state = offer_candidates(candidates, state, None)
     moved = lambda s, by: s._replace(gossip=s.gossip._replace(x=s.gossip.x + by))  # noqa: E731
-    state = candidates.offer(moved(state, 1.0))
+    state = offer_candidates(candidates, moved(state, 1.0), None)
     best = np.asarray(state.gossip.x)
-    state = candidates.offer(moved(state, 5.0))
+    state = offer_candidates(candidates, moved(state, 5.0), None)
     theta, scale = np.asarray(state.gossip.x), np.asarray(state.opt_state.scale)
     np.testing.assert_array_equal(theta[1], best[1])  # reverted
     np.testing.assert_array_equal(theta[0], best[0] + 5.0)  # within its noise: kept going

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from privrl.config import ConfigError
+from privrl.federation.adapt import PUBLIC_EVAL_SALT
 from privrl.privacy import LaplaceMechanism
 from privrl.systems.pgc_a3c.algorithm import JITTED_EPISODES, PGCA3C, PGCA3CConfig
-from privrl.systems.pgc_a3c.local import PUBLIC_EVAL_SALT, privacy_record, run_pgc_a3c, summarize
+from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
 from privrl.systems.pgc_a3c.runtimes import check_runtime
 
 

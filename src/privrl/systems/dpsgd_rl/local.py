@@ -35,8 +35,7 @@ from privrl.compute.sharding import (
 from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.adapt import (
     LEVERS_NOTE,
-    BestCandidates,
-    lowered_scale,
+    PublicCandidates,
     public_candidates_record,
 )
 from privrl.output import (
@@ -178,10 +177,11 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         state = jax.device_put(state._replace(setting=algo.setting_data(index)),
                                trial_sharding(n_dev))
     n = n_set * k
-    candidates = (PublicCandidates(algo, None if host_rollout else trial_sharding(n_dev))
+    candidates = (PublicCandidates(algo.public_returns, cfg.seed, cfg.backoff)
                   if getattr(cfg, "public_eval_every", None) is not None else None)
-    if candidates is not None:
-        state = candidates.offer(state)  # the start: the best is never below it
+    placing = None if host_rollout else trial_sharding(n_dev)
+    if candidates is not None:  # the start: the best is never below it
+        state = offer_candidates(candidates, state, placing)
     width = -(-cfg.episodes // chunk) * chunk
     train = np.full((n, width), np.nan, np.float32)  # NaN: the seed had stopped
     evals = np.full((n, width), np.nan, np.float32)
@@ -217,12 +217,12 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         if stopped.all():
             break
         if candidates is not None:
-            state = candidates.offer(state)
+            state = offer_candidates(candidates, state, placing)
         if compact and not host_rollout:
             state, trial = _compact(state, trial, stopped, n_dev)
     if candidates is not None:
-        candidates.offer(state)  # the last θs are candidates too
-        thetas = candidates.kept(n)
+        offer_candidates(candidates, state, placing)  # the last θs are candidates too
+        thetas = np.asarray(candidates.best.best[0][:n], np.float32)  # each trial's best
     outs = _outputs(settings, names, k, train, evals, updates_all, solved_all, thetas, ends,
                     done, start, n_dev, with_baseline=True)
     levers = lever_record(algo, candidates, clips, n)
@@ -230,50 +230,27 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
         outs[0].levers = levers
         outs[0].privacy["levers"] = {**levers, "note": LEVERS_NOTE}
     if candidates is not None:
-        outs[0].final_returns = candidates.final(thetas)
+        outs[0].final_returns = final_policy_returns(algo, thetas)
     return outs
 
 
-# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
-# no training or evaluation episode uses; the final policy's own evaluation folds in another.
-PUBLIC_EVAL_SALT, FINAL_EVAL_SALT = 0x9B11C, 0xF1A1
+# Folded into the run's seed for the final policy's own evaluation: keys neither training nor
+# the best-candidate choice (privrl.federation.adapt.PUBLIC_EVAL_SALT) uses.
+FINAL_EVAL_SALT = 0xF1A1
 
 
-class PublicCandidates:
-    """--public-eval-every: the learner keeps each trial's best θ by its greedy return on the
-    task's public simulator (`Reinforce.public_returns`), with the back-off
-    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs computed from
-    DP-SGD's released sums, and the public simulator's episodes (the environment's default
-    parameters, keys from the run's seed, the same for every candidate)."""
-
-    def __init__(self, algo: Any, sharding: Any) -> None:
-        self.algo, self.sharding = algo, sharding
-        self.key = jax.random.fold_in(jax.random.key(algo.config.seed), PUBLIC_EVAL_SALT)
-        self.best = BestCandidates(algo.config.backoff)
-
-    def offer(self, state: Any) -> Any:
-        """Evaluate every trial's θ, keep the best, revert collapsed trials to their best (θ
-        and optimizer state) with their step scale lowered."""
-        theta = np.asarray(state.theta)
-        returns = self.algo.public_returns(jnp.asarray(theta), self.key)
-        stderr = returns.std(axis=1, ddof=1) / np.sqrt(returns.shape[1])
-        opt = jax.tree_util.tree_map(np.asarray, state.opt_state)
-        collapsed = self.best.offer(returns.mean(axis=1), (theta, opt), stderr)
-        if not collapsed.any():
-            return state
-        theta, opt = self.best.revert((theta, opt), collapsed)
-        opt = opt._replace(scale=lowered_scale(opt.scale, collapsed, self.algo.config.backoff))
-        state = state._replace(theta=jnp.asarray(theta),
-                               opt_state=jax.tree_util.tree_map(jnp.asarray, opt))
-        return state if self.sharding is None else jax.device_put(state, self.sharding)
-
-    def kept(self, n: int) -> np.ndarray:
-        """The first `n` trials' best θs (the run's final policies)."""
-        return np.asarray(self.best.best[0][:n], np.float32)
-
-    def final(self, thetas: np.ndarray) -> np.ndarray:
-        """The final policies' `final_policy_returns`."""
-        return final_policy_returns(self.algo, thetas)
+def offer_candidates(candidates: PublicCandidates, state: Any, sharding: Any) -> Any:
+    """Offer every trial's θ as a best candidate (`--public-eval-every`: the task's public
+    simulator, privrl.federation.adapt.PublicCandidates); a collapsed trial reverts to its
+    best θ and optimizer state with its step lowered."""
+    reverted = candidates.offer(np.asarray(state.theta),
+                                jax.tree_util.tree_map(np.asarray, state.opt_state))
+    if reverted is None:
+        return state
+    theta, opt, _ = reverted
+    state = state._replace(theta=jnp.asarray(theta),
+                           opt_state=jax.tree_util.tree_map(jnp.asarray, opt))
+    return state if sharding is None else jax.device_put(state, sharding)
 
 
 def final_policy_returns(algo: Any, thetas: np.ndarray) -> np.ndarray:

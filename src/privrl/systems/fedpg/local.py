@@ -37,7 +37,7 @@ from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.adapt import (
     LEVERS_NOTE,
     BestCandidates,
-    lowered_scale,
+    PublicCandidates,
     public_candidates_record,
 )
 from privrl.federation.pushsum import PushSumState, push_sum_z
@@ -344,10 +344,10 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         state = state._replace(setting=algo.setting_data(which))
     if not algo.task.host:
         state = jax.device_put(state, trial_sharding(n_dev))
-    candidates = None
+    candidates, placing = None, None if algo.task.host else trial_sharding(n_dev)
     if cfg.public_eval_every is not None:
-        candidates = PublicCandidates(algo, None if algo.task.host else trial_sharding(n_dev))
-        state = candidates.offer(state)
+        candidates = public_candidates(algo)
+        state = offer_candidates(candidates, state, placing)
     start = time.perf_counter()
     compile_s = 0.0
     t = 0
@@ -384,7 +384,7 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
                         jax.tree_util.tree_map(lambda a, r=r: a[r], info))
         t += 1
         if candidates is not None and t % cfg.public_eval_every == 0:
-            state = candidates.offer(state)
+            state = offer_candidates(candidates, state, placing)
         if progress is not None:  # the count ends at the budget (a round may overshoot it)
             recent = [r for b in going for r in b.out[-1][0][np.isfinite(b.out[-1][0])]]
             emit(progress, min(float(min(after[b.rows].mean(axis=1).min() for b in going)),
@@ -395,8 +395,9 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
         work_so_far(lambda state=state, compile_s=compile_s: [  # if a later round fails
             book.result(state, time.perf_counter() - start, compile_s, None) for book in books])
     if candidates is not None:  # the last policy is a candidate too; each trial keeps its best
-        candidates.offer(state)
-        state = candidates.kept(state)
+        offer_candidates(candidates, state, placing)
+        state = placed(state._replace(gossip=PushSumState(candidates.best.best[0],
+                                                          state.gossip.w)), placing)
     wall = time.perf_counter() - start
     program = None if n_set == 1 else {"settings": n_set, "trials": n}
     baseline = run_baseline(algo)  # the settings share their task and seed
@@ -412,48 +413,30 @@ def run_baseline(algo: FedPG) -> np.ndarray:
                            cfg.seed)
 
 
-# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
-# no agent's episode or noise uses.
-PUBLIC_EVAL_SALT = 0x9B11C
+def public_candidates(algo: FedPG) -> PublicCandidates:
+    """`--public-eval-every`'s candidates: the server's θ (trials, 1, d) played on the task's
+    public simulator (privrl.federation.adapt.PublicCandidates)."""
+    return PublicCandidates(lambda theta, key: algo.public_returns(theta[:, 0], key),
+                            algo.config.seed, algo.config.backoff)
 
 
-class PublicCandidates:
-    """--public-eval-every: FedPG-Cen's server keeps each trial's best θ by its return on the
-    task's public simulator (`FedPG.public_returns`), with the back-off
-    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs the server computed
-    from released reports and its own episodes, and the public simulator's episodes (the
-    environment's default parameters, keys from the run's seed, the same for every
-    candidate)."""
+def offer_candidates(candidates: PublicCandidates, state: Any, sharding: Any) -> Any:
+    """Offer the server's θs as best candidates (`--public-eval-every`: the task's public
+    simulator, privrl.federation.adapt.PublicCandidates); a collapsed trial reverts to its
+    best θ and optimizer state with its step lowered."""
+    theta = np.asarray(state.gossip.x)  # (trials, 1, d): Cen's server
+    reverted = candidates.offer(theta, jax.tree_util.tree_map(np.asarray, state.opt_state))
+    if reverted is None:
+        return state
+    theta, opt, _ = reverted
+    return placed(state._replace(gossip=PushSumState(theta, state.gossip.w), opt_state=opt),
+                  sharding)
 
-    def __init__(self, algo: FedPG, sharding: Any) -> None:
-        self.algo, self.sharding = algo, sharding
-        self.key = jax.random.fold_in(jax.random.key(algo.config.seed), PUBLIC_EVAL_SALT)
-        self.best = BestCandidates(algo.config.backoff)
 
-    def offer(self, state: Any) -> Any:
-        """Evaluate every trial's θ, keep the best, revert collapsed trials to their best (θ
-        and optimizer state) with their step scale lowered."""
-        theta = np.asarray(state.gossip.x)  # (trials, 1, d): Cen's server
-        episodes = np.asarray(self.algo.public_returns(jnp.asarray(theta[:, 0]), self.key),
-                              np.float64)
-        stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
-        opt = jax.tree_util.tree_map(np.asarray, state.opt_state)
-        collapsed = self.best.offer(episodes.mean(axis=1), (theta, opt), stderr)
-        if not collapsed.any():
-            return state
-        theta, opt = self.best.revert((theta, opt), collapsed)
-        opt = opt._replace(scale=lowered_scale(opt.scale, collapsed, self.algo.config.backoff))
-        return self._placed(state._replace(gossip=PushSumState(theta, state.gossip.w),
-                                           opt_state=opt))
-
-    def kept(self, state: Any) -> Any:
-        """`state` with every trial's θ its best candidate (the run's final policy)."""
-        return self._placed(state._replace(
-            gossip=PushSumState(self.best.best[0], state.gossip.w)))
-
-    def _placed(self, state: Any) -> Any:
-        state = jax.tree_util.tree_map(jnp.asarray, state)
-        return state if self.sharding is None else jax.device_put(state, self.sharding)
+def placed(state: Any, sharding: Any) -> Any:
+    """`state` as device arrays, on the trials' sharding where the run has one."""
+    state = jax.tree_util.tree_map(jnp.asarray, state)
+    return state if sharding is None else jax.device_put(state, sharding)
 
 
 def lever_record(algo: FedPG, candidates: PublicCandidates | None, rows: np.ndarray

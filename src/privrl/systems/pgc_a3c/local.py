@@ -35,8 +35,7 @@ from privrl.compute.sharding import (
 from privrl.evaluation import Verdict, random_baseline, verdict, verdict_rows
 from privrl.federation.adapt import (
     LEVERS_NOTE,
-    BestCandidates,
-    lowered_scale,
+    PublicCandidates,
     public_candidates_record,
 )
 from privrl.output import (
@@ -87,9 +86,6 @@ if TYPE_CHECKING:
     from privrl.envs.task import Task
 
 ProgressFn = Callable[[int, int], None]  # (submissions done per trial, total)
-# Folded into the run's seed for the public simulator's episodes (--public-eval-every): keys
-# no agent's episode or noise uses.
-PUBLIC_EVAL_SALT = 0x9B11C
 
 
 @dataclass
@@ -271,9 +267,10 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
             state = state._replace(setting=algo.setting_data(index))
 
     ledgers = [budget_ledger(a.config) for a in settings]
-    candidates = PublicCandidates(algo) if cfg.public_eval_every else None
+    candidates = (PublicCandidates(algo.public_returns, cfg.seed, cfg.backoff)
+                  if cfg.public_eval_every else None)
     if candidates is not None:
-        state = candidates.offer(state)
+        state = offer_candidates(candidates, state)
     retired = np.zeros(n_set * k, bool)
     scores = np.full((n_set * k, total_rounds * p), np.nan, np.float32)
     start = time.perf_counter()
@@ -296,7 +293,7 @@ def _run_trials(algo: PGCA3C, progress: ProgressFn | None, devices: int | None,
         scores[:, lo : lo + width] = chunk_scores[:, :width]
         done_rounds += chunk
         if candidates is not None:
-            state = candidates.offer(state)
+            state = offer_candidates(candidates, state)
         if retire_on_success and cfg.target_score is not None:  # only windows that end in
             # this chunk can be new successes
             filled = min(done_rounds * p, n_sub)
@@ -327,7 +324,7 @@ def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[Privacy
     n_set, k, n_sub = len(settings), cfg.trials, cfg.submissions
     wall = time.perf_counter() - start
     submitted = np.asarray(state.submitted)[: n_set * k]
-    theta = np.asarray(state.agg.theta if candidates is None else candidates.best_theta()
+    theta = np.asarray(state.agg.theta if candidates is None else candidates.best.best[0]
                        )[: n_set * k]
     levers = lever_record(algo, state, candidates, n_set * k)
     if finished and not np.all(submitted[~retired] == n_sub):
@@ -355,39 +352,20 @@ def _outputs(algo: PGCA3C, state: Any, scores: np.ndarray, ledgers: list[Privacy
     return outputs
 
 
-class PublicCandidates:
-    """--public-eval-every: the aggregator's best candidate per trial by its return on the
-    task's public simulator (`PGCA3C.public_returns`), with the back-off
-    (privrl.federation.adapt.BestCandidates). Post-processing: it reads θs the aggregator
-    computed from released reports, and the public simulator's episodes (the environment's
-    default parameters, keys of the aggregator's own: `PUBLIC_EVAL_SALT` folded into the
-    run's seed, the same episodes for every candidate)."""
-
-    def __init__(self, algo: PGCA3C) -> None:
-        cfg = algo.config
-        self.algo = algo
-        self.key = jax.random.fold_in(jax.random.key(cfg.seed), PUBLIC_EVAL_SALT)
-        self.best = BestCandidates(cfg.backoff)
-
-    def offer(self, state: Any) -> Any:
-        """Evaluate every trial's current θ, keep the best, revert collapsed trials to their
-        best (θ and optimizer state, buffer emptied) with their step scale lowered."""
-        agg = state.agg
-        episodes = np.asarray(self.algo.public_returns(agg.theta, self.key), np.float64)
-        stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
-        collapsed = self.best.offer(episodes.mean(axis=1), (agg.theta, agg.opt_state), stderr)
-        if not collapsed.any():
-            return state
-        theta, opt = self.best.revert((agg.theta, agg.opt_state), collapsed)
-        opt = opt._replace(scale=lowered_scale(opt.scale, collapsed, self.algo.config.backoff))
-        buffer = np.where(collapsed[:, None], 0.0, np.asarray(agg.buffer_sum))
-        count = np.where(collapsed, 0, np.asarray(agg.count))
-        agg = agg._replace(theta=theta, opt_state=opt, buffer_sum=buffer.astype(np.float32),
-                           count=count.astype(np.int32))
-        return state._replace(agg=jax.tree_util.tree_map(jax.numpy.asarray, agg))
-
-    def best_theta(self) -> np.ndarray:
-        return np.asarray(self.best.best[0])
+def offer_candidates(candidates: PublicCandidates, state: Any) -> Any:
+    """Offer the aggregator's θs as best candidates (`--public-eval-every`: the task's public
+    simulator, privrl.federation.adapt.PublicCandidates); a collapsed trial reverts to its
+    best θ and optimizer state, its step lowered and its buffer emptied."""
+    agg = state.agg
+    reverted = candidates.offer(agg.theta, agg.opt_state)
+    if reverted is None:
+        return state
+    theta, opt, collapsed = reverted
+    buffer = np.where(collapsed[:, None], 0.0, np.asarray(agg.buffer_sum))
+    count = np.where(collapsed, 0, np.asarray(agg.count))
+    agg = agg._replace(theta=theta, opt_state=opt, buffer_sum=buffer.astype(np.float32),
+                       count=count.astype(np.int32))
+    return state._replace(agg=jax.tree_util.tree_map(jax.numpy.asarray, agg))
 
 
 def lever_record(algo: PGCA3C, state: Any, candidates: PublicCandidates | None, n: int
