@@ -199,7 +199,13 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     e0 = sy.episodes_to_learn(pilot_curve, rand, config.fraction)
     nonprivate_final = pilot_curve.final()
     stage("pilot: done", 3, 3)
-    if e0 is None:
+    if e0 is None and sy.starts_past_mark(pilot_curve, rand, config.fraction):
+        notes.append("The non-private pilot's first twentieth (its first moving-average "
+                     f"window) already reaches {config.fraction:g} of its improvement over "
+                     f"random ({rand:.4g} to {nonprivate_final:.4g}): that is where it starts, "
+                     "not how fast it learns, so its learning speed is not measured and no fleet "
+                     "size is planned from it.")
+    elif e0 is None:
         notes.append(f"The non-private pilot ({pilot_curve.episodes[-1]:.0f} episodes) did not "
                      f"end above random ({nonprivate_final:.4g} vs {rand:.4g}): no private run "
                      "can be planned from it; give the pilot more episodes (pilot_episodes), or "

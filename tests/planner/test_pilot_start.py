@@ -1,0 +1,57 @@
+"""The pilot measures learning, not its start: E0 from a curve that starts past the mark is
+refused, and PGC-A3C's pilot starts where the recommended `adaptive` command starts (the
+uniform policy). Synthetic curves and configs only: no JAX run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privrl.planner import systems as sy
+
+
+def curve(returns: np.ndarray) -> sy.Curve:
+    return sy.Curve(np.arange(1, returns.size + 1, dtype=np.float64), returns, 0.0)
+
+
+def test_a_curve_that_starts_past_the_mark_gives_no_e0() -> None:
+    # random −500, the start already at −300 and flat to −200: the mark (−350) is reached in
+    # the first window; that is the start, not learning
+    start = curve(np.concatenate([np.full(1000, -300.0), np.full(1000, -200.0)]))
+    assert sy.starts_past_mark(start, -500.0, 0.5)
+    assert sy.episodes_to_learn(start, -500.0, 0.5) is None
+
+
+def test_a_curve_that_climbs_from_random_gives_its_e0() -> None:
+    # from random −500 linearly to −200 over 2,000 episodes: the moving average (window 100)
+    # first reaches the mark −350 near the middle
+    y = np.linspace(-500.0, -200.0, 2000)
+    climb = curve(y)
+    assert not sy.starts_past_mark(climb, -500.0, 0.5)
+    e0 = sy.episodes_to_learn(climb, -500.0, 0.5)
+    assert e0 is not None and 1000 < e0 < 1300
+
+
+def pilot_fields(system: str, continuous: bool) -> dict:
+    f = sy.facts(system, continuous)
+    rec = sy.Recommendation("none", math.inf, 2000, 1.0, 1, f.batch, f.learning_rate,
+                            f.preset)
+    return sy.config_fields(system, rec, "gymnax:Acrobot-v1", (), 1, 0)
+
+
+def test_pgc_a3c_pilot_starts_uniform_like_the_adaptive_command() -> None:
+    f = sy.facts("pgc-a3c", False)
+    assert sy.LEVERS_PRESET[("pgc-a3c", f.preset)] == "adaptive"
+    cfg = sy.build_config("pgc-a3c", pilot_fields("pgc-a3c", False))
+    cfg.validate()
+    assert cfg.uniform_start is True
+    # the continuous preset starts uniform already (and is its own recommended preset)
+    assert sy.build_config("pgc-a3c", pilot_fields("pgc-a3c", True)).uniform_start is True
+
+
+def test_dp_reinforce_and_fedpg_pilots_need_no_start_change() -> None:
+    # DP-REINFORCE's adaptive preset keeps the paper's network and start; FedPG-Cen's command
+    # runs the pilot's own preset
+    assert sy.start_fields("dp-reinforce", "paper") == {}
+    assert ("fedpg-cen", sy.facts("fedpg-cen", False).preset) not in sy.LEVERS_PRESET
