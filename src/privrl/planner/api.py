@@ -186,7 +186,10 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
 
     # 1. pilot: gradients and a random policy on the simulator
     stage("pilot: gradients", 0, 3)
-    grads, dim = pilot.gradient_sample(task, f.hidden, config.gradient_episodes, config.seed)
+    own = sy.report_sample(system, f, config.env, config.private_params,  # type: ignore
+                           float(config.epsilon), config.gradient_episodes, config.seed)
+    grads, dim = own or pilot.gradient_sample(task, f.hidden, config.gradient_episodes,
+                                              config.seed)
     norms = pilot.norms(grads, f.norm)
     q = tuple(float(x) for x in _quantiles(norms))
     clip = float(f"{max(q[1], 1e-8) / f.radius:.3g}")  # the clip ball's radius: the median
@@ -363,7 +366,8 @@ def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
     else:
         agents, reports = episodes, 1
     rec = sy.Recommendation("none", math.inf, agents, clip if system != "pgc-a3c" else
-                            _preset_clip(f), reports, f.batch, f.learning_rate, f.preset)
+                            sy.pgc_preset_clip(f.preset), reports, f.batch, f.learning_rate,
+                            f.preset)
     fields = sy.config_fields(system, rec, config.env, config.private_params,  # type: ignore
                               config.trials, config.seed)
     if system != "pgc-a3c":
@@ -372,13 +376,6 @@ def _nonprivate_pilot(system: str, config: PlanConfig, f: Any, clip: float,
     tick = None if progress is None else (lambda d, t: progress("pilot: non-private run", d, t))
     return sy.run_settings(system, [cfg], tick, together)[0], fields
 
-
-def _preset_clip(f: Any) -> float:
-    """PGC-A3C's non-private baseline clips too (Table 1's Laplace pipeline without noise):
-    its preset's clip."""
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
-
-    return float(PGCA3CConfig.from_preset(f.preset, mechanism="none").resolved().clip)
 
 
 def sweep_grid(config: PlanConfig, rec: Any, smallest: float | None

@@ -151,6 +151,46 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
     raise ValueError(f"unknown system {system!r}")
 
 
+def report_sample(system: str, f: SystemFacts, env: str, private: Sequence[str], epsilon: float,
+                  episodes: int, seed: int) -> tuple[np.ndarray, int] | None:
+    """(episodes, d) `system`'s own per-report gradients at the recommended command's start
+    (its preset, its start, one episode per report), and d; None: the system has none of its
+    own here and the pilot's REINFORCE proxy (`pilot.gradient_sample`) stands in. PGC-A3C
+    reports its actor-critic loss's gradient (critic and reward scale included), whose norms
+    are orders beyond the actor-only proxy's (benchmarks/log/24-untuned.md, "At the plan's
+    K", cause 2): the clip, S and V must come from these."""
+    if system != "pgc-a3c":
+        return None
+    import jax
+    import jax.numpy as jnp
+
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+
+    rec = Recommendation("laplace", epsilon, episodes, pgc_preset_clip(f.preset), 1, f.batch,
+                         f.learning_rate, f.preset)
+    fields = config_fields(system, rec, env, private, 1, seed, levers=True)
+    algo = PGCA3C(build_config(system, {**fields, "parallel_agents": episodes}))
+    theta = algo.init(jax.random.key(seed)).agg.theta
+    args = (jnp.zeros((), jnp.int32), jax.random.key(seed + 1), jax.random.key(seed + 2),
+            jnp.arange(episodes), jnp.ones(episodes, bool))
+    if algo.task.host:
+        traj = algo.host_rollout(theta, *args)
+    else:
+        from privrl.systems.pgc_a3c.algorithm import JITTED_EPISODES
+
+        traj = jax.jit(lambda th: algo._one_trial(JITTED_EPISODES, th, algo.agents_plan(*args))
+                       )(theta)
+    return np.asarray(algo.report_grads(theta, traj), np.float64), int(theta.size)
+
+
+def pgc_preset_clip(preset: str) -> float:
+    """PGC-A3C's `preset`'s clip (its non-private baseline clips too: Table 1's Laplace
+    pipeline without noise)."""
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+    return float(PGCA3CConfig.from_preset(preset, mechanism="none").resolved().clip)
+
+
 # FedPG-Cen's mechanisms whose σ is calibrated for a number of rounds (`dp_rounds`).
 FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continuous")
 # dp_rounds covers the rounds a budget takes up to this many standard deviations.

@@ -1,0 +1,60 @@
+"""PGC-A3C's plan measures its own reports: the pilot's gradient sample is PGC-A3C's
+per-report gradient (`report_grads`, the actor-critic loss: critic and reward scale included)
+at the recommended command's start, not the actor-only REINFORCE proxy, whose dimension and
+norms are not a report's (benchmarks/log/24-untuned.md, "At the plan's K", cause 2)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from privrl.planner import api, pilot
+from privrl.planner import systems as sy
+
+ENV = "gymnax:CartPole-v1"
+
+
+def own_reports(episodes: int, seed: int) -> tuple[np.ndarray, int]:
+    """PGC-A3C's reports as the recommended `adaptive` command would release them, built here
+    from the preset (not through the planner), on other keys than the plan's."""
+    from privrl.systems.pgc_a3c.algorithm import JITTED_EPISODES, PGCA3C, PGCA3CConfig
+
+    cfg = PGCA3CConfig.from_preset("adaptive", env=ENV, mechanism="laplace", epsilon=5.0,
+                                   submissions=episodes, parallel_agents=episodes)
+    algo = PGCA3C(cfg)
+    theta = algo.init(jax.random.key(seed)).agg.theta
+    plan = algo.agents_plan(jnp.zeros((), jnp.int32), jax.random.key(seed + 7),
+                            jax.random.key(seed + 9), jnp.arange(episodes),
+                            jnp.ones(episodes, bool))
+    traj = algo._one_trial(JITTED_EPISODES, theta, plan)
+    return np.asarray(algo.report_grads(theta, traj), np.float64), algo.dim
+
+
+def test_pgc_a3c_plan_clips_its_own_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the non-private pilot run replaced by a curve that climbs from random (no training here)
+    x = np.arange(1.0, 2001.0)
+    curve = sy.Curve(x, np.linspace(20.0, 200.0, x.size), 0.0)
+    monkeypatch.setattr(api, "_nonprivate_pilot", lambda *a, **k: (curve, {}))
+    result = api.plan("pgc-a3c", api.PlanConfig(env=ENV, epsilon=5.0, sweep=False,
+                                                gradient_episodes=8), log=lambda s: None)
+    grads, dim = own_reports(32, seed=3)
+    assert result.pilot["dim"] == dim  # the actor-critic's parameters, not the proxy's actor
+    f = sy.facts("pgc-a3c", False)
+    q10, _, q90 = np.quantile(pilot.norms(grads, f.norm), [0.1, 0.5, 0.9])
+    # the clip ball's radius is the median report norm: within the reports' own 10-90 % range
+    # (the proxy's norms are ~50x smaller on CartPole: its clip falls far below q10)
+    assert q10 <= result.pilot["clip"] * f.radius <= q90
+    assert math.isfinite(result.pilot["clipped_variance"])
+    proxy, proxy_dim = pilot.gradient_sample(api.task_of(api.PlanConfig(env=ENV, epsilon=5.0)),
+                                             f.hidden, 8, 0)
+    assert proxy_dim != dim and np.median(pilot.norms(proxy, f.norm)) < q10
+
+
+def test_other_systems_keep_the_proxy() -> None:
+    for system in ("fedpg-cen", "dp-reinforce"):
+        f = sy.facts(system, False)
+        assert sy.report_sample(system, f, ENV, (), 5.0, 8, 0) is None
