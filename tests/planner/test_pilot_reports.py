@@ -49,6 +49,7 @@ def test_pgc_a3c_plan_clips_its_own_reports(monkeypatch: pytest.MonkeyPatch) -> 
     # (the proxy's norms are ~50x smaller on CartPole: its clip falls far below q10)
     assert q10 <= result.pilot["clip"] * f.radius <= q90
     assert math.isfinite(result.pilot["clipped_variance"])
+    assert result.pilot["gradient_proxy"].startswith("none")
     proxy, proxy_dim = pilot.gradient_sample(api.task_of(api.PlanConfig(env=ENV, epsilon=5.0)),
                                              f.hidden, 8, 0)
     assert proxy_dim != dim and np.median(pilot.norms(proxy, f.norm)) < q10

@@ -283,8 +283,11 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                                   "episodes": float(pilot_curve.episodes[-1]),
                                   "final_return": nonprivate_final,
                                   "wall_seconds": pilot_curve.wall_seconds},
-                    "gradient_proxy": "REINFORCE on an MLP of the system's hidden sizes, a "
-                    "fresh policy, per-episode standardized returns-to-go",
+                    "gradient_proxy": (
+                        "none: the system's own per-report gradients at the recommended "
+                        "command's start (its preset, one episode per report)" if own else
+                        "REINFORCE on an MLP of the system's hidden sizes, a fresh policy, "
+                        "per-episode standardized returns-to-go"),
                     "noise_to_signal_nonprivate": model.noise_to_signal(stats, 0.0, f.batch),
                     "seconds": time.perf_counter() - t0}
     result = PlanResult(system, config.env, tuple(config.private_params), eps,  # type: ignore
