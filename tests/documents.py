@@ -201,10 +201,10 @@ def promised_files(words: tuple[str, ...]) -> tuple[str, ...]:
 
 
 # Documented Flower commands that a deployment test runs, with its own faults and checks on
-# the same deployment, so that each deployment starts once (each costs 30-100 CPU-s:
-# benchmarks/log/26-fold.md): (the command's first words, flag-value pairs it writes) → the
-# test module. The first documented command these pick is that module's, not a case of
-# tests/test_documented_commands.py, which checks that every key still picks one.
+# the same deployment, so that each deployment starts once (each costs 50-145 CPU-s of its
+# process tree: benchmarks/log/26-fold.md): (the command's first words, flag-value pairs it
+# writes) → the test module. The first documented command these pick is that module's, not a
+# case of tests/test_documented_commands.py, which checks that every key still picks one.
 CARRIED: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], str] = {
     (("run", "pgc-a3c"), (("--runtime", "flower"),)):
         "tests/systems/pgc_a3c/test_flower_deployment.py",
