@@ -1,7 +1,10 @@
-"""Why the DP-SGD step of `bench_opacus.py` is slower with Threefry unrolled (privrl.prng):
-the parts of one ghost-clipping step, and the Gaussian draw alone against the same draw added
-to a concatenation (the gradient's ravel), each jitted, median of --repeats blocks of --calls
-calls with a fixed key. Run it twice to compare the hash's lowerings:
+"""Why the DP-SGD step of `bench_opacus.py` was slower with Threefry unrolled (privrl.prng),
+and that privrl's release (`gaussian_sum_dense_release`, the sum added into the noise) fixes
+it: the parts of one ghost-clipping step, the step as it was before (noise added after the
+ravel, which XLA fuses into the concatenation's unvectorized loop), and the Gaussian draw
+alone against the same draw added to a concatenation, each jitted. Rows are timed in
+interleaved blocks of --calls calls with a fixed key (the median of --repeats), so load moves
+all of them alike. Run it twice to compare the hash's lowerings:
 
     python benchmarks/bench_noise_fusion.py                          # unrolled (privrl's)
     PRIVRL_THREEFRY=rolled python benchmarks/bench_noise_fusion.py   # JAX's own CPU lowering
@@ -15,15 +18,18 @@ import sys
 
 os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
 sys.path.insert(0, os.path.dirname(__file__))
+import time
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import bench_opacus  # sets one host device (before JAX starts its backend)
 from privrl import prng
 from privrl.losses import huber
 from privrl.nets.flat import mlp
-from privrl.privacy.dpsgd import clipped_grad_sum
-from privrl.privacy.mechanisms import GaussianSumMechanism
+from privrl.privacy.dpsgd import add_raveled, clipped_grad_sum
+from privrl.privacy.mechanisms import GaussianSumMechanism, add_gaussian_noise
 
 
 def main() -> None:
@@ -43,9 +49,13 @@ def main() -> None:
     d = model.init(jax.random.key(0)).size
     pieces = [jnp.ones(leaf.size) for leaf in jax.tree_util.tree_leaves(params)]
     key = jax.random.key(3)
+    std = mech.release_params(0).std
     rows = {
-        "ghost-clipping step (clipped sum + noise)": (
+        "ghost-clipping step (privrl: the sum added into the noise)": (
             jax.jit(lambda p, k: mech.privatize_dense(k, p, obs, losses).value), (params, key)),
+        "ghost-clipping step, noise added after the ravel (before, log 26)": (
+            jax.jit(lambda p, k: add_gaussian_noise(
+                clipped_grad_sum(p, obs, losses, bench_opacus.CLIP)[0], std, k)), (params, key)),
         "clipped sum alone": (
             jax.jit(lambda p: clipped_grad_sum(p, obs, losses, bench_opacus.CLIP)[0]),
             (params,)),
@@ -55,17 +65,26 @@ def main() -> None:
         f"concatenate({len(pieces)} pieces) + normal({d:,})": (
             jax.jit(lambda k, ps: jnp.concatenate(ps) + jax.random.normal(k, (d,))),
             (key, pieces)),
+        f"{len(pieces)} pieces added into normal({d:,}) (add_raveled)": (
+            jax.jit(lambda k, ps: add_raveled(jax.random.normal(k, (d,)), ps)), (key, pieces)),
     }
     print(f"# Threefry {'unrolled' if prng.threefry_unrolled() else 'rolled'} on CPU, "
-          f"jax {jax.__version__}; median of {args.repeats} × {args.calls} calls")
+          f"jax {jax.__version__}; median of {args.repeats} interleaved blocks of "
+          f"{args.calls} calls")
+    for fn, call_args in rows.values():  # compile and warm up
+        jax.block_until_ready(fn(*call_args))
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(args.repeats):
+        for name, (fn, call_args) in rows.items():
+            t = time.perf_counter()
+            for _ in range(args.calls):
+                out = fn(*call_args)
+            jax.block_until_ready(out)
+            times[name].append((time.perf_counter() - t) / args.calls)
     print("| program | µs per call |")
     print("|---|---:|")
-    for name, (fn, call_args) in rows.items():
-        # bench_opacus's timer: calls per second, median over the repeats
-        us = 1e6 / bench_opacus.median_rate(lambda f=fn, a=call_args: f(*a), 1, args.calls,
-                                            args.repeats)
-        print(f"| {name} | {us:.0f} |")
-
+    for name, ts in times.items():
+        print(f"| {name} | {1e6 * float(np.median(ts)):.0f} |")
 
 if __name__ == "__main__":
     main()

@@ -75,6 +75,19 @@ def clipped_grad_sum(
     `loss_of_outputs(outputs (B, k)) -> (B,)` gives each example's loss from its own row of
     network outputs only. `rows` (B,) masks examples out (0) of the sum.
     """
+    grads, norms = clipped_grads(params, x, loss_of_outputs, clip, rows)
+    flat, _ = ravel_pytree(grads)
+    return flat, norms
+
+
+def clipped_grads(
+    params: dict[str, Any],
+    x: Array,
+    loss_of_outputs: Callable[[Array], Array],
+    clip: float,
+    rows: Array | None = None,
+) -> tuple[dict[str, Any], Array]:
+    """`clipped_grad_sum` before the ravel: the sum as a pytree like `params`, and the norms."""
     names, inputs, deltas = _backward(params, x, loss_of_outputs)
     sq = sum((jnp.sum(jnp.square(a), 1) + 1.0) * jnp.sum(jnp.square(d), 1)
              for a, d in zip(inputs, deltas, strict=True))
@@ -84,8 +97,27 @@ def clipped_grad_sum(
         scale = scale * rows
     grads = {n: {"bias": jnp.sum(scale[:, None] * d, 0), "kernel": a.T @ (scale[:, None] * d)}
              for n, a, d in zip(names, inputs, deltas, strict=True)}
-    flat, _ = ravel_pytree(grads)
-    return flat, norms
+    return grads, norms
+
+
+def add_raveled(base: Array, tree: Any) -> Array:
+    """base + ravel_pytree(tree)[0], the same floats, written slice by slice into `base`.
+
+    Why: with a concatenate, XLA's CPU pipeline fuses base's producer (DP-SGD's Gaussian
+    noise, an unrolled Threefry hash) into the concatenation's loop, which it does not
+    vectorize; updating base's slices in place keeps the noise in its own vectorized fusion
+    (benchmarks/RESULTS.md, "DP-SGD per-example clipping")."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    size = sum(leaf.size for leaf in leaves)
+    if base.shape != (size,):
+        raise ValueError(f"base {base.shape} does not match the tree's {size} numbers")
+    offset = 0
+    for leaf in leaves:
+        piece = jax.lax.slice(base, (offset,), (offset + leaf.size,))
+        piece = piece + leaf.ravel().astype(base.dtype)
+        base = jax.lax.dynamic_update_slice(base, piece, (offset,))
+        offset += leaf.size
+    return base
 
 
 def per_example_grads(params: dict[str, Any], x: Array,

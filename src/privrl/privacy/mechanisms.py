@@ -28,7 +28,7 @@ from jax import Array
 
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent, gaussian_epsilon
 from privrl.privacy.clipping import clip_l1_inverse, clip_l2, clip_l2_inverse, float32_inverse
-from privrl.privacy.dpsgd import clipped_grad_sum
+from privrl.privacy.dpsgd import add_raveled, clipped_grads
 from privrl.privacy.report import _MINT, Guarantee, Report
 
 SECURE_NOTE = ("secure: exact discrete noise on a power-of-two grid from the OS CSPRNG "
@@ -181,9 +181,12 @@ def gaussian_sum_dense_release(p: GaussianSumParams, key: Array, params: Any, x:
                                rows: Array | None = None) -> Array:
     """`gaussian_sum_release` for a dense ReLU network (privrl.nets.flat.MLP) without
     materializing per-example gradients: `privacy.dpsgd.clipped_grad_sum` clips exactly
-    (every row is clipped)."""
-    total, _ = clipped_grad_sum(params, x, loss_of_outputs, clip, rows)
-    return add_gaussian_noise(total, p.std, key)
+    (every row is clipped). The sum is added into the noise (`add_raveled`): the same draw
+    and sum, the noise's hash kept out of the ravel's unvectorized loop."""
+    grads, _ = clipped_grads(params, x, loss_of_outputs, clip, rows)
+    leaves = jax.tree_util.tree_leaves(grads)
+    dim, dtype = sum(leaf.size for leaf in leaves), leaves[0].dtype
+    return add_raveled(p.std * jax.random.normal(key, (dim,), dtype), grads)
 
 
 def secure_laplace_release(p: SecureParams, key: Array, x: Array) -> Array:

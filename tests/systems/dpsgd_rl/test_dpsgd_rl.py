@@ -17,6 +17,7 @@ import optax
 import pytest
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
+from jax.flatten_util import ravel_pytree
 
 from privrl.config import ConfigError
 from privrl.envs.cartpole import CartPoleSpec, make_cartpole
@@ -31,8 +32,12 @@ from privrl.main import main
 from privrl.nets.flat import mlp
 from privrl.privacy.accounting import PLD_DISCRETIZATION
 from privrl.privacy.clipping import clip_l2
-from privrl.privacy.dpsgd import clipped_grad_sum
-from privrl.privacy.mechanisms import BoxGaussianMechanism
+from privrl.privacy.dpsgd import add_raveled, clipped_grad_sum
+from privrl.privacy.mechanisms import (
+    BoxGaussianMechanism,
+    GaussianSumParams,
+    gaussian_sum_dense_release,
+)
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, make_optimizer, sample_poisson
 from privrl.systems.dpsgd_rl.episodic import episodic_task
 from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy, PrivateObservations
@@ -70,6 +75,37 @@ def test_ghost_clipping_equals_per_example_clipping_and_is_per_example() -> None
     without, _ = clipped(model.unravel(theta), x, losses, 0.5, rows.at[3].set(0.0))
     assert float(jnp.linalg.norm(got - without)) == pytest.approx(0.5, rel=1e-4)
     assert float(norms[3]) > 100.0
+
+
+def test_dense_release_adds_the_keys_own_draw_to_the_sum_outside_a_concatenation() -> None:
+    """gaussian_sum_dense_release = the clipped sum + std·N(0, I) drawn by the key alone, to the
+    bit, with the noise's hash not fused into a concatenation (whose loop XLA leaves scalar)."""
+    model = mlp((16, 16), 2, 4)
+    params = model.unravel(model.init(jax.random.key(0)))
+    x = jax.random.normal(jax.random.key(1), (12, 4))
+    actions = jnp.arange(12) % 2
+    y = jnp.linspace(-3, 3, 12)
+
+    def losses(q: jax.Array) -> jax.Array:
+        return huber(jnp.take_along_axis(q, actions[:, None], 1)[:, 0] - y)
+
+    p = GaussianSumParams(np.bool_(True), np.float32(1.7))
+    release = jax.jit(lambda k: gaussian_sum_dense_release(p, k, params, x, losses, 0.5))
+    assert "concatenate" not in release.lower(jax.random.key(0)).compile().as_text()
+    total = np.asarray(jax.jit(lambda: clipped_grad_sum(params, x, losses, 0.5)[0])())
+    draw = jax.jit(lambda k: p.std * jax.random.normal(k, total.shape))
+    keys = jax.random.split(jax.random.key(2), 40)
+    got = np.stack([np.asarray(release(k)) for k in keys])
+    noise = np.stack([np.asarray(draw(k)) for k in keys])
+    np.testing.assert_array_equal(got, total + noise)  # float32 + float32: IEEE, as in XLA
+    z = (got - total).ravel() / 1.7  # 40 × 386 draws: N(0, 1) within 5 standard errors
+    assert abs(z.mean()) < 5 / np.sqrt(z.size)
+    assert abs(z.std() - 1.0) < 5 / np.sqrt(2 * z.size)
+    tree = {"a": jnp.arange(6.0).reshape(2, 3), "b": -jnp.ones(3)}
+    base = jax.random.normal(jax.random.key(3), (9,))
+    np.testing.assert_array_equal(add_raveled(base, tree), base + ravel_pytree(tree)[0])
+    with pytest.raises(ValueError, match="does not match"):
+        add_raveled(base[:8], tree)
 
 
 def test_pure_losses() -> None:
