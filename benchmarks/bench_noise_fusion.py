@@ -19,6 +19,8 @@ import sys
 os.environ.setdefault("PRIVRL_CACHE_DIR", "off")
 sys.path.insert(0, os.path.dirname(__file__))
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--seeds", type=int, default=8, help="the vmapped rows' seeds per call")
     args = ap.parse_args()
     prng.unroll_threefry()  # as every system's import does (a no-op under PRIVRL_THREEFRY=rolled)
     model = mlp(bench_opacus.HIDDEN, 2, 4)
@@ -50,12 +53,23 @@ def main() -> None:
     pieces = [jnp.ones(leaf.size) for leaf in jax.tree_util.tree_leaves(params)]
     key = jax.random.key(3)
     std = mech.release_params(0).std
+    thetas = jax.vmap(model.init)(jax.random.split(jax.random.key(0), args.seeds))
+    keys = jax.random.split(key, args.seeds)
+
+    def seeds_step(release: Callable) -> Callable:
+        return jax.jit(jax.vmap(lambda th, k: release(model.unravel(th), k)))
+
+    def before(p: Any, k: jax.Array) -> jax.Array:
+        return add_gaussian_noise(clipped_grad_sum(p, obs, losses, bench_opacus.CLIP)[0], std, k)
+
     rows = {
         "ghost-clipping step (privrl: the sum added into the noise)": (
             jax.jit(lambda p, k: mech.privatize_dense(k, p, obs, losses).value), (params, key)),
         "ghost-clipping step, noise added after the ravel (before, log 26)": (
-            jax.jit(lambda p, k: add_gaussian_noise(
-                clipped_grad_sum(p, obs, losses, bench_opacus.CLIP)[0], std, k)), (params, key)),
+            jax.jit(before), (params, key)),
+        f"{args.seeds} seeds vmapped in one call (privrl)": (seeds_step(
+            lambda p, k: mech.privatize_dense(k, p, obs, losses).value), (thetas, keys)),
+        f"{args.seeds} seeds vmapped in one call (before)": (seeds_step(before), (thetas, keys)),
         "clipped sum alone": (
             jax.jit(lambda p: clipped_grad_sum(p, obs, losses, bench_opacus.CLIP)[0]),
             (params,)),
@@ -76,11 +90,12 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.repeats):
         for name, (fn, call_args) in rows.items():
+            calls = max(10, args.calls // args.seeds) if "seeds" in name else args.calls
             t = time.perf_counter()
-            for _ in range(args.calls):
+            for _ in range(calls):
                 out = fn(*call_args)
             jax.block_until_ready(out)
-            times[name].append((time.perf_counter() - t) / args.calls)
+            times[name].append((time.perf_counter() - t) / calls)
     print("| program | µs per call |")
     print("|---|---:|")
     for name, ts in times.items():

@@ -98,6 +98,10 @@ def test_dense_release_adds_the_keys_own_draw_to_the_sum_outside_a_concatenation
     got = np.stack([np.asarray(release(k)) for k in keys])
     noise = np.stack([np.asarray(draw(k)) for k in keys])
     np.testing.assert_array_equal(got, total + noise)  # float32 + float32: IEEE, as in XLA
+    # Under vmap (seeds, trials) the release is the plain sum + noise program, to the bit.
+    plain = jax.vmap(lambda k: clipped_grad_sum(params, x, losses, 0.5)[0] + p.std
+                     * jax.random.normal(k, total.shape))
+    np.testing.assert_array_equal(jax.jit(jax.vmap(release))(keys[:4]), jax.jit(plain)(keys[:4]))
     z = (got - total).ravel() / 1.7  # 40 × 386 draws: N(0, 1) within 5 standard errors
     assert abs(z.mean()) < 5 / np.sqrt(z.size)
     assert abs(z.std() - 1.0) < 5 / np.sqrt(2 * z.size)
