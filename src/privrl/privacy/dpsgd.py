@@ -108,7 +108,7 @@ def add_raveled(base: Array, tree: Any) -> Array:
     vectorize; updating base's slices in place keeps the noise in its own vectorized fusion.
     Under vmap the concatenate (along the batch's rows) is its own fusion already and the
     in-place form was slower, so a batch concatenates (benchmarks/RESULTS.md, "DP-SGD
-    per-example clipping")."""
+    per-example clipping"). Not differentiable (custom_vmap): a release is not differentiated."""
     leaves = jax.tree_util.tree_leaves(tree)
     size = sum(leaf.size for leaf in leaves)
     if base.shape != (size,):
@@ -132,3 +132,15 @@ def _add_flat_batched(size: int, batched: Any, base: Array, pieces: list[Array]
     rows = [p if b else jnp.broadcast_to(p, (size, *p.shape))
             for p, b in zip(pieces, batched[1], strict=True)]
     return base + jnp.concatenate(rows, axis=1).astype(base.dtype), True
+
+
+def per_example_grads(params: dict[str, Any], x: Array,
+                      loss_of_outputs: Callable[[Array], Array]) -> Array:
+    """Every example's gradient ∇_θ ℓ_i as rows (B, d), flattened like `clipped_grad_sum`.
+
+    The same single backward pass (δ_i from the probes), then the outer products a_iᵀ δ_i are
+    materialized: what the float-safe (secure) DP-SGD sum needs to clip each row in integers."""
+    names, inputs, deltas = _backward(params, x, loss_of_outputs)
+    grads = {n: {"bias": d, "kernel": a[:, :, None] * d[:, None, :]}
+             for n, a, d in zip(names, inputs, deltas, strict=True)}
+    return jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
