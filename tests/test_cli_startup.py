@@ -77,3 +77,43 @@ def test_flags_read_from_source_are_the_generated_ones() -> None:
         generated = {o for opt in source.click_options()
                      for o in (*opt.opts, *opt.secondary_opts) if o.startswith("--")}
         assert set(source_flags(source.cls_name, **source.opts)) == generated, name
+
+
+_VALUES_PROBE = """
+import contextlib, io, json, sys
+import typer.main
+from privrl.main import build_app, main
+from privrl.cli import source_flags
+import inspect
+HEAVY = ("numpy", "jax", "flax", "optax", "gymnax", "gymnasium", "dp_accounting", "scipy")
+run = typer.main.get_command(build_app()).commands["run"]
+found = {}
+for name, command in run.commands.items():
+    source = inspect.unwrap(command.callback)
+    flags = source_flags(source.cls_name, **source.opts)
+    for flag in ("--seed", "--epsilon", "--learning-rate"):
+        if flag not in flags:
+            continue
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["run", name, flag, "-1"])
+        found[f"{name} {flag}"] = [code, err.getvalue().strip(),
+                                   sorted(m for m in HEAVY if m in sys.modules)]
+print(json.dumps(found))
+"""
+
+
+def test_a_bad_value_is_refused_before_jax() -> None:
+    """Issue 53: a bad VALUE (not only a bad flag) is refused by the config's own checks
+    before JAX, flax, gymnax, NumPy or dp-accounting is imported, for every `privrl run`
+    command: their configs live in light modules. One interpreter tries them all in turn; the
+    first command whose check imported a heavy module is the first listed with it."""
+    done = subprocess.run([sys.executable, "-c", _VALUES_PROBE], capture_output=True,
+                          text=True, timeout=120, check=False)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) >= 11 + 7 + 11, found  # every run command's --seed and --learning-rate, each --epsilon
+    for case, (code, err, heavy) in found.items():
+        flag = case.split()[-1]
+        assert code == 2 and err.startswith(f"privrl: error: {flag}") and "\n" not in err, \
+            (case, code, err)
+        assert heavy == [], (case, heavy)

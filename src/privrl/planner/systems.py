@@ -28,8 +28,8 @@ from privrl.planner.model import PilotStats, release_noise
 
 __all__ = ["SYSTEMS", "Curve", "Recommendation", "SystemFacts", "config_fields", "facts"]
 CONFIG_CLASSES = {
-    "pgc-a3c": "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig",
-    "dp-reinforce": "privrl.systems.dpsgd_rl.reinforce:ReinforceConfig",
+    "pgc-a3c": "privrl.systems.pgc_a3c.config:PGCA3CConfig",
+    "dp-reinforce": "privrl.systems.dpsgd_rl.config:ReinforceConfig",
     "fedpg-cen": "privrl.systems.fedpg.config:FedPGConfig",
 }
 

@@ -33,9 +33,10 @@ from privrl.privacy.accounting import PLD_DISCRETIZATION
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
+from privrl.systems.dpsgd_rl.config import CARTPOLE_BOX, ObservationPrivacy
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, make_optimizer, sample_poisson
 from privrl.systems.dpsgd_rl.episodic import episodic_task
-from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy, PrivateObservations
+from privrl.systems.dpsgd_rl.ldp_obs import PrivateObservations
 from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
@@ -369,7 +370,7 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
 def test_observation_privacy_not_asked_for_is_one_plain_line() -> None:
     """Issue 53 item 8: raw observations by choice (mode none) are not shouted as a missing
     guarantee beside the model's valid one; asked-for noise without an ε still is."""
-    from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
+    from privrl.systems.dpsgd_rl.config import ObservationPrivacy
 
     rec = ObservationPrivacy().record(10)
     assert rec["headline"] == "none asked for (the learner sees the raw states)"

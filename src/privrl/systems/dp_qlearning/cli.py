@@ -8,7 +8,7 @@ run_app, reproduce_app = system_apps()
 
 
 @config_command(run_app, "dp-qlearning",
-                "privrl.systems.dp_qlearning.algorithm:DPQLearningConfig")
+                "privrl.systems.dp_qlearning.config:DPQLearningConfig")
 def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
 
@@ -16,13 +16,13 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
     Q-function. Writes config.json, metrics.csv, privacy.json, summary.json, policy.npz,
     plots/returns.png.
     """
+    cfg = settings.build().resolved()  # every value checked before JAX is imported
     from rich.console import Console
 
     from privrl.output import check_out_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
-    cfg = settings.build().resolved()
     check_out_dir(out)
     err = Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "

@@ -36,10 +36,8 @@ DP-DQN learns despite the noise (docs/dpsgd-rl.md).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, ClassVar, NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,11 +45,9 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer, non_negative, one_of, option, positive
 from privrl.envs.task import Task, check_module
 from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.accounting import Accountant, PrivacyEvent
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import (
@@ -60,14 +56,12 @@ from privrl.privacy.mechanisms import (
     gaussian_sum_release,
 )
 from privrl.privacy.noise import secret_fold
-from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
+from privrl.systems.dpsgd_rl.config import DQNConfig
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
-    EpisodicConfig,
     EpisodicLearner,
     EpisodicSetting,
     Progress,
-    calibrated_sigma,
     data_root,
     episode_env_key,
     episodic_task,
@@ -80,156 +74,6 @@ from privrl.systems.dpsgd_rl.episodic import (
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one transition (s, a, r, s′)"
-
-
-_DP_SGD: Mapping[str, Any] = {
-    "optimizer": "sgd", "momentum": 0.9, "learning_rate": 0.003, "weight_decay": 0.0,
-    "average_over_stored": True, "learning_starts": 1000, "batch_size": 512, "tau": 0.002}
-
-
-@dataclass(frozen=True)
-class DQNConfig(EpisodicConfig):
-    """Every hyperparameter of a DQN run; the defaults are the paper preset."""
-
-    preset: str = option(
-        "paper", choices=("paper", "dp-sgd", "dp-solve"),
-        help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
-        "learns under DP noise. dp-solve: ours, dp-sgd with a 16-16 network, double DQN and "
-        "--pause-at 500, which solves CartPole at ε = 8 per transition (docs/dpsgd-rl.md). "
-        "Options given explicitly override it.")
-    hidden: tuple[int, ...] = option((128, 128), help="Hidden layer sizes of the Q-network.")
-    learning_rate: float = option(1e-4, help="The optimizer's step size.")
-    weight_decay: float = option(0.01, help="Decoupled weight decay (AdamW's default).")
-    batch_size: int = option(128, help="Transitions per update (the expected batch under DP).")
-    buffer_size: int = option(10_000, help="Replay buffer capacity.", unit="transitions")
-    explore_start: float = option(
-        0.9, help="ε-greedy: ε = end + (start − end)·exp(−steps / decay).")
-    explore_end: float = option(0.05, help="See --explore-start.")
-    explore_decay: float = option(1000.0, help="See --explore-start.", unit="steps")
-    tau: float = option(0.005, help="Soft target-network update per step, in (0, 1].")
-    grad_value_clip: float = option(100.0, help="Gradient value clip (non-private runs only).")
-    sampling_probability: float | None = option(
-        None, flag="--q", help="Poisson sampling probability per stored transition. Default: "
-        "batch size / buffer size (paper 0.0128, dp-sgd 0.0512).")
-    clip: float = option(10.0, help="C: L2 bound of each transition's gradient (ours: the "
-                         "slides do not give it; C = 1 stalls DQN, see docs).")
-    optimizer: str = option("adamw", choices=OPTIMIZERS,
-                            help="adamw (AMSGrad, the slides' code) or sgd (heavy-ball momentum).")
-    momentum: float = option(0.9, help="SGD momentum in [0, 1) (sgd only).")
-    average_over_stored: bool = option(
-        False, help="DP-SGD: divide the noisy sum by q × the stored transitions (the expected "
-        "batch size now) instead of q × capacity, which shrinks the step while the buffer "
-        "fills (post-processing: one transition is stored per step whatever the data).")
-    learning_starts: int | None = option(
-        None, help="The first update once this many transitions are stored. Default: the "
-        "batch size.")
-    double_dqn: bool = option(
-        False, help="Double DQN targets: the next action chosen by the online network, valued "
-        "by the target network.")
-    lr_decay_updates: int | None = option(
-        None, help="Decay the learning rate linearly over this many updates to lr × "
-        "--lr-final-fraction, then hold it (post-processing). Default: constant.")
-    lr_final_fraction: float = option(
-        0.1, help="The decayed learning rate as a fraction of the first, in [0, 1].")
-    pause_at: float | None = option(
-        None, help="Make no updates during a training episode when the previous greedy "
-        "evaluation returned at least this (post-processing: no privacy cost). Default: never.")
-
-    # paper: the dataclass defaults. dp-sgd (ours, not the slides'): SGD + momentum instead of
-    # AdamW, whose per-coordinate normalization turns DP noise into full-size steps on
-    # coordinates with little gradient signal (docs/dpsgd-rl.md, benchmarks/log/04-*.md).
-    # dp-solve (ours): dp-sgd with a 16-16 Q-network (386 parameters instead of 17,410, so the
-    # same per-coordinate noise has ~7x less norm), double DQN and pause-at 500; it solves
-    # CartPole at ε = 8 per transition (benchmarks/RESULTS.md, "A DP-DQN that solves").
-    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "paper": {},
-        "dp-sgd": _DP_SGD,
-        "dp-solve": {**_DP_SGD, "hidden": (16, 16), "double_dqn": True, "pause_at": 500.0},
-    }
-
-    @property
-    def q(self) -> float:
-        return (self.sampling_probability if self.sampling_probability is not None
-                else self.batch_size / self.buffer_size)
-
-    @property
-    def max_batch(self) -> int:
-        """Rows of the padded Poisson batch: the mean + 12 standard deviations + 16."""
-        mean = self.q * self.buffer_size
-        return min(self.buffer_size, math.ceil(mean + 12 * math.sqrt(mean) + 16))
-
-    def validate(self) -> None:
-        super().validate()
-        if self.batch_size < 1 or self.buffer_size < self.batch_size:
-            fail("batch_size", "need 1 <= batch size <= buffer size, got "
-                               f"{self.batch_size} and {self.buffer_size}")
-        if self.learning_starts is not None and not (
-                self.batch_size <= self.learning_starts <= self.buffer_size):
-            fail("learning_starts", "need batch size <= learning starts <= buffer size, got "
-                                    f"{self.learning_starts}")
-        q = self.sampling_probability
-        if q is not None:
-            in_range("sampling_probability", q, 0, 1, low_open=True)
-            if not self.dp:
-                fail("sampling_probability", "Poisson sampling is for DP-SGD runs (dp)")
-        if self.secure_noise and self.dp and self.q < 1:
-            fail("secure_noise", "float-safe noise needs sampling probability 1: no accountant "
-                                 f"here covers the subsampled discrete Gaussian (q = {self.q:g})")
-        in_range("tau", self.tau, 0, 1, low_open=True)
-        one_of("optimizer", self.optimizer, OPTIMIZERS)
-        in_range("momentum", self.momentum, 0, 1, high_open=True)
-        non_negative("weight_decay", self.weight_decay)
-        if self.lr_decay_updates is not None:
-            integer("lr_decay_updates", self.lr_decay_updates)
-        in_range("lr_final_fraction", self.lr_final_fraction, 0, 1)
-        if self.pause_at is not None:
-            positive("pause_at", self.pause_at)
-
-    def resolved(self) -> DQNConfig:
-        """Validate; with a target ε, calibrate σ for the releases one transition can see."""
-        self.validate()
-        # σ is calibrated once the task's episode is known (episodic_task resolves again).
-        if self.target_epsilon is not None and self.max_episode_steps is not None:
-            return replace(self, noise_multiplier=calibrated_sigma(
-                self, self.releases_per_unit(self.max_steps()), self.q))
-        return self
-
-    # --- privacy -----------------------------------------------------------------------------
-    def max_steps(self) -> int:
-        return self.episodes * self.max_episode_steps
-
-    def event(self) -> PrivacyEvent:
-        q = self.q
-        return PrivacyEvent("gaussian", self.noise_multiplier, "poisson" if q < 1 else "none", q)
-
-    def releases_per_unit(self, updates: int) -> int:
-        """Updates one transition can take part in: it is evicted after `buffer_size` steps."""
-        return min(updates, self.buffer_size)
-
-    def truncation_delta(self, updates: int) -> float:
-        """Chernoff bound on P(some batch of the run exceeded max_batch), added to δ."""
-        n, q, k = self.buffer_size, self.q, self.max_batch
-        if k >= n or q >= 1:
-            return 0.0
-        a = k / n
-        kl = a * math.log(a / q) + (1 - a) * math.log((1 - a) / (1 - q))
-        return min(1.0, self.releases_per_unit(updates) * math.exp(-n * kl))
-
-    def max_updates(self) -> int:
-        """Updates allowed by max_epsilon (all of them without one)."""
-        total = self.max_steps()
-        if not self.private or self.max_epsilon is None:
-            return total
-        acc = Accountant(self.accountant)
-        n = acc.max_count(self.event(), self.delta, self.max_epsilon,
-                          self.releases_per_unit(total))
-        return total if n >= self.releases_per_unit(total) else n
-
-    def accountant_for(self, updates: int) -> Accountant:
-        acc = Accountant(self.accountant)
-        if self.private:
-            acc.compose(self.event(), self.releases_per_unit(updates))
-        return acc
 
 
 def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:

@@ -23,7 +23,6 @@ with the unbiased std); docs/dpsgd-rl.md lists them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -33,7 +32,6 @@ import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer, option, positive
 from privrl.envs.task import Task, check_module
 from privrl.federation.adapt import noise_step, scaled
 from privrl.losses import (
@@ -43,21 +41,18 @@ from privrl.losses import (
     score_function_loss,
 )
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.accounting import Accountant, PrivacyEvent
 from privrl.privacy.clipping import clip_l2, geometric_clip_update
-from privrl.privacy.distributed import update_noise_multiplier
 from privrl.privacy.mechanisms import (
     GaussianSumMechanism,
     gaussian_sum_release,
 )
 from privrl.privacy.noise import secret_fold
+from privrl.systems.dpsgd_rl.config import ADAPTIVE_LEVERS, ReinforceConfig
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
-    EpisodicConfig,
     EpisodicLearner,
     EpisodicSetting,
     Progress,
-    calibrated_sigma,
     data_root,
     episode_env_key,
     episodic_task,
@@ -70,164 +65,6 @@ from privrl.systems.dpsgd_rl.episodic import (
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one episode (all its transitions)"
-
-
-# The levers' switches (issue 51; a run with one on runs alone, not in a program of settings).
-ADAPTIVE_LEVERS = ("adaptive_clip", "step_from_noise", "public_eval_every")
-# "adaptive" (issue 51): the paper's learner with the private levers that adapt a DP-REINFORCE
-# run to its task: the clip follows the median of the episodes' gradient norms (Andrew et al.
-# 2021: the clip count's noise is part of the episode's one Gaussian release, its ε counted),
-# 8 episodes per update (DP-SGD's unit stays one episode: more episodes per update is more
-# signal per unit of noise), the step size from the noise level, and the best candidate on the
-# task's public simulator kept every 10 updates, reverting and halving the step when the
-# policy collapses. The returns are normalized within each episode (the paper's, kept).
-# Measured in benchmarks/log/24-dprl.md.
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "adaptive": {"adaptive_clip": True, "batch_episodes": 8, "step_from_noise": True,
-                 "public_eval_every": 10},
-}
-
-
-@dataclass(frozen=True)
-class ReinforceConfig(EpisodicConfig):
-    """Every hyperparameter of a REINFORCE run; the defaults are the paper preset."""
-
-    presets = PRESETS
-
-    hidden: int = option(128, help="Hidden units of the policy network.")
-    dropout: float = option(0.5, help="Dropout rate of the hidden layer, in [0, 1).")
-    batch_episodes: int = option(1, help="Episodes per update (the slides: one).")
-    normalize_returns: bool = option(True, help="Standardize the returns within a batch.")
-    learning_rate: float = option(0.01, help="Adam's step size.")
-    # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them on)
-    adaptive_clip: bool = option(
-        False, help="dp-reinforce: adaptive clipping (Andrew et al. 2021). The clip starts at "
-        "--clip and follows the --clip-quantile of the episodes' gradient norms: each update "
-        "also releases the count of episodes within the clip, noised with std "
-        "--clip-count-stddev, and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same ε: "
-        "σ is split between the gradient and the count, both in the accountant.")
-    clip_quantile: float = option(
-        0.5, help="--adaptive-clip: target fraction γ of episodes whose gradient norm is "
-        "within the clip, in (0, 1) (the paper's: the median).")
-    clip_lr: float = option(
-        0.2, help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update (the "
-        "paper's: 0.2).")
-    clip_count_stddev: float | None = option(
-        None, help="--adaptive-clip: std σ_b of the noise on the count of episodes within the "
-        "clip; must exceed σ/2. Default max(B/20, σ) (B: --batch-episodes; the paper's B/20, "
-        "at least σ so the gradient's share of the noise stays within 1.16σ).")
-    step_from_noise: bool = option(
-        False, help="Adam's step size from DP-SGD's noise level: η·s/(1 + s), s the "
-        "signal-to-noise ratio of the B clipped episodes an update sums over Adam's window "
-        "(1/(dσ²) per episode). Post-processing.")
-    public_eval_every: int | None = option(
-        None, help="Every this many updates the learner plays its greedy policy on the task's "
-        "PUBLIC simulator (default parameters, no agent's private draw), keeps the best so far "
-        "as the final policy, and reverts to it, lowering its step by --backoff, when the "
-        "policy collapses. Post-processing. Default: off.", unit="updates")
-    public_eval_episodes: int = option(
-        16, help="--public-eval-every: episodes per evaluation on the public simulator.")
-    backoff: float = option(
-        0.5, help="--public-eval-every: the step's multiplier in (0, 1] after a collapse.")
-
-    def validate(self) -> None:
-        super().validate()
-        in_range("dropout", self.dropout, 0, 1, high_open=True)
-        integer("hidden", self.hidden)
-        integer("batch_episodes", self.batch_episodes)
-        self._check_levers()
-
-    def _check_levers(self) -> None:
-        """The levers' own fields (issue 51)."""
-        for name in ("adaptive_clip", "step_from_noise"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, f"must be true or false, got {getattr(self, name)!r}")
-        if self.adaptive_clip:
-            if not self.dp or (self.noise_multiplier <= 0 and self.target_epsilon is None):
-                fail("adaptive_clip", "adaptive clipping releases a noised count: it needs "
-                                      "DP-SGD with noise (--noise-multiplier > 0 or --epsilon)")
-            if self.secure_noise:
-                fail("adaptive_clip", "adaptive clipping is not implemented with float-safe "
-                                      "noise (--secure-noise)")
-            in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
-            positive("clip_lr", self.clip_lr)
-            if self.clip_count_stddev is not None:
-                positive("clip_count_stddev", self.clip_count_stddev)
-        else:
-            for name in ("clip_count_stddev",):
-                if getattr(self, name) is not None:
-                    fail(name, "only adaptive clipping takes it (it is off)")
-        if self.public_eval_every is not None:
-            integer("public_eval_every", self.public_eval_every)
-        integer("public_eval_episodes", self.public_eval_episodes, 2)
-        in_range("backoff", self.backoff, 0, 1, low_open=True)
-        if self.obs.mechanism() is not None and (self.adaptive_clip or self.step_from_noise
-                                                 or self.public_eval_every is not None):
-            fail("obs.mode", "the adaptive levers are for DP-SGD REINFORCE (dp-reinforce), "
-                             "not with LDP observations")
-
-    def resolved(self) -> ReinforceConfig:
-        """Validate; with a target ε, calibrate σ for one release per episode (adaptive
-        clipping: the joint σ of the episode's gradient and clip count); fill the clip
-        count's default noise."""
-        self.validate()
-        cfg = self
-        if self.target_epsilon is not None:
-            cfg = replace(cfg, noise_multiplier=calibrated_sigma(self, 1))
-        if cfg.adaptive_clip:
-            sb = (cfg.clip_count_stddev if cfg.clip_count_stddev is not None
-                  else max(cfg.batch_episodes / 20, cfg.noise_multiplier))
-            cfg = replace(cfg, clip_count_stddev=float(sb))
-            try:
-                update_noise_multiplier(cfg.noise_multiplier, sb)
-            except ValueError as e:
-                fail("clip_count_stddev", str(e))
-        return cfg
-
-    # --- privacy -----------------------------------------------------------------------------
-    @property
-    def gradient_noise_multiplier(self) -> float:
-        """The noise multiplier on the episodes' clipped gradient sum: σ, or under adaptive
-        clipping z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) (privacy.distributed.update_noise_multiplier),
-        so that the gradient and the clip count together cost what one Gaussian release of
-        multiplier σ costs."""
-        if not self.adaptive_clip:
-            return self.noise_multiplier
-        return update_noise_multiplier(self.noise_multiplier, self.clip_count_stddev)
-
-    def events(self) -> list[PrivacyEvent]:
-        """One episode's releases (each once): the gradient sum's Gaussian; with adaptive
-        clipping also the clip count's (sensitivity ½ of the centred bit b − ½, noise σ_b:
-        multiplier 2σ_b). The accountant composes them: exactly a Gaussian of multiplier σ."""
-        events = [PrivacyEvent("gaussian", self.gradient_noise_multiplier)]
-        if self.adaptive_clip:
-            events.append(PrivacyEvent("gaussian", 2.0 * self.clip_count_stddev))
-        return events
-
-    def event(self) -> PrivacyEvent:
-        return PrivacyEvent("gaussian", self.noise_multiplier)
-
-    def max_updates(self) -> int:
-        """Updates allowed by max_epsilon: all of them, or none if one release exceeds it."""
-        if not self.private or self.max_epsilon is None:
-            return self.episodes
-        if self.adaptive_clip:
-            acc = Accountant(self.accountant)
-            for e in self.events():
-                acc.compose(e, 1)
-            return self.episodes if acc.epsilon(self.delta) <= self.max_epsilon else 0
-        acc = Accountant(self.accountant)
-        return acc.max_count(self.event(), self.delta, self.max_epsilon, 1) * self.episodes
-
-    def accountant_for(self, updates: int) -> Accountant:
-        """One episode's account after `updates` updates: one release (with adaptive clipping
-        the gradient's and the clip count's), if any update happened."""
-        acc = Accountant(self.accountant)
-        if self.private and updates > 0:
-            for e in self.events() if self.adaptive_clip else [self.event()]:
-                acc.compose(e, 1)
-        return acc
 
 
 class ReinforceState(NamedTuple):

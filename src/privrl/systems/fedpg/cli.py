@@ -30,7 +30,7 @@ from privrl.progress import DEFAULT_EVERY
 
 if TYPE_CHECKING:
 
-    from privrl.systems.fedpg.algorithm import FedPGConfig
+    from privrl.systems.fedpg.config import FedPGConfig
 
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
@@ -42,14 +42,14 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 _REQUEST = ("epsilon", "epsilon_per_report", "noise_multiplier", "epsilon_budget")
 
 
-def _config(algorithm: str, settings: Settings) -> FedPGConfig:
-    """The run's config from the file and the options (None: the preset's). --epsilon is
+def _config(algorithm: str, settings: Settings, out: Path | None) -> FedPGConfig:
+    """The run's config from the file and the options (None: the preset's), every value
+    checked before JAX is imported, then `out` checked, then its task. --epsilon is
     each agent's total over the run (the config's `epsilon`), --epsilon-per-report a pure
     mechanism's ε per release (`epsilon_per_report`): the privacy plan
     (`FedPGConfig.privacy_plan`) reads them, and a run's own config.json (the total with the
     split it resolved to) plans the same again."""
     from privrl.config import ConfigError
-    from privrl.systems.fedpg.algorithm import FedPG
     from privrl.systems.fedpg.config import FedPGConfig
 
     given = settings.given()
@@ -67,6 +67,11 @@ def _config(algorithm: str, settings: Settings) -> FedPGConfig:
                                                 "over the run) or --epsilon-per-report, not "
                                                 "both")
     cfg = FedPGConfig.from_preset(preset, algorithm=algorithm, **given).resolved()
+    from privrl.output import check_out_dir
+
+    check_out_dir(out)  # before the task, which may import --env's code
+    from privrl.systems.fedpg.algorithm import FedPG
+
     # The task's episode and target filled in; a bad --env/--private fails here, first.
     return FedPG(cfg).config
 
@@ -109,9 +114,6 @@ def run_fedpg_cen_command(
     --robust) and takes SCSG steps with importance weights. Defaults (--preset paper):
     FedPG-BR's CartPole setting.
     """
-    from privrl.output import check_out_dir
-
-    check_out_dir(out)  # before the config, which may import --env's code
     if runtime is Runtime.flower and settings.get("mechanism") == "distributed-gaussian":
         from privrl.config import ConfigError
 
@@ -119,7 +121,7 @@ def run_fedpg_cen_command(
             raise ConfigError("sampling_rate", "the Flower runtime's secure sum takes every "
                               "agent in every round (no amplification by sampling is claimed)")
         settings.values["sampling_rate"] = 1.0
-    cfg = _config("cen", settings)
+    cfg = _config("cen", settings, out)
     from privrl.systems.fedpg.runtimes import check_runtime
 
     check_runtime(cfg, runtime.value)  # the library's rules: the API refuses the same
@@ -177,10 +179,7 @@ def run_fedpg_dec_command(
     out-neighbours on a directed graph (push-sum, column-stochastic mixing).
     """
     from privrl.config import ConfigError
-    from privrl.output import check_out_dir
-
-    check_out_dir(out)  # before the config, which may import --env's code
-    cfg = _config("dec", settings)
+    cfg = _config("dec", settings, out)
     from privrl.systems.fedpg.algorithm import build_topology
     from privrl.systems.fedpg.runtimes import check_runtime
 

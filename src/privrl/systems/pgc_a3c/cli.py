@@ -33,7 +33,7 @@ from privrl.progress import DEFAULT_EVERY
 
 if TYPE_CHECKING:
 
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.config import PGCA3CConfig
 
 run_app, reproduce_app = system_apps()
 top_app = typer.Typer(rich_markup_mode=None)  # `privrl replay`
@@ -43,7 +43,7 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 MAX_SUPERNODES = 64  # a local deployment's processes: two per SuperNode
 
 
-@config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig")
+@config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.config:PGCA3CConfig")
 def run_pgc_a3c_command(
     settings: Settings,
     out: Out = None,
@@ -77,12 +77,6 @@ def run_pgc_a3c_command(
     randomizes its A3C gradient with the mechanism (ε-LDP) and submits it once. Prints the
     results table and where the results were written.
     """
-    from privrl.output import check_out_dir
-    from privrl.runtime.rules import require_extra
-    from privrl.systems.pgc_a3c.algorithm import PGCA3C
-    from privrl.systems.pgc_a3c.runtimes import check_runtime
-
-    check_out_dir(out)  # before the config, which may import --env's code
     epsilon = settings.get("epsilon")
     if settings.get("mechanism") == "none" and epsilon is not None and math.isfinite(epsilon):
         raise ConfigError("epsilon", "the non-private baseline (--mechanism none) has no ε; "
@@ -90,9 +84,17 @@ def run_pgc_a3c_command(
     if settings.get("mechanism") != "none" and epsilon is not None and math.isinf(epsilon):
         raise ConfigError("epsilon", "ε must be finite; use --mechanism none for the "
                                      "non-private ε = ∞ baseline")
+    config = settings.build().resolved()  # every value checked before JAX is imported
+    from privrl.output import check_out_dir
+    from privrl.runtime.rules import require_extra
+
+    check_out_dir(out)  # before the task, which may import --env's code
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+    from privrl.systems.pgc_a3c.runtimes import check_runtime
+
     # The task's episode, target and shaping filled in; a bad --env/--private fails here,
     # before anything runs.
-    config = PGCA3C(settings.build().resolved()).config
+    config = PGCA3C(config).config
     check_runtime(config, runtime.value)  # the library's rules: the API refuses the same
     for flag, value in (("--agents-in-flight", agents_in_flight),
                         ("--checkpoint-every", checkpoint_every)):
