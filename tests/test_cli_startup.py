@@ -88,6 +88,7 @@ import inspect
 HEAVY = ("numpy", "jax", "flax", "optax", "gymnax", "gymnasium", "dp_accounting", "scipy")
 run = typer.main.get_command(build_app()).commands["run"]
 found = {}
+needs = {"fedrl-text2action": ["--data", "."]}  # its required option, before the bad value
 for name, command in run.commands.items():
     source = inspect.unwrap(command.callback)
     flags = source_flags(source.cls_name, **source.opts)
@@ -96,7 +97,7 @@ for name, command in run.commands.items():
             continue
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            code = main(["run", name, flag, "-1"])
+            code = main(["run", name, *needs.get(name, []), flag, "-1"])
         found[f"{name} {flag}"] = [code, err.getvalue().strip(),
                                    sorted(m for m in HEAVY if m in sys.modules)]
 print(json.dumps(found))
@@ -111,7 +112,7 @@ def test_a_bad_value_is_refused_before_jax() -> None:
     done = subprocess.run([sys.executable, "-c", _VALUES_PROBE], capture_output=True,
                           text=True, timeout=120, check=False)
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(found) >= 11 + 7 + 11, found  # every run command's --seed and --learning-rate, each --epsilon
+    assert len(found) >= 11 + 11 + 7, found  # each command's --seed, --learning-rate; --epsilon
     for case, (code, err, heavy) in found.items():
         flag = case.split()[-1]
         assert code == 2 and err.startswith(f"privrl: error: {flag}") and "\n" not in err, \

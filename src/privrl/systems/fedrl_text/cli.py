@@ -44,10 +44,13 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 
 
 @config_command(run_app, "fedrl-text2action",
-                "privrl.systems.fedrl_text.algorithm:TextConfig")
+                "privrl.systems.fedrl_text.config:TextConfig")
 def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
                     out: Out = None, progress: ShowProgress = True) -> None:
     """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
+    # Secure Q-output noise is composed by RDP alone (its accountant's default).
+    cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
+    cfg = cfg.resolved()  # every value checked before JAX is imported
     from rich.console import Console
     from rich.table import Table
 
@@ -57,9 +60,6 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
     check_out_dir(out)
-    # Secure Q-output noise is composed by RDP alone (its accountant's default).
-    cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
-    cfg = cfg.resolved()
     preset, corpus, mode = cfg.preset, cfg.corpus, cfg.mode
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds

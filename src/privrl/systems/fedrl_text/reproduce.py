@@ -21,7 +21,8 @@ from privrl.config import Config, check_preset, fail, one_of
 from privrl.envs import text2action as t2a
 from privrl.output import open_sweep, run_setting, write_json
 from privrl.privacy.noise import NOISE_MODES
-from privrl.systems.fedrl_text.algorithm import PRESETS, TextConfig, text_config
+from privrl.systems.fedrl_text.algorithm import TextConfig, text_config
+from privrl.systems.fedrl_text.config import PRESETS
 from privrl.systems.fedrl_text.local import run_cv, save
 
 MODELS = ("fcn-alpha", "dqn-alpha", "fedrl", "fcn-full", "dqn-full")
