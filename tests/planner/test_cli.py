@@ -48,7 +48,7 @@ MECH = {"pgc-a3c": ("laplace", "tuned"), "fedpg-cen": ("distributed-gaussian", "
         "dp-reinforce": ("gaussian", "paper")}
 EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
              "fedpg-cen": ("privrl.systems.fedpg.cli", "_execute_fedpg", 0),
-             "dp-reinforce": ("privrl.systems.dpsgd_rl.cli", "_execute", 2)}
+             "dp-reinforce": ("privrl.systems.dpsgd_rl.cli", "_execute", 1)}
 
 
 @pytest.mark.parametrize(("system", "levers"), [*((s, False) for s in sy.SYSTEMS),

@@ -314,7 +314,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     from privrl.systems.dpsgd_rl import cli as dpsgd_cli
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show, every:
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, cfg, out, show, every:
                         seen.update(cfg=cfg))
     assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
