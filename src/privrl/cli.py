@@ -618,8 +618,9 @@ def _value(opt: FieldOption, value: Any) -> Any:
 
 class _ConfigCommand:
     """A command whose options are generated from a config class, imported only when the
-    command is parsed or its help shown (the config modules import JAX and the system: a
-    `privrl` command imports its own system only)."""
+    command is parsed or its help shown (a `privrl` command imports its own system's config
+    only; the config modules import no JAX, so a command checks every value before it imports
+    its system)."""
 
     def __init__(self, fn: Callable[..., Any], cls: str, opts: dict[str, Any],
                  algorithms: tuple[str, ...], renames: dict[str, str],
