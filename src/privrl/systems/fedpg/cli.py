@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -201,7 +201,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
                    every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
-    from privrl.output import new_run_dir, removed_if_left_empty
+    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
@@ -232,11 +232,15 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     if ray:
         from privrl.systems.fedpg.ray import run_fedpg_dec_ray
 
-        with (removed_if_left_empty(path), progress_bar(err, show_progress, "training",
-                                                        "episodes/agent", every) as (bar, _)):
-            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=bar)
-        summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
-                              files={"ray.json": extra}, runtime="ray")
+        def write(result: tuple[Any, dict[str, Any]], path: Path) -> dict[str, Any]:
+            return runner.save(result[0], path, command=["privrl", *sys.argv[1:]],
+                               files={"ray.json": result[1]}, runtime="ray")
+
+        # A Ray run that fails after some rounds keeps them (the runner reads its nodes).
+        with (removed_if_left_empty(path), keeping_work(lambda: path, write),
+              progress_bar(err, show_progress, "training", "episodes/agent", every) as (bar, _)):
+            done = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=bar)
+        summary = write(done, path)
         files = files[:-1] + ", ray.json (cluster, every node's gossip log))"
     else:
         path, summary = run_and_save(out, f"{stem}-{cfg.mechanism}", lambda bar: runner.run_fedpg(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -123,7 +123,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show: bool, every: floa
     import numpy as np
     from rich.console import Console
 
-    from privrl.output import new_run_dir, removed_if_left_empty
+    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.rules import NAMES
     from privrl.systems.pgc_a3c import local
@@ -160,16 +160,22 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show: bool, every: floa
                  f"aggregator files and logs in {path}")
     err.print(f"[bold]PGC-A3C on {NAMES[runtime.value]}[/] ({config.preset} preset) "
               f"{config.mechanism}, {config.submissions} submissions, {where}")
-    with (removed_if_left_empty(path),
+    def write(result: Any, path: Path) -> dict[str, Any]:
+        np.save(path / "theta_final.npy", result.theta)
+        return local.save(runner.as_run_output(result), path,
+                          command=["privrl", *sys.argv[1:]], runtime=runtime.value,
+                          files={f"{runtime.value}.json": result.record()})
+
+    # A Ray run that fails after some work keeps it (the runner reads it from its actors):
+    # the metrics and θ so far, privacy.json counting every report the aggregator accepted.
+    with (removed_if_left_empty(path), keeping_work(lambda: path, write),
           progress_bar(err, show and runtime is Runtime.ray, "training") as (bar, task)):
         result = runner.run_pgc_a3c_ray(
             config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
             checkpoint_every=checkpoint_every, progress=lambda done, total: bar.update(
                 task, completed=done, total=total)) if runtime is Runtime.ray else \
             runner.run_pgc_a3c_flower(config, path, supernodes)
-    np.save(path / "theta_final.npy", result.theta)
-    summary = local.save(runner.as_run_output(result), path, command=["privrl", *sys.argv[1:]],
-                         runtime=runtime.value, files={f"{runtime.value}.json": result.record()})
+    summary = write(result, path)
     error = getattr(result, "error", None)  # the files hold what was released before it ended
     print_results(path, f"; check them with: privrl replay {path}", results_table(
         "PGC-A3C results", local.summary_rows(summary)), *lines,
