@@ -261,7 +261,11 @@ def run_pgc_a3c_ray(
         def so_far() -> RayRunOutput:  # should the loop fail: what the actors hold now
             wait = {"timeout": SNAPSHOT_TIMEOUT}
             ledger = ray.get((agg if shuffler is None else shuffler).ledger.remote(), **wait)
-            return RayRunOutput(cfg, scores[None, :].copy(),
+            # The scores made, in submission order, first (agents finish out of order: a
+            # run's rows are its first `submitted`, as a finished run's are all of them).
+            made = np.full_like(scores, np.nan)
+            made[:int(np.isfinite(scores).sum())] = scores[np.isfinite(scores)]
+            return RayRunOutput(cfg, made[None, :],
                                 np.asarray(ray.get(agg.theta.remote(), **wait)),
                                 ray.get(agg.status.remote(), **wait), ledger, Path(directory),
                                 time.perf_counter() - start, len(agents), cluster,
