@@ -463,10 +463,17 @@ def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
     (setting,) = DQN.settings_algorithm([cfg]).setting_params
     assert setting.grad == GaussianSumMechanism(1.0, cfg.clip).release_params(0)
-    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
+    seen: list[dict] = []
+
+    def progress(done, total, **figures):  # issue 53: the bar's ε spent is the record's
+        seen.append(figures)
+
+    progress.takes_figures = True  # type: ignore[attr-defined]
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn", progress=progress)
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
     assert event["count"] == 16 and event["sampling_probability"] == 1 / 16
+    assert seen[-1]["epsilon"] == out.privacy["dpsgd"]["epsilon"] > 0
 
 
 

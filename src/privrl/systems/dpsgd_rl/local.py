@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,13 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
     trial = np.arange(padded)  # the trial each row of the batch holds (>= n: padding)
     done = 0
     ends = np.zeros(n_set, int)  # episodes each setting's own run plays (whole chunks)
+    @lru_cache(maxsize=1)
+    def spent(updates: int) -> float | None:
+        """For progress: the model's ε spent after `updates` (the privacy record's account;
+        one setting's: a program of several states none)."""
+        private = n_set == 1 and cfg.private
+        return cfg.accountant_for(updates).epsilon(cfg.delta) if private else None
+
     while done < cfg.episodes:
         state, m = step(state)
         real = trial < n
@@ -211,7 +218,8 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             seen = train[:n, :done]
             emit(progress, cfg.episodes if stopped.all() else min(done, cfg.episodes),
                  cfg.episodes, mean_return=(float(np.nanmean(seen)) if np.isfinite(seen).any()
-                                            else None))
+                                            else None),
+                 epsilon=spent(int(updates_all.max())))
         work_so_far(partial(_outputs, settings, names, k, train, evals, updates_all,
                             solved_all, thetas, ends.copy(), done, start, n_dev))
         if stopped.all():
