@@ -202,10 +202,10 @@ def test_work_kept_from_other_processes_is_read_before_they_go() -> None:
         loop(3)
     assert written == [({"theta": [1.0], "released": 3}, Path("/kept"))]
     assert "kept in /kept" in str(e.value)
-    with pytest.raises(FloatingPointError), keeping_work(  # the read fails too: as it was
-            lambda: Path("/kept"), lambda result, path: written.append(result)):
-        with work_on_failure(lambda: 1 / 0):
-            raise FloatingPointError("simulated crash")
+    with (pytest.raises(FloatingPointError),  # the read fails too: the failure as it was
+          keeping_work(lambda: Path("/kept"), lambda result, path: written.append(result)),
+          work_on_failure(lambda: 1 / 0)):
+        raise FloatingPointError("simulated crash")
     assert len(written) == 1
 
 
