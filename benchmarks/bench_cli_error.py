@@ -10,7 +10,8 @@ the seconds. Where the rest goes: `python -X importtime -m privrl run pgc-a3c --
     python benchmarks/bench_cli_error.py [--repeats 7] [--compare SRC]
 
 `--compare SRC`: also time the bad flag and PGC-A3C's bad value with another privrl's source
-tree first on the import path (e.g. `git archive <commit> src | tar -x -C /tmp/old`, then `--compare /tmp/old/src`).
+tree first on the import path (e.g. `git archive <commit> src | tar -x -C /tmp/old`, then
+`--compare /tmp/old/src`).
 """
 
 from __future__ import annotations
