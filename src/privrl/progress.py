@@ -29,13 +29,16 @@ DEFAULT_EVERY = 30.0  # seconds between two lines without a terminal
 
 
 def emit(progress: Callable[..., Any] | None, done: float, total: float | None,
-         mean_return: float | None = None, epsilon: float | None = None) -> None:
-    """Report to `progress`: with the figures where it takes them (`RunProgress`), else as
-    `progress(done, total)` (a user's two-argument callback)."""
+         mean_return: float | None = None, epsilon: float | None = None,
+         description: str | None = None) -> None:
+    """Report to `progress`: with the figures where it takes them (`RunProgress`; and what is
+    running, `description`, where given), else as `progress(done, total)` (a user's
+    two-argument callback)."""
     if progress is None:
         return
     if getattr(progress, "takes_figures", False):
-        progress(done, total, mean_return=mean_return, epsilon=epsilon)
+        named = {} if description is None else {"description": description}
+        progress(done, total, mean_return=mean_return, epsilon=epsilon, **named)
     else:
         progress(done, total)
 

@@ -69,8 +69,9 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
               f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
     path, summary = run_and_save(
         out, f"{mode}-text2action-{corpus}", lambda bar: run_cv(
-            cfg, text, fold_ids, progress=lambda m: bar.update(None, description=m)),
-        lambda done, path, command: save(cfg, *done, path, command=command), err, progress, "")
+            cfg, text, fold_ids, progress=bar),
+        lambda done, path, command: save(cfg, *done, path, command=command), err, progress,
+        "epochs")
     t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):

@@ -94,7 +94,7 @@ def run_reproduction(cfg: ReproConfig, path: Path, log: Callable[[str], None] = 
                       corpus_name: str = corpus_name, corpus: Any = corpus) -> dict[str, Any]:
                 run_cfg = cfg.make(model, corpus_name)
                 folds, refs = run_cv(run_cfg, corpus, cfg.folds,
-                                     progress=lambda m: log(f"{name} {m}"))
+                                     log=lambda m: log(f"{name} {m}"))
                 return save(run_cfg, folds, refs, tmp)
 
             summary = run_setting(path, name, write, log)
