@@ -135,7 +135,8 @@ def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyP
     privacy = _check_kept(out, err)
     # issue 53 item 5, without a terminal: the compile phase, then the count and mean return
     assert "training: compiling …" in err
-    assert re.search(r"training: 1/3 epochs, mean return -?[0-9.]+, [0-9]+ s", err), err
+    assert re.search(r"training: 1/3 epochs, mean return -?[0-9.]+, ε spent [0-9.e+]+, [0-9]+ s",
+                     err), err
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert [r.split(",")[1] for r in rows] == ["1"]  # one seed, its first epoch
     summary = json.loads((out / "summary.json").read_text())
