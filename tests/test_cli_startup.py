@@ -96,8 +96,9 @@ for name, command in run.commands.items():
         if flag not in flags:
             continue
         err = io.StringIO()
+        sys.argv = ["privrl", "run", name, *needs.get(name, []), flag, "-1"]
         with contextlib.redirect_stderr(err):
-            code = main(["run", name, *needs.get(name, []), flag, "-1"])
+            code = main()  # the `privrl` process itself: its setup too
         found[f"{name} {flag}"] = [code, err.getvalue().strip(),
                                    sorted(m for m in HEAVY if m in sys.modules)]
 print(json.dumps(found))

@@ -17,6 +17,7 @@ from privrl.cli import (
     Runtime,
     Settings,
     ShowProgress,
+    computing,
     config_command,
     execute_sweep,
     print_results,
@@ -144,6 +145,7 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 
     plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
+    computing()
     path = new_run_dir(out, f"fedpg-cen-flower-{cfg.mechanism}")
     bound = planned(cfg.privacy_plan())
     Console(stderr=True).print(
@@ -209,6 +211,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from privrl.systems.fedpg.byzantine import byzantine_agents
 
     FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
+    computing()
     err = Console(stderr=True)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
     # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is

@@ -18,6 +18,7 @@ from privrl.cli import (
     Runtime,
     Settings,
     ShowProgress,
+    computing,
     config_command,
     execute_sweep,
     flag_names,
@@ -130,6 +131,7 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show: bool, every: floa
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
     PGCA3C(config)  # its mechanism (a user's: imported) refuses bad parameters before the run
+    computing()
     err = Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     stem = f"{config.preset}-{config.mechanism}-eps{eps_tag}"
