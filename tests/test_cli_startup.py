@@ -101,6 +101,14 @@ for name, command in run.commands.items():
             code = main()  # the `privrl` process itself: its setup too
         found[f"{name} {flag}"] = [code, err.getvalue().strip(),
                                    sorted(m for m in HEAVY if m in sys.modules)]
+# a value Theorem 5 itself refuses (dp-qlearning's every Theorem 5 parameter given)
+err = io.StringIO()
+sys.argv = ["privrl", "run", "dp-qlearning", "--delta", "1e-5", "--sensitivity-constant", "1",
+            "--k", "5", "--epsilon", "2"]
+with contextlib.redirect_stderr(err):
+    code = main()
+found["dp-qlearning Theorem-5 --epsilon"] = [code, err.getvalue().strip(),
+                                             sorted(m for m in HEAVY if m in sys.modules)]
 print(json.dumps(found))
 """
 
@@ -113,12 +121,12 @@ def test_a_bad_value_is_refused_before_jax() -> None:
     done = subprocess.run([sys.executable, "-c", _VALUES_PROBE], capture_output=True,
                           text=True, timeout=120, check=False)
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(found) >= 11 + 11 + 6, found  # each command's --seed, --learning-rate; --epsilon
+    assert len(found) >= 11 + 11 + 6 + 1, found  # each command's --seed, --learning-rate; --epsilon
     for case, (code, err, heavy) in found.items():
         flag = case.split()[-1]
         assert code == 2 and err.startswith("privrl: error: ") and "\n" not in err, \
             (case, code, err)
         # named: the flag (dp-qlearning's --epsilon: Theorem 5's --delta, required first)
-        named = "--delta" if case == "dp-qlearning --epsilon" else flag
+        named = "--delta" if case == "dp-qlearning --epsilon" else flag  # (--delta first)
         assert err.startswith(f"privrl: error: {named}: ") or f"'{named}'" in err, (case, err)
         assert heavy == [], (case, heavy)

@@ -1,13 +1,13 @@
 """DP Q-learning's configuration (paper 001): `DPQLearningConfig`, its preset and its
-validation. It imports no JAX (Theorem 5 is read where it is applied, after the light checks),
-so the command line refuses a bad value before JAX starts (issue 53).
+validation, Theorem 5's included. It imports no JAX, so the command line refuses a bad value
+before JAX starts (issue 53).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from privrl.choices import NOISE_MODES
 from privrl.config import (
@@ -23,9 +23,7 @@ from privrl.config import (
     positive,
     probability,
 )
-
-if TYPE_CHECKING:
-    from privrl.privacy.functional import Theorem5
+from privrl.privacy.theorem5 import Theorem5
 
 # "paper": the authors' settings (the dataclass defaults: their dpql.py). No tuned preset yet.
 PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
@@ -108,8 +106,6 @@ class DPQLearningConfig(Config):
         return self.epsilon is not None
 
     def theorem5(self) -> Theorem5:
-        from privrl.privacy.functional import Theorem5  # JAX: after the light checks
-
         return Theorem5(epsilon=self.epsilon, delta=self.delta,
                         sensitivity_constant=self.sensitivity_constant, k=self.k,
                         beta=self.beta, updates=self.updates, batch_size=self.batch_size,
