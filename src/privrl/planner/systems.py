@@ -99,7 +99,8 @@ def start_fields(system: str, preset: str) -> dict[str, Any]:
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
     cfg = PGCA3CConfig.from_preset(LEVERS_PRESET[(system, preset)])
-    return {"uniform_start": True, "log_std": "parameter"} if cfg.uniform_start else {}
+    start = {"uniform_start": True, "log_std": "parameter"} if cfg.uniform_start else {}
+    return start | ({"critic": cfg.critic} if cfg.critic != "shared" else {})
 
 
 def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[str],
