@@ -191,8 +191,10 @@ PRESETS["continuous"] = {
 # A continuous-action task gets a state-free log-std (the network's ignores it on a discrete
 # one). Every task's policy starts uniform (`uniform_start`): a Glorot start, played without
 # learning where the private step is small, was below random on the untuned benchmark's
-# `corridor` (benchmarks/log/24-untuned.md). Measured in benchmarks/RESULTS.md ("Adaptive
-# private defaults").
+# `corridor` (benchmarks/log/24-untuned.md). Each report is the policy's gradient alone
+# (`critic` "none"): the actor-critic report of a task with long episodes and large returns
+# was nearly all critic (benchmarks/log/26-report.md). Measured in benchmarks/RESULTS.md
+# ("Adaptive private defaults").
 PRESETS["adaptive"] = {
     **PRESETS["tuned"],
     "hidden": 8,
@@ -255,7 +257,8 @@ class PGCA3CConfig(Config):
         "tuned-ldp with 8 hidden units. continuous: for a continuous-action (Box) task: a "
         "state-free log-std, GAE, γ = 0.9, scaled reward (docs/environments.md). adaptive: "
         "private defaults that adapt to the task (issue 51): tuned's learner with 8 hidden "
-        "units, --adaptive-clip, --step-from-noise and --public-eval-every 20. Options "
+        "units reporting the policy's gradient alone (--critic none), --adaptive-clip, "
+        "--step-from-noise and --public-eval-every 20. Options "
         "given explicitly override it.")
     mechanism: str = option(
         "laplace", choices=MECHANISMS, user_callable=True,
