@@ -1,8 +1,9 @@
 """A package whose names are imported on first use (PEP 562).
 
-`privrl.privacy` and `privrl.envs` re-export their modules' names; imported eagerly, importing
-one light module of either (the privacy plan, the CartPole spec, which a config's validation
-reads) would import JAX, and a bad command-line value would wait seconds for it (issue 53).
+`privrl.privacy`, `privrl.envs` and `privrl.federation` re-export their modules' names;
+imported eagerly, importing one light module of any of them (the privacy plan, the CartPole
+spec, which a config's validation reads; a Flower app reference) would import JAX, and a bad
+command-line value would wait seconds for it (issue 53).
 """
 
 from __future__ import annotations

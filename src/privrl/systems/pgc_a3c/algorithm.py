@@ -172,7 +172,7 @@ class PGCA3C:
                 cfg.hidden, self.head.outputs, task.obs_dim, cfg.use_bias,
                 cfg.log_std if continuous else "state",
                 self.head.uniform_log_std() if continuous and cfg.uniform_start else None,
-                cfg.uniform_start)
+                cfg.uniform_start, value_head=cfg.critic == "shared")
         else:
             self.model = FlatModel(check_module(model, task, "logits,value"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
@@ -291,6 +291,8 @@ class PGCA3C:
         cfg = self.config
         logits, values = self.model.apply(theta, traj.obs)
         _, final_value = self.model.apply(theta, traj.final_obs)
+        if cfg.critic == "none":  # the policy alone (a module passed in: its value ignored)
+            values, final_value = jnp.zeros_like(values), jnp.zeros_like(final_value)
         bootstrap = jnp.where(traj.terminated, 0.0, jax.lax.stop_gradient(final_value))
         if cfg.gae_lambda is None:
             returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)
