@@ -91,12 +91,12 @@ _DP_SGD: Mapping[str, Any] = {
 
 # adaptive (ours, issue 51): dp-sgd with the levers of privrl.systems.dpsgd_rl.levers: the clip
 # starts at --clip and follows the median of the sampled transitions' gradient norms (its
-# count's noise split off the same σ and counted), the step size from the noise level, and the
-# best greedy policy on the task's public simulator kept every 10 training episodes, reverting
-# (with the target network) and halving the step when it collapses. Measured in
-# benchmarks/log/26-dqn.md.
-_ADAPTIVE: Mapping[str, Any] = {**_DP_SGD, "adaptive_clip": True, "step_from_noise": True,
-                                "public_eval_every": 10}
+# count's noise split off the same σ and counted), and the best greedy policy on the task's
+# public simulator kept every 10 training episodes, reverting (with the target network) and
+# halving the step when it collapses. Not --step-from-noise: its 1/(dσ²) signal model cut the
+# step 75× on corridor, where the adaptive clip had already shrunk the noise with the clip
+# (benchmarks/log/26-dqn.md).
+_ADAPTIVE: Mapping[str, Any] = {**_DP_SGD, "adaptive_clip": True, "public_eval_every": 10}
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class DQNConfig(LeverConfig, EpisodicConfig):
         "learns under DP noise. dp-solve: ours, dp-sgd with a 16-16 network, double DQN and "
         "--pause-at 500, which solves CartPole at ε = 8 per transition (docs/dpsgd-rl.md). "
         "adaptive: ours, dp-sgd with the levers that adapt it to the task (adaptive clip, "
-        "step from noise, best candidate on the public simulator; issue 51). "
+        "best candidate on the public simulator; issue 51). "
         "Options given explicitly override it.")
     hidden: tuple[int, ...] = option((128, 128), help="Hidden layer sizes of the Q-network.")
     learning_rate: float = option(1e-4, help="The optimizer's step size.")

@@ -63,10 +63,10 @@ class EpisodicConfig(Config):
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {"paper": {}}
 
     preset: str = option("paper", help="paper: the slides' settings (read as docs/dpsgd-rl.md "
-                         "says); adaptive (REINFORCE only): the paper's learner with the levers "
-                         "that adapt it to the task (adaptive clip, 8 episodes per update, step "
-                         "from noise, best candidate on the public simulator). Options given "
-                         "explicitly override it.")
+                         "says); adaptive: the paper's learner with the levers that adapt it to "
+                         "the task (adaptive clip, 8 episodes per update, step from noise, best "
+                         "candidate on the public simulator). Options given explicitly "
+                         "override it.")
     seeds: int = option(1, flag="--trials", help="Independent trials, run vectorized.")
     seed: int = option(0, help="Random seed (same seed, same results).")
     episodes: int = option(1000, help="Training episodes at most (stops when solved).")
