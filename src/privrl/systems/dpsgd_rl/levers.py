@@ -160,12 +160,12 @@ class LeverConfig:
 def next_clip(clip: Any, noised_centred_count: Any, expected: Any, quantile: float,
               learning_rate: float) -> Any:
     """C_{t+1} from the released count Σ(b_i − ½) + N(0, σ_b²) of units within C_t: the fraction
-    within, count/expected + ½ (unbiased for a public `expected` number of units: the batch, or
-    a Poisson sample's mean), moved geometrically toward the quantile (Andrew et al. 2021).
-    Post-processing of the released count."""
+    within, (count + ½·expected)/expected (unbiased for a public `expected` number of units:
+    the batch, or a Poisson sample's mean), moved geometrically toward the quantile (Andrew et
+    al. 2021). Post-processing of the released count."""
     from privrl.privacy.clipping import geometric_clip_update
-    return geometric_clip_update(clip, noised_centred_count / expected + 0.5, quantile,
-                                 learning_rate)
+    fraction = (noised_centred_count + 0.5 * expected) / expected
+    return geometric_clip_update(clip, fraction, quantile, learning_rate)
 
 
 def adaptive_clip_mechanisms(cfg: Any, unit: str) -> tuple[Any, Any]:
