@@ -14,8 +14,11 @@ i.e. the fleet must bring `E(ε) / (reports per agent · m)` agents. The signal 
 mean clipped gradient `S`; the noise-to-signal ratio of an update averaging `n` reports is
 `sqrt((V/m + N) / n) / S`. The noise `N` of a release comes from the privacy plan
 (privrl.privacy.plan, the one reader of a privacy request): the ε per report of a pure
-mechanism, the σ of a Gaussian one. A sweep on the simulator checks the recommendation: the
-model is a guide, the sweep is the measurement.
+mechanism, the σ of a Gaussian one. That trace law holds for SGD whose step shrinks with the
+noise. A learner that keeps a fixed-size Adam step (PGC-A3C's `adaptive`, its step from the
+noise) needs E0 · max(1, ρ/ρ0) / (η'/η) instead, with ρ the update's noise-to-signal ratio
+(`episodes_needed_adam`). A sweep on the simulator checks the recommendation: the model is a
+guide, the sweep is the measurement.
 """
 
 from __future__ import annotations
