@@ -38,7 +38,8 @@ CONFIG_CLASSES = {
 class Recommendation:
     """The settings the plan recommends, in the planner's words (`config_fields` maps them to
     each system's fields): the mechanism, ε, the fleet K, clip C, reports per agent, reports
-    an update averages, and the step size."""
+    an update averages, and the step size (PGC-A3C's `adaptive` command: its preset's |B| and
+    the base η its `step_from_noise` scales)."""
 
     mechanism: str
     epsilon: float
