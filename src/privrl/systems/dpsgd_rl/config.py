@@ -34,6 +34,7 @@ from privrl.config import (
 from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian
 from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.choices import OBS_MODES as MODES
+from privrl.systems.dpsgd_rl.levers import LeverConfig
 
 if TYPE_CHECKING:
     from privrl.privacy.accounting import Accountant, PrivacyEvent
@@ -172,10 +173,10 @@ class EpisodicConfig(Config):
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {"paper": {}}
 
     preset: str = option("paper", help="paper: the slides' settings (read as docs/dpsgd-rl.md "
-                         "says); adaptive (REINFORCE only): the paper's learner with the levers "
-                         "that adapt it to the task (adaptive clip, 8 episodes per update, step "
-                         "from noise, best candidate on the public simulator). Options given "
-                         "explicitly override it.")
+                         "says); adaptive: the paper's learner with the levers that adapt it to "
+                         "the task (adaptive clip, 8 episodes per update, step from noise, best "
+                         "candidate on the public simulator). Options given explicitly "
+                         "override it.")
     seeds: int = option(1, flag="--trials", help="Independent trials, run vectorized.")
     seed: int = option(0, help="Random seed (same seed, same results).")
     episodes: int = option(1000, help="Training episodes at most (stops when solved).")
@@ -273,8 +274,6 @@ def calibrated_sigma(cfg: EpisodicConfig, releases: int, sampling_rate: float | 
 
 # --- REINFORCE (privrl.systems.dpsgd_rl.reinforce) ---------------------------------------------
 
-# The levers' switches (issue 51; a run with one on runs alone, not in a program of settings).
-ADAPTIVE_LEVERS = ("adaptive_clip", "step_from_noise", "public_eval_every")
 # "adaptive" (issue 51): the paper's learner with the private levers that adapt a DP-REINFORCE
 # run to its task: the clip follows the median of the episodes' gradient norms (Andrew et al.
 # 2021: the clip count's noise is part of the episode's one Gaussian release, its ε counted),
@@ -291,7 +290,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass(frozen=True)
-class ReinforceConfig(EpisodicConfig):
+class ReinforceConfig(LeverConfig, EpisodicConfig):
     """Every hyperparameter of a REINFORCE run; the defaults are the paper preset."""
 
     presets = PRESETS
@@ -301,72 +300,23 @@ class ReinforceConfig(EpisodicConfig):
     batch_episodes: int = option(1, help="Episodes per update (the slides: one).")
     normalize_returns: bool = option(True, help="Standardize the returns within a batch.")
     learning_rate: float = option(0.01, help="Adam's step size.")
-    # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them on)
-    adaptive_clip: bool = option(
-        False, help="dp-reinforce: adaptive clipping (Andrew et al. 2021). The clip starts at "
-        "--clip and follows the --clip-quantile of the episodes' gradient norms: each update "
-        "also releases the count of episodes within the clip, noised with std "
-        "--clip-count-stddev, and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same ε: "
-        "σ is split between the gradient and the count, both in the accountant.")
-    clip_quantile: float = option(
-        0.5, help="--adaptive-clip: target fraction γ of episodes whose gradient norm is "
-        "within the clip, in (0, 1) (the paper's: the median).")
-    clip_lr: float = option(
-        0.2, help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update (the "
-        "paper's: 0.2).")
-    clip_count_stddev: float | None = option(
-        None, help="--adaptive-clip: std σ_b of the noise on the count of episodes within the "
-        "clip; must exceed σ/2. Default max(B/20, σ) (B: --batch-episodes; the paper's B/20, "
-        "at least σ so the gradient's share of the noise stays within 1.16σ).")
-    step_from_noise: bool = option(
-        False, help="Adam's step size from DP-SGD's noise level: η·s/(1 + s), s the "
-        "signal-to-noise ratio of the B clipped episodes an update sums over Adam's window "
-        "(1/(dσ²) per episode). Post-processing.")
-    public_eval_every: int | None = option(
-        None, help="Every this many updates the learner plays its greedy policy on the task's "
-        "PUBLIC simulator (default parameters, no agent's private draw), keeps the best so far "
-        "as the final policy, and reverts to it, lowering its step by --backoff, when the "
-        "policy collapses. Post-processing. Default: off.", unit="updates")
-    public_eval_episodes: int = option(
-        16, help="--public-eval-every: episodes per evaluation on the public simulator.")
-    backoff: float = option(
-        0.5, help="--public-eval-every: the step's multiplier in (0, 1] after a collapse.")
+    # The levers that adapt a private run to its task (issue 51; the "adaptive" preset turns
+    # them on): LeverConfig's fields (privrl.systems.dpsgd_rl.levers), shared with DP-DQN.
 
     def validate(self) -> None:
         super().validate()
         in_range("dropout", self.dropout, 0, 1, high_open=True)
         integer("hidden", self.hidden)
         integer("batch_episodes", self.batch_episodes)
-        self._check_levers()
+        self.check_levers()
 
-    def _check_levers(self) -> None:
-        """The levers' own fields (issue 51)."""
-        for name in ("adaptive_clip", "step_from_noise"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, f"must be true or false, got {getattr(self, name)!r}")
-        if self.adaptive_clip:
-            if not self.dp or (self.noise_multiplier <= 0 and self.target_epsilon is None):
-                fail("adaptive_clip", "adaptive clipping releases a noised count: it needs "
-                                      "DP-SGD with noise (--noise-multiplier > 0 or --epsilon)")
-            if self.secure_noise:
-                fail("adaptive_clip", "adaptive clipping is not implemented with float-safe "
-                                      "noise (--secure-noise)")
-            in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
-            positive("clip_lr", self.clip_lr)
-            if self.clip_count_stddev is not None:
-                positive("clip_count_stddev", self.clip_count_stddev)
-        else:
-            for name in ("clip_count_stddev",):
-                if getattr(self, name) is not None:
-                    fail(name, "only adaptive clipping takes it (it is off)")
-        if self.public_eval_every is not None:
-            integer("public_eval_every", self.public_eval_every)
-        integer("public_eval_episodes", self.public_eval_episodes, 2)
-        in_range("backoff", self.backoff, 0, 1, low_open=True)
-        if self.obs.mechanism() is not None and (self.adaptive_clip or self.step_from_noise
-                                                 or self.public_eval_every is not None):
-            fail("obs.mode", "the adaptive levers are for DP-SGD REINFORCE (dp-reinforce), "
-                             "not with LDP observations")
+    @property
+    def lever_system(self) -> str:
+        return "REINFORCE (dp-reinforce)"
+
+    @property
+    def expected_batch(self) -> float:
+        return float(self.batch_episodes)
 
     def resolved(self) -> ReinforceConfig:
         """Validate; with a target ε, calibrate σ for one release per episode (adaptive
@@ -376,31 +326,10 @@ class ReinforceConfig(EpisodicConfig):
         cfg = self
         if self.target_epsilon is not None:
             cfg = replace(cfg, noise_multiplier=calibrated_sigma(self, 1))
-        if cfg.adaptive_clip:
-            sb = (cfg.clip_count_stddev if cfg.clip_count_stddev is not None
-                  else max(cfg.batch_episodes / 20, cfg.noise_multiplier))
-            cfg = replace(cfg, clip_count_stddev=float(sb))
-            from privrl.privacy.distributed import update_noise_multiplier
-
-            try:
-                update_noise_multiplier(cfg.noise_multiplier, sb)
-            except ValueError as e:
-                fail("clip_count_stddev", str(e))
+        cfg = cfg.with_count_stddev()
         return cfg
 
     # --- privacy -----------------------------------------------------------------------------
-    @property
-    def gradient_noise_multiplier(self) -> float:
-        """The noise multiplier on the episodes' clipped gradient sum: σ, or under adaptive
-        clipping z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) (privacy.distributed.update_noise_multiplier),
-        so that the gradient and the clip count together cost what one Gaussian release of
-        multiplier σ costs."""
-        if not self.adaptive_clip:
-            return self.noise_multiplier
-        from privrl.privacy.distributed import update_noise_multiplier
-
-        return update_noise_multiplier(self.noise_multiplier, self.clip_count_stddev)
-
     def events(self) -> list[PrivacyEvent]:
         """One episode's releases (each once): the gradient sum's Gaussian; with adaptive
         clipping also the clip count's (sensitivity ½ of the centred bit b − ½, noise σ_b:
@@ -450,15 +379,27 @@ _DP_SGD: Mapping[str, Any] = {
     "average_over_stored": True, "learning_starts": 1000, "batch_size": 512, "tau": 0.002}
 
 
+# adaptive (ours, issue 51): dp-sgd with the levers of privrl.systems.dpsgd_rl.levers: the clip
+# starts at --clip and follows the median of the sampled transitions' gradient norms (its
+# count's noise split off the same σ and counted), and the best greedy policy on the task's
+# public simulator kept every 10 training episodes, reverting (with the target network) and
+# halving the step when it collapses. Not --step-from-noise: its 1/(dσ²) signal model cut the
+# step 75× on corridor, where the adaptive clip had already shrunk the noise with the clip
+# (benchmarks/log/26-dqn.md).
+_ADAPTIVE: Mapping[str, Any] = {**_DP_SGD, "adaptive_clip": True, "public_eval_every": 10}
+
+
 @dataclass(frozen=True)
-class DQNConfig(EpisodicConfig):
+class DQNConfig(LeverConfig, EpisodicConfig):
     """Every hyperparameter of a DQN run; the defaults are the paper preset."""
 
     preset: str = option(
-        "paper", choices=("paper", "dp-sgd", "dp-solve"),
+        "paper", choices=("paper", "dp-sgd", "dp-solve", "adaptive"),
         help="paper: the slides' settings (AdamW). dp-sgd: ours, SGD with momentum, which "
         "learns under DP noise. dp-solve: ours, dp-sgd with a 16-16 network, double DQN and "
         "--pause-at 500, which solves CartPole at ε = 8 per transition (docs/dpsgd-rl.md). "
+        "adaptive: ours, dp-sgd with the levers that adapt it to the task (adaptive clip, "
+        "best candidate on the public simulator; issue 51). "
         "Options given explicitly override it.")
     hidden: tuple[int, ...] = option((128, 128), help="Hidden layer sizes of the Q-network.")
     learning_rate: float = option(1e-4, help="The optimizer's step size.")
@@ -508,6 +449,7 @@ class DQNConfig(EpisodicConfig):
         "paper": {},
         "dp-sgd": _DP_SGD,
         "dp-solve": {**_DP_SGD, "hidden": (16, 16), "double_dqn": True, "pause_at": 500.0},
+        "adaptive": _ADAPTIVE,
     }
 
     @property
@@ -547,15 +489,38 @@ class DQNConfig(EpisodicConfig):
         in_range("lr_final_fraction", self.lr_final_fraction, 0, 1)
         if self.pause_at is not None:
             positive("pause_at", self.pause_at)
+        self.check_levers()
+
+    @property
+    def lever_system(self) -> str:
+        return "DQN (dp-dqn)"
+
+    @property
+    def expected_batch(self) -> float:
+        """The Poisson sample's mean size on a full buffer, q × capacity."""
+        return self.q * self.buffer_size
+
+    def clip_count_accounting(self) -> str:
+        """How the accountant counts --adaptive-clip's count (privacy.json)."""
+        return ("both releases of an update read the same Poisson sample: the vector (gradient "
+                "sum / C_t, count × z_Δ/σ_b) has sensitivity z_Δ/z and noise multiplier z_Δ, so "
+                "the update is ONE Poisson-subsampled Gaussian of multiplier z = "
+                "(z_Δ⁻² + (2σ_b)⁻²)^(−1/2), the event below, composed over the releases a "
+                "transition can take part in as without the lever")
 
     def resolved(self) -> DQNConfig:
-        """Validate; with a target ε, calibrate σ for the releases one transition can see."""
+        """Validate; with a target ε, calibrate σ for the releases one transition can see
+        (adaptive clipping: the joint σ of the gradient and the clip count); fill the clip
+        count's default noise."""
         self.validate()
-        # σ is calibrated once the task's episode is known (episodic_task resolves again).
-        if self.target_epsilon is not None and self.max_episode_steps is not None:
-            return replace(self, noise_multiplier=calibrated_sigma(
-                self, self.releases_per_unit(self.max_steps()), self.q))
-        return self
+        # σ is calibrated once the task's episode is known (episodic_task resolves again);
+        # the clip count's noise σ_b only once σ is.
+        if self.target_epsilon is None:
+            return self.with_count_stddev()
+        if self.max_episode_steps is None:
+            return self
+        return replace(self, noise_multiplier=calibrated_sigma(
+            self, self.releases_per_unit(self.max_steps()), self.q)).with_count_stddev()
 
     # --- privacy -----------------------------------------------------------------------------
     def max_steps(self) -> int:

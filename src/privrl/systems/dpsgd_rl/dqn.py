@@ -46,6 +46,7 @@ from flax import linen as nn
 from jax import Array
 
 from privrl.envs.task import Task, check_module
+from privrl.federation.adapt import scaled
 from privrl.losses import double_td_targets, huber, td_targets
 from privrl.nets.flat import FlatModel, mlp
 from privrl.privacy.clipping import clip_l2
@@ -71,25 +72,28 @@ from privrl.systems.dpsgd_rl.episodic import (
     progress_update,
     sum_setting,
 )
+from privrl.systems.dpsgd_rl.levers import adaptive_clip_mechanisms, next_clip
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one transition (s, a, r, s′)"
 
 
-def make_optimizer(cfg: DQNConfig) -> optax.GradientTransformation:
+def make_optimizer(cfg: DQNConfig, learning_rate: float | None = None
+                   ) -> optax.GradientTransformation:
     """AdamW (AMSGrad) or SGD with heavy-ball momentum, both with decoupled weight decay.
 
     Only the step direction differs, so a comparison of the two isolates Adam's
     per-coordinate normalization. The optimizer only post-processes released gradients: it
-    does not touch the privacy account.
+    does not touch the privacy account. `learning_rate`: the step size (default the config's;
+    --step-from-noise sets its own).
     """
+    lr0 = cfg.learning_rate if learning_rate is None else learning_rate
     direction = (optax.scale_by_amsgrad() if cfg.optimizer == "adamw"
                  else optax.trace(decay=cfg.momentum))
     if cfg.lr_decay_updates is None:
-        step = optax.scale(-cfg.learning_rate)
+        step = optax.scale(-lr0)
     else:  # the schedule's count advances only on real updates (opt_state is masked)
-        lr = optax.linear_schedule(cfg.learning_rate, cfg.learning_rate * cfg.lr_final_fraction,
-                                   cfg.lr_decay_updates)
+        lr = optax.linear_schedule(lr0, lr0 * cfg.lr_final_fraction, cfg.lr_decay_updates)
         step = optax.scale_by_schedule(lambda n: -lr(n))
     return optax.chain(direction, optax.add_decayed_weights(cfg.weight_decay), step)
 
@@ -126,6 +130,9 @@ class DQNState(NamedTuple):
     # The trial's setting as data (`DQN.for_settings`, and a run that could join one); None:
     # the algorithm's own config.
     setting: EpisodicSetting | None = None
+    # --adaptive-clip: this update's clip C_t (float32; computed from released counts only);
+    # None: the config's fixed clip.
+    clip: Array | None = None
 
 
 def replay_add(r: Replay, obs: Array, action: Array, reward: Array, next_obs: Array,
@@ -189,11 +196,20 @@ class DQN(EpisodicLearner):
             self.model = FlatModel(check_module(model, task, "q"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
         self.env_key = episode_env_key(cfg)  # training episode i is agent i
-        opt = make_optimizer(cfg)
+        # --step-from-noise: one transition's SNR over the expected batch and the optimizer's
+        # window (LeverConfig.lever_step_size)
+        self.step_size = cfg.lever_step_size(cfg.learning_rate, self.model.dim)
+        opt = make_optimizer(cfg, self.step_size)
         self.optimizer = opt if cfg.dp else optax.chain(optax.clip(cfg.grad_value_clip), opt)
+        if cfg.public_eval_every is not None:  # a step scale the learner lowers on a back-off
+            self.optimizer = scaled(self.optimizer)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, cfg.q, cfg.delta,
                                                unit=UNIT, secure=cfg.secure_noise)
-                          if cfg.private else None)
+                          if cfg.private and not cfg.adaptive_clip else None)
+        # --adaptive-clip: the sampled gradients at the public C_t and the clip count, read from
+        # the same Poisson sample: together one sampled Gaussian of multiplier σ
+        self.clip_mechanisms = (adaptive_clip_mechanisms(cfg, UNIT) if cfg.adaptive_clip
+                                else None)
         self.update_cap = cfg.max_updates()
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
@@ -221,13 +237,47 @@ class DQN(EpisodicLearner):
                         jnp.zeros((n, d)), jnp.zeros((n,)), jnp.int32(0), jnp.int32(0))
         return DQNState(theta, theta, self.optimizer.init(theta), replay, key,
                         progress_init(cfg.solve_window), jnp.int32(0), jnp.int32(0),
-                        jnp.int32(0), jnp.bool_(self.update_cap == 0), paused=jnp.bool_(False))
+                        jnp.int32(0), jnp.bool_(self.update_cap == 0), paused=jnp.bool_(False),
+                        clip=jnp.float32(cfg.clip) if cfg.adaptive_clip else None)
 
     def gradient(self, theta: Array, target: Array, replay: Replay, key: Array,
                  noise_key: Array | None = None, setting: EpisodicSetting | None = None
                  ) -> Array:
         """`noise_key`: the mechanism's key under secret noise; None: split from `key`.
         `setting`: the trial's noise level as data (`for_settings`); None: the config's."""
+        cfg = self.config
+        k_noise, obs, action, y, rows, losses = self.batch(theta, target, replay, key,
+                                                           noise_key)
+        per_trial = setting is not None and setting.grad is not None
+        if not cfg.dp:  # the mean loss's gradient, as non-private DQN
+            return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
+        # public: the expected batch size of a full buffer, or of the buffer now
+        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
+                        else cfg.buffer_size)
+        if not self.dense:  # a user's module: each transition's gradient, masked by `rows`
+            grads = self.per_transition(theta, obs, action, y, rows)
+            if per_trial:
+                assert setting is not None
+                return gaussian_sum_release(setting.grad, k_noise, grads, float(cfg.clip)) / norm
+            if self.mechanism is not None:
+                return self.mechanism.privatize(k_noise, grads).value / norm
+            return jax.vmap(lambda g: clip_l2(g, cfg.clip))(grads).sum(0) / norm  # σ = 0
+        params = self.model.unravel(theta)
+        if per_trial:
+            assert setting is not None
+            return gaussian_sum_dense_release(setting.grad, k_noise, params, obs, losses,
+                                              float(cfg.clip), rows) / norm
+        if self.mechanism is not None:
+            report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
+            return report.value / norm
+        return clipped_grad_sum(params, obs, losses, cfg.clip, rows)[0] / norm  # σ = 0
+
+    def batch(self, theta: Array, target: Array, replay: Replay, key: Array,
+              noise_key: Array | None) -> tuple[Array, Array, Array, Array, Array, Any]:
+        """An update's batch from `key`: (the noise's key: `noise_key` under secret noise,
+        else split from `key`; observations, actions, TD targets, the row mask, and each
+        example's Huber TD loss from its own row of Q-values). DP-SGD: Poisson-sampled,
+        padded to max_batch; non-private: `batch_size` uniform rows."""
         cfg = self.config
         k_batch, k_noise = jax.random.split(key)
         if noise_key is not None:
@@ -247,37 +297,45 @@ class DQN(EpisodicLearner):
             y = td_targets(replay.reward[idx], self.model.apply(target, next_obs),
                            replay.terminal[idx], cfg.gamma)
         y = jax.lax.stop_gradient(y)
-        per_trial = setting is not None and setting.grad is not None
 
         def losses(q_values: Array) -> Array:  # each example's Huber TD loss from its own row
             return huber(jnp.take_along_axis(q_values, action[:, None], 1)[:, 0] - y)
 
-        if not cfg.dp:  # the mean loss's gradient, as non-private DQN
-            return jax.grad(lambda th: jnp.mean(losses(self.model.apply(th, obs))))(theta)
-        # public: the expected batch size of a full buffer, or of the buffer now
-        norm = cfg.q * (replay.size.astype(jnp.float32) if cfg.average_over_stored
-                        else cfg.buffer_size)
-        if not self.dense:  # a user's module: each transition's gradient, masked by `rows`
-            def one(th: Array, o: Array, a: Array, target: Array) -> Array:
-                return huber(self.model.apply(th, o)[a] - target)
+        return k_noise, obs, action, y, rows, losses
 
-            grads = jax.vmap(jax.grad(one), (None, 0, 0, 0))(theta, obs, action, y)
-            grads = grads * rows[:, None]
-            if per_trial:
-                assert setting is not None
-                return gaussian_sum_release(setting.grad, k_noise, grads, float(cfg.clip)) / norm
-            if self.mechanism is not None:
-                return self.mechanism.privatize(k_noise, grads).value / norm
-            return jax.vmap(lambda g: clip_l2(g, cfg.clip))(grads).sum(0) / norm  # σ = 0
-        params = self.model.unravel(theta)
-        if per_trial:
-            assert setting is not None
-            return gaussian_sum_dense_release(setting.grad, k_noise, params, obs, losses,
-                                              float(cfg.clip), rows) / norm
-        if self.mechanism is not None:
-            report = self.mechanism.privatize_dense(k_noise, params, obs, losses, rows)
-            return report.value / norm
-        return clipped_grad_sum(params, obs, losses, cfg.clip, rows)[0] / norm  # σ = 0
+    def per_transition(self, theta: Array, obs: Array, action: Array, y: Array, rows: Array
+                       ) -> Array:
+        """A user's module: each transition's gradient (B, d), masked by `rows`."""
+        def one(th: Array, o: Array, a: Array, target: Array) -> Array:
+            return huber(self.model.apply(th, o)[a] - target)
+
+        return jax.vmap(jax.grad(one), (None, 0, 0, 0))(theta, obs, action, y) * rows[:, None]
+
+    def adaptive_gradient(self, theta: Array, target: Array, replay: Replay, key: Array,
+                          noise_key: Array | None, clip: Array) -> tuple[Array, Array]:
+        """--adaptive-clip: the Poisson batch's noisy mean gradient at the clip C_t and the
+        next clip C_{t+1} (Andrew et al. 2021), both from released sums only
+        (`clip_mechanisms`): the gradients of ℓ/C_t released at clip 1 (times C_t: exactly
+        DP-SGD at C_t) and the centred count of sampled transitions within C_t, whose fraction
+        is read against the public expected sample q × stored."""
+        cfg = self.config
+        grads_m, bits_m = self.clip_mechanisms
+        k_noise, obs, action, y, rows, losses = self.batch(theta, target, replay, key,
+                                                           noise_key)
+        k_grad, k_bits = jax.random.split(k_noise)
+        if self.dense:
+            report, norms = grads_m.privatize_dense_norms(
+                k_grad, self.model.unravel(theta), obs, lambda q: losses(q) / clip, rows)
+        else:
+            scaled_grads = self.per_transition(theta, obs, action, y, rows) / clip
+            report, norms = (grads_m.privatize(k_grad, scaled_grads),
+                             jnp.linalg.norm(scaled_grads, axis=1))
+        within = (norms <= 1.0).astype(jnp.float32)
+        count = bits_m.privatize(k_bits, ((within - 0.5) * rows)[:, None]).value[0]
+        stored = replay.size.astype(jnp.float32)
+        norm = cfg.q * (stored if cfg.average_over_stored else cfg.buffer_size)
+        return (report.value * clip / norm,
+                next_clip(clip, count, cfg.q * stored, cfg.clip_quantile, cfg.clip_lr))
 
     def act(self, s: DQNState, obs: Array, key: Array) -> tuple[Array, Array, Array, Array]:
         """The ε-greedy action on `obs`: (the loop's next key, action, the environment step's
@@ -301,14 +359,21 @@ class DQN(EpisodicLearner):
         starts = cfg.batch_size if cfg.learning_starts is None else cfg.learning_starts
         learn = (replay.size >= starts) & (s.updates < self.update_cap) & ~s.paused
         noise_key = None if s.noise is None else jax.random.fold_in(s.noise, s.steps)
-        grad = self.gradient(s.theta, s.target, replay, k_grad, noise_key, s.setting)
+        clip = s.clip
+        if clip is None:
+            grad = self.gradient(s.theta, s.target, replay, k_grad, noise_key, s.setting)
+        else:
+            grad, new_clip = self.adaptive_gradient(s.theta, s.target, replay, k_grad, noise_key,
+                                                    clip)
+            clip = jnp.where(learn, new_clip, clip)
         upd, opt_state = self.optimizer.update(grad, s.opt_state, s.theta)
         theta = jnp.where(learn, s.theta + upd, s.theta)
         opt_state = jax.tree_util.tree_map(lambda n, o: jnp.where(learn, n, o), opt_state,
                                            s.opt_state)
         target = jnp.where(learn, cfg.tau * theta + (1 - cfg.tau) * s.target, s.target)
         return s._replace(theta=theta, target=target, opt_state=opt_state, replay=replay,
-                          steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32))
+                          steps=s.steps + 1, updates=s.updates + learn.astype(jnp.int32),
+                          clip=clip)
 
     def plan(self, s: DQNState) -> tuple[tuple[Array, ...], Any, Array]:
         """This episode's keys (next state's, reset, loop, evaluation), its agent's

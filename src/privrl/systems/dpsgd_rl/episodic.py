@@ -35,6 +35,7 @@ from privrl.systems.dpsgd_rl.ldp_obs import (
     PrivateObservations,
     observation_setting,
 )
+from privrl.systems.dpsgd_rl.levers import ADAPTIVE_LEVERS
 
 C = TypeVar("C", bound=EpisodicConfig)
 
@@ -185,7 +186,13 @@ class EpisodicLearner:
     @classmethod
     def one_program_field(cls, configs: Sequence[EpisodicConfig]) -> str | None:
         """The field that keeps resolved `configs` from running as one program (None: they
-        can; `one_program_field` with this learner's SETTING_FIELDS)."""
+        can; `one_program_field` with this learner's SETTING_FIELDS). A run with an adaptive
+        lever on (privrl.systems.dpsgd_rl.levers) runs alone: its levers are not settings as
+        data."""
+        for cfg in configs:
+            for name in ADAPTIVE_LEVERS:
+                if getattr(cfg, name, None) not in (False, None):
+                    return name
         return one_program_field(configs, cls.SETTING_FIELDS)
 
     @classmethod
@@ -222,6 +229,25 @@ class EpisodicLearner:
         """The environment a trial's episodes see: its LDP observations (keyed by its secret
         root, if any; as its setting says, if settings run as one program)."""
         return trial_env(self.env, self.task.env, s.setting, s.obs_noise)
+
+    def public_returns(self, thetas: Array, key: Array, episodes: int | None = None
+                       ) -> np.ndarray:
+        """Each θ's (n, d) greedy returns (n, `episodes`; default public_eval_episodes) on
+        the task's PUBLIC simulator: the environment's default parameters (no agent's private
+        draw), episodes from `key` (the same for every θ). What the best-candidate choice
+        reads (--public-eval-every; post-processing)."""
+        keys = jax.random.split(key, episodes or self.config.public_eval_episodes)
+        yes = jnp.bool_(True)
+
+        def one(theta: Array, k: Array) -> Array:
+            return self.episodes.evaluate(lambda: self.env, self.env_params, self.greedy,
+                                          theta, k, yes, None)
+
+        if self.task.host:
+            return np.array([[float(one(t, k)) for k in keys] for t in np.asarray(thetas)])
+        if getattr(self, "_public", None) is None:  # one program per count
+            self._public = jax.jit(jax.vmap(jax.vmap(one, (None, 0)), (0, None)))
+        return np.asarray(self._public(thetas, keys), np.float64)
 
     def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
         """The evaluation policy's actions on `obs`: the argmax of the network's outputs

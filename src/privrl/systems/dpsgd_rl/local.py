@@ -250,14 +250,19 @@ FINAL_EVAL_SALT = 0xF1A1
 def offer_candidates(candidates: PublicCandidates, state: Any, sharding: Any) -> Any:
     """Offer every trial's θ as a best candidate (`--public-eval-every`: the task's public
     simulator, privrl.federation.adapt.PublicCandidates); a collapsed trial reverts to its
-    best θ and optimizer state with its step lowered."""
-    reverted = candidates.offer(np.asarray(state.theta),
-                                jax.tree_util.tree_map(np.asarray, state.opt_state))
+    best θ and optimizer state (and target network) with its step lowered."""
+    # DQN's target network is restored with its θ (a collapsed target would pull it back)
+    target = getattr(state, "target", None)
+    reverted = candidates.offer_with(np.asarray(state.theta),
+                                     jax.tree_util.tree_map(np.asarray, state.opt_state),
+                                     None if target is None else np.asarray(target))
     if reverted is None:
         return state
-    theta, opt, _ = reverted
+    theta, opt, target, _ = reverted
     state = state._replace(theta=jnp.asarray(theta),
                            opt_state=jax.tree_util.tree_map(jnp.asarray, opt))
+    if target is not None:
+        state = state._replace(target=jnp.asarray(target))
     return state if sharding is None else jax.device_put(state, sharding)
 
 
@@ -424,10 +429,7 @@ def adaptive_clip_record(cfg: Any) -> dict[str, Any]:
         "releases": "each update: Σ clip_{C_t}(g_i) + N(0, (z_Δ·C_t)²) and "
                     "Σ (1[‖g_i‖ <= C_t] − ½) + N(0, σ_b²); C_{t+1} = C_t·exp(−η(b̄_t − γ)) "
                     "from the released count only",
-        "how_counted": "the accountant composes both releases of the episode (its events "
-                       "below: multipliers z_Δ and 2σ_b, the count's sensitivity being ½); "
-                       "together exactly one Gaussian of multiplier z = "
-                       "(z_Δ⁻² + (2σ_b)⁻²)^(−1/2)",
+        "how_counted": cfg.clip_count_accounting(),
     }
 
 

@@ -27,13 +27,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
 
 from privrl.envs.task import Task, check_module
-from privrl.federation.adapt import noise_step, scaled
+from privrl.federation.adapt import scaled
 from privrl.losses import (
     discounted_returns,
     masked_standardize,
@@ -41,13 +40,13 @@ from privrl.losses import (
     score_function_loss,
 )
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.clipping import clip_l2, geometric_clip_update
+from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import (
     GaussianSumMechanism,
     gaussian_sum_release,
 )
 from privrl.privacy.noise import secret_fold
-from privrl.systems.dpsgd_rl.config import ADAPTIVE_LEVERS, ReinforceConfig
+from privrl.systems.dpsgd_rl.config import ReinforceConfig
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
     EpisodicLearner,
@@ -61,6 +60,10 @@ from privrl.systems.dpsgd_rl.episodic import (
     progress_init,
     progress_update,
     sum_setting,
+)
+from privrl.systems.dpsgd_rl.levers import (
+    adaptive_clip_mechanisms,
+    next_clip,
 )
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
@@ -121,26 +124,19 @@ class Reinforce(EpisodicLearner):
         # Each training episode's private dynamics (with `private_params` specs): agent id = episode
         # number, drawn from one key for the run.
         self.env_key = episode_env_key(cfg)
-        d = self.model.dim
-        # --step-from-noise: one episode's SNR 1/(dσ²) (its clipped gradient's squared norm
-        # over the noise's), over the B episodes an update sums and Adam's window 1/(1 − β₁)
-        self.step_size = (noise_step(cfg.learning_rate, 1.0 / (d * cfg.gradient_noise_multiplier
-                                                               ** 2), cfg.batch_episodes * 10.0)
-                          if cfg.step_from_noise and cfg.private else cfg.learning_rate)
+        # --step-from-noise: one episode's SNR over the B episodes an update sums and Adam's
+        # window (LeverConfig.lever_step_size)
+        self.step_size = cfg.lever_step_size(cfg.learning_rate, self.model.dim)
         optimizer = optax.adam(self.step_size)
         # --public-eval-every: a step scale the learner lowers when it backs off
         self.optimizer = optimizer if cfg.public_eval_every is None else scaled(optimizer)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private and not cfg.adaptive_clip else None)
-        # --adaptive-clip: the gradients divided by the public C_t, released at clip 1 with
-        # multiplier z_Δ (exact: clip_1(g/C)·C = clip_C(g)), and the centred clip bits' sum
-        # (b − ½, sensitivity ½) with noise σ_b; together one Gaussian of multiplier σ
-        self.clip_mechanisms = ((GaussianSumMechanism(cfg.gradient_noise_multiplier, 1.0, 1.0,
-                                                      cfg.delta, unit=UNIT),
-                                 GaussianSumMechanism(2.0 * cfg.clip_count_stddev, 0.5, 1.0,
-                                                      cfg.delta, unit=UNIT + ": its clip bit"))
-                                if cfg.adaptive_clip else None)
+        # --adaptive-clip: the gradients at the public C_t and the clip count, together one
+        # Gaussian of multiplier σ (levers.adaptive_clip_mechanisms)
+        self.clip_mechanisms = (adaptive_clip_mechanisms(cfg, UNIT) if cfg.adaptive_clip
+                                else None)
         self.update_cap = cfg.max_updates()
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
@@ -149,7 +145,6 @@ class Reinforce(EpisodicLearner):
         # trials use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[Reinforce] = [self]
         self.setting_params: list[EpisodicSetting] = []
-        self._public: Any = None  # public_returns' compiled program
 
     def _as_data(self, each: Sequence[Reinforce]) -> None:
         """The settings `each` as data: DP-SGD sums sharing one clip (a non-private setting
@@ -168,35 +163,6 @@ class Reinforce(EpisodicLearner):
         return ReinforceState(theta, self.optimizer.init(theta), key,
                               progress_init(self.config.solve_window), jnp.int32(0),
                               jnp.int32(0), jnp.bool_(self.update_cap == 0), clip=clip)
-
-    @classmethod
-    def one_program_field(cls, configs: Sequence[Any]) -> str | None:
-        """`EpisodicLearner.one_program_field`; a run with an adaptive lever on runs alone
-        (its levers are not settings as data)."""
-        for cfg in configs:
-            for name in ADAPTIVE_LEVERS:
-                if getattr(cfg, name) not in (False, None):
-                    return name
-        return super().one_program_field(configs)
-
-    def public_returns(self, thetas: Array, key: Array, episodes: int | None = None
-                       ) -> np.ndarray:
-        """Each θ's (n, d) greedy returns (n, `episodes`; default public_eval_episodes) on
-        the task's PUBLIC simulator: the environment's default parameters (no agent's private
-        draw), episodes from `key` (the same for every θ). What the best-candidate choice
-        reads (--public-eval-every; post-processing)."""
-        keys = jax.random.split(key, episodes or self.config.public_eval_episodes)
-        yes = jnp.bool_(True)
-
-        def one(theta: Array, k: Array) -> Array:
-            return self.episodes.evaluate(lambda: self.env, self.env_params, self.greedy,
-                                          theta, k, yes, None)
-
-        if self.task.host:
-            return np.array([[float(one(t, k)) for k in keys] for t in np.asarray(thetas)])
-        if self._public is None:
-            self._public = jax.jit(jax.vmap(jax.vmap(one, (None, 0)), (0, None)))
-        return np.asarray(self._public(thetas, keys), np.float64)  # one program per count
 
     def policy(self, theta: Array) -> Any:
         """Sample actions with fresh dropout masks; return the masks to reuse in the loss.
@@ -324,8 +290,7 @@ class Reinforce(EpisodicLearner):
         grad = grads.privatize(k_grad, per_episode / clip).value * clip / b
         within = (jnp.linalg.norm(per_episode, axis=1) <= clip).astype(jnp.float32)
         count = bits.privatize(k_bits, (within - 0.5)[:, None]).value[0]
-        fraction = (count + 0.5 * b) / b
-        return grad, geometric_clip_update(clip, fraction, cfg.clip_quantile, cfg.clip_lr)
+        return grad, next_clip(clip, count, b, cfg.clip_quantile, cfg.clip_lr)
 
     def update(self, s: ReinforceState, traj: Any, k_noise: Array,
                canaries: Array | None = None) -> tuple[Array, Any, Array, Array | None]:
