@@ -13,8 +13,8 @@ import pytest
 from privrl.config import ConfigError
 from privrl.federation.adapt import PUBLIC_EVAL_SALT, PublicCandidates
 from privrl.privacy.accounting import Accountant, PrivacyEvent
+from privrl.systems.dpsgd_rl.config import ObservationPrivacy
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
-from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import (
     offer_candidates,
     run_episodic,
