@@ -183,10 +183,17 @@ def gaussian_sum_dense_release(p: GaussianSumParams, key: Array, params: Any, x:
     materializing per-example gradients: `privacy.dpsgd.clipped_grad_sum` clips exactly
     (every row is clipped). The sum is added into the noise (`add_raveled`): the same draw
     and sum, the noise's hash kept out of the ravel's unvectorized loop."""
-    grads, _ = clipped_grads(params, x, loss_of_outputs, clip, rows)
+    return _gaussian_sum_dense(p, key, params, x, loss_of_outputs, clip, rows)[0]
+
+
+def _gaussian_sum_dense(p: GaussianSumParams, key: Array, params: Any, x: Array,
+                        loss_of_outputs: Callable[[Array], Array], clip: float,
+                        rows: Array | None) -> tuple[Array, Array]:
+    """`gaussian_sum_dense_release` and the per-example gradient norms of its backward pass."""
+    grads, norms = clipped_grads(params, x, loss_of_outputs, clip, rows)
     leaves = jax.tree_util.tree_leaves(grads)
     dim, dtype = sum(leaf.size for leaf in leaves), leaves[0].dtype
-    return add_raveled(p.std * jax.random.normal(key, (dim,), dtype), grads)
+    return add_raveled(p.std * jax.random.normal(key, (dim,), dtype), grads), norms
 
 
 def secure_laplace_release(p: SecureParams, key: Array, x: Array) -> Array:
@@ -900,3 +907,15 @@ class GaussianSumMechanism(Mechanism):
         value = gaussian_sum_dense_release(self.release_params(0), key, params, x,
                                            loss_of_outputs, self.clip, rows)
         return Report._mint(_MINT, value, self.guarantee)
+
+    def privatize_dense_norms(self, key: Array, params: Any, x: Array,
+                              loss_of_outputs: Callable[[Array], Array],
+                              rows: Array | None = None) -> tuple[Report, Array]:
+        """`privatize_dense` (not secure) and, from the same backward pass, each example's
+        gradient norm ‖∇ℓ_i‖: raw data, for the caller's own mechanism to release a function
+        of (an adaptive clip's count: privrl.systems.dpsgd_rl.levers)."""
+        if self.secure:
+            raise ValueError("privatize_dense_norms has no float-safe (secure) form")
+        value, norms = _gaussian_sum_dense(self.release_params(0), key, params, x,
+                                           loss_of_outputs, self.clip, rows)
+        return Report._mint(_MINT, value, self.guarantee), norms
