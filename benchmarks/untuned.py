@@ -17,7 +17,7 @@ at most 10 minutes on 2 cores.
 Output: one table, the fraction of the non-private improvement over random each private row
 reaches, (private − random)/(non-private − random), with the fleet size and the wall time.
 "random" is `privrl.evaluation.random_returns` (every run's baseline) over --random-episodes
-episodes (2,000; the plan's pilot's 64 are recorded beside it).
+episodes (2,000; the plan's pilot's, 1,000 since session 10, is recorded beside it).
 Runnable in parts (--task, --system) and resumable: each row is a JSON file in --out, and a row
 already there is skipped.
 
@@ -263,8 +263,9 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
 def random_of(task: str, args: Any) -> tuple[float, float]:
     """(mean, standard error) of a uniformly random policy's return on `task` over
     --random-episodes episodes (`privrl.evaluation.random_returns`, every run's baseline): the
-    plan's pilot measures 64, whose mean was 0.17 off on `corridor` (−0.148 against −0.31 from
-    4,000 episodes), enough to put a row at its random start "below random"."""
+    plan's pilot measured 64 until session 10, whose mean was 0.15 off on `corridor` (−0.148
+    against −0.295 from 2,000 episodes), enough to put a row at its random start "below
+    random"; it now measures 1,000 (`PlanConfig.random_episodes`)."""
     from privrl.evaluation import random_returns
     from privrl.planner.api import PlanConfig, task_of
 
