@@ -196,15 +196,19 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     cfg = PlanConfig(env=env, private_params=private, epsilon=epsilon, agents=agents,
                      sweep=False, trials=args.trials, seed=args.seed,
                      pilot_episodes=args.pilot_episodes)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = plan(system, cfg, log=lambda m: None)
-    plan_seconds = time.perf_counter() - t0
+    plan_seconds, plan_cpu = time.perf_counter() - t0, time.process_time() - c0
     rec = sy.Recommendation(**result.recommendation)
     f = sy.facts(system, bool(task_of(cfg).head.continuous))
     per_agent = rec.reports_per_agent * f.episodes_per_report
     capped = rec.agents * per_agent > args.max_episodes
     if capped:  # the settings for the fleet that runs
         rec = recommend_at(result, max(1, args.max_episodes // per_agent))
+    print(f"  plan ({plan_seconds:.0f} s, {plan_cpu:.0f} CPU-s): K = {rec.agents:,} "
+          f"(planned {result.recommendation['agents']:,}), {rec.reports_per_agent} reports of "
+          f"{f.episodes_per_report} episodes per agent: {rec.agents * per_agent:,} episodes per "
+          f"setting and trial, 2 settings × {args.trials} trials", flush=True)
     nonprivate = replace(rec, mechanism="none", epsilon=math.inf)
     levers = system == "pgc-a3c"
     if levers:
@@ -223,11 +227,11 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     configs = [sy.build_config(system, sy.config_fields(system, s, env, private, args.trials,
                                                        args.seed, levers=levers and i == 0))
                for i, s in enumerate((rec, nonprivate))]
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     private_curve, nonprivate_curve = sy.run_settings(system, configs,
                                                       together=not task_of(cfg).host,
                                                       final_policy=system == "dp-reinforce")
-    wall = time.perf_counter() - t1
+    wall, run_cpu = time.perf_counter() - t1, time.process_time() - c1
     random, random_se = random_of(task, args)
     final, np_final = private_curve.final(), nonprivate_curve.final()
     adaptive: dict[str, Any] = {}
@@ -257,7 +261,8 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             "fraction": fraction_of(final, random, np_final),
             "pilot_learned": result.pilot["episodes_to_learn"] is not None,
             "notes": list(result.notes), "plan_seconds": plan_seconds,
-            "run_seconds": wall, "trials": args.trials, **adaptive}
+            "run_seconds": wall, "plan_cpu_seconds": plan_cpu, "run_cpu_seconds": run_cpu,
+            "trials": args.trials, **adaptive}
 
 
 def random_of(task: str, args: Any) -> tuple[float, float]:
