@@ -238,12 +238,13 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     if system == "dp-reinforce":  # the same plan with the `adaptive` preset's levers on
         fields = sy.reinforce_levers(sy.config_fields(system, rec, env, private, args.trials,
                                                       args.seed))
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         curve = sy.run_settings(system, [sy.build_config(system, fields)], together=False)[0]
         kept = curve.final_policy if curve.final_policy is not None else curve.final()
         adaptive = {"adaptive_return": kept, "adaptive_curve_return": curve.final(),
                     "adaptive_fraction": fraction_of(kept, random, np_final),
-                    "adaptive_seconds": time.perf_counter() - t2, "adaptive_fields": fields,
+                    "adaptive_seconds": time.perf_counter() - t2,
+                    "adaptive_cpu_seconds": time.process_time() - c2, "adaptive_fields": fields,
                     # like for like: every final policy on the same fresh public episodes
                     "policy_returns": {"private": private_curve.final_policy,
                                        "nonprivate": nonprivate_curve.final_policy,
@@ -281,33 +282,44 @@ def random_of(task: str, args: Any) -> tuple[float, float]:
 
 
 def table(out: Path) -> str:
-    """The markdown table of every row in `out` (missing rows listed below it)."""
+    """The markdown table of every row in `out` (missing rows listed below it): per task and
+    setting, random, non-private, private, the fraction, K, wall and CPU seconds (plan + run;
+    CPU-s recorded since session 10)."""
     rows = {(d["task"], row_name(d["system"], d["epsilon"])): d
             for p in sorted(out.glob("*/*.json")) for d in [json.loads(p.read_text())]}
-    lines = ["| task | random | non-private | private row | K | private return | fraction "
-             "| wall (plan + run) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | setting | random | non-private | private | fraction | K "
+             "| wall (plan + run) | CPU-s (plan + run) |", "|---|---|---|---|---|---|---|---|---|"]
     missing = []
+
+    def cpu(d: dict[str, Any], run: str) -> str:
+        if "plan_cpu_seconds" not in d:
+            return "not recorded"
+        return f"{d['plan_cpu_seconds']:.0f} + {d[run]:.0f}"
+
     for task in TASKS:
         for system, eps, _ in ROWS:
             d = rows.get((task, row_name(system, eps)))
             if d is None:
                 missing.append(f"{task} / {row_name(system, eps)}")
                 continue
-            frac = "–" if d["fraction"] is None else f"{d['fraction']:.2f}"
             k = f"{d['agents']:,}" + (f" (plan: {d['planned_agents']:,}, capped)"
                                       if d["capped"] else "")
-            lines.append(f"| {task} | {d['random_return']:.4g} | {d['nonprivate_return']:.4g} "
-                         f"| {system} ε = {eps:g} | {k} | {d['private_return']:.4g} | {frac} "
-                         f"| {d['plan_seconds']:.0f} + {d['run_seconds']:.0f} s |")
+            head = (f"| {task} | {{}} | {d['random_return']:.4g} | {d['nonprivate_return']:.4g} "
+                    f"| {{:.4g}} | {{}} | {k} | {d['plan_seconds']:.0f} + {{:.0f}} s | {{}} |")
+            lines.append(head.format(f"{system} ε = {eps:g}", d["private_return"],
+                                     _frac(d["fraction"]), d["run_seconds"],
+                                     cpu(d, "run_cpu_seconds")))
             if "adaptive_return" in d:  # dp-reinforce's `adaptive` preset on the same plan
-                frac = "–" if d["adaptive_fraction"] is None else f"{d['adaptive_fraction']:.2f}"
-                lines.append(f"| {task} | {d['random_return']:.4g} | "
-                             f"{d['nonprivate_return']:.4g} | {system} ε = {eps:g} adaptive | "
-                             f"{k} | {d['adaptive_return']:.4g} | {frac} | "
-                             f"{d['plan_seconds']:.0f} + {d['adaptive_seconds']:.0f} s |")
+                lines.append(head.format(f"{system} ε = {eps:g} adaptive", d["adaptive_return"],
+                                         _frac(d["adaptive_fraction"]), d["adaptive_seconds"],
+                                         cpu(d, "adaptive_cpu_seconds")))
     if missing:
         lines += ["", "Missing rows: " + "; ".join(missing) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _frac(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
