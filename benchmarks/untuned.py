@@ -210,6 +210,11 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
           f"{f.episodes_per_report} episodes per agent: {rec.agents * per_agent:,} episodes per "
           f"setting and trial, 2 settings × {args.trials} trials", flush=True)
     nonprivate = replace(rec, mechanism="none", epsilon=math.inf)
+    if system == "fedpg-cen":
+        # the preset's own step size, not the plan's (set for the private row's noise): at
+        # K = 1,000 on `reach` the plan's 8.6e-6 left the "non-private" row at random as well
+        # (session 10, log 26-fedrows), which made the fraction meaningless
+        nonprivate = replace(nonprivate, learning_rate=f.learning_rate)
     levers = system == "pgc-a3c"
     if levers:
         # pgc-a3c: the private row runs the plan's recommended command (its levers on where the
