@@ -232,6 +232,8 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     configs = [sy.build_config(system, sy.config_fields(system, s, env, private, args.trials,
                                                        args.seed, levers=levers and i == 0))
                for i, s in enumerate((rec, nonprivate))]
+    if levers:  # the reference keeps the preset's critic (the pilot models the command's learner)
+        configs[1] = replace(configs[1], critic="shared")
     t1, c1 = time.perf_counter(), time.process_time()
     private_curve, nonprivate_curve = sy.run_settings(system, configs,
                                                       together=not task_of(cfg).host,

@@ -43,6 +43,19 @@ def test_importing_aggregator_side_loads_no_agent_code():
     assert out.stdout.strip() == "", out.stdout
 
 
+def test_a_flower_apps_reference_is_found_without_jax():
+    """`flwr run` looks the bundle's app references up before submitting it (`find_spec`, which
+    imports their parent packages): privrl and privrl.federation import no JAX, which would
+    cost every `flwr run` a process's JAX import (benchmarks/log/26-fold.md)."""
+    code = ("import sys\nfrom importlib.util import find_spec\n"
+            "for ref in ('privrl.federation.flower', 'privrl.federation.flower_sum',\n"
+            "            'privrl.systems.pgc_a3c.flower', 'privrl.systems.fedpg.flower'):\n"
+            "    assert find_spec(ref) is not None, ref\n"
+            "print(sorted(m for m in ('jax', 'numpy', 'flwr') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def _imports(path: Path, module: str) -> set[str]:
     """Absolute names of the modules `path` (module `module`) imports, lazily or not."""
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]

@@ -46,6 +46,8 @@ def test_pgc_a3c_pilot_starts_uniform_like_the_adaptive_command() -> None:
     cfg = sy.build_config("pgc-a3c", pilot_fields("pgc-a3c", False))
     cfg.validate()
     assert cfg.uniform_start is True
+    # ... and learns as the command learns: from the policy's gradient alone (its E0)
+    assert cfg.critic == "none"
     # the continuous preset starts uniform already (and is its own recommended preset)
     assert sy.build_config("pgc-a3c", pilot_fields("pgc-a3c", True)).uniform_start is True
 

@@ -53,7 +53,9 @@ def execute_audit(settings: Settings, out: Path | None, show: bool, system: str,
     with progress_bar(err, show, "auditing", unit=unit) as (bar, task):
         results = cfg.run(lambda done, total: bar.update(task, completed=done, total=total))
     path = new_run_dir(out, "-".join(filter(None, ("audit", system, fields.get("mechanism")))))
+    notes = cfg.claim_notes()
     write_sweep(path, results, {**({"system": system} if system else {}), **cfg.record(),
+                                **({"claim_notes": notes} if notes else {}),
                                 "command": ["privrl", *sys.argv[1:]]})
     console.print(Markdown((path / "audit.md").read_text()))
     console.print(f"Results written to [bold]{path}[/] (audit.json, audit.csv, audit.md, "

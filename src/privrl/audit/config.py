@@ -37,6 +37,12 @@ class AuditConfig(Config):
         """The audits' results, one per ε (`progress(done, total)` after each)."""
         raise NotImplementedError
 
+    def claim_notes(self) -> list[str]:
+        """What the audited claim leaves out of the run's own ε (a lever's separate release in
+        the same report, say): audit.json's `claim_notes`, printed under the table. An audit
+        that tests a run's whole per-report ε has none."""
+        return []
+
 
 @dataclass(frozen=True)
 class SampledAudit(AuditConfig):

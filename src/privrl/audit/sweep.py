@@ -88,14 +88,14 @@ def run_audit_sweep(name: str, epsilons: Sequence[float], *, seed: int = 0,
     return results
 
 
-def _markdown(results: list[AuditResult]) -> str:
+def _markdown(results: list[AuditResult], notes: Sequence[str] = ()) -> str:
     conf = results[0].confidence
     lines = [f"| mechanism | claimed ε | δ | audited lower bound ({conf:.0%}) | refuted |",
              "|---|---:|---:|---:|---|"]
     for r in results:
         lines.append(f"| {r.mechanism} | {r.epsilon_claimed:.3f} | {r.delta:g} | "
                      f"{r.epsilon_lower:.3f} | {'YES' if r.violated else 'no'} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + [f"\n{n}" for n in notes]) + "\n"
 
 
 def write_sweep(path: Path, results: list[AuditResult], settings: dict[str, Any]) -> None:
@@ -109,7 +109,7 @@ def write_sweep(path: Path, results: list[AuditResult], settings: dict[str, Any]
         for r in results:
             f.write(f"{r.mechanism},{r.epsilon_claimed:.6g},{r.delta:g},{r.epsilon_lower:.6g},"
                     f"{r.confidence:g},{r.samples},{int(r.violated)}\n")
-    (path / "audit.md").write_text(_markdown(results))
+    (path / "audit.md").write_text(_markdown(results, settings.get("claim_notes", ())))
     plot_sweep(path / "plots" / "audit.png", results)
 
 

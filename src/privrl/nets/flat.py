@@ -28,6 +28,9 @@ class ActorCritic(nn.Module):
     # The policy layer's kernel starts at zero (its biases do anyway): every output starts at
     # 0 whatever the state (a Gaussian head's mean at its Box's centre; uniform logits).
     zero_policy: bool = False
+    # False: no value head (no parameters for it; the value is 0 in every state): the policy
+    # alone, for a report that carries only the policy's gradient (PGC-A3C's `critic` "none").
+    value_head: bool = True
 
     @nn.compact
     def __call__(self, obs: Array) -> tuple[Array, Array]:
@@ -38,6 +41,8 @@ class ActorCritic(nn.Module):
         h = nn.relu(dense(self.hidden, "common")(obs))
         logits = dense(self.num_actions, "policy",
                        nn.initializers.zeros if self.zero_policy else None)(h)
+        if not self.value_head:
+            return logits, jnp.zeros(logits.shape[:-1], logits.dtype)
         value = dense(1, "value")(h)[..., 0]
         return logits, value
 
@@ -126,7 +131,7 @@ class FlatModel:
 def actor_critic(
     hidden: int = 16, num_actions: int = 2, obs_dim: int = 4, use_bias: bool = False,
     log_std: str = "state", start_log_std: tuple[float, ...] | None = None,
-    zero_policy: bool = False,
+    zero_policy: bool = False, value_head: bool = True,
 ) -> FlatModel:
     """Paper 000's network with `num_actions` policy outputs. log_std "parameter": a Gaussian
     head's network whose num_actions = 2d outputs end in a learned, state-free log-std
@@ -135,13 +140,15 @@ def actor_critic(
     (the policy layer's kernel zero), e.g. `Gaussian.uniform_log_std()`'s, close to a
     uniformly random policy; None: the network's own start (log σ = 0, means from the
     Glorot-initialized layer). `zero_policy`: the policy layer's kernel starts at zero (a
-    categorical head's logits all 0: the uniformly random policy)."""
+    categorical head's logits all 0: the uniformly random policy). `value_head` False: the
+    network has no value head (d smaller by hidden (+ 1 with biases); its value is 0)."""
     if start_log_std is not None and log_std != "parameter":
         raise ValueError("start_log_std needs the state-free log-std (log_std='parameter')")
-    module: nn.Module = ActorCritic(hidden, num_actions, use_bias, zero_policy)
+    module: nn.Module = ActorCritic(hidden, num_actions, use_bias, zero_policy, value_head)
     if log_std == "parameter":
         zero = start_log_std is not None
-        module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias, zero),
+        module = StateFreeLogStd(ActorCritic(hidden, num_actions // 2, use_bias, zero,
+                                             value_head),
                                  num_actions // 2, start_log_std if zero else 0.0)
     return FlatModel(module, np.zeros((obs_dim,), np.float32))
 
@@ -172,7 +179,8 @@ def describe_model(model: FlatModel, num_actions: int) -> dict[str, Any]:
         return {**inner, "dim": model.dim, "log_std": "parameter"}
     if isinstance(m, ActorCritic):
         return {"architecture": "actor-critic", "hidden": [m.hidden], "activation": "relu",
-                "use_bias": m.use_bias, **common}
+                "use_bias": m.use_bias, **({} if m.value_head else {"value_head": False}),
+                **common}
     if isinstance(m, MLP):
         return {"architecture": "mlp", "hidden": list(m.hidden), "activation": "relu",
                 "use_bias": True, **common}
@@ -205,6 +213,9 @@ def check_description(d: Any) -> dict[str, Any]:
         raise ValueError("activation must be relu and use_bias a boolean")
     if d["architecture"] == "mlp" and not d["use_bias"]:
         raise ValueError("privrl's MLP has biases")
+    if not isinstance(d.get("value_head", True), bool) or (
+            d["architecture"] == "mlp" and "value_head" in d):
+        raise ValueError("value_head must be a boolean, and only an actor-critic has one")
     if d.get("log_std", "state") not in LOG_STDS or (
             d.get("log_std") == "parameter" and d["num_actions"] % 2):
         raise ValueError(f"log_std {d.get('log_std')!r:.20} is not one of {LOG_STDS} (with "
@@ -217,5 +228,5 @@ def model_from_description(d: dict[str, Any]) -> FlatModel:
     log_std = d.get("log_std", "state")
     if d["architecture"] == "actor-critic":
         return actor_critic(d["hidden"][0], d["num_actions"], d["obs_dim"], d["use_bias"],
-                            log_std)
+                            log_std, value_head=d.get("value_head", True))
     return mlp(tuple(d["hidden"]), d["num_actions"], d["obs_dim"], log_std=log_std)

@@ -6,8 +6,8 @@ Agents' private parameters are drawn from the `--private` ranges the user gives 
   network size (REINFORCE with per-episode standardized returns-to-go: the score-function
   gradient FedPG-Cen and DP-REINFORCE clip), from which the pilot reads the norms, their
   spread, and at a clip the mean clipped gradient and its variance. PGC-A3C's plan reads them
-  from its own reports instead (`privrl.planner.systems.report_sample`: its actor-critic
-  loss's gradient, far from this proxy's).
+  from its own reports instead (`privrl.planner.systems.report_sample`: the gradient of
+  its own loss, a sum over the episode's steps, far from this proxy's norms).
 A uniformly random policy's return comes from the library's one baseline
 (`privrl.evaluation.random_returns`), the one every run's verdict uses.
 The non-private learning speed is measured by each system's own non-private run

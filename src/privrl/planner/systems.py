@@ -99,7 +99,8 @@ def start_fields(system: str, preset: str) -> dict[str, Any]:
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
     cfg = PGCA3CConfig.from_preset(LEVERS_PRESET[(system, preset)])
-    return {"uniform_start": True, "log_std": "parameter"} if cfg.uniform_start else {}
+    start = {"uniform_start": True, "log_std": "parameter"} if cfg.uniform_start else {}
+    return start | ({"critic": cfg.critic} if cfg.critic != "shared" else {})
 
 
 def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[str],
@@ -156,9 +157,10 @@ def report_sample(system: str, f: SystemFacts, env: str, private: Sequence[str],
     """(episodes, d) `system`'s own per-report gradients at the recommended command's start
     (its preset, its start, one episode per report), and d; None: the system has none of its
     own here and the pilot's REINFORCE proxy (`pilot.gradient_sample`) stands in. PGC-A3C
-    reports its actor-critic loss's gradient (critic and reward scale included), whose norms
-    are orders beyond the actor-only proxy's (benchmarks/log/24-untuned.md, "At the plan's
-    K", cause 2): the clip, S and V must come from these."""
+    reports its own loss's gradient (`adaptive`: the policy's alone, benchmarks/log/
+    26-report.md; the actor-critic loss's, critic included, under the other presets), whose
+    norms are orders beyond the proxy's (benchmarks/log/24-untuned.md, "At the plan's K",
+    cause 2): the clip, S and V must come from these."""
     if system != "pgc-a3c":
         return None
     import jax

@@ -48,3 +48,23 @@ def test_audit_command_refuses_bad_options(tmp_path, capsys):
                      "--no-progress"]) == 2
         assert f"error: {flag}:" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_adaptive_clip_bit_is_named_beside_the_audited_claim(tmp_path):
+    """The canary tests a report's gradient release; with adaptive_clip the report also
+    carries the clip bit's ε, which the audit's record and table must state (issue 51: any ε
+    a lever spends appears in the audit)."""
+    from privrl.audit.mechanism import AuditResult
+    from privrl.audit.sweep import write_sweep
+    from privrl.systems.pgc_a3c.audit import PGCA3CAudit
+
+    audit = PGCA3CAudit(preset="adaptive", epsilons=(5.0,))
+    eps_update, eps_bit = audit.config(5.0).resolved().release_epsilons()
+    assert eps_bit is not None and eps_update + eps_bit == pytest.approx(5.0)
+    (note,) = audit.claim_notes()
+    assert f"gradient's {eps_update:.4g}" in note and f"clip bit, {eps_bit:.4g}" in note
+    assert PGCA3CAudit(preset="tuned", epsilons=(5.0,)).claim_notes() == []
+    result = AuditResult("pgc-a3c laplace canary agent", 1.0, eps_update, 0.0, 0.95, 100,
+                         "test", 0.0, "above", 0, 1, 2)
+    write_sweep(tmp_path, [result], {"claim_notes": [note]})
+    assert note in (tmp_path / "audit.md").read_text()

@@ -3,7 +3,9 @@ SuperNode authentication, a SuperNode and its agent executor, the ServerApp; the
 directory, its privacy record and replay; nothing left running afterwards.
 
 Costly (each Flower process is a Python start; benchmarks/RESULTS.md), so one deployment with
-one SuperNode checks everything it can at once, a bundle the agent did not pin included.
+one SuperNode checks everything it can at once, a bundle the agent did not pin included, and
+that deployment is the documented command's (README's `privrl run pgc-a3c --runtime flower`,
+shrunk as tests/test_documented_commands.py shrinks every documented command: documents.CARRIED).
 Routing between several SuperNodes, the agents' refusals and the server's checks are
 tests/systems/pgc_a3c/test_flower.py's, in one process."""
 
@@ -18,21 +20,28 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from documents import carried, run_documented
 from privrl.main import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings(
     "ignore:GitWildMatchPattern:DeprecationWarning")]
 
+# What this test needs of the documented command's run: seeded noise and one agent a round,
+# so that the run is the local runner's (below); four submissions are enough for that.
+SETTINGS = {"--noise": "seeded", "--parallel-agents": 1, "--submissions": 4,
+            "--score-window": 2}
 
-def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, children_compile_as_tests: None) -> None:
-    """The run through `privrl run`; then, on the same deployment (its processes cost more
-    than the runs), the server side submits another bundle than the agents pinned (here:
-    naming its own ClientApp, as an operator who wanted to run code on the agents would):
-    every agent answers with an error, nothing is released or accepted, and the run says
-    why. Every process of the deployment compiles as this test does
-    (`children_compile_as_tests`), so the ServerApp's θ is bit-equal to this process's replay
-    of its log."""
+
+def test_the_documented_flower_command_runs_and_leaves_nothing_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        children_compile_as_tests: None) -> None:
+    """The documented command through `privrl run` (it exits 0 and writes README's files);
+    then, on the same deployment (its processes cost more than the runs), the server side
+    submits another bundle than the agents pinned (here: naming its own ClientApp, as an
+    operator who wanted to run code on the agents would): every agent answers with an error,
+    nothing is released or accepted, and the run says why. Every process of the deployment
+    compiles as this test does (`children_compile_as_tests`), so the ServerApp's θ is
+    bit-equal to this process's replay of its log."""
     from privrl.federation.flower import RESULTS
     from privrl.runtime import flower as rt
 
@@ -68,21 +77,19 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     monkeypatch.setattr(rt.LocalDeployment, "run", and_a_foreign_bundle)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     out = tmp_path / "run"
-    args = ["--preset", "tuned", "--mechanism", "laplace", "--epsilon", "2", "--submissions",
-            "4", "--score-window", "2", "--parallel-agents", "1", "--noise", "seeded",
-            "--seed", "7", "--no-progress"]
-    rc = main(["run", "pgc-a3c", "--runtime", "flower", "--supernodes", "1", *args,
-               "--out", str(out)])
-    assert rc == 0
+    args = run_documented(carried(__file__), out, lambda: capsys.readouterr().err, SETTINGS)
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    n, nodes = cfg["submissions"], int(args[args.index("--supernodes") + 1])
+    assert (n, cfg["parallel_agents"], nodes) == (4, 1, 1)
     results = json.loads((out / "aggregator" / "flower.json").read_text())
-    assert results["refused"] == [] and results["status"]["accepted"] == 4
-    assert len(results["nodes"]) == 1
+    assert results["refused"] == [] and results["status"]["accepted"] == n
+    assert len(results["nodes"]) == nodes
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["trust_domain"]["runtime"] == "flower"
     assert privacy["noise_keys"]["mode"] == "seeded"  # (the default, secret: test_flower.py)
-    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(2.0)
+    assert privacy["ledger"]["per_agent_epsilon"]["max"] == pytest.approx(cfg["epsilon"])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trials"] == 1 and len(summary["fst"]) == 1
     # TLS with the run's certificate; each SuperNode registered and authenticated by its key.
@@ -93,7 +100,7 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     assert not any(p.suffix in (".key", ".crt") for p in out.rglob("*"))
     assert main(["replay", str(out)]) == 0
     # The foreign bundle: refused by the agent, nothing accepted, the agent's state untouched.
-    assert foreign["status"]["accepted"] == 0 and len(foreign["refused"]) == 4
+    assert foreign["status"]["accepted"] == 0 and len(foreign["refused"]) == n
     assert all("runs only the app bundle it trusts" in r["reason"]
                for r in foreign["refused"])
     assert foreign["state_unchanged"]
@@ -102,7 +109,10 @@ def test_a_local_flower_deployment_runs_pgc_a3c_and_leaves_nothing_running(
     assert not foreign["state"].parent.exists()
     # Seeded, one agent a round: the local runner's run (scores exactly; θ to float32 rounding,
     # as tests/systems/pgc_a3c/test_flower.py states).
-    assert main(["run", "pgc-a3c", *args, "--out", str(tmp_path / "local")]) == 0
+    local = [a for i, a in enumerate(args) if not (
+        a in ("--runtime", "--supernodes", "--out") or args[i - 1] in ("--runtime",
+                                                                      "--supernodes", "--out"))]
+    assert main([*local, "--out", str(tmp_path / "local")]) == 0
     assert ((out / "metrics.csv").read_text()
             == (tmp_path / "local" / "metrics.csv").read_text())
 

@@ -53,6 +53,9 @@ def test_adaptive_clips_epsilon_is_in_the_ledger_and_privacy_json(adaptive_run):
     # The clip moved (CartPole's gradients are far above 0.01: it grows).
     assert clip["final_clip"][0] > 0.01
     assert "public" in record["adaptive_levers"]["note"]
+    # The report is the policy's gradient alone (critic none: no value head), and says so
+    assert "policy gradient" in record["statement"]
+    assert record["mechanism"]["upload_bytes_per_report"] == 4 * PGCA3C(out.config).dim == 4 * 58
 
 
 def test_final_policy_is_the_best_public_candidate_never_below_the_start(adaptive_run):

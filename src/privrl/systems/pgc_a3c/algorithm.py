@@ -100,6 +100,9 @@ from privrl.systems.pgc_a3c.choices import MECHANISMS, REWARDS
 LOSS_REDUCTIONS = ("sum", "mean")
 ACTIONS = ("argmax", "sample")
 SERVER_OPTIMIZERS = ("sgd", "adam", "rmsprop")
+# What each report's gradient is of: "shared" the paper's actor-critic network and loss (policy,
+# value head and the layer they share); "none" the policy alone (no value head, no critic).
+CRITICS = ("shared", "none")
 # The mechanisms whose clip --adaptive-clip moves: the agent scales its gradient by the public
 # C_0/C_t before the mechanism (compiled with C_0), which is the release at clip C_t scaled by
 # C_0/C_t for Laplace's L1 clip and noise (both homogeneous in C), and the aggregator scales
@@ -188,13 +191,16 @@ PRESETS["continuous"] = {
 # A continuous-action task gets a state-free log-std (the network's ignores it on a discrete
 # one). Every task's policy starts uniform (`uniform_start`): a Glorot start, played without
 # learning where the private step is small, was below random on the untuned benchmark's
-# `corridor` (benchmarks/log/24-untuned.md). Measured in benchmarks/RESULTS.md ("Adaptive
-# private defaults").
+# `corridor` (benchmarks/log/24-untuned.md). Each report is the policy's gradient alone
+# (`critic` "none"): the actor-critic report of a task with long episodes and large returns
+# was nearly all critic (benchmarks/log/26-report.md). Measured in benchmarks/RESULTS.md
+# ("Adaptive private defaults").
 PRESETS["adaptive"] = {
     **PRESETS["tuned"],
     "hidden": 8,
     "log_std": "parameter",
     "uniform_start": True,
+    "critic": "none",
     "adaptive_clip": True,
     "step_from_noise": True,
     "public_eval_every": 20,
@@ -251,7 +257,8 @@ class PGCA3CConfig(Config):
         "tuned-ldp with 8 hidden units. continuous: for a continuous-action (Box) task: a "
         "state-free log-std, GAE, γ = 0.9, scaled reward (docs/environments.md). adaptive: "
         "private defaults that adapt to the task (issue 51): tuned's learner with 8 hidden "
-        "units, --adaptive-clip, --step-from-noise and --public-eval-every 20. Options "
+        "units reporting the policy's gradient alone (--critic none), --adaptive-clip, "
+        "--step-from-noise and --public-eval-every 20. Options "
         "given explicitly override it.")
     mechanism: str = option(
         "laplace", choices=MECHANISMS, user_callable=True,
@@ -324,6 +331,15 @@ class PGCA3CConfig(Config):
         0.5, help="η, the aggregator's step size (SGD in the paper).")
     gamma: float = option(0.99, help="Discount factor γ, in (0, 1].")
     value_coef: float = option(0.5, help="λ, the weight of the critic's loss.")
+    critic: str = option(
+        "shared", choices=CRITICS, help="shared (the paper's): the network has a value head "
+        "beside the policy on a shared hidden layer, and each report is the gradient of the "
+        "actor-critic loss over all of θ. none: no value head and no critic: the network is "
+        "the policy alone (d smaller), its advantages the episode's discounted returns (with "
+        "--normalize-advantage standardized on the agent's own episode), so each report, and "
+        "the ε spent on it, carries the policy's gradient only. Where the critic's loss "
+        "dominates the gradient (long episodes, large returns) the clipped actor-critic report "
+        "is nearly all critic (benchmarks/log/26-report.md).")
     entropy_coef: float = option(0.01, help="β, the weight of the entropy bonus.")
     explore_start: float = option(
         0.5, help="α = max(0, explore_start − n / explore_decay): the chance of a random "
@@ -528,6 +544,7 @@ class PGCA3CConfig(Config):
         positive("reward_scale", self.reward_scale)
         finite("reward_scale", self.reward_scale)
         one_of("log_std", self.log_std, LOG_STDS)
+        one_of("critic", self.critic, CRITICS)
         if self.uniform_start is not False and (self.uniform_start is not True
                                                 or self.log_std != "parameter"):
             fail("uniform_start", "needs the state-free log-std (log_std parameter)"
@@ -672,7 +689,7 @@ class PGCA3C:
                 cfg.hidden, self.head.outputs, task.obs_dim, cfg.use_bias,
                 cfg.log_std if continuous else "state",
                 self.head.uniform_log_std() if continuous and cfg.uniform_start else None,
-                cfg.uniform_start)
+                cfg.uniform_start, value_head=cfg.critic == "shared")
         else:
             self.model = FlatModel(check_module(model, task, "logits,value"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
@@ -791,6 +808,8 @@ class PGCA3C:
         cfg = self.config
         logits, values = self.model.apply(theta, traj.obs)
         _, final_value = self.model.apply(theta, traj.final_obs)
+        if cfg.critic == "none":  # the policy alone (a module passed in: its value ignored)
+            values, final_value = jnp.zeros_like(values), jnp.zeros_like(final_value)
         bootstrap = jnp.where(traj.terminated, 0.0, jax.lax.stop_gradient(final_value))
         if cfg.gae_lambda is None:
             returns = discounted_returns(self.rewards(traj), traj.mask, bootstrap, cfg.gamma)

@@ -474,6 +474,12 @@ def summarize(out: RunOutput, runtime: str = "local") -> dict[str, Any]:
     }
 
 
+# What a report is the gradient of, by the config's `critic` (privacy.json's releases).
+REPORTED = {"shared": "its clipped A3C gradient",
+            "none": "its clipped policy gradient (critic none: the network is the policy "
+                    "alone)"}
+
+
 def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): each
     agent's reports over the run in the composition the ledger enforces, the other beside it,
@@ -492,7 +498,7 @@ def privacy_facts(out: RunOutput, runtime: str = "local") -> Facts:
                                    "the ledger refuses a report beyond it", cfg.epsilon)
     shuffled = shuffle_account(out) if cfg.shuffle else None
     return Facts(
-        claim, releases=Releases("each agent", "its clipped A3C gradient", f"the "
+        claim, releases=Releases("each agent", REPORTED[cfg.critic], f"the "
                                  f"{cfg.mechanism} mechanism", reports, eps0, delta0),
         also=also, budget=budget,
         shuffle=None if shuffled is None else CentralShuffle.of(shuffled, "aggregator"),
