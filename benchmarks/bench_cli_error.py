@@ -1,15 +1,17 @@
-"""Time to a bad flag's one-line error (issue 53, item 10): `privrl run pgc-a3c --bogus`.
+"""Time to a bad command line's one-line error (issue 53, item 10): `privrl run pgc-a3c
+--bogus`, a command typo, and a bad value for each system (`--epsilon -1`, ...).
 
-The command line is parsed and checked before JAX, flax or a system is imported; this
-measures the whole process (interpreter start to exit 2), median of `--repeats` runs, beside
+The command line is parsed and its values checked before JAX, flax or a system is imported;
+this measures the whole process (interpreter start to exit 2), median of `--repeats` runs, beside
 two references taken in the same loop: a bare interpreter and `import jax` alone (what the
 error path no longer pays), each as a ratio to both. On a loaded machine read the ratios, not
 the seconds. Where the rest goes: `python -X importtime -m privrl run pgc-a3c --bogus`.
 
     python benchmarks/bench_cli_error.py [--repeats 7] [--compare SRC]
 
-`--compare SRC`: also time the same bad flag with another privrl's source tree first on the
-import path (e.g. `git archive <commit> src | tar -x -C /tmp/old`, then `--compare /tmp/old/src`).
+`--compare SRC`: also time the bad flag and PGC-A3C's bad value with another privrl's source
+tree first on the import path (e.g. `git archive <commit> src | tar -x -C /tmp/old`, then
+`--compare /tmp/old/src`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,14 @@ import time
 CASES = {
     "privrl run pgc-a3c --bogus": [sys.executable, "-m", "privrl", "run", "pgc-a3c", "--bogus"],
     "privrl run pgc-a3 (a command typo)": [sys.executable, "-m", "privrl", "run", "pgc-a3"],
-    # a bad value is checked by the config, whose module imports the system (JAX): not < 1 s
-    "privrl run pgc-a3c --epsilon -1 (a bad value)": [sys.executable, "-m", "privrl", "run",
-                                                      "pgc-a3c", "--epsilon", "-1"],
+    # a bad value, checked by the config (a light module: no JAX), one per system
+    **{f"privrl run {command} {flag} -1 (a bad value)": [
+        sys.executable, "-m", "privrl", "run", command, *extra, flag, "-1"]
+       for command, flag, extra in (
+           ("pgc-a3c", "--epsilon", ()), ("dp-qlearning", "--learning-rate", ()),
+           ("dp-reinforce", "--epsilon", ()), ("fedpg-cen", "--learning-rate", ()),
+           ("fedrl", "--learning-rate", ()),
+           ("fedrl-text2action", "--learning-rate", ("--data", ".")))},
     "python -c pass": [sys.executable, "-c", "pass"],
     "python -c 'import jax'": [sys.executable, "-c", "import jax"],
 }
@@ -40,8 +47,9 @@ def main() -> None:
     cases = {name: (cmd, None) for name, cmd in CASES.items()}
     if args.compare:
         env = {**os.environ, "PYTHONPATH": args.compare, "PYTHONDONTWRITEBYTECODE": "1"}
-        cases[f"privrl run pgc-a3c --bogus ({args.compare})"] = (CASES[
-            "privrl run pgc-a3c --bogus"], env)
+        for name in ("privrl run pgc-a3c --bogus",
+                     "privrl run pgc-a3c --epsilon -1 (a bad value)"):
+            cases[f"{name} ({args.compare})"] = (CASES[name], env)
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.repeats):  # interleaved: a change in load hits every case alike
         for name, (cmd, env) in cases.items():
@@ -57,7 +65,7 @@ def main() -> None:
     bare = statistics.median(times["python -c pass"])
     for name, ts in times.items():
         median = statistics.median(ts)
-        print(f"{name:58s} median {median:6.2f} s  (min {min(ts):.2f}, max {max(ts):.2f}); "
+        print(f"{name:64s} median {median:6.2f} s  (min {min(ts):.2f}, max {max(ts):.2f}); "
               f"{median / bare:5.1f}× python -c pass, {median / jax:5.2f}× import jax")
 
 

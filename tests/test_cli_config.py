@@ -163,7 +163,7 @@ def test_a_nested_config_is_a_table_under_the_options(tmp_path, monkeypatch):
     from privrl.systems.dpsgd_rl import cli as dpsgd_cli
 
     seen: list = []
-    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show, *_:
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, cfg, out, show, *_:
                         seen.append(cfg))
     cfg = tmp_path / "ldp.toml"
     cfg.write_text('episodes = 7\n[obs]\nmode = "box"\nnoise_multiplier = 3.0\n'

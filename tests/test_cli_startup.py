@@ -77,3 +77,56 @@ def test_flags_read_from_source_are_the_generated_ones() -> None:
         generated = {o for opt in source.click_options()
                      for o in (*opt.opts, *opt.secondary_opts) if o.startswith("--")}
         assert set(source_flags(source.cls_name, **source.opts)) == generated, name
+
+
+_VALUES_PROBE = """
+import contextlib, io, json, sys
+import typer.main
+from privrl.main import build_app, main
+from privrl.cli import source_flags
+import inspect
+HEAVY = ("numpy", "jax", "flax", "optax", "gymnax", "gymnasium", "dp_accounting", "scipy")
+run = typer.main.get_command(build_app()).commands["run"]
+found = {}
+needs = {"fedrl-text2action": ["--data", "."]}  # its required option, before the bad value
+for name, command in run.commands.items():
+    source = inspect.unwrap(command.callback)
+    flags = source_flags(source.cls_name, **source.opts)
+    for flag in ("--seed", "--epsilon", "--learning-rate"):
+        if flag not in flags:
+            continue
+        err = io.StringIO()
+        sys.argv = ["privrl", "run", name, *needs.get(name, []), flag, "-1"]
+        with contextlib.redirect_stderr(err):
+            code = main()  # the `privrl` process itself: its setup too
+        found[f"{name} {flag}"] = [code, err.getvalue().strip(),
+                                   sorted(m for m in HEAVY if m in sys.modules)]
+# a value Theorem 5 itself refuses (dp-qlearning's every Theorem 5 parameter given)
+err = io.StringIO()
+sys.argv = ["privrl", "run", "dp-qlearning", "--delta", "1e-5", "--sensitivity-constant", "1",
+            "--k", "5", "--epsilon", "2"]
+with contextlib.redirect_stderr(err):
+    code = main()
+found["dp-qlearning Theorem-5 --epsilon"] = [code, err.getvalue().strip(),
+                                             sorted(m for m in HEAVY if m in sys.modules)]
+print(json.dumps(found))
+"""
+
+
+def test_a_bad_value_is_refused_before_jax() -> None:
+    """Issue 53: a bad VALUE (not only a bad flag) is refused by the config's own checks
+    before JAX, flax, gymnax, NumPy or dp-accounting is imported, for every `privrl run`
+    command: their configs live in light modules. One interpreter tries them all in turn; the
+    first command whose check imported a heavy module is the first listed with it."""
+    done = subprocess.run([sys.executable, "-c", _VALUES_PROBE], capture_output=True,
+                          text=True, timeout=120, check=False)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) >= 11 + 11 + 6 + 1, found  # each command's --seed, --learning-rate; --epsilon
+    for case, (code, err, heavy) in found.items():
+        flag = case.split()[-1]
+        assert code == 2 and err.startswith("privrl: error: ") and "\n" not in err, \
+            (case, code, err)
+        # named: the flag (dp-qlearning's --epsilon: Theorem 5's --delta, required first)
+        named = "--delta" if case == "dp-qlearning --epsilon" else flag  # (--delta first)
+        assert err.startswith(f"privrl: error: {named}: ") or f"'{named}'" in err, (case, err)
+        assert heavy == [], (case, heavy)

@@ -135,7 +135,8 @@ def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyP
     privacy = _check_kept(out, err)
     # issue 53 item 5, without a terminal: the compile phase, then the count and mean return
     assert "training: compiling …" in err
-    assert re.search(r"training: 1/3 epochs, mean return -?[0-9.]+, [0-9]+ s", err), err
+    assert re.search(r"training: 1/3 epochs, mean return -?[0-9.]+, ε spent [0-9.e+]+, [0-9]+ s",
+                     err), err
     rows = (out / "metrics.csv").read_text().splitlines()[1:]
     assert [r.split(",")[1] for r in rows] == ["1"]  # one seed, its first epoch
     summary = json.loads((out / "summary.json").read_text())
@@ -169,3 +170,80 @@ def test_text2action_keeps_the_folds_done(tmp_path: Path, monkeypatch: pytest.Mo
     fold0, fold1 = privacy["fold0"]["releases"], privacy["fold1"]["releases"]
     assert {k: fold0[k] - fold1[k] for k in fold0} == {"alpha": width, "beta": width}
     assert len(summary["test"]["test-noise"]["per_fold_f1"]) == 1
+
+
+def test_work_kept_from_other_processes_is_read_before_they_go() -> None:
+    """`work_on_failure` (Ray's runners): the loop's results live in actors, so they are read
+    when the loop fails, before the run shuts its cluster down; outside `keeping_work` nothing
+    is read, and a read that fails leaves the failure as it was."""
+    from privrl.output import RunFailedError, keeping_work, work_on_failure
+
+    actors = {"theta": [1.0], "released": 0}
+    written: list = []
+    reads: list = []
+
+    def read() -> dict:
+        reads.append(1)
+        return dict(actors)
+
+    def loop(fail_at: int) -> None:
+        with work_on_failure(read):
+            for step in range(5):
+                if step == fail_at:
+                    raise FloatingPointError("simulated crash")
+                actors["released"] += 1
+        actors.clear()  # the cluster shut down: nothing to read any more
+
+    with pytest.raises(FloatingPointError):  # no keeping_work: nothing read
+        loop(2)
+    assert reads == []
+    actors.update(theta=[1.0], released=0)
+    with pytest.raises(RunFailedError) as e, keeping_work(
+            lambda: Path("/kept"), lambda result, path: written.append((result, path))):
+        loop(3)
+    assert written == [({"theta": [1.0], "released": 3}, Path("/kept"))]
+    assert "kept in /kept" in str(e.value)
+    with (pytest.raises(FloatingPointError),  # the read fails too: the failure as it was
+          keeping_work(lambda: Path("/kept"), lambda result, path: written.append(result)),
+          work_on_failure(lambda: 1 / 0)):
+        raise FloatingPointError("simulated crash")
+    assert len(written) == 1
+
+
+def test_a_ray_run_that_fails_keeps_what_its_actors_hold(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """`privrl run pgc-a3c --runtime ray` writes what its runner read from the actors when it
+    failed (the runner replaced by one that fails after two accepted reports: no cluster)."""
+    from privrl.output import work_on_failure
+    from privrl.runtime import rules
+    from privrl.systems.pgc_a3c import ray as pgc_ray
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C, budget_ledger
+
+    def runner(config, directory: Path, **_):
+        algo = PGCA3C(config)
+        ledger = budget_ledger(config)
+        scores = np.full(config.submissions, np.nan, np.float32)
+        theta = np.zeros(algo.dim, np.float32)
+
+        def so_far():
+            return pgc_ray.RayRunOutput(config, scores[None].copy(), theta,
+                                        {"accepted": ledger.num_reports}, ledger, directory,
+                                        0.5, 2, {"address": "local"})
+
+        with work_on_failure(so_far):
+            for n in range(config.submissions):
+                if n == 2:
+                    raise FloatingPointError("simulated crash in the middle of training")
+                ledger.charge(n, algo.mechanism.guarantee)
+                scores[n] = 10.0 + n
+
+    monkeypatch.setattr(rules, "require_extra", lambda runtime: None)
+    monkeypatch.setattr(pgc_ray, "run_pgc_a3c_ray", runner)
+    out = tmp_path / "out"
+    assert main(["run", "pgc-a3c", "--runtime", "ray", "--submissions", "6", "--hidden", "4",
+                 "--out", str(out), "--no-progress"]) == 1
+    privacy = _check_kept(out, capsys.readouterr().err)
+    assert privacy["ledger"]["reports"] == 2  # the two accepted reports
+    assert (out / "theta_final.npy").is_file() and (out / "ray.json").is_file()
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+    assert [float(r.split(",")[2]) for r in rows[:2]] == [10.0, 11.0]

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 NOISE_MODES = ("seeded", "secret")  # where mechanism noise keys come from (privacy.noise)
 ACCOUNTANTS = ("pld", "rdp")  # how Gaussian releases compose (privacy.accounting)
+DEFAULT_ACCOUNTANT = "pld"
 COMPOSITIONS = ("basic", "optimal")  # how a ledger composes pure ε-LDP reports (privacy.ledger)
+LOG_STDS = ("state", "parameter")  # what a privrl network's log-std depends on (nets.heads)
+# Text2Action's corpora (paper 002): file stem -> the paper's name (envs.text2action).
+TEXT2ACTION_CORPORA = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}
+TEXT_HEAD_ACTIVATIONS = ("relu", "leaky_relu")  # the shared text MLP's (nets.text)
 TOPOLOGIES = ("ring", "exponential", "random")  # directed gossip graphs (federation.topology)
 # The mechanisms `privrl audit mechanism` builds (audit.sweep.build_mechanism).
 AUDIT_MECHANISMS = ("laplace", "prs", "privunit", "privunitg", "projunit", "privunitg-seed",

@@ -618,8 +618,9 @@ def _value(opt: FieldOption, value: Any) -> Any:
 
 class _ConfigCommand:
     """A command whose options are generated from a config class, imported only when the
-    command is parsed or its help shown (the config modules import JAX and the system: a
-    `privrl` command imports its own system only)."""
+    command is parsed or its help shown (a `privrl` command imports its own system's config
+    only; the config modules import no JAX, so a command checks every value before it imports
+    its system)."""
 
     def __init__(self, fn: Callable[..., Any], cls: str, opts: dict[str, Any],
                  algorithms: tuple[str, ...], renames: dict[str, str],
@@ -745,6 +746,7 @@ def execute_sweep(title: str, path: Path, run: Callable[..., Any], show: bool, c
 
     err = Console(stderr=True)
     err.print(f"{title} → {path}")
+    computing()
     with progress_bar(err, show, "sweep", unit=unit) as (bar, task):
         try:
             run(lambda name, done, total: bar.update(task, completed=done, total=total,
@@ -756,6 +758,23 @@ def execute_sweep(title: str, path: Path, run: Callable[..., Any], show: bool, c
             raise
     Console().print(Markdown((path / "tables.md").read_text()))
     Console().print(f"Results written to [bold]{path}[/] ({files})")
+
+
+# What the `privrl` process does once a `privrl run` command has imported what it runs with and
+# starts computing (privrl.main: the garbage collector's tuning, which freezes what is
+# imported); empty for a caller of privrl.main.main(argv), whose process keeps its own.
+_WHEN_COMPUTING: list[Callable[[], None]] = []
+
+
+def tune_when_computing(action: Callable[[], None]) -> None:
+    """Run `action` once, when the command starts computing (`computing`)."""
+    _WHEN_COMPUTING[:] = [action]
+
+
+def computing() -> None:
+    """The command has imported its system and starts computing: run what waited for that."""
+    while _WHEN_COMPUTING:
+        _WHEN_COMPUTING.pop()()
 
 
 def run_and_save(out: Path | None, stem: str, run: Callable[[Any], Any],
@@ -770,6 +789,7 @@ def run_and_save(out: Path | None, stem: str, run: Callable[[Any], Any],
     from privrl.output import keeping_work, new_run_dir
 
     command = ["privrl", *sys.argv[1:]]
+    computing()
     with (keeping_work(lambda: new_run_dir(out, stem),
                        lambda result, path: save(result, path, command=command)),
           progress_bar(err, show, "training", unit, every) as (bar, _)):

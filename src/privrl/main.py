@@ -8,6 +8,7 @@ module level, so `main` can ask XLA for one host device per core before anything
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -21,9 +22,17 @@ except ImportError:  # typer < 0.21 (the one flwr 1.42 accepts, constraints.txt)
     from click import ClickException as UsageError
 
 from privrl.audit.cli import audit_apps
-from privrl.cli import UnknownFlag, close_flags, command_flag_names, renamed_flag, root_apps
+from privrl.cli import (
+    UnknownFlag,
+    _ConfigCommand,
+    close_flags,
+    command_flag_names,
+    renamed_flag,
+    root_apps,
+    tune_when_computing,
+)
 from privrl.compute.devices import (
-    run_cpu_inline,
+    run_cpu_inline_once_imported,
     tune_garbage_collector,
     use_compilation_cache,
     use_host_devices,
@@ -77,28 +86,38 @@ def _budget_error() -> type[Exception] | None:
     return None if ledger is None else ledger.BudgetExceededError
 
 
-def _before_each_command(group: Any, setup: Callable[[], None]) -> None:
-    """Run `setup` once the command line has parsed, before the chosen command runs (what it
-    imports, JAX above all, costs seconds: an invalid command line is refused without it)."""
-    for command in group.commands.values():
+def _before_each_command(group: Any, setup: Callable[[bool], None], path: str = "") -> None:
+    """Run `setup(checks_first)` once the command line has parsed, before the chosen command
+    runs (what it imports, JAX above all, costs seconds: an invalid command line is refused
+    without it); `checks_first`: a `privrl run` command, which checks its config's values
+    before it imports JAX."""
+    for name, command in group.commands.items():
         if hasattr(command, "commands"):
-            _before_each_command(command, setup)
+            _before_each_command(command, setup, f"{path}{name} ")
         elif command.callback is not None:
-            command.callback = _after(setup, command.callback)
+            command.callback = _after(setup, command.callback, path == "run " and isinstance(
+                inspect.unwrap(command.callback), _ConfigCommand))
 
 
-def _after(setup: Callable[[], None], callback: Callable[..., Any]) -> Callable[..., Any]:
+def _after(setup: Callable[[bool], None], callback: Callable[..., Any],
+           generated: bool = False) -> Callable[..., Any]:
     @functools.wraps(callback)
     def run(*args: Any, **kwargs: Any) -> Any:
-        setup()
+        setup(generated)
         return callback(*args, **kwargs)
     return run
 
 
-def _process_setup() -> None:
-    """The `privrl` process's own JAX settings (a caller's process keeps its own)."""
-    run_cpu_inline()  # imports JAX: before the collector freezes what is imported
-    tune_garbage_collector()
+def _process_setup(generated: bool = False) -> None:
+    """The `privrl` process's own JAX settings (a caller's process keeps its own): JAX's CPU
+    computations inline (asked as JAX is imported: this imports none), and the garbage
+    collector tuned after the imports: now, or for a command that checks its values before it
+    imports JAX (`privrl run`), once it starts computing (`privrl.cli.computing`)."""
+    run_cpu_inline_once_imported()
+    if generated:
+        tune_when_computing(tune_garbage_collector)
+    else:
+        tune_garbage_collector()
 
 
 def main(argv: list[str] | None = None) -> int:

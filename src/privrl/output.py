@@ -392,6 +392,25 @@ def work_so_far(build: Callable[[], list[Any]]) -> None:
         slot[0] = build
 
 
+@contextmanager
+def work_on_failure(take: Callable[[], Any]) -> Iterator[None]:
+    """For a run loop whose results live in other processes (a Ray run's actors: gone once the
+    run shuts its cluster down): should the loop raise, `take()` reads its result so far from
+    them there and then, and `work_so_far` keeps it for `keeping_work`, which writes it. Outside
+    `keeping_work` nothing is read; when `take()` fails too, the failure goes on as it was."""
+    try:
+        yield
+    except Exception:
+        if _WORK.get() is not None:
+            try:
+                done = take()
+            except Exception:
+                done = None
+            if done is not None:
+                work_so_far(lambda: [done])
+        raise
+
+
 class RunFailedError(RuntimeError):
     """A run failed after some work; what it had done is written in `path`."""
 

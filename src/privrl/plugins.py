@@ -15,6 +15,12 @@ from typing import Any
 
 from privrl.config import ConfigError
 
+
+def is_user_mechanism(name: str) -> bool:
+    """Whether a mechanism name is a user's `module:callable` (built-in names have no colon;
+    privrl.privacy.user builds it): here, where a config's validation reads it before JAX."""
+    return ":" in name
+
 __all__ = ["call_user", "load_callable", "load_module"]
 
 

@@ -22,19 +22,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["DEFAULT_EVERY", "RunProgress", "as_progress", "emit", "figures_text", "spent_max"]
+__all__ = ["DEFAULT_EVERY", "RunProgress", "as_progress", "emit", "figures_text", "record_epsilon",
+           "spent_max"]
 
 DEFAULT_EVERY = 30.0  # seconds between two lines without a terminal
 
 
 def emit(progress: Callable[..., Any] | None, done: float, total: float | None,
-         mean_return: float | None = None, epsilon: float | None = None) -> None:
-    """Report to `progress`: with the figures where it takes them (`RunProgress`), else as
-    `progress(done, total)` (a user's two-argument callback)."""
+         mean_return: float | None = None, epsilon: float | None = None,
+         description: str | None = None) -> None:
+    """Report to `progress`: with the figures where it takes them (`RunProgress`; and what is
+    running, `description`, where given), else as `progress(done, total)` (a user's
+    two-argument callback)."""
     if progress is None:
         return
     if getattr(progress, "takes_figures", False):
-        progress(done, total, mean_return=mean_return, epsilon=epsilon)
+        named = {} if description is None else {"description": description}
+        progress(done, total, mean_return=mean_return, epsilon=epsilon, **named)
     else:
         progress(done, total)
 
@@ -44,6 +48,13 @@ def spent_max(ledger: Any) -> float | None:
     progress; None before any release."""
     value = ledger.summary()["per_agent_epsilon"]["max"]
     return None if value is None else float(value)
+
+
+def record_epsilon(record: dict[str, Any]) -> float | None:
+    """The ε a privacy record (privacy.json, `privrl.privacy.record.privacy_record`) states of
+    the releases it counts, for progress; None where it states no guarantee."""
+    guarantee = record.get("guarantee")
+    return None if not guarantee else guarantee.get("epsilon")
 
 
 def figures_text(mean_return: float | None, epsilon: float | None) -> str:

@@ -48,7 +48,7 @@ MECH = {"pgc-a3c": ("laplace", "tuned"), "fedpg-cen": ("distributed-gaussian", "
         "dp-reinforce": ("gaussian", "paper")}
 EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
              "fedpg-cen": ("privrl.systems.fedpg.cli", "_execute_fedpg", 0),
-             "dp-reinforce": ("privrl.systems.dpsgd_rl.cli", "_execute", 2)}
+             "dp-reinforce": ("privrl.systems.dpsgd_rl.cli", "_execute", 1)}
 
 
 @pytest.mark.parametrize(("system", "levers"), [*((s, False) for s in sy.SYSTEMS),
@@ -58,7 +58,8 @@ def test_the_recommended_command_builds_the_recommended_config(
     """The last line `privrl plan` prints (`levers`; without: the settings the sweep runs)
     runs through the real `privrl run` parser and config builder (the training itself is
     replaced) and gives the fields the plan recommends; PGC-A3C's command runs the adaptive
-    preset with the levers on and its 2 reports per agent as one report of 2 episodes."""
+    preset with the levers on, its own update rule (|B| the plan's rec.batch, the step from the
+    noise from rec's η) and its 2 reports per agent as one report of 2 episodes."""
     import importlib
 
     mechanism, preset = MECH[system]
@@ -84,8 +85,9 @@ def test_the_recommended_command_builds_the_recommended_config(
         assert adaptive == (("adaptive", True, 20) if levers else ("tuned", False, None))
         assert config.episodes_per_report == (2 if levers else 1)
         assert config.submissions == REC.agents * (1 if levers else 2)  # the same episodes
-        assert config.buffer_size == (4 if levers else REC.batch)  # ⌈7/2⌉ reports of 2
-        assert not config.step_from_noise  # the plan's step size, not a second rule's
+        assert config.buffer_size == REC.batch  # reports (of 2 episodes under the levers)
+        assert config.step_from_noise == levers  # the preset's own step rule, from rec's η
+        assert config.learning_rate == REC.learning_rate
     if system == "dp-reinforce":  # the adaptive preset's clip and candidates on the plan's
         adaptive = (config.preset, config.adaptive_clip, config.public_eval_every)
         assert adaptive == (("adaptive", True, 10) if levers else ("paper", False, None))
@@ -130,10 +132,15 @@ def test_settings_for_a_capped_fleet_are_rederived() -> None:
              "clipped_signal": 0.05, "clipped_variance": 1.0, "random_return": -500.0,
              "nonprivate_return": -100.0, "episodes_to_learn": 2000.0,
              "episodes_per_report": 1, "norm": "l1"}
-    result = PlanResult("pgc-a3c", "gymnax:CartPole-v1", (), 5.0, None, pilot,
-                        {"reports_per_agent": 1, "agents": 100_000}, None, {}, None, None,
-                        None, ())
-    big, small = recommend_at(result, 100_000), recommend_at(result, 2_000)
+    def at(system: str, k: int) -> Any:
+        return recommend_at(PlanResult(system, "gymnax:CartPole-v1", (), 5.0, None, pilot,
+                                       {"reports_per_agent": 1, "agents": 100_000}, None, {},
+                                       None, None, None, ()), k)
+
+    big, small = at("dp-reinforce", 100_000), at("dp-reinforce", 2_000)
     assert (big.agents, small.agents) == (100_000, 2_000)
-    assert small.batch <= 2_000 // 20 < big.batch  # at least 20 updates
+    assert small.batch <= 2_000 // sy.MIN_UPDATES < big.batch  # at least 10 updates
+    # PGC-A3C's command keeps `adaptive`'s own |B| and step rule at any K (26-plan3)
+    big, small = at("pgc-a3c", 100_000), at("pgc-a3c", 2_000)
+    assert (big.batch, big.learning_rate) == (small.batch, small.learning_rate) == (9, 0.01)
     assert small.clip == big.clip == 4.0 and small.mechanism == "laplace"

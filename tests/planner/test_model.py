@@ -77,3 +77,20 @@ def test_batch_and_step_size_follow_the_noise() -> None:
     assert model.update_batch(STATS, 4.5, ref, 3) == 3
     assert model.step_size(0.01, STATS, 4.5, 10, ref) == pytest.approx(0.01)
     assert model.step_size(0.01, STATS, 4.5, 5, ref) == pytest.approx(0.005)
+
+
+def test_the_adam_law_grows_with_the_noise_to_signal_ratio_not_its_square() -> None:
+    # ρ(N = 4.5, |B| = 9) / ρ(0, |B₀| = 10) = sqrt((0.5 + 4.5)/9) / sqrt(0.5/10) = sqrt(100/9);
+    # at half the step: E0 · (10/3) / 0.5
+    got = model.episodes_needed_adam(STATS, 4.5, 9, 10, 0.5)
+    assert got == pytest.approx(400.0 * (10.0 / 3.0) / 0.5)
+    assert got < model.episodes_needed(STATS, 4.5)  # the trace law: E0 · 10
+    # no slower than the pilot where the update is as clean as its, and none without E0
+    assert model.episodes_needed_adam(STATS, 0.0, 20, 10, 1.0) == 400.0
+    none = PilotStats(**{**STATS.to_dict(), "episodes_to_learn": None})
+    assert math.isinf(model.episodes_needed_adam(none, 4.5, 9, 10, 0.5))
+    # the fleet search takes the law: K is its episodes (one report each)
+    k, _ = model.smallest_fleet(STATS, laplace, 2.0, (1,),  # type: ignore[misc]
+                                lambda e, n: model.episodes_needed_adam(STATS, n, 9, 10, 0.5))
+    want = model.episodes_needed_adam(STATS, laplace(2.0, 1, 1), 9, 10, 0.5)
+    assert k == math.ceil(want)

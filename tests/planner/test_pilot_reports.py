@@ -56,6 +56,18 @@ def test_pgc_a3c_plan_clips_its_own_reports(monkeypatch: pytest.MonkeyPatch) -> 
     # (the `adaptive` report is the policy's gradient alone since session 10, so the proxy's
     # actor has its d; its loss is a mean over steps, the report's a sum: norms still differ)
     assert proxy_dim == dim and np.median(pilot.norms(proxy, f.norm)) < q10
+    # The recommended command keeps `adaptive`'s own update rule (its |B| of 9 and its step
+    # from the noise, benchmarks/log/26-plan3.md), and K is the model's law for that rule,
+    # named in plan.json (the pilot's `fleet_model` and a note).
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+
+    own = PGCA3CConfig.from_preset("adaptive", mechanism="laplace", epsilon=5.0).resolved()
+    command = sy.build_config("pgc-a3c", result.fields)
+    assert (command.buffer_size, command.step_from_noise) == (own.buffer_size, True) == (9, True)
+    assert command.learning_rate == own.learning_rate == result.recommendation["learning_rate"]
+    assert result.recommendation["batch"] == 9 and result.pilot["fleet_model"].startswith("adam")
+    assert any(n.startswith(f"K = {result.recommendation['agents']:,}: the model's Adam law")
+               for n in result.notes)
 
 
 def test_other_systems_keep_the_proxy() -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 _FLAG = "--xla_force_host_platform_device_count"
 
@@ -87,6 +89,40 @@ def tune_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 50)
+
+
+class _AfterImport:
+    """A one-shot import hook (`sys.meta_path`): once `name` is imported, `action()` runs."""
+
+    def __init__(self, name: str, action: Callable[[], Any]) -> None:
+        self.name, self.action = name, action
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)  # the real one, this hook out of the way
+        if spec is None or spec.loader is None:
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            loader_exec(module)
+            self.action()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def run_cpu_inline_once_imported() -> None:
+    """`run_cpu_inline` as soon as JAX is imported (now, if it is): the `privrl` process asks
+    for it before its command runs, and a command refuses a bad value before it imports JAX."""
+    if "jax" in sys.modules:
+        run_cpu_inline()
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport("jax", run_cpu_inline))
 
 
 def run_cpu_inline() -> bool:

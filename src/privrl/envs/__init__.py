@@ -3,35 +3,27 @@
 CartPole with per-agent gravity (paper 000), the 1-D continuous task of paper 001 (Line1D), and
 `Task`: any gymnax environment with its rewards and per-agent private dynamics (envs.task), and
 `GymnasiumTask`: a Gymnasium environment, rolled out on the host into the same arrays.
+
+Its names are imported on first use (privrl.lazy): a config's validation reads the CartPole
+spec without importing JAX.
 """
 
-from privrl.envs.cartpole import (
-    PAPER_GRAVITIES,
-    CartPoleSpec,
-    agent_gravity,
-    make_cartpole,
-)
-from privrl.envs.line1d import Line1D, Line1DParams, Line1DState, make_line1d, optimal_return
-from privrl.envs.rollout import Trajectory, rollout_episodes, rollout_host, rollout_trials
-from privrl.envs.task import GymnasiumTask, PrivateParam, Task, make_task, parse_private
+from __future__ import annotations
 
-__all__ = [
-    "PAPER_GRAVITIES",
-    "CartPoleSpec",
-    "GymnasiumTask",
-    "Line1D",
-    "Line1DParams",
-    "Line1DState",
-    "PrivateParam",
-    "Task",
-    "Trajectory",
-    "agent_gravity",
-    "make_cartpole",
-    "make_line1d",
-    "make_task",
-    "optimal_return",
-    "parse_private",
-    "rollout_episodes",
-    "rollout_host",
-    "rollout_trials",
-]
+from privrl.lazy import lazy_names
+
+# name -> the module of privrl.envs that defines it
+_WHERE = {
+    **dict.fromkeys(("PAPER_GRAVITIES", "CartPoleSpec", "agent_gravity", "make_cartpole"),
+                    "cartpole"),
+    **dict.fromkeys(("Line1D", "Line1DParams", "Line1DState", "make_line1d", "optimal_return"),
+                    "line1d"),
+    **dict.fromkeys(("Trajectory", "rollout_episodes", "rollout_host", "rollout_trials"),
+                    "rollout"),
+    **dict.fromkeys(("GymnasiumTask", "PrivateParam", "Task", "make_task", "parse_private"),
+                    "task"),
+}
+
+__all__ = sorted(_WHERE)
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

@@ -8,11 +8,11 @@ rollout builds rewards and returns from the termination flags itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
-from gymnax.environments.classic_control.cartpole import CartPole, EnvParams
-from jax import Array
+if TYPE_CHECKING:  # imported where used: a config's validation reads CartPoleSpec before JAX
+    from gymnax.environments.classic_control.cartpole import CartPole, EnvParams
+    from jax import Array
 
 PAPER_GRAVITIES: tuple[float, ...] = (9.7, 9.8, 9.9)
 
@@ -33,6 +33,8 @@ class CartPoleSpec:
 
 
 def make_cartpole(spec: CartPoleSpec) -> tuple[CartPole, EnvParams]:
+    from gymnax.environments.classic_control.cartpole import CartPole
+
     env = CartPole()
     params = env.default_params.replace(max_steps_in_episode=spec.max_steps)
     return env, params
@@ -40,5 +42,8 @@ def make_cartpole(spec: CartPoleSpec) -> tuple[CartPole, EnvParams]:
 
 def agent_gravity(env_key: Array, agent_id: Array, gravities: tuple[float, ...]) -> Array:
     """The private gravity of `agent_id`: uniform over `gravities`, fixed per agent."""
+    import jax
+    import jax.numpy as jnp
+
     idx = jax.random.randint(jax.random.fold_in(env_key, agent_id), (), 0, len(gravities))
     return jnp.asarray(gravities, dtype=jnp.float32)[idx]

@@ -31,7 +31,6 @@ without the data.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,44 +39,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from privrl.config import ConfigError, at_least, fail, integer, odd
+from privrl.config import ConfigError, fail
+from privrl.envs.gridspec import MAX_STEPS as MAX_STEPS
+from privrl.envs.gridspec import SIZES as SIZES
+from privrl.envs.gridspec import GridSpec
 
-SIZES = (8, 16, 32)
-MAX_STEPS = {8: 38, 16: 86, 32: 178}  # Tm: twice the longest optimal path of the data set
 MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)  # N, S, W, E as (drow, dcol)
 NUM_JOINT_ACTIONS = 16
 
 
 def joint_action(a_alpha: Array | int, a_beta: Array | int) -> Array:
     return 4 * jnp.asarray(a_alpha) + jnp.asarray(a_beta)
-
-
-@dataclass(frozen=True)
-class GridSpec:
-    """The environment's options (the defaults are the paper's text)."""
-
-    size: int = 8
-    alpha_view: int = 3
-    beta_view: int = 5
-    history: int = 2
-    max_steps: int | None = None  # None: the paper's Tm for `size`
-    hit_reward: float = -10.0
-    step_reward: float = -1.0
-    meet_reward: float = 50.0
-
-    def validate(self) -> GridSpec:
-        if self.size not in SIZES:
-            fail("size", f"must be one of {', '.join(map(str, SIZES))}, got {self.size}")
-        odd("alpha_view", self.alpha_view)
-        odd("beta_view", self.beta_view)
-        integer("history", self.history)
-        if self.max_steps is not None:
-            at_least("max_steps", self.max_steps, 1)
-        return self
-
-    @property
-    def horizon(self) -> int:
-        return self.max_steps if self.max_steps is not None else MAX_STEPS[self.size]
 
 
 class GridMaps(NamedTuple):

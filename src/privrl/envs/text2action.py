@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from privrl.choices import TEXT2ACTION_CORPORA as CORPORA
 from privrl.config import ConfigError, one_of
 
-CORPORA = {"win2k": "WHS", "cooking": "CT", "wikihow": "WHG"}  # file stem -> paper's name
 PAD, NON_ACTION, ESSENTIAL, OPTIONAL, EXCLUSIVE = 0, 1, 2, 3, 4  # word labels (act_type + 1)
 UNTAGGED, NEGLECTED, SELECTED = 0, 1, 2  # state tags
 NEGLECT, SELECT = 0, 1  # actions

@@ -2,36 +2,26 @@
 rollout code: the buffered aggregator (paper 000), the star average and the push-sum gossip
 over directed graphs (paper 004).
 
-The names below load on first use, as `privrl`'s do: importing the package, which importing
-any of its modules does (a Flower app reference such as `privrl.federation.flower:server_app`,
-which `flwr run` looks up before submitting the bundle), imports no JAX."""
+The names below load on first use (privrl.lazy, as privrl.privacy's and privrl.envs' do):
+importing the package, which importing any of its modules does (a Flower app reference such as
+`privrl.federation.flower:server_app`, which `flwr run` looks up before submitting the bundle),
+imports no JAX."""
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from privrl.lazy import lazy_names
 
-_API = {
+# name -> the module of privrl.federation that defines it
+_WHERE = {
     **dict.fromkeys(("AggregatorState", "BufferedAggregator", "InvalidReportError"),
-                    "privrl.federation.aggregator"),
+                    "aggregator"),
     **dict.fromkeys(("PushSumState", "push_sum_add", "push_sum_apply", "push_sum_init",
-                     "push_sum_mix", "push_sum_z"), "privrl.federation.pushsum"),
+                     "push_sum_mix", "push_sum_z"), "pushsum"),
     **dict.fromkeys(("AggregatorService", "AggregatorSpec", "Submission", "Verdict", "replay"),
-                    "privrl.federation.service"),
-    **dict.fromkeys(("average_reports", "mean_from_sum"), "privrl.federation.star"),
-    **dict.fromkeys(("TOPOLOGIES", "Topology", "TopologyError", "make_topology"),
-                    "privrl.federation.topology"),
+                    "service"),
+    **dict.fromkeys(("average_reports", "mean_from_sum"), "star"),
+    **dict.fromkeys(("TOPOLOGIES", "Topology", "TopologyError", "make_topology"), "topology"),
 }
-__all__ = sorted(_API)
+__all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _API:
-        value = getattr(import_module(_API[name]), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'privrl.federation' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

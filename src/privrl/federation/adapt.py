@@ -167,14 +167,22 @@ class PublicCandidates:
         `scale` is the ScaledState's): None when no trial collapsed, else the reverted θ, the
         reverted optimizer state with the collapsed trials' step scales lowered, and the mask
         of collapsed trials."""
+        reverted = self.offer_with(theta, opt_state)
+        return None if reverted is None else (reverted[0], reverted[1], reverted[3])
+
+    def offer_with(self, theta: Any, opt_state: Any, extra: Any = None
+                   ) -> tuple[np.ndarray, Any, Any, np.ndarray] | None:
+        """`offer`, with `extra` (rows, e.g. a DQN's target network; None: nothing) restored
+        with each trial's best: None when no trial collapsed, else (θ, optimizer state,
+        extra, the collapsed mask)."""
         episodes = np.asarray(self.evaluate(jnp.asarray(theta), self.key), np.float64)
         stderr = episodes.std(axis=1, ddof=1) / np.sqrt(episodes.shape[1])
-        collapsed = self.best.offer(episodes.mean(axis=1), (theta, opt_state), stderr)
+        collapsed = self.best.offer(episodes.mean(axis=1), (theta, opt_state, extra), stderr)
         if not collapsed.any():
             return None
-        theta, opt = self.best.revert((theta, opt_state), collapsed)
+        theta, opt, extra = self.best.revert((theta, opt_state, extra), collapsed)
         return (theta, opt._replace(scale=lowered_scale(opt.scale, collapsed, self.best.backoff)),
-                collapsed)
+                extra, collapsed)
 
 
 def public_candidates_record(best: BestCandidates, task: str, actions: str, episodes: int,

@@ -12,7 +12,8 @@ import numpy as np
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
-from privrl.nets.heads import LOG_STDS, StateFreeLogStd
+from privrl.choices import LOG_STDS
+from privrl.nets.heads import StateFreeLogStd
 
 
 class ActorCritic(nn.Module):

@@ -33,7 +33,6 @@ from flax import linen as nn
 from jax import Array
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
-LOG_STDS = ("state", "parameter")  # what a privrl network's log-std depends on
 
 
 class StateFreeLogStd(nn.Module):

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax import Array
 from jax.flatten_util import ravel_pytree
 
+from privrl.choices import TEXT_HEAD_ACTIVATIONS
 from privrl.nets.flat import FlatModel
 
 WIDTHS = (2, 3, 4, 5)
@@ -152,7 +153,7 @@ class FederatedHead(nn.Module):
         return nn.Dense(self.num_outputs, **dense)(act(nn.Dense(self.hidden, **dense)(x)))
 
 
-HEAD_ACTIVATIONS = {"relu": nn.relu, "leaky_relu": nn.leaky_relu}
+HEAD_ACTIVATIONS = dict(zip(TEXT_HEAD_ACTIVATIONS, (nn.relu, nn.leaky_relu), strict=True))
 
 
 def federated_text_head(hidden: int = 4, num_actions: int = 2,

@@ -236,30 +236,32 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0,
                              f.episodes_per_report)
     noise = sy.noise_fn(system, f, stats, config.delta)
+    needed = sy.needed_fn(system, f, stats)
 
     # 2. the model's recommendation
     eps = float(config.epsilon)  # type: ignore[arg-type]
     smallest = None
     if config.agents is None:
-        found = model.smallest_fleet(stats, noise, eps, f.reports_choices)
+        found = model.smallest_fleet(stats, noise, eps, f.reports_choices, needed)
         agents, reports = found if found else (None, f.reports_choices[0])
         if found is None and e0 is not None:
             notes.append(f"At ε = {eps:g} no fleet up to {model.MAX_FLEET:,} learns by the "
                          "model.")
     else:
         agents = config.agents
-        got = model.smallest_epsilon(stats, noise, agents, f.reports_choices)
+        got = model.smallest_epsilon(stats, noise, agents, f.reports_choices,
+                                     needed=needed)
         smallest, reports = got if got else (None, f.reports_choices[0])
         if got is not None:
-            found_r = model.smallest_fleet(stats, noise, eps, f.reports_choices)
+            found_r = model.smallest_fleet(stats, noise, eps, f.reports_choices, needed)
             if found_r is not None and agents >= found_r[0]:
                 reports = found_r[1]
         if smallest is not None and smallest > eps:
             notes.append(f"K = {agents:,} learns by the model only from ε ≈ {smallest:.3g}, "
                          f"above the ε = {eps:g} asked: more agents, or more ε.")
     if config.agents is None and e0 is not None:
-        got = model.smallest_epsilon(stats, noise, agents or 1, f.reports_choices) \
-            if agents else None
+        got = model.smallest_epsilon(stats, noise, agents or 1, f.reports_choices,
+                                     needed=needed) if agents else None
         smallest = got[0] if got else None
     k = agents or _fallback_agents(system, config)
     rec = _recommend(system, f, stats, noise, eps, k, reports)
@@ -274,16 +276,24 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      + (". The sweep ran the settings with the levers off (a run with a lever "
                         "on runs alone, not in one compiled program)." if config.sweep else "."))
     elif sy.levers_apply(system, rec):
-        e = fields.get("episodes_per_report", 1)
-        notes.append(f"The command runs preset {fields['preset']!r}: the plan's settings with "
-                     "the adaptive levers on (the clip starts at the plan's and follows the "
-                     "agents' median norm, its bit paid from each report's ε, which the model "
-                     "counts; the best policy on the public simulator is kept; the step size is "
-                     "the plan's)"
-                     + (f", and each agent's {e} reports as one report of {e} episodes (one "
-                        "release at the agent's whole ε: less noise)" if e > 1 else "")
-                     + (". The sweep ran the settings with the levers off (a run with a lever "
-                        "on runs alone, not in one compiled program)." if config.sweep else "."))
+        notes.append(f"The command runs preset {fields['preset']!r} with its own update rule: "
+                     f"|B| = {rec.batch} reports an update, Adam, the step set from the "
+                     f"mechanism's noise (step_from_noise, from η = {rec.learning_rate:g}); the "
+                     "clip starts at the plan's and follows the agents' median norm (its bit "
+                     "paid from each report's ε, which the model counts); the best policy on "
+                     "the public simulator is kept"
+                     + (". The sweep ran |B| and η with the levers off (a fixed step; a run "
+                        "with a lever on runs alone, not in one compiled program)."
+                        if config.sweep else "."))
+    if agents is not None:
+        notes.append("K = " + f"{agents:,}: " + (
+            "the model's Adam law for the command's rule (E0 · max(1, ρ/ρ0) / (η'/η): an "
+            "update's noise-to-signal ratio ρ at its |B| against the pilot's ρ0, and "
+            "step_from_noise's step fraction; planner.model.episodes_needed_adam)"
+            if needed is not None else
+            "the model's trace law (E0 · (V + N)/V, planner.model.episodes_needed)")
+            + (", checked by the sweep (check)." if config.sweep else
+               "; the sweep did not run: not checked here."))
 
     # 3. the check: one sweep over (ε, K)
     frontier = check = learns = None
@@ -311,6 +321,9 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                         "REINFORCE on an MLP of the system's hidden sizes, a fresh policy, "
                         "per-episode standardized returns-to-go"),
                     "noise_to_signal_nonprivate": model.noise_to_signal(stats, 0.0, f.batch),
+                    # which law of planner.model sized K (plan.json says how K was found)
+                    "fleet_model": ("adam: episodes_needed_adam" if needed is not None else
+                                    "trace: episodes_needed"),
                     "seconds": time.perf_counter() - t0}
     result = PlanResult(system, config.env, tuple(config.private_params), eps,  # type: ignore
                         config.agents, pilot_record, asdict(rec), smallest, fields, frontier,
@@ -366,6 +379,12 @@ def _recommend(system: str, f: Any, stats: Any, noise: Any, eps: float, agents: 
 
     n = noise(eps, reports, agents)
     ratio0 = model.noise_to_signal(stats, 0.0, f.batch)
+    if system == "pgc-a3c" and f.command_batch:
+        # the command keeps its preset's |B| and step rule (`step_from_noise` from this base
+        # step): the model (`sy.needed_fn`) sized K for that rule
+        return sy.Recommendation(f.mechanism, eps, int(agents), float(stats.clip), int(reports),
+                                 int(f.command_batch), float(f.command_learning_rate),
+                                 f.preset)
     if system == "pgc-a3c":
         batch = model.update_batch(stats, n, ratio0, max(1, agents * reports // 20))
     elif system == "fedpg-cen":

@@ -14,8 +14,11 @@ i.e. the fleet must bring `E(ε) / (reports per agent · m)` agents. The signal 
 mean clipped gradient `S`; the noise-to-signal ratio of an update averaging `n` reports is
 `sqrt((V/m + N) / n) / S`. The noise `N` of a release comes from the privacy plan
 (privrl.privacy.plan, the one reader of a privacy request): the ε per report of a pure
-mechanism, the σ of a Gaussian one. A sweep on the simulator checks the recommendation: the
-model is a guide, the sweep is the measurement.
+mechanism, the σ of a Gaussian one. That trace law holds for SGD whose step shrinks with the
+noise. A learner that keeps a fixed-size Adam step (PGC-A3C's `adaptive`, its step from the
+noise) needs E0 · max(1, ρ/ρ0) / (η'/η) instead, with ρ the update's noise-to-signal ratio
+(`episodes_needed_adam`). A sweep on the simulator checks the recommendation: the model is a
+guide, the sweep is the measurement.
 """
 
 from __future__ import annotations
@@ -125,23 +128,45 @@ def episodes_needed(stats: PilotStats, noise: float) -> float:
     return stats.episodes_to_learn * (v + noise) / v
 
 
+def episodes_needed_adam(stats: PilotStats, noise: float, batch: int,
+                         reference_batch: int, step_fraction: float) -> float:
+    """E(ε) for a learner that steps with Adam at a step that does not shrink with the noise
+    (PGC-A3C's `adaptive`: |B| reports an update, `step_from_noise`'s η·s/(1 + s), s the
+    mechanism's known signal-to-noise ratio): Adam's step has a fixed size per coordinate,
+    so an update's progress falls with its noise-to-signal ratio ρ, not with ρ² as under
+    the trace model's SGD, whose step shrinks with the noise. So
+    E(ε) = E0 · max(1, ρ(N, |B|)/ρ(0, |B₀|)) / `step_fraction`, |B₀| the pilot's batch
+    (both steps average Adam's same window: it cancels). A model, checked against runs in
+    benchmarks/log/26-plan3.md; inf when the pilot did not learn."""
+    if stats.episodes_to_learn is None or not step_fraction > 0:
+        return math.inf
+    ratio = (noise_to_signal(stats, noise, batch)
+             / max(noise_to_signal(stats, 0.0, reference_batch), 1e-30))
+    return stats.episodes_to_learn * max(1.0, ratio) / step_fraction
+
+
 # A system's noise per report: (ε, reports per agent, K) -> E‖noise‖² of one report.
 NoiseFn = Callable[[float, int, int], float]
+# The episodes a learner needs at (ε, E‖noise‖² of one report); None: `episodes_needed`.
+NeededFn = Callable[[float, float], float]
 
 
 def fleet_learns(stats: PilotStats, noise: NoiseFn, epsilon: float, agents: int,
-                 reports_per_agent: int) -> bool:
-    """Whether K agents, each sending `reports_per_agent` reports, bring E(ε) episodes."""
+                 reports_per_agent: int, needed: NeededFn | None = None) -> bool:
+    """Whether K agents, each sending `reports_per_agent` reports, bring E(ε) episodes
+    (`needed`; default the trace model, `episodes_needed`)."""
     try:
         n = noise(epsilon, reports_per_agent, agents)
     except (PlanError, ValueError):
         return False
     have = agents * reports_per_agent * stats.episodes_per_report
-    return have >= episodes_needed(stats, n)
+    want = episodes_needed(stats, n) if needed is None else needed(epsilon, n)
+    return have >= want
 
 
 def smallest_fleet(stats: PilotStats, noise: NoiseFn, epsilon: float,
-                   reports_choices: tuple[int, ...]) -> tuple[int, int] | None:
+                   reports_choices: tuple[int, ...], needed: NeededFn | None = None
+                   ) -> tuple[int, int] | None:
     """The smallest K (and its reports per agent, among `reports_choices`) at which the task
     learns at ε by the model; None when no K up to MAX_FLEET does. K is searched by doubling,
     then bisected (whether K learns is monotone in K for each mechanism modelled: more agents
@@ -149,14 +174,14 @@ def smallest_fleet(stats: PilotStats, noise: NoiseFn, epsilon: float,
     best: tuple[int, int] | None = None
     for r in reports_choices:
         hi = 1
-        while hi <= MAX_FLEET and not fleet_learns(stats, noise, epsilon, hi, r):
+        while hi <= MAX_FLEET and not fleet_learns(stats, noise, epsilon, hi, r, needed):
             hi *= 2
         if hi > MAX_FLEET:
             continue
         lo = hi // 2  # fails (or 0)
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if fleet_learns(stats, noise, epsilon, mid, r):
+            if fleet_learns(stats, noise, epsilon, mid, r, needed):
                 hi = mid
             else:
                 lo = mid
@@ -167,21 +192,22 @@ def smallest_fleet(stats: PilotStats, noise: NoiseFn, epsilon: float,
 
 def smallest_epsilon(stats: PilotStats, noise: NoiseFn, agents: int,
                      reports_choices: tuple[int, ...], low: float = 1e-3,
-                     high: float = 1e4, steps: int = 40) -> tuple[float, int] | None:
+                     high: float = 1e4, steps: int = 40, needed: NeededFn | None = None
+                     ) -> tuple[float, int] | None:
     """The smallest ε (and its reports per agent) at which K = `agents` learns by the model,
     bisected in log ε (more ε, less noise); None when even ε = `high` does not."""
     best: tuple[float, int] | None = None
     for r in reports_choices:
-        if not fleet_learns(stats, noise, high, agents, r):
+        if not fleet_learns(stats, noise, high, agents, r, needed):
             continue
         lo, hi = math.log(low), math.log(high)
-        if fleet_learns(stats, noise, low, agents, r):
+        if fleet_learns(stats, noise, low, agents, r, needed):
             hi = lo
         for _ in range(steps):
             if hi - lo < 1e-3:
                 break
             mid = (lo + hi) / 2
-            if fleet_learns(stats, noise, math.exp(mid), agents, r):
+            if fleet_learns(stats, noise, math.exp(mid), agents, r, needed):
                 hi = mid
             else:
                 lo = mid

@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from privrl.planner.choices import SYSTEMS
-from privrl.planner.model import PilotStats, release_noise
+from privrl.planner.model import NeededFn, PilotStats, episodes_needed_adam, release_noise
 
 __all__ = ["SYSTEMS", "Curve", "Recommendation", "SystemFacts", "config_fields", "facts"]
 CONFIG_CLASSES = {
-    "pgc-a3c": "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig",
-    "dp-reinforce": "privrl.systems.dpsgd_rl.reinforce:ReinforceConfig",
+    "pgc-a3c": "privrl.systems.pgc_a3c.config:PGCA3CConfig",
+    "dp-reinforce": "privrl.systems.dpsgd_rl.config:ReinforceConfig",
     "fedpg-cen": "privrl.systems.fedpg.config:FedPGConfig",
 }
 
@@ -38,7 +38,8 @@ CONFIG_CLASSES = {
 class Recommendation:
     """The settings the plan recommends, in the planner's words (`config_fields` maps them to
     each system's fields): the mechanism, ε, the fleet K, clip C, reports per agent, reports
-    an update averages, and the step size."""
+    an update averages, and the step size (PGC-A3C's `adaptive` command: its preset's |B| and
+    the base η its `step_from_noise` scales)."""
 
     mechanism: str
     epsilon: float
@@ -113,17 +114,18 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
                               "learning_rate": rec.learning_rate, "clip": rec.clip}
     private_run = rec.mechanism != "none"
     if system == "pgc-a3c" and levers and levers_apply(system, rec):
-        # One report of E = r episodes instead of r one-episode reports: the same episodes and
-        # updates (|B|/r reports of r episodes each), one release at the agent's whole ε
-        # instead of r at ε/r: less noise per update (r·N(ε) against N(ε/r) = r²·N(ε)).
-        # The step size stays the plan's (`step_from_noise` off: one rule sets it); the clip
-        # starts at the plan's (the pilot's median norm, the preset's clip_quantile).
+        # The preset's own update rule (benchmarks/log/26-plan3.md): |B| = the preset's batch
+        # (`_recommend` puts it in rec.batch) and its step rule, `step_from_noise`
+        # (η·s/(1 + s) from the mechanism's known noise, η = rec.learning_rate): with the
+        # policy-only report it learned at a smaller fleet than a large |B| and few updates
+        # (benchmarks/log/26-report.md). r reports per agent, if the plan asks for them, are
+        # one report of r episodes: one release at the agent's whole ε. The clip starts at
+        # the plan's (the pilot's median norm, the preset's clip_quantile).
         r = rec.reports_per_agent
         return {**common, "preset": LEVERS_PRESET[(system, rec.preset)],
                 "mechanism": rec.mechanism, "epsilon": rec.epsilon,
                 "submissions_per_agent": 1, **({"episodes_per_report": r} if r > 1 else {}),
-                "submissions": rec.agents, "buffer_size": max(1, math.ceil(rec.batch / r)),
-                "step_from_noise": False, "trials": trials}
+                "submissions": rec.agents, "buffer_size": rec.batch, "trials": trials}
     if system == "pgc-a3c":
         return {**common, "preset": rec.preset, **start_fields(system, rec.preset),
                 "mechanism": rec.mechanism,
@@ -252,6 +254,11 @@ class SystemFacts:
     # The share of each report's ε the recommended command's adaptive clip spends on its clip
     # bit (LEVERS_PRESET; 0: no levers): the model gives the gradient the rest.
     clip_bit_share: float = 0.0
+    # PGC-A3C with levers: the recommended command's own |B| and base step size (its preset's:
+    # the plan keeps its update rule, `step_from_noise`, and models it: `needed_fn`); 0: the
+    # plan sets |B| and the step (`_recommend`).
+    command_batch: int = 0
+    command_learning_rate: float = 0.0
 
 
 def facts(system: str, continuous: bool) -> SystemFacts:
@@ -262,10 +269,16 @@ def facts(system: str, continuous: bool) -> SystemFacts:
         preset = "continuous" if continuous else "tuned"
         cfg = PGCA3CConfig.from_preset(preset, mechanism="laplace", epsilon=1.0).resolved()
         levers = LEVERS_PRESET.get((system, preset))
-        share = PGCA3CConfig.from_preset(levers).clip_epsilon_share if levers else 0.0
+        if levers is None:
+            return SystemFacts("laplace", "l1", 0.5, (cfg.hidden,), cfg.learning_rate,
+                               cfg.buffer_size or 1, (1, 2, 4, 8), True, preset)
+        own = PGCA3CConfig.from_preset(levers, mechanism="laplace", epsilon=1.0).resolved()
+        # the preset's own rule: one episode per report (its submissions_per_agent)
         return SystemFacts("laplace", "l1", 0.5, (cfg.hidden,), cfg.learning_rate,
-                           cfg.buffer_size or 1, (1, 2, 4, 8), True, preset,
-                           clip_bit_share=share)
+                           cfg.buffer_size or 1, (own.submissions_per_agent,), True, preset,
+                           clip_bit_share=own.clip_epsilon_share,
+                           command_batch=own.buffer_size or 1,
+                           command_learning_rate=own.learning_rate)
     if system == "fedpg-cen":
         from privrl.systems.fedpg.config import FedPGConfig
 
@@ -300,6 +313,29 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
         return release_noise("gaussian", eps, 1, c, d, delta, summed_over=b)
 
     return {"pgc-a3c": pgc, "fedpg-cen": fedpg, "dp-reinforce": reinforce}[system]
+
+
+def needed_fn(system: str, f: SystemFacts, stats: PilotStats) -> NeededFn | None:
+    """(ε, E‖noise‖² of one report) -> the episodes the recommended command needs, where it
+    keeps its preset's update rule (PGC-A3C's `adaptive`: |B| reports, Adam, the step from
+    the noise, `model.episodes_needed_adam`); None: the trace model (`episodes_needed`), the
+    plan's own |B| and step."""
+    if system != "pgc-a3c" or not f.command_batch:
+        return None
+    from privrl.federation.adapt import noise_step
+    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, report_snr, reports_per_step
+
+    cfg = PGCA3CConfig.from_preset(LEVERS_PRESET[(system, f.preset)], mechanism="laplace",
+                                   epsilon=1.0).resolved()
+    window = reports_per_step(cfg)
+
+    def needed(eps: float, noise: float) -> float:
+        # step_from_noise's η'/η at the report's gradient ε (its clip bit's share off)
+        snr = report_snr(cfg, eps * (1 - f.clip_bit_share), stats.dim)
+        return episodes_needed_adam(stats, noise, f.command_batch, f.batch,
+                                    noise_step(1.0, snr, window))
+
+    return needed
 
 
 # The most episodes a DP-REINFORCE update averages, and the fewest updates a run makes (the

@@ -1,77 +1,35 @@
-"""Privacy core: mechanisms that turn raw agent data into `Report`s, and the ledger."""
+"""Privacy core: mechanisms that turn raw agent data into `Report`s, and the ledger.
 
-from privrl.privacy.accounting import (
-    Accountant,
-    CalibrationError,
-    PrivacyEvent,
-    calibrate_noise_multiplier,
-    gaussian_epsilon,
-)
-from privrl.privacy.clipping import clip_elementwise, clip_l1, clip_l2
-from privrl.privacy.distributed import (
-    DistributedGaussianMechanism,
-    RoundBudget,
-    Share,
-    secure_aggregate,
-)
-from privrl.privacy.functional import (
-    GPNoiseFunction,
-    GPNoiseState,
-    Theorem5,
-    gp_noise_init,
-    gp_noise_query,
-    gp_noise_reset,
-)
-from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
-from privrl.privacy.mechanisms import (
-    BoxGaussianMechanism,
-    GaussianMechanism,
-    GaussianSumMechanism,
-    IdentityMechanism,
-    LaplaceMechanism,
-    Mechanism,
-    ProjectedRandomSignMechanism,
-    UnboundedGaussianNoise,
-    default_d_hat,
-)
-from privrl.privacy.plan import PlanError, PrivacyPlan, PrivacyRequest, plan_gaussian, plan_pure
-from privrl.privacy.report import Guarantee, Report
+Its names are imported on first use (PEP 562), so that importing one light module of the
+package (`privrl.privacy.plan`, which a config's validation reads) does not import JAX: a bad
+command-line value is refused before JAX starts (issue 53).
+"""
 
-__all__ = [
-    "Accountant",
-    "BoxGaussianMechanism",
-    "BudgetExceededError",
-    "CalibrationError",
-    "DistributedGaussianMechanism",
-    "GPNoiseFunction",
-    "GPNoiseState",
-    "GaussianMechanism",
-    "GaussianSumMechanism",
-    "Guarantee",
-    "IdentityMechanism",
-    "LaplaceMechanism",
-    "Mechanism",
-    "PlanError",
-    "PrivacyEvent",
-    "PrivacyLedger",
-    "PrivacyPlan",
-    "PrivacyRequest",
-    "ProjectedRandomSignMechanism",
-    "Report",
-    "RoundBudget",
-    "Share",
-    "Theorem5",
-    "UnboundedGaussianNoise",
-    "calibrate_noise_multiplier",
-    "clip_elementwise",
-    "clip_l1",
-    "clip_l2",
-    "default_d_hat",
-    "gaussian_epsilon",
-    "gp_noise_init",
-    "gp_noise_query",
-    "gp_noise_reset",
-    "plan_gaussian",
-    "plan_pure",
-    "secure_aggregate",
-]
+from __future__ import annotations
+
+from privrl.lazy import lazy_names
+
+# name -> the module of privrl.privacy that defines it
+_WHERE = {
+    **dict.fromkeys(("Accountant", "CalibrationError", "PrivacyEvent",
+                     "calibrate_noise_multiplier", "gaussian_epsilon"), "accounting"),
+    **dict.fromkeys(("clip_elementwise", "clip_l1", "clip_l2"), "clipping"),
+    **dict.fromkeys(("DistributedGaussianMechanism", "RoundBudget", "Share",
+                     "secure_aggregate"), "distributed"),
+    **dict.fromkeys(("GPNoiseFunction", "GPNoiseState", "gp_noise_init", "gp_noise_query",
+                     "gp_noise_reset"), "functional"),
+    "Theorem5": "theorem5",
+    **dict.fromkeys(("BudgetExceededError", "PrivacyLedger"), "ledger"),
+    **dict.fromkeys(("BoxGaussianMechanism", "GaussianMechanism", "GaussianSumMechanism",
+                     "IdentityMechanism", "LaplaceMechanism", "Mechanism",
+                     "ProjectedRandomSignMechanism", "UnboundedGaussianNoise",
+                     "default_d_hat"), "mechanisms"),
+    **dict.fromkeys(("PlanError", "PrivacyPlan", "PrivacyRequest", "plan_gaussian",
+                     "plan_pure"), "plan"),
+    **dict.fromkeys(("Guarantee", "Report"), "report"),
+}
+
+__all__ = sorted(_WHERE)
+
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())

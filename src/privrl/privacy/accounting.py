@@ -44,7 +44,7 @@ from dp_accounting.rdp import RdpAccountant
 from scipy import special
 from scipy.special import logsumexp
 
-from privrl.choices import ACCOUNTANTS
+from privrl.choices import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 
 __all__ = [
     "ACCOUNTANTS",
@@ -61,7 +61,6 @@ __all__ = [
     "pure_composition_record",
 ]
 
-DEFAULT_ACCOUNTANT = "pld"
 # dp-accounting's PLDAccountant, as privrl builds it: these values, and the ones its
 # PLD.from_*_mechanism constructors use by default (stated so that a reader can rebuild it).
 PLD_DISCRETIZATION = 1e-4

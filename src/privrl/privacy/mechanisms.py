@@ -897,3 +897,15 @@ class GaussianSumMechanism(Mechanism):
         value = gaussian_sum_dense_release(self.release_params(0), key, params, x,
                                            loss_of_outputs, self.clip, rows)
         return Report._mint(_MINT, value, self.guarantee)
+
+    def privatize_dense_norms(self, key: Array, params: Any, x: Array,
+                              loss_of_outputs: Callable[[Array], Array],
+                              rows: Array | None = None) -> tuple[Report, Array]:
+        """`privatize_dense` (not secure) and, from the same backward pass, each example's
+        gradient norm ‖∇ℓ_i‖: raw data, for the caller's own mechanism to release a function
+        of (an adaptive clip's count: privrl.systems.dpsgd_rl.levers)."""
+        if self.secure:
+            raise ValueError("privatize_dense_norms has no float-safe (secure) form")
+        total, norms = clipped_grad_sum(params, x, loss_of_outputs, self.clip, rows)
+        value = add_gaussian_noise(total, self.noise_multiplier * self.clip, key)
+        return Report._mint(_MINT, value, self.guarantee), norms

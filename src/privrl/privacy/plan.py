@@ -30,18 +30,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from privrl.privacy.accounting import (
-    ACCOUNTANTS,
-    DEFAULT_ACCOUNTANT,
-    Accountant,
-    CalibrationError,
-    PrivacyEvent,
-    calibrate_noise_multiplier,
-    calibrate_pure_epsilon,
-    optimal_composition_admits,
-)
-from privrl.privacy.ledger import COMPOSITIONS, PrivacyLedger
+from privrl.choices import ACCOUNTANTS, COMPOSITIONS, DEFAULT_ACCOUNTANT
+
+if TYPE_CHECKING:
+    from privrl.privacy.ledger import PrivacyLedger
+
+# The accountant (dp-accounting, SciPy) and the ledger (NumPy) are imported where a plan needs
+# them: a config's validation reads this module, and a bad value is refused before they load.
 
 __all__ = [
     "PlanError",
@@ -108,6 +105,8 @@ class PrivacyPlan:
 def ledger_for(cap: float | None, delta: float, composition: str = "basic") -> PrivacyLedger:
     """A ledger that enforces `cap` per unit, by basic composition (pure ε) or the optimal one
     ((cap, delta)); cap None: records only (any release is admitted)."""
+    from privrl.privacy.ledger import PrivacyLedger
+
     if composition == "optimal":
         return PrivacyLedger(math.inf if cap is None else cap, delta, "optimal")
     if cap is not None:
@@ -121,6 +120,8 @@ def split_epsilon(total: float, releases: int, delta: float, composition: str = 
     (basic composition), or the largest ε₀ whose R-fold optimal composition is (total, δ)-DP."""
     if composition == "basic" or math.isinf(total):
         return total / releases
+    from privrl.privacy.accounting import calibrate_pure_epsilon
+
     return calibrate_pure_epsilon(total, releases, delta)
 
 
@@ -204,6 +205,8 @@ def plan_pure(request: PrivacyRequest, releases: int, afford_all: bool = False,
                              r.composition)
         cap = r.epsilon
     count = int(releases) if afford_all else 1
+    if r.composition == "optimal":
+        from privrl.privacy.accounting import optimal_composition_admits
     if cap is not None and not (
             optimal_composition_admits(each, count, cap, r.delta - count * delta0)
             if r.composition == "optimal" else count * each <= cap * (1 + 1e-9)):
@@ -244,6 +247,8 @@ def plan_gaussian(request: PrivacyRequest, releases: int, sampling_rate: float |
     _check_delta(r.delta)
     sigma = r.noise_multiplier
     if sigma is None:  # σ given wins: ε, if also given, was the target it was calibrated for
+        from privrl.privacy.accounting import CalibrationError, calibrate_noise_multiplier
+
         try:
             z = calibrate_noise_multiplier(r.epsilon, r.delta, releases,
                                            1.0 if sampling_rate is None else sampling_rate,
@@ -288,6 +293,8 @@ def gaussian_spent(noise_multiplier: float, releases: int, delta: float,
     multiplier σ (Poisson-sampled at `sampling_rate` < 1), by `accountant` (0 for none)."""
     if releases == 0:
         return 0.0
+    from privrl.privacy.accounting import Accountant, PrivacyEvent
+
     q = 1.0 if sampling_rate is None else sampling_rate
     acc = Accountant(accountant)
     acc.compose(PrivacyEvent("gaussian", noise_multiplier, "poisson" if q < 1 else "none", q),

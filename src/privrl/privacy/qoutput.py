@@ -21,18 +21,7 @@ from typing import Any
 import numpy as np
 from jax import Array
 
-from privrl.config import (
-    ACCOUNTANT_HELP,
-    NOISE_HELP,
-    Config,
-    fail,
-    in_range,
-    non_negative,
-    one_of,
-    option,
-    positive,
-)
-from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT, Accountant
+from privrl.privacy.accounting import Accountant
 from privrl.privacy.mechanisms import (
     GaussianMechanism,
     Mechanism,
@@ -43,7 +32,8 @@ from privrl.privacy.mechanisms import (
     noise_scales,
     unbounded_gaussian_release,
 )
-from privrl.privacy.noise import NOISE_MODES, noise_fields, record_mode
+from privrl.privacy.noise import noise_fields, record_mode
+from privrl.privacy.qnoise import QNoiseConfig as QNoiseConfig
 from privrl.privacy.record import COMPOSED, Claim, Composition, Facts, Releases, privacy_record
 from privrl.privacy.report import Guarantee
 
@@ -100,51 +90,13 @@ class UnboundedQNoise(Mechanism):
         return unbounded_gaussian_release(params, key, x)
 
 
-@dataclass(frozen=True)
-class QNoiseConfig(Config):
-    """The noise on released Q outputs, shared by FedRL on every domain."""
-
-    noise_sigma: float = option(
-        1.0, flag="--noise-std", help="Std σ of the Gaussian noise on released Q outputs "
-        "(paper: 1; with --bounded the noise multiplier is σ/B).")
-    bounded: float | None = option(
-        None, help="B: clip each released Q vector to L2 norm B, making each release a "
-        "Gaussian mechanism with an (ε, δ) (composed per party). Default: the paper's "
-        "unbounded noise, which has NO formal ε.")
-    delta: float = option(1e-5, help="δ of the stated (ε, δ) in bounded mode.")
-    accountant: str = option(DEFAULT_ACCOUNTANT, choices=ACCOUNTANTS, help=ACCOUNTANT_HELP)
-    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
-    secure_noise: bool = option(
-        False, help="With --bounded: float-safe discrete Gaussian Q-output noise from the OS "
-        "CSPRNG (docs/secure-noise.md); ε by RDP (the RDP accountant composes each party's "
-        "releases). Slow: one host call per released vector.")
-
-    def validate_noise(self) -> None:
-        non_negative("noise_sigma", self.noise_sigma)
-        if self.bounded is not None:
-            positive("bounded", self.bounded)
-            if self.noise_sigma == 0:
-                fail("noise_sigma", "bounded mode needs noise σ > 0")
-        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        one_of("accountant", self.accountant, ACCOUNTANTS)
-        if self.noise is not None:
-            one_of("noise", self.noise, NOISE_MODES, "noise mode")
-        if self.secure_noise:  # first: the CLI picks rdp for secure noise, so name the cause
-            if self.bounded is None:
-                fail("secure_noise", "float-safe noise needs bounded mode (the paper's unbounded "
-                                     "noise has no guarantee to protect): give bounded")
-            if self.accountant != "rdp":
-                fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
-                                   "accountant only (choose rdp)")
-        if self.bounded is None and self.accountant != DEFAULT_ACCOUNTANT:
-            fail("accountant", "only meaningful with bounded (B): the paper's unbounded noise "
-                               "has no ε to account")
-
-    def mechanism(self) -> Mechanism:
-        if self.bounded is None:
-            return UnboundedQNoise(self.noise_sigma)
-        return BoundedQGaussian.from_sigma(self.noise_sigma, self.bounded, self.delta,
-                                           self.secure_noise)
+def q_mechanism(cfg: QNoiseConfig) -> Mechanism:
+    """The mechanism `cfg` asks for on released Q outputs: the paper's unbounded noise, or with
+    `bounded` a Gaussian mechanism on Q vectors clipped to L2 norm B."""
+    if cfg.bounded is None:
+        return UnboundedQNoise(cfg.noise_sigma)
+    return BoundedQGaussian.from_sigma(cfg.noise_sigma, cfg.bounded, cfg.delta,
+                                       cfg.secure_noise)
 
 
 def q_release_privacy(cfg: QNoiseConfig, mech: Mechanism, counts: dict[str, int]

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from jax import Array
 
 from privrl.config import ConfigError
-from privrl.plugins import call_user, load_callable
+from privrl.plugins import call_user, is_user_mechanism, load_callable
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.report import Guarantee
 
@@ -44,11 +44,6 @@ class MechanismRequest(NamedTuple):
     # (ε, δ) budget, δ/(2·releases): privrl.privacy.plan.plan_pure's release_delta)
     clip: float  # the system's clip C for its inputs (what it means is the mechanism's choice)
     dim: int  # the input's length d
-
-
-def is_user_mechanism(name: str) -> bool:
-    """Whether a mechanism name is a user's `module:callable` (built-in names have no colon)."""
-    return ":" in name
 
 
 def declared_condition(name: str) -> str:

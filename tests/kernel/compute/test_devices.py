@@ -50,6 +50,30 @@ def test_cpu_computations_run_inline_only_if_asked_before_the_backend() -> None:
     assert queued[:2] == ["False", "True"]
 
 
+def test_cpu_computations_run_inline_once_jax_is_imported() -> None:
+    """The `privrl` process asks for inline dispatch before JAX is imported (it refuses a bad
+    value first): `run_cpu_inline_once_imported` imports nothing and sets it as JAX's import
+    ends (once, however often it is asked). About 2 CPU-s (a JAX import)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from privrl.compute.devices import run_cpu_inline_once_imported\n"
+        "run_cpu_inline_once_imported(); run_cpu_inline_once_imported()\n"
+        "hooks = [f for f in sys.meta_path if type(f).__name__ == '_AfterImport']\n"
+        "print('jax' in sys.modules, len(hooks))\n"
+        "import jax\n"
+        "print(jax.config.read('jax_cpu_enable_async_dispatch'), len(sys.meta_path) == "
+        "len(set(sys.meta_path)) and not any(f in sys.meta_path for f in hooks))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PRIVRL_CPU_DISPATCH"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == ["False", "1", "False", "True"]
+
+
 def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch, tmp_path) -> None:
     """The `privrl` command's process setup asks for inline CPU dispatch once a command is
     about to run (not for --help or a refused command line: those import no JAX); a caller of
@@ -59,7 +83,7 @@ def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch, tmp_path) 
     import privrl.main as entry
 
     calls: list[str] = []
-    monkeypatch.setattr(entry, "run_cpu_inline", lambda: calls.append("inline"))
+    monkeypatch.setattr(entry, "run_cpu_inline_once_imported", lambda: calls.append("inline"))
     monkeypatch.setattr(entry, "tune_garbage_collector", lambda: calls.append("gc"))
     monkeypatch.setattr(sys, "argv", ["privrl", "--help"])
     assert entry.main() == 0
@@ -70,3 +94,8 @@ def test_the_privrl_process_runs_cpu_computations_inline(monkeypatch, tmp_path) 
     calls.clear()
     assert entry.main(["replay", str(tmp_path)]) == 2
     assert calls == []
+    # a `privrl run` command checks its values first: the collector waits for the computing
+    # (privrl.cli.computing), which a refused value never reaches
+    monkeypatch.setattr(sys, "argv", ["privrl", "run", "pgc-a3c", "--epsilon", "-1"])
+    assert entry.main() == 2
+    assert calls == ["inline"]

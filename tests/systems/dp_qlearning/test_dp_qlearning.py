@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -189,7 +190,7 @@ def test_cli_bad_input_one_line_exit_2(args, option, capsys, tmp_path, no_comput
     assert not out.exists()
 
 
-def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch):
+def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch, capsys):
     """The run also counts what Theorem 5 composes, as the run makes it: T/B noisy gradient
     updates (environment steps after which θ moved; before the replay holds a batch the
     computed step is discarded) and J noise functions per network (episodes that begin with
@@ -221,6 +222,10 @@ def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch):
                    "--sensitivity-constant", "1e-4", "--k", "5", "--episodes", "3",
                    "--out", str(out)])
     assert rc == 0
+    # progress (issue 53): one program, so its compiling phase, then its end with the figures
+    err = capsys.readouterr().err
+    assert "training: compiling …" in err and "compiled (and ran the first chunk) in" in err
+    assert re.search(r"training: 3/3 episodes, mean return [0-9.e+-]+, ε spent 0\.5, ", err), err
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names
     privacy = json.loads((out / "privacy.json").read_text())

@@ -33,9 +33,10 @@ from privrl.privacy.accounting import PLD_DISCRETIZATION
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.dpsgd import clipped_grad_sum
 from privrl.privacy.mechanisms import BoxGaussianMechanism
+from privrl.systems.dpsgd_rl.config import CARTPOLE_BOX, ObservationPrivacy
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig, make_optimizer, sample_poisson
 from privrl.systems.dpsgd_rl.episodic import episodic_task
-from privrl.systems.dpsgd_rl.ldp_obs import CARTPOLE_BOX, ObservationPrivacy, PrivateObservations
+from privrl.systems.dpsgd_rl.ldp_obs import PrivateObservations
 from privrl.systems.dpsgd_rl.local import privacy_record, run_episodic
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
@@ -313,7 +314,7 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     from privrl.systems.dpsgd_rl import cli as dpsgd_cli
 
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, algo, cfg, out, show, every:
+    monkeypatch.setattr(dpsgd_cli, "_execute", lambda name, cfg, out, show, every:
                         seen.update(cfg=cfg))
     assert main(["run", "ldp-dqn", "--mode", "box", "--noise-multiplier", "1.5",
                  "--accountant", "rdp"]) == 0
@@ -369,7 +370,7 @@ def test_ldp_sigma_run_claims_no_epsilon(tmp_path: Path, capsys: pytest.CaptureF
 def test_observation_privacy_not_asked_for_is_one_plain_line() -> None:
     """Issue 53 item 8: raw observations by choice (mode none) are not shouted as a missing
     guarantee beside the model's valid one; asked-for noise without an ε still is."""
-    from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
+    from privrl.systems.dpsgd_rl.config import ObservationPrivacy
 
     rec = ObservationPrivacy().record(10)
     assert rec["headline"] == "none asked for (the learner sees the raw states)"
@@ -462,10 +463,17 @@ def test_dqn_releases_made_equal_privacy_json(count_releases: Any) -> None:
                     hidden=(4,), batch_size=1, learning_starts=1, buffer_size=16)
     (setting,) = DQN.settings_algorithm([cfg]).setting_params
     assert setting.grad == GaussianSumMechanism(1.0, cfg.clip).release_params(0)
-    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn")
+    seen: list[dict] = []
+
+    def progress(done, total, **figures):  # issue 53: the bar's ε spent is the record's
+        seen.append(figures)
+
+    progress.takes_figures = True  # type: ignore[attr-defined]
+    out = run_episodic(DQN.settings_algorithm([cfg]), "dp-dqn", progress=progress)
     (event,) = out.privacy["dpsgd"]["events"]
     assert counter.calls == int(out.updates[0]) == int(out.train_returns[0].sum()) > 16
     assert event["count"] == 16 and event["sampling_probability"] == 1 / 16
+    assert seen[-1]["epsilon"] == out.privacy["dpsgd"]["epsilon"] > 0
 
 
 

@@ -74,6 +74,28 @@ def test_user_q_network_clipped_per_transition_like_the_dense_path(walk, walk_ep
     np.testing.assert_allclose(np.asarray(g_user), np.asarray(g_dense), rtol=1e-4, atol=1e-7)
 
 
+def test_adaptive_clip_same_through_one_pass_clipping_and_a_users_module(walk, walk_episode
+                                                                         ) -> None:
+    """--adaptive-clip's released gradient and next clip: privacy.dpsgd's one-pass norms (the
+    dense MLP) and a user's module's materialized gradients agree (same keys, same sample)."""
+    cfg = _cfg(dp=True, noise_multiplier=1.0, adaptive_clip=True,
+               sampling_probability=1.0).resolved()  # every stored transition: 30
+    dense, user = DQN(cfg, task=walk), DQN(cfg, task=walk, model=QNet())
+    state = walk_episode[1]
+    theta = dense.model.init(jax.random.key(2))
+    clip = jnp.float32(1.1)  # 19 of the 30 norms (0.81 to 1.28) within: both sides occur
+
+    def both(*args):  # one program
+        return (dense.adaptive_gradient(*args, None, clip),
+                user.adaptive_gradient(*args, None, clip))
+
+    (g_dense, c_dense), (g_user, c_user) = jax.jit(both)(theta, state.target, state.replay,
+                                                          jax.random.key(3))
+    assert float(jnp.linalg.norm(g_dense)) > 1e-4 and float(c_dense) != float(clip)
+    np.testing.assert_allclose(np.asarray(g_user), np.asarray(g_dense), rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(float(c_user), float(c_dense), rtol=1e-6)
+
+
 def test_wrong_q_network_contract_is_refused_at_construction() -> None:
     with pytest.raises(ConfigError) as e:
         DQN(_cfg(), model=nn.Dense(3))  # CartPole has 2 actions

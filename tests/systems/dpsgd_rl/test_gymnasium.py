@@ -19,8 +19,8 @@ from gymnasium import spaces
 
 from privrl import main as cli
 from privrl.envs.task import GymnasiumTask, PrivateParam, Task, make_task
+from privrl.systems.dpsgd_rl.config import ObservationPrivacy
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
-from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 DRIFT = PrivateParam("drift", 0.6, 1.4)

@@ -16,8 +16,8 @@ import pytest
 
 from privrl.config import ConfigError
 from privrl.systems.dpsgd_rl import local
+from privrl.systems.dpsgd_rl.config import ObservationPrivacy
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
-from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import _compact as compact
 from privrl.systems.dpsgd_rl.local import run_episodic, run_episodic_settings
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig

@@ -2,6 +2,7 @@
 computation, and a tiny run that writes its results directory."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -72,8 +73,9 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     code = cli.main(["run", "fedrl", "--bounded", "2", "--epochs", "1",
                      "--updates-per-epoch", "20", "--generated-maps", "40", "--buffer-size",
-                     "500", "--noise", "secret", "--out", str(out), "--no-progress"])
+                     "500", "--noise", "secret", "--out", str(out)])
     assert code == 0
+    shown = capsys.readouterr()
     for f in ("config.json", "metrics.csv", "privacy.json", "summary.json", "policy.npz",
               "plots/valid_success.png"):
         assert (out / f).exists(), f
@@ -92,8 +94,13 @@ def test_tiny_run_writes_results(tmp_path, capsys, monkeypatch):
     assert sent["alpha"] == 20 * cfg.batch_size <= privacy["releases"]["alpha"]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["test"]) == {"test-noise", "test-clean"}
-    printed = capsys.readouterr().out
+    printed = shown.out
     assert "LDP" in printed and "noise: secret" in printed
+    # progress without a terminal (issue 53): its last line has the ε of the epoch's releases,
+    # within the run's (which also counts the test maps' releases)
+    line = [x for x in shown.err.splitlines() if x.startswith("training: 1/1 epochs")][-1]
+    spent = float(re.search(r"ε spent ([0-9.e+-]+)", line).group(1))
+    assert 0 < spent <= privacy["guarantee"]["epsilon"] * (1 + 1e-3), line
     assert privacy["noise_keys"]["mode"] == "secret"  # (the counts above hold for any keys)
     # policy.npz: the kept networks (α's, β's, the shared head), each named with the party
     # holding it; load_policy plays them together (test-clean: no noise) as the run's own test

@@ -540,7 +540,14 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     cfg = text_config(mode="fedrl", runs=2, epochs=1, steps_per_epoch=2, num_envs=2,
                       batch_size=4, buffer_size=16, filters=4, hidden=8, pos_dim=4, tag_dim=2,
                       word_dim=4, w2v_epochs=1)
-    folds, refs = rt.run_cv(cfg, corpus, (0, 1))
+    seen: list = []
+
+    def progress(done, total, **figures):  # the API's progress= (issue 53): every fold's
+        seen.append((done, total, figures.get("description")))  # epochs, then the end
+
+    progress.takes_figures = True  # type: ignore[attr-defined]
+    folds, refs = rt.run_cv(cfg, corpus, (0, 1), progress=progress)
+    assert seen == [(1, 2, "fold 0"), (2, 2, "fold 1"), (2, 2, None)]
     out = tmp_path / "run"
     rt.save(cfg, folds, refs, out)
     description, theta, _ = read_saved(out)

@@ -4,6 +4,7 @@ charging anything twice, and replays exactly; `privrl replay` checks θ."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,37 @@ def test_faults_lose_nothing_and_spend_nothing_twice(ray_cluster: None, tmp_path
     assert out.ledger.num_reports == 20
     assert max(out.ledger.spent(a)[0] for a in range(20)) <= cfg.epsilon  # nobody over ε
     np.testing.assert_array_equal(replay(tmp_path / "agg"), out.theta)
+
+
+def test_a_failed_run_keeps_what_its_actors_accepted(ray_cluster: None,
+                                                     tmp_path: Path) -> None:
+    """A driver's loop that raises after 3 accepted reports (issue 53): inside keeping_work
+    the run directory gets the scores, θ and the aggregator's ledger read from the live
+    actors before the run ends, and θ is the one the aggregator's log replays to."""
+    from privrl.output import RunFailedError, keeping_work
+    from privrl.systems.pgc_a3c.local import save
+    from privrl.systems.pgc_a3c.ray import as_run_output
+
+    def fail(kind: str, info: dict) -> None:
+        if info["done"] == 3:
+            raise FloatingPointError("simulated crash in the middle of training")
+
+    def write(result, path: Path) -> None:
+        np.save(path / "theta_final.npy", result.theta)
+        save(as_run_output(result), path, runtime="ray", files={"ray.json": result.record()})
+
+    cfg = PGCA3CConfig.from_preset("tuned", mechanism="laplace", epsilon=2.0, submissions=8,
+                                   buffer_size=1, hidden=4)
+    with pytest.raises(RunFailedError), keeping_work(lambda: tmp_path, write):
+        run_pgc_a3c_ray(cfg, tmp_path / "aggregator", agents_in_flight=2, on_event=fail)
+    privacy = json.loads((tmp_path / "privacy.json").read_text())
+    assert privacy["stopped"]["error"].startswith("FloatingPointError")
+    assert privacy["ledger"]["reports"] == 3  # every report the aggregator accepted
+    scores = [float(r.split(",")[2]) for r in
+              (tmp_path / "metrics.csv").read_text().splitlines()[1:]]
+    assert len(scores) == 3 and np.isfinite(scores).all()  # the three episodes' returns
+    theta = np.load(tmp_path / "theta_final.npy", allow_pickle=False)
+    np.testing.assert_array_equal(replay(tmp_path / "aggregator"), theta)
 
 
 def test_replay_command_checks_theta(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

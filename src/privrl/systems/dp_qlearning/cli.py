@@ -2,33 +2,45 @@
 
 from __future__ import annotations
 
-from privrl.cli import Out, Settings, config_command, print_results, run_and_save, system_apps
+from privrl.cli import (
+    Out,
+    ProgressEvery,
+    Settings,
+    ShowProgress,
+    config_command,
+    print_results,
+    run_and_save,
+    system_apps,
+)
+from privrl.progress import DEFAULT_EVERY
 
 run_app, reproduce_app = system_apps()
 
 
 @config_command(run_app, "dp-qlearning",
-                "privrl.systems.dp_qlearning.algorithm:DPQLearningConfig")
-def run_dp_qlearning_command(settings: Settings, out: Out = None) -> None:
+                "privrl.systems.dp_qlearning.config:DPQLearningConfig")
+def run_dp_qlearning_command(settings: Settings, out: Out = None, progress: ShowProgress = True,
+                             progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """Q-learning with Gaussian-process functional noise (Wang & Hegde) on the 1-D task.
 
     Protects the reward function (neighbours: ‖r − r′‖∞ ≤ 1); the released object is the
     Q-function. Writes config.json, metrics.csv, privacy.json, summary.json, policy.npz,
     plots/returns.png.
     """
+    cfg = settings.build().resolved()  # every value checked before JAX is imported
     from rich.console import Console
 
     from privrl.output import check_out_dir
     from privrl.systems.dp_qlearning import local as runner
     from privrl.systems.dp_qlearning.algorithm import describe_privacy
 
-    cfg = settings.build().resolved()
     check_out_dir(out)
     err = Console(stderr=True)
     err.print(f"[bold]DP Q-learning[/] (paper preset): {describe_privacy(cfg)}; "
               f"{cfg.seeds} trial(s) × {cfg.episodes} episodes")
     path, summary = run_and_save(out, f"dp-qlearning-sigma{cfg.sigma:.4g}",
-                                 lambda _: runner.run_dp_qlearning(cfg), runner.save, err, False)
+                                 lambda bar: runner.run_dp_qlearning(cfg, progress=bar),
+                                 runner.save, err, progress, "episodes", progress_every)
     sd = summary["final_return_std_over_seeds"]
     print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
                   "plots/returns.png)", f"privacy: {summary['privacy']}", summary["noise"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from privrl.output import (
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
 from privrl.privacy.noise import secret_keys, summary_note
+from privrl.progress import as_progress, emit
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
@@ -105,12 +107,18 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     return returns, time.perf_counter() - start, theta
 
 
-def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = None
-                     ) -> DPQLOutput:
-    """Every seed of `config`; `out`: write the run directory there, as the CLI's --out."""
+def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = None,
+                     progress: Callable[..., Any] | bool | None = None) -> DPQLOutput:
+    """Every seed of `config`; `out`: write the run directory there, as the CLI's --out;
+    `progress`: a callback `(done, total)`, or True for the CLI's display on stderr. Training
+    is one compiled program: its progress is the compiling phase, then its end (episodes,
+    mean return, and Theorem 5's ε where it is claimed)."""
     check_out_dir(out)
     cfg = config.resolved()
-    returns, wall, theta = train_grid(cfg, [cfg.sigma])
+    with as_progress(progress, unit="episodes") as shown:
+        returns, wall, theta = train_grid(cfg, [cfg.sigma])
+        emit(shown, cfg.episodes, cfg.episodes, mean_return=float(np.mean(returns[0])),
+             epsilon=cfg.epsilon if cfg.claims_epsilon else None)
     # Training is one program: should what follows fail, its returns and Q-functions are kept
     # (no random baseline).
     work_so_far(lambda: [DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]))])

@@ -28,8 +28,8 @@ from privrl.progress import DEFAULT_EVERY
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit dp-reinforce`
 
-_DQN, _REINFORCE = ("privrl.systems.dpsgd_rl.dqn:DQNConfig",
-                    "privrl.systems.dpsgd_rl.reinforce:ReinforceConfig")
+_DQN, _REINFORCE = ("privrl.systems.dpsgd_rl.config:DQNConfig",
+                    "privrl.systems.dpsgd_rl.config:ReinforceConfig")
 
 
 def _dp_settings(settings: Settings) -> Settings:
@@ -41,14 +41,22 @@ def _dp_settings(settings: Settings) -> Settings:
     return settings
 
 
-def _execute(algorithm: str, algo_cls: Any, config: Any, out: Path | None,
+def _execute(algorithm: str, config: Any, out: Path | None,
              show: bool, every: float = DEFAULT_EVERY) -> None:
+    """Run `privrl run <algorithm>` with `config`: its values checked before JAX is imported
+    (then the output directory, then the task and the learner)."""
+    config.validate()
     from rich.console import Console
 
     from privrl.output import check_out_dir
-    from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
 
     check_out_dir(out)
+    from privrl.systems.dpsgd_rl.local import run_episodic, save, summary_rows
+
+    if algorithm.endswith("dqn"):
+        from privrl.systems.dpsgd_rl.dqn import DQN as algo_cls
+    else:
+        from privrl.systems.dpsgd_rl.reinforce import Reinforce as algo_cls
     algo = algo_cls.settings_algorithm([config])
     cfg = algo.config
     err = Console(stderr=True)
@@ -80,10 +88,7 @@ def run_dp_reinforce(settings: Settings, out: Out = None, progress: ShowProgress
                      progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """DP-SGD REINFORCE on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     episode."""
-    from privrl.systems.dpsgd_rl.reinforce import Reinforce
-
-    _execute("dp-reinforce", Reinforce, _dp_settings(settings).build(), out, progress,
-             progress_every)
+    _execute("dp-reinforce", _dp_settings(settings).build(), out, progress, progress_every)
 
 
 @config_command(run_app, "dp-dqn", _DQN, fixed={"dp": True}, defaults={"noise_multiplier": 1.0})
@@ -91,9 +96,7 @@ def run_dp_dqn(settings: Settings, out: Out = None, progress: ShowProgress = Tru
                progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """DP-SGD DQN on CartPole-v1 (paper 003) or --env: the unit of privacy is one
     transition."""
-    from privrl.systems.dpsgd_rl.dqn import DQN
-
-    _execute("dp-dqn", DQN, _dp_settings(settings).build(), out, progress, progress_every)
+    _execute("dp-dqn", _dp_settings(settings).build(), out, progress, progress_every)
 
 
 # LDP observations: the observation mechanism's fields are the flags; DP-SGD's are not.
@@ -116,15 +119,12 @@ def _ldp_command(name: str, algorithm: str) -> None:
     def command(settings: Settings, out: Out = None, progress: ShowProgress = True,
                 progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
         from privrl.config import ConfigError
-        from privrl.systems.dpsgd_rl.dqn import DQN
-        from privrl.systems.dpsgd_rl.reinforce import Reinforce
 
         if settings.get("obs.mode") == "none":
             raise ConfigError("obs.mode", f"{name} perturbs the observations: choose sigma or box")
         # Secure observation noise is composed by RDP alone (its accountant's default).
         cfg = settings.build(**({"accountant": "rdp"} if settings.get("obs.secure") else {}))
-        _execute(name, DQN if algorithm == "dqn" else Reinforce, cfg, out, progress,
-                 progress_every)
+        _execute(name, cfg, out, progress, progress_every)
 
 
 _ldp_command("ldp-reinforce", "reinforce")

@@ -11,8 +11,8 @@ evaluation episode is played after every training episode and training stops onc
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -23,143 +23,19 @@ from jax import Array
 
 from privrl.compute.programs import alone_or_program, settings_program
 from privrl.config import (
-    ACCOUNTANT_HELP,
-    ENV_HELP,
-    NOISE_HELP,
-    PRIVATE_HELP,
-    Config,
     fail,
-    finite,
-    in_range,
-    integer,
-    max_steps_help,
-    non_negative,
-    one_of,
-    option,
     other_field,
-    positive,
-    within,
 )
 from privrl.envs.task import Task, cartpole_task, resolve_task
 from privrl.policy import SavedPolicy, saved_policy
-from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
 from privrl.privacy.mechanisms import GaussianSumParams, stack_params
-from privrl.privacy.noise import NOISE_MODES
-from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian
+from privrl.systems.dpsgd_rl.config import EpisodicConfig
 from privrl.systems.dpsgd_rl.ldp_obs import (
-    ObservationPrivacy,
     ObservationSetting,
     PrivateObservations,
     observation_setting,
 )
-
-
-@dataclass(frozen=True)
-class EpisodicConfig(Config):
-    """Options common to REINFORCE and DQN (each algorithm's config extends this)."""
-
-    # Presets: "paper" is the dataclass defaults (the slides, read as docs/dpsgd-rl.md says).
-    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {"paper": {}}
-
-    preset: str = option("paper", help="paper: the slides' settings (read as docs/dpsgd-rl.md "
-                         "says); adaptive (REINFORCE only): the paper's learner with the levers "
-                         "that adapt it to the task (adaptive clip, 8 episodes per update, step "
-                         "from noise, best candidate on the public simulator). Options given "
-                         "explicitly override it.")
-    seeds: int = option(1, flag="--trials", help="Independent trials, run vectorized.")
-    seed: int = option(0, help="Random seed (same seed, same results).")
-    episodes: int = option(1000, help="Training episodes at most (stops when solved).")
-    max_episode_steps: int | None = option(
-        None, flag="--max-steps", help=max_steps_help("CartPole-v1's 500"))
-    solve_threshold: float | None = option(
-        None, flag="--target-return", help="Solved when the mean of --solve-window consecutive "
-        "greedy evaluation returns reaches this (training stops there). Default: the task's "
-        "(CartPole-v1's 475; a Gymnasium reward_threshold); a task without one is never "
-        "solved and reports returns.")
-    solve_window: int = option(25, help="Evaluation returns averaged by the solved rule.")
-    stop_when_solved: bool = option(True, help="Stop training once solved.")
-    gamma: float = option(0.99, help="Discount factor γ, in (0, 1].")
-    learning_rate: float = option(0.01, help="The optimizer's step size.")
-    # DP-SGD (central DP of the trained model; the learner holding the data is trusted)
-    dp: bool = option(False, cli=False, help="DP-SGD on the learner's gradients.")
-    noise_multiplier: float = option(
-        0.0, help="Noise multiplier σ: N(0, σ²C²) on the sum of the clipped gradients of the "
-        "protected units (episodes for REINFORCE, transitions for DQN). 0 clips without noise "
-        "(no guarantee).")
-    clip: float = option(1.0, help="C: the L2 bound of each protected unit's gradient.")
-    delta: float = option(1e-5, help="δ of the stated (ε, δ), in (0, 1).")
-    target_epsilon: float | None = option(
-        None, flag="--epsilon", help="Each protected unit's total ε at --delta over the run "
-        "(REINFORCE: one episode; DQN: one stored transition, every update that samples it); "
-        "σ is calibrated to it (instead of --noise-multiplier).")
-    max_epsilon: float | None = option(
-        None, flag="--epsilon-budget", help="Stop training before an update would take a "
-        "protected unit's ε above this cap.")
-    accountant: str = option(DEFAULT_ACCOUNTANT, choices=ACCOUNTANTS, help=ACCOUNTANT_HELP)
-    secure_noise: bool = option(
-        False, help="Float-safe DP-SGD noise: an exact discrete Gaussian from the OS CSPRNG "
-        "(docs/secure-noise.md); needs --accountant rdp (DQN: and --q 1, no subsampling).")
-    noise: str | None = option(None, choices=NOISE_MODES, help=NOISE_HELP)
-    # LDP on observations
-    obs: ObservationPrivacy = option(  # noqa: RUF009 (option returns a dataclasses.field)
-        cli=False, default_factory=ObservationPrivacy,
-        help="Local DP on the observations the learner sees.")
-    env: str | None = option(None, help=ENV_HELP)
-    private_params: tuple[str, ...] = option(
-        (), flag="--private", help=PRIVATE_HELP + " Every training episode draws its own.")
-
-    def validate(self) -> None:
-        """The rules both algorithms share (each config's validate() adds its own)."""
-        for name in ("seeds", "episodes", "solve_window"):
-            integer(name, getattr(self, name))
-        if self.max_episode_steps is not None:
-            integer("max_episode_steps", self.max_episode_steps)
-        if self.solve_threshold is not None:
-            finite("solve_threshold", self.solve_threshold)
-        non_negative("noise_multiplier", self.noise_multiplier)
-        positive("clip", self.clip)
-        in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
-        for name in ("target_epsilon", "max_epsilon"):
-            if getattr(self, name) is not None:
-                positive(name, getattr(self, name))
-        if self.target_epsilon is not None and not self.dp:
-            fail("target_epsilon", "only DP-SGD runs calibrate σ")
-        one_of("accountant", self.accountant, ACCOUNTANTS)
-        if self.noise is not None:
-            one_of("noise", self.noise, NOISE_MODES, "noise mode")
-        if self.obs.secure and self.accountant != "rdp":
-            fail("accountant", "secure (discrete Gaussian) observation noise is composed with "
-                               "the RDP accountant only (choose rdp): CKS20 bound its Rényi "
-                               "divergences, not its privacy-loss distribution")
-        if self.secure_noise:
-            if not self.dp:
-                fail("secure_noise", "float-safe noise is for DP-SGD runs (dp)")
-            if self.accountant != "rdp":
-                fail("accountant", "secure (discrete Gaussian) noise is composed with the RDP "
-                                   "accountant only (choose rdp): CKS20 bound its Rényi "
-                                   "divergences, not its privacy-loss distribution")
-        in_range("gamma", self.gamma, 0, 1, low_open=True)
-        positive("learning_rate", self.learning_rate)
-        with within("obs"):
-            self.obs.validate()
-
-    @property
-    def private(self) -> bool:
-        """True when the DP-SGD run states an ε (a noise multiplier > 0)."""
-        return self.dp and self.noise_multiplier > 0
-
-
-def calibrated_sigma(cfg: EpisodicConfig, releases: int, sampling_rate: float | None = None
-                     ) -> float:
-    """DP-SGD's σ for `target_epsilon` (the protected unit's total at δ over the `releases` it
-    takes part in, Poisson-sampled at `sampling_rate`), by the privacy plan
-    (privrl.privacy.plan) and the config's accountant."""
-    request = PrivacyRequest(cfg.target_epsilon, delta=cfg.delta, accountant=cfg.accountant)
-    try:
-        return plan_gaussian(request, releases, sampling_rate).noise_multiplier
-    except PlanError as e:
-        fail("target_epsilon" if e.field == "epsilon" else e.field, e.message)
-
+from privrl.systems.dpsgd_rl.levers import ADAPTIVE_LEVERS
 
 C = TypeVar("C", bound=EpisodicConfig)
 
@@ -310,7 +186,13 @@ class EpisodicLearner:
     @classmethod
     def one_program_field(cls, configs: Sequence[EpisodicConfig]) -> str | None:
         """The field that keeps resolved `configs` from running as one program (None: they
-        can; `one_program_field` with this learner's SETTING_FIELDS)."""
+        can; `one_program_field` with this learner's SETTING_FIELDS). A run with an adaptive
+        lever on (privrl.systems.dpsgd_rl.levers) runs alone: its levers are not settings as
+        data."""
+        for cfg in configs:
+            for name in ADAPTIVE_LEVERS:
+                if getattr(cfg, name, None) not in (False, None):
+                    return name
         return one_program_field(configs, cls.SETTING_FIELDS)
 
     @classmethod
@@ -347,6 +229,25 @@ class EpisodicLearner:
         """The environment a trial's episodes see: its LDP observations (keyed by its secret
         root, if any; as its setting says, if settings run as one program)."""
         return trial_env(self.env, self.task.env, s.setting, s.obs_noise)
+
+    def public_returns(self, thetas: Array, key: Array, episodes: int | None = None
+                       ) -> np.ndarray:
+        """Each θ's (n, d) greedy returns (n, `episodes`; default public_eval_episodes) on
+        the task's PUBLIC simulator: the environment's default parameters (no agent's private
+        draw), episodes from `key` (the same for every θ). What the best-candidate choice
+        reads (--public-eval-every; post-processing)."""
+        keys = jax.random.split(key, episodes or self.config.public_eval_episodes)
+        yes = jnp.bool_(True)
+
+        def one(theta: Array, k: Array) -> Array:
+            return self.episodes.evaluate(lambda: self.env, self.env_params, self.greedy,
+                                          theta, k, yes, None)
+
+        if self.task.host:
+            return np.array([[float(one(t, k)) for k in keys] for t in np.asarray(thetas)])
+        if getattr(self, "_public", None) is None:  # one program per count
+            self._public = jax.jit(jax.vmap(jax.vmap(one, (None, 0)), (0, None)))
+        return np.asarray(self._public(thetas, keys), np.float64)
 
     def greedy(self, theta: Array, key: Array, obs: Array) -> Array:
         """The evaluation policy's actions on `obs`: the argmax of the network's outputs

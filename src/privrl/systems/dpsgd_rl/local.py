@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,13 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
     trial = np.arange(padded)  # the trial each row of the batch holds (>= n: padding)
     done = 0
     ends = np.zeros(n_set, int)  # episodes each setting's own run plays (whole chunks)
+    @lru_cache(maxsize=1)
+    def spent(updates: int) -> float | None:
+        """For progress: the model's ε spent after `updates` (the privacy record's account;
+        one setting's: a program of several states none)."""
+        private = n_set == 1 and cfg.private
+        return cfg.accountant_for(updates).epsilon(cfg.delta) if private else None
+
     while done < cfg.episodes:
         state, m = step(state)
         real = trial < n
@@ -211,7 +218,8 @@ def run_episodic_settings(algo: Any, names: Sequence[str], progress: ProgressFn 
             seen = train[:n, :done]
             emit(progress, cfg.episodes if stopped.all() else min(done, cfg.episodes),
                  cfg.episodes, mean_return=(float(np.nanmean(seen)) if np.isfinite(seen).any()
-                                            else None))
+                                            else None),
+                 epsilon=spent(int(updates_all.max())))
         work_so_far(partial(_outputs, settings, names, k, train, evals, updates_all,
                             solved_all, thetas, ends.copy(), done, start, n_dev))
         if stopped.all():
@@ -242,14 +250,19 @@ FINAL_EVAL_SALT = 0xF1A1
 def offer_candidates(candidates: PublicCandidates, state: Any, sharding: Any) -> Any:
     """Offer every trial's θ as a best candidate (`--public-eval-every`: the task's public
     simulator, privrl.federation.adapt.PublicCandidates); a collapsed trial reverts to its
-    best θ and optimizer state with its step lowered."""
-    reverted = candidates.offer(np.asarray(state.theta),
-                                jax.tree_util.tree_map(np.asarray, state.opt_state))
+    best θ and optimizer state (and target network) with its step lowered."""
+    # DQN's target network is restored with its θ (a collapsed target would pull it back)
+    target = getattr(state, "target", None)
+    reverted = candidates.offer_with(np.asarray(state.theta),
+                                     jax.tree_util.tree_map(np.asarray, state.opt_state),
+                                     None if target is None else np.asarray(target))
     if reverted is None:
         return state
-    theta, opt, _ = reverted
+    theta, opt, target, _ = reverted
     state = state._replace(theta=jnp.asarray(theta),
                            opt_state=jax.tree_util.tree_map(jnp.asarray, opt))
+    if target is not None:
+        state = state._replace(target=jnp.asarray(target))
     return state if sharding is None else jax.device_put(state, sharding)
 
 
@@ -416,10 +429,7 @@ def adaptive_clip_record(cfg: Any) -> dict[str, Any]:
         "releases": "each update: Σ clip_{C_t}(g_i) + N(0, (z_Δ·C_t)²) and "
                     "Σ (1[‖g_i‖ <= C_t] − ½) + N(0, σ_b²); C_{t+1} = C_t·exp(−η(b̄_t − γ)) "
                     "from the released count only",
-        "how_counted": "the accountant composes both releases of the episode (its events "
-                       "below: multipliers z_Δ and 2σ_b, the count's sensitivity being ½); "
-                       "together exactly one Gaussian of multiplier z = "
-                       "(z_Δ⁻² + (2σ_b)⁻²)^(−1/2)",
+        "how_counted": cfg.clip_count_accounting(),
     }
 
 

@@ -23,19 +23,16 @@ with the unbiased std); docs/dpsgd-rl.md lists them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import linen as nn
 from jax import Array
 
-from privrl.config import fail, in_range, integer, option, positive
 from privrl.envs.task import Task, check_module
-from privrl.federation.adapt import noise_step, scaled
+from privrl.federation.adapt import scaled
 from privrl.losses import (
     discounted_returns,
     masked_standardize,
@@ -43,21 +40,18 @@ from privrl.losses import (
     score_function_loss,
 )
 from privrl.nets.flat import FlatModel, mlp
-from privrl.privacy.accounting import Accountant, PrivacyEvent
-from privrl.privacy.clipping import clip_l2, geometric_clip_update
-from privrl.privacy.distributed import update_noise_multiplier
+from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import (
     GaussianSumMechanism,
     gaussian_sum_release,
 )
 from privrl.privacy.noise import secret_fold
+from privrl.systems.dpsgd_rl.config import ReinforceConfig
 from privrl.systems.dpsgd_rl.episodic import (
     EpisodeMetrics,
-    EpisodicConfig,
     EpisodicLearner,
     EpisodicSetting,
     Progress,
-    calibrated_sigma,
     data_root,
     episode_env_key,
     episodic_task,
@@ -67,167 +61,13 @@ from privrl.systems.dpsgd_rl.episodic import (
     progress_update,
     sum_setting,
 )
+from privrl.systems.dpsgd_rl.levers import (
+    adaptive_clip_mechanisms,
+    next_clip,
+)
 from privrl.systems.dpsgd_rl.source import EpisodeSource, episode_source
 
 UNIT = "one episode (all its transitions)"
-
-
-# The levers' switches (issue 51; a run with one on runs alone, not in a program of settings).
-ADAPTIVE_LEVERS = ("adaptive_clip", "step_from_noise", "public_eval_every")
-# "adaptive" (issue 51): the paper's learner with the private levers that adapt a DP-REINFORCE
-# run to its task: the clip follows the median of the episodes' gradient norms (Andrew et al.
-# 2021: the clip count's noise is part of the episode's one Gaussian release, its ε counted),
-# 8 episodes per update (DP-SGD's unit stays one episode: more episodes per update is more
-# signal per unit of noise), the step size from the noise level, and the best candidate on the
-# task's public simulator kept every 10 updates, reverting and halving the step when the
-# policy collapses. The returns are normalized within each episode (the paper's, kept).
-# Measured in benchmarks/log/24-dprl.md.
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "adaptive": {"adaptive_clip": True, "batch_episodes": 8, "step_from_noise": True,
-                 "public_eval_every": 10},
-}
-
-
-@dataclass(frozen=True)
-class ReinforceConfig(EpisodicConfig):
-    """Every hyperparameter of a REINFORCE run; the defaults are the paper preset."""
-
-    presets = PRESETS
-
-    hidden: int = option(128, help="Hidden units of the policy network.")
-    dropout: float = option(0.5, help="Dropout rate of the hidden layer, in [0, 1).")
-    batch_episodes: int = option(1, help="Episodes per update (the slides: one).")
-    normalize_returns: bool = option(True, help="Standardize the returns within a batch.")
-    learning_rate: float = option(0.01, help="Adam's step size.")
-    # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them on)
-    adaptive_clip: bool = option(
-        False, help="dp-reinforce: adaptive clipping (Andrew et al. 2021). The clip starts at "
-        "--clip and follows the --clip-quantile of the episodes' gradient norms: each update "
-        "also releases the count of episodes within the clip, noised with std "
-        "--clip-count-stddev, and C_{t+1} = C_t·exp(−lr·(noised fraction − quantile)). Same ε: "
-        "σ is split between the gradient and the count, both in the accountant.")
-    clip_quantile: float = option(
-        0.5, help="--adaptive-clip: target fraction γ of episodes whose gradient norm is "
-        "within the clip, in (0, 1) (the paper's: the median).")
-    clip_lr: float = option(
-        0.2, help="--adaptive-clip: learning rate η_C > 0 of the geometric clip update (the "
-        "paper's: 0.2).")
-    clip_count_stddev: float | None = option(
-        None, help="--adaptive-clip: std σ_b of the noise on the count of episodes within the "
-        "clip; must exceed σ/2. Default max(B/20, σ) (B: --batch-episodes; the paper's B/20, "
-        "at least σ so the gradient's share of the noise stays within 1.16σ).")
-    step_from_noise: bool = option(
-        False, help="Adam's step size from DP-SGD's noise level: η·s/(1 + s), s the "
-        "signal-to-noise ratio of the B clipped episodes an update sums over Adam's window "
-        "(1/(dσ²) per episode). Post-processing.")
-    public_eval_every: int | None = option(
-        None, help="Every this many updates the learner plays its greedy policy on the task's "
-        "PUBLIC simulator (default parameters, no agent's private draw), keeps the best so far "
-        "as the final policy, and reverts to it, lowering its step by --backoff, when the "
-        "policy collapses. Post-processing. Default: off.", unit="updates")
-    public_eval_episodes: int = option(
-        16, help="--public-eval-every: episodes per evaluation on the public simulator.")
-    backoff: float = option(
-        0.5, help="--public-eval-every: the step's multiplier in (0, 1] after a collapse.")
-
-    def validate(self) -> None:
-        super().validate()
-        in_range("dropout", self.dropout, 0, 1, high_open=True)
-        integer("hidden", self.hidden)
-        integer("batch_episodes", self.batch_episodes)
-        self._check_levers()
-
-    def _check_levers(self) -> None:
-        """The levers' own fields (issue 51)."""
-        for name in ("adaptive_clip", "step_from_noise"):
-            if not isinstance(getattr(self, name), bool):
-                fail(name, f"must be true or false, got {getattr(self, name)!r}")
-        if self.adaptive_clip:
-            if not self.dp or (self.noise_multiplier <= 0 and self.target_epsilon is None):
-                fail("adaptive_clip", "adaptive clipping releases a noised count: it needs "
-                                      "DP-SGD with noise (--noise-multiplier > 0 or --epsilon)")
-            if self.secure_noise:
-                fail("adaptive_clip", "adaptive clipping is not implemented with float-safe "
-                                      "noise (--secure-noise)")
-            in_range("clip_quantile", self.clip_quantile, 0, 1, low_open=True, high_open=True)
-            positive("clip_lr", self.clip_lr)
-            if self.clip_count_stddev is not None:
-                positive("clip_count_stddev", self.clip_count_stddev)
-        else:
-            for name in ("clip_count_stddev",):
-                if getattr(self, name) is not None:
-                    fail(name, "only adaptive clipping takes it (it is off)")
-        if self.public_eval_every is not None:
-            integer("public_eval_every", self.public_eval_every)
-        integer("public_eval_episodes", self.public_eval_episodes, 2)
-        in_range("backoff", self.backoff, 0, 1, low_open=True)
-        if self.obs.mechanism() is not None and (self.adaptive_clip or self.step_from_noise
-                                                 or self.public_eval_every is not None):
-            fail("obs.mode", "the adaptive levers are for DP-SGD REINFORCE (dp-reinforce), "
-                             "not with LDP observations")
-
-    def resolved(self) -> ReinforceConfig:
-        """Validate; with a target ε, calibrate σ for one release per episode (adaptive
-        clipping: the joint σ of the episode's gradient and clip count); fill the clip
-        count's default noise."""
-        self.validate()
-        cfg = self
-        if self.target_epsilon is not None:
-            cfg = replace(cfg, noise_multiplier=calibrated_sigma(self, 1))
-        if cfg.adaptive_clip:
-            sb = (cfg.clip_count_stddev if cfg.clip_count_stddev is not None
-                  else max(cfg.batch_episodes / 20, cfg.noise_multiplier))
-            cfg = replace(cfg, clip_count_stddev=float(sb))
-            try:
-                update_noise_multiplier(cfg.noise_multiplier, sb)
-            except ValueError as e:
-                fail("clip_count_stddev", str(e))
-        return cfg
-
-    # --- privacy -----------------------------------------------------------------------------
-    @property
-    def gradient_noise_multiplier(self) -> float:
-        """The noise multiplier on the episodes' clipped gradient sum: σ, or under adaptive
-        clipping z_Δ = (σ⁻² − (2σ_b)⁻²)^(−1/2) (privacy.distributed.update_noise_multiplier),
-        so that the gradient and the clip count together cost what one Gaussian release of
-        multiplier σ costs."""
-        if not self.adaptive_clip:
-            return self.noise_multiplier
-        return update_noise_multiplier(self.noise_multiplier, self.clip_count_stddev)
-
-    def events(self) -> list[PrivacyEvent]:
-        """One episode's releases (each once): the gradient sum's Gaussian; with adaptive
-        clipping also the clip count's (sensitivity ½ of the centred bit b − ½, noise σ_b:
-        multiplier 2σ_b). The accountant composes them: exactly a Gaussian of multiplier σ."""
-        events = [PrivacyEvent("gaussian", self.gradient_noise_multiplier)]
-        if self.adaptive_clip:
-            events.append(PrivacyEvent("gaussian", 2.0 * self.clip_count_stddev))
-        return events
-
-    def event(self) -> PrivacyEvent:
-        return PrivacyEvent("gaussian", self.noise_multiplier)
-
-    def max_updates(self) -> int:
-        """Updates allowed by max_epsilon: all of them, or none if one release exceeds it."""
-        if not self.private or self.max_epsilon is None:
-            return self.episodes
-        if self.adaptive_clip:
-            acc = Accountant(self.accountant)
-            for e in self.events():
-                acc.compose(e, 1)
-            return self.episodes if acc.epsilon(self.delta) <= self.max_epsilon else 0
-        acc = Accountant(self.accountant)
-        return acc.max_count(self.event(), self.delta, self.max_epsilon, 1) * self.episodes
-
-    def accountant_for(self, updates: int) -> Accountant:
-        """One episode's account after `updates` updates: one release (with adaptive clipping
-        the gradient's and the clip count's), if any update happened."""
-        acc = Accountant(self.accountant)
-        if self.private and updates > 0:
-            for e in self.events() if self.adaptive_clip else [self.event()]:
-                acc.compose(e, 1)
-        return acc
 
 
 class ReinforceState(NamedTuple):
@@ -284,26 +124,19 @@ class Reinforce(EpisodicLearner):
         # Each training episode's private dynamics (with `private_params` specs): agent id = episode
         # number, drawn from one key for the run.
         self.env_key = episode_env_key(cfg)
-        d = self.model.dim
-        # --step-from-noise: one episode's SNR 1/(dσ²) (its clipped gradient's squared norm
-        # over the noise's), over the B episodes an update sums and Adam's window 1/(1 − β₁)
-        self.step_size = (noise_step(cfg.learning_rate, 1.0 / (d * cfg.gradient_noise_multiplier
-                                                               ** 2), cfg.batch_episodes * 10.0)
-                          if cfg.step_from_noise and cfg.private else cfg.learning_rate)
+        # --step-from-noise: one episode's SNR over the B episodes an update sums and Adam's
+        # window (LeverConfig.lever_step_size)
+        self.step_size = cfg.lever_step_size(cfg.learning_rate, self.model.dim)
         optimizer = optax.adam(self.step_size)
         # --public-eval-every: a step scale the learner lowers when it backs off
         self.optimizer = optimizer if cfg.public_eval_every is None else scaled(optimizer)
         self.mechanism = (GaussianSumMechanism(cfg.noise_multiplier, cfg.clip, 1.0, cfg.delta,
                                                unit=UNIT, secure=cfg.secure_noise)
                           if cfg.private and not cfg.adaptive_clip else None)
-        # --adaptive-clip: the gradients divided by the public C_t, released at clip 1 with
-        # multiplier z_Δ (exact: clip_1(g/C)·C = clip_C(g)), and the centred clip bits' sum
-        # (b − ½, sensitivity ½) with noise σ_b; together one Gaussian of multiplier σ
-        self.clip_mechanisms = ((GaussianSumMechanism(cfg.gradient_noise_multiplier, 1.0, 1.0,
-                                                      cfg.delta, unit=UNIT),
-                                 GaussianSumMechanism(2.0 * cfg.clip_count_stddev, 0.5, 1.0,
-                                                      cfg.delta, unit=UNIT + ": its clip bit"))
-                                if cfg.adaptive_clip else None)
+        # --adaptive-clip: the gradients at the public C_t and the clip count, together one
+        # Gaussian of multiplier σ (levers.adaptive_clip_mechanisms)
+        self.clip_mechanisms = (adaptive_clip_mechanisms(cfg, UNIT) if cfg.adaptive_clip
+                                else None)
         self.update_cap = cfg.max_updates()
         # Where the episodes are played: inside the jitted program, or on the host.
         self.episodes: EpisodeSource = episode_source(cfg, task)
@@ -312,7 +145,6 @@ class Reinforce(EpisodicLearner):
         # trials use `mechanism` and `env`). A run goes through `settings_algorithm`.
         self.settings: list[Reinforce] = [self]
         self.setting_params: list[EpisodicSetting] = []
-        self._public: Any = None  # public_returns' compiled program
 
     def _as_data(self, each: Sequence[Reinforce]) -> None:
         """The settings `each` as data: DP-SGD sums sharing one clip (a non-private setting
@@ -331,35 +163,6 @@ class Reinforce(EpisodicLearner):
         return ReinforceState(theta, self.optimizer.init(theta), key,
                               progress_init(self.config.solve_window), jnp.int32(0),
                               jnp.int32(0), jnp.bool_(self.update_cap == 0), clip=clip)
-
-    @classmethod
-    def one_program_field(cls, configs: Sequence[Any]) -> str | None:
-        """`EpisodicLearner.one_program_field`; a run with an adaptive lever on runs alone
-        (its levers are not settings as data)."""
-        for cfg in configs:
-            for name in ADAPTIVE_LEVERS:
-                if getattr(cfg, name) not in (False, None):
-                    return name
-        return super().one_program_field(configs)
-
-    def public_returns(self, thetas: Array, key: Array, episodes: int | None = None
-                       ) -> np.ndarray:
-        """Each θ's (n, d) greedy returns (n, `episodes`; default public_eval_episodes) on
-        the task's PUBLIC simulator: the environment's default parameters (no agent's private
-        draw), episodes from `key` (the same for every θ). What the best-candidate choice
-        reads (--public-eval-every; post-processing)."""
-        keys = jax.random.split(key, episodes or self.config.public_eval_episodes)
-        yes = jnp.bool_(True)
-
-        def one(theta: Array, k: Array) -> Array:
-            return self.episodes.evaluate(lambda: self.env, self.env_params, self.greedy,
-                                          theta, k, yes, None)
-
-        if self.task.host:
-            return np.array([[float(one(t, k)) for k in keys] for t in np.asarray(thetas)])
-        if self._public is None:
-            self._public = jax.jit(jax.vmap(jax.vmap(one, (None, 0)), (0, None)))
-        return np.asarray(self._public(thetas, keys), np.float64)  # one program per count
 
     def policy(self, theta: Array) -> Any:
         """Sample actions with fresh dropout masks; return the masks to reuse in the loss.
@@ -487,8 +290,7 @@ class Reinforce(EpisodicLearner):
         grad = grads.privatize(k_grad, per_episode / clip).value * clip / b
         within = (jnp.linalg.norm(per_episode, axis=1) <= clip).astype(jnp.float32)
         count = bits.privatize(k_bits, (within - 0.5)[:, None]).value[0]
-        fraction = (count + 0.5 * b) / b
-        return grad, geometric_clip_update(clip, fraction, cfg.clip_quantile, cfg.clip_lr)
+        return grad, next_clip(clip, count, b, cfg.clip_quantile, cfg.clip_lr)
 
     def update(self, s: ReinforceState, traj: Any, k_noise: Array,
                canaries: Array | None = None) -> tuple[Array, Any, Array, Array | None]:

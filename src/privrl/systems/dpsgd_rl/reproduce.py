@@ -29,8 +29,8 @@ from privrl.compute.programs import program_groups
 from privrl.config import NOISE_HELP, Config, fail, integer, one_of, option
 from privrl.output import open_sweep, plot_curves
 from privrl.privacy.noise import NOISE_MODES
+from privrl.systems.dpsgd_rl.config import ObservationPrivacy
 from privrl.systems.dpsgd_rl.dqn import DQN, DQNConfig
-from privrl.systems.dpsgd_rl.ldp_obs import ObservationPrivacy
 from privrl.systems.dpsgd_rl.local import (
     EpisodicOutput,
     final_eval_mean,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +17,7 @@ from privrl.cli import (
     Runtime,
     Settings,
     ShowProgress,
+    computing,
     config_command,
     execute_sweep,
     print_results,
@@ -30,7 +31,7 @@ from privrl.progress import DEFAULT_EVERY
 
 if TYPE_CHECKING:
 
-    from privrl.systems.fedpg.algorithm import FedPGConfig
+    from privrl.systems.fedpg.config import FedPGConfig
 
 run_app, reproduce_app = system_apps()
 audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
@@ -42,14 +43,14 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit fedpg`
 _REQUEST = ("epsilon", "epsilon_per_report", "noise_multiplier", "epsilon_budget")
 
 
-def _config(algorithm: str, settings: Settings) -> FedPGConfig:
-    """The run's config from the file and the options (None: the preset's). --epsilon is
+def _config(algorithm: str, settings: Settings, out: Path | None) -> FedPGConfig:
+    """The run's config from the file and the options (None: the preset's), every value
+    checked before JAX is imported, then `out` checked, then its task. --epsilon is
     each agent's total over the run (the config's `epsilon`), --epsilon-per-report a pure
     mechanism's ε per release (`epsilon_per_report`): the privacy plan
     (`FedPGConfig.privacy_plan`) reads them, and a run's own config.json (the total with the
     split it resolved to) plans the same again."""
     from privrl.config import ConfigError
-    from privrl.systems.fedpg.algorithm import FedPG
     from privrl.systems.fedpg.config import FedPGConfig
 
     given = settings.given()
@@ -67,6 +68,11 @@ def _config(algorithm: str, settings: Settings) -> FedPGConfig:
                                                 "over the run) or --epsilon-per-report, not "
                                                 "both")
     cfg = FedPGConfig.from_preset(preset, algorithm=algorithm, **given).resolved()
+    from privrl.output import check_out_dir
+
+    check_out_dir(out)  # before the task, which may import --env's code
+    from privrl.systems.fedpg.algorithm import FedPG
+
     # The task's episode and target filled in; a bad --env/--private fails here, first.
     return FedPG(cfg).config
 
@@ -109,9 +115,6 @@ def run_fedpg_cen_command(
     --robust) and takes SCSG steps with importance weights. Defaults (--preset paper):
     FedPG-BR's CartPole setting.
     """
-    from privrl.output import check_out_dir
-
-    check_out_dir(out)  # before the config, which may import --env's code
     if runtime is Runtime.flower and settings.get("mechanism") == "distributed-gaussian":
         from privrl.config import ConfigError
 
@@ -119,7 +122,7 @@ def run_fedpg_cen_command(
             raise ConfigError("sampling_rate", "the Flower runtime's secure sum takes every "
                               "agent in every round (no amplification by sampling is claimed)")
         settings.values["sampling_rate"] = 1.0
-    cfg = _config("cen", settings)
+    cfg = _config("cen", settings, out)
     from privrl.systems.fedpg.runtimes import check_runtime
 
     check_runtime(cfg, runtime.value)  # the library's rules: the API refuses the same
@@ -142,6 +145,7 @@ def _execute_cen_flower(cfg: FedPGConfig, out: Path | None, supernodes: int,
     from privrl.systems.fedpg.flower import plan_run, record, run_fedpg_cen_flower
 
     plan = plan_run(cfg, supernodes, threshold)  # refuses before anything starts
+    computing()
     path = new_run_dir(out, f"fedpg-cen-flower-{cfg.mechanism}")
     bound = planned(cfg.privacy_plan())
     Console(stderr=True).print(
@@ -177,10 +181,7 @@ def run_fedpg_dec_command(
     out-neighbours on a directed graph (push-sum, column-stochastic mixing).
     """
     from privrl.config import ConfigError
-    from privrl.output import check_out_dir
-
-    check_out_dir(out)  # before the config, which may import --env's code
-    cfg = _config("dec", settings)
+    cfg = _config("dec", settings, out)
     from privrl.systems.fedpg.algorithm import build_topology
     from privrl.systems.fedpg.runtimes import check_runtime
 
@@ -202,7 +203,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
                    every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
 
-    from privrl.output import new_run_dir, removed_if_left_empty
+    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.ray import ray_address
     from privrl.systems.fedpg import local as runner
@@ -210,6 +211,7 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     from privrl.systems.fedpg.byzantine import byzantine_agents
 
     FedPG(cfg)  # a mechanism it cannot build (a user's that fails) is refused before any output
+    computing()
     err = Console(stderr=True)
     stem = f"fedpg-{cfg.algorithm}" + (f"-{cfg.topology}" if cfg.algorithm == "dec" else "")
     # Ray nodes checkpoint into the run directory, so it exists before the run; locally it is
@@ -233,11 +235,15 @@ def _execute_fedpg(cfg: FedPGConfig, out: Path | None, show_progress: bool,
     if ray:
         from privrl.systems.fedpg.ray import run_fedpg_dec_ray
 
-        with (removed_if_left_empty(path), progress_bar(err, show_progress, "training",
-                                                        "episodes/agent", every) as (bar, _)):
-            run, extra = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=bar)
-        summary = runner.save(run, path, command=["privrl", *sys.argv[1:]],
-                              files={"ray.json": extra}, runtime="ray")
+        def write(result: tuple[Any, dict[str, Any]], path: Path) -> dict[str, Any]:
+            return runner.save(result[0], path, command=["privrl", *sys.argv[1:]],
+                               files={"ray.json": result[1]}, runtime="ray")
+
+        # A Ray run that fails after some rounds keeps them (the runner reads its nodes).
+        with (removed_if_left_empty(path), keeping_work(lambda: path, write),
+              progress_bar(err, show_progress, "training", "episodes/agent", every) as (bar, _)):
+            done = run_fedpg_dec_ray(cfg, path / "nodes", address, progress=bar)
+        summary = write(done, path)
         files = files[:-1] + ", ray.json (cluster, every node's gossip log))"
     else:
         path, summary = run_and_save(out, f"{stem}-{cfg.mechanism}", lambda bar: runner.run_fedpg(

@@ -8,8 +8,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from privrl.choices import (
+    ACCOUNTANTS,
+    COMPOSITIONS,
+    DEFAULT_ACCOUNTANT,
+    LOG_STDS,
+    NOISE_MODES,
+    TOPOLOGIES,
+)
 from privrl.config import (
     ACCOUNTANT_HELP,
     ENV_HELP,
@@ -27,11 +35,7 @@ from privrl.config import (
     positive,
 )
 from privrl.envs.cartpole import CartPoleSpec
-from privrl.federation.topology import TOPOLOGIES, Topology, TopologyError, make_topology
-from privrl.nets.heads import LOG_STDS
-from privrl.privacy.accounting import ACCOUNTANTS, DEFAULT_ACCOUNTANT
-from privrl.privacy.ledger import COMPOSITIONS
-from privrl.privacy.noise import NOISE_MODES
+from privrl.plugins import is_user_mechanism
 from privrl.privacy.plan import (
     PlanError,
     PrivacyPlan,
@@ -41,8 +45,10 @@ from privrl.privacy.plan import (
     plan_gaussian,
     plan_pure,
 )
-from privrl.privacy.user import is_user_mechanism
 from privrl.systems.fedpg.choices import ALGORITHMS, ATTACKS, MECHANISMS, ROBUST
+
+if TYPE_CHECKING:
+    from privrl.federation.topology import Topology
 
 # Noise calibrated by an accountant: the local Gaussian (LDP per agent) and the distributed
 # Gaussian (user-level central DP on the securely aggregated sum, privrl.privacy.distributed).
@@ -724,6 +730,8 @@ def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
 
 def build_topology(cfg: FedPGConfig) -> Topology:
     """Dec's communication graph, validated before anything runs."""
+    from privrl.federation.topology import TopologyError, make_topology  # NumPy: a run's
+
     try:
         return make_topology(cfg.topology, cfg.agents, cfg.max_rounds(), cfg.seed, cfg.window)
     except TopologyError as e:

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
+from privrl.output import work_on_failure
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_fold, secret_keys
 from privrl.privacy.record import mechanism_record
@@ -69,6 +70,9 @@ from privrl.systems.fedpg.local import (
     run_baseline,
 )
 from privrl.systems.fedpg.runtimes import check_runtime
+
+# Seconds a failed run waits for the nodes' answers when it reads what was done so far.
+SNAPSHOT_TIMEOUT = 60.0
 
 EventHook = Callable[[str, dict[str, Any]], None]
 CHECKPOINT_KIND = "fedpg-node-checkpoint"
@@ -322,35 +326,55 @@ def run_fedpg_dec_ray(
         t = 0
         compile_s = warm_s  # as the local runner: until the end of the first round
         spent = False  # ended by the privacy budget: a node could not afford the next round
-        while used.mean() < cfg.budget:
-            if cfg.epsilon_budget is not None and not all(
-                    ray.get([n.affords.remote() for n in nodes])):
-                spent = True  # as the local run: the trial ends where it cannot release
-                break
-            if t >= 10 * cfg.max_rounds():
-                raise RuntimeError("internal error: the episode budget was never reached")
-            t0 = time.perf_counter()
-            infos = _step_all(ray, nodes, t)
-            if on_event is not None:
-                on_event("stepped", {"round": t, "nodes": nodes})
-            _mix_all(ray, nodes, t)
-            if t == 0:
-                compile_s += time.perf_counter() - t0
-            if on_event is not None:
-                on_event("mixed", {"round": t, "nodes": nodes})
-            rows.append(infos)
-            used = np.array([i["used"] for i in infos], float)
-            t += 1
-            if progress is not None:
-                progress(float(used.mean()), cfg.budget)
+
+        def so_far() -> tuple[FedPGRun, dict[str, Any]]:  # should a round fail: what was done
+            answers = ray.get([n.result.remote() for n in nodes], timeout=SNAPSHOT_TIMEOUT)
+            return _dec_output(cfg, algo, answers, rows, used, t, spent, cluster,
+                               time.perf_counter() - start, compile_s)
+
+        with work_on_failure(so_far):  # the files keep every release made (keeping_work)
+            while used.mean() < cfg.budget:
+                if cfg.epsilon_budget is not None and not all(
+                        ray.get([n.affords.remote() for n in nodes])):
+                    spent = True  # as the local run: the trial ends where it cannot release
+                    break
+                if t >= 10 * cfg.max_rounds():
+                    raise RuntimeError("internal error: the episode budget was never reached")
+                t0 = time.perf_counter()
+                infos = _step_all(ray, nodes, t)
+                if on_event is not None:
+                    on_event("stepped", {"round": t, "nodes": nodes})
+                _mix_all(ray, nodes, t)
+                if t == 0:
+                    compile_s += time.perf_counter() - t0
+                if on_event is not None:
+                    on_event("mixed", {"round": t, "nodes": nodes})
+                rows.append(infos)
+                used = np.array([i["used"] for i in infos], float)
+                t += 1
+                if progress is not None:
+                    progress(float(used.mean()), cfg.budget)
         results = ray.get([n.result.remote() for n in nodes])
     finally:
         if started_here:
             ray.shutdown()
-    wall = time.perf_counter() - start
+    return _dec_output(cfg, algo, results, rows, used, t, spent, cluster,
+                       time.perf_counter() - start, compile_s)
+
+
+def _dec_output(cfg: FedPGConfig, algo: FedPG, results: list[dict[str, Any]],
+                rows: list[list[dict[str, float]]], used: np.ndarray, t: int, spent: bool,
+                cluster: dict[str, Any], wall: float, compile_s: float
+                ) -> tuple[FedPGRun, dict[str, Any]]:
+    """The run (as the local runner's) from every node's answer and the driver's rows of the
+    `t` rounds completed, and ray.json's description. A run that failed mid-round: its nodes'
+    ledgers hold that round's releases, and the releases stated are the most any node made."""
+    k = cfg.agents
     ledger = budget_ledger(cfg)  # each node's, as the nodes enforced it
     for i, r in enumerate(results):
         ledger.charge(i, algo.mechanism.guarantee, r["ledger"].reports_of(i))
+    released = max([t, *(r["ledger"].reports_of(i) for i, r in enumerate(results))])
+
     def of(field: str, dtype: Any) -> list[Any]:  # a field of every node's answer, per round
         return [jnp.asarray([i[field] for i in row], dtype) for row in rows]
 
@@ -366,8 +390,8 @@ def run_fedpg_dec_ray(
         batch=col("batch"), inner_steps=col("inner_steps"),
         used=used[None].astype(np.int64), episodes_played=int(used.sum()), ledger=ledger,
         mechanism=mechanism_record(algo.mechanism, algo.dim), topology=algo.topology.describe(),
-        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([t]),
-        accounting=account(algo, t), z=(z := np.stack([r["z"] for r in results])[None]),
+        wall_seconds=wall, compile_seconds=compile_s, rounds_run=t, releases=np.array([released]),
+        accounting=account(algo, released), z=(z := np.stack([r["z"] for r in results])[None]),
         policy=policy_of(algo, z), privacy_budget_spent=np.array([spent]),
         baseline=run_baseline(algo))
     gossip = {"nodes": k, "rounds": t,

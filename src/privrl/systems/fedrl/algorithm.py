@@ -37,9 +37,6 @@ from jax import Array
 
 from privrl.config import (
     ConfigError,
-    check_preset,
-    fail,
-    option,
 )
 from privrl.envs import gridworld as gw
 from privrl.federation.vertical import (
@@ -52,56 +49,10 @@ from privrl.federation.vertical import (
     train_exchange,
 )
 from privrl.nets.grid import conv_q, federated_head
-from privrl.privacy.qoutput import QNoiseConfig, UnboundedQNoise, q_release_privacy
-from privrl.replay import ReplayOptions
+from privrl.privacy.qoutput import UnboundedQNoise, q_mechanism, q_release_privacy
+from privrl.systems.fedrl.config import FedRLConfig, GridConfig
 
-PAPER_HISTORY = {8: 2, 16: 4, 32: 8}  # the authors' code (autolen): H by map size
 SPLIT = (6400, 7200, 8000)  # train [0, 6400), validation [6400, 7200), test [7200, 8000)
-PRESETS: dict[str, dict[str, Any]] = {"paper": {}}
-
-
-@dataclass(frozen=True)
-class GridConfig(ReplayOptions):
-    """Options shared by FedRL and its Grid-World baselines; defaults are the paper preset."""
-
-    preset: str = option("paper", help="paper: the paper's and its authors' code's settings.")
-    size: int = option(8, help="Grid-World size N: 8, 16 or 32.")
-    maps: str | None = option(
-        None, help="Directory holding gridworld_{N}.npz (the paper's maps) or the .npz file "
-        "itself. Default: maps from the built-in generator.")
-    generated_maps: int = option(
-        8000, help="Without --maps: how many maps to generate (split 8:1:1).")
-    history: int | None = option(
-        None, help="H: observations stacked per input. Default: the authors' 2, 4, 8 for N = "
-        "8, 16, 32.")
-    alpha_view: int = option(3, help="α's window (odd; paper text: 3).")
-    beta_view: int = option(5, help="β's window (odd; paper text: 5).")
-    updates_per_epoch: int = option(
-        2000, help="Environment steps (one update each) per epoch.")
-    seeds: int = option(1, flag="--trials", help="Independent trials, vectorized.")
-
-    presets = PRESETS
-
-    @property
-    def h(self) -> int:
-        return self.history if self.history is not None else PAPER_HISTORY.get(self.size, 2)
-
-    def spec(self) -> gw.GridSpec:
-        return gw.GridSpec(self.size, self.alpha_view, self.beta_view, self.h)
-
-    def validate(self) -> None:
-        check_preset(self.preset, PRESETS)
-        self.spec().validate()
-        self.validate_replay("updates_per_epoch", "seeds", "generated_maps")
-        if self.generated_maps < 10:
-            fail("generated_maps", "need at least 10 maps to split 8:1:1")
-
-
-@dataclass(frozen=True)
-class FedRLConfig(GridConfig, QNoiseConfig):
-    def validate(self) -> None:
-        super().validate()
-        self.validate_noise()
 
 
 @dataclass
@@ -192,7 +143,7 @@ class FedRL:
         self.spec = cfg.spec()
         self.channel = channel if channel is not None else Channel(keep_values=False)
         head = federated_head()
-        self.mechanism = cfg.mechanism()
+        self.mechanism = q_mechanism(cfg)
         self.clean = UnboundedQNoise(0.0)  # test-clean: outputs sent without noise (no ε)
 
         def party(view: int) -> PartySpec:

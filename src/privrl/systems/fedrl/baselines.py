@@ -14,7 +14,6 @@ networks copied every `target_period` updates, epochs with validation-based mode
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -23,7 +22,7 @@ import numpy as np
 import optax
 from jax import Array
 
-from privrl.config import fail, one_of, option
+from privrl.config import fail
 from privrl.envs import gridworld as gw
 from privrl.nets.grid import conv_q, full_conv_q
 from privrl.privacy.qoutput import baseline_privacy
@@ -37,27 +36,11 @@ from privrl.replay import (
     supervised_update,
 )
 from privrl.systems.fedrl.algorithm import (
-    GridConfig,
     env_advance,
     env_reset_random,
     zero_stats,
 )
-
-MODELS = ("dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
-
-
-@dataclass(frozen=True)
-class BaselineConfig(GridConfig):
-    model: str = option("dqn-alpha", choices=MODELS,
-                        help="DQN or FCN on α's observation (-alpha) or on both (-full).")
-
-    def validate(self) -> None:
-        one_of("model", self.model, MODELS)
-        super().validate()
-
-    @property
-    def full(self) -> bool:
-        return self.model.endswith("-full")
+from privrl.systems.fedrl.config import MODELS, BaselineConfig
 
 
 def _net(cfg: BaselineConfig) -> Any:

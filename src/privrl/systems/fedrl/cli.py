@@ -54,23 +54,26 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
                   f"Privacy: {summary['privacy']}", summary.get("noise"))
 
 
-@config_command(run_app, "fedrl", "privrl.systems.fedrl.algorithm:FedRLConfig")
+@config_command(run_app, "fedrl", "privrl.systems.fedrl.config:FedRLConfig")
 def run_fedrl(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
     """FedRL on Grid-World (paper 002): two parties, noisy Q outputs, a shared MLP."""
-    from privrl.systems.fedrl.algorithm import FedRL
-
     # Secure Q-output noise is composed by RDP alone (its accountant's default).
     cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
+    cfg.validate()  # every value checked before JAX is imported
+    from privrl.systems.fedrl.algorithm import FedRL
+
     _execute(FedRL(cfg), out, progress)
 
 
-@config_command(run_app, "fedrl-baseline", "privrl.systems.fedrl.baselines:BaselineConfig")
+@config_command(run_app, "fedrl-baseline", "privrl.systems.fedrl.config:BaselineConfig")
 def run_fedrl_baseline(settings: Settings, out: Out = None,
                        progress: ShowProgress = True) -> None:
     """Paper 002's Grid-World baselines: DQN or FCN on α's observation or on both."""
+    cfg = settings.build()
+    cfg.validate()  # every value checked before JAX is imported
     from privrl.systems.fedrl.baselines import make_baseline
 
-    _execute(make_baseline(settings.build()), out, progress)
+    _execute(make_baseline(cfg), out, progress)
 
 
 @reproduce_app.command("fedrl")

@@ -33,7 +33,7 @@ from privrl.output import (
 from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.progress import emit
+from privrl.progress import as_progress, emit, record_epsilon
 from privrl.selection import Selection
 from privrl.systems.fedrl.algorithm import Splits, load_splits
 
@@ -61,12 +61,18 @@ class GridOutput(SavesRunDir):
         return record(self)
 
 
-def run_grid(algo: Any, progress: ProgressFn | None = None,
+def run_grid(algo: Any, progress: ProgressFn | bool | None = None,
              splits: Splits | None = None, out: str | os.PathLike | None = None
              ) -> GridOutput:
     """Every seed of `algo` on the Grid-World maps; `out`: write the run directory there, as
-    the CLI's --out (`GridOutput.save`)."""
+    the CLI's --out (`GridOutput.save`); `progress`: a callback `(done, total)`, or True for
+    the CLI's display on stderr (epochs, mean training return, ε spent)."""
     check_out_dir(out)
+    with as_progress(progress, unit="epochs") as shown:
+        return save_if_asked(_grid(algo, shown, splits), out)
+
+
+def _grid(algo: Any, progress: ProgressFn | None, splits: Splits | None) -> GridOutput:
     cfg = algo.config
     start = time.perf_counter()
     splits = splits or load_splits(cfg)
@@ -129,7 +135,10 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
         val = np.asarray(res.success).mean(-1)
         va.append(val)
         stop = sel.record(epoch, val, algo.params(state))
-        emit(progress, epoch, cfg.epochs, mean_return=float(np.mean(tr_r[-1])))
+        if progress is not None:  # ε spent: the privacy record of the epochs' releases
+            emit(progress, epoch, cfg.epochs, mean_return=float(np.mean(tr_r[-1])),
+                 epsilon=record_epsilon(algo.privacy_record(
+                     epoch * cfg.updates_per_epoch, epoch, splits.valid.count, 0)))
         last = stop or epoch == cfg.epochs
         # Should what follows fail: the epochs done, their best networks, no test scores, and
         # the releases of the step in progress counted as made (the next epoch's, or the test
@@ -147,8 +156,7 @@ def run_grid(algo: Any, progress: ProgressFn | None = None,
     rnd = jax.jit(lambda k: gw.evaluate(algo.spec, splits.test, gw.random_policy, k))(k_rand)
     random_test = {"success": float(np.mean(rnd.success)),
                    "avg_reward": float(np.mean(rnd.total_reward))}
-    return save_if_asked(output(sel.best, sel.best_epoch, test, random_test, len(va),
-                                splits.test.count), out)
+    return output(sel.best, sel.best_epoch, test, random_test, len(va), splits.test.count)
 
 
 def grid_policy(algo: Any, best: Any) -> SavedPolicy:

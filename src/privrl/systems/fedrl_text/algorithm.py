@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from privrl.config import check_preset, fail, in_range, one_of, option, positive
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import (
     AlphaParty,
@@ -38,115 +37,27 @@ from privrl.federation.vertical import (
     PartySpec,
     train_exchange,
 )
-from privrl.nets.text import HEAD_ACTIVATIONS, TextModel, federated_text_head, text_cnn
+from privrl.nets.text import TextModel, federated_text_head, text_cnn
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.mechanisms import Mechanism
 from privrl.privacy.qoutput import (
-    QNoiseConfig,
     UnboundedQNoise,
     baseline_privacy,
+    q_mechanism,
     q_release_privacy,
 )
 from privrl.replay import (
     DQNState,
     FCNState,
-    ReplayOptions,
     dqn_update,
     empty_memory,
     epsilon_greedy,
     store,
     supervised_update,
 )
+from privrl.systems.fedrl_text.config import TextConfig
 
-TARGETS = ("copy", "frozen")
-MODES = ("fedrl", "dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full")
 COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
-# paper: the paper's and the authors' settings. cpu: what fits a 2-core CPU in minutes per fold
-# (texts stepped 16 at a time with one update per vector step; fewer, shorter epochs).
-# wide-head (an improvement, not the paper): the shared MLP gets 64 hidden units instead of 4;
-# with the paper's copied targets the 4-unit head is the bottleneck that collapses FedRL.
-_CPU = {"num_envs": 16, "epochs": 4, "steps_per_epoch": 250, "patience": 3,
-        "buffer_size": 20_000, "target_period": 20, "explore_steps": 300}
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "cpu": _CPU,
-    "wide-head": {"head_hidden": 64},
-    "cpu-wide-head": {**_CPU, "head_hidden": 64},
-}
-
-
-@dataclass(frozen=True)
-class TextConfig(QNoiseConfig, ReplayOptions):
-    """Options of every Text2Action learner; defaults are the paper preset."""
-
-    preset: str = option(
-        "paper", choices=tuple(PRESETS), help="paper (the paper's and authors' settings), cpu "
-        "(fewer, batched updates), wide-head / cpu-wide-head (improvement: a 64-unit shared "
-        "MLP).")
-    mode: str = option("fedrl", choices=MODES, help="FedRL or a baseline (DQN or FCN on α's "
-                       "observation, -alpha, or on both, -full).")
-    corpus: str = option("win2k", choices=tuple(t2a.CORPORA),
-                         help="win2k (WHS), cooking (CT) or wikihow (WHG).")
-    max_words: int = option(500, help="Texts are cut here (the authors' num_words); the "
-                            "padding width.")
-    word_dim: int = option(50, help="word2vec dimension (paper: m = 50).")
-    pos_dim: int = option(50, help="Part-of-speech embedding dimension.")
-    tag_dim: int = option(50, help="Tag embedding dimension.")
-    filters: int = option(32, help="Convolution filters per width.")
-    hidden: int = option(128, help="Hidden units of each party's network.")
-    w2v_epochs: int = option(20, help="word2vec training epochs.")
-    buffer_size: int = option(50_000, help="Replay memory capacity.", unit="transitions")
-    target_period: int = option(5, help="Updates between target copies (the authors' "
-                                "target_steps).")
-    epochs: int = option(20, help="Training epochs at most (early stop on validation).")
-    steps_per_epoch: int | None = option(
-        None, help="Vector steps per epoch. Default: one pass over the training words.")
-    patience: int = option(5, help="Epochs without validation F1 improvement before stopping "
-                           "(the authors' stop_epoch_gap).")
-    valid_fraction: float = option(
-        0.1, help="Of each fold's training texts, held out for model selection.")
-    reward_base: float = option(50.0, help="The reward's base (the authors').")
-    action_rate: float = option(0.05, help="The share of words that are actions (the "
-                                "authors').")
-    terminal_bonus: float = option(2.0, help="The reward's end-of-text bonus (the authors').")
-    reward_scale: float = option(
-        1.0, help="Learners see reward / reward_scale (metrics: the raw reward).")
-    targets: str = option(
-        "copy", choices=TARGETS, help="Target networks: copy (every target period: the "
-        "paper) or frozen (never updated: what the authors' code does for FedRL; a control "
-        "for the DQN baselines).")
-    head_hidden: int = option(4, help="The shared MLP's hidden units (paper: 4).")
-    head_activation: str = option("relu", choices=HEAD_ACTIVATIONS,
-                                  help="The shared MLP's activation (paper: relu).")
-    runs: int = option(1, flag="--trials", help="Trials per fold, vectorized (paper: 5 runs).")
-
-    presets = PRESETS
-
-    def validate(self) -> None:
-        check_preset(self.preset, PRESETS)
-        one_of("mode", self.mode, MODES)
-        one_of("corpus", self.corpus, t2a.CORPORA)
-        ints = ["max_words", "runs", "head_hidden", "w2v_epochs", "word_dim"]
-        if self.steps_per_epoch is not None:
-            ints.append("steps_per_epoch")
-        self.validate_replay(*ints)
-        if self.max_words < 5:
-            fail("max_words", "the widest convolution needs 5 words")
-        one_of("targets", self.targets, TARGETS, what="target rule")
-        one_of("head_activation", self.head_activation, HEAD_ACTIVATIONS, what="activation")
-        positive("reward_scale", self.reward_scale)
-        in_range("valid_fraction", self.valid_fraction, 0, 1, low_open=True, high_open=True)
-        self.validate_noise()
-        if self.noise == "secret" and self.mode != "fedrl":
-            fail("noise", f"{self.mode} releases nothing through a mechanism: secret noise "
-                          "keys are for mode fedrl")
-        if self.secure_noise and self.mode != "fedrl":
-            fail("secure_noise", f"{self.mode} releases nothing through a mechanism: "
-                                 "float-safe noise is for mode fedrl")
-
-    def reward_spec(self) -> t2a.RewardSpec:
-        return t2a.RewardSpec(base=self.reward_base, action_rate=self.action_rate,
-                              num_words=self.max_words, terminal_bonus=self.terminal_bonus)
 
 
 def text_config(preset: str = "paper", **overrides: Any) -> TextConfig:
@@ -288,7 +199,7 @@ class FedRLText(_Learner):
         super().__init__(config, features)
         cfg = self.config
         self.channel = channel if channel is not None else Channel(keep_values=False)
-        self.mechanism = cfg.mechanism()
+        self.mechanism = q_mechanism(cfg)
         self.clean = UnboundedQNoise(0.0)
         # the paper's MLP "4×2" (authors' initializers) unless the config widens it
         head = federated_text_head(cfg.head_hidden, activation=cfg.head_activation)

@@ -44,10 +44,13 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 
 
 @config_command(run_app, "fedrl-text2action",
-                "privrl.systems.fedrl_text.algorithm:TextConfig")
+                "privrl.systems.fedrl_text.config:TextConfig")
 def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
                     out: Out = None, progress: ShowProgress = True) -> None:
     """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
+    # Secure Q-output noise is composed by RDP alone (its accountant's default).
+    cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
+    cfg = cfg.resolved()  # every value checked before JAX is imported
     from rich.console import Console
     from rich.table import Table
 
@@ -57,9 +60,6 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
     from privrl.systems.fedrl_text.reproduce import ReproConfig
 
     check_out_dir(out)
-    # Secure Q-output noise is composed by RDP alone (its accountant's default).
-    cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
-    cfg = cfg.resolved()
     preset, corpus, mode = cfg.preset, cfg.corpus, cfg.mode
     fold_ids = ReproConfig(str(data), (corpus,), (mode,), cfg.runs,
                            parse_numbers(folds, "--folds", int), preset).resolved().folds
@@ -69,8 +69,9 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
               f"{len(text.words)} texts), folds {list(fold_ids)}, {cfg.runs} trial(s) each")
     path, summary = run_and_save(
         out, f"{mode}-text2action-{corpus}", lambda bar: run_cv(
-            cfg, text, fold_ids, progress=lambda m: bar.update(None, description=m)),
-        lambda done, path, command: save(cfg, *done, path, command=command), err, progress, "")
+            cfg, text, fold_ids, progress=bar),
+        lambda done, path, command: save(cfg, *done, path, command=command), err, progress,
+        "epochs")
     t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):

@@ -28,10 +28,11 @@ from privrl.output import RunRecord, csv_writer, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
+from privrl.progress import as_progress, emit
 from privrl.selection import Selection
 from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
 
-ProgressFn = Callable[[str], None]
+LogFn = Callable[[str], None]
 
 
 @dataclass
@@ -146,13 +147,16 @@ class Program:
                                           in_axes=(0, 0, None))) for v in algo.variants}
 
 
-def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None,
+def run_fold(cfg: TextConfig, data: FoldData, progress: Callable[..., Any] | None = None,
              program: Program | None = None,
-             kept: Callable[[Callable[[], FoldOutput], bool], None] | None = None
+             kept: Callable[[Callable[[], FoldOutput], bool], None] | None = None,
+             log: LogFn | None = None, done: int = 0, total: int | None = None
              ) -> FoldOutput:
     """One fold; `kept(build, trained)` as it starts and after each epoch: `build()` makes
     the fold's output so far (no test scores, the releases of the epoch in progress counted),
-    should the run fail from there (`output.keeping_work`)."""
+    should the run fail from there (`output.keeping_work`). After each epoch: `progress`
+    (privrl.progress.emit: `done` epochs before this fold's, of `total`) and `log`'s line
+    (the validation F1)."""
     start = time.perf_counter()
     length = steps_per_epoch(cfg, data.train)
     if program is None or program.length != length:
@@ -219,9 +223,11 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: ProgressFn | None = None
         val = np.array([s["f1"] for s in _scores(data.valid, tags, totals)])
         va.append(val)
         stop = sel.record(epoch, val, algo.params(state))
-        if progress is not None:
-            progress(f"fold {data.fold} epoch {epoch}/{cfg.epochs}: validation F1 "
-                     + " ".join(f"{v:.3f}" for v in val) + f" ({dt:.0f} s)")
+        if log is not None:
+            log(f"fold {data.fold} epoch {epoch}/{cfg.epochs}: validation F1 "
+                + " ".join(f"{v:.3f}" for v in val) + f" ({dt:.0f} s)")
+        emit(progress, done + epoch, total, mean_return=float(np.mean(tr[-1])),
+             description=f"fold {data.fold}")
         last = stop or epoch == cfg.epochs
         if kept is not None:  # should what follows fail: this fold so far, no test scores,
             # the releases of the step in progress counted as made
@@ -298,17 +304,24 @@ def summarize(cfg: TextConfig, folds: list[FoldOutput], reference: list[dict[str
 
 
 def run_cv(cfg: TextConfig, corpus: t2a.Corpus, folds: tuple[int, ...],
-           progress: ProgressFn | None = None) -> tuple[list[FoldOutput], list[dict[str, Any]]]:
+           progress: Callable[..., Any] | bool | None = None, log: LogFn | None = None
+           ) -> tuple[list[FoldOutput], list[dict[str, Any]]]:
+    """Every fold of `folds` in turn: each fold's output and its reference taggings.
+    `progress`: a callback `(done, total)` over every fold's epochs, or True for the CLI's
+    display on stderr; `log`: each epoch's line (its validation F1)."""
     outs, refs = [], []
     program = None
-    for k in folds:
-        data = fold_data(cfg, corpus, k)
-        refs.append(baselines(corpus, data, cfg.reward_spec()))
-        if program is None or program.length != steps_per_epoch(cfg, data.train):
-            program = Program(cfg, data.shapes, steps_per_epoch(cfg, data.train))
-        outs.append(run_fold(cfg, data, progress, program, kept=partial(_kept, list(outs),
-                                                                          list(refs))))
-        work_so_far(lambda done=list(outs), seen=list(refs): [(done, seen)])
+    total = len(folds) * cfg.epochs
+    with as_progress(progress, unit="epochs") as shown:
+        for i, k in enumerate(folds):
+            data = fold_data(cfg, corpus, k)
+            refs.append(baselines(corpus, data, cfg.reward_spec()))
+            if program is None or program.length != steps_per_epoch(cfg, data.train):
+                program = Program(cfg, data.shapes, steps_per_epoch(cfg, data.train))
+            outs.append(run_fold(cfg, data, shown, program, kept=partial(
+                _kept, list(outs), list(refs)), log=log, done=i * cfg.epochs, total=total))
+            work_so_far(lambda done=list(outs), seen=list(refs): [(done, seen)])
+        emit(shown, total, total)  # early stopping ends a fold before its last epoch
     return outs, refs
 
 

@@ -30,7 +30,8 @@ from privrl.config import ConfigError
 from privrl.envs import text2action as t2a
 from privrl.policy import run_config
 from privrl.runfile import checked
-from privrl.systems.fedrl_text.algorithm import MODES, Shapes, TextConfig, make_learner
+from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
+from privrl.systems.fedrl_text.config import MODES
 from privrl.systems.fedrl_text.local import fold_data
 
 # What `privrl evaluate --data` is for such a run (privrl.evaluation asks for it).

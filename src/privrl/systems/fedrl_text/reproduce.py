@@ -21,7 +21,8 @@ from privrl.config import Config, check_preset, fail, one_of
 from privrl.envs import text2action as t2a
 from privrl.output import open_sweep, run_setting, write_json
 from privrl.privacy.noise import NOISE_MODES
-from privrl.systems.fedrl_text.algorithm import PRESETS, TextConfig, text_config
+from privrl.systems.fedrl_text.algorithm import TextConfig, text_config
+from privrl.systems.fedrl_text.config import PRESETS
 from privrl.systems.fedrl_text.local import run_cv, save
 
 MODELS = ("fcn-alpha", "dqn-alpha", "fedrl", "fcn-full", "dqn-full")
@@ -93,7 +94,7 @@ def run_reproduction(cfg: ReproConfig, path: Path, log: Callable[[str], None] = 
                       corpus_name: str = corpus_name, corpus: Any = corpus) -> dict[str, Any]:
                 run_cfg = cfg.make(model, corpus_name)
                 folds, refs = run_cv(run_cfg, corpus, cfg.folds,
-                                     progress=lambda m: log(f"{name} {m}"))
+                                     log=lambda m: log(f"{name} {m}"))
                 return save(run_cfg, folds, refs, tmp)
 
             summary = run_setting(path, name, write, log)

@@ -25,8 +25,9 @@ from privrl.audit.canary import CanaryAgentBase
 from privrl.audit.config import EPSILONS, Progress, SampledAudit
 from privrl.audit.mechanism import AuditResult, audit_mechanism
 from privrl.config import fail, option, positive
-from privrl.systems.pgc_a3c.algorithm import PGCA3C, PRESETS, PGCA3CConfig, lone_agent
+from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig, lone_agent
 from privrl.systems.pgc_a3c.choices import MECHANISMS
+from privrl.systems.pgc_a3c.config import PRESETS
 
 __all__ = ["CanaryAgent", "audit_pgc_a3c"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +18,7 @@ from privrl.cli import (
     Runtime,
     Settings,
     ShowProgress,
+    computing,
     config_command,
     execute_sweep,
     flag_names,
@@ -33,7 +34,7 @@ from privrl.progress import DEFAULT_EVERY
 
 if TYPE_CHECKING:
 
-    from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
+    from privrl.systems.pgc_a3c.config import PGCA3CConfig
 
 run_app, reproduce_app = system_apps()
 top_app = typer.Typer(rich_markup_mode=None)  # `privrl replay`
@@ -43,7 +44,7 @@ audit_app = typer.Typer(rich_markup_mode=None)  # `privrl audit pgc-a3c`
 MAX_SUPERNODES = 64  # a local deployment's processes: two per SuperNode
 
 
-@config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.algorithm:PGCA3CConfig")
+@config_command(run_app, "pgc-a3c", "privrl.systems.pgc_a3c.config:PGCA3CConfig")
 def run_pgc_a3c_command(
     settings: Settings,
     out: Out = None,
@@ -77,12 +78,6 @@ def run_pgc_a3c_command(
     randomizes its A3C gradient with the mechanism (ε-LDP) and submits it once. Prints the
     results table and where the results were written.
     """
-    from privrl.output import check_out_dir
-    from privrl.runtime.rules import require_extra
-    from privrl.systems.pgc_a3c.algorithm import PGCA3C
-    from privrl.systems.pgc_a3c.runtimes import check_runtime
-
-    check_out_dir(out)  # before the config, which may import --env's code
     epsilon = settings.get("epsilon")
     if settings.get("mechanism") == "none" and epsilon is not None and math.isfinite(epsilon):
         raise ConfigError("epsilon", "the non-private baseline (--mechanism none) has no ε; "
@@ -90,9 +85,17 @@ def run_pgc_a3c_command(
     if settings.get("mechanism") != "none" and epsilon is not None and math.isinf(epsilon):
         raise ConfigError("epsilon", "ε must be finite; use --mechanism none for the "
                                      "non-private ε = ∞ baseline")
+    config = settings.build().resolved()  # every value checked before JAX is imported
+    from privrl.output import check_out_dir
+    from privrl.runtime.rules import require_extra
+
+    check_out_dir(out)  # before the task, which may import --env's code
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+    from privrl.systems.pgc_a3c.runtimes import check_runtime
+
     # The task's episode, target and shaping filled in; a bad --env/--private fails here,
     # before anything runs.
-    config = PGCA3C(settings.build().resolved()).config
+    config = PGCA3C(config).config
     check_runtime(config, runtime.value)  # the library's rules: the API refuses the same
     for flag, value in (("--agents-in-flight", agents_in_flight),
                         ("--checkpoint-every", checkpoint_every)):
@@ -121,13 +124,14 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show: bool, every: floa
     import numpy as np
     from rich.console import Console
 
-    from privrl.output import new_run_dir, removed_if_left_empty
+    from privrl.output import keeping_work, new_run_dir, removed_if_left_empty
     from privrl.privacy.record import planned
     from privrl.runtime.rules import NAMES
     from privrl.systems.pgc_a3c import local
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
     PGCA3C(config)  # its mechanism (a user's: imported) refuses bad parameters before the run
+    computing()
     err = Console(stderr=True)
     eps_tag = "inf" if math.isinf(config.epsilon) else f"{config.epsilon:g}"
     stem = f"{config.preset}-{config.mechanism}-eps{eps_tag}"
@@ -158,16 +162,22 @@ def _execute_pgc(config: PGCA3CConfig, out: Path | None, show: bool, every: floa
                  f"aggregator files and logs in {path}")
     err.print(f"[bold]PGC-A3C on {NAMES[runtime.value]}[/] ({config.preset} preset) "
               f"{config.mechanism}, {config.submissions} submissions, {where}")
-    with (removed_if_left_empty(path),
+    def write(result: Any, path: Path) -> dict[str, Any]:
+        np.save(path / "theta_final.npy", result.theta)
+        return local.save(runner.as_run_output(result), path,
+                          command=["privrl", *sys.argv[1:]], runtime=runtime.value,
+                          files={f"{runtime.value}.json": result.record()})
+
+    # A Ray run that fails after some work keeps it (the runner reads it from its actors):
+    # the metrics and θ so far, privacy.json counting every report the aggregator accepted.
+    with (removed_if_left_empty(path), keeping_work(lambda: path, write),
           progress_bar(err, show and runtime is Runtime.ray, "training") as (bar, task)):
         result = runner.run_pgc_a3c_ray(
             config, path / "aggregator", address=address, agents_in_flight=agents_in_flight,
             checkpoint_every=checkpoint_every, progress=lambda done, total: bar.update(
                 task, completed=done, total=total)) if runtime is Runtime.ray else \
             runner.run_pgc_a3c_flower(config, path, supernodes)
-    np.save(path / "theta_final.npy", result.theta)
-    summary = local.save(runner.as_run_output(result), path, command=["privrl", *sys.argv[1:]],
-                         runtime=runtime.value, files={f"{runtime.value}.json": result.record()})
+    summary = write(result, path)
     error = getattr(result, "error", None)  # the files hold what was released before it ended
     print_results(path, f"; check them with: privrl replay {path}", results_table(
         "PGC-A3C results", local.summary_rows(summary)), *lines,

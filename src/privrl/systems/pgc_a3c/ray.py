@@ -68,6 +68,7 @@ from privrl.federation.service import (
     Verdict,
 )
 from privrl.federation.shuffler import SHUFFLER_SETUP, Shuffler
+from privrl.output import work_on_failure
 from privrl.privacy.ledger import PrivacyLedger
 from privrl.privacy.noise import secret_keys
 from privrl.runtime.ray import require_ray, start_ray
@@ -191,6 +192,8 @@ class RayRunOutput:
 
 
 EventHook = Callable[[str, dict[str, Any]], None]
+# Seconds a failed run waits for each actor's answer when it reads what was done so far.
+SNAPSHOT_TIMEOUT = 60.0
 
 
 def run_pgc_a3c_ray(
@@ -255,23 +258,38 @@ def run_pgc_a3c_ray(
                 agg.theta.remote(), n // per_agent, n % per_agent)
             pending[score_ref] = (slot, n, sub_ref)
 
+        def so_far() -> RayRunOutput:  # should the loop fail: what the actors hold now
+            wait = {"timeout": SNAPSHOT_TIMEOUT}
+            ledger = ray.get((agg if shuffler is None else shuffler).ledger.remote(), **wait)
+            # The scores made, in submission order, first (agents finish out of order: a
+            # run's rows are its first `submitted`, as a finished run's are all of them).
+            made = np.full_like(scores, np.nan)
+            made[:int(np.isfinite(scores).sum())] = scores[np.isfinite(scores)]
+            return RayRunOutput(cfg, made[None, :],
+                                np.asarray(ray.get(agg.theta.remote(), **wait)),
+                                ray.get(agg.status.remote(), **wait), ledger, Path(directory),
+                                time.perf_counter() - start, len(agents), cluster,
+                                None if shuffler is None else
+                                ray.get(shuffler.status.remote(), **wait))
+
         for slot in range(len(agents)):
             launch(slot)
         done_count = 0
-        while pending:
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
-            slot, n, sub_ref = pending.pop(ref)
-            scores[n] = ray.get(ref)
-            # By reference: Ray hands the Submission to the sink; the driver never reads it.
-            verdict = ray.get(sink.submit.remote(sub_ref))
-            done_count += 1
-            if on_event is not None and verdict.accepted:
-                on_event("accepted", {"n": n, "done": done_count, "agents": agents,
-                                      "aggregator": agg, "shuffler": shuffler, "slot": slot})
-            if next_n < total:
-                launch(slot)
-            if progress is not None:
-                progress(done_count, total)
+        with work_on_failure(so_far):  # the files keep what was released (keeping_work)
+            while pending:
+                (ref,), _ = ray.wait(list(pending), num_returns=1)
+                slot, n, sub_ref = pending.pop(ref)
+                scores[n] = ray.get(ref)
+                # By reference: Ray hands the Submission to the sink; the driver never reads it.
+                verdict = ray.get(sink.submit.remote(sub_ref))
+                done_count += 1
+                if on_event is not None and verdict.accepted:
+                    on_event("accepted", {"n": n, "done": done_count, "agents": agents,
+                                          "aggregator": agg, "shuffler": shuffler, "slot": slot})
+                if next_n < total:
+                    launch(slot)
+                if progress is not None:
+                    progress(done_count, total)
         shuffled = None if shuffler is None else ray.get(shuffler.close.remote())
         status = ray.get(agg.close.remote())
         theta = ray.get(agg.theta.remote())
