@@ -17,7 +17,7 @@ at most 10 minutes on 2 cores.
 Output: one table, the fraction of the non-private improvement over random each private row
 reaches, (private − random)/(non-private − random), with the fleet size and the wall time.
 "random" is `privrl.evaluation.random_returns` (every run's baseline) over --random-episodes
-episodes (2,000; the plan's pilot's 64 are recorded beside it).
+episodes (2,000; the plan's pilot's, 1,000 since session 10, is recorded beside it).
 Runnable in parts (--task, --system) and resumable: each row is a JSON file in --out, and a row
 already there is skipped.
 
@@ -196,16 +196,25 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     cfg = PlanConfig(env=env, private_params=private, epsilon=epsilon, agents=agents,
                      sweep=False, trials=args.trials, seed=args.seed,
                      pilot_episodes=args.pilot_episodes)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = plan(system, cfg, log=lambda m: None)
-    plan_seconds = time.perf_counter() - t0
+    plan_seconds, plan_cpu = time.perf_counter() - t0, time.process_time() - c0
     rec = sy.Recommendation(**result.recommendation)
     f = sy.facts(system, bool(task_of(cfg).head.continuous))
     per_agent = rec.reports_per_agent * f.episodes_per_report
     capped = rec.agents * per_agent > args.max_episodes
     if capped:  # the settings for the fleet that runs
         rec = recommend_at(result, max(1, args.max_episodes // per_agent))
+    print(f"  plan ({plan_seconds:.0f} s, {plan_cpu:.0f} CPU-s): K = {rec.agents:,} "
+          f"(planned {result.recommendation['agents']:,}), {rec.reports_per_agent} reports of "
+          f"{f.episodes_per_report} episodes per agent: {rec.agents * per_agent:,} episodes per "
+          f"setting and trial, 2 settings × {args.trials} trials", flush=True)
     nonprivate = replace(rec, mechanism="none", epsilon=math.inf)
+    if system == "fedpg-cen":
+        # the preset's own step size, not the plan's (set for the private row's noise): at
+        # K = 1,000 on `reach` the plan's 8.6e-6 left the "non-private" row at random as well
+        # (session 10, log 26-fedrows), which made the fraction meaningless
+        nonprivate = replace(nonprivate, learning_rate=f.learning_rate)
     levers = system == "pgc-a3c"
     if levers:
         # pgc-a3c: the private row runs the plan's recommended command (its levers on where the
@@ -225,23 +234,24 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
                for i, s in enumerate((rec, nonprivate))]
     if levers:  # the reference keeps the preset's critic (the pilot models the command's learner)
         configs[1] = replace(configs[1], critic="shared")
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     private_curve, nonprivate_curve = sy.run_settings(system, configs,
                                                       together=not task_of(cfg).host,
                                                       final_policy=system == "dp-reinforce")
-    wall = time.perf_counter() - t1
+    wall, run_cpu = time.perf_counter() - t1, time.process_time() - c1
     random, random_se = random_of(task, args)
     final, np_final = private_curve.final(), nonprivate_curve.final()
     adaptive: dict[str, Any] = {}
     if system == "dp-reinforce":  # the same plan with the `adaptive` preset's levers on
         fields = sy.reinforce_levers(sy.config_fields(system, rec, env, private, args.trials,
                                                       args.seed))
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         curve = sy.run_settings(system, [sy.build_config(system, fields)], together=False)[0]
         kept = curve.final_policy if curve.final_policy is not None else curve.final()
         adaptive = {"adaptive_return": kept, "adaptive_curve_return": curve.final(),
                     "adaptive_fraction": fraction_of(kept, random, np_final),
-                    "adaptive_seconds": time.perf_counter() - t2, "adaptive_fields": fields,
+                    "adaptive_seconds": time.perf_counter() - t2,
+                    "adaptive_cpu_seconds": time.process_time() - c2, "adaptive_fields": fields,
                     # like for like: every final policy on the same fresh public episodes
                     "policy_returns": {"private": private_curve.final_policy,
                                        "nonprivate": nonprivate_curve.final_policy,
@@ -259,14 +269,16 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             "fraction": fraction_of(final, random, np_final),
             "pilot_learned": result.pilot["episodes_to_learn"] is not None,
             "notes": list(result.notes), "plan_seconds": plan_seconds,
-            "run_seconds": wall, "trials": args.trials, **adaptive}
+            "run_seconds": wall, "plan_cpu_seconds": plan_cpu, "run_cpu_seconds": run_cpu,
+            "trials": args.trials, **adaptive}
 
 
 def random_of(task: str, args: Any) -> tuple[float, float]:
     """(mean, standard error) of a uniformly random policy's return on `task` over
     --random-episodes episodes (`privrl.evaluation.random_returns`, every run's baseline): the
-    plan's pilot measures 64, whose mean was 0.17 off on `corridor` (−0.148 against −0.31 from
-    4,000 episodes), enough to put a row at its random start "below random"."""
+    plan's pilot measured 64 until session 10, whose mean was 0.15 off on `corridor` (−0.148
+    against −0.295 from 2,000 episodes), enough to put a row at its random start "below
+    random"; it now measures 1,000 (`PlanConfig.random_episodes`)."""
     from privrl.evaluation import random_returns
     from privrl.planner.api import PlanConfig, task_of
 
@@ -277,33 +289,44 @@ def random_of(task: str, args: Any) -> tuple[float, float]:
 
 
 def table(out: Path) -> str:
-    """The markdown table of every row in `out` (missing rows listed below it)."""
+    """The markdown table of every row in `out` (missing rows listed below it): per task and
+    setting, random, non-private, private, the fraction, K, wall and CPU seconds (plan + run;
+    CPU-s recorded since session 10)."""
     rows = {(d["task"], row_name(d["system"], d["epsilon"])): d
             for p in sorted(out.glob("*/*.json")) for d in [json.loads(p.read_text())]}
-    lines = ["| task | random | non-private | private row | K | private return | fraction "
-             "| wall (plan + run) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | setting | random | non-private | private | fraction | K "
+             "| wall (plan + run) | CPU-s (plan + run) |", "|---|---|---|---|---|---|---|---|---|"]
     missing = []
+
+    def cpu(d: dict[str, Any], run: str) -> str:
+        if "plan_cpu_seconds" not in d:
+            return "not recorded"
+        return f"{d['plan_cpu_seconds']:.0f} + {d[run]:.0f}"
+
     for task in TASKS:
         for system, eps, _ in ROWS:
             d = rows.get((task, row_name(system, eps)))
             if d is None:
                 missing.append(f"{task} / {row_name(system, eps)}")
                 continue
-            frac = "–" if d["fraction"] is None else f"{d['fraction']:.2f}"
             k = f"{d['agents']:,}" + (f" (plan: {d['planned_agents']:,}, capped)"
                                       if d["capped"] else "")
-            lines.append(f"| {task} | {d['random_return']:.4g} | {d['nonprivate_return']:.4g} "
-                         f"| {system} ε = {eps:g} | {k} | {d['private_return']:.4g} | {frac} "
-                         f"| {d['plan_seconds']:.0f} + {d['run_seconds']:.0f} s |")
+            head = (f"| {task} | {{}} | {d['random_return']:.4g} | {d['nonprivate_return']:.4g} "
+                    f"| {{:.4g}} | {{}} | {k} | {d['plan_seconds']:.0f} + {{:.0f}} s | {{}} |")
+            lines.append(head.format(f"{system} ε = {eps:g}", d["private_return"],
+                                     _frac(d["fraction"]), d["run_seconds"],
+                                     cpu(d, "run_cpu_seconds")))
             if "adaptive_return" in d:  # dp-reinforce's `adaptive` preset on the same plan
-                frac = "–" if d["adaptive_fraction"] is None else f"{d['adaptive_fraction']:.2f}"
-                lines.append(f"| {task} | {d['random_return']:.4g} | "
-                             f"{d['nonprivate_return']:.4g} | {system} ε = {eps:g} adaptive | "
-                             f"{k} | {d['adaptive_return']:.4g} | {frac} | "
-                             f"{d['plan_seconds']:.0f} + {d['adaptive_seconds']:.0f} s |")
+                lines.append(head.format(f"{system} ε = {eps:g} adaptive", d["adaptive_return"],
+                                         _frac(d["adaptive_fraction"]), d["adaptive_seconds"],
+                                         cpu(d, "adaptive_cpu_seconds")))
     if missing:
         lines += ["", "Missing rows: " + "; ".join(missing) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _frac(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:

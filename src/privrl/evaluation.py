@@ -466,6 +466,19 @@ def _r(x: float) -> float | None:
     return None if not np.isfinite(x) else float(f"{x:.6g}")
 
 
+def mean_interval(returns: Any, level: float = LEVEL) -> tuple[float, tuple[float, float]]:
+    """The mean of a random baseline's `returns` and its two-sided `level` t-interval
+    (episodes counted as independent draws): what a run's verdict and a plan's pilot state."""
+    from scipy import stats
+
+    r = np.asarray(returns, np.float64).reshape(-1)
+    if r.size < 2 or not np.all(np.isfinite(r)):
+        raise ValueError(f"the random baseline needs two or more finite returns, got {r}")
+    mean, var = float(r.mean()), float(r.var(ddof=1)) / r.size
+    half = float(stats.t.ppf(0.5 + level / 2, r.size - 1)) * math.sqrt(var) if var > 0 else 0.0
+    return mean, (mean - half, mean + half)
+
+
 def verdict(final: Any, random: Any, level: float = LEVEL) -> Verdict:
     """The verdict on a run's `final` returns (its last window's: episodes' returns or batch
     means; NaNs dropped) against `random` (`random_returns`): a one-sided Welch t-test of
@@ -476,12 +489,8 @@ def verdict(final: Any, random: Any, level: float = LEVEL) -> Verdict:
     f = np.asarray(final, np.float64).reshape(-1)
     f = f[np.isfinite(f)]
     r = np.asarray(random, np.float64).reshape(-1)
-    if r.size < 2 or not np.all(np.isfinite(r)):
-        raise ValueError(f"the random baseline needs two or more finite returns, got {r}")
-    r_mean, r_var = float(r.mean()), float(r.var(ddof=1)) / r.size
-    half = (float(stats.t.ppf(0.5 + level / 2, r.size - 1)) * math.sqrt(r_var)
-            if r_var > 0 else 0.0)
-    ci = (r_mean - half, r_mean + half)
+    r_mean, ci = mean_interval(r, level)
+    r_var = float(r.var(ddof=1)) / r.size
     if f.size < 2:
         mean = float(f.mean()) if f.size else math.nan
         return Verdict(mean, int(f.size), r_mean, ci, int(r.size), math.nan, math.nan, level)

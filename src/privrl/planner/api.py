@@ -46,6 +46,13 @@ SIMULATOR_ONLY = (
     "have to pay for.")
 
 
+# The pilot's random baseline is the floor the plan's learning mark and fractions are measured
+# from; session 9's 64 episodes were too few for it (benchmarks/log/26-fedrows.md).
+MAX_RANDOM_EPISODES = 100_000
+WIDE_RANDOM = 0.1  # a note when the baseline's 95% half-width exceeds this share of the pilot's
+# improvement over random
+
+
 @dataclass(frozen=True)
 class PlanConfig(Config):
     """What `privrl plan` asks: the task, the privacy target and the sizes of its pilot and
@@ -73,6 +80,9 @@ class PlanConfig(Config):
         "(dp-reinforce), 10800 (fedpg-cen: 10 agents × 30 rounds).", unit="episodes")
     gradient_episodes: int = option(
         64, help="Episodes whose gradients the pilot measures.", unit="episodes")
+    random_episodes: int = option(
+        1000, help="Episodes of the random policy whose mean return is the pilot's floor "
+        "(plan.json gives its 95% interval).", unit="episodes")
     sweep: bool = option(True, help="Check the recommendation with a sweep over (ε, K).")
     sweep_epsilons: tuple[float, ...] = option(
         (), help="The sweep's ε values. Default: ε/4, ε/2, ε, 2ε, 4ε and the smallest ε the "
@@ -98,6 +108,7 @@ class PlanConfig(Config):
         if self.pilot_episodes is not None:
             integer("pilot_episodes", self.pilot_episodes, 10)
         integer("gradient_episodes", self.gradient_episodes, 4)
+        integer("random_episodes", self.random_episodes, 2)
         integer("max_sweep_episodes", self.max_sweep_episodes)
         integer("trials", self.trials)
         integer("seed", self.seed, 0)
@@ -107,6 +118,9 @@ class PlanConfig(Config):
             integer("sweep_agents", k)
         if self.gradient_episodes > 4096:
             fail("gradient_episodes", f"at most 4096, got {self.gradient_episodes}")
+        if self.random_episodes > MAX_RANDOM_EPISODES:
+            fail("random_episodes", f"at most {MAX_RANDOM_EPISODES:,}, got "
+                 f"{self.random_episodes}")
 
 
 # FedPG-Cen's: 10 agents × 30 rounds of about 36 episodes (FedPG-BR's CartPole needs about
@@ -175,7 +189,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     if out is not None and str(out) != "auto":
         check_out_dir(out)
     task = task_of(config)
-    from privrl.evaluation import random_returns
+    from privrl.evaluation import mean_interval, random_returns
     from privrl.planner import model, pilot
     from privrl.planner import systems as sy
 
@@ -195,7 +209,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     clip = float(f"{max(q[1], 1e-8) / f.radius:.3g}")  # the clip ball's radius: the median
     signal, variance = pilot.clipped_moments(grads, clip * f.radius, f.norm)
     stage("pilot: random policy", 1, 3)
-    rand = float(random_returns(task, max(32, config.gradient_episodes), config.seed).mean())
+    rand, rand_ci = mean_interval(random_returns(task, config.random_episodes, config.seed))
     stage("pilot: non-private run", 2, 3)
     pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress,
                                                   not task.host)
@@ -213,6 +227,12 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      f"end above random ({nonprivate_final:.4g} vs {rand:.4g}): no private run "
                      "can be planned from it; give the pilot more episodes (pilot_episodes), or "
                      "another system.")
+    half = (rand_ci[1] - rand_ci[0]) / 2
+    if nonprivate_final > rand and half > WIDE_RANDOM * (nonprivate_final - rand):
+        notes.append(f"The random baseline ({rand:.4g}, 95% interval ±{half:.3g} over "
+                     f"{config.random_episodes:,} episodes) is uncertain by more than "
+                     f"{WIDE_RANDOM:.0%} of the pilot's improvement over it: the learning speed "
+                     "is measured from an uncertain floor; give more random_episodes.")
     stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0,
                              f.episodes_per_report)
     noise = sy.noise_fn(system, f, stats, config.delta)
@@ -288,7 +308,9 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
             notes.append("The sweep left out K = " + ", ".join(f"{x:,}" for x in
                          frontier.left_out) + f" (over max_sweep_episodes = "
                          f"{config.max_sweep_episodes:,}).")
-    pilot_record = {**stats.to_dict(), "norm": f.norm, "clip_radius": f.radius,
+    pilot_record = {**stats.to_dict(), "random_return_ci": list(rand_ci),
+                    "random_episodes": config.random_episodes,
+                    "norm": f.norm, "clip_radius": f.radius,
                     "pilot_run": {"fields": pilot_fields,
                                   "episodes": float(pilot_curve.episodes[-1]),
                                   "final_return": nonprivate_final,

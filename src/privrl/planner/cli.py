@@ -61,7 +61,9 @@ def _print(console: object, result: object) -> None:
     say = c.print  # type: ignore[attr-defined]
     say(f"Pilot: d = {p['dim']}, gradient {p['norm'].upper()} norm quantiles 10/50/90 % = "
         + " / ".join(f"{x:.3g}" for x in p["norm_quantiles"])
-        + f"; random return {p['random_return']:.4g}; non-private {p['nonprivate_return']:.4g}"
+        + f"; random return {p['random_return']:.4g} (95% interval "
+        + " to ".join(f"{x:.4g}" for x in p["random_return_ci"])
+        + f", {p['random_episodes']:,} episodes); non-private {p['nonprivate_return']:.4g}"
         + (f", {p['episodes_to_learn']:.0f} episodes to learn" if p["episodes_to_learn"]
            else ", did not learn"), markup=False)
     say(f"Recommended: {rec['mechanism']} ε = {rec['epsilon']:g}, K = {rec['agents']:,}, clip "
