@@ -254,3 +254,26 @@ def test_pgc_a3c_learns_a_continuous_action(tmp_path) -> None:
     # the loaded policy's samples (clipped to the Box) earn what the last episodes earned
     sampled = policy.act(np.ones((2000, 1), np.float32), key=0)
     assert float(np.mean(10 * (1 - (sampled - 0.5) ** 2))) > 8.0
+
+
+def test_fedpg_continuous_preset_starts_close_to_a_random_policy() -> None:
+    """Issue 51: FedPG's `continuous` preset (and `adaptive-continuous`, built on it) starts as
+    a Gaussian at the Box's centre with the uniform's σ in every state, as PGC-A3C's do. Its
+    PyTorch-default start (σ = 1 around a random mean) played below random on
+    MountainCarContinuous, private and non-private alike (the untuned benchmark, session 10);
+    the paper preset keeps FedPG-BR's start."""
+    from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
+
+    for preset in ("continuous", "adaptive-continuous"):
+        algo = FedPG(FedPGConfig.from_preset(preset, env="gymnax:MountainCarContinuous-v0",
+                                             mechanism="none"))
+        theta = algo.model.init(jax.random.key(0))
+        logits = algo.model.apply(theta, jax.random.normal(jax.random.key(1), (7, 2)))
+        mean, log_std = algo.head._split(logits)
+        np.testing.assert_array_equal(np.asarray(mean), 0.0)  # the centre of [−1, 1]
+        np.testing.assert_allclose(np.asarray(log_std), np.log(2 / np.sqrt(12)), rtol=1e-6)
+    paper = FedPG(FedPGConfig.from_preset("paper", mechanism="none"))
+    logits = paper.model.apply(paper.model.init(jax.random.key(0)),
+                               jax.random.normal(jax.random.key(1), (7, 4)))
+    assert np.abs(np.asarray(logits)).max() > 0.0  # FedPG-BR's own start, not zeros
+    assert not FedPGConfig.from_preset("paper").uniform_start

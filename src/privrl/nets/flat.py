@@ -65,18 +65,24 @@ class MLP(nn.Module):
     "torch_default": PyTorch's nn.Linear default, U(±1/√fan_in) for kernels and biases.
     `masks` (one per hidden layer, or None) multiply the hidden pre-activations: explicit
     dropout masks, so that a rollout can record the masks it sampled and the loss can reuse them.
+    `zero_output`: the output layer's kernel and bias start at zero (every output 0 in every
+    state: uniform logits, or a Gaussian's mean at its box's centre).
     """
 
     hidden: tuple[int, ...] = (128,)
     num_outputs: int = 2
     weight_init: str = "torch_default"
+    zero_output: bool = False
 
     @nn.compact
     def __call__(self, x: Array, masks: tuple[Array, ...] | None = None) -> Array:
         sizes = (*self.hidden, self.num_outputs)
         fan_in = x.shape[-1]
         for i, n in enumerate(sizes):
-            if self.weight_init == "glorot_normal":
+            if self.zero_output and i == len(self.hidden):
+                layer = nn.Dense(n, kernel_init=nn.initializers.zeros,
+                                 bias_init=nn.initializers.zeros)
+            elif self.weight_init == "glorot_normal":
                 layer = nn.Dense(n, kernel_init=nn.initializers.glorot_normal(),
                                  bias_init=nn.initializers.zeros)
             else:
@@ -155,13 +161,19 @@ def actor_critic(
 
 
 def mlp(hidden: tuple[int, ...], num_outputs: int, obs_dim: int,
-        init: str = "torch_default", log_std: str = "state") -> FlatModel:
-    """The MLP with `num_outputs` outputs (log_std: as `actor_critic`'s)."""
+        init: str = "torch_default", log_std: str = "state",
+        start_log_std: tuple[float, ...] | None = None, zero_output: bool = False) -> FlatModel:
+    """The MLP with `num_outputs` outputs (log_std and start_log_std: as `actor_critic`'s;
+    zero_output: as `MLP`'s, with start_log_std a Gaussian close to the uniform policy)."""
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
-    module: nn.Module = MLP(tuple(hidden), num_outputs, init)
+    if start_log_std is not None and log_std != "parameter":
+        raise ValueError("start_log_std needs the state-free log-std (log_std='parameter')")
+    module: nn.Module = MLP(tuple(hidden), num_outputs, init, zero_output)
     if log_std == "parameter":
-        module = StateFreeLogStd(MLP(tuple(hidden), num_outputs // 2, init), num_outputs // 2)
+        module = StateFreeLogStd(MLP(tuple(hidden), num_outputs // 2, init, zero_output),
+                                 num_outputs // 2,
+                                 start_log_std if start_log_std is not None else 0.0)
     return FlatModel(module, np.zeros((obs_dim,), np.float32))
 
 

@@ -94,7 +94,8 @@ def test_the_heading_states_each_agents_total_epsilon(mechanism, monkeypatch, ca
 
 # `--preset` (issue 39): the preset's fields hold unless a flag is given.
 CONTINUOUS = {"preset": "continuous", "log_std": "parameter", "gamma": 0.9, "hidden": [64, 64],
-              "batch_min": 4, "batch_max": 8, "importance_clip": 2.0, "learning_rate": 3e-4}
+              "batch_min": 4, "batch_max": 8, "importance_clip": 2.0, "learning_rate": 3e-4,
+              "uniform_start": True}
 
 
 def test_preset_continuous_runs_on_a_box_task(tmp_path):

@@ -74,12 +74,14 @@ OPTIMIZERS = ("adam", "sgd")
 # log-std, γ = 0.9 (Pendulum's reward is dense: a short horizon's reward-to-go, whitened per
 # episode, says which actions helped), a wider network, smaller batches (B_t ~ U{4..8}: more
 # rounds for the same episodes), importance weights truncated at 2 (a Gaussian's per-step
-# ratios are unbounded) and Adam at 3e-4 (1e-3 oscillated between −450 and −1,300).
+# ratios are unbounded) and Adam at 3e-4 (1e-3 oscillated between −450 and −1,300). Its
+# policy starts close to the uniform one (`uniform_start`, issue 51: FedPG's own Glorot-like
+# start played below random on MountainCarContinuous, private and not; benchmarks/RESULTS.md).
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
     "continuous": {"log_std": "parameter", "gamma": 0.9, "hidden": (64, 64),
                    "batch_min": 4, "batch_max": 8, "importance_clip": 2.0,
-                   "learning_rate": 3e-4},
+                   "learning_rate": 3e-4, "uniform_start": True},
 }
 # "adaptive" (issue 51): FedPG-Cen's private levers that adapt to the task, both
 # post-processing: the server's step size set from the mechanism's known noise level
@@ -339,6 +341,13 @@ class FedPGConfig(Config):
     log_std: str = option(
         "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
         "log-std from the network's outputs (state) or a learned vector (parameter).")
+    uniform_start: bool = option(
+        False, help="The policy starts at (or close to) a uniformly random one: the output "
+        "layer starts at zero, so a discrete task's logits are all 0 (the uniform policy) and "
+        "a continuous task's Gaussian has its mean at the centre of the action box in every "
+        "state, its σ the uniform's standard deviation, (high − low)/√12 (the learned "
+        "log-std's start; needs --log-std parameter there). A network you pass (--model) "
+        "starts as it initializes itself.")
 
     presets = PRESETS
 
@@ -394,6 +403,8 @@ class FedPGConfig(Config):
         one_of("algorithm", self.algorithm, ALGORITHMS)
         check_preset(self.preset, PRESETS)
         one_of("log_std", self.log_std, LOG_STDS)
+        if not isinstance(self.uniform_start, bool):
+            fail("uniform_start", f"must be true or false, got {self.uniform_start!r}")
         one_of("topology", self.topology, TOPOLOGIES)
         if not is_user_mechanism(self.mechanism):  # a user's module:callable: pure ε-LDP
             one_of("mechanism", self.mechanism, MECHANISMS)

@@ -57,8 +57,12 @@ class Learner(ABC):
         # or, for a Box, a Gaussian; its episodes' `actions` are then the unclipped samples.
         self.head = task.head
         if model is None:  # FedPG-BR's policy, PyTorch's default initialization
-            self.model: FlatModel = mlp(tuple(config.hidden), self.head.outputs, task.obs_dim,
-                                        "torch_default", config.log_std)
+            uniform = config.uniform_start
+            self.model: FlatModel = mlp(
+                tuple(config.hidden), self.head.outputs, task.obs_dim, "torch_default",
+                config.log_std,
+                self.head.uniform_log_std() if uniform and self.head.continuous else None,
+                zero_output=uniform)
         else:
             self.model = FlatModel(check_module(model, task, "logits"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
