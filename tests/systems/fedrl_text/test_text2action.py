@@ -413,7 +413,7 @@ def test_accountant_flag_reaches_privacy_json(tmp_path, monkeypatch):
     from dp_accounting.rdp import RdpAccountant
 
     from privrl import main as cli
-    from privrl.privacy.qoutput import q_release_privacy
+    from privrl.privacy.qoutput import q_mechanism, q_release_privacy
     from privrl.systems.fedrl_text import local as rt
 
     seen = {}
@@ -428,7 +428,7 @@ def test_accountant_flag_reaches_privacy_json(tmp_path, monkeypatch):
                      "--accountant", "rdp", "--no-progress"]) == 0
     cfg = seen["cfg"]
     assert cfg.accountant == "rdp"
-    rec = q_release_privacy(cfg, cfg.mechanism(), {"alpha": 300, "beta": 700})
+    rec = q_release_privacy(cfg, q_mechanism(cfg), {"alpha": 300, "beta": 700})
     for party, count in rec["releases"].items():
         acc = RdpAccountant()
         acc.compose(GaussianDpEvent(cfg.noise_sigma / (2 * 2.0)), count)
