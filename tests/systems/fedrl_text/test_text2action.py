@@ -542,12 +542,19 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
                       word_dim=4, w2v_epochs=1)
     seen: list = []
 
+    spent: list = []
+
     def progress(done, total, **figures):  # the API's progress= (issue 53): every fold's
         seen.append((done, total, figures.get("description")))  # epochs, then the end
+        spent.append(figures.get("epsilon"))
 
     progress.takes_figures = True  # type: ignore[attr-defined]
     folds, refs = rt.run_cv(cfg, corpus, (0, 1), progress=progress)
     assert seen == [(1, 2, "fold 0"), (2, 2, "fold 1"), (2, 2, None)]
+    # ε spent after each fold's epoch is its record's: the paper's unbounded Q noise has no
+    # formal ε, so none is shown (FedRL's bounded run checks a finite one: fedrl/test_cli.py)
+    assert all(fold.privacy["guarantee"] is None for fold in folds)
+    assert spent[:2] == [None, None], spent
     out = tmp_path / "run"
     rt.save(cfg, folds, refs, out)
     description, theta, _ = read_saved(out)

@@ -28,7 +28,7 @@ from privrl.output import RunRecord, csv_writer, work_so_far
 from privrl.output import save as save_run
 from privrl.policy import NETWORKS_NOTE, SavedPolicy, networks_policy
 from privrl.privacy.noise import secret_keys, summary_note
-from privrl.progress import as_progress, emit
+from privrl.progress import as_progress, emit, record_epsilon
 from privrl.selection import Selection
 from privrl.systems.fedrl_text.algorithm import Shapes, TextConfig, make_learner
 
@@ -227,7 +227,9 @@ def run_fold(cfg: TextConfig, data: FoldData, progress: Callable[..., Any] | Non
             log(f"fold {data.fold} epoch {epoch}/{cfg.epochs}: validation F1 "
                 + " ".join(f"{v:.3f}" for v in val) + f" ({dt:.0f} s)")
         emit(progress, done + epoch, total, mean_return=float(np.mean(tr[-1])),
-             description=f"fold {data.fold}")
+             description=f"fold {data.fold}",  # ε spent: the fold's record of its epochs
+             epsilon=record_epsilon(algo.privacy_record(epoch * length, epoch,
+                                                        data.valid.count, 0)))
         last = stop or epoch == cfg.epochs
         if kept is not None:  # should what follows fail: this fold so far, no test scores,
             # the releases of the step in progress counted as made
