@@ -116,9 +116,14 @@ class SecureParams(NamedTuple):
     clip: float  # laplace: C (L1 diameter); the Gaussians: the L2 clip radius
 
 
+def gaussian_noise(std: Any, key: Array, shape: tuple[int, ...], dtype: Any) -> Array:
+    """std·N(0, I): the noise every Gaussian family draws."""
+    return std * jax.random.normal(key, shape, dtype)
+
+
 def add_gaussian_noise(base: Array, std: Any, key: Array) -> Array:
     """base + std·N(0, I): the noise step every Gaussian family shares."""
-    return base + std * jax.random.normal(key, base.shape, base.dtype)
+    return base + gaussian_noise(std, key, base.shape, base.dtype)
 
 
 def identity_release(p: ClipL1Params, key: Array, x: Array) -> Array:
@@ -193,7 +198,7 @@ def _gaussian_sum_dense(p: GaussianSumParams, key: Array, params: Any, x: Array,
     grads, norms = clipped_grads(params, x, loss_of_outputs, clip, rows)
     leaves = jax.tree_util.tree_leaves(grads)
     dim, dtype = sum(leaf.size for leaf in leaves), leaves[0].dtype
-    return add_raveled(p.std * jax.random.normal(key, (dim,), dtype), grads), norms
+    return add_raveled(gaussian_noise(p.std, key, (dim,), dtype), grads), norms
 
 
 def secure_laplace_release(p: SecureParams, key: Array, x: Array) -> Array:
