@@ -180,3 +180,14 @@ def test_task_and_box_mistakes_are_refused_before_jax(tmp_path) -> None:
             (args, code, err)
         assert says in err, (args, err)
         assert heavy == [], (args, heavy)
+
+
+def test_every_run_command_takes_progress_and_its_interval() -> None:
+    """Issue 53, item 5: without a terminal, one line every N seconds, N set by a flag: every
+    `privrl run` command has --progress/--no-progress and --progress-every."""
+    run = typer.main.get_command(build_app()).commands["run"]
+    assert len(run.commands) >= 11
+    for name, command in run.commands.items():
+        shown = command.get_help(command.make_context(f"privrl run {name}", [],
+                                                      resilient_parsing=True))
+        assert "--progress-every" in shown and "--no-progress" in shown, name
