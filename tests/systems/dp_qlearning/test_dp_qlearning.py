@@ -101,6 +101,13 @@ def test_noise_keys_are_recorded():
     with pytest.raises(ConfigError) as e:
         DPQLearningConfig(**T5, noise="public").resolved()
     assert e.value.field == "noise"
+    # σ = 0 adds no noise: no word of noise keys (issue 53 item 8)
+    none = privacy_record(DPQLearningConfig(sigma=0.0).resolved())
+    assert "noise_keys" not in none and "SIMULATION" not in none["statement"]
+    for sigma, says in ((0.0, False), (0.4, True)):
+        cfg = DPQLearningConfig(sigma=sigma, episodes=10).resolved()
+        summary = runner.summarize(runner.DPQLOutput(cfg, np.zeros((1, 10)), 0.0))
+        assert ("noise" in summary) is says, summary
 
 
 @pytest.mark.parametrize("overrides, field", [

@@ -42,11 +42,17 @@ from privrl.privacy.record import privacy_record as privacy_record_of
 from privrl.systems.dp_qlearning.config import DPQLearningConfig
 
 
+def noise_keys(cfg: DPQLearningConfig) -> str | None:
+    """Where the functional noise's keys come from (seeded, secret); None at σ = 0, where
+    there is no noise to say anything of (issue 53 item 8)."""
+    return None if cfg.sigma == 0 else cfg.noise or "seeded"
+
+
 def privacy_facts(cfg: DPQLearningConfig) -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): Theorem
     5's (ε, δ) for the whole training, valid only for the supplied constant C, or why no ε is
     claimed."""
-    noise = cfg.noise or "seeded"
+    noise = noise_keys(cfg)
     not_protected = ("the transition dynamics and visited states; and the episode returns in "
                      "metrics.csv, summary.json and the plots, which are computed from the raw "
                      "rewards (diagnostics, not releases)")
@@ -81,7 +87,7 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
             "sigma": cfg.sigma, "T_over_B": cfg.updates, "B": cfg.batch_size,
             "T": cfg.updates * cfg.batch_size, "J": cfg.resets,
             "noise_reset_episodes": cfg.noise_reset_episodes,
-            **noise_fields(cfg.noise or "seeded")}
+            **noise_fields(noise_keys(cfg))}
     if cfg.claims_epsilon:
         t5 = cfg.theorem5().record(cfg.sigma)
         return privacy_record_of(

@@ -33,12 +33,13 @@ from privrl.output import (
 )
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
-from privrl.privacy.noise import secret_keys, summary_note
+from privrl.privacy.noise import noise_summary, secret_keys
 from privrl.progress import as_progress, emit
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
     describe_privacy,
+    noise_keys,
     privacy_record,
     run_keys,
 )
@@ -197,7 +198,7 @@ def summarize(out: DPQLOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "sigma": cfg.sigma,
         "privacy": describe_privacy(cfg),
-        "noise": summary_note(cfg.noise or "seeded"),
+        **noise_summary(noise_keys(cfg)),
         "seeds": cfg.seeds,
         "episodes": cfg.episodes,
         "final_episodes": min(FINAL_EPISODES, cfg.episodes),
