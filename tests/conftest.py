@@ -409,6 +409,23 @@ def gauss_plugin(tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def plot_titles(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The title of each figure saved while the test runs, by file name (the figure is still
+    saved): what a run's plot says of itself (issue 53 item 7)."""
+    import matplotlib.figure
+
+    titles: dict[str, str] = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def savefig(fig: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        titles[Path(path).name] = fig.axes[0].get_title()
+        return original(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return titles
+
+
+@pytest.fixture
 def fails_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Any:
     """`check(cmd, args, option)`: `privrl run CMD ARGS` exits 2 with one line of error that
     names `option`, before making its results directory."""
