@@ -119,6 +119,37 @@ def test_dp_qlearning_keeps_its_training(tmp_path: Path, monkeypatch: pytest.Mon
     assert rows[0] == "seed,episode,return" and len(rows) == 1 + 2 * 3
 
 
+def test_dp_qlearning_keeps_its_returns_from_a_crash_during_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Issue 53, item 9: a failure in the third of three one-episode calls keeps the returns of
+    the two done (diagnostics) and no policy; its one release, the trained Q-function, was not
+    made, so privacy.json says nothing was released and no ε spent."""
+    from privrl.systems.dp_qlearning import local
+
+    sharded = local.sharded
+    monkeypatch.setattr(local, "chunk_size", lambda episodes, target=None: 1)
+    monkeypatch.setattr(local, "sharded", lambda fn, devices: (
+        _fail_on_call(3, sharded(fn, devices)) if fn.__name__ == "run_episodes"
+        else sharded(fn, devices)))
+    out = tmp_path / "out"
+    assert main(["run", "dp-qlearning", "--gp-scale", "0.2", "--trials", "2", "--episodes", "3",
+                 "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("privrl: error: the run failed "
+                                                   "(FloatingPointError") and str(out) in err
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "seed,episode,return" and len(rows) == 1 + 2 * 2, rows  # 2 seeds × 2
+    assert not (out / "policy.npz").exists()  # the Q-function was never released
+    privacy = json.loads((out / "privacy.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert privacy["epsilon_spent"] == 0 and privacy["delta_spent"] == 0
+    assert privacy["released"].startswith("nothing") and "guarantee" not in privacy
+    assert privacy["planned"]["released"].startswith("the trained Q-function")  # not made
+    assert privacy["stopped"]["error"].startswith("FloatingPointError")
+    assert summary["stopped"] == privacy["stopped"] and summary["episodes"] == 3
+    assert summary["privacy"].startswith("no release") and "ε spent 0" in summary["privacy"]
+
+
 def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture) -> None:
     from privrl.selection import Selection

@@ -55,6 +55,9 @@ class DPQLOutput(SavesRunDir):
     policy: SavedPolicy | None = None  # policy.npz: each seed's final Q-network θ
     # a uniform-random policy's returns on the task (privrl.evaluation.random_baseline)
     baseline: np.ndarray | None = None
+    # False: the run failed during training, before its one release (the trained Q-function);
+    # what is kept is the returns so far (diagnostics), and privacy.json says no release
+    released: bool = True
 
     def record(self) -> RunRecord:
         return record(self)
@@ -153,12 +156,15 @@ def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = 
     one release, the trained Q-function, so it is reported at the end."""
     check_out_dir(out)
     cfg = config.resolved()
+    start = time.perf_counter()
     with as_progress(progress, unit="episodes") as shown:
         def report(done: int, so_far: np.ndarray) -> None:
+            # Should training fail from here on, its returns so far are kept; no release made.
+            work_so_far(lambda: [DPQLOutput(cfg, so_far[0], time.perf_counter() - start,
+                                            released=False)])
             emit(shown, done, cfg.episodes, mean_return=float(np.mean(so_far)))
 
-        returns, wall, theta = train_grid(cfg, [cfg.sigma],
-                                          progress=None if shown is None else report)
+        returns, wall, theta = train_grid(cfg, [cfg.sigma], progress=report)
         emit(shown, cfg.episodes, cfg.episodes, mean_return=float(np.mean(returns[0])),
              epsilon=cfg.epsilon if cfg.claims_epsilon else None)
     # Should what follows fail, the returns and Q-functions are kept (no random baseline).
@@ -197,7 +203,7 @@ def summarize(out: DPQLOutput) -> dict[str, Any]:
         "algorithm": "dp-qlearning",
         "preset": cfg.preset,
         "sigma": cfg.sigma,
-        "privacy": describe_privacy(cfg),
+        "privacy": describe_privacy(cfg) if out.released else NO_RELEASE,
         **noise_summary(noise_keys(cfg)),
         "seeds": cfg.seeds,
         "episodes": cfg.episodes,
@@ -246,12 +252,29 @@ def plot_returns(path: Path, curves: dict[str, np.ndarray], title: str,
     plt.close(fig)
 
 
+NO_RELEASE = ("no release: the run failed during training, before its one release (the "
+              "trained Q-function); ε spent 0")
+
+
+def unreleased_record(cfg: DPQLearningConfig) -> dict[str, Any]:
+    """privacy.json of a run that failed during training: its one release (the trained
+    Q-function) was not made, so nothing was released and no ε was spent; the returns kept are
+    diagnostics computed from the raw rewards, as in a finished run."""
+    planned = privacy_record(cfg)
+    return {**{k: planned[k] for k in ("unit", "neighbouring", "not_protected", "mechanism")},
+            "released": "nothing: the run failed during training, before its one release (the "
+                        "trained Q-function Q_θ)",
+            "epsilon_spent": 0, "delta_spent": 0,
+            "planned": {k: planned[k] for k in ("released", "epsilon", "delta") if k in planned}}
+
+
 def record(out: DPQLOutput) -> RunRecord:
     """What a run leaves behind: summary, privacy record, per-episode returns and their plot."""
     cfg = out.config
     v = out.verdict()
     return RunRecord(
-        "dp-qlearning", cfg.to_dict(), cfg.seed, summarize(out), privacy_record(cfg),
+        "dp-qlearning", cfg.to_dict(), cfg.seed, summarize(out),
+        privacy_record(cfg) if out.released else unreleased_record(cfg),
         metrics=lambda p: write_returns_csv(p, out.returns),
         plots={"returns.png": lambda p: plot_returns(
             p, {f"σ = {cfg.sigma:.4g}, mean of {plural(cfg.seeds, 'seed')}": out.returns},
