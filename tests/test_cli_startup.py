@@ -160,7 +160,17 @@ _TASK_CASES = [
     (["pgc-a3c", "--mechanism", "./no_such_mechanism.py:make"], "--mechanism", "no such file"),
     (["ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"], "--box-low", "low < high"),
     (["ldp-dqn", "--mode", "box", "--box-low", "1,1,1"], "--box-low", "same length"),
+    # a registry id: gymnax's read from its installed source (importing gymnax imports JAX)
+    (["pgc-a3c", "--env", "gymnax:CartPol-v1"], "--env",
+     "unknown gymnax environment 'CartPol-v1'; known: CartPole-v1, "),
+    (["dp-reinforce", "--env", "gymnax:NoSuch-v0"], "--env", "known: CartPole-v1, Pendulum-v1"),
+    # Gymnasium's (its import brings NumPy, not JAX): last, they leave Gymnasium imported
+    (["fedpg-cen", "--env", "gymnasium:CartPol-v1"], "--env",
+     "cannot make Gymnasium environment 'CartPol-v1': Environment `CartPol` doesn't exist. "
+     "Did you mean: `CartPole`?"),
+    (["pgc-a3c", "--env", "gymnasium:CartPole-v9"], "--env", "It provides versioned "),
 ]
+_ALLOWED = {"gymnasium:": ["gymnasium", "numpy"]}  # what a case may import (none: nothing heavy)
 
 
 def test_task_and_box_mistakes_are_refused_before_jax(tmp_path) -> None:
@@ -168,8 +178,9 @@ def test_task_and_box_mistakes_are_refused_before_jax(tmp_path) -> None:
     form and a file's presence, --private's field=low:high, the box's bounds) is refused before
     JAX, gymnax, Gymnasium or NumPy is imported (it took 5-9 CPU-s: the task was made first).
     One interpreter tries each in turn (the first case that imported a heavy module is the first
-    listed with it). What needs the environment (a registry id, a parameter field) is checked
-    when the task is made."""
+    listed with it). A registry id is checked before JAX too: gymnax's from its installed source,
+    Gymnasium's by Gymnasium (NumPy, no JAX); a parameter field is checked when the task is
+    made."""
     done = subprocess.run(
         [sys.executable, "-c", _TASK_PROBE, json.dumps([a for a, _, _ in _TASK_CASES])],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
@@ -179,7 +190,14 @@ def test_task_and_box_mistakes_are_refused_before_jax(tmp_path) -> None:
         assert code == 2 and err.startswith(f"privrl: error: {flag}: ") and "\n" not in err, \
             (args, code, err)
         assert says in err, (args, err)
-        assert heavy == [], (args, heavy)
+        allowed = [m for prefix, names in _ALLOWED.items() if args[-1].startswith(prefix)
+                   for m in names]
+        assert set(heavy) <= set(allowed), (args, heavy)
+    # a close id is suggested once, a far one not at all
+    by_id = {args[-1]: err for args, _, err, _ in found}
+    assert by_id["gymnax:CartPol-v1"].endswith("Did you mean 'CartPole-v1'?")
+    assert "Did you mean" not in by_id["gymnax:NoSuch-v0"]
+    assert by_id["gymnasium:CartPol-v1"].count("Did you mean") == 1
 
 
 def test_every_run_command_takes_progress_and_its_interval() -> None:

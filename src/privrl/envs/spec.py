@@ -1,19 +1,30 @@
-"""The task a config names (`env`, `private_params`), checked as text: the forms, the numbers,
-a file's presence. It imports no JAX, gymnax or Gymnasium, so the command line refuses a
-mistake there in well under a second (issue 53, item 10); what needs the environment itself (a
-registry id, a parameter field, the user's code) is checked when the task is made
-(privrl.envs.task.make_task).
+"""The task a config names (`env`, `private_params`), checked before JAX: the forms, the
+numbers, a file's presence, and a registry id. It imports no JAX or gymnax, so the command line
+refuses a mistake there in well under a second (issue 53, item 10):
+- a gymnax id is looked up in gymnax's registry as its installed source states it (read with
+  `ast`, never executed: importing gymnax imports JAX), or in `gymnax.registered_envs` once
+  gymnax is imported (ids a program registered at run time);
+- a Gymnasium id is looked up by `gymnasium.spec` (importing Gymnasium imports NumPy, not JAX).
+What needs the environment itself (a parameter field, the user's code) is checked when the task
+is made (privrl.envs.task.make_task).
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
+import importlib.util
 import math
+import sys
 from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
 
 from privrl.config import ConfigError
 from privrl.plugins import split_callable
 
-__all__ = ["REGISTRIES", "check_env", "check_task_fields", "parse_private_text"]
+__all__ = ["REGISTRIES", "check_env", "check_gymnasium_id", "check_gymnax_id",
+           "check_task_fields", "gymnax_ids", "parse_private_text", "unknown_gymnax"]
 
 REGISTRIES = ("gymnax:", "gymnasium:")
 
@@ -26,12 +37,86 @@ def check_env(spec: object, option: str = "env") -> str:
                           f"got {spec!r}")
     for prefix in REGISTRIES:
         if spec.startswith(prefix):
-            if not spec.removeprefix(prefix).strip():
+            env_id = spec.removeprefix(prefix)
+            if not env_id.strip():
                 raise ConfigError(option, f"{prefix}<id> needs an id (e.g. {prefix}"
                                   f"CartPole-v1), got {spec!r}")
+            if prefix == "gymnax:":
+                check_gymnax_id(env_id, option)
+            else:
+                check_gymnasium_id(env_id, option)
             return spec
     split_callable(spec, option, exists=True)
     return spec
+
+
+@cache
+def _gymnax_source_ids() -> tuple[str, ...] | None:
+    """The ids gymnax's installed `registration.py` registers (its `_registry`'s keys: the
+    `_BUILTIN_ENV_IDS` list of string literals), read with `ast`; None where gymnax is not
+    installed or its source no longer says it that way (then the id is checked at make_task)."""
+    try:
+        found = importlib.util.find_spec("gymnax")
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.submodule_search_locations:
+        return None
+    path = Path(next(iter(found.submodule_search_locations))) / "registration.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        if (isinstance(target, ast.Name) and target.id == "_BUILTIN_ENV_IDS"
+                and isinstance(node.value, (ast.List, ast.Tuple))):
+            ids = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+            if ids and len(ids) == len(node.value.elts) and all(isinstance(i, str) for i in ids):
+                return tuple(ids)
+    return None
+
+
+def gymnax_ids() -> tuple[str, ...] | None:
+    """gymnax's registered ids: `gymnax.registered_envs` once gymnax is imported (a program may
+    have registered more), else its source's (`_gymnax_source_ids`); None: unknown here."""
+    live = sys.modules.get("gymnax")
+    if live is not None and hasattr(live, "registered_envs"):
+        return tuple(live.registered_envs)
+    return _gymnax_source_ids()
+
+
+def unknown_gymnax(env_id: str, known: Sequence[str], option: str = "env") -> ConfigError:
+    """The one line for an id gymnax does not register: the ids it does, and the closest."""
+    close = difflib.get_close_matches(env_id, list(known), n=1, cutoff=0.6)
+    hint = f". Did you mean {close[0]!r}?" if close else ""
+    return ConfigError(option, f"unknown gymnax environment {env_id!r}; known: "
+                       f"{', '.join(known)}{hint}")
+
+
+def check_gymnax_id(env_id: str, option: str = "env") -> None:
+    """An id gymnax registers (`gymnax_ids`); where they cannot be known without importing
+    gymnax, nothing (make_task checks)."""
+    known = gymnax_ids()
+    if known is not None and env_id not in known:
+        raise unknown_gymnax(env_id, known, option)
+
+
+def check_gymnasium_id(env_id: str, option: str = "env") -> None:
+    """An id Gymnasium's registry has (`gymnasium.spec`: its own message, with its "Did you
+    mean"). An id naming a module (`module:Env-v0`) is left to make_task, which imports it.
+    Where Gymnasium is not installed, nothing here (make_task says so)."""
+    if ":" in env_id:
+        return
+    try:
+        import gymnasium
+    except ImportError:
+        return
+    try:
+        gymnasium.spec(env_id)
+    except Exception as e:  # NameNotFound, VersionNotFound, a malformed id
+        raise ConfigError(option, f"cannot make Gymnasium environment {env_id!r}: "
+                          + " ".join(str(e).split())) from None
 
 
 def _text(v: float) -> str:

@@ -44,7 +44,7 @@ from privrl.envs.gymnasium_env import (
     time_limit,
 )
 from privrl.envs.rollout import Trajectory, rollout_host, rollout_host_trials
-from privrl.envs.spec import check_env, parse_private_text
+from privrl.envs.spec import check_env, parse_private_text, unknown_gymnax
 from privrl.nets.heads import Categorical, Head, head_for
 from privrl.plugins import call_user, load_callable
 
@@ -374,8 +374,7 @@ def gymnax_task(env_id: str, option: str = "env") -> Task:
     import gymnax
 
     if env_id not in gymnax.registered_envs:
-        raise ConfigError(option, f"unknown gymnax environment {env_id!r}; known: "
-                          f"{', '.join(gymnax.registered_envs)}")
+        raise unknown_gymnax(env_id, gymnax.registered_envs, option)
     env, params = gymnax.make(env_id)
     steps, threshold = registry_episode(env_id)
     own = getattr(params, "max_steps_in_episode", None)

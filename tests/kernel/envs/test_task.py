@@ -243,3 +243,20 @@ def test_gymnasium_private_attributes_include_class_attributes() -> None:
 def test_cli_episode_options_and_refusals_are_one_line(cmd, args, option,
                                                        fails_in_one_line) -> None:
     fails_in_one_line(cmd, args, option)
+
+
+def test_gymnax_ids_read_before_jax_are_gymnaxs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53, item 10: the ids read from gymnax's installed source (privrl.envs.spec, before
+    JAX) are exactly the registry gymnax builds on import; once gymnax is imported its live
+    registry is the one asked (an id a program registered is known), and the one line for an
+    unknown id suggests the close one, once."""
+    import gymnax
+
+    from privrl.envs import spec
+
+    assert spec._gymnax_source_ids() == tuple(gymnax.registered_envs)
+    monkeypatch.setattr(gymnax, "registered_envs", [*gymnax.registered_envs, "Mine-v0"])
+    spec.check_gymnax_id("Mine-v0")
+    with pytest.raises(ConfigError, match=r"Did you mean 'Acrobot-v1'\?$") as e:
+        make_task("gymnax:Acrobt-v1")
+    assert str(e.value).count("Did you mean") == 1
