@@ -1,7 +1,8 @@
 """Time to a bad command line's one-line error (issue 53, item 10): `privrl run pgc-a3c
 --bogus`, a command typo, a bad value for each system (`--epsilon -1`, ...), a bad task or
-observation box as text (`--private gravity=2:1`, a missing `--env` file, ...), and for
-reference a registry id only gymnax can check (it imports JAX).
+observation box as text (`--private gravity=2:1`, a missing `--env` file, ...), an unknown
+gymnax or Gymnasium id (read before JAX), and for reference a `--private` field the
+environment lacks (gymnax's parameter fields are known only once gymnax, so JAX, is imported).
 
 The command line is parsed and its values checked before JAX, flax or a system is imported;
 this measures the whole process (interpreter start to exit 2), median of `--repeats` runs, beside
@@ -44,9 +45,14 @@ CASES = {
                     ("fedpg-cen", "--env", "CartPole-v1"),
                     ("ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"),
                     ("pgc-a3c", "--mechanism", "./no_such_mechanism.py:make"))},
-    # what needs the environment itself (gymnax's registry): made with JAX, for reference
-    "privrl run pgc-a3c --env gymnax:NoSuch-v0 (needs gymnax)": [
+    # an unknown registry id: gymnax's read from its source, Gymnasium's by Gymnasium (no JAX)
+    "privrl run pgc-a3c --env gymnax:NoSuch-v0": [
         sys.executable, "-m", "privrl", "run", "pgc-a3c", "--env", "gymnax:NoSuch-v0"],
+    "privrl run pgc-a3c --env gymnasium:CartPol-v1": [
+        sys.executable, "-m", "privrl", "run", "pgc-a3c", "--env", "gymnasium:CartPol-v1"],
+    # what needs the environment itself (gymnax's parameter fields): made with JAX, reference
+    "privrl run pgc-a3c --private nosuch=1:2 (needs gymnax)": [
+        sys.executable, "-m", "privrl", "run", "pgc-a3c", "--private", "nosuch=1:2"],
     "python -c pass": [sys.executable, "-c", "pass"],
     "python -c 'import jax'": [sys.executable, "-c", "import jax"],
 }
