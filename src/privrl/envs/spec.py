@@ -4,14 +4,16 @@ refuses a mistake there in well under a second (issue 53, item 10):
 - a gymnax id is looked up in gymnax's registry as its installed source states it (read with
   `ast`, never executed: importing gymnax imports JAX), or in `gymnax.registered_envs` once
   gymnax is imported (ids a program registered at run time);
-- a Gymnasium id is looked up by `gymnasium.spec` (importing Gymnasium imports NumPy, not JAX).
-What needs the environment itself (a parameter field, the user's code) is checked when the task
-is made (privrl.envs.task.make_task).
+- a Gymnasium id is looked up by `gymnasium.spec` (importing Gymnasium imports NumPy, not JAX),
+  and a `--private` field on it by making the environment with Gymnasium.
+What needs JAX or the user's code (a gymnax parameter field: a flax dataclass; the user's
+environment) is checked when the task is made (privrl.envs.task.make_task).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import importlib.util
 import math
@@ -23,8 +25,9 @@ from pathlib import Path
 from privrl.config import ConfigError
 from privrl.plugins import split_callable
 
-__all__ = ["REGISTRIES", "check_env", "check_gymnasium_id", "check_gymnax_id",
-           "check_task_fields", "gymnax_ids", "parse_private_text", "unknown_gymnax"]
+__all__ = ["REGISTRIES", "check_env", "check_gymnasium_fields", "check_gymnasium_id",
+           "check_gymnax_id", "check_task_fields", "gymnax_ids", "parse_private_text",
+           "unknown_gymnax"]
 
 REGISTRIES = ("gymnax:", "gymnasium:")
 
@@ -152,9 +155,35 @@ def parse_private_text(text: object, option: str = "private"
     return name, (numbers[0], numbers[1]), None
 
 
+def check_gymnasium_fields(env_id: str, fields: Sequence[str], option: str = "private_params"
+                           ) -> None:
+    """Each of `fields` an attribute of Gymnasium's `env_id` (privrl.envs.attributes, the rule
+    the task applies), the environment made by Gymnasium (no JAX) and closed; where it cannot
+    be made here (an id naming a module, an extra not installed), nothing (make_task says)."""
+    if ":" in env_id:
+        return
+    try:
+        import gymnasium
+
+        made = gymnasium.make(env_id)
+    except Exception:
+        return
+    from privrl.envs.attributes import attribute_name
+
+    try:
+        for field in fields:
+            attribute_name(made, field, f"gymnasium:{env_id}")
+    except ConfigError as e:
+        raise ConfigError(option, e.message) from None
+    finally:
+        with contextlib.suppress(Exception):
+            made.close()
+
+
 def check_task_fields(env: str | None, private_params: Sequence[str]) -> None:
-    """A config's `env` and `private_params`, as text (module doc)."""
+    """A config's `env` and `private_params`, before JAX (module doc)."""
     if env is not None:
         check_env(env, "env")
-    for text in private_params:
-        parse_private_text(text, "private_params")
+    fields = [parse_private_text(text, "private_params")[0] for text in private_params]
+    if fields and env is not None and env.startswith("gymnasium:"):
+        check_gymnasium_fields(env.removeprefix("gymnasium:"), fields)
