@@ -293,7 +293,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      "round in expectation; amplification by sampling, by the accountant), the "
                      "clip starting at the plan's and following the agents' median norm (its "
                      "bits in the same ε), the preset's own Adam step. The model counts the "
-                     "noise of every agent in every round, 1.05-1.2x below the sampled run's "
+                     "noise of every agent in every round, 1.15-1.5x below the sampled run's "
                      "(benchmarks/log/28-fedcen.md).")
     if agents is not None:
         notes.append("K = " + f"{agents:,}: " + (

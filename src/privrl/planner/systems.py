@@ -319,7 +319,7 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
 
     def fedpg(eps: float, r: int, k: int) -> float:
         # σ for the run's dp_rounds, every agent in every round: the `fleet` command samples
-        # q·K agents a round, whose noise on the mean, σ_q·C/(qK), is 1.05-1.2x this at
+        # q·K agents a round, whose noise on the mean, σ_q·C/(qK), is 1.15-1.5x this at
         # q·K = 50 and 64-256 rounds (benchmarks/log/28-fedcen.md; the command's σ_q is the
         # accountant's own); calibrating σ_q in every step of the model's ε bisection would
         # cost minutes

@@ -96,7 +96,7 @@ PRESETS["adaptive-continuous"] = {**PRESETS["continuous"], **ADAPTIVE_LEVERS}
 # "fleet" (issue 51): FedPG-Cen for a large fleet at a small user-level ε, what `privrl plan
 # fedpg-cen` recommends: the secure sum's Gaussian with Poisson sampling of agents
 # (distributed-gaussian-continuous; q·K = 50 agents a round by default, DEFAULT_PARTICIPANTS):
-# the noise on the mean, σ_q·C/(qK), stays within 1.05-1.2x of every agent in every round's
+# the noise on the mean, σ_q·C/(qK), is 1.15-1.5x that of every agent in every round's
 # at the same rounds (amplification by sampling), while a round computes 1/q fewer agents, so
 # a K = 1,000 run fits 10 minutes on 2 cores (benchmarks/log/28-fedcen.md); the clip follows
 # the agents' median norm (adaptive_clip, its bits in the same ε). On paper's learner.
