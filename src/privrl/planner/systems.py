@@ -315,12 +315,30 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     return {"pgc-a3c": pgc, "fedpg-cen": fedpg, "dp-reinforce": reinforce}[system]
 
 
+def adam_law(system: str, f: SystemFacts) -> bool:
+    """Whether the recommended command keeps its preset's Adam rule, so that
+    `model.episodes_needed_adam` sizes its K (`needed_fn`)."""
+    return system == "pgc-a3c" and bool(f.command_batch)
+
+
+def sizing_aim(system: str, f: SystemFacts, fraction: float, aim: float | None) -> float:
+    """The fraction of the pilot's improvement over random the plan sizes K to reach: `aim`
+    where given; else, where the Adam law sizes K, halfway from the mark (`fraction`) to the
+    pilot's final return. The law puts the private run AT the aim after K agents, so a K sized
+    for the mark itself lands on it about half the time (Gymnasium CartPole: 0.4997 at the
+    plan's K, benchmarks/log/28-disc.md). The trace law keeps the mark by default (its
+    systems' runs were planned and measured at it); a given `aim` applies to every system."""
+    if aim is not None:
+        return aim
+    return (fraction + 1.0) / 2.0 if adam_law(system, f) else fraction
+
+
 def needed_fn(system: str, f: SystemFacts, stats: PilotStats) -> NeededFn | None:
     """(ε, E‖noise‖² of one report) -> the episodes the recommended command needs, where it
     keeps its preset's update rule (PGC-A3C's `adaptive`: |B| reports, Adam, the step from
     the noise, `model.episodes_needed_adam`); None: the trace model (`episodes_needed`), the
     plan's own |B| and step."""
-    if system != "pgc-a3c" or not f.command_batch:
+    if not adam_law(system, f):
         return None
     from privrl.federation.adapt import noise_step
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, report_snr, reports_per_step
