@@ -67,3 +67,18 @@ def test_fleet_needs_an_epsilon() -> None:
     with pytest.raises(ConfigError) as got:
         FedPGConfig.from_preset("fleet", agents=1000).resolved()
     assert got.value.field == "epsilon"
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_the_fleet_command_is_one_privrl_run_accepts_at_a_small_epsilon(epsilon: float) -> None:
+    """At ε = 0.5 (K = 1,000) σ ≈ 6 exceeds twice the clip bits' default noise (q·K/20 = 2.5),
+    which `privrl run` refuses (adaptive clipping needs σ_b > σ/2): the plan's command must
+    carry a σ_b that fits. At ε = 2 the default fits and is kept."""
+    f = sy.facts("fedpg-cen", False)
+    rec = sy.Recommendation(preset=f.preset, mechanism=f.mechanism, epsilon=epsilon,
+                            agents=1000, reports_per_agent=f.reports_choices[-1], batch=1,
+                            learning_rate=f.command_learning_rate or 1e-3, clip=1.0)
+    fields = sy.config_fields("fedpg-cen", rec, "gymnax:CartPole-v1", (), 2, 0, levers=True)
+    cfg = sy.build_config("fedpg-cen", fields).resolved()  # refused before the fix at ε = 0.5
+    assert cfg.adaptive_clip and 2 * cfg.clip_count_stddev > cfg.noise_multiplier
+    assert ("clip_count_stddev" in fields) == (epsilon == 0.5)

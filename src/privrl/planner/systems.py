@@ -146,11 +146,12 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
                   if private_run and rec.mechanism in FEDPG_ROUNDS_MECHANISMS else {})
         fleet = ({"adaptive_clip": private_run}
                  if rec.preset in FEDPG_FLEET_PRESETS.values() else {})
-        return {**common, "preset": rec.preset, "algorithm": "cen",
-                "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
-                "agents": rec.agents,
-                "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
-                **rounds, **fleet, "trials": trials}
+        fields = {**common, "preset": rec.preset, "algorithm": "cen",
+                  "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
+                  "agents": rec.agents,
+                  "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
+                  **rounds, **fleet, "trials": trials}
+        return fields | fleet_count_noise(fields)
     if system == "dp-reinforce":
         # K episodes in updates of B: a run's `episodes` counts updates (B episodes each)
         fields = {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
@@ -209,6 +210,20 @@ FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continu
 # chooses among: the sum's noise on the mean grows with √R, and its signal with R, so the
 # rounds are set by the cost, not the noise (log 28-fedcen).
 FEDPG_FLEET_PRESETS = {False: "fleet", True: "fleet-continuous"}
+
+
+def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
+    """A `fleet` command's clip-bit noise σ_b where its default (q·K/20) is too small for the
+    round's noise multiplier σ: adaptive clipping needs σ_b > σ/2, which a small ε (a large σ)
+    breaks, and `privrl run` would refuse the plan's own command. σ_b = σ then costs the
+    gradient's noise a factor (1 − 1/4)^(-1/2) ≈ 1.15 (z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2)), inside the
+    same ε. Nothing where the default fits, or without the adaptive clip."""
+    if not fields.get("adaptive_clip"):
+        return {}
+    cfg = build_config("fedpg-cen", {**fields, "adaptive_clip": False}).resolved()
+    default = cfg.sampling_rate * cfg.agents / 20
+    sigma = cfg.noise_multiplier
+    return {} if sigma is None or 2 * default > sigma else {"clip_count_stddev": float(sigma)}
 FEDPG_FLEET_ROUNDS = (64, 128, 256)
 # dp_rounds covers the rounds a budget takes up to this many standard deviations.
 DP_ROUNDS_SIGMAS = 3.0
