@@ -77,9 +77,11 @@ class Curve:
 
 # The preset whose levers the recommended command turns on, by system and the preset the plan
 # modelled (and swept): PGC-A3C's `adaptive` is `tuned` (same learner, network and shaped
-# reward on a discrete task) plus the adaptive levers (docs/pgc-a3c.md). Not on a continuous
-# task: there `adaptive` is not `continuous` plus levers, and it stayed below random on
-# Pendulum (benchmarks/RESULTS.md, "Adaptive private defaults").
+# reward) plus the adaptive levers (docs/pgc-a3c.md), on a discrete task and on a continuous
+# one alike (its Gaussian head's log-std state-free, `start_fields`). A continuous task used to
+# model `continuous` (the critic in the report, the trace law): its 642-parameter report was
+# mostly critic and it learned nothing privately on the untuned benchmark's `reach` and
+# Pendulum, where `adaptive`'s policy-only report learns (benchmarks/log/28-cont.md).
 LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive", ("dp-reinforce", "paper"): "adaptive"}
 
 
@@ -266,7 +268,7 @@ def facts(system: str, continuous: bool) -> SystemFacts:
     if system == "pgc-a3c":
         from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
-        preset = "continuous" if continuous else "tuned"
+        preset = "tuned"  # a continuous task too: LEVERS_PRESET
         cfg = PGCA3CConfig.from_preset(preset, mechanism="laplace", epsilon=1.0).resolved()
         levers = LEVERS_PRESET.get((system, preset))
         if levers is None:
