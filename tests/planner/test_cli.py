@@ -26,6 +26,8 @@ BASE = ["plan", "pgc-a3c", "--env", "gymnax:CartPole-v1", "--epsilon", "5", "--n
     ([*BASE[:-2], "-1", "--no-progress"], "--epsilon"),
     ([*BASE, "--agents", "0"], "--agents"),
     ([*BASE, "--fraction", "1.5"], "--fraction"),
+    ([*BASE, "--aim", "0.3"], "--aim"),  # K sized for less than the mark
+    ([*BASE, "--aim", "1.5"], "--aim"),
     ([*BASE, "--private", "gravity"], "--private"),  # not field=low:high
     ([*BASE, "--private", "no_such_field=1:2"], "--private"),
     ([*BASE, "--sweep-epsilons", "1,x"], "--sweep-epsilons"),
@@ -44,7 +46,8 @@ def test_bad_plan_input_is_one_line_exit_2_nothing_written(
 
 REC = sy.Recommendation(mechanism="", epsilon=2.5, agents=300, clip=0.0123, reports_per_agent=2,
                         batch=7, learning_rate=0.003, preset="")
-MECH = {"pgc-a3c": ("laplace", "tuned"), "fedpg-cen": ("distributed-gaussian", "paper"),
+MECH = {"pgc-a3c": ("laplace", "tuned"),
+        "fedpg-cen": ("distributed-gaussian-continuous", "fleet"),
         "dp-reinforce": ("gaussian", "paper")}
 EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
              "fedpg-cen": ("privrl.systems.fedpg.cli", "_execute_fedpg", 0),

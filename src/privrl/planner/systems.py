@@ -139,14 +139,19 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
         # r reports per agent: a budget of r rounds' episodes, and σ calibrated for the rounds
         # that budget takes (`fedpg_dp_rounds`), not for the most it could take (FedPGConfig's
         # default: budget/(B_min + b), about 2.2 r under paper's batches): the noise the model
-        # counts. A trial that would need more rounds is refused there (its ε holds).
+        # counts. A trial that would need more rounds is refused there (its ε holds). Under
+        # the `fleet` presets r counts rounds (an agent reports in each with probability q);
+        # their non-private run turns the preset's adaptive clip off with the mechanism.
         rounds = ({"dp_rounds": fedpg_dp_rounds(rec.reports_per_agent, rec.preset)}
                   if private_run and rec.mechanism in FEDPG_ROUNDS_MECHANISMS else {})
-        return {**common, "preset": rec.preset, "algorithm": "cen",
-                "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
-                "agents": rec.agents,
-                "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
-                **rounds, "trials": trials}
+        fleet = ({"adaptive_clip": private_run}
+                 if rec.preset in FEDPG_FLEET_PRESETS.values() else {})
+        fields = {**common, "preset": rec.preset, "algorithm": "cen",
+                  "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
+                  "agents": rec.agents,
+                  "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
+                  **rounds, **fleet, "trials": trials}
+        return fields | fleet_count_noise(fields)
     if system == "dp-reinforce":
         # K episodes in updates of B: a run's `episodes` counts updates (B episodes each)
         fields = {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
@@ -199,6 +204,27 @@ def pgc_preset_clip(preset: str) -> float:
 
 # FedPG-Cen's mechanisms whose σ is calibrated for a number of rounds (`dp_rounds`).
 FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continuous")
+# What `privrl plan fedpg-cen` recommends, by the task's action space (FedPGConfig's `fleet`
+# presets: Poisson-sampled agents over the secure sum, the clip at the agents' median norm, a
+# small network, the preset's own Adam step; benchmarks/log/28-fedcen.md), and the rounds it
+# chooses among: the sum's noise on the mean grows with √R, and its signal with R, so the
+# rounds are set by the cost, not the noise (log 28-fedcen).
+FEDPG_FLEET_PRESETS = {False: "fleet", True: "fleet-continuous"}
+
+
+def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
+    """A `fleet` command's clip-bit noise σ_b where its default (q·K/20) is too small for the
+    round's noise multiplier σ: adaptive clipping needs σ_b > σ/2, which a small ε (a large σ)
+    breaks, and `privrl run` would refuse the plan's own command. σ_b = σ then costs the
+    gradient's noise a factor (1 − 1/4)^(-1/2) ≈ 1.15 (z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2)), inside the
+    same ε. Nothing where the default fits, or without the adaptive clip."""
+    if not fields.get("adaptive_clip"):
+        return {}
+    cfg = build_config("fedpg-cen", {**fields, "adaptive_clip": False}).resolved()
+    default = cfg.sampling_rate * cfg.agents / 20
+    sigma = cfg.noise_multiplier
+    return {} if sigma is None or 2 * default > sigma else {"clip_count_stddev": float(sigma)}
+FEDPG_FLEET_ROUNDS = (64, 128, 256)
 # dp_rounds covers the rounds a budget takes up to this many standard deviations.
 DP_ROUNDS_SIGMAS = 3.0
 
@@ -284,11 +310,13 @@ def facts(system: str, continuous: bool) -> SystemFacts:
     if system == "fedpg-cen":
         from privrl.systems.fedpg.config import FedPGConfig
 
-        preset = "continuous" if continuous else "paper"
+        preset = FEDPG_FLEET_PRESETS[continuous]
         cfg = FedPGConfig.from_preset(preset)
-        return SystemFacts("distributed-gaussian", "l2", 1.0, tuple(cfg.hidden),
-                           cfg.learning_rate, 1, (2, 4, 8, 16, 32, 64), False, preset,
-                           round(cfg.round_episodes()[0]))
+        # the command keeps the preset's step (command_learning_rate), not one shrunk for the
+        # noise: under Adam that froze reach at its start (benchmarks/log/26-fedrows.md)
+        return SystemFacts(cfg.mechanism, "l2", 1.0, tuple(cfg.hidden), cfg.learning_rate, 1,
+                           FEDPG_FLEET_ROUNDS, False, preset, round(cfg.round_episodes()[0]),
+                           command_learning_rate=cfg.learning_rate)
     if system == "dp-reinforce":
         from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 
@@ -306,7 +334,12 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     def pgc(eps: float, r: int, k: int) -> float:
         return release_noise("laplace", eps * (1 - f.clip_bit_share), r, c, d)
 
-    def fedpg(eps: float, r: int, k: int) -> float:  # σ for the run's dp_rounds
+    def fedpg(eps: float, r: int, k: int) -> float:
+        # σ for the run's dp_rounds, every agent in every round: the `fleet` command samples
+        # q·K agents a round, whose noise on the mean, σ_q·C/(qK), is 1.15-1.5x this at
+        # q·K = 50 and 64-256 rounds (benchmarks/log/28-fedcen.md; the command's σ_q is the
+        # accountant's own); calibrating σ_q in every step of the model's ε bisection would
+        # cost minutes
         return release_noise("distributed-gaussian", eps, fedpg_dp_rounds(r, f.preset), c, d,
                              delta, summed_over=k)
 
@@ -317,12 +350,37 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     return {"pgc-a3c": pgc, "fedpg-cen": fedpg, "dp-reinforce": reinforce}[system]
 
 
+def adam_law(system: str, f: SystemFacts) -> bool:
+    """Whether the recommended command keeps its preset's Adam rule, so that
+    `model.episodes_needed_adam` sizes its K (`needed_fn`)."""
+    return system == "pgc-a3c" and bool(f.command_batch)
+
+
+# Where the Adam law sizes K, the share of the way from the mark to the pilot's final return
+# that K is sized to reach: at 0.5 of the way (an aim of 0.75) Gymnasium CartPole's run read
+# 0.485, at 0.8 (0.9) 0.66; every prefix from 16,000 agents read 0.66-1.03, the non-private
+# reference swinging 216-386 between them (benchmarks/log/28-disc.md).
+AIM_SHARE = 0.8
+
+
+def sizing_aim(system: str, f: SystemFacts, fraction: float, aim: float | None) -> float:
+    """The fraction of the pilot's improvement over random the plan sizes K to reach: `aim`
+    where given; else, where the Adam law sizes K, AIM_SHARE of the way from the mark
+    (`fraction`) to the pilot's final return. The law puts the private run AT the aim after K
+    agents, so a K sized for the mark itself lands on it about half the time (Gymnasium
+    CartPole: 0.4997 at such a K). The trace law keeps the mark by default (its systems' runs
+    were planned and measured at it); a given `aim` applies to every system."""
+    if aim is not None:
+        return aim
+    return fraction + AIM_SHARE * (1.0 - fraction) if adam_law(system, f) else fraction
+
+
 def needed_fn(system: str, f: SystemFacts, stats: PilotStats) -> NeededFn | None:
     """(ε, E‖noise‖² of one report) -> the episodes the recommended command needs, where it
     keeps its preset's update rule (PGC-A3C's `adaptive`: |B| reports, Adam, the step from
     the noise, `model.episodes_needed_adam`); None: the trace model (`episodes_needed`), the
     plan's own |B| and step."""
-    if system != "pgc-a3c" or not f.command_batch:
+    if not adam_law(system, f):
         return None
     from privrl.federation.adapt import noise_step
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, report_snr, reports_per_step
