@@ -63,6 +63,7 @@ class Curve:
     # A run that kept its best public candidate (--public-eval-every): the kept policies'
     # mean return on fresh public-simulator episodes (the run's verdict's); None otherwise.
     final_policy: float | None = None
+    final_policy_se: float | None = None  # that mean's standard error (all its episodes)
 
     def final(self, upto: float | None = None, tail: float = 0.1) -> float:
         """The mean return over the last `tail` of the curve up to `upto` episodes."""
@@ -458,8 +459,11 @@ def _curve(x: np.ndarray, per_trial: np.ndarray, wall: float,
     y = np.asarray(per_trial, np.float64)
     with np.errstate(all="ignore"):
         mean = np.nanmean(y, axis=0) if np.isfinite(y).any() else np.full(y.shape[1], np.nan)
-    return Curve(np.asarray(x, np.float64), mean, float(wall), y,
-                 None if final_policy is None else float(np.mean(final_policy)))
+    if final_policy is None:
+        return Curve(np.asarray(x, np.float64), mean, float(wall), y)
+    fp = np.asarray(final_policy, np.float64).reshape(-1)
+    return Curve(np.asarray(x, np.float64), mean, float(wall), y, float(fp.mean()),
+                 float(fp.std(ddof=1) / math.sqrt(fp.size)) if fp.size > 1 else None)
 
 
 def _moving_mark(curve: Curve, random: float, fraction: float
