@@ -1,5 +1,7 @@
 """Time to a bad command line's one-line error (issue 53, item 10): `privrl run pgc-a3c
---bogus`, a command typo, and a bad value for each system (`--epsilon -1`, ...).
+--bogus`, a command typo, a bad value for each system (`--epsilon -1`, ...), a bad task or
+observation box as text (`--private gravity=2:1`, a missing `--env` file, ...), and for
+reference a registry id only gymnax can check (it imports JAX).
 
 The command line is parsed and its values checked before JAX, flax or a system is imported;
 this measures the whole process (interpreter start to exit 2), median of `--repeats` runs, beside
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +37,16 @@ CASES = {
            ("dp-reinforce", "--epsilon", ()), ("fedpg-cen", "--learning-rate", ()),
            ("fedrl", "--learning-rate", ()),
            ("fedrl-text2action", "--learning-rate", ("--data", ".")))},
+    # the task and the observation box, as text (privrl.envs.spec, privrl.privacy.box)
+    **{f"privrl run {' '.join(args)}": [sys.executable, "-m", "privrl", "run", *args]
+       for args in (("pgc-a3c", "--private", "gravity=2:1"),
+                    ("dp-reinforce", "--env", "./no_such_env.py:make"),
+                    ("fedpg-cen", "--env", "CartPole-v1"),
+                    ("ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"),
+                    ("pgc-a3c", "--mechanism", "./no_such_mechanism.py:make"))},
+    # what needs the environment itself (gymnax's registry): made with JAX, for reference
+    "privrl run pgc-a3c --env gymnax:NoSuch-v0 (needs gymnax)": [
+        sys.executable, "-m", "privrl", "run", "pgc-a3c", "--env", "gymnax:NoSuch-v0"],
     "python -c pass": [sys.executable, "-c", "pass"],
     "python -c 'import jax'": [sys.executable, "-c", "import jax"],
 }
@@ -51,11 +64,13 @@ def main() -> None:
                      "privrl run pgc-a3c --epsilon -1 (a bad value)"):
             cases[f"{name} ({args.compare})"] = (CASES[name], env)
     times: dict[str, list[float]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.repeats):  # interleaved: a change in load hits every case alike
         for name, (cmd, env) in cases.items():
-            start = time.perf_counter()
+            start, used = time.perf_counter(), _children_cpu()
             done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
             times[name].append(time.perf_counter() - start)
+            cpu[name].append(_children_cpu() - used)
             if name.startswith("privrl"):
                 assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, \
                     done.stderr
@@ -65,8 +80,16 @@ def main() -> None:
     bare = statistics.median(times["python -c pass"])
     for name, ts in times.items():
         median = statistics.median(ts)
-        print(f"{name:64s} median {median:6.2f} s  (min {min(ts):.2f}, max {max(ts):.2f}); "
+        print(f"{name:64s} median {median:6.2f} s  (min {min(ts):.2f}, max {max(ts):.2f}), "
+              f"{statistics.median(cpu[name]):5.2f} CPU-s; "
               f"{median / bare:5.1f}× python -c pass, {median / jax:5.2f}× import jax")
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far: on a loaded
+    machine, what a case cost, whatever the wait."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 if __name__ == "__main__":

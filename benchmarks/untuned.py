@@ -232,15 +232,27 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     configs = [sy.build_config(system, sy.config_fields(system, s, env, private, args.trials,
                                                        args.seed, levers=levers and i == 0))
                for i, s in enumerate((rec, nonprivate))]
+    # A continuous task's reference is the better of two non-private learners over the same
+    # episodes: the preset's critic (the discrete rows' reference) and the command's own
+    # policy-only report (the pilot's learner). On Pendulum the first stayed near random where
+    # the second learned (benchmarks/log/28-cont.md): a weak reference would inflate the
+    # fraction.
+    both = levers and bool(task_of(cfg).head.continuous)
+    if both:
+        configs.append(configs[1])
     if levers:  # the reference keeps the preset's critic (the pilot models the command's learner)
         configs[1] = replace(configs[1], critic="shared")
     t1, c1 = time.perf_counter(), time.process_time()
-    private_curve, nonprivate_curve = sy.run_settings(system, configs,
-                                                      together=not task_of(cfg).host,
-                                                      final_policy=system == "dp-reinforce")
+    private_curve, nonprivate_curve, *policy_only = sy.run_settings(
+        system, configs, together=not task_of(cfg).host, final_policy=system == "dp-reinforce")
     wall, run_cpu = time.perf_counter() - t1, time.process_time() - c1
     random, random_se = random_of(task, args)
     final, np_final = private_curve.final(), nonprivate_curve.final()
+    references: dict[str, Any] = {}
+    if both:
+        references = {"nonprivate_critic_return": np_final,
+                      "nonprivate_policy_only_return": policy_only[0].final()}
+        np_final = max(references.values())
     adaptive: dict[str, Any] = {}
     if system == "dp-reinforce":  # the same plan with the `adaptive` preset's levers on
         fields = sy.reinforce_levers(sy.config_fields(system, rec, env, private, args.trials,
@@ -274,7 +286,7 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
             "pilot_learned": result.pilot["episodes_to_learn"] is not None,
             "notes": list(result.notes), "plan_seconds": plan_seconds,
             "run_seconds": wall, "plan_cpu_seconds": plan_cpu, "run_cpu_seconds": run_cpu,
-            "trials": args.trials, **adaptive}
+            "trials": args.trials, **references, **adaptive}
 
 
 def random_of(task: str, args: Any) -> tuple[float, float]:

@@ -381,6 +381,50 @@ def walk() -> Iterator[Any]:
         yield Task(env, env.default_params, "byo_env:Walk", (PrivateParam("drift", 0.6, 1.4),))
 
 
+_GAUSS_PLUGIN = '''
+import math
+
+from scipy.optimize import brentq
+
+from privrl.privacy.accounting import gaussian_epsilon
+from privrl.privacy.mechanisms import GaussianMechanism
+
+
+def make(request):
+    """An honest (ε, δ) plug-in: the L2 Gaussian mechanism calibrated to the request (it
+    needs a δ > 0: asked for δ = 0 it declares 1e-5, which a pure budget refuses)."""
+    delta = request.delta or 1e-5
+    z = math.exp(brentq(lambda lz: gaussian_epsilon(math.exp(lz), delta) - request.epsilon,
+                        math.log(1e-3), math.log(1e4)))
+    return GaussianMechanism(2.0 * z, request.clip, delta)
+'''
+
+
+@pytest.fixture
+def gauss_plugin(tmp_path: Path) -> str:
+    """A user's (ε, δ) plug-in mechanism, as `--mechanism` names it: an honest Gaussian
+    calibrated to the request (issue 53 item 4)."""
+    (tmp_path / "gauss_plugin.py").write_text(_GAUSS_PLUGIN)
+    return f"{tmp_path}/gauss_plugin.py:make"
+
+
+@pytest.fixture
+def plot_titles(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The title of each figure saved while the test runs, by file name (the figure is still
+    saved): what a run's plot says of itself (issue 53 item 7)."""
+    import matplotlib.figure
+
+    titles: dict[str, str] = {}
+    original = matplotlib.figure.Figure.savefig
+
+    def savefig(fig: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        titles[Path(path).name] = fig.axes[0].get_title()
+        return original(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return titles
+
+
 @pytest.fixture
 def fails_in_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Any:
     """`check(cmd, args, option)`: `privrl run CMD ARGS` exits 2 with one line of error that

@@ -130,3 +130,64 @@ def test_a_bad_value_is_refused_before_jax() -> None:
         named = "--delta" if case == "dp-qlearning --epsilon" else flag  # (--delta first)
         assert err.startswith(f"privrl: error: {named}: ") or f"'{named}'" in err, (case, err)
         assert heavy == [], (case, heavy)
+
+
+_TASK_PROBE = """
+import contextlib, io, json, sys
+from privrl.main import main
+HEAVY = ("numpy", "jax", "flax", "optax", "gymnax", "gymnasium", "dp_accounting", "scipy")
+found = []
+for args in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    sys.argv = ["privrl", "run", *args]
+    with contextlib.redirect_stderr(err):
+        code = main()
+    found.append([args, code, err.getvalue().strip(),
+                  sorted(m for m in HEAVY if m in sys.modules)])
+print(json.dumps(found))
+"""
+
+# (arguments, the flag the one line names, what it says)
+_TASK_CASES = [
+    (["pgc-a3c", "--private", "gravity=2:1"], "--private", "low 2 > high 1"),
+    (["pgc-a3c", "--private", "gravity"], "--private", "expected field=low:high"),
+    (["fedpg-cen", "--private", "gravity=1:inf"], "--private", "must be finite"),
+    (["dp-reinforce", "--private", "gravity=a:b"], "--private", "must be numbers"),
+    (["fedpg-dec", "--env", "CartPole-v1"], "--env", "expected gymnax:<id>"),
+    (["pgc-a3c", "--env", "gymnasium:"], "--env", "needs an id"),
+    (["dp-dqn", "--env", "./no_such_env_file.py:make"], "--env", "no such file"),
+    (["pgc-a3c", "--env", ".mod:make"], "--env", "expected module:callable"),
+    (["pgc-a3c", "--mechanism", "./no_such_mechanism.py:make"], "--mechanism", "no such file"),
+    (["ldp-reinforce", "--mode", "box", "--box-low", "3,0,0,0"], "--box-low", "low < high"),
+    (["ldp-dqn", "--mode", "box", "--box-low", "1,1,1"], "--box-low", "same length"),
+]
+
+
+def test_task_and_box_mistakes_are_refused_before_jax(tmp_path) -> None:
+    """Issue 53, item 10: what a config's task and observation box say as text (the --env
+    form and a file's presence, --private's field=low:high, the box's bounds) is refused before
+    JAX, gymnax, Gymnasium or NumPy is imported (it took 5-9 CPU-s: the task was made first).
+    One interpreter tries each in turn (the first case that imported a heavy module is the first
+    listed with it). What needs the environment (a registry id, a parameter field) is checked
+    when the task is made."""
+    done = subprocess.run(
+        [sys.executable, "-c", _TASK_PROBE, json.dumps([a for a, _, _ in _TASK_CASES])],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(found) == len(_TASK_CASES)
+    for (args, code, err, heavy), (_, flag, says) in zip(found, _TASK_CASES, strict=True):
+        assert code == 2 and err.startswith(f"privrl: error: {flag}: ") and "\n" not in err, \
+            (args, code, err)
+        assert says in err, (args, err)
+        assert heavy == [], (args, heavy)
+
+
+def test_every_run_command_takes_progress_and_its_interval() -> None:
+    """Issue 53, item 5: without a terminal, one line every N seconds, N set by a flag: every
+    `privrl run` command has --progress/--no-progress and --progress-every."""
+    run = typer.main.get_command(build_app()).commands["run"]
+    assert len(run.commands) >= 11
+    for name, command in run.commands.items():
+        shown = command.get_help(command.make_context(f"privrl run {name}", [],
+                                                      resilient_parsing=True))
+        assert "--progress-every" in shown and "--no-progress" in shown, name

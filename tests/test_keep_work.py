@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privrl import progress
 from privrl.main import main
 
 
@@ -126,11 +125,10 @@ def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from privrl.systems.fedrl.algorithm import FedRL, FedRLConfig, load_splits
 
     monkeypatch.setattr(Selection, "train", _fail_on_call(2, Selection.train))  # epoch 2
-    monkeypatch.setattr(progress, "DEFAULT_EVERY", 1e-9)  # a progress line at every report
     out = tmp_path / "out"
     assert main(["run", "fedrl", "--bounded", "2", "--epochs", "3", "--updates-per-epoch",
                  "5", "--generated-maps", "40", "--buffer-size", "500", "--out",
-                 str(out)]) == 1
+                 str(out), "--progress-every", "0.001"]) == 1  # a line at every report
     err = capsys.readouterr().err
     privacy = _check_kept(out, err)
     # issue 53 item 5, without a terminal: the compile phase, then the count and mean return

@@ -419,12 +419,17 @@ def _choice_parser(choices: tuple[str, ...], user_callable: bool) -> Callable[[A
 
 def _check_choices(options: list[FieldOption], values: Mapping[str, Any]) -> None:
     """Each choice field's value is one of its choices (or a user's module:callable where
-    the field takes one): "unknown model 'x'; choose one of ...", before anything runs."""
+    the field takes one: its form, and a file's presence, checked as text): "unknown model
+    'x'; choose one of ...", before anything runs."""
+    from privrl.plugins import split_callable
+
     for opt in options:
         value, choices = values.get(opt.field), opt.meta.get("choices")
         if value is None or not choices:
             continue
-        if not (opt.meta.get("user_callable") and _is_callable_spec(str(value))):
+        if opt.meta.get("user_callable") and _is_callable_spec(str(value)):
+            split_callable(str(value), opt.field, exists=True)
+        else:
             one_of(opt.field, value, choices, opt.field.rpartition(".")[2].replace("_", " "))
 
 

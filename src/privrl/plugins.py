@@ -21,17 +21,27 @@ def is_user_mechanism(name: str) -> bool:
     privrl.privacy.user builds it): here, where a config's validation reads it before JAX."""
     return ":" in name
 
-__all__ = ["call_user", "load_callable", "load_module"]
+__all__ = ["call_user", "load_callable", "load_module", "split_callable"]
 
 
-def load_callable(spec: str, option: str) -> Callable[..., Any]:
-    """The callable `spec` names; ConfigError(option) if it cannot be imported or is not
-    callable."""
+def split_callable(spec: str, option: str, exists: bool = False) -> tuple[str, str, bool]:
+    """`spec`'s (module or file, callable name, whether it is a file), its form checked (and
+    with `exists`, that a file is there) without importing anything: a command line's mistake
+    is refused before JAX starts. ConfigError(option) otherwise."""
     where, _, attr = spec.rpartition(":")
     is_file = where.endswith(".py")
     if not where or not attr or (where.startswith(".") and not is_file):
         raise ConfigError(option, "expected module:callable or path/to/file.py:callable (e.g. "
                           f"./my_env.py:make), got {spec!r}")
+    if exists and is_file and not Path(where).is_file():
+        raise ConfigError(option, f"cannot import {where}: no such file")
+    return where, attr, is_file
+
+
+def load_callable(spec: str, option: str) -> Callable[..., Any]:
+    """The callable `spec` names; ConfigError(option) if it cannot be imported or is not
+    callable."""
+    where, attr, is_file = split_callable(spec, option)
     try:
         module = _file_module(Path(where)) if is_file else importlib.import_module(where)
     except Exception as e:  # any failure of the user's import is one error

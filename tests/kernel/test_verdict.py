@@ -135,3 +135,21 @@ def test_plots_name_the_task_and_epsilon_say_their_axes_in_words_and_draw_random
     assert ep["ylabel"] == "mean greedy evaluation return\nover the last 25 training episodes"
     assert "dp-reinforce, mean of 3 seeds" in ep["legend"]
     assert "random policy: 20" in ep["legend"]
+
+
+def test_fedrl_plot_title_names_its_noise_and_epsilon():
+    """Issue 53 item 7, FedRL's plot (it named the task and system only): the Q-output noise's
+    σ, and the ε where the record states one; a baseline says it has none."""
+    from types import SimpleNamespace
+
+    from privrl.systems.fedrl.config import BaselineConfig, FedRLConfig
+    from privrl.systems.fedrl.local import privacy_label
+
+    def label(config, guarantee=None):
+        return privacy_label(SimpleNamespace(config=config, privacy={"guarantee": guarantee}))
+
+    assert label(FedRLConfig()) == "Gaussian Q-output noise σ = 1, unbounded outputs: no ε"
+    assert label(FedRLConfig(bounded=2.0), {"epsilon": 3.21, "delta": 1e-5}) == (
+        "Gaussian Q-output noise σ = 1, outputs clipped to 2: ε = 3.21 (δ = 1e-05)")
+    assert label(FedRLConfig(noise_sigma=0.0)) == "no Q-output noise (σ = 0)"
+    assert label(BaselineConfig()) == "non-private baseline (no noise)"

@@ -26,6 +26,8 @@ BASE = ["plan", "pgc-a3c", "--env", "gymnax:CartPole-v1", "--epsilon", "5", "--n
     ([*BASE[:-2], "-1", "--no-progress"], "--epsilon"),
     ([*BASE, "--agents", "0"], "--agents"),
     ([*BASE, "--fraction", "1.5"], "--fraction"),
+    ([*BASE, "--aim", "0.3"], "--aim"),  # K sized for less than the mark
+    ([*BASE, "--aim", "1.5"], "--aim"),
     ([*BASE, "--private", "gravity"], "--private"),  # not field=low:high
     ([*BASE, "--private", "no_such_field=1:2"], "--private"),
     ([*BASE, "--sweep-epsilons", "1,x"], "--sweep-epsilons"),

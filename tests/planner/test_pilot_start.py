@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from privrl.planner import model
 from privrl.planner import systems as sy
 
 
@@ -33,11 +34,11 @@ def test_a_curve_that_climbs_from_random_gives_its_e0() -> None:
     assert e0 is not None and 1000 < e0 < 1300
 
 
-def pilot_fields(system: str, continuous: bool) -> dict:
+def pilot_fields(system: str, continuous: bool, env: str = "gymnax:Acrobot-v1") -> dict:
     f = sy.facts(system, continuous)
     rec = sy.Recommendation("none", math.inf, 2000, 1.0, 1, f.batch, f.learning_rate,
                             f.preset)
-    return sy.config_fields(system, rec, "gymnax:Acrobot-v1", (), 1, 0)
+    return sy.config_fields(system, rec, env, (), 1, 0)
 
 
 def test_pgc_a3c_pilot_starts_uniform_like_the_adaptive_command() -> None:
@@ -48,8 +49,39 @@ def test_pgc_a3c_pilot_starts_uniform_like_the_adaptive_command() -> None:
     assert cfg.uniform_start is True
     # ... and learns as the command learns: from the policy's gradient alone (its E0)
     assert cfg.critic == "none"
-    # the continuous preset starts uniform already (and is its own recommended preset)
-    assert sy.build_config("pgc-a3c", pilot_fields("pgc-a3c", True)).uniform_start is True
+    # a continuous task's pilot too (its Gaussian head's log-std state-free, as the command's)
+    box = sy.build_config("pgc-a3c", pilot_fields("pgc-a3c", True, PENDULUM))
+    assert (box.uniform_start, box.critic, box.log_std) == (True, "none", "parameter")
+
+
+PENDULUM = "gymnax:Pendulum-v1"
+
+
+def test_pgc_a3c_plans_a_continuous_task_with_the_policy_only_report_and_the_adam_law() -> None:
+    # A continuous task's plan recommends `adaptive` too (its report the policy's gradient
+    # alone, a state-free log-std, the uniform start, the adaptive clip, |B| 9, Adam, the step
+    # from the noise) and sizes K with the Adam law of that rule, as on a discrete task. On
+    # main it modelled `continuous` (the critic in its 771-parameter report on Pendulum) with
+    # the trace law and no levers (benchmarks/log/28-cont.md).
+    f = sy.facts("pgc-a3c", True)
+    assert sy.LEVERS_PRESET[("pgc-a3c", f.preset)] == "adaptive"
+    assert f.command_batch == 9 and f.clip_bit_share > 0
+    rec = sy.Recommendation("laplace", 5.0, 10_000, 1.0, 1, f.command_batch,
+                            f.command_learning_rate, f.preset)
+    assert sy.levers_apply("pgc-a3c", rec)
+    cfg = sy.build_config("pgc-a3c", sy.config_fields("pgc-a3c", rec, PENDULUM, ("m=0.8:1.2",),
+                                                      1, 0, levers=True))
+    cfg.validate()
+    assert cfg.preset == "adaptive" and cfg.critic == "none" and cfg.log_std == "parameter"
+    assert cfg.uniform_start and cfg.adaptive_clip and cfg.step_from_noise
+    assert (cfg.buffer_size, cfg.server_optimizer) == (9, "adam")
+    # the Adam law: K grows with the noise-to-signal ratio ρ, not with ρ² as the trace law's
+    stats = model.PilotStats(42, (50.0, 100.0, 200.0), 200.0, 10.0, 400.0, -1250.0, -600.0,
+                             1000.0)
+    needed = sy.needed_fn("pgc-a3c", f, stats)
+    assert needed is not None
+    noise = sy.noise_fn("pgc-a3c", f, stats)
+    assert needed(5.0, noise(5.0, 1, 1)) < model.episodes_needed(stats, noise(5.0, 1, 1))
 
 
 def test_dp_reinforce_and_fedpg_pilots_need_no_start_change() -> None:

@@ -44,6 +44,7 @@ from privrl.envs.gymnasium_env import (
     time_limit,
 )
 from privrl.envs.rollout import Trajectory, rollout_host, rollout_host_trials
+from privrl.envs.spec import check_env, parse_private_text
 from privrl.nets.heads import Categorical, Head, head_for
 from privrl.plugins import call_user, load_callable
 
@@ -417,9 +418,7 @@ def callable_task(spec: str, option: str = "env") -> Task:
 def make_task(spec: str, private: Sequence[PrivateParam] = (), option: str = "env") -> Task:
     """`gymnax:<id>`, `gymnasium:<id>` or `<module>:<callable>`; `private` per-agent
     parameters (Gymnasium: attributes of the unwrapped environment)."""
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ConfigError(option, "expected gymnax:<id>, gymnasium:<id> or <module>:<callable>, "
-                          f"got {spec!r}")
+    check_env(spec, option)
     if spec.startswith("gymnasium:"):
         task: Task = gymnasium_task(spec.removeprefix("gymnasium:"), option)
     elif spec.startswith("gymnax:"):
@@ -430,18 +429,12 @@ def make_task(spec: str, private: Sequence[PrivateParam] = (), option: str = "en
 
 
 def parse_private(text: str, option: str = "private") -> PrivateParam:
-    """`field=low:high` (uniform) or `field=v1,v2,...` (one of the values) as a PrivateParam."""
-    name, eq, rhs = text.partition("=")
-    name = name.strip()
-    if not eq or not name.isidentifier() or not rhs:
-        raise ConfigError(option, f"expected field=low:high or field=v1,v2,..., got {text!r}")
-    try:
-        if ":" in rhs:
-            low, _, high = rhs.partition(":")
-            return PrivateParam(name, float(low), float(high))
-        return PrivateParam(name, values=tuple(float(v) for v in rhs.split(",")))
-    except ValueError:
-        raise ConfigError(option, f"{text!r}: the values must be numbers") from None
+    """`field=low:high` (uniform) or `field=v1,v2,...` (one of the values) as a PrivateParam
+    (the text's checks: privrl.envs.spec.parse_private_text)."""
+    name, bounds, values = parse_private_text(text, option)
+    if bounds is not None:
+        return PrivateParam(name, *bounds)
+    return PrivateParam(name, values=values)
 
 
 def cartpole_task(version: str = "v1", gravities: tuple[float, ...] | None = None) -> Task:

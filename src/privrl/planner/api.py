@@ -75,6 +75,12 @@ class PlanConfig(Config):
     fraction: float = option(
         0.5, help="What counts as learning: reaching this fraction of the non-private "
         "improvement over a random policy, in (0, 1].")
+    aim: float | None = option(
+        None, help="The fraction of the non-private pilot's improvement over random the plan "
+        "sizes the fleet K to reach, in [--fraction, 1]: above the mark, so the recommended "
+        "run clears it with a margin (K sized for the mark itself lands on it about half the "
+        "time). Default: 0.8 of the way from --fraction to 1 (0.9 at 0.5) where the Adam law "
+        "sizes K (pgc-a3c's `adaptive`), --fraction itself for the other systems.")
     pilot_episodes: int | None = option(
         None, help="Episodes of the non-private pilot run. Default: 3000 (pgc-a3c), 1000 "
         "(dp-reinforce), 10800 (fedpg-cen: 10 agents × 30 rounds).", unit="episodes")
@@ -105,6 +111,11 @@ class PlanConfig(Config):
             integer("agents", self.agents)
         in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
         in_range("fraction", self.fraction, 0, 1, low_open=True)
+        if self.aim is not None:
+            in_range("aim", self.aim, 0, 1, low_open=True)
+            if self.aim < self.fraction:
+                fail("aim", f"at least --fraction ({self.fraction:g}): K is sized to reach "
+                     f"at least the mark, got {self.aim:g}")
         if self.pilot_episodes is not None:
             integer("pilot_episodes", self.pilot_episodes, 10)
         integer("gradient_episodes", self.gradient_episodes, 4)
@@ -214,6 +225,10 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     pilot_curve, pilot_fields = _nonprivate_pilot(system, config, f, clip, progress,
                                                   not task.host)
     e0 = sy.episodes_to_learn(pilot_curve, rand, config.fraction)
+    # K is sized for the aim (at or above the mark): the episodes the pilot took to reach it
+    aim = sy.sizing_aim(system, f, config.fraction, config.aim)
+    e0_aim = e0 if e0 is None or aim == config.fraction else sy.episodes_to_learn(
+        pilot_curve, rand, aim)
     nonprivate_final = pilot_curve.final()
     stage("pilot: done", 3, 3)
     if e0 is None and sy.starts_past_mark(pilot_curve, rand, config.fraction):
@@ -233,7 +248,7 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      f"{config.random_episodes:,} episodes) is uncertain by more than "
                      f"{WIDE_RANDOM:.0%} of the pilot's improvement over it: the learning speed "
                      "is measured from an uncertain floor; give more random_episodes.")
-    stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0,
+    stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0_aim,
                              f.episodes_per_report)
     noise = sy.noise_fn(system, f, stats, config.delta)
     needed = sy.needed_fn(system, f, stats)
@@ -293,6 +308,10 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
             "step_from_noise's step fraction; planner.model.episodes_needed_adam)"
             if needed is not None else
             "the model's trace law (E0 · (V + N)/V, planner.model.episodes_needed)")
+            + (f", E0 = {e0_aim:,.0f} episodes: the pilot's to reach {aim:g} of its improvement "
+               f"over random, a margin over the mark {config.fraction:g} (reached at "
+               f"{e0:,.0f})" if aim > config.fraction and e0 is not None and e0_aim is not None
+               else "")
             + (", checked by the sweep (check)." if config.sweep else
                "; the sweep did not run: not checked here."))
 
@@ -310,6 +329,8 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                          frontier.left_out) + f" (over max_sweep_episodes = "
                          f"{config.max_sweep_episodes:,}).")
     pilot_record = {**stats.to_dict(), "random_return_ci": list(rand_ci),
+                    # K's target: episodes_to_learn is the pilot's to reach `aim`
+                    "aim": aim, "mark": config.fraction, "episodes_to_mark": e0,
                     "random_episodes": config.random_episodes,
                     "norm": f.norm, "clip_radius": f.radius,
                     "pilot_run": {"fields": pilot_fields,

@@ -78,9 +78,13 @@ class Curve:
 
 # The preset whose levers the recommended command turns on, by system and the preset the plan
 # modelled (and swept): PGC-A3C's `adaptive` is `tuned` (same learner, network and shaped
-# reward on a discrete task) plus the adaptive levers (docs/pgc-a3c.md). Not on a continuous
-# task: there `adaptive` is not `continuous` plus levers, and it stayed below random on
-# Pendulum (benchmarks/RESULTS.md, "Adaptive private defaults").
+# reward) plus the adaptive levers (docs/pgc-a3c.md), on a discrete task and on a continuous
+# one alike (its Gaussian head's log-std state-free, `start_fields`). A continuous task used to
+# model `continuous` (the critic in the report, the trace law): its 642-parameter report was
+# mostly critic and it learned nothing privately on the untuned benchmark's `reach` and
+# Pendulum, where `adaptive`'s policy-only report learns (benchmarks/log/28-cont.md).
+# DP-REINFORCE on a Box task: `continuous` (its uniform start, benchmarks/log/28-floor.md)
+# plus the same levers.
 LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive", ("dp-reinforce", "paper"): "adaptive",
                  ("dp-reinforce", "continuous"): "adaptive-continuous"}
 
@@ -271,7 +275,7 @@ def facts(system: str, continuous: bool) -> SystemFacts:
     if system == "pgc-a3c":
         from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig
 
-        preset = "continuous" if continuous else "tuned"
+        preset = "tuned"  # a continuous task too: LEVERS_PRESET
         cfg = PGCA3CConfig.from_preset(preset, mechanism="laplace", epsilon=1.0).resolved()
         levers = LEVERS_PRESET.get((system, preset))
         if levers is None:
@@ -323,12 +327,37 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     return {"pgc-a3c": pgc, "fedpg-cen": fedpg, "dp-reinforce": reinforce}[system]
 
 
+def adam_law(system: str, f: SystemFacts) -> bool:
+    """Whether the recommended command keeps its preset's Adam rule, so that
+    `model.episodes_needed_adam` sizes its K (`needed_fn`)."""
+    return system == "pgc-a3c" and bool(f.command_batch)
+
+
+# Where the Adam law sizes K, the share of the way from the mark to the pilot's final return
+# that K is sized to reach: at 0.5 of the way (an aim of 0.75) Gymnasium CartPole's run read
+# 0.485, at 0.8 (0.9) 0.66; every prefix from 16,000 agents read 0.66-1.03, the non-private
+# reference swinging 216-386 between them (benchmarks/log/28-disc.md).
+AIM_SHARE = 0.8
+
+
+def sizing_aim(system: str, f: SystemFacts, fraction: float, aim: float | None) -> float:
+    """The fraction of the pilot's improvement over random the plan sizes K to reach: `aim`
+    where given; else, where the Adam law sizes K, AIM_SHARE of the way from the mark
+    (`fraction`) to the pilot's final return. The law puts the private run AT the aim after K
+    agents, so a K sized for the mark itself lands on it about half the time (Gymnasium
+    CartPole: 0.4997 at such a K). The trace law keeps the mark by default (its systems' runs
+    were planned and measured at it); a given `aim` applies to every system."""
+    if aim is not None:
+        return aim
+    return fraction + AIM_SHARE * (1.0 - fraction) if adam_law(system, f) else fraction
+
+
 def needed_fn(system: str, f: SystemFacts, stats: PilotStats) -> NeededFn | None:
     """(ε, E‖noise‖² of one report) -> the episodes the recommended command needs, where it
     keeps its preset's update rule (PGC-A3C's `adaptive`: |B| reports, Adam, the step from
     the noise, `model.episodes_needed_adam`); None: the trace model (`episodes_needed`), the
     plan's own |B| and step."""
-    if system != "pgc-a3c" or not f.command_batch:
+    if not adam_law(system, f):
         return None
     from privrl.federation.adapt import noise_step
     from privrl.systems.pgc_a3c.algorithm import PGCA3CConfig, report_snr, reports_per_step

@@ -27,6 +27,7 @@ import numpy as np
 from jax import Array
 
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent, gaussian_epsilon
+from privrl.privacy.box import check_box
 from privrl.privacy.clipping import clip_l1_inverse, clip_l2, clip_l2_inverse, float32_inverse
 from privrl.privacy.dpsgd import add_raveled, clipped_grads
 from privrl.privacy.report import _MINT, Guarantee, Report
@@ -732,15 +733,7 @@ class BoxGaussianMechanism(Mechanism):
     name = "box-gaussian"
 
     def __post_init__(self) -> None:
-        low = tuple(float(v) for v in self.low)
-        high = tuple(float(v) for v in self.high)
-        if len(low) != len(high) or not low:
-            raise ValueError(f"the box needs low and high of the same length >= 1, got "
-                             f"{len(low)} and {len(high)}")
-        pairs = zip(low, high, strict=True)
-        if not all(math.isfinite(a) and math.isfinite(b) and a < b for a, b in pairs):
-            raise ValueError(f"the box needs finite low < high in every coordinate, got "
-                             f"low={low}, high={high}")
+        low, high = check_box(self.low, self.high)
         object.__setattr__(self, "low", low)
         object.__setattr__(self, "high", high)
         object.__setattr__(self, "noise_multiplier",

@@ -101,6 +101,13 @@ def test_noise_keys_are_recorded():
     with pytest.raises(ConfigError) as e:
         DPQLearningConfig(**T5, noise="public").resolved()
     assert e.value.field == "noise"
+    # σ = 0 adds no noise: no word of noise keys (issue 53 item 8)
+    none = privacy_record(DPQLearningConfig(sigma=0.0).resolved())
+    assert "noise_keys" not in none and "SIMULATION" not in none["statement"]
+    for sigma, says in ((0.0, False), (0.4, True)):
+        cfg = DPQLearningConfig(sigma=sigma, episodes=10).resolved()
+        summary = runner.summarize(runner.DPQLOutput(cfg, np.zeros((1, 10)), 0.0))
+        assert ("noise" in summary) is says, summary
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -148,13 +155,25 @@ def test_non_private_qlearning_learns_well_above_random():
 
 def test_noise_store_capacity_bound_holds_with_a_wrapping_replay():
     """The stores are sized by 'every queried state was in the replay during the block'; a
-    replay that wraps many times within a block (130 slots, 100-step blocks) must not overflow."""
+    replay that wraps many times within a block (130 slots, 100-step blocks) must not overflow.
+
+    Issue 53: a run goes a chunk of episodes per compiled call so that progress shows between
+    calls; one episode per call gives the one-program run's floats bit for bit, and progress
+    sees each chunk's episodes as they end."""
     cfg = DPQLearningConfig(sigma=0.5, episodes=4, noise_reset_episodes=2,
-                            replay_capacity=130).resolved()
+                            replay_capacity=130, seed=1, seeds=2).resolved()
     algo = DPQLearning(cfg)
     assert algo.noise_capacity == algo.target_noise_capacity == 130 + 100
-    _, _, overflow = algo.train_many(run_keys(1, 2), jnp.array([0.5]))
+    returns, theta, overflow = algo.train_many(run_keys(1, 2), jnp.array([0.5]))
     assert not bool(np.asarray(overflow).any())
+    seen = []
+    chunked, _, chunked_theta = runner.train_grid(
+        cfg, [0.5], chunk_episodes=1, progress=lambda done, so_far: seen.append((done, so_far)))
+    np.testing.assert_array_equal(chunked, np.asarray(returns))
+    np.testing.assert_array_equal(chunked_theta, np.asarray(theta))
+    assert [done for done, _ in seen] == [1, 2, 3, 4]
+    for done, so_far in seen:
+        np.testing.assert_array_equal(so_far, chunked[..., :done])
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -217,14 +236,19 @@ def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(DPQLearning, "env_step", counted_step)
     monkeypatch.setattr(DPQLearning, "episode", counted_episode)
+    monkeypatch.setattr(runner, "CHUNK_EPISODES", 1)  # a compiled call per episode
     out = tmp_path / "run"
     rc = cli.main(["run", "dp-qlearning", "--epsilon", "0.5", "--delta", "1e-5",
                    "--sensitivity-constant", "1e-4", "--k", "5", "--episodes", "3",
-                   "--out", str(out)])
+                   "--progress-every", "0.001", "--out", str(out)])
     assert rc == 0
-    # progress (issue 53): one program, so its compiling phase, then its end with the figures
+    # progress (issue 53): its compiling phase, a line after each chunk with the mean return
+    # so far, and the ε (spent by the one release, the trained Q-function) at the end
     err = capsys.readouterr().err
     assert "training: compiling …" in err and "compiled (and ran the first chunk) in" in err
+    for done in (1, 2):
+        assert re.search(rf"training: {done}/3 episodes, mean return [0-9.e+-]+, [0-9]+ s",
+                         err), err
     assert re.search(r"training: 3/3 episodes, mean return [0-9.e+-]+, ε spent 0\.5, ", err), err
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "metrics.csv", "privacy.json", "summary.json", "plots"} <= names

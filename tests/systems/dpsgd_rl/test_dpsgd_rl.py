@@ -367,13 +367,16 @@ def test_ldp_accountant_flag_composes_the_box_states_by_rdp(
     assert episode["epsilon"] == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
 
 
-def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path) -> None:
+def test_ldp_box_run_states_per_step_and_per_episode_epsilon(tmp_path: Path,
+                                                            plot_titles: dict) -> None:
     out = tmp_path / "ldp"
     rc = main(["run", "ldp-reinforce", "--mode", "box", "--noise-multiplier", "1.5",
                "--episodes", "3", "--out", str(out), "--no-progress"])
     assert rc == 0
     rec = json.loads((out / "privacy.json").read_text())
     obs = rec["observations"]
+    title = plot_titles["eval_returns.png"]  # system, task, mechanism, ε (issue 53 item 7)
+    assert "ldp-reinforce on gymnax:CartPole-v1" in title and "box mode, ε = " in title, title
     assert obs["formal_guarantee"]
     # A 500-step episode hands the learner 501 states: s₀ at reset, then one per step.
     (event,) = obs["per_episode"]["events"]

@@ -17,11 +17,13 @@ SMALL = ["--agents", "2", "--episodes", "40", "--batch-min", "2", "--batch-max",
          "--no-progress"]
 
 
-def test_epsilon_is_each_agents_total_over_the_run(tmp_path, capsys):
+def test_epsilon_is_each_agents_total_over_the_run(tmp_path, capsys, plot_titles):
     out = tmp_path / "run"
     assert cli.main(["run", "fedpg-cen", "--mechanism", "laplace", "--epsilon", "2", *SMALL,
                      "--out", str(out)]) == 0
     heading = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    title = plot_titles["returns.png"]  # system, task, mechanism, ε (issue 53 item 7)
+    assert "FedPG-Cen" in title and "CartPole" in title and "laplace, ε = " in title, title
     assert "each agent's total ε ≤ 2 over the run" in heading
     config = json.loads((out / "config.json").read_text())["config"]
     privacy = json.loads((out / "privacy.json").read_text())

@@ -47,3 +47,21 @@ def test_cli_refuses_a_bad_user_mechanism_after_the_other_options(fails_in_one_l
                       "--mechanism")
     fails_in_one_line("fedpg-cen", ["--mechanism", "no_such_module_here:f", "--epsilon", "1",
                                     "--budget", "0"], "--budget")
+
+
+def test_an_epsilon_delta_plugin_gets_its_delta_under_an_epsilon_delta_budget(gauss_plugin):
+    """Issue 53 item 4, FedPG's side (PGC-A3C's: tests/systems/pgc_a3c/test_own_mechanism.py):
+    under an (ε, δ) budget (optimal composition) a plug-in is asked for δ/(2R) per report and
+    declares it; under a pure budget the refusal says what a plug-in must declare."""
+    from dataclasses import replace
+
+    from privrl.config import ConfigError
+    from privrl.systems.fedpg.algorithm import make_mechanism
+
+    cfg = FedPGConfig(mechanism=gauss_plugin, epsilon=5.0,
+                      budget_composition="optimal", delta=1e-5, audit_plugin=False).resolved()
+    g = make_mechanism(cfg, 5).guarantee
+    assert g.delta > 0 and g.delta == pytest.approx(1e-5 / (2 * cfg.max_rounds()))
+    assert g.delta == cfg.privacy_plan().delta_per_report and 0 < g.epsilon < 5.0
+    with pytest.raises(ConfigError, match=r"budget is pure ε, so a plug-in must declare δ = 0"):
+        make_mechanism(replace(cfg, budget_composition="basic").resolved(), 5)

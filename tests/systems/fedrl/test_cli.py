@@ -190,7 +190,7 @@ def test_accountant_flag_reaches_privacy_json(choice, monkeypatch):
     from privrl.systems.fedrl.algorithm import FedRL
 
     seen = {}
-    monkeypatch.setattr(fedrl_cli, "_execute", lambda algo, out, show: seen.update(algo=algo))
+    monkeypatch.setattr(fedrl_cli, "_execute", lambda algo, out, show, *_: seen.update(algo=algo))
     assert cli.main(["run", "fedrl", "--bounded", "2", "--noise-std", "3", "--delta", "1e-6",
                      "--accountant", choice]) == 0
     algo: FedRL = seen["algo"]

@@ -153,7 +153,7 @@ def test_heading_states_each_agents_whole_run_epsilon_never_a_reports(tmp_path, 
     assert "; per release 5-LDP" in privacy["headline"]
 
 
-def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
+def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys, plot_titles):
     a = _run(tmp_path, "a", "--epsilon", "10", "--seed", "4")
     printed = capsys.readouterr().out
     assert "Results written to" in printed and "median FST" in printed
@@ -170,6 +170,9 @@ def test_run_writes_results_and_same_seed_same_results(tmp_path, capsys):
     assert privacy["ledger"]["agents"] == 2 * 50
     assert privacy["mechanism"]["mechanism"] == "laplace"
     assert privacy["trust_domain"]["runtime"] == "local"  # one process: a simulation
+    # the plot names the system, the task, the mechanism and ε (issue 53 item 7)
+    title = plot_titles["scores.png"]
+    assert title.startswith("PGC-A3C on gymnax:CartPole-v1\nlaplace, ε = 10 per agent"), title
     config = json.loads((a / "config.json").read_text())
     assert config["seed"] == 4 and config["versions"]["jax"]
     rows = (a / "metrics.csv").read_text().splitlines()

@@ -115,34 +115,14 @@ def test_cli_refuses_a_bad_user_mechanism_in_one_line(fails_in_one_line):
                       "--trials")
 
 
-GAUSS = '''
-import math
-
-from scipy.optimize import brentq
-
-from privrl.privacy.accounting import gaussian_epsilon
-from privrl.privacy.mechanisms import GaussianMechanism
-
-
-def make(request):
-    """An honest (ε, δ) plug-in: the L2 Gaussian mechanism calibrated to the request (it
-    needs a δ > 0: asked for δ = 0 it declares 1e-5, which a pure budget refuses)."""
-    delta = request.delta or 1e-5
-    z = math.exp(brentq(lambda lz: gaussian_epsilon(math.exp(lz), delta) - request.epsilon,
-                        math.log(1e-3), math.log(1e4)))
-    return GaussianMechanism(2.0 * z, request.clip, delta)
-'''
-
-
-def test_an_epsilon_delta_plugin_runs_under_an_epsilon_delta_budget(tmp_path):
+def test_an_epsilon_delta_plugin_runs_under_an_epsilon_delta_budget(gauss_plugin):
     """Issue 53 item 4: under an (ε, δ) budget (optimal composition) a plug-in is asked for
     δ/(2T) per report and the ledger composes its (ε₀, δ₀) reports within (ε, δ); under a pure
     budget the refusal says what a plug-in must declare."""
     from privrl.privacy.accounting import optimal_pure_composition
     from privrl.systems.pgc_a3c.algorithm import budget_ledger, make_mechanism
 
-    (tmp_path / "gauss_plugin.py").write_text(GAUSS)
-    name = f"{tmp_path}/gauss_plugin.py:make"
+    name = gauss_plugin
     cfg = PGCA3CConfig(mechanism=name, epsilon=8.0, submissions_per_agent=4,
                        budget_composition="optimal", delta=1e-5).resolved()
     mech = make_mechanism(cfg, 5)

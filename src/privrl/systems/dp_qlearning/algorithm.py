@@ -13,7 +13,8 @@ Gaussian-process noise function ĝ_a ~ σ·GP(0, exp(−|x − y|)) to Q whereve
 The noise functions are lazily grown sorted stores (privrl.privacy.functional): the same state
 gets the same noise until a reset. Everything — environment, replay, noise, network updates — is
 one jitted program: episodes are a `lax.scan` of steps, a run a `lax.scan` of episodes, and seeds
-and σ values are `vmap`ped, so a whole sweep is a single compiled call.
+and σ values are `vmap`ped, so a whole sweep is a single compiled call (`train`), or a compiled
+call per chunk of episodes with the same floats (`start`, `run_episodes`: local.py, for progress).
 """
 
 from __future__ import annotations
@@ -41,11 +42,17 @@ from privrl.privacy.record import privacy_record as privacy_record_of
 from privrl.systems.dp_qlearning.config import DPQLearningConfig
 
 
+def noise_keys(cfg: DPQLearningConfig) -> str | None:
+    """Where the functional noise's keys come from (seeded, secret); None at σ = 0, where
+    there is no noise to say anything of (issue 53 item 8)."""
+    return None if cfg.sigma == 0 else cfg.noise or "seeded"
+
+
 def privacy_facts(cfg: DPQLearningConfig) -> Facts:
     """What privacy.json states, as facts (privrl.privacy.record composes the prose): Theorem
     5's (ε, δ) for the whole training, valid only for the supplied constant C, or why no ε is
     claimed."""
-    noise = cfg.noise or "seeded"
+    noise = noise_keys(cfg)
     not_protected = ("the transition dynamics and visited states; and the episode returns in "
                      "metrics.csv, summary.json and the plots, which are computed from the raw "
                      "rewards (diagnostics, not releases)")
@@ -80,7 +87,7 @@ def privacy_record(cfg: DPQLearningConfig) -> dict[str, Any]:
             "sigma": cfg.sigma, "T_over_B": cfg.updates, "B": cfg.batch_size,
             "T": cfg.updates * cfg.batch_size, "J": cfg.resets,
             "noise_reset_episodes": cfg.noise_reset_episodes,
-            **noise_fields(cfg.noise or "seeded")}
+            **noise_fields(noise_keys(cfg))}
     if cfg.claims_epsilon:
         t5 = cfg.theorem5().record(cfg.sigma)
         return privacy_record_of(
@@ -251,16 +258,33 @@ class DPQLearning:
                                               gp_noise_reset(ts.target_noise), ts.target_noise)
         return ts._replace(noise=noise, target_noise=target_noise), jnp.sum(rewards)
 
+    def start(self, key: Array) -> tuple[TrainState, Array]:
+        """A run's initial state and the keys of its episodes (E,)."""
+        k_init, k_run = jax.random.split(key)
+        return self.init(k_init), jax.random.split(k_run, self.config.episodes)
+
+    def run_episodes(self, ts: TrainState, indices: Array, keys: Array, sigma: Array,
+                     noise_root: Array | None = None) -> tuple[TrainState, Array]:
+        """The episodes `indices` (with their `keys`) from `ts`: `train`'s scan, or a piece of
+        it (a run in chunks, for progress). The secret `noise_root` is an argument of each
+        piece and is not returned."""
+        ts, returns = jax.lax.scan(lambda t, i: self.episode(t, i, sigma),
+                                   ts._replace(noise_root=noise_root), (indices, keys))
+        return ts._replace(noise_root=None), returns
+
+    @staticmethod
+    def overflow(ts: TrainState) -> Array:
+        """Whether a noise store lost points (cannot happen at the sized capacities)."""
+        return ts.noise.overflow | ts.target_noise.overflow
+
     def train(self, key: Array, sigma: Array, noise_root: Array | None = None
               ) -> tuple[Array, Array, Array]:
         """One run: (return per episode (E,), final θ, noise-store overflow flag).
         `noise_root`: the run's secret noise root (secret keys); None: seeded."""
-        k_init, k_run = jax.random.split(key)
-        ts = self.init(k_init)._replace(noise_root=noise_root)
-        n = self.config.episodes
-        inputs = (jnp.arange(n), jax.random.split(k_run, n))
-        ts, returns = jax.lax.scan(lambda t, i: self.episode(t, i, sigma), ts, inputs)
-        return returns, ts.theta, ts.noise.overflow | ts.target_noise.overflow
+        ts, keys = self.start(key)
+        ts, returns = self.run_episodes(ts, jnp.arange(self.config.episodes), keys, sigma,
+                                        noise_root)
+        return returns, ts.theta, self.overflow(ts)
 
     def train_many(self, keys: Array, sigmas: Array) -> tuple[Array, Array, Array]:
         """All (σ, seed) pairs at once: keys (S,), sigmas (G,) → returns (G, S, E), ..."""

@@ -43,7 +43,7 @@ def run_dp_qlearning_command(settings: Settings, out: Out = None, progress: Show
                                  runner.save, err, progress, "episodes", progress_every)
     sd = summary["final_return_std_over_seeds"]
     print_results(path, " (config.json, metrics.csv, privacy.json, summary.json, policy.npz, "
-                  "plots/returns.png)", f"privacy: {summary['privacy']}", summary["noise"],
+                  "plots/returns.png)", f"privacy: {summary['privacy']}", summary.get("noise"),
                   f"final mean return (last {summary['final_episodes']} episodes): "
                   f"{summary['final_mean_return']:.2f} ± {sd:.2f} (sd over {cfg.seeds} "
                   f"trial(s)); wall {summary['wall_seconds']:.1f} s", summary=summary)

@@ -1,6 +1,7 @@
 """Running DP Q-learning (paper 001) locally and saving what a run leaves behind.
 
-All seeds of a run are one jitted, vmapped program (privrl.systems.dp_qlearning.algorithm). A run
+All seeds of a run are one jitted, vmapped program (privrl.systems.dp_qlearning.algorithm), called
+a chunk of episodes at a time so that progress shows between calls. A run
 writes config.json, metrics.csv (one row per seed and episode), privacy.json, summary.json and
 plots/returns.png into a new directory.
 """
@@ -32,12 +33,13 @@ from privrl.output import (
 )
 from privrl.output import save as save_run
 from privrl.policy import SavedPolicy, saved_policy
-from privrl.privacy.noise import secret_keys, summary_note
+from privrl.privacy.noise import noise_summary, secret_keys
 from privrl.progress import as_progress, emit
 from privrl.systems.dp_qlearning.algorithm import (
     DPQLearning,
     DPQLearningConfig,
     describe_privacy,
+    noise_keys,
     privacy_record,
     run_keys,
 )
@@ -68,26 +70,51 @@ class DPQLOutput(SavesRunDir):
 LINE1D = "privrl.envs.line1d:make_line1d"
 
 
-def sharded_train(algo: DPQLearning, devices: int) -> Any:
-    """jit(keys (R,), sigmas (R,)) -> (returns (R, E), θ (R, d), overflow (R,)), R runs split
-    over `devices` host devices (R must be a multiple of it)."""
+CHUNK_EPISODES = 10  # episodes per compiled call of a run (progress between two calls)
+
+
+def chunk_size(episodes: int, target: int | None = None) -> int:
+    """Episodes per compiled call: the largest divisor of `episodes` up to `target` (default
+    CHUNK_EPISODES) when it is at least target / 2 (one program for every call), else `target`
+    (a second program compiles for the remainder)."""
+    target = CHUNK_EPISODES if target is None else target
+    divisor = max(d for d in range(1, min(target, episodes) + 1) if episodes % d == 0)
+    return divisor if 2 * divisor >= min(target, episodes) else target
+
+
+def sharded(fn: Callable[..., Any], devices: int) -> Any:
+    """jit of `fn` vmapped over R runs (every argument's leading axis), the runs split over
+    `devices` host devices (R must be a multiple of it)."""
     mesh = Mesh(np.array(jax.local_devices()[:devices]), ("runs",))
     spec = PartitionSpec("runs")
-    return jax.jit(jax.shard_map(jax.vmap(algo.train), mesh=mesh, in_specs=spec,
-                                 out_specs=spec, check_vma=False))
+    return jax.jit(jax.shard_map(jax.vmap(fn), mesh=mesh, in_specs=spec, out_specs=spec,
+                                 check_vma=False))
 
 
-def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | None = None
-               ) -> tuple[np.ndarray, float, np.ndarray]:
+def sharded_train(algo: DPQLearning, devices: int) -> Any:
+    """jit(keys (R,), sigmas (R,)) -> (returns (R, E), θ (R, d), overflow (R,)): whole runs
+    as one compiled call."""
+    return sharded(algo.train, devices)
+
+
+def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | None = None,
+               progress: Callable[[int, np.ndarray], None] | None = None,
+               chunk_episodes: int | None = None) -> tuple[np.ndarray, float, np.ndarray]:
     """Returns (len(sigmas), seeds, episodes) for every σ with the config's seeds; wall time;
     each run's final θ (len(sigmas), seeds, d).
 
     The (σ, seed) runs are independent, so they are flattened, vmapped and split over the host's
     XLA devices (one per core; privrl.compute.devices), padded to a multiple of the device count
-    with copies whose results are dropped. Raises if a noise store overflowed (cannot happen
-    with the capacities the algorithm sizes, but a run that lost noise points would be silently
-    wrong).
+    with copies whose results are dropped. The episodes run `chunk_episodes` per compiled call
+    (the same floats as one call: tests), and after each call `progress(episodes done,
+    returns so far (len(sigmas), seeds, done))`. Raises if a noise store overflowed (cannot
+    happen with the capacities the algorithm sizes, but a run that lost noise points would be
+    silently wrong).
     """
+    if chunk_episodes is None:
+        chunk_episodes = chunk_size(config.episodes)
+    if not (isinstance(chunk_episodes, int) and chunk_episodes >= 1):
+        raise ValueError(f"chunk_episodes must be an integer >= 1, got {chunk_episodes!r}")
     algo = DPQLearning(config)
     n_sigma, n_seed = len(sigmas), config.seeds
     runs = n_sigma * n_seed
@@ -99,11 +126,21 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     # secret keys: one root per run from os.urandom, in memory only, passed as an argument
     secret = () if (config.noise or "seeded") == "seeded" else (secret_keys(padded),)
     start = time.perf_counter()
-    returns, theta, overflow = sharded_train(algo, n_dev)(keys, sig, *secret)
-    returns = np.asarray(returns)[:runs].reshape(n_sigma, n_seed, -1)
-    if np.asarray(overflow).any():
+    ts, episode_keys = sharded(algo.start, n_dev)(keys)
+    chunk = sharded(algo.run_episodes, n_dev)
+    pieces: list[np.ndarray] = []
+    for first in range(0, config.episodes, chunk_episodes):
+        last = min(first + chunk_episodes, config.episodes)
+        indices = jnp.asarray(np.broadcast_to(np.arange(first, last, dtype=np.int32),
+                                              (padded, last - first)))
+        ts, returns = chunk(ts, indices, episode_keys[:, first:last], sig, *secret)
+        pieces.append(np.asarray(returns)[:runs].reshape(n_sigma, n_seed, -1))
+        if progress is not None:
+            progress(last, np.concatenate(pieces, axis=-1))
+    returns = np.concatenate(pieces, axis=-1)
+    if np.asarray(sharded(algo.overflow, n_dev)(ts)).any():
         raise RuntimeError("internal error: a noise store overflowed its capacity")
-    theta = np.asarray(theta)[:runs].reshape(n_sigma, n_seed, -1)
+    theta = np.asarray(ts.theta)[:runs].reshape(n_sigma, n_seed, -1)
     return returns, time.perf_counter() - start, theta
 
 
@@ -111,16 +148,20 @@ def run_dp_qlearning(config: DPQLearningConfig, out: str | os.PathLike | None = 
                      progress: Callable[..., Any] | bool | None = None) -> DPQLOutput:
     """Every seed of `config`; `out`: write the run directory there, as the CLI's --out;
     `progress`: a callback `(done, total)`, or True for the CLI's display on stderr. Training
-    is one compiled program: its progress is the compiling phase, then its end (episodes,
-    mean return, and Theorem 5's ε where it is claimed)."""
+    runs CHUNK_EPISODES episodes per compiled call: after each, progress gets the episodes
+    done and the mean return so far; the ε (Theorem 5's, where it is claimed) is spent by the
+    one release, the trained Q-function, so it is reported at the end."""
     check_out_dir(out)
     cfg = config.resolved()
     with as_progress(progress, unit="episodes") as shown:
-        returns, wall, theta = train_grid(cfg, [cfg.sigma])
+        def report(done: int, so_far: np.ndarray) -> None:
+            emit(shown, done, cfg.episodes, mean_return=float(np.mean(so_far)))
+
+        returns, wall, theta = train_grid(cfg, [cfg.sigma],
+                                          progress=None if shown is None else report)
         emit(shown, cfg.episodes, cfg.episodes, mean_return=float(np.mean(returns[0])),
              epsilon=cfg.epsilon if cfg.claims_epsilon else None)
-    # Training is one program: should what follows fail, its returns and Q-functions are kept
-    # (no random baseline).
+    # Should what follows fail, the returns and Q-functions are kept (no random baseline).
     work_so_far(lambda: [DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]))])
     baseline = random_baseline(line1d_task(cfg), cfg.seeds * FINAL_EPISODES, cfg.seed)
     return save_if_asked(DPQLOutput(cfg, returns[0], wall, policy_of(cfg, theta[0]),
@@ -157,7 +198,7 @@ def summarize(out: DPQLOutput) -> dict[str, Any]:
         "preset": cfg.preset,
         "sigma": cfg.sigma,
         "privacy": describe_privacy(cfg),
-        "noise": summary_note(cfg.noise or "seeded"),
+        **noise_summary(noise_keys(cfg)),
         "seeds": cfg.seeds,
         "episodes": cfg.episodes,
         "final_episodes": min(FINAL_EPISODES, cfg.episodes),

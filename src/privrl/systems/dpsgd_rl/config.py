@@ -31,6 +31,8 @@ from privrl.config import (
     positive,
     within,
 )
+from privrl.envs.spec import check_task_fields
+from privrl.privacy.box import check_box
 from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian
 from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
 from privrl.systems.dpsgd_rl.choices import OBS_MODES as MODES
@@ -91,7 +93,7 @@ class ObservationPrivacy(Config):
             positive("noise_multiplier", self.noise_multiplier)
             in_range("delta", self.delta, 0, 1, low_open=True, high_open=True)
             try:
-                self.mechanism()
+                check_box(self.box_low, self.box_high)  # no JAX: the mechanism checks it again
             except ValueError as e:
                 fail("box_low", str(e))
 
@@ -222,6 +224,7 @@ class EpisodicConfig(Config):
 
     def validate(self) -> None:
         """The rules both algorithms share (each config's validate() adds its own)."""
+        check_task_fields(self.env, self.private_params)  # as text; the task checks the rest
         for name in ("seeds", "episodes", "solve_window"):
             integer(name, getattr(self, name))
         if self.max_episode_steps is not None:

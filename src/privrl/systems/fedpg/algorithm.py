@@ -271,7 +271,8 @@ def discrete_sum_mechanism(cfg: FedPGConfig, dim: int, min_honest: int | None = 
 def make_mechanism(cfg: FedPGConfig, dim: int | None = None
                    ) -> Mechanism | DistributedGaussianMechanism | DiscreteGaussianSum:
     """The randomizer applied to what each agent sends (default: none, no guarantee); a user's
-    own (privrl.privacy.user) is asked for ε per release, δ = 0, on inputs of length `dim`."""
+    own (privrl.privacy.user) is asked for ε per release and the plan's δ per release (0 under
+    a pure budget; δ/(2R) under an (ε, δ) one), on inputs of length `dim`."""
     needs_dim = is_user_mechanism(cfg.mechanism) or cfg.mechanism == "distributed-gaussian"
     if needs_dim and dim is None:
         raise ValueError(f"{cfg.mechanism} needs the input length: FedPG(cfg).mechanism")

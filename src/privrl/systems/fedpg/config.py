@@ -35,6 +35,7 @@ from privrl.config import (
     positive,
 )
 from privrl.envs.cartpole import CartPoleSpec
+from privrl.envs.spec import check_task_fields
 from privrl.plugins import is_user_mechanism
 from privrl.privacy.plan import (
     PlanError,
@@ -499,7 +500,9 @@ class FedPGConfig(Config):
             fail(e.field, e.message)
 
     def _check_task(self) -> None:
-        """The default CartPole's gravities, which no other task takes."""
+        """`env` and `private_params` as text (the task checks the rest when it is made), and
+        the default CartPole's gravities, which no other task takes."""
+        check_task_fields(self.env, self.private_params)
         try:
             CartPoleSpec(gravities=tuple(self.gravities))
         except ValueError as e:

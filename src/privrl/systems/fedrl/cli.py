@@ -10,6 +10,7 @@ import typer
 from privrl.cli import (
     Noise,
     Out,
+    ProgressEvery,
     Seed,
     Settings,
     ShowProgress,
@@ -20,10 +21,12 @@ from privrl.cli import (
     run_and_save,
     system_apps,
 )
+from privrl.progress import DEFAULT_EVERY
 
 run_app, reproduce_app = system_apps()
 
-def _execute(algo: Any, out: Path | None, show: bool) -> None:
+
+def _execute(algo: Any, out: Path | None, show: bool, every: float = DEFAULT_EVERY) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -39,7 +42,7 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
               f"{splits.info['valid']} validation / {splits.info['test']} test), H = {cfg.h}, "
               f"{cfg.seeds} trial(s) × ≤ {cfg.epochs} epochs of {cfg.updates_per_epoch} steps")
     path, summary = run_and_save(out, f"{algo.name}-{cfg.size}", lambda bar: run_grid(
-        algo, progress=bar, splits=splits), save, err, show, "epochs")
+        algo, progress=bar, splits=splits), save, err, show, "epochs", every)
     t = Table(title=f"{algo.name} on {cfg.size}×{cfg.size} test maps (mean of "
                     f"{cfg.seeds} trial(s))", header_style="bold")
     for col in ("variant", "SuccRate %", "AvgRwd"):
@@ -55,25 +58,26 @@ def _execute(algo: Any, out: Path | None, show: bool) -> None:
 
 
 @config_command(run_app, "fedrl", "privrl.systems.fedrl.config:FedRLConfig")
-def run_fedrl(settings: Settings, out: Out = None, progress: ShowProgress = True) -> None:
+def run_fedrl(settings: Settings, out: Out = None, progress: ShowProgress = True,
+              progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """FedRL on Grid-World (paper 002): two parties, noisy Q outputs, a shared MLP."""
     # Secure Q-output noise is composed by RDP alone (its accountant's default).
     cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
     cfg.validate()  # every value checked before JAX is imported
     from privrl.systems.fedrl.algorithm import FedRL
 
-    _execute(FedRL(cfg), out, progress)
+    _execute(FedRL(cfg), out, progress, progress_every)
 
 
 @config_command(run_app, "fedrl-baseline", "privrl.systems.fedrl.config:BaselineConfig")
-def run_fedrl_baseline(settings: Settings, out: Out = None,
-                       progress: ShowProgress = True) -> None:
+def run_fedrl_baseline(settings: Settings, out: Out = None, progress: ShowProgress = True,
+                       progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """Paper 002's Grid-World baselines: DQN or FCN on α's observation or on both."""
     cfg = settings.build()
     cfg.validate()  # every value checked before JAX is imported
     from privrl.systems.fedrl.baselines import make_baseline
 
-    _execute(make_baseline(cfg), out, progress)
+    _execute(make_baseline(cfg), out, progress, progress_every)
 
 
 @reproduce_app.command("fedrl")

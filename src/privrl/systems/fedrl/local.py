@@ -27,6 +27,7 @@ from privrl.output import (
     check_out_dir,
     csv_writer,
     plot_curves,
+    plot_title,
     save_if_asked,
     work_so_far,
 )
@@ -213,9 +214,24 @@ def record(out: GridOutput) -> RunRecord:
                            lambda: metrics_rows(out)),
         plots={"valid_success.png": lambda p: plot_curves(
             p, {out.name: out.valid_success},
-            f"{out.name} (Grid-World {cfg.size}×{cfg.size}): validation SuccRate per epoch",
+            plot_title(out.name, f"Grid-World {cfg.size}×{cfg.size}", privacy_label(out)),
             "epoch", "validation SuccRate", window=1)},
         run_info={"maps": out.splits}, policy=out.policy)
+
+
+def privacy_label(out: GridOutput) -> str:
+    """The Q-output noise and its σ, with the ε the record states where it states one, in a
+    few words for the plot (issue 53 item 7); a baseline's: none."""
+    sigma = getattr(out.config, "noise_sigma", None)
+    if sigma is None:
+        return "non-private baseline (no noise)"
+    if sigma == 0:
+        return "no Q-output noise (σ = 0)"
+    g = out.privacy.get("guarantee") or {}
+    if g.get("epsilon") is None:
+        return f"Gaussian Q-output noise σ = {sigma:g}, unbounded outputs: no ε"
+    return (f"Gaussian Q-output noise σ = {sigma:g}, outputs clipped to {out.config.bounded:g}: "
+            f"ε = {g['epsilon']:.3g} (δ = {g['delta']:g})")
 
 
 def save(out: GridOutput, path: Path, command: list[str] | None = None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import typer
 from privrl.cli import (
     Noise,
     Out,
+    ProgressEvery,
     Seed,
     Settings,
     ShowProgress,
@@ -20,6 +21,7 @@ from privrl.cli import (
     run_and_save,
     system_apps,
 )
+from privrl.progress import DEFAULT_EVERY
 
 run_app, reproduce_app = system_apps()
 
@@ -46,7 +48,8 @@ def _overrides(**kw: Any) -> dict[str, Any]:
 @config_command(run_app, "fedrl-text2action",
                 "privrl.systems.fedrl_text.config:TextConfig")
 def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
-                    out: Out = None, progress: ShowProgress = True) -> None:
+                    out: Out = None, progress: ShowProgress = True,
+                    progress_every: ProgressEvery = DEFAULT_EVERY) -> None:
     """FedRL or a baseline on one Text2Action corpus: cross-validation on the authors' folds."""
     # Secure Q-output noise is composed by RDP alone (its accountant's default).
     cfg = settings.build(**({"accountant": "rdp"} if settings.get("secure_noise") else {}))
@@ -71,7 +74,7 @@ def run_text2action(settings: Settings, data: Data, folds: Folds = "0,1,2,3,4",
         out, f"{mode}-text2action-{corpus}", lambda bar: run_cv(
             cfg, text, fold_ids, progress=bar),
         lambda done, path, command: save(cfg, *done, path, command=command), err, progress,
-        "epochs")
+        "epochs", progress_every)
     t = Table(title=f"{mode} on {corpus} test folds (mean over folds, then {cfg.runs} trial(s))",
               header_style="bold")
     for col in ("variant", "F1 %", "precision %", "recall %", "AvgRwd"):
