@@ -202,12 +202,15 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
     rec = sy.Recommendation(**result.recommendation)
     f = sy.facts(system, bool(task_of(cfg).head.continuous))
     per_agent = rec.reports_per_agent * f.episodes_per_report
+    if system == "fedpg-cen":  # `fleet`: an agent plays in a round with probability q
+        per_agent = per_agent * (sy.build_config(system, result.fields).resolved()
+                                 .sampling_rate or 1.0)
     capped = rec.agents * per_agent > args.max_episodes
     if capped:  # the settings for the fleet that runs
-        rec = recommend_at(result, max(1, args.max_episodes // per_agent))
+        rec = recommend_at(result, max(1, int(args.max_episodes // per_agent)))
     print(f"  plan ({plan_seconds:.0f} s, {plan_cpu:.0f} CPU-s): K = {rec.agents:,} "
           f"(planned {result.recommendation['agents']:,}), {rec.reports_per_agent} reports of "
-          f"{f.episodes_per_report} episodes per agent: {rec.agents * per_agent:,} episodes per "
+          f"{f.episodes_per_report} episodes per agent: {rec.agents * per_agent:,.0f} episodes per "
           f"setting and trial, 2 settings × {args.trials} trials", flush=True)
     nonprivate = replace(rec, mechanism="none", epsilon=math.inf)
     if system == "fedpg-cen":
@@ -215,6 +218,12 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
         # K = 1,000 on `reach` the plan's 8.6e-6 left the "non-private" row at random as well
         # (session 10, log 26-fedrows), which made the fraction meaningless
         nonprivate = replace(nonprivate, learning_rate=f.learning_rate)
+        q = sy.build_config(system, result.fields).resolved().sampling_rate
+        if q is not None and q < 1:
+            # `fleet`: q·K Poisson-sampled agents a round; the reference plays as many agents
+            # every round (no noise, so no sampling), the same episodes and rounds, rather
+            # than all K: 1/q times the private row's work (session 11, log 28-fedcen)
+            nonprivate = replace(nonprivate, agents=max(1, round(q * rec.agents)))
     levers = system == "pgc-a3c"
     if levers:
         # pgc-a3c: the private row runs the plan's recommended command (its levers on where the

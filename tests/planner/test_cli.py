@@ -46,7 +46,8 @@ def test_bad_plan_input_is_one_line_exit_2_nothing_written(
 
 REC = sy.Recommendation(mechanism="", epsilon=2.5, agents=300, clip=0.0123, reports_per_agent=2,
                         batch=7, learning_rate=0.003, preset="")
-MECH = {"pgc-a3c": ("laplace", "tuned"), "fedpg-cen": ("distributed-gaussian", "paper"),
+MECH = {"pgc-a3c": ("laplace", "tuned"),
+        "fedpg-cen": ("distributed-gaussian-continuous", "fleet"),
         "dp-reinforce": ("gaussian", "paper")}
 EXECUTORS = {"pgc-a3c": ("privrl.systems.pgc_a3c.cli", "_execute_pgc", 0),
              "fedpg-cen": ("privrl.systems.fedpg.cli", "_execute_fedpg", 0),

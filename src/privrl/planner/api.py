@@ -301,6 +301,16 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      + (". The sweep ran |B| and η with the levers off (a fixed step; a run "
                         "with a lever on runs alone, not in one compiled program)."
                         if config.sweep else "."))
+    if system == "fedpg-cen" and fields.get("adaptive_clip"):
+        notes.append(f"The command runs preset {fields['preset']!r}: "
+                     "distributed-gaussian-continuous (a simulation of the secure sum with "
+                     "continuous Gaussian shares; the Flower deployment's distributed-gaussian "
+                     "samples no agents), each agent in a round with probability q (50 agents a "
+                     "round in expectation; amplification by sampling, by the accountant), the "
+                     "clip starting at the plan's and following the agents' median norm (its "
+                     "bits in the same ε), the preset's own Adam step. The model counts the "
+                     "noise of every agent in every round, 1.15-1.5x below the sampled run's "
+                     "(benchmarks/log/28-fedcen.md).")
     if agents is not None:
         notes.append("K = " + f"{agents:,}: " + (
             "the model's Adam law for the command's rule (E0 · max(1, ρ/ρ0) / (η'/η): an "
@@ -411,6 +421,10 @@ def _recommend(system: str, f: Any, stats: Any, noise: Any, eps: float, agents: 
         batch = model.update_batch(stats, n, ratio0, max(1, agents * reports // 20))
     elif system == "fedpg-cen":
         batch = agents
+        if f.command_learning_rate:  # the `fleet` preset's own Adam step (`sy.facts`)
+            return sy.Recommendation(f.mechanism, eps, int(agents), float(stats.clip),
+                                     int(reports), int(batch), float(f.command_learning_rate),
+                                     f.preset)
     else:
         batch = sy.reinforce_batch(stats, model.release_noise("gaussian", eps, 1, stats.clip,
                                                               stats.dim), agents, f.batch)

@@ -143,14 +143,19 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
         # r reports per agent: a budget of r rounds' episodes, and σ calibrated for the rounds
         # that budget takes (`fedpg_dp_rounds`), not for the most it could take (FedPGConfig's
         # default: budget/(B_min + b), about 2.2 r under paper's batches): the noise the model
-        # counts. A trial that would need more rounds is refused there (its ε holds).
+        # counts. A trial that would need more rounds is refused there (its ε holds). Under
+        # the `fleet` presets r counts rounds (an agent reports in each with probability q);
+        # their non-private run turns the preset's adaptive clip off with the mechanism.
         rounds = ({"dp_rounds": fedpg_dp_rounds(rec.reports_per_agent, rec.preset)}
                   if private_run and rec.mechanism in FEDPG_ROUNDS_MECHANISMS else {})
-        return {**common, "preset": rec.preset, "algorithm": "cen",
-                "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
-                "agents": rec.agents,
-                "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
-                **rounds, "trials": trials}
+        fleet = ({"adaptive_clip": private_run}
+                 if rec.preset in FEDPG_FLEET_PRESETS.values() else {})
+        fields = {**common, "preset": rec.preset, "algorithm": "cen",
+                  "mechanism": rec.mechanism, "epsilon": rec.epsilon if private_run else None,
+                  "agents": rec.agents,
+                  "budget": round(rec.reports_per_agent * fedpg_round(rec.preset)[0]),
+                  **rounds, **fleet, "trials": trials}
+        return fields | fleet_count_noise(fields)
     if system == "dp-reinforce":
         # K episodes in updates of B: a run's `episodes` counts updates (B episodes each)
         fields = {**common, "preset": rec.preset, "dp": private_run,
@@ -204,6 +209,27 @@ def pgc_preset_clip(preset: str) -> float:
 
 # FedPG-Cen's mechanisms whose σ is calibrated for a number of rounds (`dp_rounds`).
 FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continuous")
+# What `privrl plan fedpg-cen` recommends, by the task's action space (FedPGConfig's `fleet`
+# presets: Poisson-sampled agents over the secure sum, the clip at the agents' median norm, a
+# small network, the preset's own Adam step; benchmarks/log/28-fedcen.md), and the rounds it
+# chooses among: the sum's noise on the mean grows with √R, and its signal with R, so the
+# rounds are set by the cost, not the noise (log 28-fedcen).
+FEDPG_FLEET_PRESETS = {False: "fleet", True: "fleet-continuous"}
+
+
+def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
+    """A `fleet` command's clip-bit noise σ_b where its default (q·K/20) is too small for the
+    round's noise multiplier σ: adaptive clipping needs σ_b > σ/2, which a small ε (a large σ)
+    breaks, and `privrl run` would refuse the plan's own command. σ_b = σ then costs the
+    gradient's noise a factor (1 − 1/4)^(-1/2) ≈ 1.15 (z_Δ = (σ⁻² − (2σ_b)⁻²)^(-1/2)), inside the
+    same ε. Nothing where the default fits, or without the adaptive clip."""
+    if not fields.get("adaptive_clip"):
+        return {}
+    cfg = build_config("fedpg-cen", {**fields, "adaptive_clip": False}).resolved()
+    default = cfg.sampling_rate * cfg.agents / 20
+    sigma = cfg.noise_multiplier
+    return {} if sigma is None or 2 * default > sigma else {"clip_count_stddev": float(sigma)}
+FEDPG_FLEET_ROUNDS = (64, 128, 256)
 # dp_rounds covers the rounds a budget takes up to this many standard deviations.
 DP_ROUNDS_SIGMAS = 3.0
 
@@ -291,11 +317,13 @@ def facts(system: str, continuous: bool) -> SystemFacts:
     if system == "fedpg-cen":
         from privrl.systems.fedpg.config import FedPGConfig
 
-        preset = "continuous" if continuous else "paper"
+        preset = FEDPG_FLEET_PRESETS[continuous]
         cfg = FedPGConfig.from_preset(preset)
-        return SystemFacts("distributed-gaussian", "l2", 1.0, tuple(cfg.hidden),
-                           cfg.learning_rate, 1, (2, 4, 8, 16, 32, 64), False, preset,
-                           round(cfg.round_episodes()[0]))
+        # the command keeps the preset's step (command_learning_rate), not one shrunk for the
+        # noise: under Adam that froze reach at its start (benchmarks/log/26-fedrows.md)
+        return SystemFacts(cfg.mechanism, "l2", 1.0, tuple(cfg.hidden), cfg.learning_rate, 1,
+                           FEDPG_FLEET_ROUNDS, False, preset, round(cfg.round_episodes()[0]),
+                           command_learning_rate=cfg.learning_rate)
     if system == "dp-reinforce":
         from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 
@@ -315,7 +343,12 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
     def pgc(eps: float, r: int, k: int) -> float:
         return release_noise("laplace", eps * (1 - f.clip_bit_share), r, c, d)
 
-    def fedpg(eps: float, r: int, k: int) -> float:  # σ for the run's dp_rounds
+    def fedpg(eps: float, r: int, k: int) -> float:
+        # σ for the run's dp_rounds, every agent in every round: the `fleet` command samples
+        # q·K agents a round, whose noise on the mean, σ_q·C/(qK), is 1.15-1.5x this at
+        # q·K = 50 and 64-256 rounds (benchmarks/log/28-fedcen.md; the command's σ_q is the
+        # accountant's own); calibrating σ_q in every step of the model's ε bisection would
+        # cost minutes
         return release_noise("distributed-gaussian", eps, fedpg_dp_rounds(r, f.preset), c, d,
                              delta, summed_over=k)
 

@@ -108,6 +108,8 @@ __all__ = ["REFUSED", "UNTRUSTED_BUNDLE", "Credentials", "LocalDeployment", "ans
 UNTRUSTED_BUNDLE = 0x5055  # the Error code an agent executor answers another bundle with
 CONNECTION = "privrl"  # the SuperLink connection's name in the run's Flower config
 GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+TRACK_S = 1.0  # how often a running deployment looks for its processes' descendants
+EXECUTOR_POLL_S = 0.1  # an agent executor's wait between two asks for a task
 
 
 # --- credentials made for one run ----------------------------------------------------------
@@ -250,7 +252,7 @@ def refusing_client_app(module: str) -> ClientApp:
 
 def serve_tasks(runtime_api: str, handle: Handler, trusted_fab: str,
                 secret: bytes | None = None, should_stop: Callable[[], bool] = lambda: False,
-                poll_s: float = 0.05) -> None:
+                poll_s: float = EXECUTOR_POLL_S) -> None:
     """Take the SuperNode's ClientApp tasks and answer each with `handle` in this process;
     a task of any other bundle than `trusted_fab` gets an error and runs nothing. `secret`:
     the SuperNode's SuperExec secret (`--superexec-auth-secret-file`), without which it hands
@@ -390,8 +392,7 @@ class LocalDeployment:
         self.spawn("superlink", [
             "flower-superlink", "--ssl-ca-certfile", str(creds.ca), "--ssl-certfile",
             str(creds.certificate), "--ssl-keyfile", str(creds.key), "--enable-supernode-auth",
-            "--disable-runtime-dependency-installation", "--host", host, "--port", port,
-            "--database", str(self.work / "superlink.db")])
+            "--disable-runtime-dependency-installation", "--host", host, "--port", port])
         self._wait_for_port(host, int(port))
         for i, (_, public) in enumerate(creds.nodes):
             self._flwr(["supernode", "register", str(public), CONNECTION, "--name",
@@ -433,9 +434,8 @@ class LocalDeployment:
 
     def track(self) -> None:
         """Remember the descendants of every process started (detached ones included), so
-        that `stop_all` stops them after their parents are gone."""
-        for proc in self.processes:
-            self.seen.update(descendants(proc.pid))
+        that `stop_all` stops them after their parents are gone (one /proc scan for all)."""
+        self.seen.update(descendants(*(proc.pid for proc in self.processes)))
 
     def check(self) -> None:
         """RuntimeError if the SuperLink has exited; a SuperNode whose `flower-supernode` or
@@ -494,8 +494,11 @@ class LocalDeployment:
         no limit) or when a process of the deployment has died; what `flwr run` said."""
         said = self.submit(app)
         deadline = math.inf if timeout_s is None else time.monotonic() + timeout_s
+        next_track = 0.0
         while not done.exists():
-            self.track()
+            if time.monotonic() >= next_track:  # a /proc scan: not at every check
+                self.track()
+                next_track = time.monotonic() + TRACK_S
             self.check()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the run did not finish in {timeout_s:g} s; logs in "
@@ -511,8 +514,7 @@ def stop_all(processes: list[subprocess.Popen],
     they ran (`descendants`): those still running with the same start time (not a reused
     pid), in groups of their own, get the same."""
     seen = set(seen or ())
-    for proc in processes:
-        seen.update(descendants(proc.pid))
+    seen.update(descendants(*(proc.pid for proc in processes)))
     for proc in reversed(processes):
         _signal(proc.pid, signal.SIGTERM)
     for pid, started in seen:
@@ -532,9 +534,10 @@ def stop_all(processes: list[subprocess.Popen],
     processes.clear()
 
 
-def descendants(pid: int) -> set[tuple[int, float]]:
-    """(pid, start time) of every descendant of `pid` now running (Linux's /proc; elsewhere
-    none: a detached process is then stopped only by its own parent's exit)."""
+def descendants(*pids: int) -> set[tuple[int, float]]:
+    """(pid, start time) of every descendant of the processes `pids` now running, from one
+    scan of Linux's /proc (elsewhere none: a detached process is then stopped only by its own
+    parent's exit)."""
     children: dict[int, list[int]] = {}
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
@@ -542,7 +545,7 @@ def descendants(pid: int) -> set[tuple[int, float]]:
                 stat = _stat(int(entry.name))
                 if stat is not None:
                     children.setdefault(int(stat[1]), []).append(int(entry.name))
-    out, todo = set(), [pid]
+    out, todo = set(), list(pids)
     while todo:
         for child in children.get(todo.pop(), []):
             started = _started(child)

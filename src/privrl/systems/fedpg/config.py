@@ -94,6 +94,22 @@ PRESETS: dict[str, dict[str, Any]] = {
 ADAPTIVE_LEVERS: dict[str, Any] = {"step_from_noise": True, "public_eval_every": 10}
 PRESETS["adaptive"] = dict(ADAPTIVE_LEVERS)
 PRESETS["adaptive-continuous"] = {**PRESETS["continuous"], **ADAPTIVE_LEVERS}
+# "fleet" (issue 51): FedPG-Cen for a large fleet at a small user-level ε, what `privrl plan
+# fedpg-cen` recommends: the secure sum's Gaussian with Poisson sampling of agents
+# (distributed-gaussian-continuous; q·K = 50 agents a round by default, DEFAULT_PARTICIPANTS):
+# the noise on the mean, σ_q·C/(qK), is 1.15-1.5x that of every agent in every round's
+# at the same rounds (amplification by sampling), while a round computes 1/q fewer agents, so
+# a K = 1,000 run fits 10 minutes on 2 cores (benchmarks/log/28-fedcen.md); the clip follows
+# the agents' median norm (adaptive_clip, its bits in the same ε). On paper's learner.
+# "fleet-continuous": continuous's learner with a small network (16, 16) (the sum's noise
+# grows with d: d = 4,418 under (64, 64) on a 1-D reaching task) and Adam at 1e-3 (fewer,
+# noisier steps). The step is the preset's own (Adam's step per coordinate does not grow
+# with the noise; the plan's noise-shrunk step left reach at its start, log 26-fedrows).
+FLEET_MECHANISM: dict[str, Any] = {"mechanism": "distributed-gaussian-continuous",
+                                   "adaptive_clip": True}
+PRESETS["fleet"] = dict(FLEET_MECHANISM)
+PRESETS["fleet-continuous"] = {**PRESETS["continuous"], "hidden": (16, 16),
+                               "learning_rate": 1e-3, **FLEET_MECHANISM}
 
 
 def is_pure_mechanism(mechanism: str) -> bool:
@@ -143,7 +159,11 @@ class FedPGConfig(Config):
         "state-free learned log-std, γ = 0.9, hidden (64, 64), B_t ~ U{4..8}, ω truncated at "
         "2, Adam 3e-4 (benchmarks/RESULTS.md). adaptive (fedpg-cen): paper's learner with "
         "--step-from-noise and --public-eval-every 10; adaptive-continuous: continuous's "
-        "with the same. Options given explicitly override it.")
+        "with the same. fleet (fedpg-cen, a large fleet at a small ε; give --epsilon): "
+        "paper's learner, --mechanism distributed-gaussian-continuous (50 agents a round in "
+        "expectation: amplified by sampling) with --adaptive-clip; fleet-continuous: "
+        "continuous's with hidden (16, 16) and Adam 1e-3, the same mechanism. Options given "
+        "explicitly override it.")
     topology: str = option(
         "ring", choices=TOPOLOGIES, help="fedpg-dec's directed graph: ring (static k → k+1), "
         "exponential (time-varying one-peer exponential graph of SGP) or random (one random "
