@@ -276,7 +276,11 @@ def run_row(task: str, system: str, epsilon: float, agents: int | None, args: An
                     # like for like: every final policy on the same fresh public episodes
                     "policy_returns": {"private": private_curve.final_policy,
                                        "nonprivate": nonprivate_curve.final_policy,
-                                       "adaptive": curve.final_policy}}
+                                       "adaptive": curve.final_policy},
+                    # their standard errors (25 episodes per trial): each row's own interval
+                    "policy_returns_se": {"private": private_curve.final_policy_se,
+                                          "nonprivate": nonprivate_curve.final_policy_se,
+                                          "adaptive": curve.final_policy_se}}
     return {"task": task, "env": env, "private": list(private), "system": system,
             "epsilon": epsilon, "agents": rec.agents, "planned_agents":
             result.recommendation["agents"], "capped": capped,

@@ -89,3 +89,34 @@ def test_dp_reinforce_and_fedpg_pilots_need_no_start_change() -> None:
     # runs the pilot's own preset
     assert sy.start_fields("dp-reinforce", "paper") == {}
     assert ("fedpg-cen", sy.facts("fedpg-cen", False).preset) not in sy.LEVERS_PRESET
+
+
+def test_dp_reinforce_plans_its_continuous_preset_on_a_box_task() -> None:
+    """A Box task's pilot, run and `adaptive` command start close to the uniform policy (the
+    paper's Glorot start played below random on Pendulum, benchmarks/log/28-floor.md); a
+    discrete task keeps the paper's learner."""
+    assert sy.facts("dp-reinforce", False).preset == "paper"
+    f = sy.facts("dp-reinforce", True)
+    assert f.preset == "continuous" and f.learning_rate == 0.003
+    cfg = sy.build_config("dp-reinforce", pilot_fields("dp-reinforce", True))
+    assert (cfg.preset, cfg.uniform_start, cfg.log_std, cfg.gamma) == (
+        "continuous", True, "parameter", 0.9)
+    rec = sy.Recommendation("gaussian", 5.0, 2000, 1.0, 1, 50, 0.003, f.preset)
+    command = sy.build_config("dp-reinforce", sy.config_fields(
+        "dp-reinforce", rec, "gymnax:Pendulum-v1", (), 1, 0, levers=True))
+    assert command.preset == "adaptive-continuous" and command.uniform_start
+    assert command.adaptive_clip and command.public_eval_every == 10
+    assert not command.step_from_noise and command.batch_episodes == 50  # the plan's
+
+
+def test_a_dp_reinforce_run_makes_at_least_the_pilots_updates() -> None:
+    """Adam's step does not grow with the batch: a run of K episodes makes at least the
+    updates the non-private pilot took to learn (E0 over its batch), not 10 large ones."""
+    stats = sy.PilotStats(200, (1.0, 2.0, 3.0), 1.0, 0.05, 1.0, -500.0, -100.0, 300.0)
+    assert sy.reinforce_updates(stats, 1) == 300
+    assert sy.reinforce_updates(stats, 4) == 75
+    assert sy.reinforce_batch(stats, 1e4, 30_000) == 100  # 30,000 / 300 updates
+    assert sy.reinforce_batch(stats, 1e4, 200) == 1
+    unlearned = sy.PilotStats(200, (1.0, 2.0, 3.0), 1.0, 0.05, 1.0, -500.0, -600.0, None)
+    assert sy.reinforce_updates(unlearned, 1) == sy.MIN_UPDATES
+    assert sy.reinforce_batch(unlearned, 1e4, 30_000) == 256  # MAX_REINFORCE_BATCH

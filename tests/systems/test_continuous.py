@@ -105,3 +105,31 @@ def test_a_host_rollout_where_no_environment_steps_has_a_steps_shapes() -> None:
                                  active=np.zeros((1, 2), bool))
     assert trials.actions.shape == trials.aux.shape == (1, 3, 2, 1)
     assert trials.actions.dtype == np.float32 and not trials.aux.any()
+
+
+def test_dp_reinforce_continuous_preset_starts_uniform_and_its_policy_loads(tmp_path) -> None:
+    """DP-REINFORCE's `continuous` preset starts at the Box's centre with the uniform's σ in
+    every state (the paper's Glorot start does not: its greedy actions sit near a bound in
+    many states, below random on Pendulum); its state-free log-std round-trips policy.npz."""
+    import jax
+
+    from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
+
+    obs = np.random.default_rng(0).uniform(-8, 8, (64, 3)).astype(np.float32)
+    fields = dict(env="gymnax:Pendulum-v1", episodes=2, batch_episodes=2, max_episode_steps=12)
+    algo = Reinforce(ReinforceConfig.from_preset("continuous", **fields))
+    theta = np.asarray(algo.model.init(jax.random.key(0)))
+    out = np.asarray(algo.model.apply(theta, obs))
+    np.testing.assert_array_equal(out[:, 0], 0.0)  # the mean: the Box's centre
+    np.testing.assert_allclose(out[:, 1], np.log(4 / np.sqrt(12)), rtol=1e-6)
+    paper = Reinforce(ReinforceConfig(**fields))
+    assert np.abs(np.asarray(paper.model.apply(paper.model.init(jax.random.key(0)), obs)
+                             )[:, 0]).max() > 0.5
+    moved = theta + np.random.default_rng(1).normal(0, 0.1, theta.shape).astype(np.float32)
+    algo.saved_policy("dp-reinforce", moved[None]).write(tmp_path / "policy.npz")
+    policy = privrl.load_policy(tmp_path)
+    assert policy.description["model"]["log_std"] == "parameter"
+    assert policy.action_head == Gaussian((-2.0,), (2.0,))
+    np.testing.assert_allclose(policy.act(obs[:4]), np.asarray(algo.greedy(moved, None,
+                                                                            obs[:4])),
+                               rtol=1e-5)

@@ -84,13 +84,21 @@ class BestCandidates:
 
     `offer(returns, candidates, stderr)` takes every trial's current candidate (θ and whatever
     the caller must restore with it, e.g. the optimizer's state: row k is trial k's), its mean
-    return on the public simulator and that mean's standard error. A candidate better than
-    the trial's best becomes the best. One that fell below the best by more than `collapse` of
-    the best's gain over the start, and by more than `sigmas` standard errors of the two
-    evaluations (a drop the evaluation's own noise would not explain), counts as a collapse:
-    the trial is to revert to its best and lower its step by `backoff` (`offer` returns the
-    mask). The first candidate (the start) is always offered first, so `best` never returns a
-    candidate whose public return is below the start's."""
+    return on the public simulator and that mean's standard error. What it uses: those means
+    and standard errors only (public-simulator scores of θs computed from released reports).
+
+    - **The answer:** a candidate better than the trial's best becomes the best. The first
+      candidate (the start) is always offered first, so `best` never returns a candidate
+      whose public return is below the start's.
+    - **The iterate:** a trial reverts to its best (and lowers its step by `backoff`; `offer`
+      returns the mask) only on a collapse: it had *gained* (its best above its start by more
+      than `sigmas` standard errors of the two evaluations: a gain the evaluation's own noise
+      would not explain), and the candidate lost more than `collapse` of that gain and more
+      than `sigmas` standard errors of its and the best's evaluations. Before such a gain
+      nothing is reverted: a learner may pass through policies worse than its start (early
+      noisy steps, a DQN's early updates), and reverting each to a start that happens to be
+      the best froze it there (54 and 58 reverts on CartPole, benchmarks/log/26-dqn.md); the
+      best stays the answer meanwhile."""
 
     def __init__(self, backoff: float = 0.5, collapse: float = 0.5, sigmas: float = 2.0):
         if not 0 < backoff <= 1:
@@ -102,6 +110,7 @@ class BestCandidates:
         self.backoff, self.collapse, self.sigmas = backoff, collapse, float(sigmas)
         self.best_stderr: np.ndarray | None = None
         self.start: np.ndarray | None = None
+        self.start_stderr: np.ndarray | None = None
         self.best_return: np.ndarray | None = None
         self.best: Any = None  # (trials, ...) host arrays: the best candidates' θ and extras
         self.history: list[np.ndarray] = []  # every offer's returns, (trials,) each
@@ -117,18 +126,20 @@ class BestCandidates:
         host = jax.tree_util.tree_map(np.asarray, candidates)
         self.history.append(returns)
         if self.best_return is None:
-            self.start = returns.copy()
+            self.start, self.start_stderr = returns.copy(), stderr.copy()
             self.best_return = returns.copy()
             self.best_stderr = stderr.copy()
             self.best = jax.tree_util.tree_map(np.copy, host)
             self.backoffs = np.zeros(returns.shape, np.int64)
             return np.zeros(returns.shape, bool)
         assert self.start is not None and self.backoffs is not None
-        assert self.best_stderr is not None
+        assert self.best_stderr is not None and self.start_stderr is not None
         better = returns > self.best_return
+        gain = self.best_return - self.start
+        gained = gain > self.sigmas * np.hypot(self.best_stderr, self.start_stderr)
         noise = self.sigmas * np.hypot(stderr, self.best_stderr)
-        margin = np.maximum(self.collapse * (self.best_return - self.start), noise)
-        collapsed = ~better & (returns < self.best_return - margin)
+        margin = np.maximum(self.collapse * gain, noise)
+        collapsed = gained & ~better & (returns < self.best_return - margin)
         self.best_return = np.where(better, returns, self.best_return)
         self.best_stderr = np.where(better, stderr, self.best_stderr)
         self.best = jax.tree_util.tree_map(

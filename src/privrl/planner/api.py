@@ -284,7 +284,8 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                               config.trials, config.seed, levers=True)
     sy.build_config(system, fields).validate()
     if sy.levers_apply(system, rec) and system == "dp-reinforce":
-        notes.append("The command runs preset 'adaptive': the plan's settings with the adaptive "
+        notes.append(f"The command runs preset {fields['preset']!r}: the plan's settings with "
+                     "the adaptive "
                      "levers on (the clip starts at the plan's and follows the episodes' median "
                      "norm, its count's noise split off the same ε and counted; the best policy "
                      "on the public simulator is kept; the batch and step size are the plan's)"
@@ -426,7 +427,7 @@ def _recommend(system: str, f: Any, stats: Any, noise: Any, eps: float, agents: 
                                      f.preset)
     else:
         batch = sy.reinforce_batch(stats, model.release_noise("gaussian", eps, 1, stats.clip,
-                                                              stats.dim), agents)
+                                                              stats.dim), agents, f.batch)
     lr = model.step_size(f.learning_rate, stats, n, batch, ratio0)
     return sy.Recommendation(f.mechanism, eps, int(agents), float(stats.clip), int(reports),
                              int(batch), float(f"{lr:.3g}"), f.preset)

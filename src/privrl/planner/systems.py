@@ -63,6 +63,7 @@ class Curve:
     # A run that kept its best public candidate (--public-eval-every): the kept policies'
     # mean return on fresh public-simulator episodes (the run's verdict's); None otherwise.
     final_policy: float | None = None
+    final_policy_se: float | None = None  # that mean's standard error (all its episodes)
 
     def final(self, upto: float | None = None, tail: float = 0.1) -> float:
         """The mean return over the last `tail` of the curve up to `upto` episodes."""
@@ -82,7 +83,10 @@ class Curve:
 # model `continuous` (the critic in the report, the trace law): its 642-parameter report was
 # mostly critic and it learned nothing privately on the untuned benchmark's `reach` and
 # Pendulum, where `adaptive`'s policy-only report learns (benchmarks/log/28-cont.md).
-LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive", ("dp-reinforce", "paper"): "adaptive"}
+# DP-REINFORCE on a Box task: `continuous` (its uniform start, benchmarks/log/28-floor.md)
+# plus the same levers.
+LEVERS_PRESET = {("pgc-a3c", "tuned"): "adaptive", ("dp-reinforce", "paper"): "adaptive",
+                 ("dp-reinforce", "continuous"): "adaptive-continuous"}
 
 
 def levers_apply(system: str, rec: Recommendation) -> bool:
@@ -154,8 +158,9 @@ def config_fields(system: str, rec: Recommendation, env: str, private: Sequence[
         return fields | fleet_count_noise(fields)
     if system == "dp-reinforce":
         # K episodes in updates of B: a run's `episodes` counts updates (B episodes each)
-        fields = {**common, "dp": private_run, "target_epsilon": rec.epsilon if private_run
-                  else None, "episodes": max(1, math.ceil(rec.agents / rec.batch)),
+        fields = {**common, "preset": rec.preset, "dp": private_run,
+                  "target_epsilon": rec.epsilon if private_run else None,
+                  "episodes": max(1, math.ceil(rec.agents / rec.batch)),
                   "batch_episodes": rec.batch, "seeds": trials, "stop_when_solved": False}
         return reinforce_levers(fields) if levers and levers_apply(system, rec) else fields
     raise ValueError(f"unknown system {system!r}")
@@ -255,11 +260,13 @@ def fedpg_dp_rounds(reports: int, preset: str) -> int:
 
 
 def reinforce_levers(fields: dict[str, Any]) -> dict[str, Any]:
-    """A DP-REINFORCE command's fields with the `adaptive` preset's levers on: the clip starts
-    at the plan's and follows the episodes' median norm (its count's noise taken from the
-    same ε: σ split, Andrew et al. 2021), the best policy on the public simulator is kept; the
-    batch and step size stay the plan's (`step_from_noise` off: one rule sets the step)."""
-    return {**fields, "preset": "adaptive", "step_from_noise": False}
+    """A DP-REINFORCE command's fields with the levers of its preset's `adaptive` preset on
+    (`paper` → `adaptive`, `continuous` → `adaptive-continuous`): the clip starts at the
+    plan's and follows the episodes' median norm (its count's noise taken from the same ε:
+    σ split, Andrew et al. 2021), the best policy on the public simulator is kept; the batch
+    and step size stay the plan's (`step_from_noise` off: one rule sets the step)."""
+    preset = LEVERS_PRESET[("dp-reinforce", fields.get("preset", "paper"))]
+    return {**fields, "preset": preset, "step_from_noise": False}
 
 
 @dataclass(frozen=True)
@@ -320,7 +327,9 @@ def facts(system: str, continuous: bool) -> SystemFacts:
     if system == "dp-reinforce":
         from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
 
-        cfg = ReinforceConfig()
+        # a Box task: `continuous`, the paper's learner started close to the uniform policy
+        # (the paper's start played below random on Pendulum, benchmarks/log/28-floor.md)
+        cfg = ReinforceConfig.from_preset("continuous" if continuous else "paper")
         return SystemFacts("gaussian", "l2", 1.0, (cfg.hidden,), cfg.learning_rate,
                            cfg.batch_episodes, (1,), True, cfg.preset)
     raise ValueError(f"unknown system {system!r}")
@@ -344,7 +353,8 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
                              delta, summed_over=k)
 
     def reinforce(eps: float, r: int, k: int) -> float:
-        b = reinforce_batch(stats, release_noise("gaussian", eps, 1, c, d, delta), k)
+        b = reinforce_batch(stats, release_noise("gaussian", eps, 1, c, d, delta), k,
+                            f.batch)
         return release_noise("gaussian", eps, 1, c, d, delta, summed_over=b)
 
     return {"pgc-a3c": pgc, "fedpg-cen": fedpg, "dp-reinforce": reinforce}[system]
@@ -404,12 +414,28 @@ MAX_REINFORCE_BATCH = 256
 MIN_UPDATES = 10
 
 
-def reinforce_batch(stats: PilotStats, noise_sum: float, episodes: int) -> int:
+def reinforce_updates(stats: PilotStats, pilot_batch: int) -> int:
+    """The fewest updates a DP-REINFORCE run makes: MIN_UPDATES, or the updates the non-private
+    pilot took to learn (E0 over its batch), whichever is more. Adam's step has a fixed size
+    whatever the batch averages, so a run of fewer, larger updates moves the policy less than
+    the pilot did: on Pendulum the plan's 10 updates of 158 episodes ended below random,
+    non-private too, where the pilot's 500 updates of one episode learned
+    (benchmarks/log/28-floor.md)."""
+    e0 = stats.episodes_to_learn
+    if e0 is None:
+        return MIN_UPDATES
+    return max(MIN_UPDATES, math.ceil(e0 / max(1, pilot_batch)))
+
+
+def reinforce_batch(stats: PilotStats, noise_sum: float, episodes: int,
+                    pilot_batch: int = 1) -> int:
     """DP-REINFORCE's |B|: the batch whose update has the noise-to-signal ratio of one
     non-private episode, √V/S: B²S²(V/S²) = V·B + N_sum, so B = 1 + N_sum/V; at most
-    MAX_REINFORCE_BATCH and `episodes`/MIN_UPDATES."""
+    MAX_REINFORCE_BATCH and `episodes` over the updates the run needs (`reinforce_updates`,
+    from the pilot, whose batch was `pilot_batch`)."""
     v = max(stats.clipped_variance, 1e-30)
-    most = max(1, min(MAX_REINFORCE_BATCH, episodes // MIN_UPDATES))
+    most = max(1, min(MAX_REINFORCE_BATCH,
+                      episodes // reinforce_updates(stats, pilot_batch)))
     return int(max(1, min(most, math.ceil(1 + noise_sum / v))))
 
 
@@ -495,8 +521,11 @@ def _curve(x: np.ndarray, per_trial: np.ndarray, wall: float,
     y = np.asarray(per_trial, np.float64)
     with np.errstate(all="ignore"):
         mean = np.nanmean(y, axis=0) if np.isfinite(y).any() else np.full(y.shape[1], np.nan)
-    return Curve(np.asarray(x, np.float64), mean, float(wall), y,
-                 None if final_policy is None else float(np.mean(final_policy)))
+    if final_policy is None:
+        return Curve(np.asarray(x, np.float64), mean, float(wall), y)
+    fp = np.asarray(final_policy, np.float64).reshape(-1)
+    return Curve(np.asarray(x, np.float64), mean, float(wall), y, float(fp.mean()),
+                 float(fp.std(ddof=1) / math.sqrt(fp.size)) if fp.size > 1 else None)
 
 
 def _moving_mark(curve: Curve, random: float, fraction: float

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from privrl.choices import ACCOUNTANTS, DEFAULT_ACCOUNTANT, NOISE_MODES
+from privrl.choices import ACCOUNTANTS, DEFAULT_ACCOUNTANT, LOG_STDS, NOISE_MODES
 from privrl.config import (
     ACCOUNTANT_HELP,
     ENV_HELP,
@@ -177,8 +177,9 @@ class EpisodicConfig(Config):
     preset: str = option("paper", help="paper: the slides' settings (read as docs/dpsgd-rl.md "
                          "says); adaptive: the paper's learner with the levers that adapt it to "
                          "the task (adaptive clip, 8 episodes per update, step from noise, best "
-                         "candidate on the public simulator). Options given explicitly "
-                         "override it.")
+                         "candidate on the public simulator); continuous: the paper's learner "
+                         "started close to the uniform policy, for a Box task; "
+                         "adaptive-continuous: both. Options given explicitly override it.")
     seeds: int = option(1, flag="--trials", help="Independent trials, run vectorized.")
     seed: int = option(0, help="Random seed (same seed, same results).")
     episodes: int = option(1000, help="Training episodes at most (stops when solved).")
@@ -285,11 +286,21 @@ def calibrated_sigma(cfg: EpisodicConfig, releases: int, sampling_rate: float | 
 # task's public simulator kept every 10 updates, reverting and halving the step when the
 # policy collapses. The returns are normalized within each episode (the paper's, kept).
 # Measured in benchmarks/log/24-dprl.md.
+# "continuous" (issue 51): the paper's learner on a Box task, started close to the uniformly
+# random policy (`uniform_start`: its mean at the box's centre, its state-free σ the
+# uniform's), with γ = 0.9 and Adam at 3e-3. On gymnax Pendulum-v1 the paper's Glorot start,
+# squashed into the box, plays its greedy actions near a bound (below random), its 0.01 step
+# throws the mean about, and at γ = 0.99 the episode-standardized returns carry almost no
+# signal: non-private it fell from random, where these settings learn
+# (benchmarks/log/28-floor.md). "adaptive-continuous": the adaptive levers on that learner.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper": {},
     "adaptive": {"adaptive_clip": True, "batch_episodes": 8, "step_from_noise": True,
                  "public_eval_every": 10},
+    "continuous": {"log_std": "parameter", "uniform_start": True, "gamma": 0.9,
+                   "learning_rate": 0.003},
 }
+PRESETS["adaptive-continuous"] = {**PRESETS["adaptive"], **PRESETS["continuous"]}
 
 
 @dataclass(frozen=True)
@@ -303,6 +314,17 @@ class ReinforceConfig(LeverConfig, EpisodicConfig):
     batch_episodes: int = option(1, help="Episodes per update (the slides: one).")
     normalize_returns: bool = option(True, help="Standardize the returns within a batch.")
     learning_rate: float = option(0.01, help="Adam's step size.")
+    log_std: str = option(
+        "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
+        "log-std from the network's outputs (state) or a learned vector (parameter); a "
+        "discrete task's head has no log-std and ignores it.")
+    uniform_start: bool = option(
+        False, help="The policy starts at (or close to) a uniformly random one: the output "
+        "layer starts at zero, so a discrete task's logits are all 0 (the uniform policy) and "
+        "a continuous task's Gaussian has its mean at the centre of the action box in every "
+        "state, its σ the uniform's standard deviation, (high − low)/√12 (the learned "
+        "log-std's start). Needs --log-std parameter; a network you pass (--model) starts as "
+        "it initializes itself.")
     # The levers that adapt a private run to its task (issue 51; the "adaptive" preset turns
     # them on): LeverConfig's fields (privrl.systems.dpsgd_rl.levers), shared with DP-DQN.
 
@@ -311,6 +333,12 @@ class ReinforceConfig(LeverConfig, EpisodicConfig):
         in_range("dropout", self.dropout, 0, 1, high_open=True)
         integer("hidden", self.hidden)
         integer("batch_episodes", self.batch_episodes)
+        one_of("log_std", self.log_std, LOG_STDS)
+        if self.uniform_start is not False and (self.uniform_start is not True
+                                                or self.log_std != "parameter"):
+            fail("uniform_start", "needs the state-free log-std (log_std parameter)"
+                 if self.uniform_start is True else
+                 f"must be true or false, got {self.uniform_start!r}")
         self.check_levers()
 
     @property

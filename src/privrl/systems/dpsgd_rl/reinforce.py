@@ -116,8 +116,14 @@ class Reinforce(EpisodicLearner):
         self.continuous = self.policy_head.continuous
         self.dropout = model is None and not self.continuous
         if model is None:
+            # `uniform_start`: the output layer at zero (uniform logits; a Box task's mean at
+            # its centre, its state-free σ the uniform's), `continuous` presets
+            uniform, box = cfg.uniform_start, self.continuous
             self.model = mlp((cfg.hidden,), self.policy_head.outputs, task.obs_dim,
-                             init="glorot_normal")
+                             init="glorot_normal", log_std=cfg.log_std if box else "state",
+                             start_log_std=(self.policy_head.uniform_log_std()
+                                            if uniform and box else None),
+                             zero_output=uniform)
         else:
             self.model = FlatModel(check_module(model, task, "policy"),
                                    jnp.zeros((task.obs_dim,), jnp.float32))
