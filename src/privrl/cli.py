@@ -496,7 +496,8 @@ def _source_fields(module: str, name: str) -> dict[str, tuple[str | None, str, s
             continue
         call = item.value
         flag = None
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "option":
+        called = getattr(call.func, "id", "") if isinstance(call, ast.Call) else ""
+        if called == "option" or called.endswith("_option"):  # config.py's shared declarations
             kw = {k.arg: k.value for k in call.keywords}
             cli = not (isinstance(kw.get("cli"), ast.Constant) and kw["cli"].value is False)
             given = kw.get("flag")

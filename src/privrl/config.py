@@ -17,7 +17,7 @@ from numbers import Integral, Real
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn, Self
 
-from privrl.choices import CONTINUOUS_COMMANDS
+from privrl.choices import CONTINUOUS_COMMANDS, LOG_STDS
 
 
 class ConfigError(ValueError):
@@ -143,6 +143,37 @@ def option(default: Any = dataclasses.MISSING, *, help: str, unit: str | None = 
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def log_std_option() -> Any:
+    """The `log_std` field of every config whose network may have a Gaussian head: declared
+    once, so each system's flag says the same thing. (A `*_option()` helper's field takes its
+    name's flag: `cli.source_flags` reads it so before JAX.)"""
+    return option("state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: "
+                  "its log-std from the network's outputs (state) or a learned vector "
+                  "(parameter); a discrete task's head has no log-std and ignores it.")
+
+
+def uniform_start_option(layer: str = "output layer", needs_log_std: bool = True) -> Any:
+    """The `uniform_start` field (issue 51): the policy starts at (or close to) the uniform
+    one, declared once; `layer` names what starts at zero in the system's network, and
+    `needs_log_std` whether the system asks for the state-free log-std with it
+    (`check_uniform_start`)."""
+    needs = "Needs --log-std parameter" if needs_log_std else (
+        "On a continuous task it needs --log-std parameter")
+    return option(False, help=f"The policy starts at (or close to) a uniformly random one: "
+                  f"the {layer} starts at zero, so a discrete task's logits are all 0 (the "
+                  "uniform policy) and a continuous task's Gaussian has its mean at the centre "
+                  "of the action box in every state, its σ the uniform's standard deviation, "
+                  f"(high − low)/√12 (the learned log-std's start). {needs}; a network you "
+                  "pass (--model) starts as it initializes itself.")
+
+
+def check_uniform_start(uniform_start: object, log_std: str) -> None:
+    """`uniform_start` is a bool, and true only with the state-free log-std."""
+    if uniform_start is not False and (uniform_start is not True or log_std != "parameter"):
+        fail("uniform_start", "needs the state-free log-std (log_std parameter)"
+             if uniform_start is True else f"must be true or false, got {uniform_start!r}")
 
 
 def field_flag(f: dataclasses.Field) -> str | None:

@@ -20,15 +20,18 @@ from privrl.config import (
     NOISE_HELP,
     PRIVATE_HELP,
     Config,
+    check_uniform_start,
     fail,
     finite,
     in_range,
     integer,
+    log_std_option,
     max_steps_help,
     non_negative,
     one_of,
     option,
     positive,
+    uniform_start_option,
     within,
 )
 from privrl.envs.spec import check_task_fields
@@ -314,17 +317,8 @@ class ReinforceConfig(LeverConfig, EpisodicConfig):
     batch_episodes: int = option(1, help="Episodes per update (the slides: one).")
     normalize_returns: bool = option(True, help="Standardize the returns within a batch.")
     learning_rate: float = option(0.01, help="Adam's step size.")
-    log_std: str = option(
-        "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
-        "log-std from the network's outputs (state) or a learned vector (parameter); a "
-        "discrete task's head has no log-std and ignores it.")
-    uniform_start: bool = option(
-        False, help="The policy starts at (or close to) a uniformly random one: the output "
-        "layer starts at zero, so a discrete task's logits are all 0 (the uniform policy) and "
-        "a continuous task's Gaussian has its mean at the centre of the action box in every "
-        "state, its σ the uniform's standard deviation, (high − low)/√12 (the learned "
-        "log-std's start). Needs --log-std parameter; a network you pass (--model) starts as "
-        "it initializes itself.")
+    log_std: str = log_std_option()
+    uniform_start: bool = uniform_start_option()
     # The levers that adapt a private run to its task (issue 51; the "adaptive" preset turns
     # them on): LeverConfig's fields (privrl.systems.dpsgd_rl.levers), shared with DP-DQN.
 
@@ -334,11 +328,7 @@ class ReinforceConfig(LeverConfig, EpisodicConfig):
         integer("hidden", self.hidden)
         integer("batch_episodes", self.batch_episodes)
         one_of("log_std", self.log_std, LOG_STDS)
-        if self.uniform_start is not False and (self.uniform_start is not True
-                                                or self.log_std != "parameter"):
-            fail("uniform_start", "needs the state-free log-std (log_std parameter)"
-                 if self.uniform_start is True else
-                 f"must be true or false, got {self.uniform_start!r}")
+        check_uniform_start(self.uniform_start, self.log_std)
         self.check_levers()
 
     @property

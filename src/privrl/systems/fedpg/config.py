@@ -28,11 +28,13 @@ from privrl.config import (
     fail,
     in_range,
     integer,
+    log_std_option,
     max_steps_help,
     one_of,
     option,
     other_field,
     positive,
+    uniform_start_option,
 )
 from privrl.envs.cartpole import CartPoleSpec
 from privrl.envs.spec import check_task_fields
@@ -359,16 +361,8 @@ class FedPGConfig(Config):
         16, help="--public-eval-every: episodes per evaluation on the public simulator.")
     backoff: float = option(
         0.5, help="--public-eval-every: the step's multiplier in (0, 1] after a collapse.")
-    log_std: str = option(
-        "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
-        "log-std from the network's outputs (state) or a learned vector (parameter).")
-    uniform_start: bool = option(
-        False, help="The policy starts at (or close to) a uniformly random one: the output "
-        "layer starts at zero, so a discrete task's logits are all 0 (the uniform policy) and "
-        "a continuous task's Gaussian has its mean at the centre of the action box in every "
-        "state, its σ the uniform's standard deviation, (high − low)/√12 (the learned "
-        "log-std's start; needs --log-std parameter there). A network you pass (--model) "
-        "starts as it initializes itself.")
+    log_std: str = log_std_option()
+    uniform_start: bool = uniform_start_option(needs_log_std=False)
 
     presets = PRESETS
 

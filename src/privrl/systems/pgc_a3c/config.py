@@ -19,16 +19,19 @@ from privrl.config import (
     PRIVATE_HELP,
     Config,
     check_preset,
+    check_uniform_start,
     fail,
     finite,
     in_range,
     integer,
+    log_std_option,
     max_steps_help,
     non_negative,
     one_of,
     option,
     positive,
     probability,
+    uniform_start_option,
 )
 from privrl.envs.cartpole import CartPoleSpec
 from privrl.envs.spec import check_task_fields
@@ -345,17 +348,8 @@ class PGCA3CConfig(Config):
         "paper's Ĝ − V (Monte-Carlo returns).")
     reward_scale: float = option(
         1.0, help="The learner's rewards are multiplied by it (not the score).")
-    log_std: str = option(
-        "state", choices=LOG_STDS, help="A continuous-action task's Gaussian head: its "
-        "log-std from the network's outputs (state) or a learned vector (parameter); "
-        "a discrete task's head has no log-std and ignores it.")
-    uniform_start: bool = option(
-        False, help="The policy starts at (or close to) a uniformly random one: the policy "
-        "layer's weights start at zero, so a discrete task's logits are all 0 (the uniform "
-        "policy) and a continuous task's Gaussian has its mean at the centre of the action box "
-        "in every state, its σ the uniform's standard deviation, (high − low)/√12 (the learned "
-        "log-std's start). Needs --log-std parameter; a network you pass (--model) starts as "
-        "it initializes itself.")
+    log_std: str = log_std_option()
+    uniform_start: bool = uniform_start_option("policy layer's weights")
     # Levers that adapt a private run to its task (issue 51; the "adaptive" preset turns them
     # on). Each is post-processing or accounted in the same ε and stated in privacy.json.
     adaptive_clip: bool = option(
@@ -491,11 +485,7 @@ class PGCA3CConfig(Config):
         finite("reward_scale", self.reward_scale)
         one_of("log_std", self.log_std, LOG_STDS)
         one_of("critic", self.critic, CRITICS)
-        if self.uniform_start is not False and (self.uniform_start is not True
-                                                or self.log_std != "parameter"):
-            fail("uniform_start", "needs the state-free log-std (log_std parameter)"
-                 if self.uniform_start is True else
-                 f"must be true or false, got {self.uniform_start!r}")
+        check_uniform_start(self.uniform_start, self.log_std)
         probability("explore_start", self.explore_start)
         self._check_levers()
         CartPoleSpec(gravities=tuple(self.gravities))
