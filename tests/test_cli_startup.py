@@ -164,12 +164,18 @@ _TASK_CASES = [
     (["pgc-a3c", "--env", "gymnax:CartPol-v1"], "--env",
      "unknown gymnax environment 'CartPol-v1'; known: CartPole-v1, "),
     (["dp-reinforce", "--env", "gymnax:NoSuch-v0"], "--env", "known: CartPole-v1, Pendulum-v1"),
+    # a field gymnax's environment lacks: its params' fields read from its source (the default
+    # task, gymnax's CartPole, and one named)
+    (["pgc-a3c", "--private", "nosuch=1:2"], "--private",
+     "gymnax:CartPole-v1 has no parameter 'nosuch' (it has: max_steps_in_episode, gravity, "),
+    (["fedpg-cen", "--env", "gymnax:Pendulum-v1", "--private", "gravity=9:11"], "--private",
+     "gymnax:Pendulum-v1 has no parameter 'gravity' (it has: max_steps_in_episode, max_speed, "),
     # Gymnasium's (its import brings NumPy, not JAX): last, they leave Gymnasium imported
     (["fedpg-cen", "--env", "gymnasium:CartPol-v1"], "--env",
      "cannot make Gymnasium environment 'CartPol-v1': Environment `CartPol` doesn't exist. "
      "Did you mean: `CartPole`?"),
     (["pgc-a3c", "--env", "gymnasium:CartPole-v9"], "--env", "It provides versioned "),
-    # a field the environment lacks: Gymnasium's made by Gymnasium (gymnax's needs JAX)
+    # a field the environment lacks: Gymnasium's made by Gymnasium
     (["dp-reinforce", "--env", "gymnasium:CartPole-v1", "--private", "gravty=9:10"],
      "--private", "gymnasium:CartPole-v1's environment (CartPoleEnv) has no attribute 'gravty' "
      "(its numeric attributes: "),
@@ -183,8 +189,8 @@ def test_task_and_box_mistakes_are_refused_before_jax(tmp_path) -> None:
     JAX, gymnax, Gymnasium or NumPy is imported (it took 5-9 CPU-s: the task was made first).
     One interpreter tries each in turn (the first case that imported a heavy module is the first
     listed with it). A registry id is checked before JAX too: gymnax's from its installed source,
-    Gymnasium's by Gymnasium (NumPy, no JAX); a parameter field is checked when the task is
-    made."""
+    Gymnasium's by Gymnasium (NumPy, no JAX); so is a parameter field: gymnax's read from its
+    source, Gymnasium's on the environment Gymnasium makes."""
     done = subprocess.run(
         [sys.executable, "-c", _TASK_PROBE, json.dumps([a for a, _, _ in _TASK_CASES])],
         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)

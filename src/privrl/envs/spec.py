@@ -4,10 +4,13 @@ refuses a mistake there in well under a second (issue 53, item 10):
 - a gymnax id is looked up in gymnax's registry as its installed source states it (read with
   `ast`, never executed: importing gymnax imports JAX), or in `gymnax.registered_envs` once
   gymnax is imported (ids a program registered at run time);
+- a `--private` field on a gymnax id is looked up in the fields of the `EnvParams` dataclass
+  its environment's `default_params` returns, read the same way (`_gymnax_source_fields`); it
+  refuses only where that reading is complete, else the task decides (after JAX);
 - a Gymnasium id is looked up by `gymnasium.spec` (importing Gymnasium imports NumPy, not JAX),
   and a `--private` field on it by making the environment with Gymnasium.
-What needs JAX or the user's code (a gymnax parameter field: a flax dataclass; the user's
-environment) is checked when the task is made (privrl.envs.task.make_task).
+What needs JAX or the user's code (the user's environment, a field gymnax's source does not
+state plainly) is checked when the task is made (privrl.envs.task.make_task).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from privrl.config import ConfigError
 from privrl.plugins import split_callable
 
 __all__ = ["REGISTRIES", "check_env", "check_gymnasium_fields", "check_gymnasium_id",
-           "check_gymnax_id", "check_task_fields", "gymnax_ids", "parse_private_text",
-           "unknown_gymnax"]
+           "check_gymnax_fields", "check_gymnax_id", "check_task_fields", "gymnax_ids",
+           "parse_private_text", "unknown_gymnax"]
 
 REGISTRIES = ("gymnax:", "gymnasium:")
 
@@ -53,21 +56,187 @@ def check_env(spec: object, option: str = "env") -> str:
     return spec
 
 
-@cache
-def _gymnax_source_ids() -> tuple[str, ...] | None:
-    """The ids gymnax's installed `registration.py` registers (its `_registry`'s keys: the
-    `_BUILTIN_ENV_IDS` list of string literals), read with `ast`; None where gymnax is not
-    installed or its source no longer says it that way (then the id is checked at make_task)."""
+def _gymnax_root() -> Path | None:
+    """The installed gymnax package's directory (found, not imported); None: not installed."""
     try:
         found = importlib.util.find_spec("gymnax")
     except (ImportError, ValueError):
         return None
     if found is None or not found.submodule_search_locations:
         return None
-    path = Path(next(iter(found.submodule_search_locations))) / "registration.py"
+    return Path(next(iter(found.submodule_search_locations)))
+
+
+@cache
+def _gymnax_tree(module: str) -> ast.Module | None:
+    """gymnax's module `module` (`gymnax.a.b`) parsed, never executed; None: not a plain file."""
+    root = _gymnax_root()
+    parts = module.split(".")
+    if root is None or parts[0] != "gymnax" or not all(p.isidentifier() for p in parts):
+        return None
     try:
-        tree = ast.parse(path.read_text())
+        return ast.parse(root.parent.joinpath(*parts[:-1], parts[-1] + ".py").read_text())
     except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _bound(tree: ast.Module, name: str) -> list[ast.stmt]:
+    """The module's top-level statements that bind `name`."""
+    found: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        else:  # a binding inside if/try/for/with: not followed here
+            names = [n.id for n in ast.walk(node)
+                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        if name in names:
+            found.append(node)
+    return found
+
+
+def _imported_module(tree: ast.Module, alias: str) -> str | None:
+    """The gymnax module `alias` names, where its one binding is `from gymnax.x import alias`."""
+    bound = _bound(tree, alias)
+    if len(bound) != 1 or not isinstance(bound[0], ast.ImportFrom):
+        return None
+    node = bound[0]
+    if node.level != 0 or not node.module or not node.module.startswith("gymnax."):
+        return None
+    names = [a.name for a in node.names if (a.asname or a.name) == alias]
+    return f"{node.module}.{names[0]}" if len(names) == 1 else None
+
+
+def _class_in(tree: ast.Module, name: str) -> ast.ClassDef | None:
+    """The module's class `name`, where a top-level `class` statement is its one binding."""
+    bound = _bound(tree, name)
+    return bound[0] if len(bound) == 1 and isinstance(bound[0], ast.ClassDef) else None
+
+
+_NOT_PLAIN = ("ClassVar", "InitVar", "KW_ONLY")
+
+
+def _dataclass_names(tree: ast.Module, cls: ast.ClassDef, depth: int = 0
+                     ) -> tuple[list[str], set[str]] | None:
+    """A dataclass's fields in dataclass order (its bases' first) and the other names its
+    class bodies bind; None where any of it is not plain: a decorator other than one
+    `...dataclass`, a metaclass, a base not a class of gymnax's source, a field annotation that is
+    not a plain field, a statement that is not a field, method or assignment."""
+    if depth > 8 or cls.keywords or len(cls.decorator_list) != 1:
+        return None
+    deco = cls.decorator_list[0]
+    if not ((isinstance(deco, ast.Attribute) and deco.attr == "dataclass")
+            or (isinstance(deco, ast.Name) and deco.id == "dataclass")):
+        return None
+    fields: list[str] = []
+    others: set[str] = set()
+    for base in cls.bases:
+        if isinstance(base, ast.Name):
+            base_tree, base_cls = tree, _class_in(tree, base.id)
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+            module = _imported_module(tree, base.value.id)
+            base_tree = _gymnax_tree(module) if module else None
+            base_cls = _class_in(base_tree, base.attr) if base_tree else None
+        else:
+            return None
+        read = _dataclass_names(base_tree, base_cls, depth + 1) if base_cls and base_tree else None
+        if read is None:
+            return None
+        fields += [f for f in read[0] if f not in fields]
+        others |= read[1]
+    for i, node in enumerate(cls.body):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if any(w in ast.unparse(node.annotation) for w in _NOT_PLAIN):
+                return None
+            if node.target.id not in fields:
+                fields.append(node.target.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            others.add(node.name)
+        elif isinstance(node, ast.Assign):
+            others |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif not (i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            return None
+    return fields, others - set(fields)
+
+
+def _returned_call(fn: ast.FunctionDef) -> str | None:
+    """The name `fn` calls in its one `return Name(...)` (after a docstring), else None."""
+    body = [n for n in fn.body
+            if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    if not body or len(returns) != 1 or returns[0] is not body[-1]:
+        return None
+    value = returns[0].value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return value.func.id
+    return None
+
+
+@cache
+def _gymnax_source_fields(env_id: str) -> tuple[tuple[str, ...], frozenset[str]] | None:
+    """The parameter fields gymnax's `make(env_id)` gives (its params' dataclass fields, the
+    base classes' included) and the other names that class binds, read from gymnax's installed
+    source with `ast`, never executed: registration.py's `make` returns
+    `env.default_params`, `_builtins[env_id]` is `module.Class` imported `from gymnax.x import
+    module`, the class's `default_params` returns `Params(...)`, a dataclass of that module.
+    None where any step is not stated that plainly (then the task checks, after JAX)."""
+    reg = _gymnax_tree("gymnax.registration")
+    if reg is None:
+        return None
+    make = [n for n in reg.body if isinstance(n, ast.FunctionDef) and n.name == "make"]
+    if len(make) != 1 or len(_bound(reg, "make")) != 1:
+        return None
+    last = make[0].body[-1]
+    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple)
+            and len(last.value.elts) == 2 and isinstance(last.value.elts[1], ast.Attribute)
+            and last.value.elts[1].attr == "default_params"):
+        return None
+    builtins = _bound(reg, "_builtins")
+    if len(builtins) != 1 or not isinstance(builtins[0], (ast.Assign, ast.AnnAssign)) \
+            or not isinstance(builtins[0].value, ast.Dict):
+        return None
+    table = builtins[0].value
+    entries = [v for k, v in zip(table.keys, table.values, strict=True)
+               if isinstance(k, ast.Constant) and k.value == env_id]
+    if len(entries) != 1 or not all(isinstance(k, ast.Constant) for k in table.keys):
+        return None
+    entry = entries[0]
+    if not (isinstance(entry, ast.Attribute) and isinstance(entry.value, ast.Name)):
+        return None
+    module = _imported_module(reg, entry.value.id)
+    tree = _gymnax_tree(module) if module else None
+    env_cls = _class_in(tree, entry.attr) if tree else None
+    if tree is None or env_cls is None:
+        return None
+    methods = [n for n in env_cls.body
+               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Assign, ast.AnnAssign))
+               and "default_params" in ([n.name] if hasattr(n, "name") else
+                                        [t.id for t in ast.walk(n) if isinstance(t, ast.Name)])]
+    if len(methods) != 1 or not isinstance(methods[0], ast.FunctionDef):
+        return None
+    decorators = methods[0].decorator_list
+    if not (len(decorators) == 1 and isinstance(decorators[0], ast.Name)
+            and decorators[0].id == "property"):
+        return None
+    params_name = _returned_call(methods[0])
+    params_cls = _class_in(tree, params_name) if params_name else None
+    read = _dataclass_names(tree, params_cls) if params_cls else None
+    if read is None or not read[0]:
+        return None
+    return tuple(read[0]), frozenset(read[1])
+
+
+@cache
+def _gymnax_source_ids() -> tuple[str, ...] | None:
+    """The ids gymnax's installed `registration.py` registers (its `_registry`'s keys: the
+    `_BUILTIN_ENV_IDS` list of string literals), read with `ast`; None where gymnax is not
+    installed or its source no longer says it that way (then the id is checked at make_task)."""
+    tree = _gymnax_tree("gymnax.registration")
+    if tree is None:
         return None
     for node in tree.body:
         target = node.target if isinstance(node, ast.AnnAssign) else (
@@ -180,6 +349,25 @@ def check_gymnasium_fields(env_id: str, fields: Sequence[str], option: str = "pr
             made.close()
 
 
+def check_gymnax_fields(env_id: str, fields: Sequence[str], option: str = "private_params"
+                        ) -> None:
+    """Each of `fields` a parameter field of gymnax's `env_id` as its source states them
+    (`_gymnax_source_fields`), with the task's message; a name that is not a field but that the
+    parameters have (a method, `replace`, a `_` name) or a reading that is not complete and
+    certain (gymnax imported: a program may have changed it), nothing here (make_task says)."""
+    if "gymnax" in sys.modules:
+        return
+    read = _gymnax_source_fields(env_id)
+    if read is None:
+        return
+    known, others = read
+    for field in fields:
+        if field not in known and field not in others and field != "replace" \
+                and not field.startswith("_"):
+            raise ConfigError(option, f"gymnax:{env_id} has no parameter {field!r} (it has: "
+                              f"{', '.join(known)})")
+
+
 def check_task_fields(env: str | None, private_params: Sequence[str]) -> None:
     """A config's `env` and `private_params`, before JAX (module doc)."""
     if env is not None:
@@ -187,3 +375,5 @@ def check_task_fields(env: str | None, private_params: Sequence[str]) -> None:
     fields = [parse_private_text(text, "private_params")[0] for text in private_params]
     if fields and env is not None and env.startswith("gymnasium:"):
         check_gymnasium_fields(env.removeprefix("gymnasium:"), fields)
+    elif fields and (env is None or env.startswith("gymnax:")):  # None: gymnax's CartPole-v1
+        check_gymnax_fields((env or "gymnax:CartPole-v1").removeprefix("gymnax:"), fields)

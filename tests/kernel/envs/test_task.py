@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import partial
 
@@ -260,3 +261,41 @@ def test_gymnax_ids_read_before_jax_are_gymnaxs_own(monkeypatch: pytest.MonkeyPa
     with pytest.raises(ConfigError, match=r"Did you mean 'Acrobot-v1'\?$") as e:
         make_task("gymnax:Acrobt-v1")
     assert str(e.value).count("Did you mean") == 1
+
+
+def test_gymnax_fields_read_before_jax_are_gymnaxs_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53, item 10: the parameter fields read from gymnax's installed source (before JAX)
+    are, for every registered id, exactly those of `gymnax.make(id)`'s parameters, in their
+    order; every public name those parameters have passes the check before JAX, and a bogus
+    field gets the task's own one line (the check before JAX stands aside once gymnax is
+    imported, so it is called here with gymnax hidden)."""
+    import gymnax
+    from gymnax import registration
+
+    from privrl.envs import spec
+
+    ids = spec._gymnax_source_ids()
+    assert ids
+    for env_id in ids:
+        read = spec._gymnax_source_fields(env_id)
+        assert read is not None, env_id
+        if env_id == "MNISTBandit-bsuite":  # its __init__ downloads MNIST; default_params not
+            cls = registration._registry[env_id]
+            params = cls.__new__(cls).default_params
+        else:
+            params = gymnax.make(env_id)[1]
+        real = tuple(params.__dataclass_fields__)
+        assert read[0] == real, env_id
+        public = [n for n in dir(params) if not n.startswith("_")]
+        with monkeypatch.context() as m:
+            m.delitem(sys.modules, "gymnax")
+            spec.check_gymnax_fields(env_id, public)  # none refused
+            if env_id in ("CartPole-v1", "Pendulum-v1", "Acrobot-v1"):
+                with pytest.raises(ConfigError) as before:
+                    spec.check_gymnax_fields(env_id, ["nosuch"])
+        if env_id in ("CartPole-v1", "Pendulum-v1", "Acrobot-v1"):
+            with pytest.raises(ConfigError) as after:
+                make_task(f"gymnax:{env_id}", [PrivateParam("nosuch", 1.0, 2.0)])
+            assert before.value.message == after.value.message, env_id
+    # gymnax imported: the live registry may differ from the source, the task decides
+    spec.check_gymnax_fields("CartPole-v1", ["nosuch"])
