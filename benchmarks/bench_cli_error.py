@@ -1,9 +1,8 @@
 """Time to a bad command line's one-line error (issue 53, item 10): `privrl run pgc-a3c
 --bogus`, a command typo, a bad value for each system (`--epsilon -1`, ...), a bad task or
 observation box as text (`--private gravity=2:1`, a missing `--env` file, ...), an unknown
-gymnax or Gymnasium id and a `--private` field a Gymnasium environment lacks (before JAX), and
-for reference a field a gymnax environment lacks (its parameter fields are known only once
-gymnax, so JAX, is imported).
+gymnax or Gymnasium id and a `--private` field a gymnax or Gymnasium environment lacks (all
+before JAX: gymnax's fields read from its source).
 
 The command line is parsed and its values checked before JAX, flax or a system is imported;
 this measures the whole process (interpreter start to exit 2), median of `--repeats` runs, beside
@@ -54,8 +53,8 @@ CASES = {
     "privrl run dp-reinforce --env gymnasium:CartPole-v1 --private gravty=9:10": [
         sys.executable, "-m", "privrl", "run", "dp-reinforce", "--env", "gymnasium:CartPole-v1",
         "--private", "gravty=9:10"],
-    # what needs the environment itself (gymnax's parameter fields): made with JAX, reference
-    "privrl run pgc-a3c --private nosuch=1:2 (needs gymnax)": [
+    # a field gymnax's environment lacks (the default task): its fields read from its source
+    "privrl run pgc-a3c --private nosuch=1:2": [
         sys.executable, "-m", "privrl", "run", "pgc-a3c", "--private", "nosuch=1:2"],
     "python -c pass": [sys.executable, "-c", "pass"],
     "python -c 'import jax'": [sys.executable, "-c", "import jax"],
