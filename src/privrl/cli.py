@@ -311,7 +311,21 @@ class Settings:
         for name, value in self.fixed.items():
             if name in self.values and self.values[name] != value:
                 raise ConfigError(name, f"this command runs with {name} = {value!r}")
+        self._check_task()
         return {k: v for k, v in self.values.items() if k not in self.fixed}
+
+    def _check_task(self) -> None:
+        """The `env` and `private_params` a user gave, checked as text before JAX (envs.spec).
+        Here, not in the configs' `validate()`: a Python API run names its own Task in
+        `env` (config.json records it), which need not be an `--env` form."""
+        env, private = self.values.get("env"), self.values.get("private_params", ())
+        if "env" not in self.values and not private:
+            return
+        if (env is None or isinstance(env, str)) and isinstance(private, (list, tuple)) and all(
+                isinstance(text, str) for text in private):
+            from privrl.envs.spec import check_task_fields
+
+            check_task_fields(env, private)
 
     def build(self, **defaults: Any) -> Any:
         """The config: the preset (the config's `preset` field, given or default), the

@@ -34,7 +34,6 @@ from privrl.config import (
     uniform_start_option,
     within,
 )
-from privrl.envs.spec import check_task_fields
 from privrl.privacy.box import check_box
 from privrl.privacy.plan import PlanError, PrivacyRequest, plan_gaussian
 from privrl.systems.dpsgd_rl.choices import DQN_OPTIMIZERS as OPTIMIZERS
@@ -227,7 +226,6 @@ class EpisodicConfig(Config):
 
     def validate(self) -> None:
         """The rules both algorithms share (each config's validate() adds its own)."""
-        check_task_fields(self.env, self.private_params)  # as text; the task checks the rest
         for name in ("seeds", "episodes", "solve_window"):
             integer(name, getattr(self, name))
         if self.max_episode_steps is not None:

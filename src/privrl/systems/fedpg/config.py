@@ -37,7 +37,6 @@ from privrl.config import (
     uniform_start_option,
 )
 from privrl.envs.cartpole import CartPoleSpec
-from privrl.envs.spec import check_task_fields
 from privrl.plugins import is_user_mechanism
 from privrl.privacy.plan import (
     PlanError,
@@ -516,7 +515,6 @@ class FedPGConfig(Config):
     def _check_task(self) -> None:
         """`env` and `private_params` as text (the task checks the rest when it is made), and
         the default CartPole's gravities, which no other task takes."""
-        check_task_fields(self.env, self.private_params)
         try:
             CartPoleSpec(gravities=tuple(self.gravities))
         except ValueError as e:

@@ -34,7 +34,6 @@ from privrl.config import (
     uniform_start_option,
 )
 from privrl.envs.cartpole import CartPoleSpec
-from privrl.envs.spec import check_task_fields
 from privrl.plugins import is_user_mechanism
 from privrl.privacy.plan import (
     PlanError,
@@ -423,7 +422,6 @@ class PGCA3CConfig(Config):
             fail(e.field, e.message)
 
     def validate(self) -> None:
-        check_task_fields(self.env, self.private_params)  # as text; the task checks the rest
         if self.mechanism != "none":
             positive("epsilon", self.epsilon)
         elif self.epsilon_per_report is not None:
