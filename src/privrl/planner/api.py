@@ -285,10 +285,10 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
     sy.build_config(system, fields).validate()
     if sy.levers_apply(system, rec) and system == "dp-reinforce":
         notes.append(f"The command runs preset {fields['preset']!r}: the plan's settings with "
-                     "the adaptive "
-                     "levers on (the clip starts at the plan's and follows the episodes' median "
-                     "norm, its count's noise split off the same ε and counted; the best policy "
-                     "on the public simulator is kept; the batch and step size are the plan's)"
+                     "the adaptive levers on (the clip starts at the plan's and follows the "
+                     "episodes' median norm, its count's noise split off the same ε and "
+                     "counted; the best policy on the public simulator is kept; the batch and "
+                     "step size are the plan's)"
                      + (". The sweep ran the settings with the levers off (a run with a lever "
                         "on runs alone, not in one compiled program)." if config.sweep else "."))
     elif sy.levers_apply(system, rec):
@@ -301,12 +301,15 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      + (". The sweep ran |B| and η with the levers off (a fixed step; a run "
                         "with a lever on runs alone, not in one compiled program)."
                         if config.sweep else "."))
-    if system == "fedpg-cen" and fields.get("adaptive_clip"):
+    if system == "fedpg-cen" and fields["preset"] in sy.FEDPG_FLEET_PRESETS.values():
+        from privrl.systems.fedpg.config import DEFAULT_PARTICIPANTS
+
         notes.append(f"The command runs preset {fields['preset']!r}: "
                      "distributed-gaussian-continuous (a simulation of the secure sum with "
                      "continuous Gaussian shares; the Flower deployment's distributed-gaussian "
-                     "samples no agents), each agent in a round with probability q (50 agents a "
-                     "round in expectation; amplification by sampling, by the accountant), the "
+                     "samples no agents), each agent in a round with probability q "
+                     f"({DEFAULT_PARTICIPANTS} agents a round in expectation; amplification by "
+                     "sampling, by the accountant), the "
                      "clip starting at the plan's and following the agents' median norm (its "
                      "bits in the same ε), the preset's own Adam step. The model counts the "
                      "noise of every agent in every round, 1.15-1.5x below the sampled run's "
