@@ -49,10 +49,19 @@ def test_the_plan_recommends_the_fleet_preset_with_its_own_step(
                                                            0)).resolved()
     assert (np_cfg.mechanism, np_cfg.adaptive_clip, np_cfg.sampling_rate) == ("none", False,
                                                                             None)
-    # the learner: paper's, or continuous's with a small network and Adam 1e-3
+    # the learner: paper's, or continuous's with a small network, Adam 1e-3 and reports of
+    # paper's B_t ~ U{12..20} episodes, the server's mean inner steps (B̄ + b)/b kept near
+    # continuous's 2.5 (session 12: more inner steps reuse each round's noise)
     base = FedPGConfig.from_preset(learner)
-    assert own.batch_min == base.batch_min and own.gamma == base.gamma
+    assert own.gamma == base.gamma and own.log_std == base.log_std
     assert own.hidden == (16, 16) and own.learning_rate == 1e-3
+    paper = FedPGConfig.from_preset("paper")
+    assert (own.batch_min, own.batch_max) == (paper.batch_min, paper.batch_max)
+
+    def inner(c: FedPGConfig) -> float:
+        return ((c.batch_min + c.batch_max) / 2 + c.minibatch) / c.minibatch
+
+    assert inner(own) == pytest.approx(inner(base), abs=0.1)
 
 
 def test_paper_presets_stay_exact() -> None:

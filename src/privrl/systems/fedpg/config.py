@@ -108,9 +108,16 @@ PRESETS["adaptive-continuous"] = {**PRESETS["continuous"], **ADAPTIVE_LEVERS}
 # with the noise; the plan's noise-shrunk step left reach at its start, log 26-fedrows).
 FLEET_MECHANISM: dict[str, Any] = {"mechanism": "distributed-gaussian-continuous",
                                    "adaptive_clip": True}
+# fleet-continuous's report: B_t ~ U{12..20} episodes (paper's, not continuous's U{4..8}),
+# and the server's SCSG minibatch b = 11, which keeps its mean inner steps (B_t + b)/b near
+# continuous's 2.5: under the sum's noise an agent's report of more episodes carries more
+# signal per unit of its clip (the noise is σ·C, whatever the report holds), while more inner
+# steps would reuse each round's noise more times (Pendulum: B_t ~ U{12..20} with b = 4, five
+# inner steps a round, fell below random; benchmarks/log/30-fedcen.md).
+FLEET_REPORT: dict[str, Any] = {"batch_min": 12, "batch_max": 20, "minibatch": 11}
 PRESETS["fleet"] = dict(FLEET_MECHANISM)
 PRESETS["fleet-continuous"] = {**PRESETS["continuous"], "hidden": (16, 16),
-                               "learning_rate": 1e-3, **FLEET_MECHANISM}
+                               "learning_rate": 1e-3, **FLEET_REPORT, **FLEET_MECHANISM}
 
 
 def is_pure_mechanism(mechanism: str) -> bool:
@@ -163,7 +170,9 @@ class FedPGConfig(Config):
         "with the same. fleet (fedpg-cen, a large fleet at a small ε; give --epsilon): "
         "paper's learner, --mechanism distributed-gaussian-continuous (50 agents a round in "
         "expectation: amplified by sampling) with --adaptive-clip; fleet-continuous: "
-        "continuous's with hidden (16, 16) and Adam 1e-3, the same mechanism. Options given "
+        "continuous's with hidden (16, 16), Adam 1e-3 and reports of B_t ~ U{12..20} "
+        "episodes (--minibatch 11: the server's inner steps as continuous's), the same "
+        "mechanism. Options given "
         "explicitly override it.")
     topology: str = option(
         "ring", choices=TOPOLOGIES, help="fedpg-dec's directed graph: ring (static k → k+1), "
