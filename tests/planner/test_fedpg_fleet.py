@@ -24,6 +24,9 @@ def test_the_plan_recommends_the_fleet_preset_with_its_own_step(
         continuous: bool, preset: str, learner: str) -> None:
     f = sy.facts("fedpg-cen", continuous)
     assert (f.preset, f.mechanism) == (preset, "distributed-gaussian-continuous")
+    # on a Box task the cost sets the rounds: the most of the choices (log 30-fedcen)
+    assert f.reports_choices == ((max(sy.FEDPG_FLEET_ROUNDS),) if continuous
+                                 else sy.FEDPG_FLEET_ROUNDS)
     own = FedPGConfig.from_preset(preset)
     # a noise far beyond the pilot's signal: the old rule shrank the step by (ρ0/ρ)²
     stats = model.PilotStats(dim=3000, norm_quantiles=(0.5, 1.0, 2.0), clip=1.0,

@@ -230,6 +230,12 @@ def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
     sigma = cfg.noise_multiplier
     return {} if sigma is None or 2 * default > sigma else {"clip_count_stddev": float(sigma)}
 FEDPG_FLEET_ROUNDS = (64, 128, 256)
+# `fleet-continuous`'s rounds: the most of FEDPG_FLEET_ROUNDS, the cost's choice (at a fixed
+# user-level ε more rounds do not lower a round's noise-to-signal ratio, but Adam drifts further
+# against its random walk). Its reports of 43 episodes made the model choose 64 rounds, where
+# Pendulum's private row read 0.45 of a reference that had itself learned less (−1,101 against
+# −929), against 1.01 at 256 (−817 against −820; benchmarks/log/30-fedcen.md).
+FEDPG_FLEET_CONTINUOUS_ROUNDS = FEDPG_FLEET_ROUNDS[-1:]
 # dp_rounds covers the rounds a budget takes up to this many standard deviations.
 DP_ROUNDS_SIGMAS = 3.0
 
@@ -321,8 +327,9 @@ def facts(system: str, continuous: bool) -> SystemFacts:
         cfg = FedPGConfig.from_preset(preset)
         # the command keeps the preset's step (command_learning_rate), not one shrunk for the
         # noise: under Adam that froze reach at its start (benchmarks/log/26-fedrows.md)
+        rounds = FEDPG_FLEET_CONTINUOUS_ROUNDS if continuous else FEDPG_FLEET_ROUNDS
         return SystemFacts(cfg.mechanism, "l2", 1.0, tuple(cfg.hidden), cfg.learning_rate, 1,
-                           FEDPG_FLEET_ROUNDS, False, preset, round(cfg.round_episodes()[0]),
+                           rounds, False, preset, round(cfg.round_episodes()[0]),
                            command_learning_rate=cfg.learning_rate)
     if system == "dp-reinforce":
         from privrl.systems.dpsgd_rl.reinforce import ReinforceConfig
