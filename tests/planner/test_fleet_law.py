@@ -79,3 +79,13 @@ def test_the_plan_sizes_fleet_presets_by_the_fleet_law() -> None:
     assert law is not None and (law.participants, law.report_episodes) == (50, 16.0)
     assert law.rounds_to_learn == pytest.approx(3600 / (10 * f.episodes_per_report))
     assert sy.fleet_law("pgc-a3c", sy.facts("pgc-a3c", False), stats, 10) is None
+
+
+def test_the_smallest_fleet_is_where_the_epsilon_falls_below() -> None:
+    law = model.FleetLaw(50, 16.0, 10, 10.0)
+    stats = model.PilotStats(400, (0.1, 0.2, 0.4), 0.2, 0.05, 0.02, -0.3, 0.9, 3600.0, 36)
+    k = model.fleet_smallest_fleet(stats, law, 2.0, 256, 282, 1e-5)
+    assert k is not None
+    assert model.fleet_smallest_epsilon(stats, law, k, 256, 282, 1e-5) <= 2.0
+    # within the search's 5 %: a twentieth fewer agents do not learn at ε = 2
+    assert model.fleet_smallest_epsilon(stats, law, int(k * 0.94), 256, 282, 1e-5) > 2.0

@@ -408,11 +408,10 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
         return release_noise("laplace", eps * (1 - f.clip_bit_share), r, c, d)
 
     def fedpg(eps: float, r: int, k: int) -> float:
-        # σ for the run's dp_rounds, every agent in every round: the `fleet` command samples
-        # q·K agents a round, whose noise on the mean, σ_q·C/(qK), is 1.15-1.5x this at
-        # q·K = 50 and 64-256 rounds (benchmarks/log/28-fedcen.md; the command's σ_q is the
-        # accountant's own); calibrating σ_q in every step of the model's ε bisection would
-        # cost minutes
+        # σ for the run's dp_rounds, every agent in every round (the trace law's noise).
+        # The `fleet` presets are sized by the fleet law instead (`fleet_law`: q·K sampled
+        # agents, σ by the accountant at q, inverted once per K rather than calibrated in
+        # every step of a bisection)
         return release_noise("distributed-gaussian", eps, fedpg_dp_rounds(r, f.preset), c, d,
                              delta, summed_over=k)
 
