@@ -166,7 +166,8 @@ def plot_sweep(sweep: str, out: str) -> None:
 def fleet_frontier(plan_dir: Path) -> dict:
     """One `privrl plan fedpg-cen` directory's frontier: the task, ε, K, the measured fraction
     [ε][K] (None where undefined), the measured ε at which each K first reaches `mark` (the
-    log-ε interpolation between the swept ε that straddle it; None: never, or from the first)
+    log-ε interpolation between the swept ε that straddle it; −ε: at or below the first swept
+    ε; None: never)
     and the fleet law's smallest ε for each K, re-derived from the plan's pilot."""
     from privrl.planner import model
     from privrl.planner import systems as sy
@@ -191,7 +192,7 @@ def fleet_frontier(plan_dir: Path) -> dict:
         for i, x in enumerate(col):
             if x is not None and x >= mark:
                 prev = col[i - 1] if i else None
-                at = (eps[i] if prev is None else math.exp(
+                at = (-eps[i] if prev is None else math.exp(
                     math.log(eps[i - 1]) + (mark - prev) / (x - prev)
                     * (math.log(eps[i]) - math.log(eps[i - 1]))))
                 break
@@ -240,7 +241,8 @@ def plot_fleet(plans: list[Path], out: str, table: bool = False) -> None:
                     "–" if x is None else f"{x:.2f} ({y:.4g})"
                     for x, y in zip(fr_row, fin, strict=True)) + " |")
             print("| measured ε at the mark | " + " | ".join(
-                "–" if x is None else f"{x:.2g}" for x in r["measured"]) + " |")
+                "> all" if x is None else f"≤ {-x:g}" if x < 0 else f"{x:.2g}"
+                for x in r["measured"]) + " |")
             print("| fleet law's smallest ε | " + " | ".join(
                 "–" if x is None else f"{x:.2g}" for x in r["model"]) + " |")
 

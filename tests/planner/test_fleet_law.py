@@ -35,13 +35,19 @@ def test_a_rounds_noise_to_signal_by_hand() -> None:
 
 
 def test_rounds_needed_grow_with_rho_not_rho_squared() -> None:
-    # R = R0 · ρ/ρ0 = 10 · 2.5/2 (Adam's fixed step: progress falls as 1/ρ)
-    assert model.fleet_rounds_needed(STATS, LAW, 1.0, 4) == pytest.approx(12.5)
+    # R = R0 · √((1 + ρ²)/(1 + ρ0²)) = 10 · √(7.25/5) (Adam's fixed step: a round's progress
+    # is 1/√(1 + ρ²) of a clean one's)
+    need = 10 * math.sqrt(7.25 / 5)
+    assert model.fleet_rounds_needed(STATS, LAW, 1.0, 4) == pytest.approx(need)
     # less noise than the pilot's: never fewer rounds than the pilot's
     assert model.fleet_rounds_needed(STATS, LAW, 0.0, 2) == pytest.approx(10.0)
-    # and the inverse: the largest z_Δ that 12.5 rounds afford is 1
-    assert model.fleet_largest_update_multiplier(STATS, LAW, 12.5, 4) == pytest.approx(1.0)
+    # and the inverse: the largest z_Δ those rounds afford is 1
+    assert model.fleet_largest_update_multiplier(STATS, LAW, need, 4) == pytest.approx(1.0)
     assert model.fleet_largest_update_multiplier(STATS, LAW, 9, 4) is None  # < R0
+    # a clean pilot (ρ0 → 0) and a noisy round (ρ ≫ 1): R ≈ R0·ρ, not R0·ρ/ρ0
+    clean = model.PilotStats(4, (0.5, 1.0, 2.0), 1.0, 0.5, 1e-6, 0.0, 1.0, 100.0, 10)
+    rho = model.fleet_noise_to_signal(clean, LAW, 30.0, 4)
+    assert model.fleet_rounds_needed(clean, LAW, 30.0, 4) == pytest.approx(10 * rho, rel=1e-3)
     never = model.FleetLaw(2, 2.0, 1, None)  # a pilot that did not learn
     assert model.fleet_rounds_needed(STATS, never, 0.0, 4) == math.inf
 
@@ -89,3 +95,22 @@ def test_the_smallest_fleet_is_where_the_epsilon_falls_below() -> None:
     assert model.fleet_smallest_epsilon(stats, law, k, 256, 282, 1e-5) <= 2.0
     # within the search's 5 %: a twentieth fewer agents do not learn at ε = 2
     assert model.fleet_smallest_epsilon(stats, law, int(k * 0.94), 256, 282, 1e-5) > 2.0
+
+
+# corridor's pilot as `privrl plan fedpg-cen` measured it (benchmarks/log/30-front.md; fleet,
+# 10 agents × 30 rounds, seed 0): d, the norm quantiles, C, S, V, random, non-private, E0
+CORRIDOR = model.PilotStats(371, (0.1073, 0.2116, 0.4043), 0.212, 0.07627, 0.02678, -0.2800,
+                            0.8507, 2905.0, 36)
+
+
+def test_the_fleet_law_fits_corridors_measured_frontier() -> None:
+    """Measured on corridor (256 rounds, 2 trials): K = 300, 1,000 and 3,000 reach ≥ 0.99 of the
+    non-private improvement at every ε swept from 0.5. The fleet law must not ask more than 0.5
+    there; the trace law with every agent's noise asked ε ≈ 7 at K = 1,000 (session 11's
+    plan, log 28-fedcen)."""
+    f = sy.facts("fedpg-cen", False)
+    law = sy.fleet_law("fedpg-cen", f, CORRIDOR, 10)
+    assert law is not None
+    for k in (300, 1000, 3000):
+        got = sy.fleet_smallest_epsilon_at(CORRIDOR, law, f, k, 256, 1e-5)
+        assert got is not None and got <= 0.5, (k, got)

@@ -273,16 +273,25 @@ def fleet_noise_to_signal(stats: PilotStats, law: FleetLaw, update_multiplier: f
 
 def fleet_rounds_needed(stats: PilotStats, law: FleetLaw, update_multiplier: float,
                         agents: int) -> float:
-    """R(ε, K) = R0 · max(1, ρ/ρ0): the `fleet` presets step with Adam at their own step,
-    whose step per coordinate has a fixed size whatever the noise, so a round's progress falls
-    as 1/ρ (`episodes_needed_adam`'s law, counted in rounds: the run's rounds are fixed and
-    K sets q, not the rounds). inf when the pilot did not learn."""
+    """R(ε, K) = R0 · max(1, √((1 + ρ²)/(1 + ρ0²))): the `fleet` presets step with Adam at
+    their own step η, which moves a coordinate about η·s/√(s² + n²) a step along its signal
+    s under noise n: the full step while the update is cleaner than its signal (ρ < 1), a
+    share 1/ρ of it beyond. So a round's progress is 1/√(1 + ρ²) of a clean round's, and
+    the pilot's (ρ0, mostly below 1) is nearly a clean round's: counted against ρ/ρ0
+    (`episodes_needed_adam`'s law) it asked ε ≈ 13 of K = 100 on corridor, which learned at
+    0.5 (benchmarks/log/30-front.md). Counted in rounds: the run's rounds are fixed and K
+    sets q, not the rounds. inf when the pilot did not learn."""
     if law.rounds_to_learn is None:
         return math.inf
-    rho0 = fleet_noise_to_signal(stats, replace(law, participants=law.pilot_participants),
-                                 0.0, law.pilot_participants)
+    rho0 = _pilot_rho(stats, law)
     rho = fleet_noise_to_signal(stats, law, update_multiplier, agents)
-    return law.rounds_to_learn * max(1.0, rho / max(rho0, 1e-30))
+    return law.rounds_to_learn * max(1.0, math.sqrt((1 + rho * rho) / (1 + rho0 * rho0)))
+
+
+def _pilot_rho(stats: PilotStats, law: FleetLaw) -> float:
+    """ρ0: the non-private pilot's round, its agents every round, no noise."""
+    return fleet_noise_to_signal(stats, replace(law, participants=law.pilot_participants),
+                                 0.0, law.pilot_participants)
 
 
 def fleet_largest_update_multiplier(stats: PilotStats, law: FleetLaw, rounds: int,
@@ -292,12 +301,12 @@ def fleet_largest_update_multiplier(stats: PilotStats, law: FleetLaw, rounds: in
     is slower than the sampling alone allows), None where none does."""
     if law.rounds_to_learn is None or rounds < law.rounds_to_learn:
         return None
-    rho0 = fleet_noise_to_signal(stats, replace(law, participants=law.pilot_participants),
-                                 0.0, law.pilot_participants)
+    rho0 = _pilot_rho(stats, law)
     p = min(int(agents), law.participants)
     q = p / max(int(agents), 1)
     s2 = max(stats.clipped_signal, 1e-30) ** 2
-    room = ((rho0 * rounds / law.rounds_to_learn) ** 2 * s2
+    rho_most2 = (rounds / law.rounds_to_learn) ** 2 * (1 + rho0 * rho0) - 1
+    room = (rho_most2 * s2
             - (stats.clipped_variance / law.report_episodes + (1 - q) * s2) / p)
     if room <= 0:
         return None
