@@ -181,6 +181,15 @@ def fleet_frontier(plan_dir: Path) -> dict:
                                 for k, v in p.items() if k in names})
     law = model.FleetLaw(**p["fleet_law"])
     facts = sy.facts("fedpg-cen", rec["preset"] == sy.FEDPG_FLEET_PRESETS[True])
+    if "signal_spread" not in p:  # a plan from before the pilot measured it: the same sample
+        from privrl.planner import pilot
+        from privrl.planner.api import PlanConfig, task_of
+
+        task = task_of(PlanConfig(env=d["env"], private_params=tuple(d["private_params"]),
+                                  epsilon=d["epsilon"]))
+        grads, _ = pilot.gradient_sample(task, facts.hidden, 64, 0)
+        stats = dataclasses.replace(stats, signal_spread=pilot.signal_spread(
+            grads, stats.clip * facts.radius, facts.norm))
     eps, ks = fr["epsilons"], fr["agents"]
     frac = [[fraction_of(y, fr["random_return"], n)
              for y, n in zip(row, fr["nonprivate_return"], strict=True)]

@@ -249,7 +249,9 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      f"{WIDE_RANDOM:.0%} of the pilot's improvement over it: the learning speed "
                      "is measured from an uncertain floor; give more random_episodes.")
     stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0_aim,
-                             f.episodes_per_report)
+                             f.episodes_per_report,
+                             pilot.signal_spread(grads, clip * f.radius, f.norm)
+                             if sy.fleet_law(system, f, None, PILOT_FEDPG_AGENTS) else 1.0)
     noise = sy.noise_fn(system, f, stats, config.delta)
     needed = sy.needed_fn(system, f, stats)
     # FedPG-Cen `fleet`: the fleet law (planner.model.FleetLaw) sizes K or ε
@@ -321,14 +323,15 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      "clip starting at the plan's and following the agents' median norm (its "
                      "bits in the same ε), the preset's own Adam step. The fleet law sizes it "
                      "(planner.model.FleetLaw): a round's noise-to-signal ratio ρ over "
-                     "q·K sampled reports with σ by the accountant, and R0 · max(1, ρ/ρ0) "
-                     "rounds needed, R0 the pilot's rounds to the mark "
-                     "(benchmarks/log/30-front.md).")
+                     "q·K sampled reports with σ by the accountant, as Adam's per-coordinate "
+                     "step sees it, and R0 · √((1 + ρ²)/(1 + ρ0²)) rounds needed, R0 the "
+                     "pilot's rounds to the mark (benchmarks/log/30-front.md).")
     if agents is not None:
         notes.append("K = " + f"{agents:,}: " + (
-            "the model's fleet law for the sampled secure sum (R0 · max(1, ρ/ρ0) rounds, ρ "
-            "a round's noise-to-signal ratio over q·K reports with the accountant's σ at "
-            "q, ρ0 the pilot's; planner.model.fleet_rounds_needed)" if law is not None else
+            "the model's fleet law for the sampled secure sum (R0 · √((1 + ρ²)/(1 + ρ0²)) "
+            "rounds, ρ a round's noise-to-signal ratio over q·K reports with the "
+            "accountant's σ at q, ρ0 the pilot's; planner.model.fleet_rounds_needed)"
+            if law is not None else
             "the model's Adam law for the command's rule (E0 · max(1, ρ/ρ0) / (η'/η): an "
             "update's noise-to-signal ratio ρ at its |B| against the pilot's ρ0, and "
             "step_from_noise's step fraction; planner.model.episodes_needed_adam)"

@@ -61,6 +61,10 @@ class PilotStats:
     nonprivate_return: float
     episodes_to_learn: float | None
     episodes_per_report: int = 1
+    # (‖s‖₁/‖s‖₂)²/d of the mean clipped gradient s: the share of the d coordinates its signal
+    # spreads over (1: evenly), which Adam's per-coordinate step sees (`FleetLaw`); 1 where
+    # the pilot does not measure it
+    signal_spread: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -271,6 +275,13 @@ def fleet_noise_to_signal(stats: PilotStats, law: FleetLaw, update_multiplier: f
     return math.sqrt((sampling + noise) / s2)
 
 
+def _adam_rho(stats: PilotStats, rho: float) -> float:
+    """ρ as Adam's per-coordinate step sees it: ρ·√(signal_spread). Noise spread evenly over
+    d coordinates, a signal on a share k/d of them: on those, each coordinate's noise over its
+    signal is ρ·√(k/d) (corridor: k/d ≈ 0.1, benchmarks/log/30-front.md)."""
+    return rho * math.sqrt(min(1.0, max(stats.signal_spread, 1e-6)))
+
+
 def fleet_rounds_needed(stats: PilotStats, law: FleetLaw, update_multiplier: float,
                         agents: int) -> float:
     """R(ε, K) = R0 · max(1, √((1 + ρ²)/(1 + ρ0²))): the `fleet` presets step with Adam at
@@ -283,8 +294,8 @@ def fleet_rounds_needed(stats: PilotStats, law: FleetLaw, update_multiplier: flo
     sets q, not the rounds. inf when the pilot did not learn."""
     if law.rounds_to_learn is None:
         return math.inf
-    rho0 = _pilot_rho(stats, law)
-    rho = fleet_noise_to_signal(stats, law, update_multiplier, agents)
+    rho0 = _adam_rho(stats, _pilot_rho(stats, law))
+    rho = _adam_rho(stats, fleet_noise_to_signal(stats, law, update_multiplier, agents))
     return law.rounds_to_learn * max(1.0, math.sqrt((1 + rho * rho) / (1 + rho0 * rho0)))
 
 
@@ -301,11 +312,12 @@ def fleet_largest_update_multiplier(stats: PilotStats, law: FleetLaw, rounds: in
     is slower than the sampling alone allows), None where none does."""
     if law.rounds_to_learn is None or rounds < law.rounds_to_learn:
         return None
-    rho0 = _pilot_rho(stats, law)
+    rho0 = _adam_rho(stats, _pilot_rho(stats, law))
     p = min(int(agents), law.participants)
     q = p / max(int(agents), 1)
     s2 = max(stats.clipped_signal, 1e-30) ** 2
-    rho_most2 = (rounds / law.rounds_to_learn) ** 2 * (1 + rho0 * rho0) - 1
+    rho_most2 = (((rounds / law.rounds_to_learn) ** 2 * (1 + rho0 * rho0) - 1)
+                 / _adam_rho(stats, 1.0) ** 2)  # the norm ratio's room
     room = (rho_most2 * s2
             - (stats.clipped_variance / law.report_episodes + (1 - q) * s2) / p)
     if room <= 0:

@@ -248,7 +248,7 @@ def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
 FEDPG_FLEET_ROUNDS = (64, 128, 256)
 
 
-def fleet_law(system: str, f: SystemFacts, stats: PilotStats, pilot_agents: int
+def fleet_law(system: str, f: SystemFacts, stats: PilotStats | None, pilot_agents: int
               ) -> FleetLaw | None:
     """The fleet law's facts where the plan recommends a `fleet` preset (None elsewhere: the
     trace law or PGC-A3C's Adam law size K): P = DEFAULT_PARTICIPANTS a round, a report of
@@ -260,7 +260,7 @@ def fleet_law(system: str, f: SystemFacts, stats: PilotStats, pilot_agents: int
     from privrl.systems.fedpg.config import DEFAULT_PARTICIPANTS, FedPGConfig
 
     cfg = FedPGConfig.from_preset(f.preset)
-    e0 = stats.episodes_to_learn
+    e0 = None if stats is None else stats.episodes_to_learn
     return FleetLaw(DEFAULT_PARTICIPANTS, (cfg.batch_min + cfg.batch_max) / 2, pilot_agents,
                     None if e0 is None else e0 / (pilot_agents * stats.episodes_per_report),
                     1 / 20, cfg.accountant)
