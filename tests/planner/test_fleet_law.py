@@ -123,8 +123,8 @@ CORRIDOR = model.PilotStats(371, (0.1073, 0.2116, 0.4043), 0.212, 0.07627, 0.026
 def test_the_fleet_law_fits_corridors_measured_frontier() -> None:
     """Measured on corridor (256 rounds, 2 trials): K = 300, 1,000 and 3,000 reach ≥ 0.99 of the
     non-private improvement at every ε swept from 0.5, K = 100 0.91. The fleet law must not
-    ask more than 0.5 there; the trace law with every agent's noise asked ε ≈ 7 at K = 1,000 (session 11's
-    plan, log 28-fedcen)."""
+    ask more than 0.5 there; the trace law with every agent's noise asked ε ≈ 7 at K = 1,000
+    (session 11's plan, log 28-fedcen)."""
     f = sy.facts("fedpg-cen", False)
     law = sy.fleet_law("fedpg-cen", f, CORRIDOR, 10)
     assert law is not None
