@@ -42,6 +42,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 from privrl.systems.pgc_a3c.reproduce import MECHANISM_LABEL, PAPER_TABLES
 
@@ -233,6 +234,7 @@ def plot_fleet(plans: list[Path], out: str, table: bool = False) -> None:
         ax.set(xscale="log", xlabel="user-level ε (δ = 1e-5)", ylim=(-0.3, 1.2),
                ylabel="fraction of the non-private improvement over random",
                title=f"{r['task']}: {r['rounds']} rounds")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.legend(fontsize=7)
     fig.suptitle("FedPG-Cen `fleet`: the measured ε/K frontier (2 trials) and the plan's "
                  "fleet law", fontsize=9)
