@@ -118,6 +118,8 @@ def _read_guarantee(config: Any) -> Guarantee:
 # SuperLink or SuperNode, on to the other side, on to the executor or the ServerApp). A batch
 # therefore travels as ONE config record each way, whatever its size: θ and the reports'
 # values as little-endian float32 bytes of a length the reader checks (no header to parse).
+# (A config record is one object, where flwr would cut an array into 5 MB chunks: a batch's
+# values are asks × dim × 4 bytes, a few of PGC-A3C's small models a SuperNode a round.)
 def batch_content(theta: np.ndarray, asks: list[tuple[int, int]]) -> RecordDict:
     """What the server asks of a SuperNode in one message: submission (a, index) from θ for
     each (a, index) in `asks`, in that order."""
@@ -194,7 +196,7 @@ def read_batch_reply(content: RecordDict, dim: int, size: int
         if key in _ANSWER_KEYS:
             continue
         k, _, field = key.partition(".")
-        if not (k[:1] == "g" and k[1:].isdigit() and int(k[1:]) in fields):
+        if not (k[1:].isdigit() and k == f"g{int(k[1:])}" and int(k[1:]) in fields):
             raise WireError(f"the reply has no field {key!r}")
         fields[int(k[1:])][field] = v
     guarantees = {k: _read_guarantee(f) for k, f in fields.items()}

@@ -229,7 +229,8 @@ def test_a_batch_travels_as_one_record_whatever_its_size_and_is_checked_whole() 
                       for i in (0, 2, 3, 5))
     for bad in ({"size": 5}, {"released": [0, 2, 3, 3]}, {"refused": [1]}, {"agents": [0, 2, 3]},
                 {"scores": [1, 2, 3, 4]}, {"guarantee": [0, 0, 0, 1]},
-                {"agents": [0.0, 2.0, 3.0, 5.0]}, {"g0.rogue": 1}, {"more": 1},
+                {"agents": [0.0, 2.0, 3.0, 5.0]}, {"g0.rogue": 1}, {"g00.epsilon": 1.0},
+                {"more": 1},
                 {"values": values[:-4]}, {"values": values + values[:4]},
                 {"values": np.frombuffer(values, np.float32).astype(np.float64).tobytes()}):
         with pytest.raises(WireError):
