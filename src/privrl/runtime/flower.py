@@ -116,6 +116,15 @@ EXECUTOR_BUSY_S = 1.0
 HEARTBEAT_AFTER_S = 10.0  # a task's first heartbeat (flwr holds a claimed task 30 s without)
 
 
+def process_env(home: Path, bin_dir: Path) -> dict[str, str]:
+    """The environment of the processes a local deployment starts: Flower's home in the run's
+    private work directory, its commands first on PATH, and flwr's telemetry (usage events to
+    telemetry.flower.ai: a run's start and stop, the platform) off unless the user set it."""
+    return {**os.environ, "FLWR_HOME": str(home),
+            "FLWR_TELEMETRY_ENABLED": os.environ.get("FLWR_TELEMETRY_ENABLED", "0"),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 # --- credentials made for one run ----------------------------------------------------------
 @dataclass(frozen=True)
 class Credentials:
@@ -408,8 +417,7 @@ class LocalDeployment:
         (home / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
             f'address = "{self.link}"\nroot-certificates = "{creds.ca}"\n')
-        self.env = {**os.environ, "FLWR_HOME": str(home),
-                    "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.env = process_env(home, self.bin)
         host, port = self.link.split(":")
         self.spawn("superlink", [
             "flower-superlink", "--ssl-ca-certfile", str(creds.ca), "--ssl-certfile",

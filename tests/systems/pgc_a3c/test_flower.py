@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -453,3 +454,18 @@ def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
     assert main([*args, "--submissions", "65", "--runtime", "flower",
                  "--one-process-per-agent", "--out", str(tmp_path / "c")]) == 2
     assert started == [3] and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_deployment_processes_send_no_flower_telemetry_unless_the_user_asks(monkeypatch,
+                                                                           tmp_path):
+    """flwr 1.42 posts usage events to telemetry.flower.ai unless FLWR_TELEMETRY_ENABLED=0:
+    the processes a local deployment starts get it off, and a user's own setting stands."""
+    from privrl.runtime.flower import process_env
+
+    monkeypatch.delenv("FLWR_TELEMETRY_ENABLED", raising=False)
+    env = process_env(tmp_path / "home", tmp_path / "bin")
+    assert env["FLWR_TELEMETRY_ENABLED"] == "0"
+    assert env["FLWR_HOME"] == str(tmp_path / "home")
+    assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "1")
+    assert process_env(tmp_path / "home", tmp_path / "bin")["FLWR_TELEMETRY_ENABLED"] == "1"
