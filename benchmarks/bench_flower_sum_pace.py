@@ -37,6 +37,27 @@ def tree_cpu_s() -> float:
     return total
 
 
+KINDS = (("flower-superlink", "superlink"), ("flower-superexec", "superexec"),
+         ("flwr-serverapp", "serverapp"), ("flower-supernode", "supernode"),
+         ("fedpg.flower", "agent executor"), ("bench_flower_sum_pace", "learner (privrl)"))
+
+
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds (own: user + system) of this process and its live descendants, by kind."""
+    import psutil
+
+    out: dict[str, float] = {}
+    me = psutil.Process()
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            cmd, t = " ".join(p.cmdline()), p.cpu_times()
+        except psutil.Error:
+            continue
+        kind = next((name for key, name in KINDS if key in cmd), "other")
+        out[kind] = out.get(kind, 0.0) + t.user + t.system
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=200)
@@ -57,9 +78,11 @@ def main() -> None:
                           mechanism="distributed-gaussian", epsilon=2.0, delta=1e-5,
                           sampling_rate=1.0, clip=1.0, roster=not args.no_roster, seed=1)
         marks: list[tuple[int, float, float]] = []
+        kinds: list[dict[str, float]] = []
 
         def on_round(t: int, deployment: object) -> None:
             marks.append((t, time.perf_counter(), tree_cpu_s()))
+            kinds.append(cpu_by_kind())
             print(json.dumps({"round": t, "at_s": round(marks[-1][1] - start, 1),
                               "cpu_s": round(marks[-1][2] - cpu0, 1)}), flush=True)
 
@@ -70,12 +93,17 @@ def main() -> None:
     steady = marks[1:]  # the last round's end is not marked (the run then stops everything)
     walls = [b[1] - a[1] for a, b in itertools.pairwise(steady)]
     cpus = [b[2] - a[2] for a, b in itertools.pairwise(steady)]
+    per_kind = {k: statistics.median(b.get(k, 0.0) - a.get(k, 0.0)
+                                     for a, b in itertools.pairwise(kinds[1:]))
+                for k in kinds[-1]} if len(kinds) > 2 else {}
     print(json.dumps({
         "agents": args.agents, "supernodes": args.nodes, "roster": not args.no_roster,
         "rounds": len(run.rounds), "agents_in_sum": [r.get("agents_in_sum") for r in run.rounds],
         "secagg_runs": [r.get("secagg_runs") for r in run.rounds],
         "s_per_round": walls, "median_s_per_round": statistics.median(walls),
         "cpu_s_per_round": cpus, "median_cpu_s_per_round": statistics.median(cpus),
+        "median_cpu_s_per_round_by_kind": {k: round(v, 2) for k, v in sorted(
+            per_kind.items(), key=lambda x: -x[1])},
         "startup_s": marks[0][1] - start, "wall_s": end - start,
         "loadavg": os.getloadavg()}))
 

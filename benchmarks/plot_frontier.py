@@ -14,12 +14,25 @@ their own series, labelled with the preset.
 
 `--sweep SWEEP_DIR` draws the older two-panel figure of one `privrl reproduce pgc-a3c` directory
 (median FST and success ratio vs ε; formerly `plot_frontier.py SWEEP_DIR OUT.png`).
+
+`--plans PLAN_DIR ...` draws FedPG-Cen `fleet`'s ε/K frontier from `privrl plan fedpg-cen` runs
+(one panel per task, issue 51): the fraction of the non-private improvement over random
+against user-level ε, one line per fleet size K, random at 0 and non-private at 1, and the
+planner's fleet law's smallest ε for each K (`planner.model.FleetLaw`, from the plan's own
+pilot) as a marker on the 0.5 line; `--table` prints the same as a Markdown table
+(benchmarks/log/30-front.md):
+
+    PYTHONPATH=benchmarks privrl plan fedpg-cen --env untuned:corridor --private slip=0:0.2 \
+        --epsilon 2 --agents 1000 --sweep-epsilons 0.5,1,2,4,8 \
+        --sweep-agents 100,300,1000,3000 --max-sweep-episodes 1000000 --out DIR
+    python benchmarks/plot_frontier.py --plans DIR ... --out benchmarks/figures/frontier_fleet.png
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import statistics
@@ -29,6 +42,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 
 from privrl.systems.pgc_a3c.reproduce import MECHANISM_LABEL, PAPER_TABLES
 
@@ -150,6 +164,100 @@ def plot_sweep(sweep: str, out: str) -> None:
     fig.savefig(out, dpi=120)
 
 
+def fleet_frontier(plan_dir: Path) -> dict:
+    """One `privrl plan fedpg-cen` directory's frontier: the task, ε, K, the measured fraction
+    [ε][K] (None where undefined), the measured ε at which each K first reaches `mark` (the
+    log-ε interpolation between the swept ε that straddle it; −ε: at or below the first swept
+    ε; None: never)
+    and the fleet law's smallest ε for each K, re-derived from the plan's pilot."""
+    from privrl.planner import model
+    from privrl.planner import systems as sy
+    from privrl.planner.api import fraction_of
+
+    d = json.loads((plan_dir / "plan.json").read_text())
+    fr, rec, p = d["frontier"], d["recommendation"], d["pilot"]
+    mark = p["mark"]
+    names = {f.name for f in dataclasses.fields(model.PilotStats)}
+    stats = model.PilotStats(**{k: (tuple(v) if isinstance(v, list) else v)
+                                for k, v in p.items() if k in names})
+    law = model.FleetLaw(**p["fleet_law"])
+    facts = sy.facts("fedpg-cen", rec["preset"] == sy.FEDPG_FLEET_PRESETS[True])
+    if "signal_spread" not in p:  # a plan from before the pilot measured it: the same sample
+        from privrl.planner import pilot
+        from privrl.planner.api import PlanConfig, task_of
+
+        task = task_of(PlanConfig(env=d["env"], private_params=tuple(d["private_params"]),
+                                  epsilon=d["epsilon"]))
+        grads, _ = pilot.gradient_sample(task, facts.hidden, 64, 0)
+        stats = dataclasses.replace(stats, signal_spread=pilot.signal_spread(
+            grads, stats.clip * facts.radius, facts.norm))
+    eps, ks = fr["epsilons"], fr["agents"]
+    frac = [[fraction_of(y, fr["random_return"], n)
+             for y, n in zip(row, fr["nonprivate_return"], strict=True)]
+            for row in fr["final_return"]]
+    measured, modelled = [], []
+    for j, k in enumerate(ks):
+        col = [frac[i][j] for i in range(len(eps))]
+        at = None
+        for i, x in enumerate(col):
+            if x is not None and x >= mark:
+                prev = col[i - 1] if i else None
+                at = (-eps[i] if prev is None else math.exp(
+                    math.log(eps[i - 1]) + (mark - prev) / (x - prev)
+                    * (math.log(eps[i]) - math.log(eps[i - 1]))))
+                break
+        measured.append(at)
+        modelled.append(sy.fleet_smallest_epsilon_at(stats, law, facts, k,
+                                                     rec["reports_per_agent"], 1e-5))
+    return {"task": d["env"], "epsilons": eps, "agents": ks, "fraction": frac, "mark": mark,
+            "measured": measured, "model": modelled, "rounds": rec["reports_per_agent"],
+            "random": fr["random_return"], "nonprivate": fr["nonprivate_return"],
+            "final": fr["final_return"], "wall": fr["wall_seconds"]}
+
+
+def plot_fleet(plans: list[Path], out: str, table: bool = False) -> None:
+    """FedPG-Cen `fleet`'s measured ε/K frontier per task, with the fleet law's (see the module
+    docstring)."""
+    rows = [fleet_frontier(p) for p in plans]
+    fig, axes = plt.subplots(1, len(rows), figsize=(5.2 * len(rows), 4.2), squeeze=False)
+    for ax, r in zip(axes[0], rows, strict=True):
+        for j, k in enumerate(r["agents"]):
+            ys = [r["fraction"][i][j] for i in range(len(r["epsilons"]))]
+            ax.plot(r["epsilons"], [math.nan if y is None else y for y in ys], "o-",
+                    color=f"C{j}", label=f"K = {k:,} (q·K = {min(k, 50)})")
+            if r["model"][j] is not None and r["model"][j] > 0:
+                ax.plot([r["model"][j]], [r["mark"]], "v", color=f"C{j}", ms=9, mfc="none")
+        ax.axhline(0, color="grey", ls="--", label="random policy")
+        ax.axhline(1, color="black", ls=":", label="non-private (q·K agents a round)")
+        ax.axhline(r["mark"], color="grey", lw=0.6)
+        ax.plot([], [], "v", color="k", mfc="none", label="fleet law's smallest ε (model)")
+        ax.set(xscale="log", xlabel="user-level ε (δ = 1e-5)", ylim=(-0.3, 1.2),
+               ylabel="fraction of the non-private improvement over random",
+               title=f"{r['task']}: {r['rounds']} rounds")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.legend(fontsize=7)
+    fig.suptitle("FedPG-Cen `fleet`: the measured ε/K frontier (2 trials) and the plan's "
+                 "fleet law", fontsize=9)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    if table:
+        for r in rows:
+            print(f"\n{r['task']} ({r['rounds']} rounds; random {r['random']:.4g}, "
+                  f"non-private {r['nonprivate'][0]:.4g}; sweep {r['wall']:.0f} s)\n")
+            print("| ε \\ K | " + " | ".join(f"{k:,}" for k in r["agents"]) + " |")
+            print("|---|" + "---:|" * len(r["agents"]))
+            for e, fr_row, fin in zip(r["epsilons"], r["fraction"], r["final"], strict=True):
+                print(f"| {e:g} | " + " | ".join(
+                    "–" if x is None else f"{x:.2f} ({y:.4g})"
+                    for x, y in zip(fr_row, fin, strict=True)) + " |")
+            print("| measured ε at the mark | " + " | ".join(
+                "> all" if x is None else f"≤ {-x:g}" if x < 0 else f"{x:.2g}"
+                for x in r["measured"]) + " |")
+            print("| fleet law's smallest ε | " + " | ".join(
+                "–" if x is None else f"{x:.2g}" for x in r["model"]) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the PNG to write")
@@ -158,7 +266,14 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, nargs="*", default=[],
                     help="privrl run pgc-a3c directories to add")
     ap.add_argument("--sweep", help="one reproduce sweep directory: the older two-panel figure")
+    ap.add_argument("--plans", type=Path, nargs="*", default=[],
+                    help="privrl plan fedpg-cen directories: FedPG-Cen fleet's ε/K frontier")
+    ap.add_argument("--table", action="store_true",
+                    help="with --plans: also print the frontier as Markdown tables")
     args = ap.parse_args()
+    if args.plans:
+        plot_fleet(args.plans, args.out, args.table)
+        return
     if args.sweep:
         plot_sweep(args.sweep, args.out)
         return

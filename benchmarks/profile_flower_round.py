@@ -10,6 +10,7 @@ Prints CPU-s a round per process kind and the rounds' wall time. Linux only; run
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -51,11 +52,53 @@ def sample() -> dict[int, tuple[str, float]]:
     return out
 
 
+def timeline(starts: list[float], events: list[tuple[float, int, str]], nodes: int
+             ) -> dict[str, object]:
+    """Where a round's wall goes (20 ms resolution), from each round's start (the ServerApp's
+    PROGRESS write, just before it pushes): each SuperNode's wait until it pulls the message
+    (its poll phase), its pull-to-sent (the executor's answer and the SuperNode's 0.5 s reply
+    step, then the push), and the ServerApp's turnaround from the round's last reply sent to
+    the next round's start. A SuperNode that pulls its next message more than 4 s after it
+    sent its reply slept through a 3 s poll after the message was there (a miss). Round trips
+    a round: the round's wall over flwr 1.42's SuperNode poll (3 s), the issue's unit."""
+    import statistics
+
+    waits, steps, turns, gaps = [], [], [], []
+    before: dict[int, float] | None = None
+    for a, b in itertools.pairwise(starts):
+        recv = {i: min((t for t, n, k in events if n == i and k == "recv" and a <= t < b),
+                       default=None) for i in range(nodes)}
+        sent = {i: min((t for t, n, k in events if n == i and k == "sent" and a <= t <= b),
+                       default=None) for i in range(nodes)}
+        if None in recv.values() or None in sent.values():
+            before = None
+            continue
+        waits += [recv[i] - a for i in range(nodes)]
+        steps += [sent[i] - recv[i] for i in range(nodes)]
+        turns.append(b - max(sent.values()))
+        if before is not None:
+            gaps += [recv[i] - before[i] for i in range(nodes)]
+        before = sent
+    if not turns:
+        return {}
+    rounds = [b - a for a, b in itertools.pairwise(starts)]
+    return {"median_s_until_pulled": statistics.median(waits),
+            "max_s_until_pulled": max(waits),
+            "median_s_pulled_to_sent": statistics.median(steps),
+            "max_s_pulled_to_sent": max(steps),
+            "median_s_turnaround": statistics.median(turns),
+            "sent_to_next_pull_misses": f"{sum(g > 4.0 for g in gaps)} of {len(gaps)}",
+            "median_s_per_round": statistics.median(rounds),
+            "round_trips_per_round": statistics.mean(rounds) / 3.0}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--submissions", type=int, default=135)
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--parallel", type=int, default=9)
+    parser.add_argument("--keep-logs", type=Path, default=None,
+                        help="copy the deployment's process logs here (their timelines)")
     args = parser.parse_args()
     from privrl.federation.flower import PROGRESS
     from privrl.runtime.flower import LocalDeployment
@@ -65,11 +108,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         progress = Path(d) / "run" / "aggregator" / PROGRESS
         marks: list[tuple[float, dict[int, tuple[str, float]]]] = []  # one per PROGRESS write
+        events: list[tuple[float, int, str]] = []  # (time, SuperNode, "recv" | "sent")
         done = threading.Event()
+        logs = [Path(d) / "run" / "logs" / f"supernode{i}.log" for i in range(args.nodes)]
+        read = [0] * args.nodes
 
         def watch() -> None:
             last = None
             while not done.is_set():
+                for i, log in enumerate(logs):  # each SuperNode's pulls and pushes, as logged
+                    try:
+                        with open(log, "rb") as f:
+                            f.seek(read[i])
+                            new = f.read()
+                    except OSError:
+                        continue
+                    new = new[:new.rfind(b"\n") + 1]
+                    read[i] += len(new)
+                    now = time.perf_counter()
+                    events.extend((now, i, "recv" if b"Receiving:" in line else "sent")
+                                  for line in new.splitlines()
+                                  if b"Receiving:" in line or b"Sent successfully" in line)
                 try:
                     m = progress.stat().st_mtime_ns
                 except OSError:
@@ -89,6 +148,9 @@ def main() -> None:
         wall = time.perf_counter() - wall
         done.set()
         t.join()
+        if args.keep_logs is not None:
+            import shutil
+            shutil.copytree(Path(d) / "run" / "logs", args.keep_logs, dirs_exist_ok=True)
     assert out.error is None, out.error
     (t0, first), (t1, last) = marks[1], marks[-1]  # from the 2nd round's start: all warm
     rounds = len(marks) - 2
@@ -96,6 +158,7 @@ def main() -> None:
     for pid, (k, cpu) in last.items():
         per[k] = per.get(k, 0.0) + cpu - first.get(pid, (k, 0.0))[1]
     print(json.dumps({"rounds": rounds, "wall_s_per_round": (t1 - t0) / rounds,
+                      **timeline([m[0] for m in marks[1:]], events, args.nodes),
                       "cpu_s_per_round": {k: round(v / rounds, 3) for k, v in
                                           sorted(per.items(), key=lambda x: -x[1])},
                       "total_cpu_s_per_round": sum(per.values()) / rounds,

@@ -1,12 +1,14 @@
 """Where the test suite's time goes: a pytest plugin that records each test's wall time, its
 process's CPU time (children not included: a Ray or Flower test's processes are not counted)
-and JAX's own monitoring events (tracing, lowering to MLIR, XLA's backend compile,
-persistent-cache hits), and a summary of what it recorded. CPU time is the figure to rank by on
-a loaded machine.
+and JAX's own monitoring events (tracing, lowering to MLIR, XLA's backend compile with each
+compiled program's name, persistent-cache hits), and a summary of what it recorded. CPU time is
+the figure to rank by on a loaded machine (the events' durations are wall time).
 
     PYTHONPATH=benchmarks .venv/bin/python -m pytest -q -n auto --dist loadgroup \\
         --no-loadscope-reorder -p suite_profile -m "not processes"
     .venv/bin/python benchmarks/suite_profile.py [--cpu]  # totals and the 25 slowest tests
+    .venv/bin/python benchmarks/suite_profile.py --files     # CPU by test file
+    .venv/bin/python benchmarks/suite_profile.py --programs  # compiles by program name
 
 Each xdist worker writes `suite-profile-<worker>.jsonl` in $SUITE_PROFILE_DIR (default: the
 system's temporary directory); a new run appends, so empty it first.
@@ -28,15 +30,16 @@ _EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
            "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
            "/jax/core/compile/backend_compile_duration": "compile"}
 _now: dict[str, Any] = {"test": None, "start": 0.0, "cpu": 0.0, "acc": collections.Counter(),
-                        "controller": False}
+                        "compiled": [], "controller": False}
 
 
-def _duration(event: str, secs: float, **_: Any) -> None:
+def _duration(event: str, secs: float, fun_name: str = "?", **_: Any) -> None:
     name = _EVENTS.get(event)
     if name is not None and _now["test"] is not None:
         _now["acc"][name] += secs
         if name == "compile":
             _now["acc"]["programs"] += 1
+            _now["compiled"].append((fun_name, round(secs, 4)))
 
 
 def _event(event: str, **_: Any) -> None:
@@ -56,7 +59,7 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
     _now.update(test=nodeid, start=time.perf_counter(), cpu=time.process_time(),
-                acc=collections.Counter())
+                acc=collections.Counter(), compiled=[])
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
@@ -64,7 +67,8 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     row = {"test": nodeid, "wall": time.perf_counter() - _now["start"],
-           "cpu": time.process_time() - _now["cpu"], **_now["acc"]}
+           "cpu": time.process_time() - _now["cpu"], **_now["acc"],
+           "compiled": _now["compiled"]}
     with open(_DIR / f"suite-profile-{worker}.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
     _now["test"] = None
@@ -77,11 +81,32 @@ def main() -> None:
         sys.exit(f"no suite-profile-*.jsonl in {_DIR}")
     total = collections.Counter()
     for r in rows:
-        total.update({k: v for k, v in r.items() if k != "test"})
+        total.update({k: v for k, v in r.items() if k not in ("test", "compiled")})
     print(f"{len(rows)} tests; worker-seconds: " + ", ".join(
         f"{k} {total[k]:.1f}" for k in ("wall", "cpu", "compile", "lower", "trace")) +
         f"; programs compiled {total['programs']:.0f}, persistent-cache hits "
         f"{total['cache_hits']:.0f}")
+    if "--files" in sys.argv:
+        files: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for r in rows:
+            files[r["test"].split("::")[0]].update(
+                tests=1, cpu=r["cpu"], programs=r.get("programs", 0))
+        print("CPU-s  tests  programs  file")
+        for f, c in sorted(files.items(), key=lambda kv: -kv[1]["cpu"])[:40]:
+            print(f"{c['cpu']:6.1f} {c['tests']:6d} {c['programs']:9d}  {f}")
+        return
+    if "--programs" in sys.argv:  # the same name compiled in many tests: a shared-fixture lead
+        names: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, set()])
+        for r in rows:
+            for name, secs in r.get("compiled", []):
+                entry = names[name]
+                entry[0] += 1
+                entry[1] += secs
+                entry[2].add(r["test"].split("::")[0])
+        print("compiles  compile-s  files  program")
+        for name, (n, secs, fs) in sorted(names.items(), key=lambda kv: -kv[1][1])[:40]:
+            print(f"{n:8d} {secs:10.1f} {len(fs):6d}  {name}")
+        return
     key = "cpu" if "--cpu" in sys.argv else "wall"
     for r in sorted(rows, key=lambda r: -r.get(key, 0))[:25]:
         print(f"{r['wall']:6.1f} s  cpu {r.get('cpu', 0):6.1f}  "

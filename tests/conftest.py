@@ -19,6 +19,8 @@
   the older emitters compile faster, and compiling is what those tests spend their time on.
   Optimized programs keep the default emitters, whose code runs faster, and running is what
   the learning tests spend theirs on;
+- every compilation skips XLA's HLO verifier, which re-checks the module after each pass and
+  changes nothing (`_EVERY_COMPILE`): about a tenth of an unoptimized compile's CPU;
 - XLA optimizes only for the tests marked `learning` (long training runs, where execution time
   dominates), and then at LLVM's level 1, not 2 (it compiles faster, and their code is no
   slower where it matters; `learning(llvm_level=2)` where it is, as for FedPG-Dec's), unless
@@ -74,8 +76,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # XLA CPU splits a program's LLVM code generation into parts compiled on parallel threads; on 2
-# cores already busy with 2 workers that costs more CPU than it saves, so one part.
-_ONE_CODEGEN_PART = {"xla_cpu_parallel_codegen_split_count": 1}
+# cores already busy with 2 workers that costs more CPU than it saves, so one part. And XLA
+# re-verifies the whole HLO module after every pass of its pipelines (HloVerifier, an invariant
+# checker: it reads the module and changes nothing), about a tenth of an unoptimized compile's
+# CPU; the tests check privrl, not XLA, so they skip it: the programs compile to the same HLO,
+# text for text (benchmarks/log/30-suite.md). Every compilation, and the children's XLA_FLAGS.
+_EVERY_COMPILE = {"xla_cpu_parallel_codegen_split_count": 1,
+                  "xla_disable_hlo_passes": "hlo-verifier"}
 # LLVM's level for the optimized compiles of the running test: `learning(llvm_level=2)` asks for
 # XLA's default, 2 (pytest_runtest_setup).
 _LLVM_LEVEL = [1]
@@ -100,7 +107,7 @@ def _fast_unoptimized_compiles() -> None:
         extra = ({"xla_cpu_use_fusion_emitters": False}
                  if jax.config.read("jax_disable_most_optimizations")
                  else {"xla_backend_optimization_level": _LLVM_LEVEL[0]})
-        env_options_overrides = {**(env_options_overrides or {}), **extra, **_ONE_CODEGEN_PART}
+        env_options_overrides = {**(env_options_overrides or {}), **extra, **_EVERY_COMPILE}
         return original(*args, env_options_overrides=env_options_overrides, **kwargs)
 
     compiler.get_compile_options = get_compile_options
@@ -202,11 +209,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _child_compile_env(cache: str | None) -> dict[str, str]:
     """The environment under which a process a test starts (a Ray actor, a Flower app or
     agent executor) compiles as the tests do: without optimizations, without the MLIR fusion
-    emitters, code generation in one part, every program in the session's cache (None: none).
+    emitters, code generation in one part, no HLO verifier, every program in the session's
+    cache (None: none).
     Cheaper, and a driver replaying the process's arithmetic gets the same floats."""
     env = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
-           "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false "
-                        "--xla_cpu_parallel_codegen_split_count=1"}
+           "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false " + " ".join(
+               f"--{k}={v}" for k, v in _EVERY_COMPILE.items())}
     if cache is not None:
         env |= {"JAX_COMPILATION_CACHE_DIR": cache,
                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
@@ -231,9 +239,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     if cache == "off":
         cache = str(tmp_path_factory.mktemp("jax-cache"))  # the actors' own, as before
     # The actors compile as the Ray tests' drivers do (pytest_runtest_setup and
-    # _fast_unoptimized_compiles): without optimizations, without the MLIR fusion emitters, and
-    # with code generation in one part; every program they compile goes to the cache, so that a
-    # restarted actor does not compile its programs again.
+    # _fast_unoptimized_compiles): without optimizations, without the MLIR fusion emitters, with
+    # code generation in one part and no HLO verifier; every program they compile goes to the
+    # cache, so that a restarted actor does not compile its programs again.
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": _child_compile_env(cache)})
     yield

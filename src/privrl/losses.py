@@ -6,6 +6,11 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+# Steps of `discounted_returns`' scan per loop iteration: a loop iteration is a few kernels
+# whatever its length, and the scan runs over the padded time axis (max_steps), so unrolling
+# divides the kernels a gradient launches; the same floats (benchmarks/log/30-speed.md).
+RETURNS_UNROLL = 8
+
 
 def discounted_returns(rewards: Array, mask: Array, bootstrap: Array, gamma: float) -> Array:
     """Ĝ_t = Σ_{j=t}^{T-1} γ^{j-t} r_j + γ^{T-t} bootstrap for the valid prefix t < T.
@@ -20,7 +25,8 @@ def discounted_returns(rewards: Array, mask: Array, bootstrap: Array, gamma: flo
         g = jnp.where(m > 0, r + gamma * carry, carry)
         return g, g
 
-    _, returns = jax.lax.scan(step, bootstrap, (rewards, mask), reverse=True)
+    _, returns = jax.lax.scan(step, bootstrap, (rewards, mask), reverse=True,
+                              unroll=RETURNS_UNROLL)
     return returns
 
 

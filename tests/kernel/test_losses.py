@@ -23,6 +23,37 @@ def test_returns_terminal_vs_truncated():
     np.testing.assert_allclose(fell[3:], 0.0)
 
 
+def test_returns_loop_runs_an_eighth_of_the_padded_steps_to_the_same_floats():
+    """The returns' scan runs over the padded time axis: unrolled 8 steps per loop iteration
+    (each iteration is a few kernels, a GPU launch each: issue 54's kernel count), it computes
+    the floats of the one-step loop, bit for bit."""
+    import re
+
+    from privrl.losses import RETURNS_UNROLL
+
+    rng = np.random.default_rng(1)
+    steps, episodes = 200, 12
+    lengths = rng.integers(0, steps + 1, episodes)
+    mask = (np.arange(steps)[None, :] < lengths[:, None]).astype(np.float32)
+    rewards = rng.normal(size=(episodes, steps)).astype(np.float32) * mask
+    boot = rng.normal(size=episodes).astype(np.float32)
+
+    def one_step(r, m, b):  # the formulation before the unroll
+        def step(carry, inp):
+            g = jnp.where(inp[1] > 0, inp[0] + 0.95 * carry, carry)
+            return g, g
+        return jax.lax.scan(step, b, (r, m), reverse=True)[1]
+
+    fast = jax.jit(jax.vmap(lambda r, m, b: discounted_returns(r, m, b, 0.95)))
+    trips = re.findall(r'known_trip_count":\{"n":"(\d+)"', fast.lower(
+        rewards, mask, boot).compile().as_text())
+    assert RETURNS_UNROLL == 8 and trips == [str(steps // 8)]
+    got = np.asarray(fast(rewards, mask, boot))
+    want = np.asarray(jax.jit(jax.vmap(one_step))(rewards, mask, boot))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(got[mask == 0], np.repeat(boot, steps - lengths))
+
+
 def _numpy_loss(params, obs, actions, mask, final_obs, terminated, cfg, theta_const=None,
                 rewards=None):
     """Paper eq. 15-18 in float64 numpy. theta_const: params for the held-constant parts;

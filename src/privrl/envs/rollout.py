@@ -117,9 +117,15 @@ def rollout_trials(
     def running(live: _Live) -> Array:  # (trials,) bool: some episode of the trial still runs
         return ~jnp.all(live.done, axis=-1)
 
-    def run(t: Array, live: _Live, bufs: _Record, rows: Array, consts: tuple,
+    def run(t: Array, live: _Live, bufs: _Record, rows: Array | None, consts: tuple,
             sizes: Sequence[int]) -> tuple[Array, _Live, _Record]:
+        # rows None: every trial, in order (a dynamic-update-slice of the buffers at step t,
+        # in place); a stage's rows: the trials it gathered (a scatter).
         bound = sizes[0] if sizes else 0
+
+        def write(b: Array, r: Array, t: Array) -> Array:
+            return (jax.lax.dynamic_update_index_in_dim(b, r, t, 1) if rows is None
+                    else b.at[rows, t].set(r))
 
         def cond(c: tuple) -> Array:
             t, live, _ = c
@@ -128,8 +134,7 @@ def rollout_trials(
         def body(c: tuple) -> tuple:
             t, live, bufs = c
             live, rec = advance(*consts, live)
-            return t + 1, live, jax.tree_util.tree_map(lambda b, r: b.at[rows, t].set(r),
-                                                       bufs, rec)
+            return t + 1, live, jax.tree_util.tree_map(lambda b, r: write(b, r, t), bufs, rec)
 
         t, live, bufs = jax.lax.while_loop(cond, body, (t, live, bufs))
         if not sizes:
@@ -137,7 +142,8 @@ def rollout_trials(
         # The still-running trials first (stable), then finished ones to fill the stage.
         pick = jnp.argsort(~running(live), stable=True)[: sizes[0]]
         take = lambda x: x[pick]  # noqa: E731
-        t, sub, bufs = run(t, jax.tree_util.tree_map(take, live), bufs, rows[pick],
+        t, sub, bufs = run(t, jax.tree_util.tree_map(take, live), bufs,
+                           pick if rows is None else rows[pick],
                            jax.tree_util.tree_map(take, consts), sizes[1:])
         return t, jax.tree_util.tree_map(lambda x, y: x.at[pick].set(y), live, sub), bufs
 
@@ -145,7 +151,7 @@ def rollout_trials(
     if n % block or any(s % block for s in stages):
         raise ValueError(f"trials ({n}) and stages ({stages}) must be multiples of block {block}")
     live, bufs = jax.vmap(begin)(env_params, policy_args, keys, active)
-    _, live, bufs = run(jnp.int32(0), live, bufs, jnp.arange(n), (env_params, policy_args),
+    _, live, bufs = run(jnp.int32(0), live, bufs, None, (env_params, policy_args),
                         [s for s in stages if s < n])
     return jax.vmap(_finish)(live, bufs)
 

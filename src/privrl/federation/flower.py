@@ -62,7 +62,7 @@ def request_content(theta: np.ndarray, agent_id: int, index: int) -> RecordDict:
 
 def read_request(content: RecordDict, dim: int) -> tuple[np.ndarray, int, int]:
     """θ (float32, shape (dim,), finite), agent id and index of a request, or WireError."""
-    theta = _array(content, "theta", "theta", dim)
+    theta = _array(content, "theta", "theta", (dim,))
     if not np.all(np.isfinite(theta)):
         raise WireError("θ holds NaN or inf")
     ask = _config(content, "ask")
@@ -71,30 +71,19 @@ def read_request(content: RecordDict, dim: int) -> tuple[np.ndarray, int, int]:
 
 def submission_content(sub: Submission, score: float) -> RecordDict:
     """An agent's reply: its Submission (the Report's value and guarantee) and its score."""
-    g = sub.report.guarantee.to_state()
-    guarantee = {k: ("inf" if isinstance(v, float) and math.isinf(v) else v)
-                 for k, v in g.items() if v is not None}
     return RecordDict({
         "report": ArrayRecord({"value": Array(np.asarray(sub.report.value, np.float32))}),
         "ids": ConfigRecord({"agent": int(sub.agent_id), "index": int(sub.index)}),
-        "guarantee": ConfigRecord(guarantee),
+        "guarantee": _guarantee_record(sub.report.guarantee),
         "score": MetricRecord({"score": float(score)})})
 
 
 def read_submission(content: RecordDict, dim: int) -> tuple[Submission, float]:
     """The Submission and score a reply holds, or WireError. Only the form is checked here;
     the aggregator service checks the rest (finite, its mechanism, a new (agent, index))."""
-    value = _array(content, "report", "value", dim)
+    value = _array(content, "report", "value", (dim,))
     ids = _config(content, "ids")
-    state: dict[str, Any] = dict.fromkeys(("sensitivity", "norm"))
-    for k, v in _config(content, "guarantee").items():
-        if k not in _GUARANTEE_FIELDS:
-            raise WireError(f"the guarantee has no field {k!r}")
-        state[k] = math.inf if (k == "epsilon" and v == "inf") else v
-    try:
-        guarantee = Guarantee.from_state(state)
-    except ValueError as e:
-        raise WireError(f"not a guarantee: {e}") from None
+    guarantee = _read_guarantee(_config(content, "guarantee"))
     score = content.metric_records.get("score")
     if score is None or not isinstance(score.get("score"), float):
         raise WireError("no score")
@@ -102,13 +91,41 @@ def read_submission(content: RecordDict, dim: int) -> tuple[Submission, float]:
     return Submission(_int(ids, "agent"), _int(ids, "index"), report), float(score["score"])
 
 
+def _guarantee_fields(guarantee: Guarantee) -> dict[str, Any]:
+    return {k: ("inf" if isinstance(v, float) and math.isinf(v) else v)
+            for k, v in guarantee.to_state().items() if v is not None}
+
+
+def _guarantee_record(guarantee: Guarantee) -> ConfigRecord:
+    return ConfigRecord(_guarantee_fields(guarantee))
+
+
+def _read_guarantee(config: Any) -> Guarantee:
+    state: dict[str, Any] = dict.fromkeys(("sensitivity", "norm"))
+    for k, v in config.items():
+        if k not in _GUARANTEE_FIELDS:
+            raise WireError(f"the guarantee has no field {k!r}")
+        state[k] = math.inf if (k == "epsilon" and v == "inf") else v
+    try:
+        return Guarantee.from_state(state)
+    except ValueError as e:
+        raise WireError(f"not a guarantee: {e}") from None
+
+
 # --- one message per SuperNode per round: a batch of asks, a batch of replies ------------------
+# Flower moves every record of a message as an object of its own (an ArrayRecord: three, with
+# its Array and chunk), one HTTP request per object at each of the three hops (sender to
+# SuperLink or SuperNode, on to the other side, on to the executor or the ServerApp). A batch
+# therefore travels as ONE config record each way, whatever its size: θ and the reports'
+# values as little-endian float32 bytes of a length the reader checks (no header to parse).
+# (A config record is one object, where flwr would cut an array into 5 MB chunks: a batch's
+# values are asks × dim × 4 bytes, a few of PGC-A3C's small models a SuperNode a round.)
 def batch_content(theta: np.ndarray, asks: list[tuple[int, int]]) -> RecordDict:
     """What the server asks of a SuperNode in one message: submission (a, index) from θ for
     each (a, index) in `asks`, in that order."""
-    return RecordDict({"theta": ArrayRecord({"theta": Array(np.asarray(theta, np.float32))}),
-                       "asks": ConfigRecord({"agents": [int(a) for a, _ in asks],
-                                             "indices": [int(i) for _, i in asks]})})
+    return RecordDict({"asks": ConfigRecord({
+        "theta": _f32_bytes(theta), "agents": [int(a) for a, _ in asks],
+        "indices": [int(i) for _, i in asks]})})
 
 
 def read_batch(content: RecordDict, dim: int) -> tuple[np.ndarray, list[tuple[int, int]]] | None:
@@ -116,59 +133,104 @@ def read_batch(content: RecordDict, dim: int) -> tuple[np.ndarray, list[tuple[in
     (`request_content`), or WireError."""
     if "asks" not in content.config_records:
         return None
-    theta = _array(content, "theta", "theta", dim)
+    asks = _config(content, "asks")
+    _only(asks, {"theta", "agents", "indices"})
+    theta = _f32(asks.get("theta"), (dim,), "θ")
     if not np.all(np.isfinite(theta)):
         raise WireError("θ holds NaN or inf")
-    asks = _config(content, "asks")
-    agents, indices = asks.get("agents"), asks.get("indices")
-    if (not isinstance(agents, list) or not isinstance(indices, list)
-            or len(agents) != len(indices) or not 0 < len(agents) <= MAX_BATCH
-            or not all(isinstance(v, int) and not isinstance(v, bool)
-                       for v in (*agents, *indices))):
+    agents, indices = _ints(asks, "agents"), _ints(asks, "indices")
+    if len(agents) != len(indices) or not 0 < len(agents) <= MAX_BATCH:
         raise WireError(f"asks must be two integer lists of one length in 1..{MAX_BATCH}")
     return theta, list(zip(agents, indices, strict=True))
 
 
 def batch_reply_content(items: list[tuple[Submission, float] | str]) -> RecordDict:
-    """A SuperNode's reply to a batch: per ask, in order, its Submission and score
-    (`submission_content`'s records, suffixed -i) or the reason it refused it."""
-    out = RecordDict({"refused": ConfigRecord({str(i): item for i, item in enumerate(items)
-                                               if isinstance(item, str)}),
-                      "batch": ConfigRecord({"size": len(items)})})
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            for name, record in submission_content(*item).items():
-                out[f"{name}-{i}"] = record
-    return out
+    """A SuperNode's reply to a batch, ONE config record: per ask, in order, its Submission
+    and score or the reason it refused it. The released reports' values are the rows of one
+    float32 block; each distinct guarantee (normally one) is written once, its fields as
+    g<k>.<field>, and each report names its k."""
+    released = [(i, item) for i, item in enumerate(items) if not isinstance(item, str)]
+    guarantees: list[Guarantee] = []
+    which = []
+    for _, (sub, _) in released:
+        if sub.report.guarantee not in guarantees:
+            guarantees.append(sub.report.guarantee)
+        which.append(guarantees.index(sub.report.guarantee))
+    record: dict[str, Any] = {
+        "size": len(items),
+        "released": [i for i, _ in released],
+        "agents": [int(sub.agent_id) for _, (sub, _) in released],
+        "indices": [int(sub.index) for _, (sub, _) in released],
+        "scores": [float(score) for _, (_, score) in released],
+        "guarantee": which,
+        "values": b"".join(_f32_bytes(sub.report.value) for _, (sub, _) in released),
+        "refused": [i for i, item in enumerate(items) if isinstance(item, str)],
+        "reasons": [item for item in items if isinstance(item, str)]}
+    for k, guarantee in enumerate(guarantees):
+        record.update({f"g{k}.{f}": v for f, v in _guarantee_fields(guarantee).items()})
+    return RecordDict({"answers": ConfigRecord(record)})
 
 
 def read_batch_reply(content: RecordDict, dim: int, size: int
                      ) -> list[tuple[Submission, float] | str]:
-    """Per ask of a batch of `size`: the Submission and score (`read_submission`'s checks) or
-    the reason the agent refused or its reply is malformed; WireError for a reply that is not
-    one batch of `size`."""
-    if _int(_config(content, "batch"), "size") != size:
+    """Per ask of a batch of `size`: the Submission and score (the checks of
+    `read_submission`: a float32 value of shape (dim,), integer ids, a float score, a
+    guarantee's fields) or the reason the agent refused it; WireError for a reply that is not
+    one well-formed batch of `size` (then nothing of it is used)."""
+    answers = _config(content, "answers")
+    if _int(answers, "size") != size:
         raise WireError(f"not a reply to {size} asks")
-    refused = _config(content, "refused")
-    out: list[tuple[Submission, float] | str] = []
-    for i in range(size):
-        reason = refused.get(str(i))
-        if reason is not None:
-            out.append(f"the agent refused: {reason}")
+    released, refused = _ints(answers, "released"), _ints(answers, "refused")
+    if sorted(released + refused) != list(range(size)):
+        raise WireError(f"released and refused must name each of the {size} asks once")
+    agents, indices, which = (_ints(answers, k) for k in ("agents", "indices", "guarantee"))
+    scores, reasons = answers.get("scores"), answers.get("reasons")
+    if (not isinstance(scores, list) or not all(isinstance(v, float) for v in scores)
+            or not isinstance(reasons, list) or not all(isinstance(v, str) for v in reasons)):
+        raise WireError("scores must be floats and reasons strings")
+    if (len(reasons) != len(refused)
+            or {len(agents), len(indices), len(which), len(scores)} != {len(released)}):
+        raise WireError("the batch's lists differ in length")
+    fields: dict[int, dict[str, Any]] = {k: {} for k in set(which)}
+    for key, v in answers.items():
+        if key in _ANSWER_KEYS:
             continue
-        part = RecordDict()
-        for name in ("report", "ids", "guarantee", "score"):
-            record = content.get(f"{name}-{i}")
-            if record is not None:
-                part[name] = record
-        try:
-            out.append(read_submission(part, dim))
-        except WireError as e:
-            out.append(f"malformed: {e}")
+        k, _, field = key.partition(".")
+        if not (k[1:].isdigit() and k == f"g{int(k[1:])}" and int(k[1:]) in fields):
+            raise WireError(f"the reply has no field {key!r}")
+        fields[int(k[1:])][field] = v
+    guarantees = {k: _read_guarantee(f) for k, f in fields.items()}
+    values = _f32(answers.get("values"), (len(released), dim), "the reports' values")
+    out: list[tuple[Submission, float] | str] = [""] * size
+    for i, reason in zip(refused, reasons, strict=True):
+        out[i] = f"the agent refused: {reason}"
+    for k, i in enumerate(released):
+        report: Report = restore_report(values[k].copy(), guarantees[which[k]])
+        out[i] = (Submission(agents[k], indices[k], report), scores[k])
     return out
 
 
-def _array(content: RecordDict, record: str, name: str, dim: int) -> np.ndarray:
+_ANSWER_KEYS = frozenset({"size", "released", "agents", "indices", "scores", "guarantee",
+                          "values", "refused", "reasons"})
+
+
+def _f32_bytes(a: Any) -> bytes:
+    return np.ascontiguousarray(a, "<f4").tobytes()
+
+
+def _f32(data: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """Little-endian float32 bytes of exactly `shape`, as a float32 array, or WireError."""
+    if not isinstance(data, bytes) or len(data) != 4 * math.prod(shape):
+        raise WireError(f"{what} must be {math.prod(shape)} float32 values as bytes")
+    return np.frombuffer(data, "<f4").astype(np.float32).reshape(shape)
+
+
+def _only(config: ConfigRecord, keys: set[str]) -> None:
+    if set(config) != keys:
+        raise WireError(f"a record must hold exactly {sorted(keys)}, got {sorted(config)}")
+
+
+def _array(content: RecordDict, record: str, name: str, shape: tuple[int, ...]) -> np.ndarray:
     arrays = content.array_records.get(record)
     if arrays is None or set(arrays) != {name}:
         raise WireError(f"no array record {record!r} holding exactly {name!r}")
@@ -176,8 +238,8 @@ def _array(content: RecordDict, record: str, name: str, dim: int) -> np.ndarray:
         a = arrays[name].numpy()  # np.load without pickles (flwr's Array)
     except (TypeError, ValueError, OSError) as e:
         raise WireError(f"{name} is not a NumPy array: {e}") from None
-    if a.dtype != np.float32 or a.shape != (dim,):
-        raise WireError(f"{name} must be float32 of shape ({dim},), got {a.dtype} {a.shape}")
+    if a.dtype != np.float32 or a.shape != shape:
+        raise WireError(f"{name} must be float32 of shape {shape}, got {a.dtype} {a.shape}")
     return a
 
 
@@ -186,6 +248,14 @@ def _config(content: RecordDict, record: str) -> ConfigRecord:
     if config is None:
         raise WireError(f"no config record {record!r}")
     return config
+
+
+def _ints(config: ConfigRecord, key: str) -> list[int]:
+    v = config.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                          for x in v):
+        raise WireError(f"{key} must be a list of integers")
+    return v
 
 
 def _int(config: ConfigRecord, key: str) -> int:

@@ -249,34 +249,44 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      f"{WIDE_RANDOM:.0%} of the pilot's improvement over it: the learning speed "
                      "is measured from an uncertain floor; give more random_episodes.")
     stats = model.PilotStats(dim, q, clip, signal, variance, rand, nonprivate_final, e0_aim,
-                             f.episodes_per_report)
+                             f.episodes_per_report,
+                             pilot.signal_spread(grads, clip * f.radius, f.norm)
+                             if sy.fleet_law(system, f, None, PILOT_FEDPG_AGENTS) else 1.0)
     noise = sy.noise_fn(system, f, stats, config.delta)
     needed = sy.needed_fn(system, f, stats)
+    # FedPG-Cen `fleet`: the fleet law (planner.model.FleetLaw) sizes K or ε
+    law = sy.fleet_law(system, f, stats, PILOT_FEDPG_AGENTS)
+
+    def smallest_fleet(e: float) -> tuple[int, int] | None:
+        return (sy.fleet_smallest_fleet(stats, law, f, e, config.delta) if law else
+                model.smallest_fleet(stats, noise, e, f.reports_choices, needed))
+
+    def smallest_epsilon(k: int) -> tuple[float, int] | None:
+        return (sy.fleet_smallest_epsilon(stats, law, f, k, config.delta) if law else
+                model.smallest_epsilon(stats, noise, k, f.reports_choices, needed=needed))
 
     # 2. the model's recommendation
     eps = float(config.epsilon)  # type: ignore[arg-type]
     smallest = None
     if config.agents is None:
-        found = model.smallest_fleet(stats, noise, eps, f.reports_choices, needed)
+        found = smallest_fleet(eps)
         agents, reports = found if found else (None, f.reports_choices[0])
         if found is None and e0 is not None:
             notes.append(f"At ε = {eps:g} no fleet up to {model.MAX_FLEET:,} learns by the "
                          "model.")
     else:
         agents = config.agents
-        got = model.smallest_epsilon(stats, noise, agents, f.reports_choices,
-                                     needed=needed)
+        got = smallest_epsilon(agents)
         smallest, reports = got if got else (None, f.reports_choices[0])
         if got is not None:
-            found_r = model.smallest_fleet(stats, noise, eps, f.reports_choices, needed)
+            found_r = None if law else smallest_fleet(eps)
             if found_r is not None and agents >= found_r[0]:
                 reports = found_r[1]
         if smallest is not None and smallest > eps:
             notes.append(f"K = {agents:,} learns by the model only from ε ≈ {smallest:.3g}, "
                          f"above the ε = {eps:g} asked: more agents, or more ε.")
     if config.agents is None and e0 is not None:
-        got = model.smallest_epsilon(stats, noise, agents or 1, f.reports_choices,
-                                     needed=needed) if agents else None
+        got = smallest_epsilon(agents) if agents else None
         smallest = got[0] if got else None
     k = agents or _fallback_agents(system, config)
     rec = _recommend(system, f, stats, noise, eps, k, reports)
@@ -311,11 +321,17 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                      f"({DEFAULT_PARTICIPANTS} agents a round in expectation; amplification by "
                      "sampling, by the accountant), the "
                      "clip starting at the plan's and following the agents' median norm (its "
-                     "bits in the same ε), the preset's own Adam step. The model counts the "
-                     "noise of every agent in every round, 1.15-1.5x below the sampled run's "
-                     "(benchmarks/log/28-fedcen.md).")
+                     "bits in the same ε), the preset's own Adam step. The fleet law sizes it "
+                     "(planner.model.FleetLaw): a round's noise-to-signal ratio ρ over "
+                     "q·K sampled reports with σ by the accountant, as Adam's per-coordinate "
+                     "step sees it, and R0 · √((1 + ρ²)/(1 + ρ0²)) rounds needed, R0 the "
+                     "pilot's rounds to the mark (benchmarks/log/30-front.md).")
     if agents is not None:
         notes.append("K = " + f"{agents:,}: " + (
+            "the model's fleet law for the sampled secure sum (R0 · √((1 + ρ²)/(1 + ρ0²)) "
+            "rounds, ρ a round's noise-to-signal ratio over q·K reports with the "
+            "accountant's σ at q, ρ0 the pilot's; planner.model.fleet_rounds_needed)"
+            if law is not None else
             "the model's Adam law for the command's rule (E0 · max(1, ρ/ρ0) / (η'/η): an "
             "update's noise-to-signal ratio ρ at its |B| against the pilot's ρ0, and "
             "step_from_noise's step fraction; planner.model.episodes_needed_adam)"
@@ -337,6 +353,10 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
         frontier = _sweep(system, config, rec, f, stats, smallest, progress, log,
                           not task.host)
         check, learns = _check(frontier, rec, config.fraction)
+        if law is not None:  # the fleet law's frontier beside the measured one
+            check["model_smallest_epsilon"] = {
+                str(k): sy.fleet_smallest_epsilon_at(stats, law, f, k, rec.reports_per_agent,
+                                                     config.delta) for k in frontier.agents}
         if frontier.left_out:
             notes.append("The sweep left out K = " + ", ".join(f"{x:,}" for x in
                          frontier.left_out) + f" (over max_sweep_episodes = "
@@ -357,8 +377,10 @@ def plan(system: str, config: PlanConfig, out: str | Path | None = None,
                         "per-episode standardized returns-to-go"),
                     "noise_to_signal_nonprivate": model.noise_to_signal(stats, 0.0, f.batch),
                     # which law of planner.model sized K (plan.json says how K was found)
-                    "fleet_model": ("adam: episodes_needed_adam" if needed is not None else
+                    "fleet_model": ("fleet: fleet_rounds_needed" if law is not None else
+                                    "adam: episodes_needed_adam" if needed is not None else
                                     "trace: episodes_needed"),
+                    **({"fleet_law": asdict(law)} if law is not None else {}),
                     "seconds": time.perf_counter() - t0}
     result = PlanResult(system, config.env, tuple(config.private_params), eps,  # type: ignore
                         config.agents, pilot_record, asdict(rec), smallest, fields, frontier,
@@ -482,6 +504,9 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
 
     eps, agents = sweep_grid(config, rec, smallest)
     per_agent = rec.reports_per_agent * f.episodes_per_report
+    fleet = system == "fedpg-cen" and rec.preset in sy.FEDPG_FLEET_PRESETS.values()
+    if fleet:
+        return _sweep_fleet(system, config, rec, f, stats, eps, agents, progress, log)
     kept = tuple(k for k in agents if k * per_agent <= config.max_sweep_episodes)
     left = tuple(k for k in agents if k not in kept)
     if not kept:
@@ -506,6 +531,49 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
             for e, c in zip(eps, curves[:-1], strict=True):
                 table[(e, kk)] = c.final(upto)
             nonprivate[kk] = curves[-1].final(upto)
+    fin = tuple(tuple(_num(table.get((e, k))) for k in kept) for e in eps)
+    return Frontier(eps, kept, fin, tuple(_num(nonprivate.get(k)) for k in kept),
+                    stats.random_return, time.perf_counter() - t0, left)
+
+
+def _sweep_fleet(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
+                 eps: tuple[float, ...], agents: tuple[int, ...],
+                 progress: ProgressFn | None, log: Callable[[str], None]) -> Frontier:
+    """FedPG-Cen `fleet`'s sweep: an agent plays a round with probability q = P/K (P the
+    mechanism's participants a round, `DEFAULT_PARTICIPANTS`), so a setting plays about
+    P·R rounds' episodes whatever K (its cap, `max_sweep_episodes`, counts those). The
+    non-private line plays min(K, P) agents every round (no noise, so no sampling): the
+    same episodes and rounds as the private settings, one run for every K ≥ P (untuned.py's
+    reference). The settings run each as its own program: the sampled secure sum with its
+    adaptive clip is not one of FedPG's one-program mechanisms (`ONE_PROGRAM_MECHANISMS`)."""
+    from privrl.planner import systems as sy
+
+    def played(k: int) -> float:  # a setting's expected episodes at fleet size k
+        return sy.fleet_participants(k) * rec.reports_per_agent * f.episodes_per_report
+
+    kept = tuple(k for k in agents if played(k) <= config.max_sweep_episodes)
+    left = tuple(k for k in agents if k not in kept)
+    t0 = time.perf_counter()
+    table: dict[tuple[float, int], float] = {}
+    nonprivate: dict[int, float] = {}
+    references: dict[int, float] = {}
+    for i, k in enumerate(kept):
+        settings = [replace(rec, epsilon=e, agents=k) for e in eps]
+        p = sy.fleet_participants(k)
+        if p not in references:
+            settings.append(replace(rec, mechanism="none", epsilon=math.inf, agents=p))
+        configs = [sy.build_config(system, sy.config_fields(
+            system, s, config.env, config.private_params, config.trials, config.seed))  # type: ignore
+            for s in settings]
+        name = f"sweep {i + 1}/{len(kept)}: K = {k:,}, {len(configs)} settings"
+        log(name)
+        tick = None if progress is None else (lambda d, t, name=name: progress(name, d, t))
+        curves = sy.run_settings(system, configs, tick, False)
+        for e, c in zip(eps, curves, strict=False):
+            table[(e, k)] = c.final()
+        if p not in references:
+            references[p] = curves[-1].final()
+        nonprivate[k] = references[p]
     fin = tuple(tuple(_num(table.get((e, k))) for k in kept) for e in eps)
     return Frontier(eps, kept, fin, tuple(_num(nonprivate.get(k)) for k in kept),
                     stats.random_return, time.perf_counter() - t0, left)

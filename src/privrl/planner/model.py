@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -61,6 +61,10 @@ class PilotStats:
     nonprivate_return: float
     episodes_to_learn: float | None
     episodes_per_report: int = 1
+    # (‖s‖₁/‖s‖₂)²/d of the mean clipped gradient s: the share of the d coordinates its signal
+    # spreads over (1: evenly), which Adam's per-coordinate step sees (`FleetLaw`); 1 where
+    # the pilot does not measure it
+    signal_spread: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -231,3 +235,155 @@ def step_size(base: float, stats: PilotStats, noise: float, batch: int,
     pilot's, scaled down by the square of the excess otherwise (post-processing)."""
     ratio = noise_to_signal(stats, noise, batch)
     return base if ratio <= reference_ratio else base * (reference_ratio / ratio) ** 2
+
+
+# --- FedPG-Cen `fleet`: Poisson-sampled agents over the secure sum --------------------------
+@dataclass(frozen=True)
+class FleetLaw:
+    """The facts of a `fleet` round the fleet law needs: each of K agents takes part with
+    probability q = P/K (P = `participants`, min(K, the mechanism's default)); a report is
+    the clipped mean gradient of `report_episodes` episodes (B_t); the secure sum's noise
+    N(0, (z_Δ·C)²) per coordinate falls on the sum of the reports, divided by q·K; the clip's
+    bits take σ_b = `count_share`·P of the same σ (Andrew et al. 2021's split, or σ_b = σ where
+    that is too small, `systems.fleet_count_noise`). The non-private pilot ran
+    `pilot_participants` agents every round and reached the mark in `rounds_to_learn` rounds
+    (None: it did not); it averaged reports of the same `report_episodes`."""
+
+    participants: int
+    report_episodes: float
+    pilot_participants: int
+    rounds_to_learn: float | None
+    count_share: float = 1 / 20
+    accountant: str = "pld"
+
+
+def fleet_noise_to_signal(stats: PilotStats, law: FleetLaw, update_multiplier: float,
+                          agents: int) -> float:
+    """ρ of one `fleet` round: the mean update (Σ of the sampled agents' clipped reports + the
+    sum's N(0, (z_Δ·C)²·I)) / (q·K), P = q·K agents in expectation, against its signal S:
+
+        ρ² = [(V/m + (1 − q)·S²) / P + d·(z_Δ·C)² / P²] / S²,
+
+    the first term the reports' sampling variance (m episodes each; the (1 − q)·S² is the
+    Poisson count's), the second the sum's noise. ρ(0) at P0 = the pilot's agents, q = 1, is
+    the pilot's own."""
+    p = min(int(agents), law.participants)
+    q = p / max(int(agents), 1)
+    s2 = max(stats.clipped_signal, 1e-30) ** 2
+    sampling = (stats.clipped_variance / law.report_episodes + (1 - q) * s2) / p
+    noise = stats.dim * (update_multiplier * stats.clip) ** 2 / p ** 2
+    return math.sqrt((sampling + noise) / s2)
+
+
+def _adam_rho(stats: PilotStats, rho: float) -> float:
+    """ρ as Adam's per-coordinate step sees it: ρ·√(signal_spread). Noise spread evenly over
+    d coordinates, a signal on a share k/d of them: on those, each coordinate's noise over its
+    signal is ρ·√(k/d) (corridor: k/d ≈ 0.1, benchmarks/log/30-front.md)."""
+    return rho * math.sqrt(min(1.0, max(stats.signal_spread, 1e-6)))
+
+
+def fleet_rounds_needed(stats: PilotStats, law: FleetLaw, update_multiplier: float,
+                        agents: int) -> float:
+    """R(ε, K) = R0 · max(1, √((1 + ρ²)/(1 + ρ0²))): the `fleet` presets step with Adam at
+    their own step η, which moves a coordinate about η·s/√(s² + n²) a step along its signal
+    s under noise n: the full step while the update is cleaner than its signal (ρ < 1), a
+    share 1/ρ of it beyond. So a round's progress is 1/√(1 + ρ²) of a clean round's, and
+    the pilot's (ρ0, mostly below 1) is nearly a clean round's: counted against ρ/ρ0
+    (`episodes_needed_adam`'s law) it asked ε ≈ 13 of K = 100 on corridor, which learned at
+    0.5 (benchmarks/log/30-front.md). Counted in rounds: the run's rounds are fixed and K
+    sets q, not the rounds. inf when the pilot did not learn."""
+    if law.rounds_to_learn is None:
+        return math.inf
+    rho0 = _adam_rho(stats, _pilot_rho(stats, law))
+    rho = _adam_rho(stats, fleet_noise_to_signal(stats, law, update_multiplier, agents))
+    return law.rounds_to_learn * max(1.0, math.sqrt((1 + rho * rho) / (1 + rho0 * rho0)))
+
+
+def _pilot_rho(stats: PilotStats, law: FleetLaw) -> float:
+    """ρ0: the non-private pilot's round, its agents every round, no noise."""
+    return fleet_noise_to_signal(stats, replace(law, participants=law.pilot_participants),
+                                 0.0, law.pilot_participants)
+
+
+def fleet_largest_update_multiplier(stats: PilotStats, law: FleetLaw, rounds: int,
+                                    agents: int) -> float | None:
+    """The largest z_Δ at which `rounds` rounds of K agents reach the mark
+    (`fleet_rounds_needed` ≤ rounds, solved for z_Δ); inf where any noise does (the pilot
+    is slower than the sampling alone allows), None where none does."""
+    if law.rounds_to_learn is None or rounds < law.rounds_to_learn:
+        return None
+    rho0 = _adam_rho(stats, _pilot_rho(stats, law))
+    p = min(int(agents), law.participants)
+    q = p / max(int(agents), 1)
+    s2 = max(stats.clipped_signal, 1e-30) ** 2
+    rho_most2 = (((rounds / law.rounds_to_learn) ** 2 * (1 + rho0 * rho0) - 1)
+                 / _adam_rho(stats, 1.0) ** 2)  # the norm ratio's room
+    room = (rho_most2 * s2
+            - (stats.clipped_variance / law.report_episodes + (1 - q) * s2) / p)
+    if room <= 0:
+        return None
+    return p * math.sqrt(room / stats.dim) / stats.clip
+
+
+def fleet_round_multiplier(update_multiplier: float, participants: int,
+                           count_share: float = 1 / 20) -> float:
+    """The round's noise multiplier σ (what the accountant charges) whose split leaves the
+    update z_Δ: with σ_b = count_share·P, σ = (z_Δ⁻² + (2σ_b)⁻²)^(−1/2)
+    (privacy.distributed.joint_noise_multiplier); where the plan raises σ_b to σ (a σ at or
+    above 2·count_share·P, `systems.fleet_count_noise`), z_Δ = σ/√(3/4), i.e. σ = z_Δ·√(3/4),
+    the larger (less ε) of the two where it is allowed."""
+    from privrl.privacy.distributed import joint_noise_multiplier
+
+    if math.isinf(update_multiplier):
+        return math.inf
+    sb = count_share * participants
+    raised = update_multiplier * math.sqrt(0.75)
+    return raised if raised >= 2 * sb else joint_noise_multiplier(update_multiplier, sb)
+
+
+def fleet_smallest_epsilon(stats: PilotStats, law: FleetLaw, agents: int, rounds: int,
+                           dp_rounds: int, delta: float) -> float | None:
+    """The smallest user-level ε at which K = `agents` reach the mark in `rounds` rounds by the
+    fleet law: the ε, by the accountant (privacy.plan.gaussian_spent, Poisson sampling at
+    q = P/K over the `dp_rounds` its σ is calibrated for), of the largest σ whose update
+    noise the rounds afford; None where no noise does; 0 where any does."""
+    z = fleet_largest_update_multiplier(stats, law, rounds, agents)
+    if z is None:
+        return None
+    if math.isinf(z):
+        return 0.0
+    p = min(int(agents), law.participants)
+    return _spent(fleet_round_multiplier(z, p, law.count_share), dp_rounds, delta,
+                  law.accountant, p / int(agents))
+
+
+@lru_cache(maxsize=4096)
+def _spent(sigma: float, releases: int, delta: float, accountant: str, q: float) -> float:
+    from privrl.privacy.plan import gaussian_spent
+
+    return gaussian_spent(sigma, releases, delta, accountant, q if q < 1 else None)
+
+
+def fleet_smallest_fleet(stats: PilotStats, law: FleetLaw, epsilon: float, rounds: int,
+                         dp_rounds: int, delta: float) -> int | None:
+    """The smallest K at which the fleet law's ε (`fleet_smallest_epsilon`) is at most ε:
+    more agents at the same P a round is a smaller q, so a smaller σ for the same ε
+    (amplification by sampling); searched by doubling, then bisected to 5 %; None when no K
+    up to MAX_FLEET does."""
+    def learns(k: int) -> bool:
+        e = fleet_smallest_epsilon(stats, law, k, rounds, dp_rounds, delta)
+        return e is not None and e <= epsilon
+
+    hi = 2
+    while hi <= MAX_FLEET and not learns(hi):
+        hi *= 2
+    if hi > MAX_FLEET:
+        return None
+    lo = hi // 2
+    while hi - lo > max(1, lo // 20):
+        mid = (lo + hi) // 2
+        if learns(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -96,3 +96,13 @@ def clipped_moments(grads: np.ndarray, bound: float, norm: str) -> tuple[float, 
     c = clip_rows(grads, bound, norm)
     mean = c.mean(axis=0)
     return float(np.linalg.norm(mean)), float(np.mean(np.sum((c - mean) ** 2, axis=1)))
+
+
+def signal_spread(grads: np.ndarray, bound: float, norm: str) -> float:
+    """(‖s‖₁/‖s‖₂)²/d of the mean clipped gradient s at clip radius `bound`: the share of the
+    coordinates its signal spreads over (1: evenly), for FedPG-Cen `fleet`'s law
+    (`model.FleetLaw`). The sample's noise in s spreads evenly too, so a few episodes read it
+    high: the law then counts more of the noise, not less."""
+    m = clip_rows(grads, bound, norm).mean(axis=0)
+    l2 = float(np.linalg.norm(m))
+    return 1.0 if l2 == 0 else float((np.abs(m).sum() / l2) ** 2 / m.size)

@@ -24,7 +24,15 @@ from typing import Any
 import numpy as np
 
 from privrl.planner.choices import SYSTEMS
-from privrl.planner.model import NeededFn, PilotStats, episodes_needed_adam, release_noise
+from privrl.planner.model import (
+    FleetLaw,
+    NeededFn,
+    PilotStats,
+    episodes_needed_adam,
+    release_noise,
+)
+from privrl.planner.model import fleet_smallest_epsilon as model_fleet_epsilon
+from privrl.planner.model import fleet_smallest_fleet as model_fleet_fleet
 
 __all__ = ["SYSTEMS", "Curve", "Recommendation", "SystemFacts", "config_fields", "facts"]
 CONFIG_CLASSES = {
@@ -217,6 +225,14 @@ FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continu
 FEDPG_FLEET_PRESETS = {False: "fleet", True: "fleet-continuous"}
 
 
+def fleet_participants(agents: int) -> int:
+    """The agents a `fleet` round takes part in expectation: q·K = min(K, P), P the
+    mechanism's default (`DEFAULT_PARTICIPANTS`; FedPGConfig.resolved's q = min(1, P/K))."""
+    from privrl.systems.fedpg.config import DEFAULT_PARTICIPANTS
+
+    return min(int(agents), DEFAULT_PARTICIPANTS)
+
+
 def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
     """A `fleet` command's clip-bit noise σ_b where its default (q·K/20) is too small for the
     round's noise multiplier σ: adaptive clipping needs σ_b > σ/2, which a small ε (a large σ)
@@ -236,6 +252,54 @@ FEDPG_FLEET_ROUNDS = (64, 128, 256)
 # Pendulum's private row read 0.45 of a reference that had itself learned less (−1,101 against
 # −929), against 1.01 at 256 (−817 against −820; benchmarks/log/30-fedcen.md).
 FEDPG_FLEET_CONTINUOUS_ROUNDS = FEDPG_FLEET_ROUNDS[-1:]
+
+
+def fleet_law(system: str, f: SystemFacts, stats: PilotStats | None, pilot_agents: int
+              ) -> FleetLaw | None:
+    """The fleet law's facts where the plan recommends a `fleet` preset (None elsewhere: the
+    trace law or PGC-A3C's Adam law size K): P = DEFAULT_PARTICIPANTS a round, a report of
+    B_t's mean episodes, the clip bits' σ_b = q·K/20 (FedPGConfig.resolved's), the preset's
+    accountant, and the pilot's rounds to the mark, E0 over its `pilot_agents` agents' round
+    (each round takes `episodes_per_report` from every agent's budget)."""
+    if system != "fedpg-cen" or f.preset not in FEDPG_FLEET_PRESETS.values():
+        return None
+    from privrl.systems.fedpg.config import DEFAULT_PARTICIPANTS, FedPGConfig
+
+    cfg = FedPGConfig.from_preset(f.preset)
+    e0 = None if stats is None else stats.episodes_to_learn
+    return FleetLaw(DEFAULT_PARTICIPANTS, (cfg.batch_min + cfg.batch_max) / 2, pilot_agents,
+                    None if e0 is None else e0 / (pilot_agents * stats.episodes_per_report),
+                    1 / 20, cfg.accountant)
+
+
+def fleet_smallest_epsilon(stats: PilotStats, law: FleetLaw, f: SystemFacts, agents: int,
+                           delta: float) -> tuple[float, int] | None:
+    """(the smallest ε at which K learns by the fleet law, its rounds among the preset's
+    choices: the rounds with the smallest ε); None where no rounds choice learns."""
+    got = [(e, r) for r in f.reports_choices
+           if (e := fleet_smallest_epsilon_at(stats, law, f, agents, r, delta)) is not None]
+    return min(got) if got else None
+
+
+def fleet_smallest_epsilon_at(stats: PilotStats, law: FleetLaw, f: SystemFacts, agents: int,
+                              rounds: int, delta: float) -> float | None:
+    """The fleet law's smallest ε for K agents over `rounds` rounds (σ calibrated for the
+    rounds' `fedpg_dp_rounds`, as the command's)."""
+    return model_fleet_epsilon(stats, law, agents, rounds,
+                               fedpg_dp_rounds(rounds, f.preset), delta)
+
+
+def fleet_smallest_fleet(stats: PilotStats, law: FleetLaw, f: SystemFacts, epsilon: float,
+                         delta: float) -> tuple[int, int] | None:
+    """(the smallest K at which the fleet law learns at ε, its rounds: the fewest K, and of
+    equal K the rounds with the smallest ε); None where no K up to MAX_FLEET does."""
+    got = [(k, -r) for r in f.reports_choices
+           if (k := model_fleet_fleet(stats, law, epsilon, r, fedpg_dp_rounds(r, f.preset),
+                                      delta)) is not None]
+    if not got:
+        return None
+    k, r = min(got)
+    return k, -r
 # dp_rounds covers the rounds a budget takes up to this many standard deviations.
 DP_ROUNDS_SIGMAS = 3.0
 
@@ -351,11 +415,10 @@ def noise_fn(system: str, f: SystemFacts, stats: PilotStats, delta: float = 1e-5
         return release_noise("laplace", eps * (1 - f.clip_bit_share), r, c, d)
 
     def fedpg(eps: float, r: int, k: int) -> float:
-        # σ for the run's dp_rounds, every agent in every round: the `fleet` command samples
-        # q·K agents a round, whose noise on the mean, σ_q·C/(qK), is 1.15-1.5x this at
-        # q·K = 50 and 64-256 rounds (benchmarks/log/28-fedcen.md; the command's σ_q is the
-        # accountant's own); calibrating σ_q in every step of the model's ε bisection would
-        # cost minutes
+        # σ for the run's dp_rounds, every agent in every round (the trace law's noise).
+        # The `fleet` presets are sized by the fleet law instead (`fleet_law`: q·K sampled
+        # agents, σ by the accountant at q, inverted once per K rather than calibrated in
+        # every step of a bisection)
         return release_noise("distributed-gaussian", eps, fedpg_dp_rounds(r, f.preset), c, d,
                              delta, summed_over=k)
 

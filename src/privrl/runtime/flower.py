@@ -58,6 +58,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -109,7 +110,19 @@ UNTRUSTED_BUNDLE = 0x5055  # the Error code an agent executor answers another bu
 CONNECTION = "privrl"  # the SuperLink connection's name in the run's Flower config
 GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 TRACK_S = 1.0  # how often a running deployment looks for its processes' descendants
-EXECUTOR_POLL_S = 0.1  # an agent executor's wait between two asks for a task
+EXECUTOR_POLL_S = 0.1  # an agent executor's wait between two asks for a task, just after one
+EXECUTOR_IDLE_POLL_S = 0.25  # the same, EXECUTOR_BUSY_S after its last task ended
+EXECUTOR_BUSY_S = 1.0
+HEARTBEAT_AFTER_S = 10.0  # a task's first heartbeat (flwr holds a claimed task 30 s without)
+
+
+def process_env(home: Path, bin_dir: Path) -> dict[str, str]:
+    """The environment of the processes a local deployment starts: Flower's home in the run's
+    private work directory, its commands first on PATH, and flwr's telemetry (usage events to
+    telemetry.flower.ai: a run's start and stop, the platform) off unless the user set it."""
+    return {**os.environ, "FLWR_HOME": str(home),
+            "FLWR_TELEMETRY_ENABLED": os.environ.get("FLWR_TELEMETRY_ENABLED", "0"),
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 # --- credentials made for one run ----------------------------------------------------------
@@ -252,20 +265,29 @@ def refusing_client_app(module: str) -> ClientApp:
 
 def serve_tasks(runtime_api: str, handle: Handler, trusted_fab: str,
                 secret: bytes | None = None, should_stop: Callable[[], bool] = lambda: False,
-                poll_s: float = EXECUTOR_POLL_S) -> None:
+                poll_s: float = EXECUTOR_POLL_S, idle_poll_s: float = EXECUTOR_IDLE_POLL_S,
+                busy_s: float = EXECUTOR_BUSY_S) -> None:
     """Take the SuperNode's ClientApp tasks and answer each with `handle` in this process;
     a task of any other bundle than `trusted_fab` gets an error and runs nothing. `secret`:
     the SuperNode's SuperExec secret (`--superexec-auth-secret-file`), without which it hands
-    its tasks to no one."""
+    its tasks to no one.
+
+    It asks for a task every `poll_s` for `busy_s` after a task (the SuperNode takes a
+    message already waiting at the SuperLink as soon as it has pushed its reply), then every
+    `idle_poll_s`: a SuperNode with nothing pulls the SuperLink only every 3 s, and waits for
+    an answer in steps of 0.5 s, so a task taken up to `idle_poll_s` late and answered within
+    that step costs no wall time, and each ask costs both processes CPU (docs/flower.md#pace)."""
     client = _runtime_client(runtime_api, "SuperExec", secret=secret)
+    last = -math.inf
     try:
         while not should_stop():
             res = client.AcquireTask(AcquireTaskRequest(
                 supported_task_types=[TaskType.CLIENT_APP]))
             if res.HasField("task") and res.token:
                 _run_task(runtime_api, res.token, handle, trusted_fab)
+                last = time.monotonic()
             else:
-                time.sleep(poll_s)
+                time.sleep(poll_s if time.monotonic() - last < busy_s else idle_poll_s)
     finally:
         client.close()
 
@@ -293,8 +315,14 @@ def superexec_secret(path: Path | None) -> bytes | None:
 
 def _run_task(runtime_api: str, token: str, handle: Handler, trusted_fab: str) -> None:
     client = _runtime_client(runtime_api, "flwr-clientapp", token)
+    # Heartbeats only for a task that outlives HEARTBEAT_AFTER_S: flwr holds a claimed task
+    # for 30 s without one, and a round's task ends well within it (one request less each).
     heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
-    heartbeat.start()
+    started: list[bool] = []
+    timer = threading.Timer(HEARTBEAT_AFTER_S,
+                            lambda: (heartbeat.start(), started.append(True)))
+    timer.daemon = True
+    timer.start()
     try:
         message, context, _, fab = pull_task_input(client)
         if hashlib.sha256(fab.content).hexdigest() != trusted_fab:
@@ -307,7 +335,10 @@ def _run_task(runtime_api: str, token: str, handle: Handler, trusted_fab: str) -
         push_message(client, reply, context)
         push_task_output(client, context, status, details)
     finally:
-        heartbeat.stop()
+        timer.cancel()
+        timer.join()
+        if started:
+            heartbeat.stop()
         client.close()
 
 
@@ -386,8 +417,7 @@ class LocalDeployment:
         (home / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
             f'address = "{self.link}"\nroot-certificates = "{creds.ca}"\n')
-        self.env = {**os.environ, "FLWR_HOME": str(home),
-                    "PATH": f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}"}
+        self.env = process_env(home, self.bin)
         host, port = self.link.split(":")
         self.spawn("superlink", [
             "flower-superlink", "--ssl-ca-certfile", str(creds.ca), "--ssl-certfile",

@@ -19,7 +19,9 @@ whatever the server or the driver asks:
    files 0600, never the server operator's run directory; `private_write`) before the
    output is returned, so that a node restarted mid-run re-sends instead of drawing new
    noise, and spends nothing twice. (A node of a secure sum refuses instead of re-sending:
-   privrl.systems.fedpg.flower.CenNode.)
+   privrl.systems.fedpg.flower.CenNode.) A transport that answers several releases in one
+   message releases them inside `AgentNode.saving_once()`: the state is then written once,
+   when the block ends, still before the message that carries them leaves.
 
 The ledger is the caller's (built from the run's config by the system's ledger factory), so
 a node enforces the budget the run's privacy.json states.
@@ -109,6 +111,23 @@ class AgentNode(Generic[Out]):
         self.step, self.agents, self.ledger, self.dim = step, frozenset(agents), ledger, dim
         self.store, self.ordered, self.where = store, ordered, where
         self.released: dict[Key, Out] = dict(released or {})
+        self._deferred: bool | None = None  # inside `saving_once`: whether a save is due
+
+    @contextlib.contextmanager
+    def saving_once(self) -> Iterator[None]:
+        """Releases inside the block write the node's state once, as the block ends (also on
+        an error), instead of once each: for a transport that sends them in one message,
+        sent after the block (nothing of them leaves before the write)."""
+        if self._deferred is not None:  # nested: the outer block writes
+            yield
+            return
+        self._deferred = False
+        try:
+            yield
+        finally:
+            due, self._deferred = self._deferred, None
+            if due:
+                self.save()
 
     def release(self, agent: int, index: int, theta: Any = None) -> Out:
         """`agent`'s output for `index` from θ (None: the step's input is the node's own
@@ -130,7 +149,10 @@ class AgentNode(Generic[Out]):
         ids = np.asarray(self.step.together(agent), np.int64)
         self.ledger.charge(ids, self.step.guarantee)  # before anything is computed or leaves
         self.released.update(self.step(theta, agent, index))
-        self.save()  # before anything leaves this process: a restart re-sends it
+        if self._deferred is None:
+            self.save()  # before anything leaves this process: a restart re-sends it
+        else:
+            self._deferred = True  # `saving_once` writes it before its caller sends
         return self.released[(agent, index)]
 
     def affords(self, agent: int) -> bool:

@@ -56,3 +56,17 @@ def test_each_trial_gets_its_own_rollout_episodes():
                                np.asarray(alone.obs) * mask[..., None], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(together.final_obs), np.asarray(alone.final_obs),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_without_stages_writes_its_buffers_in_place():
+    """Every trial stepping in order (no stage gathered them) writes step t of the episode
+    buffers as one slice: no scatter (per step a scatter kernel for each buffer, before)."""
+    env, params = make_cartpole(CartPoleSpec(max_steps=40))
+    trials, p = 8, 9
+    per_trial = jax.tree_util.tree_map(
+        lambda x: jnp.broadcast_to(x, (trials, p, *jnp.shape(x))), params)
+    run = jax.jit(lambda prm, w, k: rollout_trials(
+        env, prm, _policy, w, k, p, 40, jnp.ones((trials, p), bool), trials))
+    args = (per_trial, jnp.ones((trials, 4)), jax.random.split(jax.random.key(0), trials))
+    assert "scatter" not in str(jax.make_jaxpr(run)(*args))
+    assert int(np.asarray(run(*args).length).min()) > 0

@@ -80,6 +80,31 @@ def test_the_node_protocol() -> None:
     assert node.last() == -1
 
 
+def test_releases_in_one_message_write_the_state_once_before_it_leaves() -> None:
+    """`saving_once`: several releases (one batch message) write the state once, as the block
+    ends, with every release in it; a refusal inside still leaves the earlier ones written;
+    a block that released nothing writes nothing."""
+    store = Store()
+    node = AgentNode(Step(), [0, 2], PrivacyLedger(2.0), DIM, store)
+    theta = np.zeros(DIM, np.float32)
+    with node.saving_once():
+        node.release(0, 0, theta)
+        node.release(0, 1, theta)
+        assert store.saved == []  # nothing has left: the caller sends after the block
+    assert store.saved == [[(0, 0), (0, 1), (2, 0), (2, 1)]]
+    with pytest.raises(BudgetExceededError), node.saving_once():
+        node.release(2, 0, theta)  # re-sent, nothing new
+        node.release(2, 2, theta)
+    assert len(store.saved) == 1
+    node.ledger = PrivacyLedger(3.0)
+    with pytest.raises(ValueError), node.saving_once():
+        node.release(0, 2, theta)
+        node.release(0, 9, theta)
+    assert store.saved[-1] == [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
+    node.release(0, 3, theta)  # outside a block: at once
+    assert len(store.saved) == 3
+
+
 def test_a_released_file_restores_the_ledger_and_the_reports(tmp_path: Path) -> None:
     file = ReleasedFile(tmp_path / "agents.npz", "test-node", G, DIM)
     assert file.load() is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,69 @@ def test_the_server_checks_every_reply_before_using_it(tmp_path: Path) -> None:
     assert svc.submit(read_submission(submission_content(sub, 3.0), dim)[0]).reason.startswith(
         "duplicate")
     assert svc.status()["accepted"] == 1 and not np.array_equal(svc.theta(), theta)
+
+
+def test_a_batch_travels_as_one_record_whatever_its_size_and_is_checked_whole() -> None:
+    """A round's request to a SuperNode and its reply each move as the same few Flower objects
+    (one HTTP request each per hop) for 1 ask as for 6: one config record, θ and the values
+    as float32 bytes, each distinct guarantee once. Read back, each ask gets its own
+    Submission (value, ids, guarantee, score) or refusal, in order; a request or reply that
+    is not one well-formed batch is refused whole."""
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+    from privrl.federation.flower import (
+        batch_content,
+        batch_reply_content,
+        read_batch,
+        read_batch_reply,
+    )
+
+    cfg = dataclasses.replace(CFG, submissions=12)
+    agent = flower.FlowerAgent(cfg, 0, 1)
+    theta, dim = np.linspace(-1, 1, agent.dim, dtype=np.float32), agent.dim
+    subs = [agent.release(theta, a, 0) for a in range(6)]
+    items: list[Any] = [subs[0], "spent", subs[2], subs[3], "not mine", subs[5]]
+
+    def objects(content: RecordDict) -> int:
+        return len(get_all_nested_objects(Message(content, dst_node_id=1, message_type="train")))
+
+    asks = [(a, 0) for a in range(6)]
+    assert objects(batch_content(theta, asks)) == objects(batch_content(theta, asks[:1])) == 3
+    assert objects(batch_reply_content(items)) == objects(batch_reply_content(items[:1])) == 3
+    got_theta, got_asks = read_batch(batch_content(theta, asks), dim)
+    np.testing.assert_array_equal(got_theta, theta)
+    assert got_asks == asks
+    got = read_batch_reply(batch_reply_content(items), dim, 6)
+    assert got[1] == "the agent refused: spent" and got[4] == "the agent refused: not mine"
+    for i in (0, 2, 3, 5):
+        sub, score = got[i]
+        assert (sub.agent_id, sub.index, score) == (i, 0, subs[i][1])
+        np.testing.assert_array_equal(sub.report.value, subs[i][0].report.value)
+        assert sub.report.guarantee == subs[i][0].report.guarantee
+    assert read_batch_reply(batch_reply_content(["no", "no"]), dim, 2) == [
+        "the agent refused: no"] * 2
+
+    def changed(content: RecordDict, record: str, **values: Any) -> RecordDict:
+        content[record] = ConfigRecord({**dict(content[record]), **values})
+        return content
+
+    values = b"".join(np.asarray(subs[i][0].report.value, np.float32).tobytes()
+                      for i in (0, 2, 3, 5))
+    for bad in ({"size": 5}, {"released": [0, 2, 3, 3]}, {"refused": [1]}, {"agents": [0, 2, 3]},
+                {"scores": [1, 2, 3, 4]}, {"guarantee": [0, 0, 0, 1]},
+                {"agents": [0.0, 2.0, 3.0, 5.0]}, {"g0.rogue": 1}, {"g00.epsilon": 1.0},
+                {"more": 1},
+                {"values": values[:-4]}, {"values": values + values[:4]},
+                {"values": np.frombuffer(values, np.float32).astype(np.float64).tobytes()}):
+        with pytest.raises(WireError):
+            read_batch_reply(changed(batch_reply_content(items), "answers", **bad), dim, 6)
+    nan = theta.copy()
+    nan[3] = np.nan
+    for bad in ({"theta": theta[:-1].tobytes()}, {"theta": nan.tobytes()},
+                {"theta": theta.astype(np.float64).tobytes()}, {"indices": [0]},
+                {"agents": []}, {"more": 1}):
+        with pytest.raises(WireError):
+            read_batch(changed(batch_content(theta, asks), "asks", **bad), dim)
 
 
 def test_a_refusing_or_silent_agent_costs_the_run_only_its_submission(tmp_path: Path,
@@ -390,3 +454,18 @@ def test_an_aborted_run_keeps_what_was_released_and_one_process_per_agent(
     assert main([*args, "--submissions", "65", "--runtime", "flower",
                  "--one-process-per-agent", "--out", str(tmp_path / "c")]) == 2
     assert started == [3] and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_deployment_processes_send_no_flower_telemetry_unless_the_user_asks(monkeypatch,
+                                                                           tmp_path):
+    """flwr 1.42 posts usage events to telemetry.flower.ai unless FLWR_TELEMETRY_ENABLED=0:
+    the processes a local deployment starts get it off, and a user's own setting stands."""
+    from privrl.runtime.flower import process_env
+
+    monkeypatch.delenv("FLWR_TELEMETRY_ENABLED", raising=False)
+    env = process_env(tmp_path / "home", tmp_path / "bin")
+    assert env["FLWR_TELEMETRY_ENABLED"] == "0"
+    assert env["FLWR_HOME"] == str(tmp_path / "home")
+    assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "bin")
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "1")
+    assert process_env(tmp_path / "home", tmp_path / "bin")["FLWR_TELEMETRY_ENABLED"] == "1"

@@ -97,8 +97,10 @@ class FlowerAgent:
         return self.agent.release(agent_id, index, theta)
 
     def handle(self, message: Message, context: Context | None = None) -> Message:
-        """A server request in, the Submission or a refusal (a Flower Error) out."""
-        return answer_request(message, self.dim, self.release)
+        """A server request in, the Submission or a refusal (a Flower Error) out. A batch's
+        releases write the agents' state once, before the reply is built."""
+        with self.agent.saving_once():
+            return answer_request(message, self.dim, self.release)
 
 
 def config_from_dict(data: dict[str, Any]) -> PGCA3CConfig:
