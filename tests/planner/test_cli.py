@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,11 @@ def test_plan_json_schema_and_never_overwriting(tmp_path: Path) -> None:
     assert d["frontier"]["left_out"] == [400] and d["learns"] is True
     assert (tmp_path / "plan" / "plan.png").stat().st_size > 0
     assert written.path == tmp_path / "plan"
+    # a sweep that left out every K (over its episode cap) writes plan.json and no figure
+    nothing = replace(result, frontier=Frontier((5.0,), (), ((),), (), 20.0, 0.0, (100,)))
+    write(nothing, tmp_path / "none")
+    assert json.loads((tmp_path / "none" / "plan.json").read_text())["frontier"]["agents"] == []
+    assert not (tmp_path / "none" / "plan.png").exists()
     with pytest.raises(OutputDirError):  # an existing non-empty output is never overwritten
         write(result, tmp_path / "plan")
 

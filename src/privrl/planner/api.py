@@ -518,13 +518,8 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
     for i, k in enumerate(runs):
         settings = [replace(rec, epsilon=e, agents=k) for e in eps] + [
             replace(rec, mechanism="none", epsilon=math.inf, agents=k)]
-        configs = [sy.build_config(system, sy.config_fields(
-            system, s, config.env, config.private_params, config.trials, config.seed))  # type: ignore
-            for s in settings]
-        name = f"sweep {i + 1}/{len(runs)}: K = {k:,}, {len(configs)} settings"
-        log(name)
-        tick = None if progress is None else (lambda d, t, name=name: progress(name, d, t))
-        curves = sy.run_settings(system, configs, tick, together)
+        curves = _run_sweep(system, config, settings, f"sweep {i + 1}/{len(runs)}: K = {k:,}",
+                            progress, log, together)
         ks = [x for x in kept if x <= k] if f.prefix else [k]
         for kk in ks:
             upto = kk * per_agent
@@ -534,6 +529,22 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
     fin = tuple(tuple(_num(table.get((e, k))) for k in kept) for e in eps)
     return Frontier(eps, kept, fin, tuple(_num(nonprivate.get(k)) for k in kept),
                     stats.random_return, time.perf_counter() - t0, left)
+
+
+def _run_sweep(system: str, config: PlanConfig, settings: list[Any], label: str,
+               progress: ProgressFn | None, log: Callable[[str], None],
+               together: bool) -> list[Any]:
+    """One step of a sweep: the settings' configs run (as one program where `together` and
+    the system allow), logged and ticked under `label`; their curves, in order."""
+    from privrl.planner import systems as sy
+
+    configs = [sy.build_config(system, sy.config_fields(
+        system, s, config.env, config.private_params, config.trials, config.seed))  # type: ignore
+        for s in settings]
+    name = f"{label}, {len(configs)} settings"
+    log(name)
+    tick = None if progress is None else (lambda d, t: progress(name, d, t))
+    return sy.run_settings(system, configs, tick, together)
 
 
 def _sweep_fleet(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
@@ -562,13 +573,8 @@ def _sweep_fleet(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
         p = sy.fleet_participants(k)
         if p not in references:
             settings.append(replace(rec, mechanism="none", epsilon=math.inf, agents=p))
-        configs = [sy.build_config(system, sy.config_fields(
-            system, s, config.env, config.private_params, config.trials, config.seed))  # type: ignore
-            for s in settings]
-        name = f"sweep {i + 1}/{len(kept)}: K = {k:,}, {len(configs)} settings"
-        log(name)
-        tick = None if progress is None else (lambda d, t, name=name: progress(name, d, t))
-        curves = sy.run_settings(system, configs, tick, False)
+        curves = _run_sweep(system, config, settings, f"sweep {i + 1}/{len(kept)}: K = {k:,}",
+                            progress, log, False)
         for e, c in zip(eps, curves, strict=False):
             table[(e, k)] = c.final()
         if p not in references:
@@ -606,7 +612,8 @@ def _check(fr: Frontier, rec: Any, target: float) -> tuple[dict[str, Any], bool 
 
 
 def write(result: PlanResult, out: str | Path) -> PlanResult:
-    """plan.json and plan.png into a new directory (`out`, or "auto": runs/plan-...)."""
+    """plan.json and plan.png (where the sweep ran a setting) into a new directory (`out`, or
+    "auto": runs/plan-...)."""
     from privrl.output import new_run_dir
 
     path = new_run_dir(None if str(out) == "auto" else out,
@@ -614,7 +621,7 @@ def write(result: PlanResult, out: str | Path) -> PlanResult:
     result = replace(result, path=path)
     d = result.to_dict()
     (path / "plan.json").write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
-    if result.frontier is not None:
+    if result.frontier is not None and result.frontier.agents:  # nothing swept: no figure
         plot_frontier(result, path / "plan.png")
     return result
 

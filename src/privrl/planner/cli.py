@@ -84,8 +84,10 @@ def _print(console: object, result: object) -> None:
                                         for x in cells), markup=False)
     if r.learns is not None:  # type: ignore[attr-defined]
         say("The sweep confirms: it learns at the recommendation." if r.learns  # type: ignore
-            else "The sweep did NOT confirm the recommendation (see plan.png).", markup=False)
+            else "The sweep did NOT confirm the recommendation (see the frontier).",
+            markup=False)
     for note in r.notes:  # type: ignore[attr-defined]
         say(f"Note: {note}", markup=False)
-    say(f"Plan written to {r.path} (plan.json, plan.png)", markup=False)  # type: ignore
+    files = "plan.json, plan.png" if (r.path / "plan.png").exists() else "plan.json"  # type: ignore
+    say(f"Plan written to {r.path} ({files})", markup=False)  # type: ignore
     say(run_command(r.system, r.fields), markup=False, soft_wrap=True)  # type: ignore
