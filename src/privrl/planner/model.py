@@ -177,21 +177,29 @@ def smallest_fleet(stats: PilotStats, noise: NoiseFn, epsilon: float,
     bring more episodes and, summed, no more noise each)."""
     best: tuple[int, int] | None = None
     for r in reports_choices:
-        hi = 1
-        while hi <= MAX_FLEET and not fleet_learns(stats, noise, epsilon, hi, r, needed):
-            hi *= 2
-        if hi > MAX_FLEET:
-            continue
-        lo = hi // 2  # fails (or 0)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fleet_learns(stats, noise, epsilon, mid, r, needed):
-                hi = mid
-            else:
-                lo = mid
-        if best is None or hi < best[0]:
-            best = (hi, r)
+        k = smallest_k(lambda k, r=r: fleet_learns(stats, noise, epsilon, k, r, needed))
+        if k is not None and (best is None or k < best[0]):
+            best = (k, r)
     return best
+
+
+def smallest_k(learns: Callable[[int], bool], start: int = 1, within: int | None = None
+               ) -> int | None:
+    """The smallest K ≤ MAX_FLEET for which `learns` (monotone in K) holds: doubling from
+    `start`, then bisected to one agent, or to 1/`within` of K; None when none does."""
+    hi = start
+    while hi <= MAX_FLEET and not learns(hi):
+        hi *= 2
+    if hi > MAX_FLEET:
+        return None
+    lo = hi // 2  # fails (or 0)
+    while hi - lo > (max(1, lo // within) if within else 1):
+        mid = (lo + hi) // 2
+        if learns(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def smallest_epsilon(stats: PilotStats, noise: NoiseFn, agents: int,
@@ -374,16 +382,4 @@ def fleet_smallest_fleet(stats: PilotStats, law: FleetLaw, epsilon: float, round
         e = fleet_smallest_epsilon(stats, law, k, rounds, dp_rounds, delta)
         return e is not None and e <= epsilon
 
-    hi = 2
-    while hi <= MAX_FLEET and not learns(hi):
-        hi *= 2
-    if hi > MAX_FLEET:
-        return None
-    lo = hi // 2
-    while hi - lo > max(1, lo // 20):
-        mid = (lo + hi) // 2
-        if learns(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_k(learns, start=2, within=20)

@@ -223,6 +223,12 @@ FEDPG_ROUNDS_MECHANISMS = ("distributed-gaussian", "distributed-gaussian-continu
 # chooses among: the sum's noise on the mean grows with √R, and its signal with R, so the
 # rounds are set by the cost, not the noise (log 28-fedcen).
 FEDPG_FLEET_PRESETS = {False: "fleet", True: "fleet-continuous"}
+FEDPG_FLEET_ROUNDS = (64, 128, 256)
+# `fleet-continuous`'s rounds: the most of FEDPG_FLEET_ROUNDS, the cost's choice (at a fixed
+# user-level ε more rounds do not lower a round's noise-to-signal ratio, but Adam drifts further
+# against its random walk); its larger reports made the model choose fewer rounds, which learned
+# less on Pendulum (benchmarks/log/30-fedcen.md)
+FEDPG_FLEET_CONTINUOUS_ROUNDS = FEDPG_FLEET_ROUNDS[-1:]
 
 
 def fleet_participants(agents: int) -> int:
@@ -245,13 +251,6 @@ def fleet_count_noise(fields: dict[str, Any]) -> dict[str, Any]:
     default = cfg.sampling_rate * cfg.agents / 20
     sigma = cfg.noise_multiplier
     return {} if sigma is None or 2 * default > sigma else {"clip_count_stddev": float(sigma)}
-FEDPG_FLEET_ROUNDS = (64, 128, 256)
-# `fleet-continuous`'s rounds: the most of FEDPG_FLEET_ROUNDS, the cost's choice (at a fixed
-# user-level ε more rounds do not lower a round's noise-to-signal ratio, but Adam drifts further
-# against its random walk). Its reports of 43 episodes made the model choose 64 rounds, where
-# Pendulum's private row read 0.45 of a reference that had itself learned less (−1,101 against
-# −929), against 1.01 at 256 (−817 against −820; benchmarks/log/30-fedcen.md).
-FEDPG_FLEET_CONTINUOUS_ROUNDS = FEDPG_FLEET_ROUNDS[-1:]
 
 
 def fleet_law(system: str, f: SystemFacts, stats: PilotStats | None, pilot_agents: int
@@ -292,7 +291,7 @@ def fleet_smallest_epsilon_at(stats: PilotStats, law: FleetLaw, f: SystemFacts, 
 def fleet_smallest_fleet(stats: PilotStats, law: FleetLaw, f: SystemFacts, epsilon: float,
                          delta: float) -> tuple[int, int] | None:
     """(the smallest K at which the fleet law learns at ε, its rounds: the fewest K, and of
-    equal K the rounds with the smallest ε); None where no K up to MAX_FLEET does."""
+    equal K the most rounds); None where no K up to MAX_FLEET does."""
     got = [(k, -r) for r in f.reports_choices
            if (k := model_fleet_fleet(stats, law, epsilon, r, fedpg_dp_rounds(r, f.preset),
                                       delta)) is not None]
