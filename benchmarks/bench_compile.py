@@ -9,10 +9,13 @@ for the test suite).
 Each command runs as its own `privrl` process (`privrl.main.main`, as the installed script
 runs it), once per mode: "cold" (PRIVRL_CACHE_DIR=off: every program compiled), "fill" and then
 "warm" (a fresh persistent compilation cache, filled by the first run and read by the second).
-Per run: the process's wall time, the time to import privrl, the wall time spent inside
-JAX's compile events (tracing, lowering to MLIR, XLA's backend compile or a persistent-cache
-read; overlapping events counted once), the rest ("run"), the number of programs compiled and
-of persistent-cache hits. `--programs` lists each compiled program's name and seconds.
+Per run: the process's wall time and CPU seconds (every thread of it: `getrusage` of the
+child), the time to import privrl, the wall time spent inside JAX's compile events (tracing,
+lowering to MLIR, XLA's backend compile or a persistent-cache read; overlapping events counted
+once), the rest ("run"), the number of programs compiled and of persistent-cache hits. Per
+command, the cold run over the warm one, in wall time and in CPU seconds (issue 54's goal:
+`make run`'s job cold within 1.25x of it warm; on a machine other jobs load, the CPU ratio is
+the steadier reading). `--programs` lists each compiled program's name and seconds.
 `--kernels` adds, per program, the kernels XLA's CPU backend emits (from an `--xla_dump_to`
 dump of the optimized HLO: the fusions, custom calls and other non-trivial instructions a
 launch runs, `hlo_kernels`), in a separate run (dumping slows compilation).
@@ -24,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -160,15 +164,21 @@ def run(name: str, mode: str, cache: str, extra_env: dict[str, str] | None = Non
                **(extra_env or {})}
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
         argv = [*shlex.split(COMMANDS[name]), "--no-progress", "--out", os.path.join(tmp, "o")]
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _children_cpu()
         proc = subprocess.run([sys.executable, __file__, "--child", out, "--", *argv],
                               env=env, cwd=tmp, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
         if proc.returncode != 0 or not os.path.exists(out):
             sys.exit(f"{name} ({mode}) failed:\n{proc.stderr[-2000:]}")
         row = json.loads(Path(out).read_text())
-    row.update(command=name, mode=mode, wall=wall)
+    row.update(command=name, mode=mode, wall=wall, cpu=cpu)
     return row
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of every child process waited for so far."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def main() -> None:
@@ -183,8 +193,9 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start; "
           f"python {sys.version.split()[0]}")
-    print("| command | mode | process s | import s | compile s | run s | programs | cache hits |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| command | mode | process s | process CPU-s | import s | compile s | run s | programs "
+          "| cache hits |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for name in args.only:
         with tempfile.TemporaryDirectory() as cache:
@@ -194,12 +205,12 @@ def main() -> None:
                 row = run(name, mode, cache)
                 rows.append(row)
                 rest = row["main"] - row["compile"]
-                print(f"| {name} | {mode} | {row['wall']:.2f} | {row['import']:.2f} | "
-                      f"{row['compile']:.2f} | {rest:.2f} | {len(row['programs'])} | "
-                      f"{row['cache_hits']} |", flush=True)
+                print(f"| {name} | {mode} | {row['wall']:.2f} | {row['cpu']:.2f} | "
+                      f"{row['import']:.2f} | {row['compile']:.2f} | {rest:.2f} | "
+                      f"{len(row['programs'])} | {row['cache_hits']} |", flush=True)
                 if args.programs and mode != "warm":
                     for p in sorted(row["programs"], key=lambda p: -p["seconds"]):
-                        print(f"|   {p['name']} | | | | {p['seconds']:.3f} | | | |")
+                        print(f"|   {p['name']} | | | | | {p['seconds']:.3f} | | | |")
         if args.kernels:
             with tempfile.TemporaryDirectory() as dump:
                 run(name, "cold", "off", {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
@@ -208,6 +219,13 @@ def main() -> None:
             print(f"| {name} | kernels per program | " + ", ".join(
                 f"{k}: {v}" for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])) + " |")
             rows.append({"command": name, "mode": "kernels", "kernels": kernels})
+    for name in args.only:
+        cold = next((r for r in rows if r["command"] == name and r["mode"] == "cold"), None)
+        warm = next((r for r in rows if r["command"] == name and r["mode"] == "warm"), None)
+        if cold and warm:
+            print(f"# {name}: cold / warm = {cold['wall'] / warm['wall']:.2f}x in wall time, "
+                  f"{cold['cpu'] / warm['cpu']:.2f}x in CPU seconds (goal for make-run: "
+                  "<= 1.25x)")
     print(f"# load average {os.getloadavg()[0]:.2f} at end")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -224,18 +224,27 @@ def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
         if compiler_options is None:
             return jitted(theta, params, key, n)
         return jitted.lower(theta, params, key, n).compile(compiler_options)(theta, params, key)
+
+    # A batch's keys and agents' dynamics in one program (op by op, JAX compiled each of
+    # their ~20 operations as a program of its own); integer draws and a table lookup: the
+    # same values.
+    @partial(jax.jit, static_argnums=1)
+    def draws(start: Any, n: int) -> tuple[Any, Any]:
+        k_params, k_roll = jax.random.split(jax.random.fold_in(root, start))
+        return task.agents_params(k_params, start + jnp.arange(n)), k_roll
+
     out = np.zeros((len(thetas), episodes))
     for start in range(0, episodes, batch):
         n = min(batch, episodes - start)
-        key = jax.random.fold_in(root, start)
-        k_params, k_roll = jax.random.split(key)
-        params = task.agents_params(k_params, jnp.arange(start, start + n))
+        params, k_roll = draws(start, n)
         for i, theta in enumerate(thetas):
             if task.host:
                 traj = task.rollout(params, partial(act, theta), k_roll, n, max_steps)
             else:
                 traj = rollout(theta, params, k_roll, n)
-            out[i, start:start + n] = np.asarray(traj.rewards * traj.mask, np.float64).sum(0)
+            # float32 products (numpy's are IEEE's, as XLA's), summed in float64
+            rewards = np.asarray(traj.rewards) * np.asarray(traj.mask)
+            out[i, start:start + n] = rewards.astype(np.float64).sum(0)
     return out
 
 

@@ -5,6 +5,7 @@ their stand-in for trials whose steps run on the host (Gymnasium environments)."
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import jax
@@ -28,10 +29,17 @@ def setting_trial_keys(seed: int, trials: int, settings: int, padded: int,
     """Root keys of `settings` settings × `trials` trials run as one program of `padded`
     trials: trial k of each setting gets the key it gets in its setting's own run (the seed
     split over that run's padded trials); padding trials get others."""
-    own = jax.random.split(jax.random.key(seed), own_padded(trials, devices))
+    return _trial_keys(seed, trials, settings, padded, own_padded(trials, devices))
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _trial_keys(seed: int, trials: int, settings: int, padded: int, own: int) -> jax.Array:
+    """`setting_trial_keys` as one program (op by op, JAX compiled each operation as a program
+    of its own). The seed stays a Python int, as `jax.random.key` takes any."""
+    keys = jax.random.split(jax.random.key(seed), own)
     if settings == 1:
-        return own
-    keys = jax.numpy.concatenate([own[:trials]] * settings)
+        return keys
+    keys = jax.numpy.concatenate([keys[:trials]] * settings)
     extra = padded - keys.shape[0]
     if extra == 0:
         return keys

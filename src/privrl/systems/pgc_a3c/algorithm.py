@@ -91,6 +91,9 @@ class TrialState(NamedTuple):
     # --adaptive-clip: s_t = C_t/C_0, the clip of the next round over the configured one (a
     # function of earlier rounds' released clip bits); None: the clip is fixed.
     clip_scale: Array | None = None
+    # The submissions cap (int32) as data: the local runner's, so that one compiled program
+    # serves every budget (`ShardedTrials`); None: the config's `submissions`, compiled in.
+    cap: Array | None = None
 
 
 class TrialSetting(NamedTuple):
@@ -352,7 +355,8 @@ class PGCA3C:
         may be partial; a retired trial's agents do nothing."""
         cfg = self.config
         index = state.submitted + jnp.arange(cfg.parallel_agents, dtype=jnp.int32)
-        active = (index < cfg.submissions) & ~state.retired
+        cap = cfg.submissions if state.cap is None else state.cap
+        active = (index < cap) & ~state.retired
         round_key = jax.random.fold_in(state.key, state.submitted // cfg.parallel_agents)
         agent_ids = index // cfg.submissions_per_agent
         return self.agents_plan(state.submitted, round_key, env_key, agent_ids, active,

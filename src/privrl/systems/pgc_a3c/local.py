@@ -147,7 +147,7 @@ class ShardedTrials:
                  group: int | None = None):
         host = algo.episodes.host
         self.devices = n_dev = 1 if host else trial_devices(trials, devices)
-        self.trials = trials
+        self.trials, self.cap = trials, algo.config.submissions
         self.padded = math.ceil(trials / n_dev) * n_dev
         group = group or trial_group(trials, n_dev, algo.config.trial_block)
 
@@ -164,8 +164,10 @@ class ShardedTrials:
         return self.init_keys(jax.random.split(key, self.padded), noise)
 
     def init_keys(self, keys: jax.Array, noise: str = "seeded") -> Any:
-        """`init` from each (padded) trial's own root key."""
-        state = self._init(keys)
+        """`init` from each (padded) trial's own root key. The submissions cap is the state's
+        data, not a constant of the chunk's program: runs of any budget whose chunk is as long
+        share one program (and its entry in the persistent compilation cache)."""
+        state = self._init(keys)._replace(cap=np.full(self.padded, self.cap, np.int32))
         return state if noise == "seeded" else state._replace(noise=secret_keys(self.padded))
 
     def run_chunk(self, state: Any, retired: np.ndarray | None = None) -> tuple[Any, np.ndarray]:
@@ -173,7 +175,8 @@ class ShardedTrials:
         mask[: self.trials] = False if retired is None else retired
         # Host arrays (a setting's data) placed as the program returns its state: one compile.
         state = jax.device_put(state, self._sharding)
-        state, scores = self._run(state, jax.numpy.asarray(mask))
+        # the mask split on the host (a device array would be sliced by a program of its own)
+        state, scores = self._run(state, jax.device_put(mask, self._sharding))
         return state, np.asarray(scores)[: self.trials]
 
 
