@@ -225,18 +225,20 @@ def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
             return jitted(theta, params, key, n)
         return jitted.lower(theta, params, key, n).compile(compiler_options)(theta, params, key)
 
-    # A batch's keys and agents' dynamics in one program (op by op, JAX compiled each of
-    # their ~20 operations as a program of its own); integer draws and a table lookup: the
-    # same values.
-    @partial(jax.jit, static_argnums=1)
-    def draws(start: Any, n: int) -> tuple[Any, Any]:
+    # A batch's keys and agents' dynamics in one program, compiled as the rollout is (op by
+    # op, JAX compiled each of their ~20 operations as a program of its own).
+    @partial(jax.jit, static_argnums=2)
+    def draws(root: Any, start: Any, n: int) -> tuple[Any, Any]:
         k_params, k_roll = jax.random.split(jax.random.fold_in(root, start))
         return task.agents_params(k_params, start + jnp.arange(n)), k_roll
 
+    programs: dict[int, Any] = {}
     out = np.zeros((len(thetas), episodes))
     for start in range(0, episodes, batch):
         n = min(batch, episodes - start)
-        params, k_roll = draws(start, n)
+        if n not in programs:
+            programs[n] = draws.lower(root, start, n).compile(compiler_options)
+        params, k_roll = programs[n](root, start)
         for i, theta in enumerate(thetas):
             if task.host:
                 traj = task.rollout(params, partial(act, theta), k_roll, n, max_steps)
