@@ -5,6 +5,7 @@ for the test suite).
     .venv/bin/python benchmarks/bench_compile.py                 # the default commands
     .venv/bin/python benchmarks/bench_compile.py --only make-run --modes cold warm
     .venv/bin/python benchmarks/bench_compile.py --kernels make-run   # + kernels per program
+    .venv/bin/python benchmarks/bench_compile.py --only make-run --fill-with make-warm
 
 Each command runs as its own `privrl` process (`privrl.main.main`, as the installed script
 runs it), once per mode: "cold" (PRIVRL_CACHE_DIR=off: every program compiled), "fill" and then
@@ -42,6 +43,9 @@ PRIVRL = [sys.executable, "-c", "import sys; from privrl.main import main; sys.e
 COMMANDS: dict[str, str] = {
     "make-run": "run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 "
                 "--submissions 30000",
+    # the Makefile's warm-up of make-run's programs (`.venv/.warm`): the job at 2,500
+    "make-warm": "run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 "
+                 "--submissions 2500",
     "pgc-tuned": "run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 2 "
                  "--submissions 3000 --seed 3",
     "pgc-paper": "run pgc-a3c --preset paper --trials 1 --submissions 1800 --seed 5",
@@ -186,6 +190,9 @@ def main() -> None:
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--only", nargs="+", choices=list(COMMANDS), default=list(COMMANDS))
     ap.add_argument("--modes", nargs="+", choices=["cold", "warm"], default=["cold", "warm"])
+    ap.add_argument("--fill-with", choices=list(COMMANDS),
+                    help="fill the warm runs' cache with this command instead of the command "
+                         "itself (make-warm: the Makefile's warm-up for make-run)")
     ap.add_argument("--programs", action="store_true", help="list every compiled program")
     ap.add_argument("--kernels", action="store_true",
                     help="kernels per compiled program, from an XLA dump (a separate run)")
@@ -202,7 +209,10 @@ def main() -> None:
             modes = ["cold"] if "cold" in args.modes else []
             modes += ["fill", "warm"] if "warm" in args.modes else []
             for mode in modes:
-                row = run(name, mode, cache)
+                row = run(args.fill_with or name if mode == "fill" else name, mode, cache)
+                row["command"] = name
+                if mode == "fill" and args.fill_with:
+                    row["mode"] = mode = f"fill ({args.fill_with})"
                 rows.append(row)
                 rest = row["main"] - row["compile"]
                 print(f"| {name} | {mode} | {row['wall']:.2f} | {row['cpu']:.2f} | "

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 _FLAG = "--xla_force_host_platform_device_count"
+# The persistent cache keeps programs that took at least this long to compile (seconds); a
+# smaller one is cheaper to compile again than to read back.
+CACHE_MIN_COMPILE_SECONDS = 0.2
 
 
 def use_host_devices(count: int | None = None) -> int:
@@ -46,7 +49,12 @@ def use_compilation_cache(path: str | None = None) -> str | None:
     training itself; JAX's persistent cache makes every later run with the same shapes start
     at once. Default location: $PRIVRL_CACHE_DIR or ~/.cache/privrl/jax; PRIVRL_CACHE_DIR=off
     disables it. Must run before JAX is imported; an explicit JAX_COMPILATION_CACHE_DIR wins.
+    Programs that compiled in at least CACHE_MIN_COMPILE_SECONDS are kept (JAX's default, 1 s,
+    left a run's initial state and random baseline out on a quiet machine: compiled again on
+    every run), unless JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise.
     """
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+                          str(CACHE_MIN_COMPILE_SECONDS))
     if "JAX_COMPILATION_CACHE_DIR" in os.environ:
         return os.environ["JAX_COMPILATION_CACHE_DIR"]
     path = path or os.environ.get("PRIVRL_CACHE_DIR") or os.path.join(
