@@ -214,6 +214,22 @@ def test_agents_of_a_round_share_one_snapshot_and_apply_in_turn():
     np.testing.assert_array_equal(after_b.agg.theta, state_b.agg.theta)
 
 
+def test_runs_of_any_budget_share_the_chunk_program():
+    """The submissions cap is the trials' data, not a constant of the chunk's program: runs of
+    different budgets (and chunks as long) lower to one program, so the persistent cache's
+    entry for one (the Makefile's warm-up) serves the other (`make run`)."""
+    from privrl.systems.pgc_a3c.local import ShardedTrials
+
+    def chunk_program(submissions: int) -> str:
+        cfg = PGCA3CConfig(mechanism="laplace", epsilon=5.0, submissions=submissions)
+        runner = ShardedTrials(PGCA3C(cfg), 1, 2, devices=1)
+        state = runner.init(jax.random.key(0))
+        assert int(state.cap[0]) == submissions
+        return runner._run.lower(state, np.zeros(1, bool)).as_text()
+
+    assert chunk_program(18) == chunk_program(27_000)
+
+
 def test_partial_last_round_submits_exactly_the_cap(three_per_agent_run):
     out = three_per_agent_run  # 100 = 11 × 9 + 1: the last round runs one agent of nine
     assert out.scores.shape == (1, 100) and out.ledger.summary()["reports"] == 100
