@@ -16,12 +16,15 @@ added. Rates are per-example clipped gradients per second (batch / the time of o
   default thread count; the speedup is over the faster.
 
 privrl's steps draw fresh noise every call (the key split inside the jitted step, as a
-training loop does). Before timing, the script checks that Opacus and privrl give the same
+training loop does), and every call is waited for (a loop's next step needs this step's
+gradient; JAX would otherwise overlap independent calls). Before timing, the script checks that Opacus and privrl give the same
 clipped sum (noise 0) on the same weights and batch. All rows of all batches are timed in ONE
 process, in interleaved blocks of about --block-seconds each (the order reversed every other
 repeat), so a change of the machine's load moves every row alike; each row is the median of
 --repeats blocks, and its ratio's range is over the repeats (each block against the best Opacus
-row's block of the same repeat).
+row's block of the same repeat). A second rate divides by the process's CPU time (all
+threads) instead of the wall time: the work per example, less moved by a loaded machine than
+the wall time (which is the headline on a quiet one), compared with Opacus on one thread.
 
 Needs the benchmark-only extra: pip install -e '.[bench]'  (torch 2.13.0 + opacus 1.6.0)
 
@@ -60,19 +63,19 @@ def calls_per_block(step: Callable[[], object], seconds: float) -> int:
     t = time.perf_counter()
     n = 0
     while time.perf_counter() - t < seconds / 4 or n < 3:
-        out = step()
+        jax.block_until_ready(step())
         n += 1
-    jax.block_until_ready(out)
     return max(3, round(n * seconds / (time.perf_counter() - t)))
 
 
-def time_block(step: Callable[[], object], calls: int) -> float:
-    """Seconds per call of one timed block."""
-    t = time.perf_counter()
+def time_block(step: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Wall and CPU (all threads) seconds per call of one timed block. Every call is waited
+    for, as a training loop's next step waits for this step's gradient (JAX would otherwise
+    overlap independent calls)."""
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(calls):
-        out = step()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t) / calls
+        jax.block_until_ready(step())
+    return (time.perf_counter() - t) / calls, (time.process_time() - c) / calls
 
 
 def keyed(release: Callable[..., jax.Array], *args: object) -> Callable[[], jax.Array]:
@@ -230,30 +233,37 @@ def main() -> None:
             torch.set_num_threads(n)
         calls.append(calls_per_block(step, args.block_seconds))
     times: list[list[float]] = [[] for _ in table]
+    cpu: list[list[float]] = [[] for _ in table]
     for r in range(args.repeats):  # interleaved, the order reversed every other repeat
         order = range(len(table)) if r % 2 == 0 else reversed(range(len(table)))
         for i in order:
             n = table[i][4]
             if n is not None:
                 torch.set_num_threads(n)
-            times[i].append(time_block(table[i][3], calls[i]))
+            wall, used = time_block(table[i][3], calls[i])
+            times[i].append(wall)
+            cpu[i].append(used)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load {load:.1f} → {os.getloadavg()[0]:.1f}; jax {jax.__version__}, "
           f"torch {torch.__version__}, opacus {opacus.__version__}; d = 17,410; median of "
           f"{args.repeats} interleaved blocks of about {args.block_seconds} s")
     print("| batch | implementation | clipped per-example gradients / s | vs best Opacus "
-          "(median, range over repeats) |")
-    print("|---:|---|---:|---:|")
+          "(median, range over repeats) | per CPU-s (all threads) | vs Opacus 1 thread, "
+          "per CPU-s |")
+    print("|---:|---|---:|---:|---:|---:|")
     for batch in args.batch:
         idx = [i for i, row in enumerate(table) if row[0] == batch]
         rate = {i: np.array([table[i][2] / t for t in times[i]]) for i in idx}
+        per_cpu = {i: float(np.median([table[i][2] / c for c in cpu[i]])) for i in idx}
         opac = [i for i in idx if table[i][4] is not None]
         best = max(opac, key=lambda i: float(np.median(rate[i])))
+        single = next(i for i in opac if table[i][4] == 1)
         for i in idx:  # per repeat: the row against the best Opacus row of the same repeat
             ratio = rate[i] / rate[best]
             print(f"| {batch} | {table[i][1]} | {float(np.median(rate[i])):,.0f} | "
                   f"{float(np.median(rate[i])) / float(np.median(rate[best])):.1f}× "
-                  f"({ratio.min():.1f}–{ratio.max():.1f}×) |")
+                  f"({ratio.min():.1f}–{ratio.max():.1f}×) | {per_cpu[i]:,.0f} | "
+                  f"{per_cpu[i] / per_cpu[single]:.1f}× |")
 
 
 if __name__ == "__main__":
