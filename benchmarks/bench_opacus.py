@@ -17,14 +17,15 @@ added. Rates are per-example clipped gradients per second (batch / the time of o
 
 privrl's steps draw fresh noise every call (the key split inside the jitted step, as a
 training loop does), and every call is waited for (a loop's next step needs this step's
-gradient; JAX would otherwise overlap independent calls). Before timing, the script checks that Opacus and privrl give the same
-clipped sum (noise 0) on the same weights and batch. All rows of all batches are timed in ONE
-process, in interleaved blocks of about --block-seconds each (the order reversed every other
-repeat), so a change of the machine's load moves every row alike; each row is the median of
---repeats blocks, and its ratio's range is over the repeats (each block against the best Opacus
-row's block of the same repeat). A second rate divides by the process's CPU time (all
-threads) instead of the wall time: the work per example, less moved by a loaded machine than
-the wall time (which is the headline on a quiet one), compared with Opacus on one thread.
+gradient; JAX would otherwise overlap independent calls). Before timing, the script checks
+that Opacus and privrl give the same clipped sum (noise 0) on the same weights and batch. All
+rows of all batches are timed in ONE process, in interleaved blocks of about --block-seconds
+each (the order reversed every other repeat), so a change of the machine's load moves every
+row alike; each row is the median of --repeats blocks, and its ratio's range is over the
+repeats (each block against the best Opacus row's block of the same repeat). A second rate
+divides by the process's CPU time (all threads) instead of the wall time: the work per
+example, less moved by a loaded machine than the wall time (which is the headline on a quiet
+one), compared with Opacus on one thread.
 
 Needs the benchmark-only extra: pip install -e '.[bench]'  (torch 2.13.0 + opacus 1.6.0)
 
