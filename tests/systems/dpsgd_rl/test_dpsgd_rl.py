@@ -114,9 +114,9 @@ def test_dense_release_adds_the_keys_own_draw_to_the_sum_outside_a_concatenation
 
 
 def test_kernel_sums_run_as_a_standard_dot_alone_and_as_before_under_vmap() -> None:
-    """transposed_matmul = aᵀb: alone compiled without the lhs-transposed dot (XLA CPU's slow
-    fallback kernel), under vmap the very program of `a.T @ b` (DP-DQN's trials: the same
-    floats), and differentiable."""
+    """transposed_matmul = aᵀb: in a dense release compiled without the lhs-transposed dot (XLA
+    CPU's slow fallback kernel; main's release had 3), under vmap the very program of `a.T @ b`
+    (DP-DQN's trials: the same floats), and differentiable."""
     ka, kb = jax.random.split(jax.random.key(0))
     a, b = jax.random.normal(ka, (3, 12, 16)), jax.random.normal(kb, (3, 12, 8))
     plain = lambda a, b: a.T @ b  # noqa: E731
@@ -130,12 +130,10 @@ def test_kernel_sums_run_as_a_standard_dot_alone_and_as_before_under_vmap() -> N
     np.testing.assert_allclose(grad, jax.grad(lambda a: jnp.sum(plain(a, b[0]) ** 2))(a[0]),
                                rtol=1e-5, atol=1e-5)
     model = mlp((16, 16), 2, 4)
-    params = model.unravel(model.init(jax.random.key(1)))
-    x = jax.random.normal(jax.random.key(2), (12, 4))
     p = GaussianSumParams(np.bool_(True), np.float32(1.7))
-    release = jax.jit(lambda x, k: gaussian_sum_dense_release(
-        p, k, params, x, lambda q: huber(q[:, 0]), 0.5))
-    hlo = release.lower(x, jax.random.key(0)).compile().as_text()
+    release = jax.jit(lambda params, x, k: gaussian_sum_dense_release(  # weights and batch as
+        p, k, params, x, lambda q: huber(q[:, 0]), 0.5))  # arguments: nothing folds away
+    hlo = release.lower(model.unravel(model.init(ka)), a[0, :, :4], kb).compile().as_text()
     assert "lhs_contracting_dims={0}" not in hlo
 
 
