@@ -141,8 +141,8 @@ def add_raveled(base: Array, tree: Any) -> Array:
     noise, an unrolled Threefry hash) into the concatenation's loop, which it does not
     vectorize; updating base's slices in place keeps the noise in its own vectorized fusion.
     Under vmap the concatenate (along the batch's rows) is its own fusion already and the
-    in-place form was slower, so a batch concatenates (benchmarks/RESULTS.md, "DP-SGD
-    per-example clipping"). Not differentiable (custom_vmap): a release is not differentiated."""
+    in-place form was slower, so a batch concatenates (benchmarks/log/26-speed.md). Not
+    differentiable (custom_vmap): a release is not differentiated."""
     leaves = jax.tree_util.tree_leaves(tree)
     size = sum(leaf.size for leaf in leaves)
     if base.shape != (size,):
