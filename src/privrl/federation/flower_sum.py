@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -417,14 +417,18 @@ class SumRound:
 
     total: np.ndarray | None
     survivors: list[int]
+    # each SecAgg+ stage's (push, last reply) times, time.monotonic (`_Watched`)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class _Watched(Grid):
-    """A grid that notes which nodes answered each SecAgg+ stage without an error."""
+    """A grid that notes which nodes answered each SecAgg+ stage without an error, and when
+    the stage's requests left and its last reply came (time.monotonic)."""
 
     def __init__(self, grid: Grid) -> None:
         self.grid = grid
         self.answered: dict[str, set[int]] = {}
+        self.times: dict[str, tuple[float, float]] = {}
 
     def set_run(self, run: Any) -> None:
         self.grid.set_run(run)
@@ -449,7 +453,9 @@ class _Watched(Grid):
         messages = list(messages)
         stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE)
                     if messages else "")
+        start = time.monotonic()
         replies = send_and_receive(self.grid, messages, timeout)  # not Flower's 3 s polls
+        self.times[stage] = (start, time.monotonic())
         self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
         return replies
 
@@ -520,6 +526,7 @@ def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[n
         watched = _Watched(grid)
         out = secure_sum_round(watched, context, alive, broadcast, config, round_, bits,
                                threshold, timeout_s)
+        out = replace(out, stages=watched.times)
         early = [watched.answered.get(s) for s in (Stage.SETUP, Stage.SHARE_KEYS)]
         alive = [n for n in alive if all(a is None or n in a for a in early)]
         if out.total is not None or len(alive) < threshold \
@@ -639,13 +646,18 @@ def _sum_rounds(grid: Grid, context: Context, setup: dict[str, Any]
 
     def one_round(t: int, theta: np.ndarray, batch: int) -> tuple[np.ndarray, dict[str, Any]]:
         nonlocal alive
+        start = time.monotonic()
         res, tries, alive = secure_sum(grid, context, alive, [theta],
                                        {"round": t, "batch": batch}, t, mech.bits, threshold,
                                        timeout)
         slots = sorted(ids.index(n) for n in res.survivors)
         count = surviving_agents(per_node, slots)
         out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count,
-                               "secagg_runs": tries}
+                               "secagg_runs": tries,
+                               # where the round's time went: the last run's stages, from
+                               # their requests' push to their last reply, s after its start
+                               "stage_seconds": {k: [round(a - start, 3), round(b - start, 3)]
+                                                 for k, (a, b) in res.stages.items()}}
         if res.total is None:
             out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"
             return np.zeros(0, np.float32), out
