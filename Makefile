@@ -35,9 +35,8 @@ $(VENV)/.installed-dev: pyproject.toml constraints.txt | $(BIN)/python
 # The default job: PGC-A3C with the Laplace mechanism at ε = 5 per agent, 8 trials × 30,000
 # submissions (its time on 2 cores: benchmarks/RESULTS.md). Every `privrl run` defaults to its
 # paper's preset; this job asks for `--preset tuned`, ours, which learns within these submissions.
-MAKE_RUN := pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8
 run: $(VENV)/.warm
-	$(BIN)/privrl run $(MAKE_RUN) --submissions 30000
+	$(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 --submissions 30000
 
 # Once, after the install: the same job at 2,500 submissions (its chunks are the same programs:
 # the budget is data), so that its compiled programs are in privrl's persistent compilation
@@ -46,8 +45,9 @@ run: $(VENV)/.warm
 # shipped; privrl reads it only if it is yours and nobody else may write into it. Its cost and
 # what it saves: benchmarks/RESULTS.md ("Compile time per command").
 $(VENV)/.warm: $(VENV)/.installed
-	tmp=$$(mktemp -d) && $(BIN)/privrl run $(MAKE_RUN) --submissions 2500 --no-progress \
-	  --out $$tmp/warm > $$tmp/log 2>&1; status=$$?; \
+	tmp=$$(mktemp -d) && $(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace \
+	  --epsilon 5 --trials 8 --submissions 2500 --no-progress --out $$tmp/warm > $$tmp/log 2>&1; \
+	  status=$$?; \
 	  if [ $$status -ne 0 ]; then cat $$tmp/log; fi; rm -rf $$tmp; test $$status -eq 0
 	touch $@
 
