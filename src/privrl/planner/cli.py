@@ -83,8 +83,14 @@ def _print(console: object, result: object) -> None:
             say(f"  {e:<7g}" + "".join("         –" if x is None else f"{x:>10.2f}"
                                         for x in cells), markup=False)
     if r.learns is not None:  # type: ignore[attr-defined]
-        say("The sweep confirms: it learns at the recommendation." if r.learns  # type: ignore
-            else "The sweep did NOT confirm the recommendation (see the frontier).",
+        ck = r.check  # type: ignore[attr-defined]
+        where = (f"at ε = {ck['epsilon']:g}, K = {ck['agents']:,}" + (
+            f" (the swept K nearest the recommended {rec['agents']:,})"
+            if ck["agents"] != rec["agents"] else "")
+            + f": {ck['fraction_of_nonprivate_improvement']:.2f} of the non-private "
+            f"improvement over random, mark {ck['target_fraction']:g}")
+        say(f"The sweep confirms: it learns {where}." if r.learns  # type: ignore
+            else f"The sweep did NOT confirm the recommendation {where} (see the frontier).",
             markup=False)
     for note in r.notes:  # type: ignore[attr-defined]
         say(f"Note: {note}", markup=False)
