@@ -17,8 +17,11 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
 
 
 def tree_cpu_s() -> float:
@@ -58,6 +61,77 @@ def cpu_by_kind() -> dict[str, float]:
     return out
 
 
+def watch_supernodes(logs: list[Path], events: list[tuple[float, int, str]],
+                     done: threading.Event) -> None:
+    """(time, SuperNode, "recv" | "sent") of each message a SuperNode pulls and each reply it
+    pushes, as it logs them (read every 20 ms: that resolution)."""
+    read = [0] * len(logs)
+    while not done.is_set():
+        for i, log in enumerate(logs):
+            try:
+                with open(log, "rb") as f:
+                    f.seek(read[i])
+                    new = f.read()
+            except OSError:
+                continue
+            new = new[:new.rfind(b"\n") + 1]
+            read[i] += len(new)
+            now = time.perf_counter()
+            events.extend((now, i, "recv" if b"Receiving:" in line else "sent")
+                          for line in new.splitlines()
+                          if b"Receiving:" in line or b"Sent successfully" in line)
+        time.sleep(0.02)
+
+
+def stage_table(marks: list[float], rounds: list[dict], events: list[tuple[float, int, str]],
+                nodes: int) -> dict[str, dict[str, float]]:
+    """Per SecAgg+ stage, medians over the steady rounds (each round's stage times are the
+    ServerApp's, `stage_seconds`, from the round's start as the learner marked it): the
+    stage's wall (its requests' push to its last reply), the ServerApp's own time before it
+    (the workflow's compute; for SETUP, from the round's start), and per SuperNode the wait
+    from the push until it pulled the request (its poll) and from the pull until its reply
+    was pushed (its executor's answer and the SuperNode's 0.5 s reply steps)."""
+    rows: dict[str, dict[str, list[float]]] = {s: {"stage_s": [], "server_before_s": [],
+                                                   "pulled_after_s": [], "max_pulled_after_s":
+                                                   [], "reply_s": [], "max_reply_s": []}
+                                               for s in STAGES}
+    tails = []
+    for k, (mark, nxt) in enumerate(itertools.pairwise(marks)):
+        if k == 0:
+            continue  # round 0 waits for the ServerApp to start
+        st = rounds[k].get("stage_seconds", {})
+        if list(st) != list(STAGES):
+            continue
+        prev_end = 0.0
+        for j, s in enumerate(STAGES):
+            a, b = (mark + x for x in st[s])
+            until = mark + st[STAGES[j + 1]][0] if j + 1 < len(STAGES) else nxt
+            row = rows[s]
+            row["stage_s"].append(b - a)
+            row["server_before_s"].append(st[s][0] - prev_end)
+            prev_end = st[s][1]
+            waits, replies = [], []
+            for i in range(nodes):
+                recv = min((t for t, n, e in events if n == i and e == "recv" and a <= t < until),
+                           default=None)
+                sent = min((t for t, n, e in events if n == i and e == "sent" and recv is not None
+                            and recv <= t <= until), default=None)
+                if recv is not None and sent is not None:
+                    waits.append(recv - a)
+                    replies.append(sent - recv)
+            if waits:
+                row["pulled_after_s"].append(statistics.median(waits))
+                row["max_pulled_after_s"].append(max(waits))
+                row["reply_s"].append(statistics.median(replies))
+                row["max_reply_s"].append(max(replies))
+        tails.append(nxt - (mark + st[STAGES[-1]][1]))
+    out = {s: {k: round(statistics.median(v), 2) for k, v in row.items() if v}
+           for s, row in rows.items()}
+    if tails:
+        out["after_unmask"] = {"to_next_round_s": round(statistics.median(tails), 2)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, default=200)
@@ -79,6 +153,12 @@ def main() -> None:
                           sampling_rate=1.0, clip=1.0, roster=not args.no_roster, seed=1)
         marks: list[tuple[int, float, float]] = []
         kinds: list[dict[str, float]] = []
+        events: list[tuple[float, int, str]] = []
+        done = threading.Event()
+        watcher = threading.Thread(target=watch_supernodes, daemon=True, args=(
+            [Path(d) / "run" / "logs" / f"supernode{i}.log" for i in range(args.nodes)],
+            events, done))
+        watcher.start()
 
         def on_round(t: int, deployment: object) -> None:
             marks.append((t, time.perf_counter(), tree_cpu_s()))
@@ -90,6 +170,8 @@ def main() -> None:
         run = run_fedpg_cen_flower(plan_run(cfg, args.nodes), Path(d) / "run",
                                    stage_timeout_s=120.0, on_round=on_round)
         end = time.perf_counter()
+        done.set()
+        watcher.join()
     steady = marks[1:]  # the last round's end is not marked (the run then stops everything)
     walls = [b[1] - a[1] for a, b in itertools.pairwise(steady)]
     cpus = [b[2] - a[2] for a, b in itertools.pairwise(steady)]
@@ -104,6 +186,7 @@ def main() -> None:
         "cpu_s_per_round": cpus, "median_cpu_s_per_round": statistics.median(cpus),
         "median_cpu_s_per_round_by_kind": {k: round(v, 2) for k, v in sorted(
             per_kind.items(), key=lambda x: -x[1])},
+        "stages": stage_table([m[1] for m in marks], run.rounds, events, args.nodes),
         "startup_s": marks[0][1] - start, "wall_s": end - start,
         "loadavg": os.getloadavg()}))
 

@@ -1,30 +1,41 @@
 """Per-example clipped gradients per second for paper 003's DQN network: privrl vs Opacus.
 
 The work measured is one DP-SGD step's privatized gradient for the DQN network (MLP
-4-128-128-2, d = 17,410) at batch 128: per-example gradients of the Huber TD loss, each clipped
-to L2 norm C, summed, Gaussian noise added. Rates are per-example clipped gradients per second
-(128 / the time of one step).
+4-128-128-2, d = 17,410) at each --batch (32, 128 and 512 by default; paper 003 uses 128):
+per-example gradients of the Huber TD loss, each clipped to L2 norm C, summed, Gaussian noise
+added. Rates are per-example clipped gradients per second (batch / the time of one step).
 
 * privrl, ghost clipping: `GaussianSumMechanism.privatize_dense` (what DP-DQN runs): per-example
   norms and the clipped sum from one backward pass, no per-example gradients in memory.
 * privrl, vmap: `jax.vmap(jax.grad)` per-example gradients, clipped and summed by
   `GaussianSumMechanism.privatize` (the textbook JAX way, for reference).
+* privrl, seeds vmapped: ghost clipping for --seeds models and batches in one call, as privrl's
+  runners vmap seeds and trials.
 * Opacus 1.6: `GradSampleModule` + `DPOptimizer` (hooks materialize per-example gradients), one
   `backward()` + `pre_step()` (clip, sum, noise) per step, with one torch thread and with torch's
   default thread count; the speedup is over the faster.
 
-Before timing, the script checks that Opacus and privrl give the same clipped sum (noise 0) on
-the same weights and batch. Each row is the median of --repeats timed blocks of --steps steps,
-after one untimed warm-up block (which compiles the jitted functions).
+privrl's steps draw fresh noise every call (the key split inside the jitted step, as a
+training loop does), and every call is waited for (a loop's next step needs this step's
+gradient; JAX would otherwise overlap independent calls). Before timing, the script checks
+that Opacus and privrl give the same clipped sum (noise 0) on the same weights and batch. All
+rows of all batches are timed in ONE process, in interleaved blocks of about --block-seconds
+each (the order reversed every other repeat), so a change of the machine's load moves every
+row alike; each row is the median of --repeats blocks, and its ratio's range is over the
+repeats (each block against the best Opacus row's block of the same repeat). A second rate
+divides by the process's CPU time (all threads) instead of the wall time: the work per
+example, less moved by a loaded machine than the wall time (which is the headline on a quiet
+one), compared with Opacus on one thread.
 
 Needs the benchmark-only extra: pip install -e '.[bench]'  (torch 2.13.0 + opacus 1.6.0)
 
-    python benchmarks/bench_opacus.py [--repeats 7] [--steps 200] [--batch 128]
+    python benchmarks/bench_opacus.py [--repeats 7] [--block-seconds 0.25] [--batch 32 128 512]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -46,19 +57,42 @@ HIDDEN = (128, 128)
 CLIP, SIGMA = 1.0, 1.0
 
 
-def median_rate(step: Callable[[], object], batch: int, steps: int, repeats: int) -> float:
-    """Per-example clipped gradients per second: median over repeats of steps·batch / time."""
-    for _ in range(steps):
-        out = step()
-    jax.block_until_ready(out)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for _ in range(steps):
-            out = step()
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - t)
-    return steps * batch / float(np.median(times))
+def calls_per_block(step: Callable[[], object], seconds: float) -> int:
+    """How many calls of `step` (already warm) fill about `seconds`: every row's blocks last
+    about as long, so a change of load moves each row's blocks alike."""
+    jax.block_until_ready(step())
+    t = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t < seconds / 4 or n < 3:
+        jax.block_until_ready(step())
+        n += 1
+    return max(3, round(n * seconds / (time.perf_counter() - t)))
+
+
+def time_block(step: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Wall and CPU (all threads) seconds per call of one timed block. Every call is waited
+    for, as a training loop's next step waits for this step's gradient (JAX would otherwise
+    overlap independent calls)."""
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(calls):
+        jax.block_until_ready(step())
+    return (time.perf_counter() - t) / calls, (time.process_time() - c) / calls
+
+
+def keyed(release: Callable[..., jax.Array], *args: object) -> Callable[[], jax.Array]:
+    """A step `release(key, *args)` with a fresh key each call, split inside the jitted program
+    as a training loop splits it (no host-side key handling in the timing)."""
+    @jax.jit
+    def step(key: jax.Array, *a: object) -> tuple[jax.Array, jax.Array]:
+        k_noise, k_next = jax.random.split(key)
+        return release(k_noise, *a), k_next
+
+    state = {"key": jax.random.key(1)}
+
+    def call() -> jax.Array:
+        out, state["key"] = step(state["key"], *args)
+        return out
+    return call
 
 
 def make_batch(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,16 +113,14 @@ def privrl_steps(batch: int) -> tuple[Callable, Callable, np.ndarray, dict]:
     def losses(q: jax.Array) -> jax.Array:
         return huber(jnp.take_along_axis(q, actions[:, None], 1)[:, 0] - targets)
 
-    ghost = jax.jit(lambda p, k: mech.privatize_dense(k, p, obs, losses).value)
+    ghost = keyed(lambda k, p: mech.privatize_dense(k, p, obs, losses).value, params)
 
     def per_example(th: jax.Array, o: jax.Array, a: jax.Array, y: jax.Array) -> jax.Array:
         return huber(model.apply(th, o)[a] - y)
 
-    vmapped = jax.jit(lambda th, k: mech.privatize(k, jax.vmap(
-        jax.grad(per_example), (None, 0, 0, 0))(th, obs, actions, targets)).value)
-    keys = iter(jax.random.split(jax.random.key(1), 1_000_000))
-    return (lambda: ghost(params, next(keys))), (lambda: vmapped(theta, next(keys))), \
-        np.asarray(theta), params
+    vmapped = keyed(lambda k, th: mech.privatize(k, jax.vmap(
+        jax.grad(per_example), (None, 0, 0, 0))(th, obs, actions, targets)).value, theta)
+    return ghost, vmapped, np.asarray(theta), params
 
 
 def privrl_seeds_step(batch: int, seeds: int) -> Callable:
@@ -104,9 +136,7 @@ def privrl_seeds_step(batch: int, seeds: int) -> Callable:
 
         return mech.privatize_dense(key, model.unravel(theta), obs, losses).value
 
-    step = jax.jit(jax.vmap(one))
-    keys = iter(jax.random.split(jax.random.key(2), 100_000))
-    return lambda: step(thetas, jax.random.split(next(keys), seeds))
+    return keyed(lambda k, th: jax.vmap(one)(th, jax.random.split(k, seeds)), thetas)
 
 
 def opacus_step(batch: int, params: dict, threads: int | None, noise: float = SIGMA
@@ -161,41 +191,80 @@ def check_same_clipped_sum(batch: int, params: dict) -> float:
     return float(np.max(np.abs(np.asarray(ours) - flat())))
 
 
+def rows_for(batch: int, seeds: int, threads: list[int]
+             ) -> list[tuple[str, int, Callable[[], object], int | None]]:
+    """(name, examples per call, step, torch threads) for one batch size, its clipped sums
+    checked against Opacus's first."""
+    ghost, vmapped, _, params = privrl_steps(batch)
+    diff = check_same_clipped_sum(batch, params)
+    print(f"batch {batch}: max |Opacus − privrl| clipped sum = {diff:.2e}", flush=True)
+    if diff > 1e-3:
+        raise SystemExit("Opacus and privrl disagree; not timing")
+    rows: list[tuple[str, int, Callable[[], object], int | None]] = [
+        ("privrl ghost clipping (jit)", batch, ghost, None),
+        ("privrl vmap(grad) + clip (jit)", batch, vmapped, None),
+        (f"privrl ghost clipping, {seeds} seeds vmapped in one call", batch * seeds,
+         privrl_seeds_step(batch, seeds), None)]
+    import opacus
+    for n in threads:
+        rows.append((f"Opacus {opacus.__version__}, {n} torch thread{'s' * (n > 1)}", batch,
+                     opacus_step(batch, params, n)[0], n))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--block-seconds", type=float, default=0.25,
+                    help="each timed block's length (calls per row calibrated to it)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[32, 128, 512])
     ap.add_argument("--seeds", type=int, default=8)
     args = ap.parse_args()
     import opacus
     import torch
 
     default_threads = torch.get_num_threads()  # before any set_num_threads
-    ghost, vmapped, _, params = privrl_steps(args.batch)
-    diff = check_same_clipped_sum(args.batch, params)
-    print(f"check: max |Opacus − privrl| clipped sum = {diff:.2e}")
-    if diff > 1e-3:
-        raise SystemExit("Opacus and privrl disagree; not timing")
-    rows = [("privrl ghost clipping (jit)", median_rate(ghost, args.batch, args.steps,
-                                                        args.repeats)),
-            ("privrl vmap(grad) + clip (jit)", median_rate(vmapped, args.batch, args.steps,
-                                                           args.repeats)),
-            (f"privrl ghost clipping, {args.seeds} seeds vmapped in one call",
-             median_rate(privrl_seeds_step(args.batch, args.seeds), args.batch * args.seeds,
-                         max(10, args.steps // args.seeds), args.repeats))]
-    for threads in sorted({1, default_threads}):
-        step, _ = opacus_step(args.batch, params, threads)
-        rows.append((f"Opacus {opacus.__version__}, {threads} torch thread(s)",
-                     median_rate(step, args.batch, max(20, args.steps // 4), args.repeats)))
-    best_opacus = max(r for name, r in rows if name.startswith("Opacus"))
-    print(f"machine: {platform.processor() or platform.machine()}, jax {jax.__version__}, "
-          f"torch {torch.__version__}, opacus {opacus.__version__}; batch {args.batch}, "
-          f"d = 17,410, median of {args.repeats}")
-    print("| implementation | clipped per-example gradients / s | vs best Opacus |")
-    print("|---|---|---|")
-    for name, rate in rows:
-        print(f"| {name} | {rate:,.0f} | {rate / best_opacus:.1f}× |")
+    threads = sorted({1, default_threads})
+    load = os.getloadavg()[0]
+    table = [(batch, *row) for batch in args.batch
+             for row in rows_for(batch, args.seeds, threads)]
+    calls = []
+    for _, _, _, step, n in table:  # compile, warm up, size the blocks
+        if n is not None:
+            torch.set_num_threads(n)
+        calls.append(calls_per_block(step, args.block_seconds))
+    times: list[list[float]] = [[] for _ in table]
+    cpu: list[list[float]] = [[] for _ in table]
+    for r in range(args.repeats):  # interleaved, the order reversed every other repeat
+        order = range(len(table)) if r % 2 == 0 else reversed(range(len(table)))
+        for i in order:
+            n = table[i][4]
+            if n is not None:
+                torch.set_num_threads(n)
+            wall, used = time_block(table[i][3], calls[i])
+            times[i].append(wall)
+            cpu[i].append(used)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load {load:.1f} → {os.getloadavg()[0]:.1f}; jax {jax.__version__}, "
+          f"torch {torch.__version__}, opacus {opacus.__version__}; d = 17,410; median of "
+          f"{args.repeats} interleaved blocks of about {args.block_seconds} s")
+    print("| batch | implementation | clipped per-example gradients / s | vs best Opacus "
+          "(median, range over repeats) | per CPU-s (all threads) | vs Opacus 1 thread, "
+          "per CPU-s |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for batch in args.batch:
+        idx = [i for i, row in enumerate(table) if row[0] == batch]
+        rate = {i: np.array([table[i][2] / t for t in times[i]]) for i in idx}
+        per_cpu = {i: float(np.median([table[i][2] / c for c in cpu[i]])) for i in idx}
+        opac = [i for i in idx if table[i][4] is not None]
+        best = max(opac, key=lambda i: float(np.median(rate[i])))
+        single = next(i for i in opac if table[i][4] == 1)
+        for i in idx:  # per repeat: the row against the best Opacus row of the same repeat
+            ratio = rate[i] / rate[best]
+            print(f"| {batch} | {table[i][1]} | {float(np.median(rate[i])):,.0f} | "
+                  f"{float(np.median(rate[i])) / float(np.median(rate[best])):.1f}× "
+                  f"({ratio.min():.1f}–{ratio.max():.1f}×) | {per_cpu[i]:,.0f} | "
+                  f"{per_cpu[i] / per_cpu[single]:.1f}× |")
 
 
 if __name__ == "__main__":

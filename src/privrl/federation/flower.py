@@ -326,10 +326,11 @@ def serve_pgc(grid: Grid, directory: Path, submissions: int, per_agent: int, par
 
 
 def send_and_receive(grid: Grid, messages: Any, timeout: float | None,
-                     poll_s: float = POLL_S) -> list[Message]:
+                     poll_s: float = POLL_S, pushed: Any = None) -> list[Message]:
     """Flower's `Grid.send_and_receive` (push, then pull until every reply came or `timeout`
-    passed), pulling every `poll_s` instead of flwr 1.42's fixed 3 s."""
-    pending = set(grid.push_messages(messages))
+    passed), pulling every `poll_s` instead of flwr 1.42's fixed 3 s. `pushed`: the ids of
+    messages already pushed, whose replies it waits for instead (`messages` is not pushed)."""
+    pending = set(grid.push_messages(messages) if pushed is None else pushed)
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     out: list[Message] = []
     while pending:

@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ from flwr.common import (
     FitRes,
     Parameters,
     Status,
+    bytes_to_ndarray,
+    ndarray_to_bytes,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
 )
@@ -69,11 +71,11 @@ from privrl.federation.star import average_reports
 from privrl.privacy.discrete_sum import secure_sum_bits
 from privrl.privacy.report import Guarantee
 
-__all__ = ["MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "Refused", "SecAggGuard",
-           "SecAggPins", "SumRound", "cen_server_app", "fewest_at_threshold",
-           "fewest_revealed", "node_payload", "payload_bits", "payload_sum", "read_fit",
-           "secagg_node", "secure_sum", "secure_sum_round", "serve_cen", "sum_reply",
-           "wait_for", "write_atomic"]
+__all__ = ["AHEAD", "MODULUS_RANGE", "REFUSED", "SETUP", "STOP", "SUM_RESULTS", "NextSetup",
+           "Refused", "SecAggGuard", "SecAggPins", "SumRound", "ahead_record", "cen_server_app",
+           "fewest_at_threshold", "fewest_revealed", "node_payload", "payload_bits",
+           "payload_sum", "read_ahead", "read_fit", "secagg_node", "secure_sum",
+           "secure_sum_round", "serve_cen", "sum_reply", "wait_for", "write_atomic"]
 
 _log = logging.getLogger(__name__)
 MODULUS_RANGE = 1 << 32  # SecAgg+'s modulus M (Flower's default and largest)
@@ -191,14 +193,19 @@ class SecAggGuard:
 
     Anything else is refused: the node answers with a Flower error, drops out of that run
     (it answers the run's later stages only after a new SETUP), and the refusal is kept in
-    `refusals` (and logged). `round_of(message)`: the round a collect request is for."""
+    `refusals` (and logged). `round_of(message)`: the round a collect request is for.
+    `prepare(arrays, config)`: called with the fit instructions riding a SHARE_KEYS request
+    it accepted (`read_ahead`), once its reply is made; the node may start computing its
+    payload, which leaves only as the collect stage's answer, after every check above."""
 
     def __init__(self, release: Handler, pins: SecAggPins,
                  round_of: Callable[[Message], int] | None = None,
-                 identity: NodeIdentity | None = None, roster: Roster | None = None) -> None:
+                 identity: NodeIdentity | None = None, roster: Roster | None = None,
+                 prepare: Callable[[list[np.ndarray], dict[str, Any]], None] | None = None
+                 ) -> None:
         if (identity is None) != (roster is None):
             raise ValueError("a roster check needs both the node's identity and the roster")
-        self.release, self.pins = release, pins
+        self.release, self.pins, self.prepare = release, pins, prepare
         self.identity, self.roster = identity, roster
         self.round_of = round_of or (lambda m: read_fit(m.content)[1]["round"])
         self.summed: set[int] = set()  # rounds whose message went into a SecAgg+ run
@@ -212,6 +219,10 @@ class SecAggGuard:
             if self.identity is not None and self._run is not None \
                     and self._run["stage"] == Stage.SETUP:
                 self._seal(reply)
+            if self.prepare is not None and self._run is not None \
+                    and self._run["stage"] == Stage.SHARE_KEYS \
+                    and (ahead := read_ahead(message.content)) is not None:
+                self.prepare(*ahead)
         except Exception as e:  # whatever fails (a forged ciphertext, a spent budget): a
             # refusal, and nothing else leaves
             reason = f"{type(e).__name__}: {e}"
@@ -346,10 +357,12 @@ def _ints(value: Any, what: str) -> list[int]:
 
 
 def secagg_node(release: Handler, pins: SecAggPins, identity: NodeIdentity | None = None,
-                roster: Roster | None = None) -> SecAggGuard:
+                roster: Roster | None = None,
+                prepare: Callable[[list[np.ndarray], dict[str, Any]], None] | None = None
+                ) -> SecAggGuard:
     """A SuperNode's task handler: `SecAggGuard` around `release` (checking its peers against
-    `roster` when given, signing its keys with `identity`)."""
-    return SecAggGuard(release, pins, identity=identity, roster=roster)
+    `roster` when given, signing its keys with `identity`; `prepare`: as the guard's)."""
+    return SecAggGuard(release, pins, identity=identity, roster=roster, prepare=prepare)
 
 
 # --- the server side -------------------------------------------------------------------------
@@ -417,14 +430,90 @@ class SumRound:
 
     total: np.ndarray | None
     survivors: list[int]
+    # the nodes that answered each SecAgg+ stage without an error, and each stage's (push,
+    # last reply) times, time.monotonic (`_Watched`)
+    answered: dict[str, set[int]] = field(default_factory=dict)
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+AHEAD = "privrl.ahead"  # the round's fit instructions, riding its SHARE_KEYS requests
+
+
+def ahead_record(broadcast: list[np.ndarray], config: dict[str, Any]) -> ConfigRecord:
+    """What rides a run's SHARE_KEYS requests: the arrays and config its collect stage will
+    carry (`read_ahead`), so that a node can compute its message while the keys travel."""
+    return ConfigRecord({**config, AHEAD: [ndarray_to_bytes(np.asarray(a)) for a in broadcast]})
+
+
+def read_ahead(content: RecordDict) -> tuple[list[np.ndarray], dict[str, Any]] | None:
+    """The (arrays, config) riding a request (`ahead_record`); None if none does."""
+    record = content.config_records.get(AHEAD)
+    if record is None:
+        return None
+    config = dict(record)
+    arrays = config.pop(AHEAD, None)
+    if not isinstance(arrays, list) or not all(type(b) is bytes for b in arrays):
+        raise Refused("the fit instructions riding the request are malformed")
+    try:
+        return [bytes_to_ndarray(b) for b in arrays], config
+    except ValueError as e:
+        raise Refused(f"the arrays riding the request are malformed: {e}") from None
+
+
+class NextSetup:
+    """The next round's SETUP requests, pushed right behind this round's UNMASK requests.
+
+    A SuperNode asks the SuperLink for its next message as soon as it has pushed a reply, and
+    sleeps flwr 1.42's fixed 3 s when none is waiting. The ServerApp can push a stage only
+    once every node answered the one before, so each stage costs a node one such sleep; but a
+    run's SETUP depends on nothing the previous run revealed (only on the nodes, the threshold
+    and the ranges), so it can wait at the SuperLink behind the previous run's unmask request
+    (flwr's SuperLink hands a node its messages in the order they were created). A node then
+    answers it right after its unmask reply, and a round costs three sleeps, not four. The
+    node checks it as any SETUP (`SecAggGuard`): nothing about what it may reveal changes.
+
+    `_Watched` pushes them (`push`) when this run's nodes all answered its first two stages
+    (the nodes the next round asks) and the next round's SETUP adopts them (`adopt`) when it
+    asks the same nodes for the same SETUP; otherwise it pushes its own, as without this."""
+
+    def __init__(self) -> None:
+        self.pending: tuple[str, dict[str, Any], dict[int, str]] | None = None
+
+    def push(self, grid: Grid, group: str, setup: dict[str, Any], nodes: list[int]) -> None:
+        messages = [Message(RecordDict({RECORD_KEY_CONFIGS: ConfigRecord(dict(setup))}),
+                            dst_node_id=n, message_type=MessageType.TRAIN, group_id=group)
+                    for n in nodes]
+        ids = list(grid.push_messages(messages))
+        self.pending = (group, dict(setup), dict(zip(nodes, ids, strict=True)))
+
+    def adopt(self, messages: list[Message]) -> list[str] | None:
+        """The ids of the requests pushed ahead, if `messages` are those requests (the same
+        round, nodes and SETUP); None (and they are dropped) otherwise."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return None
+        group, setup, ids = pending
+        if sorted(m.metadata.dst_node_id for m in messages) != sorted(ids) or any(
+                m.metadata.group_id != group
+                or dict(m.content.config_records[RECORD_KEY_CONFIGS]) != setup
+                for m in messages):
+            return None
+        return list(ids.values())
 
 
 class _Watched(Grid):
-    """A grid that notes which nodes answered each SecAgg+ stage without an error."""
+    """A grid that notes which nodes answered each SecAgg+ stage without an error, and when
+    the stage's requests left and its last reply came (time.monotonic); `ahead` rides every
+    SHARE_KEYS request (`ahead_record`); with `next_setup`, the next round's SETUP requests
+    follow this run's UNMASK requests (`NextSetup`), and this run's SETUP adopts those pushed
+    by the previous run."""
 
-    def __init__(self, grid: Grid) -> None:
-        self.grid = grid
+    def __init__(self, grid: Grid, ahead: ConfigRecord | None = None,
+                 next_setup: NextSetup | None = None, round_: int = 0) -> None:
+        self.grid, self.ahead, self.next_setup, self.round = grid, ahead, next_setup, round_
         self.answered: dict[str, set[int]] = {}
+        self.times: dict[str, tuple[float, float]] = {}
+        self.setup: tuple[dict[str, Any], list[int]] | None = None  # this run's SETUP, nodes
 
     def set_run(self, run: Any) -> None:
         self.grid.set_run(run)
@@ -449,7 +538,25 @@ class _Watched(Grid):
         messages = list(messages)
         stage = str(messages[0].content.config_records[RECORD_KEY_CONFIGS].get(Key.STAGE)
                     if messages else "")
-        replies = send_and_receive(self.grid, messages, timeout)  # not Flower's 3 s polls
+        if stage == Stage.SHARE_KEYS and self.ahead is not None:
+            for m in messages:
+                m.content.config_records[AHEAD] = self.ahead
+        start = time.monotonic()
+        pushed = None
+        if stage == Stage.SETUP and messages:
+            self.setup = (dict(messages[0].content.config_records[RECORD_KEY_CONFIGS]),
+                          sorted(m.metadata.dst_node_id for m in messages))
+            if self.next_setup is not None:
+                pushed = self.next_setup.adopt(messages)
+        if stage == Stage.UNMASK and self.next_setup is not None and self.setup is not None:
+            pushed = list(self.grid.push_messages(messages))
+            setup, nodes = self.setup
+            if all(n in self.answered.get(s, ()) for s in (Stage.SETUP, Stage.SHARE_KEYS)
+                   for n in nodes):  # the next round asks these same nodes
+                self.next_setup.push(self.grid, str(self.round + 1), setup, nodes)
+        # pull every 0.1 s, not at Flower's 3 s polls
+        replies = send_and_receive(self.grid, messages, timeout, pushed=pushed)
+        self.times[stage] = (start, time.monotonic())
         self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
         return replies
 
@@ -476,11 +583,14 @@ class _SecAggPlus(SecAggPlusWorkflow):
 
 def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
                      config: dict[str, Any], round_: int, bits: int, threshold: int,
-                     timeout_s: float | None) -> SumRound:
+                     timeout_s: float | None, next_setup: NextSetup | None = None) -> SumRound:
     """One SecAgg+ run over `nodes` (every node a neighbour of every other: SecAgg+ on the
     complete graph): each receives `broadcast` and `config`, answers the collect stage with
     its payload (`sum_reply`), and the sum is revealed only if >= `threshold` nodes survive;
-    `timeout_s` bounds each stage's wait for replies (a node silent past it is dropped)."""
+    `timeout_s` bounds each stage's wait for replies (a node silent past it is dropped).
+    `broadcast` and `config` also ride the key exchange (`ahead_record`): a node may compute
+    its payload while its key shares travel, and sends it only when the collect stage asks.
+    `next_setup`: round `round_` + 1's SETUP follows this run's UNMASK (`NextSetup`)."""
     n = len(nodes)
     if not 2 <= threshold <= n:
         raise ValueError(f"SecAgg+ over {n} nodes needs a threshold in [2, {n}], got "
@@ -497,33 +607,35 @@ def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: 
         num_shares=1.0, reconstruction_threshold=threshold, max_weight=1.0,
         clipping_range=float(1 << (bits - 1)), quantization_range=1 << bits,
         modulus_range=MODULUS_RANGE, timeout=timeout_s)
-    workflow(grid, legacy)
+    watched = _Watched(grid, ahead_record(broadcast, config), next_setup, round_)
+    workflow(watched, legacy)
     if strategy.mean is None:
-        return SumRound(None, [])
+        return SumRound(None, [], watched.answered, watched.times)
     return SumRound(payload_sum(strategy.mean, len(strategy.survivors), bits),
-                    strategy.survivors)
+                    strategy.survivors, watched.answered, watched.times)
 
 
 def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
                config: dict[str, Any], round_: int, bits: int, threshold: int,
-               timeout_s: float | None, attempts: int = 3) -> tuple[SumRound, int, list[int]]:
+               timeout_s: float | None, attempts: int = 3, next_setup: NextSetup | None = None
+               ) -> tuple[SumRound, int, list[int]]:
     """`secure_sum_round`, run again without the nodes that stopped answering while it halts
     before any node sent its masked vector (at most `attempts` runs). A run that took a
     node's message is never repeated: the node refuses to add its message of a round to a
     second sum (`SecAggGuard`), since two sums over sets that differ by one node give that
     node's message. Nodes lost before they hand out their key shares no longer halt a run
     (`_SecAggPlus`). Returns the round, the runs used, and the nodes that answered the last
-    run's first two stages (ask only those next round)."""
+    run's first two stages (ask only those next round). `next_setup`: as
+    `secure_sum_round`'s."""
     alive = list(nodes)
     out = SumRound(None, [])
     for attempt in range(1, attempts + 1):
-        watched = _Watched(grid)
-        out = secure_sum_round(watched, context, alive, broadcast, config, round_, bits,
-                               threshold, timeout_s)
-        early = [watched.answered.get(s) for s in (Stage.SETUP, Stage.SHARE_KEYS)]
+        out = secure_sum_round(grid, context, alive, broadcast, config, round_, bits,
+                               threshold, timeout_s, next_setup)
+        early = [out.answered.get(s) for s in (Stage.SETUP, Stage.SHARE_KEYS)]
         alive = [n for n in alive if all(a is None or n in a for a in early)]
         if out.total is not None or len(alive) < threshold \
-                or watched.answered.get(Stage.COLLECT_MASKED_VECTORS):
+                or out.answered.get(Stage.COLLECT_MASKED_VECTORS):
             return out, attempt, alive
     return out, attempts, alive
 
@@ -636,16 +748,22 @@ def _sum_rounds(grid: Grid, context: Context, setup: dict[str, Any]
                                                                        threshold)))
     ids: list[int] = []
     alive: list[int] = []  # the nodes that answered last round's key exchange
+    next_setup = NextSetup()  # each round's SETUP follows the last round's UNMASK
 
     def one_round(t: int, theta: np.ndarray, batch: int) -> tuple[np.ndarray, dict[str, Any]]:
         nonlocal alive
+        start = time.monotonic()
         res, tries, alive = secure_sum(grid, context, alive, [theta],
                                        {"round": t, "batch": batch}, t, mech.bits, threshold,
-                                       timeout)
+                                       timeout, next_setup=next_setup)
         slots = sorted(ids.index(n) for n in res.survivors)
         count = surviving_agents(per_node, slots)
         out: dict[str, Any] = {"round": t, "surviving_nodes": slots, "agents_in_sum": count,
-                               "secagg_runs": tries}
+                               "secagg_runs": tries,
+                               # where the round's time went: the last run's stages, from
+                               # their requests' push to their last reply, s after its start
+                               "stage_seconds": {k: [round(a - start, 3), round(b - start, 3)]
+                                                 for k, (a, b) in res.stages.items()}}
         if res.total is None:
             out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"
             return np.zeros(0, np.float32), out

@@ -344,19 +344,24 @@ class DiscreteGaussianSum:
 
     def message(self, key: Array, x: Any, secure: bool = True) -> np.ndarray:
         """An agent's message (`share`) outside a jitted round, its rounding keyed by `key`
-        and its noise share drawn by the exact sampler from os.urandom (`secure_noise_share`:
-        a deployment's) or, with secure=False (a seeded simulation), from `key` as in the
-        local runner's round: int64 in [0, 2^b)."""
-        x = jnp.asarray(x, jnp.float32).reshape(-1)
-        if x.shape != (self.dim,):
-            raise ValueError(f"an update of dimension {self.dim} is needed, got {x.shape}")
-        noise = self.secure_noise_share() if secure else None
-        return np.asarray(_share(self.sum_params, key, x, noise), np.int64)
+        and its noise share N_ℤ(0, s²)^d drawn by the exact sampler of privrl.privacy.secure
+        from os.urandom (a deployment's) or, with secure=False (a seeded simulation), from
+        `key` as in the local runner's round: int64 in [0, 2^b)."""
+        return self.messages(jnp.asarray(key)[None], jnp.asarray(x)[None], secure)[0]
 
-    def secure_noise_share(self) -> np.ndarray:
-        """One agent's noise share N_ℤ(0, s²)^d (the exact sampler of privrl.privacy.secure,
-        from os.urandom)."""
-        return discrete_gaussian(self.share_variance, self.dim).astype(np.int32)
+    def messages(self, keys: Array, xs: Any, secure: bool = True) -> np.ndarray:
+        """`message` of each of several agents at once (row i: keys[i], xs[i]): one call of
+        the vmapped release, their noise shares drawn together (independent all the same),
+        as a node hosting them releases them: int64 (agents, d) in [0, 2^b)."""
+        xs = jnp.asarray(xs, jnp.float32)
+        n = len(keys)
+        xs = xs.reshape(n, -1) if xs.size == n * self.dim else xs
+        if xs.shape != (n, self.dim):
+            raise ValueError(f"an update of dimension {self.dim} is needed, got "
+                             f"{tuple(xs.shape[1:])}")
+        noise = (discrete_gaussian(self.share_variance, n * self.dim).astype(np.int32)
+                 .reshape(n, self.dim) if secure else None)
+        return np.asarray(_shares(self.sum_params, keys, xs, noise), np.int64)
 
     def modular_sum(self, messages: Any) -> np.ndarray:
         """Σ messages mod 2^b (what a secure sum reveals), exactly: int64 in [0, 2^b)."""
@@ -477,4 +482,4 @@ class DiscreteGaussianSum:
         }
 
 
-_share = jax.jit(share)
+_shares = jax.jit(jax.vmap(share, (None, 0, 0, 0)))

@@ -95,9 +95,43 @@ def clipped_grads(
     scale = 1.0 / jnp.maximum(1.0, norms / clip)
     if rows is not None:
         scale = scale * rows
-    grads = {n: {"bias": jnp.sum(scale[:, None] * d, 0), "kernel": a.T @ (scale[:, None] * d)}
+    grads = {n: {"bias": jnp.sum(scale[:, None] * d, 0),
+                 "kernel": transposed_matmul(a, scale[:, None] * d)}
              for n, a, d in zip(names, inputs, deltas, strict=True)}
     return grads, norms
+
+
+@jax.custom_jvp
+def transposed_matmul(a: Array, b: Array) -> Array:
+    """aᵀ b, the batch's rows contracted: each layer's clipped kernel sum Aᵀ (c ⊙ Δ).
+
+    Why not `a.T @ b`: XLA's CPU pipeline folds the transpose into the dot, and that
+    lhs-transposed dot does not go to YNNPACK but to a fallback kernel 2-3× slower (the
+    largest kernel of a single ghost-clipping step); an `optimization_barrier` keeps the
+    transpose a copy, so the dot is the standard form. Under vmap (seeds, trials) XLA already
+    copies the transpose, and this computes `a.T @ b` as before, the same program and floats
+    (benchmarks/RESULTS.md, "DP-SGD per-example clipping"). Differentiable (the plain rule)."""
+    return _transposed_matmul(a, b)
+
+
+@transposed_matmul.defjvp
+def _transposed_matmul_jvp(primals: tuple[Array, Array], tangents: tuple[Array, Array]
+                           ) -> tuple[Array, Array]:
+    (a, b), (da, db) = primals, tangents
+    return transposed_matmul(a, b), da.T @ b + a.T @ db
+
+
+@jax.custom_batching.custom_vmap
+def _transposed_matmul(a: Array, b: Array) -> Array:
+    return jax.lax.optimization_barrier(a.T) @ b
+
+
+@_transposed_matmul.def_vmap
+def _transposed_matmul_batched(size: int, batched: Any, a: Array, b: Array
+                               ) -> tuple[Array, bool]:
+    del size
+    axes = tuple(0 if x else None for x in batched)
+    return jax.vmap(lambda a, b: a.T @ b, in_axes=axes)(a, b), True
 
 
 def add_raveled(base: Array, tree: Any) -> Array:
@@ -107,8 +141,8 @@ def add_raveled(base: Array, tree: Any) -> Array:
     noise, an unrolled Threefry hash) into the concatenation's loop, which it does not
     vectorize; updating base's slices in place keeps the noise in its own vectorized fusion.
     Under vmap the concatenate (along the batch's rows) is its own fusion already and the
-    in-place form was slower, so a batch concatenates (benchmarks/RESULTS.md, "DP-SGD
-    per-example clipping"). Not differentiable (custom_vmap): a release is not differentiated."""
+    in-place form was slower, so a batch concatenates (benchmarks/log/26-speed.md). Not
+    differentiable (custom_vmap): a release is not differentiated."""
     leaves = jax.tree_util.tree_leaves(tree)
     size = sum(leaf.size for leaf in leaves)
     if base.shape != (size,):

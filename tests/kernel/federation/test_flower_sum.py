@@ -101,16 +101,18 @@ class LoopGrid(Grid):
 
 def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
                  record: dict[int, np.ndarray] | None = None, roster: Roster | None = None,
+                 prepared: dict[int, tuple] | None = None,
                  ) -> Callable[[int], Callable[[Message, Context], Message]]:
     """Node n's handler: SecAgg+'s mod around the agent's release of its vector (with
-    `roster`: node n signs with IDENTITIES[n] and checks its peers against the roster)."""
+    `roster`: node n signs with IDENTITIES[n] and checks its peers against the roster; with
+    `prepared`: what rode its key exchange, and whether it had released then)."""
 
     def make(node: int) -> Callable[[Message, Context], Message]:
         sent: dict[int, np.ndarray] = {}
 
         def release(msg: Message, ctx: Context) -> Message:
             arrays, config = read_fit(msg.content)
-            assert config["round"] == 3 and arrays[0].shape == (2,)
+            assert config["round"] in (3, 4, 5) and arrays[0].shape == (2,)
             # a round asked again gets the message released for it (as privrl's nodes)
             if config["round"] not in sent:
                 sent[config["round"]] = mech.message(jax.random.key(node), vectors[node])
@@ -119,8 +121,13 @@ def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
                 record[node] = y
             return Message(sum_reply(node_payload(y, mech.bits)), reply_to=msg)
 
+        def prepare(arrays: list[np.ndarray], config: dict) -> None:
+            assert prepared is not None
+            prepared[node] = (arrays, config, bool(sent))
+
         return secagg_node(release, SecAggPins(len(vectors), len(vectors) // 2 + 1, mech.bits),
-                           *((IDENTITIES[node], roster) if roster else ()))
+                           *((IDENTITIES[node], roster) if roster else (None, None)),
+                           prepare=None if prepared is None else prepare)
 
     return make
 
@@ -134,13 +141,15 @@ def roster_of(nodes: Iterable[int]) -> Roster:
     return Roster(frozenset(IDENTITIES[n].public for n in nodes))
 
 
-def run_round(nodes: int, drop=lambda s, n: False, record=None, roster: bool = False):
+def run_round(nodes: int, drop=lambda s, n: False, record=None, roster: bool = False,
+              prepared=None):
     bits = payload_bits(nodes)
     mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=nodes, min_honest=nodes - 1,
                                noise_multiplier=1.0, bits=bits)
     rng = np.random.default_rng(0)
     vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(nodes)}
-    make = node_handler(mech, vectors, record, roster_of(vectors) if roster else None)
+    make = node_handler(mech, vectors, record, roster_of(vectors) if roster else None,
+                        prepared)
     grid = LoopGrid({n: make(n) for n in vectors}, drop)
     out = secure_sum_round(grid, context(), list(vectors), [np.zeros(2)], {"round": 3}, 3,
                            bits, nodes - 1, None)
@@ -156,6 +165,67 @@ def test_the_secure_sum_is_the_modular_sum_of_the_messages(roster: bool):
     # the noise of 4 shares: std sqrt(4·s²)·γ per coordinate; 6 coordinates within 5 std
     std = np.sqrt(4 * mech.share_variance) * mech.gamma
     assert np.max(np.abs(decoded - truth)) < 5 * std
+
+
+@pytest.mark.parametrize("roster", [False, True], ids=["no-roster", "roster"])
+def test_the_rounds_instructions_ride_the_key_exchange(roster: bool):
+    """θ and the round's config ride SHARE_KEYS (`ahead_record`): every node gets them before
+    it is asked for its masked vector (so it can compute its payload while the keys travel),
+    and the sum revealed is still the sum of the payloads sent at the collect stage."""
+    from flwr.app import ConfigRecord
+
+    from privrl.federation.flower_sum import read_ahead
+
+    prepared: dict[int, tuple] = {}
+    payloads: dict[int, np.ndarray] = {}
+    mech, vectors, _grid, out = run_round(4, record=payloads, roster=roster, prepared=prepared)
+    assert sorted(prepared) == sorted(vectors)
+    for arrays, config, released in prepared.values():
+        assert not released and config == {"round": 3}
+        assert len(arrays) == 1 and np.array_equal(arrays[0], np.zeros(2))
+    assert np.array_equal(out.total, np.mod(sum(payloads.values()), 1 << mech.bits))
+    bad = RecordDict({"privrl.ahead": ConfigRecord({"round": 3, "privrl.ahead": [b"x"]})})
+    with pytest.raises(ValueError, match="malformed"):
+        read_ahead(bad)
+
+
+def test_the_next_rounds_setup_waits_behind_this_rounds_unmask():
+    """`NextSetup`: round 4's SETUP requests are pushed right after round 3's UNMASK requests
+    (a SuperNode takes a waiting message as soon as it has answered, instead of after flwr's
+    3 s sleep), and round 4 adopts them instead of pushing its own; each round reveals its
+    own sum. Round 5 asks fewer nodes than were set up ahead: it pushes its own SETUP."""
+    from privrl.federation.flower_sum import NextSetup
+
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    rng = np.random.default_rng(0)
+    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
+    payloads: dict[int, np.ndarray] = {}
+    make = node_handler(mech, vectors, payloads)
+    grid = LoopGrid({n: make(n) for n in vectors})
+    pushed: list[tuple[str, str]] = []  # (stage, round) of each request, in push order
+    push = grid.push_messages
+
+    def noting(messages):
+        messages = list(messages)
+        pushed.extend((str(m.content.config_records["secaggplus_configs"]["stage"]),
+                       m.metadata.group_id) for m in messages)
+        return push(messages)
+
+    grid.push_messages = noting
+    ahead = NextSetup()
+    for t, nodes in ((3, list(vectors)), (4, list(vectors)), (5, list(vectors)[:3])):
+        before = len(pushed)
+        out, tries, alive = secure_sum(grid, context(), nodes, [np.zeros(2)], {"round": t}, t,
+                                       bits, 3, None, next_setup=ahead)
+        assert tries == 1 and out.survivors == alive == nodes
+        assert np.array_equal(out.total, np.mod(sum(payloads[n] for n in nodes), 1 << bits))
+        stages = [(s, int(g)) for s, g in pushed[before:]]
+        own_setup = [("setup", t)] * len(nodes) if t != 4 else []
+        assert stages == own_setup + [("share_keys", t)] * len(nodes) + [
+            ("collect_masked_vectors", t)] * len(nodes) + [("unmask", t)] * len(nodes) + [
+            ("setup", t + 1)] * len(nodes)
 
 
 def test_payload_round_trip_is_exact():

@@ -32,7 +32,7 @@ from privrl.main import main
 from privrl.nets.flat import mlp
 from privrl.privacy.accounting import PLD_DISCRETIZATION
 from privrl.privacy.clipping import clip_l2
-from privrl.privacy.dpsgd import add_raveled, clipped_grad_sum
+from privrl.privacy.dpsgd import add_raveled, clipped_grad_sum, transposed_matmul
 from privrl.privacy.mechanisms import (
     BoxGaussianMechanism,
     GaussianSumParams,
@@ -111,6 +111,30 @@ def test_dense_release_adds_the_keys_own_draw_to_the_sum_outside_a_concatenation
     np.testing.assert_array_equal(add_raveled(base, tree), base + ravel_pytree(tree)[0])
     with pytest.raises(ValueError, match="does not match"):
         add_raveled(base[:8], tree)
+
+
+def test_kernel_sums_run_as_a_standard_dot_alone_and_as_before_under_vmap() -> None:
+    """transposed_matmul = aᵀb: in a dense release compiled without the lhs-transposed dot (XLA
+    CPU's slow fallback kernel; main's release had 3), under vmap the very program of `a.T @ b`
+    (DP-DQN's trials: the same floats), and differentiable."""
+    ka, kb = jax.random.split(jax.random.key(0))
+    a, b = jax.random.normal(ka, (3, 12, 16)), jax.random.normal(kb, (3, 12, 8))
+    plain = lambda a, b: a.T @ b  # noqa: E731
+    np.testing.assert_allclose(jax.jit(transposed_matmul)(a[0], b[0]), plain(a[0], b[0]),
+                               rtol=1e-5, atol=1e-5)
+    for axes in ((0, 0), (None, 0), (0, None)):
+        args = (a[0] if axes[0] is None else a, b[0] if axes[1] is None else b)
+        np.testing.assert_array_equal(jax.jit(jax.vmap(transposed_matmul, axes))(*args),
+                                      jax.jit(jax.vmap(plain, axes))(*args))
+    grad = jax.grad(lambda a: jnp.sum(transposed_matmul(a, b[0]) ** 2))(a[0])
+    np.testing.assert_allclose(grad, jax.grad(lambda a: jnp.sum(plain(a, b[0]) ** 2))(a[0]),
+                               rtol=1e-5, atol=1e-5)
+    model = mlp((16, 16), 2, 4)
+    p = GaussianSumParams(np.bool_(True), np.float32(1.7))
+    release = jax.jit(lambda params, x, k: gaussian_sum_dense_release(  # weights and batch as
+        p, k, params, x, lambda q: huber(q[:, 0]), 0.5))  # arguments: nothing folds away
+    hlo = release.lower(model.unravel(model.init(ka)), a[0, :, :4], kb).compile().as_text()
+    assert "lhs_contracting_dims={0}" not in hlo
 
 
 def test_pure_losses() -> None:

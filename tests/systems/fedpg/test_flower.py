@@ -227,6 +227,45 @@ def test_a_seeded_flower_sum_is_the_local_rounds_sum():
     assert np.max(np.abs(got)) > 0
 
 
+def test_a_node_computes_its_message_ahead_but_sends_only_what_the_collect_stage_asks():
+    """The round's θ and B_t ride the key exchange (`CenNode.prepare`): the node computes its
+    message then, and at the collect stage sends that message only for the same round and θ
+    (seeded: exactly the message it would compute then); for another θ it computes afresh.
+    Nothing is computed ahead for a request it would refuse."""
+    from privrl.systems.fedpg.algorithm import FedPG
+
+    seeded = dataclasses.replace(CFG, noise="seeded", **TINY)
+    node = CenNode(seeded, 0, 1, FedPG(dataclasses.replace(seeded, trials=1)).mechanism,
+                   allowed_rounds=3)
+    theta = np.asarray(node.state.gossip.x[0], np.float32)
+    computed: list[int] = []
+    compute = node._message
+
+    def counted(theta: np.ndarray, t: int) -> np.ndarray:
+        computed.append(t)
+        return compute(theta, t)
+
+    node._message = counted  # type: ignore[method-assign]
+    node.prepare([theta], {"round": 0, "batch": node.batch(0)})
+    assert node._ahead is not None and node._ahead[2].result() is not None
+    assert computed == [0]
+    assert np.array_equal(node.release(theta, node.batch(0), 0), compute(theta, 0))
+    assert computed == [0]  # the message computed ahead was sent
+    other = theta + np.float32(0.5)
+    node.prepare([theta], {"round": 1, "batch": node.batch(1)})
+    node._ahead[2].result()
+    assert np.array_equal(node.release(other, node.batch(1), 1), compute(other, 1))
+    assert computed == [0, 1, 1]  # the collect stage's θ differed: computed afresh
+    for arrays, config in [([theta], {"round": 1, "batch": node.batch(1)}),  # released
+                           ([theta], {"round": 2, "batch": node.batch(2) + 1}),  # not B_t
+                           ([np.full_like(theta, np.nan)], {"round": 2, "batch": node.batch(2)}),
+                           ([theta], {"round": True, "batch": node.batch(2)}),
+                           ([theta], {"batch": node.batch(2)})]:
+        node.prepare(arrays, config)
+        assert node._ahead is None
+    assert computed == [0, 1, 1] and node.rounds_charged == 2
+
+
 # --- a local mechanism: each agent's Report -----------------------------------------------------
 REPORTS = FedPGConfig(algorithm="cen", agents=4, budget=45, mechanism="gaussian",
                       noise_multiplier=1.0, clip=1.0, hidden=(8,), seed=5, noise="seeded")

@@ -55,8 +55,11 @@ def test_the_documented_secure_sum_with_a_supernode_killed_mid_round(
 
     def on_round(t: int, deployment) -> None:
         procs[:] = deployment.processes
-        if t == 1:  # round 1 begins: kill node 2 while its SecAgg+ stages run
-            threading.Timer(4.0, kill_node_2, (deployment,)).start()
+        # round 1 begins (its SETUP was answered behind round 0's unmask request): kill
+        # node 2 during the key exchange, before it can send its masked vector (not before
+        # 3.5 s: its key-share reply takes >= 0.5 s, then its SuperNode sleeps flwr's 3 s)
+        if t == 1:
+            threading.Timer(2.0, kill_node_2, (deployment,)).start()
 
     # The CLI's run, with this test's fault (`on_round`), a round's wait, and the nodes' own
     # directories where this test can read them (the CLI's are temporary).

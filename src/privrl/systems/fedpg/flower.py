@@ -44,6 +44,7 @@ import json
 import math
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ from privrl.runtime.flower import answer_request, refusing_client_app
 from privrl.runtime.node import (
     AgentNode,
     ReleasedFile,
+    check_theta,
     node_dirs,
     private_dir,
     private_read,
@@ -211,6 +213,9 @@ class CenNode:
         if self.path is not None and self.path.exists():
             allowance.charged, released = self._restore(self.path)
         self._asked: int | None = None  # B_t of the request in hand (`check`)
+        # a message computed ahead (`prepare`): (round, θ, its future), used once at most
+        self._ahead: tuple[int, np.ndarray, Future[np.ndarray]] | None = None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="privrl-ahead")
         self.agents = AgentNode(self, self.ids, allowance, self.algo.dim, store=self,
                                 released={(self.ids[0], t): m for t, m in released.items()},
                                 ordered=True)
@@ -287,12 +292,36 @@ class CenNode:
 
     def __call__(self, theta: np.ndarray | None, agent: int, t: int
                  ) -> dict[tuple[int, int], np.ndarray]:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == t and np.array_equal(ahead[1], theta):
+            return {(agent, t): ahead[2].result()}  # computed from this θ as the keys travelled
+        return {(agent, t): self._message(np.asarray(theta, np.float32), t)}
+
+    def _message(self, theta: np.ndarray, t: int) -> np.ndarray:
+        """The node's sum modulo 2^b of its agents' messages of round t from θ: the local
+        runner's release with each agent's key; under secret noise each noise share from
+        os.urandom (seeded: from the key, the local run's message exactly)."""
         mu, keys = self._grads(jnp.asarray(theta), jnp.int32(t), self._noise)
-        # the local runner's release with each agent's key; under secret noise its noise
-        # share from os.urandom (seeded: from the key, the local run's message exactly)
-        secure = self._noise is not None
-        return {(agent, t): self.mech.modular_sum(np.stack([
-            self.mech.message(k, m, secure) for k, m in zip(keys, mu, strict=True)]))}
+        return self.mech.modular_sum(self.mech.messages(keys, mu,
+                                                        secure=self._noise is not None))
+
+    def prepare(self, arrays: list[np.ndarray], config: dict[str, Any]) -> None:
+        """Start computing round t's message from the θ and B_t that rode the key exchange
+        (`SecAggGuard`), in a thread, so that it is ready when the collect stage asks: used
+        only if that request carries the same round and θ (`__call__`), and released only
+        through `release` (its checks, the budget charged, the state written) like any other.
+        Nothing is computed for a request this node would refuse anyway."""
+        self._ahead = None
+        try:
+            t, batch = config["round"], config["batch"]
+            theta = check_theta(arrays[0], self.algo.dim) if len(arrays) == 1 else None
+        except (KeyError, ValueError):
+            return
+        if theta is None or type(t) is not int or type(batch) is not int or t < 0 \
+                or t in self.released or not self.agents.affords(self.ids[0]) \
+                or batch != self.batch(t):
+            return
+        self._ahead = (t, theta, self._pool.submit(self._message, theta, t))
 
     def release(self, theta: np.ndarray, batch: int, t: int) -> np.ndarray:
         """The node's sum of its agents' messages for round t, modulo 2^b; ValueError or
@@ -315,7 +344,7 @@ class CenNode:
 
     def handler(self) -> Any:
         """A task in, SecAgg+'s reply (or a refusal) out."""
-        return secagg_node(self._on_fit, self.pins, self.identity, self.roster)
+        return secagg_node(self._on_fit, self.pins, self.identity, self.roster, self.prepare)
 
 
 class ReportNode:
