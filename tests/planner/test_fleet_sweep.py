@@ -41,7 +41,7 @@ def test_the_fleet_plan_sweeps_each_k_as_one_program(
     assert " ".join(SIMULATOR_ONLY.split()) in " ".join(std.err.split())
     assert "K = 100, 3 settings as 2 compiled programs" in std.err  # ε 1, 2; non-private
     assert "K = 200, 2 settings as 1 compiled program" in std.err
-    assert "at ε = 2, K = 100: " in " ".join(std.out.split())  # the sweep's verdict says where
+    assert "The sweep " in std.out and "at ε = 2, K = 100" in " ".join(std.out.split())  # where
     last = std.out.strip().splitlines()[-1]
     assert shlex.split(last)[:3] == ["privrl", "run", "fedpg-cen"], last
     plan = json.loads((out / "plan.json").read_text())
