@@ -140,3 +140,76 @@ def is_gymnasium_env(obj: Any) -> bool:
     import gymnasium
 
     return isinstance(obj, gymnasium.Env)
+
+
+class VectorLanes:
+    """n lanes of a registry id stepped by its own Gymnasium vector environment, in one call
+    for all lanes (`gymnasium.make_vec(..., vectorization_mode="vector_entry_point")`, e.g.
+    `CartPoleVectorEnv`): `rollout_host`'s lanes (privrl.envs.rollout.HostLanes), the episodes
+    one environment per lane plays (`vector_lanes` says when it applies).
+
+    Resets: lane i starts where `env.reset(seed=seeds[i])` of the id's own environment starts
+    (the vector env's `reset` draws every lane from one generator), its state copied into the
+    vector env's lane. Ends: the vector env resets an ended lane on its next step
+    (`AutoresetMode.NEXT_STEP`); the rollout no longer reads that lane, so what it plays after
+    its end is never used. Private attributes: each lane's value, as an array over the lanes
+    (the vector env's physics is elementwise).
+    """
+
+    def __init__(self, vec: Any, one: Any, n: int) -> None:
+        self.vec, self.one, self.size = vec, one, n
+        self.obs_shape = tuple(vec.single_observation_space.shape)
+        self._attrs: dict[str, np.ndarray] = {}  # each private attribute's per-lane values
+
+    def set_attributes(self, params: AttrParams) -> None:
+        """Lane i gets each attribute's i-th value (as `set_attributes` gives environment i),
+        as float64: the type the scalar path's Python float has."""
+        for name, values in params.items():
+            self._attrs[name] = np.asarray(values, np.float64).reshape(self.size)
+            setattr(self.vec, name, self._attrs[name])
+
+    def reset(self, rows: np.ndarray, seeds: np.ndarray, obs: np.ndarray) -> None:
+        self.vec.reset(seed=0)  # every lane's step count and end flag cleared
+        state, base = self.vec.state, self.one.unwrapped
+        for i in rows.tolist():
+            for name, values in self._attrs.items():  # a reset may read them
+                setattr(base, name, float(values[i]))
+            obs[i] = self.one.reset(seed=int(seeds[i]))[0]
+            state[:, i] = base.state
+
+    def step(self, rows: np.ndarray, actions: np.ndarray, obs: np.ndarray,
+             reward: np.ndarray, fell: np.ndarray, cut: np.ndarray) -> None:
+        o, r, te, tr, _ = self.vec.step(actions)
+        obs[rows], reward[rows], fell[rows], cut[rows] = o[rows], r[rows], te[rows], tr[rows]
+
+
+def vector_lanes(env_id: str, n: int, max_steps: int | None, private: Sequence[str],
+                 one: Any) -> VectorLanes | None:
+    """`VectorLanes` of n lanes for the registry id, or None where they would not play the
+    episodes `one` (an environment of the id, made with the same time limit) plays, one per
+    lane: the id has no vector entry point, its vector env does not reset on the next step
+    (`AutoresetMode.NEXT_STEP`), keeps no numpy `state` with the lanes last and the single
+    environment's state first (that a lane's reset can be copied into), or lacks a private
+    attribute as a float."""
+    import gymnasium
+    from gymnasium.vector import AutoresetMode
+
+    try:
+        if gymnasium.spec(env_id).vector_entry_point is None:
+            return None
+        kwargs = {} if max_steps is None else {"max_episode_steps": max_steps}
+        vec = gymnasium.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point",
+                                 **kwargs)
+        vec.reset(seed=0)
+        one.reset(seed=0)
+    except Exception:  # no vector env to be had: each lane steps its own environment
+        return None
+    state, single = getattr(vec, "state", None), getattr(one.unwrapped, "state", None)
+    if (vec.metadata.get("autoreset_mode") != AutoresetMode.NEXT_STEP
+            or not isinstance(state, np.ndarray) or not isinstance(single, np.ndarray)
+            or state.shape != (*single.shape, n) or state.dtype != single.dtype
+            or getattr(vec, "max_episode_steps", None) != time_limit(one)
+            or not all(isinstance(getattr(vec, f, None), float) for f in private)):
+        vec.close()
+        return None
+    return VectorLanes(vec, one, n)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -244,17 +244,20 @@ def host_keys(key: Array, n: int, max_steps: int, observed: bool
     return seeds, jax.random.key_data(jax.random.split(k_loop, max_steps)), obs_keys
 
 
-def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: int,
-                 active: Any = None, observe: ObserveFn | None = None,
+def rollout_host(envs: Sequence[Any] | HostLanes, policy: PolicyFn, key: Array,
+                 max_steps: int, active: Any = None, observe: ObserveFn | None = None,
                  grow: bool = False) -> Trajectory:
     """One episode in each Gymnasium environment (`reset(seed=...)`, `step(action)` returning
     (obs, reward, terminated, truncated, info)), stepped on the host: `rollout_episodes`'s arrays.
+    `envs`: the environments, one per lane, or lanes that step together (`HostLanes`: a
+    Gymnasium vector environment, privrl.envs.gymnasium_env.VectorLanes), the same episodes.
 
     Each step the policy (jit it: one call per step) sees every environment's observation, as in
     the jitted rollout, and its key as raw key data (uint32, what `jax.random.key_data` gives:
-    every `jax.random` function takes it and draws what the typed key draws); only environments
-    whose episode is still running step, so an episode that ended costs nothing (Gymnasium's
-    vector envs would reset and replay it). An episode ends when the environment terminates or
+    every `jax.random` function takes it and draws what the typed key draws); of a list of
+    environments only those whose episode is still running step, so an episode that ended costs
+    nothing (a vector environment steps every lane in its one call: what an ended lane does is
+    not read). An episode ends when the environment terminates or
     truncates (its own time limit) or at `max_steps`; `terminated` is the environment's flag
     alone. Reset seeds come from `key`, so a rollout is reproducible. Returns numpy arrays
     (float32 observations and rewards). Per step, the host does no more than the policy call
@@ -271,14 +274,15 @@ def rollout_host(envs: Sequence[Any], policy: PolicyFn, key: Array, max_steps: i
     (64 steps, doubled as needed, at most `max_steps`) instead of being `max_steps` long; the
     episodes and keys are the same.
     """
-    n = len(envs)
+    n = _lanes(envs).size
     seeds, step_keys, obs_keys = jax.device_get(host_keys(key, n, max_steps, observe is not None))
     return _host_loop(envs, policy, seeds, step_keys, max_steps, active, observe, obs_keys,
                       grow)
 
 
-def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Array],
-                        max_steps: int, active: Any = None, grow: bool = False) -> Trajectory:
+def rollout_host_trials(envs: Sequence[Any] | HostLanes, policy: PolicyFn,
+                        keys: Sequence[Array], max_steps: int, active: Any = None,
+                        grow: bool = False) -> Trajectory:
     """`rollout_host` for T trials at once, with one policy call per step for all of them:
     trial k's P agents are `envs[k·P:(k+1)·P]`, `keys` the T trials' rollout keys, `active`
     (T, P). The policy gets the step keys (T, 2) (raw, as `rollout_host`'s) and observations
@@ -286,7 +290,7 @@ def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Ar
     trial's policy over trials). Each
     trial's episodes are `rollout_host`'s from its key, padding included: the same seeds, step
     keys and arrays. Returns the arrays with a leading trial axis (T, ...)."""
-    t_n, n = len(keys), len(envs)
+    t_n, n = len(keys), _lanes(envs).size
     p = n // t_n
     drawn = [jax.device_get(host_keys(k, p, max_steps, False)) for k in keys]
     seeds = np.concatenate([d[0] for d in drawn])
@@ -320,32 +324,78 @@ def rollout_host_trials(envs: Sequence[Any], policy: PolicyFn, keys: Sequence[Ar
                       jax.tree_util.tree_map(per_trial, traj.aux), per_trial(traj.rewards))
 
 
-def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_keys: np.ndarray,
-               max_steps: int, active: Any = None, observe: ObserveFn | None = None,
-               obs_keys: np.ndarray | None = None, grow: bool = False) -> Trajectory:
+@runtime_checkable
+class HostLanes(Protocol):
+    """n environments stepped on the host for `rollout_host` (one episode per lane): one Gymnasium
+    environment per lane (`EnvLanes`), or a Gymnasium vector environment that steps every lane
+    in one call (privrl.envs.gymnasium_env.VectorLanes). Both write into the loop's arrays."""
+
+    size: int  # the number of lanes
+    obs_shape: tuple[int, ...]
+
+    def reset(self, rows: np.ndarray, seeds: np.ndarray, obs: np.ndarray) -> None:
+        """Reset lane i of `rows` with `seeds[i]`, its first observation into obs[i]."""
+        ...
+
+    def step(self, rows: np.ndarray, actions: np.ndarray, obs: np.ndarray,
+             reward: np.ndarray, fell: np.ndarray, cut: np.ndarray) -> None:
+        """Step lane i of `rows` with actions[i] (`actions`: every lane's); its next
+        observation, reward, terminated and truncated into row i of obs, reward, fell, cut."""
+        ...
+
+
+class EnvLanes:
+    """One Gymnasium environment per lane, each stepped by its own Python call."""
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        self.envs, self.size = envs, len(envs)
+        self.obs_shape = tuple(envs[0].observation_space.shape)
+
+    def reset(self, rows: np.ndarray, seeds: np.ndarray, obs: np.ndarray) -> None:
+        for i in rows.tolist():
+            obs[i] = self.envs[i].reset(seed=int(seeds[i]))[0]
+
+    def step(self, rows: np.ndarray, actions: np.ndarray, obs: np.ndarray,
+             reward: np.ndarray, fell: np.ndarray, cut: np.ndarray) -> None:
+        # Discrete actions as Python ints (they index faster), a Box's as float32 vectors.
+        steps = (actions[rows].tolist() if np.issubdtype(actions.dtype, np.integer)
+                 else list(actions[rows]))
+        for i, a in zip(rows.tolist(), steps, strict=True):
+            obs[i], reward[i], fell[i], cut[i], _ = self.envs[i].step(a)
+
+
+def _lanes(envs: Sequence[Any] | HostLanes) -> HostLanes:
+    """Lanes as given, or one environment per lane (`EnvLanes`)."""
+    return envs if isinstance(envs, HostLanes) else EnvLanes(envs)
+
+
+def _host_loop(envs: Sequence[Any] | HostLanes, policy: PolicyFn, seeds: np.ndarray,
+               step_keys: np.ndarray, max_steps: int, active: Any = None,
+               observe: ObserveFn | None = None, obs_keys: np.ndarray | None = None,
+               grow: bool = False) -> Trajectory:
     """`rollout_host`'s episodes from its draws (`host_keys`): the policy gets `step_keys[t]`;
     `grow`: the arrays as long as the longest episode needs (`rollout_host`)."""
-    n = len(envs)
+    lanes = _lanes(envs)
+    n = lanes.size
     size = min(max_steps, GROW_FROM) if grow else max_steps  # the buffers' length now
     live = np.ones(n, bool) if active is None else np.array(active, bool).reshape(n)
-    obs = np.zeros((n, *envs[0].observation_space.shape), np.float32)
+    obs = np.zeros((n, *lanes.obs_shape), np.float32)
     raw = obs.copy() if observe is not None else obs  # the environments' own observations
 
     def seen(t: int, rows: Any) -> None:  # the observed rows after release time t
         if observe is not None and rows.size:
             obs[rows] = np.asarray(observe(obs_keys[t], raw), np.float32)[rows]
 
-    for i in np.flatnonzero(live):
-        raw[i] = envs[i].reset(seed=int(seeds[i]))[0]
+    lanes.reset(np.flatnonzero(live), seeds, raw)
     seen(0, np.flatnonzero(live))
     obs_b = np.zeros((size, *obs.shape), np.float32)
     mask_b = np.zeros((size, n), np.float32)
     rew_b = np.zeros((size, n), np.float32)
     term = np.zeros(n, bool)
+    fell, cut = np.zeros(n, bool), np.zeros(n, bool)
     # The actions' and aux's buffers, made at the first step from what the policy returns.
     act_b: Any = None
     aux_b: Any = None
-    discrete = True
 
     def split(out: Any) -> tuple[np.ndarray, Any]:
         """One step's actions (numpy) and aux (None: the policy returns actions alone)."""
@@ -373,18 +423,14 @@ def _host_loop(envs: Sequence[Any], policy: PolicyFn, seeds: np.ndarray, step_ke
         action, aux = split(policy(step_keys[t], obs))
         if act_b is None:
             act_b, aux_b = buffers(action, aux)
-            discrete = act_b.dtype == np.int32
         for b, a in zip(jax.tree_util.tree_leaves(aux_b), jax.tree_util.tree_leaves(aux),
                         strict=True):
             b[t] = a
         obs_b[t], act_b[t], mask_b[t] = obs, action, live
         stepped = np.flatnonzero(live)
-        steps = action[stepped].tolist() if discrete else list(action[stepped])
-        for i, a in zip(stepped.tolist(), steps, strict=True):  # Python ints index faster
-            raw[i], reward, fell, cut, _ = envs[i].step(a)
-            rew_b[t, i] = reward
-            term[i] = fell
-            live[i] = not (fell or cut)
+        lanes.step(stepped, action, raw, rew_b[t], fell, cut)
+        term[stepped] = fell[stepped]
+        live[stepped] = ~(fell[stepped] | cut[stepped])
         seen(t + 1, stepped)
     length = mask_b.sum(0).astype(np.int32)
     if act_b is None:

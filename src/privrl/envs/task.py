@@ -34,6 +34,7 @@ from jax import Array
 from privrl.config import HOST_EPISODE_CAP, ConfigError
 from privrl.envs.check import check_gymnasium_env, check_gymnax_env
 from privrl.envs.gymnasium_env import (
+    VectorLanes,
     attribute_defaults,
     attribute_name,
     is_gymnasium_env,
@@ -42,6 +43,7 @@ from privrl.envs.gymnasium_env import (
     reward_threshold,
     set_attributes,
     time_limit,
+    vector_lanes,
 )
 from privrl.envs.rollout import Trajectory, rollout_host, rollout_host_trials
 from privrl.envs.spec import check_env, parse_private_text, unknown_gymnax
@@ -281,6 +283,8 @@ class GymnasiumTask(Task):
     make_env: Callable[[], Any] | None = None
     env_id: str | None = None  # a Gymnasium registry id (None: a user callable's environment)
     _pool: list = field(default_factory=list, init=False, compare=False, repr=False)
+    # lanes -> the id's vector environment's lanes (None: it has none that fits, `lanes`)
+    _vectors: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     host: ClassVar[bool] = True
 
@@ -321,6 +325,22 @@ class GymnasiumTask(Task):
                               else make_registered(self.env_id, self.max_steps, self.option))
         return self._pool[:n]
 
+    def lanes(self, n: int, params: Any) -> VectorLanes | list[Any]:
+        """The n lanes a rollout steps, lane i with its private attributes from `params`
+        (leaves with a leading axis of size n): the registry id's own vector environment, all
+        lanes in one call, where it has one that plays the same episodes
+        (`gymnasium_env.vector_lanes`: CartPole), else `envs(n)`, one call each."""
+        if n not in self._vectors:
+            self._vectors[n] = None if self.env_id is None else vector_lanes(
+                self.env_id, n, self.max_steps, [p.field for p in self.private],
+                make_registered(self.env_id, self.max_steps, self.option))
+        lanes = self._vectors[n]
+        if lanes is None:
+            set_attributes(self.envs(n), params)
+            return self.envs(n)
+        lanes.set_attributes(params)
+        return lanes
+
     def rollout(self, params: Any, policy: Callable[[Array, Any], Any], key: Array,
                 num_envs: int, max_steps: int, active: Any = None,
                 observe: Callable[[Array, Any], Any] | None = None) -> Trajectory:
@@ -328,9 +348,8 @@ class GymnasiumTask(Task):
         `params` (leaves with a leading axis of size num_envs, as `agents_params` gives) before
         its reset, then plays one episode; returns a Trajectory of numpy arrays. `observe`:
         what the learner sees of the observations (`rollout_host`)."""
-        envs = self.envs(num_envs)
-        set_attributes(envs, params)
-        return rollout_host(envs, policy, key, max_steps, active, observe, self.grows)
+        return rollout_host(self.lanes(num_envs, params), policy, key, max_steps, active,
+                            observe, self.grows)
 
     def rollout_trials(self, params: Any, policy: Callable[[Any, Any], Any], keys: Any,
                        num_envs: int, max_steps: int, active: Any = None) -> Trajectory:
@@ -339,12 +358,11 @@ class GymnasiumTask(Task):
         num_envs)): `params` leaves (T, num_envs, ...), `keys` the T rollout keys, `active` (T,
         num_envs). Trial k's episodes are `rollout`'s from keys[k]; arrays (T, ...)."""
         keys = list(keys)
-        envs = self.envs(len(keys) * num_envs)
-        params = jax.device_get(params)
-        for k in range(len(keys)):
-            set_attributes(envs[k * num_envs:(k + 1) * num_envs],
-                           jax.tree_util.tree_map(lambda x, k=k: x[k], params))
-        return rollout_host_trials(envs, policy, keys, max_steps, active, self.grows)
+        n = len(keys) * num_envs
+        params = jax.tree_util.tree_map(  # trial-major lanes: trial k's agents k·P .. k·P + P
+            lambda x: np.asarray(x).reshape(n, *np.shape(x)[2:]), jax.device_get(params))
+        return rollout_host_trials(self.lanes(n, params), policy, keys, max_steps, active,
+                                   self.grows)
 
     def start(self, params: Any, key: Array) -> tuple[Any, np.ndarray]:
         """One agent's environment for a learner that steps it itself (`env.step(action)`):

@@ -14,7 +14,8 @@ import pytest
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 from privrl.config import ConfigError
-from privrl.envs.rollout import rollout_episodes
+from privrl.envs.gymnasium_env import VectorLanes, set_attributes
+from privrl.envs.rollout import rollout_episodes, rollout_host
 from privrl.envs.task import PrivateParam, Task, make_task
 
 
@@ -91,7 +92,7 @@ def test_cartpole_rollout_replays_in_the_environment_with_each_agents_gravity() 
             np.testing.assert_array_equal(x, y)  # same key, same episodes
     length = np.asarray(traj.length)
     assert length[3] == 0 and not np.asarray(traj.mask)[:, 3].any()  # inactive: no step
-    assert [e.unwrapped.gravity for e in task.envs(3)] == [5.0, 20.0, 5.0]
+    assert task.lanes(4, params).vec.gravity.tolist() == [5.0, 20.0, 5.0, 20.0]  # per lane
     # CartPole's reward is +1 per step: rewards are the mask, the return the length.
     np.testing.assert_array_equal(traj.rewards, traj.mask)
     np.testing.assert_array_equal(np.asarray(traj.terminated)[:3], length[:3] < 40)
@@ -128,3 +129,67 @@ def test_a_callable_must_make_a_new_environment_each_call(monkeypatch) -> None:
     assert task.host and task.obs_dim == 4 and task.num_actions == 2
     assert task.private_spec() == ["masscart=0.5:2"]
     assert isinstance(task.envs(2)[1], gymnasium.Env) and task.envs(2)[0] is not task.envs(2)[1]
+
+
+def _noisy_balance(key: jax.Array, obs: jax.Array) -> jax.Array:
+    """Pushes under the lean, with noise: some episodes fall, some reach the time limit."""
+    p = jax.nn.sigmoid(1.5 * obs[:, 3])
+    return (jax.random.uniform(key, (obs.shape[0],)) < p).astype(jnp.int32)
+
+
+def test_cartpole_lanes_step_in_one_vector_call_and_play_the_scalar_episodes() -> None:
+    """CartPole-v1 has a vector entry point: its lanes are Gymnasium's own `CartPoleVectorEnv`,
+    stepped once per step for all lanes, and every array equals the one-environment-per-lane
+    rollout's, bit for bit (same seeds, private gravity per lane, an inactive lane, episodes
+    that fall or reach the task's 60-step limit before the rollout's cap, and a second rollout
+    on the same vector env after its lanes ended and auto-reset), for one trial and for
+    several trials stepped together."""
+    task = make_task("gymnasium:CartPole-v1",
+                     [PrivateParam("gravity", 8.0, 12.0)]).with_max_steps(60)
+    n, policy = 8, jax.jit(_noisy_balance)
+    params = task.agents_params(jax.random.key(0), jnp.arange(n))
+    active = np.array([True] * 7 + [False])
+    lanes = task.lanes(n, params)
+    assert isinstance(lanes, VectorLanes)
+    calls = []
+    step = lanes.vec.step
+    lanes.vec.step = lambda a: calls.append(1) or step(a)
+    for key in (jax.random.key(1), jax.random.key(2)):
+        vec = task.rollout(params, policy, key, n, 80, active)
+        envs = task.envs(n)
+        set_attributes(envs, params)
+        one = rollout_host(envs, policy, key, 80, active)
+        for name, x in one._asdict().items():
+            if x is not None:
+                np.testing.assert_array_equal(getattr(vec, name), x, err_msg=name)
+        assert len(calls) == int(vec.length.max())  # one vector step per time step
+        calls.clear()
+        length = np.asarray(vec.length)
+        assert length[7] == 0 and (length[:7] == 60).any() and (length[:7] < 60).any()
+        np.testing.assert_array_equal(vec.terminated[:7], length[:7] < 60)
+    t_n = 2
+    both_params = jax.vmap(lambda k: task.agents_params(k, jnp.arange(n)))(
+        jax.random.split(jax.random.key(3), t_n))
+    keys = jax.random.split(jax.random.key(4), t_n)
+    both = task.rollout_trials(both_params, jax.jit(jax.vmap(_noisy_balance)), keys, n, 80)
+    assert isinstance(task.lanes(t_n * n, both_params), VectorLanes)
+    for k in range(t_n):
+        envs = task.envs(n)
+        set_attributes(envs, jax.tree_util.tree_map(lambda x, k=k: x[k], both_params))
+        own = rollout_host(envs, policy, keys[k], 80)
+        for name, x in own._asdict().items():
+            if x is not None:
+                np.testing.assert_array_equal(getattr(both, name)[k], x, err_msg=name)
+
+
+def test_a_task_without_a_vector_entry_point_steps_one_environment_per_lane(
+        monkeypatch) -> None:
+    """Acrobot-v1 has no vector entry point, a user's callable no registry id: each lane
+    steps its own environment, as before."""
+    module = types.ModuleType("own_cartpole")
+    module.make = CartPoleEnv
+    monkeypatch.setitem(sys.modules, "own_cartpole", module)
+    for spec in ("gymnasium:Acrobot-v1", "own_cartpole:make"):
+        task = make_task(spec)
+        lanes = task.lanes(2, task.agents_params(jax.random.key(0), jnp.arange(2)))
+        assert isinstance(lanes, list) and lanes == task.envs(2)
