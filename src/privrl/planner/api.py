@@ -152,6 +152,7 @@ class Frontier:
     random_return: float
     wall_seconds: float
     left_out: tuple[int, ...] = ()  # fleet sizes above max_sweep_episodes
+    programs: int = 0  # the compiled programs the sweep ran (its settings grouped)
 
 
 @dataclass(frozen=True)
@@ -506,7 +507,8 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
     per_agent = rec.reports_per_agent * f.episodes_per_report
     fleet = system == "fedpg-cen" and rec.preset in sy.FEDPG_FLEET_PRESETS.values()
     if fleet:
-        return _sweep_fleet(system, config, rec, f, stats, eps, agents, progress, log)
+        return _sweep_fleet(system, config, rec, f, stats, eps, agents, progress, log,
+                            together)
     kept = tuple(k for k in agents if k * per_agent <= config.max_sweep_episodes)
     left = tuple(k for k in agents if k not in kept)
     if not kept:
@@ -515,11 +517,13 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
     t0 = time.perf_counter()
     table: dict[tuple[float, int], float] = {}
     nonprivate: dict[int, float] = {}
+    programs = 0
     for i, k in enumerate(runs):
         settings = [replace(rec, epsilon=e, agents=k) for e in eps] + [
             replace(rec, mechanism="none", epsilon=math.inf, agents=k)]
-        curves = _run_sweep(system, config, settings, f"sweep {i + 1}/{len(runs)}: K = {k:,}",
-                            progress, log, together)
+        curves, n = _run_sweep(system, config, settings,
+                               f"sweep {i + 1}/{len(runs)}: K = {k:,}", progress, log, together)
+        programs += n
         ks = [x for x in kept if x <= k] if f.prefix else [k]
         for kk in ks:
             upto = kk * per_agent
@@ -528,35 +532,40 @@ def _sweep(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
             nonprivate[kk] = curves[-1].final(upto)
     fin = tuple(tuple(_num(table.get((e, k))) for k in kept) for e in eps)
     return Frontier(eps, kept, fin, tuple(_num(nonprivate.get(k)) for k in kept),
-                    stats.random_return, time.perf_counter() - t0, left)
+                    stats.random_return, time.perf_counter() - t0, left, programs)
 
 
 def _run_sweep(system: str, config: PlanConfig, settings: list[Any], label: str,
                progress: ProgressFn | None, log: Callable[[str], None],
-               together: bool) -> list[Any]:
+               together: bool) -> tuple[list[Any], int]:
     """One step of a sweep: the settings' configs run (as one program where `together` and
-    the system allow), logged and ticked under `label`; their curves, in order."""
+    the system allow), logged and ticked under `label`; their curves, in order, and the
+    compiled programs they ran as."""
     from privrl.planner import systems as sy
 
     configs = [sy.build_config(system, sy.config_fields(
         system, s, config.env, config.private_params, config.trials, config.seed))  # type: ignore
         for s in settings]
-    name = f"{label}, {len(configs)} settings"
+    count = sy.program_count(system, configs, together)
+    name = (f"{label}, {len(configs)} settings as {count} compiled "
+            f"program{'s' if count > 1 else ''}")
     log(name)
     tick = None if progress is None else (lambda d, t: progress(name, d, t))
-    return sy.run_settings(system, configs, tick, together)
+    return sy.run_settings(system, configs, tick, together), count
 
 
 def _sweep_fleet(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
                  eps: tuple[float, ...], agents: tuple[int, ...],
-                 progress: ProgressFn | None, log: Callable[[str], None]) -> Frontier:
+                 progress: ProgressFn | None, log: Callable[[str], None],
+                 together: bool = True) -> Frontier:
     """FedPG-Cen `fleet`'s sweep: an agent plays a round with probability q = P/K (P the
     mechanism's participants a round, `DEFAULT_PARTICIPANTS`), so a setting plays about
     P·R rounds' episodes whatever K (its cap, `max_sweep_episodes`, counts those). The
     non-private line plays min(K, P) agents every round (no noise, so no sampling): the
     same episodes and rounds as the private settings, one run for every K ≥ P (untuned.py's
-    reference). The settings run each as its own program: the sampled secure sum with its
-    adaptive clip is not one of FedPG's one-program mechanisms (`ONE_PROGRAM_MECHANISMS`)."""
+    reference). Every ε of one K runs as one compiled program (the sampled secure sum's σ and
+    σ_b as each trial's data, FedPG's `ONE_PROGRAM_SUMS`), the non-private line as one more;
+    K is a shape of the round (its K shares, the sampled lanes), so each K is its own."""
     from privrl.planner import systems as sy
 
     def played(k: int) -> float:  # a setting's expected episodes at fleet size k
@@ -568,13 +577,15 @@ def _sweep_fleet(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
     table: dict[tuple[float, int], float] = {}
     nonprivate: dict[int, float] = {}
     references: dict[int, float] = {}
+    programs = 0
     for i, k in enumerate(kept):
         settings = [replace(rec, epsilon=e, agents=k) for e in eps]
         p = sy.fleet_participants(k)
         if p not in references:
             settings.append(replace(rec, mechanism="none", epsilon=math.inf, agents=p))
-        curves = _run_sweep(system, config, settings, f"sweep {i + 1}/{len(kept)}: K = {k:,}",
-                            progress, log, False)
+        curves, n = _run_sweep(system, config, settings,
+                               f"sweep {i + 1}/{len(kept)}: K = {k:,}", progress, log, together)
+        programs += n
         for e, c in zip(eps, curves, strict=False):
             table[(e, k)] = c.final()
         if p not in references:
@@ -582,7 +593,7 @@ def _sweep_fleet(system: str, config: PlanConfig, rec: Any, f: Any, stats: Any,
         nonprivate[k] = references[p]
     fin = tuple(tuple(_num(table.get((e, k))) for k in kept) for e in eps)
     return Frontier(eps, kept, fin, tuple(_num(nonprivate.get(k)) for k in kept),
-                    stats.random_return, time.perf_counter() - t0, left)
+                    stats.random_return, time.perf_counter() - t0, left, programs)
 
 
 def _num(x: float | None) -> float | None:

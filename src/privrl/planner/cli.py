@@ -82,10 +82,22 @@ def _print(console: object, result: object) -> None:
                      for y, n in zip(row, fr.nonprivate_return, strict=True)]
             say(f"  {e:<7g}" + "".join("         –" if x is None else f"{x:>10.2f}"
                                         for x in cells), markup=False)
-    if r.learns is not None:  # type: ignore[attr-defined]
-        say("The sweep confirms: it learns at the recommendation." if r.learns  # type: ignore
-            else "The sweep did NOT confirm the recommendation (see the frontier).",
-            markup=False)
+    ck = r.check  # type: ignore[attr-defined]
+    if ck is not None and "agents" in ck:
+        where = f"at ε = {ck['epsilon']:g}, K = {ck['agents']:,}" + (
+            f" (the swept K nearest the recommended {rec['agents']:,})"
+            if ck["agents"] != rec["agents"] else "")
+        got = ck["fraction_of_nonprivate_improvement"]
+        if got is not None:
+            where += (f": {got:.2f} of the non-private improvement over random, mark "
+                      f"{ck['target_fraction']:g}")
+        say(f"The sweep confirms: it learns {where}." if r.learns  # type: ignore
+            else f"The sweep did NOT confirm the recommendation {where} (see the frontier)."
+            if r.learns is not None else  # type: ignore[attr-defined]
+            f"The sweep cannot judge the recommendation {where}: its non-private line did "
+            "not end above random there.", markup=False)
+    elif ck is not None:
+        say(f"The sweep did not check the recommendation: {ck['note']}.", markup=False)
     for note in r.notes:  # type: ignore[attr-defined]
         say(f"Note: {note}", markup=False)
     files = "plan.json, plan.png" if (r.path / "plan.png").exists() else "plan.json"  # type: ignore

@@ -541,17 +541,14 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
 
     if system == "pgc-a3c":
         from privrl.systems.pgc_a3c import local
-        from privrl.systems.pgc_a3c.algorithm import one_program_field
 
         def run(group: list[Any]) -> list[Curve]:
             outs = (local.run_pgc_a3c_settings(group, progress=progress) if len(group) > 1
                     else [local.run_pgc_a3c(group[0], progress=progress)])
             return [_curve(np.arange(1, o.scores.shape[1] + 1), o.scores, o.wall_seconds)
                     for o in outs]
-        refusal: Callable[[list[Any]], str | None] = one_program_field
     elif system == "fedpg-cen":
         from privrl.systems.fedpg import local as fed_local
-        from privrl.systems.fedpg.algorithm import one_program_field as fed_field
         from privrl.systems.fedpg.algorithm import settings_algorithm
 
         def run(group: list[Any]) -> list[Curve]:
@@ -559,7 +556,6 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
             outs = fed_local.run_fedpg_settings(algo, progress)
             return [_curve(np.nanmean(o.used_before, axis=0) * o.config.agents,
                            o.mean_return, o.wall_seconds) for o in outs]
-        refusal = fed_field
     else:
         from privrl.systems.dpsgd_rl.local import final_policy_returns, run_episodic_settings
         from privrl.systems.dpsgd_rl.reinforce import Reinforce
@@ -576,13 +572,35 @@ def run_settings(system: str, configs: Sequence[Any], progress: Progress | None 
                            (final_policy_returns(algo, o.policy.theta.reshape(
                                o.policy.theta.shape[0], -1)) if final_policy else None))
                     for o in outs]
-        refusal = Reinforce.one_program_field
     curves: dict[int, Curve] = {}
     index = {id(c): i for i, c in enumerate(configs)}
-    for group in program_groups(list(configs), refusal, together):
+    for group in program_groups(list(configs), refusal_of(system), together):
         for c, curve in zip(group, run(group), strict=True):
             curves[index[id(c)]] = curve
     return [curves[i] for i in range(len(configs))]
+
+
+def refusal_of(system: str) -> Callable[[list[Any]], str | None]:
+    """`system`'s own test of which configs run as one program (the field that keeps them
+    apart, or None)."""
+    if system == "pgc-a3c":
+        from privrl.systems.pgc_a3c.algorithm import one_program_field
+
+        return one_program_field
+    if system == "fedpg-cen":
+        from privrl.systems.fedpg.algorithm import one_program_field as fed_field
+
+        return fed_field
+    from privrl.systems.dpsgd_rl.reinforce import Reinforce
+
+    return Reinforce.one_program_field
+
+
+def program_count(system: str, configs: Sequence[Any], together: bool = True) -> int:
+    """How many compiled programs `run_settings` runs `configs` as."""
+    from privrl.compute.programs import program_groups
+
+    return len(program_groups(list(configs), refusal_of(system), together))
 
 
 def _curve(x: np.ndarray, per_trial: np.ndarray, wall: float,

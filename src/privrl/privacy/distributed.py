@@ -65,6 +65,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from privrl.privacy.accounting import DEFAULT_ACCOUNTANT, Accountant, PrivacyEvent
@@ -81,6 +82,7 @@ __all__ = [
     "DistributedGaussianMechanism",
     "RoundBudget",
     "Share",
+    "SumSettingParams",
     "joint_noise_multiplier",
     "secure_aggregate",
     "update_noise_multiplier",
@@ -180,6 +182,16 @@ class ShareParams(NamedTuple):
     clip: Any  # C (adaptive clipping: the round's C_t)
     std: Any  # each share's noise std σC/√m (adaptive: z_Δ·C_t/√m)
     bit_scale: Any  # adaptive clipping: κ = z_Δ·C_t/σ_b; None: no clip bit
+
+
+class SumSettingParams(NamedTuple):
+    """One setting of the sampled secure sum as a trial's data, for a program that runs
+    several (FedPG's `for_settings`): the numbers its ε sets, as float32, each the float its
+    own run compiles in. A batch of settings is these stacked along a trials axis."""
+
+    share_std: Any  # σC/√m (without adaptive clipping)
+    share_scale: Any  # adaptive clipping: z_Δ/√m, a share's noise std per unit of C_t
+    bit_scale: Any  # adaptive clipping: z_Δ/σ_b, κ per unit of C_t
 
 
 def share_release(p: ShareParams, key: Array, x: Array, sampled: Array) -> Array:
@@ -315,33 +327,53 @@ class DistributedGaussianMechanism:
         return jax.vmap(lambda k: jax.random.bernoulli(jax.random.fold_in(k, 0x5A3),
                                                        self.sampling_rate))(keys)
 
-    def share(self, key: Array, x: Array, sampled: Array, clip: Array | None = None) -> Share:
+    def setting_params(self) -> SumSettingParams:
+        """This mechanism's ε-dependent numbers as one trial's data (`share`'s `setting`):
+        float32, as its own run multiplies by them."""
+        one = np.float32(1.0)
+        z = np.float32(self.update_multiplier)
+        # z·C/√m and z·C/σ_b as XLA compiled them until the numbers could be data: C times
+        # the float32 z·(1/k), which the tests compare with a run from before
+        share, bit = (one, one) if self.adaptive is None else (
+            z * (one / np.float32(math.sqrt(self.min_honest))),
+            z * (one / np.float32(self.adaptive.count_stddev)))
+        return SumSettingParams(np.float32(self.share_std), share, bit)
+
+    def share(self, key: Array, x: Array, sampled: Array, clip: Array | None = None,
+              setting: SumSettingParams | None = None, guarantee: Guarantee | None = None
+              ) -> Share:
         """One agent's message: clip_C(x) if sampled else 0, plus N(0, σ²C²/m · I).
 
         Adaptive clipping: C = `clip` (the round's C_t, traced; default C_0) and the message
         is [clip_C(x), (b − ½)·κ] if sampled else 0 (d + 1 coordinates), b = 1[‖x‖ <= C],
-        κ = z_Δ·C/σ_b, plus N(0, z_Δ²C²/m · I)."""
+        κ = z_Δ·C/σ_b, plus N(0, z_Δ²C²/m · I).
+
+        `setting` (traced; a program of settings, `setting_params`): the trial's own numbers
+        in place of this mechanism's, the same float32 arithmetic; `guarantee`: the one the
+        program's shares state (true of every setting's)."""
         x = jnp.asarray(x)
         if x.ndim != 1:
             raise ValueError(f"a share is made of a 1-D update, got shape {x.shape}")
+        own = self.setting_params() if setting is None else setting
         if self.adaptive is None:
             if clip is not None:
                 raise ValueError("a per-round clip is for adaptive clipping only")
-            params = ShareParams(self.clip, self.share_std, None)
+            params = ShareParams(self.clip, own.share_std, None)
         else:
             c = jnp.asarray(self.clip if clip is None else clip, x.dtype)
-            params = ShareParams(c, self.update_multiplier * c / math.sqrt(self.min_honest),
-                                 self.bit_scale(c))
-        return Share._make(share_release(params, key, x, sampled), self.guarantee)
+            params = ShareParams(c, c * own.share_scale, self.bit_scale(c, setting))
+        return Share._make(share_release(params, key, x, sampled),
+                           self.guarantee if guarantee is None else guarantee)
 
-    def bit_scale(self, clip: Array) -> Array:
+    def bit_scale(self, clip: Array, setting: SumSettingParams | None = None) -> Array:
         """κ = z_Δ·C/σ_b: the clip bit's coordinate is (b − ½)·κ, so that the sum's noise of
-        std z_Δ·C on it is noise of std σ_b on the bit sum."""
+        std z_Δ·C on it is noise of std σ_b on the bit sum (`setting`: the trial's numbers)."""
         if self.adaptive is None:
             raise ValueError("the clip bit belongs to adaptive clipping")
-        return self.update_multiplier * clip / self.adaptive.count_stddev
+        return clip * (self.setting_params() if setting is None else setting).bit_scale
 
-    def unpack(self, report: Report, clip: Array, count: float) -> tuple[Report, Array]:
+    def unpack(self, report: Report, clip: Array, count: float,
+               setting: SumSettingParams | None = None) -> tuple[Report, Array]:
         """Adaptive clipping, on the server: the secure sum (d + 1 coordinates) as the update
         sum (a Report of d coordinates, the same guarantee) and the noised fraction
         b̄ = ½ + (Σ_sampled (b − ½) + N(0, σ_b²))/count of sampled agents within `clip`, the
@@ -350,7 +382,7 @@ class DistributedGaussianMechanism:
         if self.adaptive is None:
             raise ValueError("only adaptive clipping's sum carries the clip bits")
         value = report.value
-        bits = value[-1] / self.bit_scale(clip)
+        bits = value[-1] / self.bit_scale(clip, setting)
         return Report._mint(_MINT, value[:-1], report.guarantee), 0.5 + bits / count
 
 

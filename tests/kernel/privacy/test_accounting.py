@@ -317,3 +317,28 @@ def test_tight_accountant_falls_back_to_rdp_where_a_pld_would_not_fit() -> None:
     assert acc.method == "rdp" and "fallback" in rec and "cross_check" not in rec
     assert rec["epsilon"] == pytest.approx(
         _direct(RdpAccountant(), (event, 100)).get_epsilon(1e-5), rel=1e-12)
+
+
+def test_rdp_at_half_sampling_warns_nothing_and_keeps_dp_accountings_epsilon(
+        caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture) -> None:
+    """At q = 0.5 (`privrl plan fedpg-cen`'s fleet at K = 100) dp-accounting's RDP series of
+    fractional orders does not converge; it logs a warning through absl for each order it
+    leaves out (hundreds a plan). privrl's RDP accountants drop exactly that warning and give
+    dp-accounting's own ε; absl's logger is left as it was."""
+    import logging
+
+    event = PrivacyEvent("gaussian", 16.8, "poisson", 0.5)
+    with caplog.at_level(logging.WARNING):
+        eps = Accountant("rdp").epsilon_if(event, 282, 1e-5)
+        sigma = calibrate_noise_multiplier(2.0, 1e-5, 282, 0.5, "rdp")
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert "failed to converge" not in capfd.readouterr().err
+    assert not logging.getLogger("absl").filters
+    direct = RdpAccountant()  # the same numbers, and it does warn: the test can fail
+    with caplog.at_level(logging.WARNING):
+        direct.compose(dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(16.8)), 282))
+    assert any("failed to converge" in r.getMessage() for r in caplog.records)
+    assert eps == direct.get_epsilon(1e-5)
+    assert Accountant("rdp").epsilon_if(PrivacyEvent("gaussian", sigma, "poisson", 0.5), 282,
+                                        1e-5) <= 2.0

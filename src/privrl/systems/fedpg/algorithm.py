@@ -55,7 +55,7 @@ from privrl.privacy.mechanisms import (
     stack_params,
 )
 from privrl.privacy.plan import PlanError, plan_discrete
-from privrl.privacy.report import Report
+from privrl.privacy.report import Guarantee, Report
 from privrl.privacy.user import MechanismRequest, is_user_mechanism, user_mechanism
 from privrl.systems.fedpg.cen import CenPlan, CenRound
 from privrl.systems.fedpg.config import (
@@ -134,14 +134,27 @@ class FedPG(Learner):
         algo = settings_program(cls, configs, task, model, one_program_field,
                                 f"{', '.join(SETTING_FIELDS)} (mechanisms "
                                 f"{', '.join(ONE_PROGRAM_MECHANISMS)}, without float-safe "
-                                "noise)", _mechanisms_as_data)
+                                "noise; or all the sampled secure sum at one K and clip, "
+                                "differing in σ and σ_b)", _mechanisms_as_data)
         return algo
 
     def setting_data(self, settings: Sequence[int]) -> Any:
         """Per-trial data: trial k runs setting settings[k] (an index into `self.settings`)."""
         assert self.setting_mechanisms is not None
+        if isinstance(self.mechanism, DistributedGaussianMechanism):  # ONE_PROGRAM_SUMS
+            return stack_params([self.setting_mechanisms[i].setting_params()  # type: ignore
+                                 for i in settings])
         return stack_params([setting_params(self.setting_mechanisms[i], self.dim)
                              for i in settings])
+
+    def sum_guarantee(self) -> Guarantee | None:
+        """In a program of sampled-secure-sum settings, what its shares state: the guarantee
+        of the setting with the largest ε per round, true of every trial's (each trial's own
+        is its setting's, which its ledger charges); None otherwise (the mechanism's own)."""
+        if self.setting_mechanisms is None or not isinstance(self.mechanism,
+                                                             DistributedGaussianMechanism):
+            return None
+        return max((m.guarantee for m in self.setting_mechanisms), key=lambda g: g.epsilon)
 
     def init(self, key: Array) -> FedPGState:
         """All Dec nodes start from the same θ (FedPG-BR initializes one policy)."""

@@ -193,12 +193,15 @@ class CenRound:
         included = jnp.zeros((k,), bool).at[ids].max(valid)
         mu_k = jnp.zeros((k, algo.dim), mu_k.dtype).at[ids].add(mu_k * valid[:, None])
         count = cfg.sampling_rate * k
+        # in a program of settings (ONE_PROGRAM_SUMS) the trial's σ, or z_Δ and σ_b, as data
+        setting, stated = state.setting, self.algo.sum_guarantee()
         if mech.adaptive is None:
-            shares = jax.vmap(mech.share)(plan.mech_keys, mu_k, included)
+            shares = jax.vmap(lambda key, x, s: mech.share(key, x, s, None, setting, stated))(
+                plan.mech_keys, mu_k, included)
             return mean_from_sum(secure_aggregate(shares), count)[None], None, None
-        shares = jax.vmap(mech.share, (0, 0, 0, None))(plan.mech_keys, mu_k, included,
-                                                       state.clip)
-        update, bit_fraction = mech.unpack(secure_aggregate(shares), state.clip, count)
+        shares = jax.vmap(lambda key, x, s: mech.share(key, x, s, state.clip, setting, stated))(
+            plan.mech_keys, mu_k, included)
+        update, bit_fraction = mech.unpack(secure_aggregate(shares), state.clip, count, setting)
         new_clip = mech.adaptive.next_clip(state.clip, bit_fraction)
         return mean_from_sum(update, count)[None], new_clip, None
 

@@ -745,22 +745,32 @@ SETTING_FIELDS = ("mechanism", "epsilon", "epsilon_per_report", "clip", "noise_m
 # They are also the releases every program of FedPG settings computes, and every run that
 # could join one (`privacy.mechanisms.setting_release`): the same compiled arithmetic in both.
 ONE_PROGRAM_MECHANISMS = ("none", "laplace", "gaussian")
+# The sampled secure sum joins a program of several settings that all use it, at one fleet
+# (K and q are shapes and lanes: `participant_slots`, the K shares) and one initial clip C_0:
+# σ, or z_Δ and σ_b, as each trial's data (`SumSettingParams`). Alone it keeps its own
+# compiled constants (its floats as before, its other runtimes unchanged); XLA folds them into
+# the adaptive clip's products, so in a program a setting's floats match its own run's to
+# float32 rounding only (the same keys and draws; tests/systems/fedpg/test_settings.py).
+ONE_PROGRAM_SUMS = ("distributed-gaussian-continuous",)
+SUM_SETTING_FIELDS = (*(f for f in SETTING_FIELDS if f != "clip"), "clip_count_stddev")
 
 
 def one_program_field(configs: Sequence[FedPGConfig]) -> str | None:
     """The config field that keeps resolved `configs` from running as one program (None: they
     can): they must differ only in SETTING_FIELDS and use none, laplace or gaussian without
-    float-safe noise."""
+    float-safe noise; or, several settings all of the sampled secure sum (ONE_PROGRAM_SUMS),
+    differ only in SUM_SETTING_FIELDS."""
+    sums = len(configs) > 1 and all(c.mechanism in ONE_PROGRAM_SUMS for c in configs)
     for cfg in configs:
         if len(configs) > 1 and cfg.robust == "fedpg-br":  # its threshold is the mechanism's
             return "robust"
         if len(configs) > 1 and cfg.step_from_noise:  # its step is the mechanism's
             return "step_from_noise"
-        if cfg.mechanism not in ONE_PROGRAM_MECHANISMS:
+        if cfg.mechanism not in ONE_PROGRAM_MECHANISMS and not sums:
             return "mechanism"
         if cfg.secure_noise:
             return "secure_noise"
-    return other_field(configs, SETTING_FIELDS)
+    return other_field(configs, SUM_SETTING_FIELDS if sums else SETTING_FIELDS)
 
 
 def build_topology(cfg: FedPGConfig) -> Topology:

@@ -319,7 +319,9 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
     """`run_fedpg` for each of `algo.settings` (one, or several from `FedPG.for_settings`):
     every trial of every setting in one jitted round, split over `devices` host devices. Each
     setting's run equals its own (same keys, same floats, its rounds until its own trials
-    end, its own ledger and privacy record), except that wall time is the program's.
+    end, its own ledger and privacy record), except that wall time is the program's (and
+    that a sampled secure sum with adaptive clipping, whose numbers a run alone compiles in,
+    matches its own floats to float32 rounding: config.ONE_PROGRAM_SUMS).
 
     The trials sit trial-major in the batch (trial j of every setting, then trial j + 1), so
     that each device gets a share of every setting: a setting that learns plays long episodes
