@@ -61,25 +61,32 @@ def cpu_by_kind() -> dict[str, float]:
     return out
 
 
+def read_supernode_logs(logs: list[Path], read: list[int],
+                        events: list[tuple[float, int, str]]) -> None:
+    """One pass over the SuperNodes' logs from `read` (bytes read so far, per log; advanced):
+    (time, SuperNode, "recv" | "sent") of each message a SuperNode pulled and each reply it
+    pushed since, as it logged them."""
+    for i, log in enumerate(logs):
+        try:
+            with open(log, "rb") as f:
+                f.seek(read[i])
+                new = f.read()
+        except OSError:
+            continue
+        new = new[:new.rfind(b"\n") + 1]
+        read[i] += len(new)
+        now = time.perf_counter()
+        events.extend((now, i, "recv" if b"Receiving:" in line else "sent")
+                      for line in new.splitlines()
+                      if b"Receiving:" in line or b"Sent successfully" in line)
+
+
 def watch_supernodes(logs: list[Path], events: list[tuple[float, int, str]],
                      done: threading.Event) -> None:
-    """(time, SuperNode, "recv" | "sent") of each message a SuperNode pulls and each reply it
-    pushes, as it logs them (read every 20 ms: that resolution)."""
+    """`read_supernode_logs` every 20 ms (that resolution) until `done`."""
     read = [0] * len(logs)
     while not done.is_set():
-        for i, log in enumerate(logs):
-            try:
-                with open(log, "rb") as f:
-                    f.seek(read[i])
-                    new = f.read()
-            except OSError:
-                continue
-            new = new[:new.rfind(b"\n") + 1]
-            read[i] += len(new)
-            now = time.perf_counter()
-            events.extend((now, i, "recv" if b"Receiving:" in line else "sent")
-                          for line in new.splitlines()
-                          if b"Receiving:" in line or b"Sent successfully" in line)
+        read_supernode_logs(logs, read, events)
         time.sleep(0.02)
 
 

@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench_flower_sum_pace import read_supernode_logs  # benchmarks/ is the script's folder
+
 TICK = os.sysconf("SC_CLK_TCK")
 VENV = str(Path(sys.executable).parent.parent)
 
@@ -116,19 +118,7 @@ def main() -> None:
         def watch() -> None:
             last = None
             while not done.is_set():
-                for i, log in enumerate(logs):  # each SuperNode's pulls and pushes, as logged
-                    try:
-                        with open(log, "rb") as f:
-                            f.seek(read[i])
-                            new = f.read()
-                    except OSError:
-                        continue
-                    new = new[:new.rfind(b"\n") + 1]
-                    read[i] += len(new)
-                    now = time.perf_counter()
-                    events.extend((now, i, "recv" if b"Receiving:" in line else "sent")
-                                  for line in new.splitlines()
-                                  if b"Receiving:" in line or b"Sent successfully" in line)
+                read_supernode_logs(logs, read, events)  # each SuperNode's pulls and pushes
                 try:
                     m = progress.stat().st_mtime_ns
                 except OSError:
