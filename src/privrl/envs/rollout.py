@@ -358,8 +358,9 @@ class EnvLanes:
 
     def step(self, rows: np.ndarray, actions: np.ndarray, obs: np.ndarray,
              reward: np.ndarray, fell: np.ndarray, cut: np.ndarray) -> None:
-        # Discrete actions as Python ints (they index faster), a Box's as float32 vectors.
-        steps = (actions[rows].tolist() if np.issubdtype(actions.dtype, np.integer)
+        # Discrete actions as Python ints (they index faster), a Box's as float32 vectors
+        # (the dtype's kind: np.issubdtype costs a microsecond a step).
+        steps = (actions[rows].tolist() if actions.dtype.kind in "iu"
                  else list(actions[rows]))
         for i, a in zip(rows.tolist(), steps, strict=True):
             obs[i], reward[i], fell[i], cut[i], _ = self.envs[i].step(a)
