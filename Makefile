@@ -39,11 +39,12 @@ run: $(VENV)/.warm
 	$(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace --epsilon 5 --trials 8 --submissions 30000
 
 # Once, after the install: the same job at 2,500 submissions (its chunks are the same programs:
-# the budget is data), so that its compiled programs are in privrl's persistent compilation
-# cache and `make run` starts without compiling them. The cache (~/.cache/privrl/jax, or
-# PRIVRL_CACHE_DIR) holds XLA machine code for this CPU and this jaxlib, made here, never
-# shipped; privrl reads it only if it is yours and nobody else may write into it. Its cost and
-# what it saves: benchmarks/RESULTS.md ("Compile time per command").
+# the budget is data; the chunk's length is not: 277 rounds of 9 agents for 8 trials at any
+# budget above 2,493, pgc_a3c.local._chunk_rounds), so that its compiled programs are in
+# privrl's persistent compilation cache and `make run` starts without compiling them. The
+# cache (~/.cache/privrl/jax, or PRIVRL_CACHE_DIR) holds XLA machine code for this CPU and this
+# jaxlib, made here, never shipped; privrl reads it only if it is yours and nobody else may
+# write into it. Its cost and what it saves: benchmarks/RESULTS.md ("Compile time per command").
 $(VENV)/.warm: $(VENV)/.installed
 	tmp=$$(mktemp -d) && $(BIN)/privrl run pgc-a3c --preset tuned --mechanism laplace \
 	  --epsilon 5 --trials 8 --submissions 2500 --no-progress --out $$tmp/warm > $$tmp/log 2>&1; \

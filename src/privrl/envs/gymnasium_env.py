@@ -189,8 +189,9 @@ def vector_lanes(env_id: str, n: int, max_steps: int | None, private: Sequence[s
     episodes `one` (an environment of the id, made with the same time limit) plays, one per
     lane: the id has no vector entry point, its vector env does not reset on the next step
     (`AutoresetMode.NEXT_STEP`), keeps no numpy `state` with the lanes last and the single
-    environment's state first (that a lane's reset can be copied into), or lacks a private
-    attribute as a float."""
+    environment's state first (that a lane's reset can be copied into), or either lacks a
+    private attribute as a float (`set_attributes` gives an environment's int attribute an
+    int, the lanes would get a float)."""
     import gymnasium
     from gymnasium.vector import AutoresetMode
 
@@ -209,7 +210,8 @@ def vector_lanes(env_id: str, n: int, max_steps: int | None, private: Sequence[s
             or not isinstance(state, np.ndarray) or not isinstance(single, np.ndarray)
             or state.shape != (*single.shape, n) or state.dtype != single.dtype
             or getattr(vec, "max_episode_steps", None) != time_limit(one)
-            or not all(isinstance(getattr(vec, f, None), float) for f in private)):
+            or not all(isinstance(getattr(env, f, None), float)
+                       for f in private for env in (vec, one.unwrapped))):
         vec.close()
         return None
     return VectorLanes(vec, one, n)

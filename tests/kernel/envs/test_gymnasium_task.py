@@ -193,3 +193,14 @@ def test_a_task_without_a_vector_entry_point_steps_one_environment_per_lane(
         task = make_task(spec)
         lanes = task.lanes(2, task.agents_params(jax.random.key(0), jnp.arange(2)))
         assert isinstance(lanes, list) and lanes == task.envs(2)
+
+
+def test_vector_lanes_refuse_a_private_attribute_the_environment_keeps_as_an_int() -> None:
+    """An environment's int attribute gets an int (`set_attributes`), the vector env's lanes a
+    float: they would not play its episodes, so no vector lanes; as floats on both, lanes."""
+    from privrl.envs.gymnasium_env import make_registered, vector_lanes
+
+    one = make_registered("CartPole-v1")
+    assert isinstance(vector_lanes("CartPole-v1", 2, None, ["gravity"], one), VectorLanes)
+    one.unwrapped.gravity = 10
+    assert vector_lanes("CartPole-v1", 2, None, ["gravity"], one) is None
