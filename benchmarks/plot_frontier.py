@@ -218,13 +218,15 @@ def fleet_frontier(plan_dir: Path) -> dict:
 def plot_fleet(plans: list[Path], out: str, table: bool = False) -> None:
     """FedPG-Cen `fleet`'s measured ε/K frontier per task, with the fleet law's (see the module
     docstring)."""
+    from privrl.planner.systems import fleet_participants
+
     rows = [fleet_frontier(p) for p in plans]
     fig, axes = plt.subplots(1, len(rows), figsize=(5.2 * len(rows), 4.2), squeeze=False)
     for ax, r in zip(axes[0], rows, strict=True):
         for j, k in enumerate(r["agents"]):
             ys = [r["fraction"][i][j] for i in range(len(r["epsilons"]))]
             ax.plot(r["epsilons"], [math.nan if y is None else y for y in ys], "o-",
-                    color=f"C{j}", label=f"K = {k:,} (q·K = {min(k, 50)})")
+                    color=f"C{j}", label=f"K = {k:,} (q·K = {fleet_participants(k)})")
             if r["model"][j] is not None and r["model"][j] > 0:
                 ax.plot([r["model"][j]], [r["mark"]], "v", color=f"C{j}", ms=9, mfc="none")
         ax.axhline(0, color="grey", ls="--", label="random policy")

@@ -321,16 +321,15 @@ def fleet_largest_update_multiplier(stats: PilotStats, law: FleetLaw, rounds: in
     if law.rounds_to_learn is None or rounds < law.rounds_to_learn:
         return None
     rho0 = _adam_rho(stats, _pilot_rho(stats, law))
-    p = min(int(agents), law.participants)
-    q = p / max(int(agents), 1)
-    s2 = max(stats.clipped_signal, 1e-30) ** 2
     rho_most2 = (((rounds / law.rounds_to_learn) ** 2 * (1 + rho0 * rho0) - 1)
                  / _adam_rho(stats, 1.0) ** 2)  # the norm ratio's room
-    room = (rho_most2 * s2
-            - (stats.clipped_variance / law.report_episodes + (1 - q) * s2) / p)
+    # less the reports' sampling share (ρ at z_Δ = 0): the sum's noise d·(z_Δ·C)²/(P²·S²)
+    room = rho_most2 - fleet_noise_to_signal(stats, law, 0.0, agents) ** 2
     if room <= 0:
         return None
-    return p * math.sqrt(room / stats.dim) / stats.clip
+    p = min(int(agents), law.participants)
+    s2 = max(stats.clipped_signal, 1e-30) ** 2
+    return p * math.sqrt(room * s2 / stats.dim) / stats.clip
 
 
 def fleet_round_multiplier(update_multiplier: float, participants: int,
