@@ -318,7 +318,7 @@ class CenNode:
         except (KeyError, ValueError):
             return
         if theta is None or type(t) is not int or type(batch) is not int or t < 0 \
-                or t in self.released or not self.agents.affords(self.ids[0]) \
+                or t <= self.agents.last() or not self.agents.affords(self.ids[0]) \
                 or batch != self.batch(t):
             return
         self._ahead = (t, theta, self._pool.submit(self._message, theta, t))
