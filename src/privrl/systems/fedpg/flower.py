@@ -295,6 +295,8 @@ class CenNode:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == t and np.array_equal(ahead[1], theta):
             return {(agent, t): ahead[2].result()}  # computed from this θ as the keys travelled
+        if ahead is not None:
+            ahead[2].cancel()  # if it has not started, it never runs
         return {(agent, t): self._message(np.asarray(theta, np.float32), t)}
 
     def _message(self, theta: np.ndarray, t: int) -> np.ndarray:
@@ -310,7 +312,10 @@ class CenNode:
         (`SecAggGuard`), in a thread, so that it is ready when the collect stage asks: used
         only if that request carries the same round and θ (`__call__`), and released only
         through `release` (its checks, the budget charged, the state written) like any other.
-        Nothing is computed for a request this node would refuse anyway."""
+        Nothing is computed for a request this node would refuse anyway, and a computation
+        replaced before it started never runs (a server's repeated key exchanges queue none)."""
+        if self._ahead is not None:
+            self._ahead[2].cancel()
         self._ahead = None
         try:
             t, batch = config["round"], config["batch"]
