@@ -23,6 +23,7 @@ are the two conversions. flwr is the optional `flower` extra.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -44,7 +45,6 @@ from flwr.common import (
     FitRes,
     Parameters,
     Status,
-    bytes_to_ndarray,
     ndarray_to_bytes,
     ndarrays_to_parameters,
     parameters_to_ndarrays,
@@ -213,6 +213,7 @@ class SecAggGuard:
         self._run: dict[str, Any] | None = None  # the run in progress, as this node saw it
 
     def __call__(self, message: Message, context: Context) -> Message:
+        stage = self._stage_of(message)  # now: Flower's mod consumes the request's configs
         try:
             self._check(message)
             reply = secaggplus_mod(message, context, self._collect)
@@ -226,7 +227,7 @@ class SecAggGuard:
         except Exception as e:  # whatever fails (a forged ciphertext, a spent budget): a
             # refusal, and nothing else leaves
             reason = f"{type(e).__name__}: {e}"
-            self.refusals.append({"stage": self._stage_of(message), "reason": reason})
+            self.refusals.append({"stage": stage, "reason": reason})
             _log.warning("SecAgg+ request refused: %s", reason)
             self._run = None
             return Message(Error(code=REFUSED, reason=reason), reply_to=message)
@@ -454,8 +455,10 @@ def read_ahead(content: RecordDict) -> tuple[list[np.ndarray], dict[str, Any]] |
     arrays = config.pop(AHEAD, None)
     if not isinstance(arrays, list) or not all(type(b) is bytes for b in arrays):
         raise Refused("the fit instructions riding the request are malformed")
-    try:
-        return [bytes_to_ndarray(b) for b in arrays], config
+    try:  # .npy only (what `ahead_record` writes): np.load would also open a zip archive
+        # (an NpzFile, not an array) and raise EOFError or BadZipFile on some bytes
+        return [np.lib.format.read_array(io.BytesIO(b), allow_pickle=False)
+                for b in arrays], config
     except ValueError as e:
         raise Refused(f"the arrays riding the request are malformed: {e}") from None
 

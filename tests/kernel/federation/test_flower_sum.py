@@ -5,6 +5,7 @@ that calls each node's handler (no SuperLink), so a node can be dropped mid-roun
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Callable, Iterable
 
 import jax
@@ -19,9 +20,12 @@ from flwr.serverapp.grid import Grid
 
 from privrl.federation.flower_roster import NodeIdentity, Roster
 from privrl.federation.flower_sum import (
+    AHEAD,
+    Refused,
     SecAggPins,
     node_payload,
     payload_bits,
+    read_ahead,
     read_fit,
     secagg_node,
     secure_sum,
@@ -173,8 +177,7 @@ def test_the_rounds_instructions_ride_the_key_exchange(roster: bool):
     it is asked for its masked vector (so it can compute its payload while the keys travel),
     and the sum revealed is still the sum of the payloads sent at the collect stage."""
     from flwr.app import ConfigRecord
-
-    from privrl.federation.flower_sum import read_ahead
+    from flwr.common import ndarray_to_bytes
 
     prepared: dict[int, tuple] = {}
     payloads: dict[int, np.ndarray] = {}
@@ -184,9 +187,47 @@ def test_the_rounds_instructions_ride_the_key_exchange(roster: bool):
         assert not released and config == {"round": 3}
         assert len(arrays) == 1 and np.array_equal(arrays[0], np.zeros(2))
     assert np.array_equal(out.total, np.mod(sum(payloads.values()), 1 << mech.bits))
-    bad = RecordDict({"privrl.ahead": ConfigRecord({"round": 3, "privrl.ahead": [b"x"]})})
-    with pytest.raises(ValueError, match="malformed"):
-        read_ahead(bad)
+    zipped = io.BytesIO()
+    np.savez(zipped, theta=np.zeros(2))  # np.load would hand back an NpzFile, not an array
+    for arrays in ([b"x"], [b""], [zipped.getvalue()], [ndarray_to_bytes(np.zeros(2))[:-1]],
+                   "not a list"):
+        bad = RecordDict({AHEAD: ConfigRecord({"round": 3, AHEAD: arrays})})
+        with pytest.raises(Refused, match="malformed"):
+            read_ahead(bad)
+
+
+class _Tampering(LoopGrid):
+    """A server whose SHARE_KEYS request to node 101 carries malformed fit instructions."""
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        from flwr.app import ConfigRecord
+
+        messages = list(messages)
+        for m in messages:
+            if m.metadata.dst_node_id == 101 and AHEAD in m.content.config_records:
+                m.content.config_records[AHEAD] = ConfigRecord({"round": 3, AHEAD: [b""]})
+        return super().push_messages(messages)
+
+
+def test_a_node_refuses_a_key_exchange_carrying_malformed_instructions():
+    """Malformed fit instructions riding SHARE_KEYS: the node refuses that request (a Flower
+    error, its keys' reply withheld), prepares nothing and drops out of the run; the others
+    still reveal the sum of their own payloads."""
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    rng = np.random.default_rng(0)
+    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
+    payloads: dict[int, np.ndarray] = {}
+    prepared: dict[int, tuple] = {}
+    make = node_handler(mech, vectors, payloads, prepared=prepared)
+    grid = _Tampering({n: make(n) for n in vectors})
+    out = secure_sum_round(grid, context(), list(vectors), [np.zeros(2)], {"round": 3}, 3,
+                           bits, 3, None)
+    assert sorted(prepared) == sorted(payloads) == out.survivors == [100, 102, 103]
+    assert [r["stage"] for r in grid.handlers[101].refusals] == ["share_keys"]
+    assert "malformed" in grid.handlers[101].refusals[0]["reason"]
+    assert np.array_equal(out.total, np.mod(sum(payloads.values()), 1 << bits))
 
 
 def test_the_next_rounds_setup_waits_behind_this_rounds_unmask():

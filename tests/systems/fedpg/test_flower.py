@@ -264,6 +264,17 @@ def test_a_node_computes_its_message_ahead_but_sends_only_what_the_collect_stage
         node.prepare(arrays, config)
         assert node._ahead is None
     assert computed == [0, 1, 1] and node.rounds_charged == 2
+    gate = threading.Event()
+    node._pool.submit(gate.wait)  # the worker busy: what prepare submits waits its turn
+    try:
+        node.prepare([theta], {"round": 2, "batch": node.batch(2)})
+        replaced = node._ahead[2]
+        node.prepare([other], {"round": 2, "batch": node.batch(2)})
+        assert replaced.cancelled()  # a server's repeated key exchanges queue no computation
+    finally:
+        gate.set()
+    node._ahead[2].result()
+    assert computed == [0, 1, 1, 2]
 
 
 # --- a local mechanism: each agent's Report -----------------------------------------------------

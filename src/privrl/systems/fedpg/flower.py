@@ -295,6 +295,8 @@ class CenNode:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] == t and np.array_equal(ahead[1], theta):
             return {(agent, t): ahead[2].result()}  # computed from this θ as the keys travelled
+        if ahead is not None:
+            ahead[2].cancel()  # if it has not started, it never runs
         return {(agent, t): self._message(np.asarray(theta, np.float32), t)}
 
     def _message(self, theta: np.ndarray, t: int) -> np.ndarray:
@@ -310,7 +312,10 @@ class CenNode:
         (`SecAggGuard`), in a thread, so that it is ready when the collect stage asks: used
         only if that request carries the same round and θ (`__call__`), and released only
         through `release` (its checks, the budget charged, the state written) like any other.
-        Nothing is computed for a request this node would refuse anyway."""
+        Nothing is computed for a request this node would refuse anyway, and a computation
+        replaced before it started never runs (a server's repeated key exchanges queue none)."""
+        if self._ahead is not None:
+            self._ahead[2].cancel()
         self._ahead = None
         try:
             t, batch = config["round"], config["batch"]
@@ -318,7 +323,7 @@ class CenNode:
         except (KeyError, ValueError):
             return
         if theta is None or type(t) is not int or type(batch) is not int or t < 0 \
-                or t in self.released or not self.agents.affords(self.ids[0]) \
+                or t <= self.agents.last() or not self.agents.affords(self.ids[0]) \
                 or batch != self.batch(t):
             return
         self._ahead = (t, theta, self._pool.submit(self._message, theta, t))
