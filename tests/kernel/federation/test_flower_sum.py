@@ -103,6 +103,16 @@ class LoopGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
+def four_nodes() -> tuple[int, DiscreteGaussianSum, dict[int, np.ndarray]]:
+    """The tests' fleet: 4 SuperNodes (ids 100-103), one agent each, 3 honest; payload bits,
+    the mechanism and each node's update (seeded)."""
+    bits = payload_bits(4)
+    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
+                               bits=bits)
+    rng = np.random.default_rng(0)
+    return bits, mech, {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
+
+
 def node_handler(mech: DiscreteGaussianSum, vectors: dict[int, np.ndarray],
                  record: dict[int, np.ndarray] | None = None, roster: Roster | None = None,
                  prepared: dict[int, tuple] | None = None,
@@ -213,11 +223,7 @@ def test_a_node_refuses_a_key_exchange_carrying_malformed_instructions():
     """Malformed fit instructions riding SHARE_KEYS: the node refuses that request (a Flower
     error, its keys' reply withheld), prepares nothing and drops out of the run; the others
     still reveal the sum of their own payloads."""
-    bits = payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
-                               bits=bits)
-    rng = np.random.default_rng(0)
-    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
+    bits, mech, vectors = four_nodes()
     payloads: dict[int, np.ndarray] = {}
     prepared: dict[int, tuple] = {}
     make = node_handler(mech, vectors, payloads, prepared=prepared)
@@ -237,11 +243,7 @@ def test_the_next_rounds_setup_waits_behind_this_rounds_unmask():
     own sum. Round 5 asks fewer nodes than were set up ahead: it pushes its own SETUP."""
     from privrl.federation.flower_sum import NextSetup
 
-    bits = payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
-                               bits=bits)
-    rng = np.random.default_rng(0)
-    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
+    bits, mech, vectors = four_nodes()
     payloads: dict[int, np.ndarray] = {}
     make = node_handler(mech, vectors, payloads)
     grid = LoopGrid({n: make(n) for n in vectors})
@@ -325,11 +327,7 @@ def test_a_node_dead_before_its_key_shares_does_not_halt_the_run(stage: str):
     # and no mask with it; Flower 1.42's workflow would still ask them for its key shares and halt
     # (a second run would need every node to add its message to a second sum, which it
     # refuses); the run leaves the node out at unmasking and reveals the others' sum.
-    bits = payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
-                               bits=bits)
-    rng = np.random.default_rng(0)
-    vectors = {100 + i: rng.normal(size=6) * 0.3 for i in range(4)}
+    bits, mech, vectors = four_nodes()
     make = node_handler(mech, vectors)
     grid = LoopGrid({n: make(n) for n in vectors},
                     drop=lambda s, n: n == 101 and s == stage)
@@ -474,9 +472,7 @@ def test_a_node_answers_only_secagg_train_messages():
     from flwr.common import FitIns, ndarrays_to_parameters
     from flwr.compat.common import recorddict_compat as compat
 
-    bits = payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
-                               bits=bits)
+    _, mech, _ = four_nodes()
     payloads: dict[int, np.ndarray] = {}
     handler = node_handler(mech, {100: np.full(6, 0.1)}, payloads)(100)
     content = compat.fitins_to_recorddict(
@@ -569,9 +565,7 @@ def test_a_server_forging_supernodes_recovers_no_nodes_message(roster: bool, for
     own, whose payloads (zeros) it knows: the revealed sum is the genuine node's message.
     Without a roster it recovers it (the attack is real); with one, the node refuses the
     forged peers at SHARE_KEYS and nothing of it leaves."""
-    bits = payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
-                               bits=bits)
+    bits, mech, _ = four_nodes()
     payloads: dict[int, np.ndarray] = {}
     honest = node_handler(mech, {n: np.full(6, 0.1) for n in range(100, 104)}, payloads,
                           roster_of(range(100, 104)) if roster else None)(100)
@@ -649,9 +643,7 @@ def test_a_substituted_key_recovers_nothing(roster: bool):
     one, the substituted keys carry no valid signature and the target refuses."""
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
 
-    bits = payload_bits(4)
-    mech = DiscreteGaussianSum(clip=1.0, dim=6, agents=4, min_honest=3, noise_multiplier=1.0,
-                               bits=bits)
+    bits, mech, _ = four_nodes()
     vectors = {n: np.full(6, 0.1) for n in range(100, 104)}
     make = node_handler(mech, vectors, None, roster_of(vectors) if roster else None)
     grid = _Substituting({n: make(n) for n in vectors}, target=100)
