@@ -56,6 +56,21 @@ def test_a_flower_apps_reference_is_found_without_jax():
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def test_the_processes_runtimes_start_import_no_accounting_library():
+    """What a Ray actor, a Flower agent executor and a ServerApp import to start (their
+    modules) loads no dp-accounting, nor the scipy.stats and scipy.signal it imports: about
+    1 CPU-s of every such process's start (benchmarks/log/34-procs.md). It loads on the first
+    ε asked (privacy.accounting's `_dp`), in the process that states one."""
+    code = ("import sys\n"
+            "import privrl.systems.fedpg.ray, privrl.systems.pgc_a3c.ray\n"
+            "import privrl.systems.fedpg.flower, privrl.systems.pgc_a3c.flower\n"
+            "import privrl.federation.flower, privrl.federation.flower_sum\n"
+            "print(sorted(m for m in ('dp_accounting', 'scipy.stats', 'scipy.signal')\n"
+            "             if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def _imports(path: Path, module: str) -> set[str]:
     """Absolute names of the modules `path` (module `module`) imports, lazily or not."""
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]

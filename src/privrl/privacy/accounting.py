@@ -37,17 +37,16 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.pld import privacy_loss_distribution as PLD
-from dp_accounting.rdp import RdpAccountant
 from scipy import special
 from scipy.special import logsumexp
 
 from privrl.choices import ACCOUNTANTS, DEFAULT_ACCOUNTANT
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = [
     "ACCOUNTANTS",
@@ -93,6 +92,16 @@ _SIGMA_MAX = 1e4  # calibration searches noise multipliers in [_SIGMA_MIN, _SIGM
 _SIGMA_MIN = 1e-3
 
 
+@functools.cache
+def _dp() -> Any:
+    """dp_accounting, imported on the first ε asked: with scipy.stats and scipy.signal, which it
+    imports, about 1 CPU-s of a Python start, which a process that only releases (a Ray actor,
+    a Flower agent executor or ServerApp: pure-ε ledgers) never needs."""
+    import dp_accounting
+
+    return dp_accounting
+
+
 class CalibrationError(ValueError):
     """A target ε that no noise multiplier in the searched range reaches."""
 
@@ -129,11 +138,11 @@ class PrivacyEvent:
     def to_dp_event(self) -> dp_accounting.DpEvent:
         base: dp_accounting.DpEvent
         if self.mechanism == "gaussian":
-            base = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+            base = _dp().GaussianDpEvent(self.noise_multiplier)
         else:
-            base = dp_accounting.LaplaceDpEvent(self.noise_multiplier)
+            base = _dp().LaplaceDpEvent(self.noise_multiplier)
         if self.sampling == "poisson" and self.sampling_probability < 1:
-            return dp_accounting.PoissonSampledDpEvent(self.sampling_probability, base)
+            return _dp().PoissonSampledDpEvent(self.sampling_probability, base)
         return base
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,29 +159,11 @@ class PrivacyEvent:
 @functools.lru_cache(maxsize=64)
 def _subsampled_gaussian_pld(noise_multiplier: float, q: float, relation: Any) -> Any:
     """One Poisson-subsampled Gaussian release's PLD, exactly as PLDAccountant builds it."""
-    return PLD.from_gaussian_mechanism(
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    return pld.from_gaussian_mechanism(
         standard_deviation=noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION,
         sampling_prob=q, neighboring_relation=relation)
-
-
-class _PLDAccountant(PLDAccountant):
-    """dp-accounting's PLDAccountant, with each Poisson-subsampled Gaussian release's PLD built
-    once and self-composed for every count asked: the same operations on the same numbers (the
-    same ε to the bit), but the searches over counts and noise (`max_count`, calibration),
-    which compose one release at a dozen counts, no longer rebuild it each time (building it
-    is most of a PLD account's time)."""
-
-    def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
-                       do_compose: bool) -> Any:
-        if (do_compose and isinstance(event, dp_accounting.PoissonSampledDpEvent)
-                and isinstance(event.event, dp_accounting.GaussianDpEvent)
-                and event.sampling_probability > 0 and event.event.noise_multiplier > 0):
-            release = _subsampled_gaussian_pld(event.event.noise_multiplier,
-                                               event.sampling_probability,
-                                               self.neighboring_relation)
-            self._pld = self._pld.compose(release.self_compose(count))
-            return None
-        return super()._maybe_compose(event, count, do_compose)
 
 
 # dp-accounting's RDP of a Poisson-subsampled Gaussian at a fractional order sums a series
@@ -213,21 +204,50 @@ def _quiet_rdp_series() -> Iterator[None]:
                 logger.removeFilter(_RDP_FILTER)
 
 
-class _QuietRdpAccountant(RdpAccountant):
-    """dp-accounting's RdpAccountant, the same numbers, without RDP_NOT_CONVERGED's warning
-    (an order left out; see there) while it composes, where the RDP is computed."""
+@functools.cache
+def _accountants() -> tuple[type, type]:
+    """privrl's PLD and RDP accountants (dp-accounting's, subclassed), made on first use
+    (`_dp`)."""
+    from dp_accounting.pld import PLDAccountant
+    from dp_accounting.rdp import RdpAccountant
 
-    def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
-                       do_compose: bool) -> Any:
-        with _quiet_rdp_series():
+    class _PLDAccountant(PLDAccountant):
+        """dp-accounting's PLDAccountant, with each Poisson-subsampled Gaussian release's PLD built
+        once and self-composed for every count asked: the same operations on the same numbers (the
+        same ε to the bit), but the searches over counts and noise (`max_count`, calibration),
+        which compose one release at a dozen counts, no longer rebuild it each time (building it
+        is most of a PLD account's time)."""
+
+        def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
+                           do_compose: bool) -> Any:
+            if (do_compose and isinstance(event, _dp().PoissonSampledDpEvent)
+                    and isinstance(event.event, _dp().GaussianDpEvent)
+                    and event.sampling_probability > 0 and event.event.noise_multiplier > 0):
+                release = _subsampled_gaussian_pld(event.event.noise_multiplier,
+                                                   event.sampling_probability,
+                                                   self.neighboring_relation)
+                self._pld = self._pld.compose(release.self_compose(count))
+                return None
             return super()._maybe_compose(event, count, do_compose)
+
+    class _QuietRdpAccountant(RdpAccountant):
+        """dp-accounting's RdpAccountant, the same numbers, without RDP_NOT_CONVERGED's warning
+        (an order left out; see there) while it composes, where the RDP is computed."""
+
+        def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
+                           do_compose: bool) -> Any:
+            with _quiet_rdp_series():
+                return super()._maybe_compose(event, count, do_compose)
+
+    return _PLDAccountant, _QuietRdpAccountant
 
 
 def _fresh(kind: str) -> dp_accounting.PrivacyAccountant:
+    pld, rdp = _accountants()
     if kind == "rdp":
-        return _QuietRdpAccountant()
+        return rdp()
     if kind == "pld":
-        return _PLDAccountant(value_discretization_interval=PLD_DISCRETIZATION)
+        return pld(value_discretization_interval=PLD_DISCRETIZATION)
     raise ValueError(f"unknown accountant {kind!r}; choose one of {ACCOUNTANTS}")
 
 
@@ -416,7 +436,7 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     until δ(ε) <= δ holds, so that round-off never states an ε below the exact one.
     """
     delta = _check_delta(delta)
-    eps = float(dp_accounting.get_epsilon_gaussian(noise_multiplier, delta))
+    eps = float(_dp().get_epsilon_gaussian(noise_multiplier, delta))
     log_delta = math.log(delta)
     step = 1e-12
     while eps > 0 and _gaussian_log_delta(noise_multiplier, eps) > log_delta:
@@ -488,11 +508,11 @@ def calibrate_noise_multiplier(  # (each construction of a config or learner res
     if kind == "rdp":
         def event(sigma: float) -> dp_accounting.DpEvent:
             e = PrivacyEvent(mechanism, sigma, sampling, sampling_probability).to_dp_event()
-            return dp_accounting.SelfComposedDpEvent(e, int(count))
+            return _dp().SelfComposedDpEvent(e, int(count))
 
-        sigma = dp_accounting.calibrate_dp_mechanism(
+        sigma = _dp().calibrate_dp_mechanism(
             lambda: _fresh("rdp"), event, target_epsilon, delta,
-            dp_accounting.ExplicitBracketInterval(_SIGMA_MIN, _SIGMA_MAX), tol=1e-6)
+            _dp().ExplicitBracketInterval(_SIGMA_MIN, _SIGMA_MAX), tol=1e-6)
         # Brent's method returns a value within tol of the boundary; step up until it holds.
         while eps_at(sigma) > target_epsilon:
             sigma *= 1 + 1e-6

@@ -57,19 +57,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dp_accounting.rdp import RdpAccountant
 from jax import Array
 
 from privrl.privacy.clipping import clip_l2
 from privrl.privacy.distributed import USER_NEIGHBOURS, USER_UNIT
 from privrl.privacy.report import _MINT, Guarantee, Report
 from privrl.privacy.secure import discrete_gaussian
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 __all__ = ["DiscreteGaussianSum", "SumParams", "ThresholdError", "decode",
            "discrete_gaussian_jax", "encode", "modular_sum", "secure_sum_bits", "share"]
@@ -394,8 +395,10 @@ class DiscreteGaussianSum:
             raise ValueError(f"honest must be an integer >= 1, got {honest!r}")
         n, s2, r, d = honest, self.share_variance, self.radius, self.dim
         tau = self.tau(n)
-        a = dp_accounting.ZCDpEvent(rho=r * r / (2 * n * s2), xi=tau * d)
-        b = dp_accounting.ZCDpEvent(rho=(r / math.sqrt(n * s2) + math.sqrt(d) * tau) ** 2 / 2)
+        from dp_accounting import ZCDpEvent  # on first use: privacy.accounting's _dp says why
+
+        a = ZCDpEvent(rho=r * r / (2 * n * s2), xi=tau * d)
+        b = ZCDpEvent(rho=(r / math.sqrt(n * s2) + math.sqrt(d) * tau) ** 2 / 2)
         return a, b
 
     def epsilon(self, rounds: int, honest: int | None = None,
@@ -406,6 +409,8 @@ class DiscreteGaussianSum:
         delta = self.delta if delta is None else delta
         if rounds == 0:
             return 0.0
+        from dp_accounting.rdp import RdpAccountant
+
         best = math.inf
         for event in self.events(n):
             acc = RdpAccountant()
