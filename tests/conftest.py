@@ -242,8 +242,11 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # _fast_unoptimized_compiles): without optimizations, without the MLIR fusion emitters, with
     # code generation in one part and no HLO verifier; every program they compile goes to the
     # cache, so that a restarted actor does not compile its programs again.
+    from privrl.runtime.ray import NO_IDLE_WORKERS
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": _child_compile_env(cache)})
+             runtime_env={"env_vars": _child_compile_env(cache)},
+             _system_config=NO_IDLE_WORKERS)  # no prestarted workers the actors cannot use
     yield
     ray.shutdown()
 

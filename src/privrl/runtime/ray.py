@@ -9,6 +9,12 @@ from typing import Any
 from privrl.config import ConfigError, RayNotInstalledError
 
 INSTALL_HINT = "--runtime ray needs the optional Ray extra: pip install 'privrl[ray]'"
+# A local cluster's raylet prestarts a Python worker per CPU for its first driver. A run's
+# actors carry the job's runtime_env (the JAX settings), which those workers lack, so Ray
+# starts new workers for the actors and the prestarted ones sit idle to the end, each a Python
+# start importing Ray (about 1.2 CPU-s: benchmarks/log/34-procs.md). Ray's setting (pinned
+# 2.60) that turns that prestart off, for the clusters privrl starts (not one it joins).
+NO_IDLE_WORKERS = {"prestart_worker_first_driver": False}
 
 
 def require_ray() -> Any:
@@ -38,7 +44,8 @@ def start_ray(ray: Any, address: str | None) -> tuple[bool, dict[str, Any]]:
         try:
             ray.init(address=address, num_cpus=None if address else os.cpu_count(),
                      include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {**env, "XLA_FLAGS": ""}})
+                     runtime_env={"env_vars": {**env, "XLA_FLAGS": ""}},
+                     **({} if address else {"_system_config": NO_IDLE_WORKERS}))
         except (ConnectionError, RuntimeError, ValueError) as e:
             what = f"join the Ray cluster at {address}" if address else "start a local Ray"
             first = (str(e).splitlines() or [""])[0]

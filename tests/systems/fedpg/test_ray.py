@@ -78,6 +78,24 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
     assert reasons and all(r.startswith(("duplicate", "stale")) for r in reasons)
 
 
+def test_the_cluster_keeps_no_idle_workers(ray_cluster: None) -> None:
+    """The tests' cluster, as `privrl.runtime.ray.start_ray`'s, prestarts no Python workers
+    (`NO_IDLE_WORKERS`): the actors carry the job's runtime_env, so Ray starts workers of their
+    own for them and prestarted ones idle to the end. Checked after the run above (its actors
+    started, two killed and restarted): no worker of this process's cluster is idle."""
+    import psutil
+
+    def title(p: psutil.Process) -> str:
+        try:
+            return (p.cmdline() or [""])[0]
+        except psutil.Error:
+            return ""
+
+    workers = [title(p) for p in psutil.Process().children(recursive=True)]
+    assert "ray::RuntimeEnvAgent" in workers  # the cluster's processes are this one's
+    assert [w for w in workers if w.startswith("ray::IDLE")] == []
+
+
 def run_topology_matrix(cfg: FedPGConfig, t: int) -> np.ndarray:
     from privrl.systems.fedpg.algorithm import build_topology
 
