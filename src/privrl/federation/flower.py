@@ -326,16 +326,20 @@ def serve_pgc(grid: Grid, directory: Path, submissions: int, per_agent: int, par
 
 
 def send_and_receive(grid: Grid, messages: Any, timeout: float | None,
-                     poll_s: float = POLL_S, pushed: Any = None) -> list[Message]:
+                     poll_s: float = POLL_S, pushed: Any = None,
+                     arrivals: dict[int, float] | None = None) -> list[Message]:
     """Flower's `Grid.send_and_receive` (push, then pull until every reply came or `timeout`
     passed), pulling every `poll_s` instead of flwr 1.42's fixed 3 s. `pushed`: the ids of
-    messages already pushed, whose replies it waits for instead (`messages` is not pushed)."""
+    messages already pushed, whose replies it waits for instead (`messages` is not pushed).
+    `arrivals`: filled with when (time.monotonic) each node's reply was pulled."""
     pending = set(grid.push_messages(messages) if pushed is None else pushed)
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     out: list[Message] = []
     while pending:
         got = list(grid.pull_messages(list(pending)))
         out.extend(got)
+        if arrivals is not None:
+            arrivals.update({m.metadata.src_node_id: time.monotonic() for m in got})
         pending -= {m.metadata.reply_to_message_id for m in got}
         if not pending or time.monotonic() >= deadline:
             break

@@ -435,6 +435,7 @@ class SumRound:
     # last reply) times, time.monotonic (`_Watched`)
     answered: dict[str, set[int]] = field(default_factory=dict)
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
+    arrivals: dict[str, dict[int, float]] = field(default_factory=dict)  # each reply's pull
 
 
 AHEAD = "privrl.ahead"  # the round's fit instructions, riding its SHARE_KEYS requests
@@ -516,6 +517,7 @@ class _Watched(Grid):
         self.grid, self.ahead, self.next_setup, self.round = grid, ahead, next_setup, round_
         self.answered: dict[str, set[int]] = {}
         self.times: dict[str, tuple[float, float]] = {}
+        self.arrivals: dict[str, dict[int, float]] = {}  # each node's reply, by stage
         self.setup: tuple[dict[str, Any], list[int]] | None = None  # this run's SETUP, nodes
 
     def set_run(self, run: Any) -> None:
@@ -558,8 +560,11 @@ class _Watched(Grid):
                    for n in nodes):  # the next round asks these same nodes
                 self.next_setup.push(self.grid, str(self.round + 1), setup, nodes)
         # pull every 0.1 s, not at Flower's 3 s polls
-        replies = send_and_receive(self.grid, messages, timeout, pushed=pushed)
+        arrivals: dict[int, float] = {}
+        replies = send_and_receive(self.grid, messages, timeout, pushed=pushed,
+                                   arrivals=arrivals)
         self.times[stage] = (start, time.monotonic())
+        self.arrivals[stage] = arrivals
         self.answered[stage] = {r.metadata.src_node_id for r in replies if not r.has_error()}
         return replies
 
@@ -613,9 +618,9 @@ def secure_sum_round(grid: Grid, context: Context, nodes: list[int], broadcast: 
     watched = _Watched(grid, ahead_record(broadcast, config), next_setup, round_)
     workflow(watched, legacy)
     if strategy.mean is None:
-        return SumRound(None, [], watched.answered, watched.times)
+        return SumRound(None, [], watched.answered, watched.times, watched.arrivals)
     return SumRound(payload_sum(strategy.mean, len(strategy.survivors), bits),
-                    strategy.survivors, watched.answered, watched.times)
+                    strategy.survivors, watched.answered, watched.times, watched.arrivals)
 
 
 def secure_sum(grid: Grid, context: Context, nodes: list[int], broadcast: list[np.ndarray],
@@ -766,7 +771,14 @@ def _sum_rounds(grid: Grid, context: Context, setup: dict[str, Any]
                                # where the round's time went: the last run's stages, from
                                # their requests' push to their last reply, s after its start
                                "stage_seconds": {k: [round(a - start, 3), round(b - start, 3)]
-                                                 for k, (a, b) in res.stages.items()}}
+                                                 for k, (a, b) in res.stages.items()},
+                               # and when each node's (slot's) reply came, s after the
+                               # round's start, and which answered without an error
+                               "stage_replies": {k: {str(ids.index(n)): round(a - start, 3)
+                                                     for n, a in v.items() if n in ids}
+                                                 for k, v in res.arrivals.items()},
+                               "stage_answers": {k: sorted(ids.index(n) for n in v if n in ids)
+                                                 for k, v in res.answered.items()}}
         if res.total is None:
             out["halted"] = "fewer than the threshold of nodes survived: nothing revealed"
             return np.zeros(0, np.float32), out

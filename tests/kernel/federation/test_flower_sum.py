@@ -179,6 +179,11 @@ def test_the_secure_sum_is_the_modular_sum_of_the_messages(roster: bool):
     # the noise of 4 shares: std sqrt(4·s²)·γ per coordinate; 6 coordinates within 5 std
     std = np.sqrt(4 * mech.share_variance) * mech.gamma
     assert np.max(np.abs(decoded - truth)) < 5 * std
+    # each of the four stages timed, and each node's reply in it (flower.json shows them)
+    assert len(out.stages) == 4 and out.arrivals.keys() == out.stages.keys()
+    for stage, (start, end) in out.stages.items():
+        assert out.arrivals[stage].keys() == vectors.keys()
+        assert all(start <= a <= end for a in out.arrivals[stage].values())
 
 
 @pytest.mark.parametrize("roster", [False, True], ids=["no-roster", "roster"])

@@ -89,7 +89,8 @@ def test_the_documented_secure_sum_with_a_supernode_killed_mid_round(
     first, second = run.rounds[0], run.rounds[1]
     assert first["surviving_nodes"] == [0, 1, 2] and first["agents_in_sum"] == cfg.agents
     # the round completed without node 2 (its agents): the sum of the other two nodes' agents
-    assert second["surviving_nodes"] == [0, 1] and second["agents_in_sum"] == held[0] + held[1]
+    assert second["surviving_nodes"] == [0, 1] and second["agents_in_sum"] == held[0] + held[1], \
+        _what_happened(run.rounds, out / "logs")
     assert "halted" not in second
     privacy = run.privacy()
     m = run.mechanism
@@ -127,3 +128,11 @@ def test_the_documented_secure_sum_with_a_supernode_killed_mid_round(
     forged = stated["secure_sum"]["guarantee_against"]["server_forging_supernodes"]
     assert forged["epsilon"] == stated["guarantee"]["epsilon"]
     assert stated["headline"] == privacy["headline"]
+
+
+def _what_happened(rounds: list[dict], logs: Path) -> str:
+    """A failure's evidence: each round's stages (when each node answered, which did without an
+    error) and the ends of the SuperNodes' and agents' logs (a node's refusals are logged there)."""
+    files = [*sorted(logs.glob("supernode*.log")), *sorted(logs.glob("agent*.log"))]
+    said = {p.name: p.read_text(errors="replace")[-2000:] for p in files}
+    return json.dumps({"rounds": rounds, "logs": said}, indent=1)
