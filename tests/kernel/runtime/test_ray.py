@@ -51,9 +51,12 @@ def test_ray_address_from_the_environment_joins_that_cluster(monkeypatch) -> Non
     started, cluster = start_ray(fake, None)
     assert started and cluster["address"] == "10.0.0.7:6379"
     assert fake.kwargs["address"] == "10.0.0.7:6379" and fake.kwargs["num_cpus"] is None
+    assert "_system_config" not in fake.kwargs  # Ray's settings are not for a joined cluster
     monkeypatch.delenv("RAY_ADDRESS")
     start_ray(fake, None)
     assert fake.kwargs["address"] is None and fake.kwargs["num_cpus"] >= 1  # a local cluster
+    # which prestarts no workers its actors cannot use (tests/systems/fedpg/test_ray.py)
+    assert fake.kwargs["_system_config"] == {"prestart_worker_first_driver": False}
 
 
 def test_a_cluster_that_cannot_be_joined_is_one_config_error(monkeypatch) -> None:
