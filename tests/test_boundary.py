@@ -59,24 +59,25 @@ def test_a_flower_apps_reference_is_found_without_jax():
 def test_the_processes_runtimes_start_import_no_accounting_library():
     """What a Ray actor, a Flower agent executor and a ServerApp import to start (their
     modules, and gymnax's CartPole) loads no dp-accounting, nor the scipy.stats and
-    scipy.signal it imports, nor the seaborn (and pandas) gymnax imports to render Pong: each
-    about 1 CPU-s of every such process's start (benchmarks/log/34-procs.md). dp-accounting
-    loads on the first ε asked (privacy.accounting's `_dp`), seaborn on its first use."""
+    scipy.signal it imports, nor the seaborn (and pandas) and matplotlib.pyplot (and its
+    figures) gymnax imports to render: each about 1 CPU-s of every such process's start
+    (benchmarks/log/34-procs.md). dp-accounting loads on the first ε asked
+    (privacy.accounting's `_dp`), the renderers on their first use."""
     code = ("import sys\n"
             "import privrl.systems.fedpg.ray, privrl.systems.pgc_a3c.ray\n"
             "import privrl.systems.fedpg.flower, privrl.systems.pgc_a3c.flower\n"
             "import privrl.federation.flower, privrl.federation.flower_sum\n"
             "from privrl.envs import CartPoleSpec, make_cartpole\n"
             "make_cartpole(CartPoleSpec())\n"
-            "print(sorted(m for m in ('dp_accounting', 'scipy.stats', 'scipy.signal', 'pandas')\n"
-            "             if m in sys.modules))\n")
+            "print(sorted(m for m in ('dp_accounting', 'scipy.stats', 'scipy.signal', 'pandas',\n"
+            "                          'matplotlib.figure') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_a_module_on_first_use_is_the_real_one(monkeypatch):
-    """`privrl.envs._OnFirstUse` (how seaborn waits): an `import` binds it without loading the
-    module; its first name read loads the real one, which then takes its place."""
+    """`privrl.envs._OnFirstUse` (how gymnax's renderers wait): an `import` binds it without
+    loading the module; its first name read loads the real one, which then takes its place."""
     import importlib.util
 
     from privrl.envs import _OnFirstUse

@@ -11,6 +11,7 @@ spec without importing JAX.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -30,23 +31,34 @@ class _OnFirstUse(types.ModuleType):
         return getattr(importlib.import_module(self.__name__), name)
 
 
-def _seaborn_on_first_use() -> None:
-    """gymnax's package imports every environment it ships, Pong's among them, which imports
-    seaborn (and with it scipy.stats and pandas) to render: about 1 CPU-s of every process that
-    makes a gymnax environment (a Ray actor, a Flower agent executor, a `privrl run`), which
-    privrl never renders. Unless seaborn is imported already, it is imported on its first use
-    (`_OnFirstUse`; benchmarks/log/34-procs.md)."""
-    if "seaborn" in sys.modules:
-        return
-    spec = importlib.util.find_spec("seaborn")
-    if spec is None:
-        return
-    stub = _OnFirstUse("seaborn")
-    stub.__spec__ = spec
-    sys.modules["seaborn"] = stub
+def _renderers_on_first_use(*names: str) -> None:
+    """gymnax's package imports every environment it ships, and Pong's and bsuite's modules
+    import seaborn (with scipy.stats and pandas) and matplotlib.pyplot to render: about 1 CPU-s
+    of every process that makes a gymnax environment (a Ray actor, a Flower agent executor, a
+    `privrl run`), where nothing renders an environment and most processes draw no plot. Each
+    of `names` not imported yet is imported on its first use instead (`_OnFirstUse`: privrl's
+    plots load pyplot when they draw; benchmarks/log/34-procs.md). Its spec, the real one's
+    for whoever asks, is found without importing its package."""
+    for name in names:
+        if name in sys.modules:
+            continue
+        package, _, _ = name.rpartition(".")
+        if package:
+            outer = importlib.util.find_spec(package)
+            where = None if outer is None else outer.submodule_search_locations
+            spec = None if where is None else importlib.machinery.PathFinder.find_spec(
+                name, list(where))
+        else:
+            spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue
+        stub = _OnFirstUse(name)
+        stub.__spec__ = spec
+        sys.modules[name] = stub
 
 
-_seaborn_on_first_use()  # before a module of this package imports gymnax
+# before a module of this package imports gymnax
+_renderers_on_first_use("seaborn", "matplotlib.pyplot")
 
 # name -> the module of privrl.envs that defines it
 _WHERE = {
