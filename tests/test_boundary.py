@@ -19,6 +19,12 @@ AGGREGATOR_SIDE = ["privrl.federation"] + [
 AGENT_SIDE = ("privrl.envs", "privrl.systems", "privrl.runtime", "gymnax", "gymnasium")
 
 
+def _fresh(code: str) -> str:
+    """What `code` prints in a fresh interpreter (what it imports is all its own)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def test_every_federation_module_is_checked():
     # privrl.federation.flower: the Flower ServerApp, which runs in the aggregator operator's
     # process and must load no agent code either.
@@ -39,8 +45,8 @@ def test_importing_aggregator_side_loads_no_agent_code():
         "        print(module, 'pulled in', ','.join(bad))\n"
         "        break\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", out.stdout
+    said = _fresh(code)
+    assert said == "", said
 
 
 def test_a_flower_apps_reference_is_found_without_jax():
@@ -52,8 +58,8 @@ def test_a_flower_apps_reference_is_found_without_jax():
             "            'privrl.systems.pgc_a3c.flower', 'privrl.systems.fedpg.flower'):\n"
             "    assert find_spec(ref) is not None, ref\n"
             "print(sorted(m for m in ('jax', 'numpy', 'flwr') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    said = _fresh(code)
+    assert said == "[]", said
 
 
 def test_the_processes_runtimes_start_import_no_accounting_library():
@@ -71,8 +77,8 @@ def test_the_processes_runtimes_start_import_no_accounting_library():
             "make_cartpole(CartPoleSpec())\n"
             "print(sorted(m for m in ('dp_accounting', 'scipy.stats', 'scipy.signal', 'pandas',\n"
             "                          'matplotlib.figure') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
+    said = _fresh(code)
+    assert said == "[]", said
 
 
 def test_a_module_on_first_use_is_the_real_one(monkeypatch):
@@ -173,8 +179,7 @@ def test_cli_modules_do_not_import_jax():
     """`privrl.main` imports every system's CLI; none may start JAX before main() has asked
     XLA for one host device per core."""
     code = "import sys, privrl.main\nprint('jax' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert _fresh(code) == "False"
 
 
 def test_systems_import_no_other_system():
