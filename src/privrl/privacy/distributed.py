@@ -361,7 +361,7 @@ class DistributedGaussianMechanism:
             params = ShareParams(self.clip, own.share_std, None)
         else:
             c = jnp.asarray(self.clip if clip is None else clip, x.dtype)
-            params = ShareParams(c, c * own.share_scale, self.bit_scale(c, setting))
+            params = ShareParams(c, c * own.share_scale, self.bit_scale(c, own))
         return Share._make(share_release(params, key, x, sampled),
                            self.guarantee if guarantee is None else guarantee)
 
