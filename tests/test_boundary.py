@@ -68,7 +68,7 @@ def test_the_processes_runtimes_start_import_no_accounting_library():
     scipy.signal it imports, nor the seaborn (and pandas) and matplotlib.pyplot (and its
     figures) gymnax imports to render: each about 1 CPU-s of every such process's start
     (benchmarks/log/34-procs.md). dp-accounting loads on the first ε asked
-    (privacy.accounting's `_dp`), the renderers on their first use."""
+    (privacy.accounting's `_dp`), the renderers on their first use (privrl.lazy)."""
     code = ("import sys\n"
             "import privrl.systems.fedpg.ray, privrl.systems.pgc_a3c.ray\n"
             "import privrl.systems.fedpg.flower, privrl.systems.pgc_a3c.flower\n"
@@ -82,14 +82,14 @@ def test_the_processes_runtimes_start_import_no_accounting_library():
 
 
 def test_a_module_on_first_use_is_the_real_one(monkeypatch):
-    """`privrl.envs._OnFirstUse` (how gymnax's renderers wait): an `import` binds it without
+    """`privrl.lazy.OnFirstUse` (how gymnax's renderers wait): an `import` binds it without
     loading the module; its first name read loads the real one, which then takes its place."""
     import importlib.util
 
-    from privrl.envs import _OnFirstUse
+    from privrl.lazy import OnFirstUse
 
     monkeypatch.delitem(sys.modules, "colorsys", raising=False)
-    stub = _OnFirstUse("colorsys")
+    stub = OnFirstUse("colorsys")
     stub.__spec__ = importlib.util.find_spec("colorsys")
     monkeypatch.setitem(sys.modules, "colorsys", stub)
     import colorsys
