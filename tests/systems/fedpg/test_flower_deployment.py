@@ -33,8 +33,11 @@ pytestmark = pytest.mark.processes
 # answers (not 120: the dead node's wait), long enough that a live node slowed by a busy
 # machine (make test runs this beside the other tests) is not dropped as dead. (Live nodes
 # answer each stage within 5 s here even at load 10; CI once saw round 1 halt with no
-# survivors, cause unknown: flower.json's `stage_replies` will say, and 40 s rules out a slow
-# node. The dead node's wait costs no wall time: this stage ends before the other.)
+# survivors under a 20 s timeout. That record is exactly what a second node silent past the
+# timeout gives: node 1 stopped (SIGSTOP) for 25 s of round 1 beside node 2's kill halts the
+# round with no survivors after one SecAgg+ run, as SecAgg+ must with 1 < 2 nodes left; see
+# benchmarks/log/36-session-15.md. The dead node's wait costs no wall time: this stage ends
+# before the other.)
 SETTINGS = {"--episodes": 40, "--stage-timeout": 40}
 
 
