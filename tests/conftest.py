@@ -90,7 +90,8 @@ _LLVM_LEVEL = [1]
 
 def _fast_unoptimized_compiles() -> None:
     """Every compilation made under `jax_disable_most_optimizations` also turns off XLA's MLIR
-    fusion emitters; every other one (the learning tests') asks LLVM for level 1. JAX offers
+    fusion emitters; every other one (the learning tests') asks LLVM for level 1 (unless the
+    compilation asks for its own options: they win). JAX offers
     per-compilation XLA options only per `jit` (`compiler_options`), so the hook wraps the one
     function through which every compilation gets its options; if a JAX upgrade removes it, the
     tests still run, only slower."""
@@ -107,7 +108,9 @@ def _fast_unoptimized_compiles() -> None:
         extra = ({"xla_cpu_use_fusion_emitters": False}
                  if jax.config.read("jax_disable_most_optimizations")
                  else {"xla_backend_optimization_level": _LLVM_LEVEL[0]})
-        env_options_overrides = {**(env_options_overrides or {}), **extra, **_EVERY_COMPILE}
+        # the random baseline's rollout asks for LLVM level 0, as in a run (at a learning
+        # test's level it compiled ~5x slower: benchmarks/log/36-dpsgd.md)
+        env_options_overrides = {**extra, **(env_options_overrides or {}), **_EVERY_COMPILE}
         return original(*args, env_options_overrides=env_options_overrides, **kwargs)
 
     compiler.get_compile_options = get_compile_options
