@@ -223,8 +223,7 @@ def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
     def rollout(theta: Any, params: Any, key: Any, n: int) -> Any:
         if compiler_options is None:
             return jitted(theta, params, key, n)
-        return _compiled(jitted.lower(theta, params, key, n), compiler_options)(theta, params,
-                                                                               key)
+        return jitted.lower(theta, params, key, n).compile(compiler_options)(theta, params, key)
 
     # A batch's keys and agents' dynamics in one program, compiled as the rollout is (op by
     # op, JAX compiled each of their ~20 operations as a program of its own).
@@ -238,7 +237,7 @@ def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
     for start in range(0, episodes, batch):
         n = min(batch, episodes - start)
         if n not in programs:
-            programs[n] = _compiled(draws.lower(root, start, n), compiler_options)
+            programs[n] = draws.lower(root, start, n).compile(compiler_options)
         params, k_roll = programs[n](root, start)
         for i, theta in enumerate(thetas):
             if task.host:
@@ -249,34 +248,6 @@ def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
             rewards = np.asarray(traj.rewards) * np.asarray(traj.mask)
             out[i, start:start + n] = rewards.astype(np.float64).sum(0)
     return out
-
-
-# Programs compiled with options of their own (`_compiled`), by what they compute; at most
-# _COMPILED_KEPT, the oldest dropped first.
-_COMPILED: dict[tuple[Any, ...], Any] = {}
-_COMPILED_KEPT = 32
-
-
-def _compiled(lowered: Any, options: dict[str, Any]) -> Any:
-    """`lowered.compile(options)`, or the executable this process compiled earlier from the same
-    StableHLO, argument and result structure and XLA compile options (the process's flags
-    included): the same program, the same floats. Each run builds its task afresh, so its
-    jitted closures are new functions that JAX's own cache never finds again: a sweep's
-    settings on one task, or the next run in the process, compiled the same random rollout
-    again."""
-    try:
-        from jax._src import compiler
-
-        xla = compiler.get_compile_options(1, 1, env_options_overrides=dict(options))
-        key = (lowered.as_text(), lowered.in_tree, lowered.out_tree, xla.SerializeAsString())
-    except (ImportError, AttributeError, TypeError):  # a JAX without them: compile each time
-        return lowered.compile(options)
-    program = _COMPILED.get(key)
-    if program is None:
-        program = _COMPILED[key] = lowered.compile(options)
-        while len(_COMPILED) > _COMPILED_KEPT:
-            del _COMPILED[next(iter(_COMPILED))]
-    return program
 
 
 def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:
