@@ -256,6 +256,10 @@ def folds_policy(folds: list[FoldOutput]) -> SavedPolicy | None:
     return SavedPolicy(theta, {**first, "trial_is": runs, "trials": int(theta.shape[0])})
 
 
+# One program per reward spec and shapes for every fold and tagging (the texts are its argument).
+_play = jax.jit(t2a.play, static_argnums=0)
+
+
 def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[str, Any]:
     """Select-nothing and select-every-verb (POS VB*) taggings of the fold's test texts."""
     idx = data.info["test_index"]
@@ -265,7 +269,7 @@ def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[
     out = {}
     for name, plan in (("select-nothing", np.full_like(verbs, t2a.NEGLECTED)),
                        ("select-every-verb", verbs)):
-        tags, total = jax.jit(lambda p: t2a.play(spec, data.test, p))(plan)
+        tags, total = _play(spec, data.test, plan)
         out[name] = t2a.scores(data.test, np.asarray(tags), float(total))
     return out
 
