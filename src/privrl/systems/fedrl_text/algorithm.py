@@ -47,7 +47,6 @@ from privrl.privacy.qoutput import (
     q_release_privacy,
 )
 from privrl.replay import (
-    DQNState,
     FCNState,
     dqn_update,
     empty_memory,
@@ -153,10 +152,15 @@ class _Learner:
         tags, totals = jax.vmap(one)(jnp.arange(n), jax.random.split(key, n))
         return tags, jnp.sum(totals)
 
-    def sync_targets(self, steps: Array) -> Array:
-        """Whether the update numbered `steps` ends with a target copy (never when frozen)."""
-        cfg = self.config
-        return ((steps + 1) % cfg.target_period == 0) & (cfg.targets == "copy")
+    def copy_targets(self) -> Array:
+        """The target rule as data in the learner's state (True: copy, False: frozen), so that
+        runs of either rule share one compiled training program."""
+        return jnp.asarray(self.config.targets == "copy")
+
+    def sync_targets(self, steps: Array, copy: Array) -> Array:
+        """Whether the update numbered `steps` ends with a target copy (never when frozen:
+        `copy` is the state's `copy_targets`)."""
+        return ((steps + 1) % self.config.target_period == 0) & copy
 
     def releases(self, *args: Any) -> dict[str, int]:
         return {}
@@ -177,6 +181,7 @@ class FedRLState(NamedTuple):
     steps: Array
     key: Array
     stats: Stats
+    copy_targets: Array  # the target rule (_Learner.copy_targets)
 
 
 def release(mech: Mechanism, key: Array, q: Array, clip: float | None) -> Array:
@@ -220,7 +225,7 @@ class FedRLText(_Learner):
         theta_b = self.nets["beta"].with_vectors(sb.theta, texts.vectors)
         sb = sb._replace(theta=theta_b, target=theta_b)
         return FedRLState(sa, sb, env, jnp.zeros(self.config.num_envs), jnp.int32(0), key,
-                          zero_stats())
+                          zero_stats(), self.copy_targets())
 
     def train_step(self, s: FedRLState, texts: t2a.Texts) -> FedRLState:
         cfg, ch, alpha, beta = self.config, self.channel, self.alpha, self.beta
@@ -238,11 +243,11 @@ class FedRLText(_Learner):
         sa = alpha.store(sa, obs_a, action, reward, next_a, terminal)
         sb = beta.store(sb, obs_b, next_b)
         sa, sb = train_exchange(alpha, beta, sa, sb, cfg.batch_size)
-        sync = self.sync_targets(s.steps)
+        sync = self.sync_targets(s.steps, s.copy_targets)
         sa = sa._replace(target=jnp.where(sync, sa.theta, sa.target),
                          target_g=jnp.where(sync, sa.theta_g, sa.target_g))
         sb = sb._replace(target=jnp.where(sync, sb.theta, sb.target))
-        return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats)
+        return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats, s.copy_targets)
 
     def train_chunk(self, s: FedRLState, texts: t2a.Texts, length: int) -> FedRLState:
         s = s._replace(stats=zero_stats())
@@ -305,6 +310,20 @@ class FedRLText(_Learner):
 
 # --- DQN-alpha / DQN-full ------------------------------------------------------------------
 
+class TextDQNState(NamedTuple):
+    """privrl.replay's DQNState and the target rule (_Learner.copy_targets)."""
+
+    theta: Array
+    target: Array
+    opt: Any
+    memory: Any
+    env: t2a.Episode
+    ep_return: Array
+    steps: Array
+    key: Array
+    stats: Stats
+    copy_targets: Array
+
 class TextDQN(_Learner):
     """DQN on α's view (dqn-alpha) or on both views in one network (dqn-full)."""
 
@@ -314,16 +333,17 @@ class TextDQN(_Learner):
         self.model = self.net(self.view)
         self.optimizer = optax.adam(self.config.learning_rate)
 
-    def init(self, key: Array, texts: t2a.Texts) -> DQNState:
+    def init(self, key: Array, texts: t2a.Texts) -> TextDQNState:
         cfg = self.config
         k_q, k_env, key = jax.random.split(key, 3)
         theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
         env = self.reset(texts, k_env, cfg.num_envs)
         mem = empty_memory(self.observe(texts, env, self.view)[0], cfg.buffer_size)
-        return DQNState(theta, theta, self.optimizer.init(theta), mem, env,
-                        jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats())
+        return TextDQNState(theta, theta, self.optimizer.init(theta), mem, env,
+                            jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats(),
+                            self.copy_targets())
 
-    def train_step(self, s: DQNState, texts: t2a.Texts) -> DQNState:
+    def train_step(self, s: TextDQNState, texts: t2a.Texts) -> TextDQNState:
         cfg, net = self.config, self.model
         key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
         obs = self.observe(texts, s.env, self.view)
@@ -335,9 +355,9 @@ class TextDQN(_Learner):
         ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
         theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
                                 cfg.gamma)
-        sync = self.sync_targets(s.steps)
-        return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
-                        s.steps + 1, key, stats)
+        sync = self.sync_targets(s.steps, s.copy_targets)
+        return TextDQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
+                            s.steps + 1, key, stats, s.copy_targets)
 
     def train_chunk(self, s: Any, texts: t2a.Texts, length: int) -> Any:
         s = s._replace(stats=zero_stats())
