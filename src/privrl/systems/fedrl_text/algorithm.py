@@ -39,7 +39,7 @@ from privrl.federation.vertical import (
 )
 from privrl.nets.text import TextModel, federated_text_head, text_cnn
 from privrl.privacy.clipping import clip_l2
-from privrl.privacy.mechanisms import Mechanism
+from privrl.privacy.mechanisms import Mechanism, UnboundedGaussianParams
 from privrl.privacy.qoutput import (
     UnboundedQNoise,
     baseline_privacy,
@@ -269,9 +269,36 @@ class FedRLText(_Learner):
                  variant: str = "test-noise") -> tuple[Array, Array]:
         """Greedy tagging of every text. test-noise (FedRL-1): both parties' outputs go through
         the training mechanism; test-clean (FedRL-2): outputs are sent without noise."""
+        mech, clip = self._variant(variant), self.config.bounded
+        return self._tag(params, texts, key, lambda k, q: release(mech, k, q, clip))
+
+    def _variant(self, variant: str) -> Mechanism:
+        return self.mechanism if variant == "test-noise" else self.clean
+
+    def noise_of(self, variant: str) -> UnboundedGaussianParams | None:
+        """`variant`'s noise as data where both variants release through one function (the
+        paper's unbounded noise; test-clean is σ = 0), so that one program evaluates both
+        (`evaluate_noise`); None in bounded mode (a clipped Gaussian, an un-noised clip)."""
+        if self.config.bounded is not None:
+            return None
+        return self._variant(variant).release_params(2)  # Q vectors: one value per action
+
+    def evaluate_noise(self, params: tuple[Array, Array, Array], texts: t2a.Texts, key: Array,
+                       noise: UnboundedGaussianParams) -> tuple[Array, Array]:
+        """`evaluate` of the variant whose `noise_of` is `noise` (traced): the same floats."""
+        def noised(k: Array, q: Array) -> Array:
+            flat = q.reshape(-1, q.shape[-1])
+            out = jax.vmap(lambda kk, v: self.clean.release(noise, kk, v))(
+                jax.random.split(k, flat.shape[0]), flat)
+            return out.reshape(q.shape)
+
+        return self._tag(params, texts, key, noised)
+
+    def _tag(self, params: tuple[Array, Array, Array], texts: t2a.Texts, key: Array,
+             released: Any) -> tuple[Array, Array]:
+        """Greedy tagging, both parties' Q outputs sent through `released(key, q)`."""
         theta_a, theta_b, theta_g = params
-        mech = self.mechanism if variant == "test-noise" else self.clean
-        clip, ch, na, nb = self.config.bounded, self.channel, self.nets["alpha"], self.nets["beta"]
+        ch, na, nb = self.channel, self.nets["alpha"], self.nets["beta"]
 
         def q_fn(k: Array, i: Array) -> Any:
             ep = t2a.start(i, self.width)
@@ -280,9 +307,8 @@ class FedRLText(_Learner):
 
             def q(kk: Array, tags: Array) -> Array:
                 k1, k2 = jax.random.split(kk)
-                c_beta = ch.send("beta", "alpha", "C_beta", release(mech, k1, qb(tags), clip))
-                return self.alpha.federated_q(theta_g, release(mech, k2, qa(tags), clip),
-                                              c_beta)
+                c_beta = ch.send("beta", "alpha", "C_beta", released(k1, qb(tags)))
+                return self.alpha.federated_q(theta_g, released(k2, qa(tags)), c_beta)
             return q
 
         return self.greedy(texts, key, q_fn)

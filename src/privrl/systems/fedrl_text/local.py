@@ -143,8 +143,19 @@ class Program:
         self.init = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))
         self.chunk = jax.jit(jax.vmap(lambda s, t: algo.train_chunk(s, t, length),
                                       in_axes=(0, None)))
-        self.evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
-                                          in_axes=(0, 0, None))) for v in algo.variants}
+        noise = {v: getattr(algo, "noise_of", lambda _: None)(v) for v in algo.variants}
+        if all(n is not None for n in noise.values()):  # one program for every variant
+            shared = jax.jit(jax.vmap(lambda p, k, t, n: algo.evaluate_noise(p, t, k, n),
+                                      in_axes=(0, 0, None, None)))
+            self.evals = {v: partial(_with_noise, shared, noise[v]) for v in algo.variants}
+        else:
+            self.evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
+                                              in_axes=(0, 0, None))) for v in algo.variants}
+
+
+def _with_noise(shared: Callable[..., Any], noise: Any, params: Any, keys: Any, texts: Any
+                ) -> Any:
+    return shared(params, keys, texts, noise)
 
 
 def run_fold(cfg: TextConfig, data: FoldData, progress: Callable[..., Any] | None = None,
