@@ -83,6 +83,13 @@ def zero_stats() -> Stats:
     return Stats(jnp.int32(0), jnp.float32(0.0), jnp.int32(0))
 
 
+def zeroed(stats: Stats) -> Stats:
+    """Zero stats shaped as `stats` are, a vmapped batch's included: a chunk's `scan` under
+    `vmap` then carries them batched from the start and traces its step once, not twice
+    (JAX re-batches a scan whose carry becomes batched inside)."""
+    return Stats(*(jnp.where(True, jnp.zeros((), x.dtype), x) for x in stats))
+
+
 class _Learner:
     """What every learner shares: its nets' construction, the episode loop's environment part
     and greedy evaluation."""
@@ -250,7 +257,7 @@ class FedRLText(_Learner):
         return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats, s.copy_targets)
 
     def train_chunk(self, s: FedRLState, texts: t2a.Texts, length: int) -> FedRLState:
-        s = s._replace(stats=zero_stats())
+        s = s._replace(stats=zeroed(s.stats))
         return jax.lax.scan(lambda st, _: (self.train_step(st, texts), None), s, None,
                             length=length)[0]
 
@@ -386,7 +393,7 @@ class TextDQN(_Learner):
                             s.steps + 1, key, stats, s.copy_targets)
 
     def train_chunk(self, s: Any, texts: t2a.Texts, length: int) -> Any:
-        s = s._replace(stats=zero_stats())
+        s = s._replace(stats=zeroed(s.stats))
         return jax.lax.scan(lambda st, _: (self.train_step(st, texts), None), s, None,
                             length=length)[0]
 
