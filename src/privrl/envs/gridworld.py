@@ -65,7 +65,10 @@ class GridMaps(NamedTuple):
         return int(self.grid.shape[0])
 
     def take(self, idx: np.ndarray | slice) -> GridMaps:
-        return GridMaps(*(x[idx] for x in self))
+        """The maps `idx` selects, indexed on the host and put on the device (indexing JAX
+        arrays, or `jnp.asarray` of a host array, compiles an eager program per operation and
+        shape: about 40 at a run's split)."""
+        return GridMaps(*(jax.device_put(np.asarray(x)[idx]) for x in self))
 
 
 class GridState(NamedTuple):
@@ -117,9 +120,10 @@ def _pack(grids: np.ndarray, paths: list[np.ndarray], n: int) -> GridMaps:
     padded = np.stack([np.concatenate([p, np.repeat(p[-1:], longest - len(p), 0)])
                        for p in paths])
     starts = np.stack([np.stack([p[0], p[-1]]) for p in paths]).astype(np.int32)
-    return GridMaps(jnp.asarray(grids, jnp.float32), jnp.asarray(starts),
-                    jnp.asarray(padded, jnp.int32),
-                    jnp.asarray([len(p) - 1 for p in paths], jnp.int32))
+    # converted on the host and put (`GridMaps.take`)
+    return GridMaps(*jax.device_put((np.asarray(grids, np.float32), starts,
+                                     padded.astype(np.int32),
+                                     np.array([len(p) - 1 for p in paths], np.int32))))
 
 
 def generate_maps(count: int, size: int, seed: int = 0, obstacle_prob: float = 0.3,

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
@@ -124,8 +123,13 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     n_dev = max(1, min(devices or jax.local_device_count(), jax.local_device_count(), runs))
     padded = math.ceil(runs / n_dev) * n_dev
     which = np.arange(padded) % runs  # run r = (σ index r // seeds, seed r % seeds)
-    keys = run_keys(config.seed, n_seed)[jnp.asarray(which % n_seed)]
-    sig = jnp.asarray(np.asarray(sigmas, np.float32)[which // n_seed])
+    # indexed on the host and put: indexing a JAX array, or jnp.asarray of a host array,
+    # compiles eager programs of its own (eight here)
+    seed_keys = run_keys(config.seed, n_seed)
+    keys = jax.random.wrap_key_data(jax.device_put(
+        np.asarray(jax.random.key_data(seed_keys))[which % n_seed]),
+        impl=jax.random.key_impl(seed_keys))
+    sig = jax.device_put(np.asarray(sigmas, np.float32)[which // n_seed])
     # secret keys: one root per run from os.urandom, in memory only, passed as an argument
     secret = () if (config.noise or "seeded") == "seeded" else (secret_keys(padded),)
     start = time.perf_counter()
@@ -134,8 +138,8 @@ def train_grid(config: DPQLearningConfig, sigmas: list[float], devices: int | No
     pieces: list[np.ndarray] = []
     for first in range(0, config.episodes, chunk_episodes):
         last = min(first + chunk_episodes, config.episodes)
-        indices = jnp.asarray(np.broadcast_to(np.arange(first, last, dtype=np.int32),
-                                              (padded, last - first)))
+        indices = jax.device_put(np.broadcast_to(np.arange(first, last, dtype=np.int32),
+                                                 (padded, last - first)))
         ts, returns = chunk(ts, indices, episode_keys[:, first:last], sig, *secret)
         pieces.append(np.asarray(returns)[:runs].reshape(n_sigma, n_seed, -1))
         if progress is not None:
