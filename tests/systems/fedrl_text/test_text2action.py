@@ -228,7 +228,7 @@ def test_beta_never_receives_a_reward(recorded):
         channel.send("env", "beta", "reward", rewards[0])
     # greedy evaluation goes through the same channel: β → α only
     before = len(channel.log)
-    algo.evaluate(algo.params(state), texts, jax.random.key(1))
+    jax.jit(algo.evaluate)(algo.params(state), texts, jax.random.key(1))  # one program
     assert {(m.sender, m.receiver, m.kind) for m in channel.log[before:]} <= {
         ("beta", "alpha", "C_beta")}
 
@@ -259,11 +259,12 @@ def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(recorded):
     assert rec["headline"].startswith(f"(ε = {rec['parties']['beta']['epsilon']:.4g}, δ = ")
     rec = FedRLText(replace(seeded, noise="secret"), algo.features).privacy_record(10, 2, 30, 40)
     assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
-    obs = algo.observe(texts, state.env, "beta")
+    obs = jax.jit(algo.observe, static_argnums=2)(texts, state.env, "beta")
     secret = with_secret_roots(state)
-    c_seeded = np.asarray(algo.beta.release_q(state.beta, obs)[1])
-    c_secret = np.asarray(algo.beta.release_q(secret.beta, obs)[1])
-    raw = np.asarray(algo.beta.q(state.beta.theta, obs))
+    release_q = jax.jit(algo.beta.release_q)  # one program (eagerly, some 50 small ones)
+    c_seeded = np.asarray(release_q(state.beta, obs)[1])
+    c_secret = np.asarray(release_q(secret.beta, obs)[1])
+    raw = np.asarray(jax.jit(algo.beta.q)(state.beta.theta, obs))
     assert not np.allclose(c_seeded, c_secret)
     assert np.abs(c_secret - raw).max() > 0 and np.abs(c_seeded - raw).max() > 0
     with pytest.raises(ConfigError, match=r"^noise: dqn-alpha releases nothing"):
@@ -356,10 +357,11 @@ def test_every_baseline_trains_and_tags(corpus, mode):
     cfg = text_config(mode=mode, num_envs=2, batch_size=4, buffer_size=16, filters=4, hidden=8,
                       pos_dim=4, tag_dim=2, word_dim=4)
     algo = make_learner(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
-    s = algo.init(jax.random.key(0), texts)
-    s2 = algo.train_chunk(s, texts, 3)
+    # each a program (run eagerly, their ops were some 80 small ones)
+    s = jax.jit(algo.init)(jax.random.key(0), texts)
+    s2 = jax.jit(algo.train_chunk, static_argnums=2)(s, texts, 3)
     assert int(s2.steps) == 3 and not np.allclose(np.asarray(s2.theta), np.asarray(s.theta))
-    tags, total = algo.evaluate(algo.params(s2), texts, jax.random.key(1))
+    tags, total = jax.jit(algo.evaluate)(algo.params(s2), texts, jax.random.key(1))
     n = np.asarray(texts.length)
     assert tags.shape == (5, 8) and np.isfinite(float(total))
     assert all(np.all(np.asarray(tags)[k, : n[k]] > 0) for k in range(5))  # every word tagged
@@ -565,8 +567,9 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     fd = fold_data(cfg, corpus, 1)  # the last trial: fold 1's run 1
     params = tuple(jnp.asarray(theta[3, 0, n["offset"]:n["offset"] + n["dim"]])
                    for n in description["networks"])
-    tags, total = make_learner(cfg, fd.shapes).evaluate(params, fd.test, jax.random.key(0),
-                                                        "test-clean")
+    clean = jax.jit(lambda p: make_learner(cfg, fd.shapes).evaluate(  # one program, used twice
+        p, fd.test, jax.random.key(0), "test-clean"))
+    tags, total = clean(params)
     assert t2a.scores(fd.test, np.asarray(tags), float(total)) == folds[1].test["test-clean"][1]
     data = write_corpus(tmp_path / "data")
     with pytest.raises(ConfigError, match="corpus directory") as e:
@@ -588,8 +591,7 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     rng = np.random.default_rng(2)
     policy.params = mixed = tuple(rng.normal(size=p.shape).astype(np.float32)
                                   for p in policy.params)
-    ref, _ = make_learner(cfg, fd.shapes).evaluate(mixed, fd.test, jax.random.key(0),
-                                                   "test-clean")
+    ref, _ = clean(mixed)
     tagged = policy.act(text)
     assert set(tagged.tolist()) == {t2a.NEGLECTED, t2a.SELECTED}
     assert tagged.tolist() == np.asarray(ref)[0, :len(text[0])].tolist()

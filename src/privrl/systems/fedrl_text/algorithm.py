@@ -39,7 +39,7 @@ from privrl.federation.vertical import (
 )
 from privrl.nets.text import TextModel, federated_text_head, text_cnn
 from privrl.privacy.clipping import clip_l2
-from privrl.privacy.mechanisms import Mechanism
+from privrl.privacy.mechanisms import Mechanism, UnboundedGaussianParams
 from privrl.privacy.qoutput import (
     UnboundedQNoise,
     baseline_privacy,
@@ -47,7 +47,6 @@ from privrl.privacy.qoutput import (
     q_release_privacy,
 )
 from privrl.replay import (
-    DQNState,
     FCNState,
     dqn_update,
     empty_memory,
@@ -82,6 +81,13 @@ class Stats(NamedTuple):
 
 def zero_stats() -> Stats:
     return Stats(jnp.int32(0), jnp.float32(0.0), jnp.int32(0))
+
+
+def zeroed(stats: Stats) -> Stats:
+    """Zero stats shaped as `stats` are, a vmapped batch's included: a chunk's `scan` under
+    `vmap` then carries them batched from the start and traces its step once, not twice
+    (JAX re-batches a scan whose carry becomes batched inside)."""
+    return Stats(*(jnp.where(True, jnp.zeros((), x.dtype), x) for x in stats))
 
 
 class _Learner:
@@ -153,10 +159,15 @@ class _Learner:
         tags, totals = jax.vmap(one)(jnp.arange(n), jax.random.split(key, n))
         return tags, jnp.sum(totals)
 
-    def sync_targets(self, steps: Array) -> Array:
-        """Whether the update numbered `steps` ends with a target copy (never when frozen)."""
-        cfg = self.config
-        return ((steps + 1) % cfg.target_period == 0) & (cfg.targets == "copy")
+    def copy_targets(self) -> Array:
+        """The target rule as data in the learner's state (True: copy, False: frozen), so that
+        runs of either rule share one compiled training program."""
+        return jnp.asarray(self.config.targets == "copy")
+
+    def sync_targets(self, steps: Array, copy: Array) -> Array:
+        """Whether the update numbered `steps` ends with a target copy (never when frozen:
+        `copy` is the state's `copy_targets`)."""
+        return ((steps + 1) % self.config.target_period == 0) & copy
 
     def releases(self, *args: Any) -> dict[str, int]:
         return {}
@@ -177,6 +188,7 @@ class FedRLState(NamedTuple):
     steps: Array
     key: Array
     stats: Stats
+    copy_targets: Array  # the target rule (_Learner.copy_targets)
 
 
 def release(mech: Mechanism, key: Array, q: Array, clip: float | None) -> Array:
@@ -220,7 +232,7 @@ class FedRLText(_Learner):
         theta_b = self.nets["beta"].with_vectors(sb.theta, texts.vectors)
         sb = sb._replace(theta=theta_b, target=theta_b)
         return FedRLState(sa, sb, env, jnp.zeros(self.config.num_envs), jnp.int32(0), key,
-                          zero_stats())
+                          zero_stats(), self.copy_targets())
 
     def train_step(self, s: FedRLState, texts: t2a.Texts) -> FedRLState:
         cfg, ch, alpha, beta = self.config, self.channel, self.alpha, self.beta
@@ -238,14 +250,14 @@ class FedRLText(_Learner):
         sa = alpha.store(sa, obs_a, action, reward, next_a, terminal)
         sb = beta.store(sb, obs_b, next_b)
         sa, sb = train_exchange(alpha, beta, sa, sb, cfg.batch_size)
-        sync = self.sync_targets(s.steps)
+        sync = self.sync_targets(s.steps, s.copy_targets)
         sa = sa._replace(target=jnp.where(sync, sa.theta, sa.target),
                          target_g=jnp.where(sync, sa.theta_g, sa.target_g))
         sb = sb._replace(target=jnp.where(sync, sb.theta, sb.target))
-        return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats)
+        return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats, s.copy_targets)
 
     def train_chunk(self, s: FedRLState, texts: t2a.Texts, length: int) -> FedRLState:
-        s = s._replace(stats=zero_stats())
+        s = s._replace(stats=zeroed(s.stats))
         return jax.lax.scan(lambda st, _: (self.train_step(st, texts), None), s, None,
                             length=length)[0]
 
@@ -264,9 +276,36 @@ class FedRLText(_Learner):
                  variant: str = "test-noise") -> tuple[Array, Array]:
         """Greedy tagging of every text. test-noise (FedRL-1): both parties' outputs go through
         the training mechanism; test-clean (FedRL-2): outputs are sent without noise."""
+        mech, clip = self._variant(variant), self.config.bounded
+        return self._tag(params, texts, key, lambda k, q: release(mech, k, q, clip))
+
+    def _variant(self, variant: str) -> Mechanism:
+        return self.mechanism if variant == "test-noise" else self.clean
+
+    def noise_of(self, variant: str) -> UnboundedGaussianParams | None:
+        """`variant`'s noise as data where both variants release through one function (the
+        paper's unbounded noise; test-clean is σ = 0), so that one program evaluates both
+        (`evaluate_noise`); None in bounded mode (a clipped Gaussian, an un-noised clip)."""
+        if self.config.bounded is not None:
+            return None
+        return self._variant(variant).release_params(2)  # Q vectors: one value per action
+
+    def evaluate_noise(self, params: tuple[Array, Array, Array], texts: t2a.Texts, key: Array,
+                       noise: UnboundedGaussianParams) -> tuple[Array, Array]:
+        """`evaluate` of the variant whose `noise_of` is `noise` (traced): the same floats."""
+        def noised(k: Array, q: Array) -> Array:
+            flat = q.reshape(-1, q.shape[-1])
+            out = jax.vmap(lambda kk, v: self.clean.release(noise, kk, v))(
+                jax.random.split(k, flat.shape[0]), flat)
+            return out.reshape(q.shape)
+
+        return self._tag(params, texts, key, noised)
+
+    def _tag(self, params: tuple[Array, Array, Array], texts: t2a.Texts, key: Array,
+             released: Any) -> tuple[Array, Array]:
+        """Greedy tagging, both parties' Q outputs sent through `released(key, q)`."""
         theta_a, theta_b, theta_g = params
-        mech = self.mechanism if variant == "test-noise" else self.clean
-        clip, ch, na, nb = self.config.bounded, self.channel, self.nets["alpha"], self.nets["beta"]
+        ch, na, nb = self.channel, self.nets["alpha"], self.nets["beta"]
 
         def q_fn(k: Array, i: Array) -> Any:
             ep = t2a.start(i, self.width)
@@ -275,9 +314,8 @@ class FedRLText(_Learner):
 
             def q(kk: Array, tags: Array) -> Array:
                 k1, k2 = jax.random.split(kk)
-                c_beta = ch.send("beta", "alpha", "C_beta", release(mech, k1, qb(tags), clip))
-                return self.alpha.federated_q(theta_g, release(mech, k2, qa(tags), clip),
-                                              c_beta)
+                c_beta = ch.send("beta", "alpha", "C_beta", released(k1, qb(tags)))
+                return self.alpha.federated_q(theta_g, released(k2, qa(tags)), c_beta)
             return q
 
         return self.greedy(texts, key, q_fn)
@@ -305,6 +343,20 @@ class FedRLText(_Learner):
 
 # --- DQN-alpha / DQN-full ------------------------------------------------------------------
 
+class TextDQNState(NamedTuple):
+    """privrl.replay's DQNState and the target rule (_Learner.copy_targets)."""
+
+    theta: Array
+    target: Array
+    opt: Any
+    memory: Any
+    env: t2a.Episode
+    ep_return: Array
+    steps: Array
+    key: Array
+    stats: Stats
+    copy_targets: Array
+
 class TextDQN(_Learner):
     """DQN on α's view (dqn-alpha) or on both views in one network (dqn-full)."""
 
@@ -314,16 +366,17 @@ class TextDQN(_Learner):
         self.model = self.net(self.view)
         self.optimizer = optax.adam(self.config.learning_rate)
 
-    def init(self, key: Array, texts: t2a.Texts) -> DQNState:
+    def init(self, key: Array, texts: t2a.Texts) -> TextDQNState:
         cfg = self.config
         k_q, k_env, key = jax.random.split(key, 3)
         theta = self.model.with_vectors(self.model.init(k_q), texts.vectors)
         env = self.reset(texts, k_env, cfg.num_envs)
         mem = empty_memory(self.observe(texts, env, self.view)[0], cfg.buffer_size)
-        return DQNState(theta, theta, self.optimizer.init(theta), mem, env,
-                        jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats())
+        return TextDQNState(theta, theta, self.optimizer.init(theta), mem, env,
+                            jnp.zeros(cfg.num_envs), jnp.int32(0), key, zero_stats(),
+                            self.copy_targets())
 
-    def train_step(self, s: DQNState, texts: t2a.Texts) -> DQNState:
+    def train_step(self, s: TextDQNState, texts: t2a.Texts) -> TextDQNState:
         cfg, net = self.config, self.model
         key, k_eps, k_rand, k_env, k_ids = jax.random.split(s.key, 5)
         obs = self.observe(texts, s.env, self.view)
@@ -335,12 +388,12 @@ class TextDQN(_Learner):
         ids = jax.random.randint(k_ids, (cfg.batch_size,), 0, mem.size)
         theta, opt = dqn_update(net, self.optimizer, s.theta, s.target, s.opt, mem, ids,
                                 cfg.gamma)
-        sync = self.sync_targets(s.steps)
-        return DQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
-                        s.steps + 1, key, stats)
+        sync = self.sync_targets(s.steps, s.copy_targets)
+        return TextDQNState(theta, jnp.where(sync, theta, s.target), opt, mem, env, ep_return,
+                            s.steps + 1, key, stats, s.copy_targets)
 
     def train_chunk(self, s: Any, texts: t2a.Texts, length: int) -> Any:
-        s = s._replace(stats=zero_stats())
+        s = s._replace(stats=zeroed(s.stats))
         return jax.lax.scan(lambda st, _: (self.train_step(st, texts), None), s, None,
                             length=length)[0]
 

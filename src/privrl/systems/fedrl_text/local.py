@@ -143,8 +143,19 @@ class Program:
         self.init = jax.jit(jax.vmap(algo.init, in_axes=(0, None)))
         self.chunk = jax.jit(jax.vmap(lambda s, t: algo.train_chunk(s, t, length),
                                       in_axes=(0, None)))
-        self.evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
-                                          in_axes=(0, 0, None))) for v in algo.variants}
+        noise = {v: getattr(algo, "noise_of", lambda _: None)(v) for v in algo.variants}
+        if all(n is not None for n in noise.values()):  # one program for every variant
+            shared = jax.jit(jax.vmap(lambda p, k, t, n: algo.evaluate_noise(p, t, k, n),
+                                      in_axes=(0, 0, None, None)))
+            self.evals = {v: partial(_with_noise, shared, noise[v]) for v in algo.variants}
+        else:
+            self.evals = {v: jax.jit(jax.vmap(lambda p, k, t, v=v: algo.evaluate(p, t, k, v),
+                                              in_axes=(0, 0, None))) for v in algo.variants}
+
+
+def _with_noise(shared: Callable[..., Any], noise: Any, params: Any, keys: Any, texts: Any
+                ) -> Any:
+    return shared(params, keys, texts, noise)
 
 
 def run_fold(cfg: TextConfig, data: FoldData, progress: Callable[..., Any] | None = None,
@@ -256,6 +267,10 @@ def folds_policy(folds: list[FoldOutput]) -> SavedPolicy | None:
     return SavedPolicy(theta, {**first, "trial_is": runs, "trials": int(theta.shape[0])})
 
 
+# One program per reward spec and shapes for every fold and tagging (the texts are its argument).
+_play = jax.jit(t2a.play, static_argnums=0)
+
+
 def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[str, Any]:
     """Select-nothing and select-every-verb (POS VB*) taggings of the fold's test texts."""
     idx = data.info["test_index"]
@@ -265,7 +280,7 @@ def baselines(corpus: t2a.Corpus, data: FoldData, spec: t2a.RewardSpec) -> dict[
     out = {}
     for name, plan in (("select-nothing", np.full_like(verbs, t2a.NEGLECTED)),
                        ("select-every-verb", verbs)):
-        tags, total = jax.jit(lambda p: t2a.play(spec, data.test, p))(plan)
+        tags, total = _play(spec, data.test, plan)
         out[name] = t2a.scores(data.test, np.asarray(tags), float(total))
     return out
 

@@ -174,13 +174,13 @@ def evaluate(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path
     cfg, corpus, where, algo = _learner(run_dir, description, path, trials, data)
     variant = algo.variants[-1]  # the noise-free one: test-clean (FedRL), greedy (baselines)
     returns, scores, packed = np.zeros((len(trials), 1)), [], {}
+    # one program for every fold: the folds' texts are padded to the same shapes (its argument)
+    play = jax.jit(lambda p, texts: algo.evaluate(p, texts, jax.random.key(seed), variant))
     for i, (t, (fold, run)) in enumerate(zip(trials, where, strict=True)):
         if fold not in packed:  # each fold's texts once, for all its runs
-            fd = fold_data(cfg, corpus, fold)
-            packed[fold] = fd, jax.jit(lambda p, fd=fd: algo.evaluate(
-                p, fd.test, jax.random.key(seed), variant))
-        fd, play = packed[fold]
-        tags, total = play(_params(description, theta, t))
+            packed[fold] = fold_data(cfg, corpus, fold)
+        fd = packed[fold]
+        tags, total = play(_params(description, theta, t), fd.test)
         sc = t2a.scores(fd.test, np.asarray(tags), float(total))
         returns[i, 0] = sc["avg_reward"]
         scores.append({"fold": fold, "run": run, "texts": fd.info["test_texts"], **sc})
