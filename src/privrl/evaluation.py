@@ -21,9 +21,11 @@ import csv
 import io
 import math
 import os
+import struct
 import time
+import types
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -206,48 +208,153 @@ def play(policies: list[Policy], task: Task, episodes: int, seed: int, max_steps
 
 
 def _returns(task: Task, thetas: list[Any], act: Any, episodes: int, root: Any,
-             max_steps: int, batch: int, compiler_options: dict[str, Any] | None = None
-             ) -> np.ndarray:
+             max_steps: int, batch: int, compiler_options: dict[str, Any] | None = None,
+             act_key: Any = None) -> np.ndarray:
     """(len(thetas), episodes): the returns of `act(θ, key, obs)` for each θ on `task`
     (`play`), in batches of at most `batch` episodes, keys from the JAX key `root`; the
-    rollout compiled with XLA's `compiler_options` (None: JAX's defaults)."""
+    rollout compiled with XLA's `compiler_options` (None: JAX's defaults).
+
+    `act_key`: what determines `act`'s program (`_program_key`), None if unknown. With it, and
+    with a key for the environment and the private parameters, the programs are the stable
+    jitted functions of `_jitted` with those as static arguments: a run, a sweep's group or a
+    test on an equal task (built afresh) finds them again in JAX's cache. Without, they are
+    compiled for this call alone."""
     import jax
-    import jax.numpy as jnp
 
-    from privrl.envs.rollout import rollout_episodes
+    stable_draws, stable_rollout = _jitted(tuple(sorted((compiler_options or {}).items())))
+    private = _Static.of(task.private)
+    if private is not None:
+        draws = partial(stable_draws, private)
+    else:  # no key: compiled for this call alone, as a closure of the task's private fields
+        draws = jax.jit(partial(_draws, _Static(None, task.private)), static_argnums=3,
+                        compiler_options=compiler_options)
+    env = None if task.host else _Static.of(task.env)
+    if env is not None and act_key is not None:
+        rollout = partial(stable_rollout, env, _Static(("act", act_key), act))
+    else:  # no key (or a host task, whose rollout is not jitted): as above
+        rollout = jax.jit(partial(_rollout, _Static(None, task.env), _Static(None, act)),
+                          static_argnums=(0, 1), compiler_options=compiler_options)
 
-    jitted = jax.jit(lambda theta, params, key, n: rollout_episodes(
-        task.env, params, lambda k, obs: act(theta, k, obs), key, n, max_steps),
-        static_argnums=3)
-
-    def rollout(theta: Any, params: Any, key: Any, n: int) -> Any:
-        if compiler_options is None:
-            return jitted(theta, params, key, n)
-        return jitted.lower(theta, params, key, n).compile(compiler_options)(theta, params, key)
-
-    # A batch's keys and agents' dynamics in one program, compiled as the rollout is (op by
-    # op, JAX compiled each of their ~20 operations as a program of its own).
-    @partial(jax.jit, static_argnums=2)
-    def draws(root: Any, start: Any, n: int) -> tuple[Any, Any]:
-        k_params, k_roll = jax.random.split(jax.random.fold_in(root, start))
-        return task.agents_params(k_params, start + jnp.arange(n)), k_roll
-
-    programs: dict[int, Any] = {}
     out = np.zeros((len(thetas), episodes))
     for start in range(0, episodes, batch):
         n = min(batch, episodes - start)
-        if n not in programs:
-            programs[n] = draws.lower(root, start, n).compile(compiler_options)
-        params, k_roll = programs[n](root, start)
+        params, k_roll = draws(task.params, root, start, n)
         for i, theta in enumerate(thetas):
             if task.host:
                 traj = task.rollout(params, partial(act, theta), k_roll, n, max_steps)
             else:
-                traj = rollout(theta, params, k_roll, n)
+                traj = rollout(n, max_steps, theta, params, k_roll)
             # float32 products (numpy's are IEEE's, as XLA's), summed in float64
             rewards = np.asarray(traj.rewards) * np.asarray(traj.mask)
             out[i, start:start + n] = rewards.astype(np.float64).sum(0)
     return out
+
+
+def _rollout(env: _Static, act: _Static, n: int, max_steps: int, theta: Any, params: Any,
+             key: Any) -> Any:
+    """`n` episodes of `act.value(θ, key, obs)` on `env.value`, one per agent's `params`."""
+    from privrl.envs.rollout import rollout_episodes
+
+    return rollout_episodes(env.value, params, lambda k, obs: act.value(theta, k, obs), key, n,
+                            max_steps)
+
+
+def _draws(private: _Static, params: Any, root: Any, start: Any, n: int) -> tuple[Any, Any]:
+    """A batch's agents' dynamics (the task's `private` fields drawn over its default `params`)
+    and its rollout key, in one program (op by op, JAX compiled each of their ~20 operations
+    as a program of its own)."""
+    import jax
+    import jax.numpy as jnp
+
+    from privrl.envs.task import agents_params
+
+    k_params, k_roll = jax.random.split(jax.random.fold_in(root, start))
+    return agents_params(private.value, params, k_params, start + jnp.arange(n)), k_roll
+
+
+@cache
+def _jitted(options: tuple[tuple[str, Any], ...]) -> tuple[Any, Any]:
+    """(draws, rollout) jitted once per process for XLA's `options`: JAX keeps their compiled
+    programs under their static arguments (`_Static`), their arguments' shapes and types."""
+    import jax
+
+    kw = {"compiler_options": dict(options) if options else None}
+    return (jax.jit(_draws, static_argnums=(0, 4), **kw),
+            jax.jit(_rollout, static_argnums=(0, 1, 2, 3), **kw))
+
+
+class _Static:
+    """A static argument of the jitted rollout and draws: `value` (an environment, a policy's
+    action function, a task's private fields), equal to another `_Static` exactly when their
+    `key`s are (`_program_key`: what determines the program `value` traces to). JAX's cache
+    holds the first one it compiled for: an equal key must mean the same program."""
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: Any, value: Any) -> None:
+        self.key, self.value = key, value
+
+    @classmethod
+    def of(cls, value: Any) -> _Static | None:
+        """`value` under its `_program_key`, None when it has none."""
+        key = _program_key(value)
+        return None if key is None else cls(key, value)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (type(other) is _Static and self.key is not None
+                                 and self.key == other.key)
+
+
+_KEY_DEPTH = 8  # nested objects keyed at most this deep (deeper: no key)
+
+
+def _program_key(value: Any, depth: int = 0) -> Any:
+    """A hashable key equal for two values exactly when the same code traces them to the same
+    program: the value's type with its contents, recursively. Numbers by type and bits (1,
+    1.0 and True, 0.0 and -0.0 differ), arrays by dtype, shape and bytes, plain objects (an
+    environment, a frozen dataclass: a head, a private field) by type and attributes,
+    functions without closures by identity (a module's function: the same object in every
+    task); None for anything else (a closure, an object with slots, a tracer...), whose
+    programs are then compiled afresh, as a wrong match would be a wrong result."""
+    import jax
+
+    if depth > _KEY_DEPTH:
+        return None
+    t = type(value)
+    if value is None or t in (bool, int, str, bytes):
+        return (t, value)
+    if t is float:
+        return (t, struct.pack("<d", value))
+    if t is complex:
+        return (t, struct.pack("<dd", value.real, value.imag))
+    if t in (tuple, list):
+        items = tuple(_program_key(v, depth + 1) for v in value)
+        return None if any(k is None for k in items) else (t, items)
+    if t is dict:
+        if not all(type(k) is str for k in value):
+            return None
+        items = tuple((k, _program_key(v, depth + 1)) for k, v in sorted(value.items()))
+        return None if any(k is None for _, k in items) else (t, items)
+    if isinstance(value, jax.core.Tracer):
+        return None
+    if isinstance(value, np.ndarray | np.generic | jax.Array):
+        a = np.asarray(value)
+        if a.dtype.hasobject:
+            return None
+        return ("array", t, a.dtype.str, a.shape, getattr(value, "weak_type", False),
+                a.tobytes())
+    if isinstance(value, types.FunctionType):
+        return ("function", value) if value.__closure__ is None else None
+    if isinstance(value, type | types.ModuleType):
+        return ("object", value)
+    attrs = getattr(value, "__dict__", None)
+    if type(attrs) is not dict or any(c.__dict__.get("__slots__") for c in t.__mro__):
+        return None
+    items = _program_key(attrs, depth + 1)
+    return None if items is None else ("instance", t, items)
 
 
 def write_evaluation(ev: Evaluation) -> tuple[Path, Path]:
@@ -400,11 +507,14 @@ def random_returns(task: Task, episodes: int, seed: int, max_steps: int | None =
     head = task.head
     batch = min(episodes, RANDOM_EPISODES_HOST if task.host else _random_batch(task, int(cap)))
 
-    def act(_: Any, key: Any, obs: Any) -> Any:
-        return head.uniform(key, obs.shape[0])
-
     root = jax.random.fold_in(jax.random.key(seed), RANDOM_STREAM)
-    return _returns(task, [None], act, episodes, root, int(cap), batch, _RANDOM_COMPILE)[0]
+    return _returns(task, [None], partial(_uniform, head), episodes, root, int(cap), batch,
+                    _RANDOM_COMPILE, ("uniform", _program_key(head)))[0]
+
+
+def _uniform(head: Any, _: Any, key: Any, obs: Any) -> Any:
+    """The uniform-random policy's actions for the observations `obs` (P, obs_dim)."""
+    return head.uniform(key, obs.shape[0])
 
 
 def random_baseline(task: Task, episodes: int, seed: int) -> np.ndarray:

@@ -90,6 +90,58 @@ def test_random_returns_on_a_box_task_and_a_runs_baseline_on_a_host_task():
     assert host.shape == (RANDOM_EPISODES_HOST,) and 12 < host.mean() < 40
 
 
+def test_a_baseline_on_an_equal_task_built_afresh_compiles_nothing():
+    """Every run builds its task afresh: the baseline's programs (its agents' draws, its
+    rollout) are found again in JAX's cache for an equal task (same environment, private
+    fields, episode cap), and give the same returns. Before, each call compiled both again."""
+    import jax.monitoring
+
+    from privrl.envs.task import PrivateParam
+
+    def task():
+        return make_task("gymnax:CartPole-v1", [PrivateParam("gravity", values=(9.7, 9.9))])
+
+    first = random_returns(task(), 24, seed=5, max_steps=30)
+    compiled: list[str] = []
+
+    def listen(event: str, secs: float, fun_name: str = "?", **_: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        again = random_returns(task(), 24, seed=5, max_steps=30)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiled == []
+    np.testing.assert_array_equal(again, first)
+
+
+def test_the_baselines_programs_are_shared_only_by_equal_tasks():
+    """The key a baseline's program is found under tells apart what traces differently:
+    numbers by type and bits, private fields by their values, environments by type and
+    attributes; a closure (whose captured values it cannot see) has no key: compiled afresh."""
+    import gymnax
+
+    from privrl.envs.task import PrivateParam
+    from privrl.evaluation import _program_key
+
+    keys = [_program_key(v) for v in (0.0, -0.0, 1, 1.0, True, np.float32(1), (1,), [1])]
+    assert len(set(keys)) == len(keys)
+    g = [PrivateParam("gravity", values=(9.8,)), PrivateParam("gravity", values=(9.7,)),
+         PrivateParam("gravity", 9.0, 10.0), PrivateParam("length", values=(9.8,))]
+    assert len({_program_key(p) for p in g}) == len(g)
+    assert _program_key(PrivateParam("gravity", values=(9.8,))) == _program_key(g[0])
+    assert _program_key(gymnax.make("CartPole-v1")[0]) == _program_key(
+        gymnax.make("CartPole-v1")[0]) != _program_key(gymnax.make("Acrobot-v1")[0])
+    lake = [gymnax.make("FrozenLake-misc")[0] for _ in range(2)]
+    assert _program_key(lake[0]) == _program_key(lake[1])
+    lake[1].is_slippery = not lake[1].is_slippery
+    assert _program_key(lake[0]) != _program_key(lake[1])
+    scale = 2.0
+    assert _program_key(PrivateParam("gravity", fn=lambda k, i: scale * i)) is None
+
+
 # --- plots: titles, axes in words, plurals, the random line --------------------------------------
 def _drawn(monkeypatch, draw) -> dict:
     """The title, axis labels and legend texts of the figure `draw(path)` saves."""

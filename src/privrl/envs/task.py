@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, ClassVar
 
 import jax
@@ -98,6 +99,28 @@ def _value_dtype(ref: Array) -> Any:
 def _fmt(v: Any) -> str:
     a = np.asarray(v)
     return f"{a.item():g}" if a.ndim == 0 else "[" + " ".join(f"{x:g}" for x in a.ravel()) + "]"
+
+
+def agent_params(private: Sequence[PrivateParam], params: Any, key: Array, agent_id: Array
+                 ) -> Any:
+    """`Task.agent_params` of a task's `private` fields and default `params` (which may be
+    traced: only their shapes and dtypes reach the draws, the rest passes through)."""
+    k_agent = jax.random.fold_in(key, agent_id)
+    updates = {}
+    for i, p in enumerate(private):
+        k = k_agent if i == 0 else jax.random.fold_in(k_agent, i)
+        updates[p.field] = p.sample(k, agent_id, getattr(params, p.field))
+    return params.replace(**updates) if updates else params
+
+
+def agents_params(private: Sequence[PrivateParam], params: Any, key: Array, agent_ids: Array
+                  ) -> Any:
+    """`agent_params` for a vector of ids: every leaf gets a leading agent axis."""
+    if not private:
+        n = agent_ids.shape[0]
+        return jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(jnp.asarray(x), (n, *jnp.shape(x))), params)
+    return jax.vmap(partial(agent_params, private), (None, None, 0))(params, key, agent_ids)
 
 
 @dataclass(frozen=True)
@@ -204,20 +227,11 @@ class Task:
     def agent_params(self, key: Array, agent_id: Array) -> Any:
         """Agent `agent_id`'s environment parameters: each private field drawn from
         fold_in(key, agent_id) (the first field; later ones fold in their index too)."""
-        k_agent = jax.random.fold_in(key, agent_id)
-        updates = {}
-        for i, p in enumerate(self.private):
-            k = k_agent if i == 0 else jax.random.fold_in(k_agent, i)
-            updates[p.field] = p.sample(k, agent_id, getattr(self.params, p.field))
-        return self.params.replace(**updates) if updates else self.params
+        return agent_params(self.private, self.params, key, agent_id)
 
     def agents_params(self, key: Array, agent_ids: Array) -> Any:
         """`agent_params` for a vector of ids: every leaf gets a leading agent axis."""
-        if not self.private:
-            n = agent_ids.shape[0]
-            return jax.tree_util.tree_map(
-                lambda x: jnp.broadcast_to(jnp.asarray(x), (n, *jnp.shape(x))), self.params)
-        return jax.vmap(self.agent_params, (None, 0))(key, agent_ids)
+        return agents_params(self.private, self.params, key, agent_ids)
 
     def private_spec(self) -> list[str]:
         return [p.describe() for p in self.private]
