@@ -283,6 +283,25 @@ def _jitted(options: tuple[tuple[str, Any], ...]) -> tuple[Any, Any]:
             jax.jit(_rollout, static_argnums=(0, 1, 2, 3), **kw))
 
 
+def _plain_class(c: type) -> bool:
+    """Whether instances of `c` keep their state in their `__dict__` alone: `object`,
+    `Generic`, or a class written in Python (its own namespace holds no C-level members,
+    methods or slots). Not a C type such as a bound method or a `functools.partial`, whose
+    `__dict__` holds none of what they call."""
+    import typing
+
+    if c is object or c is typing.Generic:
+        return True
+    return not c.__dict__.get("__slots__") and not any(
+        isinstance(v, _C_MEMBERS) or (isinstance(v, types.GetSetDescriptorType)
+                                      and k not in ("__dict__", "__weakref__"))
+        for k, v in c.__dict__.items())
+
+
+_C_MEMBERS = (types.MemberDescriptorType, types.MethodDescriptorType,
+              types.WrapperDescriptorType, types.BuiltinFunctionType)
+
+
 class _Static:
     """A static argument of the jitted rollout and draws: `value` (an environment, a policy's
     action function, a task's private fields), equal to another `_Static` exactly when their
@@ -351,7 +370,7 @@ def _program_key(value: Any, depth: int = 0) -> Any:
     if isinstance(value, type | types.ModuleType):
         return ("object", value)
     attrs = getattr(value, "__dict__", None)
-    if type(attrs) is not dict or any(c.__dict__.get("__slots__") for c in t.__mro__):
+    if type(attrs) is not dict or not all(_plain_class(c) for c in t.__mro__):
         return None
     items = _program_key(attrs, depth + 1)
     return None if items is None else ("instance", t, items)

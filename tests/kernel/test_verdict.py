@@ -4,6 +4,8 @@ the line a run ends with, and the plots' titles, axes, legends and random line (
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,8 @@ def test_the_baselines_programs_are_shared_only_by_equal_tasks():
     assert _program_key(lake[0]) != _program_key(lake[1])
     scale = 2.0
     assert _program_key(PrivateParam("gravity", fn=lambda k, i: scale * i)) is None
+    assert _program_key(functools.partial(np.add, 1)) is None  # a C type: state not in __dict__
+    assert _program_key(lake[0].step_env) is None
 
 
 # --- plots: titles, axes in words, plurals, the random line --------------------------------------
