@@ -27,12 +27,15 @@ def own_reports(episodes: int, seed: int) -> tuple[np.ndarray, int]:
     cfg = PGCA3CConfig.from_preset("adaptive", env=ENV, mechanism="laplace", epsilon=5.0,
                                    submissions=episodes, parallel_agents=episodes)
     algo = PGCA3C(cfg)
-    theta = algo.init(jax.random.key(seed)).agg.theta
-    plan = algo.agents_plan(jnp.zeros((), jnp.int32), jax.random.key(seed + 7),
-                            jax.random.key(seed + 9), jnp.arange(episodes),
-                            jnp.ones(episodes, bool))
-    traj = algo._one_trial(JITTED_EPISODES, theta, plan)
-    return np.asarray(algo.report_grads(theta, traj), np.float64), algo.dim
+
+    def reports() -> jax.Array:  # one program, not the reports' ops one at a time
+        theta = algo.init(jax.random.key(seed)).agg.theta
+        plan = algo.agents_plan(jnp.zeros((), jnp.int32), jax.random.key(seed + 7),
+                                jax.random.key(seed + 9), jnp.arange(episodes),
+                                jnp.ones(episodes, bool))
+        return algo.report_grads(theta, algo._one_trial(JITTED_EPISODES, theta, plan))
+
+    return np.asarray(jax.jit(reports)(), np.float64), algo.dim
 
 
 def test_pgc_a3c_plan_clips_its_own_reports(monkeypatch: pytest.MonkeyPatch) -> None:

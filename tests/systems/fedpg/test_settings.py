@@ -100,7 +100,7 @@ def test_the_sweep_runs_as_three_programs():
 
 
 def test_sampled_secure_sum_settings_in_one_program_equal_their_own_runs():
-    """The sampled secure sum (`fleet`'s distributed-gaussian-continuous) at two ε of one K:
+    """The sampled secure sum (`fleet`'s distributed-gaussian-continuous) at two σ of one K:
     one program, each trial's σ (or z_Δ/√m and z_Δ/σ_b: its clip bit's noise too) as its
     data (so `privrl plan`'s fleet sweep is one program a K). Each setting's run is the one it
     runs alone, with the same keys, draws, rounds, releases and account; alone its numbers
@@ -108,19 +108,23 @@ def test_sampled_secure_sum_settings_in_one_program_equal_their_own_runs():
     a fusion), so with adaptive clipping (C_t traced) its floats may differ by float32
     rounding: seen ≤ 3e-8 over the run's rounds at ε = 20 and 60 (without it, bit for bit: no
     traced product for a constant to fold into; checked by hand, not here, to keep the suite
-    cheap). ε = 2 and 6, not 20 and 60: the larger σ's subsampled-Gaussian PLDs are smaller,
-    so calibrating and stating the two ε cost 18 CPU-s less (benchmarks/log/34-suite.md)."""
+    cheap). σ = 4.2 and 1.75 (about ε = 2's and 6's), not 20's and 60's: the larger σ's
+    subsampled-Gaussian PLDs are smaller, so stating the two ε costs 18 CPU-s less
+    (benchmarks/log/34-suite.md); and σ given, not ε: the σ searches are the plan's, run end
+    to end by tests/planner/test_fleet_sweep.py (benchmarks/log/36-fedpg.md)."""
     base = replace(TINY, agents=8, mechanism="distributed-gaussian-continuous",
                    sampling_rate=0.5, clip=1.0, adaptive_clip=True, clip_count_stddev=6.0)
-    runs = _equal_runs({"eps2": replace(base, epsilon=2.0),
-                        "eps6": replace(base, epsilon=6.0, clip_count_stddev=9.0)},
+    runs = _equal_runs({"sigma4.2": replace(base, noise_multiplier=4.2),
+                        "sigma1.75": replace(base, noise_multiplier=1.75, clip_count_stddev=9.0)},
                        rounding=1e-6)
     assert not np.array_equal(runs[0].z, runs[1].z)  # their noise did differ
 
 
 def test_sampled_secure_sum_joins_only_its_own_kind_at_one_fleet():
+    """σ given (about ε = 2's), not ε: the refusals compare the settings' fields, and no σ
+    search at K = 8 and 9 is needed to reach them (≈ 5 CPU-s alone, benchmarks/log/36-fedpg.md)."""
     base = replace(TINY, agents=8, mechanism="distributed-gaussian-continuous",
-                   sampling_rate=0.5, clip=1.0, epsilon=2.0)
+                   sampling_rate=0.5, clip=1.0, noise_multiplier=4.0)
     for other, field in ((dict(agents=9), "agents"), (dict(clip=2.0), "clip"),
                          (dict(mechanism="gaussian", sampling_rate=None), "mechanism")):
         with pytest.raises(ConfigError) as err:

@@ -202,13 +202,13 @@ def test_invalid_config_names_the_field():
 def test_agents_of_a_round_share_one_snapshot_and_apply_in_turn():
     """With |B| = 1 the round applies P reports sequentially: θ moves P times per round."""
     algo = PGCA3C(PGCA3CConfig(mechanism="laplace", epsilon=5.0, submissions=18))
-    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 1))  # one trial
+    state = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), 1))  # one trial
     after, scores = jax.jit(lambda s: algo.run_rounds(s, 1))(state)
     assert int(after.agg.updates[0]) == 9 and int(after.submitted[0]) == 9
     assert scores.shape == (1, 9)
     # |B| = 100 (PRS): nine reports are buffered, θ unchanged.
     algo_b = PGCA3C(PGCA3CConfig(mechanism="prs", epsilon=5.0, submissions=18))
-    state_b = jax.vmap(algo_b.init)(jax.random.split(jax.random.key(0), 1))
+    state_b = jax.jit(jax.vmap(algo_b.init))(jax.random.split(jax.random.key(0), 1))
     after_b, _ = jax.jit(lambda s: algo_b.run_rounds(s, 1))(state_b)
     assert int(after_b.agg.count[0]) == 9 and int(after_b.agg.updates[0]) == 0
     np.testing.assert_array_equal(after_b.agg.theta, state_b.agg.theta)

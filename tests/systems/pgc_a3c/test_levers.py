@@ -92,18 +92,20 @@ def test_a_report_is_the_mean_gradient_of_its_agents_episodes():
     cfg = PGCA3CConfig(mechanism="none", parallel_agents=2, episodes_per_report=3,
                        action_selection="sample")
     algo = PGCA3C(cfg)
-    theta = algo.model.init(jax.random.key(0))
-    plan = algo.agents_plan(jnp.int32(0), jax.random.key(1), jax.random.key(2),
-                            jnp.arange(2), jnp.ones(2, bool))
+
+    def round_of_reports() -> tuple:  # one program, not the round's ops one at a time
+        theta = algo.model.init(jax.random.key(0))
+        plan = algo.agents_plan(jnp.int32(0), jax.random.key(1), jax.random.key(2),
+                                jnp.arange(2), jnp.ones(2, bool))
+        traj = algo._one_trial(JITTED_EPISODES, theta, plan)
+        return (plan.params.gravity, algo.episode_grads(theta, traj),
+                algo.report_grads(theta, traj), algo.report_scores(traj), algo.score(traj))
+
+    gravity, each, reports, report_scores, scores = map(np.asarray, jax.jit(round_of_reports)())
     # every agent's three episodes share its private gravity
-    gravity = np.asarray(plan.params.gravity)
     assert gravity.shape == (6,) and np.all(gravity.reshape(2, 3) == gravity[::3, None])
-    traj = algo._one_trial(JITTED_EPISODES, theta, plan)
-    each = np.asarray(algo.episode_grads(theta, traj))
-    np.testing.assert_allclose(np.asarray(algo.report_grads(theta, traj)),
-                               each.reshape(2, 3, -1).mean(axis=1), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(algo.report_scores(traj)),
-                               np.asarray(algo.score(traj)).reshape(2, 3).mean(axis=1))
-    assert len(set(np.asarray(algo.score(traj)).tolist())) > 1  # different episodes
+    np.testing.assert_allclose(reports, each.reshape(2, 3, -1).mean(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(report_scores, scores.reshape(2, 3).mean(axis=1))
+    assert len(set(scores.tolist())) > 1  # different episodes
     with pytest.raises(ConfigError, match="episodes_per_report"):
         check_runtime(replace(cfg, episodes_per_report=2), "ray")

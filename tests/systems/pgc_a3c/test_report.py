@@ -24,10 +24,14 @@ def policy_share(cfg: PGCA3CConfig) -> tuple[float, int]:
     `cfg`'s reports at its start: 16 agents, each clipped to the median L1 norm (the plan's
     clip radius C/2)."""
     algo = PGCA3C(cfg)
-    theta = algo.init(jax.random.key(0)).agg.theta
-    plan = algo.agents_plan(jnp.zeros((), jnp.int32), jax.random.key(1), jax.random.key(2),
-                            jnp.arange(AGENTS), jnp.ones(AGENTS, bool))
-    grads = np.asarray(algo.report_grads(theta, algo._one_trial(JITTED_EPISODES, theta, plan)))
+
+    def reports() -> jax.Array:  # one program, not the reports' ops one at a time
+        theta = algo.init(jax.random.key(0)).agg.theta
+        plan = algo.agents_plan(jnp.zeros((), jnp.int32), jax.random.key(1), jax.random.key(2),
+                                jnp.arange(AGENTS), jnp.ones(AGENTS, bool))
+        return algo.report_grads(theta, algo._one_trial(JITTED_EPISODES, theta, plan))
+
+    grads = np.asarray(jax.jit(reports)())
     l1 = np.abs(grads).sum(axis=1)
     clipped = grads * np.minimum(1.0, np.median(l1) / np.maximum(l1, 1e-30))[:, None]
     mass = algo.model.unravel(jnp.asarray(np.abs(clipped).mean(axis=0)))
