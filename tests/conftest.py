@@ -502,3 +502,28 @@ def call_grid() -> Iterator[Any]:
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
     yield CallGrid
     TaskIdentity._run_id = TaskIdentity._node_id = TaskIdentity._task_id = None
+
+
+@pytest.fixture
+def compiles() -> Any:
+    """`with compiles() as names:` the names of the programs XLA compiles inside the block
+    (JAX's backend-compile events; a program found in a cache sends none)."""
+    import contextlib
+
+    import jax.monitoring
+
+    @contextlib.contextmanager
+    def listening() -> Iterator[list[str]]:
+        names: list[str] = []
+
+        def listen(event: str, secs: float, fun_name: str = "?", **_: object) -> None:
+            if event == "/jax/core/compile/backend_compile_duration":
+                names.append(fun_name)
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            yield names
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+
+    return listening

@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import jax
-import jax.monitoring
 import numpy as np
 
 
-def test_building_a_model_compiles_no_program() -> None:
+def test_building_a_model_compiles_no_program(compiles) -> None:
     """A model's structure (its size d, how θ unravels) is traced, not computed: eager, the
     key, each leaf's reshape and the concatenation compiled a program each (9 per run, each
     read from no cache: below the persistent cache's threshold). θ still unravels to the
     module's own parameters."""
     from privrl.nets.flat import actor_critic, mlp
 
-    compiled: list[str] = []
-
-    def listen(event: str, secs: float, fun_name: str = "?", **_: object) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with compiles() as compiled:
         model = actor_critic(7, 3, 5)  # sizes no other test builds: nothing cached in-process
         other = mlp((6,), 3, 5)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     assert compiled == []
     assert (model.dim, other.dim) == (5 * 7 + 7 * 3 + 7 * 1, 5 * 6 + 6 + 6 * 3 + 3)
     theta = np.arange(model.dim, dtype=np.float32)

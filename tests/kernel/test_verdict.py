@@ -92,29 +92,18 @@ def test_random_returns_on_a_box_task_and_a_runs_baseline_on_a_host_task():
     assert host.shape == (RANDOM_EPISODES_HOST,) and 12 < host.mean() < 40
 
 
-def test_a_baseline_on_an_equal_task_built_afresh_compiles_nothing():
+def test_a_baseline_on_an_equal_task_built_afresh_compiles_nothing(compiles):
     """Every run builds its task afresh: the baseline's programs (its agents' draws, its
     rollout) are found again in JAX's cache for an equal task (same environment, private
     fields, episode cap), and give the same returns. Before, each call compiled both again."""
-    import jax.monitoring
-
     from privrl.envs.task import PrivateParam
 
     def task():
         return make_task("gymnax:CartPole-v1", [PrivateParam("gravity", values=(9.7, 9.9))])
 
     first = random_returns(task(), 24, seed=5, max_steps=30)
-    compiled: list[str] = []
-
-    def listen(event: str, secs: float, fun_name: str = "?", **_: object) -> None:
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with compiles() as compiled:
         again = random_returns(task(), 24, seed=5, max_steps=30)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     assert compiled == []
     np.testing.assert_array_equal(again, first)
 
