@@ -527,8 +527,9 @@ def random_returns(task: Task, episodes: int, seed: int, max_steps: int | None =
     batch = min(episodes, RANDOM_EPISODES_HOST if task.host else _random_batch(task, int(cap)))
 
     root = jax.random.fold_in(jax.random.key(seed), RANDOM_STREAM)
+    head_key = _program_key(head)  # a head without a key leaves the rollout without one
     return _returns(task, [None], partial(_uniform, head), episodes, root, int(cap), batch,
-                    _RANDOM_COMPILE, ("uniform", _program_key(head)))[0]
+                    _RANDOM_COMPILE, None if head_key is None else ("uniform", head_key))[0]
 
 
 def _uniform(head: Any, _: Any, key: Any, obs: Any) -> Any:

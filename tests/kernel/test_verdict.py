@@ -108,6 +108,22 @@ def test_a_baseline_on_an_equal_task_built_afresh_compiles_nothing(compiles):
     np.testing.assert_array_equal(again, first)
 
 
+def test_a_head_without_a_key_is_never_a_cached_rollouts(monkeypatch, compiles):
+    """A policy head the program key cannot see into gives the rollout no key at all (its
+    program compiled for the call), never one shared by every such head."""
+    import privrl.evaluation as ev
+
+    task = make_task("gymnax:CartPole-v1")
+    keyed, head = ev._program_key, type(task.head)
+    monkeypatch.setattr(ev, "_program_key",
+                        lambda v, depth=0: None if type(v) is head else keyed(v, depth))
+    first = random_returns(task, 8, seed=3, max_steps=12)
+    with compiles() as compiled:
+        again = random_returns(task, 8, seed=3, max_steps=12)
+    assert "jit(_rollout)" in compiled
+    np.testing.assert_array_equal(again, first)
+
+
 def test_the_baselines_programs_are_shared_only_by_equal_tasks():
     """The key a baseline's program is found under tells apart what traces differently:
     numbers by type and bits, private fields by their values, environments by type and
