@@ -194,11 +194,15 @@ class FedRLState(NamedTuple):
 def release(mech: Mechanism, key: Array, q: Array, clip: float | None) -> Array:
     """Q outputs (…, 2) through the mechanism, clipped to L2 norm `clip` first in bounded mode
     (the same function as a party's `released`, on Q computed by the split forward pass)."""
-    flat = q.reshape(-1, q.shape[-1])
     if clip is not None:
-        flat = jax.vmap(lambda v: clip_l2(v, clip))(flat)
-    out = jax.vmap(mech.privatize)(jax.random.split(key, flat.shape[0]), flat).value
-    return out.reshape(q.shape)
+        q = jax.vmap(lambda v: clip_l2(v, clip))(q.reshape(-1, q.shape[-1])).reshape(q.shape)
+    return each_vector(lambda k, v: mech.privatize(k, v).value, key, q)
+
+
+def each_vector(fn: Any, key: Array, q: Array) -> Array:
+    """`fn(key_i, v_i)` for each last-axis vector v_i of `q`, each with its own split key."""
+    flat = q.reshape(-1, q.shape[-1])
+    return jax.vmap(fn)(jax.random.split(key, flat.shape[0]), flat).reshape(q.shape)
 
 
 class FedRLText(_Learner):
@@ -294,10 +298,7 @@ class FedRLText(_Learner):
                        noise: UnboundedGaussianParams) -> tuple[Array, Array]:
         """`evaluate` of the variant whose `noise_of` is `noise` (traced): the same floats."""
         def noised(k: Array, q: Array) -> Array:
-            flat = q.reshape(-1, q.shape[-1])
-            out = jax.vmap(lambda kk, v: self.clean.release(noise, kk, v))(
-                jax.random.split(k, flat.shape[0]), flat)
-            return out.reshape(q.shape)
+            return each_vector(lambda kk, v: self.clean.release(noise, kk, v), k, q)
 
         return self._tag(params, texts, key, noised)
 
