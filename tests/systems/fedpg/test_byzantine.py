@@ -39,13 +39,17 @@ def _cfg(**kw):
 
 
 def test_attacks_as_defined():
-    mu = _mu()
+    # each attack is one jitted program; the checks read NumPy copies (not one eager JAX op
+    # each)
+    mu_jax = _mu()
+    mu = np.asarray(mu_jax)
     byz = jnp.zeros(K, bool).at[jnp.array([1, 4, 8])].set(True)
     key = jax.random.key(1)
     honest = ~np.asarray(byz)
 
     def sent(name):
-        out = jax.jit(attack, static_argnums=0)(_cfg(attack=name), mu, byz, BATCH, SCALE, key)
+        out = np.asarray(jax.jit(attack, static_argnums=0)(_cfg(attack=name), mu_jax, byz,
+                                                           BATCH, SCALE, key))
         assert np.array_equal(out[honest], mu[honest])  # honest lanes untouched
         return out[np.asarray(byz)]
 
@@ -274,11 +278,12 @@ def test_attack_norm_keeps_the_direction_at_the_chosen_length():
     mu = _mu()
     byz = jnp.zeros(K, bool).at[jnp.array([1, 4, 8])].set(True)
     b = np.asarray(byz)
+    sent = jax.jit(attack, static_argnums=0)  # one program an attack, not one per eager op
     for name in ("sign-flip", "normalized", "random-noise"):
-        plain = attack(_cfg(attack=name), mu, byz, BATCH, SCALE, jax.random.key(1))
-        loud = attack(_cfg(attack=name, attack_norm=100.0), mu, byz, BATCH, SCALE,
-                      jax.random.key(1))
-        assert np.array_equal(loud[~b], mu[~b])
+        plain = np.asarray(sent(_cfg(attack=name), mu, byz, BATCH, SCALE, jax.random.key(1)))
+        loud = np.asarray(sent(_cfg(attack=name, attack_norm=100.0), mu, byz, BATCH, SCALE,
+                               jax.random.key(1)))
+        assert np.array_equal(loud[~b], np.asarray(mu)[~b])
         assert np.allclose(np.linalg.norm(loud[b], axis=1), 100.0, rtol=1e-5)
         cos = np.sum(loud[b] * plain[b], axis=1) / (
             np.linalg.norm(loud[b], axis=1) * np.linalg.norm(plain[b], axis=1))
@@ -297,14 +302,20 @@ def test_forged_reports_are_the_attackers_messages():
     mech = make_mechanism(cfg, D)
     msg = jax.random.normal(jax.random.key(0), (K, D))
     keys = jax.random.split(jax.random.key(1), K)
-    released = jax.vmap(mech.privatize)(keys, msg)
     byz = jnp.zeros(K, bool).at[jnp.array([0, 5])].set(True)
-    sent = forge(released, byz, msg)
+
+    @jax.jit  # one program, not one per eager op of PrivUnit
+    def release_and_forge(keys, msg, byz):
+        released = jax.vmap(mech.privatize)(keys, msg)
+        return released, forge(released, byz, msg)
+
+    released, sent = release_and_forge(keys, msg, byz)
     b = np.asarray(byz)
     assert type(sent) is type(released) and sent.guarantee == released.guarantee
-    assert np.array_equal(sent.value[b], msg[b])
-    assert np.array_equal(sent.value[~b], released.value[~b])
-    assert np.all(np.linalg.norm(released.value, axis=1) <= 1.0 / _m(cfg) * (1 + 1e-5))
+    value, msg, out = np.asarray(sent.value), np.asarray(msg), np.asarray(released.value)
+    assert np.array_equal(value[b], msg[b])
+    assert np.array_equal(value[~b], out[~b])
+    assert np.all(np.linalg.norm(out, axis=1) <= 1.0 / _m(cfg) * (1 + 1e-5))
 
 
 def _m(cfg):
