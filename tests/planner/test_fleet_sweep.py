@@ -20,7 +20,8 @@ from privrl.planner import systems as sy
 from privrl.planner.api import SIMULATOR_ONLY
 
 
-# A plan end to end: ≈ 37 CPU-s, about half of it calibrating each setting's σ. The second K is
+# A plan end to end: ≈ 27 CPU-s alone (pytest included), a quarter of it calibrating the q = 0.5
+# settings' σ, most of the rest compiling the sweep's three programs. The second K is
 # 50 (q = 1: unsampled, so each ε of the σ search is the analytic Gaussian's), not 200 (q = 0.25:
 # two more searches over subsampled-Gaussian PLDs, 9 CPU-s more; benchmarks/log/34-suite.md);
 # K = 100 keeps q = 0.5, where dp-accounting's RDP series used to warn. The task is CartPole with
