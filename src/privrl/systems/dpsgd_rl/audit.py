@@ -35,6 +35,8 @@ from privrl.audit.config import AuditConfig, Progress
 from privrl.audit.one_run import OneRunResult, one_run_audit
 from privrl.choices import ACCOUNTANTS
 from privrl.config import ACCOUNTANT_HELP, ConfigError, option, positive
+from privrl.privacy.mechanisms import GaussianSumParams
+from privrl.systems.dpsgd_rl.episodic import EpisodicSetting
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
 __all__ = ["CanaryRun", "audit_config", "audit_dp_reinforce", "canary_run", "check_audit"]
@@ -79,18 +81,25 @@ def canary_run(algo: Reinforce, canaries: int, key: Array) -> CanaryRun:
     # slot j = u * per_update + c: canary j in update u (i mod U order, made contiguous)
     rows = (cfg.clip * directions * included[:, None]).reshape(updates, per_update, dim)
     dirs = directions.reshape(updates, per_update, dim)
+    # The noise's std σ·C is data, the trial's setting, not a constant of the program: one
+    # compiled program for every σ (the audit's ε values, the test's quiet run), which the
+    # persistent cache finds. The clip flag stays a constant: traced, XLA fused the sum
+    # otherwise and the scores changed in their last bits.
+    std = algo.mechanism.release_params(dim).std
 
     @jax.jit
-    def train(k: Array, rows: Array, dirs: Array) -> Array:
+    def train(k: Array, rows: Array, dirs: Array, std: Array) -> Array:
         def body(s: Any, xs: tuple[Array, Array]) -> tuple[Any, Array]:
             r, d = xs
             s, _, grad = algo.step(s, r)
             return s, d @ grad  # this update's canaries' scores
 
-        _, scores = jax.lax.scan(body, algo.init(k), (rows, dirs))
+        setting = EpisodicSetting(GaussianSumParams(np.bool_(True), std), None)
+        start = algo.init(k)._replace(setting=setting)
+        _, scores = jax.lax.scan(body, start, (rows, dirs))
         return scores.reshape(-1)
 
-    scores = np.asarray(train(k_run, rows, dirs))
+    scores = np.asarray(train(k_run, rows, dirs, std))
     keep = np.asarray(real)
     return CanaryRun(scores[keep], np.asarray(included)[keep],
                      cfg.accountant_for(1).epsilon(cfg.delta))
