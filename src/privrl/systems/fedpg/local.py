@@ -299,12 +299,17 @@ class _Setting:
             wall_seconds=wall, compile_seconds=compile_s, rounds_run=len(self.out),
             releases=self.releases, privacy_budget_spent=self.spent,
             accounting=account(algo, int(self.releases.max())),
-            z=(z := mine(jax.vmap(push_sum_z)(state.gossip))),
+            z=(z := mine(_final_z(state.gossip))),
             clip=cols[4] if cfg.adaptive_clip else None,
             final_clip=mine(state.clip) if cfg.adaptive_clip else None,
             program=program, policy=policy_of(algo, z), kept=self.kept, baseline=baseline,
             levers=lever_record(algo, candidates, self.rows),
         )
+
+
+# Every trial's z = x / w, in one program (op by op, JAX compiled a broadcast and a division
+# as programs of their own at every run's shape). The same division, the same floats.
+_final_z = jax.jit(jax.vmap(push_sum_z))
 
 
 def policy_of(algo: FedPG, z: np.ndarray) -> SavedPolicy:
@@ -373,7 +378,8 @@ def run_fedpg_settings(algo: FedPG, progress: ProgressFn | None = None,
                 mixing[book.rows] = np.asarray(book.algo.topology.matrix(t), np.float32)
         t0 = time.perf_counter()
         if algo.task.host:
-            state, info = step(state, jnp.asarray(mixing[0]), jnp.asarray(live))
+            # device_put: `jnp.asarray` of a numpy array compiles a program at each shape
+            state, info = step(state, jax.device_put(mixing[0]), jax.device_put(live))
         else:
             state, info = step(state, mixing, live)
         info = jax.tree_util.tree_map(np.asarray, info)
@@ -484,7 +490,7 @@ def host_rounds(algo: FedPG) -> Callable[[Any, Any, Any], tuple[Any, Any]]:
             new, info = algo.round(c[0], mixing, c[1])
             return (new, c[1]), info
 
-        (state, _), info = host_scan(one, 1)((state, jnp.asarray(live)))
+        (state, _), info = host_scan(one, 1)((state, jax.device_put(live)))
         return state, jax.tree_util.tree_map(lambda a: a[:, 0], info)
 
     return step

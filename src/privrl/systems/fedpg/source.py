@@ -78,11 +78,12 @@ class HostSource(HostPieces):
         """`JittedSource.sample`'s episodes, played on the host, in the same arrays."""
         m, n = live.shape
         rep = lambda a: np.repeat(np.asarray(a), n, axis=0)  # noqa: E731
-        theta_env = jnp.asarray(rep(thetas))
+        theta_env = jax.device_put(rep(thetas))
         params = jax.tree_util.tree_map(rep, env_params)
+        live = np.asarray(live)
         traj = self.task.rollout(params, lambda k, obs: self._act(theta_env, k, obs), key,
-                                 m * n, self.max_steps, np.asarray(live).reshape(-1))
-        return episodes_of(jax.tree_util.tree_map(jnp.asarray, traj), jnp.asarray(live))
+                                 m * n, self.max_steps, live.reshape(-1))
+        return host_episodes(traj, live)
 
 
 class EpisodeSource(Pieces, Protocol):
@@ -108,6 +109,12 @@ def episodes_of(traj: Trajectory, live: Array) -> Episodes:
     actions = traj.actions if traj.aux is None else traj.aux
     return Episodes(per(traj.obs), per(actions), per(traj.mask), live,
                     traj.length.reshape(m, n), per(traj.rewards))
+
+
+# The host's rollout (numpy arrays) as `Episodes` on the device, in one program: op by op
+# (`jnp.asarray` of each array, then a swap and a reshape of each) JAX compiled each operation
+# as a program of its own, at every shape: most of a host round's compiles. The same arrays.
+host_episodes = jax.jit(episodes_of)
 
 
 def mean_return(ep: Episodes) -> Array:
