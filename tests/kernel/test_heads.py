@@ -3,6 +3,7 @@ log-probability, and DP-REINFORCE learning a continuous action."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
-from jax.scipy.stats import norm
+from scipy.stats import norm
 
 from privrl.envs.task import make_task
 from privrl.nets.heads import LOG_STD_MAX, LOG_STD_MIN, Categorical, Gaussian, head_for
@@ -28,33 +29,40 @@ def test_the_action_space_chooses_the_head() -> None:
 
 def test_gaussian_samples_are_clipped_and_the_log_prob_is_the_unclipped_samples() -> None:
     head = Gaussian((-1.0, 0.0), (1.0, 0.5))
-    out = jnp.tile(jnp.array([0.9, 0.4, 0.0, 9.0]), (2000, 1))  # (raw μ, log σ): 0, then 9
+    out = np.tile(np.float32([0.9, 0.4, 0.0, 9.0]), (2000, 1))  # (raw μ, log σ): 0, then 9
     mean = np.float32([np.tanh(0.9), 0.25 + 0.25 * np.tanh(0.4)])  # μ squashed into the Box
-    action, raw = head.sample(jax.random.key(0), out)
+
+    @jax.jit  # one program (each op of an eager call compiled one of its own)
+    def play(key: jax.Array, out: jax.Array) -> tuple[jax.Array, ...]:
+        action, raw = head.sample(key, out)
+        far = head.greedy(jnp.array([50.0, -30.0, LOG_STD_MIN, 0.0]))
+        return action, raw, head.log_prob(out, raw), head.greedy(out[:1]), far
+
+    action, raw, log_prob, greedy, far = map(np.asarray, play(jax.random.key(0), out))
     assert action.shape == raw.shape == (2000, 2)
     assert float(action[:, 0].min()) >= -1.0 and float(action[:, 0].max()) <= 1.0
     assert float(action[:, 1].min()) >= 0.0 and float(action[:, 1].max()) <= 0.5
-    assert float(jnp.mean(raw[:, 0] > 1.0)) > 0.3  # raw samples pass the bound; actions do not
-    np.testing.assert_array_equal(np.asarray(action), np.clip(raw, [-1.0, 0.0], [1.0, 0.5]))
+    assert float(np.mean(raw[:, 0] > 1.0)) > 0.3  # raw samples pass the bound; actions do not
+    np.testing.assert_array_equal(action, np.clip(raw, [-1.0, 0.0], [1.0, 0.5]))
     # log σ is clipped to [LOG_STD_MIN, LOG_STD_MAX]: the second component's σ is e^2
-    assert float(jnp.std(raw[:, 1])) == pytest.approx(np.exp(LOG_STD_MAX), rel=0.1)
+    assert float(np.std(raw[:, 1])) == pytest.approx(np.exp(LOG_STD_MAX), rel=0.1)
     want = (norm.logpdf(raw[:, 0], mean[0], 1.0)
             + norm.logpdf(raw[:, 1], mean[1], np.exp(LOG_STD_MAX)))
-    np.testing.assert_allclose(np.asarray(head.log_prob(out, raw)), np.asarray(want),
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(head.greedy(out[:1]))[0], mean, rtol=1e-6)
-    far = float(head.greedy(jnp.array([50.0, -30.0, LOG_STD_MIN, 0.0]))[0])
-    assert 0.99 < far <= 1.0  # the mean never leaves the Box
+    np.testing.assert_allclose(log_prob, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(greedy[0], mean, rtol=1e-6)
+    assert 0.99 < float(far[0]) <= 1.0  # the mean never leaves the Box
 
 
 def test_gaussian_entropy_is_the_closed_form() -> None:
-    """H = Σ_i (log σ_i + ½ log 2πe), as jax.scipy's normal entropy for each component."""
+    """H = Σ_i (log σ_i + ½ log 2πe), as the normal entropy for each component."""
     head = Gaussian((-1.0, -1.0), (1.0, 1.0))
-    out = jnp.array([[0.3, -0.2, -1.0, 0.5], [0.0, 0.0, LOG_STD_MIN - 3.0, 0.0]])
-    sigma = np.exp(np.clip(np.asarray(out[:, 2:]), LOG_STD_MIN, LOG_STD_MAX))
+    out = np.float32([[0.3, -0.2, -1.0, 0.5], [0.0, 0.0, LOG_STD_MIN - 3.0, 0.0]])
+    sigma = np.exp(np.clip(out[:, 2:], LOG_STD_MIN, LOG_STD_MAX))
     want = np.sum(0.5 * np.log(2 * np.pi * np.e * sigma ** 2), axis=-1)
-    np.testing.assert_allclose(np.asarray(head.entropy(out)), want, rtol=1e-6)
-    u = head.uniform(jax.random.key(0), 500)
+    entropy, u = jax.jit(lambda out, key: (head.entropy(out), head.uniform(key, 500)))(
+        out, jax.random.key(0))
+    np.testing.assert_allclose(np.asarray(entropy), want, rtol=1e-6)
+    u = np.asarray(u)
     assert u.shape == (500, 2) and float(u.min()) >= -1.0 and float(u.max()) <= 1.0
 
 
@@ -63,25 +71,30 @@ def test_a_state_free_log_std_is_one_learned_vector() -> None:
     for every observation, and the saved description rebuilds the same network."""
     from privrl.nets.flat import actor_critic, describe_model, mlp, model_from_description
 
+    def outputs(*models: Any) -> list[np.ndarray]:
+        """Each model's outputs at the first's θ (key 0), on 5 observations (key 1): one
+        program (eager, each op of the init and the apply compiled one of its own)."""
+        def run() -> list[jax.Array]:
+            theta = models[0].init(jax.random.key(0))
+            obs = jax.random.normal(jax.random.key(1), (5, 3))
+            return [jax.tree_util.tree_leaves(m.apply(theta, obs))[0] for m in models]
+
+        return [np.asarray(o) for o in jax.jit(run)()]
+
     for model in (actor_critic(8, 4, 3, True, "parameter"),
                   mlp((8,), 4, 3, log_std="parameter")):
-        theta = model.init(jax.random.key(0))
-        obs = jax.random.normal(jax.random.key(1), (5, 3))
-        out = model.apply(theta, obs)
-        out = out[0] if isinstance(out, tuple) else out
-        assert out.shape == (5, 4)
-        np.testing.assert_array_equal(np.asarray(out[:, 2:]), 0.0)  # the same in every state
-        assert float(jnp.std(out[:, :2])) > 0  # the means depend on the state
         desc = describe_model(model, 4)
         assert desc["log_std"] == "parameter" and desc["num_actions"] == 4
         again = model_from_description(desc)
         assert again.dim == model.dim
-        np.testing.assert_array_equal(np.asarray(jax.tree_util.tree_leaves(
-            again.apply(theta, obs))[0]), np.asarray(jax.tree_util.tree_leaves(
-                model.apply(theta, obs))[0]))
+        out, out_again = outputs(model, again)
+        assert out.shape == (5, 4)
+        np.testing.assert_array_equal(out[:, 2:], 0.0)  # the same in every state
+        assert float(np.std(out[:, :2])) > 0  # the means depend on the state
+        np.testing.assert_array_equal(out_again, out)  # the saved description's network
     # the state-dependent default: the log-std half moves with the state
-    out = mlp((8,), 4, 3).apply(mlp((8,), 4, 3).init(jax.random.key(0)), obs)
-    assert float(jnp.std(out[:, 2:])) > 0
+    out, = outputs(mlp((8,), 4, 3))
+    assert float(np.std(out[:, 2:])) > 0
 
 
 def test_categorical_learners_still_refuse_continuous_actions() -> None:
@@ -143,6 +156,30 @@ class Effort(Aim):
         return self.get_obs(state), state, reward, self.is_terminated(state, params), {}
 
 
+def _models_theta(algo: Any, key: jax.Array) -> jax.Array:
+    """A learner's θ at its start: its network's initializers' (FedPG's)."""
+    return algo.model.init(key)
+
+
+def _algorithms_theta(algo: Any, key: jax.Array) -> jax.Array:
+    """PGC-A3C's θ at its start: its aggregator's."""
+    return algo.init(key).agg.theta
+
+
+def _first_outputs(algo: Any, obs_dim: int,
+                   theta: Callable[[Any, jax.Array], jax.Array] = _models_theta) -> Any:
+    """The policy network's outputs at the learner's start θ (`theta(algo, key 0)`) on 7
+    observations (key 1); a Gaussian head's as (μ, log σ). One program: eager, each op of the
+    init and the apply compiled one of its own."""
+    def run() -> Any:
+        out = algo.model.apply(theta(algo, jax.random.key(0)),
+                               jax.random.normal(jax.random.key(1), (7, obs_dim)))
+        logits = out[0] if isinstance(out, tuple) else out  # an actor-critic's: (π, value)
+        return algo.head._split(logits) if algo.head.continuous else logits
+
+    return jax.tree_util.tree_map(np.asarray, jax.jit(run)())
+
+
 @pytest.mark.parametrize("preset", ["continuous", "adaptive"])
 def test_a_continuous_preset_starts_close_to_a_random_policy(preset: str) -> None:
     """Issue 51: the non-paper continuous presets start as a Gaussian at the Box's centre with
@@ -155,32 +192,35 @@ def test_a_continuous_preset_starts_close_to_a_random_policy(preset: str) -> Non
     from privrl.evaluation import random_returns, verdict
     from privrl.systems.pgc_a3c.algorithm import PGCA3C, PGCA3CConfig
 
-    pendulum = PGCA3C(PGCA3CConfig.from_preset(preset, env="gymnax:Pendulum-v1",
-                                               mechanism="none"))
-    theta = pendulum.init(jax.random.key(0)).agg.theta
-    logits, _ = pendulum.model.apply(theta, jax.random.normal(jax.random.key(1), (7, 3)))
-    mean, log_std = pendulum.head._split(logits)
-    np.testing.assert_array_equal(np.asarray(mean), 0.0)  # the centre of [−2, 2]
-    np.testing.assert_allclose(np.asarray(log_std), np.log(4 / np.sqrt(12)), rtol=1e-6)
+    mean, log_std = _first_outputs(PGCA3C(PGCA3CConfig.from_preset(
+        preset, env="gymnax:Pendulum-v1", mechanism="none")), 3, _algorithms_theta)
+    np.testing.assert_array_equal(mean, 0.0)  # the centre of [−2, 2]
+    np.testing.assert_allclose(log_std, np.log(4 / np.sqrt(12)), rtol=1e-6)
     # a discrete task (CartPole): all logits 0, the uniform policy itself (a Glorot start was
     # below random on the untuned benchmark's `corridor`); the paper and tuned presets keep
     # the paper's start
-    cartpole = PGCA3C(PGCA3CConfig.from_preset(preset, mechanism="none"))
-    logits, _ = cartpole.model.apply(cartpole.init(jax.random.key(0)).agg.theta,
-                                     jax.random.normal(jax.random.key(1), (7, 4)))
-    np.testing.assert_array_equal(np.asarray(logits), 0.0)
+    logits = _first_outputs(PGCA3C(PGCA3CConfig.from_preset(preset, mechanism="none")), 4,
+                            _algorithms_theta)
+    np.testing.assert_array_equal(logits, 0.0)
     assert not any(PGCA3CConfig.from_preset(p).uniform_start
                    for p in ("paper", "paper-code", "tuned", "tuned-ldp", "tuned-ldp2"))
 
     env = Effort()
     algo = PGCA3C(PGCA3CConfig.from_preset(preset, mechanism="none"),
                   task=Task(env, env.default_params, "effort"))
-    theta = algo.init(jax.random.key(0)).agg.theta
     n = 400
-    params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,)), env.default_params)
-    traj = rollout_episodes(env, params, lambda k, o: algo.act(theta, jnp.float32(0.0), k, o),
-                            jax.random.key(2), n, 10)
-    start = np.asarray(jnp.sum(traj.rewards * traj.mask, axis=0))
+
+    @jax.jit  # one program, as above
+    def start_returns() -> jax.Array:
+        theta = algo.init(jax.random.key(0)).agg.theta
+        params = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,)),
+                                        env.default_params)
+        traj = rollout_episodes(env, params,
+                                lambda k, o: algo.act(theta, jnp.float32(0.0), k, o),
+                                jax.random.key(2), n, 10)
+        return jnp.sum(traj.rewards * traj.mask, axis=0)
+
+    start = np.asarray(start_returns())
     random = random_returns(algo.task, n, 0)
     assert abs(float(random.mean()) + 10 / 3) < 0.15  # the uniform's E[a²] = 1/3 (3.2 s.e.)
     assert not verdict(start, random).below  # the start is not worse than random
@@ -211,11 +251,15 @@ def test_dp_reinforce_learns_a_continuous_action(tmp_path) -> None:
     # = 4.17 per episode, 25 episodes' mean within ±1.5: 3.6 standard errors) and the verdict
     assert out.random_return == pytest.approx(25 / 6, abs=1.5) and out.learned is True
     # one batch of the trained policy: the actions the environment got lie in [−1, 1]
-    state = algo.init(jax.random.key(1))
-    traj = algo.episodes.rollout(lambda: algo.env, algo.task.agents_params(
-        jax.random.key(2), jnp.arange(4)), algo.act, state.theta, jax.random.key(3), 4,
-        jnp.ones(4, bool), None)
-    assert traj.actions.shape == (10, 4, 1) and float(jnp.abs(traj.actions).max()) <= 1.0
+    @jax.jit  # one program (eager, each op around the rollout's loop compiled one of its own)
+    def actions() -> jax.Array:
+        state = algo.init(jax.random.key(1))
+        return algo.episodes.rollout(lambda: algo.env, algo.task.agents_params(
+            jax.random.key(2), jnp.arange(4)), algo.act, state.theta, jax.random.key(3), 4,
+            jnp.ones(4, bool), None).actions
+
+    played = np.asarray(actions())
+    assert played.shape == (10, 4, 1) and float(np.abs(played).max()) <= 1.0
     # the saved policy (policy.npz) acts with the same head: its mean, float32, in the Box
     save(out, tmp_path / "run")
     policy = load_policy(tmp_path / "run")
@@ -265,15 +309,10 @@ def test_fedpg_continuous_preset_starts_close_to_a_random_policy() -> None:
     from privrl.systems.fedpg.algorithm import FedPG, FedPGConfig
 
     for preset in ("continuous", "adaptive-continuous"):
-        algo = FedPG(FedPGConfig.from_preset(preset, env="gymnax:MountainCarContinuous-v0",
-                                             mechanism="none"))
-        theta = algo.model.init(jax.random.key(0))
-        logits = algo.model.apply(theta, jax.random.normal(jax.random.key(1), (7, 2)))
-        mean, log_std = algo.head._split(logits)
-        np.testing.assert_array_equal(np.asarray(mean), 0.0)  # the centre of [−1, 1]
-        np.testing.assert_allclose(np.asarray(log_std), np.log(2 / np.sqrt(12)), rtol=1e-6)
-    paper = FedPG(FedPGConfig.from_preset("paper", mechanism="none"))
-    logits = paper.model.apply(paper.model.init(jax.random.key(0)),
-                               jax.random.normal(jax.random.key(1), (7, 4)))
-    assert np.abs(np.asarray(logits)).max() > 0.0  # FedPG-BR's own start, not zeros
+        mean, log_std = _first_outputs(FedPG(FedPGConfig.from_preset(
+            preset, env="gymnax:MountainCarContinuous-v0", mechanism="none")), 2)
+        np.testing.assert_array_equal(mean, 0.0)  # the centre of [−1, 1]
+        np.testing.assert_allclose(log_std, np.log(2 / np.sqrt(12)), rtol=1e-6)
+    logits = _first_outputs(FedPG(FedPGConfig.from_preset("paper", mechanism="none")), 4)
+    assert np.abs(logits).max() > 0.0  # FedPG-BR's own start, not zeros
     assert not FedPGConfig.from_preset("paper").uniform_start

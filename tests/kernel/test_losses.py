@@ -87,7 +87,7 @@ def test_a2c_gradient_matches_finite_differences(terminated):
     algo = PGCA3C(PGCA3CConfig(mechanism="none", submissions=9))
     cfg = algo.config
     rng = np.random.default_rng(0)
-    theta = np.asarray(algo.model.init(jax.random.key(3)), np.float64)
+    theta = np.asarray(jax.jit(algo.model.init)(jax.random.key(3)), np.float64)
     t_max, t_len = 12, 9
     obs = rng.normal(size=(t_max, 4)) * 0.3
     actions = rng.integers(0, 2, size=t_max)
@@ -100,11 +100,14 @@ def test_a2c_gradient_matches_finite_differences(terminated):
                       jnp.asarray(mask, jnp.float32), jnp.asarray(final_obs, jnp.float32),
                       jnp.asarray(terminated), jnp.int32(t_len),
                       rewards=jnp.asarray(rewards, jnp.float32))
-    grad = np.asarray(jax.jit(jax.grad(algo.episode_loss))(jnp.asarray(theta, jnp.float32),
-                                                           traj))
+    # the loss and its gradient in one program (eager, each op compiled one of its own)
+    jax_val, grad = jax.jit(jax.value_and_grad(algo.episode_loss))(
+        jnp.asarray(theta, jnp.float32), traj)
+    jax_val, grad = float(jax_val), np.asarray(grad)
 
     # θ as float64 parameter dicts (same leaf order as the flat vector).
-    leaves, treedef = jax.tree_util.tree_flatten(algo.model.unravel(jnp.zeros(algo.dim)))
+    leaves, treedef = jax.tree_util.tree_flatten(jax.eval_shape(
+        algo.model.unravel, jax.ShapeDtypeStruct((algo.dim,), jnp.float32)))
     sizes = [leaf.size for leaf in leaves]
 
     def params_of(v):
@@ -116,7 +119,6 @@ def test_a2c_gradient_matches_finite_differences(terminated):
 
     const = params_of(theta)
     # The numpy loss must agree with JAX's value at θ...
-    jax_val = float(algo.episode_loss(jnp.asarray(theta, jnp.float32), traj))
     np_val = _numpy_loss(const, obs, actions, mask, final_obs, terminated, cfg,
                          rewards=rewards)
     assert np_val == pytest.approx(jax_val, rel=1e-4)

@@ -82,7 +82,7 @@ def test_act_is_greedy_without_a_key_and_sampled_with_one(cartpole_run, tmp_path
 def test_q_policy_samples_epsilon_greedy(tmp_path):
     task = make_task("gymnax:CartPole-v1")
     model = mlp((4,), 2, 4)
-    theta = np.asarray(model.init(jax.random.key(0)))[None]
+    theta = np.asarray(jax.jit(model.init)(jax.random.key(0)))[None]  # one program, not an op each
     saved_policy("dp-dqn", model, task, "q", theta, 500, epsilon=0.5).write(tmp_path / FILE)
     p = load_policy(tmp_path)
     obs = np.random.default_rng(0).normal(size=(4000, 4)).astype(np.float32)
@@ -271,7 +271,7 @@ def test_a_continuous_policy_plays_its_mean_action_or_samples_and_says_which(tmp
     was used and why the two can differ."""
     task = make_task("gymnax:Pendulum-v1")
     model = mlp((4,), 2, 3)
-    theta = np.asarray(model.init(jax.random.key(0)))[None]
+    theta = np.asarray(jax.jit(model.init)(jax.random.key(0)))[None]  # one program, not an op each
     save(RunRecord("dp-reinforce", {}, 0, {}, {"statement": "test"},
                    policy=saved_policy("dp-reinforce", model, task, "logits", theta, 20)),
          tmp_path)

@@ -366,14 +366,13 @@ class DiscreteGaussianSum:
 
     def modular_sum(self, messages: Any) -> np.ndarray:
         """Σ messages mod 2^b (what a secure sum reveals), exactly: int64 in [0, 2^b)."""
-        return np.asarray(modular_sum(self.sum_params, np.asarray(messages, np.int64)
-                                      .astype(np.uint32)), np.int64)
+        return np.asarray(_modular_sum(self.sum_params, np.asarray(messages, np.int64)
+                                       .astype(np.uint32)), np.int64)
 
     def aggregate(self, messages: Array) -> Report:
         """A simulated secure sum of the (K, d) messages (`modular_sum`, as SecAgg+ delivers
         it to the server), decoded: the one `Report` the server receives."""
-        return Report._mint(_MINT, decode(self.sum_params, modular_sum(self.sum_params, messages)),
-                            self.guarantee)
+        return Report._mint(_MINT, _aggregate(self.sum_params, messages), self.guarantee)
 
     def decode(self, total: Any) -> Report:
         """The secure sum's residue (int in [0, 2^b)) as the estimate of Σ clip_C(x_i), a
@@ -381,7 +380,7 @@ class DiscreteGaussianSum:
         t = np.asarray(total, np.int64)
         if t.shape != (self.dim,) or t.min(initial=0) < 0 or t.max(initial=0) >= self.modulus:
             raise ValueError(f"a sum modulo 2^{self.bits} of dimension {self.dim} is needed")
-        return Report._mint(_MINT, decode(self.sum_params, t.astype(np.uint32)), self.guarantee)
+        return Report._mint(_MINT, _decode(self.sum_params, t.astype(np.uint32)), self.guarantee)
 
     # --- accounting --------------------------------------------------------------------------
     def tau(self, honest: int) -> float:
@@ -488,3 +487,12 @@ class DiscreteGaussianSum:
 
 
 _shares = jax.jit(jax.vmap(share, (None, 0, 0, 0)))
+# A server's sum and decoding (`DiscreteGaussianSum.modular_sum`, `decode`, `aggregate`), one
+# program each, its parameters traced (one program for every SumParams): called on the host,
+# each of their integer ops compiled a program of its own, a dozen per process.
+_modular_sum, _decode = jax.jit(modular_sum), jax.jit(decode)
+
+
+@jax.jit
+def _aggregate(p: SumParams, messages: Array) -> Array:
+    return decode(p, modular_sum(p, messages))

@@ -12,6 +12,11 @@ from privrl.envs import gridworld as gw
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "frl-gridworld"  # ../shared
 N, S, W, E = range(4)
+# reset and step jitted (the spec static): one program each per spec, where an eager call
+# compiled one per op
+_reset = jax.jit(gw.reset, static_argnums=0)
+_step = jax.jit(gw.step, static_argnums=0)
+_window = jax.jit(gw.window, static_argnums=2)
 
 
 def _maps(grid: np.ndarray, a: tuple, b: tuple) -> gw.GridMaps:
@@ -29,36 +34,36 @@ def test_walls_block_and_cost_ten():
     g = _open8()
     g[2, 3] = 0  # an obstacle north of α
     spec = gw.GridSpec(8)
-    s = gw.reset(spec, _maps(g, (3, 3), (3, 6)), 0)
-    s2, r, met, done = gw.step(spec, s, gw.joint_action(N, S))  # α hits; β moves to (4, 6)
+    s = _reset(spec, _maps(g, (3, 3), (3, 6)), 0)
+    s2, r, met, done = _step(spec, s, gw.joint_action(N, S))  # α hits; β moves to (4, 6)
     np.testing.assert_array_equal(s2.pos, [[3, 3], [4, 6]])
     md = 1 + 3
     assert float(r) == pytest.approx(-10 - 1 + 8 / md)
     assert not bool(met) and not bool(done)
     # the border is an obstacle too
-    s = gw.reset(spec, _maps(g, (1, 1), (6, 6)), 0)
-    s2, r, _, _ = gw.step(spec, s, gw.joint_action(N, E))
+    s = _reset(spec, _maps(g, (1, 1), (6, 6)), 0)
+    s2, r, _, _ = _step(spec, s, gw.joint_action(N, E))
     np.testing.assert_array_equal(s2.pos, [[1, 1], [6, 6]])
     assert float(r) == pytest.approx(-20 + 8 / 10)
 
 
 def test_meeting_ends_the_episode_with_fifty():
     spec = gw.GridSpec(8)
-    s = gw.reset(spec, _maps(_open8(), (3, 2), (3, 5)), 0)
-    _, r, met, done = gw.step(spec, s, gw.joint_action(E, W))  # md 3 -> 1
+    s = _reset(spec, _maps(_open8(), (3, 2), (3, 5)), 0)
+    _, r, met, done = _step(spec, s, gw.joint_action(E, W))  # md 3 -> 1
     assert bool(met) and bool(done)
     assert float(r) == pytest.approx(50 + 8 / 1)
     # the same cell (md 0) is a meeting with finite r_g = N / max(md, 1)
-    s = gw.reset(spec, _maps(_open8(), (3, 2), (3, 4)), 0)
-    _, r, met, _ = gw.step(spec, s, gw.joint_action(E, W))
+    s = _reset(spec, _maps(_open8(), (3, 2), (3, 4)), 0)
+    _, r, met, _ = _step(spec, s, gw.joint_action(E, W))
     assert bool(met) and float(r) == pytest.approx(58)
 
 
 def test_time_limit_is_done_but_not_met():
     spec = gw.GridSpec(8, max_steps=3)
-    s = gw.reset(spec, _maps(_open8(), (1, 1), (6, 6)), 0)
+    s = _reset(spec, _maps(_open8(), (1, 1), (6, 6)), 0)
     for t in range(3):
-        s, _, met, done = gw.step(spec, s, gw.joint_action(N, S))  # both stay against walls
+        s, _, met, done = _step(spec, s, gw.joint_action(N, S))  # both stay against walls
         assert not bool(met) and bool(done) == (t == 2)
     assert gw.GridSpec(8).horizon == 38 and gw.GridSpec(16).horizon == 86 \
         and gw.GridSpec(32).horizon == 178
@@ -68,14 +73,14 @@ def test_windows_are_cut_at_borders_and_history_stacks():
     g = _open8()
     g[1, 2] = 0
     spec = gw.GridSpec(8, alpha_view=3, beta_view=5, history=3)
-    s = gw.reset(spec, _maps(g, (1, 1), (6, 6)), 0)
+    s = _reset(spec, _maps(g, (1, 1), (6, 6)), 0)
     np.testing.assert_array_equal(s.obs_alpha[-1], [[0, 0, 0], [0, 1, 0], [0, 1, 1]])
     assert np.all(np.asarray(s.obs_alpha[:-1]) == 0)  # older history slots start empty
     beta = np.zeros((5, 5))
     beta[:3, :3] = g[4:7, 4:7]  # rows/cols 8 and 9 lie outside the map: obstacle
     np.testing.assert_array_equal(s.obs_beta[-1], beta)
     first = np.asarray(s.obs_alpha[-1])
-    s, *_ = gw.step(spec, s, gw.joint_action(S, N))  # α to (2, 1)
+    s, *_ = _step(spec, s, gw.joint_action(S, N))  # α to (2, 1)
     np.testing.assert_array_equal(s.obs_alpha[-2], first)
     np.testing.assert_array_equal(s.obs_alpha[-1], np.pad(g, 1)[2:5, 1:4])
 
@@ -88,7 +93,7 @@ def test_windows_match_numpy_slices_everywhere():
         padded = np.pad(g, h)
         for r in range(8):
             for c in range(8):
-                w = gw.window(jnp.asarray(g), jnp.array([r, c]), view)
+                w = _window(g, np.array([r, c]), view)
                 np.testing.assert_array_equal(w, padded[r:r + view, c:c + view])
 
 
@@ -107,15 +112,16 @@ def test_expert_meets_within_half_the_optimal_path():
         (_, met_at), _ = jax.lax.scan(body, (s, jnp.int32(-1)), jnp.arange(spec.horizon))
         return met_at
 
-    met_at = np.asarray(jax.vmap(run)(jnp.arange(maps.count)))
+    met_at = np.asarray(jax.jit(jax.vmap(run))(jnp.arange(maps.count)))  # one program
     bound = np.ceil((np.asarray(maps.path_len) - 1) / 2)
     assert np.all(met_at >= 1) and np.all(met_at <= bound)
 
 
 def test_generated_paths_are_shortest_and_free():
     maps = gw.generate_maps(30, 16, seed=1)
+    maps = jax.tree_util.tree_map(np.asarray, maps)  # read on the host (not an op per read)
     for i in range(maps.count):
-        g = np.asarray(maps.grid[i])
+        g = maps.grid[i]
         assert np.all(g[0] == 0) and np.all(g[-1] == 0) and np.all(g[:, 0] == 0)
         a, b = (tuple(map(int, p)) for p in maps.start[i])
         n = int(maps.path_len[i])

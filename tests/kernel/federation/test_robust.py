@@ -33,32 +33,43 @@ def test_fedpg_br_removes_sign_flippers_and_keeps_the_honest(seed):
     """Honest estimates within ρ = 0.3 of g (threshold 2ρ, as 𝔗 = 2σ√(V/B) is for σ√(V/B));
     three agents send −2.5× theirs. The filter keeps exactly the seven honest ones and its mean
     points along g; the plain mean points against it ((7 − 7.5)/10 of g, FedPG-BR's example)."""
-    rho = 0.3
-    g, mu = honest(jax.random.key(seed), rho)
-    mu = mu.at[BYZ].multiply(-2.5)
-    keep = np.asarray(fedpg_br_keep(mu, jnp.asarray(2 * rho), jnp.asarray(4 * rho), 0.4))
+    keep, robust, plain, kept_all = map(np.asarray, _flipped(jax.random.key(seed), 0.3))
     expect = np.ones(K, bool)
     expect[BYZ] = False
     assert (keep == expect).all()
-    robust, _ = robust_mean(reports(mu), "fedpg-br", jnp.asarray(2 * rho), jnp.asarray(4 * rho))
+    assert float(robust) > 0.8
+    assert float(plain) < 0 and bool(kept_all)
+
+
+@jax.jit  # one program for every seed (eager, each op compiled one of its own)
+def _flipped(key: jax.Array, rho: jax.Array) -> tuple[jax.Array, ...]:
+    """The sign-flip test's round: FedPG-BR's keep mask, the robust and the plain mean's
+    projection on g, and whether the plain mean kept every agent."""
+    g, mu = honest(key, rho)
+    mu = mu.at[BYZ].multiply(-2.5)
+    keep = fedpg_br_keep(mu, 2 * rho, 4 * rho, 0.4)
+    robust, _ = robust_mean(reports(mu), "fedpg-br", 2 * rho, 4 * rho)
     plain, kept_all = robust_mean(reports(mu), "none")
-    assert float(jnp.dot(robust, g)) > 0.8
-    assert float(jnp.dot(plain, g)) < 0 and bool(kept_all.all())
+    return keep, jnp.dot(robust, g), jnp.dot(plain, g), kept_all.all()
 
 
 def test_fedpg_br_falls_back_to_r2_when_r1_keeps_too_few():
     """A threshold too tight for the honest spread: R1 keeps fewer than (1 − α)K, so R2 at the
     wider radius decides, and keeps the honest ones."""
-    _, mu = honest(jax.random.key(1), 0.3)
-    mu = mu.at[BYZ].multiply(-2.5)
-    tight, wide = jnp.asarray(0.05), jnp.asarray(0.6)
-    keep = np.asarray(fedpg_br_keep(mu, tight, wide, 0.4))
+    @jax.jit  # one program (eager, each op compiled one of its own)
+    def rounds(key: jax.Array) -> tuple[jax.Array, ...]:
+        _, mu = honest(key, 0.3)
+        mu = mu.at[BYZ].multiply(-2.5)
+        tight, wide = jnp.asarray(0.05), jnp.asarray(0.6)
+        mean, _ = robust_mean(reports(mu), "fedpg-br", tight, tight)
+        return (fedpg_br_keep(mu, tight, wide, 0.4), fedpg_br_keep(mu, tight, tight, 0.4),
+                mean)
+
+    keep, none_kept, mean = map(np.asarray, rounds(jax.random.key(1)))
     assert keep.sum() == K - len(BYZ) and not keep[BYZ].any()
     # and with no usable radius at all it keeps nothing, and the mean is 0 (not NaN)
-    none_kept = fedpg_br_keep(mu, tight, tight, 0.4)
     assert not bool(none_kept.any())
-    mean, _ = robust_mean(reports(mu), "fedpg-br", tight, tight)
-    assert bool(jnp.all(mean == 0))
+    assert bool(np.all(mean == 0))
 
 
 def test_coordinate_rules():

@@ -32,6 +32,13 @@ def mech(**kw) -> DiscreteGaussianSum:
     return DiscreteGaussianSum(**(args | kw))
 
 
+# jitted: one program each (eager, each of their ops compiled one of its own); the parameters
+# are traced, so one program serves every SumParams
+_modular_sum, _decode = jax.jit(modular_sum), jax.jit(decode)
+# s² traced, as in a round (`share`'s parameters): one program for every s² tested
+_discrete_gaussian = jax.jit(discrete_gaussian_jax, static_argnums=2)
+
+
 def clipped(xs: np.ndarray, clip: float = 1.0) -> np.ndarray:
     return xs / np.maximum(1.0, np.linalg.norm(xs, axis=-1, keepdims=True) / clip)
 
@@ -41,15 +48,15 @@ def test_quantization_is_unbiased_and_bounded():
     x = np.random.default_rng(0).normal(size=D)
     x *= 0.7 / np.linalg.norm(x)  # inside the clip: E[x̃] = x/γ
     keys = jax.random.split(jax.random.key(0), 2000)
-    draws = np.asarray(jax.jit(jax.vmap(encode, (None, 0, None)))(m.sum_params, keys, x),
-                       np.int64)
+    batched = jax.jit(jax.vmap(encode, (None, 0, None)))
+    draws = np.asarray(batched(m.sum_params, keys, x), np.int64)
     assert all(int((row.astype(object) ** 2).sum()) <= m.radius ** 2 for row in draws)
     # Each coordinate's rounding error is Bernoulli(frac) − frac: std <= 1/2, so the mean of
     # 2000 draws is within 4.5·(1/2)/sqrt(2000) ≈ 0.05 of x/γ (every coordinate, ~1e-5 each).
     err = draws.mean(axis=0) - x / m.gamma
     assert np.max(np.abs(err)) < 0.05
     # a vector beyond the clip is scaled to norm C first
-    big = np.asarray(encode(m.sum_params, keys[0], 100 * x))
+    big = np.asarray(batched(m.sum_params, keys, 100 * x)[0])  # (the same program)
     assert np.linalg.norm(big * m.gamma) == pytest.approx(1.0, rel=1e-3)
 
 
@@ -57,7 +64,7 @@ def test_rounding_that_keeps_failing_is_clipped_in_integers():
     # R = 50 grid steps for a vector of 100: every redraw fails, the integer clip holds it
     p = SumParams(clip=1.0, gamma=0.01, radius=50, share_variance=4, bits=24)
     x = np.random.default_rng(3).normal(size=D)
-    k = np.asarray(encode(p, jax.random.key(1), x), np.int64)
+    k = np.asarray(jax.jit(encode)(p, jax.random.key(1), x), np.int64)
     assert int((k.astype(object) ** 2).sum()) <= 50 ** 2
     assert np.linalg.norm(k) > 50 - math.sqrt(D) - 1  # truncation loses < 1 per coordinate
     assert np.all(np.sign(k) * np.sign(x) >= 0)  # the direction is kept
@@ -75,16 +82,16 @@ def test_rounding_bound_and_inflation():
 def test_modular_sum_is_exact_and_wraps_around():
     p = SumParams(clip=1.0, gamma=1.0, radius=16, share_variance=1, bits=8)
     msgs = np.array([[255, 0, 100, 200], [1, 255, 100, 200], [0, 255, 100, 255]], np.uint32)
-    total = np.asarray(modular_sum(p, msgs), np.int64)
+    total = np.asarray(_modular_sum(p, msgs), np.int64)
     assert total.tolist() == [0, 254, 44, 143]  # Σ mod 256
     # the centred residue: [0, 128) as is, [128, 256) minus 256
-    assert np.asarray(decode(p, np.array([0, 127, 128, 255], np.uint32))).tolist() == \
+    assert np.asarray(_decode(p, np.array([0, 127, 128, 255], np.uint32))).tolist() == \
         [0.0, 127.0, -128.0, -1.0]
     # a share of −3 (noise) and +1 (update) at b = 8 is 254: two's complement modulo 2^b
-    msg = share(p, jax.random.key(0), np.zeros(1), np.array([-2]))
+    msg = jax.jit(share)(p, jax.random.key(0), np.zeros(1), np.array([-2]))
     assert int(msg[0]) == 254
     wide = SumParams(1.0, 1.0, 16, 1, 32)
-    assert np.asarray(decode(wide, modular_sum(wide, np.array(
+    assert np.asarray(_decode(wide, _modular_sum(wide, np.array(
         [[2 ** 32 - 5], [3]], np.uint32)))).tolist() == [-2.0]
 
 
@@ -97,14 +104,15 @@ def test_simulated_secure_sum_decodes_the_sum_of_clipped_updates():
     xs = np.random.default_rng(1).normal(size=(m.agents, D)) * 0.5
     keys = jax.random.split(jax.random.key(2), m.agents)
     msgs = jax.jit(jax.vmap(share, (None, 0, 0)))(m.sum_params, keys, xs)
-    assert msgs.dtype == jnp.uint32 and int(msgs.max()) < m.modulus
+    assert msgs.dtype == jnp.uint32 and int(np.asarray(msgs).max()) < m.modulus
     assert np.array_equal(np.asarray(m.modular_sum(msgs)),
                           np.mod(np.asarray(msgs, np.int64).sum(axis=0), m.modulus))
     truth = clipped(xs).sum(axis=0)
     noise_std = math.sqrt(m.agents * m.share_variance) * m.gamma
     got = np.asarray(m.aggregate(msgs).value)
     assert np.max(np.abs(got - truth)) < 5 * noise_std + m.agents * m.gamma
-    quiet = jax.vmap(share, (None, 0, 0, None))(m.sum_params, keys, xs, np.zeros(D, np.int32))
+    quiet = jax.jit(jax.vmap(share, (None, 0, 0, None)))(m.sum_params, keys, xs,
+                                                         np.zeros(D, np.int32))
     plain = np.asarray(m.aggregate(quiet).value)
     assert np.max(np.abs(plain - truth)) < m.agents * m.gamma
     # the deployment's message (secure noise share) decodes to the same sum, within noise
@@ -172,8 +180,7 @@ def test_jax_discrete_gaussian_has_the_right_law(s2):
     (a different law, of variance about s² + 1/12) fails them at s² = 1 (checked below), so
     they can fail."""
     n = 100_000
-    draws = np.asarray(jax.jit(lambda k: discrete_gaussian_jax(k, s2, (n,)))(
-        jax.random.key(7)), np.int64)
+    draws = np.asarray(_discrete_gaussian(jax.random.key(7), s2, (n,)), np.int64)
     pvalue, mean_z, var_z = _fits(draws, s2)
     assert pvalue > 1e-4 and mean_z < 5 and var_z < 5
     if s2 == 1:

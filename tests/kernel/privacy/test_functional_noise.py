@@ -17,6 +17,9 @@ from privrl.privacy.functional import (
     gp_noise_reset,
 )
 
+# one program per shape each (eager, each of their ops compiled one of its own); σ is traced
+_query, _moments = jax.jit(gp_noise_query), jax.jit(gp_noise_moments)
+
 
 def kernel(x, y):
     return np.exp(-np.abs(np.subtract.outer(x, y)))
@@ -69,17 +72,16 @@ def test_right_end_conditions_on_the_last_point_not_the_first():
 def test_jax_store_conditional_law_equals_dense_gp_conditioning(seed):
     rng = np.random.default_rng(seed)
     state = gp_noise_init(64, 2)
-    query = jax.jit(gp_noise_query)  # one program, not a hundred eager ops
     for k in range(3):  # three batches, so points are merged into an existing store
         pts = jnp.asarray(rng.uniform(0.0, 3.0, 7), jnp.float32)
-        state, _ = query(state, jax.random.key(10 * seed + k), pts, 0.8)
+        state, _ = _query(state, jax.random.key(10 * seed + k), pts, 0.8)
     n = int(state.count)
     assert n == 21 and not bool(state.overflow)
     xs = np.asarray(state.xs[:n], np.float64)
     values = np.asarray(state.values[:n], np.float64)
     assert np.all(np.diff(xs) > 0) and np.all(np.isinf(np.asarray(state.xs[n:])))
     queries = query_points(xs, rng)
-    mean, var = gp_noise_moments(state, jnp.asarray(queries, jnp.float32))
+    mean, var = _moments(state, jnp.asarray(queries, jnp.float32))
     for i, x in enumerate(np.asarray(jnp.asarray(queries, jnp.float32), np.float64)):
         d_mean, d_var = dense_conditional(xs, values, x)
         # float32 store and arithmetic: errors of a few 1e-6 relative to O(1) values.
@@ -91,13 +93,12 @@ def test_same_state_same_value_until_reset_jax():
     state = gp_noise_init(16, 2)
     batch = jnp.array([0.3, 0.7, 0.3, 1.0, 1.0, 0.2], jnp.float32)
     valid = jnp.array([True, True, True, True, True, False])
-    query = jax.jit(gp_noise_query)
-    state, v1 = query(state, jax.random.key(0), batch, 1.0, valid)
+    state, v1 = _query(state, jax.random.key(0), batch, 1.0, valid)
     assert int(state.count) == 3  # 0.3, 0.7, 1.0; the invalid 0.2 is not stored
     np.testing.assert_array_equal(v1[0], v1[2])
     np.testing.assert_array_equal(v1[3], v1[4])
     np.testing.assert_array_equal(v1[5], 0.0)
-    state, v2 = query(state, jax.random.key(1), jnp.array([1.0, 0.5, 0.7, 0.3], jnp.float32),
+    state, v2 = _query(state, jax.random.key(1), jnp.array([1.0, 0.5, 0.7, 0.3], jnp.float32),
                       1.0)
     np.testing.assert_array_equal(v2[0], v1[3])
     np.testing.assert_array_equal(v2[2], v1[1])
@@ -105,7 +106,7 @@ def test_same_state_same_value_until_reset_jax():
     assert int(state.count) == 4
     fresh = gp_noise_reset(state)
     assert int(fresh.count) == 0
-    _, v3 = query(fresh, jax.random.key(2), batch[:2], 1.0)
+    _, v3 = _query(fresh, jax.random.key(2), batch[:2], 1.0)
     assert not np.allclose(v3, v1[:2])
 
 
@@ -121,14 +122,12 @@ def test_same_state_same_value_until_reset_host():
 
 
 def test_zero_sigma_gives_zero_noise():
-    _, v = gp_noise_query(gp_noise_init(8, 2), jax.random.key(0),
-                          jnp.array([0.1, 0.9, 0.4], jnp.float32), 0.0)
+    _, v = _query(gp_noise_init(8, 2), jax.random.key(0), np.float32([0.1, 0.9, 0.4]), 0.0)
     np.testing.assert_array_equal(v, 0.0)
 
 
 def test_overflow_is_flagged():
-    state, _ = gp_noise_query(gp_noise_init(2, 1), jax.random.key(0),
-                              jnp.array([0.1, 0.2, 0.3], jnp.float32), 1.0)
+    state, _ = _query(gp_noise_init(2, 1), jax.random.key(0), np.float32([0.1, 0.2, 0.3]), 1.0)
     assert bool(state.overflow)
 
 
