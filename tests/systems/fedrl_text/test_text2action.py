@@ -195,24 +195,38 @@ def test_expert_tags_collect_the_full_reward(corpus):
     assert s["f1"] == 1.0 and s["steps"] == int(np.sum(np.asarray(texts.length)))
 
 
+# FedRL on the five tiny texts: the recorded runs' and the target-rule test's learner.
+TINY_FEDRL = dict(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4, hidden=8,
+                  pos_dim=4, tag_dim=2, word_dim=4, target_period=2)
+
+
 @pytest.fixture(scope="module")
 def recorded(corpus):
-    """A few FedRL steps, compiled by `Channel.recorded`: the log has every message's value."""
+    """Four FedRL steps from `init` under each target rule, compiled by `Channel.recorded`: the
+    log has every message's value. "copy" (the paper's rule; `algo`) and "frozen" (the authors'
+    code) each start from their own learner's `init`, and both take the same compiled step: the
+    rule is data in the state (`copy_targets`), which `test_fedrl_target_rule` checks the step
+    honours. Returns (algo, channel, {rule: (initial state, state after 4 steps)}, texts,
+    rewards)."""
     channel = Channel()
     texts = _texts(corpus)
-    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
-                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4)
-    algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]), channel)
-    s = channel.recorded(algo.init)(jax.random.key(0), texts)
+    shapes = Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0])
+    algo = FedRLText(text_config(**TINY_FEDRL), shapes, channel)
+    frozen = FedRLText(text_config(**TINY_FEDRL, targets="frozen"), shapes, channel)
     step = channel.recorded(algo.train_step)
-    for _ in range(3):
-        s = step(s, texts)
+    runs = {}
+    for rule, learner in (("copy", algo), ("frozen", frozen)):
+        s0 = s = channel.recorded(learner.init)(jax.random.key(0), texts)
+        for _ in range(4):
+            s = step(s, texts)
+        runs[rule] = (s0, s)
     rewards = [np.asarray(m.value) for m in channel.log if m.kind == "reward"]
-    return algo, channel, s, texts, rewards
+    return algo, channel, runs, texts, rewards
 
 
 def test_beta_never_receives_a_reward(recorded):
-    algo, channel, state, texts, rewards = recorded
+    algo, channel, runs, texts, rewards = recorded
+    state = runs["copy"][1]
     assert rewards and all(m.receiver == "alpha" for m in channel.log if m.kind == "reward")
     to_beta = [m for m in channel.log if m.receiver == "beta"]
     assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
@@ -249,7 +263,8 @@ def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(recorded):
     released noise, not its Q; baselines, which release nothing, refuse secret keys."""
     from privrl.federation.vertical import with_secret_roots
 
-    algo, _, state, texts, _ = recorded
+    algo, _, runs, texts, _ = recorded
+    state = runs["copy"][1]
     seeded = replace(algo.config, bounded=2.0)
     rec = FedRLText(seeded, algo.features).privacy_record(10, 2, 30, 40)
     assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
@@ -272,18 +287,13 @@ def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(recorded):
 
 
 @pytest.mark.parametrize("targets", ["copy", "frozen"])
-def test_fedrl_target_rule(corpus, targets):
+def test_fedrl_target_rule(recorded, targets):
     """copy (the paper): FedRL's three target networks follow the learners every period;
-    frozen (the authors' code): they never leave their initialization."""
-    texts = _texts(corpus)
-    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
-                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4, target_period=2,
-                      targets=targets)
-    algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
-    s0 = s = jax.jit(algo.init)(jax.random.key(0), texts)
-    step = jax.jit(algo.train_step)
-    for _ in range(4):
-        s = step(s, texts)
+    frozen (the authors' code): they never leave their initialization. The FedRL runs are the
+    recorded fixture's (target period 2, four steps: its learners' own inits, one compiled
+    step); the DQN baseline's run here."""
+    algo, _, runs, texts, _ = recorded
+    s0, s = runs[targets]
     pairs = {"alpha": (s.alpha.target, s.alpha.theta, s0.alpha.target),
              "beta": (s.beta.target, s.beta.theta, s0.beta.target),
              "theta_g": (s.alpha.target_g, s.alpha.theta_g, s0.alpha.target_g)}
@@ -295,7 +305,8 @@ def test_fedrl_target_rule(corpus, targets):
     # copied their targets)
     from privrl.systems.fedrl_text.algorithm import make_learner
 
-    dqn = make_learner(replace(cfg, mode="dqn-alpha"), algo.features)
+    dqn = make_learner(text_config(**{**TINY_FEDRL, "mode": "dqn-alpha"}, targets=targets),
+                       algo.features)
     d0 = d = jax.jit(dqn.init)(jax.random.key(0), texts)
     step = jax.jit(dqn.train_step)
     for _ in range(4):
