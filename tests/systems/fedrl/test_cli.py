@@ -125,7 +125,9 @@ def _plays_the_runs_test_evaluation(out, reported, capsys):
     cfg = FedRLConfig(generated_maps=40, bounded=2.0)
     test = grid.load_splits(cfg).test
     policy = privrl.load_policy(out)
-    s0 = jax.vmap(lambda i: gw.reset(cfg.spec(), test, i))(jnp.arange(test.count))
+    # one program, its observations on the host (eagerly: some 30 small programs)
+    s0 = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(
+        lambda i: gw.reset(cfg.spec(), test, i)))(jnp.arange(test.count)))
     actions = policy.act((s0.obs_alpha, s0.obs_beta))
     assert actions.shape == (test.count,) and actions.dtype == np.int32
     assert set(actions.tolist()) <= set(range(gw.NUM_JOINT_ACTIONS))

@@ -49,7 +49,8 @@ def _contains(haystack, needle):
 
 @pytest.fixture(scope="module")
 def recorded():
-    return _recorded_run()
+    """Four recorded steps, a target copy every 2 (`test_target_networks_are_updated`)."""
+    return _recorded_run(steps=4, target_period=2)
 
 
 def test_beta_never_receives_a_reward(recorded):
@@ -102,7 +103,7 @@ def test_released_q_outputs_are_noisy_and_shared_theta_g_agrees(recorded):
     ids = [np.asarray(m.value) for m in channel.log if m.kind == "batch_ids"][-1]
     c_alpha = [np.asarray(m.value) for m in channel.log if m.kind == "C_alpha"][-1]
     sa = states[-1].alpha
-    raw = np.asarray(algo.alpha.q(sa.theta, sa.memory.obs[ids]))
+    raw = np.asarray(jax.jit(algo.alpha.q)(sa.theta, sa.memory.obs[ids]))  # one program
     resid = c_alpha - raw
     assert resid.shape == (4, 16)
     assert 0.5 < resid.std() < 1.6  # 64 N(0,1) draws: P(outside) < 1e-6
@@ -124,17 +125,20 @@ def test_channel_refuses_messages_outside_the_protocol():
 
 
 def test_jitted_training_logs_the_same_protocol():
+    """A jitted chunk logs its messages (no values) as jit traces it, which is all this needs:
+    its state's shapes stand for a state, and nothing is compiled (the chunk compiles and runs
+    in test_learning.py and test_cli.py)."""
     algo = FedRL(FedRLConfig(**TINY))
     maps = gw.generate_maps(20, 8, seed=0)
-    s = jax.jit(algo.init)(jax.random.key(1), maps)
-    jax.jit(algo.train_chunk)(s, maps)
+    s = jax.eval_shape(algo.init, jax.random.key(1), maps)
+    jax.jit(algo.train_chunk).trace(s, maps)
     kinds = {(m.sender, m.receiver, m.kind) for m in algo.channel.log}
     assert ("env", "alpha", "reward") in kinds
     assert not any(r == "beta" and k == "reward" for _, r, k in kinds)
 
 
-def test_target_networks_are_updated():
-    _, _, states = _recorded_run(steps=4, target_period=2)
+def test_target_networks_are_updated(recorded):
+    _, _, states = recorded
     sa0, sa2, sa3 = states[0].alpha, states[2].alpha, states[3].alpha
     assert not np.array_equal(sa2.target, sa0.target)
     np.testing.assert_array_equal(sa2.target, sa2.theta)
@@ -191,21 +195,21 @@ def test_privacy_json_bounded_mode_composes_every_release():
     assert rec["noise_keys"]["mode"] == "secret" and "SIMULATION" not in rec["statement"]
 
 
-def test_secret_party_roots_change_only_the_released_noise():
+def test_secret_party_roots_change_only_the_released_noise(recorded):
     """Each party's secret root (its own state, never a message) keys its Q-output noise: the
     same state, observations and seeded keys release the same Q plus different noise, of the
     mechanism's size; a root is reproducible only by whoever holds it."""
     from privrl.federation.vertical import with_secret_roots
 
     algo = FedRL(FedRLConfig(**TINY, bounded=2.0))
-    maps = gw.generate_maps(20, 8, seed=0)
-    s = algo.init(jax.random.key(0), maps)
+    s = recorded[2][0]  # the parties' initial states (`init` is the same in bounded mode)
     x = with_secret_roots(s)
     obs = s.env.obs_beta
-    _, c_seeded = algo.beta.release_q(s.beta, obs)
-    _, c_secret = algo.beta.release_q(x.beta, obs)
-    _, c_again = algo.beta.release_q(x.beta, obs)
-    raw = np.asarray(algo.beta.q(s.beta.theta, obs))
+    release_q = jax.jit(algo.beta.release_q)  # a program (eagerly: some 100 small ones)
+    _, c_seeded = release_q(s.beta, obs)
+    _, c_secret = release_q(x.beta, obs)
+    _, c_again = release_q(x.beta, obs)
+    raw = np.asarray(jax.jit(algo.beta.q)(s.beta.theta, obs))
     np.testing.assert_array_equal(c_secret, c_again)
     assert not np.allclose(c_seeded, c_secret)
     for c in (c_seeded, c_secret):  # 32 N(0, 1) draws (the secret ones unseeded: ≥ 4.8 sd)
@@ -247,7 +251,7 @@ def test_secure_q_output_noise_is_differentiable_and_on_the_grid(recorded):
     key = jax.random.key(1)
     g_secure = jax.jit(jax.grad(lambda th: algo.alpha.released(key, th, obs).sum()))(
         s.alpha.theta)
-    g_clipped = jax.grad(lambda th: algo.alpha.q(th, obs).sum())(s.alpha.theta)
+    g_clipped = jax.jit(jax.grad(lambda th: algo.alpha.q(th, obs).sum()))(s.alpha.theta)
     np.testing.assert_array_equal(g_secure, g_clipped)
     assert np.abs(np.asarray(g_secure)).max() > 0
     rec = algo.privacy_record(1, 0, 0, 0)
@@ -261,7 +265,7 @@ def test_secure_q_output_noise_is_differentiable_and_on_the_grid(recorded):
         FedRLConfig(bounded=2.0, secure_noise=True).resolved()
 
 
-def test_the_seed_lets_the_other_party_subtract_seeded_noise_but_not_secret_noise():
+def test_the_seed_lets_the_other_party_subtract_seeded_noise_but_not_secret_noise(recorded):
     """The attack secret keys stop, on FedRL: α knows the seed (config.json), hence β's state
     key, hence the keys of β's next release; it recomputes that noise and subtracts it. From a
     seeded release this recovers β's clipped Q outputs to float rounding; from a secret one
@@ -269,20 +273,21 @@ def test_the_seed_lets_the_other_party_subtract_seeded_noise_but_not_secret_nois
     from privrl.federation.vertical import with_secret_roots
 
     algo = FedRL(FedRLConfig(**TINY, bounded=2.0, noise_sigma=1.0))
-    maps = gw.generate_maps(20, 8, seed=0)
-    s = algo.init(jax.random.key(0), maps)  # everything here follows from the seed
+    s = recorded[2][0]  # the initial states: everything here follows from the seed
     obs = s.env.obs_beta
-    truth = np.asarray(algo.beta.q(s.beta.theta, obs))  # β's clipped Q: what is protected
+    truth = np.asarray(jax.jit(algo.beta.q)(s.beta.theta, obs))  # β's clipped Q: protected
 
+    @jax.jit  # one program (eagerly: some 30 small ones)
     def attack(released):
         _, k = jax.random.split(s.beta.key)  # release_q's key, as the seeded code derives it
         keys = jax.random.split(k, obs.shape[0])
         noise = jax.vmap(algo.mechanism.privatize)(keys, jnp.zeros_like(released)).value
-        return np.asarray(released) - np.asarray(noise)
+        return released - noise
 
-    seeded = algo.beta.release_q(s.beta, obs)[1]
-    np.testing.assert_allclose(attack(seeded), truth, atol=1e-5)
-    secret = algo.beta.release_q(with_secret_roots(s).beta, obs)[1]
-    err = attack(secret) - truth
+    release_q = jax.jit(algo.beta.release_q)
+    seeded = release_q(s.beta, obs)[1]
+    np.testing.assert_allclose(np.asarray(attack(seeded)), truth, atol=1e-5)
+    secret = release_q(with_secret_roots(s).beta, obs)[1]
+    err = np.asarray(attack(secret)) - truth
     # 32 draws of N(0, 2) (sd √2 ≈ 1.41; unseeded: the bounds are ≥ 4.6 sd of the sample sd)
     assert 0.6 < float(np.std(err)) < 2.4

@@ -1,5 +1,6 @@
 """Text2Action (paper 002, Table 2): loading, tokenization, reward, F1, the FedRL protocol."""
 
+import functools
 import gzip
 import json
 from dataclasses import replace
@@ -12,7 +13,7 @@ import pytest
 from privrl.config import ConfigError
 from privrl.envs import text2action as t2a
 from privrl.federation.vertical import Channel, ProtocolError
-from privrl.systems.fedrl_text.algorithm import FedRLText, Shapes, text_config
+from privrl.systems.fedrl_text.algorithm import FedRLText, Shapes, make_learner, text_config
 from privrl.systems.fedrl_text.local import fold_data
 
 # Five tiny texts. Labels: act_type 1 essential, 2 optional, 3 exclusive (related_acts).
@@ -195,24 +196,46 @@ def test_expert_tags_collect_the_full_reward(corpus):
     assert s["f1"] == 1.0 and s["steps"] == int(np.sum(np.asarray(texts.length)))
 
 
+# FedRL on the five tiny texts: the recorded runs' and the target-rule test's learner.
+TINY_FEDRL = dict(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4, hidden=8,
+                  pos_dim=4, tag_dim=2, word_dim=4, target_period=2)
+
+
+@functools.cache
+def _jitted(mode: str, targets: str, shapes: Shapes):
+    """The learner of TINY_FEDRL's settings in `mode`, with its jitted init and train_chunk
+    (length static): one per mode and rule, so that the tests of one share their programs."""
+    algo = make_learner(text_config(**{**TINY_FEDRL, "mode": mode}, targets=targets), shapes)
+    return algo, jax.jit(algo.init), jax.jit(algo.train_chunk, static_argnums=2)
+
+
 @pytest.fixture(scope="module")
 def recorded(corpus):
-    """A few FedRL steps, compiled by `Channel.recorded`: the log has every message's value."""
+    """Four FedRL steps from `init` under each target rule, compiled by `Channel.recorded`: the
+    log has every message's value. "copy" (the paper's rule; `algo`) and "frozen" (the authors'
+    code) each start from their own learner's `init`, and both take the same compiled step: the
+    rule is data in the state (`copy_targets`), which `test_fedrl_target_rule` checks the step
+    honours. Returns (algo, channel, {rule: (initial state, state after 4 steps)}, texts,
+    rewards)."""
     channel = Channel()
     texts = _texts(corpus)
-    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
-                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4)
-    algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]), channel)
-    s = channel.recorded(algo.init)(jax.random.key(0), texts)
+    shapes = Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0])
+    algo = FedRLText(text_config(**TINY_FEDRL), shapes, channel)
+    frozen = FedRLText(text_config(**TINY_FEDRL, targets="frozen"), shapes, channel)
     step = channel.recorded(algo.train_step)
-    for _ in range(3):
-        s = step(s, texts)
+    runs = {}
+    for rule, learner in (("copy", algo), ("frozen", frozen)):
+        s0 = s = channel.recorded(learner.init)(jax.random.key(0), texts)
+        for _ in range(4):
+            s = step(s, texts)
+        runs[rule] = (s0, s)
     rewards = [np.asarray(m.value) for m in channel.log if m.kind == "reward"]
-    return algo, channel, s, texts, rewards
+    return algo, channel, runs, texts, rewards
 
 
 def test_beta_never_receives_a_reward(recorded):
-    algo, channel, state, texts, rewards = recorded
+    algo, channel, runs, texts, rewards = recorded
+    state = runs["copy"][1]
     assert rewards and all(m.receiver == "alpha" for m in channel.log if m.kind == "reward")
     to_beta = [m for m in channel.log if m.receiver == "beta"]
     assert {m.kind for m in to_beta} == {"obs", "theta_g", "batch_ids", "actions", "Y",
@@ -226,9 +249,10 @@ def test_beta_never_receives_a_reward(recorded):
     assert all(o.shape[-1] == 2 for o in obs_b)
     with pytest.raises(ProtocolError, match="env may not send 'reward' to beta"):
         channel.send("env", "beta", "reward", rewards[0])
-    # greedy evaluation goes through the same channel: β → α only
+    # greedy evaluation goes through the same channel: β → α only (logged as jit traces it:
+    # nothing to compile)
     before = len(channel.log)
-    jax.jit(algo.evaluate)(algo.params(state), texts, jax.random.key(1))  # one program
+    jax.jit(algo.evaluate).trace(algo.params(state), texts, jax.random.key(1))
     assert {(m.sender, m.receiver, m.kind) for m in channel.log[before:]} <= {
         ("beta", "alpha", "C_beta")}
 
@@ -249,7 +273,8 @@ def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(recorded):
     released noise, not its Q; baselines, which release nothing, refuse secret keys."""
     from privrl.federation.vertical import with_secret_roots
 
-    algo, _, state, texts, _ = recorded
+    algo, _, runs, texts, _ = recorded
+    state = runs["copy"][1]
     seeded = replace(algo.config, bounded=2.0)
     rec = FedRLText(seeded, algo.features).privacy_record(10, 2, 30, 40)
     assert rec["noise_keys"]["mode"] == "seeded" and "SIMULATION ONLY" in rec["statement"]
@@ -272,18 +297,13 @@ def test_secret_noise_keys_are_recorded_and_key_each_partys_releases(recorded):
 
 
 @pytest.mark.parametrize("targets", ["copy", "frozen"])
-def test_fedrl_target_rule(corpus, targets):
+def test_fedrl_target_rule(recorded, targets):
     """copy (the paper): FedRL's three target networks follow the learners every period;
-    frozen (the authors' code): they never leave their initialization."""
-    texts = _texts(corpus)
-    cfg = text_config(mode="fedrl", num_envs=2, batch_size=4, buffer_size=32, filters=4,
-                      hidden=8, pos_dim=4, tag_dim=2, word_dim=4, target_period=2,
-                      targets=targets)
-    algo = FedRLText(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
-    s0 = s = jax.jit(algo.init)(jax.random.key(0), texts)
-    step = jax.jit(algo.train_step)
-    for _ in range(4):
-        s = step(s, texts)
+    frozen (the authors' code): they never leave their initialization. The FedRL runs are the
+    recorded fixture's (target period 2, four steps: its learners' own inits, one compiled
+    step); the DQN baseline's run here."""
+    algo, _, runs, texts, _ = recorded
+    s0, s = runs[targets]
     pairs = {"alpha": (s.alpha.target, s.alpha.theta, s0.alpha.target),
              "beta": (s.beta.target, s.beta.theta, s0.beta.target),
              "theta_g": (s.alpha.target_g, s.alpha.theta_g, s0.alpha.target_g)}
@@ -292,14 +312,10 @@ def test_fedrl_target_rule(corpus, targets):
         expected = online if targets == "copy" else initial  # step 4 is a copy step
         assert np.array_equal(np.asarray(target), np.asarray(expected)), name
     # the DQN baselines follow the same rule (frozen is a control there: the authors' code
-    # copied their targets)
-    from privrl.systems.fedrl_text.algorithm import make_learner
-
-    dqn = make_learner(replace(cfg, mode="dqn-alpha"), algo.features)
-    d0 = d = jax.jit(dqn.init)(jax.random.key(0), texts)
-    step = jax.jit(dqn.train_step)
-    for _ in range(4):
-        d = step(d, texts)
+    # copied their targets): the rule's own init, four steps of the chunk both rules share
+    # (the rule is data in the state) and test_every_baseline_trains_and_tags runs
+    d0 = _jitted("dqn-alpha", targets, algo.features)[1](jax.random.key(0), texts)
+    d = _jitted("dqn-alpha", "copy", algo.features)[2](d0, texts, 4)
     expected = d.theta if targets == "copy" else d0.target
     assert np.array_equal(np.asarray(d.target), np.asarray(expected))
 
@@ -351,16 +367,14 @@ def test_bad_options_fail_before_compute():
 
 @pytest.mark.parametrize("mode", ["dqn-alpha", "dqn-full", "fcn-alpha", "fcn-full"])
 def test_every_baseline_trains_and_tags(corpus, mode):
-    from privrl.systems.fedrl_text.algorithm import make_learner
-
     texts = _texts(corpus)
-    cfg = text_config(mode=mode, num_envs=2, batch_size=4, buffer_size=16, filters=4, hidden=8,
-                      pos_dim=4, tag_dim=2, word_dim=4)
-    algo = make_learner(cfg, Shapes(8, int(texts.pos.max()) + 1, texts.vectors.shape[0]))
-    # each a program (run eagerly, their ops were some 80 small ones)
-    s = jax.jit(algo.init)(jax.random.key(0), texts)
-    s2 = jax.jit(algo.train_chunk, static_argnums=2)(s, texts, 3)
-    assert int(s2.steps) == 3 and not np.allclose(np.asarray(s2.theta), np.asarray(s.theta))
+    # each a program (run eagerly, their ops were some 80 small ones); dqn-alpha's init and
+    # chunk are test_fedrl_target_rule's
+    algo, init, chunk = _jitted(mode, "copy", Shapes(8, int(texts.pos.max()) + 1,
+                                                     texts.vectors.shape[0]))
+    s = init(jax.random.key(0), texts)
+    s2 = chunk(s, texts, 4)
+    assert int(s2.steps) == 4 and not np.allclose(np.asarray(s2.theta), np.asarray(s.theta))
     tags, total = jax.jit(algo.evaluate)(algo.params(s2), texts, jax.random.key(1))
     n = np.asarray(texts.length)
     assert tags.shape == (5, 8) and np.isfinite(float(total))
@@ -537,7 +551,6 @@ def test_run_writes_the_parties_networks_per_fold_and_run(corpus, tmp_path, caps
     from privrl import main as cli
     from privrl.policy import read_saved
     from privrl.systems.fedrl_text import local as rt
-    from privrl.systems.fedrl_text.algorithm import make_learner
 
     cfg = text_config(mode="fedrl", runs=2, epochs=1, steps_per_epoch=2, num_envs=2,
                       batch_size=4, buffer_size=16, filters=4, hidden=8, pos_dim=4, tag_dim=2,

@@ -130,6 +130,14 @@ def zero_stats() -> Stats:
     return Stats(jnp.int32(0), jnp.int32(0), jnp.float32(0.0))
 
 
+def zeroed(stats: Any) -> Any:
+    """Zero stats (a NamedTuple of scalars) shaped as `stats` are, a vmapped batch's
+    included: a chunk's `scan` under `vmap` then carries them batched from the start and
+    traces its step once, not twice (JAX re-batches a scan whose carry becomes batched
+    inside)."""
+    return type(stats)(*(jnp.where(True, jnp.zeros((), x.dtype), x) for x in stats))
+
+
 class FedRL:
     """init(key, maps) -> state; train_chunk(state, maps) -> state; evaluate(params, maps, key,
     variant) -> gw.EvalResult. Pure functions: jit them and vmap over seeds."""
@@ -186,7 +194,7 @@ class FedRL:
         return FedRLState(sa, sb, env, ep_return, s.steps + 1, key, stats)
 
     def train_chunk(self, s: FedRLState, maps: gw.GridMaps) -> FedRLState:
-        s = s._replace(stats=zero_stats())
+        s = s._replace(stats=zeroed(s.stats))
         return jax.lax.scan(lambda st, _: (self.train_step(st, maps), None), s, None,
                             length=self.config.updates_per_epoch)[0]
 

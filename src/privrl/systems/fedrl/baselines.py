@@ -39,6 +39,7 @@ from privrl.systems.fedrl.algorithm import (
     env_advance,
     env_reset_random,
     zero_stats,
+    zeroed,
 )
 from privrl.systems.fedrl.config import MODELS, BaselineConfig
 
@@ -99,7 +100,7 @@ class GridDQN:
                         s.steps + 1, key, stats)
 
     def train_chunk(self, s: DQNState, maps: gw.GridMaps) -> DQNState:
-        s = s._replace(stats=zero_stats())
+        s = s._replace(stats=zeroed(s.stats))
         return jax.lax.scan(lambda st, _: (self.train_step(st, maps), None), s, None,
                             length=self.config.updates_per_epoch)[0]
 

@@ -54,6 +54,7 @@ from privrl.replay import (
     store,
     supervised_update,
 )
+from privrl.systems.fedrl.algorithm import zeroed
 from privrl.systems.fedrl_text.config import TextConfig
 
 COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
@@ -81,13 +82,6 @@ class Stats(NamedTuple):
 
 def zero_stats() -> Stats:
     return Stats(jnp.int32(0), jnp.float32(0.0), jnp.int32(0))
-
-
-def zeroed(stats: Stats) -> Stats:
-    """Zero stats shaped as `stats` are, a vmapped batch's included: a chunk's `scan` under
-    `vmap` then carries them batched from the start and traces its step once, not twice
-    (JAX re-batches a scan whose carry becomes batched inside)."""
-    return Stats(*(jnp.where(True, jnp.zeros((), x.dtype), x) for x in stats))
 
 
 class _Learner:
