@@ -57,6 +57,8 @@ TINY = {
     "--trials": 1, "--submissions": 18, "--episodes": 4, "--epochs": 1,
     "--trials-reinforce": 1, "--trials-dqn": 1, "--updates-per-epoch": 20,
     "--steps-per-epoch": 2, "--max-steps": 20, "--folds": 0,
+    "--w2v-epochs": 1,  # Text2Action's word2vec training (gensim, on the host)
+    "--samples": 2000,  # an audit's draws per input (its default: 10⁶, seconds of drawing)
 }
 # Sizes of the problem, not of the run: shrunk only where the document writes a larger one
 # (a command's own default is its smallest sensible size: FedPG's topologies need its agents).
@@ -81,6 +83,24 @@ NEEDS = {
     # FedPG-Dec's random graph must be strongly connected over its window of rounds (7 here),
     # which a run of fewer rounds does not have (refused)
     ("reproduce", "fedpg"): {"--episodes": 24},
+    # DP-DQN calibrates σ to --epsilon over the releases a transition can take part in
+    # (min(episodes × the episode's step cap, the buffer)): a PLD search that cost ~6 CPU-s
+    # at 4 × 20 and ~1.6 at the buffer's 10,000, the count of the documented run itself (the
+    # same σ). 20 episodes of CartPole's own 500-step cap reach it; the untrained policy's
+    # episodes end after ~17 steps each (~350 in all), before the preset's first update (at
+    # 1,000 stored), as at 4 × 20.
+    ("run", "dp-dqn"): {"--episodes": 20, "--max-steps": 500},
+}
+# A sweep's or an audit's lists, each cut to one of its values (set whether or not the command
+# writes the list): the same path, programs, tables and plots, for fewer settings; a setting
+# more is compile time more (PGC-A3C's program grows with its settings' mechanisms) or draws.
+SWEEPS = {
+    # Laplace, PRS and the non-private run at one paper ε (the tables keep the paper's
+    # numbers beside ours): 3 settings in one program instead of 9
+    ("reproduce", "pgc-a3c"): {"--epsilon": "5"},
+    # the audited-vs-claimed table at one claimed ε (each ε: its own calibrated mechanism,
+    # compiled, and its draws)
+    ("audit", "mechanism"): {"--epsilon": "1"},
 }
 # What a command's directory holds besides README's run files: (command words) → files.
 WRITES = {("reproduce",): ("sweep.json", "tables.md"),
@@ -176,6 +196,11 @@ def shrink(words: tuple[str, ...], out: Path | None,
                 args[i] = str(size)
         elif option not in SMALLER or option in processes:
             args += [option, str(size)]
+    for option, value in SWEEPS.get(path, {}).items():
+        if option in args:
+            args[args.index(option) + 1] = value
+        else:
+            args += [option, value]
     for option, value in (settings or {}).items():
         assert option in takes, f"privrl {' '.join(path)} takes no {option}"
         if option in args:

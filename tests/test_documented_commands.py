@@ -6,10 +6,11 @@ command is tested as written: every `privrl ...` line of README.md's code blocks
 `privrl ...` or `make <target>` span of benchmarks/RESULTS.md's "Headline" table, and the
 Makefile's `run` target (a `make <target>` stands for that target's `privrl` commands). Each
 runs in this process (`privrl.main.main`, so JAX is imported once and the programs it compiles
-are shared through the session's cache) with its run lengths shrunk (`TINY`) and `--out` in a
-temporary directory; it must exit 0 and write what README's "What every run writes" table
-promises. A placeholder argument `runs/<...>-...` (`privrl replay runs/pgc-a3c-ray-...`) stands
-for the directory the command before it in the same code block wrote.
+are shared through the session's cache) with its run lengths shrunk (`TINY`, `NEEDS`), a
+sweep's lists cut to one value (`SWEEPS`) and `--out` in a temporary directory; it must exit
+0 and write what README's "What every run writes" table promises. A placeholder argument
+`runs/<...>-...` (`privrl replay runs/pgc-a3c-ray-...`) stands for the directory the command
+before it in the same code block wrote.
 
 Commands with `--runtime ray` or `--runtime flower` start processes of their own: they are
 marked `processes` (the Makefile runs them in that stage). Two Flower commands are run by the

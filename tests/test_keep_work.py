@@ -26,6 +26,11 @@ def _fail_on_call(n: int, original):
     return fails
 
 
+def _one_episode_per_call(episodes: int, target: int | None = None) -> int:
+    """DP Q-learning's `local.chunk_size` for the two tests below: one episode per call."""
+    return 1
+
+
 def _check_kept(out: Path, err: str) -> dict:
     assert err.strip().splitlines()[-1] == (
         "privrl: error: the run failed (FloatingPointError: simulated crash in the middle of "
@@ -107,9 +112,13 @@ def test_fedpg_dec_keeps_the_rounds_done(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_dp_qlearning_keeps_its_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture) -> None:
-    """Its training is one program: a failure after it (the random baseline) keeps it."""
+    """Its training is done before its one release: a failure after it (the random baseline)
+    keeps it. Trained one episode per call, as the next test trains (its crash needs three
+    calls): the same compiled program, found again in the session's cache (its chunk's
+    length, not the run's, is what compiles)."""
     from privrl.systems.dp_qlearning import local
 
+    monkeypatch.setattr(local, "chunk_size", _one_episode_per_call)
     monkeypatch.setattr(local, "random_baseline", _fail_on_call(1, local.random_baseline))
     out = tmp_path / "out"
     assert main(["run", "dp-qlearning", "--gp-scale", "0.2", "--trials", "2",
@@ -127,7 +136,7 @@ def test_dp_qlearning_keeps_its_returns_from_a_crash_during_training(
     from privrl.systems.dp_qlearning import local
 
     sharded = local.sharded
-    monkeypatch.setattr(local, "chunk_size", lambda episodes, target=None: 1)
+    monkeypatch.setattr(local, "chunk_size", _one_episode_per_call)
     monkeypatch.setattr(local, "sharded", lambda fn, devices: (
         _fail_on_call(3, sharded(fn, devices)) if fn.__name__ == "run_episodes"
         else sharded(fn, devices)))
