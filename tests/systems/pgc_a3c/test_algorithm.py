@@ -246,7 +246,8 @@ def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
     cfg = PGCA3CConfig.from_preset("tuned", mechanism="none", trials=4, submissions=2700,
                                    seed=0)
     # The same chunks of 20 rounds in both (one program, the second run's compile a hit of
-    # the persistent cache): retirement is the only difference between the runs.
+    # the persistent cache, as test_learning's runs of this shape): retirement is the only
+    # difference between the runs.
     full = run_pgc_a3c(cfg, chunk_rounds=20)
     early = run_pgc_a3c(cfg, retire_on_success=True, chunk_rounds=20)
     fst_full = summarize(full)["fst"]
