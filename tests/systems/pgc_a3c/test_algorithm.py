@@ -23,11 +23,13 @@ from privrl.systems.pgc_a3c.local import privacy_record, run_pgc_a3c, summarize
 
 
 def test_laplace_eps10_run_completes_and_reports_eps10_per_agent():
+    # 2 trials of 50 submissions: the shape of test_cli's runs (`_run`), whose chunk program
+    # this run shares through the persistent compilation cache (ε and the seed are data)
     out = run_pgc_a3c(PGCA3CConfig(mechanism="laplace", epsilon=10.0, trials=2,
-                                   submissions=200))
-    assert out.scores.shape == (2, 200) and out.scores.min() >= 1
+                                   submissions=50))
+    assert out.scores.shape == (2, 50) and out.scores.min() >= 1
     ledger = out.ledger.summary()
-    assert ledger["agents"] == 2 * 200 and ledger["reports"] == 2 * 200
+    assert ledger["agents"] == 2 * 50 and ledger["reports"] == 2 * 50
     assert ledger["per_agent_epsilon"]["min"] == ledger["per_agent_epsilon"]["max"] == 10.0
     assert ledger["formal_guarantee"] is True
     record = privacy_record(out)
@@ -43,20 +45,23 @@ def test_laplace_eps10_run_completes_and_reports_eps10_per_agent():
 
 
 @pytest.fixture(scope="module")
-def three_per_agent_run():
-    """T = 3 reports per agent, each ε/3, 100 submissions: 11 rounds of P = 9 and a last round
-    of one. Two tests inspect it (one program compiled, not two)."""
-    return run_pgc_a3c(PGCA3CConfig(mechanism="laplace", epsilon=6.0, trials=1,
-                                    submissions=100, submissions_per_agent=3))
+def two_per_agent_run():
+    """T = 2 reports per agent, each ε/2, 2 trials of 51 submissions: 5 rounds of P = 9 and a
+    last round of six, the last agent's one report. Two tests inspect it (one program
+    compiled, not two). Its program is test_cli's T = 2 run's (2 trials, chunks of 6 rounds;
+    ε and the submissions cap are data), shared through the persistent compilation cache, and
+    its random baseline's (10 episodes) is the one of the run above."""
+    return run_pgc_a3c(PGCA3CConfig(mechanism="laplace", epsilon=4.0, trials=2,
+                                    submissions=51, submissions_per_agent=2))
 
 
-def test_multiple_submissions_compose_to_the_budget(three_per_agent_run):
-    # T = 3 reports per agent, each ε/3: the ledger composes them back to ε per agent.
-    out = three_per_agent_run
+def test_multiple_submissions_compose_to_the_budget(two_per_agent_run):
+    # T = 2 reports per agent, each ε/2: the ledger composes them back to ε per agent.
+    out = two_per_agent_run
     ledger = out.ledger.summary()
-    assert ledger["agents"] == math.ceil(100 / 3)
-    assert ledger["reports_per_agent"] == {"min": 1, "max": 3}  # the last agent submits once
-    assert ledger["per_agent_epsilon"]["max"] == pytest.approx(6.0)
+    assert ledger["agents"] == 2 * math.ceil(51 / 2)
+    assert ledger["reports_per_agent"] == {"min": 1, "max": 2}  # the last agent submits once
+    assert ledger["per_agent_epsilon"]["max"] == pytest.approx(4.0)
     assert [e["epsilon"] for e in ledger["events"]] == [2.0]
     mech = make_mechanism(out.config, 112)
     assert isinstance(mech, LaplaceMechanism) and mech.epsilon == 2.0
@@ -230,17 +235,20 @@ def test_runs_of_any_budget_share_the_chunk_program():
     assert chunk_program(18) == chunk_program(27_000)
 
 
-def test_partial_last_round_submits_exactly_the_cap(three_per_agent_run):
-    out = three_per_agent_run  # 100 = 11 × 9 + 1: the last round runs one agent of nine
-    assert out.scores.shape == (1, 100) and out.ledger.summary()["reports"] == 100
-    assert np.all(np.isfinite(out.scores)) and int(out.submitted[0]) == 100
+def test_partial_last_round_submits_exactly_the_cap(two_per_agent_run):
+    out = two_per_agent_run  # 51 = 5 × 9 + 6: the last round runs six agents of nine
+    assert out.scores.shape == (2, 51) and out.ledger.summary()["reports"] == 2 * 51
+    assert np.all(np.isfinite(out.scores)) and out.submitted.tolist() == [51, 51]
 
 
 @pytest.mark.learning(xla_optimize=False)  # trials must learn to succeed and retire
 def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
     cfg = PGCA3CConfig.from_preset("tuned", mechanism="none", trials=4, submissions=2700,
                                    seed=0)
-    full = run_pgc_a3c(cfg)
+    # The same chunks of 20 rounds in both (one program, the second run's compile a hit of
+    # the persistent cache, as test_learning's runs of this shape): retirement is the only
+    # difference between the runs.
+    full = run_pgc_a3c(cfg, chunk_rounds=20)
     early = run_pgc_a3c(cfg, retire_on_success=True, chunk_rounds=20)
     fst_full = summarize(full)["fst"]
     assert any(f is not None for f in fst_full)  # measured: all 4 succeed by ~1900

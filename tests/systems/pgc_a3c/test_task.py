@@ -32,7 +32,8 @@ def test_acrobot_task_with_private_masses_and_user_model() -> None:
     assert algo.dim == 6 * 4 + 4 + 4 * 3 + 3 + 4 + 1  # sized from Acrobot's spaces
     assert algo.config.env == "gymnax:Acrobot-v1"
     assert algo.config.private_params == ("link_mass_1=0.8:1.2",)
-    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 1))  # one trial
+    # one trial (init jitted: one program, not one per operation)
+    state = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), 1))
     state, scores = jax.jit(lambda s: algo.run_rounds(s, 2))(state)
     # never swung up: 12 steps at -1 each, the true return (not the length)
     assert int(state.submitted[0]) == 6 and np.all(np.asarray(scores) == -12)
@@ -52,9 +53,13 @@ def test_env_reward_reaches_the_loss() -> None:
     step = PGCA3C(_cfg(env="gymnax:MountainCar-v0", reward="step"))
     from privrl.envs.rollout import rollout_episodes
 
-    params = algo.task.agents_params(jax.random.key(0), jnp.arange(2))
-    traj = rollout_episodes(algo.env, params, lambda k, o: jnp.zeros(2, jnp.int32),
-                            jax.random.key(1), 2, 12)
+    @jax.jit  # one program, not one per operation
+    def play():
+        params = algo.task.agents_params(jax.random.key(0), jnp.arange(2))
+        return rollout_episodes(algo.env, params, lambda k, o: jnp.zeros(2, jnp.int32),
+                                jax.random.key(1), 2, 12)
+
+    traj = play()
     np.testing.assert_array_equal(np.asarray(algo.rewards(traj)), -np.asarray(traj.mask))
     np.testing.assert_array_equal(np.asarray(step.rewards(traj)), np.asarray(traj.mask))
 
@@ -131,7 +136,7 @@ def test_a_round_with_its_episodes_played_outside_the_program_is_the_same_round(
 
     algo = PGCA3C(PGCA3CConfig(mechanism="laplace", epsilon=5.0, parallel_agents=3,
                                submissions=9, max_episode_steps=12, hidden=4, trials=2))
-    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 2))
+    state = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), 2))
     inside, s_in = jax.jit(lambda s: algo.run_rounds(s, 3))(state)
     outside, s_out = algo.run_rounds(state, 3, episodes=Outside())
     np.testing.assert_array_equal(np.asarray(s_out), np.asarray(s_in))
