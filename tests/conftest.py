@@ -15,8 +15,9 @@
 - the garbage collector leaves alone what exists once the tests are collected, and runs less
   often (`pytest_collection_finish`);
 - the tests compiled without optimizations also compile without XLA's newer MLIR fusion
-  emitters (`xla_cpu_use_fusion_emitters=false`, per compilation: `_fast_unoptimized_compiles`):
-  the older emitters compile faster, and compiling is what those tests spend their time on.
+  emitters (`xla_cpu_use_fusion_emitters=false`) and under XLA CPU's compile-speed preset
+  (`xla_cpu_opt_preset`), per compilation (`_UNOPTIMIZED`, `_fast_unoptimized_compiles`): both
+  compile faster, and compiling is what those tests spend their time on.
   Optimized programs keep the default emitters, whose code runs faster, and running is what
   the learning tests spend theirs on;
 - every compilation skips XLA's HLO verifier, which re-checks the module after each pass and
@@ -83,18 +84,26 @@ def pytest_configure(config: pytest.Config) -> None:
 # text for text (benchmarks/log/30-suite.md). Every compilation, and the children's XLA_FLAGS.
 _EVERY_COMPILE = {"xla_cpu_parallel_codegen_split_count": 1,
                   "xla_disable_hlo_passes": "hlo-verifier"}
+# What the compilations without optimizations add: the older fusion emitters and XLA CPU's
+# compile-speed preset (it leaves out passes that spend compile time to buy run time; about a
+# tenth of these tests' CPU: benchmarks/log/37-session-16.md). The tests check privrl's logic,
+# and the processes a test starts compile alike (`_child_compile_env`), so a driver replaying
+# their arithmetic gets the same floats; a test about the product's compiled program asks for
+# the product's options itself (they win).
+_UNOPTIMIZED = {"xla_cpu_use_fusion_emitters": False,
+                "xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_COMPILE"}
 # LLVM's level for the optimized compiles of the running test: `learning(llvm_level=2)` asks for
 # XLA's default, 2 (pytest_runtest_setup).
 _LLVM_LEVEL = [1]
 
 
 def _fast_unoptimized_compiles() -> None:
-    """Every compilation made under `jax_disable_most_optimizations` also turns off XLA's MLIR
-    fusion emitters; every other one (the learning tests') asks LLVM for level 1 (unless the
-    compilation asks for its own options: they win). JAX offers
-    per-compilation XLA options only per `jit` (`compiler_options`), so the hook wraps the one
-    function through which every compilation gets its options; if a JAX upgrade removes it, the
-    tests still run, only slower."""
+    """Every compilation made under `jax_disable_most_optimizations` also gets `_UNOPTIMIZED`
+    (no MLIR fusion emitters, the compile-speed preset); every other one (the learning tests')
+    asks LLVM for level 1 (unless the compilation asks for its own options: they win). JAX
+    offers per-compilation XLA options only per `jit` (`compiler_options`), so the hook wraps
+    the one function through which every compilation gets its options; if a JAX upgrade removes
+    it, the tests still run, only slower."""
     import jax
     from jax._src import compiler
 
@@ -105,7 +114,7 @@ def _fast_unoptimized_compiles() -> None:
     @functools.wraps(original)
     def get_compile_options(*args: Any, env_options_overrides: dict | None = None,
                             **kwargs: Any) -> Any:
-        extra = ({"xla_cpu_use_fusion_emitters": False}
+        extra = (_UNOPTIMIZED
                  if jax.config.read("jax_disable_most_optimizations")
                  else {"xla_backend_optimization_level": _LLVM_LEVEL[0]})
         # the random baseline's rollout asks for LLVM level 0, as in a run (at a learning
@@ -211,13 +220,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _child_compile_env(cache: str | None) -> dict[str, str]:
     """The environment under which a process a test starts (a Ray actor, a Flower app or
-    agent executor) compiles as the tests do: without optimizations, without the MLIR fusion
-    emitters, code generation in one part, no HLO verifier, every program in the session's
+    agent executor) compiles as the tests do: without optimizations, with `_UNOPTIMIZED`, code
+    generation in one part, no HLO verifier, every program in the session's
     cache (None: none).
     Cheaper, and a driver replaying the process's arithmetic gets the same floats."""
     env = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "true",
-           "XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false " + " ".join(
-               f"--{k}={v}" for k, v in _EVERY_COMPILE.items())}
+           "XLA_FLAGS": " ".join(f"--{k}={str(v).lower() if isinstance(v, bool) else v}"
+                                 for k, v in (_UNOPTIMIZED | _EVERY_COMPILE).items())}
     if cache is not None:
         env |= {"JAX_COMPILATION_CACHE_DIR": cache,
                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
