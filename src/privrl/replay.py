@@ -103,3 +103,11 @@ class FCNState(NamedTuple):
     steps: Array
     key: Array
     stats: Any
+
+
+def zeroed(stats: Any) -> Any:
+    """Zero stats (a NamedTuple of scalars) shaped as `stats` are, a vmapped batch's
+    included: a chunk's `scan` under `vmap` then carries them batched from the start and
+    traces its step once, not twice (JAX re-batches a scan whose carry becomes batched
+    inside)."""
+    return type(stats)(*(jnp.where(True, jnp.zeros((), x.dtype), x) for x in stats))

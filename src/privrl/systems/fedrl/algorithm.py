@@ -50,6 +50,7 @@ from privrl.federation.vertical import (
 )
 from privrl.nets.grid import conv_q, federated_head
 from privrl.privacy.qoutput import UnboundedQNoise, q_mechanism, q_release_privacy
+from privrl.replay import zeroed
 from privrl.systems.fedrl.config import FedRLConfig, GridConfig
 
 SPLIT = (6400, 7200, 8000)  # train [0, 6400), validation [6400, 7200), test [7200, 8000)
@@ -128,14 +129,6 @@ def env_advance(spec: gw.GridSpec, maps: gw.GridMaps, env: gw.GridState, action:
 
 def zero_stats() -> Stats:
     return Stats(jnp.int32(0), jnp.int32(0), jnp.float32(0.0))
-
-
-def zeroed(stats: Any) -> Any:
-    """Zero stats (a NamedTuple of scalars) shaped as `stats` are, a vmapped batch's
-    included: a chunk's `scan` under `vmap` then carries them batched from the start and
-    traces its step once, not twice (JAX re-batches a scan whose carry becomes batched
-    inside)."""
-    return type(stats)(*(jnp.where(True, jnp.zeros((), x.dtype), x) for x in stats))
 
 
 class FedRL:

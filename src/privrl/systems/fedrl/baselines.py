@@ -34,12 +34,12 @@ from privrl.replay import (
     epsilon_greedy,
     store,
     supervised_update,
+    zeroed,
 )
 from privrl.systems.fedrl.algorithm import (
     env_advance,
     env_reset_random,
     zero_stats,
-    zeroed,
 )
 from privrl.systems.fedrl.config import MODELS, BaselineConfig
 

@@ -53,8 +53,8 @@ from privrl.replay import (
     epsilon_greedy,
     store,
     supervised_update,
+    zeroed,
 )
-from privrl.systems.fedrl.algorithm import zeroed
 from privrl.systems.fedrl_text.config import TextConfig
 
 COLUMNS = {"alpha": ("pos",), "beta": ("word",), "full": ("pos", "word")}
