@@ -92,6 +92,11 @@ _EVERY_COMPILE = {"xla_cpu_parallel_codegen_split_count": 1,
 # the product's options itself (they win).
 _UNOPTIMIZED = {"xla_cpu_use_fusion_emitters": False,
                 "xla_cpu_opt_preset": "CPU_OPT_PRESET_FAST_COMPILE"}
+# The preset changes the floats of some programs, so a promise that two programs (a chunked run
+# and the whole run's program; the tests' replay and the installed command's) give the same
+# floats, bit for bit, does not hold under it as it holds for the product: a test of such a
+# promise is marked `product_compile` and compiles at the product's preset (pytest_runtest_setup).
+_PRESET = ["CPU_OPT_PRESET_FAST_COMPILE"]
 # LLVM's level for the optimized compiles of the running test: `learning(llvm_level=2)` asks for
 # XLA's default, 2 (pytest_runtest_setup).
 _LLVM_LEVEL = [1]
@@ -114,7 +119,7 @@ def _fast_unoptimized_compiles() -> None:
     @functools.wraps(original)
     def get_compile_options(*args: Any, env_options_overrides: dict | None = None,
                             **kwargs: Any) -> Any:
-        extra = (_UNOPTIMIZED
+        extra = ({**_UNOPTIMIZED, "xla_cpu_opt_preset": _PRESET[0]}
                  if jax.config.read("jax_disable_most_optimizations")
                  else {"xla_backend_optimization_level": _LLVM_LEVEL[0]})
         # the random baseline's rollout asks for LLVM level 0, as in a run (at a learning
@@ -191,6 +196,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     optimized = learning is not None and learning.kwargs.get("xla_optimize", True)
     jax.config.update("jax_disable_most_optimizations", not optimized)
     _LLVM_LEVEL[0] = learning.kwargs.get("llvm_level", 1) if optimized else 1
+    preset = ("CPU_OPT_PRESET_DEFAULT" if item.get_closest_marker("product_compile")
+              else _UNOPTIMIZED["xla_cpu_opt_preset"])
+    if preset != _PRESET[0]:
+        # JAX's in-memory caches do not key on the hook's options: a program compiled at the
+        # other preset must not be served (the persistent cache keys on them)
+        jax.clear_caches()
+        _PRESET[0] = preset
 
 
 @pytest.hookimpl(trylast=True)

@@ -175,6 +175,7 @@ def test_replay_command_refuses_a_pickled_run_file(tmp_path: Path, plant_pickle,
     assert not marker.exists()
 
 
+@pytest.mark.product_compile  # this process's replay against the installed command's
 def test_replay_exit_status_is_the_verdict_of_the_installed_command(tmp_path: Path) -> None:
     """`privrl replay` exits 0 when θ replays exactly, and non-zero on MISMATCH (a script or a
     CI job trusts the status): through the installed executable, as a user runs it."""

@@ -153,6 +153,7 @@ def test_non_private_qlearning_learns_well_above_random():
     assert not np.array_equal(r[0], r[1])
 
 
+@pytest.mark.product_compile  # the chunked run's floats against the one-program run's
 def test_noise_store_capacity_bound_holds_with_a_wrapping_replay():
     """The stores are sized by 'every queried state was in the replay during the block'; a
     replay that wraps many times within a block (130 slots, 100-step blocks) must not overflow.
