@@ -17,7 +17,8 @@
 - the tests compiled without optimizations also compile without XLA's newer MLIR fusion
   emitters (`xla_cpu_use_fusion_emitters=false`) and under XLA CPU's compile-speed preset
   (`xla_cpu_opt_preset`), per compilation (`_UNOPTIMIZED`, `_fast_unoptimized_compiles`): both
-  compile faster, and compiling is what those tests spend their time on.
+  compile faster, and compiling is what those tests spend their time on (a test of a bit-for-bit
+  promise between two programs, marked `product_compile`, keeps the product's preset).
   Optimized programs keep the default emitters, whose code runs faster, and running is what
   the learning tests spend theirs on;
 - every compilation skips XLA's HLO verifier, which re-checks the module after each pass and
