@@ -35,7 +35,6 @@ from privrl.audit.config import AuditConfig, Progress
 from privrl.audit.one_run import OneRunResult, one_run_audit
 from privrl.choices import ACCOUNTANTS
 from privrl.config import ACCOUNTANT_HELP, ConfigError, option, positive
-from privrl.privacy.mechanisms import GaussianSumParams
 from privrl.systems.dpsgd_rl.episodic import EpisodicSetting
 from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
 
@@ -85,7 +84,7 @@ def canary_run(algo: Reinforce, canaries: int, key: Array) -> CanaryRun:
     # compiled program for every σ (the audit's ε values, the test's quiet run), which the
     # persistent cache finds. The clip flag stays a constant: traced, XLA fused the sum
     # otherwise and the scores changed in their last bits.
-    std = algo.mechanism.release_params(dim).std
+    sums = algo.mechanism.release_params(dim)
 
     @jax.jit
     def train(k: Array, rows: Array, dirs: Array, std: Array) -> Array:
@@ -94,12 +93,12 @@ def canary_run(algo: Reinforce, canaries: int, key: Array) -> CanaryRun:
             s, _, grad = algo.step(s, r)
             return s, d @ grad  # this update's canaries' scores
 
-        setting = EpisodicSetting(GaussianSumParams(np.bool_(True), std), None)
+        setting = EpisodicSetting(sums._replace(std=std), None)
         start = algo.init(k)._replace(setting=setting)
         _, scores = jax.lax.scan(body, start, (rows, dirs))
         return scores.reshape(-1)
 
-    scores = np.asarray(train(k_run, rows, dirs, std))
+    scores = np.asarray(train(k_run, rows, dirs, sums.std))
     keep = np.asarray(real)
     return CanaryRun(scores[keep], np.asarray(included)[keep],
                      cfg.accountant_for(1).epsilon(cfg.delta))
