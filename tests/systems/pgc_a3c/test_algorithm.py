@@ -205,18 +205,22 @@ def test_invalid_config_names_the_field():
 
 
 def test_agents_of_a_round_share_one_snapshot_and_apply_in_turn():
-    """With |B| = 1 the round applies P reports sequentially: θ moves P times per round."""
-    algo = PGCA3C(PGCA3CConfig(mechanism="laplace", epsilon=5.0, submissions=18))
-    state = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), 1))  # one trial
+    """With |B| = 1 the round applies P reports sequentially: θ moves P times per round; with
+    |B| = 100 (PRS) the round's nine reports are buffered and θ stays. Both settings as one
+    program (`for_settings`, a trial each, as a local run computes either: its setting as
+    data), so one round program is compiled, not two; each trial keeps its own |B|."""
+    lap = PGCA3CConfig(mechanism="laplace", epsilon=5.0, submissions=18).resolved()
+    prs = PGCA3CConfig(mechanism="prs", epsilon=5.0, submissions=18).resolved()
+    assert (lap.buffer_size, prs.buffer_size) == (1, 100)
+    algo = PGCA3C.for_settings([lap, prs])
+    state = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), 2))
+    state = state._replace(setting=algo.setting_data([0, 1]))  # trial 0 Laplace, 1 PRS
     after, scores = jax.jit(lambda s: algo.run_rounds(s, 1))(state)
-    assert int(after.agg.updates[0]) == 9 and int(after.submitted[0]) == 9
-    assert scores.shape == (1, 9)
-    # |B| = 100 (PRS): nine reports are buffered, θ unchanged.
-    algo_b = PGCA3C(PGCA3CConfig(mechanism="prs", epsilon=5.0, submissions=18))
-    state_b = jax.jit(jax.vmap(algo_b.init))(jax.random.split(jax.random.key(0), 1))
-    after_b, _ = jax.jit(lambda s: algo_b.run_rounds(s, 1))(state_b)
-    assert int(after_b.agg.count[0]) == 9 and int(after_b.agg.updates[0]) == 0
-    np.testing.assert_array_equal(after_b.agg.theta, state_b.agg.theta)
+    assert after.agg.updates.tolist() == [9, 0] and after.submitted.tolist() == [9, 9]
+    assert scores.shape == (2, 9) and np.all(np.isfinite(scores))
+    assert int(after.agg.count[1]) == 9  # PRS: nine reports buffered, θ unchanged
+    np.testing.assert_array_equal(after.agg.theta[1], state.agg.theta[1])
+    assert not np.array_equal(after.agg.theta[0], state.agg.theta[0])
 
 
 def test_runs_of_any_budget_share_the_chunk_program():

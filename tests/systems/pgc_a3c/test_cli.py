@@ -308,10 +308,14 @@ def test_tuned_preset_from_cli(tuned_prs_run, tmp_path, monkeypatch):
 
 def test_tuned_ldp_preset_from_cli(tmp_path, monkeypatch):
     """tuned-ldp is tuned with its own P, network and per-mechanism (clip, |B|); an explicit
-    --parallel-agents still wins over the preset's."""
-    out = _run(tmp_path, "ldp", "--preset", "tuned-ldp", "--mechanism", "privunit",
-               "--epsilon", "1")
-    config = json.loads((out / "config.json").read_text())["config"]
+    --parallel-agents still wins over the preset's. The config the command would run, as
+    config.json records it (the algorithm's resolved config, `RunOutput.config`): that a run
+    writes it there is test_tuned_preset_from_cli's check; a PrivUnit run compiles its
+    program whole (host callbacks: no persistent cache), for nothing this test reads."""
+    from privrl.systems.pgc_a3c.algorithm import PGCA3C
+
+    config = PGCA3C(_config_of(monkeypatch, tmp_path, "--preset", "tuned-ldp", "--mechanism",
+                               "privunit", "--epsilon", "1")).config.to_dict()
     assert config["server_optimizer"] == "adam" and config["reward"] == "failure"
     assert (config["parallel_agents"], config["hidden"]) == (3, 16)
     assert (config["buffer_size"], config["clip"]) == (1, 0.05)
