@@ -96,10 +96,12 @@ def test_a_ray_agent_actor_releases_what_a_flower_agent_does() -> None:
 
 def test_secret_noise_is_the_default_and_differs_from_the_seeded_run(tmp_path: Path) -> None:
     """Without `noise`, an agent draws its root from os.urandom in its own process: the same
-    request gives another report than a seeded agent (and than another secret agent)."""
-    cfg = dataclasses.replace(CFG, noise=None)
+    request gives another report than a seeded agent (and than another secret agent). Two
+    reports per agent: the configs of the restart and budget tests below, whose agent steps
+    (secret and seeded) these agents share (`step_program`: one compile each, not two)."""
+    cfg = dataclasses.replace(CFG, noise=None, submissions_per_agent=2)
     a, b = flower.FlowerAgent(cfg, 0, 1), flower.FlowerAgent(cfg, 0, 1)
-    seeded = flower.FlowerAgent(CFG, 0, 1)
+    seeded = flower.FlowerAgent(dataclasses.replace(cfg, noise="seeded"), 0, 1)
     assert a.config.noise == "secret"
     theta = np.zeros(a.dim, np.float32)
     ra, rb, rs = (x.release(theta, 0, 0)[0].report.value for x in (a, b, seeded))
