@@ -111,6 +111,8 @@ def test_dp_reinforce_continuous_preset_starts_uniform_and_its_policy_loads(tmp_
     """DP-REINFORCE's `continuous` preset starts at the Box's centre with the uniform's σ in
     every state (the paper's Glorot start does not: its greedy actions sit near a bound in
     many states, below random on Pendulum); its state-free log-std round-trips policy.npz."""
+    from functools import partial
+
     import jax
 
     from privrl.systems.dpsgd_rl.reinforce import Reinforce, ReinforceConfig
@@ -118,13 +120,17 @@ def test_dp_reinforce_continuous_preset_starts_uniform_and_its_policy_loads(tmp_
     obs = np.random.default_rng(0).uniform(-8, 8, (64, 3)).astype(np.float32)
     fields = dict(env="gymnax:Pendulum-v1", episodes=2, batch_episodes=2, max_episode_steps=12)
     algo = Reinforce(ReinforceConfig.from_preset("continuous", **fields))
-    theta = np.asarray(algo.model.init(jax.random.key(0)))
-    out = np.asarray(algo.model.apply(theta, obs))
+
+    @partial(jax.jit, static_argnums=0)  # jitted whole, not op by op
+    def start(model):  # the start θ and its outputs on `obs`
+        theta = model.init(jax.random.key(0))
+        return theta, model.apply(theta, obs)
+
+    theta, out = map(np.asarray, start(algo.model))
     np.testing.assert_array_equal(out[:, 0], 0.0)  # the mean: the Box's centre
     np.testing.assert_allclose(out[:, 1], np.log(4 / np.sqrt(12)), rtol=1e-6)
     paper = Reinforce(ReinforceConfig(**fields))
-    assert np.abs(np.asarray(paper.model.apply(paper.model.init(jax.random.key(0)), obs)
-                             )[:, 0]).max() > 0.5
+    assert np.abs(np.asarray(start(paper.model)[1])[:, 0]).max() > 0.5
     moved = theta + np.random.default_rng(1).normal(0, 0.1, theta.shape).astype(np.float32)
     algo.saved_policy("dp-reinforce", moved[None]).write(tmp_path / "policy.npz")
     policy = privrl.load_policy(tmp_path)
