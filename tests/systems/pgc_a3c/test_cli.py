@@ -308,10 +308,11 @@ def test_tuned_preset_from_cli(tuned_prs_run, tmp_path, monkeypatch):
 
 def test_tuned_ldp_preset_from_cli(tmp_path, monkeypatch):
     """tuned-ldp is tuned with its own P, network and per-mechanism (clip, |B|); an explicit
-    --parallel-agents still wins over the preset's. The config the command would run, as
-    config.json records it (the algorithm's resolved config, `RunOutput.config`): that a run
-    writes it there is test_tuned_preset_from_cli's check; a PrivUnit run compiles its
-    program whole (host callbacks: no persistent cache), for nothing this test reads."""
+    --parallel-agents still wins over the preset's. The config the command would run,
+    resolved as its run resolves what config.json records (`PGCA3C(config).config`; the run
+    only fills in the noise keys' default): that a run writes it there is
+    test_tuned_preset_from_cli's check; a PrivUnit run compiles its program whole (host
+    callbacks: no persistent cache), for nothing this test reads."""
     from privrl.systems.pgc_a3c.algorithm import PGCA3C
 
     config = PGCA3C(_config_of(monkeypatch, tmp_path, "--preset", "tuned-ldp", "--mechanism",
