@@ -189,12 +189,16 @@ def test_fedrl_keeps_the_epochs_done(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_text2action_keeps_the_folds_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture) -> None:
     from privrl.selection import Selection
+    """The run is test_text2action.py's test_run_writes_the_parties_networks_per_fold_and_run's
+    (the paper's unbounded noise, two trials): its training program, compiled once in the
+    session (JAX's persistent cache). Its privacy.json counts the releases as a bounded run's
+    does (only ε differs: none)."""
     from systems.fedrl_text.test_text2action import write_corpus
 
     monkeypatch.setattr(Selection, "train", _fail_on_call(2, Selection.train))  # fold 1
     out = tmp_path / "out"
     data = write_corpus(tmp_path / "data")
-    assert main(["run", "fedrl-text2action", "--data", str(data), "--bounded", "2",
+    assert main(["run", "fedrl-text2action", "--data", str(data), "--trials", "2",
                  "--folds", "0,1", "--epochs", "1", "--steps-per-epoch", "2", "--num-envs",
                  "2", "--batch-size", "4", "--buffer-size", "16", "--filters", "4",
                  "--hidden", "8", "--pos-dim", "4", "--tag-dim", "2", "--word-dim", "4",

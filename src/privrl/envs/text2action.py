@@ -229,7 +229,10 @@ def fold_texts(corpus: Corpus, texts: list[int], pos_vocab: Vocab, word_vocab: V
         for a, rel in corpus.related[i].items():
             if a < n:
                 related[k, a, :len(rel)] = rel
-    return Texts(*(jnp.asarray(x) for x in (pos, word, label, related, length, vectors)))
+    # device_put: no program per shape (jnp.asarray compiles a copy); `vectors` is copied
+    # first, since the device array may share the host buffer of a caller's array
+    return Texts(*(jax.device_put(x) for x in (pos, word, label, related, length,
+                                               np.array(vectors, np.float32))))
 
 
 def vocabulary_size(corpus: Corpus) -> int:

@@ -19,7 +19,9 @@ the same noise-free greedy tagging.
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +54,9 @@ class TextPolicy:
         self.env: str = description["env"]
         self.fold_data = fold_data(cfg, corpus, self.fold)
         self.width = self.fold_data.shapes.width
-        self.variant = variant = algo.variants[-1]
+        self.variant = algo.variants[-1]
         self.params = _params(description, theta, self.trial)
-        self._tag = jax.jit(lambda p, texts: algo.evaluate(p, texts, jax.random.key(0),
-                                                           variant)[0])
+        self._tag = _tagging(cfg, algo.features, 0)
 
     def act(self, text: Any, key: Any = None) -> Any:
         """The tag of each word of `text` = (words, POS tags), two equally long lists of str
@@ -72,7 +73,8 @@ class TextPolicy:
         if not texts:
             return []
         count = 1 << (len(texts) - 1).bit_length()  # padded: one compilation per power of 2
-        tags = np.asarray(self._tag(self.params, self.fold_data.pack(texts, count)), np.int32)
+        tags = np.asarray(self._tag(self.params, self.fold_data.pack(texts, count))[0],
+                          np.int32)
         out = [np.pad(tags[k, :min(len(w), self.width)], (0, max(len(w) - self.width, 0)))
                for k, (w, _) in enumerate(texts)]
         return out[0] if one else out
@@ -154,6 +156,16 @@ def _learner(run_dir: Path, description: dict[str, Any], path: Path, trials: lis
     return cfg, corpus, where, algo
 
 
+@functools.lru_cache(maxsize=8)
+def _tagging(cfg: TextConfig, shapes: Shapes, seed: int) -> Callable[..., Any]:
+    """The learner's noise-free greedy tagging `(params, texts) -> (tags, total reward)`,
+    jitted once per config, shapes and seed: a policy's `act` and `evaluate` of one run share
+    its compiled programs."""
+    algo = make_learner(cfg, shapes)
+    variant = algo.variants[-1]  # the noise-free one: test-clean (FedRL), greedy (baselines)
+    return jax.jit(lambda p, texts: algo.evaluate(p, texts, jax.random.key(seed), variant))
+
+
 def _params(description: dict[str, Any], theta: np.ndarray, trial: int) -> Any:
     """Trial `trial`'s networks cut from θ (trials, 1, d), as the learner's `evaluate` takes
     them (a tuple of several)."""
@@ -172,10 +184,10 @@ def evaluate(run_dir: Path, description: dict[str, Any], theta: np.ndarray, path
         raise ConfigError("episodes", f"{description['system']}'s networks tag every test text "
                           "of their fold (the run's test evaluation); leave it out")
     cfg, corpus, where, algo = _learner(run_dir, description, path, trials, data)
-    variant = algo.variants[-1]  # the noise-free one: test-clean (FedRL), greedy (baselines)
+    variant = algo.variants[-1]
     returns, scores, packed = np.zeros((len(trials), 1)), [], {}
     # one program for every fold: the folds' texts are padded to the same shapes (its argument)
-    play = jax.jit(lambda p, texts: algo.evaluate(p, texts, jax.random.key(seed), variant))
+    play = _tagging(cfg, algo.features, seed)
     for i, (t, (fold, run)) in enumerate(zip(trials, where, strict=True)):
         if fold not in packed:  # each fold's texts once, for all its runs
             packed[fold] = fold_data(cfg, corpus, fold)
