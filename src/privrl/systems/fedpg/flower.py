@@ -40,7 +40,6 @@ return; on another task, its length).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import sys
@@ -95,7 +94,7 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
-from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
+from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime, per_process
 from privrl.systems.fedpg.state import FedPGState
 
 NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
@@ -153,11 +152,10 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
 
 # --- the agents' side ---------------------------------------------------------------------------
 class _NodePrograms:
-    """What a SuperNode of `config` computes, built once per config and lanes in a process
-    (`_cen_programs`, `_report_programs`) and shared by its nodes there: the local runner's
-    algorithm, its first trial's initial state, the lanes the node plays (None: every lane)
-    and the node's jitted functions, which close over them. A restarted executor, and the
-    nodes of an in-process run, then compile each program once, not once a node."""
+    """What a SuperNode of `config` computes, made once per config and lanes in a process
+    (`_cen_programs`, `_report_programs`: `per_process`) and shared by its nodes there: the
+    local runner's algorithm, its first trial's initial state, the lanes the node plays (None:
+    every lane) and the node's jitted functions, which close over them."""
 
     def __init__(self, algo: FedPG, config: FedPGConfig, lanes: tuple[int, ...] | None
                  ) -> None:
@@ -215,14 +213,8 @@ class _ReportPrograms(_NodePrograms):
         return plan.batch + self.config.minibatch * plan.steps[0]
 
 
-@functools.lru_cache(maxsize=8)
-def _cen_programs(config: FedPGConfig, ids: tuple[int, ...]) -> _CenPrograms:
-    return _CenPrograms(config, ids)
-
-
-@functools.lru_cache(maxsize=8)
-def _report_programs(config: FedPGConfig, lanes: tuple[int, ...] | None) -> _ReportPrograms:
-    return _ReportPrograms(config, lanes)
+_cen_programs = per_process(_CenPrograms)
+_report_programs = per_process(_ReportPrograms)
 
 
 class RoundAllowance:

@@ -34,7 +34,6 @@ node's noise: in a deployment with untrusted peers, give each node a seed they d
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import uuid
@@ -71,7 +70,7 @@ from privrl.systems.fedpg.local import (
     policy_of,
     run_baseline,
 )
-from privrl.systems.fedpg.runtimes import check_runtime
+from privrl.systems.fedpg.runtimes import check_runtime, per_process
 
 # Seconds a failed run waits for the nodes' answers when it reads what was done so far.
 SNAPSHOT_TIMEOUT = 60.0
@@ -85,13 +84,12 @@ def _trial_key(seed: int) -> jax.Array:
     return jax.random.split(jax.random.key(seed), 1)[0]
 
 
-@functools.lru_cache(maxsize=4)
+@per_process
 def _node_program(config: FedPGConfig) -> tuple[FedPG, FedPGState, Callable[..., Any]]:
     """A node's algorithm, its trial's initial state and its round (`dec_node_update`: on a
     Gymnasium task on the host, episodes here and the rest jitted piece by piece by the task's
-    episode source; else one jitted function), built once per config in a process and shared
-    by its nodes there (a restarted node, nodes driven in one process), so that each traces
-    and compiles the round once; every node-specific input is an argument."""
+    episode source; else one jitted function), made once per config in a process and shared
+    by its nodes there (`per_process`); every node-specific input is an argument."""
     algo = settings_algorithm([config])
     state = algo.init(_trial_key(algo.config.seed))
     return algo, state, (algo.dec_node_update if algo.task.host
