@@ -58,13 +58,15 @@ def test_the_canary_reaches_a_dec_nodes_report():
 def test_end_to_end_audit_keeps_the_claim_and_sees_the_canary(tmp_path, monkeypatch):
     import privrl.systems.fedpg.audit as audit
 
-    # 20-step episodes: the same code path, far less to run
+    # 20-step episodes and B_t of 2 or 3 (not 12..20): the same code path, far less to run
+    # (2,000 releases a world); the canary still moves the report by about half the
+    # sensitivity, whatever the number of episodes behind the agent's own μ (ε lower ≈ 1.7)
     original = audit.CanaryFedPGAgent.__init__
 
     def short(self, config, key):
         from dataclasses import replace
 
-        original(self, replace(config, max_episode_steps=20), key)
+        original(self, replace(config, max_episode_steps=20, batch_min=2, batch_max=3), key)
 
     monkeypatch.setattr(audit.CanaryFedPGAgent, "__init__", short)
     assert main(["audit", "fedpg", "--algorithm", "cen", "--mechanism", "laplace",

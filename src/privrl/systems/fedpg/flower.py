@@ -94,7 +94,7 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
-from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
+from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime, per_process
 from privrl.systems.fedpg.state import FedPGState
 
 NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)
@@ -151,6 +151,72 @@ def flower_mechanism(cfg: FedPGConfig, dim: int, nodes: int, threshold: int
 
 
 # --- the agents' side ---------------------------------------------------------------------------
+class _NodePrograms:
+    """What a SuperNode of `config` computes, made once per config and lanes in a process
+    (`_cen_programs`, `_report_programs`: `per_process`) and shared by its nodes there: the
+    local runner's algorithm, its first trial's initial state, the lanes the node plays (None:
+    every lane) and the node's jitted functions, which close over them."""
+
+    def __init__(self, algo: FedPG, config: FedPGConfig, lanes: tuple[int, ...] | None
+                 ) -> None:
+        self.algo, self.config = algo, config
+        self.state = algo.init(_trial_key(config.seed))
+        self.lanes = None if lanes is None else jnp.asarray(lanes)
+
+    def plan(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None = None,
+             setting: Any = None) -> tuple[CenPlan, FedPGState]:
+        """Round t's plan (`round_plan`) with θ₀ᵗ = θ, for the lanes the node plays."""
+        plan, state = round_plan(self.algo, self.state, theta, t, noise, setting)
+        return (plan if self.lanes is None else own_lanes(plan, self.lanes)), state
+
+
+class _CenPrograms(_NodePrograms):
+    """A CenNode's (its agents `ids`; lanes: its own under secret noise)."""
+
+    def __init__(self, config: FedPGConfig, ids: tuple[int, ...]) -> None:
+        super().__init__(FedPG(config), config, ids if config.noise == "secret" else None)
+        self.ids = jnp.asarray(ids)
+        self.gradients = jax.jit(self._gradients)
+        self.batch = jax.jit(lambda t: round_plan(self.algo, self.state,
+                                                  self.state.gossip.x[0], t)[0].batch)
+
+    def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
+                   ) -> tuple[jax.Array, jax.Array]:
+        """μ_tᵏ of each of the node's agents and their mechanism keys: the local runner's
+        round t (its plan: B_t episodes with θ₀ᵗ on each agent's private environment;
+        `CenRound.estimates`)."""
+        variant = self.algo.variant
+        plan, state = self.plan(theta, t, noise)
+        mu = variant.estimates(state, plan, variant.episodes(self.algo.source, plan))
+        if self.lanes is not None:
+            return mu, plan.mech_keys
+        return mu[self.ids], plan.mech_keys[self.ids]
+
+
+class _ReportPrograms(_NodePrograms):
+    """A ReportNode's (lanes: its agents' under secret noise, else None)."""
+
+    def __init__(self, config: FedPGConfig, lanes: tuple[int, ...] | None) -> None:
+        super().__init__(settings_algorithm([config]), config, lanes)
+        self.reports = jax.jit(self._reports)
+        self.costs = jax.jit(self._costs)
+
+    def _reports(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None,
+                 setting: Any) -> Any:
+        """Round t's Reports of the lanes the node plays (all K when seeded)."""
+        variant = self.algo.variant
+        plan, state = self.plan(theta, t, noise, setting)
+        return variant.reports(state, plan, variant.episodes(self.algo.source, plan))
+
+    def _costs(self, t: jax.Array) -> jax.Array:
+        plan, _ = round_plan(self.algo, self.state, self.state.gossip.x[0], t)
+        return plan.batch + self.config.minibatch * plan.steps[0]
+
+
+_cen_programs = per_process(_CenPrograms)
+_report_programs = per_process(_ReportPrograms)
+
+
 class RoundAllowance:
     """The secure sum's budget at a node (privrl.runtime.node.Budget): the rounds its discrete
     mechanism was calibrated for, within which each agent's total is (ε, δ); every agent of
@@ -185,22 +251,20 @@ class CenNode:
             raise ValueError("a roster check needs the node's own directory (its identity key)")
         self.roster = roster
         self.identity = None if roster is None else NodeIdentity.load_or_create(Path(directory))
-        self.algo = FedPG(cfg)
+        self.ids = agents_of(node, nodes, cfg.agents)
+        programs = _cen_programs(cfg, tuple(self.ids))
+        self.algo, self.state, self.lanes = programs.algo, programs.state, programs.lanes
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
-        self.ids = agents_of(node, nodes, cfg.agents)
         # what every SecAgg+ run must keep to, from this config alone (SecAggGuard)
         self.pins = SecAggPins.of([len(agents_of(i, nodes, cfg.agents)) for i in range(nodes)],
                                   mech.min_honest, mech.bits)
-        self.state = self.algo.init(_trial_key(cfg.seed))
         # Secret noise: this process's own root, in memory only, passed as an argument (it
         # keys the agents' private environments and episodes too); the node plays its own
-        # agents' lanes. Seeded: the whole round, as the local runner (`ReportNode`).
+        # agents' lanes (`programs.lanes`). Seeded: the whole round, as the local runner
+        # (`ReportNode`).
         self._noise = secret_keys() if cfg.noise == "secret" else None
-        self.lanes = None if self._noise is None else jnp.asarray(self.ids)
-        self._grads = jax.jit(self._gradients)
-        self._batch = jax.jit(lambda t: round_plan(self.algo, self.state,
-                                                   self.state.gossip.x[0], t)[0].batch)
+        self._grads, self._batch = programs.gradients, programs.batch
         # The one agent-node protocol (privrl.runtime.node): a round's message is released
         # once, in order, after the round is counted against the rounds the mechanism was
         # calibrated for (`RoundAllowance`: each agent's ε at δ). The rounds released and
@@ -249,21 +313,6 @@ class CenNode:
                     and (n == 0 or rounds[0] >= 0)):
                 raise ValueError("the released rounds do not match this node's run")
             return charged, {int(t): None for t in rounds}
-
-    def _gradients(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None
-                   ) -> tuple[jax.Array, jax.Array]:
-        """μ_tᵏ of each of this node's agents and their mechanism keys: the local runner's
-        round t (its plan: B_t episodes with θ₀ᵗ on each agent's private environment;
-        `CenRound.estimates`)."""
-        variant = self.algo.variant
-        plan, state = round_plan(self.algo, self.state, theta, t, noise)
-        if self.lanes is not None:
-            plan = own_lanes(plan, self.lanes)
-        mu = variant.estimates(state, plan, variant.episodes(self.algo.source, plan))
-        if self.lanes is not None:
-            return mu, plan.mech_keys
-        ids = jnp.asarray(self.ids)
-        return mu[ids], plan.mech_keys[ids]
 
     def warm_up(self) -> None:
         """Compile before serving: a SecAgg+ stage has a timeout."""
@@ -379,22 +428,21 @@ class ReportNode:
             raise ValueError(f"node must be in 0..{nodes - 1}, got {node}")
         cfg = dataclasses.replace(config, trials=1, noise=config.noise or "secret").resolved()
         self.config, self.node, self.nodes = cfg, node, nodes
+        self.ids = agents_of(node, nodes, cfg.agents)
+        # Secret noise: this process's own root, in memory only, passed as an argument; the
+        # node plays its own agents' lanes. Seeded: every lane, as the local runner.
+        self._noise = secret_keys() if cfg.noise == "secret" else None
+        programs = _report_programs(cfg, None if self._noise is None else tuple(self.ids))
         # The local runner's algorithm: a mechanism that could run in a program of settings
         # releases through the program's path (its parameters as data), as a local run does.
-        self.algo = settings_algorithm([cfg])
+        self.algo, self.state, self.lanes = programs.algo, programs.state, programs.lanes
         if self.algo.task.host:
             raise ConfigError("env", "FedPG-Cen on Flower runs gymnax tasks (jitted rollouts)")
         self.setting = (None if self.algo.settings[0] is self.algo else jax.tree_util.tree_map(
             lambda a: a[0], self.algo.setting_data([0])))
         self.guarantee = self.algo.settings[0].mechanism.guarantee
-        self.ids = agents_of(node, nodes, cfg.agents)
         self.dim = self.algo.dim
-        self.state = self.algo.init(_trial_key(cfg.seed))
-        # Secret noise: this process's own root, in memory only, passed as an argument.
-        self._noise = secret_keys() if cfg.noise == "secret" else None
-        self.lanes = None if self._noise is None else jnp.asarray(self.ids)
-        self._round = jax.jit(self._reports)
-        self._cost = jax.jit(self._costs)
+        self._round, self._cost = programs.reports, programs.costs
         self.costs: list[int] = []  # episodes per agent of rounds 0, 1, ... (from the seed)
         store = (None if directory is None else
                  ReleasedFile(Path(directory) / REPORT_STATE, _REPORT_KIND, self.guarantee,
@@ -411,19 +459,6 @@ class ReportNode:
     @property
     def released(self) -> dict[tuple[int, int], tuple[Submission, float]]:
         return self.agents.released
-
-    def _reports(self, theta: jax.Array, t: jax.Array, noise: jax.Array | None,
-                 setting: Any) -> Any:
-        """Round t's Reports of the lanes this node plays (all K when seeded)."""
-        variant = self.algo.variant
-        plan, state = round_plan(self.algo, self.state, theta, t, noise, setting)
-        if self.lanes is not None:
-            plan = own_lanes(plan, self.lanes)
-        return variant.reports(state, plan, variant.episodes(self.algo.source, plan))
-
-    def _costs(self, t: jax.Array) -> jax.Array:
-        plan, _ = round_plan(self.algo, self.state, self.state.gossip.x[0], t)
-        return plan.batch + self.config.minibatch * plan.steps[0]
 
     def used_before(self, t: int) -> int:
         """Episodes each agent has played before round t (the local runner's `used`)."""

@@ -58,6 +58,7 @@ from privrl.runtime.ray import require_ray, start_ray
 from privrl.systems.fedpg.algorithm import (
     FedPG,
     FedPGConfig,
+    FedPGState,
     node_noise_key,
     settings_algorithm,
 )
@@ -69,7 +70,7 @@ from privrl.systems.fedpg.local import (
     policy_of,
     run_baseline,
 )
-from privrl.systems.fedpg.runtimes import check_runtime
+from privrl.systems.fedpg.runtimes import check_runtime, per_process
 
 # Seconds a failed run waits for the nodes' answers when it reads what was done so far.
 SNAPSHOT_TIMEOUT = 60.0
@@ -83,6 +84,18 @@ def _trial_key(seed: int) -> jax.Array:
     return jax.random.split(jax.random.key(seed), 1)[0]
 
 
+@per_process
+def _node_program(config: FedPGConfig) -> tuple[FedPG, FedPGState, Callable[..., Any]]:
+    """A node's algorithm, its trial's initial state and its round (`dec_node_update`: on a
+    Gymnasium task on the host, episodes here and the rest jitted piece by piece by the task's
+    episode source; else one jitted function), made once per config in a process and shared
+    by its nodes there (`per_process`); every node-specific input is an argument."""
+    algo = settings_algorithm([config])
+    state = algo.init(_trial_key(algo.config.seed))
+    return algo, state, (algo.dec_node_update if algo.task.host
+                         else jax.jit(algo.dec_node_update))
+
+
 class NodeActor:
     """One FedPG-Dec node (a plain class; wrapped with ray.remote when a run starts)."""
 
@@ -91,7 +104,7 @@ class NodeActor:
         # The local runner's algorithm (a mechanism that could run in a program of settings
         # releases through the program's path, with its parameters as `self._setting`), so
         # that a node releases the very reports a local run does.
-        self.algo = settings_algorithm([config])
+        self.algo, state, self._update = _node_program(config)
         self.guarantee = self.algo.settings[0].mechanism.guarantee
         # (the trial's mechanism as data,) for `dec_node_update`, or () for the algorithm's own
         self._setting: tuple[Any, ...] = (() if self.algo.settings[0] is self.algo else (
@@ -100,7 +113,6 @@ class NodeActor:
         self.names = names  # every node's actor name: peers are looked up, so a restarted
         self.peers: dict[int, Any] = {}  # node finds them again
         self.path = Path(directory) / f"node{node}.npz"
-        state = self.algo.init(_trial_key(self.algo.config.seed))
         self.key = state.key
         # Secret noise: this process's own root from os.urandom, in memory only, passed to the
         # jitted program as an argument (never a constant a compilation cache could store).
@@ -109,10 +121,6 @@ class NodeActor:
         self._noise = secret_keys() if config.noise == "secret" else None
         env = self.algo.env_params_of(secret_fold(self._noise, state.key), jnp.array([node]))
         self.env = jax.tree_util.tree_map(lambda a: a[0], env)
-        # A Gymnasium task: the round on the host (episodes here, the rest jitted piece by
-        # piece: the task's episode source); else one jitted function.
-        self._update = (self.algo.dec_node_update if self.algo.task.host
-                        else jax.jit(self.algo.dec_node_update))
         # (optimizer state, info) of the round stepped but not mixed: set iff gossip.applied
         self.pending: tuple[Any, dict[str, float]] | None = None
         self.gossip = PushSumNode(node, self.algo.topology,
