@@ -69,7 +69,11 @@ class BufferedAggregator:
         if self.optimizer is None:
             if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
                 raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
-            object.__setattr__(self, "optimizer", named_optimizer("sgd", self.learning_rate))
+            try:
+                tx = named_optimizer("sgd", self.learning_rate)
+            except TypeError:  # a learning rate that cannot be a cache key (an array)
+                tx = optax.sgd(self.learning_rate)
+            object.__setattr__(self, "optimizer", tx)
 
     def init(self, theta: Array) -> AggregatorState:
         theta = jnp.asarray(theta, self.dtype)
