@@ -5,7 +5,6 @@ their stand-in for trials whose steps run on the host (Gymnasium environments)."
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import jax
@@ -29,13 +28,20 @@ def setting_trial_keys(seed: int, trials: int, settings: int, padded: int,
     """Root keys of `settings` settings × `trials` trials run as one program of `padded`
     trials: trial k of each setting gets the key it gets in its setting's own run (the seed
     split over that run's padded trials); padding trials get others."""
-    return _trial_keys(seed, trials, settings, padded, own_padded(trials, devices))
+    own = own_padded(trials, devices)
+    if 0 <= seed < _SEED_AS_DATA:  # seed and seed + 1 as int32 data: the same key data
+        return _trial_keys(np.int32(seed), trials, settings, padded, own)
+    return _trial_keys_any_seed(seed, trials, settings, padded, own)
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _trial_keys(seed: int, trials: int, settings: int, padded: int, own: int) -> jax.Array:
+# Below it a seed is passed as int32 data (one program for every seed); other seeds (negative,
+# or wider than 31 bits: `jax.random.key` takes any Python int) are compiled in.
+_SEED_AS_DATA = np.iinfo(np.int32).max
+
+
+def _keys(seed: Any, trials: int, settings: int, padded: int, own: int) -> jax.Array:
     """`setting_trial_keys` as one program (op by op, JAX compiled each operation as a program
-    of its own). The seed stays a Python int, as `jax.random.key` takes any."""
+    of its own)."""
     keys = jax.random.split(jax.random.key(seed), own)
     if settings == 1:
         return keys
@@ -44,6 +50,10 @@ def _trial_keys(seed: int, trials: int, settings: int, padded: int, own: int) ->
     if extra == 0:
         return keys
     return jax.numpy.concatenate([keys, jax.random.split(jax.random.key(seed + 1), extra)])
+
+
+_trial_keys = jax.jit(_keys, static_argnums=(1, 2, 3, 4))
+_trial_keys_any_seed = jax.jit(_keys, static_argnums=(0, 1, 2, 3, 4))
 
 
 def trial_sharding(devices: int) -> NamedSharding:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import flax.linen as nn
@@ -121,8 +122,9 @@ class FlatModel:
 
     def init(self, key: Array) -> Array:
         """A fresh flat θ drawn with the module's initializers."""
-        flat, _ = ravel_pytree(self.module.init(key, self._example)["params"])
-        return flat
+        if _hashable(self.module):
+            return _init_flat(self.module, key, self._example)
+        return _init_flat.__wrapped__(self.module, key, self._example)
 
     def unravel(self, theta: Array) -> Any:
         return self._unravel(theta)
@@ -133,6 +135,24 @@ class FlatModel:
     def bind(self, theta: Array) -> Callable[[Array], Any]:
         params = self._unravel(theta)
         return lambda x: self.module.apply({"params": params}, x)
+
+
+def _hashable(module: nn.Module) -> bool:
+    """Whether `module` can be a static argument of `jax.jit` (a user's module may hold an
+    array or a list among its fields)."""
+    try:
+        hash(module)
+    except TypeError:
+        return False
+    return True
+
+
+@partial(jax.jit, static_argnums=0)
+def _init_flat(module: nn.Module, key: Array, example: Array) -> Array:
+    """`FlatModel.init` as one program per module and input shape: op by op, each initializer's
+    draws and the ravel compiled a program per primitive and shape."""
+    flat, _ = ravel_pytree(module.init(key, example)["params"])
+    return flat
 
 
 def actor_critic(

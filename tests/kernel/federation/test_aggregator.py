@@ -90,3 +90,15 @@ def test_invalid_construction():
     agg = BufferedAggregator(D)
     with pytest.raises(ValueError, match="theta"):
         agg.init(jnp.zeros(D + 1))
+
+
+def test_aggregators_built_alike_are_equal_and_share_their_program():
+    """optax makes new functions per call: the default optimizer is made once per learning
+    rate, so two aggregators of one configuration are equal (`submit` compiles once for both)."""
+    from privrl.federation.aggregator import named_optimizer
+
+    assert BufferedAggregator(D, 2, 0.5) == BufferedAggregator(D, 2, 0.5)
+    assert BufferedAggregator(D, 2, 0.5) != BufferedAggregator(D, 2, 0.25)
+    assert named_optimizer("adam", 0.1) is named_optimizer("adam", 0.1)
+    with pytest.raises(ValueError, match="optimizer"):
+        named_optimizer("lion", 0.1)

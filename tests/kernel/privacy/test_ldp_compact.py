@@ -6,6 +6,7 @@ coordinate, as in test_ldp_vector: a false alarm has probability ~1e-5 per coord
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,16 @@ def _draws(mech, fn, n=N, seed=0):
     return np.asarray(jax.jit(mapped)(keys), np.float64)
 
 
+@partial(jax.jit, static_argnums=0)
+def _reports(mech, keys, v):
+    """`mech.privatize(k, v).value` at each of `keys`, mapped or vmapped as `_draws` does;
+    v as data, so that every input of one shape shares one program."""
+    fn = lambda k: mech.privatize(k, v).value  # noqa: E731
+    if isinstance(mech, SeedPrivUnitGMechanism):
+        return jax.lax.map(fn, keys)
+    return jax.vmap(fn)(keys)
+
+
 def test_projunit_is_privunitg_in_r_k_at_the_same_epsilon():
     m = ProjUnitMechanism(1.5, 2.0, k=5)
     p = m.release_params(30)
@@ -60,8 +71,9 @@ def test_estimates_are_unbiased_and_inputs_are_clipped(mech):
     # ProjUnit at k = 2 of D = 12: without the 1/c correction the mean is 0.905·x (13 SE off)
     d = 11
     x = jnp.zeros(d).at[0].set(0.9).at[1].set(-0.6).at[5].set(0.3)  # ‖x‖ < clip
+    keys = jax.random.split(jax.random.key(0), N)  # `_draws`'s
     for v, target in [(x, x), (4 * x, 1.5 * x / jnp.linalg.norm(x))]:  # beyond: clipped
-        ys = _draws(mech, lambda k, v=v: mech.privatize(k, v).value)
+        ys = np.asarray(_reports(mech, keys, v), np.float64)  # one program for both inputs
         se = ys.std(0) / math.sqrt(N)
         assert np.all(np.abs(ys.mean(0) - np.asarray(target)) < 4.5 * se), (ys.mean(0), target)
 
@@ -88,14 +100,17 @@ def test_the_compact_mechanisms_cost_little_error_over_privunitg():
 @pytest.mark.parametrize("mech", [ProjUnitMechanism(2.0, 1.0, k=3),
                                   SeedPrivUnitGMechanism(2.0, 1.0)])
 def test_the_report_is_the_decoded_upload_of_the_stated_size(mech):
+    """Encoding, decoding and the release each jitted (op by op, each compiled dozens of
+    programs); the release called twice, as a user calls it."""
     d, key = 9, jax.random.key(4)
     x = jnp.linspace(-0.3, 0.4, d)
-    upload = mech.encode(key, mech.lift(x))
+    upload = jax.jit(lambda k, v: mech.encode(k, mech.lift(v)))(key, x)
     size = sum(np.asarray(a).nbytes for a in jax.tree_util.tree_leaves(upload))
     assert size == mech.upload_bytes(d)
-    decoded = mech.clip * mech.decode(d + 1, upload)[:-1]
-    np.testing.assert_allclose(mech.privatize(key, x).value, decoded, rtol=1e-6, atol=1e-7)
-    assert np.array_equal(mech.privatize(key, x).value, mech.privatize(key, x).value)
+    decoded = mech.clip * jax.jit(partial(mech.decode, d + 1))(upload)[:-1]
+    release = jax.jit(lambda k, v: mech.privatize(k, v).value)
+    np.testing.assert_allclose(release(key, x), decoded, rtol=1e-6, atol=1e-7)
+    assert np.array_equal(release(key, x), release(key, x))
 
 
 def test_seed_compression_epsilon_statements():
