@@ -37,9 +37,13 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-import optax
 
-from privrl.federation.aggregator import AggregatorState, BufferedAggregator, InvalidReportError
+from privrl.federation.aggregator import (
+    AggregatorState,
+    BufferedAggregator,
+    InvalidReportError,
+    named_optimizer,
+)
 from privrl.privacy.ledger import BudgetExceededError, PrivacyLedger
 from privrl.privacy.report import Guarantee, Report, restore_report
 from privrl.runfile import (
@@ -99,9 +103,8 @@ class AggregatorSpec:
     learning_rate: float = 0.5
 
     def build(self) -> BufferedAggregator:
-        if self.optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {self.optimizer!r}")
-        tx = {"sgd": optax.sgd, "adam": optax.adam}[self.optimizer](self.learning_rate)
+        # one optimizer object per (name, rate): aggregators built alike share `submit`'s program
+        tx = named_optimizer(self.optimizer, self.learning_rate)
         return BufferedAggregator(self.dim, self.buffer_size, self.learning_rate, tx)
 
     @classmethod
