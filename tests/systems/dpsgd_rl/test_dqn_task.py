@@ -39,7 +39,7 @@ def walk_episode(walk) -> tuple[DQN, Any, Any]:
     """One DP-DQN episode on the walker (compiled once): its algorithm, state and metrics,
     which the replay-buffer test inspects and the clipping test takes its transitions from."""
     algo = DQN(_cfg(dp=True, noise_multiplier=1.0), task=walk)
-    state, metrics = jax.jit(lambda k: algo.episode(algo.init(k)))(jax.random.key(1))
+    state, metrics = jax.jit(algo.episode)(algo.init(jax.random.key(1)))
     return algo, state, metrics
 
 
@@ -66,7 +66,7 @@ def test_user_q_network_clipped_per_transition_like_the_dense_path(walk, walk_ep
     assert dense.dense and not user.dense and user.model.dim == dense.model.dim
     state = walk_episode[1]
     assert int(state.replay.size) >= cfg.batch_size
-    theta = jax.jit(dense.model.init)(jax.random.key(2))  # one program, not one per op
+    theta = dense.model.init(jax.random.key(2))
     key = jax.random.key(3)
     both = jax.jit(lambda *args: (dense.gradient(*args), user.gradient(*args)))  # one program
     g_dense, g_user = both(theta, state.target, state.replay, key)
@@ -82,7 +82,7 @@ def test_adaptive_clip_same_through_one_pass_clipping_and_a_users_module(walk, w
                sampling_probability=1.0).resolved()  # every stored transition: 30
     dense, user = DQN(cfg, task=walk), DQN(cfg, task=walk, model=QNet())
     state = walk_episode[1]
-    theta = jax.jit(dense.model.init)(jax.random.key(2))  # one program, not one per op
+    theta = dense.model.init(jax.random.key(2))
     clip = jnp.float32(1.1)  # 19 of the 30 norms (0.81 to 1.28) within: both sides occur
 
     def both(*args):  # one program
