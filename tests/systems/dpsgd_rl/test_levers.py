@@ -81,7 +81,8 @@ def test_a_collapse_reverts_to_the_best_and_lowers_the_step(monkeypatch, learner
     cls, config, tiny = (DQN, DQNConfig, DQN_TINY) if dqn else (Reinforce, ReinforceConfig, TINY)
     cfg = config.from_preset("adaptive", **tiny).resolved()
     algo = cls(cfg)
-    state = jax.vmap(algo.init)(jax.random.split(jax.random.key(0), 2))
+    state = jax.jit(jax.vmap(algo.init))(  # one program, not one per op
+        jax.random.split(jax.random.key(0), 2))
     scripted = iter([[0.0, 0.0], [50.0, 50.0], [49.0, 1.0]])  # trial 1 collapses at the 3rd
     monkeypatch.setattr(algo, "public_returns", lambda thetas, key: np.asarray(
         next(scripted))[:, None] + np.arange(4.0)[None, :])

@@ -20,7 +20,7 @@ def test_negative_rewards_reach_the_gradient() -> None:
     no longer maximises survival when the environment punishes it."""
     algo = Reinforce(ReinforceConfig(env="gymnax:MountainCar-v0", hidden=8,
                                      max_episode_steps=10))
-    theta = algo.model.init(jax.random.key(0))
+    theta = jax.jit(algo.model.init)(jax.random.key(0))  # one program, not one per op
     t, obs = 10, jnp.linspace(-0.5, 0.5, 20).reshape(10, 2)
     actions, mask = jnp.arange(t) % 3, jnp.ones(t)
     masks = jnp.ones((t, 8))
@@ -36,8 +36,7 @@ def test_private_dynamics_per_episode_and_true_returns() -> None:
                           hidden=8, max_episode_steps=15, batch_episodes=2, episodes=2)
     algo = Reinforce(cfg)
     assert algo.task.private[0].field == "gravity"
-    state = algo.init(jax.random.key(0))
-    state, metrics = jax.jit(algo.episode)(state)
+    _, metrics = jax.jit(lambda k: algo.episode(algo.init(k)))(jax.random.key(0))
     assert float(metrics.train_return) == -15.0 and float(metrics.eval_return) == -15.0
 
 

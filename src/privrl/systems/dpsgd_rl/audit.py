@@ -72,7 +72,7 @@ def canary_run(algo: Reinforce, canaries: int, key: Array) -> CanaryRun:
     updates = cfg.episodes
     per_update = math.ceil(canaries / updates)
     k_dir, k_in, k_run = jax.random.split(key, 3)
-    dim = algo.model.init(jax.random.key(0)).shape[0]
+    dim = algo.model.dim  # (not a θ drawn eagerly for its size: a program per op)
     directions = jax.random.normal(k_dir, (updates * per_update, dim), jnp.float32)
     directions = directions / jnp.linalg.norm(directions, axis=1, keepdims=True)
     real = jnp.arange(updates * per_update) < canaries  # padding slots hold no canary

@@ -340,8 +340,14 @@ def _compact(state: Any, trial: np.ndarray, stopped: np.ndarray, devices: int
         return state, trial
     inert = np.setdiff1d(np.arange(trial.size), running)[: size - running.size]
     rows = np.concatenate([running, inert])
-    state = jax.tree_util.tree_map(lambda x: x[rows], state)
+    state = _take_rows(state, jnp.asarray(rows))
     return jax.device_put(state, trial_sharding(devices)), trial[rows]
+
+
+@jax.jit
+def _take_rows(state: Any, rows: jax.Array) -> Any:
+    """Every leaf's `rows`, in one program (leaf by leaf, each shape compiled a gather)."""
+    return jax.tree_util.tree_map(lambda x: x[rows], state)
 
 
 def privacy_record(algo: Any, updates: int) -> dict[str, Any]:
