@@ -73,12 +73,17 @@ def chain() -> Task:
 @pytest.fixture(scope="module")
 def random_return(chain: Task) -> float:
     """A uniformly random policy's mean true return in the task's own 40-step episodes
-    (about −0.16: it reaches the goal in under half of them)."""
-    params = chain.agents_params(jax.random.key(0), jnp.arange(4000))
-    traj = rollout_episodes(chain.env, params,
-                            lambda k, o: jax.random.randint(k, o.shape[:1], 0, 2),
-                            jax.random.key(1), 4000, LIMIT)
-    return float(jnp.mean(jnp.sum(traj.rewards, 0)))
+    (about −0.16: it reaches the goal in under half of them). One jitted program: op by op,
+    each primitive would compile a program of its own."""
+    @jax.jit
+    def mean_return(key_params: jax.Array, key_roll: jax.Array) -> jax.Array:
+        params = chain.agents_params(key_params, jnp.arange(4000))
+        traj = rollout_episodes(chain.env, params,
+                                lambda k, o: jax.random.randint(k, o.shape[:1], 0, 2),
+                                key_roll, 4000, LIMIT)
+        return jnp.mean(jnp.sum(traj.rewards, 0))
+
+    return float(mean_return(jax.random.key(0), jax.random.key(1)))
 
 
 def test_the_task_states_its_episode(chain: Task, random_return: float) -> None:
