@@ -101,6 +101,9 @@ SWEEPS = {
     # the audited-vs-claimed table at one claimed ε (each ε: its own calibrated mechanism,
     # compiled, and its draws)
     ("audit", "mechanism"): {"--epsilon": "1"},
+    # the one-run audit's table at one per-episode ε (each ε: its own σ search, canary run
+    # and `train` program): the same canaries, scores and bound, for 1 setting of 4
+    ("audit", "dp-reinforce"): {"--epsilon": "1"},
 }
 # What a command's directory holds besides README's run files: (command words) → files.
 WRITES = {("reproduce",): ("sweep.json", "tables.md"),
