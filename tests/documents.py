@@ -101,6 +101,9 @@ SWEEPS = {
     # the audited-vs-claimed table at one claimed ε (each ε: its own calibrated mechanism,
     # compiled, and its draws)
     ("audit", "mechanism"): {"--epsilon": "1"},
+    # the one-run audit's table at one per-episode ε (each ε: its own σ search, canary run
+    # and `train` program): the same canaries, scores and bound, for 1 setting of 4
+    ("audit", "dp-reinforce"): {"--epsilon": "1"},
 }
 # What a command's directory holds besides README's run files: (command words) → files.
 WRITES = {("reproduce",): ("sweep.json", "tables.md"),
@@ -157,20 +160,37 @@ def documented() -> tuple[Documented, ...]:
     return tuple(unique.values())
 
 
-def _command(words: tuple[str, ...]) -> tuple[object, tuple[str, ...]]:
-    """The click command `privrl WORDS` names, and its path (e.g. ('run', 'pgc-a3c'))."""
-    import click
+@functools.cache
+def _root() -> object:
+    """`privrl`'s click command, built once: `shrink` runs for every documented command at
+    collection and again for each case, and each build makes every command's options anew."""
     import typer
 
     from privrl.main import build_app
 
-    cmd, path = typer.main.get_command(build_app()), []
+    return typer.main.get_command(build_app())
+
+
+def _path(words: tuple[str, ...]) -> tuple[str, ...]:
+    """The path of the click command `privrl WORDS` names (e.g. ('run', 'pgc-a3c'))."""
+    import click
+
+    cmd, path = _root(), []
     for w in words:
         if not (isinstance(cmd, click.Group) and w in cmd.commands):
             break
         cmd = cmd.commands[w]
         path.append(w)
-    return cmd, tuple(path)
+    return tuple(path)
+
+
+@functools.cache
+def _takes(path: tuple[str, ...]) -> frozenset[str]:
+    """The flags the command at `path` takes (its options are made anew at each read)."""
+    cmd = _root()
+    for w in path:
+        cmd = cmd.commands[w]
+    return frozenset(o for p in cmd.params for o in (*p.opts, *p.secondary_opts))
 
 
 def shrink(words: tuple[str, ...], out: Path | None,
@@ -179,8 +199,8 @@ def shrink(words: tuple[str, ...], out: Path | None,
     `--out` (if it takes one) and no progress bar; `../shared` paths resolved from the repository
     root, where the documented commands run. `settings`: a deployment test's own values
     (`CARRIED`), set whether or not the command writes them."""
-    cmd, path = _command(words)
-    takes = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+    path = _path(words)
+    takes = _takes(path)
     args = [str(ROOT / w) if w.startswith("../shared/") else w for w in words]
     runtime = words[words.index("--runtime") + 1] if "--runtime" in words[:-1] else None
     processes = PROCESSES.get(runtime, {})
