@@ -39,10 +39,9 @@ def _cfg(**kw):
 
 
 # A tiny network and short rounds for the whole-path runs whose assertions hold at any size
-# (the filter's noise-widened threshold, the forgeries' norm, the server's noise and record):
-# a smaller program to compile. (Without the noise radius the LDP run keeps no honest report
-# at this size either.) The sign-flip run stays at FedPG-BR's shapes: its kept shares are
-# the learning dynamics' own.
+# (the forgeries' norm against PrivUnit's releases, the server's noise and record): a
+# smaller program to compile. The sign-flip run stays at FedPG-BR's shapes: its kept shares
+# are the learning dynamics' own.
 SMALL = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, max_episode_steps=20,
              budget=12)
 
@@ -219,7 +218,7 @@ def test_ldp_run_keeps_every_honest_report_and_states_the_rule(tmp_path):
     from privrl.systems.fedpg.local import privacy_record
 
     cfg = FedPGConfig(mechanism="laplace", epsilon_per_report=4.0, clip=1.0, robust="fedpg-br",
-                      **SMALL)
+                      budget=50)
     run = run_fedpg(cfg)
     assert summarize(run)["honest_reports_kept"] == 1.0
     rec = privacy_record(run)
