@@ -38,6 +38,14 @@ def _cfg(**kw):
     return FedPGConfig(**{"byzantine": 3, "attack": "sign-flip", **kw})
 
 
+# A tiny network and short rounds for the whole-path runs whose assertions hold at any size
+# (the forgeries' norm against PrivUnit's releases, the server's noise and record): a
+# smaller program to compile. The sign-flip run stays at FedPG-BR's shapes: its kept shares
+# are the learning dynamics' own.
+SMALL = dict(hidden=(4,), batch_min=2, batch_max=3, minibatch=1, max_episode_steps=20,
+             budget=12)
+
+
 def test_attacks_as_defined():
     # each attack is one jitted program; the checks read NumPy copies (not one eager JAX op
     # each)
@@ -262,7 +270,7 @@ def test_central_dp_with_a_trimmed_mean_states_a_trusted_server():
     from privrl.systems.fedpg.local import privacy_record
 
     cfg = FedPGConfig(mechanism="central-gaussian", epsilon=4.0, clip=1.0, robust="trimmed-mean",
-                      byzantine=3, attack="sign-flip", byzantine_alpha=0.3, budget=60)
+                      byzantine=3, attack="sign-flip", byzantine_alpha=0.3, **SMALL)
     algo = FedPG(cfg)
     assert algo.central.sensitivity == pytest.approx(0.25)
     assert algo.central.std == pytest.approx(algo.config.noise_multiplier * 0.25)
@@ -374,7 +382,7 @@ def test_filter_drops_loud_off_mechanism_attackers_and_keeps_honest_privunit_rep
 def test_short_off_mechanism_run_records_the_forgery_and_drops_it(tmp_path):
     """The whole path: 3 of 10 agents bypass PrivUnit (ε = 4) with 100-norm sign-flips;
     fedpg-br keeps every honest report and no forged one, and summary.json records it."""
-    cfg = _privunit(bypass_mechanism=True, attack_norm=100.0, budget=50)
+    cfg = _privunit(bypass_mechanism=True, attack_norm=100.0, **SMALL)
     s = summarize(run_fedpg(cfg))
     assert s["bypass_mechanism"] is True and s["attack_norm"] == 100.0
     assert s["honest_reports_kept"] == 1.0 and s["byzantine_reports_kept"] == 0.0

@@ -309,8 +309,9 @@ def test_privunit_reports_are_pure_ldp_releases_composed_by_the_ledger(count_rel
     from privrl.systems.fedpg.local import privacy_record, run_fedpg
 
     counter = count_releases(PrivUnitMechanism)
-    run = run_fedpg(FedPGConfig(mechanism="privunit", epsilon_per_report=0.5, clip=1.0, agents=2,
-                                budget=40).resolved())
+    # TINY's network and rounds: the releases counted and composed are the test, not the run
+    run = run_fedpg(FedPGConfig(mechanism="privunit", epsilon_per_report=0.5, clip=1.0,
+                                **TINY).resolved())
     privacy = privacy_record(run)
     rounds = int(run.releases.max())
     assert counter.calls == privacy["ledger"]["reports"] == 2 * rounds

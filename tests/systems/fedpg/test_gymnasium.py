@@ -241,11 +241,12 @@ def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> N
 
 @pytest.mark.parametrize("cmd", ["fedpg-cen", "fedpg-dec"])
 def test_gymnasium_cartpole_from_the_command_line(cmd, tmp_path) -> None:
+    # a tiny network and 20-step episodes: the command's path to the host source is the test
     out = tmp_path / "run"
     assert cli.main(["run", cmd, "--env", "gymnasium:CartPole-v1", "--private",
                      "gravity=9.7,9.9", "--agents", "2", "--episodes", "2", "--batch-min", "1",
-                     "--batch-max", "1", "--minibatch", "1", "--out", str(out),
-                     "--no-progress"]) == 0
+                     "--batch-max", "1", "--minibatch", "1", "--hidden", "4", "--max-steps",
+                     "20", "--out", str(out), "--no-progress"]) == 0
     cfg = json.loads((out / "config.json").read_text())["config"]
     assert cfg["algorithm"] == cmd[-3:] and cfg["env"] == "gymnasium:CartPole-v1"
     assert cfg["private_params"] == ["gravity=9.7,9.9"]
