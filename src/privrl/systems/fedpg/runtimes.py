@@ -69,7 +69,9 @@ def per_process(build: Callable[..., T]) -> Callable[..., T]:
     a process and reused: the nodes of one config that a process hosts (a restarted node, an
     in-process run's nodes) then trace and compile each program once, not once a node. Every
     node-specific input stays an argument of those programs. Arguments that cannot be hashed
-    (a list where the config holds a tuple, given through the API) are built anew each time."""
+    (a list where the config holds a tuple, given through the API) are built anew each time.
+    What a program closes over is fixed when it is first built: code patched later (a test's
+    spy on a release function) reaches only what is built after `made.cache_clear()`."""
     cached = functools.lru_cache(maxsize=8)(build)
 
     @functools.wraps(build)
@@ -80,4 +82,5 @@ def per_process(build: Callable[..., T]) -> Callable[..., T]:
             return build(*args)
         return cached(*args)
 
+    made.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
     return made
