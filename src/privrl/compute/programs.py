@@ -8,10 +8,12 @@ may differ in), and how its algorithm takes the settings as per-trial data (`as_
 `alone_or_program` is what every runner calls: one setting computes through the program's
 path even alone, so it gets the same floats alone and in any program. `program_groups` is what
 every reproduction calls: its sweep's settings in the groups that run as one program.
+`per_process` shares what a build made (programs, optimizers) among its callers in a process.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -71,3 +73,26 @@ def program_groups(items: Sequence[T], refusal: Callable[[list[T]], str | None],
         else:
             home.append(item)
     return groups
+
+
+def per_process(build: Callable[..., T]) -> Callable[..., T]:
+    """`build(...)` made once per arguments in a process and reused (a FedPG node's algorithm
+    and jitted programs: the nodes of one config that a process hosts, a restarted node or an
+    in-process run's nodes, trace and compile each program once, not once a node; an optax
+    optimizer: aggregators built alike share `submit`'s program). Whatever is specific to one
+    caller stays an argument of those programs. Arguments that cannot be hashed
+    (a list where the config holds a tuple, given through the API) are built anew each time.
+    What a program closes over is fixed when it is first built: code patched later (a test's
+    spy on a release function) reaches only what is built after `made.cache_clear()`."""
+    cached = functools.lru_cache(maxsize=8)(build)
+
+    @functools.wraps(build)
+    def made(*args: Any) -> T:
+        try:
+            hash(args)
+        except TypeError:
+            return build(*args)
+        return cached(*args)
+
+    made.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return made

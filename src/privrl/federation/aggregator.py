@@ -16,7 +16,6 @@ Two entry points:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,6 +25,7 @@ import numpy as np
 import optax
 from jax import Array
 
+from privrl.compute.programs import per_process
 from privrl.privacy.report import Report
 
 
@@ -33,11 +33,12 @@ class InvalidReportError(ValueError):
     """A report the aggregator refuses; the aggregator's state is unchanged."""
 
 
-@functools.cache
-def named_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
+@per_process
+def named_optimizer(name: str, learning_rate: Any) -> optax.GradientTransformation:
     """optax's `name` ("sgd" | "adam") at `learning_rate`, one object per pair: optax makes new
     functions on every call, and `submit`'s program is cached under its aggregator, so two
-    aggregators built alike share one compiled program only if they share the optimizer."""
+    aggregators built alike share one compiled program only if they share the optimizer (a
+    rate that cannot be hashed, an array, gets its own)."""
     if name not in ("sgd", "adam"):
         raise ValueError(f"optimizer must be 'sgd' or 'adam', got {name!r}")
     return {"sgd": optax.sgd, "adam": optax.adam}[name](learning_rate)
@@ -69,11 +70,7 @@ class BufferedAggregator:
         if self.optimizer is None:
             if not (np.isfinite(self.learning_rate) and self.learning_rate > 0):
                 raise ValueError(f"learning_rate must be finite and > 0, got {self.learning_rate}")
-            try:
-                tx = named_optimizer("sgd", self.learning_rate)
-            except TypeError:  # a learning rate that cannot be a cache key (an array)
-                tx = optax.sgd(self.learning_rate)
-            object.__setattr__(self, "optimizer", tx)
+            object.__setattr__(self, "optimizer", named_optimizer("sgd", self.learning_rate))
 
     def init(self, theta: Array) -> AggregatorState:
         theta = jnp.asarray(theta, self.dtype)

@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from flwr.app import Context, Message
 
+from privrl.compute.programs import per_process
 from privrl.config import ConfigError
 from privrl.federation.flower_roster import NodeIdentity, Roster, RosterError, write_roster
 from privrl.federation.flower_sum import (
@@ -94,7 +95,7 @@ from privrl.systems.fedpg.algorithm import (
     settings_algorithm,
 )
 from privrl.systems.fedpg.cen import CenPlan, own_lanes
-from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime, per_process
+from privrl.systems.fedpg.runtimes import LOCAL_MECHANISMS, check_runtime
 from privrl.systems.fedpg.state import FedPGState
 
 NODE_STATE = "node.npz"  # a node's round count and released messages (never its noise root)

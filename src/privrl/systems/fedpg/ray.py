@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from privrl.compute.programs import per_process
 from privrl.federation.gossip import GossipMessage, GossipVerdict, PushSumNode
 from privrl.output import work_on_failure
 from privrl.privacy.ledger import PrivacyLedger
@@ -70,7 +71,7 @@ from privrl.systems.fedpg.local import (
     policy_of,
     run_baseline,
 )
-from privrl.systems.fedpg.runtimes import check_runtime, per_process
+from privrl.systems.fedpg.runtimes import check_runtime
 
 # Seconds a failed run waits for the nodes' answers when it reads what was done so far.
 SNAPSHOT_TIMEOUT = 60.0

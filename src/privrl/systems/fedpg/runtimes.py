@@ -10,17 +10,12 @@ runner's ledger, by each Ray node's and by each Flower agent's (privrl.runtime.n
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 from privrl.config import ConfigError, fail
 from privrl.runtime.rules import NAMES, one_trial
 from privrl.systems.fedpg.config import FedPGConfig
 
-__all__ = ["LOCAL_MECHANISMS", "SECURE_SUM", "check_runtime", "per_process"]
+__all__ = ["LOCAL_MECHANISMS", "SECURE_SUM", "check_runtime"]
 
-T = TypeVar("T")
 
 # The mechanisms whose Reports travel one per agent on Flower, and the secure sum's
 LOCAL_MECHANISMS = ("none", "gaussian", "laplace", "privunit", "privunitg")
@@ -63,24 +58,3 @@ def check_runtime(config: FedPGConfig, runtime: str) -> None:
         fail("epsilon", "the Flower runtime's secure sum is calibrated from ε (a secure sum of "
                         "discrete noise shares)")
 
-
-def per_process(build: Callable[..., T]) -> Callable[..., T]:
-    """`build(config, ...)` (a node's algorithm and jitted programs) made once per arguments in
-    a process and reused: the nodes of one config that a process hosts (a restarted node, an
-    in-process run's nodes) then trace and compile each program once, not once a node. Every
-    node-specific input stays an argument of those programs. Arguments that cannot be hashed
-    (a list where the config holds a tuple, given through the API) are built anew each time.
-    What a program closes over is fixed when it is first built: code patched later (a test's
-    spy on a release function) reaches only what is built after `made.cache_clear()`."""
-    cached = functools.lru_cache(maxsize=8)(build)
-
-    @functools.wraps(build)
-    def made(*args: Any) -> T:
-        try:
-            hash(args)
-        except TypeError:
-            return build(*args)
-        return cached(*args)
-
-    made.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
-    return made
