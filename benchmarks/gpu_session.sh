@@ -3,7 +3,9 @@
 # bench_round.py at 1 M and 10 M agents, and the paper sweep (bench_sweep.py), each under its
 # own time limit so one slow piece cannot cost the others. Run from the repository root on a
 # machine whose Python has JAX with CUDA, flax and optax; gymnax, gymnasium and dp-accounting
-# come as wheels in .whl/ (docs of the device tool). Writes everything to $OUT (default ./gpu-out).
+# come as wheels in .whl/ (docs of the device tool), with typer 0.20.1 and click 8.5.1 where the
+# image's typer is 0.26 or later (pyproject.toml). SKIP_RUN / SKIP_ROUND leave a piece out.
+# Writes everything to $OUT (default ./gpu-out).
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 PY=${PY:-python3}
@@ -27,7 +29,7 @@ step() {  # step LIMIT_S NAME CMD...: run, time and log one piece
 } 2>&1 | tee "$OUT/log.md"
 [ -z "${SKIP_RUN:-}" ] && step ${T_RUN:-150} make-run $PY -m privrl run pgc-a3c --preset tuned --mechanism laplace \
   --epsilon 5 --trials 8 --submissions 30000 --no-progress --out "$OUT/run-dir"
-step ${T_ROUND:-200} round $PY benchmarks/bench_round.py --agents ${AGENTS:-1000000 10000000} \
+[ -z "${SKIP_ROUND:-}" ] && step ${T_ROUND:-200} round $PY benchmarks/bench_round.py --agents ${AGENTS:-1000000 10000000} \
   --group ${BLOCKS:-111111 138889} --waves ${WAVES:-1 4} --devices 1 --repeats ${REPEATS:-3}
 step ${T_SWEEP:-200} sweep $PY benchmarks/bench_sweep.py ${SWEEP_ARGS:-}
 rm -rf "$OUT/run-dir"

@@ -219,3 +219,12 @@ def test_every_run_command_takes_progress_and_its_interval() -> None:
         shown = command.get_help(command.make_context(f"privrl run {name}", [],
                                                       resilient_parsing=True))
         assert "--progress-every" in shown and "--no-progress" in shown, name
+
+
+def test_typer_builds_its_commands_from_the_click_privrl_imports() -> None:
+    """privrl's pre-parse reads `click.Option`s: a typer that vendors its own click (0.26 on,
+    capped in pyproject.toml) would refuse every flag of the command itself, `--out` too."""
+    import typer.core
+
+    assert issubclass(typer.core.TyperOption, click.Option)
+    assert issubclass(typer.core.TyperCommand, click.Command)
