@@ -9,6 +9,7 @@ the figure to rank by on a loaded machine (the events' durations are wall time).
     .venv/bin/python benchmarks/suite_profile.py [--cpu]  # totals and the 25 slowest tests
     .venv/bin/python benchmarks/suite_profile.py --files     # CPU by test file
     .venv/bin/python benchmarks/suite_profile.py --programs  # compiles by program name
+    .venv/bin/python benchmarks/suite_profile.py --classes   # learning / documented / other
 
 Each xdist worker writes `suite-profile-<worker>.jsonl` in $SUITE_PROFILE_DIR (default: the
 system's temporary directory); a new run appends, so empty it first.
@@ -62,13 +63,17 @@ def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
                 acc=collections.Counter(), compiled=[])
 
 
+def pytest_runtest_setup(item: Any) -> None:
+    _now["learning"] = item.get_closest_marker("learning") is not None
+
+
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     if _now["controller"]:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     row = {"test": nodeid, "wall": time.perf_counter() - _now["start"],
            "cpu": time.process_time() - _now["cpu"], **_now["acc"],
-           "compiled": _now["compiled"]}
+           "learning": _now.pop("learning", False), "compiled": _now["compiled"]}
     with open(_DIR / f"suite-profile-{worker}.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
     _now["test"] = None
@@ -81,7 +86,7 @@ def main() -> None:
         sys.exit(f"no suite-profile-*.jsonl in {_DIR}")
     total = collections.Counter()
     for r in rows:
-        total.update({k: v for k, v in r.items() if k not in ("test", "compiled")})
+        total.update({k: v for k, v in r.items() if k not in ("test", "compiled", "learning")})
     print(f"{len(rows)} tests; worker-seconds: " + ", ".join(
         f"{k} {total[k]:.1f}" for k in ("wall", "cpu", "compile", "lower", "trace")) +
         f"; programs compiled {total['programs']:.0f}, persistent-cache hits "
@@ -106,6 +111,17 @@ def main() -> None:
         print("compiles  compile-s  files  program")
         for name, (n, secs, fs) in sorted(names.items(), key=lambda kv: -kv[1][1])[:40]:
             print(f"{n:8d} {secs:10.1f} {len(fs):6d}  {name}")
+        return
+    if "--classes" in sys.argv:  # what the issue keeps (learning tests, documented commands)
+        classes: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        for r in rows:
+            kind = ("learning" if r.get("learning") else "documented commands"
+                    if r["test"].startswith("tests/test_documented_commands.py") else "other")
+            classes[kind].update(tests=1, cpu=r["cpu"], jax=r.get("compile", 0)
+                                 + r.get("lower", 0) + r.get("trace", 0))
+        print("tests   CPU-s  of which compile+lower+trace  class")
+        for kind, c in classes.items():
+            print(f"{c['tests']:5d} {c['cpu']:7.1f} {c['jax']:28.1f}  {kind}")
         return
     key = "cpu" if "--cpu" in sys.argv else "wall"
     for r in sorted(rows, key=lambda r: -r.get(key, 0))[:25]:
