@@ -317,9 +317,12 @@ def test_private_observations_hide_the_state_but_not_termination() -> None:
 
 @pytest.mark.learning
 def test_reinforce_learns_cartpole() -> None:
-    """4 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
-    well above a random policy's ~22 (the greedy untrained policy scores ~10)."""
-    out = run_episodic(Reinforce.settings_algorithm([ReinforceConfig(seeds=4, episodes=150)]),
+    """3 seeds × 150 episodes: greedy evaluation returns (held once a seed solves) average
+    well above a random policy's ~22 (the greedy untrained policy scores ~10). Measured (the
+    mean over the trials at `seed` 0, 1, 2, 3): 459, 400, 388, 418 with 3 seeds, 383, 392,
+    399, 438 with 4 (a trial's curve is the same in both); the length stays: after 120
+    episodes seed 2 gives 135 (3 seeds) and 158 (4)."""
+    out = run_episodic(Reinforce.settings_algorithm([ReinforceConfig(seeds=3, episodes=150)]),
                        "reinforce")
     from privrl.output import hold_last
 
