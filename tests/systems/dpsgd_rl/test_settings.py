@@ -79,9 +79,11 @@ def test_settings_that_differ_in_more_than_numbers_are_refused():
 
 DQN_BASE = DQNConfig(seeds=2, episodes=12, seed=1, buffer_size=500, batch_size=16, hidden=(8, 8),
                      solve_threshold=30.0, solve_window=3)
+# σ = 2, not 0.6: the record's PLD (q = 16/500, ~220 releases) is narrow at σ = 2 (about
+# 1 CPU-s less to compose); the promise under test holds at any σ.
 DQN_SETTINGS = {  # DP-SGD's program, and the observation noise's
     "dp": {"dp-sigma0": replace(DQN_BASE, dp=True),
-           "dp-sigma0.6": replace(DQN_BASE, dp=True, noise_multiplier=0.6)},
+           "dp-sigma2": replace(DQN_BASE, dp=True, noise_multiplier=2.0)},
     "ldp": {"ldp-sigma0": DQN_BASE,
             "ldp-sigma0.2": replace(DQN_BASE, obs=ObservationPrivacy(mode="sigma", sigma=0.2))},
 }
@@ -101,6 +103,9 @@ def test_each_dqn_setting_of_one_program_equals_its_own_run(kind):
         np.testing.assert_array_equal(out.train_returns, alone.train_returns)
         np.testing.assert_array_equal(out.eval_returns, alone.eval_returns)
         np.testing.assert_array_equal(out.updates, alone.updates)
+        # θ too: in 12 episodes of mostly ε-greedy steps the curves are the same at any σ,
+        # θ is not (it shows the trial's noise level)
+        np.testing.assert_array_equal(out.policy.theta, alone.policy.theta)
         assert out.privacy == alone.privacy
         assert (out.updates > 0).all()
 
