@@ -12,7 +12,7 @@ from privrl.systems.fedpg.local import final_return, run_fedpg
     "algorithm, topology, budget",
     # Both compiled with XLA's full LLVM optimization (tests/conftest.py). Cen's unoptimized
     # program (the compile-speed preset since session 16) now runs longer than optimizing
-    # costs: ≈ 2 CPU-s less optimized (benchmarks/log/41-fedpg.md; log 32-suite.md had
+    # costs: ≈ 1.5 CPU-s less optimized (benchmarks/log/41-fedpg.md; log 32-suite.md had
     # found the opposite before the preset). Dec's execution dominates.
     [pytest.param("cen", "ring", 1500, marks=pytest.mark.learning(llvm_level=2)),
      pytest.param("dec", "exponential", 1500, marks=pytest.mark.learning(llvm_level=2))],
