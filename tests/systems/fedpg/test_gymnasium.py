@@ -218,18 +218,21 @@ def test_a_ray_nodes_host_update_is_its_part_of_the_local_host_round(dec) -> Non
           exact=True)
 
 
-def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers) -> None:
+def test_gymnasium_true_rewards_reach_the_gradient_and_the_returns(walkers, dec) -> None:
     """The Gymnasium walker's rewards (−1 a step, −2 a step back) are FedPG's: negating them
-    negates the gradient (whitening is odd), and a run's mean returns are the walker's."""
-    gym = FedPG(_cfg(), task=walkers[1])
-    neg = FedPG(_cfg(), task=replace(walkers[1], reward_transform=lambda r: -r))
-    theta = gym.model.init(jax.random.key(0))
-    thetas = jnp.stack([theta, theta])
-    ep = gym.sample(thetas, gym.env_params_of(jax.random.key(1), jnp.arange(2)),
-                         jnp.ones((2, 3), bool), jax.random.key(2))
+    negates the gradient (whitening is odd), and a run's mean returns are the walker's. The
+    gradients are a Dec node's (the `dec` fixture's walker: one learner, B_t ≤ 3 episodes),
+    through its source's pieces, which the Dec tests compiled at these shapes already; the
+    gradient reads no mechanism or topology."""
+    cfg, _, gym, _ = dec
+    neg = FedPG(cfg, task=replace(walkers[1], reward_transform=lambda r: -r))
+    thetas = gym.model.init(jax.random.key(0))[None]
+    ep = gym.sample(thetas, gym.env_params_of(jax.random.key(1), jnp.arange(1)),
+                    jnp.ones((1, cfg.batch_max), bool), jax.random.key(2))
     want = np.where(np.asarray(ep.actions) == 1, -1.0, -2.0) * np.asarray(ep.mask)
     np.testing.assert_array_equal(np.asarray(ep.rewards), want)
-    g, g_neg = jax.jit(gym.gradients)(thetas, ep), jax.jit(neg.gradients)(thetas, ep)
+    g = gym.source.piece(gym.gradients)(thetas, ep)
+    g_neg = neg.source.piece(neg.gradients)(thetas, ep)
     assert float(jnp.linalg.norm(g)) > 1e-3
     np.testing.assert_allclose(np.asarray(g_neg), -np.asarray(g), rtol=1e-5, atol=1e-7)
     run = run_fedpg(_cfg(trials=2), task=walkers[1])
