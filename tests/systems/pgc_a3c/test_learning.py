@@ -17,8 +17,10 @@ TRIALS, SUBMISSIONS, TAIL = 4, 2700, 900
 
 def _tail_means(cfg: PGCA3CConfig) -> np.ndarray:
     # Chunks of 20 rounds, as test_algorithm's retirement test runs the same shape (tuned, 4
-    # trials, 2700 submissions; the seed is data): one chunk program for the three runs, the
-    # persistent cache's. The chunking changes no round's computation, so not what is learned.
+    # trials; the seed and the submissions cap are data): one chunk program for the three runs,
+    # the persistent cache's. The chunking changes no round's computation, so not what is
+    # learned. 2700 submissions stay: shorter runs narrow both tests' margins at this seed (the
+    # weakest trial's and the flipped control's; benchmarks/log/41-pgc.md).
     return run_pgc_a3c(cfg, chunk_rounds=20).scores[:, -TAIL:].mean(axis=1)
 
 
