@@ -293,7 +293,7 @@ def test_default_out_never_overwrites(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     real, outputs = local.run_pgc_a3c, []
 
-    def first_run_once(*args, **kwargs):
+    def first_run_once(*args: object, **kwargs: object) -> local.RunOutput:
         if not outputs:
             outputs.append(real(*args, **kwargs))
         return outputs[0]

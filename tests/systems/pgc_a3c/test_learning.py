@@ -4,6 +4,8 @@ without changing their FST. See docs/pgc-a3c-fidelity.md for why the paper prese
 here: its good trials are indistinguishable from a random walk.
 """
 
+from typing import Any
+
 import numpy as np
 import optax
 import pytest
@@ -16,7 +18,7 @@ from privrl.systems.pgc_a3c.local import RunOutput, run_pgc_a3c, summarize
 TRIALS, SUBMISSIONS, TAIL = 4, 2700, 900
 
 
-def _run(cfg: PGCA3CConfig, **kwargs) -> RunOutput:
+def _run(cfg: PGCA3CConfig, **kwargs: Any) -> RunOutput:
     # Chunks of 20 rounds in every run of this module (the seed is data): one chunk program,
     # the persistent cache's. The chunking changes no round's computation, so not what is
     # learned. 2700 submissions stay: shorter runs narrow the learning tests' margins at this
@@ -47,7 +49,7 @@ def learned_run() -> RunOutput:
 
 
 @pytest.fixture(scope="module")
-def learned(learned_run) -> np.ndarray:
+def learned(learned_run: RunOutput) -> np.ndarray:
     return _tail_means(learned_run)
 
 
@@ -85,7 +87,7 @@ def test_sign_flipped_control_does_not_learn(monkeypatch, learned, random_policy
 
 
 @pytest.mark.learning(xla_optimize=False)  # trials must learn to succeed and retire
-def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran(learned_run):
+def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran(learned_run: RunOutput):
     """The learned run is the full run (one run fewer than a test of its own): the same config
     with retirement is the only difference. At its seed every trial reaches the FST and
     retires at least three chunks before the cap, so the retirement is what is checked (a
