@@ -245,29 +245,6 @@ def test_partial_last_round_submits_exactly_the_cap(two_per_agent_run):
     assert np.all(np.isfinite(out.scores)) and out.submitted.tolist() == [51, 51]
 
 
-@pytest.mark.learning(xla_optimize=False)  # trials must learn to succeed and retire
-def test_retiring_successful_trials_keeps_fst_and_spends_only_what_ran():
-    cfg = PGCA3CConfig.from_preset("tuned", mechanism="none", trials=4, submissions=2700,
-                                   seed=0)
-    # The same chunks of 20 rounds in both (one program, the second run's compile a hit of
-    # the persistent cache, as test_learning's runs of this shape): retirement is the only
-    # difference between the runs.
-    full = run_pgc_a3c(cfg, chunk_rounds=20)
-    early = run_pgc_a3c(cfg, retire_on_success=True, chunk_rounds=20)
-    fst_full = summarize(full)["fst"]
-    assert any(f is not None for f in fst_full)  # measured: all 4 succeed by ~1900
-    # Retirement happens between chunks after the FST, so nothing before it changes.
-    assert summarize(early)["fst"] == fst_full
-    for k, f in enumerate(fst_full):
-        if f is not None:
-            assert f + cfg.score_window - 1 <= early.submitted[k] < cfg.submissions
-            assert np.all(np.isnan(early.scores[k, early.submitted[k]:]))
-        else:
-            assert early.submitted[k] == cfg.submissions
-    assert early.ledger.num_reports == int(early.submitted.sum())
-    assert early.ledger.num_reports < full.ledger.num_reports
-
-
 def test_releases_made_equal_the_ledger(count_releases):
     """Wrap the mechanism and count the Reports it minted: exactly the submissions the ledger
     composed (full rounds only, so that no padded agent slot mints a discarded report). A

@@ -286,11 +286,23 @@ def test_non_private_run_says_so(tmp_path, capsys):
 
 
 def test_default_out_never_overwrites(tmp_path, monkeypatch):
+    """Two commands without --out write two run directories. The first command runs whole (the
+    shape of `_run`'s runs: their program); the second is handed the first's output, since
+    where a command writes (`new_run_dir`, before the run) is what this test checks, not what
+    the run computes (test_run_writes_results_and_same_seed_same_results repeats runs)."""
     monkeypatch.chdir(tmp_path)
+    real, outputs = local.run_pgc_a3c, []
+
+    def first_run_once(*args: object, **kwargs: object) -> local.RunOutput:
+        if not outputs:
+            outputs.append(real(*args, **kwargs))
+        return outputs[0]
+
+    monkeypatch.setattr(local, "run_pgc_a3c", first_run_once)
     for _ in range(2):
-        # the shape of `_run`'s runs: their program, compiled once in this module
         assert cli.main(["run", "pgc-a3c", "--trials", "2", "--submissions", "50",
                          "--no-progress"]) == 0
+    assert len(outputs) == 1
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
     assert len(runs) == 2 and len(set(runs)) == 2
 
