@@ -54,6 +54,7 @@ def pytest_configure(config: Any) -> None:
                           and getattr(config.option, "numprocesses", None) not in (None, 0))
     import jax.monitoring
 
+    _DIR.mkdir(parents=True, exist_ok=True)  # a worker that cannot write its rows dies
     jax.monitoring.register_event_duration_secs_listener(_duration)
     jax.monitoring.register_event_listener(_event)
 
