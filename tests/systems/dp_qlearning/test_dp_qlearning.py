@@ -44,11 +44,11 @@ def test_line1d_dynamics_reward_and_termination():
         s = s2
 
 
-def test_optimal_return_beats_random_and_matches_monte_carlo():
-    """Value iteration's policy moves towards 0.5. Its Monte Carlo check against the random
-    policy (policy_return: the optimal table's and a random policy's returns) is asserted by
-    test_cli_reproduce_small, on the reference returns that `reproduce` computes anyway (20,000
-    episodes each instead of 4,000 here: the same check, two rollout programs fewer)."""
+def test_value_iteration_moves_towards_the_centre():
+    """Value iteration's policy moves towards 0.5. The Monte Carlo check of its return and the
+    random policy's (policy_return) is asserted by test_cli_reproduce_small, on the reference
+    returns that `reproduce` computes anyway (20,000 episodes each instead of 4,000 here: the
+    same check, two rollout programs fewer)."""
     v_opt, first = optimal_return()
     assert np.all(first[:400] == 0) and np.all(first[600:] == 1)  # move towards 0.5
     assert v_opt < 25
@@ -276,8 +276,8 @@ def test_cli_run_writes_results_with_the_theorem5_record(tmp_path, monkeypatch, 
 
 
 def test_cli_reproduce_small(tmp_path, capsys):
-    """Also test_optimal_return_beats_random_and_matches_monte_carlo's Monte Carlo check, on
-    the run's reference returns (`assert_references_hold`)."""
+    """Also the Monte Carlo check of value iteration's return and the random policy's, on the
+    run's reference returns (`assert_references_hold`)."""
     out = tmp_path / "rep"
     rc = cli.main(["reproduce", "dp-qlearning", "--trials", "2", "--episodes", "3",
                    "--out", str(out)])
