@@ -266,12 +266,17 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # The actors compile as the Ray tests' drivers do (pytest_runtest_setup and
     # _fast_unoptimized_compiles): without optimizations, without the MLIR fusion emitters, with
     # code generation in one part and no HLO verifier; every program they compile goes to the
-    # cache, so that a restarted actor does not compile its programs again.
+    # cache, so that a restarted actor does not compile its programs again. They get that
+    # environment from the raylet, which inherits this process's while Ray starts, not from a
+    # job runtime_env: Ray starts a worker with a runtime_env through its setup_worker, which
+    # imports Ray once more before the worker proper (about 0.3 CPU-s an actor).
     from privrl.runtime.ray import NO_IDLE_WORKERS
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": _child_compile_env(cache)},
-             _system_config=NO_IDLE_WORKERS)  # no prestarted workers the actors cannot use
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in _child_compile_env(cache).items():
+            env.setenv(name, value)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _system_config=NO_IDLE_WORKERS)  # no prestarted workers the actors cannot use
     yield
     ray.shutdown()
 

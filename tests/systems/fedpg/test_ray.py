@@ -80,9 +80,10 @@ def test_fedpg_dec_nodes_on_ray_equal_the_local_run_despite_killed_nodes(
 
 def test_the_cluster_keeps_no_idle_workers(ray_cluster: None) -> None:
     """The tests' cluster, as `privrl.runtime.ray.start_ray`'s, prestarts no Python workers
-    (`NO_IDLE_WORKERS`): the actors carry the job's runtime_env, so Ray starts workers of their
-    own for them and prestarted ones idle to the end. Checked after the run above (its actors
-    started, two killed and restarted): no worker of this process's cluster is idle."""
+    (`NO_IDLE_WORKERS`): there the actors carry the job's runtime_env, so Ray starts workers of
+    their own for them and prestarted ones would idle to the end. Checked after the run above
+    (its actors started, two killed and restarted): no worker of this process's cluster is
+    idle."""
     import psutil
 
     def title(p: psutil.Process) -> str:

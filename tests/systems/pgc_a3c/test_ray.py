@@ -70,8 +70,10 @@ def test_a_failed_run_keeps_what_its_actors_accepted(ray_cluster: None,
         np.save(path / "theta_final.npy", result.theta)
         save(as_run_output(result), path, runtime="ray", files={"ray.json": result.record()})
 
-    cfg = PGCA3CConfig.from_preset("tuned", mechanism="laplace", epsilon=2.0, submissions=8,
-                                   buffer_size=1, hidden=4)
+    # The faults test's configuration (another length, one report a buffer so that each
+    # accepted report moves θ): its actors' programs are in the session's compilation cache,
+    # so these actors compile none of them again.
+    cfg = _config(8, 1)
     with pytest.raises(RunFailedError), keeping_work(lambda: tmp_path, write):
         run_pgc_a3c_ray(cfg, tmp_path / "aggregator", agents_in_flight=2, on_event=fail)
     privacy = json.loads((tmp_path / "privacy.json").read_text())
