@@ -16,7 +16,6 @@ from privrl.systems.fedpg.config import FedPGConfig
 
 __all__ = ["LOCAL_MECHANISMS", "SECURE_SUM", "check_runtime"]
 
-
 # The mechanisms whose Reports travel one per agent on Flower, and the secure sum's
 LOCAL_MECHANISMS = ("none", "gaussian", "laplace", "privunit", "privunitg")
 SECURE_SUM = "distributed-gaussian"
@@ -57,4 +56,3 @@ def check_runtime(config: FedPGConfig, runtime: str) -> None:
     if config.mechanism == SECURE_SUM and config.epsilon is None:
         fail("epsilon", "the Flower runtime's secure sum is calibrated from ε (a secure sum of "
                         "discrete noise shares)")
-
