@@ -19,7 +19,6 @@ the same noise-free greedy tagging.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from privrl.compute.programs import per_process
 from privrl.config import ConfigError
 from privrl.envs import text2action as t2a
 from privrl.policy import run_config
@@ -156,11 +156,11 @@ def _learner(run_dir: Path, description: dict[str, Any], path: Path, trials: lis
     return cfg, corpus, where, algo
 
 
-@functools.lru_cache(maxsize=8)
+@per_process
 def _tagging(cfg: TextConfig, shapes: Shapes, seed: int) -> Callable[..., Any]:
     """The learner's noise-free greedy tagging `(params, texts) -> (tags, total reward)`,
-    jitted once per config, shapes and seed: a policy's `act` and `evaluate` of one run share
-    its compiled programs."""
+    jitted once per config, shapes and seed in a process (`per_process`): a policy's `act` and
+    `evaluate` of one run share its compiled programs."""
     algo = make_learner(cfg, shapes)
     variant = algo.variants[-1]  # the noise-free one: test-clean (FedRL), greedy (baselines)
     return jax.jit(lambda p, texts: algo.evaluate(p, texts, jax.random.key(seed), variant))
